@@ -1,0 +1,327 @@
+//! The validated, immutable configuration snapshot.
+//!
+//! `config.toml` and every `programs/*.toml` are parsed into the serde
+//! structs of [`raw`], then checked and normalised by [`validate`] into the
+//! types below. Nothing here is ever mutated after loading: a reload builds a
+//! whole new [`Config`] and swaps the `Arc` (see `reload.rs`), so a request or
+//! a run keeps the snapshot it started with.
+//!
+//! Every problem found while loading becomes a [`ConfigError`] carrying the
+//! file, line, column and key; loading collects all of them instead of
+//! stopping at the first.
+
+mod raw;
+mod types;
+mod validate;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use validate::{load, load_str};
+
+/// One loaded configuration: server settings, programs, keys, users,
+/// workspaces and tools.
+#[derive(Debug)]
+pub struct Config {
+    /// Path of `config.toml` as given on the command line.
+    pub path: PathBuf,
+    /// Directory that holds `config.toml`; relative paths resolve against it.
+    pub dir: PathBuf,
+    /// `[server]` settings with every default filled in.
+    pub server: Server,
+    /// Programs by id.
+    pub programs: BTreeMap<u64, Arc<Program>>,
+    /// Run-endpoint API keys by the sha256 of the key.
+    pub api_keys: HashMap<[u8; 32], ApiKey>,
+    /// Browser accounts by name.
+    pub users: BTreeMap<String, User>,
+    /// Workspaces by name.
+    pub workspaces: BTreeMap<String, Workspace>,
+    /// Tools by name.
+    pub tools: BTreeMap<String, Tool>,
+    /// sha256 over the names and contents of every file read, in a fixed
+    /// order; a reload whose fingerprint is unchanged is skipped.
+    pub fingerprint: [u8; 32],
+}
+
+/// `[server]` settings. Every field has a default (see README).
+#[derive(Debug, Clone)]
+pub struct Server {
+    /// Address to listen on, `host:port` (`listen`, default `127.0.0.1:8080`).
+    pub listen: String,
+    /// HTTP worker threads (`workers`, default 8).
+    pub workers: usize,
+    /// Directory of program files, resolved (`programs_dir`, default `programs`).
+    pub programs_dir: PathBuf,
+    /// Directory written by trigd, resolved (`state_dir`, default `state`).
+    pub state_dir: PathBuf,
+    /// Base URL shown for generated endpoints (`public_url`, default none:
+    /// `http://<listen>`).
+    pub public_url: Option<String>,
+    /// Runs executing at once, sync and async together (default 16).
+    pub max_concurrent_runs: usize,
+    /// Async runs waiting for a slot (default 1000).
+    pub max_queued_runs: usize,
+    /// Default timeout of a function (`run_timeout`, default 60s).
+    pub run_timeout: Duration,
+    /// Time between SIGTERM and SIGKILL of a timed-out run (default 5s).
+    pub kill_grace: Duration,
+    /// Time runs get to finish on SIGTERM/SIGINT of trigd (default 30s).
+    pub shutdown_grace: Duration,
+    /// Captured stdout per step, and stderr likewise (default 1 MiB).
+    pub max_output_bytes: usize,
+    /// Maximum number of values in one request (default 64).
+    pub max_variables: usize,
+    /// Maximum size of one value in bytes (default 64 KiB).
+    pub max_variable_bytes: usize,
+    /// Maximum request body size in bytes (default 1 MiB).
+    pub max_body_bytes: usize,
+    /// Run records kept in the state dir (default 10000).
+    pub run_retention: usize,
+}
+
+/// A run-endpoint API key (`[[api_keys]]`). Only its hash is known.
+#[derive(Debug, Clone)]
+pub struct ApiKey {
+    /// Name for logs and run records; never the key itself.
+    pub name: String,
+    /// When set, the key reaches only programs of this workspace.
+    pub workspace: Option<String>,
+    /// When set, the key reaches only these program ids.
+    pub programs: Option<BTreeSet<u64>>,
+}
+
+impl ApiKey {
+    /// Whether this key may run (and read runs of) `program`.
+    pub fn may_access(&self, program: &Program) -> bool {
+        let ws_ok = match &self.workspace {
+            None => true,
+            Some(ws) => program.workspace.as_deref() == Some(ws.as_str()),
+        };
+        let id_ok = self.programs.as_ref().is_none_or(|ids| ids.contains(&program.id));
+        ws_ok && id_ok
+    }
+}
+
+/// A program file: an id and its functions.
+#[derive(Debug)]
+pub struct Program {
+    /// The `program_id` callers send.
+    pub id: u64,
+    /// Human name, unique across programs (`trigd run NAME`).
+    pub name: String,
+    /// Owning workspace, if any.
+    pub workspace: Option<String>,
+    /// The file it was loaded from.
+    pub file: PathBuf,
+    /// Functions in file order.
+    pub functions: Vec<Function>,
+}
+
+impl Program {
+    /// The function called `name`.
+    pub fn function(&self, name: &str) -> Option<&Function> {
+        self.functions.iter().find(|f| f.name == name)
+    }
+
+    /// Functions whose webhook trigger is active, in file order.
+    pub fn triggered(&self) -> impl Iterator<Item = &Function> {
+        self.functions.iter().filter(|f| f.webhook.as_ref().is_some_and(|w| w.active))
+    }
+}
+
+/// One function of a program: steps run in order.
+#[derive(Debug)]
+pub struct Function {
+    /// Name, unique within the program.
+    pub name: String,
+    /// Steps in order; never empty.
+    pub steps: Vec<Step>,
+    /// Timeout of the whole function (`timeout`, default `server.run_timeout`).
+    pub timeout: Duration,
+    /// Extra environment for every step (`env`).
+    pub env: BTreeMap<String, String>,
+    /// Working directory of every step, resolved (`workdir`, default the
+    /// directory of the program file).
+    pub workdir: PathBuf,
+    /// At most this many runs of this function at once (`concurrency`).
+    pub concurrency: Option<usize>,
+    /// The webhook trigger, at most one.
+    pub webhook: Option<Webhook>,
+}
+
+impl Function {
+    /// The names the caller's values bind to, by position: the webhook's
+    /// outputs (an inactive webhook still declares them), or none.
+    pub fn inputs(&self) -> &[String] {
+        self.webhook.as_ref().map_or(&[], |w| w.outputs.as_slice())
+    }
+}
+
+/// A function's webhook trigger (`[functions.webhook]`).
+#[derive(Debug)]
+pub struct Webhook {
+    /// Whether the run endpoint may start this function (default true).
+    pub active: bool,
+    /// Ordered output names; each is an identifier `[A-Za-z_][A-Za-z0-9_]*`.
+    pub outputs: Vec<String>,
+}
+
+/// One step of a function.
+#[derive(Debug)]
+pub enum Step {
+    /// argv, no shell; each element may hold `{output}` placeholders.
+    Command(Vec<Template>),
+    /// Script for `/bin/sh -c`; values reach it only through the environment.
+    Shell(String),
+    /// Another function of the same program, with arguments bound by
+    /// position to its inputs.
+    Call {
+        /// Name of the called function (validated to exist, no cycles).
+        function: String,
+        /// One template per input of the called function.
+        args: Vec<Template>,
+    },
+}
+
+/// A string with `{output}` placeholders, resolved at load time to indices
+/// into the function's inputs. `{{` and `}}` stand for literal braces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Template(pub Vec<Piece>);
+
+/// A part of a [`Template`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Piece {
+    /// Literal text.
+    Lit(String),
+    /// The value bound to input number `n` of the function.
+    Var(usize),
+}
+
+impl Template {
+    /// Substitute `values` (indexed like the function's inputs). A value is
+    /// inserted verbatim into this one argument; nothing is re-parsed.
+    pub fn render(&self, values: &[String]) -> String {
+        let mut out = String::new();
+        for piece in &self.0 {
+            match piece {
+                Piece::Lit(s) => out.push_str(s),
+                Piece::Var(i) => out.push_str(values.get(*i).map_or("", String::as_str)),
+            }
+        }
+        out
+    }
+}
+
+/// A browser account (`[[users]]`).
+#[derive(Debug, Clone)]
+pub struct User {
+    /// Login name.
+    pub name: String,
+    /// argon2 PHC string (`$argon2id$…`).
+    pub password_hash: String,
+}
+
+/// A workspace (`[[workspaces]]`).
+#[derive(Debug, Clone)]
+pub struct Workspace {
+    /// Name, an identifier.
+    pub name: String,
+    /// Member user names; each names a `[[users]]` entry.
+    pub members: Vec<String>,
+}
+
+/// A tool (`[[tools]]`) with its environments and triggers.
+#[derive(Debug)]
+pub struct Tool {
+    /// Name, an identifier (appears in URLs).
+    pub name: String,
+    /// Owning workspace.
+    pub workspace: String,
+    /// Environments by name (appear in URLs).
+    pub environments: BTreeMap<String, Environment>,
+    /// Endpoint triggers in file order.
+    pub triggers: Vec<Trigger>,
+}
+
+/// One environment of a tool.
+#[derive(Debug)]
+pub struct Environment {
+    /// Name, an identifier.
+    pub name: String,
+    /// When true, every generated endpoint of this environment is public.
+    pub public: bool,
+    /// Variables given to programs run through this environment.
+    pub vars: BTreeMap<String, String>,
+}
+
+/// An `endpoint` trigger of a tool: generates `METHOD /tools/<tool>/<env>/<name>`.
+#[derive(Debug)]
+pub struct Trigger {
+    /// Name, an identifier (appears in URLs), unique within the tool.
+    pub name: String,
+    /// HTTP method, upper case (`GET`, `POST`, `PUT`, `PATCH`, `DELETE`).
+    pub method: String,
+    /// Program id; validated to exist.
+    pub program: u64,
+    /// Function name; validated to exist in that program.
+    pub function: String,
+}
+
+/// A problem in a config or program file, with where it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The file.
+    pub file: PathBuf,
+    /// 1-based line; 0 when not known (e.g. the file cannot be read).
+    pub line: usize,
+    /// 1-based column; 0 when not known.
+    pub col: usize,
+    /// Dotted key path, e.g. `functions[1].webhook.outputs`; may be empty.
+    pub key: String,
+    /// What is wrong and, where it helps, what to do.
+    pub msg: String,
+}
+
+impl fmt::Display for ConfigError {
+    /// `programs/backup.toml:12:3: functions[1].webhook: a function has at most one webhook`
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if self.line > 0 {
+            write!(f, ":{}:{}", self.line, self.col)?;
+        }
+        if !self.key.is_empty() {
+            write!(f, ": {}", self.key)?;
+        }
+        write!(f, ": {}", self.msg)
+    }
+}
+
+impl Config {
+    /// The program with `id`.
+    pub fn program(&self, id: u64) -> Option<&Arc<Program>> {
+        self.programs.get(&id)
+    }
+
+    /// The program whose name or decimal id is `name_or_id`.
+    pub fn program_by_name(&self, name_or_id: &str) -> Option<&Arc<Program>> {
+        if let Ok(id) = name_or_id.parse::<u64>() {
+            if let Some(p) = self.programs.get(&id) {
+                return Some(p);
+            }
+        }
+        self.programs.values().find(|p| p.name == name_or_id)
+    }
+}
+
+/// Resolve `p` against `base` unless it is absolute.
+pub fn resolve(base: &Path, p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        base.join(p)
+    }
+}

@@ -1,0 +1,1 @@
+//! Validating newtypes used by `raw` (filled in by the config work).
