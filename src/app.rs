@@ -13,6 +13,7 @@ pub struct App {
     config: RwLock<Arc<Config>>,
     generation: AtomicU64,
     last_reload_error: Mutex<Option<String>>,
+    reload_errors: AtomicU64,
     /// The run log.
     pub store: Arc<RunStore>,
     /// Run slots and queue.
@@ -28,6 +29,7 @@ impl App {
             config: RwLock::new(Arc::new(config)),
             generation: AtomicU64::new(1),
             last_reload_error: Mutex::new(None),
+            reload_errors: AtomicU64::new(0),
             store,
             runner,
             closing: AtomicBool::new(false),
@@ -48,7 +50,18 @@ impl App {
 
     /// Record why the last reload was refused.
     pub fn set_reload_error(&self, error: String) {
+        self.reload_errors.fetch_add(1, Ordering::Relaxed);
         *self.last_reload_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(error);
+    }
+
+    /// Forget the last reload error (the files are valid again).
+    pub fn clear_reload_error(&self) {
+        *self.last_reload_error.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// Successful reloads and refused reloads since start.
+    pub fn reload_counts(&self) -> (u64, u64) {
+        (self.generation() - 1, self.reload_errors.load(Ordering::Relaxed))
     }
 
     /// The generation of the current config: 1 at start, +1 per reload.

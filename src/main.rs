@@ -20,6 +20,7 @@ mod commands;
 mod config;
 mod error;
 mod http;
+mod reload;
 mod routes;
 mod runner;
 mod server;

@@ -20,6 +20,7 @@ use crate::app::App;
 use crate::config;
 use crate::error::Error;
 use crate::http::{ApiError, Request};
+use crate::reload;
 use crate::routes;
 use crate::runner::Runner;
 use crate::store::RunStore;
@@ -57,12 +58,16 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
                 .map_err(|e| Error::Other(format!("cannot start worker threads: {e}")))
         })
         .collect::<Result<_, _>>()?;
+    let reload = reload::start(Arc::clone(&app), config_path.to_path_buf());
     println!("listening on http://{local}");
     let _ = io::stdout().flush();
     log::info!("listening on http://{local} with {workers} workers (open files limit {nofile})");
     loop {
         match sys::wait_signal() {
-            Signal::Hup => log::info!("SIGHUP received"),
+            Signal::Hup => {
+                log::info!("SIGHUP: reloading the configuration");
+                let _ = reload.send(reload::Trigger::Signal);
+            }
             Signal::Term | Signal::Int => break,
         }
     }
