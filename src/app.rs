@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
+use crate::appkeys::AppKeys;
 use crate::config::Config;
 use crate::runner::Runner;
 use crate::store::RunStore;
@@ -16,6 +17,8 @@ pub struct App {
     reload_errors: AtomicU64,
     /// The run log.
     pub store: Arc<RunStore>,
+    /// Application keys of workspace members.
+    pub app_keys: AppKeys,
     /// Run slots and queue.
     pub runner: Arc<Runner>,
     /// Set once shutdown starts: workers stop taking requests.
@@ -25,7 +28,9 @@ pub struct App {
 impl App {
     /// Shared state around a first config (generation 1).
     pub fn new(config: Config, store: Arc<RunStore>, runner: Arc<Runner>) -> App {
+        let app_keys = AppKeys::new(&config.server.state_dir);
         App {
+            app_keys,
             config: RwLock::new(Arc::new(config)),
             generation: AtomicU64::new(1),
             last_reload_error: Mutex::new(None),

@@ -17,6 +17,8 @@ Usage:
                                                    run a program locally, print its JSON result
   trigd keygen [--name NAME] [--workspace W]       new API key + the config lines to paste
   trigd hash-password                              argon2id hash of a password read from stdin
+  trigd app-key --workspace W --member M [--config PATH]
+                                                   (re)generate M's application key in W
   trigd --help | --version
 
 Options:
@@ -62,6 +64,15 @@ pub enum Command {
     },
     /// `trigd hash-password`.
     HashPassword,
+    /// `trigd app-key`.
+    AppKey {
+        /// Config file.
+        config: PathBuf,
+        /// Workspace.
+        workspace: String,
+        /// Member.
+        member: String,
+    },
     /// `--help`.
     Help,
     /// `--version`.
@@ -83,7 +94,7 @@ pub fn parse(args: &[String]) -> Result<Command, Error> {
     };
     let mut config = PathBuf::from("config.toml");
     let mut listen = None;
-    let (mut name, mut workspace, mut function) = (None, None, None);
+    let (mut name, mut workspace, mut function, mut member) = (None, None, None, None);
     let mut positional = Vec::new();
     let mut only_positional = false;
     while let Some(arg) = it.next() {
@@ -105,7 +116,9 @@ pub fn parse(args: &[String]) -> Result<Command, Error> {
             (_, "--help") => return Ok(Command::Help),
             (_, "--version") => return Ok(Command::Version),
             (_, "--") => only_positional = true,
-            ("serve" | "check" | "run", "--config") => config = PathBuf::from(value()?),
+            ("serve" | "check" | "run" | "app-key", "--config") => config = PathBuf::from(value()?),
+            ("app-key", "--workspace") => workspace = Some(value()?),
+            ("app-key", "--member") => member = Some(value()?),
             ("serve", "--listen") => listen = Some(value()?),
             ("run", "--function") => function = Some(value()?),
             ("keygen", "--name") => name = Some(value()?),
@@ -125,6 +138,11 @@ pub fn parse(args: &[String]) -> Result<Command, Error> {
         "check" => no_positional(Command::Check { config }),
         "keygen" => no_positional(Command::Keygen { name: name.unwrap_or_else(|| "default".into()), workspace }),
         "hash-password" => no_positional(Command::HashPassword),
+        "app-key" => {
+            let need = |v: Option<String>, f: &str| v.ok_or_else(|| Error::Usage(format!("app-key needs {f}")));
+            let (workspace, member) = (need(workspace, "--workspace W")?, need(member, "--member M")?);
+            no_positional(Command::AppKey { config, workspace, member })
+        }
         "run" => {
             let mut values = positional.into_iter();
             let program = values.next().ok_or_else(|| Error::Usage("run needs a PROGRAM (id or name)".into()))?;

@@ -10,6 +10,7 @@ use argon2::Argon2;
 use serde_json::Value;
 
 use crate::api;
+use crate::appkeys::AppKeys;
 use crate::auth::sha256;
 use crate::config;
 use crate::error::Error;
@@ -24,6 +25,30 @@ use crate::store::new_run_id;
 pub fn check(path: &Path) -> Result<(), Error> {
     let cfg = config::load(path).map_err(Error::Config)?;
     println!("ok: {} programs, {} tools", cfg.programs.len(), cfg.tools.len());
+    Ok(())
+}
+
+/// `trigd app-key`: (re)generate a member's application key and print it.
+/// A running server honours it at once (it re-reads the key file).
+///
+/// # Errors
+/// The config does not load, the workspace or member is unknown, or the
+/// state dir cannot be written.
+pub fn app_key(path: &Path, workspace: &str, member: &str) -> Result<(), Error> {
+    let cfg = config::load(path).map_err(Error::Config)?;
+    let ws = cfg
+        .workspaces
+        .get(workspace)
+        .ok_or_else(|| Error::Other(format!("no workspace '{workspace}' in {}", path.display())))?;
+    if !ws.members.iter().any(|m| m == member) {
+        return Err(Error::Other(format!("'{member}' is not a member of workspace '{workspace}'")));
+    }
+    let keys = AppKeys::new(&cfg.server.state_dir);
+    let key = keys
+        .regenerate(workspace, member)
+        .map_err(|source| Error::Io { path: cfg.server.state_dir.join("app_keys.json"), source })?;
+    println!("{key}");
+    eprintln!("Application key for {member} in {workspace}: shown only once; the previous key no longer works.");
     Ok(())
 }
 
@@ -112,7 +137,7 @@ fn run_local(
         None => api::select_function(program, None)?,
     };
     api::check_values(&cfg.server, function.inputs(), &values)?;
-    let runner = Runner::new(None).map_err(|_| ApiError::Internal)?;
+    let runner = Runner::new(None, Default::default()).map_err(|_| ApiError::Internal)?;
     let job = Job {
         cfg: Arc::clone(cfg),
         program: Arc::clone(program),

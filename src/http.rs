@@ -251,6 +251,13 @@ pub enum ApiError {
         /// How many values were sent.
         got: usize,
     },
+    /// Values by name (generated endpoints) missing, extra or not strings.
+    ValuesMismatch {
+        /// What is wrong.
+        msg: String,
+        /// The outputs, in order.
+        outputs: Vec<String>,
+    },
     /// A bad, unknown or repeated parameter.
     InvalidParameter {
         /// The parameter.
@@ -304,6 +311,12 @@ pub enum ApiError {
     },
     /// Unknown run id (or not visible to this key).
     RunNotFound,
+    /// Missing or bad credentials on a protected endpoint.
+    Unauthorized,
+    /// Valid credentials of someone who is not a member of the workspace.
+    Forbidden,
+    /// A bearer request without a valid User-Agent header.
+    UserAgentRequired,
     /// Request body larger than `max_body_bytes`.
     PayloadTooLarge {
         /// The limit.
@@ -322,7 +335,9 @@ impl ApiError {
         match self {
             MissingApiKey | InvalidApiKey => 401,
             InvalidProgramId | FunctionRequired { .. } | VariablesMismatch { .. } => 400,
-            InvalidParameter { .. } => 400,
+            InvalidParameter { .. } | ValuesMismatch { .. } => 400,
+            Unauthorized => 401,
+            Forbidden | UserAgentRequired => 403,
             ProgramNotFound | FunctionNotFound { .. } | RunNotFound | NotFound => 404,
             TriggerInactive { .. } | NoActiveTrigger => 409,
             MethodNotAllowed { .. } => 405,
@@ -346,7 +361,10 @@ impl ApiError {
             TriggerInactive { .. } => "trigger_inactive",
             FunctionRequired { .. } => "function_required",
             NoActiveTrigger => "no_active_trigger",
-            VariablesMismatch { .. } => "variables_mismatch",
+            VariablesMismatch { .. } | ValuesMismatch { .. } => "variables_mismatch",
+            Unauthorized => "unauthorized",
+            Forbidden => "forbidden",
+            UserAgentRequired => "user_agent_required",
             InvalidParameter { .. } => "invalid_parameter",
             MethodNotAllowed { .. } => "method_not_allowed",
             RunFailed { .. } => "run_failed",
@@ -380,7 +398,10 @@ impl ApiError {
                 outputs.len(),
                 outputs.join(", ")
             ),
-            InvalidParameter { msg, .. } => msg.clone(),
+            InvalidParameter { msg, .. } | ValuesMismatch { msg, .. } => msg.clone(),
+            Unauthorized => "Authentication required: send 'Authorization: Bearer <application key>' (see your workspace settings, item \"Application Key\") or log in.".into(),
+            Forbidden => "These credentials do not belong to a member of this tool's workspace.".into(),
+            UserAgentRequired => "Requests with a bearer key must send a User-Agent header (printable ASCII, not empty), e.g. 'User-Agent: my-script/1.0'.".into(),
             MethodNotAllowed { allow } => format!("Method not allowed here; use {}.", allow.join(" or ")),
             RunFailed { step, exit_code, signal, .. } => match (exit_code, signal) {
                 (Some(c), _) => format!("The program failed: step {step} exited with status {c}."),
@@ -410,6 +431,9 @@ impl ApiError {
             VariablesMismatch { outputs, got } => {
                 body.insert("Outputs".into(), json!(outputs));
                 body.insert("Got".into(), json!(got));
+            }
+            ValuesMismatch { outputs, .. } => {
+                body.insert("Outputs".into(), json!(outputs));
             }
             InvalidParameter { name, .. } => {
                 body.insert("Parameter".into(), json!(name));
@@ -445,6 +469,7 @@ impl ApiError {
             ApiError::Busy { retry_after, .. } | ApiError::RateLimited { retry_after } => {
                 vec![("Retry-After".into(), retry_after.to_string())]
             }
+            ApiError::Unauthorized => vec![("WWW-Authenticate".into(), "Bearer realm=\"trigd\"".into())],
             ApiError::StorageUnavailable | ApiError::ShuttingDown => {
                 vec![("Retry-After".into(), "5".into())]
             }

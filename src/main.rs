@@ -14,18 +14,21 @@
 
 mod api;
 mod app;
+mod appkeys;
 mod auth;
 mod cli;
 mod commands;
 mod config;
 mod error;
 mod http;
+mod metrics;
 mod reload;
 mod routes;
 mod runner;
 mod server;
 mod store;
 mod sys;
+mod tools;
 
 use std::process::ExitCode;
 
@@ -72,6 +75,7 @@ fn run(args: &[String]) -> Result<ExitCode, Error> {
         }
         Command::Keygen { name, workspace } => commands::keygen(&name, workspace.as_deref()),
         Command::HashPassword => commands::hash_password()?,
+        Command::AppKey { config, workspace, member } => commands::app_key(&config, &workspace, &member)?,
         Command::Help => print!("{}", cli::USAGE),
         Command::Version => println!("trigd {}", env!("CARGO_PKG_VERSION")),
     }

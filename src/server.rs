@@ -20,6 +20,7 @@ use crate::app::App;
 use crate::config;
 use crate::error::Error;
 use crate::http::{ApiError, Request};
+use crate::metrics::Metrics;
 use crate::reload;
 use crate::routes;
 use crate::runner::Runner;
@@ -41,7 +42,7 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
     let store = RunStore::open(&state_dir, cfg.server.run_retention)
         .map_err(|source| Error::Io { path: state_dir.join("runs.log"), source })?;
     let store = Arc::new(store);
-    let runner = Runner::new(Some(Arc::clone(&store)))
+    let runner = Runner::new(Some(Arc::clone(&store)), Arc::new(Metrics::default()))
         .map_err(|e| Error::Other(format!("cannot create the runner: {e}")))?;
     let (workers, grace) = (cfg.server.workers, cfg.server.shutdown_grace);
     let nofile = sys::raise_nofile_limit();
@@ -117,6 +118,7 @@ fn handle(app: &App, mut rq: tiny_http::Request) {
         }
         Err(e) => (rq.url().split('?').next().unwrap_or("").to_string(), e.into()),
     };
+    app.runner.metrics.http(resp.status);
     let remote = rq.remote_addr().map_or_else(|| "-".to_string(), |a| a.ip().to_string());
     log::info!(
         target: "access",

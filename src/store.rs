@@ -49,6 +49,18 @@ impl RunState {
     pub fn is_terminal(self) -> bool {
         !matches!(self, RunState::Queued | RunState::Running)
     }
+
+    /// The snake_case name, as in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            RunState::Queued => "queued",
+            RunState::Running => "running",
+            RunState::Finished => "finished",
+            RunState::Failed => "failed",
+            RunState::TimedOut => "timed_out",
+            RunState::Interrupted => "interrupted",
+        }
+    }
 }
 
 /// One run, as stored and as served by `GET /api/runs/<id>`.

@@ -66,3 +66,38 @@ pub fn wait_signal() -> Signal {
 pub fn raise_nofile_limit() -> u64 {
     unimplemented!()
 }
+
+/// An exclusive advisory lock (`flock`) on an open file, released on drop.
+/// Serialises writers of a state file across processes (server and CLI).
+pub struct FileLock<'a> {
+    file: &'a std::fs::File,
+}
+
+impl<'a> FileLock<'a> {
+    /// Block until the exclusive lock on `file` is held.
+    ///
+    /// # Errors
+    /// The OS refused the lock.
+    pub fn exclusive(file: &'a std::fs::File) -> io::Result<FileLock<'a>> {
+        use std::os::fd::AsRawFd;
+        loop {
+            // SAFETY: flock on a valid, open descriptor borrowed for 'a.
+            let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+            if r == 0 {
+                return Ok(FileLock { file });
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+}
+
+impl Drop for FileLock<'_> {
+    fn drop(&mut self) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: unlocking a descriptor that is still open (borrowed).
+        unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_UN) };
+    }
+}

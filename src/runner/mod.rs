@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::config::{Config, Program};
+use crate::metrics::Metrics;
 use crate::store::{new_run_id, now_rfc3339, RunRecord, RunState, RunStore};
 use crate::sys::AbortSignal;
 use step::{Outcome, StepError};
@@ -122,6 +123,8 @@ impl Slots {
 /// The run slots and queue of one server (or of `trigd run`).
 pub struct Runner {
     store: Option<Arc<RunStore>>,
+    /// Run counts and durations.
+    pub metrics: Arc<Metrics>,
     slots: Mutex<Slots>,
     /// Signalled whenever `used` drops.
     freed: Condvar,
@@ -136,11 +139,12 @@ impl Runner {
     ///
     /// # Errors
     /// The abort pipe cannot be created (out of file descriptors).
-    pub fn new(store: Option<Arc<RunStore>>) -> io::Result<Runner> {
+    pub fn new(store: Option<Arc<RunStore>>, metrics: Arc<Metrics>) -> io::Result<Runner> {
         let path_env =
             std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
         Ok(Runner {
             store,
+            metrics,
             slots: Mutex::new(Slots::default()),
             freed: Condvar::new(),
             abort: AbortSignal::new()?,
@@ -329,6 +333,7 @@ impl Runner {
         rec.state = RunState::Running;
         rec.started_at = Some(now_rfc3339());
         self.record(&rec);
+        let started = Instant::now();
         let outcome = self.execute_only(job);
         rec.finished_at = Some(now_rfc3339());
         rec.steps = outcome.steps.iter().filter_map(|s| serde_json::to_value(s).ok()).collect();
@@ -347,7 +352,8 @@ impl Runner {
             }
         }
         self.record(&rec);
-        log::info!("run {} {}/{} {:?}", rec.run, rec.program, rec.function, rec.state);
+        self.metrics.run(rec.program, rec.state.name(), started.elapsed());
+        log::info!("run {} {}/{} {}", rec.run, rec.program, rec.function, rec.state.name());
         (rec, outcome)
     }
 
