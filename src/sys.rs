@@ -154,7 +154,7 @@ pub fn raise_nofile_limit() -> u64 {
             lim.rlim_cur = lim.rlim_max;
         }
     }
-    lim.rlim_cur as u64
+    lim.rlim_cur
 }
 
 /// `poll(2)` over `fds`, waiting at most `timeout` (`None`: no limit). A

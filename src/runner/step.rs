@@ -513,6 +513,22 @@ fn pollfd(fd: std::os::fd::RawFd) -> libc::pollfd {
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Tests set this to exercise the `waitid(WNOWAIT)` fallback.
+    static NO_PIDFD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+#[cfg(test)]
+fn no_pidfd() -> bool {
+    NO_PIDFD.with(|c| c.get())
+}
+
+#[cfg(not(test))]
+fn no_pidfd() -> bool {
+    false
+}
+
 /// Read stdout and stderr until the child has exited and both pipes are at
 /// EOF, enforcing the deadline and the abort signal. Leaves the child
 /// exited but unreaped; its group has been sent SIGKILL.
@@ -531,7 +547,11 @@ fn supervise(ctx: &Ctx<'_>, child: &mut Child, deadline: Instant) -> Watched {
         // readiness report, and each pipe has one reader.
         let _ = sys::set_nonblocking(fd);
     }
-    let pidfd = sys::pidfd_open(pid);
+    let pidfd = if no_pidfd() {
+        None
+    } else {
+        sys::pidfd_open(pid)
+    };
 
     let mut w = Watched {
         stdout: Capture::new(ctx.max_output_bytes),
@@ -1025,14 +1045,14 @@ mod tests {
         let dir = tmp("wd");
         std::fs::create_dir_all(dir.join("bin")).unwrap();
         let script = dir.join("bin/hello");
-        std::fs::write(&script, "#!/bin/sh\necho \"hi from $(pwd) as $0\"\n").unwrap();
+        std::fs::write(&script, "#!/bin/sh\necho \"hi from $(pwd)\"\n").unwrap();
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
         let mut f = func("f", &[], vec![cmd(&["bin/hello"], &[])]);
         f.workdir = dir.clone();
         let prog = program(vec![f]);
         let out = run(&prog, "f", &[], &Opts::default());
         assert_eq!(out.error, None);
-        let want = format!("hi from {} as bin/hello", dir.display());
+        let want = format!("hi from {}", dir.display());
         assert_eq!(out.result, vec![Value::String(want)]);
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -1271,6 +1291,62 @@ mod tests {
         f.workdir = PathBuf::from("/nonexistent/trigd-dir");
         let out = run(&program(vec![f]), "f", &[], &Opts::default());
         assert!(matches!(out.error, Some(StepError::Spawn { step: 0, .. })));
+    }
+
+    #[test]
+    fn steps_get_clean_signal_state() {
+        let _g = shared();
+        // trigd blocks TERM/INT/HUP in every thread; steps must not inherit
+        // that, nor std's ignored SIGPIPE.
+        let out = std::thread::spawn(|| {
+            sys::block_signals();
+            run1(
+                vec![sh("grep -E '^Sig(Blk|Ign)' /proc/self/status")],
+                &Opts::default(),
+            )
+        })
+        .join()
+        .unwrap();
+        assert_eq!(out.error, None);
+        let text = out.result[0].as_str().unwrap().to_string();
+        for line in text.lines() {
+            let (name, mask) = line.split_once(':').unwrap();
+            let mask = u64::from_str_radix(mask.trim(), 16).unwrap();
+            if name == "SigBlk" {
+                assert_eq!(mask, 0, "{text}");
+            } else {
+                assert_eq!(mask & (1 << (libc::SIGPIPE - 1)), 0, "{text}");
+            }
+        }
+    }
+
+    #[test]
+    fn fallback_without_pidfd() {
+        let _g = shared();
+        NO_PIDFD.with(|c| c.set(true));
+        let pidfile = tmp("fallback");
+        let script = format!("sleep 100 & echo $! > {}; echo done", pidfile.display());
+        let start = Instant::now();
+        let out = run1(vec![sh("echo '[true]'"), sh(&script)], &Opts::default());
+        assert!(start.elapsed() < Duration::from_secs(2));
+        assert_eq!(out.error, None);
+        assert_eq!(
+            out.result,
+            serde_json::json!([[true], "done"])
+                .as_array()
+                .unwrap()
+                .clone()
+        );
+        assert!(wait_gone(read_pid(&pidfile)));
+        let opts = Opts {
+            timeout: Duration::from_millis(300),
+            ..Opts::default()
+        };
+        let out = run1(vec![sh("sleep 100")], &opts);
+        assert_eq!(out.error, Some(StepError::TimedOut { step: 0 }));
+        assert!(start.elapsed() < Duration::from_secs(3));
+        NO_PIDFD.with(|c| c.set(false));
+        let _ = std::fs::remove_file(&pidfile);
     }
 
     fn fd_count() -> usize {
