@@ -1,24 +1,1133 @@
-//! raw → Config (filled in by the config work).
+//! raw → [`Config`]: reads the files ([`load`]), then checks and normalises
+//! everything ([`load_str`]), collecting every problem as a located
+//! [`ConfigError`].
+//!
+//! It never stops at the first error: a file that fails to parse is reported
+//! and the other files are still checked. References into a program file that
+//! could not be read as a program are not reported as dangling, because the
+//! real problem is already reported in that file. Positions come from
+//! `toml::Spanned` fields; keys are written like `functions[1].webhook`.
 
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
 
-use super::{Config, ConfigError};
+use sha2::{Digest, Sha256};
+use toml::Spanned;
+
+use super::raw::{self, defaults, RawConfig, RawDuration, RawFunction, RawProgram, RawStep};
+use super::types::{self, is_ident, is_name, line_col};
+use super::{
+    resolve, ApiKey, Config, ConfigError, Environment, Function, Program, Server, Step, Template,
+    Tool, Trigger, User, Webhook, Workspace,
+};
 
 /// Load `config.toml` at `path` and every `*.toml` in its programs dir,
 /// validate everything, and return the snapshot or every error found.
+///
+/// # Errors
+/// Every problem found, each with file, line, column and key.
 pub fn load(path: &Path) -> Result<Config, Vec<ConfigError>> {
-    let _ = path;
-    unimplemented!("config::load")
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        vec![error(
+            path,
+            "",
+            format!("cannot read {}: {e}", path.display()),
+        )]
+    })?;
+    let raw = raw::parse::<RawConfig>(&text).unwrap_or_default();
+    let dir_value = raw.server.programs_dir.as_ref();
+    let rel = dir_value.map_or(defaults::PROGRAMS_DIR, |d| d.get_ref());
+    let dir = resolve(&config_dir(path), Path::new(rel));
+    let mut errs = Errors::default();
+    let mut complete = true;
+    let programs = read_programs(&dir).unwrap_or_else(|e| {
+        let msg = format!("cannot read programs directory {}: {e}", dir.display());
+        let src = Src {
+            file: path,
+            text: &text,
+        };
+        match dir_value {
+            Some(v) => errs.at(&src, v.span(), "server.programs_dir", msg),
+            None => errs.0.push(error(path, "server.programs_dir", msg)),
+        }
+        complete = false;
+        Vec::new()
+    });
+    let programs = programs
+        .into_iter()
+        .filter_map(|(file, text)| match text {
+            Ok(text) => Some((file, text)),
+            Err(e) => {
+                errs.0.push(error(
+                    &file,
+                    "",
+                    format!("cannot read {}: {e}", file.display()),
+                ));
+                complete = false;
+                None
+            }
+        })
+        .collect::<Vec<_>>();
+    check(path, &text, &programs, errs, complete)
 }
 
 /// Like [`load`], from text: `config_text` is the content of `path`, and
 /// `programs` are `(file path, content)` of the program files, in any order.
 /// Used by unit tests so that validation never touches the disk.
+///
+/// # Errors
+/// Every problem found, each with file, line, column and key.
 pub fn load_str(
     path: &Path,
     config_text: &str,
     programs: &[(PathBuf, String)],
 ) -> Result<Config, Vec<ConfigError>> {
-    let _ = (path, config_text, programs);
-    unimplemented!("config::load_str")
+    check(path, config_text, programs, Errors::default(), true)
+}
+
+/// The directory holding `path`; `.` when it has none.
+fn config_dir(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// Program files in `dir`: every `*.toml` directly inside whose name does not
+/// start with `.`, sorted by name, each with its content or read error.
+type ReadFiles = Vec<(PathBuf, std::io::Result<String>)>;
+
+fn read_programs(dir: &Path) -> std::io::Result<ReadFiles> {
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or(".");
+        if !name.starts_with('.') && name.ends_with(".toml") && path.is_file() {
+            names.push(path);
+        }
+    }
+    names.sort();
+    Ok(names
+        .into_iter()
+        .map(|p| (p.clone(), std::fs::read_to_string(p)))
+        .collect())
+}
+
+/// An error with no position.
+fn error(file: &Path, key: &str, msg: String) -> ConfigError {
+    ConfigError {
+        file: file.to_path_buf(),
+        line: 0,
+        col: 0,
+        key: key.into(),
+        msg,
+    }
+}
+
+/// One file being checked, for locating errors.
+#[derive(Clone, Copy)]
+struct Src<'a> {
+    file: &'a Path,
+    text: &'a str,
+}
+
+/// Errors found so far.
+#[derive(Default)]
+struct Errors(Vec<ConfigError>);
+
+impl Errors {
+    /// Record `msg` at byte range `span` of `src`.
+    fn at(
+        &mut self,
+        src: &Src,
+        span: Range<usize>,
+        key: impl Into<String>,
+        msg: impl Into<String>,
+    ) {
+        let (line, col) = line_col(src.text, span.start);
+        let (file, key, msg) = (src.file.to_path_buf(), key.into(), msg.into());
+        self.0.push(ConfigError {
+            file,
+            line,
+            col,
+            key,
+            msg,
+        });
+    }
+
+    /// Record `msg` unless `name` matches `[A-Za-z0-9_-]+`.
+    fn name(&mut self, src: &Src, name: &Spanned<String>, key: &str, what: &str) {
+        if !is_name(name.get_ref()) {
+            let msg = format!(
+                "{what} name \"{}\" must match [A-Za-z0-9_-]+ (it appears in URLs)",
+                name.get_ref()
+            );
+            self.at(src, name.span(), key, msg);
+        }
+    }
+
+    /// Record a duplicate unless `name` is new to `seen` (name → first key).
+    fn unique(
+        &mut self,
+        src: &Src,
+        seen: &mut HashMap<String, String>,
+        name: &Spanned<String>,
+        key: &str,
+        what: &str,
+    ) {
+        if let Some(first) = seen.get(name.get_ref()) {
+            let msg = format!("duplicate {what} \"{}\" (first at {first})", name.get_ref());
+            self.at(src, name.span(), key, msg);
+        } else {
+            seen.insert(name.get_ref().clone(), key.to_string());
+        }
+    }
+}
+
+/// What is known about the programs while checking references to them.
+struct Known<'a> {
+    programs: &'a BTreeMap<u64, Program>,
+    /// Ids of files that are valid TOML but not valid programs.
+    broken: BTreeSet<u64>,
+    /// False when some program file could not be read or parsed at all, so
+    /// a missing id may just be hidden.
+    complete: bool,
+}
+
+impl Known<'_> {
+    /// Whether a reference to program `id` should be reported as dangling.
+    fn missing(&self, id: i64) -> bool {
+        let id = u64::try_from(id).ok();
+        self.complete
+            && !id.is_some_and(|id| self.programs.contains_key(&id) || self.broken.contains(&id))
+    }
+}
+
+/// The shared core of [`load`] and [`load_str`].
+fn check(
+    path: &Path,
+    text: &str,
+    programs: &[(PathBuf, String)],
+    mut errs: Errors,
+    complete: bool,
+) -> Result<Config, Vec<ConfigError>> {
+    let dir = config_dir(path);
+    let src = Src { file: path, text };
+    let raw = parse::<RawConfig>(&src, &mut errs).unwrap_or_default();
+    let server = server(&src, &raw.server, &dir, &mut errs);
+    let users = users(&src, &raw, &mut errs);
+    let workspaces = workspaces(&src, &raw, &users, &mut errs);
+    let mut sorted: Vec<&(PathBuf, String)> = programs.iter().collect();
+    sorted.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut known = Known {
+        programs: &BTreeMap::new(),
+        broken: BTreeSet::new(),
+        complete,
+    };
+    let progs = load_programs(&sorted, &server, &workspaces, &mut known, &mut errs);
+    known.programs = &progs;
+    let api_keys = api_keys(&src, &raw, &workspaces, &known, &mut errs);
+    let tools = tools(&src, &raw, &workspaces, &known, &mut errs);
+    if !errs.0.is_empty() {
+        let order = |f: &Path| sorted.iter().position(|p| p.0 == f).map_or(0, |i| i + 1);
+        errs.0.sort_by_key(|e| (order(&e.file), e.line, e.col));
+        return Err(errs.0);
+    }
+    let fingerprint = fingerprint(path, text, &sorted);
+    let programs = progs.into_iter().map(|(id, p)| (id, Arc::new(p))).collect();
+    let path = path.to_path_buf();
+    Ok(Config {
+        path,
+        dir,
+        server,
+        programs,
+        api_keys,
+        users,
+        workspaces,
+        tools,
+        fingerprint,
+    })
+}
+
+/// sha256 over the name and content of every file, config first.
+fn fingerprint(path: &Path, text: &str, programs: &[&(PathBuf, String)]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    let files = std::iter::once((path, text))
+        .chain(programs.iter().map(|(p, t)| (p.as_path(), t.as_str())));
+    for (file, content) in files {
+        let name = file.to_string_lossy();
+        for part in [name.as_bytes(), content.as_bytes()] {
+            h.update((part.len() as u64).to_le_bytes());
+            h.update(part);
+        }
+    }
+    h.finalize().into()
+}
+
+/// Parse `src` into `T`, recording a located error on failure.
+fn parse<T: serde::de::DeserializeOwned>(src: &Src, errs: &mut Errors) -> Option<T> {
+    match raw::parse::<T>(src.text) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            let span = e.span.unwrap_or(0..0);
+            errs.at(
+                src,
+                span.clone(),
+                raw::key_at(src.text, span.start),
+                e.message,
+            );
+            None
+        }
+    }
+}
+
+/// A count that must be at least `min`, or `default` when absent.
+fn count(
+    src: &Src,
+    v: &raw::Count,
+    key: &str,
+    default: usize,
+    min: i64,
+    errs: &mut Errors,
+) -> usize {
+    let Some(v) = v else { return default };
+    match usize::try_from(*v.get_ref()) {
+        Ok(n) if *v.get_ref() >= min => n,
+        _ => {
+            let msg = format!("must be at least {min}, got {}", v.get_ref());
+            errs.at(src, v.span(), key, msg);
+            default
+        }
+    }
+}
+
+/// A duration, or `default` when absent or invalid (invalid is recorded).
+fn duration(
+    src: &Src,
+    v: Option<&Spanned<RawDuration>>,
+    key: &str,
+    default: Duration,
+    errs: &mut Errors,
+) -> Duration {
+    let Some(v) = v else { return default };
+    let parsed = match v.get_ref() {
+        RawDuration::Secs(n) => types::duration_from_secs(*n),
+        RawDuration::Text(s) => types::parse_duration(s),
+    };
+    parsed.unwrap_or_else(|msg| {
+        errs.at(src, v.span(), key, msg);
+        default
+    })
+}
+
+/// `[server]` with defaults filled in and directories resolved.
+fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) -> Server {
+    let mut n = |v: &raw::Count, key: &str, default: usize, min: i64| {
+        count(src, v, &format!("server.{key}"), default, min, errs)
+    };
+    let workers = n(&raw.workers, "workers", defaults::WORKERS, 1);
+    let max_concurrent_runs = n(
+        &raw.max_concurrent_runs,
+        "max_concurrent_runs",
+        defaults::MAX_CONCURRENT_RUNS,
+        1,
+    );
+    let max_queued_runs = n(
+        &raw.max_queued_runs,
+        "max_queued_runs",
+        defaults::MAX_QUEUED_RUNS,
+        0,
+    );
+    let max_output_bytes = n(
+        &raw.max_output_bytes,
+        "max_output_bytes",
+        defaults::MAX_OUTPUT_BYTES,
+        1,
+    );
+    let max_variables = n(
+        &raw.max_variables,
+        "max_variables",
+        defaults::MAX_VARIABLES,
+        1,
+    );
+    let max_variable_bytes = n(
+        &raw.max_variable_bytes,
+        "max_variable_bytes",
+        defaults::MAX_VARIABLE_BYTES,
+        1,
+    );
+    let max_body_bytes = n(
+        &raw.max_body_bytes,
+        "max_body_bytes",
+        defaults::MAX_BODY_BYTES,
+        1,
+    );
+    let run_retention = n(
+        &raw.run_retention,
+        "run_retention",
+        defaults::RUN_RETENTION,
+        1,
+    );
+    let mut d = |v: &Option<Spanned<RawDuration>>, key: &str, secs: u64| {
+        duration(
+            src,
+            v.as_ref(),
+            &format!("server.{key}"),
+            Duration::from_secs(secs),
+            errs,
+        )
+    };
+    let run_timeout = d(&raw.run_timeout, "run_timeout", defaults::RUN_TIMEOUT_SECS);
+    let kill_grace = d(&raw.kill_grace, "kill_grace", defaults::KILL_GRACE_SECS);
+    let shutdown_grace = d(
+        &raw.shutdown_grace,
+        "shutdown_grace",
+        defaults::SHUTDOWN_GRACE_SECS,
+    );
+    if let Some(url) = &raw.public_url {
+        if !(url.get_ref().starts_with("http://") || url.get_ref().starts_with("https://")) {
+            errs.at(
+                src,
+                url.span(),
+                "server.public_url",
+                "public_url must start with http:// or https://",
+            );
+        }
+    }
+    let programs_dir = raw
+        .programs_dir
+        .as_ref()
+        .map_or(defaults::PROGRAMS_DIR, |d| d.get_ref());
+    Server {
+        listen: raw
+            .listen
+            .clone()
+            .unwrap_or_else(|| defaults::LISTEN.into()),
+        workers,
+        programs_dir: resolve(dir, Path::new(programs_dir)),
+        state_dir: resolve(
+            dir,
+            Path::new(raw.state_dir.as_deref().unwrap_or(defaults::STATE_DIR)),
+        ),
+        public_url: raw.public_url.as_ref().map(|u| u.get_ref().clone()),
+        max_concurrent_runs,
+        max_queued_runs,
+        run_timeout,
+        kill_grace,
+        shutdown_grace,
+        max_output_bytes,
+        max_variables,
+        max_variable_bytes,
+        max_body_bytes,
+        run_retention,
+    }
+}
+
+/// `[[users]]` by name.
+fn users(src: &Src, raw: &RawConfig, errs: &mut Errors) -> BTreeMap<String, User> {
+    let mut seen = HashMap::new();
+    let mut out = BTreeMap::new();
+    for (i, u) in raw.users.iter().enumerate() {
+        let key = format!("users[{i}]");
+        errs.name(src, &u.name, &format!("{key}.name"), "user");
+        errs.unique(src, &mut seen, &u.name, &format!("{key}.name"), "user");
+        if !u.password.get_ref().starts_with("$argon2") {
+            let msg = "password must be an argon2 hash starting with \"$argon2\"; make one with `trigd hash-password`";
+            errs.at(src, u.password.span(), format!("{key}.password"), msg);
+        }
+        let name = u.name.get_ref().clone();
+        out.insert(
+            name.clone(),
+            User {
+                name,
+                password_hash: u.password.get_ref().clone(),
+            },
+        );
+    }
+    out
+}
+
+/// `[[workspaces]]` by name; members must be users.
+fn workspaces(
+    src: &Src,
+    raw: &RawConfig,
+    users: &BTreeMap<String, User>,
+    errs: &mut Errors,
+) -> BTreeMap<String, Workspace> {
+    let mut seen = HashMap::new();
+    let mut out = BTreeMap::new();
+    for (i, w) in raw.workspaces.iter().enumerate() {
+        let key = format!("workspaces[{i}]");
+        errs.name(src, &w.name, &format!("{key}.name"), "workspace");
+        errs.unique(src, &mut seen, &w.name, &format!("{key}.name"), "workspace");
+        for (j, m) in w.members.iter().enumerate() {
+            if !users.contains_key(m.get_ref()) {
+                let msg = format!("member \"{}\" is not a [[users]] entry", m.get_ref());
+                errs.at(src, m.span(), format!("{key}.members[{j}]"), msg);
+            }
+        }
+        let members = w.members.iter().map(|m| m.get_ref().clone()).collect();
+        let name = w.name.get_ref().clone();
+        out.insert(name.clone(), Workspace { name, members });
+    }
+    out
+}
+
+/// Record an error unless `ws` names a workspace.
+fn workspace_ref<T>(
+    src: &Src,
+    ws: &Spanned<String>,
+    all: &BTreeMap<String, T>,
+    key: String,
+    errs: &mut Errors,
+) {
+    if !all.contains_key(ws.get_ref()) {
+        let msg = format!(
+            "workspace \"{}\" is not a [[workspaces]] entry",
+            ws.get_ref()
+        );
+        errs.at(src, ws.span(), key, msg);
+    }
+}
+
+/// `[[api_keys]]` by hash.
+fn api_keys(
+    src: &Src,
+    raw: &RawConfig,
+    wss: &BTreeMap<String, Workspace>,
+    known: &Known,
+    errs: &mut Errors,
+) -> HashMap<[u8; 32], ApiKey> {
+    let (mut names, mut hashes) = (HashMap::new(), HashMap::new());
+    let mut out = HashMap::new();
+    for (i, k) in raw.api_keys.iter().enumerate() {
+        let key = format!("api_keys[{i}]");
+        errs.unique(
+            src,
+            &mut names,
+            &k.name,
+            &format!("{key}.name"),
+            "api key name",
+        );
+        let lower = Spanned::new(k.sha256.span(), k.sha256.get_ref().to_ascii_lowercase());
+        errs.unique(
+            src,
+            &mut hashes,
+            &lower,
+            &format!("{key}.sha256"),
+            "api key sha256",
+        );
+        let hash = types::parse_sha256(k.sha256.get_ref())
+            .map_err(|msg| errs.at(src, k.sha256.span(), format!("{key}.sha256"), msg));
+        if let Some(ws) = &k.workspace {
+            workspace_ref(src, ws, wss, format!("{key}.workspace"), errs);
+        }
+        for (j, id) in k.programs.iter().flatten().enumerate() {
+            if known.missing(*id.get_ref()) {
+                let msg = format!("program {} does not exist", id.get_ref());
+                errs.at(src, id.span(), format!("{key}.programs[{j}]"), msg);
+            }
+        }
+        let programs = k.programs.as_ref().map(|ids| {
+            ids.iter()
+                .filter_map(|id| u64::try_from(*id.get_ref()).ok())
+                .collect()
+        });
+        let workspace = k.workspace.as_ref().map(|w| w.get_ref().clone());
+        if let Ok(hash) = hash {
+            out.insert(
+                hash,
+                ApiKey {
+                    name: k.name.get_ref().clone(),
+                    workspace,
+                    programs,
+                },
+            );
+        }
+    }
+    out
+}
+
+/// `[[tools]]` by name.
+fn tools(
+    src: &Src,
+    raw: &RawConfig,
+    wss: &BTreeMap<String, Workspace>,
+    known: &Known,
+    errs: &mut Errors,
+) -> BTreeMap<String, Tool> {
+    let mut seen = HashMap::new();
+    let mut out = BTreeMap::new();
+    for (i, t) in raw.tools.iter().enumerate() {
+        let key = format!("tools[{i}]");
+        errs.name(src, &t.name, &format!("{key}.name"), "tool");
+        errs.unique(src, &mut seen, &t.name, &format!("{key}.name"), "tool");
+        workspace_ref(src, &t.workspace, wss, format!("{key}.workspace"), errs);
+        let mut environments = BTreeMap::new();
+        for (name, env) in &t.environments {
+            let key = format!("{key}.environments.{}", name.get_ref());
+            errs.name(src, name, &key, "environment");
+            let vars = env_vars(src, &env.vars, &format!("{key}.vars"), errs);
+            let name = name.get_ref().clone();
+            environments.insert(
+                name.clone(),
+                Environment {
+                    name,
+                    public: env.public,
+                    vars,
+                },
+            );
+        }
+        let triggers = triggers(src, t, &key, known, errs);
+        let (name, workspace) = (t.name.get_ref().clone(), t.workspace.get_ref().clone());
+        out.insert(
+            name.clone(),
+            Tool {
+                name,
+                workspace,
+                environments,
+                triggers,
+            },
+        );
+    }
+    out
+}
+
+/// The triggers of one tool.
+fn triggers(
+    src: &Src,
+    t: &raw::RawTool,
+    key: &str,
+    known: &Known,
+    errs: &mut Errors,
+) -> Vec<Trigger> {
+    let mut seen = HashMap::new();
+    let mut out = Vec::new();
+    for (j, tr) in t.triggers.iter().enumerate() {
+        let key = format!("{key}.triggers[{j}]");
+        if tr.kind.get_ref() != "endpoint" {
+            let msg = format!(
+                "unknown trigger kind \"{}\"; the only kind is \"endpoint\"",
+                tr.kind.get_ref()
+            );
+            errs.at(src, tr.kind.span(), format!("{key}.kind"), msg);
+        }
+        errs.name(src, &tr.name, &format!("{key}.name"), "trigger");
+        errs.unique(
+            src,
+            &mut seen,
+            &tr.name,
+            &format!("{key}.name"),
+            "trigger name",
+        );
+        let method = tr.method.as_ref().map_or(Ok("POST".to_string()), |m| {
+            types::parse_method(m.get_ref())
+                .map_err(|msg| errs.at(src, m.span(), format!("{key}.method"), msg))
+        });
+        let id = *tr.program.get_ref();
+        let program = u64::try_from(id)
+            .ok()
+            .and_then(|id| known.programs.get(&id));
+        if known.missing(id) {
+            errs.at(
+                src,
+                tr.program.span(),
+                format!("{key}.program"),
+                format!("program {id} does not exist"),
+            );
+        } else if let Some(p) = program.filter(|p| p.function(tr.function.get_ref()).is_none()) {
+            let msg = format!(
+                "program {id} ({}) has no function \"{}\"",
+                p.name,
+                tr.function.get_ref()
+            );
+            errs.at(src, tr.function.span(), format!("{key}.function"), msg);
+        }
+        let (Ok(method), Ok(program)) = (method, u64::try_from(id)) else {
+            continue;
+        };
+        out.push(Trigger {
+            name: tr.name.get_ref().clone(),
+            method,
+            program,
+            function: tr.function.get_ref().clone(),
+        });
+    }
+    out
+}
+
+/// Environment variables; names must be identifiers.
+fn env_vars(
+    src: &Src,
+    vars: &BTreeMap<Spanned<String>, String>,
+    key: &str,
+    errs: &mut Errors,
+) -> BTreeMap<String, String> {
+    for name in vars.keys().filter(|n| !is_ident(n.get_ref())) {
+        let msg = format!(
+            "environment variable name \"{}\" must match [A-Za-z_][A-Za-z0-9_]*",
+            name.get_ref()
+        );
+        errs.at(src, name.span(), format!("{key}.{}", name.get_ref()), msg);
+    }
+    vars.iter()
+        .map(|(k, v)| (k.get_ref().clone(), v.clone()))
+        .collect()
+}
+
+/// Every program file, checked, by id. Files that are TOML but not valid
+/// programs add their id to `known.broken`; unparsable ones clear
+/// `known.complete`.
+fn load_programs(
+    files: &[&(PathBuf, String)],
+    server: &Server,
+    wss: &BTreeMap<String, Workspace>,
+    known: &mut Known,
+    errs: &mut Errors,
+) -> BTreeMap<u64, Program> {
+    let mut files_by_id: HashMap<u64, &Path> = HashMap::new();
+    let mut names: HashMap<String, String> = HashMap::new();
+    let mut out = BTreeMap::new();
+    for (file, text) in files {
+        let src = Src { file, text };
+        let Some(raw) = parse::<RawProgram>(&src, errs) else {
+            note_broken(text, known);
+            continue;
+        };
+        let id = u64::try_from(*raw.id.get_ref()).ok();
+        match id.map(|id| files_by_id.get(&id).copied()) {
+            None => errs.at(
+                &src,
+                raw.id.span(),
+                "id",
+                "program id must be a non-negative integer",
+            ),
+            Some(Some(first)) => {
+                let msg = format!(
+                    "program id {} is used by both {} and {}",
+                    raw.id.get_ref(),
+                    first.display(),
+                    file.display()
+                );
+                errs.at(&src, raw.id.span(), "id", msg);
+            }
+            Some(None) => {}
+        }
+        match names.get(raw.name.get_ref()) {
+            Some(first) => {
+                let name = raw.name.get_ref();
+                let msg = format!(
+                    "program name \"{name}\" is used by both {first} and {}",
+                    file.display()
+                );
+                errs.at(&src, raw.name.span(), "name", msg);
+            }
+            None => {
+                names.insert(raw.name.get_ref().clone(), file.display().to_string());
+            }
+        }
+        if let Some(ws) = &raw.workspace {
+            workspace_ref(&src, ws, wss, "workspace".into(), errs);
+        }
+        let program = program(&src, &raw, server, errs);
+        if let Some(id) = id {
+            files_by_id.entry(id).or_insert(file);
+            out.entry(id).or_insert(program);
+        }
+    }
+    out
+}
+
+/// Remember what can be known about a program file that failed to load.
+fn note_broken(text: &str, known: &mut Known) {
+    let id = text
+        .parse::<toml::Table>()
+        .ok()
+        .and_then(|t| t.get("id")?.as_integer());
+    match id.and_then(|id| u64::try_from(id).ok()) {
+        Some(id) => {
+            known.broken.insert(id);
+        }
+        None => known.complete = false,
+    }
+}
+
+/// The names a function's values bind to, as written (first webhook only).
+fn raw_inputs(f: &RawFunction) -> Vec<String> {
+    let w = f.webhook.as_ref().and_then(|w| match w.get_ref() {
+        raw::WebhookSlot::One(w) => Some(w),
+        raw::WebhookSlot::Many(all) => all.first().map(|w| w.get_ref()),
+    });
+    w.map(|w| w.outputs.iter().map(|o| o.get_ref().clone()).collect())
+        .unwrap_or_default()
+}
+
+/// Function name → inputs, for checking calls; the first of a name wins.
+type Inputs<'a> = HashMap<&'a str, Vec<String>>;
+
+/// One program file's functions, checked.
+fn program(src: &Src, raw: &RawProgram, server: &Server, errs: &mut Errors) -> Program {
+    if raw.functions.is_empty() {
+        let msg = "a program needs at least one [[functions]] entry";
+        errs.at(src, raw.name.span(), "functions", msg);
+    }
+    let mut inputs = Inputs::new();
+    for f in &raw.functions {
+        inputs
+            .entry(f.name.get_ref())
+            .or_insert_with(|| raw_inputs(f));
+    }
+    let dir = config_dir(src.file);
+    let mut seen = HashMap::new();
+    let mut functions = Vec::new();
+    for (i, f) in raw.functions.iter().enumerate() {
+        let key = format!("functions[{i}]");
+        errs.name(src, &f.name, &format!("{key}.name"), "function");
+        errs.unique(
+            src,
+            &mut seen,
+            &f.name,
+            &format!("{key}.name"),
+            "function name",
+        );
+        functions.push(function(src, f, &key, &inputs, &dir, server, errs));
+    }
+    cycles(src, raw, errs);
+    Program {
+        id: u64::try_from(*raw.id.get_ref()).unwrap_or(0),
+        name: raw.name.get_ref().clone(),
+        workspace: raw.workspace.as_ref().map(|w| w.get_ref().clone()),
+        file: src.file.to_path_buf(),
+        functions,
+    }
+}
+
+/// One function, checked.
+fn function(
+    src: &Src,
+    f: &RawFunction,
+    key: &str,
+    inputs: &Inputs,
+    dir: &Path,
+    server: &Server,
+    errs: &mut Errors,
+) -> Function {
+    let webhook = webhook(src, f, key, errs);
+    let own = raw_inputs(f);
+    let steps = steps(src, f, key, (&own, inputs), errs);
+    let timeout = duration(
+        src,
+        f.timeout.as_ref(),
+        &format!("{key}.timeout"),
+        server.run_timeout,
+        errs,
+    );
+    let env = env_vars(src, &f.env, &format!("{key}.env"), errs);
+    let workdir = f
+        .workdir
+        .as_deref()
+        .map_or(dir.to_path_buf(), |w| resolve(dir, Path::new(w)));
+    let concurrency = f.concurrency.as_ref().map(|_| {
+        count(
+            src,
+            &f.concurrency,
+            &format!("{key}.concurrency"),
+            1,
+            1,
+            errs,
+        )
+    });
+    let name = f.name.get_ref().clone();
+    Function {
+        name,
+        steps,
+        timeout,
+        env,
+        workdir,
+        concurrency,
+        webhook,
+    }
+}
+
+/// The webhook trigger: at most one; outputs are unique identifiers.
+fn webhook(src: &Src, f: &RawFunction, key: &str, errs: &mut Errors) -> Option<Webhook> {
+    let slot = f.webhook.as_ref()?;
+    let key = format!("{key}.webhook");
+    let w = match slot.get_ref() {
+        raw::WebhookSlot::One(w) => w,
+        raw::WebhookSlot::Many(all) => {
+            if let Some(second) = all.get(1) {
+                errs.at(src, second.span(), &key, raw::ONE_WEBHOOK);
+            }
+            all.first()?.get_ref()
+        }
+    };
+    let mut seen = HashMap::new();
+    for (j, o) in w.outputs.iter().enumerate() {
+        let okey = format!("{key}.outputs[{j}]");
+        if is_ident(o.get_ref()) {
+            errs.unique(src, &mut seen, o, &okey, "output");
+        } else {
+            let msg = format!(
+                "output \"{}\" must be an identifier [A-Za-z_][A-Za-z0-9_]*",
+                o.get_ref()
+            );
+            errs.at(src, o.span(), okey, msg);
+        }
+    }
+    let outputs = w.outputs.iter().map(|o| o.get_ref().clone()).collect();
+    Some(Webhook {
+        active: w.active,
+        outputs,
+    })
+}
+
+/// The function's own inputs and every function's inputs.
+type Scope<'a> = (&'a [String], &'a Inputs<'a>);
+
+/// `command` or `steps`, exactly one, not empty.
+fn steps(src: &Src, f: &RawFunction, key: &str, scope: Scope, errs: &mut Errors) -> Vec<Step> {
+    match (&f.command, &f.steps) {
+        (Some(_), Some(s)) => {
+            let msg = "give either `command` or `steps`, not both";
+            errs.at(src, s.span(), format!("{key}.steps"), msg);
+            Vec::new()
+        }
+        (None, None) => {
+            errs.at(
+                src,
+                f.name.span(),
+                key,
+                "a function needs `command` or `steps`",
+            );
+            Vec::new()
+        }
+        (Some(c), None) => command(src, c, &format!("{key}.command"), scope.0, errs)
+            .into_iter()
+            .collect(),
+        (None, Some(s)) => {
+            if s.get_ref().is_empty() {
+                errs.at(
+                    src,
+                    s.span(),
+                    format!("{key}.steps"),
+                    "steps must not be empty",
+                );
+            }
+            let each = s.get_ref().iter().enumerate();
+            each.filter_map(|(j, st)| step(src, st, &format!("{key}.steps[{j}]"), scope, errs))
+                .collect()
+        }
+    }
+}
+
+/// A command step: a non-empty argv of templates.
+fn command(
+    src: &Src,
+    argv: &raw::Argv,
+    key: &str,
+    inputs: &[String],
+    errs: &mut Errors,
+) -> Option<Step> {
+    if argv.get_ref().is_empty() {
+        errs.at(
+            src,
+            argv.span(),
+            key,
+            "command must not be empty: give at least the program to run",
+        );
+        return None;
+    }
+    templates(src, argv.get_ref(), key, inputs, errs).map(Step::Command)
+}
+
+/// One template per argument; errors point inside the string.
+fn templates(
+    src: &Src,
+    args: &[Spanned<String>],
+    key: &str,
+    inputs: &[String],
+    errs: &mut Errors,
+) -> Option<Vec<Template>> {
+    let mut out = Vec::new();
+    let mut ok = true;
+    for (j, a) in args.iter().enumerate() {
+        match types::parse_template(a.get_ref(), inputs) {
+            Ok(t) => out.push(t),
+            Err((offset, msg)) => {
+                errs.at(src, inner(src.text, a, offset), format!("{key}[{j}]"), msg);
+                ok = false;
+            }
+        }
+    }
+    ok.then_some(out)
+}
+
+/// The text range of byte `offset` of string value `v`: exact for a string
+/// written without escapes, else the start of the string.
+fn inner(text: &str, v: &Spanned<String>, offset: usize) -> Range<usize> {
+    let start = v.span().start + 1;
+    let written = text.get(start..start + offset);
+    let at = if written.is_some() && written == v.get_ref().get(..offset) {
+        start + offset
+    } else {
+        v.span().start
+    };
+    at..at
+}
+
+/// One element of `steps`: exactly one of command, shell, call.
+fn step(
+    src: &Src,
+    st: &Spanned<RawStep>,
+    key: &str,
+    scope: Scope,
+    errs: &mut Errors,
+) -> Option<Step> {
+    let s = st.get_ref();
+    let given = [s.command.is_some(), s.shell.is_some(), s.call.is_some()];
+    if given.iter().filter(|g| **g).count() != 1 {
+        errs.at(
+            src,
+            st.span(),
+            key,
+            "a step needs exactly one of `command`, `shell` or `call`",
+        );
+        return None;
+    }
+    if let (Some(args), None) = (&s.args, &s.call) {
+        errs.at(
+            src,
+            args.span(),
+            format!("{key}.args"),
+            "`args` only goes with `call`",
+        );
+    }
+    if let Some(c) = &s.command {
+        return command(src, c, &format!("{key}.command"), scope.0, errs);
+    }
+    if let Some(sh) = &s.shell {
+        if sh.get_ref().trim().is_empty() {
+            errs.at(
+                src,
+                sh.span(),
+                format!("{key}.shell"),
+                "shell script must not be empty",
+            );
+        }
+        return Some(Step::Shell(sh.get_ref().clone()));
+    }
+    call(src, s.call.as_ref()?, s.args.as_ref(), key, scope, errs)
+}
+
+/// A call step: the callee exists and gets one argument per input.
+fn call(
+    src: &Src,
+    callee: &Spanned<String>,
+    args: Option<&Spanned<Vec<Spanned<String>>>>,
+    key: &str,
+    (own, inputs): Scope,
+    errs: &mut Errors,
+) -> Option<Step> {
+    let Some(wanted) = inputs.get(callee.get_ref().as_str()) else {
+        let msg = format!(
+            "calls function \"{}\", which this program does not define",
+            callee.get_ref()
+        );
+        errs.at(src, callee.span(), format!("{key}.call"), msg);
+        return None;
+    };
+    let given = args.map_or(&[][..], |a| a.get_ref().as_slice());
+    if given.len() != wanted.len() {
+        let msg = format!(
+            "call of \"{}\" passes {} argument(s), but it has {} input(s) [{}]",
+            callee.get_ref(),
+            given.len(),
+            wanted.len(),
+            wanted.join(", ")
+        );
+        let span = args.map_or(callee.span(), |a| a.span());
+        errs.at(src, span, format!("{key}.args"), msg);
+    }
+    let args = templates(src, given, &format!("{key}.args"), own, errs)?;
+    Some(Step::Call {
+        function: callee.get_ref().clone(),
+        args,
+    })
+}
+
+/// A call edge: callee index, span and key of the `call` value.
+type Edge = (usize, Range<usize>, String);
+
+/// Report every call cycle once, at the call that closes it.
+fn cycles(src: &Src, raw: &RawProgram, errs: &mut Errors) {
+    let names: Vec<&str> = raw
+        .functions
+        .iter()
+        .map(|f| f.name.get_ref().as_str())
+        .collect();
+    let edges: Vec<Vec<Edge>> = raw
+        .functions
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let steps = f.steps.as_ref().map_or(&[][..], |s| s.get_ref().as_slice());
+            steps
+                .iter()
+                .enumerate()
+                .filter_map(|(j, st)| {
+                    let call = st.get_ref().call.as_ref()?;
+                    let to = names.iter().position(|n| *n == call.get_ref())?;
+                    Some((to, call.span(), format!("functions[{i}].steps[{j}].call")))
+                })
+                .collect()
+        })
+        .collect();
+    let mut color = vec![0u8; names.len()];
+    for i in 0..names.len() {
+        if color[i] == 0 {
+            visit(
+                i,
+                &edges,
+                &mut color,
+                &mut Vec::new(),
+                &mut |stack, edge| {
+                    let path: Vec<&str> =
+                        stack.iter().chain([&edge.0]).map(|n| names[*n]).collect();
+                    let msg = format!(
+                        "call cycle {}; a function may not call itself, directly or indirectly",
+                        path.join(" -> ")
+                    );
+                    errs.at(src, edge.1.clone(), &edge.2, msg);
+                },
+            );
+        }
+    }
+}
+
+/// Depth-first search; `found` gets the cycle's stack and closing edge.
+fn visit(
+    i: usize,
+    edges: &[Vec<Edge>],
+    color: &mut [u8],
+    stack: &mut Vec<usize>,
+    found: &mut dyn FnMut(&[usize], &Edge),
+) {
+    color[i] = 1;
+    stack.push(i);
+    for e in &edges[i] {
+        match color[e.0] {
+            0 => visit(e.0, edges, color, stack, found),
+            1 => {
+                let from = stack.iter().position(|n| *n == e.0).unwrap_or(0);
+                found(&stack[from..], e);
+            }
+            _ => {}
+        }
+    }
+    stack.pop();
+    color[i] = 2;
 }
