@@ -351,6 +351,8 @@ pub fn parse<T: DeserializeOwned>(text: &str) -> Result<T, ParseError> {
         let message = e.message().trim_end().replace('\n', "; ");
         let message = if message.contains("duplicate key `webhook`") {
             ONE_WEBHOOK.to_string()
+        } else if message.is_empty() {
+            "invalid TOML syntax (a missing value or quote?)".to_string()
         } else {
             message
         };
