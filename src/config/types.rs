@@ -1,15 +1,22 @@
 //! Small validating helpers used while turning [`super::raw`] into the model:
 //! durations, names and identifiers, sha256 hex, HTTP methods, `{name}`
-//! templates, and byte offset → line/column.
+//! templates, byte offset → line/column, and [`Errors`], the located error
+//! list that `validate.rs` fills.
 //!
-//! Everything here is pure and returns a human sentence on error; the caller
-//! (`validate.rs`) attaches the file, position and key. Templates report the
-//! byte offset of the problem inside the string so the column can point at
-//! the offending brace, not just at the start of the string.
+//! The parsers are pure and return a human sentence on error; [`Errors`]
+//! attaches the file, position and key. Templates report the byte offset of
+//! the problem inside the string so the column can point at the offending
+//! brace, not just at the start of the string.
 
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
+use std::path::Path;
 use std::time::Duration;
 
-use super::{Piece, Template};
+use toml::Spanned;
+
+use super::raw::{self, RawDuration};
+use super::{ConfigError, Piece, Template};
 
 /// Parse a duration written as `"250ms"`, `"60s"`, `"5m"`, `"1h"` or a
 /// combination like `"1m30s"`. Zero is rejected.
@@ -202,9 +209,176 @@ pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
     (line, before[line_start..].chars().count() + 1)
 }
 
+/// An error with no position.
+pub fn error(file: &Path, key: &str, msg: String) -> ConfigError {
+    ConfigError {
+        file: file.to_path_buf(),
+        line: 0,
+        col: 0,
+        key: key.into(),
+        msg,
+    }
+}
+
+/// One file being checked, for locating errors.
+#[derive(Clone, Copy)]
+pub struct Src<'a> {
+    /// The file, as named in errors.
+    pub file: &'a Path,
+    /// Its text, for line and column.
+    pub text: &'a str,
+}
+
+/// Errors found so far.
+#[derive(Default)]
+pub struct Errors(pub Vec<ConfigError>);
+
+impl Errors {
+    /// Record `msg` at byte range `span` of `src`.
+    pub fn at(
+        &mut self,
+        src: &Src,
+        span: Range<usize>,
+        key: impl Into<String>,
+        msg: impl Into<String>,
+    ) {
+        let (line, col) = line_col(src.text, span.start);
+        let (file, key, msg) = (src.file.to_path_buf(), key.into(), msg.into());
+        self.0.push(ConfigError {
+            file,
+            line,
+            col,
+            key,
+            msg,
+        });
+    }
+
+    /// Record `msg` unless `name` matches `[A-Za-z0-9_-]+`.
+    pub fn name(&mut self, src: &Src, name: &Spanned<String>, key: &str, what: &str) {
+        if !is_name(name.get_ref()) {
+            let msg = format!(
+                "{what} name \"{}\" must match [A-Za-z0-9_-]+ (it appears in URLs)",
+                name.get_ref()
+            );
+            self.at(src, name.span(), key, msg);
+        }
+    }
+
+    /// Record a duplicate unless `name` is new to `seen` (name → first key).
+    pub fn unique(
+        &mut self,
+        src: &Src,
+        seen: &mut HashMap<String, String>,
+        name: &Spanned<String>,
+        key: &str,
+        what: &str,
+    ) {
+        if let Some(first) = seen.get(name.get_ref()) {
+            let msg = format!("duplicate {what} \"{}\" (first at {first})", name.get_ref());
+            self.at(src, name.span(), key, msg);
+        } else {
+            seen.insert(name.get_ref().clone(), key.to_string());
+        }
+    }
+}
+
+/// A count that must be at least `min`, or `default` when absent.
+pub fn count(
+    src: &Src,
+    v: &raw::Count,
+    key: &str,
+    default: usize,
+    min: i64,
+    errs: &mut Errors,
+) -> usize {
+    let Some(v) = v else { return default };
+    match usize::try_from(*v.get_ref()) {
+        Ok(n) if *v.get_ref() >= min => n,
+        _ => {
+            let msg = format!("must be at least {min}, got {}", v.get_ref());
+            errs.at(src, v.span(), key, msg);
+            default
+        }
+    }
+}
+
+/// A duration, or `default` when absent or invalid (invalid is recorded).
+pub fn duration(
+    src: &Src,
+    v: Option<&Spanned<RawDuration>>,
+    key: &str,
+    default: Duration,
+    errs: &mut Errors,
+) -> Duration {
+    let Some(v) = v else { return default };
+    let parsed = match v.get_ref() {
+        RawDuration::Secs(n) => duration_from_secs(*n),
+        RawDuration::Text(s) => parse_duration(s),
+    };
+    parsed.unwrap_or_else(|msg| {
+        errs.at(src, v.span(), key, msg);
+        default
+    })
+}
+
+/// Environment variables; names must be identifiers.
+pub fn env_vars(
+    src: &Src,
+    vars: &BTreeMap<Spanned<String>, String>,
+    key: &str,
+    errs: &mut Errors,
+) -> BTreeMap<String, String> {
+    for name in vars.keys().filter(|n| !is_ident(n.get_ref())) {
+        let msg = format!(
+            "environment variable name \"{}\" must match [A-Za-z_][A-Za-z0-9_]*",
+            name.get_ref()
+        );
+        errs.at(src, name.span(), format!("{key}.{}", name.get_ref()), msg);
+    }
+    vars.iter()
+        .map(|(k, v)| (k.get_ref().clone(), v.clone()))
+        .collect()
+}
+
+/// One template per argument; errors point inside the string.
+pub fn templates(
+    src: &Src,
+    args: &[Spanned<String>],
+    key: &str,
+    inputs: &[String],
+    errs: &mut Errors,
+) -> Option<Vec<Template>> {
+    let mut out = Vec::new();
+    let mut ok = true;
+    for (j, a) in args.iter().enumerate() {
+        match parse_template(a.get_ref(), inputs) {
+            Ok(t) => out.push(t),
+            Err((offset, msg)) => {
+                errs.at(src, inner(src.text, a, offset), format!("{key}[{j}]"), msg);
+                ok = false;
+            }
+        }
+    }
+    ok.then_some(out)
+}
+
+/// The text range of byte `offset` of string value `v`: exact for a string
+/// written without escapes, else the start of the string.
+pub fn inner(text: &str, v: &Spanned<String>, offset: usize) -> Range<usize> {
+    let start = v.span().start + 1;
+    let written = text.get(start..start + offset);
+    let at = if written.is_some() && written == v.get_ref().get(..offset) {
+        start + offset
+    } else {
+        v.span().start
+    };
+    at..at
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
 
     fn inputs() -> Vec<String> {
         vec!["volume".into(), "label".into()]
@@ -290,5 +464,27 @@ mod tests {
         assert_eq!(line_col(text, 7), (2, 4));
         assert_eq!(line_col(text, 8), (3, 1));
         assert_eq!(line_col(text, 100), (3, 2));
+    }
+
+    /// Placeholder and output errors point inside the string / array.
+    #[test]
+    fn webhook_outputs_and_placeholders() {
+        let text = String::from("id = 1\nname = \"p\"\n[[functions]]\nname = \"f\"\ncommand = [\"x\", \"--a={nope}\", \"{{ok}}\", \"b}\", \"{open\"]\n[functions.webhook]\noutputs = [\n  \"volume\",\n  \"bad-name\",\n  \"volume\",\n]\n");
+        let prog = [(PathBuf::from("programs/a.toml"), text)];
+        let got: Vec<String> = match super::super::load_str(Path::new("config.toml"), "", &prog) {
+            Ok(_) => panic!("expected errors"),
+            Err(errs) => errs.iter().map(ToString::to_string).collect(),
+        };
+        let want = [
+            "programs/a.toml:5:22: functions[0].command[1]: placeholder `{nope}` names no input of this function; its inputs are [volume, bad-name, volume]",
+            "programs/a.toml:5:43: functions[0].command[3]: unmatched `}`",
+            "programs/a.toml:5:48: functions[0].command[4]: unclosed `{`",
+            "programs/a.toml:9:3: functions[0].webhook.outputs[1]: output \"bad-name\" must be an identifier",
+            "programs/a.toml:10:3: functions[0].webhook.outputs[2]: duplicate output \"volume\" (first at functions[0].webhook.outputs[0])",
+        ];
+        assert_eq!(got.len(), want.len(), "{got:#?}");
+        for (g, w) in got.iter().zip(want) {
+            assert!(g.starts_with(w), "{g:?} does not start with {w:?}");
+        }
     }
 }

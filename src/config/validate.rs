@@ -18,10 +18,10 @@ use sha2::{Digest, Sha256};
 use toml::Spanned;
 
 use super::raw::{self, defaults, RawConfig, RawDuration, RawFunction, RawProgram, RawStep};
-use super::types::{self, is_ident, is_name, line_col};
+use super::types::{self, count, duration, env_vars, error, is_ident, templates, Errors, Src};
 use super::{
-    resolve, ApiKey, Config, ConfigError, Environment, Function, Program, Server, Step, Template,
-    Tool, Trigger, User, Webhook, Workspace,
+    resolve, ApiKey, Config, ConfigError, Environment, Function, Program, Server, Step, Tool,
+    Trigger, User, Webhook, Workspace,
 };
 
 /// Load `config.toml` at `path` and every `*.toml` in its programs dir,
@@ -114,77 +114,6 @@ fn read_programs(dir: &Path) -> std::io::Result<ReadFiles> {
         .into_iter()
         .map(|p| (p.clone(), std::fs::read_to_string(p)))
         .collect())
-}
-
-/// An error with no position.
-fn error(file: &Path, key: &str, msg: String) -> ConfigError {
-    ConfigError {
-        file: file.to_path_buf(),
-        line: 0,
-        col: 0,
-        key: key.into(),
-        msg,
-    }
-}
-
-/// One file being checked, for locating errors.
-#[derive(Clone, Copy)]
-struct Src<'a> {
-    file: &'a Path,
-    text: &'a str,
-}
-
-/// Errors found so far.
-#[derive(Default)]
-struct Errors(Vec<ConfigError>);
-
-impl Errors {
-    /// Record `msg` at byte range `span` of `src`.
-    fn at(
-        &mut self,
-        src: &Src,
-        span: Range<usize>,
-        key: impl Into<String>,
-        msg: impl Into<String>,
-    ) {
-        let (line, col) = line_col(src.text, span.start);
-        let (file, key, msg) = (src.file.to_path_buf(), key.into(), msg.into());
-        self.0.push(ConfigError {
-            file,
-            line,
-            col,
-            key,
-            msg,
-        });
-    }
-
-    /// Record `msg` unless `name` matches `[A-Za-z0-9_-]+`.
-    fn name(&mut self, src: &Src, name: &Spanned<String>, key: &str, what: &str) {
-        if !is_name(name.get_ref()) {
-            let msg = format!(
-                "{what} name \"{}\" must match [A-Za-z0-9_-]+ (it appears in URLs)",
-                name.get_ref()
-            );
-            self.at(src, name.span(), key, msg);
-        }
-    }
-
-    /// Record a duplicate unless `name` is new to `seen` (name → first key).
-    fn unique(
-        &mut self,
-        src: &Src,
-        seen: &mut HashMap<String, String>,
-        name: &Spanned<String>,
-        key: &str,
-        what: &str,
-    ) {
-        if let Some(first) = seen.get(name.get_ref()) {
-            let msg = format!("duplicate {what} \"{}\" (first at {first})", name.get_ref());
-            self.at(src, name.span(), key, msg);
-        } else {
-            seen.insert(name.get_ref().clone(), key.to_string());
-        }
-    }
 }
 
 /// What is known about the programs while checking references to them.
@@ -282,45 +211,6 @@ fn parse<T: serde::de::DeserializeOwned>(src: &Src, errs: &mut Errors) -> Option
             None
         }
     }
-}
-
-/// A count that must be at least `min`, or `default` when absent.
-fn count(
-    src: &Src,
-    v: &raw::Count,
-    key: &str,
-    default: usize,
-    min: i64,
-    errs: &mut Errors,
-) -> usize {
-    let Some(v) = v else { return default };
-    match usize::try_from(*v.get_ref()) {
-        Ok(n) if *v.get_ref() >= min => n,
-        _ => {
-            let msg = format!("must be at least {min}, got {}", v.get_ref());
-            errs.at(src, v.span(), key, msg);
-            default
-        }
-    }
-}
-
-/// A duration, or `default` when absent or invalid (invalid is recorded).
-fn duration(
-    src: &Src,
-    v: Option<&Spanned<RawDuration>>,
-    key: &str,
-    default: Duration,
-    errs: &mut Errors,
-) -> Duration {
-    let Some(v) = v else { return default };
-    let parsed = match v.get_ref() {
-        RawDuration::Secs(n) => types::duration_from_secs(*n),
-        RawDuration::Text(s) => types::parse_duration(s),
-    };
-    parsed.unwrap_or_else(|msg| {
-        errs.at(src, v.span(), key, msg);
-        default
-    })
 }
 
 /// `[server]` with defaults filled in and directories resolved.
@@ -659,25 +549,6 @@ fn triggers(
     out
 }
 
-/// Environment variables; names must be identifiers.
-fn env_vars(
-    src: &Src,
-    vars: &BTreeMap<Spanned<String>, String>,
-    key: &str,
-    errs: &mut Errors,
-) -> BTreeMap<String, String> {
-    for name in vars.keys().filter(|n| !is_ident(n.get_ref())) {
-        let msg = format!(
-            "environment variable name \"{}\" must match [A-Za-z_][A-Za-z0-9_]*",
-            name.get_ref()
-        );
-        errs.at(src, name.span(), format!("{key}.{}", name.get_ref()), msg);
-    }
-    vars.iter()
-        .map(|(k, v)| (k.get_ref().clone(), v.clone()))
-        .collect()
-}
-
 /// Every program file, checked, by id. Files that are TOML but not valid
 /// programs add their id to `known.broken`; unparsable ones clear
 /// `known.complete`.
@@ -942,41 +813,6 @@ fn command(
         return None;
     }
     templates(src, argv.get_ref(), key, inputs, errs).map(Step::Command)
-}
-
-/// One template per argument; errors point inside the string.
-fn templates(
-    src: &Src,
-    args: &[Spanned<String>],
-    key: &str,
-    inputs: &[String],
-    errs: &mut Errors,
-) -> Option<Vec<Template>> {
-    let mut out = Vec::new();
-    let mut ok = true;
-    for (j, a) in args.iter().enumerate() {
-        match types::parse_template(a.get_ref(), inputs) {
-            Ok(t) => out.push(t),
-            Err((offset, msg)) => {
-                errs.at(src, inner(src.text, a, offset), format!("{key}[{j}]"), msg);
-                ok = false;
-            }
-        }
-    }
-    ok.then_some(out)
-}
-
-/// The text range of byte `offset` of string value `v`: exact for a string
-/// written without escapes, else the start of the string.
-fn inner(text: &str, v: &Spanned<String>, offset: usize) -> Range<usize> {
-    let start = v.span().start + 1;
-    let written = text.get(start..start + offset);
-    let at = if written.is_some() && written == v.get_ref().get(..offset) {
-        start + offset
-    } else {
-        v.span().start
-    };
-    at..at
 }
 
 /// One element of `steps`: exactly one of command, shell, call.
@@ -1294,19 +1130,6 @@ webhook = { active = false, outputs = ["x"] }
         )
         .unwrap();
         assert_ne!(c.fingerprint, other.fingerprint);
-    }
-
-    #[test]
-    fn webhook_outputs_and_placeholders() {
-        let text = one("command = [\"x\", \"--a={nope}\", \"{{ok}}\", \"b}\", \"{open\"]\n[functions.webhook]\noutputs = [\n  \"volume\",\n  \"bad-name\",\n  \"volume\",\n]\n");
-        let got = errors("", &[("programs/a.toml", &text)]);
-        expect(&got, &[
-            "programs/a.toml:5:22: functions[0].command[1]: placeholder `{nope}` names no input of this function; its inputs are [volume, bad-name, volume]",
-            "programs/a.toml:5:43: functions[0].command[3]: unmatched `}`",
-            "programs/a.toml:5:48: functions[0].command[4]: unclosed `{`",
-            "programs/a.toml:9:3: functions[0].webhook.outputs[1]: output \"bad-name\" must be an identifier",
-            "programs/a.toml:10:3: functions[0].webhook.outputs[2]: duplicate output \"volume\" (first at functions[0].webhook.outputs[0])",
-        ]);
     }
 
     #[test]
