@@ -101,7 +101,10 @@ impl ApiKey {
             None => true,
             Some(ws) => program.workspace.as_deref() == Some(ws.as_str()),
         };
-        let id_ok = self.programs.as_ref().is_none_or(|ids| ids.contains(&program.id));
+        let id_ok = self
+            .programs
+            .as_ref()
+            .is_none_or(|ids| ids.contains(&program.id));
         ws_ok && id_ok
     }
 }
@@ -129,7 +132,9 @@ impl Program {
 
     /// Functions whose webhook trigger is active, in file order.
     pub fn triggered(&self) -> impl Iterator<Item = &Function> {
-        self.functions.iter().filter(|f| f.webhook.as_ref().is_some_and(|w| w.active))
+        self.functions
+            .iter()
+            .filter(|f| f.webhook.as_ref().is_some_and(|w| w.active))
     }
 }
 
