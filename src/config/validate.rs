@@ -80,6 +80,7 @@ pub fn load(path: &Path) -> Result<Config, Vec<ConfigError>> {
 ///
 /// # Errors
 /// Every problem found, each with file, line, column and key.
+#[cfg_attr(not(test), allow(dead_code))] // the entry point of unit tests
 pub fn load_str(
     path: &Path,
     config_text: &str,
