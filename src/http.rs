@@ -402,7 +402,7 @@ impl ApiError {
             FunctionRequired { .. } => "This program has several functions with webhook triggers: name one with function=<name> (see Functions).".into(),
             NoActiveTrigger => "No function of this program has an active webhook trigger.".into(),
             VariablesMismatch { outputs, got } => format!(
-                "Expected {} variables for outputs [{}], got {got}. Send one variables=<value> per output, in this order.",
+                "expected {} variables for outputs [{}], got {got}: send one variables=<value> per output, in this order.",
                 outputs.len(),
                 outputs.join(", ")
             ),

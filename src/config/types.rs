@@ -123,38 +123,38 @@ pub fn parse_method(s: &str) -> Result<String, String> {
 /// A template problem: byte offset inside the string and a sentence.
 pub type TemplateError = (usize, String);
 
-/// Parse `s` as a template whose `{name}` placeholders must each be one of
-/// `inputs`; `{{` and `}}` are literal braces.
+/// Parse `s` as a template. Only `{name}` with `name` an identifier
+/// `[A-Za-z_][A-Za-z0-9_]*` is a placeholder, and it must be one of
+/// `inputs`; `{{name}}` is the literal text `{name}`. Every other brace is
+/// literal, so JSON in an argument (`{"k": [1, 2]}`) needs no escaping.
 ///
 /// # Errors
-/// The byte offset of the first bad brace and why: unclosed `{`, unmatched
-/// `}`, a non-identifier name, or a name that is not an input.
+/// The byte offset of a placeholder that names no input, and why.
 pub fn parse_template(s: &str, inputs: &[String]) -> Result<Template, TemplateError> {
     let mut pieces = Vec::new();
     let mut lit = String::new();
     let mut i = 0;
-    while let Some(c) = s[i..].chars().next() {
-        let next = s[i + c.len_utf8()..].chars().next();
-        match (c, next) {
-            ('{', Some('{')) | ('}', Some('}')) => {
-                lit.push(c);
-                i += 2;
+    while i < s.len() {
+        let rest = &s[i..];
+        let escaped = rest.strip_prefix("{{").and_then(ident_in_braces);
+        if let Some(name) = escaped.filter(|n| rest[n.len() + 3..].starts_with('}')) {
+            // `{{name}}`: the literal text `{name}`.
+            lit.push_str(&rest[1..name.len() + 3]);
+            i += name.len() + 4;
+        } else if let Some(name) = rest.strip_prefix('{').and_then(ident_in_braces) {
+            let index = inputs
+                .iter()
+                .position(|n| n == name)
+                .ok_or_else(|| (i, no_input(name, inputs)))?;
+            if !lit.is_empty() {
+                pieces.push(Piece::Lit(std::mem::take(&mut lit)));
             }
-            ('{', _) => {
-                let (index, len) = placeholder(s, i, inputs)?;
-                if !lit.is_empty() {
-                    pieces.push(Piece::Lit(std::mem::take(&mut lit)));
-                }
-                pieces.push(Piece::Var(index));
-                i += len;
-            }
-            ('}', _) => {
-                return Err((i, "unmatched `}`; write `}}` for a literal brace".into()));
-            }
-            _ => {
-                lit.push(c);
-                i += c.len_utf8();
-            }
+            pieces.push(Piece::Var(index));
+            i += name.len() + 2;
+        } else {
+            let c = rest.chars().next().unwrap_or_default();
+            lit.push(c);
+            i += c.len_utf8();
         }
     }
     if !lit.is_empty() {
@@ -163,37 +163,20 @@ pub fn parse_template(s: &str, inputs: &[String]) -> Result<Template, TemplateEr
     Ok(Template(pieces))
 }
 
-/// The placeholder starting at `s[start] == '{'`: its input index and length.
-fn placeholder(s: &str, start: usize, inputs: &[String]) -> Result<(usize, usize), TemplateError> {
-    let unclosed = || {
-        (
-            start,
-            "unclosed `{`; write `{{` for a literal brace".to_string(),
-        )
+/// If `s` starts with `name}` where `name` is an identifier, that name.
+fn ident_in_braces(s: &str) -> Option<&str> {
+    let end = s.find('}')?;
+    let name = &s[..end];
+    is_ident(name).then_some(name)
+}
+
+fn no_input(name: &str, inputs: &[String]) -> String {
+    let known = if inputs.is_empty() {
+        "this function has no inputs (declare them as [functions.webhook] outputs)".to_string()
+    } else {
+        format!("its inputs are [{}]", inputs.join(", "))
     };
-    let end = s[start + 1..].find('}').ok_or_else(unclosed)? + start + 1;
-    let name = &s[start + 1..end];
-    if name.contains('{') {
-        return Err(unclosed());
-    }
-    if !is_ident(name) {
-        return Err((
-            start,
-            format!("`{{{name}}}` is not a placeholder: names are identifiers [A-Za-z_][A-Za-z0-9_]*; write `{{{{` for a literal brace"),
-        ));
-    }
-    let index = inputs.iter().position(|n| n == name).ok_or_else(|| {
-        let known = if inputs.is_empty() {
-            "this function has no inputs (declare them as [functions.webhook] outputs)".to_string()
-        } else {
-            format!("its inputs are [{}]", inputs.join(", "))
-        };
-        (
-            start,
-            format!("placeholder `{{{name}}}` names no input of this function; {known}"),
-        )
-    })?;
-    Ok((index, end + 1 - start))
+    format!("placeholder `{{{name}}}` names no input of this function; {known}; write `{{{{{name}}}}}` for the literal text")
 }
 
 /// 1-based line and column (in characters) of byte `offset` in `text`.
@@ -440,16 +423,28 @@ mod tests {
     }
 
     #[test]
+    fn other_braces_are_literal() {
+        for s in [
+            r#"{"k": [1, 2], "s": "t"}"#,
+            "{a-b}",
+            "{}",
+            "x}y",
+            "ab{volume",
+            "${#1}",
+            r#"{"a":{"b":1}}"#,
+        ] {
+            let t = parse_template(s, &inputs()).unwrap();
+            assert_eq!(t.render(&[]), s, "{s}");
+        }
+        let t = parse_template(r#"{"v": "{volume}"}"#, &inputs()).unwrap();
+        assert_eq!(t.render(&["x\"y".into(), "l".into()]), r#"{"v": "x"y"}"#);
+    }
+
+    #[test]
     fn template_errors() {
         let err = |s: &str| parse_template(s, &inputs()).unwrap_err();
-        assert_eq!(err("ab{volume").0, 2);
-        assert!(err("ab{volume").1.starts_with("unclosed `{`"));
-        assert_eq!(err("x}y").0, 1);
-        assert!(err("x}y").1.starts_with("unmatched `}`"));
         assert_eq!(err("é{nope}").0, 2);
         assert!(err("{nope}").1.contains("names no input"));
-        assert!(err("{a-b}").1.contains("not a placeholder"));
-        assert!(err("{}").1.contains("not a placeholder"));
         assert!(parse_template("{x}", &[])
             .unwrap_err()
             .1
@@ -477,8 +472,6 @@ mod tests {
         };
         let want = [
             "programs/a.toml:5:22: functions[0].command[1]: placeholder `{nope}` names no input of this function; its inputs are [volume, bad-name, volume]",
-            "programs/a.toml:5:43: functions[0].command[3]: unmatched `}`",
-            "programs/a.toml:5:48: functions[0].command[4]: unclosed `{`",
             "programs/a.toml:9:3: functions[0].webhook.outputs[1]: output \"bad-name\" must be an identifier",
             "programs/a.toml:10:3: functions[0].webhook.outputs[2]: duplicate output \"volume\" (first at functions[0].webhook.outputs[0])",
         ];

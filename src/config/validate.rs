@@ -159,7 +159,7 @@ fn check(
     };
     let progs = load_programs(&sorted, &server, &workspaces, &mut known, &mut errs);
     known.programs = &progs;
-    let api_keys = api_keys(&src, &raw, &workspaces, &known, &mut errs);
+    let api_keys = api_keys(&src, &raw, &workspaces, &mut errs);
     let tools = tools(&src, &raw, &workspaces, &known, &mut errs);
     if !errs.0.is_empty() {
         let order = |f: &Path| sorted.iter().position(|p| p.0 == f).map_or(0, |i| i + 1);
@@ -389,7 +389,6 @@ fn api_keys(
     src: &Src,
     raw: &RawConfig,
     wss: &BTreeMap<String, Workspace>,
-    known: &Known,
     errs: &mut Errors,
 ) -> HashMap<[u8; 32], ApiKey> {
     let (mut names, mut hashes) = (HashMap::new(), HashMap::new());
@@ -416,12 +415,9 @@ fn api_keys(
         if let Some(ws) = &k.workspace {
             workspace_ref(src, ws, wss, format!("{key}.workspace"), errs);
         }
-        for (j, id) in k.programs.iter().flatten().enumerate() {
-            if known.missing(*id.get_ref()) {
-                let msg = format!("program {} does not exist", id.get_ref());
-                errs.at(src, id.span(), format!("{key}.programs[{j}]"), msg);
-            }
-        }
+        // A scope naming a program that does not exist (yet, or any more)
+        // is not an error: removing a program file must not make the whole
+        // config invalid. Such an id simply matches nothing.
         let programs = k.programs.as_ref().map(|ids| {
             ids.iter()
                 .filter_map(|id| u64::try_from(*id.get_ref()).ok())
@@ -1283,7 +1279,6 @@ workspace = "a b"
             "config.toml:3:14: server.public_url: public_url must start with http:// or https://",
             "config.toml:6:10: api_keys[0].sha256: sha256 must be 64 hex digits, got 3 characters",
             "config.toml:7:13: api_keys[0].workspace: workspace \"nope\" is not a [[workspaces]] entry",
-            "config.toml:8:16: api_keys[0].programs[1]: program 7 does not exist",
             "config.toml:10:8: api_keys[1].name: duplicate api key name \"k\" (first at api_keys[0].name)",
             "config.toml:14:10: api_keys[2].sha256: duplicate api key sha256",
             "config.toml:17:12: users[0].password: password must be an argon2 hash",
@@ -1312,7 +1307,6 @@ workspace = "a b"
         let c = "id = -1\nname = \"p\"\n[[functions]]\nname = \"f\"\ncommand = [\"x\"]\n";
         let config = "[[api_keys]]\nname = \"k\"\nsha256 = \"abababababababababababababababababababababababababababababababab\"\nprograms = [1, 2]\n";
         expect(&errors(config, &[("programs/b.toml", &b), ("programs/c.toml", c), ("programs/a.toml", &a), ("programs/d.toml", &a)]), &[
-            "config.toml:4:16: api_keys[0].programs[1]: program 2 does not exist",
             "programs/b.toml:6:1: functions[0].bogus: unknown field `bogus`",
             "programs/c.toml:1:6: id: program id must be a non-negative integer",
             "programs/c.toml:2:8: name: program name \"p\" is used by both programs/a.toml and programs/c.toml",
