@@ -53,8 +53,9 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
     let (workers, grace) = (cfg.server.workers, cfg.server.shutdown_grace);
     let nofile = sys::raise_nofile_limit();
     let app = Arc::new(App::new(cfg, store, Arc::new(runner)));
-    let server = tiny_http::Server::from_listener(listener, None)
-        .map_err(|e| Error::Other(format!("cannot start the HTTP server: {e}")))?;
+    let server =
+        tiny_http::Server::from_listener_with_limits(listener, None, limits(&app.config().server))
+            .map_err(|e| Error::Other(format!("cannot start the HTTP server: {e}")))?;
     let server = Arc::new(server);
     let handles: Vec<_> = (0..workers)
         .map(|i| {
@@ -81,6 +82,27 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
     }
     log::info!("stopped");
     Ok(())
+}
+
+/// Connection and request bounds for the (patched) tiny_http.
+fn limits(s: &config::Server) -> tiny_http::ServerLimits {
+    let body = r#"{"Error":"Too many open connections. Retry shortly.","Code":"busy"}"#;
+    let overload = format!(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n\
+         Connection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    tiny_http::ServerLimits {
+        max_connections: s.max_connections,
+        head: tiny_http::HeadLimits {
+            max_request_line: s.max_url_bytes,
+            max_header_bytes: s.max_header_bytes,
+            max_headers: 100,
+            timeout: s.request_timeout,
+        },
+        socket_timeout: s.request_timeout,
+        overload_response: overload.into_bytes(),
+    }
 }
 
 /// Resolve and bind `addr` (`host:port`).

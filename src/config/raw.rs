@@ -50,6 +50,14 @@ pub mod defaults {
     pub const MAX_BODY_BYTES: usize = 1 << 20;
     /// `run_retention`.
     pub const RUN_RETENTION: usize = 10_000;
+    /// `max_connections`.
+    pub const MAX_CONNECTIONS: usize = 1024;
+    /// `request_timeout`, in seconds.
+    pub const REQUEST_TIMEOUT_SECS: u64 = 10;
+    /// `max_header_bytes`.
+    pub const MAX_HEADER_BYTES: usize = 32 << 10;
+    /// `max_url_bytes`.
+    pub const MAX_URL_BYTES: usize = 8 << 10;
 }
 
 /// The message for a second webhook trigger on one function.
@@ -113,6 +121,14 @@ pub struct RawServer {
     pub max_body_bytes: Count,
     /// `run_retention`.
     pub run_retention: Count,
+    /// `max_connections`.
+    pub max_connections: Count,
+    /// `request_timeout`.
+    pub request_timeout: Option<Spanned<RawDuration>>,
+    /// `max_header_bytes`.
+    pub max_header_bytes: Count,
+    /// `max_url_bytes`.
+    pub max_url_bytes: Count,
 }
 
 /// A duration as written: integer seconds or text like `"1m30s"`.

@@ -262,6 +262,24 @@ fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) -> Ser
         defaults::RUN_RETENTION,
         1,
     );
+    let max_connections = n(
+        &raw.max_connections,
+        "max_connections",
+        defaults::MAX_CONNECTIONS,
+        1,
+    );
+    let max_header_bytes = n(
+        &raw.max_header_bytes,
+        "max_header_bytes",
+        defaults::MAX_HEADER_BYTES,
+        256,
+    );
+    let max_url_bytes = n(
+        &raw.max_url_bytes,
+        "max_url_bytes",
+        defaults::MAX_URL_BYTES,
+        64,
+    );
     let mut d = |v: &Option<Spanned<RawDuration>>, key: &str, secs: u64| {
         duration(
             src,
@@ -273,6 +291,11 @@ fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) -> Ser
     };
     let run_timeout = d(&raw.run_timeout, "run_timeout", defaults::RUN_TIMEOUT_SECS);
     let kill_grace = d(&raw.kill_grace, "kill_grace", defaults::KILL_GRACE_SECS);
+    let request_timeout = d(
+        &raw.request_timeout,
+        "request_timeout",
+        defaults::REQUEST_TIMEOUT_SECS,
+    );
     let shutdown_grace = d(
         &raw.shutdown_grace,
         "shutdown_grace",
@@ -314,6 +337,10 @@ fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) -> Ser
         max_variable_bytes,
         max_body_bytes,
         run_retention,
+        max_connections,
+        request_timeout,
+        max_header_bytes,
+        max_url_bytes,
     }
 }
 
