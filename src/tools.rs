@@ -23,8 +23,9 @@ use crate::runner::Job;
 ///
 /// # Errors
 /// 404 for an unknown tool, environment or trigger; 405 for another method;
-/// 401/403 per SPEC §3.4; 400 for missing, extra, non-string or oversized
-/// values; then the run errors of `api::start`.
+/// 401/403 per SPEC §3.4; 400 `variables_mismatch` (with the outputs) for
+/// missing, extra, repeated, non-string or oversized values; then the run
+/// errors of `api::start`.
 pub fn call(
     app: &App,
     cfg: &Arc<Config>,
@@ -60,6 +61,7 @@ pub fn call(
         .ok_or(ApiError::NotFound)?;
     let run_async = api::parse_bool("run_async", req.query_one("run_async")?)?;
     let values = named_values(req, function.inputs())?;
+    check_lengths(cfg.server.max_variable_bytes, function.inputs(), &values)?;
     api::check_values(&cfg.server, function.inputs(), &values)?;
     let job = Job {
         cfg: Arc::clone(cfg),
@@ -121,6 +123,19 @@ fn named_values(req: &Request, outputs: &[String]) -> Result<Vec<String>, ApiErr
             })
         })
         .collect()
+}
+
+/// Refuse a value longer than `max` bytes, naming its output. (The run
+/// endpoint's check names the `variables` parameter and a position, which
+/// mean nothing here.)
+fn check_lengths(max: usize, outputs: &[String], values: &[String]) -> Result<(), ApiError> {
+    match outputs.iter().zip(values).find(|(_, v)| v.len() > max) {
+        Some((name, _)) => Err(ApiError::ValuesMismatch {
+            msg: format!("Value '{name}' is longer than the limit of {max} bytes."),
+            outputs: outputs.to_vec(),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// `GET /tools/<tool>/endpoints` as JSON: each environment with its public
