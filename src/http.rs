@@ -258,7 +258,8 @@ pub enum ApiError {
         /// How many values were sent.
         got: usize,
     },
-    /// Values by name (generated endpoints) missing, extra or not strings.
+    /// Values by name (generated endpoints) missing, extra, repeated, not
+    /// strings, or oversized.
     ValuesMismatch {
         /// What is wrong.
         msg: String,

@@ -35,12 +35,20 @@ pub fn call(
     let [tool, env, trigger] = names;
     let tool = cfg.tools.get(tool).ok_or(ApiError::NotFound)?;
     let env = tool.environments.get(env).ok_or(ApiError::NotFound)?;
+    // Authenticate before anything else about a protected environment is
+    // revealed (which triggers exist, their methods).
+    let by = if env.public {
+        "public".to_string()
+    } else {
+        auth::member(app, cfg, req, &tool.workspace)?
+    };
     let trigger = tool
         .triggers
         .iter()
         .find(|t| t.name == trigger)
         .ok_or(ApiError::NotFound)?;
-    if req.method != trigger.method && !(req.method == "HEAD" && trigger.method == "GET") {
+    // HEAD is refused like any other method: it must not start a run.
+    if req.method != trigger.method {
         let allow: &'static str = match trigger.method.as_str() {
             "GET" => "GET",
             "PUT" => "PUT",
@@ -50,11 +58,6 @@ pub fn call(
         };
         return Err(ApiError::MethodNotAllowed { allow: vec![allow] });
     }
-    let by = if env.public {
-        "public".to_string()
-    } else {
-        auth::member(app, cfg, req, &tool.workspace)?
-    };
     let program = cfg.program(trigger.program).ok_or(ApiError::NotFound)?;
     let function = program
         .function(&trigger.function)

@@ -153,8 +153,8 @@ impl ClientConnection {
     ///  at the first byte of the new line.
     ///
     /// (trigd patch) At most `max` bytes: past that, `Ok(None)`.
-    fn read_next_line(&mut self, max: usize) -> IoResult<Option<AsciiString>> {
-        let mut buf = Vec::new();
+    fn read_next_line(&mut self, max: usize, request_line: bool) -> IoResult<Option<AsciiString>> {
+        let mut buf: Vec<u8> = Vec::new();
         let mut prev_byte_was_cr = false;
 
         loop {
@@ -170,6 +170,15 @@ impl ClientConnection {
 
             if byte == b'\n' && prev_byte_was_cr {
                 buf.pop(); // removing the '\r'
+                if !request_line {
+                    // (trigd patch) a header byte outside ASCII (obs-text,
+                    //  e.g. UTF-8) becomes DEL instead of dropping the
+                    //  connection unanswered: the application sees a value
+                    //  that is not printable ASCII and can answer it
+                    for b in buf.iter_mut().filter(|b| !b.is_ascii()) {
+                        *b = 0x7f;
+                    }
+                }
                 return AsciiString::from_ascii(buf)
                     .map(Some)
                     .map_err(|_| IoError::new(ErrorKind::InvalidInput, "Header is not in ASCII"));
@@ -194,8 +203,12 @@ impl ClientConnection {
             // reading the request line
             let (method, path, version) = {
                 let line = self
-                    .read_next_line(limits.max_request_line)
-                    .map_err(ReadError::ReadIoError)?
+                    .read_next_line(limits.max_request_line, true)
+                    .map_err(|e| match e.kind() {
+                        // (trigd patch) a non-ASCII request line is a 400
+                        ErrorKind::InvalidInput => ReadError::WrongRequestLine,
+                        _ => ReadError::ReadIoError(e),
+                    })?
                     .ok_or(ReadError::TooLarge(414))?;
 
                 parse_request_line(
@@ -210,7 +223,7 @@ impl ClientConnection {
                 loop {
                     let left = limits.max_header_bytes.saturating_sub(head_bytes);
                     let line = self
-                        .read_next_line(left)
+                        .read_next_line(left, false)
                         .map_err(ReadError::ReadIoError)?
                         .ok_or(ReadError::TooLarge(431))?;
                     head_bytes += line.len() + 2;
