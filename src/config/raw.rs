@@ -485,6 +485,8 @@ fn header_at(text: &str, offset: usize) -> String {
             None => (t.strip_prefix('[').and_then(|r| r.split(']').next()), false),
         };
         let Some(inner) = inner else { continue };
+        // A broken header such as `[[functions]` still names its table.
+        let inner = inner.trim_end_matches(']');
         let segments: Vec<&str> = inner
             .split('.')
             .map(|s| s.trim().trim_matches('"'))
@@ -502,4 +504,18 @@ fn header_at(text: &str, offset: usize) -> String {
         current = path;
     }
     current
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_of_a_syntax_error_names_the_table() {
+        let text = "id = 1\n[[functions]]\nname = \"a\"\n[[functions]\nname = \"b\"\n";
+        let at = text.rfind("name").unwrap();
+        assert_eq!(key_at(text, at), "functions[1]");
+        let text = "[server]\nworkers = \n";
+        assert_eq!(key_at(text, text.len() - 1), "server");
+    }
 }
