@@ -36,9 +36,12 @@ use crate::app::App;
 use crate::config;
 
 /// How long the files must be quiet before a reload.
-const QUIET: Duration = Duration::from_millis(25);
+/// Short: an editor's save is a burst of events microseconds apart, and a
+/// reload that catches a half-written file is refused and simply redone
+/// when the next event arrives.
+const QUIET: Duration = Duration::from_millis(3);
 /// A burst of events delays a reload at most this long.
-const MAX_DELAY: Duration = Duration::from_millis(250);
+const MAX_DELAY: Duration = Duration::from_millis(100);
 
 /// Why the reload thread wakes up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -211,14 +214,14 @@ fn wait_quiet(rx: &Receiver<Trigger>, mut forced: bool) -> bool {
 pub fn reload_now(app: &App, config_path: &Path, forced: bool) {
     let started = Instant::now();
     let current = app.config();
-    match config::load(config_path) {
-        Ok(new) if new.fingerprint == current.fingerprint => {
+    match config::load_changed(config_path, &current.fingerprint) {
+        Ok(None) => {
             app.clear_reload_error();
             if forced {
                 log::info!("reload: configuration unchanged");
             }
         }
-        Ok(new) => {
+        Ok(Some(new)) => {
             warn_unappliable(&current.server, &new.server);
             let (programs, tools) = (new.programs.len(), new.tools.len());
             app.set_config(new);

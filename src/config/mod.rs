@@ -20,9 +20,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use validate::load;
 #[cfg(test)]
 pub use validate::load_str;
+pub use validate::{load, load_changed};
 
 /// One loaded configuration: server settings, programs, keys, users,
 /// workspaces and tools.
