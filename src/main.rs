@@ -21,6 +21,7 @@ mod commands;
 mod config;
 mod error;
 mod http;
+mod logging;
 mod metrics;
 mod reload;
 mod routes;
@@ -62,9 +63,7 @@ fn run(args: &[String]) -> Result<ExitCode, Error> {
         // only the main thread's sigwait sees these signals.
         sys::block_signals();
     }
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
-        .format_timestamp_millis()
-        .init();
+    logging::init();
     match command {
         Command::Serve { config, listen } => server::serve(&config, listen)?,
         Command::Check { config } => commands::check(&config)?,

@@ -22,6 +22,7 @@
 //! when the content fingerprint changed. On error the last good config keeps
 //! serving and the errors go to the log and `/healthz`.
 
+use std::ffi::OsString;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -56,7 +57,13 @@ pub enum Trigger {
 /// uses. If watching fails (no inotify), reload still works by SIGHUP.
 pub fn start(app: Arc<App>, config_path: PathBuf) -> Sender<Trigger> {
     let (tx, rx) = mpsc::channel();
-    let mut watch_state = WatchState::new(&config_path, tx.clone());
+    let programs_name = app
+        .config()
+        .server
+        .programs_dir
+        .file_name()
+        .map(|n| n.to_os_string());
+    let mut watch_state = WatchState::new(&config_path, programs_name, tx.clone());
     if watch_state.watch(&dirs_for(&config_path, &app.config().server.programs_dir)) {
         // An edit made since the first load has no event: look once more.
         let _ = tx.send(Trigger::Changed);
@@ -79,13 +86,11 @@ struct WatchState {
 }
 
 impl WatchState {
-    fn new(config_path: &Path, tx: Sender<Trigger>) -> WatchState {
+    fn new(config_path: &Path, programs_name: Option<OsString>, tx: Sender<Trigger>) -> WatchState {
         let config_name = config_path.file_name().map(|n| n.to_os_string());
+        let names = [config_name, programs_name];
         let handler = move |res: notify::Result<Event>| match res {
-            Ok(ev)
-                if ev.paths.is_empty()
-                    || ev.paths.iter().any(|p| relevant(p, config_name.as_deref())) =>
-            {
+            Ok(ev) if ev.paths.is_empty() || ev.paths.iter().any(|p| relevant(p, &names)) => {
                 let _ = tx.send(Trigger::Changed);
             }
             Ok(_) => {}
@@ -140,26 +145,23 @@ fn identity(dir: &Path) -> Option<(u64, u64)> {
     fs::metadata(dir).ok().map(|m| (m.dev(), m.ino()))
 }
 
-/// Whether a change to `path` can change the config: a `.toml` file, the
-/// config file itself, or a `..data`-style symlink of a ConfigMap. Editor
-/// swap and backup files (`.x.swp`, `x~`, `x.tmp`, vim's `4913`) are not.
-fn relevant(path: &Path, config_name: Option<&std::ffi::OsStr>) -> bool {
+/// Whether a change to `path` can change the config: a `.toml` file, one
+/// of `names` (the config file, the programs directory), or a `..data`-style
+/// symlink of a ConfigMap. Editor swap and backup files (`.x.swp`, `x~`,
+/// `x.tmp`, vim's `4913`) and anything else (a log file kept beside the
+/// config) are not.
+fn relevant(path: &Path, names: &[Option<OsString>; 2]) -> bool {
     let Some(name) = path.file_name() else {
         return true;
     };
-    if Some(name) == config_name {
+    if names.iter().flatten().any(|n| n == name) {
         return true;
     }
     let name = name.to_string_lossy();
     if name.starts_with("..") {
         return true;
     }
-    if name.starts_with('.') || name.ends_with('~') {
-        return false;
-    }
-    // A directory (the programs dir itself, e.g. replaced by a symlink) has
-    // no extension; a file we read ends in .toml.
-    name.ends_with(".toml") || !name.contains('.')
+    !name.starts_with('.') && name.ends_with(".toml")
 }
 
 /// Directories to watch for `cfg`: the config file's and the programs dir.
@@ -256,11 +258,10 @@ fn warn_unappliable(old: &config::Server, new: &config::Server) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::ffi::OsStr;
 
     #[test]
     fn editor_files_are_ignored() {
-        let c = Some(OsStr::new("config.toml"));
+        let c = &[Some("config.toml".into()), Some("programs".into())];
         assert!(relevant(Path::new("/x/config.toml"), c));
         assert!(relevant(Path::new("/x/programs/a.toml"), c));
         assert!(relevant(Path::new("/x/..data"), c));
@@ -269,5 +270,10 @@ mod tests {
         assert!(!relevant(Path::new("/x/programs/a.toml~"), c));
         assert!(!relevant(Path::new("/x/programs/a.toml.tmp"), c));
         assert!(!relevant(Path::new("/x/programs/notes.txt"), c));
+        assert!(
+            !relevant(Path::new("/x/trigd-stderr"), c),
+            "a log beside the config"
+        );
+        assert!(!relevant(Path::new("/x/4913"), c), "vim's probe file");
     }
 }

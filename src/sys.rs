@@ -270,6 +270,24 @@ impl Drop for FileLock<'_> {
     }
 }
 
+/// Write `buf` to stderr with as few `write(2)` calls as possible (one for
+/// a log line), without the stderr lock; errors are ignored (there is no
+/// better place to report them).
+pub fn write_stderr(mut buf: &[u8]) {
+    while !buf.is_empty() {
+        // SAFETY: writes from a valid, live slice to fd 2; no memory is
+        // handed to the kernel beyond the call.
+        let n = unsafe { libc::write(2, buf.as_ptr().cast(), buf.len()) };
+        if n > 0 {
+            buf = &buf[n as usize..];
+        } else if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+            continue;
+        } else {
+            return;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

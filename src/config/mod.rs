@@ -57,7 +57,8 @@ pub struct Config {
 pub struct Server {
     /// Address to listen on, `host:port` (`listen`, default `127.0.0.1:8080`).
     pub listen: String,
-    /// HTTP worker threads (`workers`, default 8).
+    /// HTTP threads kept ready while idle (`workers`, default 8). Each open
+    /// connection is served on a thread of its own, up to `max_connections`.
     pub workers: usize,
     /// Directory of program files, resolved (`programs_dir`, default `programs`).
     pub programs_dir: PathBuf,
