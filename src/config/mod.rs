@@ -86,6 +86,15 @@ pub struct Server {
     pub max_body_bytes: usize,
     /// Run records kept in the state dir (default 10000).
     pub run_retention: usize,
+    /// Mark the session cookie `Secure` (`cookie_secure`, default false;
+    /// also true when `public_url` starts with `https://`).
+    pub cookie_secure: bool,
+    /// A login session ends after this long without a request
+    /// (`session_idle`, default 12h).
+    pub session_idle: Duration,
+    /// A login session ends this long after login, used or not
+    /// (`session_max`, default 7d).
+    pub session_max: Duration,
 }
 
 /// A run-endpoint API key (`[[api_keys]]`). Only its hash is known.

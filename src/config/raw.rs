@@ -50,6 +50,10 @@ pub mod defaults {
     pub const MAX_BODY_BYTES: usize = 1 << 20;
     /// `run_retention`.
     pub const RUN_RETENTION: usize = 10_000;
+    /// `session_idle`, in seconds (12 hours).
+    pub const SESSION_IDLE_SECS: u64 = 12 * 3600;
+    /// `session_max`, in seconds (7 days).
+    pub const SESSION_MAX_SECS: u64 = 7 * 86_400;
 }
 
 /// The message for a second webhook trigger on one function.
@@ -113,6 +117,12 @@ pub struct RawServer {
     pub max_body_bytes: Count,
     /// `run_retention`.
     pub run_retention: Count,
+    /// `cookie_secure`, default false (true anyway when `public_url` is https).
+    pub cookie_secure: Option<bool>,
+    /// `session_idle`.
+    pub session_idle: Option<Spanned<RawDuration>>,
+    /// `session_max`.
+    pub session_max: Option<Spanned<RawDuration>>,
 }
 
 /// A duration as written: integer seconds or text like `"1m30s"`.
