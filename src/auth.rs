@@ -100,7 +100,7 @@ pub fn authenticate(
     let Some(token) = req.bearer() else {
         let (_, session) = app
             .sessions
-            .from_request(cfg, req)
+            .of_request(cfg, req)
             .ok_or(ApiError::Unauthorized)?;
         if !is_member(&session.user) {
             return Err(ApiError::Forbidden);

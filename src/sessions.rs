@@ -165,7 +165,7 @@ impl Sessions {
     }
 
     /// The session of the request's cookie, if any and current.
-    pub fn from_request(&self, cfg: &Config, req: &Request) -> Option<(String, Session)> {
+    pub fn of_request(&self, cfg: &Config, req: &Request) -> Option<(String, Session)> {
         let token = cookie_token(req)?;
         self.lookup(cfg, token).map(|s| (token.to_string(), s))
     }

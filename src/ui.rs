@@ -208,7 +208,7 @@ fn safe_next(next: Option<&str>) -> &str {
 /// 400 for a repeated `next`.
 pub fn login_form(app: &App, cfg: &Config, req: &Request) -> Result<Response, ApiError> {
     let next = safe_next(req.query_one("next")?);
-    if app.sessions.from_request(cfg, req).is_some() {
+    if app.sessions.of_request(cfg, req).is_some() {
         return Ok(redirect(next));
     }
     Ok(login_page(200, next, "", None))
@@ -303,7 +303,7 @@ pub fn logout(app: &App, cfg: &Config, req: &Request) -> Result<Response, ApiErr
 }
 
 fn logout_inner(app: &App, cfg: &Config, req: &Request) -> Result<Response, ApiError> {
-    if let Some((token, s)) = app.sessions.from_request(cfg, req) {
+    if let Some((token, s)) = app.sessions.of_request(cfg, req) {
         let f = form(req).unwrap_or_default();
         let given = field(&f, "csrf").or(req.header("x-csrf-token"));
         let ok = given.is_some_and(|t| sessions::same_token(t, &s.csrf));
@@ -329,9 +329,13 @@ fn logout_inner(app: &App, cfg: &Config, req: &Request) -> Result<Response, ApiE
 /// `GET /`: the signed-in user's workspaces and their tools.
 ///
 /// # Errors
-/// 401 for a non-browser client without a session.
+/// 404 `not_found` for a non-browser client without a session (`/` is not
+/// part of the API).
 pub fn home(app: &App, cfg: &Config, req: &Request) -> Result<Response, ApiError> {
-    let Some((_, s)) = app.sessions.from_request(cfg, req) else {
+    let Some((_, s)) = app.sessions.of_request(cfg, req) else {
+        if !wants_html(req) {
+            return Err(ApiError::NotFound);
+        }
         return login_required(req, "/");
     };
     let mut items = String::new();
@@ -381,7 +385,7 @@ fn member_session(
     req: &Request,
     ws: &str,
 ) -> Result<Result<(String, Session), Response>, ApiError> {
-    let Some((token, s)) = app.sessions.from_request(cfg, req) else {
+    let Some((token, s)) = app.sessions.of_request(cfg, req) else {
         let next = format!("/workspaces/{}/settings", percent_encode(ws));
         return login_required(req, &next).map(Err);
     };
@@ -528,7 +532,7 @@ fn endpoints_inner(
     req: &Request,
     name: &str,
 ) -> Result<Response, ApiError> {
-    let Some((_, s)) = app.sessions.from_request(cfg, req) else {
+    let Some((_, s)) = app.sessions.of_request(cfg, req) else {
         return login_required(req, &format!("/tools/{}/endpoints", percent_encode(name)));
     };
     let tool = cfg.tools.get(name).ok_or(ApiError::NotFound)?;
@@ -583,11 +587,11 @@ fn env_section(cfg: &Config, i: usize, env: &Value) -> String {
     {
         let id = format!("curl-{i}-{j}");
         rows.push_str(&format!(
-            "<tr>\n<td><span class=\"method\">{m}</span></td>\n<td><code>{url}</code></td>\n\
-             <td><span class=\"access {access}\">{access}</span></td>\n\
-             <td><code id=\"{id}\" class=\"curl\">{curl}</code>\n\
+            "<tr>\n<td><span class=\"method\">{m}</span></td>\n\
+             <td><code class=\"url\">{url}</code>\n<code id=\"{id}\" class=\"curl\">{curl}</code>\n\
              <button type=\"button\" class=\"copy\" data-copy=\"{id}\" hidden>Copy curl command</button>\n\
-             <span id=\"{id}-status\" class=\"copy-status\" aria-live=\"polite\"></span></td>\n</tr>\n",
+             <span id=\"{id}-status\" class=\"copy-status\" aria-live=\"polite\"></span></td>\n\
+             <td><span class=\"access {access}\">{access}</span></td>\n</tr>\n",
             m = text(&ep["Method"]),
             url = text(&ep["Url"]),
             access = text(&ep["Access"]),
@@ -595,13 +599,13 @@ fn env_section(cfg: &Config, i: usize, env: &Value) -> String {
         ));
     }
     if rows.is_empty() {
-        rows = "<tr><td colspan=\"4\">No endpoint triggers.</td></tr>\n".into();
+        rows = "<tr><td colspan=\"3\">No endpoint triggers.</td></tr>\n".into();
     }
     format!(
         "<section class=\"card\" aria-labelledby=\"env-{i}\">\n<h2 id=\"env-{i}\">Environment {name}</h2>\n\
          <p>Public switch: <strong class=\"switch {switch}\">{switch}</strong> — {note}.</p>\n\
-         <table>\n<thead><tr><th scope=\"col\">Method</th><th scope=\"col\">URL</th>\
-         <th scope=\"col\">Access</th><th scope=\"col\">curl</th></tr></thead>\n<tbody>\n{rows}</tbody>\n</table>\n</section>\n",
+         <table>\n<thead><tr><th scope=\"col\">Method</th>\
+         <th scope=\"col\">URL and curl command</th><th scope=\"col\">Access</th></tr></thead>\n<tbody>\n{rows}</tbody>\n</table>\n</section>\n",
         name = text(&env["Name"]),
     )
 }
