@@ -208,7 +208,6 @@ impl Response {
     }
 
     /// Add a header.
-    #[allow(dead_code)] // used by the browser pages
     pub fn with_header(mut self, name: &str, value: impl Into<String>) -> Response {
         self.headers.push((name.to_string(), value.into()));
         self
@@ -312,8 +311,7 @@ pub enum ApiError {
     StorageUnavailable,
     /// trigd is shutting down and accepts no new runs.
     ShuttingDown,
-    /// Too many requests.
-    #[allow(dead_code)] // login throttling and rate limits (later issues)
+    /// Too many requests (failed logins).
     RateLimited {
         /// Seconds for `Retry-After`.
         retry_after: u64,
@@ -326,6 +324,11 @@ pub enum ApiError {
     Forbidden,
     /// A bearer request without a valid User-Agent header.
     UserAgentRequired,
+    /// A state-changing request authenticated by a session cookie that
+    /// carries no proof of coming from a trigd page (CSRF protection).
+    CsrfRejected,
+    /// Wrong user name or password (never says which).
+    LoginFailed,
     /// Request body larger than `max_body_bytes`.
     PayloadTooLarge {
         /// The limit.
@@ -345,8 +348,8 @@ impl ApiError {
             MissingApiKey | InvalidApiKey => 401,
             InvalidProgramId | FunctionRequired { .. } | VariablesMismatch { .. } => 400,
             InvalidParameter { .. } | ValuesMismatch { .. } => 400,
-            Unauthorized => 401,
-            Forbidden | UserAgentRequired => 403,
+            Unauthorized | LoginFailed => 401,
+            Forbidden | UserAgentRequired | CsrfRejected => 403,
             ProgramNotFound | FunctionNotFound { .. } | RunNotFound | NotFound => 404,
             TriggerInactive { .. } | NoActiveTrigger => 409,
             MethodNotAllowed { .. } => 405,
@@ -374,6 +377,8 @@ impl ApiError {
             Unauthorized => "unauthorized",
             Forbidden => "forbidden",
             UserAgentRequired => "user_agent_required",
+            CsrfRejected => "csrf_rejected",
+            LoginFailed => "login_failed",
             InvalidParameter { .. } => "invalid_parameter",
             MethodNotAllowed { .. } => "method_not_allowed",
             RunFailed { .. } => "run_failed",
@@ -412,6 +417,8 @@ impl ApiError {
             Unauthorized => "Authentication required: send 'Authorization: Bearer <application key>' (see your workspace settings, item \"Application Key\") or log in.".into(),
             Forbidden => "These credentials do not belong to a member of this tool's workspace.".into(),
             UserAgentRequired => "Requests with a bearer key must send a User-Agent header (printable ASCII, not empty), e.g. 'User-Agent: my-script/1.0'.".into(),
+            CsrfRejected => "Request refused as possibly cross-site: with a session cookie, a request that changes something must come from a trigd page (same origin) or send the page's X-CSRF-Token header. Scripts should use 'Authorization: Bearer <application key>' instead.".into(),
+            LoginFailed => "Wrong user name or password.".into(),
             MethodNotAllowed { allow } => format!("Method not allowed here; use {}.", allow.join(" or ")),
             RunFailed { step, exit_code, signal, .. } => match (exit_code, signal) {
                 (Some(c), _) => format!("The program failed: step {step} exited with status {c}."),
@@ -423,7 +430,7 @@ impl ApiError {
             Busy { msg, .. } => msg.clone(),
             StorageUnavailable => "The run could not be recorded (state directory not writable or disk full), so it was not started. Retry later.".into(),
             ShuttingDown => "trigd is shutting down and accepts no new runs. Retry shortly.".into(),
-            RateLimited { .. } => "Too many requests. Wait for Retry-After seconds, then retry.".into(),
+            RateLimited { retry_after } => format!("Too many failed attempts. Wait {retry_after} seconds (Retry-After), then try again."),
             RunNotFound => "No run with this id is visible to this API key.".into(),
             PayloadTooLarge { limit } => format!("The request body is larger than the limit of {limit} bytes."),
             NotFound => "Not found.".into(),

@@ -27,9 +27,11 @@ mod reload;
 mod routes;
 mod runner;
 mod server;
+mod sessions;
 mod store;
 mod sys;
 mod tools;
+mod ui;
 
 use std::process::ExitCode;
 

@@ -99,6 +99,15 @@ pub struct Server {
     /// Longest request line (method, URL, version) in bytes; past it 414
     /// (default 8 KiB).
     pub max_url_bytes: usize,
+    /// Mark the session cookie `Secure` (`cookie_secure`, default false;
+    /// also true when `public_url` starts with `https://`).
+    pub cookie_secure: bool,
+    /// A login session ends after this long without a request
+    /// (`session_idle`, default 12h).
+    pub session_idle: Duration,
+    /// A login session ends this long after login, used or not
+    /// (`session_max`, default 7d).
+    pub session_max: Duration,
 }
 
 /// A run-endpoint API key (`[[api_keys]]`). Only its hash is known.

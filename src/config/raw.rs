@@ -58,6 +58,10 @@ pub mod defaults {
     pub const MAX_HEADER_BYTES: usize = 32 << 10;
     /// `max_url_bytes`.
     pub const MAX_URL_BYTES: usize = 8 << 10;
+    /// `session_idle`, in seconds (12 hours).
+    pub const SESSION_IDLE_SECS: u64 = 12 * 3600;
+    /// `session_max`, in seconds (7 days).
+    pub const SESSION_MAX_SECS: u64 = 7 * 86_400;
 }
 
 /// The message for a second webhook trigger on one function.
@@ -129,6 +133,12 @@ pub struct RawServer {
     pub max_header_bytes: Count,
     /// `max_url_bytes`.
     pub max_url_bytes: Count,
+    /// `cookie_secure`, default false (true anyway when `public_url` is https).
+    pub cookie_secure: Option<bool>,
+    /// `session_idle`.
+    pub session_idle: Option<Spanned<RawDuration>>,
+    /// `session_max`.
+    pub session_max: Option<Spanned<RawDuration>>,
 }
 
 /// A duration as written: integer seconds or text like `"1m30s"`.

@@ -351,6 +351,12 @@ fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) -> Ser
         "shutdown_grace",
         defaults::SHUTDOWN_GRACE_SECS,
     );
+    let session_idle = d(
+        &raw.session_idle,
+        "session_idle",
+        defaults::SESSION_IDLE_SECS,
+    );
+    let session_max = d(&raw.session_max, "session_max", defaults::SESSION_MAX_SECS);
     if let Some(url) = &raw.public_url {
         if !(url.get_ref().starts_with("http://") || url.get_ref().starts_with("https://")) {
             errs.at(
@@ -391,6 +397,13 @@ fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) -> Ser
         request_timeout,
         max_header_bytes,
         max_url_bytes,
+        cookie_secure: raw.cookie_secure.unwrap_or(false)
+            || raw
+                .public_url
+                .as_ref()
+                .is_some_and(|u| u.get_ref().starts_with("https://")),
+        session_idle,
+        session_max,
     }
 }
 
