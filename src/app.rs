@@ -1,11 +1,13 @@
 //! `App`: the state shared by every request — the current config snapshot,
-//! its generation, the last reload error, the run store and the runner.
+//! its generation, the last reload error, the run store, the runner and the
+//! rate limits.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use crate::appkeys::AppKeys;
 use crate::config::Config;
+use crate::ratelimit::RateLimits;
 use crate::runner::Runner;
 use crate::store::RunStore;
 
@@ -23,6 +25,8 @@ pub struct App {
     pub runner: Arc<Runner>,
     /// Set once shutdown starts: workers stop taking requests.
     pub closing: AtomicBool,
+    /// Failed-authentication and per-key rate limits.
+    pub limits: RateLimits,
 }
 
 impl App {
@@ -38,6 +42,7 @@ impl App {
             store,
             runner,
             closing: AtomicBool::new(false),
+            limits: RateLimits::default(),
         }
     }
 

@@ -11,6 +11,7 @@ use sha2::{Digest, Sha256};
 use crate::app::App;
 use crate::config::{ApiKey, Config};
 use crate::http::{ApiError, Request};
+use crate::ratelimit;
 
 /// sha256 of `s`.
 pub fn sha256(s: &str) -> [u8; 32] {
@@ -46,18 +47,25 @@ pub fn valid_user_agent(ua: Option<&str>) -> bool {
 /// who it is for the run record (`app_key:<member>`).
 ///
 /// # Errors
-/// 403 `user_agent_required` for a bearer request without a valid
+/// 429 `rate_limited` for an address past its failed authentications
+/// (see `ratelimit`); 403 `user_agent_required` for a bearer request without a valid
 /// User-Agent; 401 `unauthorized` without credentials or with an unknown
 /// key; 403 `forbidden` for a valid key of another workspace or of a user
 /// who is no longer a member.
 pub fn member(app: &App, cfg: &Config, req: &Request, workspace: &str) -> Result<String, ApiError> {
+    let client = ratelimit::client_addr(&cfg.server, req);
+    app.limits.check_client(&cfg.server, client)?;
     let Some(token) = req.bearer() else {
         return Err(ApiError::Unauthorized);
     };
     if !valid_user_agent(req.header("user-agent")) {
         return Err(ApiError::UserAgentRequired);
     }
-    let info = app.app_keys.lookup(token).ok_or(ApiError::Unauthorized)?;
+    let failed = || {
+        app.limits.failed(&cfg.server, client); // a bad key counts against the address
+        ApiError::Unauthorized
+    };
+    let info = app.app_keys.lookup(token).ok_or_else(failed)?;
     let is_member = cfg
         .workspaces
         .get(workspace)

@@ -311,8 +311,8 @@ pub enum ApiError {
     StorageUnavailable,
     /// trigd is shutting down and accepts no new runs.
     ShuttingDown,
-    /// Too many requests.
-    #[allow(dead_code)] // login throttling and rate limits (later issues)
+    /// Too many requests (failed authentications of an address, or a key's
+    /// `rate_per_minute`).
     RateLimited {
         /// Seconds for `Retry-After`.
         retry_after: u64,

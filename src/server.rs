@@ -41,6 +41,13 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
         addr: addr.clone(),
         source,
     })?;
+    if !local.ip().is_loopback() {
+        log::warn!(
+            "listening on {local}, a non-loopback address, without TLS: API keys, passwords \
+             and results cross the network in clear. Put a TLS-terminating proxy in front \
+             (and list it in [server] trusted_proxies) or listen on 127.0.0.1."
+        );
+    }
     let state_dir = cfg.server.state_dir.clone();
     let store =
         RunStore::open(&state_dir, cfg.server.run_retention).map_err(|source| Error::Io {
