@@ -325,6 +325,8 @@ pub enum ApiError {
     Forbidden,
     /// A bearer request without a valid User-Agent header.
     UserAgentRequired,
+    /// The client stopped sending the request body before `request_timeout`.
+    RequestTimeout,
     /// Request body larger than `max_body_bytes`.
     PayloadTooLarge {
         /// The limit.
@@ -349,6 +351,7 @@ impl ApiError {
             ProgramNotFound | FunctionNotFound { .. } | RunNotFound | NotFound => 404,
             TriggerInactive { .. } | NoActiveTrigger => 409,
             MethodNotAllowed { .. } => 405,
+            RequestTimeout => 408,
             PayloadTooLarge { .. } => 413,
             RateLimited { .. } => 429,
             RunFailed { .. } | Internal => 500,
@@ -383,6 +386,7 @@ impl ApiError {
             ShuttingDown => "shutting_down",
             RateLimited { .. } => "rate_limited",
             RunNotFound => "run_not_found",
+            RequestTimeout => "request_timeout",
             PayloadTooLarge { .. } => "payload_too_large",
             NotFound => "not_found",
             Internal => "internal_error",
@@ -423,6 +427,7 @@ impl ApiError {
             ShuttingDown => "trigd is shutting down and accepts no new runs. Retry shortly.".into(),
             RateLimited { .. } => "Too many requests. Wait for Retry-After seconds, then retry.".into(),
             RunNotFound => "No run with this id is visible to this API key.".into(),
+            RequestTimeout => "The request was not received in time (request_timeout); send the whole body promptly.".into(),
             PayloadTooLarge { limit } => format!("The request body is larger than the limit of {limit} bytes."),
             NotFound => "Not found.".into(),
             Internal => "Internal error. The server log has the details.".into(),

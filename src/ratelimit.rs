@@ -85,8 +85,13 @@ impl<K: Hash + Eq + Clone> Windows<K> {
             return count;
         }
         self.make_room(now);
-        self.map
-            .insert(key.clone(), Window { start: now, count: 1 });
+        self.map.insert(
+            key.clone(),
+            Window {
+                start: now,
+                count: 1,
+            },
+        );
         1
     }
 
@@ -288,7 +293,10 @@ mod tests {
             w.hit(&k, t0);
         }
         assert_eq!(w.blocked(&k, 3, t0), Some(60));
-        assert_eq!(w.blocked(&k, 3, t0 + Duration::from_millis(59_500)), Some(1));
+        assert_eq!(
+            w.blocked(&k, 3, t0 + Duration::from_millis(59_500)),
+            Some(1)
+        );
         assert_eq!(w.blocked(&ip("10.0.0.2"), 3, t0), None);
         assert_eq!(w.blocked(&k, 3, t0 + WINDOW), None);
         assert_eq!(w.hit(&k, t0 + WINDOW), 1, "a new window starts at 1");
@@ -337,19 +345,34 @@ mod tests {
         let trusted = [ip("127.0.0.1"), ip("10.0.0.5")];
         // Untrusted peer: its header is ignored.
         let r = req("192.0.2.1", &["203.0.113.9"]);
-        assert_eq!(forwarded_client(ip("192.0.2.1"), &trusted, &r), ip("192.0.2.1"));
+        assert_eq!(
+            forwarded_client(ip("192.0.2.1"), &trusted, &r),
+            ip("192.0.2.1")
+        );
         // Trusted peer: right-most untrusted entry; a spoofed left part is ignored.
         let r = req("127.0.0.1", &["6.6.6.6, 203.0.113.9", "10.0.0.5"]);
-        assert_eq!(forwarded_client(ip("127.0.0.1"), &trusted, &r), ip("203.0.113.9"));
+        assert_eq!(
+            forwarded_client(ip("127.0.0.1"), &trusted, &r),
+            ip("203.0.113.9")
+        );
         // No header: the peer itself.
         let r = req("127.0.0.1", &[]);
-        assert_eq!(forwarded_client(ip("127.0.0.1"), &trusted, &r), ip("127.0.0.1"));
+        assert_eq!(
+            forwarded_client(ip("127.0.0.1"), &trusted, &r),
+            ip("127.0.0.1")
+        );
         // Garbage stops the walk at the last good hop.
         let r = req("127.0.0.1", &["203.0.113.9, bogus, 10.0.0.5"]);
-        assert_eq!(forwarded_client(ip("127.0.0.1"), &trusted, &r), ip("10.0.0.5"));
+        assert_eq!(
+            forwarded_client(ip("127.0.0.1"), &trusted, &r),
+            ip("10.0.0.5")
+        );
         // Ports are tolerated.
         let r = req("127.0.0.1", &["203.0.113.9:5555"]);
-        assert_eq!(forwarded_client(ip("127.0.0.1"), &trusted, &r), ip("203.0.113.9"));
+        assert_eq!(
+            forwarded_client(ip("127.0.0.1"), &trusted, &r),
+            ip("203.0.113.9")
+        );
     }
 
     #[test]

@@ -199,9 +199,12 @@ fn read_request(rq: &mut tiny_http::Request, max_body: usize) -> Result<Request,
     rq.as_reader()
         .take(max_body as u64 + 1)
         .read_to_end(&mut body)
-        .map_err(|_| ApiError::InvalidParameter {
-            name: "body".into(),
-            msg: "The request body could not be read.".into(),
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => ApiError::RequestTimeout,
+            _ => ApiError::InvalidParameter {
+                name: "body".into(),
+                msg: format!("The request body could not be read: {e}."),
+            },
         })?;
     if body.len() > max_body {
         return Err(ApiError::PayloadTooLarge { limit: max_body });

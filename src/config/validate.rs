@@ -354,11 +354,7 @@ fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) -> Ser
 }
 
 /// `trusted_proxies`: each an IP address.
-fn trusted_proxies(
-    src: &Src,
-    raw: &[Spanned<String>],
-    errs: &mut Errors,
-) -> Vec<std::net::IpAddr> {
+fn trusted_proxies(src: &Src, raw: &[Spanned<String>], errs: &mut Errors) -> Vec<std::net::IpAddr> {
     let mut out = Vec::new();
     for (i, p) in raw.iter().enumerate() {
         match p.get_ref().trim().parse::<std::net::IpAddr>() {
@@ -848,8 +844,7 @@ fn identity(
             raw::RawId::Name(name) => {
                 let gid = crate::sys::group_by_name(name);
                 if gid.is_none() {
-                    let msg =
-                        format!("no group \"{name}\" in the group database of this system");
+                    let msg = format!("no group \"{name}\" in the group database of this system");
                     errs.at(src, g.span(), format!("{key}.group"), msg);
                 }
                 gid
