@@ -1,12 +1,13 @@
 //! `App`: the state shared by every request — the current config snapshot,
 //! its generation, the last reload error, the run store, the runner,
-//! application keys and browser sessions.
+//! application keys, browser sessions and rate limits.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use crate::appkeys::AppKeys;
 use crate::config::Config;
+use crate::ratelimit::RateLimits;
 use crate::runner::Runner;
 use crate::sessions::{Sessions, Throttle};
 use crate::store::RunStore;
@@ -29,6 +30,8 @@ pub struct App {
     pub runner: Arc<Runner>,
     /// Set once shutdown starts: workers stop taking requests.
     pub closing: AtomicBool,
+    /// Failed-authentication and per-key rate limits.
+    pub limits: RateLimits,
 }
 
 impl App {
@@ -47,6 +50,7 @@ impl App {
             store,
             runner,
             closing: AtomicBool::new(false),
+            limits: RateLimits::default(),
         }
     }
 

@@ -19,6 +19,7 @@ use sha2::{Digest, Sha256};
 use crate::app::App;
 use crate::config::{ApiKey, Config};
 use crate::http::{ApiError, Request};
+use crate::ratelimit;
 use crate::sessions;
 
 /// sha256 of `s`.
@@ -81,17 +82,21 @@ pub fn member(app: &App, cfg: &Config, req: &Request, workspace: &str) -> Result
 /// `Authorization: Bearer` header is present, else the session cookie.
 ///
 /// # Errors
-/// 403 `user_agent_required` for a bearer request without a valid
-/// User-Agent; 401 `unauthorized` without credentials, with an unknown key
-/// or an expired session; 403 `forbidden` for valid credentials of someone
-/// who is not a member; 403 `csrf_rejected` for a cookie-authenticated
-/// request other than GET/HEAD without CSRF proof (see the module doc).
+/// 429 `rate_limited` for an address past its failed authentications
+/// (see `ratelimit`); 403 `user_agent_required` for a bearer request
+/// without a valid User-Agent; 401 `unauthorized` without credentials, with
+/// an unknown key or an expired session; 403 `forbidden` for valid
+/// credentials of someone who is not a member; 403 `csrf_rejected` for a
+/// cookie-authenticated request other than GET/HEAD without CSRF proof (see
+/// the module doc).
 pub fn authenticate(
     app: &App,
     cfg: &Config,
     req: &Request,
     workspace: &str,
 ) -> Result<Member, ApiError> {
+    let client = ratelimit::client_addr(&cfg.server, req);
+    app.limits.check_client(&cfg.server, client)?;
     let is_member = |user: &str| {
         cfg.workspaces
             .get(workspace)
@@ -121,7 +126,11 @@ pub fn authenticate(
     if !valid_user_agent(req.header("user-agent")) {
         return Err(ApiError::UserAgentRequired);
     }
-    let info = app.app_keys.lookup(token).ok_or(ApiError::Unauthorized)?;
+    let failed = || {
+        app.limits.failed(&cfg.server, client); // a bad key counts against the address
+        ApiError::Unauthorized
+    };
+    let info = app.app_keys.lookup(token).ok_or_else(failed)?;
     if info.workspace != workspace || !is_member(&info.member) {
         return Err(ApiError::Forbidden);
     }

@@ -311,7 +311,8 @@ pub enum ApiError {
     StorageUnavailable,
     /// trigd is shutting down and accepts no new runs.
     ShuttingDown,
-    /// Too many requests (failed logins).
+    /// Too many requests (failed logins, failed authentications of an
+    /// address, or a key's `rate_per_minute`).
     RateLimited {
         /// Seconds for `Retry-After`.
         retry_after: u64,
@@ -329,6 +330,8 @@ pub enum ApiError {
     CsrfRejected,
     /// Wrong user name or password (never says which).
     LoginFailed,
+    /// The client stopped sending the request body before `request_timeout`.
+    RequestTimeout,
     /// Request body larger than `max_body_bytes`.
     PayloadTooLarge {
         /// The limit.
@@ -353,6 +356,7 @@ impl ApiError {
             ProgramNotFound | FunctionNotFound { .. } | RunNotFound | NotFound => 404,
             TriggerInactive { .. } | NoActiveTrigger => 409,
             MethodNotAllowed { .. } => 405,
+            RequestTimeout => 408,
             PayloadTooLarge { .. } => 413,
             RateLimited { .. } => 429,
             RunFailed { .. } | Internal => 500,
@@ -389,6 +393,7 @@ impl ApiError {
             ShuttingDown => "shutting_down",
             RateLimited { .. } => "rate_limited",
             RunNotFound => "run_not_found",
+            RequestTimeout => "request_timeout",
             PayloadTooLarge { .. } => "payload_too_large",
             NotFound => "not_found",
             Internal => "internal_error",
@@ -432,6 +437,7 @@ impl ApiError {
             ShuttingDown => "trigd is shutting down and accepts no new runs. Retry shortly.".into(),
             RateLimited { retry_after } => format!("Too many failed attempts. Wait {retry_after} seconds (Retry-After), then try again."),
             RunNotFound => "No run with this id is visible to this API key.".into(),
+            RequestTimeout => "The request was not received in time (request_timeout); send the whole body promptly.".into(),
             PayloadTooLarge { limit } => format!("The request body is larger than the limit of {limit} bytes."),
             NotFound => "Not found.".into(),
             Internal => "Internal error. The server log has the details.".into(),

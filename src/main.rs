@@ -9,7 +9,8 @@
 //! validates; `server` owns the listener and workers; `routes` is the URL
 //! table; `api` is the run endpoint; `runner` is where a run starts
 //! (`runner::step` executes it); `store` is the run log; `auth` checks keys;
-//! `sys` holds the only `unsafe` code.
+//! `ratelimit` throttles failed authentication and busy keys; `sys` holds
+//! the only `unsafe` code.
 #![deny(unsafe_code)]
 
 mod api;
@@ -23,6 +24,7 @@ mod error;
 mod http;
 mod logging;
 mod metrics;
+mod ratelimit;
 mod reload;
 mod routes;
 mod runner;

@@ -43,6 +43,13 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
         addr: addr.clone(),
         source,
     })?;
+    if !local.ip().is_loopback() {
+        log::warn!(
+            "listening on {local}, a non-loopback address, without TLS: API keys, passwords \
+             and results cross the network in clear. Put a TLS-terminating proxy in front \
+             (and list it in [server] trusted_proxies) or listen on 127.0.0.1."
+        );
+    }
     let state_dir = cfg.server.state_dir.clone();
     let store =
         RunStore::open(&state_dir, cfg.server.run_retention).map_err(|source| Error::Io {
@@ -215,9 +222,12 @@ fn read_request(rq: &mut tiny_http::Request, max_body: usize) -> Result<Request,
     rq.as_reader()
         .take(max_body as u64 + 1)
         .read_to_end(&mut body)
-        .map_err(|_| ApiError::InvalidParameter {
-            name: "body".into(),
-            msg: "The request body could not be read.".into(),
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => ApiError::RequestTimeout,
+            _ => ApiError::InvalidParameter {
+                name: "body".into(),
+                msg: format!("The request body could not be read: {e}."),
+            },
         })?;
     if body.len() > max_body {
         return Err(ApiError::PayloadTooLarge { limit: max_body });

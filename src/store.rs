@@ -172,12 +172,16 @@ impl RunStore {
     /// it is on disk.
     ///
     /// # Errors
-    /// The write or the sync failed (disk full, state dir gone); a partial
+    /// The write or the sync failed (disk full, state dir gone or replaced:
+    /// checked before a durable append); a partial
     /// line is cut off again so the log stays readable.
     pub fn append(&self, rec: &RunRecord, durable: bool) -> io::Result<()> {
         let line = to_line(rec);
         let (seq, compact) = {
             let mut log = lock(&self.log);
+            if durable {
+                self.check_path(&log.file)?;
+            }
             let offset = log.len;
             if let Err(e) = log.file.write_all(&line) {
                 let _ = log.file.set_len(offset);
@@ -203,6 +207,26 @@ impl RunStore {
             self.compact()?;
         }
         Ok(())
+    }
+
+    /// Fail unless `runs.log` in the state dir is still the file we write:
+    /// when the state dir was removed or replaced, lines written to the old
+    /// file would be lost at the next start, so an accepted run could not
+    /// be shown after a restart.
+    fn check_path(&self, file: &File) -> io::Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        let ours = file.metadata()?;
+        let gone = |why: String| {
+            io::Error::other(format!(
+                "{} {why}; restart trigd once the state dir is back",
+                self.path.display()
+            ))
+        };
+        match fs::metadata(&self.path) {
+            Ok(m) if m.dev() == ours.dev() && m.ino() == ours.ino() => Ok(()),
+            Ok(_) => Err(gone("was replaced by another file".into())),
+            Err(e) => Err(gone(format!("cannot be reached any more ({e})"))),
+        }
     }
 
     /// Make every line up to `seq` durable; one fdatasync serves everyone

@@ -108,6 +108,12 @@ pub struct Server {
     /// A login session ends this long after login, used or not
     /// (`session_max`, default 7d).
     pub session_max: Duration,
+    /// Failed authentications per client address and minute before its
+    /// requests get 429 for the rest of the minute (default 30; 0: off).
+    pub auth_failures_per_minute: usize,
+    /// Peers whose `X-Forwarded-For` header is believed when deciding the
+    /// client address (default none).
+    pub trusted_proxies: Vec<std::net::IpAddr>,
 }
 
 /// A run-endpoint API key (`[[api_keys]]`). Only its hash is known.
@@ -119,6 +125,9 @@ pub struct ApiKey {
     pub workspace: Option<String>,
     /// When set, the key reaches only these program ids.
     pub programs: Option<BTreeSet<u64>>,
+    /// Requests per minute this key may make (`rate_per_minute`); `None`:
+    /// unlimited.
+    pub rate_per_minute: Option<u64>,
 }
 
 impl ApiKey {
@@ -184,6 +193,12 @@ pub struct Function {
     pub concurrency: Option<usize>,
     /// The webhook trigger, at most one.
     pub webhook: Option<Webhook>,
+    /// Numeric uid to run the steps as (`user`, resolved at load time);
+    /// `None`: trigd's own.
+    pub user: Option<u32>,
+    /// Numeric gid to run the steps as (`group`, or the primary group of
+    /// `user`); `None`: trigd's own.
+    pub group: Option<u32>,
 }
 
 impl Function {

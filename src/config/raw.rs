@@ -62,6 +62,8 @@ pub mod defaults {
     pub const SESSION_IDLE_SECS: u64 = 12 * 3600;
     /// `session_max`, in seconds (7 days).
     pub const SESSION_MAX_SECS: u64 = 7 * 86_400;
+    /// `auth_failures_per_minute` (0 turns the limit off).
+    pub const AUTH_FAILURES_PER_MINUTE: usize = 30;
 }
 
 /// The message for a second webhook trigger on one function.
@@ -139,6 +141,11 @@ pub struct RawServer {
     pub session_idle: Option<Spanned<RawDuration>>,
     /// `session_max`.
     pub session_max: Option<Spanned<RawDuration>>,
+    /// `auth_failures_per_minute`.
+    pub auth_failures_per_minute: Count,
+    /// `trusted_proxies`: IP addresses whose `X-Forwarded-For` is believed.
+    #[serde(default)]
+    pub trusted_proxies: Vec<Spanned<String>>,
 }
 
 /// A duration as written: integer seconds or text like `"1m30s"`.
@@ -172,6 +179,37 @@ impl<'de> Deserialize<'de> for RawDuration {
     }
 }
 
+/// A user or group as written: a name or a numeric id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RawId {
+    /// A numeric id.
+    Id(i64),
+    /// A name, looked up in the system's user or group database.
+    Name(String),
+}
+
+impl<'de> Deserialize<'de> for RawId {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = RawId;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a name or a numeric id")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<RawId, E> {
+                Ok(RawId::Id(v))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<RawId, E> {
+                Ok(RawId::Id(i64::try_from(v).unwrap_or(i64::MAX)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawId, E> {
+                Ok(RawId::Name(v.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
 /// `[[api_keys]]`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -184,6 +222,8 @@ pub struct RawApiKey {
     pub workspace: Option<Spanned<String>>,
     /// `programs`.
     pub programs: Option<Vec<Spanned<i64>>>,
+    /// `rate_per_minute`, >= 1; unset: unlimited.
+    pub rate_per_minute: Count,
 }
 
 /// `[[users]]`.
@@ -288,6 +328,10 @@ pub struct RawFunction {
     pub workdir: Option<String>,
     /// `concurrency`, >= 1.
     pub concurrency: Option<Spanned<i64>>,
+    /// `user`: name or numeric uid to run the steps as (trigd as root).
+    pub user: Option<Spanned<RawId>>,
+    /// `group`: name or numeric gid to run the steps as (trigd as root).
+    pub group: Option<Spanned<RawId>>,
     /// `[functions.webhook]`.
     pub webhook: Option<Spanned<WebhookSlot>>,
 }

@@ -87,6 +87,8 @@ impl Default for HeadLimits {
 struct Deadline {
     armed: Option<Duration>,
     at: Option<Instant>,
+    /// (trigd patch) some byte of the current request has arrived
+    started: bool,
 }
 
 /// (trigd patch) A reader that fails with `TimedOut` once the deadline of
@@ -103,12 +105,35 @@ impl<R: Read> Read for DeadlineReader<R> {
             let mut d = self.deadline.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(t) = d.armed.take() {
                 d.at = Some(Instant::now() + t);
+                d.started = false;
             }
             if d.at.is_some_and(|at| Instant::now() >= at) {
                 return Err(IoError::new(ErrorKind::TimedOut, "request took too long"));
             }
         }
-        self.inner.read(buf)
+        match self.inner.read(buf) {
+            Ok(n) => {
+                if n > 0 {
+                    let mut d = self.deadline.lock().unwrap_or_else(|e| e.into_inner());
+                    d.started = true;
+                }
+                Ok(n)
+            }
+            // (trigd patch) the socket timeout fired (EAGAIN) in the middle
+            //  of a request: report it as the request's timeout, so the
+            //  client gets 408 instead of a silent close. An idle
+            //  keep-alive connection (nothing of a request yet) still
+            //  closes silently.
+            Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::TimedOut => {
+                let d = self.deadline.lock().unwrap_or_else(|e| e.into_inner());
+                if d.started {
+                    Err(IoError::new(ErrorKind::TimedOut, "request took too long"))
+                } else {
+                    Err(e)
+                }
+            }
+            Err(e) => Err(e),
+        }
     }
 }
 

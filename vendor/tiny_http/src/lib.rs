@@ -403,7 +403,7 @@ impl Server {
                             let _ = tcp.set_nodelay(true);
                         }
                         use util::RefinedTcpStream;
-                        let (read_closable, write_closable) = match ssl {
+                        let halves = match ssl {
                             None => RefinedTcpStream::new(sock),
                             #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
                             Some(ref ssl) => {
@@ -419,8 +419,11 @@ impl Server {
                             #[cfg(not(any(feature = "ssl-openssl", feature = "ssl-rustls")))]
                             Some(ref _ssl) => unreachable!(),
                         };
-
-                        Ok(ClientConnection::new(write_closable, read_closable, limits.head))
+                        // (trigd patch) duplicating the socket can fail
+                        //  (EMFILE): drop this connection, keep accepting
+                        halves.map(|(read_closable, write_closable)| {
+                            ClientConnection::new(write_closable, read_closable, limits.head)
+                        })
                     }
                     Err(e) => Err(e),
                 };
