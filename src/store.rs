@@ -325,23 +325,7 @@ fn read_log(path: &Path) -> io::Result<Vec<RunRecord>> {
 
 /// Atomically replace the log with `lines` and open it for appending.
 fn rewrite(path: &Path, lines: &[Vec<u8>]) -> io::Result<Log> {
-    let tmp = path.with_extension("log.tmp");
-    {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        for l in lines {
-            f.write_all(l)?;
-        }
-        f.sync_all()?;
-    }
-    fs::rename(&tmp, path)?;
-    if let Some(dir) = path.parent() {
-        File::open(dir)?.sync_all()?;
-    }
+    write_atomic(path, lines.iter().map(Vec::as_slice))?;
     let file = OpenOptions::new().read(true).append(true).open(path)?;
     let mut index = HashMap::new();
     let mut order = VecDeque::new();
@@ -368,6 +352,38 @@ fn rewrite(path: &Path, lines: &[Vec<u8>]) -> io::Result<Log> {
         lines: lines.len(),
         seq: 0,
     })
+}
+
+/// Replace the file at `path` with `chunks`, atomically and durably: write a
+/// temp file (mode 0600) beside it, fsync it, rename it over `path`, fsync
+/// the directory. A crash leaves either the old file or the new one. The
+/// state dir is created if needed.
+///
+/// # Errors
+/// Any step failed; `path` is then unchanged.
+pub fn write_atomic<'a>(path: &Path, chunks: impl IntoIterator<Item = &'a [u8]>) -> io::Result<()> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    fs::create_dir_all(dir)?;
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        for chunk in chunks {
+            f.write_all(chunk)?;
+        }
+        f.sync_all()?;
+    }
+    fs::rename(&tmp, path)?;
+    File::open(dir)?.sync_all()
 }
 
 /// Now as RFC 3339 UTC with milliseconds, e.g. `2026-11-22T04:14:00.123Z`.
