@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, OpenOptions};
-use std::io;
+use std::io::{self, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
@@ -161,7 +161,7 @@ fn read_file(path: &Path) -> io::Result<BTreeMap<String, KeyInfo>> {
 /// Replace the file atomically (see `store::write_atomic`), mode 0600.
 fn write_file(path: &Path, all: &BTreeMap<String, KeyInfo>) -> io::Result<()> {
     let bytes = serde_json::to_vec_pretty(all).map_err(io::Error::other)?;
-    crate::store::write_atomic(path, [bytes.as_slice()])
+    crate::store::write_atomic(path, |f| f.write_all(&bytes))
 }
 
 #[cfg(test)]

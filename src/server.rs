@@ -36,6 +36,8 @@ use crate::sys::{self, Signal};
 /// The config does not load, the address cannot be bound, or the state dir
 /// cannot be opened.
 pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
+    let cores = thread::available_parallelism().map_or(2, |n| n.get());
+    sys::limit_malloc_arenas(cores.max(2));
     let cfg = config::load(config_path).map_err(Error::Config)?;
     let addr = listen.unwrap_or_else(|| cfg.server.listen.clone());
     let listener = bind(&addr)?;

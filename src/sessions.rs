@@ -21,7 +21,7 @@
 
 use std::collections::HashMap;
 use std::fs;
-use std::io;
+use std::io::{self, Write};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
@@ -210,7 +210,7 @@ fn now_ms() -> u64 {
 /// Replace the file atomically (see `store::write_atomic`), mode 0600.
 fn write_file(path: &Path, all: &HashMap<String, Record>) -> io::Result<()> {
     let bytes = serde_json::to_vec(all).map_err(io::Error::other)?;
-    crate::store::write_atomic(path, [bytes.as_slice()])
+    crate::store::write_atomic(path, |f| f.write_all(&bytes))
 }
 
 // ---------------------------------------------------------------------------

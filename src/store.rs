@@ -26,6 +26,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::sys;
+
 /// The states of a run (SPEC §3.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -108,13 +110,24 @@ struct Entry {
     program: u64,
 }
 
+/// A run id as stored in the index: the 16 bytes its 32 hex digits spell
+/// (no heap allocation per run).
+type RunId = [u8; 16];
+
+/// The index key of `id`, if it is a run id (32 hex digits).
+fn run_id(id: &str) -> Option<RunId> {
+    let mut out = [0u8; 16];
+    hex::decode_to_slice(id, &mut out).ok()?;
+    Some(out)
+}
+
 /// The open log and its index; behind one mutex.
 struct Log {
     file: File,
     len: u64,
-    index: HashMap<String, Entry>,
+    index: HashMap<RunId, Entry>,
     /// Run ids oldest first, for retention.
-    order: VecDeque<String>,
+    order: VecDeque<RunId>,
     /// Lines in the file (compaction trigger).
     lines: usize,
     /// Sequence number of the last line written.
@@ -154,8 +167,21 @@ impl RunStore {
             r.error = Some("trigd stopped before the run finished".into());
         }
         let keep = records.len().saturating_sub(retention.max(1));
-        let lines: Vec<Vec<u8>> = records[keep..].iter().map(to_line).collect();
-        let log = rewrite(&path, &lines)?;
+        let lines: Vec<(RunId, u64, Vec<u8>)> = records[keep..]
+            .iter()
+            .filter_map(|r| Some((run_id(&r.run)?, r.program, to_line(r))))
+            .collect();
+        drop(records);
+        let log = rewrite(&path, lines.len(), |f| {
+            let mut entries = Vec::with_capacity(lines.len());
+            for (id, program, line) in &lines {
+                f.write_all(line)?;
+                entries.push((*id, *program, line.len()));
+            }
+            Ok(entries)
+        })?;
+        drop(lines);
+        sys::trim_heap();
         let sync = Sync {
             file: log.file.try_clone()?,
             synced: 0,
@@ -195,8 +221,10 @@ impl RunStore {
                 len: line.len() as u32,
                 program: rec.program,
             };
-            if log.index.insert(rec.run.clone(), entry).is_none() {
-                log.order.push_back(rec.run.clone());
+            if let Some(id) = run_id(&rec.run) {
+                if log.index.insert(id, entry).is_none() {
+                    log.order.push_back(id);
+                }
             }
             (log.seq, log.lines > 2 * self.retention + 64)
         };
@@ -242,7 +270,9 @@ impl RunStore {
         Ok(())
     }
 
-    /// Rewrite the log with the newest `retention` runs.
+    /// Rewrite the log with the newest `retention` runs, streaming each
+    /// kept line from the old file to the new one (nothing is re-parsed and
+    /// at most one line is in memory), then give freed memory back.
     fn compact(&self) -> io::Result<()> {
         let mut s = lock(&self.sync);
         let mut log = lock(&self.log);
@@ -251,26 +281,33 @@ impl RunStore {
                 log.index.remove(&id);
             }
         }
-        let mut lines = Vec::with_capacity(log.order.len());
-        for id in &log.order {
-            let e = log.index[id];
-            let mut buf = vec![0; e.len as usize];
-            log.file.read_exact_at(&mut buf, e.offset)?;
-            lines.push(buf);
-        }
-        let new = rewrite(&self.path, &lines)?;
+        let kept: Vec<(RunId, Entry)> = log.order.iter().map(|id| (*id, log.index[id])).collect();
+        let old = &log.file;
+        let new = rewrite(&self.path, kept.len(), |f| {
+            let mut buf = Vec::new();
+            let mut entries = Vec::with_capacity(kept.len());
+            for (id, e) in &kept {
+                buf.resize(e.len as usize, 0);
+                old.read_exact_at(&mut buf, e.offset)?;
+                f.write_all(&buf)?;
+                entries.push((*id, e.program, buf.len()));
+            }
+            Ok(entries)
+        })?;
         // The rewrite is synced: everything written so far is on disk.
         let seq = log.seq;
         s.file = new.file.try_clone()?;
         s.synced = seq;
         *log = Log { seq, ..new };
+        drop(log);
+        sys::trim_heap();
         Ok(())
     }
 
     /// The record of run `id`, if it is known.
     pub fn get(&self, id: &str) -> Option<RunRecord> {
         let log = lock(&self.log);
-        let e = *log.index.get(id)?;
+        let e = *log.index.get(&run_id(id)?)?;
         let mut buf = vec![0; e.len as usize];
         log.file.read_exact_at(&mut buf, e.offset).ok()?;
         serde_json::from_slice(&buf).ok()
@@ -278,7 +315,7 @@ impl RunStore {
 
     /// The program id of run `id`, without reading the record.
     pub fn program_of(&self, id: &str) -> Option<u64> {
-        lock(&self.log).index.get(id).map(|e| e.program)
+        lock(&self.log).index.get(&run_id(id)?).map(|e| e.program)
     }
 
     /// How many runs the log knows.
@@ -323,45 +360,55 @@ fn read_log(path: &Path) -> io::Result<Vec<RunRecord>> {
     Ok(records.into_iter().flatten().collect())
 }
 
-/// Atomically replace the log with `lines` and open it for appending.
-fn rewrite(path: &Path, lines: &[Vec<u8>]) -> io::Result<Log> {
-    write_atomic(path, lines.iter().map(Vec::as_slice))?;
+/// Atomically replace the log with what `write` writes, and open it for
+/// appending. `write` returns, in file order, each line's run id, program
+/// and length, from which the index is built.
+fn rewrite(
+    path: &Path,
+    capacity: usize,
+    write: impl FnOnce(&mut File) -> io::Result<Vec<(RunId, u64, usize)>>,
+) -> io::Result<Log> {
+    let mut entries = Vec::new();
+    write_atomic(path, |f| {
+        entries = write(f)?;
+        Ok(())
+    })?;
     let file = OpenOptions::new().read(true).append(true).open(path)?;
-    let mut index = HashMap::new();
-    let mut order = VecDeque::new();
+    let mut index = HashMap::with_capacity(capacity);
+    let mut order = VecDeque::with_capacity(capacity);
     let mut offset = 0u64;
-    for l in lines {
-        if let Ok(rec) = serde_json::from_slice::<RunRecord>(l) {
-            index.insert(
-                rec.run.clone(),
-                Entry {
-                    offset,
-                    len: l.len() as u32,
-                    program: rec.program,
-                },
-            );
-            order.push_back(rec.run);
-        }
-        offset += l.len() as u64;
+    for (id, program, len) in &entries {
+        let entry = Entry {
+            offset,
+            len: *len as u32,
+            program: *program,
+        };
+        index.insert(*id, entry);
+        order.push_back(*id);
+        offset += *len as u64;
     }
     Ok(Log {
         file,
         len: offset,
         index,
         order,
-        lines: lines.len(),
+        lines: entries.len(),
         seq: 0,
     })
 }
 
-/// Replace the file at `path` with `chunks`, atomically and durably: write a
+/// Replace the file at `path` with what `write` writes, atomically and
+/// durably: write a
 /// temp file (mode 0600) beside it, fsync it, rename it over `path`, fsync
 /// the directory. A crash leaves either the old file or the new one. The
 /// state dir is created if needed.
 ///
 /// # Errors
 /// Any step failed; `path` is then unchanged.
-pub fn write_atomic<'a>(path: &Path, chunks: impl IntoIterator<Item = &'a [u8]>) -> io::Result<()> {
+pub fn write_atomic(
+    path: &Path,
+    write: impl FnOnce(&mut File) -> io::Result<()>,
+) -> io::Result<()> {
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
@@ -377,9 +424,7 @@ pub fn write_atomic<'a>(path: &Path, chunks: impl IntoIterator<Item = &'a [u8]>)
             .truncate(true)
             .mode(0o600)
             .open(&tmp)?;
-        for chunk in chunks {
-            f.write_all(chunk)?;
-        }
+        write(&mut f)?;
         f.sync_all()?;
     }
     fs::rename(&tmp, path)?;
@@ -431,9 +476,14 @@ mod tests {
         d
     }
 
-    fn rec(id: &str, state: RunState) -> RunRecord {
+    /// A run id (32 hex digits) made from a short test name.
+    fn id(name: &str) -> String {
+        format!("{:0>32}", hex::encode(name))
+    }
+
+    fn rec(name: &str, state: RunState) -> RunRecord {
         RunRecord {
-            run: id.into(),
+            run: id(name),
             state,
             program: 1,
             function: "f".into(),
@@ -466,11 +516,14 @@ mod tests {
         let mut done = rec("a", RunState::Finished);
         done.result = Some(serde_json::json!(["ok"]));
         s.append(&done, false).unwrap();
-        assert_eq!(s.get("a").unwrap().state, RunState::Finished);
+        assert_eq!(s.get(&id("a")).unwrap().state, RunState::Finished);
         drop(s);
         let s = RunStore::open(&d, 100).unwrap();
-        assert_eq!(s.get("a").unwrap().result, Some(serde_json::json!(["ok"])));
-        assert_eq!(s.get("b").unwrap().state, RunState::Interrupted);
+        assert_eq!(
+            s.get(&id("a")).unwrap().result,
+            Some(serde_json::json!(["ok"]))
+        );
+        assert_eq!(s.get(&id("b")).unwrap().state, RunState::Interrupted);
         assert_eq!(s.len(), 2);
     }
 
@@ -486,13 +539,13 @@ mod tests {
             .unwrap();
         f.write_all(b"{\"Run\":\"b\",\"Sta").unwrap();
         let s = RunStore::open(&d, 100).unwrap();
-        assert!(s.get("a").is_some());
-        assert!(s.get("b").is_none());
+        assert!(s.get(&id("a")).is_some());
+        assert!(s.get(&id("b")).is_none());
         s.append(&rec("c", RunState::Finished), true).unwrap();
         drop(s);
         let s = RunStore::open(&d, 100).unwrap();
         assert!(
-            s.get("c").is_some(),
+            s.get(&id("c")).is_some(),
             "a line after a torn one must stay readable"
         );
     }
@@ -506,8 +559,8 @@ mod tests {
                 .unwrap();
         }
         assert!(s.len() <= 2 * 10 + 64 + 1, "{}", s.len());
-        assert!(s.get("r199").is_some());
-        assert!(s.get("r0").is_none());
+        assert!(s.get(&id("r199")).is_some());
+        assert!(s.get(&id("r0")).is_none());
         let lines = fs::read_to_string(d.join("runs.log"))
             .unwrap()
             .lines()
