@@ -1,11 +1,83 @@
 //! trigd: run user-defined programs over HTTP.
+//!
+//! One binary that reads `config.toml` and `programs/*.toml`, serves HTTP
+//! with a fixed pool of threads (tiny_http), and runs the configured programs
+//! as real child processes, synchronously or on a detached thread. See
+//! README.md for the operator's guide.
+//!
+//! Where things live: `cli` parses the command line; `config` loads and
+//! validates; `server` owns the listener and workers; `routes` is the URL
+//! table; `api` is the run endpoint; `runner` is where a run starts
+//! (`runner::step` executes it); `store` is the run log; `auth` checks keys;
+//! `sys` holds the only `unsafe` code.
 #![deny(unsafe_code)]
-#![allow(dead_code)]
 
+mod api;
+mod app;
+mod appkeys;
+mod auth;
+mod cli;
+mod commands;
 mod config;
+mod error;
+mod http;
+mod metrics;
+mod reload;
+mod routes;
 mod runner;
+mod server;
+mod store;
 mod sys;
+mod tools;
 
-fn main() {
-    println!("trigd {}", env!("CARGO_PKG_VERSION"));
+use std::process::ExitCode;
+
+use cli::Command;
+use error::Error;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match run(&args) {
+        Ok(code) => code,
+        Err(Error::Usage(msg)) => {
+            eprintln!("trigd: {msg}\n\n{}", cli::USAGE);
+            ExitCode::from(2)
+        }
+        Err(Error::Config(errs)) => {
+            eprintln!("{}", Error::Config(errs));
+            ExitCode::from(1)
+        }
+        Err(e) => {
+            eprintln!("trigd: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Run the command line; the exit code on success.
+fn run(args: &[String]) -> Result<ExitCode, Error> {
+    let command = cli::parse(args)?;
+    if matches!(command, Command::Serve { .. }) {
+        // Before any thread exists, so every thread inherits the mask and
+        // only the main thread's sigwait sees these signals.
+        sys::block_signals();
+    }
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
+        .format_timestamp_millis()
+        .init();
+    match command {
+        Command::Serve { config, listen } => server::serve(&config, listen)?,
+        Command::Check { config } => commands::check(&config)?,
+        Command::Run { config, program, function, values } => {
+            if !commands::run(&config, &program, function.as_deref(), values)? {
+                return Ok(ExitCode::from(1));
+            }
+        }
+        Command::Keygen { name, workspace } => commands::keygen(&name, workspace.as_deref()),
+        Command::HashPassword => commands::hash_password()?,
+        Command::AppKey { config, workspace, member } => commands::app_key(&config, &workspace, &member)?,
+        Command::Help => print!("{}", cli::USAGE),
+        Command::Version => println!("trigd {}", env!("CARGO_PKG_VERSION")),
+    }
+    Ok(ExitCode::SUCCESS)
 }

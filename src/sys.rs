@@ -3,40 +3,81 @@
 #![allow(unsafe_code)]
 
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
 
 /// A one-shot, process-wide "stop now" flag that can also be `poll`ed: a
 /// pipe whose write end is closed by [`AbortSignal::trigger`], which makes
 /// the read end readable (EOF) for every poller at once.
 #[derive(Debug)]
 pub struct AbortSignal {
-    _private: (),
+    /// Read end; never read from, only polled.
+    read: OwnedFd,
+    /// Write end; taken (and so closed) exactly once by `trigger`.
+    write: Mutex<Option<OwnedFd>>,
+    /// Set by `trigger`.
+    triggered: AtomicBool,
 }
 
 impl AbortSignal {
     /// Create the pipe.
     pub fn new() -> io::Result<AbortSignal> {
-        unimplemented!()
+        let mut fds: [libc::c_int; 2] = [-1, -1];
+        // SAFETY: `fds` is a valid, writable array of two c_ints, as pipe2 requires.
+        let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: pipe2 succeeded, so both fds are open and owned by nobody else.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        Ok(AbortSignal {
+            read,
+            write: Mutex::new(Some(write)),
+            triggered: AtomicBool::new(false),
+        })
     }
+
     /// Close the write end: every poller of [`AbortSignal::fd`] wakes. Idempotent.
     pub fn trigger(&self) {
-        unimplemented!()
+        self.triggered.store(true, Ordering::SeqCst);
+        let mut guard = match self.write.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        // Dropping the taken fd closes it; a second call finds `None`.
+        drop(guard.take());
     }
+
     /// Whether [`AbortSignal::trigger`] was called.
     pub fn is_triggered(&self) -> bool {
-        unimplemented!()
+        self.triggered.load(Ordering::SeqCst)
     }
+
     /// The read end, to include in a `poll` set (POLLIN/POLLHUP when triggered).
     pub fn fd(&self) -> RawFd {
-        unimplemented!()
+        self.read.as_raw_fd()
     }
 }
 
 /// Send `sig` (e.g. `libc::SIGTERM`) to the process group `pgid`; errors
 /// (ESRCH: group already gone) are ignored.
+///
+/// A `pgid` of 0 or 1 (own group / every process) or one that does not fit
+/// a `pid_t` is refused silently: it can only be a bug.
 pub fn kill_group(pgid: u32, sig: i32) {
-    let _ = (pgid, sig);
-    unimplemented!()
+    let Ok(pgid) = libc::pid_t::try_from(pgid) else {
+        return;
+    };
+    if pgid <= 1 {
+        return;
+    }
+    // SAFETY: kill has no memory-safety preconditions; -pgid (pgid > 1)
+    // addresses exactly that process group.
+    unsafe {
+        libc::kill(-pgid, sig);
+    }
 }
 
 /// A signal trigd reacts to.
@@ -50,19 +91,216 @@ pub enum Signal {
     Hup,
 }
 
+/// The set {SIGTERM, SIGINT, SIGHUP}.
+fn handled_set() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data; sigemptyset initialises it fully
+    // before sigaddset uses it, and all pointers are to this local.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGHUP);
+        set
+    }
+}
+
 /// Block SIGTERM, SIGINT and SIGHUP in the calling thread. Call in `main`
 /// before any thread is spawned, so every thread inherits the mask and only
 /// [`wait_signal`] receives them.
 pub fn block_signals() {
-    unimplemented!()
+    let set = handled_set();
+    // SAFETY: `set` is an initialised sigset_t; a null old-set pointer is allowed.
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    debug_assert_eq!(rc, 0, "pthread_sigmask failed");
 }
 
 /// Wait (sigwait) for one of the blocked signals.
 pub fn wait_signal() -> Signal {
-    unimplemented!()
+    let set = handled_set();
+    loop {
+        let mut sig: libc::c_int = 0;
+        // SAFETY: `set` is an initialised sigset_t and `sig` a writable c_int.
+        let rc = unsafe { libc::sigwait(&set, &mut sig) };
+        if rc != 0 {
+            continue;
+        }
+        match sig {
+            libc::SIGTERM => return Signal::Term,
+            libc::SIGINT => return Signal::Int,
+            libc::SIGHUP => return Signal::Hup,
+            _ => continue,
+        }
+    }
 }
 
 /// Raise RLIMIT_NOFILE's soft limit to its hard limit; returns the new soft limit.
 pub fn raise_nofile_limit() -> u64 {
-    unimplemented!()
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid, writable rlimit.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return 0;
+    }
+    if lim.rlim_cur < lim.rlim_max {
+        let want = libc::rlimit {
+            rlim_cur: lim.rlim_max,
+            rlim_max: lim.rlim_max,
+        };
+        // SAFETY: `want` is a valid rlimit, only read by setrlimit.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &want) } == 0 {
+            lim.rlim_cur = lim.rlim_max;
+        }
+    }
+    lim.rlim_cur
+}
+
+/// `poll(2)` over `fds`, waiting at most `timeout` (`None`: no limit). A
+/// timeout is rounded up to whole milliseconds so a caller waiting for an
+/// instant does not spin. Returns the number of ready entries; an interrupted
+/// call (EINTR) returns `Ok(0)`, as if it timed out.
+pub fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> io::Result<usize> {
+    let ms: libc::c_int = match timeout {
+        None => -1,
+        Some(d) => {
+            let ms = d.as_nanos().div_ceil(1_000_000);
+            libc::c_int::try_from(ms).unwrap_or(libc::c_int::MAX)
+        }
+    };
+    // SAFETY: `fds` is a valid, writable slice of pollfd of the given length.
+    let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    if rc < 0 {
+        let err = io::Error::last_os_error();
+        if err.kind() == io::ErrorKind::Interrupted {
+            return Ok(0);
+        }
+        return Err(err);
+    }
+    Ok(rc as usize)
+}
+
+/// A pidfd for the child `pid` (readable once it has exited), or `None` when
+/// the kernel lacks `pidfd_open` (before 5.3) or refuses it. The fd is
+/// close-on-exec.
+pub fn pidfd_open(pid: u32) -> Option<OwnedFd> {
+    let pid = libc::pid_t::try_from(pid).ok()?;
+    // SAFETY: pidfd_open takes (pid_t, unsigned int) and returns a new fd or -1;
+    // no memory is passed.
+    let rc = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0 as libc::c_uint) };
+    if rc < 0 {
+        return None;
+    }
+    let fd = RawFd::try_from(rc).ok()?;
+    // SAFETY: the syscall succeeded, so `fd` is a new open fd that we own.
+    Some(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Whether our child `pid` has exited, without reaping it (waitid with
+/// `WNOWAIT`), so it stays a zombie holding its pid and process group.
+/// Also true when `pid` is not (or no longer) a waitable child.
+pub fn exited_nowait(pid: u32) -> bool {
+    let pid: libc::id_t = pid;
+    // SAFETY: siginfo_t is plain data, valid when zeroed.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `info` is a valid, writable siginfo_t.
+    let rc = unsafe {
+        libc::waitid(
+            libc::P_PID,
+            pid,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        )
+    };
+    if rc != 0 {
+        return io::Error::last_os_error().kind() != io::ErrorKind::Interrupted;
+    }
+    // SAFETY: waitid filled `info` (or left it zeroed when nothing changed);
+    // si_pid is valid for the CLD_* codes waitid reports.
+    unsafe { info.si_pid() != 0 }
+}
+
+/// Set `O_NONBLOCK` on `fd`.
+pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
+    // SAFETY: F_GETFL takes no pointer argument; an invalid fd yields EBADF.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: F_SETFL takes an int argument; no memory is passed.
+    if unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn abort_signal_wakes_pollers_once() {
+        let a = AbortSignal::new().unwrap();
+        assert!(!a.is_triggered());
+        let mut fds = [libc::pollfd {
+            fd: a.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        assert_eq!(poll(&mut fds, Some(Duration::ZERO)).unwrap(), 0);
+        a.trigger();
+        a.trigger();
+        assert!(a.is_triggered());
+        assert_eq!(poll(&mut fds, Some(Duration::from_secs(1))).unwrap(), 1);
+        assert_ne!(fds[0].revents & (libc::POLLIN | libc::POLLHUP), 0);
+    }
+
+    #[test]
+    fn kill_group_refuses_own_and_all() {
+        // Would kill the test process (0) or everything (1) if not refused.
+        kill_group(0, libc::SIGKILL);
+        kill_group(1, libc::SIGKILL);
+        kill_group(u32::MAX, libc::SIGKILL);
+    }
+
+    #[test]
+    fn nofile_limit_is_positive() {
+        assert!(raise_nofile_limit() > 0);
+    }
+}
+
+/// An exclusive advisory lock (`flock`) on an open file, released on drop.
+/// Serialises writers of a state file across processes (server and CLI).
+pub struct FileLock<'a> {
+    file: &'a std::fs::File,
+}
+
+impl<'a> FileLock<'a> {
+    /// Block until the exclusive lock on `file` is held.
+    ///
+    /// # Errors
+    /// The OS refused the lock.
+    pub fn exclusive(file: &'a std::fs::File) -> io::Result<FileLock<'a>> {
+        use std::os::fd::AsRawFd;
+        loop {
+            // SAFETY: flock on a valid, open descriptor borrowed for 'a.
+            let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+            if r == 0 {
+                return Ok(FileLock { file });
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+}
+
+impl Drop for FileLock<'_> {
+    fn drop(&mut self) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: unlocking a descriptor that is still open (borrowed).
+        unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_UN) };
+    }
 }

@@ -1,0 +1,542 @@
+//! Plain HTTP data at the boundary: [`Request`], [`Response`] and the one
+//! error enum of the HTTP side, [`ApiError`], with its single conversion to a
+//! JSON error body.
+//!
+//! Handlers never see tiny_http types: `server.rs` converts a tiny_http
+//! request into a [`Request`] (bounded body, decoded path and query) and a
+//! [`Response`] back. The SPEC §3.3 table lives in [`ApiError::status`] and
+//! [`ApiError::code`], each one `match`, so the compiler checks that every
+//! error has a status and a code.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+
+use serde_json::{json, Map, Value};
+
+/// An HTTP request as handlers see it.
+#[derive(Debug, Clone, Default)]
+pub struct Request {
+    /// Upper-case method (`GET`, `POST`, …).
+    pub method: String,
+    /// The raw path, without the query string.
+    pub path: String,
+    /// Percent-decoded path segments, empty ones dropped.
+    pub segments: Vec<String>,
+    /// Percent-decoded query pairs, in order, repeats kept.
+    pub query: Vec<(String, String)>,
+    /// Headers with lower-case names, in order.
+    pub headers: Vec<(String, String)>,
+    /// The body (bounded by `max_body_bytes` before it gets here).
+    pub body: Vec<u8>,
+    /// The peer address, when known.
+    pub remote: Option<SocketAddr>,
+}
+
+impl Request {
+    /// Build a request from a method and a target such as `/api?x=1`.
+    ///
+    /// # Errors
+    /// A query that is not valid percent-encoded UTF-8 gives
+    /// [`ApiError::InvalidParameter`]; a bad path gives [`ApiError::NotFound`].
+    pub fn new(method: &str, target: &str) -> Result<Request, ApiError> {
+        let (path, query) = target.split_once('?').unwrap_or((target, ""));
+        let mut segments = Vec::new();
+        for raw in path.split('/').filter(|s| !s.is_empty()) {
+            let seg = percent_decode(raw, false).ok_or(ApiError::NotFound)?;
+            // A decoded slash or dot segment never names anything we serve.
+            if seg.contains('/') || seg == "." || seg == ".." {
+                return Err(ApiError::NotFound);
+            }
+            segments.push(seg);
+        }
+        Ok(Request {
+            method: method.to_ascii_uppercase(),
+            path: path.to_string(),
+            segments,
+            query: parse_query(query)?,
+            ..Request::default()
+        })
+    }
+
+    /// The first value of header `name` (lower case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+
+    /// Every value of query parameter `name`, in order.
+    pub fn query_all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.query.iter().filter(move |(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+
+    /// The value of a query parameter that may appear at most once.
+    ///
+    /// # Errors
+    /// [`ApiError::InvalidParameter`] when it is repeated.
+    pub fn query_one<'a>(&'a self, name: &'a str) -> Result<Option<&'a str>, ApiError> {
+        let mut it = self.query_all(name);
+        let first = it.next();
+        if it.next().is_some() {
+            return Err(ApiError::InvalidParameter {
+                name: name.to_string(),
+                msg: format!("parameter '{name}' may be given only once"),
+            });
+        }
+        Ok(first)
+    }
+
+    /// The token of an `Authorization: Bearer <token>` header.
+    pub fn bearer(&self) -> Option<&str> {
+        let v = self.header("authorization")?;
+        let (scheme, token) = v.split_once(' ')?;
+        scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+    }
+
+    /// The path and query as they may appear in a log: values of
+    /// `api_key` replaced, so that no secret reaches a log line.
+    pub fn log_target(&self) -> String {
+        let mut s = self.path.clone();
+        for (i, (k, v)) in self.query.iter().enumerate() {
+            s.push(if i == 0 { '?' } else { '&' });
+            s.push_str(&percent_encode(k));
+            s.push('=');
+            if k == "api_key" {
+                s.push_str("[redacted]");
+            } else {
+                s.push_str(&percent_encode(v));
+            }
+        }
+        s
+    }
+}
+
+/// Parse `a=1&b=2` into decoded pairs.
+fn parse_query(q: &str) -> Result<Vec<(String, String)>, ApiError> {
+    let mut out = Vec::new();
+    for part in q.split('&').filter(|s| !s.is_empty()) {
+        let (k, v) = part.split_once('=').unwrap_or((part, ""));
+        let bad = || ApiError::InvalidParameter {
+            name: k.to_string(),
+            msg: format!("query parameter '{k}' is not valid percent-encoded UTF-8"),
+        };
+        let key = percent_decode(k, true).ok_or_else(bad)?;
+        let value = percent_decode(v, true).ok_or_else(bad)?;
+        out.push((key, value));
+    }
+    Ok(out)
+}
+
+/// Decode `%XX` escapes (and `+` as space when `plus` is set). `None` for a
+/// malformed escape or a result that is not UTF-8.
+pub fn percent_decode(s: &str, plus: bool) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' => {
+                let hex = b.get(i + 1..i + 3)?;
+                let hex = std::str::from_utf8(hex).ok()?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            }
+            b'+' if plus => {
+                out.push(b' ');
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Percent-encode everything but unreserved characters.
+pub fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for &c in s.as_bytes() {
+        if c.is_ascii_alphanumeric() || b"-._~".contains(&c) {
+            out.push(c as char);
+        } else {
+            let _ = write!(out, "%{c:02X}");
+        }
+    }
+    out
+}
+
+/// An HTTP response as handlers build it.
+#[derive(Debug, Clone)]
+pub struct Response {
+    /// Status code.
+    pub status: u16,
+    /// Extra headers (Content-Type included).
+    pub headers: Vec<(String, String)>,
+    /// Body bytes.
+    pub body: Vec<u8>,
+    /// Run id to show in the access log, when the request made a run.
+    pub run: Option<String>,
+}
+
+impl Response {
+    /// A JSON response.
+    pub fn json(status: u16, value: &Value) -> Response {
+        let mut body = serde_json::to_vec(value).unwrap_or_default();
+        body.push(b'\n');
+        Response {
+            status,
+            headers: vec![("Content-Type".into(), "application/json".into())],
+            body,
+            run: None,
+        }
+    }
+
+    /// A plain text response.
+    pub fn text(status: u16, content_type: &str, body: impl Into<Vec<u8>>) -> Response {
+        Response {
+            status,
+            headers: vec![("Content-Type".into(), content_type.into())],
+            body: body.into(),
+            run: None,
+        }
+    }
+
+    /// Add a header.
+    pub fn with_header(mut self, name: &str, value: impl Into<String>) -> Response {
+        self.headers.push((name.to_string(), value.into()));
+        self
+    }
+
+    /// Note the run id for the access log.
+    pub fn with_run(mut self, run: &str) -> Response {
+        self.run = Some(run.to_string());
+        self
+    }
+}
+
+/// Every error an HTTP handler can answer with. See SPEC §3.3.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ApiError {
+    /// No api_key parameter and no bearer token.
+    MissingApiKey,
+    /// The key matches no configured key.
+    InvalidApiKey,
+    /// program_id missing or not a non-negative integer.
+    InvalidProgramId,
+    /// Unknown program, or one outside the key's scope.
+    ProgramNotFound,
+    /// Unknown function; lists the triggered functions.
+    FunctionNotFound {
+        /// The requested name.
+        name: String,
+        /// Functions with an active webhook trigger.
+        functions: Vec<String>,
+    },
+    /// The function has no active webhook trigger.
+    TriggerInactive {
+        /// The function.
+        name: String,
+    },
+    /// Several triggered functions and no `function` parameter.
+    FunctionRequired {
+        /// Functions with an active webhook trigger.
+        functions: Vec<String>,
+    },
+    /// No function of the program has an active webhook trigger.
+    NoActiveTrigger,
+    /// The number of values differs from the outputs.
+    VariablesMismatch {
+        /// The outputs, in order.
+        outputs: Vec<String>,
+        /// How many values were sent.
+        got: usize,
+    },
+    /// Values by name (generated endpoints) missing, extra or not strings.
+    ValuesMismatch {
+        /// What is wrong.
+        msg: String,
+        /// The outputs, in order.
+        outputs: Vec<String>,
+    },
+    /// A bad, unknown or repeated parameter.
+    InvalidParameter {
+        /// The parameter.
+        name: String,
+        /// What is wrong with it.
+        msg: String,
+    },
+    /// Method not served on this path.
+    MethodNotAllowed {
+        /// Methods that are.
+        allow: Vec<&'static str>,
+    },
+    /// A step exited non-zero, was killed, or could not start.
+    RunFailed {
+        /// Run id.
+        run: String,
+        /// Index of the failing top-level step.
+        step: usize,
+        /// Exit code, when it exited.
+        exit_code: Option<i32>,
+        /// Signal, when it was killed.
+        signal: Option<i32>,
+        /// Tail of its stderr (or the spawn error).
+        stderr: String,
+    },
+    /// The sync run passed its timeout.
+    RunTimeout {
+        /// Run id.
+        run: String,
+    },
+    /// The run was stopped because trigd is shutting down.
+    RunInterrupted {
+        /// Run id.
+        run: String,
+    },
+    /// No run slot or the queue is full.
+    Busy {
+        /// Seconds for `Retry-After`.
+        retry_after: u64,
+        /// Why.
+        msg: String,
+    },
+    /// The run could not be recorded durably (state dir unwritable, disk full).
+    StorageUnavailable,
+    /// trigd is shutting down and accepts no new runs.
+    ShuttingDown,
+    /// Too many requests.
+    RateLimited {
+        /// Seconds for `Retry-After`.
+        retry_after: u64,
+    },
+    /// Unknown run id (or not visible to this key).
+    RunNotFound,
+    /// Missing or bad credentials on a protected endpoint.
+    Unauthorized,
+    /// Valid credentials of someone who is not a member of the workspace.
+    Forbidden,
+    /// A bearer request without a valid User-Agent header.
+    UserAgentRequired,
+    /// Request body larger than `max_body_bytes`.
+    PayloadTooLarge {
+        /// The limit.
+        limit: usize,
+    },
+    /// No such path.
+    NotFound,
+    /// A bug: a handler panicked or an invariant broke.
+    Internal,
+}
+
+impl ApiError {
+    /// The HTTP status.
+    pub fn status(&self) -> u16 {
+        use ApiError::*;
+        match self {
+            MissingApiKey | InvalidApiKey => 401,
+            InvalidProgramId | FunctionRequired { .. } | VariablesMismatch { .. } => 400,
+            InvalidParameter { .. } | ValuesMismatch { .. } => 400,
+            Unauthorized => 401,
+            Forbidden | UserAgentRequired => 403,
+            ProgramNotFound | FunctionNotFound { .. } | RunNotFound | NotFound => 404,
+            TriggerInactive { .. } | NoActiveTrigger => 409,
+            MethodNotAllowed { .. } => 405,
+            PayloadTooLarge { .. } => 413,
+            RateLimited { .. } => 429,
+            RunFailed { .. } | Internal => 500,
+            Busy { .. } | StorageUnavailable | ShuttingDown | RunInterrupted { .. } => 503,
+            RunTimeout { .. } => 504,
+        }
+    }
+
+    /// The stable snake_case code.
+    pub fn code(&self) -> &'static str {
+        use ApiError::*;
+        match self {
+            MissingApiKey => "missing_api_key",
+            InvalidApiKey => "invalid_api_key",
+            InvalidProgramId => "invalid_program_id",
+            ProgramNotFound => "program_not_found",
+            FunctionNotFound { .. } => "function_not_found",
+            TriggerInactive { .. } => "trigger_inactive",
+            FunctionRequired { .. } => "function_required",
+            NoActiveTrigger => "no_active_trigger",
+            VariablesMismatch { .. } | ValuesMismatch { .. } => "variables_mismatch",
+            Unauthorized => "unauthorized",
+            Forbidden => "forbidden",
+            UserAgentRequired => "user_agent_required",
+            InvalidParameter { .. } => "invalid_parameter",
+            MethodNotAllowed { .. } => "method_not_allowed",
+            RunFailed { .. } => "run_failed",
+            RunTimeout { .. } => "run_timeout",
+            RunInterrupted { .. } => "run_interrupted",
+            Busy { .. } => "busy",
+            StorageUnavailable => "storage_unavailable",
+            ShuttingDown => "shutting_down",
+            RateLimited { .. } => "rate_limited",
+            RunNotFound => "run_not_found",
+            PayloadTooLarge { .. } => "payload_too_large",
+            NotFound => "not_found",
+            Internal => "internal_error",
+        }
+    }
+
+    /// A sentence a person can act on.
+    pub fn message(&self) -> String {
+        use ApiError::*;
+        match self {
+            MissingApiKey => "An API key is required: pass api_key=<key> in the query string or an 'Authorization: Bearer <key>' header.".into(),
+            InvalidApiKey => "The API key is not valid. Check it, or create one with 'trigd keygen'.".into(),
+            InvalidProgramId => "program_id is required and must be a non-negative integer.".into(),
+            ProgramNotFound => "No program with this program_id is available to this API key.".into(),
+            FunctionNotFound { name, .. } => format!("The program has no function '{name}'. See Functions for the ones you can run."),
+            TriggerInactive { name } => format!("Function '{name}' has no active webhook trigger, so it cannot be run over HTTP."),
+            FunctionRequired { .. } => "This program has several functions with webhook triggers: name one with function=<name> (see Functions).".into(),
+            NoActiveTrigger => "No function of this program has an active webhook trigger.".into(),
+            VariablesMismatch { outputs, got } => format!(
+                "Expected {} variables for outputs [{}], got {got}. Send one variables=<value> per output, in this order.",
+                outputs.len(),
+                outputs.join(", ")
+            ),
+            InvalidParameter { msg, .. } | ValuesMismatch { msg, .. } => msg.clone(),
+            Unauthorized => "Authentication required: send 'Authorization: Bearer <application key>' (see your workspace settings, item \"Application Key\") or log in.".into(),
+            Forbidden => "These credentials do not belong to a member of this tool's workspace.".into(),
+            UserAgentRequired => "Requests with a bearer key must send a User-Agent header (printable ASCII, not empty), e.g. 'User-Agent: my-script/1.0'.".into(),
+            MethodNotAllowed { allow } => format!("Method not allowed here; use {}.", allow.join(" or ")),
+            RunFailed { step, exit_code, signal, .. } => match (exit_code, signal) {
+                (Some(c), _) => format!("The program failed: step {step} exited with status {c}."),
+                (None, Some(s)) => format!("The program failed: step {step} was killed by signal {s}."),
+                (None, None) => format!("The program failed: step {step} could not be started."),
+            },
+            RunTimeout { .. } => "The program did not finish within its timeout and was stopped.".into(),
+            RunInterrupted { .. } => "trigd is shutting down; the run was stopped before it finished.".into(),
+            Busy { msg, .. } => msg.clone(),
+            StorageUnavailable => "The run could not be recorded (state directory not writable or disk full), so it was not started. Retry later.".into(),
+            ShuttingDown => "trigd is shutting down and accepts no new runs. Retry shortly.".into(),
+            RateLimited { .. } => "Too many requests. Wait for Retry-After seconds, then retry.".into(),
+            RunNotFound => "No run with this id is visible to this API key.".into(),
+            PayloadTooLarge { limit } => format!("The request body is larger than the limit of {limit} bytes."),
+            NotFound => "Not found.".into(),
+            Internal => "Internal error. The server log has the details.".into(),
+        }
+    }
+
+    /// The fields besides `Error` and `Code` that help the caller.
+    fn extra(&self, body: &mut Map<String, Value>) {
+        use ApiError::*;
+        match self {
+            FunctionNotFound { functions, .. } | FunctionRequired { functions } => {
+                body.insert("Functions".into(), json!(functions));
+            }
+            VariablesMismatch { outputs, got } => {
+                body.insert("Outputs".into(), json!(outputs));
+                body.insert("Got".into(), json!(got));
+            }
+            ValuesMismatch { outputs, .. } => {
+                body.insert("Outputs".into(), json!(outputs));
+            }
+            InvalidParameter { name, .. } => {
+                body.insert("Parameter".into(), json!(name));
+            }
+            MethodNotAllowed { allow } => {
+                body.insert("Allow".into(), json!(allow));
+            }
+            RunFailed { run, step, exit_code, signal, stderr } => {
+                body.insert("Run".into(), json!(run));
+                body.insert("Step".into(), json!(step));
+                if let Some(c) = exit_code {
+                    body.insert("ExitCode".into(), json!(c));
+                }
+                if let Some(s) = signal {
+                    body.insert("Signal".into(), json!(s));
+                }
+                body.insert("Stderr".into(), json!(stderr));
+            }
+            RunTimeout { run } | RunInterrupted { run } => {
+                body.insert("Run".into(), json!(run));
+            }
+            Busy { retry_after, .. } | RateLimited { retry_after } => {
+                body.insert("RetryAfter".into(), json!(retry_after));
+            }
+            _ => {}
+        }
+    }
+
+    /// The headers this error needs.
+    fn headers(&self) -> Vec<(String, String)> {
+        match self {
+            ApiError::MethodNotAllowed { allow } => vec![("Allow".into(), allow.join(", "))],
+            ApiError::Busy { retry_after, .. } | ApiError::RateLimited { retry_after } => {
+                vec![("Retry-After".into(), retry_after.to_string())]
+            }
+            ApiError::Unauthorized => vec![("WWW-Authenticate".into(), "Bearer realm=\"trigd\"".into())],
+            ApiError::StorageUnavailable | ApiError::ShuttingDown => {
+                vec![("Retry-After".into(), "5".into())]
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
+impl From<ApiError> for Response {
+    fn from(e: ApiError) -> Response {
+        let mut body = Map::new();
+        body.insert("Error".into(), json!(e.message()));
+        body.insert("Code".into(), json!(e.code()));
+        e.extra(&mut body);
+        let mut r = Response::json(e.status(), &Value::Object(body));
+        r.headers.extend(e.headers());
+        if let ApiError::RunFailed { run, .. }
+        | ApiError::RunTimeout { run }
+        | ApiError::RunInterrupted { run } = &e
+        {
+            r.run = Some(run.clone());
+        }
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_keeps_order_and_repeats() {
+        let r = Request::new("post", "/api?variables=a&x=1&variables=b%20c&variables=d+e").unwrap();
+        assert_eq!(r.method, "POST");
+        assert_eq!(r.segments, ["api"]);
+        let vars: Vec<_> = r.query_all("variables").collect();
+        assert_eq!(vars, ["a", "b c", "d e"]);
+    }
+
+    #[test]
+    fn bad_escapes_are_invalid_parameter() {
+        let e = Request::new("POST", "/api?variables=%zz").unwrap_err();
+        assert_eq!(e.code(), "invalid_parameter");
+        let e = Request::new("POST", "/api?v=%ff").unwrap_err();
+        assert_eq!(e.code(), "invalid_parameter");
+    }
+
+    #[test]
+    fn traversal_segments_are_not_found() {
+        assert_eq!(Request::new("GET", "/tools/a/%2e%2e/x").unwrap_err(), ApiError::NotFound);
+        assert_eq!(Request::new("GET", "/tools/a%2Fb/x").unwrap_err(), ApiError::NotFound);
+    }
+
+    #[test]
+    fn log_target_redacts_api_key() {
+        let r = Request::new("POST", "/api?api_key=s3cret&program_id=1").unwrap();
+        let t = r.log_target();
+        assert!(!t.contains("s3cret"), "{t}");
+        assert!(t.contains("program_id=1"));
+    }
+
+    #[test]
+    fn error_body_has_code_and_headers() {
+        let r: Response = ApiError::Busy { retry_after: 2, msg: "x".into() }.into();
+        assert_eq!(r.status, 503);
+        let v: Value = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!(v["Code"], "busy");
+        assert!(r.headers.iter().any(|(k, v)| k == "Retry-After" && v == "2"));
+    }
+}

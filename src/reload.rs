@@ -1,0 +1,213 @@
+//! Hot reload: watch the config, rebuild everything, swap it in whole.
+//!
+//! We watch **directories**, never single files: the directory holding
+//! `config.toml` and the programs directory. An inotify watch on a file
+//! follows the inode, so an editor that saves by writing a new file and
+//! renaming it over the old one (vim, `sed -i`), or a `git pull` that deletes
+//! and recreates files, leaves a file watch on a dead inode — the failure
+//! behind adnanh/webhook #171 and #499. A directory watch sees every create,
+//! rename and delete inside it, and a Kubernetes ConfigMap's `..data` symlink
+//! swap is a rename in the config directory. After each reload the watches
+//! are set up again, so a programs directory reached through a swapped
+//! symlink is followed to its new target.
+//!
+//! The notify callback only sends on a channel. One reload thread waits for
+//! a quiet moment (debounce), then loads and validates **everything**; the
+//! new snapshot replaces the old one only when all of it is valid, and only
+//! when the content fingerprint changed. On error the last good config keeps
+//! serving and the errors go to the log and `/healthz`.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use notify::{Event, RecommendedWatcher, RecursiveMode, Watcher};
+
+use crate::app::App;
+use crate::config;
+
+/// How long the files must be quiet before a reload.
+const QUIET: Duration = Duration::from_millis(25);
+/// A burst of events delays a reload at most this long.
+const MAX_DELAY: Duration = Duration::from_millis(250);
+
+/// Why the reload thread wakes up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    /// A relevant file changed.
+    Changed,
+    /// SIGHUP: reload even if no event was seen.
+    Signal,
+}
+
+/// Start the watcher and the reload thread; returns the sender that SIGHUP
+/// uses. If watching fails (no inotify), reload still works by SIGHUP.
+pub fn start(app: Arc<App>, config_path: PathBuf) -> Sender<Trigger> {
+    let (tx, rx) = mpsc::channel();
+    let cb_tx = tx.clone();
+    let watch_state = WatchState::new(&config_path, cb_tx);
+    let spawned = thread::Builder::new()
+        .name("reload".into())
+        .spawn(move || reload_loop(&app, &config_path, &rx, watch_state));
+    if let Err(e) = spawned {
+        log::error!("cannot start the reload thread: {e}; hot reload is off");
+    }
+    tx
+}
+
+/// The watcher and the directories it watches now.
+struct WatchState {
+    watcher: Option<RecommendedWatcher>,
+    watched: Vec<PathBuf>,
+}
+
+impl WatchState {
+    fn new(config_path: &Path, tx: Sender<Trigger>) -> WatchState {
+        let config_name = config_path.file_name().map(|n| n.to_os_string());
+        let handler = move |res: notify::Result<Event>| match res {
+            Ok(ev) if ev.paths.is_empty() || ev.paths.iter().any(|p| relevant(p, config_name.as_deref())) => {
+                let _ = tx.send(Trigger::Changed);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                log::warn!("file watcher: {e}; reloading to be safe");
+                let _ = tx.send(Trigger::Changed);
+            }
+        };
+        let watcher = notify::recommended_watcher(handler)
+            .map_err(|e| log::error!("cannot watch config files ({e}); reload with SIGHUP"))
+            .ok();
+        WatchState { watcher, watched: Vec::new() }
+    }
+
+    /// Watch exactly `dirs` (re-adding each, so a swapped symlink target is
+    /// followed).
+    fn watch(&mut self, dirs: &[PathBuf]) {
+        let Some(w) = self.watcher.as_mut() else { return };
+        for d in self.watched.drain(..) {
+            let _ = w.unwatch(&d);
+        }
+        for d in dirs {
+            match w.watch(d, RecursiveMode::NonRecursive) {
+                Ok(()) => self.watched.push(d.clone()),
+                Err(e) => log::warn!("cannot watch {}: {e}", d.display()),
+            }
+        }
+    }
+}
+
+/// Whether a change to `path` can change the config: a `.toml` file, the
+/// config file itself, or a `..data`-style symlink of a ConfigMap. Editor
+/// swap and backup files (`.x.swp`, `x~`, `x.tmp`, vim's `4913`) are not.
+fn relevant(path: &Path, config_name: Option<&std::ffi::OsStr>) -> bool {
+    let Some(name) = path.file_name() else { return true };
+    if Some(name) == config_name {
+        return true;
+    }
+    let name = name.to_string_lossy();
+    if name.starts_with("..") {
+        return true;
+    }
+    if name.starts_with('.') || name.ends_with('~') {
+        return false;
+    }
+    // A directory (the programs dir itself, e.g. replaced by a symlink) has
+    // no extension; a file we read ends in .toml.
+    name.ends_with(".toml") || !name.contains('.')
+}
+
+/// Directories to watch for `cfg`: the config file's and the programs dir.
+fn dirs_for(config_path: &Path, programs_dir: &Path) -> Vec<PathBuf> {
+    let config_dir = config_path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let mut dirs = vec![config_dir.to_path_buf()];
+    if programs_dir.is_dir() {
+        dirs.push(programs_dir.to_path_buf());
+    }
+    dirs
+}
+
+fn reload_loop(app: &App, config_path: &Path, rx: &Receiver<Trigger>, mut ws: WatchState) {
+    ws.watch(&dirs_for(config_path, &app.config().server.programs_dir));
+    while let Ok(first) = rx.recv() {
+        let forced = wait_quiet(rx, first == Trigger::Signal);
+        reload_now(app, config_path, forced);
+        ws.watch(&dirs_for(config_path, &app.config().server.programs_dir));
+    }
+}
+
+/// Drain events until none came for [`QUIET`] (at most [`MAX_DELAY`]);
+/// whether any of them was a signal.
+fn wait_quiet(rx: &Receiver<Trigger>, mut forced: bool) -> bool {
+    let until = Instant::now() + MAX_DELAY;
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(QUIET.min(left)) {
+            Ok(t) => forced |= t == Trigger::Signal,
+            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => return forced,
+        }
+        if left.is_zero() {
+            return forced;
+        }
+    }
+}
+
+/// Load everything and swap it in if it is valid and changed. With `forced`
+/// (SIGHUP) an unchanged config is still reported in the log.
+pub fn reload_now(app: &App, config_path: &Path, forced: bool) {
+    let started = Instant::now();
+    let current = app.config();
+    match config::load(config_path) {
+        Ok(new) if new.fingerprint == current.fingerprint => {
+            app.clear_reload_error();
+            if forced {
+                log::info!("reload: configuration unchanged");
+            }
+        }
+        Ok(new) => {
+            warn_unappliable(&current.server, &new.server);
+            let (programs, tools) = (new.programs.len(), new.tools.len());
+            app.set_config(new);
+            log::info!(
+                "reloaded: {programs} programs, {tools} tools (generation {}, {} ms)",
+                app.generation(),
+                started.elapsed().as_millis()
+            );
+        }
+        Err(errors) => {
+            for e in &errors {
+                log::error!("reload refused: {e}");
+            }
+            let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            app.set_reload_error(text.join("\n"));
+            log::error!("reload refused ({} errors); still serving generation {}", errors.len(), app.generation());
+        }
+    }
+}
+
+/// Settings read only at start: say so when they change.
+fn warn_unappliable(old: &config::Server, new: &config::Server) {
+    if old.listen != new.listen || old.workers != new.workers || old.state_dir != new.state_dir {
+        log::warn!("listen, workers and state_dir changes take effect at the next restart");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsStr;
+
+    #[test]
+    fn editor_files_are_ignored() {
+        let c = Some(OsStr::new("config.toml"));
+        assert!(relevant(Path::new("/x/config.toml"), c));
+        assert!(relevant(Path::new("/x/programs/a.toml"), c));
+        assert!(relevant(Path::new("/x/..data"), c));
+        assert!(relevant(Path::new("/x/programs"), c));
+        assert!(!relevant(Path::new("/x/programs/.a.toml.swp"), c));
+        assert!(!relevant(Path::new("/x/programs/a.toml~"), c));
+        assert!(!relevant(Path::new("/x/programs/a.toml.tmp"), c));
+        assert!(!relevant(Path::new("/x/programs/notes.txt"), c));
+    }
+}

@@ -1,0 +1,58 @@
+//! The URL table: one `match` on method and path segments. This is the only
+//! file that knows URL shapes; handlers get their path parameters already
+//! split out.
+
+use serde_json::json;
+
+use crate::api;
+use crate::app::App;
+use crate::http::{ApiError, Request, Response};
+use crate::metrics::Gauges;
+use crate::tools;
+
+/// Answer one request.
+pub fn handle(app: &App, req: &Request) -> Response {
+    let cfg = app.config();
+    let segs: Vec<&str> = req.segments.iter().map(String::as_str).collect();
+    let method = req.method.as_str();
+    let result = match (method, segs.as_slice()) {
+        ("GET" | "HEAD", ["healthz"]) => Ok(healthz(app)),
+        ("GET" | "HEAD", ["metrics"]) => Ok(metrics(app)),
+        (_, ["api"]) => api::run(app, &cfg, req),
+        ("GET", ["api", "runs", id]) => api::run_status(app, &cfg, req, id),
+        (_, ["api", "runs", _]) => Err(ApiError::MethodNotAllowed { allow: vec!["GET"] }),
+        ("GET" | "HEAD", ["tools", tool, "endpoints"]) => tools::view(app, &cfg, req, tool),
+        (_, ["tools", tool, env, trigger]) => tools::call(app, &cfg, req, [tool, env, trigger]),
+        _ => Err(ApiError::NotFound),
+    };
+    result.unwrap_or_else(Response::from)
+}
+
+/// `GET /healthz`: ready, with the config generation and counts.
+fn healthz(app: &App) -> Response {
+    let cfg = app.config();
+    let body = json!({
+        "Status": "ok",
+        "Generation": app.generation(),
+        "Programs": cfg.programs.len(),
+        "Tools": cfg.tools.len(),
+        "RunsInFlight": app.runner.in_flight(),
+        "RunsQueued": app.runner.queued(),
+        "LastReloadError": app.last_reload_error(),
+    });
+    Response::json(200, &body)
+}
+
+/// `GET /metrics`: Prometheus text.
+fn metrics(app: &App) -> Response {
+    let (reloads, reload_errors) = app.reload_counts();
+    let g = Gauges {
+        in_flight: app.runner.in_flight(),
+        queued: app.runner.queued(),
+        children: app.runner.children(),
+        reloads,
+        reload_errors,
+        generation: app.generation(),
+    };
+    Response::text(200, "text/plain; version=0.0.4", app.runner.metrics.render(&g))
+}

@@ -1,0 +1,440 @@
+//! The run log: every run's record, in the state dir, surviving restarts.
+//!
+//! `state/runs.log` is append-only JSON lines; each line is the whole
+//! [`RunRecord`] at one state change, and the last line of an id wins. In
+//! memory we keep only a small index (id → offset of its latest line), so the
+//! Results of thousands of runs never sit in RAM; a status read fetches the
+//! line from disk.
+//!
+//! Durability: [`RunStore::append`] with `durable = true` returns after the
+//! line is on disk (`fdatasync`). Concurrent durable appends share one sync
+//! (group commit): whoever syncs covers every line written before it.
+//!
+//! Start-up replays the log, skips a torn last line, marks runs that were
+//! `queued` or `running` as `interrupted`, and rewrites the file with the
+//! newest `run_retention` runs (atomic: temp file, fsync, rename). The same
+//! compaction runs again whenever the log holds about twice that many lines.
+
+use std::collections::{HashMap, VecDeque};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufRead, BufReader, Write};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The states of a run (SPEC §3.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunState {
+    /// Accepted, waiting for a slot.
+    Queued,
+    /// Executing.
+    Running,
+    /// Every step succeeded.
+    Finished,
+    /// A step failed or could not start.
+    Failed,
+    /// Stopped at its timeout.
+    TimedOut,
+    /// Cut off by a crash or a shutdown.
+    Interrupted,
+}
+
+impl RunState {
+    /// Whether the run is over.
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, RunState::Queued | RunState::Running)
+    }
+
+    /// The snake_case name, as in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            RunState::Queued => "queued",
+            RunState::Running => "running",
+            RunState::Finished => "finished",
+            RunState::Failed => "failed",
+            RunState::TimedOut => "timed_out",
+            RunState::Interrupted => "interrupted",
+        }
+    }
+}
+
+/// One run, as stored and as served by `GET /api/runs/<id>`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct RunRecord {
+    /// Run id, 32 hex characters.
+    pub run: String,
+    /// Current state.
+    pub state: RunState,
+    /// Program id.
+    pub program: u64,
+    /// Function name.
+    pub function: String,
+    /// Whether it was started with `run_async`.
+    #[serde(default)]
+    pub r#async: bool,
+    /// Who started it: `api_key:<name>`, `app_key:<member>`, `session:<user>`, `public`, `cli`.
+    #[serde(default)]
+    pub by: String,
+    /// RFC 3339 time it was accepted.
+    pub created_at: String,
+    /// RFC 3339 time it started executing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    /// RFC 3339 time it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    /// Per-step reports (exit code, truncation, duration).
+    #[serde(default)]
+    pub steps: Vec<Value>,
+    /// The Result array, when finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// What went wrong, when failed, timed out or interrupted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Where the latest line of a run sits in the log.
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    offset: u64,
+    len: u32,
+    program: u64,
+}
+
+/// The open log and its index; behind one mutex.
+struct Log {
+    file: File,
+    len: u64,
+    index: HashMap<String, Entry>,
+    /// Run ids oldest first, for retention.
+    order: VecDeque<String>,
+    /// Lines in the file (compaction trigger).
+    lines: usize,
+    /// Sequence number of the last line written.
+    seq: u64,
+}
+
+/// State of the group commit.
+struct Sync {
+    /// A handle on the current file for `fdatasync`.
+    file: File,
+    /// Highest sequence number known to be on disk.
+    synced: u64,
+}
+
+/// The run log of one state dir.
+pub struct RunStore {
+    path: PathBuf,
+    retention: usize,
+    log: Mutex<Log>,
+    sync: Mutex<Sync>,
+}
+
+impl RunStore {
+    /// Open (creating) `state_dir/runs.log`, recover it, and compact it to
+    /// `retention` runs. Runs left `queued`/`running` become `interrupted`.
+    ///
+    /// # Errors
+    /// The state dir cannot be created or the log cannot be read or written.
+    pub fn open(state_dir: &Path, retention: usize) -> io::Result<RunStore> {
+        fs::create_dir_all(state_dir)?;
+        let path = state_dir.join("runs.log");
+        let mut records = read_log(&path)?;
+        let now = now_rfc3339();
+        for r in records.iter_mut().filter(|r| !r.state.is_terminal()) {
+            r.state = RunState::Interrupted;
+            r.finished_at = Some(now.clone());
+            r.error = Some("trigd stopped before the run finished".into());
+        }
+        let keep = records.len().saturating_sub(retention.max(1));
+        let lines: Vec<Vec<u8>> = records[keep..].iter().map(to_line).collect();
+        let log = rewrite(&path, &lines)?;
+        let sync = Sync { file: log.file.try_clone()?, synced: 0 };
+        Ok(RunStore {
+            path,
+            retention: retention.max(1),
+            log: Mutex::new(log),
+            sync: Mutex::new(sync),
+        })
+    }
+
+    /// Append the record's current state. With `durable`, return only after
+    /// it is on disk.
+    ///
+    /// # Errors
+    /// The write or the sync failed (disk full, state dir gone); a partial
+    /// line is cut off again so the log stays readable.
+    pub fn append(&self, rec: &RunRecord, durable: bool) -> io::Result<()> {
+        let line = to_line(rec);
+        let (seq, compact) = {
+            let mut log = lock(&self.log);
+            let offset = log.len;
+            if let Err(e) = log.file.write_all(&line) {
+                let _ = log.file.set_len(offset);
+                return Err(e);
+            }
+            log.len += line.len() as u64;
+            log.lines += 1;
+            log.seq += 1;
+            let entry = Entry { offset, len: line.len() as u32, program: rec.program };
+            if log.index.insert(rec.run.clone(), entry).is_none() {
+                log.order.push_back(rec.run.clone());
+            }
+            (log.seq, log.lines > 2 * self.retention + 64)
+        };
+        if durable {
+            self.sync_upto(seq)?;
+        }
+        if compact {
+            self.compact()?;
+        }
+        Ok(())
+    }
+
+    /// Make every line up to `seq` durable; one fdatasync serves everyone
+    /// waiting meanwhile.
+    fn sync_upto(&self, seq: u64) -> io::Result<()> {
+        let mut s = lock(&self.sync);
+        if s.synced >= seq {
+            return Ok(());
+        }
+        let target = lock(&self.log).seq;
+        s.file.sync_data()?;
+        s.synced = target;
+        Ok(())
+    }
+
+    /// Rewrite the log with the newest `retention` runs.
+    fn compact(&self) -> io::Result<()> {
+        let mut s = lock(&self.sync);
+        let mut log = lock(&self.log);
+        while log.order.len() > self.retention {
+            if let Some(id) = log.order.pop_front() {
+                log.index.remove(&id);
+            }
+        }
+        let mut lines = Vec::with_capacity(log.order.len());
+        for id in &log.order {
+            let e = log.index[id];
+            let mut buf = vec![0; e.len as usize];
+            log.file.read_exact_at(&mut buf, e.offset)?;
+            lines.push(buf);
+        }
+        let new = rewrite(&self.path, &lines)?;
+        // The rewrite is synced: everything written so far is on disk.
+        let seq = log.seq;
+        s.file = new.file.try_clone()?;
+        s.synced = seq;
+        *log = Log { seq, ..new };
+        Ok(())
+    }
+
+    /// The record of run `id`, if it is known.
+    pub fn get(&self, id: &str) -> Option<RunRecord> {
+        let log = lock(&self.log);
+        let e = *log.index.get(id)?;
+        let mut buf = vec![0; e.len as usize];
+        log.file.read_exact_at(&mut buf, e.offset).ok()?;
+        serde_json::from_slice(&buf).ok()
+    }
+
+    /// The program id of run `id`, without reading the record.
+    pub fn program_of(&self, id: &str) -> Option<u64> {
+        lock(&self.log).index.get(id).map(|e| e.program)
+    }
+
+    /// How many runs the log knows.
+    pub fn len(&self) -> usize {
+        lock(&self.log).order.len()
+    }
+}
+
+/// Lock, recovering from poisoning: the data behind these locks is always
+/// left consistent before any call that could panic.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn to_line(rec: &RunRecord) -> Vec<u8> {
+    let mut line = serde_json::to_vec(rec).unwrap_or_default();
+    line.push(b'\n');
+    line
+}
+
+/// Read every record of the log, last line per id winning, oldest first.
+/// Lines that do not parse (a torn last line) are skipped.
+fn read_log(path: &Path) -> io::Result<Vec<RunRecord>> {
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut pos: HashMap<String, usize> = HashMap::new();
+    let mut records: Vec<Option<RunRecord>> = Vec::new();
+    for line in BufReader::new(file).split(b'\n') {
+        let Ok(rec) = serde_json::from_slice::<RunRecord>(&line?) else {
+            continue;
+        };
+        if let Some(&i) = pos.get(&rec.run) {
+            records[i] = None;
+        }
+        pos.insert(rec.run.clone(), records.len());
+        records.push(Some(rec));
+    }
+    Ok(records.into_iter().flatten().collect())
+}
+
+/// Atomically replace the log with `lines` and open it for appending.
+fn rewrite(path: &Path, lines: &[Vec<u8>]) -> io::Result<Log> {
+    let tmp = path.with_extension("log.tmp");
+    {
+        let mut f = OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+        for l in lines {
+            f.write_all(l)?;
+        }
+        f.sync_all()?;
+    }
+    fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        File::open(dir)?.sync_all()?;
+    }
+    let file = OpenOptions::new().read(true).append(true).open(path)?;
+    let mut index = HashMap::new();
+    let mut order = VecDeque::new();
+    let mut offset = 0u64;
+    for l in lines {
+        if let Ok(rec) = serde_json::from_slice::<RunRecord>(l) {
+            index.insert(rec.run.clone(), Entry { offset, len: l.len() as u32, program: rec.program });
+            order.push_back(rec.run);
+        }
+        offset += l.len() as u64;
+    }
+    Ok(Log { file, len: offset, index, order, lines: lines.len(), seq: 0 })
+}
+
+/// Now as RFC 3339 UTC with milliseconds, e.g. `2026-11-22T04:14:00.123Z`.
+pub fn now_rfc3339() -> String {
+    rfc3339(SystemTime::now())
+}
+
+/// `t` as RFC 3339 UTC with milliseconds.
+pub fn rfc3339(t: SystemTime) -> String {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs();
+    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    // Civil-from-days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        d.subsec_millis()
+    )
+}
+
+/// A new random run id: 128 bits as 32 lower-case hex characters.
+pub fn new_run_id() -> String {
+    hex::encode(rand::random::<[u8; 16]>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn tmpdir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("trigd-store-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        d
+    }
+
+    fn rec(id: &str, state: RunState) -> RunRecord {
+        RunRecord {
+            run: id.into(),
+            state,
+            program: 1,
+            function: "f".into(),
+            r#async: true,
+            by: "cli".into(),
+            created_at: now_rfc3339(),
+            started_at: None,
+            finished_at: None,
+            steps: vec![],
+            result: None,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn rfc3339_known_dates() {
+        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+        let t = UNIX_EPOCH + Duration::from_millis(1_795_321_234_567);
+        assert_eq!(rfc3339(t), "2026-11-22T04:20:34.567Z");
+        let leap = UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
+        assert_eq!(rfc3339(leap), "2000-02-29T00:00:00.000Z");
+    }
+
+    #[test]
+    fn last_line_wins_and_survives_reopen() {
+        let d = tmpdir("reopen");
+        let s = RunStore::open(&d, 100).unwrap();
+        s.append(&rec("a", RunState::Queued), true).unwrap();
+        s.append(&rec("b", RunState::Running), false).unwrap();
+        let mut done = rec("a", RunState::Finished);
+        done.result = Some(serde_json::json!(["ok"]));
+        s.append(&done, false).unwrap();
+        assert_eq!(s.get("a").unwrap().state, RunState::Finished);
+        drop(s);
+        let s = RunStore::open(&d, 100).unwrap();
+        assert_eq!(s.get("a").unwrap().result, Some(serde_json::json!(["ok"])));
+        assert_eq!(s.get("b").unwrap().state, RunState::Interrupted);
+        assert_eq!(s.len(), 2);
+    }
+
+    #[test]
+    fn torn_last_line_is_skipped() {
+        let d = tmpdir("torn");
+        let s = RunStore::open(&d, 100).unwrap();
+        s.append(&rec("a", RunState::Finished), true).unwrap();
+        drop(s);
+        let mut f = OpenOptions::new().append(true).open(d.join("runs.log")).unwrap();
+        f.write_all(b"{\"Run\":\"b\",\"Sta").unwrap();
+        let s = RunStore::open(&d, 100).unwrap();
+        assert!(s.get("a").is_some());
+        assert!(s.get("b").is_none());
+        s.append(&rec("c", RunState::Finished), true).unwrap();
+        drop(s);
+        let s = RunStore::open(&d, 100).unwrap();
+        assert!(s.get("c").is_some(), "a line after a torn one must stay readable");
+    }
+
+    #[test]
+    fn retention_bounds_the_log() {
+        let d = tmpdir("retention");
+        let s = RunStore::open(&d, 10).unwrap();
+        for i in 0..200 {
+            s.append(&rec(&format!("r{i}"), RunState::Finished), false).unwrap();
+        }
+        assert!(s.len() <= 2 * 10 + 64 + 1, "{}", s.len());
+        assert!(s.get("r199").is_some());
+        assert!(s.get("r0").is_none());
+        let lines = fs::read_to_string(d.join("runs.log")).unwrap().lines().count();
+        assert!(lines <= 2 * 10 + 65, "{lines}");
+    }
+}
