@@ -258,7 +258,8 @@ elif [[ -n ${BENCH_TRIGD:-} ]]; then
     log "using $TRIGD (no build)"
 else
     log "building trigd (cargo build --release)"
-    (cd "$ROOT" && cargo build --release --quiet) >&2 || die "cargo build --release failed"
+    (cd "$ROOT" && cargo build --release) >"$WORK/build.log" 2>&1 ||
+        { tail -30 "$WORK/build.log" >&2; die "cargo build --release failed (log above)"; }
     [[ -x $TRIGD ]] || die "no $TRIGD after the build"
 fi
 
