@@ -34,16 +34,16 @@ fi
 
 # ---------------------------------------------------------------- settings
 if ((QUICK)); then
-    d_seconds=1 d_rounds=1 d_async=2 d_programs=1000 d_start=1 d_reload=2 d_warmup=0
+    d_seconds=1 d_rounds=1 d_async=2 d_async_rounds=1 d_programs=1000 d_start=1 d_reload=2 d_warmup=0
     d_results=$BENCH_DIR/RESULTS.quick.md
 else
-    d_seconds=5 d_rounds=3 d_async=10 d_programs=10000 d_start=3 d_reload=5 d_warmup=1
+    d_seconds=5 d_rounds=3 d_async=10 d_async_rounds=2 d_programs=10000 d_start=3 d_reload=5 d_warmup=1
     d_results=$BENCH_DIR/RESULTS.md
 fi
 SECS=${BENCH_SECONDS:-$d_seconds}              # one wrk measurement
 ROUNDS=${BENCH_ROUNDS:-$d_rounds}              # A/B pairs per case; medians over these
 ASYNC_SECS=${BENCH_ASYNC_SECONDS:-$d_async}    # one async-accept measurement
-ASYNC_ROUNDS=${BENCH_ASYNC_ROUNDS:-1}          # A/B pairs for async (webhook takes minutes to drain)
+ASYNC_ROUNDS=${BENCH_ASYNC_ROUNDS:-$d_async_rounds} # A/B pairs for the async case
 NPROGRAMS=${BENCH_PROGRAMS:-$d_programs}       # program files / hooks for the start-up case
 START_TRIALS=${BENCH_START_TRIALS:-$d_start}   # start-ups per server
 RELOAD_TRIALS=${BENCH_RELOAD_TRIALS:-$d_reload} # reloads per server
@@ -685,7 +685,7 @@ TCOMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
     echo "# trigd benchmark results"
     echo
     echo "Machine: $(nproc) CPUs, ${CPU:-unknown CPU}, Linux $(uname -r); $(date -u '+%Y-%m-%d %H:%M UTC');" \
-        "load average at start $LOAD_START."
+        "load average at start $LOAD_START; open files limit (ulimit -n) $(ulimit -n)."
     echo "trigd $TCOMMIT (release build), $(webhook -version 2>&1 | head -1), $(wrk -v 2>&1 | head -1 | cut -d' ' -f1-2)."
     echo "Settings: $SECS s per measurement, $ROUNDS interleaved rounds (A/B/A/B) per case, async ${ASYNC_SECS}s x $ASYNC_ROUNDS," \
         "$NPROGRAMS programs for start-up ($START_TRIALS trials), $RELOAD_TRIALS reloads;" \
