@@ -16,7 +16,13 @@ use crate::runner::step::{Outcome, StepError};
 use crate::runner::{Job, RunError};
 
 /// The query parameters `POST /api` accepts (the seed's names).
-const PARAMS: [&str; 5] = ["api_key", "program_id", "variables", "function", "run_async"];
+const PARAMS: [&str; 5] = [
+    "api_key",
+    "program_id",
+    "variables",
+    "function",
+    "run_async",
+];
 
 /// `POST /api`: run a program's triggered function, sync or async.
 ///
@@ -24,7 +30,9 @@ const PARAMS: [&str; 5] = ["api_key", "program_id", "variables", "function", "ru
 /// Every row of SPEC §3.3, in its order.
 pub fn run(app: &App, cfg: &Arc<Config>, req: &Request) -> Result<Response, ApiError> {
     if req.method != "POST" {
-        return Err(ApiError::MethodNotAllowed { allow: vec!["POST"] });
+        return Err(ApiError::MethodNotAllowed {
+            allow: vec!["POST"],
+        });
     }
     let key = auth::api_key(cfg, req)?;
     let program = program_param(cfg, req.query_one("program_id")?)?;
@@ -81,7 +89,12 @@ pub fn finished_body(id: &str, outcome: Outcome) -> Result<Value, ApiError> {
             signal: None,
             stderr: message,
         }),
-        Some(StepError::Failed { step, exit_code, signal, stderr_tail }) => Err(ApiError::RunFailed {
+        Some(StepError::Failed {
+            step,
+            exit_code,
+            signal,
+            stderr_tail,
+        }) => Err(ApiError::RunFailed {
             run,
             step,
             exit_code,
@@ -93,7 +106,10 @@ pub fn finished_body(id: &str, outcome: Outcome) -> Result<Value, ApiError> {
 
 fn run_error(e: RunError) -> ApiError {
     match e {
-        RunError::Busy(msg) => ApiError::Busy { retry_after: 1, msg },
+        RunError::Busy(msg) => ApiError::Busy {
+            retry_after: 1,
+            msg,
+        },
         RunError::Storage(err) => {
             log::error!("cannot record an accepted run: {err}");
             ApiError::StorageUnavailable
@@ -104,7 +120,9 @@ fn run_error(e: RunError) -> ApiError {
 
 /// Parse `program_id` and find the program.
 fn program_param<'a>(cfg: &'a Config, raw: Option<&str>) -> Result<&'a Arc<Program>, ApiError> {
-    let id: u64 = raw.and_then(|s| s.trim().parse().ok()).ok_or(ApiError::InvalidProgramId)?;
+    let id: u64 = raw
+        .and_then(|s| s.trim().parse().ok())
+        .ok_or(ApiError::InvalidProgramId)?;
     cfg.program(id).ok_or(ApiError::ProgramNotFound)
 }
 
@@ -119,13 +137,17 @@ pub fn select_function<'a>(p: &'a Program, name: Option<&str>) -> Result<&'a Fun
         })?;
         return match &f.webhook {
             Some(w) if w.active => Ok(f),
-            _ => Err(ApiError::TriggerInactive { name: name.to_string() }),
+            _ => Err(ApiError::TriggerInactive {
+                name: name.to_string(),
+            }),
         };
     }
     let mut it = p.triggered();
     match (it.next(), it.next()) {
         (Some(f), None) => Ok(f),
-        (Some(_), Some(_)) => Err(ApiError::FunctionRequired { functions: triggered() }),
+        (Some(_), Some(_)) => Err(ApiError::FunctionRequired {
+            functions: triggered(),
+        }),
         (None, _) => Err(ApiError::NoActiveTrigger),
     }
 }
@@ -135,9 +157,16 @@ pub fn select_function<'a>(p: &'a Program, name: Option<&str>) -> Result<&'a Fun
 /// # Errors
 /// `variables_mismatch` for a wrong count, `invalid_parameter` for a value
 /// over `max_variable_bytes` or more than `max_variables` values.
-pub fn check_values(server: &Server, outputs: &[String], values: &[String]) -> Result<(), ApiError> {
+pub fn check_values(
+    server: &Server,
+    outputs: &[String],
+    values: &[String],
+) -> Result<(), ApiError> {
     if values.len() != outputs.len() {
-        return Err(ApiError::VariablesMismatch { outputs: outputs.to_vec(), got: values.len() });
+        return Err(ApiError::VariablesMismatch {
+            outputs: outputs.to_vec(),
+            got: values.len(),
+        });
     }
     if values.len() > server.max_variables {
         return Err(ApiError::InvalidParameter {
@@ -145,7 +174,11 @@ pub fn check_values(server: &Server, outputs: &[String], values: &[String]) -> R
             msg: format!("At most {} variables are accepted.", server.max_variables),
         });
     }
-    if let Some((i, _)) = values.iter().enumerate().find(|(_, v)| v.len() > server.max_variable_bytes) {
+    if let Some((i, _)) = values
+        .iter()
+        .enumerate()
+        .find(|(_, v)| v.len() > server.max_variable_bytes)
+    {
         return Err(ApiError::InvalidParameter {
             name: "variables".into(),
             msg: format!(
@@ -220,7 +253,10 @@ mod tests {
             assert!(!parse_bool("run_async", Some(f)).unwrap());
         }
         assert!(!parse_bool("run_async", None).unwrap());
-        assert_eq!(parse_bool("run_async", Some("yes")).unwrap_err().code(), "invalid_parameter");
+        assert_eq!(
+            parse_bool("run_async", Some("yes")).unwrap_err().code(),
+            "invalid_parameter"
+        );
     }
 
     #[test]

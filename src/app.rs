@@ -50,23 +50,35 @@ impl App {
     pub fn set_config(&self, config: Config) {
         *self.config.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(config);
         self.generation.fetch_add(1, Ordering::SeqCst);
-        *self.last_reload_error.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        *self
+            .last_reload_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = None;
     }
 
     /// Record why the last reload was refused.
     pub fn set_reload_error(&self, error: String) {
         self.reload_errors.fetch_add(1, Ordering::Relaxed);
-        *self.last_reload_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(error);
+        *self
+            .last_reload_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(error);
     }
 
     /// Forget the last reload error (the files are valid again).
     pub fn clear_reload_error(&self) {
-        *self.last_reload_error.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        *self
+            .last_reload_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = None;
     }
 
     /// Successful reloads and refused reloads since start.
     pub fn reload_counts(&self) -> (u64, u64) {
-        (self.generation() - 1, self.reload_errors.load(Ordering::Relaxed))
+        (
+            self.generation() - 1,
+            self.reload_errors.load(Ordering::Relaxed),
+        )
     }
 
     /// The generation of the current config: 1 at start, +1 per reload.
@@ -76,6 +88,9 @@ impl App {
 
     /// Why the last reload was refused, if it was.
     pub fn last_reload_error(&self) -> Option<String> {
-        self.last_reload_error.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.last_reload_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }

@@ -68,14 +68,19 @@ impl AppKeys {
 
     /// The member and workspace of `key`, if it is a current key.
     pub fn lookup(&self, key: &str) -> Option<KeyInfo> {
-        let mut cache = self.fresh();
+        let cache = self.fresh();
         cache.by_hash.get(&sha256(key)).cloned()
     }
 
     /// The stored info (no key) of `member` in `workspace`.
+    #[allow(dead_code)] // the settings page shows the hint (browser issue)
     pub fn info(&self, workspace: &str, member: &str) -> Option<KeyInfo> {
         let cache = self.fresh();
-        cache.by_hash.values().find(|k| k.workspace == workspace && k.member == member).cloned()
+        cache
+            .by_hash
+            .values()
+            .find(|k| k.workspace == workspace && k.member == member)
+            .cloned()
     }
 
     /// Make a new key for `member` in `workspace`, replacing (and so
@@ -85,7 +90,12 @@ impl AppKeys {
     /// The state dir cannot be written.
     pub fn regenerate(&self, workspace: &str, member: &str) -> io::Result<String> {
         fs::create_dir_all(self.path.parent().unwrap_or(Path::new(".")))?;
-        let lock = OpenOptions::new().create(true).truncate(false).write(true).mode(0o600).open(&self.lock_path)?;
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&self.lock_path)?;
         let _guard = sys::FileLock::exclusive(&lock)?;
         let mut all = read_file(&self.path)?;
         let key = format!("tk_{}", hex::encode(rand::random::<[u8; 32]>()));
@@ -110,9 +120,14 @@ impl AppKeys {
     /// The cache, re-read first if the file changed since.
     fn fresh(&self) -> MutexGuard<'_, Cache> {
         let mut cache = self.lock_cache();
-        let stamp = fs::metadata(&self.path)
-            .ok()
-            .map(|m| (m.dev(), m.ino(), m.size(), m.mtime() * 1_000_000_000 + m.mtime_nsec()));
+        let stamp = fs::metadata(&self.path).ok().map(|m| {
+            (
+                m.dev(),
+                m.ino(),
+                m.size(),
+                m.mtime() * 1_000_000_000 + m.mtime_nsec(),
+            )
+        });
         if stamp != cache.stamp {
             match read_file(&self.path) {
                 Ok(all) => {
@@ -136,7 +151,8 @@ impl AppKeys {
 /// Read the key file; a missing file is empty.
 fn read_file(path: &Path) -> io::Result<BTreeMap<String, KeyInfo>> {
     match fs::read(path) {
-        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e)),
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(BTreeMap::new()),
         Err(e) => Err(e),
     }
@@ -146,7 +162,12 @@ fn read_file(path: &Path) -> io::Result<BTreeMap<String, KeyInfo>> {
 fn write_file(path: &Path, all: &BTreeMap<String, KeyInfo>) -> io::Result<()> {
     let tmp = path.with_extension("json.tmp");
     {
-        let mut f = OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
         f.write_all(&serde_json::to_vec_pretty(all).map_err(io::Error::other)?)?;
         f.sync_all()?;
     }

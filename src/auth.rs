@@ -29,8 +29,12 @@ pub fn api_key<'a>(cfg: &'a Config, req: &Request) -> Result<&'a ApiKey, ApiErro
         Some(k) => Some(k),
         None => req.bearer(),
     };
-    let token = token.filter(|t| !t.is_empty()).ok_or(ApiError::MissingApiKey)?;
-    cfg.api_keys.get(&sha256(token)).ok_or(ApiError::InvalidApiKey)
+    let token = token
+        .filter(|t| !t.is_empty())
+        .ok_or(ApiError::MissingApiKey)?;
+    cfg.api_keys
+        .get(&sha256(token))
+        .ok_or(ApiError::InvalidApiKey)
 }
 
 /// Whether `ua` is a usable User-Agent: not empty, printable ASCII only.
@@ -57,7 +61,7 @@ pub fn member(app: &App, cfg: &Config, req: &Request, workspace: &str) -> Result
     let is_member = cfg
         .workspaces
         .get(workspace)
-        .is_some_and(|w| w.members.iter().any(|m| *m == info.member));
+        .is_some_and(|w| w.members.contains(&info.member));
     if info.workspace != workspace || !is_member {
         return Err(ApiError::Forbidden);
     }

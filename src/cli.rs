@@ -136,17 +136,36 @@ pub fn parse(args: &[String]) -> Result<Command, Error> {
     match sub {
         "serve" => no_positional(Command::Serve { config, listen }),
         "check" => no_positional(Command::Check { config }),
-        "keygen" => no_positional(Command::Keygen { name: name.unwrap_or_else(|| "default".into()), workspace }),
+        "keygen" => no_positional(Command::Keygen {
+            name: name.unwrap_or_else(|| "default".into()),
+            workspace,
+        }),
         "hash-password" => no_positional(Command::HashPassword),
         "app-key" => {
-            let need = |v: Option<String>, f: &str| v.ok_or_else(|| Error::Usage(format!("app-key needs {f}")));
-            let (workspace, member) = (need(workspace, "--workspace W")?, need(member, "--member M")?);
-            no_positional(Command::AppKey { config, workspace, member })
+            let need = |v: Option<String>, f: &str| {
+                v.ok_or_else(|| Error::Usage(format!("app-key needs {f}")))
+            };
+            let (workspace, member) = (
+                need(workspace, "--workspace W")?,
+                need(member, "--member M")?,
+            );
+            no_positional(Command::AppKey {
+                config,
+                workspace,
+                member,
+            })
         }
         "run" => {
             let mut values = positional.into_iter();
-            let program = values.next().ok_or_else(|| Error::Usage("run needs a PROGRAM (id or name)".into()))?;
-            Ok(Command::Run { config, program, function, values: values.collect() })
+            let program = values
+                .next()
+                .ok_or_else(|| Error::Usage("run needs a PROGRAM (id or name)".into()))?;
+            Ok(Command::Run {
+                config,
+                program,
+                function,
+                values: values.collect(),
+            })
         }
         "help" => Ok(Command::Help),
         "version" => Ok(Command::Version),
@@ -166,11 +185,17 @@ mod tests {
     fn serve_is_the_default() {
         assert_eq!(
             p(&["--listen", "127.0.0.1:0"]).unwrap(),
-            Command::Serve { config: "config.toml".into(), listen: Some("127.0.0.1:0".into()) }
+            Command::Serve {
+                config: "config.toml".into(),
+                listen: Some("127.0.0.1:0".into())
+            }
         );
         assert_eq!(
             p(&["serve", "--config=/etc/t.toml"]).unwrap(),
-            Command::Serve { config: "/etc/t.toml".into(), listen: None }
+            Command::Serve {
+                config: "/etc/t.toml".into(),
+                listen: None
+            }
         );
     }
 
@@ -190,7 +215,10 @@ mod tests {
     #[test]
     fn usage_errors() {
         assert!(matches!(p(&["bogus"]), Err(Error::Usage(_))));
-        assert!(matches!(p(&["check", "--listen", "x"]), Err(Error::Usage(_))));
+        assert!(matches!(
+            p(&["check", "--listen", "x"]),
+            Err(Error::Usage(_))
+        ));
         assert!(matches!(p(&["serve", "--config"]), Err(Error::Usage(_))));
         assert!(matches!(p(&["check", "extra"]), Err(Error::Usage(_))));
         assert_eq!(p(&["--version"]).unwrap(), Command::Version);

@@ -24,7 +24,11 @@ use crate::store::new_run_id;
 /// [`Error::Config`] with every problem found.
 pub fn check(path: &Path) -> Result<(), Error> {
     let cfg = config::load(path).map_err(Error::Config)?;
-    println!("ok: {} programs, {} tools", cfg.programs.len(), cfg.tools.len());
+    println!(
+        "ok: {} programs, {} tools",
+        cfg.programs.len(),
+        cfg.tools.len()
+    );
     Ok(())
 }
 
@@ -41,12 +45,17 @@ pub fn app_key(path: &Path, workspace: &str, member: &str) -> Result<(), Error> 
         .get(workspace)
         .ok_or_else(|| Error::Other(format!("no workspace '{workspace}' in {}", path.display())))?;
     if !ws.members.iter().any(|m| m == member) {
-        return Err(Error::Other(format!("'{member}' is not a member of workspace '{workspace}'")));
+        return Err(Error::Other(format!(
+            "'{member}' is not a member of workspace '{workspace}'"
+        )));
     }
     let keys = AppKeys::new(&cfg.server.state_dir);
     let key = keys
         .regenerate(workspace, member)
-        .map_err(|source| Error::Io { path: cfg.server.state_dir.join("app_keys.json"), source })?;
+        .map_err(|source| Error::Io {
+            path: cfg.server.state_dir.join("app_keys.json"),
+            source,
+        })?;
     println!("{key}");
     eprintln!("Application key for {member} in {workspace}: shown only once; the previous key no longer works.");
     Ok(())
@@ -78,10 +87,15 @@ pub fn hash_password() -> Result<(), Error> {
     io::stdin()
         .lock()
         .read_line(&mut line)
-        .map_err(|source| Error::Io { path: "<stdin>".into(), source })?;
+        .map_err(|source| Error::Io {
+            path: "<stdin>".into(),
+            source,
+        })?;
     let password = line.trim_end_matches(['\n', '\r']);
     if password.is_empty() {
-        return Err(Error::Other("no password on stdin (give it on the first line)".into()));
+        return Err(Error::Other(
+            "no password on stdin (give it on the first line)".into(),
+        ));
     }
     println!("{}", hash(password)?);
     Ok(())
@@ -107,18 +121,30 @@ pub fn hash(password: &str) -> Result<String, Error> {
 ///
 /// # Errors
 /// The config does not load.
-pub fn run(path: &Path, program: &str, function: Option<&str>, values: Vec<String>) -> Result<bool, Error> {
+pub fn run(
+    path: &Path,
+    program: &str,
+    function: Option<&str>,
+    values: Vec<String>,
+) -> Result<bool, Error> {
     let cfg = Arc::new(config::load(path).map_err(Error::Config)?);
     let outcome = run_local(&cfg, program, function, values);
     let (ok, body) = match outcome {
         Ok(v) => (true, v),
         Err(e) => {
             let resp: crate::http::Response = e.into();
-            (false, serde_json::from_slice(&resp.body).unwrap_or(Value::Null))
+            (
+                false,
+                serde_json::from_slice(&resp.body).unwrap_or(Value::Null),
+            )
         }
     };
     let mut out = io::stdout().lock();
-    let _ = writeln!(out, "{}", serde_json::to_string_pretty(&body).unwrap_or_default());
+    let _ = writeln!(
+        out,
+        "{}",
+        serde_json::to_string_pretty(&body).unwrap_or_default()
+    );
     Ok(ok)
 }
 
@@ -128,12 +154,16 @@ fn run_local(
     function: Option<&str>,
     values: Vec<String>,
 ) -> Result<Value, ApiError> {
-    let program = cfg.program_by_name(program).ok_or(ApiError::ProgramNotFound)?;
+    let program = cfg
+        .program_by_name(program)
+        .ok_or(ApiError::ProgramNotFound)?;
     let function = match function {
-        Some(name) => program.function(name).ok_or_else(|| ApiError::FunctionNotFound {
-            name: name.to_string(),
-            functions: program.functions.iter().map(|f| f.name.clone()).collect(),
-        })?,
+        Some(name) => program
+            .function(name)
+            .ok_or_else(|| ApiError::FunctionNotFound {
+                name: name.to_string(),
+                functions: program.functions.iter().map(|f| f.name.clone()).collect(),
+            })?,
         None => api::select_function(program, None)?,
     };
     api::check_values(&cfg.server, function.inputs(), &values)?;

@@ -60,12 +60,18 @@ impl Request {
 
     /// The first value of header `name` (lower case).
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
     }
 
     /// Every value of query parameter `name`, in order.
     pub fn query_all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
-        self.query.iter().filter(move |(k, _)| k == name).map(|(_, v)| v.as_str())
+        self.query
+            .iter()
+            .filter(move |(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
     }
 
     /// The value of a query parameter that may appear at most once.
@@ -202,6 +208,7 @@ impl Response {
     }
 
     /// Add a header.
+    #[allow(dead_code)] // used by the browser pages
     pub fn with_header(mut self, name: &str, value: impl Into<String>) -> Response {
         self.headers.push((name.to_string(), value.into()));
         self
@@ -305,6 +312,7 @@ pub enum ApiError {
     /// trigd is shutting down and accepts no new runs.
     ShuttingDown,
     /// Too many requests.
+    #[allow(dead_code)] // login throttling and rate limits (later issues)
     RateLimited {
         /// Seconds for `Retry-After`.
         retry_after: u64,
@@ -394,7 +402,7 @@ impl ApiError {
             FunctionRequired { .. } => "This program has several functions with webhook triggers: name one with function=<name> (see Functions).".into(),
             NoActiveTrigger => "No function of this program has an active webhook trigger.".into(),
             VariablesMismatch { outputs, got } => format!(
-                "Expected {} variables for outputs [{}], got {got}. Send one variables=<value> per output, in this order.",
+                "expected {} variables for outputs [{}], got {got}: send one variables=<value> per output, in this order.",
                 outputs.len(),
                 outputs.join(", ")
             ),
@@ -441,7 +449,13 @@ impl ApiError {
             MethodNotAllowed { allow } => {
                 body.insert("Allow".into(), json!(allow));
             }
-            RunFailed { run, step, exit_code, signal, stderr } => {
+            RunFailed {
+                run,
+                step,
+                exit_code,
+                signal,
+                stderr,
+            } => {
                 body.insert("Run".into(), json!(run));
                 body.insert("Step".into(), json!(step));
                 if let Some(c) = exit_code {
@@ -469,7 +483,9 @@ impl ApiError {
             ApiError::Busy { retry_after, .. } | ApiError::RateLimited { retry_after } => {
                 vec![("Retry-After".into(), retry_after.to_string())]
             }
-            ApiError::Unauthorized => vec![("WWW-Authenticate".into(), "Bearer realm=\"trigd\"".into())],
+            ApiError::Unauthorized => {
+                vec![("WWW-Authenticate".into(), "Bearer realm=\"trigd\"".into())]
+            }
             ApiError::StorageUnavailable | ApiError::ShuttingDown => {
                 vec![("Retry-After".into(), "5".into())]
             }
@@ -519,8 +535,14 @@ mod tests {
 
     #[test]
     fn traversal_segments_are_not_found() {
-        assert_eq!(Request::new("GET", "/tools/a/%2e%2e/x").unwrap_err(), ApiError::NotFound);
-        assert_eq!(Request::new("GET", "/tools/a%2Fb/x").unwrap_err(), ApiError::NotFound);
+        assert_eq!(
+            Request::new("GET", "/tools/a/%2e%2e/x").unwrap_err(),
+            ApiError::NotFound
+        );
+        assert_eq!(
+            Request::new("GET", "/tools/a%2Fb/x").unwrap_err(),
+            ApiError::NotFound
+        );
     }
 
     #[test]
@@ -533,10 +555,17 @@ mod tests {
 
     #[test]
     fn error_body_has_code_and_headers() {
-        let r: Response = ApiError::Busy { retry_after: 2, msg: "x".into() }.into();
+        let r: Response = ApiError::Busy {
+            retry_after: 2,
+            msg: "x".into(),
+        }
+        .into();
         assert_eq!(r.status, 503);
         let v: Value = serde_json::from_slice(&r.body).unwrap();
         assert_eq!(v["Code"], "busy");
-        assert!(r.headers.iter().any(|(k, v)| k == "Retry-After" && v == "2"));
+        assert!(r
+            .headers
+            .iter()
+            .any(|(k, v)| k == "Retry-After" && v == "2"));
     }
 }

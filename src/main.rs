@@ -68,14 +68,23 @@ fn run(args: &[String]) -> Result<ExitCode, Error> {
     match command {
         Command::Serve { config, listen } => server::serve(&config, listen)?,
         Command::Check { config } => commands::check(&config)?,
-        Command::Run { config, program, function, values } => {
+        Command::Run {
+            config,
+            program,
+            function,
+            values,
+        } => {
             if !commands::run(&config, &program, function.as_deref(), values)? {
                 return Ok(ExitCode::from(1));
             }
         }
         Command::Keygen { name, workspace } => commands::keygen(&name, workspace.as_deref()),
         Command::HashPassword => commands::hash_password()?,
-        Command::AppKey { config, workspace, member } => commands::app_key(&config, &workspace, &member)?,
+        Command::AppKey {
+            config,
+            workspace,
+            member,
+        } => commands::app_key(&config, &workspace, &member)?,
         Command::Help => print!("{}", cli::USAGE),
         Command::Version => println!("trigd {}", env!("CARGO_PKG_VERSION")),
     }

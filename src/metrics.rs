@@ -9,7 +9,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 /// Upper bounds (seconds) of the run duration histogram buckets.
-const BUCKETS: [f64; 12] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0];
+const BUCKETS: [f64; 12] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0,
+];
 
 /// Process-wide metrics.
 pub struct Metrics {
@@ -60,7 +62,12 @@ impl Metrics {
 
     /// Count one ended run of `program` with `outcome` (a state name).
     pub fn run(&self, program: u64, outcome: &'static str, took: Duration) {
-        *self.runs.lock().unwrap_or_else(|e| e.into_inner()).entry((program, outcome)).or_default() += 1;
+        *self
+            .runs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry((program, outcome))
+            .or_default() += 1;
         let secs = took.as_secs_f64();
         for (b, c) in BUCKETS.iter().zip(&self.buckets) {
             if secs <= *b {
@@ -68,13 +75,17 @@ impl Metrics {
             }
         }
         self.duration_count.fetch_add(1, Ordering::Relaxed);
-        self.duration_sum_us.fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+        self.duration_sum_us
+            .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
     }
 
     /// The Prometheus text exposition.
     pub fn render(&self, g: &Gauges) -> String {
         let mut s = String::new();
-        let _ = writeln!(s, "# HELP trigd_http_requests_total HTTP responses by status code.");
+        let _ = writeln!(
+            s,
+            "# HELP trigd_http_requests_total HTTP responses by status code."
+        );
         let _ = writeln!(s, "# TYPE trigd_http_requests_total counter");
         for (status, c) in self.http.iter().enumerate() {
             let n = c.load(Ordering::Relaxed);
@@ -82,7 +93,10 @@ impl Metrics {
                 let _ = writeln!(s, "trigd_http_requests_total{{status=\"{status}\"}} {n}");
             }
         }
-        let _ = writeln!(s, "# HELP trigd_runs_total Ended runs by program and outcome.");
+        let _ = writeln!(
+            s,
+            "# HELP trigd_runs_total Ended runs by program and outcome."
+        );
         let _ = writeln!(s, "# TYPE trigd_runs_total counter");
         for ((p, o), n) in self.runs.lock().unwrap_or_else(|e| e.into_inner()).iter() {
             let _ = writeln!(s, "trigd_runs_total{{program=\"{p}\",outcome=\"{o}\"}} {n}");
@@ -90,20 +104,57 @@ impl Metrics {
         let _ = writeln!(s, "# HELP trigd_run_duration_seconds Run duration.");
         let _ = writeln!(s, "# TYPE trigd_run_duration_seconds histogram");
         for (b, c) in BUCKETS.iter().zip(&self.buckets) {
-            let _ = writeln!(s, "trigd_run_duration_seconds_bucket{{le=\"{b}\"}} {}", c.load(Ordering::Relaxed));
+            let _ = writeln!(
+                s,
+                "trigd_run_duration_seconds_bucket{{le=\"{b}\"}} {}",
+                c.load(Ordering::Relaxed)
+            );
         }
         let count = self.duration_count.load(Ordering::Relaxed);
-        let _ = writeln!(s, "trigd_run_duration_seconds_bucket{{le=\"+Inf\"}} {count}");
+        let _ = writeln!(
+            s,
+            "trigd_run_duration_seconds_bucket{{le=\"+Inf\"}} {count}"
+        );
         let sum = self.duration_sum_us.load(Ordering::Relaxed) as f64 / 1e6;
         let _ = writeln!(s, "trigd_run_duration_seconds_sum {sum}");
         let _ = writeln!(s, "trigd_run_duration_seconds_count {count}");
         let gauges = [
-            ("trigd_runs_in_flight", "gauge", "Runs executing now.", g.in_flight as u64),
-            ("trigd_runs_queued", "gauge", "Async runs waiting for a slot.", g.queued as u64),
-            ("trigd_child_processes", "gauge", "Step processes alive now.", g.children as u64),
-            ("trigd_config_generation", "gauge", "Generation of the served config.", g.generation),
-            ("trigd_reloads_total", "counter", "Successful config reloads.", g.reloads),
-            ("trigd_reload_errors_total", "counter", "Refused config reloads.", g.reload_errors),
+            (
+                "trigd_runs_in_flight",
+                "gauge",
+                "Runs executing now.",
+                g.in_flight as u64,
+            ),
+            (
+                "trigd_runs_queued",
+                "gauge",
+                "Async runs waiting for a slot.",
+                g.queued as u64,
+            ),
+            (
+                "trigd_child_processes",
+                "gauge",
+                "Step processes alive now.",
+                g.children as u64,
+            ),
+            (
+                "trigd_config_generation",
+                "gauge",
+                "Generation of the served config.",
+                g.generation,
+            ),
+            (
+                "trigd_reloads_total",
+                "counter",
+                "Successful config reloads.",
+                g.reloads,
+            ),
+            (
+                "trigd_reload_errors_total",
+                "counter",
+                "Refused config reloads.",
+                g.reload_errors,
+            ),
         ];
         for (name, kind, help, v) in gauges {
             let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
@@ -123,9 +174,19 @@ mod tests {
         m.http(200);
         m.http(503);
         m.run(3, "finished", Duration::from_millis(20));
-        let g = Gauges { in_flight: 1, queued: 0, children: 1, reloads: 2, reload_errors: 1, generation: 3 };
+        let g = Gauges {
+            in_flight: 1,
+            queued: 0,
+            children: 1,
+            reloads: 2,
+            reload_errors: 1,
+            generation: 3,
+        };
         let t = m.render(&g);
-        assert!(t.contains("trigd_http_requests_total{status=\"200\"} 2"), "{t}");
+        assert!(
+            t.contains("trigd_http_requests_total{status=\"200\"} 2"),
+            "{t}"
+        );
         assert!(t.contains("trigd_runs_total{program=\"3\",outcome=\"finished\"} 1"));
         assert!(t.contains("trigd_run_duration_seconds_bucket{le=\"0.01\"} 0"));
         assert!(t.contains("trigd_run_duration_seconds_bucket{le=\"0.025\"} 1"));

@@ -67,7 +67,10 @@ impl WatchState {
     fn new(config_path: &Path, tx: Sender<Trigger>) -> WatchState {
         let config_name = config_path.file_name().map(|n| n.to_os_string());
         let handler = move |res: notify::Result<Event>| match res {
-            Ok(ev) if ev.paths.is_empty() || ev.paths.iter().any(|p| relevant(p, config_name.as_deref())) => {
+            Ok(ev)
+                if ev.paths.is_empty()
+                    || ev.paths.iter().any(|p| relevant(p, config_name.as_deref())) =>
+            {
                 let _ = tx.send(Trigger::Changed);
             }
             Ok(_) => {}
@@ -79,13 +82,18 @@ impl WatchState {
         let watcher = notify::recommended_watcher(handler)
             .map_err(|e| log::error!("cannot watch config files ({e}); reload with SIGHUP"))
             .ok();
-        WatchState { watcher, watched: Vec::new() }
+        WatchState {
+            watcher,
+            watched: Vec::new(),
+        }
     }
 
     /// Watch exactly `dirs` (re-adding each, so a swapped symlink target is
     /// followed).
     fn watch(&mut self, dirs: &[PathBuf]) {
-        let Some(w) = self.watcher.as_mut() else { return };
+        let Some(w) = self.watcher.as_mut() else {
+            return;
+        };
         for d in self.watched.drain(..) {
             let _ = w.unwatch(&d);
         }
@@ -102,7 +110,9 @@ impl WatchState {
 /// config file itself, or a `..data`-style symlink of a ConfigMap. Editor
 /// swap and backup files (`.x.swp`, `x~`, `x.tmp`, vim's `4913`) are not.
 fn relevant(path: &Path, config_name: Option<&std::ffi::OsStr>) -> bool {
-    let Some(name) = path.file_name() else { return true };
+    let Some(name) = path.file_name() else {
+        return true;
+    };
     if Some(name) == config_name {
         return true;
     }
@@ -120,7 +130,10 @@ fn relevant(path: &Path, config_name: Option<&std::ffi::OsStr>) -> bool {
 
 /// Directories to watch for `cfg`: the config file's and the programs dir.
 fn dirs_for(config_path: &Path, programs_dir: &Path) -> Vec<PathBuf> {
-    let config_dir = config_path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let config_dir = config_path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     let mut dirs = vec![config_dir.to_path_buf()];
     if programs_dir.is_dir() {
         dirs.push(programs_dir.to_path_buf());
@@ -181,7 +194,11 @@ pub fn reload_now(app: &App, config_path: &Path, forced: bool) {
             }
             let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
             app.set_reload_error(text.join("\n"));
-            log::error!("reload refused ({} errors); still serving generation {}", errors.len(), app.generation());
+            log::error!(
+                "reload refused ({} errors); still serving generation {}",
+                errors.len(),
+                app.generation()
+            );
         }
     }
 }

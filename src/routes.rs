@@ -54,5 +54,9 @@ fn metrics(app: &App) -> Response {
         reload_errors,
         generation: app.generation(),
     };
-    Response::text(200, "text/plain; version=0.0.4", app.runner.metrics.render(&g))
+    Response::text(
+        200,
+        "text/plain; version=0.0.4",
+        app.runner.metrics.render(&g),
+    )
 }

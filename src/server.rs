@@ -37,10 +37,16 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
     let cfg = config::load(config_path).map_err(Error::Config)?;
     let addr = listen.unwrap_or_else(|| cfg.server.listen.clone());
     let listener = bind(&addr)?;
-    let local = listener.local_addr().map_err(|source| Error::Bind { addr: addr.clone(), source })?;
+    let local = listener.local_addr().map_err(|source| Error::Bind {
+        addr: addr.clone(),
+        source,
+    })?;
     let state_dir = cfg.server.state_dir.clone();
-    let store = RunStore::open(&state_dir, cfg.server.run_retention)
-        .map_err(|source| Error::Io { path: state_dir.join("runs.log"), source })?;
+    let store =
+        RunStore::open(&state_dir, cfg.server.run_retention).map_err(|source| Error::Io {
+            path: state_dir.join("runs.log"),
+            source,
+        })?;
     let store = Arc::new(store);
     let runner = Runner::new(Some(Arc::clone(&store)), Arc::new(Metrics::default()))
         .map_err(|e| Error::Other(format!("cannot create the runner: {e}")))?;
@@ -63,14 +69,9 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
     println!("listening on http://{local}");
     let _ = io::stdout().flush();
     log::info!("listening on http://{local} with {workers} workers (open files limit {nofile})");
-    loop {
-        match sys::wait_signal() {
-            Signal::Hup => {
-                log::info!("SIGHUP: reloading the configuration");
-                let _ = reload.send(reload::Trigger::Signal);
-            }
-            Signal::Term | Signal::Int => break,
-        }
+    while sys::wait_signal() == Signal::Hup {
+        log::info!("SIGHUP: reloading the configuration");
+        let _ = reload.send(reload::Trigger::Signal);
     }
     log::info!("shutting down: waiting up to {grace:?} for runs to finish");
     app.closing.store(true, Ordering::SeqCst);
@@ -84,7 +85,10 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
 
 /// Resolve and bind `addr` (`host:port`).
 fn bind(addr: &str) -> Result<TcpListener, Error> {
-    let err = |source| Error::Bind { addr: addr.to_string(), source };
+    let err = |source| Error::Bind {
+        addr: addr.to_string(),
+        source,
+    };
     let addrs: Vec<_> = addr.to_socket_addrs().map_err(err)?.collect();
     TcpListener::bind(&addrs[..]).map_err(err)
 }
@@ -109,17 +113,22 @@ fn handle(app: &App, mut rq: tiny_http::Request) {
     let max_body = app.config().server.max_body_bytes;
     let (target, resp) = match read_request(&mut rq, max_body) {
         Ok(req) => {
-            let resp = catch_unwind(AssertUnwindSafe(|| routes::handle(app, &req)))
-                .unwrap_or_else(|_| {
+            let resp =
+                catch_unwind(AssertUnwindSafe(|| routes::handle(app, &req))).unwrap_or_else(|_| {
                     log::error!("handler panicked on {} {}", req.method, req.path);
                     ApiError::Internal.into()
                 });
             (req.log_target(), resp)
         }
-        Err(e) => (rq.url().split('?').next().unwrap_or("").to_string(), e.into()),
+        Err(e) => (
+            rq.url().split('?').next().unwrap_or("").to_string(),
+            e.into(),
+        ),
     };
     app.runner.metrics.http(resp.status);
-    let remote = rq.remote_addr().map_or_else(|| "-".to_string(), |a| a.ip().to_string());
+    let remote = rq
+        .remote_addr()
+        .map_or_else(|| "-".to_string(), |a| a.ip().to_string());
     log::info!(
         target: "access",
         "{remote} {} {target} {} {}ms{}",
@@ -146,7 +155,12 @@ fn read_request(rq: &mut tiny_http::Request, max_body: usize) -> Result<Request,
     req.headers = rq
         .headers()
         .iter()
-        .map(|h| (h.field.as_str().as_str().to_ascii_lowercase(), h.value.as_str().to_string()))
+        .map(|h| {
+            (
+                h.field.as_str().as_str().to_ascii_lowercase(),
+                h.value.as_str().to_string(),
+            )
+        })
         .collect();
     req.remote = rq.remote_addr().copied();
     if rq.body_length().is_some_and(|n| n > max_body) {

@@ -156,7 +156,10 @@ impl RunStore {
         let keep = records.len().saturating_sub(retention.max(1));
         let lines: Vec<Vec<u8>> = records[keep..].iter().map(to_line).collect();
         let log = rewrite(&path, &lines)?;
-        let sync = Sync { file: log.file.try_clone()?, synced: 0 };
+        let sync = Sync {
+            file: log.file.try_clone()?,
+            synced: 0,
+        };
         Ok(RunStore {
             path,
             retention: retention.max(1),
@@ -183,7 +186,11 @@ impl RunStore {
             log.len += line.len() as u64;
             log.lines += 1;
             log.seq += 1;
-            let entry = Entry { offset, len: line.len() as u32, program: rec.program };
+            let entry = Entry {
+                offset,
+                len: line.len() as u32,
+                program: rec.program,
+            };
             if log.index.insert(rec.run.clone(), entry).is_none() {
                 log.order.push_back(rec.run.clone());
             }
@@ -251,6 +258,7 @@ impl RunStore {
     }
 
     /// How many runs the log knows.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         lock(&self.log).order.len()
     }
@@ -295,7 +303,12 @@ fn read_log(path: &Path) -> io::Result<Vec<RunRecord>> {
 fn rewrite(path: &Path, lines: &[Vec<u8>]) -> io::Result<Log> {
     let tmp = path.with_extension("log.tmp");
     {
-        let mut f = OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
         for l in lines {
             f.write_all(l)?;
         }
@@ -311,12 +324,26 @@ fn rewrite(path: &Path, lines: &[Vec<u8>]) -> io::Result<Log> {
     let mut offset = 0u64;
     for l in lines {
         if let Ok(rec) = serde_json::from_slice::<RunRecord>(l) {
-            index.insert(rec.run.clone(), Entry { offset, len: l.len() as u32, program: rec.program });
+            index.insert(
+                rec.run.clone(),
+                Entry {
+                    offset,
+                    len: l.len() as u32,
+                    program: rec.program,
+                },
+            );
             order.push_back(rec.run);
         }
         offset += l.len() as u64;
     }
-    Ok(Log { file, len: offset, index, order, lines: lines.len(), seq: 0 })
+    Ok(Log {
+        file,
+        len: offset,
+        index,
+        order,
+        lines: lines.len(),
+        seq: 0,
+    })
 }
 
 /// Now as RFC 3339 UTC with milliseconds, e.g. `2026-11-22T04:14:00.123Z`.
@@ -413,7 +440,10 @@ mod tests {
         let s = RunStore::open(&d, 100).unwrap();
         s.append(&rec("a", RunState::Finished), true).unwrap();
         drop(s);
-        let mut f = OpenOptions::new().append(true).open(d.join("runs.log")).unwrap();
+        let mut f = OpenOptions::new()
+            .append(true)
+            .open(d.join("runs.log"))
+            .unwrap();
         f.write_all(b"{\"Run\":\"b\",\"Sta").unwrap();
         let s = RunStore::open(&d, 100).unwrap();
         assert!(s.get("a").is_some());
@@ -421,7 +451,10 @@ mod tests {
         s.append(&rec("c", RunState::Finished), true).unwrap();
         drop(s);
         let s = RunStore::open(&d, 100).unwrap();
-        assert!(s.get("c").is_some(), "a line after a torn one must stay readable");
+        assert!(
+            s.get("c").is_some(),
+            "a line after a torn one must stay readable"
+        );
     }
 
     #[test]
@@ -429,12 +462,16 @@ mod tests {
         let d = tmpdir("retention");
         let s = RunStore::open(&d, 10).unwrap();
         for i in 0..200 {
-            s.append(&rec(&format!("r{i}"), RunState::Finished), false).unwrap();
+            s.append(&rec(&format!("r{i}"), RunState::Finished), false)
+                .unwrap();
         }
         assert!(s.len() <= 2 * 10 + 64 + 1, "{}", s.len());
         assert!(s.get("r199").is_some());
         assert!(s.get("r0").is_none());
-        let lines = fs::read_to_string(d.join("runs.log")).unwrap().lines().count();
+        let lines = fs::read_to_string(d.join("runs.log"))
+            .unwrap()
+            .lines()
+            .count();
         assert!(lines <= 2 * 10 + 65, "{lines}");
     }
 }

@@ -235,41 +235,6 @@ pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn abort_signal_wakes_pollers_once() {
-        let a = AbortSignal::new().unwrap();
-        assert!(!a.is_triggered());
-        let mut fds = [libc::pollfd {
-            fd: a.fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        }];
-        assert_eq!(poll(&mut fds, Some(Duration::ZERO)).unwrap(), 0);
-        a.trigger();
-        a.trigger();
-        assert!(a.is_triggered());
-        assert_eq!(poll(&mut fds, Some(Duration::from_secs(1))).unwrap(), 1);
-        assert_ne!(fds[0].revents & (libc::POLLIN | libc::POLLHUP), 0);
-    }
-
-    #[test]
-    fn kill_group_refuses_own_and_all() {
-        // Would kill the test process (0) or everything (1) if not refused.
-        kill_group(0, libc::SIGKILL);
-        kill_group(1, libc::SIGKILL);
-        kill_group(u32::MAX, libc::SIGKILL);
-    }
-
-    #[test]
-    fn nofile_limit_is_positive() {
-        assert!(raise_nofile_limit() > 0);
-    }
-}
-
 /// An exclusive advisory lock (`flock`) on an open file, released on drop.
 /// Serialises writers of a state file across processes (server and CLI).
 pub struct FileLock<'a> {
@@ -302,5 +267,40 @@ impl Drop for FileLock<'_> {
         use std::os::fd::AsRawFd;
         // SAFETY: unlocking a descriptor that is still open (borrowed).
         unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_UN) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn abort_signal_wakes_pollers_once() {
+        let a = AbortSignal::new().unwrap();
+        assert!(!a.is_triggered());
+        let mut fds = [libc::pollfd {
+            fd: a.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        assert_eq!(poll(&mut fds, Some(Duration::ZERO)).unwrap(), 0);
+        a.trigger();
+        a.trigger();
+        assert!(a.is_triggered());
+        assert_eq!(poll(&mut fds, Some(Duration::from_secs(1))).unwrap(), 1);
+        assert_ne!(fds[0].revents & (libc::POLLIN | libc::POLLHUP), 0);
+    }
+
+    #[test]
+    fn kill_group_refuses_own_and_all() {
+        // Would kill the test process (0) or everything (1) if not refused.
+        kill_group(0, libc::SIGKILL);
+        kill_group(1, libc::SIGKILL);
+        kill_group(u32::MAX, libc::SIGKILL);
+    }
+
+    #[test]
+    fn nofile_limit_is_positive() {
+        assert!(raise_nofile_limit() > 0);
     }
 }

@@ -25,11 +25,20 @@ use crate::runner::Job;
 /// 404 for an unknown tool, environment or trigger; 405 for another method;
 /// 401/403 per SPEC §3.4; 400 for missing, extra, non-string or oversized
 /// values; then the run errors of `api::start`.
-pub fn call(app: &App, cfg: &Arc<Config>, req: &Request, names: [&str; 3]) -> Result<Response, ApiError> {
+pub fn call(
+    app: &App,
+    cfg: &Arc<Config>,
+    req: &Request,
+    names: [&str; 3],
+) -> Result<Response, ApiError> {
     let [tool, env, trigger] = names;
     let tool = cfg.tools.get(tool).ok_or(ApiError::NotFound)?;
     let env = tool.environments.get(env).ok_or(ApiError::NotFound)?;
-    let trigger = tool.triggers.iter().find(|t| t.name == trigger).ok_or(ApiError::NotFound)?;
+    let trigger = tool
+        .triggers
+        .iter()
+        .find(|t| t.name == trigger)
+        .ok_or(ApiError::NotFound)?;
     if req.method != trigger.method && !(req.method == "HEAD" && trigger.method == "GET") {
         let allow: &'static str = match trigger.method.as_str() {
             "GET" => "GET",
@@ -40,9 +49,15 @@ pub fn call(app: &App, cfg: &Arc<Config>, req: &Request, names: [&str; 3]) -> Re
         };
         return Err(ApiError::MethodNotAllowed { allow: vec![allow] });
     }
-    let by = if env.public { "public".to_string() } else { auth::member(app, cfg, req, &tool.workspace)? };
+    let by = if env.public {
+        "public".to_string()
+    } else {
+        auth::member(app, cfg, req, &tool.workspace)?
+    };
     let program = cfg.program(trigger.program).ok_or(ApiError::NotFound)?;
-    let function = program.function(&trigger.function).ok_or(ApiError::NotFound)?;
+    let function = program
+        .function(&trigger.function)
+        .ok_or(ApiError::NotFound)?;
     let run_async = api::parse_bool("run_async", req.query_one("run_async")?)?;
     let values = named_values(req, function.inputs())?;
     api::check_values(&cfg.server, function.inputs(), &values)?;
@@ -60,7 +75,10 @@ pub fn call(app: &App, cfg: &Arc<Config>, req: &Request, names: [&str; 3]) -> Re
 /// Collect one string per output, by name, from the query and a JSON object
 /// body.
 fn named_values(req: &Request, outputs: &[String]) -> Result<Vec<String>, ApiError> {
-    let mismatch = |msg: String| ApiError::ValuesMismatch { msg, outputs: outputs.to_vec() };
+    let mismatch = |msg: String| ApiError::ValuesMismatch {
+        msg,
+        outputs: outputs.to_vec(),
+    };
     let mut got: BTreeMap<String, String> = BTreeMap::new();
     for (k, v) in req.query.iter().filter(|(k, _)| k != "run_async") {
         if got.insert(k.clone(), v.clone()).is_some() {
@@ -71,23 +89,37 @@ fn named_values(req: &Request, outputs: &[String]) -> Result<Vec<String>, ApiErr
         let body: Value = serde_json::from_slice(&req.body)
             .map_err(|e| mismatch(format!("The body must be a JSON object of strings: {e}.")))?;
         let Value::Object(map) = body else {
-            return Err(mismatch("The body must be a JSON object of strings, by output name.".into()));
+            return Err(mismatch(
+                "The body must be a JSON object of strings, by output name.".into(),
+            ));
         };
         for (k, v) in map {
             let Value::String(s) = v else {
                 return Err(mismatch(format!("Value '{k}' must be a JSON string.")));
             };
             if got.insert(k.clone(), s).is_some() {
-                return Err(mismatch(format!("Value '{k}' is given both in the query and in the body.")));
+                return Err(mismatch(format!(
+                    "Value '{k}' is given both in the query and in the body."
+                )));
             }
         }
     }
     if let Some(extra) = got.keys().find(|k| !outputs.contains(k)) {
-        return Err(mismatch(format!("Unknown value '{extra}'. Expected outputs: [{}].", outputs.join(", "))));
+        return Err(mismatch(format!(
+            "Unknown value '{extra}'. Expected outputs: [{}].",
+            outputs.join(", ")
+        )));
     }
     outputs
         .iter()
-        .map(|o| got.remove(o).ok_or_else(|| mismatch(format!("Missing value '{o}'. Expected outputs: [{}].", outputs.join(", ")))))
+        .map(|o| {
+            got.remove(o).ok_or_else(|| {
+                mismatch(format!(
+                    "Missing value '{o}'. Expected outputs: [{}].",
+                    outputs.join(", ")
+                ))
+            })
+        })
         .collect()
 }
 

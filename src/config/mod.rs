@@ -20,15 +20,19 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use validate::{load, load_str};
+pub use validate::load;
+#[cfg(test)]
+pub use validate::load_str;
 
 /// One loaded configuration: server settings, programs, keys, users,
 /// workspaces and tools.
 #[derive(Debug)]
 pub struct Config {
     /// Path of `config.toml` as given on the command line.
+    #[allow(dead_code)] // model data for diagnostics and the browser pages
     pub path: PathBuf,
     /// Directory that holds `config.toml`; relative paths resolve against it.
+    #[allow(dead_code)] // model data for diagnostics and the browser pages
     pub dir: PathBuf,
     /// `[server]` settings with every default filled in.
     pub server: Server,
@@ -37,6 +41,7 @@ pub struct Config {
     /// Run-endpoint API keys by the sha256 of the key.
     pub api_keys: HashMap<[u8; 32], ApiKey>,
     /// Browser accounts by name.
+    #[allow(dead_code)] // model data for diagnostics and the browser pages
     pub users: BTreeMap<String, User>,
     /// Workspaces by name.
     pub workspaces: BTreeMap<String, Workspace>,
@@ -101,7 +106,10 @@ impl ApiKey {
             None => true,
             Some(ws) => program.workspace.as_deref() == Some(ws.as_str()),
         };
-        let id_ok = self.programs.as_ref().is_none_or(|ids| ids.contains(&program.id));
+        let id_ok = self
+            .programs
+            .as_ref()
+            .is_none_or(|ids| ids.contains(&program.id));
         ws_ok && id_ok
     }
 }
@@ -116,6 +124,7 @@ pub struct Program {
     /// Owning workspace, if any.
     pub workspace: Option<String>,
     /// The file it was loaded from.
+    #[allow(dead_code)] // model data for diagnostics and the browser pages
     pub file: PathBuf,
     /// Functions in file order.
     pub functions: Vec<Function>,
@@ -129,7 +138,9 @@ impl Program {
 
     /// Functions whose webhook trigger is active, in file order.
     pub fn triggered(&self) -> impl Iterator<Item = &Function> {
-        self.functions.iter().filter(|f| f.webhook.as_ref().is_some_and(|w| w.active))
+        self.functions
+            .iter()
+            .filter(|f| f.webhook.as_ref().is_some_and(|w| w.active))
     }
 }
 
@@ -218,6 +229,7 @@ impl Template {
 
 /// A browser account (`[[users]]`).
 #[derive(Debug, Clone)]
+#[allow(dead_code)] // read by the login page (browser issue)
 pub struct User {
     /// Login name.
     pub name: String,
@@ -229,6 +241,7 @@ pub struct User {
 #[derive(Debug, Clone)]
 pub struct Workspace {
     /// Name, an identifier.
+    #[allow(dead_code)] // the map key holds it too; kept for the pages
     pub name: String,
     /// Member user names; each names a `[[users]]` entry.
     pub members: Vec<String>,

@@ -1,1 +1,489 @@
-//! serde structs mirroring the TOML files one to one (filled in by the config work).
+//! serde structs mirroring `config.toml` and the program files one to one,
+//! plus [`parse`], which turns TOML text into them with a located error.
+//!
+//! Every struct denies unknown fields. Values that validation must point at
+//! are `toml::Spanned`; values whose checks should not stop the parse of the
+//! rest of the file (numbers that must be >= 1, durations, hashes, methods)
+//! are kept loose here and checked in `validate.rs`, so one file can report
+//! many problems. Defaults that need no check live here ([`defaults`]).
+//!
+//! The one non-obvious decision: `webhook` accepts a table *or* an array of
+//! tables ([`WebhookSlot`]), so that `[[functions.webhook]]` written twice gets
+//! the same clear "at most one" error as a repeated `[functions.webhook]`,
+//! whose TOML duplicate-key message [`parse`] rewrites.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::ops::Range;
+
+use serde::de::{self, DeserializeOwned, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+use toml::Spanned;
+
+/// Default values of `[server]` fields (CONTRACT.md).
+pub mod defaults {
+    /// `listen`.
+    pub const LISTEN: &str = "127.0.0.1:8080";
+    /// `workers`.
+    pub const WORKERS: usize = 8;
+    /// `programs_dir`.
+    pub const PROGRAMS_DIR: &str = "programs";
+    /// `state_dir`.
+    pub const STATE_DIR: &str = "state";
+    /// `max_concurrent_runs`.
+    pub const MAX_CONCURRENT_RUNS: usize = 16;
+    /// `max_queued_runs`.
+    pub const MAX_QUEUED_RUNS: usize = 1000;
+    /// `run_timeout`, in seconds.
+    pub const RUN_TIMEOUT_SECS: u64 = 60;
+    /// `kill_grace`, in seconds.
+    pub const KILL_GRACE_SECS: u64 = 5;
+    /// `shutdown_grace`, in seconds.
+    pub const SHUTDOWN_GRACE_SECS: u64 = 30;
+    /// `max_output_bytes`.
+    pub const MAX_OUTPUT_BYTES: usize = 1 << 20;
+    /// `max_variables`.
+    pub const MAX_VARIABLES: usize = 64;
+    /// `max_variable_bytes`.
+    pub const MAX_VARIABLE_BYTES: usize = 64 << 10;
+    /// `max_body_bytes`.
+    pub const MAX_BODY_BYTES: usize = 1 << 20;
+    /// `run_retention`.
+    pub const RUN_RETENTION: usize = 10_000;
+}
+
+/// The message for a second webhook trigger on one function.
+pub const ONE_WEBHOOK: &str = "a function has at most one webhook trigger";
+
+/// `config.toml`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    /// `[server]`.
+    #[serde(default)]
+    pub server: RawServer,
+    /// `[[api_keys]]`.
+    #[serde(default)]
+    pub api_keys: Vec<RawApiKey>,
+    /// `[[users]]`.
+    #[serde(default)]
+    pub users: Vec<RawUser>,
+    /// `[[workspaces]]`.
+    #[serde(default)]
+    pub workspaces: Vec<RawWorkspace>,
+    /// `[[tools]]`.
+    #[serde(default)]
+    pub tools: Vec<RawTool>,
+}
+
+/// A number that must be >= 1, kept loose so validation can point at it.
+pub type Count = Option<Spanned<i64>>;
+
+/// `[server]`; absent fields take [`defaults`].
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawServer {
+    /// `listen`.
+    pub listen: Option<String>,
+    /// `workers`.
+    pub workers: Count,
+    /// `programs_dir`.
+    pub programs_dir: Option<Spanned<String>>,
+    /// `state_dir`.
+    pub state_dir: Option<String>,
+    /// `public_url`.
+    pub public_url: Option<Spanned<String>>,
+    /// `max_concurrent_runs`.
+    pub max_concurrent_runs: Count,
+    /// `max_queued_runs`.
+    pub max_queued_runs: Count,
+    /// `run_timeout`.
+    pub run_timeout: Option<Spanned<RawDuration>>,
+    /// `kill_grace`.
+    pub kill_grace: Option<Spanned<RawDuration>>,
+    /// `shutdown_grace`.
+    pub shutdown_grace: Option<Spanned<RawDuration>>,
+    /// `max_output_bytes`.
+    pub max_output_bytes: Count,
+    /// `max_variables`.
+    pub max_variables: Count,
+    /// `max_variable_bytes`.
+    pub max_variable_bytes: Count,
+    /// `max_body_bytes`.
+    pub max_body_bytes: Count,
+    /// `run_retention`.
+    pub run_retention: Count,
+}
+
+/// A duration as written: integer seconds or text like `"1m30s"`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RawDuration {
+    /// An integer number of seconds.
+    Secs(i64),
+    /// Text, parsed by `types::parse_duration`.
+    Text(String),
+}
+
+impl<'de> Deserialize<'de> for RawDuration {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = RawDuration;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a duration like \"60s\" or an integer number of seconds")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<RawDuration, E> {
+                Ok(RawDuration::Secs(v))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<RawDuration, E> {
+                Ok(RawDuration::Secs(i64::try_from(v).unwrap_or(i64::MAX)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawDuration, E> {
+                Ok(RawDuration::Text(v.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// `[[api_keys]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawApiKey {
+    /// `name`, unique.
+    pub name: Spanned<String>,
+    /// `sha256`, 64 hex digits, unique.
+    pub sha256: Spanned<String>,
+    /// `workspace`.
+    pub workspace: Option<Spanned<String>>,
+    /// `programs`.
+    pub programs: Option<Vec<Spanned<i64>>>,
+}
+
+/// `[[users]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawUser {
+    /// `name`.
+    pub name: Spanned<String>,
+    /// `password`, an argon2 PHC string.
+    pub password: Spanned<String>,
+}
+
+/// `[[workspaces]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawWorkspace {
+    /// `name`.
+    pub name: Spanned<String>,
+    /// `members`, user names.
+    #[serde(default)]
+    pub members: Vec<Spanned<String>>,
+}
+
+/// `[[tools]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTool {
+    /// `name`.
+    pub name: Spanned<String>,
+    /// `workspace`, required.
+    pub workspace: Spanned<String>,
+    /// `[tools.environments.<name>]`.
+    #[serde(default)]
+    pub environments: BTreeMap<Spanned<String>, RawEnvironment>,
+    /// `[[tools.triggers]]`.
+    #[serde(default)]
+    pub triggers: Vec<RawTrigger>,
+}
+
+/// `[tools.environments.<name>]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawEnvironment {
+    /// `public`, default false.
+    #[serde(default)]
+    pub public: bool,
+    /// `vars`.
+    #[serde(default)]
+    pub vars: BTreeMap<Spanned<String>, String>,
+}
+
+/// `[[tools.triggers]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTrigger {
+    /// `kind`, must be `"endpoint"`.
+    pub kind: Spanned<String>,
+    /// `name`.
+    pub name: Spanned<String>,
+    /// `method`, default POST.
+    pub method: Option<Spanned<String>>,
+    /// `program` id.
+    pub program: Spanned<i64>,
+    /// `function` name.
+    pub function: Spanned<String>,
+}
+
+/// A program file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawProgram {
+    /// `id`, a non-negative integer.
+    pub id: Spanned<i64>,
+    /// `name`.
+    pub name: Spanned<String>,
+    /// `workspace`.
+    pub workspace: Option<Spanned<String>>,
+    /// `[[functions]]`, at least one.
+    #[serde(default)]
+    pub functions: Vec<RawFunction>,
+}
+
+/// An argv as written: each argument with its span.
+pub type Argv = Spanned<Vec<Spanned<String>>>;
+
+/// `[[functions]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawFunction {
+    /// `name`.
+    pub name: Spanned<String>,
+    /// `command`, shorthand for one command step.
+    pub command: Option<Argv>,
+    /// `steps`.
+    pub steps: Option<Spanned<Vec<Spanned<RawStep>>>>,
+    /// `timeout`, default `server.run_timeout`.
+    pub timeout: Option<Spanned<RawDuration>>,
+    /// `env`.
+    #[serde(default)]
+    pub env: BTreeMap<Spanned<String>, String>,
+    /// `workdir`, default the program file's directory.
+    pub workdir: Option<String>,
+    /// `concurrency`, >= 1.
+    pub concurrency: Option<Spanned<i64>>,
+    /// `[functions.webhook]`.
+    pub webhook: Option<Spanned<WebhookSlot>>,
+}
+
+/// One element of `steps`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawStep {
+    /// `command`.
+    pub command: Option<Argv>,
+    /// `shell`.
+    pub shell: Option<Spanned<String>>,
+    /// `call`, a function name.
+    pub call: Option<Spanned<String>>,
+    /// `args` of a `call`.
+    pub args: Option<Spanned<Vec<Spanned<String>>>>,
+}
+
+/// `[functions.webhook]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawWebhook {
+    /// `active`, default true.
+    #[serde(default = "yes")]
+    pub active: bool,
+    /// `outputs`.
+    #[serde(default)]
+    pub outputs: Vec<Spanned<String>>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `webhook` as written: one table, or an array of tables (which validation
+/// accepts only with exactly one element).
+#[derive(Debug)]
+pub enum WebhookSlot {
+    /// `[functions.webhook]` or `webhook = { ... }`.
+    One(RawWebhook),
+    /// `[[functions.webhook]]`.
+    Many(Vec<Spanned<RawWebhook>>),
+}
+
+impl<'de> Deserialize<'de> for WebhookSlot {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = WebhookSlot;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a [functions.webhook] table")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<WebhookSlot, A::Error> {
+                let d = de::value::MapAccessDeserializer::new(map);
+                RawWebhook::deserialize(d).map(WebhookSlot::One)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<WebhookSlot, A::Error> {
+                let mut all = Vec::new();
+                while let Some(w) = seq.next_element()? {
+                    all.push(w);
+                }
+                Ok(WebhookSlot::Many(all))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A TOML syntax or shape error: where (byte range) and what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseError {
+    /// Byte range in the text, when known.
+    pub span: Option<Range<usize>>,
+    /// The message, one line, without position.
+    pub message: String,
+    /// Whether the text is not even valid TOML (so no key path is known).
+    pub syntax: bool,
+}
+
+/// Parse `text` into `T`. A duplicate `webhook` key gets [`ONE_WEBHOOK`].
+///
+/// # Errors
+/// The first syntax or shape error of the text.
+pub fn parse<T: DeserializeOwned>(text: &str) -> Result<T, ParseError> {
+    toml::from_str(text).map_err(|e| {
+        let syntax = text.parse::<toml::Table>().is_err();
+        let message = e.message().trim_end().replace('\n', "; ");
+        let message = if message.contains("duplicate key `webhook`") {
+            ONE_WEBHOOK.to_string()
+        } else if message.is_empty() {
+            "invalid TOML syntax (a missing value or quote?)".to_string()
+        } else {
+            message
+        };
+        ParseError {
+            span: e.span(),
+            message,
+            syntax,
+        }
+    })
+}
+
+/// A generic TOML tree with spans, used only to name the key at an error
+/// offset (`functions[1].steps[0].comand`).
+#[derive(Debug)]
+enum Node {
+    Table(Vec<(Spanned<String>, Spanned<Node>)>),
+    Array(Vec<Spanned<Node>>),
+    Leaf,
+}
+
+impl<'de> Deserialize<'de> for Node {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Node;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any TOML value")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node, A::Error> {
+                let mut entries = Vec::new();
+                while let Some(entry) = map.next_entry()? {
+                    entries.push(entry);
+                }
+                Ok(Node::Table(entries))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Node, A::Error> {
+                let mut items = Vec::new();
+                while let Some(item) = seq.next_element()? {
+                    items.push(item);
+                }
+                Ok(Node::Array(items))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Node, E> {
+                Ok(Node::Leaf)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Node, E> {
+                Ok(Node::Leaf)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Node, E> {
+                Ok(Node::Leaf)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Node, E> {
+                Ok(Node::Leaf)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Node, E> {
+                Ok(Node::Leaf)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The dotted key path at byte `offset` of `text`: the innermost key or
+/// value containing it, or, when `text` is not valid TOML, the table header
+/// in effect there (`functions[1].webhook`).
+pub fn key_at(text: &str, offset: usize) -> String {
+    let Ok(root) = toml::from_str::<Node>(text) else {
+        return header_at(text, offset);
+    };
+    let mut path = String::new();
+    let mut node = &root;
+    loop {
+        let next = match node {
+            Node::Table(entries) => entries.iter().find_map(|(k, v)| {
+                let hit = k.span().contains(&offset) || v.span().contains(&offset);
+                hit.then(|| (dotted(&path, k.get_ref()), v.get_ref()))
+            }),
+            Node::Array(items) => items.iter().enumerate().find_map(|(i, v)| {
+                v.span()
+                    .contains(&offset)
+                    .then(|| (format!("{path}[{i}]"), v.get_ref()))
+            }),
+            Node::Leaf => None,
+        };
+        match next {
+            Some((p, n)) => (path, node) = (p, n),
+            None => return path,
+        }
+    }
+}
+
+fn dotted(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+/// For text that is not valid TOML: the path of the last table header
+/// starting at or before `offset`, counting `[[array]]` headers for indices.
+fn header_at(text: &str, offset: usize) -> String {
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    let mut current = String::new();
+    let mut start = 0;
+    for line in text.split_inclusive('\n') {
+        if start > offset {
+            break;
+        }
+        start += line.len();
+        let t = line.trim();
+        let (inner, array) = match t.strip_prefix("[[") {
+            Some(rest) => (rest.split("]]").next(), true),
+            None => (t.strip_prefix('[').and_then(|r| r.split(']').next()), false),
+        };
+        let Some(inner) = inner else { continue };
+        let segments: Vec<&str> = inner
+            .split('.')
+            .map(|s| s.trim().trim_matches('"'))
+            .collect();
+        let mut path = String::new();
+        for (i, seg) in segments.iter().enumerate() {
+            path = dotted(&path, seg);
+            if array && i + 1 == segments.len() {
+                *counts.entry(path.clone()).or_default() += 1;
+            }
+            if let Some(n) = counts.get(&path) {
+                path = format!("{path}[{}]", n - 1);
+            }
+        }
+        current = path;
+    }
+    current
+}

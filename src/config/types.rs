@@ -1,1 +1,483 @@
-//! Validating newtypes used by `raw` (filled in by the config work).
+//! Small validating helpers used while turning [`super::raw`] into the model:
+//! durations, names and identifiers, sha256 hex, HTTP methods, `{name}`
+//! templates, byte offset → line/column, and [`Errors`], the located error
+//! list that `validate.rs` fills.
+//!
+//! The parsers are pure and return a human sentence on error; [`Errors`]
+//! attaches the file, position and key. Templates report the byte offset of
+//! the problem inside the string so the column can point at the offending
+//! brace, not just at the start of the string.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
+use std::path::Path;
+use std::time::Duration;
+
+use toml::Spanned;
+
+use super::raw::{self, RawDuration};
+use super::{ConfigError, Piece, Template};
+
+/// Parse a duration written as `"250ms"`, `"60s"`, `"5m"`, `"1h"` or a
+/// combination like `"1m30s"`. Zero is rejected.
+///
+/// # Errors
+/// A sentence saying what is accepted, when `s` is empty, malformed or zero.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let bad = || {
+        format!(
+            "invalid duration \"{s}\": write a number with a unit (\"250ms\", \"60s\", \
+             \"5m\", \"1h\", \"1m30s\") or an integer number of seconds"
+        )
+    };
+    let mut rest = s;
+    let mut total = Duration::ZERO;
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    while !rest.is_empty() {
+        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let (unit, millis) = [("ms", 1u64), ("s", 1_000), ("m", 60_000), ("h", 3_600_000)]
+            .into_iter()
+            .find(|(u, _)| rest.starts_with(u))
+            .ok_or_else(bad)?;
+        rest = &rest[unit.len()..];
+        let part = n.checked_mul(millis).ok_or_else(bad)?;
+        total = total
+            .checked_add(Duration::from_millis(part))
+            .ok_or_else(bad)?;
+    }
+    if total.is_zero() {
+        return Err(format!("duration \"{s}\" must be greater than zero"));
+    }
+    Ok(total)
+}
+
+/// A duration given as an integer number of seconds; must be at least 1.
+///
+/// # Errors
+/// When `secs` is zero or negative.
+pub fn duration_from_secs(secs: i64) -> Result<Duration, String> {
+    match u64::try_from(secs) {
+        Ok(n) if n > 0 => Ok(Duration::from_secs(n)),
+        _ => Err(format!(
+            "duration {secs} must be a positive number of seconds"
+        )),
+    }
+}
+
+/// Whether `s` matches `[A-Za-z0-9_-]+`: names that appear in URLs (tools,
+/// environments, triggers, workspaces, users, functions).
+pub fn is_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// Whether `s` is an identifier `[A-Za-z_][A-Za-z0-9_]*` (webhook outputs,
+/// environment variable names, placeholder names).
+pub fn is_ident(s: &str) -> bool {
+    let mut bytes = s.bytes();
+    bytes
+        .next()
+        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+/// Parse 64 hex digits (either case) into the 32 bytes of a sha256.
+///
+/// # Errors
+/// When `s` is not exactly 64 hex digits.
+pub fn parse_sha256(s: &str) -> Result<[u8; 32], String> {
+    let mut out = [0u8; 32];
+    if s.len() != 64 || hex::decode_to_slice(s, &mut out).is_err() {
+        return Err(format!(
+            "sha256 must be 64 hex digits, got {} characters; `trigd keygen` prints one",
+            s.chars().count()
+        ));
+    }
+    Ok(out)
+}
+
+/// The HTTP methods an endpoint trigger may use.
+pub const METHODS: [&str; 5] = ["GET", "POST", "PUT", "PATCH", "DELETE"];
+
+/// Parse an HTTP method case-insensitively; returns it upper case.
+///
+/// # Errors
+/// When it is not one of [`METHODS`].
+pub fn parse_method(s: &str) -> Result<String, String> {
+    let up = s.to_ascii_uppercase();
+    if METHODS.contains(&up.as_str()) {
+        Ok(up)
+    } else {
+        Err(format!(
+            "unknown method \"{s}\"; use one of {}",
+            METHODS.join(", ")
+        ))
+    }
+}
+
+/// A template problem: byte offset inside the string and a sentence.
+pub type TemplateError = (usize, String);
+
+/// Parse `s` as a template. Only `{name}` with `name` an identifier
+/// `[A-Za-z_][A-Za-z0-9_]*` is a placeholder, and it must be one of
+/// `inputs`; `{{name}}` is the literal text `{name}`. Every other brace is
+/// literal, so JSON in an argument (`{"k": [1, 2]}`) needs no escaping.
+///
+/// # Errors
+/// The byte offset of a placeholder that names no input, and why.
+pub fn parse_template(s: &str, inputs: &[String]) -> Result<Template, TemplateError> {
+    let mut pieces = Vec::new();
+    let mut lit = String::new();
+    let mut i = 0;
+    while i < s.len() {
+        let rest = &s[i..];
+        let escaped = rest.strip_prefix("{{").and_then(ident_in_braces);
+        if let Some(name) = escaped.filter(|n| rest[n.len() + 3..].starts_with('}')) {
+            // `{{name}}`: the literal text `{name}`.
+            lit.push_str(&rest[1..name.len() + 3]);
+            i += name.len() + 4;
+        } else if let Some(name) = rest.strip_prefix('{').and_then(ident_in_braces) {
+            let index = inputs
+                .iter()
+                .position(|n| n == name)
+                .ok_or_else(|| (i, no_input(name, inputs)))?;
+            if !lit.is_empty() {
+                pieces.push(Piece::Lit(std::mem::take(&mut lit)));
+            }
+            pieces.push(Piece::Var(index));
+            i += name.len() + 2;
+        } else {
+            let c = rest.chars().next().unwrap_or_default();
+            lit.push(c);
+            i += c.len_utf8();
+        }
+    }
+    if !lit.is_empty() {
+        pieces.push(Piece::Lit(lit));
+    }
+    Ok(Template(pieces))
+}
+
+/// If `s` starts with `name}` where `name` is an identifier, that name.
+fn ident_in_braces(s: &str) -> Option<&str> {
+    let end = s.find('}')?;
+    let name = &s[..end];
+    is_ident(name).then_some(name)
+}
+
+fn no_input(name: &str, inputs: &[String]) -> String {
+    let known = if inputs.is_empty() {
+        "this function has no inputs (declare them as [functions.webhook] outputs)".to_string()
+    } else {
+        format!("its inputs are [{}]", inputs.join(", "))
+    };
+    format!("placeholder `{{{name}}}` names no input of this function; {known}; write `{{{{{name}}}}}` for the literal text")
+}
+
+/// 1-based line and column (in characters) of byte `offset` in `text`.
+/// An offset past the end, or inside a character, is clamped.
+pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let mut offset = offset.min(text.len());
+    while !text.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    let before = &text[..offset];
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |p| p + 1);
+    (line, before[line_start..].chars().count() + 1)
+}
+
+/// An error with no position.
+pub fn error(file: &Path, key: &str, msg: String) -> ConfigError {
+    ConfigError {
+        file: file.to_path_buf(),
+        line: 0,
+        col: 0,
+        key: key.into(),
+        msg,
+    }
+}
+
+/// One file being checked, for locating errors.
+#[derive(Clone, Copy)]
+pub struct Src<'a> {
+    /// The file, as named in errors.
+    pub file: &'a Path,
+    /// Its text, for line and column.
+    pub text: &'a str,
+}
+
+/// Errors found so far.
+#[derive(Default)]
+pub struct Errors(pub Vec<ConfigError>);
+
+impl Errors {
+    /// Record `msg` at byte range `span` of `src`.
+    pub fn at(
+        &mut self,
+        src: &Src,
+        span: Range<usize>,
+        key: impl Into<String>,
+        msg: impl Into<String>,
+    ) {
+        let (line, col) = line_col(src.text, span.start);
+        let (file, key, msg) = (src.file.to_path_buf(), key.into(), msg.into());
+        self.0.push(ConfigError {
+            file,
+            line,
+            col,
+            key,
+            msg,
+        });
+    }
+
+    /// Record `msg` unless `name` matches `[A-Za-z0-9_-]+`.
+    pub fn name(&mut self, src: &Src, name: &Spanned<String>, key: &str, what: &str) {
+        if !is_name(name.get_ref()) {
+            let msg = format!(
+                "{what} name \"{}\" must match [A-Za-z0-9_-]+ (it appears in URLs)",
+                name.get_ref()
+            );
+            self.at(src, name.span(), key, msg);
+        }
+    }
+
+    /// Record a duplicate unless `name` is new to `seen` (name → first key).
+    pub fn unique(
+        &mut self,
+        src: &Src,
+        seen: &mut HashMap<String, String>,
+        name: &Spanned<String>,
+        key: &str,
+        what: &str,
+    ) {
+        if let Some(first) = seen.get(name.get_ref()) {
+            let msg = format!("duplicate {what} \"{}\" (first at {first})", name.get_ref());
+            self.at(src, name.span(), key, msg);
+        } else {
+            seen.insert(name.get_ref().clone(), key.to_string());
+        }
+    }
+}
+
+/// A count that must be at least `min`, or `default` when absent.
+pub fn count(
+    src: &Src,
+    v: &raw::Count,
+    key: &str,
+    default: usize,
+    min: i64,
+    errs: &mut Errors,
+) -> usize {
+    let Some(v) = v else { return default };
+    match usize::try_from(*v.get_ref()) {
+        Ok(n) if *v.get_ref() >= min => n,
+        _ => {
+            let msg = format!("must be at least {min}, got {}", v.get_ref());
+            errs.at(src, v.span(), key, msg);
+            default
+        }
+    }
+}
+
+/// A duration, or `default` when absent or invalid (invalid is recorded).
+pub fn duration(
+    src: &Src,
+    v: Option<&Spanned<RawDuration>>,
+    key: &str,
+    default: Duration,
+    errs: &mut Errors,
+) -> Duration {
+    let Some(v) = v else { return default };
+    let parsed = match v.get_ref() {
+        RawDuration::Secs(n) => duration_from_secs(*n),
+        RawDuration::Text(s) => parse_duration(s),
+    };
+    parsed.unwrap_or_else(|msg| {
+        errs.at(src, v.span(), key, msg);
+        default
+    })
+}
+
+/// Environment variables; names must be identifiers.
+pub fn env_vars(
+    src: &Src,
+    vars: &BTreeMap<Spanned<String>, String>,
+    key: &str,
+    errs: &mut Errors,
+) -> BTreeMap<String, String> {
+    for name in vars.keys().filter(|n| !is_ident(n.get_ref())) {
+        let msg = format!(
+            "environment variable name \"{}\" must match [A-Za-z_][A-Za-z0-9_]*",
+            name.get_ref()
+        );
+        errs.at(src, name.span(), format!("{key}.{}", name.get_ref()), msg);
+    }
+    vars.iter()
+        .map(|(k, v)| (k.get_ref().clone(), v.clone()))
+        .collect()
+}
+
+/// One template per argument; errors point inside the string.
+pub fn templates(
+    src: &Src,
+    args: &[Spanned<String>],
+    key: &str,
+    inputs: &[String],
+    errs: &mut Errors,
+) -> Option<Vec<Template>> {
+    let mut out = Vec::new();
+    let mut ok = true;
+    for (j, a) in args.iter().enumerate() {
+        match parse_template(a.get_ref(), inputs) {
+            Ok(t) => out.push(t),
+            Err((offset, msg)) => {
+                errs.at(src, inner(src.text, a, offset), format!("{key}[{j}]"), msg);
+                ok = false;
+            }
+        }
+    }
+    ok.then_some(out)
+}
+
+/// The text range of byte `offset` of string value `v`: exact for a string
+/// written without escapes, else the start of the string.
+pub fn inner(text: &str, v: &Spanned<String>, offset: usize) -> Range<usize> {
+    let start = v.span().start + 1;
+    let written = text.get(start..start + offset);
+    let at = if written.is_some() && written == v.get_ref().get(..offset) {
+        start + offset
+    } else {
+        v.span().start
+    };
+    at..at
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn inputs() -> Vec<String> {
+        vec!["volume".into(), "label".into()]
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("60s"), Ok(Duration::from_secs(60)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        for bad in ["", "5", "s", "5x", "1.5s", "-1s", " 5s", "5s ", "m5"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
+        }
+        assert!(parse_duration("0s")
+            .unwrap_err()
+            .contains("greater than zero"));
+        assert_eq!(duration_from_secs(3), Ok(Duration::from_secs(3)));
+        assert!(duration_from_secs(0).is_err());
+        assert!(duration_from_secs(-2).is_err());
+    }
+
+    #[test]
+    fn names_and_idents() {
+        assert!(is_name("list-items_2"));
+        assert!(!is_name("") && !is_name("a b") && !is_name("a/b") && !is_name("é"));
+        assert!(is_ident("_a1") && is_ident("Volume"));
+        assert!(!is_ident("1a") && !is_ident("a-b") && !is_ident(""));
+    }
+
+    #[test]
+    fn sha256_and_methods() {
+        let hex = "Ab".repeat(32);
+        assert_eq!(parse_sha256(&hex), Ok([0xab; 32]));
+        assert!(parse_sha256("abc").is_err());
+        assert!(parse_sha256(&"zz".repeat(32)).is_err());
+        assert_eq!(parse_method("patch"), Ok("PATCH".into()));
+        assert!(parse_method("HEAD").is_err());
+    }
+
+    #[test]
+    fn templates() {
+        let t = parse_template("--out={label}/{{x}}{volume}", &inputs()).unwrap();
+        assert_eq!(
+            t.0,
+            vec![
+                Piece::Lit("--out=".into()),
+                Piece::Var(1),
+                Piece::Lit("/{x}".into()),
+                Piece::Var(0)
+            ]
+        );
+        assert_eq!(t.render(&["v".into(), "l".into()]), "--out=l/{x}v");
+        assert_eq!(
+            parse_template("plain", &[]).unwrap().0,
+            vec![Piece::Lit("plain".into())]
+        );
+    }
+
+    #[test]
+    fn other_braces_are_literal() {
+        for s in [
+            r#"{"k": [1, 2], "s": "t"}"#,
+            "{a-b}",
+            "{}",
+            "x}y",
+            "ab{volume",
+            "${#1}",
+            r#"{"a":{"b":1}}"#,
+        ] {
+            let t = parse_template(s, &inputs()).unwrap();
+            assert_eq!(t.render(&[]), s, "{s}");
+        }
+        let t = parse_template(r#"{"v": "{volume}"}"#, &inputs()).unwrap();
+        assert_eq!(t.render(&["x\"y".into(), "l".into()]), r#"{"v": "x"y"}"#);
+    }
+
+    #[test]
+    fn template_errors() {
+        let err = |s: &str| parse_template(s, &inputs()).unwrap_err();
+        assert_eq!(err("é{nope}").0, 2);
+        assert!(err("{nope}").1.contains("names no input"));
+        assert!(parse_template("{x}", &[])
+            .unwrap_err()
+            .1
+            .contains("no inputs"));
+    }
+
+    #[test]
+    fn line_cols() {
+        let text = "ab\ncdé\nf";
+        assert_eq!(line_col(text, 0), (1, 1));
+        assert_eq!(line_col(text, 3), (2, 1));
+        assert_eq!(line_col(text, 7), (2, 4));
+        assert_eq!(line_col(text, 8), (3, 1));
+        assert_eq!(line_col(text, 100), (3, 2));
+    }
+
+    /// Placeholder and output errors point inside the string / array.
+    #[test]
+    fn webhook_outputs_and_placeholders() {
+        let text = String::from("id = 1\nname = \"p\"\n[[functions]]\nname = \"f\"\ncommand = [\"x\", \"--a={nope}\", \"{{ok}}\", \"b}\", \"{open\"]\n[functions.webhook]\noutputs = [\n  \"volume\",\n  \"bad-name\",\n  \"volume\",\n]\n");
+        let prog = [(PathBuf::from("programs/a.toml"), text)];
+        let got: Vec<String> = match super::super::load_str(Path::new("config.toml"), "", &prog) {
+            Ok(_) => panic!("expected errors"),
+            Err(errs) => errs.iter().map(ToString::to_string).collect(),
+        };
+        let want = [
+            "programs/a.toml:5:22: functions[0].command[1]: placeholder `{nope}` names no input of this function; its inputs are [volume, bad-name, volume]",
+            "programs/a.toml:9:3: functions[0].webhook.outputs[1]: output \"bad-name\" must be an identifier",
+            "programs/a.toml:10:3: functions[0].webhook.outputs[2]: duplicate output \"volume\" (first at functions[0].webhook.outputs[0])",
+        ];
+        assert_eq!(got.len(), want.len(), "{got:#?}");
+        for (g, w) in got.iter().zip(want) {
+            assert!(g.starts_with(w), "{g:?} does not start with {w:?}");
+        }
+    }
+}

@@ -53,7 +53,10 @@ impl Job {
     }
 
     fn concurrency(&self) -> usize {
-        self.program.function(&self.function).and_then(|f| f.concurrency).unwrap_or(usize::MAX)
+        self.program
+            .function(&self.function)
+            .and_then(|f| f.concurrency)
+            .unwrap_or(usize::MAX)
     }
 }
 
@@ -278,7 +281,11 @@ impl Runner {
                 let mut s = lock(&me.slots);
                 s.release_fn(&cur.job);
                 // Hand the slot on, unless a reload lowered the limit.
-                let next = if s.used <= s.max { s.next_runnable() } else { None };
+                let next = if s.used <= s.max {
+                    s.next_runnable()
+                } else {
+                    None
+                };
                 match next {
                     Some(q) => {
                         *s.per_fn.entry(q.job.slot_key()).or_default() += 1;
@@ -336,7 +343,11 @@ impl Runner {
         let started = Instant::now();
         let outcome = self.execute_only(job);
         rec.finished_at = Some(now_rfc3339());
-        rec.steps = outcome.steps.iter().filter_map(|s| serde_json::to_value(s).ok()).collect();
+        rec.steps = outcome
+            .steps
+            .iter()
+            .filter_map(|s| serde_json::to_value(s).ok())
+            .collect();
         match &outcome.error {
             None => {
                 rec.state = RunState::Finished;
@@ -352,8 +363,15 @@ impl Runner {
             }
         }
         self.record(&rec);
-        self.metrics.run(rec.program, rec.state.name(), started.elapsed());
-        log::info!("run {} {}/{} {}", rec.run, rec.program, rec.function, rec.state.name());
+        self.metrics
+            .run(rec.program, rec.state.name(), started.elapsed());
+        log::info!(
+            "run {} {}/{} {}",
+            rec.run,
+            rec.program,
+            rec.function,
+            rec.state.name()
+        );
         (rec, outcome)
     }
 
@@ -364,7 +382,10 @@ impl Runner {
             return Outcome {
                 result: Vec::new(),
                 steps: Vec::new(),
-                error: Some(StepError::Spawn { step: 0, message: "function vanished".into() }),
+                error: Some(StepError::Spawn {
+                    step: 0,
+                    message: "function vanished".into(),
+                }),
             };
         };
         let on_spawn = |pgid: Option<u32>| {
@@ -436,7 +457,10 @@ impl Runner {
             if now >= deadline {
                 return false;
             }
-            s = self.freed.wait_timeout(s, deadline - now).map_or_else(|e| e.into_inner().0, |r| r.0);
+            s = self
+                .freed
+                .wait_timeout(s, deadline - now)
+                .map_or_else(|e| e.into_inner().0, |r| r.0);
         }
         true
     }
@@ -445,13 +469,31 @@ impl Runner {
 /// A one-line description of why a run did not finish, for its record.
 pub fn describe(e: &StepError) -> String {
     match e {
-        StepError::Spawn { step, message } => format!("step {step} could not be started: {message}"),
-        StepError::Failed { step, exit_code: Some(c), stderr_tail, .. } => {
-            format!("step {step} exited with status {c}: {}", stderr_tail.trim_end())
+        StepError::Spawn { step, message } => {
+            format!("step {step} could not be started: {message}")
         }
-        StepError::Failed { step, signal, stderr_tail, .. } => {
+        StepError::Failed {
+            step,
+            exit_code: Some(c),
+            stderr_tail,
+            ..
+        } => {
+            format!(
+                "step {step} exited with status {c}: {}",
+                stderr_tail.trim_end()
+            )
+        }
+        StepError::Failed {
+            step,
+            signal,
+            stderr_tail,
+            ..
+        } => {
             let sig = signal.map_or_else(|| "?".into(), |s| s.to_string());
-            format!("step {step} was killed by signal {sig}: {}", stderr_tail.trim_end())
+            format!(
+                "step {step} was killed by signal {sig}: {}",
+                stderr_tail.trim_end()
+            )
         }
         StepError::TimedOut { step } => format!("step {step} did not finish within the timeout"),
         StepError::Aborted { step } => format!("step {step} was stopped: trigd shut down"),

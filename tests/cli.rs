@@ -1,0 +1,344 @@
+//! The command line: `check`, `keygen`, `hash-password`, `run`, `--help`,
+//! `--version` and usage errors, each through the real binary.
+
+use serde_json::json;
+
+use crate::util::*;
+
+const OK: &str = r#"
+id = 1
+name = "ok"
+
+[[functions]]
+name = "ok"
+command = ["printf", "ok"]
+[functions.webhook]
+"#;
+
+const ECHO: &str = r#"
+id = 2
+name = "echo"
+
+[[functions]]
+name = "echo"
+command = ["printf", "%s|%s", "{a}", "{b}"]
+[functions.webhook]
+outputs = ["a", "b"]
+"#;
+
+const OPS: &str = r#"
+id = 3
+name = "in-ops"
+workspace = "ops"
+
+[[functions]]
+name = "f"
+command = ["printf", "ops"]
+[functions.webhook]
+"#;
+
+/// An unknown field on line 3.
+const BAD_A: &str = r#"id = 10
+name = "bad-a"
+bogus = true
+
+[[functions]]
+name = "f"
+command = ["printf", "a"]
+[functions.webhook]
+"#;
+
+/// A placeholder naming no output, on line 6.
+const BAD_B: &str = r#"id = 11
+name = "bad-b"
+
+[[functions]]
+name = "g"
+command = ["printf", "{nope}"]
+[functions.webhook]
+outputs = ["yes"]
+"#;
+
+/// The stderr line about `file`, split as (line, col, key, message).
+fn located(out: &Output, file: &str) -> (usize, usize, String, String) {
+    let needle = format!("{file}:");
+    let line = out
+        .stderr
+        .lines()
+        .find(|l| l.contains(&needle))
+        .unwrap_or_else(|| out.fail(format!("no error line for {file}")));
+    let rest = &line[line.find(&needle).unwrap() + needle.len()..];
+    let mut parts = rest.splitn(3, ':');
+    let (l, c) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let tail = parts.next().unwrap_or("");
+    let (l, c) = match (l.parse::<usize>(), c.parse::<usize>()) {
+        (Ok(l), Ok(c)) if l > 0 && c > 0 => (l, c),
+        _ => out.fail(format!("{line:?} does not start with FILE:LINE:COL:")),
+    };
+    let (key, msg) = tail
+        .strip_prefix(' ')
+        .and_then(|t| t.split_once(": "))
+        .unwrap_or_else(|| out.fail(format!("{line:?} is not FILE:LINE:COL: KEY: MESSAGE")));
+    out.check(
+        !key.is_empty() && !key.contains(char::is_whitespace) && !msg.trim().is_empty(),
+        format!("{line:?} is not FILE:LINE:COL: KEY: MESSAGE (KEY without spaces)"),
+    );
+    (l, c, key.to_string(), msg.to_string())
+}
+
+#[test]
+fn check_valid_config_prints_ok() {
+    let dir = setup("cli_check_ok", "", &[("ok.toml", OK), ("echo.toml", ECHO)]);
+    let out = trigd(&["check", "--config", &dir.path_str("config.toml")], None);
+    out.code_is(0);
+    out.check_eq(out.stdout.trim_end(), "ok: 2 programs, 0 tools", "stdout");
+}
+
+#[test]
+fn check_reports_every_error_with_location_and_count() {
+    let dir = setup(
+        "cli_check_errors",
+        "",
+        &[("ok.toml", OK), ("a.toml", BAD_A), ("b.toml", BAD_B)],
+    );
+    let out = trigd(&["check", "--config", &dir.path_str("config.toml")], None);
+    out.code_is(1);
+    let (line, col, key, msg) = located(&out, "a.toml");
+    out.check_eq((line, col), (3, 1), "a.toml: location of the unknown field");
+    out.check(
+        key.contains("bogus") || msg.contains("bogus"),
+        "a.toml: the error names the field `bogus`",
+    );
+    let (line, _, key, msg) = located(&out, "b.toml");
+    out.check(
+        (4..=6).contains(&line),
+        format!("b.toml: line {line} should point at the function (lines 4-6)"),
+    );
+    out.check(
+        key.contains("functions") || key.contains("command"),
+        "b.toml: KEY names the function's command",
+    );
+    out.check(
+        msg.contains("nope"),
+        "b.toml: the message names the placeholder {nope}",
+    );
+    out.check_eq(
+        out.stderr.lines().last().map(str::trim),
+        Some("2 errors"),
+        "last stderr line",
+    );
+    out.check(
+        !out.stdout.contains("ok:"),
+        "no `ok:` on stdout for an invalid config",
+    );
+}
+
+#[test]
+fn check_of_a_missing_config_exits_1_naming_it() {
+    let dir = TestDir::new("cli_check_missing");
+    let path = dir.path_str("nope/config.toml");
+    let out = trigd(&["check", "--config", &path], None);
+    out.code_is(1);
+    out.check(
+        out.stderr.contains("nope/config.toml"),
+        "stderr names the missing file",
+    );
+}
+
+#[test]
+fn serve_with_an_invalid_config_exits_1() {
+    let dir = setup("cli_serve_invalid", "", &[("a.toml", BAD_A)]);
+    let out = trigd(
+        &[
+            "serve",
+            "--config",
+            &dir.path_str("config.toml"),
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        None,
+    );
+    out.code_is(1);
+    out.check(out.stderr.contains("a.toml"), "stderr names the bad file");
+    out.check(!out.stdout.contains("listening on"), "it must not listen");
+}
+
+#[test]
+fn keygen_output_pasted_into_config_works() {
+    let out = trigd(&["keygen", "--name", "x"], None);
+    out.code_is(0);
+    let key = out
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("# api_key: "))
+        .unwrap_or_else(|| out.fail("no `# api_key: KEY` line"))
+        .trim()
+        .to_string();
+    out.check(
+        key.len() >= 20 && !key.contains(char::is_whitespace),
+        "a long key without spaces",
+    );
+    out.check(
+        out.stdout.starts_with("# New API key for \"x\""),
+        "first line: # New API key for \"x\": …",
+    );
+    out.check(out.stdout.contains("[[api_keys]]"), "an [[api_keys]] table");
+    out.check(out.stdout.contains("name = \"x\""), "name = \"x\"");
+    out.check(
+        out.stdout
+            .contains(&format!("sha256 = \"{}\"", sha256_hex(&key))),
+        "sha256 = \"<sha256 of the key>\"",
+    );
+    let other = trigd(&["keygen", "--name", "y"], None);
+    other.code_is(0);
+    other.check(
+        !other.stdout.contains(&key),
+        "two keygen runs print the same key",
+    );
+
+    let scoped = trigd(&["keygen", "--name", "z", "--workspace", "ops"], None);
+    scoped.code_is(0);
+    scoped.check(
+        scoped.stdout.contains("workspace = \"ops\""),
+        "workspace line",
+    );
+    let scoped_key = scoped
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("# api_key: "))
+        .unwrap_or_else(|| scoped.fail("no `# api_key: KEY` line"))
+        .trim()
+        .to_string();
+
+    let dir = setup("cli_keygen", "", &[("ok.toml", OK), ("ops.toml", OPS)]);
+    let text = format!("{}\n{}\n{}", config(""), out.stdout, scoped.stdout);
+    dir.write("config.toml", &text);
+    let t = Trigd::start(&dir);
+    let r = t.post(&format!("/api?api_key={}&program_id=1", enc(&key)));
+    r.check_eq(
+        &r.ok()["Result"],
+        &json!(["ok"]),
+        "Result with the generated key",
+    );
+    t.post(&format!("/api?api_key={}&program_id=3", enc(&scoped_key)))
+        .ok();
+    t.post(&format!("/api?api_key={}&program_id=1", enc(&scoped_key)))
+        .err(404, "program_not_found");
+}
+
+#[test]
+fn hash_password_prints_argon2id() {
+    let out = trigd(&["hash-password"], Some("correct horse battery staple\n"));
+    out.code_is(0);
+    let hash = out.stdout.trim().to_string();
+    out.check(
+        hash.starts_with("$argon2id$"),
+        "stdout starts with $argon2id$",
+    );
+    out.check(
+        !hash.contains("correct horse"),
+        "the password itself is not printed",
+    );
+    // The hash is accepted in [[users]].
+    let dir = setup("cli_hash_password", "", &[("ok.toml", OK)]);
+    let text = format!(
+        "{}\n[[users]]\nname = \"alice\"\npassword = '{hash}'\n",
+        config("")
+    );
+    dir.write("config.toml", &text);
+    trigd(&["check", "--config", &dir.path_str("config.toml")], None).code_is(0);
+}
+
+#[test]
+fn run_executes_a_program_locally() {
+    let fail = r#"
+id = 4
+name = "fail"
+
+[[functions]]
+name = "fail"
+steps = [{ shell = "echo nope >&2; exit 5" }]
+[functions.webhook]
+"#;
+    let dir = setup("cli_run", "", &[("echo.toml", ECHO), ("fail.toml", fail)]);
+    let cfg = dir.path_str("config.toml");
+    for prog in ["2", "echo"] {
+        let out = trigd(&["run", prog, "--config", &cfg, "x y", "z"], None);
+        out.code_is(0);
+        let v = out.json();
+        out.check_eq(&v["Success"], &json!("Program finished."), "Success");
+        out.check_eq(&v["Result"], &json!(["x y|z"]), "Result");
+        out.check(
+            v["Run"].as_str().is_some_and(is_run_id),
+            "Run is 32 hex digits",
+        );
+    }
+    let out = trigd(
+        &[
+            "run",
+            "echo",
+            "--config",
+            &cfg,
+            "--function",
+            "echo",
+            "p",
+            "q",
+        ],
+        None,
+    );
+    out.code_is(0);
+    out.check_eq(
+        &out.json()["Result"],
+        &json!(["p|q"]),
+        "Result with --function",
+    );
+
+    let out = trigd(&["run", "99", "--config", &cfg], None);
+    out.code_is(1);
+    out.check_eq(&out.json()["Code"], &json!("program_not_found"), "Code");
+    let out = trigd(&["run", "echo", "--config", &cfg, "only-one"], None);
+    out.code_is(1);
+    out.check_eq(&out.json()["Code"], &json!("variables_mismatch"), "Code");
+    let out = trigd(&["run", "fail", "--config", &cfg], None);
+    out.code_is(1);
+    let v = out.json();
+    out.check_eq(&v["Code"], &json!("run_failed"), "Code");
+    out.check_eq(&v["ExitCode"], &json!(5), "ExitCode");
+}
+
+#[test]
+fn version_and_help_exit_0() {
+    let out = trigd(&["--version"], None);
+    out.code_is(0);
+    out.check_eq(out.stdout.trim_end(), "trigd 0.1.0", "stdout");
+    for flag in ["--help", "-h"] {
+        let out = trigd(&[flag], None);
+        out.code_is(0);
+        for word in ["serve", "check", "keygen", "hash-password", "run"] {
+            out.check(out.stdout.contains(word), format!("help mentions `{word}`"));
+        }
+    }
+}
+
+#[test]
+fn usage_errors_exit_2_with_usage_on_stderr() {
+    for args in [
+        &["frobnicate"][..],
+        &["--bogus"],
+        &["check", "--bogus"],
+        &["keygen", "--name"],
+        &["serve", "--listen"],
+    ] {
+        let out = trigd(args, None);
+        out.code_is(2);
+        out.check(
+            out.stderr.starts_with("trigd: "),
+            "stderr starts with `trigd: `",
+        );
+        out.check(
+            out.stderr.to_lowercase().contains("usage"),
+            "stderr shows the short usage",
+        );
+        out.check(out.stdout.is_empty(), "nothing on stdout");
+    }
+}
