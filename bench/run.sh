@@ -54,11 +54,12 @@ MAX_RUNS=16                                    # trigd max_concurrent_runs
 KEY="bench-key-4f1c2a9e7d3b"                   # fixed API key; config holds its sha256
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() { log "FATAL: $*"; exit 1; }
+die() { log "FATAL: $*"; FAILED=1; exit 1; }
 
 # ---------------------------------------------------------------- processes
 PIDS=()
 WORK=""
+FAILED=0
 stop_pid() { # PID: SIGTERM, up to 5 s, then SIGKILL; only PIDs this script started
     local pid=$1 i
     kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
@@ -80,7 +81,7 @@ cleanup() {
     trap - EXIT INT TERM
     for p in "${PIDS[@]+"${PIDS[@]}"}"; do stop_pid "$p"; done
     if [[ -n $WORK && -d $WORK ]]; then
-        if [[ -n ${BENCH_KEEP:-} || $rc -ne 0 ]]; then
+        if [[ -n ${BENCH_KEEP:-} ]] || ((FAILED)); then
             log "work directory kept: $WORK"
         else
             rm -rf "$WORK"
