@@ -258,7 +258,8 @@ pub enum ApiError {
         /// How many values were sent.
         got: usize,
     },
-    /// Values by name (generated endpoints) missing, extra or not strings.
+    /// Values by name (generated endpoints) missing, extra, repeated, not
+    /// strings, or oversized.
     ValuesMismatch {
         /// What is wrong.
         msg: String,
@@ -402,8 +403,9 @@ impl ApiError {
             FunctionRequired { .. } => "This program has several functions with webhook triggers: name one with function=<name> (see Functions).".into(),
             NoActiveTrigger => "No function of this program has an active webhook trigger.".into(),
             VariablesMismatch { outputs, got } => format!(
-                "expected {} variables for outputs [{}], got {got}: send one variables=<value> per output, in this order.",
+                "expected {} variable{} for outputs [{}], got {got}: send one variables=<value> per output, in this order.",
                 outputs.len(),
+                if outputs.len() == 1 { "" } else { "s" },
                 outputs.join(", ")
             ),
             InvalidParameter { msg, .. } | ValuesMismatch { msg, .. } => msg.clone(),

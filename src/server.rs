@@ -8,7 +8,7 @@
 //! shutdown without needing one `unblock()` per thread.
 
 use std::io::{self, Read, Write};
-use std::net::{TcpListener, ToSocketAddrs};
+use std::net::{Ipv6Addr, SocketAddr, TcpListener, ToSocketAddrs};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -53,8 +53,9 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
     let (workers, grace) = (cfg.server.workers, cfg.server.shutdown_grace);
     let nofile = sys::raise_nofile_limit();
     let app = Arc::new(App::new(cfg, store, Arc::new(runner)));
-    let server = tiny_http::Server::from_listener(listener, None)
-        .map_err(|e| Error::Other(format!("cannot start the HTTP server: {e}")))?;
+    let server =
+        tiny_http::Server::from_listener_with_limits(listener, None, limits(&app.config().server))
+            .map_err(|e| Error::Other(format!("cannot start the HTTP server: {e}")))?;
     let server = Arc::new(server);
     let handles: Vec<_> = (0..workers)
         .map(|i| {
@@ -83,14 +84,61 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
     Ok(())
 }
 
+/// Connection and request bounds for the (patched) tiny_http.
+fn limits(s: &config::Server) -> tiny_http::ServerLimits {
+    let body = r#"{"Error":"Too many open connections. Retry shortly.","Code":"busy"}"#;
+    let overload = format!(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n\
+         Connection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    tiny_http::ServerLimits {
+        max_connections: s.max_connections,
+        head: tiny_http::HeadLimits {
+            max_request_line: s.max_url_bytes,
+            max_header_bytes: s.max_header_bytes,
+            max_headers: 100,
+            timeout: s.request_timeout,
+        },
+        socket_timeout: s.request_timeout,
+        overload_response: overload.into_bytes(),
+    }
+}
+
 /// Resolve and bind `addr` (`host:port`).
 fn bind(addr: &str) -> Result<TcpListener, Error> {
     let err = |source| Error::Bind {
         addr: addr.to_string(),
         source,
     };
-    let addrs: Vec<_> = addr.to_socket_addrs().map_err(err)?.collect();
+    let addrs = resolve(addr).map_err(err)?;
     TcpListener::bind(&addrs[..]).map_err(err)
+}
+
+/// The socket addresses of `host:port`. IP literals, `localhost` and an
+/// empty host (all interfaces) are resolved here, without the C resolver: a
+/// static glibc binary cannot load NSS modules, so `getaddrinfo` may fail
+/// on a host without a matching glibc. Other names go to the resolver.
+fn resolve(addr: &str) -> io::Result<Vec<SocketAddr>> {
+    if let Ok(a) = addr.parse::<SocketAddr>() {
+        return Ok(vec![a]);
+    }
+    let bad = || {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "expected HOST:PORT, e.g. 127.0.0.1:8080",
+        )
+    };
+    let (host, port) = addr.rsplit_once(':').ok_or_else(bad)?;
+    let port: u16 = port.parse().map_err(|_| bad())?;
+    match host {
+        "" | "*" => Ok(vec![SocketAddr::from(([0, 0, 0, 0], port))]),
+        h if h.eq_ignore_ascii_case("localhost") => Ok(vec![
+            SocketAddr::from(([127, 0, 0, 1], port)),
+            SocketAddr::from((Ipv6Addr::LOCALHOST, port)),
+        ]),
+        _ => Ok(addr.to_socket_addrs()?.collect()),
+    }
 }
 
 /// One worker: take requests until shutdown.
@@ -179,4 +227,21 @@ fn read_request(rq: &mut tiny_http::Request, max_body: usize) -> Result<Request,
     }
     req.body = body;
     Ok(req)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolves_without_the_c_resolver() {
+        let v4 = |port| SocketAddr::from(([127, 0, 0, 1], port));
+        assert_eq!(resolve("127.0.0.1:0").unwrap(), vec![v4(0)]);
+        assert_eq!(resolve("[::1]:80").unwrap()[0].port(), 80);
+        assert_eq!(resolve("localhost:8080").unwrap()[0], v4(8080));
+        let any = SocketAddr::from(([0, 0, 0, 0], 9000));
+        assert_eq!(resolve(":9000").unwrap(), vec![any]);
+        assert!(resolve("localhost").is_err());
+        assert!(resolve("localhost:http").is_err());
+    }
 }

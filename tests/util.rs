@@ -196,6 +196,10 @@ impl Drop for TestDir {
     fn drop(&mut self) {
         if !thread::panicking() {
             let _ = fs::remove_dir_all(&self.root);
+            // Also `<name>/` when no other run of the test is left in it.
+            if let Some(parent) = self.root.parent() {
+                let _ = fs::remove_dir(parent);
+            }
         }
     }
 }
@@ -402,9 +406,17 @@ fn tail_of(path: &Path) -> String {
     match fs::read(path) {
         Ok(b) => {
             let text = String::from_utf8_lossy(&b);
-            let lines: Vec<&str> = text.lines().collect();
-            let from = lines.len().saturating_sub(40);
+            // Access lines of status polls (wait loops) drown the rest.
+            let is_poll = |l: &&str| l.contains(" GET /api/runs/") && l.contains("access");
+            let polls = text.lines().filter(is_poll).count();
+            let lines: Vec<&str> = text.lines().filter(|l| !is_poll(l)).collect();
+            let from = lines.len().saturating_sub(60);
             let mut out = lines[from..].join("\n");
+            if polls > 0 {
+                out.push_str(&format!(
+                    "\n({polls} access lines of GET /api/runs/… left out)"
+                ));
+            }
             if out.len() > 8000 {
                 out = format!("…{}", &out[floor_char(&out, out.len() - 8000)..]);
             }

@@ -20,9 +20,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use validate::load;
 #[cfg(test)]
 pub use validate::load_str;
+pub use validate::{load, load_changed};
 
 /// One loaded configuration: server settings, programs, keys, users,
 /// workspaces and tools.
@@ -86,6 +86,18 @@ pub struct Server {
     pub max_body_bytes: usize,
     /// Run records kept in the state dir (default 10000).
     pub run_retention: usize,
+    /// Open HTTP connections at most; past it a connection gets 503 at once
+    /// (default 1024).
+    pub max_connections: usize,
+    /// Time a client has to send a request (head and body), counted from
+    /// its first byte or from the end of its previous request on a
+    /// keep-alive connection; also the idle keep-alive timeout (default 10s).
+    pub request_timeout: Duration,
+    /// Largest request header section in bytes; past it 431 (default 32 KiB).
+    pub max_header_bytes: usize,
+    /// Longest request line (method, URL, version) in bytes; past it 414
+    /// (default 8 KiB).
+    pub max_url_bytes: usize,
 }
 
 /// A run-endpoint API key (`[[api_keys]]`). Only its hash is known.

@@ -50,6 +50,14 @@ pub mod defaults {
     pub const MAX_BODY_BYTES: usize = 1 << 20;
     /// `run_retention`.
     pub const RUN_RETENTION: usize = 10_000;
+    /// `max_connections`.
+    pub const MAX_CONNECTIONS: usize = 1024;
+    /// `request_timeout`, in seconds.
+    pub const REQUEST_TIMEOUT_SECS: u64 = 10;
+    /// `max_header_bytes`.
+    pub const MAX_HEADER_BYTES: usize = 32 << 10;
+    /// `max_url_bytes`.
+    pub const MAX_URL_BYTES: usize = 8 << 10;
 }
 
 /// The message for a second webhook trigger on one function.
@@ -113,6 +121,14 @@ pub struct RawServer {
     pub max_body_bytes: Count,
     /// `run_retention`.
     pub run_retention: Count,
+    /// `max_connections`.
+    pub max_connections: Count,
+    /// `request_timeout`.
+    pub request_timeout: Option<Spanned<RawDuration>>,
+    /// `max_header_bytes`.
+    pub max_header_bytes: Count,
+    /// `max_url_bytes`.
+    pub max_url_bytes: Count,
 }
 
 /// A duration as written: integer seconds or text like `"1m30s"`.
@@ -469,6 +485,8 @@ fn header_at(text: &str, offset: usize) -> String {
             None => (t.strip_prefix('[').and_then(|r| r.split(']').next()), false),
         };
         let Some(inner) = inner else { continue };
+        // A broken header such as `[[functions]` still names its table.
+        let inner = inner.trim_end_matches(']');
         let segments: Vec<&str> = inner
             .split('.')
             .map(|s| s.trim().trim_matches('"'))
@@ -486,4 +504,18 @@ fn header_at(text: &str, offset: usize) -> String {
         current = path;
     }
     current
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_of_a_syntax_error_names_the_table() {
+        let text = "id = 1\n[[functions]]\nname = \"a\"\n[[functions]\nname = \"b\"\n";
+        let at = text.rfind("name").unwrap();
+        assert_eq!(key_at(text, at), "functions[1]");
+        let text = "[server]\nworkers = \n";
+        assert_eq!(key_at(text, text.len() - 1), "server");
+    }
 }

@@ -30,6 +30,51 @@ use super::{
 /// # Errors
 /// Every problem found, each with file, line, column and key.
 pub fn load(path: &Path) -> Result<Config, Vec<ConfigError>> {
+    let files = read_all(path)?;
+    check(
+        path,
+        &files.text,
+        &files.programs,
+        files.errs,
+        files.complete,
+    )
+}
+
+/// Like [`load`], but when every file reads fine and the content
+/// fingerprint equals `current`, return `Ok(None)` without parsing: a
+/// reload of an unchanged set of files costs only the reads and one hash.
+///
+/// # Errors
+/// As [`load`].
+pub fn load_changed(path: &Path, current: &[u8; 32]) -> Result<Option<Config>, Vec<ConfigError>> {
+    let files = read_all(path)?;
+    if files.complete && files.errs.0.is_empty() {
+        let mut sorted: Vec<&(PathBuf, String)> = files.programs.iter().collect();
+        sorted.sort_by(|a, b| a.0.cmp(&b.0));
+        if fingerprint(path, &files.text, &sorted) == *current {
+            return Ok(None);
+        }
+    }
+    check(
+        path,
+        &files.text,
+        &files.programs,
+        files.errs,
+        files.complete,
+    )
+    .map(Some)
+}
+
+/// Everything [`load`] reads, with the read errors so far.
+struct Files {
+    text: String,
+    programs: Vec<(PathBuf, String)>,
+    errs: Errors,
+    complete: bool,
+}
+
+/// Read `config.toml` and the program files it points at.
+fn read_all(path: &Path) -> Result<Files, Vec<ConfigError>> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         vec![error(
             path,
@@ -71,7 +116,12 @@ pub fn load(path: &Path) -> Result<Config, Vec<ConfigError>> {
             }
         })
         .collect::<Vec<_>>();
-    check(path, &text, &programs, errs, complete)
+    Ok(Files {
+        text,
+        programs,
+        errs,
+        complete,
+    })
 }
 
 /// Like [`load`], from text: `config_text` is the content of `path`, and
@@ -262,6 +312,24 @@ fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) -> Ser
         defaults::RUN_RETENTION,
         1,
     );
+    let max_connections = n(
+        &raw.max_connections,
+        "max_connections",
+        defaults::MAX_CONNECTIONS,
+        1,
+    );
+    let max_header_bytes = n(
+        &raw.max_header_bytes,
+        "max_header_bytes",
+        defaults::MAX_HEADER_BYTES,
+        256,
+    );
+    let max_url_bytes = n(
+        &raw.max_url_bytes,
+        "max_url_bytes",
+        defaults::MAX_URL_BYTES,
+        64,
+    );
     let mut d = |v: &Option<Spanned<RawDuration>>, key: &str, secs: u64| {
         duration(
             src,
@@ -273,6 +341,11 @@ fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) -> Ser
     };
     let run_timeout = d(&raw.run_timeout, "run_timeout", defaults::RUN_TIMEOUT_SECS);
     let kill_grace = d(&raw.kill_grace, "kill_grace", defaults::KILL_GRACE_SECS);
+    let request_timeout = d(
+        &raw.request_timeout,
+        "request_timeout",
+        defaults::REQUEST_TIMEOUT_SECS,
+    );
     let shutdown_grace = d(
         &raw.shutdown_grace,
         "shutdown_grace",
@@ -314,6 +387,10 @@ fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) -> Ser
         max_variable_bytes,
         max_body_bytes,
         run_retention,
+        max_connections,
+        request_timeout,
+        max_header_bytes,
+        max_url_bytes,
     }
 }
 

@@ -1,0 +1,448 @@
+use ascii::AsciiString;
+
+use std::io::Error as IoError;
+use std::io::Result as IoResult;
+use std::io::{BufReader, BufWriter, ErrorKind, Read};
+
+use std::net::SocketAddr;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::common::{HTTPVersion, Method};
+use crate::util::RefinedTcpStream;
+use crate::util::{SequentialReader, SequentialReaderBuilder, SequentialWriterBuilder};
+use crate::Request;
+
+/// A ClientConnection is an object that will store a socket to a client
+/// and return Request objects.
+pub struct ClientConnection {
+    // address of the client
+    remote_addr: IoResult<Option<SocketAddr>>,
+
+    // sequence of Readers to the stream, so that the data is not read in
+    //  the wrong order
+    source: SequentialReaderBuilder<BufReader<DeadlineReader<RefinedTcpStream>>>,
+
+    // sequence of Writers to the stream, to avoid writing response #2 before
+    //  response #1
+    sink: SequentialWriterBuilder<BufWriter<RefinedTcpStream>>,
+
+    // Reader to read the next header from
+    next_header_source: SequentialReader<BufReader<DeadlineReader<RefinedTcpStream>>>,
+
+    // (trigd patch) bounds on one request head, and the deadline shared
+    //  with the socket reader
+    limits: HeadLimits,
+    deadline: Arc<Mutex<Deadline>>,
+
+    // set to true if we know that the previous request is the last one
+    no_more_requests: bool,
+
+    // true if the connection goes through SSL
+    secure: bool,
+}
+
+/// Error that can happen when reading a request.
+#[derive(Debug)]
+enum ReadError {
+    WrongRequestLine,
+    WrongHeader(HTTPVersion),
+    /// the client sent an unrecognized `Expect` header
+    ExpectationFailed(HTTPVersion),
+    ReadIoError(IoError),
+    /// (trigd patch) the request line (414) or the headers (431) are too large
+    TooLarge(u16),
+}
+
+/// (trigd patch) Bounds on reading one request.
+#[derive(Debug, Clone, Copy)]
+pub struct HeadLimits {
+    /// Longest request line, in bytes (past it: 414).
+    pub max_request_line: usize,
+    /// Largest header section, in bytes (past it: 431).
+    pub max_header_bytes: usize,
+    /// Most header fields (past it: 431).
+    pub max_headers: usize,
+    /// Time from the first byte read of a request (or from the start of
+    ///  waiting for it) until its head and body must be read (past it: 408).
+    pub timeout: Duration,
+}
+
+impl Default for HeadLimits {
+    fn default() -> Self {
+        HeadLimits {
+            max_request_line: 8192,
+            max_header_bytes: 32768,
+            max_headers: 100,
+            timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// (trigd patch) When the current request must be read by. Armed when a
+///  head read starts; the clock starts at the first socket read after that,
+///  so time spent answering the previous request does not count.
+#[derive(Debug, Default)]
+struct Deadline {
+    armed: Option<Duration>,
+    at: Option<Instant>,
+}
+
+/// (trigd patch) A reader that fails with `TimedOut` once the deadline of
+///  the request being read has passed. Checked once per socket read, so a
+///  client that trickles one byte at a time (slowloris) is still cut off.
+pub struct DeadlineReader<R> {
+    inner: R,
+    deadline: Arc<Mutex<Deadline>>,
+}
+
+impl<R: Read> Read for DeadlineReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> IoResult<usize> {
+        {
+            let mut d = self.deadline.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(t) = d.armed.take() {
+                d.at = Some(Instant::now() + t);
+            }
+            if d.at.is_some_and(|at| Instant::now() >= at) {
+                return Err(IoError::new(ErrorKind::TimedOut, "request took too long"));
+            }
+        }
+        self.inner.read(buf)
+    }
+}
+
+impl ClientConnection {
+    /// Creates a new `ClientConnection` that takes ownership of the `TcpStream`.
+    pub fn new(
+        write_socket: RefinedTcpStream,
+        mut read_socket: RefinedTcpStream,
+        limits: HeadLimits,
+    ) -> ClientConnection {
+        let remote_addr = read_socket.peer_addr();
+        let secure = read_socket.secure();
+
+        let deadline = Arc::new(Mutex::new(Deadline::default()));
+        let read_socket = DeadlineReader {
+            inner: read_socket,
+            deadline: Arc::clone(&deadline),
+        };
+        let mut source = SequentialReaderBuilder::new(BufReader::with_capacity(1024, read_socket));
+        let first_header = source.next().unwrap();
+
+        ClientConnection {
+            source,
+            sink: SequentialWriterBuilder::new(BufWriter::with_capacity(1024, write_socket)),
+            remote_addr,
+            next_header_source: first_header,
+            no_more_requests: false,
+            secure,
+            limits,
+            deadline,
+        }
+    }
+
+    /// true if the connection is HTTPS
+    pub fn secure(&self) -> bool {
+        self.secure
+    }
+
+    /// Reads the next line from self.next_header_source.
+    ///
+    /// Reads until `CRLF` is reached. The next read will start
+    ///  at the first byte of the new line.
+    ///
+    /// (trigd patch) At most `max` bytes: past that, `Ok(None)`.
+    fn read_next_line(&mut self, max: usize, request_line: bool) -> IoResult<Option<AsciiString>> {
+        let mut buf: Vec<u8> = Vec::new();
+        let mut prev_byte_was_cr = false;
+
+        loop {
+            if buf.len() > max {
+                return Ok(None);
+            }
+            let byte = self.next_header_source.by_ref().bytes().next();
+
+            let byte = match byte {
+                Some(b) => b?,
+                None => return Err(IoError::new(ErrorKind::ConnectionAborted, "Unexpected EOF")),
+            };
+
+            if byte == b'\n' && prev_byte_was_cr {
+                buf.pop(); // removing the '\r'
+                if !request_line {
+                    // (trigd patch) a header byte outside ASCII (obs-text,
+                    //  e.g. UTF-8) becomes DEL instead of dropping the
+                    //  connection unanswered: the application sees a value
+                    //  that is not printable ASCII and can answer it
+                    for b in buf.iter_mut().filter(|b| !b.is_ascii()) {
+                        *b = 0x7f;
+                    }
+                }
+                return AsciiString::from_ascii(buf)
+                    .map(Some)
+                    .map_err(|_| IoError::new(ErrorKind::InvalidInput, "Header is not in ASCII"));
+            }
+
+            prev_byte_was_cr = byte == b'\r';
+
+            buf.push(byte);
+        }
+    }
+
+    /// Reads a request from the stream.
+    /// Blocks until the header has been read.
+    fn read(&mut self) -> Result<Request, ReadError> {
+        // (trigd patch) arm the deadline for this request
+        {
+            let mut d = self.deadline.lock().unwrap_or_else(|e| e.into_inner());
+            d.armed = Some(self.limits.timeout);
+        }
+        let limits = self.limits;
+        let (method, path, version, headers) = {
+            // reading the request line
+            let (method, path, version) = {
+                let line = self
+                    .read_next_line(limits.max_request_line, true)
+                    .map_err(|e| match e.kind() {
+                        // (trigd patch) a non-ASCII request line is a 400
+                        ErrorKind::InvalidInput => ReadError::WrongRequestLine,
+                        _ => ReadError::ReadIoError(e),
+                    })?
+                    .ok_or(ReadError::TooLarge(414))?;
+
+                parse_request_line(
+                    line.as_str().trim(), // TODO: remove this conversion
+                )?
+            };
+
+            // getting all headers
+            let headers = {
+                let mut headers = Vec::new();
+                let mut head_bytes = 0;
+                loop {
+                    let left = limits.max_header_bytes.saturating_sub(head_bytes);
+                    let line = self
+                        .read_next_line(left, false)
+                        .map_err(ReadError::ReadIoError)?
+                        .ok_or(ReadError::TooLarge(431))?;
+                    head_bytes += line.len() + 2;
+
+                    if line.is_empty() {
+                        break;
+                    };
+                    if headers.len() >= limits.max_headers {
+                        return Err(ReadError::TooLarge(431));
+                    }
+                    headers.push(match FromStr::from_str(line.as_str().trim()) {
+                        // TODO: remove this conversion
+                        Ok(h) => h,
+                        _ => return Err(ReadError::WrongHeader(version)),
+                    });
+                }
+
+                headers
+            };
+
+            (method, path, version, headers)
+        };
+
+        // building the writer for the request
+        let writer = self.sink.next().unwrap();
+
+        // follow-up for next potential request
+        let mut data_source = self.source.next().unwrap();
+        std::mem::swap(&mut self.next_header_source, &mut data_source);
+
+        // building the next reader
+        let request = crate::request::new_request(
+            self.secure,
+            method,
+            path,
+            version.clone(),
+            headers,
+            *self.remote_addr.as_ref().unwrap(),
+            data_source,
+            writer,
+        )
+        .map_err(|e| {
+            use crate::request;
+            match e {
+                request::RequestCreationError::CreationIoError(e) => ReadError::ReadIoError(e),
+                request::RequestCreationError::ExpectationFailed => {
+                    ReadError::ExpectationFailed(version)
+                }
+            }
+        })?;
+
+        // return the request
+        Ok(request)
+    }
+}
+
+impl Iterator for ClientConnection {
+    type Item = Request;
+
+    /// Blocks until the next Request is available.
+    /// Returns None when no new Requests will come from the client.
+    fn next(&mut self) -> Option<Request> {
+        use crate::{Response, StatusCode};
+
+        // the client sent a "connection: close" header in this previous request
+        //  or is using HTTP 1.0, meaning that no new request will come
+        if self.no_more_requests {
+            return None;
+        }
+
+        loop {
+            let rq = match self.read() {
+                Err(ReadError::WrongRequestLine) => {
+                    let writer = self.sink.next().unwrap();
+                    let response = json_error(400);
+                    response
+                        .raw_print(writer, HTTPVersion(1, 1), &[], false, None)
+                        .ok();
+                    return None; // we don't know where the next request would start,
+                                 // se we have to close
+                }
+
+                Err(ReadError::WrongHeader(ver)) => {
+                    let writer = self.sink.next().unwrap();
+                    let response = json_error(400);
+                    response.raw_print(writer, ver, &[], false, None).ok();
+                    return None; // we don't know where the next request would start,
+                                 // se we have to close
+                }
+
+                Err(ReadError::ReadIoError(ref err)) if err.kind() == ErrorKind::TimedOut => {
+                    // request timeout
+                    let writer = self.sink.next().unwrap();
+                    let response = json_error(408);
+                    response
+                        .raw_print(writer, HTTPVersion(1, 1), &[], false, None)
+                        .ok();
+                    return None; // closing the connection
+                }
+
+                Err(ReadError::ExpectationFailed(ver)) => {
+                    let writer = self.sink.next().unwrap();
+                    let response = Response::new_empty(StatusCode(417));
+                    response.raw_print(writer, ver, &[], true, None).ok();
+                    return None; // TODO: should be recoverable, but needs handling in case of body
+                }
+
+                Err(ReadError::TooLarge(status)) => {
+                    // (trigd patch) answer 414/431 and close: the rest of
+                    //  the head was not read
+                    let writer = self.sink.next().unwrap();
+                    let response = json_error(status);
+                    response
+                        .raw_print(writer, HTTPVersion(1, 1), &[], false, None)
+                        .ok();
+                    return None;
+                }
+
+                Err(ReadError::ReadIoError(_)) => return None,
+
+                Ok(rq) => rq,
+            };
+
+            // checking HTTP version
+            if *rq.http_version() > (1, 1) {
+                let writer = self.sink.next().unwrap();
+                let response = Response::from_string(
+                    "This server only supports HTTP versions 1.0 and 1.1".to_owned(),
+                )
+                .with_status_code(StatusCode(505));
+                response
+                    .raw_print(writer, HTTPVersion(1, 1), &[], false, None)
+                    .ok();
+                continue;
+            }
+
+            // updating the status of the connection
+            let connection_header = rq
+                .headers()
+                .iter()
+                .find(|h| h.field.equiv("Connection"))
+                .map(|h| h.value.as_str());
+
+            let lowercase = connection_header.map(|h| h.to_ascii_lowercase());
+
+            match lowercase {
+                Some(ref val) if val.contains("close") => self.no_more_requests = true,
+                Some(ref val) if val.contains("upgrade") => self.no_more_requests = true,
+                Some(ref val)
+                    if !val.contains("keep-alive") && *rq.http_version() == HTTPVersion(1, 0) =>
+                {
+                    self.no_more_requests = true
+                }
+                None if *rq.http_version() == HTTPVersion(1, 0) => self.no_more_requests = true,
+                _ => (),
+            };
+
+            // returning the request
+            return Some(rq);
+        }
+    }
+}
+
+/// Parses a "HTTP/1.1" string.
+fn parse_http_version(version: &str) -> Result<HTTPVersion, ReadError> {
+    let (major, minor) = match version {
+        "HTTP/0.9" => (0, 9),
+        "HTTP/1.0" => (1, 0),
+        "HTTP/1.1" => (1, 1),
+        "HTTP/2.0" => (2, 0),
+        "HTTP/3.0" => (3, 0),
+        _ => return Err(ReadError::WrongRequestLine),
+    };
+
+    Ok(HTTPVersion(major, minor))
+}
+
+/// Parses the request line of the request.
+/// eg. GET / HTTP/1.1
+fn parse_request_line(line: &str) -> Result<(Method, String, HTTPVersion), ReadError> {
+    let mut parts = line.split(' ');
+
+    let method = parts.next().and_then(|w| w.parse().ok());
+    let path = parts.next().map(ToOwned::to_owned);
+    let version = parts.next().and_then(|w| parse_http_version(w).ok());
+
+    method
+        .and_then(|method| Some((method, path?, version?)))
+        .ok_or(ReadError::WrongRequestLine)
+}
+
+#[cfg(test)]
+mod test {
+    #[test]
+    fn test_parse_request_line() {
+        let (method, path, ver) = super::parse_request_line("GET /hello HTTP/1.1").unwrap();
+
+        assert!(method == crate::Method::Get);
+        assert!(path == "/hello");
+        assert!(ver == crate::common::HTTPVersion(1, 1));
+
+        assert!(super::parse_request_line("GET /hello").is_err());
+        assert!(super::parse_request_line("qsd qsd qsd").is_err());
+    }
+}
+
+/// (trigd patch) The JSON error body (`{"Error", "Code"}`) of a request
+///  refused while reading it.
+fn json_error(status: u16) -> crate::Response<std::io::Cursor<Vec<u8>>> {
+    let (code, msg) = match status {
+        408 => ("request_timeout", "The request was not received in time."),
+        414 => ("uri_too_long", "The request line (method and URL) is longer than the limit."),
+        431 => ("headers_too_large", "The request headers are larger than the limit."),
+        _ => ("bad_request", "The request is not valid HTTP/1.1."),
+    };
+    let body = format!("{{\"Error\":\"{msg}\",\"Code\":\"{code}\"}}\n");
+    let header = crate::Header::from_bytes(&b"Content-Type"[..], &b"application/json"[..])
+        .expect("static header");
+    crate::Response::from_data(body.into_bytes())
+        .with_status_code(status)
+        .with_header(header)
+}

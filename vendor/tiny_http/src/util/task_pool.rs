@@ -1,0 +1,150 @@
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread;
+use std::time::Duration;
+
+/// Manages a collection of threads.
+///
+/// A new thread is created every time all the existing threads are full.
+/// Any idle thread will automatically die after a few seconds.
+pub struct TaskPool {
+    sharing: Arc<Sharing>,
+}
+
+struct Sharing {
+    // list of the tasks to be done by worker threads
+    todo: Mutex<VecDeque<Box<dyn FnMut() + Send>>>,
+
+    // condvar that will be notified whenever a task is added to `todo`
+    condvar: Condvar,
+
+    // number of total worker threads running
+    active_tasks: AtomicUsize,
+
+    // number of idle worker threads
+    waiting_tasks: AtomicUsize,
+}
+
+/// Minimum number of active threads.
+static MIN_THREADS: usize = 4;
+
+struct Registration<'a> {
+    nb: &'a AtomicUsize,
+}
+
+impl<'a> Registration<'a> {
+    fn new(nb: &'a AtomicUsize) -> Registration<'a> {
+        nb.fetch_add(1, Ordering::Release);
+        Registration { nb }
+    }
+}
+
+impl<'a> Drop for Registration<'a> {
+    fn drop(&mut self) {
+        self.nb.fetch_sub(1, Ordering::Release);
+    }
+}
+
+impl TaskPool {
+    pub fn new() -> TaskPool {
+        let pool = TaskPool {
+            sharing: Arc::new(Sharing {
+                todo: Mutex::new(VecDeque::new()),
+                condvar: Condvar::new(),
+                active_tasks: AtomicUsize::new(0),
+                waiting_tasks: AtomicUsize::new(0),
+            }),
+        };
+
+        for _ in 0..MIN_THREADS {
+            pool.add_thread(None)
+        }
+
+        pool
+    }
+
+    /// Executes a function in a thread.
+    /// If no thread is available, spawns a new one.
+    pub fn spawn(&self, code: Box<dyn FnMut() + Send>) {
+        let mut queue = self.sharing.todo.lock().unwrap();
+
+        // (trigd patch) queue the task only if an idle thread is left for
+        //  it: threads already woken for earlier queued tasks still count as
+        //  waiting until they run. The old test (`waiting == 0`) queued new
+        //  connections behind threads that then kept their keep-alive
+        //  connections forever, so those connections were never served.
+        if self.sharing.waiting_tasks.load(Ordering::Acquire) > queue.len() {
+            queue.push_back(code);
+            self.sharing.condvar.notify_one();
+        } else {
+            drop(queue);
+            self.add_thread(Some(code));
+        }
+    }
+
+    fn add_thread(&self, initial_fn: Option<Box<dyn FnMut() + Send>>) {
+        let sharing = self.sharing.clone();
+
+        // (trigd patch) connection threads only parse request heads: a small
+        //  stack keeps thousands of idle connections cheap; a failed spawn
+        //  (thread limit) drops the task (the connection closes) instead of
+        //  panicking the accept thread.
+        let spawned = thread::Builder::new().stack_size(256 * 1024).spawn(move || {
+            let sharing = sharing;
+            let _active_guard = Registration::new(&sharing.active_tasks);
+
+            if let Some(mut f) = initial_fn {
+                f();
+            }
+
+            loop {
+                let mut task: Box<dyn FnMut() + Send> = {
+                    let mut todo = sharing.todo.lock().unwrap();
+
+                    let task;
+                    loop {
+                        if let Some(poped_task) = todo.pop_front() {
+                            task = poped_task;
+                            break;
+                        }
+                        let _waiting_guard = Registration::new(&sharing.waiting_tasks);
+
+                        let received =
+                            if sharing.active_tasks.load(Ordering::Acquire) <= MIN_THREADS {
+                                todo = sharing.condvar.wait(todo).unwrap();
+                                true
+                            } else {
+                                let (new_lock, waitres) = sharing
+                                    .condvar
+                                    .wait_timeout(todo, Duration::from_millis(5000))
+                                    .unwrap();
+                                todo = new_lock;
+                                !waitres.timed_out()
+                            };
+
+                        if !received && todo.is_empty() {
+                            return;
+                        }
+                    }
+
+                    task
+                };
+
+                task();
+            }
+        });
+        if let Err(e) = spawned {
+            log::error!("cannot start a connection thread: {}", e);
+        }
+    }
+}
+
+impl Drop for TaskPool {
+    fn drop(&mut self) {
+        self.sharing
+            .active_tasks
+            .store(999_999_999, Ordering::Release);
+        self.sharing.condvar.notify_all();
+    }
+}
