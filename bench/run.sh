@@ -229,7 +229,7 @@ run_wrk() {
         $1 == "50%" { p50 = ms($2) }
         $1 == "99%" { p99 = ms($2) }
         $1 == "WRKSUM" { dur = $2 / 1e6; total = $3; errs = $4 + $5 + $6 + $7 }
-        $1 == "STATUS" { if ($2 == expect) ok += $3; else other = other $2 ":" $3 ","; if ($2 == 503) n503 = $3 }
+        $1 == "STATUS" { if ($2 == expect) ok += $3; else other = other (other == "" ? "" : ",") $2 ":" $3; if ($2 == 503) n503 = $3 }
         END {
             if (dur <= 0) { print "nan nan nan 0 0 0 0 wrk-failed"; exit }
             if (other == "") other = "-"
@@ -424,6 +424,10 @@ for c in "${CASES[@]}"; do
         done
     done
 done
+
+snooze 0.5
+if ! ((SKIP_TRIGD)); then read -r v h < <(mem_of "$T_MAIN"); add rss_sync.trigd "$v"; fi
+read -r v h < <(mem_of "$W_MAIN"); add rss_sync.webhook "$v"
 
 # ---------------------------------------------------------------- async accept
 # sampler PID FILE OUT: every ~50 ms "time_us children lines"
@@ -650,6 +654,8 @@ t=$(tm rss_idle.trigd); w=$(med rss_idle.webhook); q=$(ratio "$t" "$w")
 verdict "$(passif le "$q" "$(calc '1/3')")"
 row "memory" "VmRSS idle, KiB" "$(fmt "$t" %.0f)" "$(fmt "$w" %.0f)" "$(fmt "$q" %.2f×)" "≤ 0.33× webhook" \
     "$V"
+t=$(tm rss_sync.trigd); w=$(med rss_sync.webhook)
+row "memory" "VmRSS after the sync cases, KiB" "$(fmt "$t" %.0f)" "$(fmt "$w" %.0f)" "$(fmt "$(ratio "$t" "$w")" %.2f×)" "" ""
 t=$(tm rss_load.trigd); w=$(med rss_load.webhook); q=$(ratio "$t" "$w")
 verdict "$(passif le "$q" 0.1)"
 row "memory" "VmRSS after load, KiB" "$(fmt "$t" %.0f)" "$(fmt "$w" %.0f)" "$(fmt "$q" %.2f×)" "≤ 0.10× webhook" \
@@ -700,7 +706,7 @@ TCOMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
     echo "Targets: $npass pass, $nshort short."
     if ((${#NOTES[@]})); then
         echo
-        echo "Responses other than the expected status, or socket errors (per round):"
+        echo "Responses other than the expected status (status:count), socket errors, per round:"
         echo
         printf '%s\n' "${NOTES[@]}" | sort
     fi
