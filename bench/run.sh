@@ -1,0 +1,718 @@
+#!/usr/bin/env bash
+# bench/run.sh — trigd vs adnanh/webhook on this machine, on loopback only.
+#
+#   bench/run.sh            full run (~5 min + the release build), writes bench/RESULTS.md
+#   bench/run.sh --quick    smoke run (~1 min), writes bench/RESULTS.quick.md
+#
+# What each case measures and every knob: bench/README.md.
+# Installs webhook, wrk (and cc, curl) with apt-get when missing, builds trigd
+# with `cargo build --release`, starts both servers on 127.0.0.1 with equivalent
+# definitions, drives them with wrk interleaved A/B/A/B, prints a table of
+# medians and ratios. Stops only the processes it started (PIDs tracked, trap EXIT).
+set -euo pipefail
+
+BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$BENCH_DIR/.." && pwd)
+
+usage() {
+    sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+}
+
+QUICK=0
+for arg in "$@"; do
+    case $arg in
+    --quick) QUICK=1 ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "run.sh: unknown argument: $arg" >&2; usage >&2; exit 2 ;;
+    esac
+done
+
+if [[ ${CI:-} == true && -z ${BENCH_FORCE:-} ]]; then
+    echo "bench/run.sh: not run in CI (CI=true); set BENCH_FORCE=1 to run anyway"
+    exit 0
+fi
+
+# ---------------------------------------------------------------- settings
+if ((QUICK)); then
+    d_seconds=1 d_rounds=1 d_async=2 d_async_rounds=1 d_programs=1000 d_start=1 d_reload=2 d_warmup=0
+    d_results=$BENCH_DIR/RESULTS.quick.md
+else
+    d_seconds=5 d_rounds=3 d_async=10 d_async_rounds=2 d_programs=10000 d_start=3 d_reload=5 d_warmup=1
+    d_results=$BENCH_DIR/RESULTS.md
+fi
+SECS=${BENCH_SECONDS:-$d_seconds}              # one wrk measurement
+ROUNDS=${BENCH_ROUNDS:-$d_rounds}              # A/B pairs per case; medians over these
+ASYNC_SECS=${BENCH_ASYNC_SECONDS:-$d_async}    # one async-accept measurement
+ASYNC_ROUNDS=${BENCH_ASYNC_ROUNDS:-$d_async_rounds} # A/B pairs for the async case
+NPROGRAMS=${BENCH_PROGRAMS:-$d_programs}       # program files / hooks for the start-up case
+START_TRIALS=${BENCH_START_TRIALS:-$d_start}   # start-ups per server
+RELOAD_TRIALS=${BENCH_RELOAD_TRIALS:-$d_reload} # reloads per server
+WARMUP=${BENCH_WARMUP:-$d_warmup}              # seconds of wrk per server before measuring
+RESULTS=${BENCH_RESULTS:-$d_results}
+SKIP_TRIGD=${BENCH_SKIP_TRIGD:-0}              # 1: webhook side + floor only (development aid)
+MAX_RUNS=16                                    # trigd max_concurrent_runs
+KEY="bench-key-4f1c2a9e7d3b"                   # fixed API key; config holds its sha256
+
+log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "FATAL: $*"; FAILED=1; exit 1; }
+
+# ---------------------------------------------------------------- processes
+PIDS=()
+WORK=""
+FAILED=0
+stop_pid() { # PID: SIGTERM, up to 5 s, then SIGKILL; only PIDs this script started
+    local pid=$1 i
+    kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < 100; i++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        snooze 0.05
+    done
+    kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null || true
+}
+forget_pid() { # PID: drop from PIDS after it was stopped
+    local p keep=()
+    for p in "${PIDS[@]}"; do [[ $p == "$1" ]] || keep+=("$p"); done
+    PIDS=("${keep[@]+"${keep[@]}"}")
+}
+cleanup() {
+    local rc=$? p
+    trap - EXIT INT TERM
+    for p in "${PIDS[@]+"${PIDS[@]}"}"; do stop_pid "$p"; done
+    if [[ -n $WORK && -d $WORK ]]; then
+        if [[ -n ${BENCH_KEEP:-} ]] || ((FAILED)); then
+            log "work directory kept: $WORK"
+        else
+            rm -rf "$WORK"
+        fi
+    fi
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# sleep without forking: read with a timeout on a FIFO nobody writes to
+snooze() { read -r -t "$1" -u 9 _ 2>/dev/null || true; }
+now_us() { NOW_US=${EPOCHREALTIME//[.,]/}; }
+
+# HTTP without forking (bash /dev/tcp): METHOD PORT PATH -> HTTP_STATUS (000: no connection)
+http_status() {
+    local _v _s
+    HTTP_STATUS=000
+    {
+        printf '%s %s HTTP/1.1\r\nHost: 127.0.0.1:%s\r\nContent-Length: 0\r\nConnection: close\r\n\r\n' \
+            "$1" "$3" "$2" >&3
+        IFS=' ' read -r -t 5 _v _s _ <&3 && HTTP_STATUS=$_s
+    } 2>/dev/null 3<>"/dev/tcp/127.0.0.1/$2" || true
+}
+port_open() { { :; } 2>/dev/null 3<>"/dev/tcp/127.0.0.1/$1"; }
+
+# ---------------------------------------------------------------- numbers
+median() { printf '%s\n' "$@" | awk NF | sort -g | awk '{a[NR]=$1} END {
+    if (NR == 0) print "nan"; else if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2 }'; }
+calc() { awk "BEGIN { printf \"%s\", $1 }"; }            # calc 'expr' (awk syntax)
+fmt() { awk -v v="$1" -v f="$2" 'BEGIN { if (v == "nan" || v == "") print "n/a"; else printf f, v }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "nan" || b == "nan" || a == "" || b == "" || b+0 == 0) print "nan"; else printf "%.4f", a/b }'; }
+ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a != "nan" && b != "nan" && a != "" && b != "" && a+0 >= b+0) }'; }
+le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a != "nan" && b != "nan" && a != "" && b != "" && a+0 <= b+0) }'; }
+lt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a != "nan" && b != "nan" && a != "" && b != "" && a+0 < b+0) }'; }
+
+declare -A S # samples: S[key] = "v1 v2 ..."
+add() { S[$1]="${S[$1]:-} $2"; }
+med() { median ${S[$1]:-}; }
+
+# ---------------------------------------------------------------- tools
+install_missing() {
+    local need=() sudo=""
+    command -v webhook >/dev/null || need+=(webhook)
+    command -v wrk >/dev/null || need+=(wrk)
+    command -v cc >/dev/null || need+=(gcc)
+    command -v curl >/dev/null || need+=(curl)
+    command -v pgrep >/dev/null || need+=(procps)
+    ((${#need[@]})) || return 0
+    [[ $(id -u) -eq 0 ]] || sudo=sudo
+    log "installing ${need[*]} with apt-get"
+    export DEBIAN_FRONTEND=noninteractive
+    $sudo apt-get install -y -q "${need[@]}" >&2 ||
+        { $sudo apt-get update -q >&2 && $sudo apt-get install -y -q "${need[@]}" >&2; } ||
+        die "apt-get install ${need[*]} failed"
+}
+
+# ---------------------------------------------------------------- servers
+TRIGD=${BENCH_TRIGD:-$ROOT/target/release/trigd} # BENCH_TRIGD: use this binary, skip the build
+
+# start_trigd DIR -> T_PID T_PORT STARTUP_US (exec to first 200 from /healthz)
+start_trigd() {
+    local dir=$1 out=$1/trigd.out err=$1/trigd.err line="" t0 deadline
+    : >"$out"
+    now_us; t0=$NOW_US
+    "$TRIGD" serve --config "$dir/config.toml" --listen 127.0.0.1:0 >"$out" 2>"$err" &
+    T_PID=$!
+    PIDS+=("$T_PID")
+    deadline=$((t0 + 60000000))
+    while :; do
+        if [[ -s $out ]]; then
+            IFS= read -r line <"$out" || true
+            [[ $line == "listening on http://"* ]] && break
+        fi
+        kill -0 "$T_PID" 2>/dev/null || die "trigd exited at start-up: $(tail -5 "$err")"
+        now_us; ((NOW_US < deadline)) || die "trigd printed no listening line in 60 s"
+        snooze 0.001
+    done
+    T_PORT=${line##*:}
+    T_PORT=${T_PORT%%[!0-9]*}
+    while :; do
+        http_status GET "$T_PORT" /healthz
+        [[ $HTTP_STATUS == 200 ]] && break
+        kill -0 "$T_PID" 2>/dev/null || die "trigd exited at start-up: $(tail -5 "$err")"
+        now_us; ((NOW_US < deadline)) || die "trigd /healthz not 200 within 60 s (last $HTTP_STATUS)"
+        snooze 0.001
+    done
+    now_us
+    STARTUP_US=$((NOW_US - t0))
+}
+
+# start_webhook DIR [ARGS...] -> W_PID W_PORT STARTUP_US (exec to first 200 from GET /)
+start_webhook() {
+    local dir=$1 try port t0 deadline
+    shift
+    for ((try = 0; try < 10; try++)); do
+        port=$((20000 + RANDOM % 40000))
+        port_open "$port" && continue
+        now_us; t0=$NOW_US
+        (cd "$dir" && exec webhook -hooks "$dir/hooks.json" -ip 127.0.0.1 -port "$port" "$@") \
+            >"$dir/webhook.out" 2>"$dir/webhook.err" &
+        W_PID=$!
+        PIDS+=("$W_PID")
+        deadline=$((t0 + 60000000))
+        while :; do
+            http_status GET "$port" /
+            if [[ $HTTP_STATUS == 200 ]] && kill -0 "$W_PID" 2>/dev/null; then
+                now_us
+                STARTUP_US=$((NOW_US - t0))
+                W_PORT=$port
+                return 0
+            fi
+            kill -0 "$W_PID" 2>/dev/null || break # lost the port race: try another
+            now_us; ((NOW_US < deadline)) || die "webhook not answering within 60 s"
+            snooze 0.001
+        done
+        wait "$W_PID" 2>/dev/null || true
+        forget_pid "$W_PID"
+    done
+    die "webhook did not start: $(tail -5 "$dir/webhook.err" 2>/dev/null)"
+}
+
+# status PID -> "VmRSS_kB VmHWM_kB"
+mem_of() { awk '/^VmRSS:/ {r=$2} /^VmHWM:/ {h=$2} END {print r+0, h+0}' "/proc/$1/status"; }
+
+# ---------------------------------------------------------------- wrk
+# run_wrk OUTFILE CONNS SECONDS URL EXPECT_STATUS
+#  -> WR_RPS (responses with EXPECT_STATUS per second), WR_P50 WR_P99 (ms),
+#     WR_TOTAL, WR_OK, WR_ERRS (socket errors), WR_OTHER ("code:count ..."), WR_503
+run_wrk() {
+    local out=$1 conns=$2 secs=$3 url=$4 expect=$5 threads=2
+    ((conns < 2)) && threads=1
+    wrk -t"$threads" -c"$conns" -d"${secs}s" --latency --timeout 10s \
+        -s "$BENCH_DIR/post.lua" "$url" >"$out" 2>&1 || true
+    read -r WR_RPS WR_P50 WR_P99 WR_TOTAL WR_OK WR_ERRS WR_503 WR_OTHER < <(awk -v expect="$expect" '
+        function ms(v) {
+            if (v ~ /us$/) return substr(v, 1, length(v) - 2) / 1000
+            if (v ~ /ms$/) return substr(v, 1, length(v) - 2) + 0
+            if (v ~ /m$/)  return substr(v, 1, length(v) - 1) * 60000
+            if (v ~ /h$/)  return substr(v, 1, length(v) - 1) * 3600000
+            if (v ~ /s$/)  return substr(v, 1, length(v) - 1) * 1000
+            return v + 0
+        }
+        $1 == "50%" { p50 = ms($2) }
+        $1 == "99%" { p99 = ms($2) }
+        $1 == "WRKSUM" { dur = $2 / 1e6; total = $3; errs = $4 + $5 + $6 + $7 }
+        $1 == "STATUS" { if ($2 == expect) ok += $3; else other = other (other == "" ? "" : ",") $2 ":" $3; if ($2 == 503) n503 = $3 }
+        END {
+            if (dur <= 0) { print "nan nan nan 0 0 0 0 wrk-failed"; exit }
+            if (other == "") other = "-"
+            printf "%.1f %.3f %.3f %d %d %d %d %s\n", ok / dur, p50, p99, total, ok, errs, n503 + 0, other
+        }' "$out")
+    [[ $WR_OTHER == wrk-failed ]] && log "wrk failed: $(tail -3 "$out")"
+    return 0
+}
+
+# ---------------------------------------------------------------- start
+install_missing
+command -v cargo >/dev/null || ((SKIP_TRIGD)) || [[ -n ${BENCH_TRIGD:-} ]] || die "cargo not found (needed to build trigd)"
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/trigd-bench.XXXXXX")
+mkfifo "$WORK/.snooze"
+exec 9<>"$WORK/.snooze"
+
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+if awk -v l="${LOAD_START%% *}" 'BEGIN { exit !(l > 0.7) }'; then
+    log "warning: load average is $LOAD_START: other work is running, figures will be noisy"
+fi
+
+if ((SKIP_TRIGD)); then
+    log "BENCH_SKIP_TRIGD=1: trigd side skipped"
+elif [[ -n ${BENCH_TRIGD:-} ]]; then
+    [[ -x $TRIGD ]] || die "BENCH_TRIGD=$TRIGD is not executable"
+    log "using $TRIGD (no build)"
+else
+    log "building trigd (cargo build --release)"
+    (cd "$ROOT" && cargo build --release) >"$WORK/build.log" 2>&1 ||
+        { tail -30 "$WORK/build.log" >&2; die "cargo build --release failed (log above)"; }
+    [[ -x $TRIGD ]] || die "no $TRIGD after the build"
+fi
+
+log "building spawn_floor"
+cc -O2 -o "$WORK/spawn_floor" "$BENCH_DIR/spawn_floor.c" || die "cc spawn_floor.c failed"
+
+SHA=$(printf '%s' "$KEY" | sha256sum | cut -d' ' -f1)
+
+# ---- trigd definitions
+TD=$WORK/trigd
+mkdir -p "$TD/programs"
+cat >"$TD/config.toml" <<EOF
+[server]
+listen = "127.0.0.1:0"
+workers = 8
+max_concurrent_runs = $MAX_RUNS
+shutdown_grace = "2s"
+
+[[api_keys]]
+name = "bench"
+sha256 = "$SHA"
+EOF
+cat >"$TD/programs/true.toml" <<'EOF'
+id = 1
+name = "true"
+
+[[functions]]
+name = "run"
+command = ["/bin/true"]
+[functions.webhook]
+EOF
+cat >"$TD/programs/echo.toml" <<'EOF'
+id = 2
+name = "echo"
+
+[[functions]]
+name = "run"
+command = ["/bin/echo", "{a}", "{b}"]
+[functions.webhook]
+outputs = ["a", "b"]
+EOF
+printf '#!/bin/sh\necho run >> %s\n' "$WORK/async-trigd.out" >"$TD/append.sh"
+chmod +x "$TD/append.sh"
+cat >"$TD/programs/async.toml" <<EOF
+id = 3
+name = "async"
+
+[[functions]]
+name = "run"
+command = ["$TD/append.sh"]
+[functions.webhook]
+EOF
+
+# ---- webhook definitions (same programs)
+WD=$WORK/webhook
+mkdir -p "$WD"
+printf '#!/bin/sh\necho run >> %s\n' "$WORK/async-webhook.out" >"$WD/append.sh"
+chmod +x "$WD/append.sh"
+WEBHOOK_HOOKS='[
+  {"id": "true", "execute-command": "/bin/true", "include-command-output-in-response": true},
+  {"id": "echo", "execute-command": "/bin/echo", "include-command-output-in-response": true,
+   "pass-arguments-to-command": [{"source": "url", "name": "a"}, {"source": "url", "name": "b"}]},
+  {"id": "async", "execute-command": "'"$WD"'/append.sh"},
+  {"id": "reject", "execute-command": "/bin/true", "include-command-output-in-response": true,
+   "trigger-rule": {"match": {"type": "value", "value": "'"$KEY"'",
+                              "parameter": {"source": "url", "name": "token"}}},
+   "trigger-rule-mismatch-http-response-code": 401}'
+printf '%s\n]\n' "$WEBHOOK_HOOKS" >"$WD/hooks.json"
+
+# ---------------------------------------------------------------- spawn floor
+log "spawn floor: posix_spawn+waitpid of /bin/true, ${SECS}s x $ROUNDS, 1 and 2 processes"
+for ((r = 0; r < ROUNDS; r++)); do
+    for p in 1 2; do
+        line=$("$WORK/spawn_floor" "$SECS" "$p")
+        v=${line##*per_sec=}; v=${v%% *}
+        add "floor.$p" "$v"
+    done
+done
+
+# ---------------------------------------------------------------- main servers
+T_BASE="" W_BASE=""
+if ! ((SKIP_TRIGD)); then
+    start_trigd "$TD"
+    T_MAIN=$T_PID
+    T_BASE=http://127.0.0.1:$T_PORT
+    log "trigd pid $T_MAIN on $T_BASE"
+fi
+start_webhook "$WD" -hotreload
+W_MAIN=$W_PID
+W_BASE=http://127.0.0.1:$W_PORT
+log "webhook pid $W_MAIN on $W_BASE"
+snooze 0.5
+if ! ((SKIP_TRIGD)); then read -r v h < <(mem_of "$T_MAIN"); add rss_idle.trigd "$v"; add hwm_idle.trigd "$h"; fi
+read -r v h < <(mem_of "$W_MAIN"); add rss_idle.webhook "$v"; add hwm_idle.webhook "$h"
+
+# case table: NAME CONNS EXPECT trigd-path webhook-path
+T_TRUE="/api?api_key=$KEY&program_id=1"
+T_ECHO="/api?api_key=$KEY&program_id=2&variables=hello&variables=world"
+T_ASYNC="/api?api_key=$KEY&program_id=3&run_async=true"
+T_REJECT="/api?api_key=wrong-$KEY&program_id=1"
+W_TRUE="/hooks/true"
+W_ECHO="/hooks/echo?a=hello&b=world"
+W_ASYNC="/hooks/async"
+W_REJECT="/hooks/reject?token=wrong-$KEY"
+
+# sanity: every endpoint answers as expected before anything is measured
+check() { # SIDE URL EXPECT_STATUS [EXPECT_BODY_SUBSTRING]
+    local code body
+    body=$(curl -s -X POST -w '\n%{http_code}' "$2" 2>/dev/null) || true
+    code=${body##*$'\n'}
+    body=${body%$'\n'*}
+    [[ $code == "$3" ]] || die "$1: POST $2 gave $code, expected $3: $body"
+    [[ -z ${4:-} || $body == *"$4"* ]] || die "$1: POST $2 body lacks '$4': $body"
+}
+if ! ((SKIP_TRIGD)); then
+    check trigd "$T_BASE$T_TRUE" 200 '"Success"'
+    check trigd "$T_BASE$T_ECHO" 200 'hello world'
+    check trigd "$T_BASE$T_REJECT" 401 invalid_api_key
+    check trigd "$T_BASE$T_ASYNC" 200 'Program started'
+fi
+check webhook "$W_BASE$W_TRUE" 200
+check webhook "$W_BASE$W_ECHO" 200 'hello world'
+check webhook "$W_BASE$W_REJECT" 401
+check webhook "$W_BASE$W_ASYNC" 200
+snooze 0.5
+
+SIDES=(webhook)
+((SKIP_TRIGD)) || SIDES=(trigd webhook)
+base_of() { if [[ $1 == trigd ]]; then echo "$T_BASE"; else echo "$W_BASE"; fi; }
+
+mkdir -p "$WORK/wrk"
+if ((WARMUP > 0)); then
+    log "warm-up ${WARMUP}s each"
+    for side in "${SIDES[@]}"; do
+        if [[ $side == trigd ]]; then u=$T_BASE$T_TRUE; else u=$W_BASE$W_TRUE; fi
+        run_wrk "$WORK/wrk/warmup-$side.txt" 8 "$WARMUP" "$u" 200
+    done
+fi
+
+# ---------------------------------------------------------------- wrk cases
+# NAME CONNS EXPECT TRIGD_PATH WEBHOOK_PATH
+CASES=(
+    "true1 1 200 $T_TRUE $W_TRUE"
+    "true8 8 200 $T_TRUE $W_TRUE"
+    "true32 32 200 $T_TRUE $W_TRUE"
+    "echo8 8 200 $T_ECHO $W_ECHO"
+    "reject8 8 401 $T_REJECT $W_REJECT"
+)
+for c in "${CASES[@]}"; do
+    read -r name conns expect tpath wpath <<<"$c"
+    log "case $name: $conns connections, ${SECS}s, $ROUNDS rounds A/B"
+    for ((r = 1; r <= ROUNDS; r++)); do
+        for side in "${SIDES[@]}"; do
+            if [[ $side == trigd ]]; then u=$T_BASE$tpath; else u=$W_BASE$wpath; fi
+            run_wrk "$WORK/wrk/$name-$side-$r.txt" "$conns" "$SECS" "$u" "$expect"
+            add "$name.$side.rps" "$WR_RPS"
+            add "$name.$side.p50" "$WR_P50"
+            add "$name.$side.p99" "$WR_P99"
+            [[ $WR_OTHER == - && $WR_ERRS == 0 ]] || add "$name.$side.note" "r$r:other=$WR_OTHER,sockerr=$WR_ERRS"
+            log "  $side r$r: $WR_RPS/s p50 ${WR_P50}ms p99 ${WR_P99}ms (total $WR_TOTAL, other $WR_OTHER, socket errors $WR_ERRS)"
+        done
+    done
+done
+
+snooze 0.5
+if ! ((SKIP_TRIGD)); then read -r v h < <(mem_of "$T_MAIN"); add rss_sync.trigd "$v"; fi
+read -r v h < <(mem_of "$W_MAIN"); add rss_sync.webhook "$v"
+
+# ---------------------------------------------------------------- async accept
+# sampler PID FILE OUT: every ~50 ms "time_us children lines"
+sampler() {
+    local pid=$1 file=$2 out=$3 n l
+    trap 'exit 0' TERM
+    while :; do
+        n=$(pgrep -c -P "$pid" 2>/dev/null) || n=0
+        l=$(wc -l <"$file" 2>/dev/null) || l=0
+        printf '%s %s %s\n' "${EPOCHREALTIME//[.,]/}" "$n" "$l" >>"$out"
+        snooze 0.05
+    done
+}
+async_round() { # SIDE PID URL OUTFILE ROUND
+    local side=$1 pid=$2 url=$3 file=$4 r=$5 spid t0 t_end deadline n l prev_l="" stable_since samples
+    samples=$WORK/async-$side-$r.samples
+    : >"$file"
+    : >"$samples"
+    sampler "$pid" "$file" "$samples" &
+    spid=$!
+    PIDS+=("$spid")
+    now_us; t0=$NOW_US
+    run_wrk "$WORK/wrk/async-$side-$r.txt" 32 "$ASYNC_SECS" "$url" 200
+    # settle: no child left and the line count unchanged for 1 s (at most 240 s)
+    now_us; t_end=$NOW_US; deadline=$((t_end + 240000000)); stable_since=$t_end
+    while :; do
+        n=$(pgrep -c -P "$pid" 2>/dev/null) || n=0
+        l=$(wc -l <"$file")
+        now_us
+        if [[ $l != "$prev_l" || $n != 0 ]]; then prev_l=$l; stable_since=$NOW_US; fi
+        ((NOW_US - stable_since >= 1000000)) && break
+        ((NOW_US < deadline)) || { log "  $side: runs still going 240 s after the load"; add "async.$side.note" "r$r:not-settled-after-240s"; break; }
+        snooze 0.05
+    done
+    stop_pid "$spid"
+    forget_pid "$spid"
+    # peak children; time the final line count was first seen
+    read -r peak t_last < <(awk -v final="$l" -v t0="$t0" '
+        { if ($2 > peak) peak = $2; if ($3 >= final && !seen) { seen = 1; t = $1 } }
+        END { if (!seen) t = t0; print peak + 0, t }' "$samples")
+    local secs_exec
+    secs_exec=$(calc "($t_last - $t0) / 1e6")
+    add "async.$side.accepted" "$WR_OK"
+    add "async.$side.refused" "$WR_503"
+    add "async.$side.executed" "$l"
+    add "async.$side.accept_rate" "$(calc "$WR_OK / $ASYNC_SECS")"
+    add "async.$side.exec_rate" "$(awk -v l="$l" -v s="$secs_exec" 'BEGIN { printf "%.1f", (s > 0 ? l / s : 0) }')"
+    add "async.$side.peak" "$peak"
+    add "async.$side.lost" "$((WR_OK > l ? WR_OK - l : 0))" # in flight when wrk stopped: run, not counted
+    add "async.$side.drain" "$secs_exec"
+    [[ $WR_OTHER == - && $WR_ERRS == 0 ]] || add "async.$side.note" "r$r:other=$WR_OTHER,sockerr=$WR_ERRS"
+    log "  $side r$r: accepted $WR_OK, refused(503) $WR_503, executed $l in ${secs_exec}s, peak children $peak (other $WR_OTHER, socket errors $WR_ERRS)"
+}
+log "case async: 32 connections, ${ASYNC_SECS}s, $ASYNC_ROUNDS rounds A/B"
+for ((r = 1; r <= ASYNC_ROUNDS; r++)); do
+    for side in "${SIDES[@]}"; do
+        if [[ $side == trigd ]]; then
+            async_round trigd "$T_MAIN" "$T_BASE$T_ASYNC" "$WORK/async-trigd.out" "$r"
+        else
+            async_round webhook "$W_MAIN" "$W_BASE$W_ASYNC" "$WORK/async-webhook.out" "$r"
+        fi
+    done
+done
+
+snooze 0.5
+if ! ((SKIP_TRIGD)); then read -r v h < <(mem_of "$T_MAIN"); add rss_load.trigd "$v"; add hwm_load.trigd "$h"; fi
+read -r v h < <(mem_of "$W_MAIN"); add rss_load.webhook "$v"; add hwm_load.webhook "$h"
+
+# ---------------------------------------------------------------- reload
+# trigd: a new program file, written beside as a dot file (ignored) and renamed in;
+# webhook (-hotreload): the hooks file rewritten in place with one more hook.
+reload_wait() { # PORT PATH -> RELOAD_MS (or "nan" after 10 s)
+    local port=$1 path=$2 t0=$3 deadline=$(($3 + 10000000))
+    while :; do
+        http_status POST "$port" "$path"
+        now_us
+        if [[ $HTTP_STATUS == 200 ]]; then RELOAD_MS=$(calc "($NOW_US - $t0) / 1000"); return; fi
+        ((NOW_US < deadline)) || { RELOAD_MS=nan; return; }
+        snooze 0.002
+    done
+}
+log "case reload: $RELOAD_TRIALS trials each, A/B"
+for ((k = 1; k <= RELOAD_TRIALS; k++)); do
+    for side in "${SIDES[@]}"; do
+        if [[ $side == trigd ]]; then
+            id=$((100 + k))
+            printf 'id = %d\nname = "new%d"\n\n[[functions]]\nname = "run"\ncommand = ["/bin/true"]\n[functions.webhook]\n' \
+                "$id" "$k" >"$TD/programs/.new$k.toml"
+            now_us; t0=$NOW_US
+            mv "$TD/programs/.new$k.toml" "$TD/programs/new$k.toml"
+            reload_wait "$T_PORT" "/api?api_key=$KEY&program_id=$id" "$t0"
+        else
+            WEBHOOK_HOOKS+=',
+  {"id": "new'"$k"'", "execute-command": "/bin/true", "include-command-output-in-response": true}'
+            content=$(printf '%s\n]\n' "$WEBHOOK_HOOKS")
+            now_us; t0=$NOW_US
+            printf '%s\n' "$content" >"$WD/hooks.json"
+            reload_wait "$W_PORT" "/hooks/new$k" "$t0"
+        fi
+        add "reload.$side" "$RELOAD_MS"
+        log "  $side trial $k: ${RELOAD_MS} ms"
+        snooze 0.3
+    done
+done
+
+# main servers are done
+for pid in ${T_MAIN:-} "$W_MAIN"; do stop_pid "$pid"; forget_pid "$pid"; done
+
+# ---------------------------------------------------------------- start-up with many definitions
+log "case start-up: $NPROGRAMS program files / hooks, $START_TRIALS trials each"
+BT=$WORK/big-trigd
+BW=$WORK/big-webhook
+mkdir -p "$BT/programs" "$BW"
+cat >"$BT/config.toml" <<EOF
+[server]
+listen = "127.0.0.1:0"
+workers = 8
+max_concurrent_runs = $MAX_RUNS
+shutdown_grace = "2s"
+
+[[api_keys]]
+name = "bench"
+sha256 = "$SHA"
+EOF
+awk -v n="$NPROGRAMS" -v dir="$BT/programs" -v hooks="$BW/hooks.json" 'BEGIN {
+    printf "[\n" > hooks
+    for (i = 1; i <= n; i++) {
+        f = sprintf("%s/p%05d.toml", dir, i)
+        printf "id = %d\nname = \"p%d\"\n\n[[functions]]\nname = \"run\"\ncommand = [\"/bin/true\"]\n[functions.webhook]\n", i, i > f
+        close(f)
+        printf "  {\"id\": \"h%d\", \"execute-command\": \"/bin/true\"}%s\n", i, (i < n ? "," : "") > hooks
+    }
+    printf "]\n" > hooks
+}'
+for ((k = 1; k <= START_TRIALS; k++)); do
+    for side in "${SIDES[@]}"; do
+        if [[ $side == trigd ]]; then
+            rm -rf "$BT/state"
+            start_trigd "$BT"
+            hz=$(curl -s "http://127.0.0.1:$T_PORT/healthz")
+            [[ $hz =~ \"Programs\":\ *$NPROGRAMS[,}] ]] || log "  warning: trigd /healthz after start-up: $hz"
+            ((k == 1)) && { read -r v h < <(mem_of "$T_PID"); add rss_big.trigd "$v"; }
+            stop_pid "$T_PID"; forget_pid "$T_PID"
+        else
+            start_webhook "$BW"
+            http_status POST "$W_PORT" "/hooks/h$NPROGRAMS"
+            [[ $HTTP_STATUS == 200 ]] || log "  warning: webhook /hooks/h$NPROGRAMS gave $HTTP_STATUS"
+            ((k == 1)) && { read -r v h < <(mem_of "$W_PID"); add rss_big.webhook "$v"; }
+            stop_pid "$W_PID"; forget_pid "$W_PID"
+        fi
+        add "start.$side" "$(calc "$STARTUP_US / 1000")"
+        log "  $side trial $k: $(calc "$STARTUP_US / 1000") ms"
+    done
+done
+
+# ---------------------------------------------------------------- table
+ROWS=()
+VERDICTS=()
+row() { ROWS+=("| $1 | $2 | $3 | $4 | $5 | $6 | $7 |"); }
+verdict() { # OK(0/1) -> V (pass/short), counted in VERDICTS
+    V=short
+    (($1)) && V=pass
+    VERDICTS+=("$V")
+    return 0
+}
+passif() { if "$@"; then echo 1; else echo 0; fi; }
+
+tm() { if ((SKIP_TRIGD)); then echo nan; else med "$1"; fi; }
+
+for name in true1 true8 true32 echo8 reject8; do
+    case $name in
+    true1) label="sync /bin/true, 1 conn" ;;
+    true8) label="sync /bin/true, 8 conns" ;;
+    true32) label="sync /bin/true, 32 conns" ;;
+    echo8) label="sync /bin/echo a b, 8 conns" ;;
+    reject8) label="rejected (bad key / rule mismatch), 8 conns" ;;
+    esac
+    t=$(tm "$name.trigd.rps"); w=$(med "$name.webhook.rps"); q=$(ratio "$t" "$w")
+    target="" res=""
+    if [[ $name == true8 || $name == reject8 ]]; then
+        target="≥ 1.50× webhook"; verdict "$(passif ge "$q" 1.5)"; res=$V
+    fi
+    row "$label" "req/s" "$(fmt "$t" %.0f)" "$(fmt "$w" %.0f)" "$(fmt "$q" %.2f×)" "$target" "$res"
+    row "$label" "p50 ms" "$(fmt "$(tm "$name.trigd.p50")" %.2f)" "$(fmt "$(med "$name.webhook.p50")" %.2f)" "" "" ""
+    row "$label" "p99 ms" "$(fmt "$(tm "$name.trigd.p99")" %.2f)" "$(fmt "$(med "$name.webhook.p99")" %.2f)" "" "" ""
+    if [[ $name == true1 ]]; then
+        f1=$(med floor.1)
+        row "$label" "vs spawn floor, 1 proc ($(fmt "$f1" %.0f)/s)" "$(fmt "$(ratio "$t" "$f1")" %.2f×)" "$(fmt "$(ratio "$w" "$f1")" %.2f×)" "" "" ""
+    fi
+    if [[ $name == true8 ]]; then
+        f2=$(med floor.2)
+        qt=$(ratio "$t" "$f2")
+        verdict "$(passif ge "$qt" 0.85)"
+        row "$label" "vs spawn floor, 2 procs ($(fmt "$f2" %.0f)/s)" "$(fmt "$qt" %.2f×)" "$(fmt "$(ratio "$w" "$f2")" %.2f×)" "" \
+            "trigd ≥ 0.85× floor" "$V"
+    fi
+done
+row "spawn floor (posix_spawn+waitpid /bin/true)" "spawns/s, 1 proc" "$(fmt "$(med floor.1)" %.0f)" "" "" "" ""
+row "spawn floor (posix_spawn+waitpid /bin/true)" "spawns/s, 2 procs" "$(fmt "$(med floor.2)" %.0f)" "" "" "" ""
+
+A="async accept, 32 conns ${ASYNC_SECS}s"
+t=$(tm async.trigd.exec_rate); w=$(med async.webhook.exec_rate); q=$(ratio "$t" "$w")
+row "$A" "accepted (200)/s" "$(fmt "$(tm async.trigd.accept_rate)" %.0f)" "$(fmt "$(med async.webhook.accept_rate)" %.0f)" \
+    "$(fmt "$(ratio "$(tm async.trigd.accept_rate)" "$(med async.webhook.accept_rate)")" %.2f×)" "" ""
+row "$A" "accepted (200)" "$(fmt "$(tm async.trigd.accepted)" %.0f)" "$(fmt "$(med async.webhook.accepted)" %.0f)" "" "" ""
+row "$A" "refused (503)" "$(fmt "$(tm async.trigd.refused)" %.0f)" "$(fmt "$(med async.webhook.refused)" %.0f)" "" "" ""
+row "$A" "executed" "$(fmt "$(tm async.trigd.executed)" %.0f)" "$(fmt "$(med async.webhook.executed)" %.0f)" "" "" ""
+verdict "$(passif ge "$q" 2)"
+row "$A" "seconds from start until the last run was done" "$(fmt "$(tm async.trigd.drain)" %.1f)" "$(fmt "$(med async.webhook.drain)" %.1f)" "" "" ""
+row "$A" "executed/s (until the last run)" "$(fmt "$t" %.0f)" "$(fmt "$w" %.0f)" "$(fmt "$q" %.2f×)" "≥ 2.00× webhook" \
+    "$V"
+tl=$(if ((SKIP_TRIGD)); then echo nan; else printf '%s\n' ${S[async.trigd.lost]} | sort -g | tail -1; fi)
+wl=$(printf '%s\n' ${S[async.webhook.lost]} | sort -g | tail -1)
+verdict "$(passif awk -v a="$tl" 'BEGIN { exit !(a == "0") }')"
+row "$A" "accepted but not executed (worst round)" "$(fmt "$tl" %.0f)" "$(fmt "$wl" %.0f)" "" "trigd = 0" \
+    "$V"
+tp=$(if ((SKIP_TRIGD)); then echo nan; else printf '%s\n' ${S[async.trigd.peak]} | sort -g | tail -1; fi)
+wp=$(printf '%s\n' ${S[async.webhook.peak]} | sort -g | tail -1)
+verdict "$(passif le "$tp" "$MAX_RUNS")"
+row "$A" "child processes at the peak (max of rounds)" "$(fmt "$tp" %.0f)" "$(fmt "$wp" %.0f)" "" "trigd ≤ $MAX_RUNS" \
+    "$V"
+
+t=$(tm rss_idle.trigd); w=$(med rss_idle.webhook); q=$(ratio "$t" "$w")
+verdict "$(passif le "$q" "$(calc '1/3')")"
+row "memory" "VmRSS idle, KiB" "$(fmt "$t" %.0f)" "$(fmt "$w" %.0f)" "$(fmt "$q" %.2f×)" "≤ 0.33× webhook" \
+    "$V"
+t=$(tm rss_sync.trigd); w=$(med rss_sync.webhook)
+row "memory" "VmRSS after the sync cases, KiB" "$(fmt "$t" %.0f)" "$(fmt "$w" %.0f)" "$(fmt "$(ratio "$t" "$w")" %.2f×)" "" ""
+t=$(tm rss_load.trigd); w=$(med rss_load.webhook); q=$(ratio "$t" "$w")
+verdict "$(passif le "$q" 0.1)"
+row "memory" "VmRSS after load, KiB" "$(fmt "$t" %.0f)" "$(fmt "$w" %.0f)" "$(fmt "$q" %.2f×)" "≤ 0.10× webhook" \
+    "$V"
+t=$(tm hwm_load.trigd); w=$(med hwm_load.webhook)
+row "memory" "VmHWM after load, KiB" "$(fmt "$t" %.0f)" "$(fmt "$w" %.0f)" "$(fmt "$(ratio "$t" "$w")" %.2f×)" "" ""
+t=$(tm rss_big.trigd); w=$(med rss_big.webhook)
+row "memory" "VmRSS with $NPROGRAMS programs/hooks, KiB" "$(fmt "$t" %.0f)" "$(fmt "$w" %.0f)" "$(fmt "$(ratio "$t" "$w")" %.2f×)" "" ""
+tsize=nan
+[[ -x $TRIGD ]] && ! ((SKIP_TRIGD)) && tsize=$(stat -c %s "$TRIGD")
+wsize=$(stat -c %s "$(command -v webhook)")
+row "binary" "size, bytes" "$(fmt "$tsize" %.0f)" "$(fmt "$wsize" %.0f)" "$(fmt "$(ratio "$tsize" "$wsize")" %.2f×)" "" ""
+
+t=$(tm start.trigd); w=$(med start.webhook)
+verdict "$(passif le "$t" 300)"
+row "start-up, $NPROGRAMS programs/hooks" "ms to first 200" "$(fmt "$t" %.1f)" "$(fmt "$w" %.1f)" "$(fmt "$(ratio "$t" "$w")" %.2f×)" \
+    "trigd ≤ 300 ms" "$V"
+t=$(tm reload.trigd); w=$(med reload.webhook)
+verdict "$(passif eval 'le "$t" 300 && lt "$t" "$w"')"
+row "reload: new program / hook" "ms to first 200" "$(fmt "$t" %.1f)" "$(fmt "$w" %.1f)" "$(fmt "$(ratio "$t" "$w")" %.2f×)" \
+    "trigd ≤ 300 ms and < webhook" "$V"
+
+npass=0 nshort=0
+for v in "${VERDICTS[@]}"; do if [[ $v == pass ]]; then npass=$((npass + 1)); else nshort=$((nshort + 1)); fi; done
+
+NOTES=()
+for k in "${!S[@]}"; do
+    [[ $k == *.note ]] && NOTES+=("- ${k%.note}:${S[$k]}")
+done
+
+CPU=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
+TCOMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+{
+    echo "# trigd benchmark results"
+    echo
+    echo "Machine: $(nproc) CPUs, ${CPU:-unknown CPU}, Linux $(uname -r); $(date -u '+%Y-%m-%d %H:%M UTC');" \
+        "load average at start $LOAD_START; open files limit (ulimit -n) $(ulimit -n)."
+    echo "trigd $TCOMMIT (release build), $(webhook -version 2>&1 | head -1), $(wrk -v 2>&1 | head -1 | cut -d' ' -f1-2)."
+    echo "Settings: $SECS s per measurement, $ROUNDS interleaved rounds (A/B/A/B) per case, async ${ASYNC_SECS}s x $ASYNC_ROUNDS," \
+        "$NPROGRAMS programs for start-up ($START_TRIALS trials), $RELOAD_TRIALS reloads;" \
+        "figures are medians over rounds. trigd max_concurrent_runs = $MAX_RUNS, workers = 8.$( ((QUICK)) && echo ' QUICK smoke run: not a measurement.')"
+    echo "Rerun: \`bench/run.sh\` (see bench/README.md). Ratios are trigd/webhook (or trigd/floor)."
+    echo
+    echo "| case | metric | trigd | webhook | ratio | target | result |"
+    echo "|---|---|---:|---:|---:|---|---|"
+    printf '%s\n' "${ROWS[@]}"
+    echo
+    echo "Targets: $npass pass, $nshort short."
+    if ((${#NOTES[@]})); then
+        echo
+        echo "Responses other than the expected status (status:count), socket errors, per round:"
+        echo
+        printf '%s\n' "${NOTES[@]}" | sort
+    fi
+} >"$RESULTS"
+
+echo
+cat "$RESULTS"
+echo
+log "wrote $RESULTS"
