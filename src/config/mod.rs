@@ -10,6 +10,7 @@
 //! file, line, column and key; loading collects all of them instead of
 //! stopping at the first.
 
+mod program;
 mod raw;
 mod types;
 mod validate;

@@ -1,0 +1,510 @@
+//! Program files → [`Program`]s: identity (id, name, workspace), functions,
+//! webhook triggers, steps with their `{name}` templates, and `call`
+//! references (missing functions, argument counts, cycles). Called by
+//! `validate` for every file; errors are collected, never fatal.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use toml::Spanned;
+
+use super::raw::{self, RawFunction, RawProgram, RawStep};
+use super::types::{count, duration, env_vars, is_ident, templates, Errors, Src};
+use super::validate::{config_dir, par_map, parse, workspace_ref, Known};
+use super::{resolve, Function, Program, Server, Step, Webhook, Workspace};
+
+/// Every program file, checked, by id. Files that are TOML but not valid
+/// programs add their id to `known.broken`; unparsable ones clear
+/// `known.complete`.
+pub(super) fn load_programs(
+    files: &[&(PathBuf, String)],
+    server: &Server,
+    wss: &BTreeMap<String, Workspace>,
+    known: &mut Known,
+    errs: &mut Errors,
+) -> BTreeMap<u64, Program> {
+    let mut files_by_id: HashMap<u64, &Path> = HashMap::new();
+    let mut names: HashMap<String, String> = HashMap::new();
+    let mut out = BTreeMap::new();
+    // Parsing dominates the load of thousands of files: do it on every core.
+    let parsed = par_map(files, |(file, text)| {
+        let mut errs = Errors::default();
+        let raw = parse::<RawProgram>(&Src { file, text }, &mut errs);
+        (raw, errs)
+    });
+    for ((file, text), (raw, file_errs)) in files.iter().zip(parsed) {
+        let src = Src { file, text };
+        errs.0.extend(file_errs.0);
+        let Some(raw) = raw else {
+            note_broken(text, known);
+            continue;
+        };
+        let id = u64::try_from(*raw.id.get_ref()).ok();
+        match id.map(|id| files_by_id.get(&id).copied()) {
+            None => errs.at(
+                &src,
+                raw.id.span(),
+                "id",
+                "program id must be a non-negative integer",
+            ),
+            Some(Some(first)) => {
+                let msg = format!(
+                    "program id {} is used by both {} and {}",
+                    raw.id.get_ref(),
+                    first.display(),
+                    file.display()
+                );
+                errs.at(&src, raw.id.span(), "id", msg);
+            }
+            Some(None) => {}
+        }
+        match names.get(raw.name.get_ref()) {
+            Some(first) => {
+                let name = raw.name.get_ref();
+                let msg = format!(
+                    "program name \"{name}\" is used by both {first} and {}",
+                    file.display()
+                );
+                errs.at(&src, raw.name.span(), "name", msg);
+            }
+            None => {
+                names.insert(raw.name.get_ref().clone(), file.display().to_string());
+            }
+        }
+        if let Some(ws) = &raw.workspace {
+            workspace_ref(&src, ws, wss, "workspace".into(), errs);
+        }
+        let program = program(&src, &raw, server, errs);
+        if let Some(id) = id {
+            files_by_id.entry(id).or_insert(file);
+            out.entry(id).or_insert(program);
+        }
+    }
+    out
+}
+
+/// Remember what can be known about a program file that failed to load.
+fn note_broken(text: &str, known: &mut Known) {
+    let id = text
+        .parse::<toml::Table>()
+        .ok()
+        .and_then(|t| t.get("id")?.as_integer());
+    match id.and_then(|id| u64::try_from(id).ok()) {
+        Some(id) => {
+            known.broken.insert(id);
+        }
+        None => known.complete = false,
+    }
+}
+
+/// The names a function's values bind to, as written (first webhook only).
+fn raw_inputs(f: &RawFunction) -> Vec<String> {
+    let w = f.webhook.as_ref().and_then(|w| match w.get_ref() {
+        raw::WebhookSlot::One(w) => Some(w),
+        raw::WebhookSlot::Many(all) => all.first().map(|w| w.get_ref()),
+    });
+    w.map(|w| w.outputs.iter().map(|o| o.get_ref().clone()).collect())
+        .unwrap_or_default()
+}
+
+/// Function name → inputs, for checking calls; the first of a name wins.
+type Inputs<'a> = HashMap<&'a str, Vec<String>>;
+
+/// One program file's functions, checked.
+fn program(src: &Src, raw: &RawProgram, server: &Server, errs: &mut Errors) -> Program {
+    if raw.functions.is_empty() {
+        let msg = "a program needs at least one [[functions]] entry";
+        errs.at(src, raw.name.span(), "functions", msg);
+    }
+    let mut inputs = Inputs::new();
+    for f in &raw.functions {
+        inputs
+            .entry(f.name.get_ref())
+            .or_insert_with(|| raw_inputs(f));
+    }
+    let dir = config_dir(src.file);
+    let mut seen = HashMap::new();
+    let mut functions = Vec::new();
+    for (i, f) in raw.functions.iter().enumerate() {
+        let key = format!("functions[{i}]");
+        errs.name(src, &f.name, &format!("{key}.name"), "function");
+        errs.unique(
+            src,
+            &mut seen,
+            &f.name,
+            &format!("{key}.name"),
+            "function name",
+        );
+        functions.push(function(src, f, &key, &inputs, &dir, server, errs));
+    }
+    cycles(src, raw, errs);
+    Program {
+        id: u64::try_from(*raw.id.get_ref()).unwrap_or(0),
+        name: raw.name.get_ref().clone(),
+        workspace: raw.workspace.as_ref().map(|w| w.get_ref().clone()),
+        file: src.file.to_path_buf(),
+        functions,
+    }
+}
+
+/// One function, checked.
+fn function(
+    src: &Src,
+    f: &RawFunction,
+    key: &str,
+    inputs: &Inputs,
+    dir: &Path,
+    server: &Server,
+    errs: &mut Errors,
+) -> Function {
+    let webhook = webhook(src, f, key, errs);
+    let own = raw_inputs(f);
+    let steps = steps(src, f, key, (&own, inputs), errs);
+    let timeout = duration(
+        src,
+        f.timeout.as_ref(),
+        &format!("{key}.timeout"),
+        server.run_timeout,
+        errs,
+    );
+    let env = env_vars(src, &f.env, &format!("{key}.env"), errs);
+    let workdir = f
+        .workdir
+        .as_deref()
+        .map_or(dir.to_path_buf(), |w| resolve(dir, Path::new(w)));
+    let concurrency = f.concurrency.as_ref().map(|_| {
+        count(
+            src,
+            &f.concurrency,
+            &format!("{key}.concurrency"),
+            1,
+            1,
+            errs,
+        )
+    });
+    let (user, group) = identity(src, f, key, errs);
+    let name = f.name.get_ref().clone();
+    Function {
+        name,
+        steps,
+        timeout,
+        env,
+        workdir,
+        concurrency,
+        webhook,
+        user,
+        group,
+    }
+}
+
+/// `user` and `group`, resolved to numeric ids now (so a run never looks
+/// names up). A `user` without `group` takes the user's primary group from
+/// the user database; a numeric `user` without an entry there needs `group`.
+fn identity(
+    src: &Src,
+    f: &RawFunction,
+    key: &str,
+    errs: &mut Errors,
+) -> (Option<u32>, Option<u32>) {
+    let bad_id = |v: &Spanned<raw::RawId>, what: &str, errs: &mut Errors| {
+        let msg = format!("{what} id must be between 0 and {}", u32::MAX - 1);
+        errs.at(src, v.span(), format!("{key}.{what}"), msg);
+    };
+    let mut primary = None;
+    let user = f.user.as_ref().and_then(|u| match u.get_ref() {
+        raw::RawId::Id(n) => match u32::try_from(*n) {
+            Ok(uid) if uid != u32::MAX => {
+                primary = crate::sys::primary_group_of(uid);
+                if primary.is_none() && f.group.is_none() {
+                    let msg = format!(
+                        "uid {uid} has no entry in the user database, so its group is unknown: set `group` too"
+                    );
+                    errs.at(src, u.span(), format!("{key}.user"), msg);
+                }
+                Some(uid)
+            }
+            _ => {
+                bad_id(u, "user", errs);
+                None
+            }
+        },
+        raw::RawId::Name(name) => match crate::sys::user_by_name(name) {
+            Some((uid, gid)) => {
+                primary = Some(gid);
+                Some(uid)
+            }
+            None => {
+                let msg = format!("no user \"{name}\" in the user database of this system");
+                errs.at(src, u.span(), format!("{key}.user"), msg);
+                None
+            }
+        },
+    });
+    let group = match &f.group {
+        None => primary,
+        Some(g) => match g.get_ref() {
+            raw::RawId::Id(n) => match u32::try_from(*n) {
+                Ok(gid) if gid != u32::MAX => Some(gid),
+                _ => {
+                    bad_id(g, "group", errs);
+                    None
+                }
+            },
+            raw::RawId::Name(name) => {
+                let gid = crate::sys::group_by_name(name);
+                if gid.is_none() {
+                    let msg = format!("no group \"{name}\" in the group database of this system");
+                    errs.at(src, g.span(), format!("{key}.group"), msg);
+                }
+                gid
+            }
+        },
+    };
+    (user, group)
+}
+
+/// The webhook trigger: at most one; outputs are unique identifiers.
+fn webhook(src: &Src, f: &RawFunction, key: &str, errs: &mut Errors) -> Option<Webhook> {
+    let slot = f.webhook.as_ref()?;
+    let key = format!("{key}.webhook");
+    let w = match slot.get_ref() {
+        raw::WebhookSlot::One(w) => w,
+        raw::WebhookSlot::Many(all) => {
+            if let Some(second) = all.get(1) {
+                errs.at(src, second.span(), &key, raw::ONE_WEBHOOK);
+            }
+            all.first()?.get_ref()
+        }
+    };
+    let mut seen = HashMap::new();
+    for (j, o) in w.outputs.iter().enumerate() {
+        let okey = format!("{key}.outputs[{j}]");
+        if is_ident(o.get_ref()) {
+            errs.unique(src, &mut seen, o, &okey, "output");
+        } else {
+            let msg = format!(
+                "output \"{}\" must be an identifier [A-Za-z_][A-Za-z0-9_]*",
+                o.get_ref()
+            );
+            errs.at(src, o.span(), okey, msg);
+        }
+    }
+    let outputs = w.outputs.iter().map(|o| o.get_ref().clone()).collect();
+    Some(Webhook {
+        active: w.active,
+        outputs,
+    })
+}
+
+/// The function's own inputs and every function's inputs.
+type Scope<'a> = (&'a [String], &'a Inputs<'a>);
+
+/// `command` or `steps`, exactly one, not empty.
+fn steps(src: &Src, f: &RawFunction, key: &str, scope: Scope, errs: &mut Errors) -> Vec<Step> {
+    match (&f.command, &f.steps) {
+        (Some(_), Some(s)) => {
+            let msg = "give either `command` or `steps`, not both";
+            errs.at(src, s.span(), format!("{key}.steps"), msg);
+            Vec::new()
+        }
+        (None, None) => {
+            errs.at(
+                src,
+                f.name.span(),
+                key,
+                "a function needs `command` or `steps`",
+            );
+            Vec::new()
+        }
+        (Some(c), None) => command(src, c, &format!("{key}.command"), scope.0, errs)
+            .into_iter()
+            .collect(),
+        (None, Some(s)) => {
+            if s.get_ref().is_empty() {
+                errs.at(
+                    src,
+                    s.span(),
+                    format!("{key}.steps"),
+                    "steps must not be empty",
+                );
+            }
+            let each = s.get_ref().iter().enumerate();
+            each.filter_map(|(j, st)| step(src, st, &format!("{key}.steps[{j}]"), scope, errs))
+                .collect()
+        }
+    }
+}
+
+/// A command step: a non-empty argv of templates.
+fn command(
+    src: &Src,
+    argv: &raw::Argv,
+    key: &str,
+    inputs: &[String],
+    errs: &mut Errors,
+) -> Option<Step> {
+    if argv.get_ref().is_empty() {
+        errs.at(
+            src,
+            argv.span(),
+            key,
+            "command must not be empty: give at least the program to run",
+        );
+        return None;
+    }
+    templates(src, argv.get_ref(), key, inputs, errs).map(Step::Command)
+}
+
+/// One element of `steps`: exactly one of command, shell, call.
+fn step(
+    src: &Src,
+    st: &Spanned<RawStep>,
+    key: &str,
+    scope: Scope,
+    errs: &mut Errors,
+) -> Option<Step> {
+    let s = st.get_ref();
+    let given = [s.command.is_some(), s.shell.is_some(), s.call.is_some()];
+    if given.iter().filter(|g| **g).count() != 1 {
+        errs.at(
+            src,
+            st.span(),
+            key,
+            "a step needs exactly one of `command`, `shell` or `call`",
+        );
+        return None;
+    }
+    if let (Some(args), None) = (&s.args, &s.call) {
+        errs.at(
+            src,
+            args.span(),
+            format!("{key}.args"),
+            "`args` only goes with `call`",
+        );
+    }
+    if let Some(c) = &s.command {
+        return command(src, c, &format!("{key}.command"), scope.0, errs);
+    }
+    if let Some(sh) = &s.shell {
+        if sh.get_ref().trim().is_empty() {
+            errs.at(
+                src,
+                sh.span(),
+                format!("{key}.shell"),
+                "shell script must not be empty",
+            );
+        }
+        return Some(Step::Shell(sh.get_ref().clone()));
+    }
+    call(src, s.call.as_ref()?, s.args.as_ref(), key, scope, errs)
+}
+
+/// A call step: the callee exists and gets one argument per input.
+fn call(
+    src: &Src,
+    callee: &Spanned<String>,
+    args: Option<&Spanned<Vec<Spanned<String>>>>,
+    key: &str,
+    (own, inputs): Scope,
+    errs: &mut Errors,
+) -> Option<Step> {
+    let Some(wanted) = inputs.get(callee.get_ref().as_str()) else {
+        let msg = format!(
+            "calls function \"{}\", which this program does not define",
+            callee.get_ref()
+        );
+        errs.at(src, callee.span(), format!("{key}.call"), msg);
+        return None;
+    };
+    let given = args.map_or(&[][..], |a| a.get_ref().as_slice());
+    if given.len() != wanted.len() {
+        let msg = format!(
+            "call of \"{}\" passes {} argument(s), but it has {} input(s) [{}]",
+            callee.get_ref(),
+            given.len(),
+            wanted.len(),
+            wanted.join(", ")
+        );
+        let span = args.map_or(callee.span(), |a| a.span());
+        errs.at(src, span, format!("{key}.args"), msg);
+    }
+    let args = templates(src, given, &format!("{key}.args"), own, errs)?;
+    Some(Step::Call {
+        function: callee.get_ref().clone(),
+        args,
+    })
+}
+
+/// A call edge: callee index, span and key of the `call` value.
+type Edge = (usize, Range<usize>, String);
+
+/// Report every call cycle once, at the call that closes it.
+fn cycles(src: &Src, raw: &RawProgram, errs: &mut Errors) {
+    let names: Vec<&str> = raw
+        .functions
+        .iter()
+        .map(|f| f.name.get_ref().as_str())
+        .collect();
+    let edges: Vec<Vec<Edge>> = raw
+        .functions
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let steps = f.steps.as_ref().map_or(&[][..], |s| s.get_ref().as_slice());
+            steps
+                .iter()
+                .enumerate()
+                .filter_map(|(j, st)| {
+                    let call = st.get_ref().call.as_ref()?;
+                    let to = names.iter().position(|n| *n == call.get_ref())?;
+                    Some((to, call.span(), format!("functions[{i}].steps[{j}].call")))
+                })
+                .collect()
+        })
+        .collect();
+    let mut color = vec![0u8; names.len()];
+    for i in 0..names.len() {
+        if color[i] == 0 {
+            visit(
+                i,
+                &edges,
+                &mut color,
+                &mut Vec::new(),
+                &mut |stack, edge| {
+                    let path: Vec<&str> =
+                        stack.iter().chain([&edge.0]).map(|n| names[*n]).collect();
+                    let msg = format!(
+                        "call cycle {}; a function may not call itself, directly or indirectly",
+                        path.join(" -> ")
+                    );
+                    errs.at(src, edge.1.clone(), &edge.2, msg);
+                },
+            );
+        }
+    }
+}
+
+/// Depth-first search; `found` gets the cycle's stack and closing edge.
+fn visit(
+    i: usize,
+    edges: &[Vec<Edge>],
+    color: &mut [u8],
+    stack: &mut Vec<usize>,
+    found: &mut dyn FnMut(&[usize], &Edge),
+) {
+    color[i] = 1;
+    stack.push(i);
+    for e in &edges[i] {
+        match color[e.0] {
+            0 => visit(e.0, edges, color, stack, found),
+            1 => {
+                let from = stack.iter().position(|n| *n == e.0).unwrap_or(0);
+                found(&stack[from..], e);
+            }
+            _ => {}
+        }
+    }
+    stack.pop();
+    color[i] = 2;
+}

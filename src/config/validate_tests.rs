@@ -1,0 +1,390 @@
+//! Unit tests of config validation (kept apart from the code for size).
+
+use super::*;
+use crate::config::{Piece, Step};
+
+const CONFIG: &str = r#"
+[server]
+listen = "0.0.0.0:9000"
+run_timeout = "1m30s"
+max_output_bytes = 4096
+
+[[api_keys]]
+name = "cron"
+sha256 = "ABABABABABABABABABABABABABABABABABABABABABABABABABABABABABABABAB"
+workspace = "ops"
+programs = [1]
+
+[[users]]
+name = "alice"
+password = "$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$aGFzaA"
+
+[[workspaces]]
+name = "ops"
+members = ["alice"]
+
+[[tools]]
+name = "inventory"
+workspace = "ops"
+[tools.environments.production]
+vars = { DB_PATH = "/var/lib/inv.db" }
+[[tools.triggers]]
+kind = "endpoint"
+name = "list-items"
+method = "get"
+program = 1
+function = "snapshot"
+"#;
+
+const BACKUP: &str = r#"id = 1
+name = "backup"
+workspace = "ops"
+
+[[functions]]
+name = "snapshot"
+command = ["/bin/snap", "--out={label}/{{x}}", "{volume}"]
+timeout = "5m"
+env = { RETENTION = "7" }
+concurrency = 2
+[functions.webhook]
+outputs = ["volume", "label"]
+
+[[functions]]
+name = "all"
+workdir = "/tmp"
+steps = [
+  { shell = "echo hi" },
+  { call = "snapshot", args = ["v", "{x}"] },
+]
+webhook = { active = false, outputs = ["x"] }
+"#;
+
+fn run(config: &str, programs: &[(&str, &str)]) -> Result<Config, Vec<ConfigError>> {
+    let progs: Vec<(PathBuf, String)> = programs
+        .iter()
+        .map(|(n, t)| (PathBuf::from(n), t.to_string()))
+        .collect();
+    load_str(Path::new("config.toml"), config, &progs)
+}
+
+fn errors(config: &str, programs: &[(&str, &str)]) -> Vec<String> {
+    match run(config, programs) {
+        Ok(_) => panic!("expected errors"),
+        Err(errs) => errs.iter().map(ToString::to_string).collect(),
+    }
+}
+
+/// `want` lines must each start one of the errors, and nothing else.
+fn expect(got: &[String], want: &[&str]) {
+    for w in want {
+        assert!(
+            got.iter().any(|g| g.starts_with(w)),
+            "missing {w:?} in:\n{}",
+            got.join("\n")
+        );
+    }
+    assert_eq!(got.len(), want.len(), "got:\n{}", got.join("\n"));
+}
+
+/// A program file with one function whose body is `body`.
+fn one(body: &str) -> String {
+    format!("id = 1\nname = \"p\"\n[[functions]]\nname = \"f\"\n{body}")
+}
+
+#[test]
+fn full_example_loads() {
+    let c = run(CONFIG, &[("programs/backup.toml", BACKUP)]).unwrap();
+    assert_eq!(c.dir, PathBuf::from("."));
+    assert_eq!(c.server.listen, "0.0.0.0:9000");
+    assert_eq!(c.server.workers, 8);
+    assert_eq!(c.server.run_timeout, Duration::from_secs(90));
+    assert_eq!(c.server.max_output_bytes, 4096);
+    assert_eq!(c.server.programs_dir, PathBuf::from("./programs"));
+    assert_eq!(c.server.state_dir, PathBuf::from("./state"));
+    let p = c.program(1).unwrap();
+    assert_eq!(
+        (p.name.as_str(), p.workspace.as_deref()),
+        ("backup", Some("ops"))
+    );
+    let f = p.function("snapshot").unwrap();
+    assert_eq!(f.inputs(), ["volume", "label"]);
+    assert_eq!(f.timeout, Duration::from_secs(300));
+    assert_eq!(f.workdir, PathBuf::from("programs"));
+    assert_eq!(f.concurrency, Some(2));
+    assert_eq!(f.env["RETENTION"], "7");
+    let Step::Command(argv) = &f.steps[0] else {
+        panic!("not a command")
+    };
+    assert_eq!(
+        argv[1].0,
+        [
+            Piece::Lit("--out=".into()),
+            Piece::Var(1),
+            Piece::Lit("/{x}".into())
+        ]
+    );
+    assert_eq!(argv[2].render(&["v".into(), "l".into()]), "v");
+    let all = p.function("all").unwrap();
+    assert_eq!(
+        (all.timeout, all.workdir.as_path()),
+        (Duration::from_secs(90), Path::new("/tmp"))
+    );
+    assert!(matches!(&all.steps[0], Step::Shell(s) if s == "echo hi"));
+    let Step::Call { function, args } = &all.steps[1] else {
+        panic!("not a call")
+    };
+    assert_eq!(
+        (function.as_str(), args[1].0.as_slice()),
+        ("snapshot", &[Piece::Var(0)][..])
+    );
+    assert!(!all.webhook.as_ref().unwrap().active);
+    assert_eq!(p.triggered().count(), 1);
+    let key = &c.api_keys[&[0xab; 32]];
+    assert!(key.name == "cron" && key.may_access(p));
+    assert_eq!(c.workspaces["ops"].members, ["alice"]);
+    assert!(c.users["alice"].password_hash.starts_with("$argon2id"));
+    let t = &c.tools["inventory"];
+    assert_eq!(
+        t.environments["production"].vars["DB_PATH"],
+        "/var/lib/inv.db"
+    );
+    assert_eq!(
+        (t.triggers[0].method.as_str(), t.triggers[0].program),
+        ("GET", 1)
+    );
+    let again = run(CONFIG, &[("programs/backup.toml", BACKUP)]).unwrap();
+    assert_eq!(c.fingerprint, again.fingerprint);
+    let other = run(
+        CONFIG,
+        &[("programs/backup.toml", &BACKUP.replace("hi", "ho"))],
+    )
+    .unwrap();
+    assert_ne!(c.fingerprint, other.fingerprint);
+}
+
+#[test]
+fn steps_and_calls() {
+    let text = r#"id = 1
+name = "p"
+[[functions]]
+name = "a"
+steps = [
+  { call = "b", args = ["{x}"] },
+  { call = "ghost" },
+  { shell = "true", command = ["x"] },
+  { },
+  { command = [] },
+  { shell = "true", args = ["1"] },
+]
+[[functions]]
+name = "b"
+steps = [{ call = "a" }, { call = "b" }]
+env = { "BAD-NAME" = "1" }
+concurrency = 0
+[[functions]]
+name = "c"
+command = ["x"]
+steps = [{ shell = "y" }]
+[[functions]]
+name = "d"
+steps = []
+timeout = "soon"
+[[functions]]
+name = "d"
+[[functions]]
+name = "e f"
+command = []
+"#;
+    expect(&errors("", &[("programs/p.toml", text)]), &[
+            "programs/p.toml:6:24: functions[0].steps[0].args: call of \"b\" passes 1 argument(s), but it has 0 input(s) []",
+            "programs/p.toml:6:26: functions[0].steps[0].args[0]: placeholder `{x}` names no input of this function; this function has no inputs",
+            "programs/p.toml:7:12: functions[0].steps[1].call: calls function \"ghost\", which this program does not define",
+            "programs/p.toml:8:3: functions[0].steps[2]: a step needs exactly one of `command`, `shell` or `call`",
+            "programs/p.toml:9:3: functions[0].steps[3]: a step needs exactly one",
+            "programs/p.toml:10:15: functions[0].steps[4].command: command must not be empty",
+            "programs/p.toml:11:28: functions[0].steps[5].args: `args` only goes with `call`",
+            "programs/p.toml:15:19: functions[1].steps[0].call: call cycle a -> b -> a;",
+            "programs/p.toml:15:35: functions[1].steps[1].call: call cycle b -> b;",
+            "programs/p.toml:16:9: functions[1].env.BAD-NAME: environment variable name \"BAD-NAME\" must match",
+            "programs/p.toml:17:15: functions[1].concurrency: must be at least 1, got 0",
+            "programs/p.toml:21:9: functions[2].steps: give either `command` or `steps`, not both",
+            "programs/p.toml:24:9: functions[3].steps: steps must not be empty",
+            "programs/p.toml:25:11: functions[3].timeout: invalid duration \"soon\"",
+            "programs/p.toml:27:8: functions[4]: a function needs `command` or `steps`",
+            "programs/p.toml:27:8: functions[4].name: duplicate function name \"d\" (first at functions[3].name)",
+            "programs/p.toml:29:8: functions[5].name: function name \"e f\" must match [A-Za-z0-9_-]+",
+            "programs/p.toml:30:11: functions[5].command: command must not be empty",
+        ]);
+}
+
+#[test]
+fn duplicate_webhook() {
+    let table = one("command = [\"x\"]\n[functions.webhook]\n[functions.webhook]\n");
+    let array = one("command = [\"x\"]\n[[functions.webhook]]\n[[functions.webhook]]\n");
+    let single = one("command = [\"{a}\"]\n[[functions.webhook]]\noutputs = [\"a\"]\n");
+    let want =
+        "programs/a.toml:7:1: functions[0].webhook: a function has at most one webhook trigger";
+    assert_eq!(errors("", &[("programs/a.toml", &table)]), [want]);
+    assert_eq!(errors("", &[("programs/a.toml", &array)]), [want]);
+    let c = run("", &[("programs/a.toml", &single)]).unwrap();
+    assert_eq!(c.program(1).unwrap().functions[0].inputs(), ["a"]);
+}
+
+#[test]
+fn unknown_fields_and_errors_across_files() {
+    let typo = one("command = [\"x\"]\ntimout = \"5s\"\n");
+    let bad_syntax = "id = 2\nname = \"q\n";
+    let steps = one("steps = [{ comand = [\"x\"] }]\n");
+    let config = "[server]\nworkers = 0\nlisten = 1\n";
+    expect(
+        &errors(
+            config,
+            &[
+                ("programs/c.toml", &steps),
+                ("programs/a.toml", &typo),
+                ("programs/b.toml", bad_syntax),
+            ],
+        ),
+        &[
+            "config.toml:3:10: server.listen: invalid type: integer `1`, expected a string",
+            "programs/a.toml:6:1: functions[0].timout: unknown field `timout`, expected one of",
+            "programs/b.toml:2:10: invalid basic string",
+            "programs/c.toml:5:12: functions[0].steps[0].comand: unknown field `comand`",
+        ],
+    );
+    let got = errors("[server]\nworkers = 0\n", &[("programs/a.toml", &typo)]);
+    assert_eq!(
+        got[0],
+        "config.toml:2:11: server.workers: must be at least 1, got 0"
+    );
+}
+
+#[test]
+fn config_references_and_names() {
+    let config = r#"[server]
+run_timeout = 0
+public_url = "ftp://x"
+[[api_keys]]
+name = "k"
+sha256 = "abc"
+workspace = "nope"
+programs = [1, 7]
+[[api_keys]]
+name = "k"
+sha256 = "ABABABABABABABABABABABABABABABABABABABABABABABABABABABABABABABAB"
+[[api_keys]]
+name = "k2"
+sha256 = "abababababababababababababababababababababababababababababababab"
+[[users]]
+name = "bob"
+password = "hunter2"
+[[users]]
+name = "bob"
+password = "$argon2id$x"
+[[workspaces]]
+name = "a b"
+members = ["bob", "carol"]
+[[workspaces]]
+name = "a b"
+[[tools]]
+name = "t"
+workspace = "ghost"
+[tools.environments."pro d"]
+vars = { "1X" = "" }
+[[tools.triggers]]
+kind = "cron"
+name = "go"
+method = "HEAD"
+program = 9
+function = "f"
+[[tools.triggers]]
+kind = "endpoint"
+name = "go"
+program = 1
+function = "nope"
+[[tools]]
+name = "t"
+workspace = "a b"
+"#;
+    let prog = "id = 1\nname = \"p\"\nworkspace = \"ghost\"\n[[functions]]\nname = \"f\"\ncommand = [\"x\"]\n";
+    expect(&errors(config, &[("programs/a.toml", prog)]), &[
+            "config.toml:2:15: server.run_timeout: duration 0 must be a positive number of seconds",
+            "config.toml:3:14: server.public_url: public_url must start with http:// or https://",
+            "config.toml:6:10: api_keys[0].sha256: sha256 must be 64 hex digits, got 3 characters",
+            "config.toml:7:13: api_keys[0].workspace: workspace \"nope\" is not a [[workspaces]] entry",
+            "config.toml:10:8: api_keys[1].name: duplicate api key name \"k\" (first at api_keys[0].name)",
+            "config.toml:14:10: api_keys[2].sha256: duplicate api key sha256",
+            "config.toml:17:12: users[0].password: password must be an argon2 hash",
+            "config.toml:19:8: users[1].name: duplicate user \"bob\"",
+            "config.toml:22:8: workspaces[0].name: workspace name \"a b\" must match [A-Za-z0-9_-]+",
+            "config.toml:23:19: workspaces[0].members[1]: member \"carol\" is not a [[users]] entry",
+            "config.toml:25:8: workspaces[1].name: workspace name \"a b\" must match",
+            "config.toml:25:8: workspaces[1].name: duplicate workspace \"a b\"",
+            "config.toml:28:13: tools[0].workspace: workspace \"ghost\" is not a [[workspaces]] entry",
+            "config.toml:29:21: tools[0].environments.pro d: environment name \"pro d\" must match",
+            "config.toml:30:10: tools[0].environments.pro d.vars.1X: environment variable name \"1X\" must match",
+            "config.toml:32:8: tools[0].triggers[0].kind: unknown trigger kind \"cron\"; the only kind is \"endpoint\"",
+            "config.toml:34:10: tools[0].triggers[0].method: unknown method \"HEAD\"; use one of GET, POST, PUT, PATCH, DELETE",
+            "config.toml:35:11: tools[0].triggers[0].program: program 9 does not exist",
+            "config.toml:39:8: tools[0].triggers[1].name: duplicate trigger name \"go\"",
+            "config.toml:41:12: tools[0].triggers[1].function: program 1 (p) has no function \"nope\"",
+            "config.toml:43:8: tools[1].name: duplicate tool \"t\"",
+            "programs/a.toml:3:13: workspace: workspace \"ghost\" is not a [[workspaces]] entry",
+        ]);
+}
+
+#[test]
+fn duplicate_programs_and_broken_files() {
+    let a = one("command = [\"x\"]\n");
+    let b = one("command = [\"x\"]\nbogus = 1\n").replace("\"p\"", "\"q\"");
+    let c = "id = -1\nname = \"p\"\n[[functions]]\nname = \"f\"\ncommand = [\"x\"]\n";
+    let config = "[[api_keys]]\nname = \"k\"\nsha256 = \"abababababababababababababababababababababababababababababababab\"\nprograms = [1, 2]\n";
+    expect(&errors(config, &[("programs/b.toml", &b), ("programs/c.toml", c), ("programs/a.toml", &a), ("programs/d.toml", &a)]), &[
+            "programs/b.toml:6:1: functions[0].bogus: unknown field `bogus`",
+            "programs/c.toml:1:6: id: program id must be a non-negative integer",
+            "programs/c.toml:2:8: name: program name \"p\" is used by both programs/a.toml and programs/c.toml",
+            "programs/d.toml:1:6: id: program id 1 is used by both programs/a.toml and programs/d.toml",
+            "programs/d.toml:2:8: name: program name \"p\" is used by both programs/a.toml and programs/d.toml",
+        ]);
+    // A file that is not even TOML may hide any id: no dangling-id errors.
+    let got = errors(
+        config,
+        &[("programs/a.toml", &a), ("programs/z.toml", "id = ")],
+    );
+    assert_eq!(
+        got,
+        ["programs/z.toml:1:6: invalid TOML syntax (a missing value or quote?)"]
+    );
+}
+
+#[test]
+fn load_reads_the_programs_dir() {
+    let dir = std::env::temp_dir().join(format!("trigd-config-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("programs/sub")).unwrap();
+    let config = dir.join("config.toml");
+    std::fs::write(&config, "[server]\nprograms_dir = \"progs\"\n").unwrap();
+    let got = load(&config).unwrap_err();
+    assert_eq!(
+        (got.len(), got[0].line, got[0].key.as_str()),
+        (1, 2, "server.programs_dir")
+    );
+    assert!(
+        got[0].msg.starts_with("cannot read programs directory"),
+        "{}",
+        got[0]
+    );
+    std::fs::write(&config, "").unwrap();
+    std::fs::write(dir.join("programs/b.toml"), one("command = [\"x\"]\n")).unwrap();
+    std::fs::write(dir.join("programs/.a.toml"), "junk").unwrap();
+    std::fs::write(dir.join("programs/a.txt"), "junk").unwrap();
+    std::fs::write(dir.join("programs/sub/c.toml"), "junk").unwrap();
+    let c = load(&config).unwrap();
+    assert_eq!(c.programs.len(), 1);
+    assert_eq!(
+        c.program(1).unwrap().functions[0].workdir,
+        dir.join("programs")
+    );
+    assert_eq!(c.server.state_dir, dir.join("state"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,717 @@
+//! Unit tests of the step runner (kept apart from the code for size).
+
+use super::*;
+use crate::config::{Piece, Template, Webhook};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{RwLock, RwLockReadGuard};
+
+/// Tests that spawn take it shared; the fd-count test takes it exclusive
+/// so no other test's pipes are open while it counts.
+static SPAWN_LOCK: RwLock<()> = RwLock::new(());
+
+fn shared() -> RwLockReadGuard<'static, ()> {
+    SPAWN_LOCK.read().unwrap_or_else(|e| e.into_inner())
+}
+
+const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// `{name}` placeholders bound to `inputs`; `{{`/`}}` are not needed here.
+fn tpl(s: &str, inputs: &[&str]) -> Template {
+    let mut pieces = Vec::new();
+    let mut rest = s;
+    while let Some(open) = rest.find('{') {
+        let close = open + rest[open..].find('}').expect("unclosed {");
+        if open > 0 {
+            pieces.push(Piece::Lit(rest[..open].to_string()));
+        }
+        let name = &rest[open + 1..close];
+        let i = inputs
+            .iter()
+            .position(|n| *n == name)
+            .expect("unknown input");
+        pieces.push(Piece::Var(i));
+        rest = &rest[close + 1..];
+    }
+    if !rest.is_empty() {
+        pieces.push(Piece::Lit(rest.to_string()));
+    }
+    Template(pieces)
+}
+
+fn cmd(argv: &[&str], inputs: &[&str]) -> Step {
+    Step::Command(argv.iter().map(|a| tpl(a, inputs)).collect())
+}
+
+fn sh(script: &str) -> Step {
+    Step::Shell(script.to_string())
+}
+
+fn func(name: &str, inputs: &[&str], steps: Vec<Step>) -> Function {
+    Function {
+        name: name.to_string(),
+        steps,
+        timeout: Duration::from_secs(30),
+        env: BTreeMap::new(),
+        workdir: std::env::temp_dir(),
+        concurrency: None,
+        webhook: Some(Webhook {
+            active: true,
+            outputs: inputs.iter().map(|s| s.to_string()).collect(),
+        }),
+        user: None,
+        group: None,
+    }
+}
+
+fn program(functions: Vec<Function>) -> Program {
+    Program {
+        id: 1,
+        name: "test".to_string(),
+        workspace: None,
+        file: std::env::temp_dir().join("test.toml"),
+        functions,
+    }
+}
+
+struct Opts {
+    timeout: Duration,
+    grace: Duration,
+    max_output: usize,
+    vars: BTreeMap<String, String>,
+}
+
+impl Default for Opts {
+    fn default() -> Opts {
+        Opts {
+            timeout: Duration::from_secs(20),
+            grace: Duration::from_millis(200),
+            max_output: 1 << 20,
+            vars: BTreeMap::new(),
+        }
+    }
+}
+
+fn run_with(
+    prog: &Program,
+    name: &str,
+    values: &[&str],
+    opts: &Opts,
+    abort: &AbortSignal,
+    on_spawn: &(dyn Fn(Option<u32>) + Sync),
+) -> Outcome {
+    let ctx = Ctx {
+        program: prog,
+        vars: &opts.vars,
+        path_env: PATH,
+        max_output_bytes: opts.max_output,
+        kill_grace: opts.grace,
+        deadline: Instant::now() + opts.timeout,
+        abort,
+        on_spawn,
+    };
+    let values: Vec<String> = values.iter().map(|s| s.to_string()).collect();
+    run_function(&ctx, prog.function(name).unwrap(), &values)
+}
+
+fn run(prog: &Program, name: &str, values: &[&str], opts: &Opts) -> Outcome {
+    let abort = AbortSignal::new().unwrap();
+    run_with(prog, name, values, opts, &abort, &|_| {})
+}
+
+fn run1(steps: Vec<Step>, opts: &Opts) -> Outcome {
+    let prog = program(vec![func("f", &[], steps)]);
+    run(&prog, "f", &[], opts)
+}
+
+/// A fresh path under the temp dir (removed first).
+fn tmp(tag: &str) -> PathBuf {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let p = std::env::temp_dir().join(format!(
+        "trigd-step-{}-{}-{tag}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    ));
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+/// Gone, or a zombie waiting for init: no longer running.
+fn pid_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => {
+            let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+            state.starts_with('Z') || state.starts_with('X')
+        }
+    }
+}
+
+fn wait_gone(pid: u32) -> bool {
+    let until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < until {
+        if pid_gone(pid) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    pid_gone(pid)
+}
+
+fn read_pid(path: &Path) -> u32 {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn result_json_and_text() {
+    let _g = shared();
+    let out = run1(
+        vec![
+            sh(r#"echo '{"a": [1, 2]}'"#),
+            sh("echo hello"),
+            sh("printf 'two\\n\\n'"),
+            sh("true"),
+            cmd(&["printf", "42"], &[]),
+        ],
+        &Opts::default(),
+    );
+    assert_eq!(out.error, None);
+    assert_eq!(
+        out.result,
+        vec![
+            serde_json::json!({"a": [1, 2]}),
+            Value::String("hello".into()),
+            Value::String("two\n".into()),
+            Value::String(String::new()),
+            serde_json::json!(42),
+        ]
+    );
+    assert_eq!(out.steps.len(), 5);
+    assert_eq!(out.steps[0].kind, "shell");
+    assert_eq!(out.steps[4].kind, "command");
+    assert!(out
+        .steps
+        .iter()
+        .all(|s| s.exit_code == Some(0) && s.signal.is_none()));
+}
+
+#[test]
+fn call_step_nests_result() {
+    let _g = shared();
+    let inner = func(
+        "inner",
+        &["x"],
+        vec![cmd(&["printf", "in:%s", "{x}"], &["x"]), sh("echo '[1]'")],
+    );
+    let outer = func(
+        "outer",
+        &["v"],
+        vec![
+            sh("echo first"),
+            Step::Call {
+                function: "inner".into(),
+                args: vec![tpl("<{v}>", &["v"])],
+            },
+            sh("printf '%s' \"$v\""),
+        ],
+    );
+    let prog = program(vec![inner, outer]);
+    let out = run(&prog, "outer", &["val"], &Opts::default());
+    assert_eq!(out.error, None);
+    assert_eq!(
+        out.result,
+        serde_json::json!(["first", ["in:<val>", [1]], "val"])
+            .as_array()
+            .unwrap()
+            .clone()
+    );
+    assert_eq!(out.steps[1].kind, "call");
+    assert_eq!(out.steps[1].steps.as_ref().unwrap().len(), 2);
+}
+
+#[test]
+fn call_failure_uses_top_level_index() {
+    let _g = shared();
+    let inner = func("inner", &[], vec![sh("true"), sh("echo oops >&2; exit 4")]);
+    let outer = func(
+        "outer",
+        &[],
+        vec![
+            sh("true"),
+            Step::Call {
+                function: "inner".into(),
+                args: vec![],
+            },
+            sh("echo never"),
+        ],
+    );
+    let prog = program(vec![inner, outer]);
+    let out = run(&prog, "outer", &[], &Opts::default());
+    assert_eq!(
+        out.error,
+        Some(StepError::Failed {
+            step: 1,
+            exit_code: Some(4),
+            signal: None,
+            stderr_tail: "oops\n".into(),
+        })
+    );
+    assert_eq!(out.result.len(), 1);
+    assert_eq!(out.steps.len(), 2);
+}
+
+#[test]
+fn callee_timeout_applies() {
+    let _g = shared();
+    let mut inner = func("inner", &[], vec![sh("sleep 100")]);
+    inner.timeout = Duration::from_millis(300);
+    let outer = func(
+        "outer",
+        &[],
+        vec![
+            sh("true"),
+            Step::Call {
+                function: "inner".into(),
+                args: vec![],
+            },
+        ],
+    );
+    let prog = program(vec![inner, outer]);
+    let start = Instant::now();
+    let out = run(&prog, "outer", &[], &Opts::default());
+    assert_eq!(out.error, Some(StepError::TimedOut { step: 1 }));
+    assert!(start.elapsed() < Duration::from_secs(3));
+}
+
+const NASTY: &[&str] = &[
+    "a; touch MARK",
+    "$(touch MARK)",
+    "`touch MARK`",
+    "'\"quoted\" 'single'",
+    "line1\nline2\n",
+    "ünïcödé ✓ 日本",
+    "--flag",
+    "%s %n",
+    "",
+];
+
+#[test]
+fn values_reach_argv_and_env_verbatim() {
+    let _g = shared();
+    let mark = tmp("mark");
+    let long = "x".repeat(1000);
+    let mut values: Vec<String> = NASTY
+        .iter()
+        .map(|v| v.replace("MARK", mark.to_str().unwrap()))
+        .collect();
+    values.push(long);
+    for value in &values {
+        let inputs = ["v"];
+        let f = func(
+            "f",
+            &inputs,
+            vec![
+                cmd(&["printf", "X%sX", "{v}"], &inputs),
+                cmd(&["printf", "X%sX", "pre{v}post"], &inputs),
+                sh("printf 'X%sX' \"$v\""),
+                cmd(
+                    &["/bin/sh", "-c", "printf 'X%sX' \"$1\"", "sh", "{v}"],
+                    &inputs,
+                ),
+            ],
+        );
+        let prog = program(vec![f]);
+        let out = run(&prog, "f", &[value.as_str()], &Opts::default());
+        assert_eq!(out.error, None, "value {value:?}");
+        let x = format!("X{value}X");
+        let wrapped = format!("Xpre{value}postX");
+        assert_eq!(
+            out.result,
+            vec![
+                Value::String(x.clone()),
+                Value::String(wrapped),
+                Value::String(x.clone()),
+                Value::String(x),
+            ],
+            "value {value:?}"
+        );
+    }
+    assert!(!mark.exists(), "a value was executed");
+}
+
+#[test]
+fn clean_environment_with_precedence() {
+    let _g = shared();
+    std::env::set_var("TRIGD_STEP_TEST_LEAK", "leaked");
+    let inputs = ["IN", "SHARED"];
+    let mut f = func("f", &inputs, vec![cmd(&["env"], &inputs)]);
+    f.env.insert("FENV".into(), "f".into());
+    f.env.insert("SHARED".into(), "from-env".into());
+    f.env.insert("OVER".into(), "from-env".into());
+    let mut opts = Opts::default();
+    opts.vars.insert("VAR".into(), "v".into());
+    opts.vars.insert("OVER".into(), "from-vars".into());
+    opts.vars.insert("SHARED".into(), "from-vars".into());
+    let prog = program(vec![f]);
+    let out = run(&prog, "f", &["in", "from-input"], &opts);
+    assert_eq!(out.error, None);
+    let text = out.result[0].as_str().unwrap().to_string();
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        vec![
+            "FENV=f",
+            "IN=in",
+            "OVER=from-vars",
+            &format!("PATH={PATH}"),
+            "SHARED=from-input",
+            "VAR=v",
+        ]
+    );
+}
+
+#[test]
+fn relative_argv0_resolves_against_workdir() {
+    let _g = shared();
+    let dir = tmp("wd");
+    std::fs::create_dir_all(dir.join("bin")).unwrap();
+    let script = dir.join("bin/hello");
+    std::fs::write(&script, "#!/bin/sh\necho \"hi from $(pwd)\"\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut f = func("f", &[], vec![cmd(&["bin/hello"], &[])]);
+    f.workdir = dir.clone();
+    let prog = program(vec![f]);
+    let out = run(&prog, "f", &[], &Opts::default());
+    assert_eq!(out.error, None);
+    let want = format!("hi from {}", dir.display());
+    assert_eq!(out.result, vec![Value::String(want)]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn failure_stops_later_steps() {
+    let _g = shared();
+    let mark = tmp("after");
+    let out = run1(
+        vec![
+            sh("echo ok"),
+            sh("echo bad >&2; exit 3"),
+            cmd(&["touch", mark.to_str().unwrap()], &[]),
+        ],
+        &Opts::default(),
+    );
+    assert_eq!(
+        out.error,
+        Some(StepError::Failed {
+            step: 1,
+            exit_code: Some(3),
+            signal: None,
+            stderr_tail: "bad\n".into(),
+        })
+    );
+    assert_eq!(out.result, vec![Value::String("ok".into())]);
+    assert_eq!(out.steps.len(), 2);
+    assert_eq!(out.steps[1].exit_code, Some(3));
+    assert!(!mark.exists());
+}
+
+#[test]
+fn killed_by_signal_fails() {
+    let _g = shared();
+    let out = run1(vec![sh("kill -9 $$")], &Opts::default());
+    match out.error {
+        Some(StepError::Failed {
+            step: 0,
+            exit_code: None,
+            signal: Some(9),
+            ..
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn stderr_tail_is_last_2k() {
+    let _g = shared();
+    let out = run1(
+        vec![sh(
+            "head -c 10000 /dev/zero | tr '\\0' a >&2; printf END >&2; exit 1",
+        )],
+        &Opts::default(),
+    );
+    match out.error {
+        Some(StepError::Failed { stderr_tail, .. }) => {
+            assert_eq!(stderr_tail.len(), 2048);
+            assert!(stderr_tail.ends_with("aaaEND"));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn timeout_kills_whole_group() {
+    let _g = shared();
+    let pidfile = tmp("bgpid");
+    let script = format!("sleep 100 & echo $! > {}; sleep 100", pidfile.display());
+    let opts = Opts {
+        timeout: Duration::from_millis(300),
+        ..Opts::default()
+    };
+    let start = Instant::now();
+    let out = run1(vec![sh("true"), sh(&script)], &opts);
+    let took = start.elapsed();
+    assert_eq!(out.error, Some(StepError::TimedOut { step: 1 }));
+    assert!(took >= Duration::from_millis(300), "{took:?}");
+    assert!(took < Duration::from_millis(1500), "{took:?}");
+    assert_eq!(out.steps.len(), 2);
+    assert!(wait_gone(read_pid(&pidfile)));
+    let _ = std::fs::remove_file(&pidfile);
+}
+
+#[test]
+fn term_ignoring_child_killed_after_grace() {
+    let _g = shared();
+    let opts = Opts {
+        timeout: Duration::from_millis(300),
+        grace: Duration::from_millis(200),
+        ..Opts::default()
+    };
+    let start = Instant::now();
+    let out = run1(vec![sh("trap '' TERM; sleep 100; sleep 100")], &opts);
+    let took = start.elapsed();
+    assert_eq!(out.error, Some(StepError::TimedOut { step: 0 }));
+    assert!(took >= Duration::from_millis(500), "{took:?}");
+    assert!(took < Duration::from_millis(1700), "{took:?}");
+    assert_eq!(out.steps[0].signal, Some(libc::SIGKILL));
+}
+
+#[test]
+fn background_child_holding_stdout_is_killed() {
+    let _g = shared();
+    let pidfile = tmp("holder");
+    let script = format!("sleep 100 & echo $! > {}; echo done", pidfile.display());
+    let start = Instant::now();
+    let out = run1(vec![sh(&script)], &Opts::default());
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(out.error, None);
+    assert_eq!(out.result, vec![Value::String("done".into())]);
+    assert!(wait_gone(read_pid(&pidfile)));
+    let _ = std::fs::remove_file(&pidfile);
+}
+
+#[test]
+fn stdout_is_capped() {
+    let _g = shared();
+    let opts = Opts {
+        max_output: 1024,
+        ..Opts::default()
+    };
+    let out = run1(
+        vec![sh("head -c 5000000 /dev/zero | tr '\\0' y; echo done >&2")],
+        &opts,
+    );
+    assert_eq!(out.error, None);
+    assert!(out.steps[0].stdout_truncated);
+    assert!(!out.steps[0].stderr_truncated);
+    assert_eq!(out.result, vec![Value::String("y".repeat(1024))]);
+}
+
+#[test]
+fn large_stdout_and_stderr_at_once() {
+    let _g = shared();
+    let opts = Opts {
+        max_output: 8 << 20,
+        ..Opts::default()
+    };
+    // stderr first: a reader that waited for stdout EOF would deadlock.
+    let script = "head -c 3000000 /dev/zero | tr '\\0' e >&2; \
+                  head -c 3000000 /dev/zero | tr '\\0' o & \
+                  head -c 3000000 /dev/zero | tr '\\0' e >&2; wait";
+    let out = run1(vec![sh(script)], &opts);
+    assert_eq!(out.error, None);
+    assert!(!out.steps[0].stdout_truncated);
+    assert_eq!(out.result[0].as_str().unwrap().len(), 3_000_000);
+    let opts = Opts {
+        max_output: 1000,
+        ..Opts::default()
+    };
+    let out = run1(vec![sh(script)], &opts);
+    assert_eq!(out.error, None);
+    assert!(out.steps[0].stdout_truncated && out.steps[0].stderr_truncated);
+}
+
+#[test]
+fn abort_stops_sleeping_run() {
+    let _g = shared();
+    let abort = AbortSignal::new().unwrap();
+    let spawned = AtomicU32::new(0);
+    let prog = program(vec![func(
+        "f",
+        &[],
+        vec![sh("sleep 100"), sh("echo never")],
+    )]);
+    let start = Instant::now();
+    let out = std::thread::scope(|s| {
+        s.spawn(|| {
+            let until = Instant::now() + Duration::from_secs(5);
+            while spawned.load(Ordering::SeqCst) == 0 && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            abort.trigger();
+        });
+        let on_spawn = |pid: Option<u32>| {
+            if let Some(pid) = pid {
+                spawned.store(pid, Ordering::SeqCst);
+            }
+        };
+        run_with(&prog, "f", &[], &Opts::default(), &abort, &on_spawn)
+    });
+    assert_eq!(out.error, Some(StepError::Aborted { step: 0 }));
+    assert!(start.elapsed() < Duration::from_secs(3));
+    assert_eq!(out.steps.len(), 1);
+    assert!(wait_gone(spawned.load(Ordering::SeqCst)));
+    // Already triggered: nothing more starts.
+    let out = run_with(&prog, "f", &[], &Opts::default(), &abort, &|_| {});
+    assert_eq!(out.error, Some(StepError::Aborted { step: 0 }));
+    assert!(out.steps.is_empty());
+}
+
+#[test]
+fn on_spawn_brackets_each_process() {
+    let _g = shared();
+    let log = std::sync::Mutex::new(Vec::new());
+    let prog = program(vec![func("f", &[], vec![sh("true"), sh("true")])]);
+    let abort = AbortSignal::new().unwrap();
+    let on_spawn = |pid: Option<u32>| log.lock().unwrap().push(pid);
+    let out = run_with(&prog, "f", &[], &Opts::default(), &abort, &on_spawn);
+    assert_eq!(out.error, None);
+    let log = log.into_inner().unwrap();
+    assert_eq!(log.len(), 4);
+    assert!(log[0].is_some() && log[1].is_none() && log[2].is_some() && log[3].is_none());
+}
+
+#[test]
+fn spawn_errors() {
+    let _g = shared();
+    let out = run1(
+        vec![cmd(&["/nonexistent/trigd-bin"], &[])],
+        &Opts::default(),
+    );
+    match &out.error {
+        Some(StepError::Spawn { step: 0, message }) => {
+            assert!(message.contains("/nonexistent/trigd-bin"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(out.steps.is_empty());
+    let out = run1(
+        vec![sh("true"), cmd(&["trigd-no-such-cmd"], &[])],
+        &Opts::default(),
+    );
+    match &out.error {
+        Some(StepError::Spawn { step: 1, message }) => {
+            assert!(message.contains("trigd-no-such-cmd"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let mut f = func("f", &[], vec![sh("true")]);
+    f.workdir = PathBuf::from("/nonexistent/trigd-dir");
+    let out = run(&program(vec![f]), "f", &[], &Opts::default());
+    assert!(matches!(out.error, Some(StepError::Spawn { step: 0, .. })));
+}
+
+#[test]
+fn steps_get_clean_signal_state() {
+    let _g = shared();
+    // trigd blocks TERM/INT/HUP in every thread; steps must not inherit
+    // that, nor std's ignored SIGPIPE.
+    let out = std::thread::spawn(|| {
+        sys::block_signals();
+        run1(
+            vec![sh("grep -E '^Sig(Blk|Ign)' /proc/self/status")],
+            &Opts::default(),
+        )
+    })
+    .join()
+    .unwrap();
+    assert_eq!(out.error, None);
+    let text = out.result[0].as_str().unwrap().to_string();
+    for line in text.lines() {
+        let (name, mask) = line.split_once(':').unwrap();
+        let mask = u64::from_str_radix(mask.trim(), 16).unwrap();
+        if name == "SigBlk" {
+            assert_eq!(mask, 0, "{text}");
+        } else {
+            assert_eq!(mask & (1 << (libc::SIGPIPE - 1)), 0, "{text}");
+        }
+    }
+}
+
+#[test]
+fn fallback_without_pidfd() {
+    let _g = shared();
+    NO_PIDFD.with(|c| c.set(true));
+    let pidfile = tmp("fallback");
+    let script = format!("sleep 100 & echo $! > {}; echo done", pidfile.display());
+    let start = Instant::now();
+    let out = run1(vec![sh("echo '[true]'"), sh(&script)], &Opts::default());
+    assert!(start.elapsed() < Duration::from_secs(2));
+    assert_eq!(out.error, None);
+    assert_eq!(
+        out.result,
+        serde_json::json!([[true], "done"])
+            .as_array()
+            .unwrap()
+            .clone()
+    );
+    assert!(wait_gone(read_pid(&pidfile)));
+    let opts = Opts {
+        timeout: Duration::from_millis(300),
+        ..Opts::default()
+    };
+    let out = run1(vec![sh("sleep 100")], &opts);
+    assert_eq!(out.error, Some(StepError::TimedOut { step: 0 }));
+    assert!(start.elapsed() < Duration::from_secs(3));
+    NO_PIDFD.with(|c| c.set(false));
+    let _ = std::fs::remove_file(&pidfile);
+}
+
+fn fd_count() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+#[test]
+fn no_fd_leak_over_200_runs() {
+    let _g = SPAWN_LOCK.write().unwrap_or_else(|e| e.into_inner());
+    let prog = program(vec![func(
+        "f",
+        &[],
+        vec![sh("echo out; echo err >&2"), sh("exit 1")],
+    )]);
+    let timeout_prog = program(vec![func("f", &[], vec![sh("sleep 100")])]);
+    let opts = Opts {
+        timeout: Duration::from_millis(30),
+        grace: Duration::from_millis(10),
+        ..Opts::default()
+    };
+    // Warm up lazily opened fds (e.g. std's internals).
+    run(&prog, "f", &[], &Opts::default());
+    let before = fd_count();
+    for i in 0..200 {
+        let out = run(&prog, "f", &[], &Opts::default());
+        assert!(matches!(out.error, Some(StepError::Failed { step: 1, .. })));
+        if i % 20 == 0 {
+            let out = run(&timeout_prog, "f", &[], &opts);
+            assert_eq!(out.error, Some(StepError::TimedOut { step: 0 }));
+        }
+    }
+    assert_eq!(fd_count(), before);
+}
