@@ -31,15 +31,19 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use notify::{Event, RecommendedWatcher, RecursiveMode, Watcher};
+use notify::event::{AccessKind, AccessMode, ModifyKind, RenameMode};
+use notify::{Event, EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 
 use crate::app::App;
 use crate::config;
 
 /// How long the files must be quiet before a reload.
-/// Short: an editor's save is a burst of events microseconds apart, and a
-/// reload that catches a half-written file is refused and simply redone
-/// when the next event arrives.
+/// How long to wait after an event that may leave a file half-written
+/// (create, write): an editor's save is a burst of events microseconds
+/// apart. Events that end a change (a rename into place, a close after
+/// writing) reload at once; a removal waits, as a new file often follows
+/// (git). A reload that still catches a
+/// half-written file is refused and simply redone at the next event.
 const QUIET: Duration = Duration::from_millis(3);
 /// A burst of events delays a reload at most this long.
 const MAX_DELAY: Duration = Duration::from_millis(100);
@@ -47,8 +51,11 @@ const MAX_DELAY: Duration = Duration::from_millis(100);
 /// Why the reload thread wakes up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Trigger {
-    /// A relevant file changed.
+    /// A relevant file is changing (created, being written, removed).
     Changed,
+    /// A relevant file has changed completely: renamed into place or closed
+    /// after writing.
+    Settled,
     /// SIGHUP: reload even if no event was seen.
     Signal,
 }
@@ -91,7 +98,7 @@ impl WatchState {
         let names = [config_name, programs_name];
         let handler = move |res: notify::Result<Event>| match res {
             Ok(ev) if ev.paths.is_empty() || ev.paths.iter().any(|p| relevant(p, &names)) => {
-                let _ = tx.send(Trigger::Changed);
+                let _ = tx.send(trigger_of(&ev.kind));
             }
             Ok(_) => {}
             Err(e) => {
@@ -187,7 +194,7 @@ fn reload_loop(
     mut ws: WatchState,
 ) {
     while let Ok(first) = rx.recv() {
-        let forced = wait_quiet(rx, first == Trigger::Signal);
+        let forced = wait_quiet(rx, first);
         reload_now(app, config_path, forced);
         if ws.watch(&dirs_for(config_path, &app.config().server.programs_dir)) {
             let _ = again.send(Trigger::Changed);
@@ -195,18 +202,36 @@ fn reload_loop(
     }
 }
 
-/// Drain events until none came for [`QUIET`] (at most [`MAX_DELAY`]);
-/// whether any of them was a signal.
-fn wait_quiet(rx: &Receiver<Trigger>, mut forced: bool) -> bool {
-    let until = Instant::now() + MAX_DELAY;
-    loop {
-        let left = until.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(QUIET.min(left)) {
-            Ok(t) => forced |= t == Trigger::Signal,
-            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => return forced,
+/// Whether an event ends a change ([`Trigger::Settled`]) or may be
+/// followed by more of the same change ([`Trigger::Changed`]).
+fn trigger_of(kind: &EventKind) -> Trigger {
+    match kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write))
+        | EventKind::Modify(ModifyKind::Name(RenameMode::To | RenameMode::Both)) => {
+            Trigger::Settled
         }
-        if left.is_zero() {
+        _ => Trigger::Changed,
+    }
+}
+
+/// Take the events that follow `first` until the change looks complete: at
+/// once when the last one settled it (or is SIGHUP), else after [`QUIET`]
+/// without events, and never later than [`MAX_DELAY`]. Returns whether any
+/// of them was a signal.
+fn wait_quiet(rx: &Receiver<Trigger>, first: Trigger) -> bool {
+    let until = Instant::now() + MAX_DELAY;
+    let (mut last, mut forced) = (first, first == Trigger::Signal);
+    loop {
+        while let Ok(t) = rx.try_recv() {
+            (last, forced) = (t, forced || t == Trigger::Signal);
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        if last != Trigger::Changed || left.is_zero() {
             return forced;
+        }
+        match rx.recv_timeout(QUIET.min(left)) {
+            Ok(t) => (last, forced) = (t, forced || t == Trigger::Signal),
+            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => return forced,
         }
     }
 }
