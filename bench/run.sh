@@ -278,6 +278,9 @@ listen = "127.0.0.1:0"
 workers = 8
 max_concurrent_runs = $MAX_RUNS
 shutdown_grace = "2s"
+# The peer has no failed-authentication limit: the rejected case would
+# otherwise turn every later request from 127.0.0.1 into 429.
+auth_failures_per_minute = 0
 
 [[api_keys]]
 name = "bench"
@@ -547,6 +550,9 @@ listen = "127.0.0.1:0"
 workers = 8
 max_concurrent_runs = $MAX_RUNS
 shutdown_grace = "2s"
+# The peer has no failed-authentication limit: the rejected case would
+# otherwise turn every later request from 127.0.0.1 into 429.
+auth_failures_per_minute = 0
 
 [[api_keys]]
 name = "bench"
