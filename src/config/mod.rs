@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use validate::load;
-#[cfg(test)]
+#[cfg(any(test, fuzzing))] // fuzz/ (cargo-fuzz sets cfg fuzzing)
 pub use validate::load_str;
 
 /// One loaded configuration: server settings, programs, keys, users,
