@@ -9,9 +9,9 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use crate::app::App;
-use crate::auth;
 use crate::config::{Config, Function, Program, Server};
 use crate::http::{ApiError, Request, Response};
+use crate::ratelimit;
 use crate::runner::step::{Outcome, StepError};
 use crate::runner::{Job, RunError};
 
@@ -34,7 +34,7 @@ pub fn run(app: &App, cfg: &Arc<Config>, req: &Request) -> Result<Response, ApiE
             allow: vec!["POST"],
         });
     }
-    let key = auth::api_key(cfg, req)?;
+    let key = ratelimit::api_key(app, cfg, req)?;
     let program = program_param(cfg, req.query_one("program_id")?)?;
     if !key.may_access(program) {
         return Err(ApiError::ProgramNotFound);
@@ -223,10 +223,10 @@ fn reject_unknown(req: &Request, known: &[&str]) -> Result<(), ApiError> {
 /// program.
 ///
 /// # Errors
-/// 401 for a missing or invalid key; `run_not_found` otherwise, also for a
+/// 429 `rate_limited`, 401 for a missing or invalid key; `run_not_found` otherwise, also for a
 /// run of a program outside the key's scope.
 pub fn run_status(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Response, ApiError> {
-    let key = auth::api_key(cfg, req)?;
+    let key = ratelimit::api_key(app, cfg, req)?;
     let visible = app
         .store
         .program_of(id)

@@ -1,12 +1,15 @@
 //! `App`: the state shared by every request — the current config snapshot,
-//! its generation, the last reload error, the run store and the runner.
+//! its generation, the last reload error, the run store, the runner,
+//! application keys, browser sessions and rate limits.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use crate::appkeys::AppKeys;
 use crate::config::Config;
+use crate::ratelimit::RateLimits;
 use crate::runner::Runner;
+use crate::sessions::{Sessions, Throttle};
 use crate::store::RunStore;
 
 /// Shared server state.
@@ -19,18 +22,27 @@ pub struct App {
     pub store: Arc<RunStore>,
     /// Application keys of workspace members.
     pub app_keys: AppKeys,
+    /// Browser login sessions.
+    pub sessions: Sessions,
+    /// Failed-login counters.
+    pub login_throttle: Throttle,
     /// Run slots and queue.
     pub runner: Arc<Runner>,
     /// Set once shutdown starts: workers stop taking requests.
     pub closing: AtomicBool,
+    /// Failed-authentication and per-key rate limits.
+    pub limits: RateLimits,
 }
 
 impl App {
     /// Shared state around a first config (generation 1).
     pub fn new(config: Config, store: Arc<RunStore>, runner: Arc<Runner>) -> App {
         let app_keys = AppKeys::new(&config.server.state_dir);
+        let sessions = Sessions::open(&config.server.state_dir);
         App {
             app_keys,
+            sessions,
+            login_throttle: Throttle::default(),
             config: RwLock::new(Arc::new(config)),
             generation: AtomicU64::new(1),
             last_reload_error: Mutex::new(None),
@@ -38,6 +50,7 @@ impl App {
             store,
             runner,
             closing: AtomicBool::new(false),
+            limits: RateLimits::default(),
         }
     }
 

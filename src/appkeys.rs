@@ -13,8 +13,8 @@
 //! on the command line works in a running server without a restart.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::fs::{self, OpenOptions};
+use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
@@ -158,24 +158,10 @@ fn read_file(path: &Path) -> io::Result<BTreeMap<String, KeyInfo>> {
     }
 }
 
-/// Replace the key file atomically, mode 0600.
+/// Replace the file atomically (see `store::write_atomic`), mode 0600.
 fn write_file(path: &Path, all: &BTreeMap<String, KeyInfo>) -> io::Result<()> {
-    let tmp = path.with_extension("json.tmp");
-    {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(&serde_json::to_vec_pretty(all).map_err(io::Error::other)?)?;
-        f.sync_all()?;
-    }
-    fs::rename(&tmp, path)?;
-    if let Some(dir) = path.parent() {
-        File::open(dir)?.sync_all()?;
-    }
-    Ok(())
+    let bytes = serde_json::to_vec_pretty(all).map_err(io::Error::other)?;
+    crate::store::write_atomic(path, [bytes.as_slice()])
 }
 
 #[cfg(test)]

@@ -208,7 +208,6 @@ impl Response {
     }
 
     /// Add a header.
-    #[allow(dead_code)] // used by the browser pages
     pub fn with_header(mut self, name: &str, value: impl Into<String>) -> Response {
         self.headers.push((name.to_string(), value.into()));
         self
@@ -258,7 +257,8 @@ pub enum ApiError {
         /// How many values were sent.
         got: usize,
     },
-    /// Values by name (generated endpoints) missing, extra or not strings.
+    /// Values by name (generated endpoints) missing, extra, repeated, not
+    /// strings, or oversized.
     ValuesMismatch {
         /// What is wrong.
         msg: String,
@@ -311,8 +311,8 @@ pub enum ApiError {
     StorageUnavailable,
     /// trigd is shutting down and accepts no new runs.
     ShuttingDown,
-    /// Too many requests.
-    #[allow(dead_code)] // login throttling and rate limits (later issues)
+    /// Too many requests (failed logins, failed authentications of an
+    /// address, or a key's `rate_per_minute`).
     RateLimited {
         /// Seconds for `Retry-After`.
         retry_after: u64,
@@ -325,6 +325,13 @@ pub enum ApiError {
     Forbidden,
     /// A bearer request without a valid User-Agent header.
     UserAgentRequired,
+    /// A state-changing request authenticated by a session cookie that
+    /// carries no proof of coming from a trigd page (CSRF protection).
+    CsrfRejected,
+    /// Wrong user name or password (never says which).
+    LoginFailed,
+    /// The client stopped sending the request body before `request_timeout`.
+    RequestTimeout,
     /// Request body larger than `max_body_bytes`.
     PayloadTooLarge {
         /// The limit.
@@ -344,11 +351,12 @@ impl ApiError {
             MissingApiKey | InvalidApiKey => 401,
             InvalidProgramId | FunctionRequired { .. } | VariablesMismatch { .. } => 400,
             InvalidParameter { .. } | ValuesMismatch { .. } => 400,
-            Unauthorized => 401,
-            Forbidden | UserAgentRequired => 403,
+            Unauthorized | LoginFailed => 401,
+            Forbidden | UserAgentRequired | CsrfRejected => 403,
             ProgramNotFound | FunctionNotFound { .. } | RunNotFound | NotFound => 404,
             TriggerInactive { .. } | NoActiveTrigger => 409,
             MethodNotAllowed { .. } => 405,
+            RequestTimeout => 408,
             PayloadTooLarge { .. } => 413,
             RateLimited { .. } => 429,
             RunFailed { .. } | Internal => 500,
@@ -373,6 +381,8 @@ impl ApiError {
             Unauthorized => "unauthorized",
             Forbidden => "forbidden",
             UserAgentRequired => "user_agent_required",
+            CsrfRejected => "csrf_rejected",
+            LoginFailed => "login_failed",
             InvalidParameter { .. } => "invalid_parameter",
             MethodNotAllowed { .. } => "method_not_allowed",
             RunFailed { .. } => "run_failed",
@@ -383,6 +393,7 @@ impl ApiError {
             ShuttingDown => "shutting_down",
             RateLimited { .. } => "rate_limited",
             RunNotFound => "run_not_found",
+            RequestTimeout => "request_timeout",
             PayloadTooLarge { .. } => "payload_too_large",
             NotFound => "not_found",
             Internal => "internal_error",
@@ -402,14 +413,17 @@ impl ApiError {
             FunctionRequired { .. } => "This program has several functions with webhook triggers: name one with function=<name> (see Functions).".into(),
             NoActiveTrigger => "No function of this program has an active webhook trigger.".into(),
             VariablesMismatch { outputs, got } => format!(
-                "expected {} variables for outputs [{}], got {got}: send one variables=<value> per output, in this order.",
+                "expected {} variable{} for outputs [{}], got {got}: send one variables=<value> per output, in this order.",
                 outputs.len(),
+                if outputs.len() == 1 { "" } else { "s" },
                 outputs.join(", ")
             ),
             InvalidParameter { msg, .. } | ValuesMismatch { msg, .. } => msg.clone(),
             Unauthorized => "Authentication required: send 'Authorization: Bearer <application key>' (see your workspace settings, item \"Application Key\") or log in.".into(),
             Forbidden => "These credentials do not belong to a member of this tool's workspace.".into(),
             UserAgentRequired => "Requests with a bearer key must send a User-Agent header (printable ASCII, not empty), e.g. 'User-Agent: my-script/1.0'.".into(),
+            CsrfRejected => "Request refused as possibly cross-site: with a session cookie, a request that changes something must come from a trigd page (same origin) or send the page's X-CSRF-Token header. Scripts should use 'Authorization: Bearer <application key>' instead.".into(),
+            LoginFailed => "Wrong user name or password.".into(),
             MethodNotAllowed { allow } => format!("Method not allowed here; use {}.", allow.join(" or ")),
             RunFailed { step, exit_code, signal, .. } => match (exit_code, signal) {
                 (Some(c), _) => format!("The program failed: step {step} exited with status {c}."),
@@ -421,8 +435,9 @@ impl ApiError {
             Busy { msg, .. } => msg.clone(),
             StorageUnavailable => "The run could not be recorded (state directory not writable or disk full), so it was not started. Retry later.".into(),
             ShuttingDown => "trigd is shutting down and accepts no new runs. Retry shortly.".into(),
-            RateLimited { .. } => "Too many requests. Wait for Retry-After seconds, then retry.".into(),
+            RateLimited { retry_after } => format!("Too many failed attempts. Wait {retry_after} seconds (Retry-After), then try again."),
             RunNotFound => "No run with this id is visible to this API key.".into(),
+            RequestTimeout => "The request was not received in time (request_timeout); send the whole body promptly.".into(),
             PayloadTooLarge { limit } => format!("The request body is larger than the limit of {limit} bytes."),
             NotFound => "Not found.".into(),
             Internal => "Internal error. The server log has the details.".into(),

@@ -9,7 +9,8 @@
 //! validates; `server` owns the listener and workers; `routes` is the URL
 //! table; `api` is the run endpoint; `runner` is where a run starts
 //! (`runner::step` executes it); `store` is the run log; `auth` checks keys;
-//! `sys` holds the only `unsafe` code.
+//! `ratelimit` throttles failed authentication and busy keys; `sys` holds
+//! the only `unsafe` code.
 #![deny(unsafe_code)]
 
 mod api;
@@ -21,14 +22,18 @@ mod commands;
 mod config;
 mod error;
 mod http;
+mod logging;
 mod metrics;
+mod ratelimit;
 mod reload;
 mod routes;
 mod runner;
 mod server;
+mod sessions;
 mod store;
 mod sys;
 mod tools;
+mod ui;
 
 use std::process::ExitCode;
 
@@ -62,9 +67,7 @@ fn run(args: &[String]) -> Result<ExitCode, Error> {
         // only the main thread's sigwait sees these signals.
         sys::block_signals();
     }
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
-        .format_timestamp_millis()
-        .init();
+    logging::init();
     match command {
         Command::Serve { config, listen } => server::serve(&config, listen)?,
         Command::Check { config } => commands::check(&config)?,

@@ -7,9 +7,14 @@
 //! and recreates files, leaves a file watch on a dead inode — the failure
 //! behind adnanh/webhook #171 and #499. A directory watch sees every create,
 //! rename and delete inside it, and a Kubernetes ConfigMap's `..data` symlink
-//! swap is a rename in the config directory. After each reload the watches
-//! are set up again, so a programs directory reached through a swapped
-//! symlink is followed to its new target.
+//! swap is a rename in the config directory. After each reload a directory
+//! that now resolves to another inode (a swapped symlink, or a directory
+//! deleted and made again) is watched anew; one that did not move keeps its
+//! watch, since re-adding it would open a gap in which events are lost.
+//!
+//! No edit may fall between reading the files and watching them: the first
+//! watches are in place before `start` returns (so before the server says
+//! it is listening), and after any new watch the files are checked once more.
 //!
 //! The notify callback only sends on a channel. One reload thread waits for
 //! a quiet moment (debounce), then loads and validates **everything**; the
@@ -17,6 +22,9 @@
 //! when the content fingerprint changed. On error the last good config keeps
 //! serving and the errors go to the log and `/healthz`.
 
+use std::ffi::OsString;
+use std::fs;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
@@ -29,9 +37,12 @@ use crate::app::App;
 use crate::config;
 
 /// How long the files must be quiet before a reload.
-const QUIET: Duration = Duration::from_millis(25);
+/// Short: an editor's save is a burst of events microseconds apart, and a
+/// reload that catches a half-written file is refused and simply redone
+/// when the next event arrives.
+const QUIET: Duration = Duration::from_millis(3);
 /// A burst of events delays a reload at most this long.
-const MAX_DELAY: Duration = Duration::from_millis(250);
+const MAX_DELAY: Duration = Duration::from_millis(100);
 
 /// Why the reload thread wakes up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,31 +57,40 @@ pub enum Trigger {
 /// uses. If watching fails (no inotify), reload still works by SIGHUP.
 pub fn start(app: Arc<App>, config_path: PathBuf) -> Sender<Trigger> {
     let (tx, rx) = mpsc::channel();
-    let cb_tx = tx.clone();
-    let watch_state = WatchState::new(&config_path, cb_tx);
+    let programs_name = app
+        .config()
+        .server
+        .programs_dir
+        .file_name()
+        .map(|n| n.to_os_string());
+    let mut watch_state = WatchState::new(&config_path, programs_name, tx.clone());
+    if watch_state.watch(&dirs_for(&config_path, &app.config().server.programs_dir)) {
+        // An edit made since the first load has no event: look once more.
+        let _ = tx.send(Trigger::Changed);
+    }
+    let again = tx.clone();
     let spawned = thread::Builder::new()
         .name("reload".into())
-        .spawn(move || reload_loop(&app, &config_path, &rx, watch_state));
+        .spawn(move || reload_loop(&app, &config_path, &rx, &again, watch_state));
     if let Err(e) = spawned {
         log::error!("cannot start the reload thread: {e}; hot reload is off");
     }
     tx
 }
 
-/// The watcher and the directories it watches now.
+/// The watcher and the directories it watches now, each with the
+/// (device, inode) it resolved to when the watch was added.
 struct WatchState {
     watcher: Option<RecommendedWatcher>,
-    watched: Vec<PathBuf>,
+    watched: Vec<(PathBuf, Option<(u64, u64)>)>,
 }
 
 impl WatchState {
-    fn new(config_path: &Path, tx: Sender<Trigger>) -> WatchState {
+    fn new(config_path: &Path, programs_name: Option<OsString>, tx: Sender<Trigger>) -> WatchState {
         let config_name = config_path.file_name().map(|n| n.to_os_string());
+        let names = [config_name, programs_name];
         let handler = move |res: notify::Result<Event>| match res {
-            Ok(ev)
-                if ev.paths.is_empty()
-                    || ev.paths.iter().any(|p| relevant(p, config_name.as_deref())) =>
-            {
+            Ok(ev) if ev.paths.is_empty() || ev.paths.iter().any(|p| relevant(p, &names)) => {
                 let _ = tx.send(Trigger::Changed);
             }
             Ok(_) => {}
@@ -88,44 +108,60 @@ impl WatchState {
         }
     }
 
-    /// Watch exactly `dirs` (re-adding each, so a swapped symlink target is
-    /// followed).
-    fn watch(&mut self, dirs: &[PathBuf]) {
+    /// Watch exactly `dirs`. A directory that still resolves to the same
+    /// inode keeps its watch; one that moved (a swapped symlink) or is new
+    /// is watched anew. Returns whether a watch was added: changes made
+    /// before it existed were not seen, so the caller checks once more.
+    fn watch(&mut self, dirs: &[PathBuf]) -> bool {
         let Some(w) = self.watcher.as_mut() else {
-            return;
+            return false;
         };
-        for d in self.watched.drain(..) {
-            let _ = w.unwatch(&d);
+        let wanted: Vec<_> = dirs.iter().map(|d| (d.clone(), identity(d))).collect();
+        for old in self.watched.iter().filter(|old| !wanted.contains(old)) {
+            let _ = w.unwatch(&old.0);
         }
-        for d in dirs {
-            match w.watch(d, RecursiveMode::NonRecursive) {
-                Ok(()) => self.watched.push(d.clone()),
-                Err(e) => log::warn!("cannot watch {}: {e}", d.display()),
+        let mut added = false;
+        let mut now = Vec::with_capacity(wanted.len());
+        for entry in wanted {
+            if self.watched.contains(&entry) {
+                now.push(entry);
+                continue;
+            }
+            match w.watch(&entry.0, RecursiveMode::NonRecursive) {
+                Ok(()) => {
+                    added = true;
+                    now.push(entry);
+                }
+                Err(e) => log::warn!("cannot watch {}: {e}", entry.0.display()),
             }
         }
+        self.watched = now;
+        added
     }
 }
 
-/// Whether a change to `path` can change the config: a `.toml` file, the
-/// config file itself, or a `..data`-style symlink of a ConfigMap. Editor
-/// swap and backup files (`.x.swp`, `x~`, `x.tmp`, vim's `4913`) are not.
-fn relevant(path: &Path, config_name: Option<&std::ffi::OsStr>) -> bool {
+/// The (device, inode) `dir` resolves to, following symlinks.
+fn identity(dir: &Path) -> Option<(u64, u64)> {
+    fs::metadata(dir).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Whether a change to `path` can change the config: a `.toml` file, one
+/// of `names` (the config file, the programs directory), or a `..data`-style
+/// symlink of a ConfigMap. Editor swap and backup files (`.x.swp`, `x~`,
+/// `x.tmp`, vim's `4913`) and anything else (a log file kept beside the
+/// config) are not.
+fn relevant(path: &Path, names: &[Option<OsString>; 2]) -> bool {
     let Some(name) = path.file_name() else {
         return true;
     };
-    if Some(name) == config_name {
+    if names.iter().flatten().any(|n| n == name) {
         return true;
     }
     let name = name.to_string_lossy();
     if name.starts_with("..") {
         return true;
     }
-    if name.starts_with('.') || name.ends_with('~') {
-        return false;
-    }
-    // A directory (the programs dir itself, e.g. replaced by a symlink) has
-    // no extension; a file we read ends in .toml.
-    name.ends_with(".toml") || !name.contains('.')
+    !name.starts_with('.') && name.ends_with(".toml")
 }
 
 /// Directories to watch for `cfg`: the config file's and the programs dir.
@@ -141,12 +177,21 @@ fn dirs_for(config_path: &Path, programs_dir: &Path) -> Vec<PathBuf> {
     dirs
 }
 
-fn reload_loop(app: &App, config_path: &Path, rx: &Receiver<Trigger>, mut ws: WatchState) {
-    ws.watch(&dirs_for(config_path, &app.config().server.programs_dir));
+/// Reload after each burst of events, then update the watches; `again`
+/// asks for one more check after a new watch.
+fn reload_loop(
+    app: &App,
+    config_path: &Path,
+    rx: &Receiver<Trigger>,
+    again: &Sender<Trigger>,
+    mut ws: WatchState,
+) {
     while let Ok(first) = rx.recv() {
         let forced = wait_quiet(rx, first == Trigger::Signal);
         reload_now(app, config_path, forced);
-        ws.watch(&dirs_for(config_path, &app.config().server.programs_dir));
+        if ws.watch(&dirs_for(config_path, &app.config().server.programs_dir)) {
+            let _ = again.send(Trigger::Changed);
+        }
     }
 }
 
@@ -171,14 +216,14 @@ fn wait_quiet(rx: &Receiver<Trigger>, mut forced: bool) -> bool {
 pub fn reload_now(app: &App, config_path: &Path, forced: bool) {
     let started = Instant::now();
     let current = app.config();
-    match config::load(config_path) {
-        Ok(new) if new.fingerprint == current.fingerprint => {
+    match config::load_changed(config_path, &current.fingerprint) {
+        Ok(None) => {
             app.clear_reload_error();
             if forced {
                 log::info!("reload: configuration unchanged");
             }
         }
-        Ok(new) => {
+        Ok(Some(new)) => {
             warn_unappliable(&current.server, &new.server);
             let (programs, tools) = (new.programs.len(), new.tools.len());
             app.set_config(new);
@@ -213,11 +258,10 @@ fn warn_unappliable(old: &config::Server, new: &config::Server) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::ffi::OsStr;
 
     #[test]
     fn editor_files_are_ignored() {
-        let c = Some(OsStr::new("config.toml"));
+        let c = &[Some("config.toml".into()), Some("programs".into())];
         assert!(relevant(Path::new("/x/config.toml"), c));
         assert!(relevant(Path::new("/x/programs/a.toml"), c));
         assert!(relevant(Path::new("/x/..data"), c));
@@ -226,5 +270,10 @@ mod tests {
         assert!(!relevant(Path::new("/x/programs/a.toml~"), c));
         assert!(!relevant(Path::new("/x/programs/a.toml.tmp"), c));
         assert!(!relevant(Path::new("/x/programs/notes.txt"), c));
+        assert!(
+            !relevant(Path::new("/x/trigd-stderr"), c),
+            "a log beside the config"
+        );
+        assert!(!relevant(Path::new("/x/4913"), c), "vim's probe file");
     }
 }

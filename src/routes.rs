@@ -9,6 +9,7 @@ use crate::app::App;
 use crate::http::{ApiError, Request, Response};
 use crate::metrics::Gauges;
 use crate::tools;
+use crate::ui;
 
 /// The OpenAPI 3.0 description of every route below, served at
 /// `GET /openapi.json`.
@@ -26,6 +27,24 @@ pub fn handle(app: &App, req: &Request) -> Response {
         (_, ["api"]) => api::run(app, &cfg, req),
         ("GET", ["api", "runs", id]) => api::run_status(app, &cfg, req, id),
         (_, ["api", "runs", _]) => Err(ApiError::MethodNotAllowed { allow: vec!["GET"] }),
+        ("GET", []) => ui::home(app, &cfg, req),
+        ("GET", ["login"]) => ui::login_form(app, &cfg, req),
+        ("POST", ["login"]) => ui::login(app, &cfg, req),
+        (_, ["login"]) => Err(ApiError::MethodNotAllowed {
+            allow: vec!["GET", "POST"],
+        }),
+        ("POST", ["logout"]) => ui::logout(app, &cfg, req),
+        (_, ["logout"]) => Err(ApiError::MethodNotAllowed {
+            allow: vec!["POST"],
+        }),
+        ("GET", ["workspaces", ws, "settings"]) => ui::settings(app, &cfg, req, ws),
+        ("POST", ["workspaces", ws, "settings", "application-key"]) => {
+            ui::regenerate(app, &cfg, req, ws)
+        }
+        ("GET" | "HEAD", ["static", name]) => ui::asset(name),
+        ("GET", ["tools", tool, "endpoints"]) if ui::wants_html(req) => {
+            ui::endpoints(app, &cfg, req, tool)
+        }
         ("GET" | "HEAD", ["tools", tool, "endpoints"]) => tools::view(app, &cfg, req, tool),
         (_, ["tools", tool, env, trigger]) => tools::call(app, &cfg, req, [tool, env, trigger]),
         _ => Err(ApiError::NotFound),

@@ -1,17 +1,19 @@
-//! The HTTP server: a tiny_http listener, a fixed pool of worker threads,
-//! one access-log line per request, and the shutdown sequence.
+//! The HTTP server: a tiny_http listener, one access-log line per request,
+//! and the shutdown sequence.
 //!
-//! Each worker converts a tiny_http request into a plain [`Request`] (body
-//! bounded by `max_body_bytes`), calls [`routes::handle`] inside
-//! `catch_unwind` so that a bug answers 500 instead of killing the server,
-//! logs, and responds. Workers poll with a short timeout so they notice
-//! shutdown without needing one `unblock()` per thread.
+//! Every open connection has a thread of its own in the (patched)
+//! tiny_http, bounded by `max_connections`, and its requests are answered on
+//! that thread: no request crosses threads, which was the largest cost per
+//! request (two context switches). [`handle`] converts a tiny_http request
+//! into a plain [`Request`] (body bounded by `max_body_bytes`), calls
+//! [`routes::handle`] inside `catch_unwind` so that a bug answers 500
+//! instead of killing the server, logs, and responds.
 
 use std::io::{self, Read, Write};
-use std::net::{TcpListener, ToSocketAddrs};
+use std::net::{Ipv6Addr, SocketAddr, TcpListener, ToSocketAddrs};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -41,6 +43,13 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
         addr: addr.clone(),
         source,
     })?;
+    if !local.ip().is_loopback() {
+        log::warn!(
+            "listening on {local}, a non-loopback address, without TLS: API keys, passwords \
+             and results cross the network in clear. Put a TLS-terminating proxy in front \
+             (and list it in [server] trusted_proxies) or listen on 127.0.0.1."
+        );
+    }
     let state_dir = cfg.server.state_dir.clone();
     let store =
         RunStore::open(&state_dir, cfg.server.run_retention).map_err(|source| Error::Io {
@@ -50,35 +59,40 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
     let store = Arc::new(store);
     let runner = Runner::new(Some(Arc::clone(&store)), Arc::new(Metrics::default()))
         .map_err(|e| Error::Other(format!("cannot create the runner: {e}")))?;
-    let (workers, grace) = (cfg.server.workers, cfg.server.shutdown_grace);
+    let grace = cfg.server.shutdown_grace;
     let nofile = sys::raise_nofile_limit();
     let app = Arc::new(App::new(cfg, store, Arc::new(runner)));
-    let server =
-        tiny_http::Server::from_listener_with_limits(listener, None, limits(&app.config().server))
-            .map_err(|e| Error::Other(format!("cannot start the HTTP server: {e}")))?;
-    let server = Arc::new(server);
-    let handles: Vec<_> = (0..workers)
-        .map(|i| {
-            let (app, server) = (Arc::clone(&app), Arc::clone(&server));
-            thread::Builder::new()
-                .name(format!("http-{i}"))
-                .spawn(move || worker(&app, &server))
-                .map_err(|e| Error::Other(format!("cannot start worker threads: {e}")))
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let handler: tiny_http::Handler = {
+        let (app, in_flight) = (Arc::clone(&app), Arc::clone(&in_flight));
+        Arc::new(move |rq| {
+            in_flight.fetch_add(1, Ordering::SeqCst);
+            handle(&app, rq);
+            in_flight.fetch_sub(1, Ordering::SeqCst);
         })
-        .collect::<Result<_, _>>()?;
+    };
+    let server = tiny_http::Server::from_listener_with_handler(
+        listener,
+        limits(&app.config().server),
+        handler,
+    )
+    .map_err(|e| Error::Other(format!("cannot start the HTTP server: {e}")))?;
     let reload = reload::start(Arc::clone(&app), config_path.to_path_buf());
     println!("listening on http://{local}");
     let _ = io::stdout().flush();
-    log::info!("listening on http://{local} with {workers} workers (open files limit {nofile})");
+    log::info!("listening on http://{local} (open files limit {nofile})");
     while sys::wait_signal() == Signal::Hup {
         log::info!("SIGHUP: reloading the configuration");
         let _ = reload.send(reload::Trigger::Signal);
     }
     log::info!("shutting down: waiting up to {grace:?} for runs to finish");
     app.closing.store(true, Ordering::SeqCst);
+    drop(server); // closes the listener: no new connections
     app.runner.shutdown(grace);
-    for h in handles {
-        let _ = h.join();
+    // Let the requests whose runs just ended write their responses.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while in_flight.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(10));
     }
     log::info!("stopped");
     Ok(())
@@ -93,6 +107,7 @@ fn limits(s: &config::Server) -> tiny_http::ServerLimits {
         body.len()
     );
     tiny_http::ServerLimits {
+        min_threads: s.workers,
         max_connections: s.max_connections,
         head: tiny_http::HeadLimits {
             max_request_line: s.max_url_bytes,
@@ -111,21 +126,33 @@ fn bind(addr: &str) -> Result<TcpListener, Error> {
         addr: addr.to_string(),
         source,
     };
-    let addrs: Vec<_> = addr.to_socket_addrs().map_err(err)?.collect();
+    let addrs = resolve(addr).map_err(err)?;
     TcpListener::bind(&addrs[..]).map_err(err)
 }
 
-/// One worker: take requests until shutdown.
-fn worker(app: &App, server: &tiny_http::Server) {
-    while !app.closing.load(Ordering::SeqCst) {
-        match server.recv_timeout(Duration::from_millis(200)) {
-            Ok(Some(rq)) => handle(app, rq),
-            Ok(None) => {}
-            Err(e) => {
-                log::error!("accepting a request failed: {e}");
-                thread::sleep(Duration::from_millis(50));
-            }
-        }
+/// The socket addresses of `host:port`. IP literals, `localhost` and an
+/// empty host (all interfaces) are resolved here, without the C resolver: a
+/// static glibc binary cannot load NSS modules, so `getaddrinfo` may fail
+/// on a host without a matching glibc. Other names go to the resolver.
+fn resolve(addr: &str) -> io::Result<Vec<SocketAddr>> {
+    if let Ok(a) = addr.parse::<SocketAddr>() {
+        return Ok(vec![a]);
+    }
+    let bad = || {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "expected HOST:PORT, e.g. 127.0.0.1:8080",
+        )
+    };
+    let (host, port) = addr.rsplit_once(':').ok_or_else(bad)?;
+    let port: u16 = port.parse().map_err(|_| bad())?;
+    match host {
+        "" | "*" => Ok(vec![SocketAddr::from(([0, 0, 0, 0], port))]),
+        h if h.eq_ignore_ascii_case("localhost") => Ok(vec![
+            SocketAddr::from(([127, 0, 0, 1], port)),
+            SocketAddr::from((Ipv6Addr::LOCALHOST, port)),
+        ]),
+        _ => Ok(addr.to_socket_addrs()?.collect()),
     }
 }
 
@@ -134,6 +161,9 @@ fn handle(app: &App, mut rq: tiny_http::Request) {
     let started = Instant::now();
     let max_body = app.config().server.max_body_bytes;
     let (target, resp) = match read_request(&mut rq, max_body) {
+        Ok(req) if app.closing.load(Ordering::SeqCst) => {
+            (req.log_target(), ApiError::ShuttingDown.into())
+        }
         Ok(req) => {
             let resp =
                 catch_unwind(AssertUnwindSafe(|| routes::handle(app, &req))).unwrap_or_else(|_| {
@@ -192,13 +222,33 @@ fn read_request(rq: &mut tiny_http::Request, max_body: usize) -> Result<Request,
     rq.as_reader()
         .take(max_body as u64 + 1)
         .read_to_end(&mut body)
-        .map_err(|_| ApiError::InvalidParameter {
-            name: "body".into(),
-            msg: "The request body could not be read.".into(),
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => ApiError::RequestTimeout,
+            _ => ApiError::InvalidParameter {
+                name: "body".into(),
+                msg: format!("The request body could not be read: {e}."),
+            },
         })?;
     if body.len() > max_body {
         return Err(ApiError::PayloadTooLarge { limit: max_body });
     }
     req.body = body;
     Ok(req)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolves_without_the_c_resolver() {
+        let v4 = |port| SocketAddr::from(([127, 0, 0, 1], port));
+        assert_eq!(resolve("127.0.0.1:0").unwrap(), vec![v4(0)]);
+        assert_eq!(resolve("[::1]:80").unwrap()[0].port(), 80);
+        assert_eq!(resolve("localhost:8080").unwrap()[0], v4(8080));
+        let any = SocketAddr::from(([0, 0, 0, 0], 9000));
+        assert_eq!(resolve(":9000").unwrap(), vec![any]);
+        assert!(resolve("localhost").is_err());
+        assert!(resolve("localhost:http").is_err());
+    }
 }

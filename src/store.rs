@@ -172,12 +172,16 @@ impl RunStore {
     /// it is on disk.
     ///
     /// # Errors
-    /// The write or the sync failed (disk full, state dir gone); a partial
+    /// The write or the sync failed (disk full, state dir gone or replaced:
+    /// checked before a durable append); a partial
     /// line is cut off again so the log stays readable.
     pub fn append(&self, rec: &RunRecord, durable: bool) -> io::Result<()> {
         let line = to_line(rec);
         let (seq, compact) = {
             let mut log = lock(&self.log);
+            if durable {
+                self.check_path(&log.file)?;
+            }
             let offset = log.len;
             if let Err(e) = log.file.write_all(&line) {
                 let _ = log.file.set_len(offset);
@@ -203,6 +207,26 @@ impl RunStore {
             self.compact()?;
         }
         Ok(())
+    }
+
+    /// Fail unless `runs.log` in the state dir is still the file we write:
+    /// when the state dir was removed or replaced, lines written to the old
+    /// file would be lost at the next start, so an accepted run could not
+    /// be shown after a restart.
+    fn check_path(&self, file: &File) -> io::Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        let ours = file.metadata()?;
+        let gone = |why: String| {
+            io::Error::other(format!(
+                "{} {why}; restart trigd once the state dir is back",
+                self.path.display()
+            ))
+        };
+        match fs::metadata(&self.path) {
+            Ok(m) if m.dev() == ours.dev() && m.ino() == ours.ino() => Ok(()),
+            Ok(_) => Err(gone("was replaced by another file".into())),
+            Err(e) => Err(gone(format!("cannot be reached any more ({e})"))),
+        }
     }
 
     /// Make every line up to `seq` durable; one fdatasync serves everyone
@@ -301,23 +325,7 @@ fn read_log(path: &Path) -> io::Result<Vec<RunRecord>> {
 
 /// Atomically replace the log with `lines` and open it for appending.
 fn rewrite(path: &Path, lines: &[Vec<u8>]) -> io::Result<Log> {
-    let tmp = path.with_extension("log.tmp");
-    {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        for l in lines {
-            f.write_all(l)?;
-        }
-        f.sync_all()?;
-    }
-    fs::rename(&tmp, path)?;
-    if let Some(dir) = path.parent() {
-        File::open(dir)?.sync_all()?;
-    }
+    write_atomic(path, lines.iter().map(Vec::as_slice))?;
     let file = OpenOptions::new().read(true).append(true).open(path)?;
     let mut index = HashMap::new();
     let mut order = VecDeque::new();
@@ -344,6 +352,38 @@ fn rewrite(path: &Path, lines: &[Vec<u8>]) -> io::Result<Log> {
         lines: lines.len(),
         seq: 0,
     })
+}
+
+/// Replace the file at `path` with `chunks`, atomically and durably: write a
+/// temp file (mode 0600) beside it, fsync it, rename it over `path`, fsync
+/// the directory. A crash leaves either the old file or the new one. The
+/// state dir is created if needed.
+///
+/// # Errors
+/// Any step failed; `path` is then unchanged.
+pub fn write_atomic<'a>(path: &Path, chunks: impl IntoIterator<Item = &'a [u8]>) -> io::Result<()> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    fs::create_dir_all(dir)?;
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        for chunk in chunks {
+            f.write_all(chunk)?;
+        }
+        f.sync_all()?;
+    }
+    fs::rename(&tmp, path)?;
+    File::open(dir)?.sync_all()
 }
 
 /// Now as RFC 3339 UTC with milliseconds, e.g. `2026-11-22T04:14:00.123Z`.

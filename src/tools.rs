@@ -23,8 +23,9 @@ use crate::runner::Job;
 ///
 /// # Errors
 /// 404 for an unknown tool, environment or trigger; 405 for another method;
-/// 401/403 per SPEC §3.4; 400 for missing, extra, non-string or oversized
-/// values; then the run errors of `api::start`.
+/// 401/403 per SPEC §3.4; 400 `variables_mismatch` (with the outputs) for
+/// missing, extra, repeated, non-string or oversized values; then the run
+/// errors of `api::start`.
 pub fn call(
     app: &App,
     cfg: &Arc<Config>,
@@ -34,12 +35,20 @@ pub fn call(
     let [tool, env, trigger] = names;
     let tool = cfg.tools.get(tool).ok_or(ApiError::NotFound)?;
     let env = tool.environments.get(env).ok_or(ApiError::NotFound)?;
+    // Authenticate before anything else about a protected environment is
+    // revealed (which triggers exist, their methods).
+    let by = if env.public {
+        "public".to_string()
+    } else {
+        auth::member(app, cfg, req, &tool.workspace)?
+    };
     let trigger = tool
         .triggers
         .iter()
         .find(|t| t.name == trigger)
         .ok_or(ApiError::NotFound)?;
-    if req.method != trigger.method && !(req.method == "HEAD" && trigger.method == "GET") {
+    // HEAD is refused like any other method: it must not start a run.
+    if req.method != trigger.method {
         let allow: &'static str = match trigger.method.as_str() {
             "GET" => "GET",
             "PUT" => "PUT",
@@ -49,17 +58,13 @@ pub fn call(
         };
         return Err(ApiError::MethodNotAllowed { allow: vec![allow] });
     }
-    let by = if env.public {
-        "public".to_string()
-    } else {
-        auth::member(app, cfg, req, &tool.workspace)?
-    };
     let program = cfg.program(trigger.program).ok_or(ApiError::NotFound)?;
     let function = program
         .function(&trigger.function)
         .ok_or(ApiError::NotFound)?;
     let run_async = api::parse_bool("run_async", req.query_one("run_async")?)?;
     let values = named_values(req, function.inputs())?;
+    check_lengths(cfg.server.max_variable_bytes, function.inputs(), &values)?;
     api::check_values(&cfg.server, function.inputs(), &values)?;
     let job = Job {
         cfg: Arc::clone(cfg),
@@ -121,6 +126,19 @@ pub(crate) fn named_values(req: &Request, outputs: &[String]) -> Result<Vec<Stri
             })
         })
         .collect()
+}
+
+/// Refuse a value longer than `max` bytes, naming its output. (The run
+/// endpoint's check names the `variables` parameter and a position, which
+/// mean nothing here.)
+fn check_lengths(max: usize, outputs: &[String], values: &[String]) -> Result<(), ApiError> {
+    match outputs.iter().zip(values).find(|(_, v)| v.len() > max) {
+        Some((name, _)) => Err(ApiError::ValuesMismatch {
+            msg: format!("Value '{name}' is longer than the limit of {max} bytes."),
+            outputs: outputs.to_vec(),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// `GET /tools/<tool>/endpoints` as JSON: each environment with its public

@@ -199,7 +199,7 @@ name = "shapes"
 [[functions]]
 name = "shapes"
 steps = [
-  { command = ["printf", '{"k": [1, 2], "s": "t"}'] },
+  { shell = "printf '%s' '{\"k\": [1, 2], \"s\": \"t\"}'" },
   { command = ["printf", 'hello\n'] },
   { command = ["printf", 'two\n\n'] },
   { command = ["printf", '42'] },

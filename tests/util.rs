@@ -196,6 +196,10 @@ impl Drop for TestDir {
     fn drop(&mut self) {
         if !thread::panicking() {
             let _ = fs::remove_dir_all(&self.root);
+            // Also `<name>/` when no other run of the test is left in it.
+            if let Some(parent) = self.root.parent() {
+                let _ = fs::remove_dir(parent);
+            }
         }
     }
 }
@@ -402,9 +406,17 @@ fn tail_of(path: &Path) -> String {
     match fs::read(path) {
         Ok(b) => {
             let text = String::from_utf8_lossy(&b);
-            let lines: Vec<&str> = text.lines().collect();
-            let from = lines.len().saturating_sub(40);
+            // Access lines of status polls (wait loops) drown the rest.
+            let is_poll = |l: &&str| l.contains(" GET /api/runs/") && l.contains("access");
+            let polls = text.lines().filter(is_poll).count();
+            let lines: Vec<&str> = text.lines().filter(|l| !is_poll(l)).collect();
+            let from = lines.len().saturating_sub(60);
             let mut out = lines[from..].join("\n");
+            if polls > 0 {
+                out.push_str(&format!(
+                    "\n({polls} access lines of GET /api/runs/… left out)"
+                ));
+            }
             if out.len() > 8000 {
                 out = format!("…{}", &out[floor_char(&out, out.len() - 8000)..]);
             }
@@ -434,6 +446,15 @@ pub struct Client {
 }
 
 impl Client {
+    /// A client for any HTTP server at `addr` (`IP:PORT`); failures show
+    /// the tail of `log`.
+    pub fn for_addr(addr: &str, log: &Path) -> Client {
+        Client {
+            addr: addr.to_string(),
+            stderr_log: log.to_path_buf(),
+        }
+    }
+
     /// `POST path` with no body.
     #[track_caller]
     pub fn post(&self, path: &str) -> Reply {
@@ -501,10 +522,23 @@ impl Client {
             .and_then(|_| s.write_all(body))
             .map_err(|e| fail(format!("cannot send the request: {e}")))?;
         let mut raw = Vec::new();
-        if let Err(e) = s.read_to_end(&mut raw) {
-            // A reset after a complete reply is fine; anything else is not.
-            if raw.is_empty() {
-                return Err(fail(format!("cannot read the reply: {e}")));
+        let mut buf = [0u8; 8192];
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    raw.extend_from_slice(&buf[..n]);
+                    // Stop at the end of a complete reply: a server may keep
+                    // the connection open despite `Connection: close`.
+                    if reply_complete(&raw) {
+                        break;
+                    }
+                }
+                // A reset after a complete reply is fine; anything else is not.
+                Err(e) if raw.is_empty() => {
+                    return Err(fail(format!("cannot read the reply: {e}")))
+                }
+                Err(_) => break,
             }
         }
         let (status, headers, body) = parse_reply(&raw).map_err(|e| {
@@ -524,6 +558,23 @@ impl Client {
 }
 
 type Parsed = (u16, Vec<(String, String)>, Vec<u8>);
+
+/// Whether `raw` holds a whole reply with a `Content-Length` body (or a
+/// finished chunked body); replies without either end at EOF.
+fn reply_complete(raw: &[u8]) -> bool {
+    let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return false;
+    };
+    let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
+    let body = &raw[end + 4..];
+    if head.contains("transfer-encoding: chunked") {
+        return body.ends_with(b"0\r\n\r\n");
+    }
+    head.lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|n| n.trim().parse::<usize>().ok())
+        .is_some_and(|n| body.len() >= n)
+}
 
 fn parse_reply(raw: &[u8]) -> Result<Parsed, String> {
     let end = raw

@@ -20,9 +20,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use validate::load;
 #[cfg(any(test, fuzzing))] // fuzz/ (cargo-fuzz sets cfg fuzzing)
 pub use validate::load_str;
+pub use validate::{load, load_changed};
 
 /// One loaded configuration: server settings, programs, keys, users,
 /// workspaces and tools.
@@ -57,7 +57,8 @@ pub struct Config {
 pub struct Server {
     /// Address to listen on, `host:port` (`listen`, default `127.0.0.1:8080`).
     pub listen: String,
-    /// HTTP worker threads (`workers`, default 8).
+    /// HTTP threads kept ready while idle (`workers`, default 8). Each open
+    /// connection is served on a thread of its own, up to `max_connections`.
     pub workers: usize,
     /// Directory of program files, resolved (`programs_dir`, default `programs`).
     pub programs_dir: PathBuf,
@@ -98,6 +99,21 @@ pub struct Server {
     /// Longest request line (method, URL, version) in bytes; past it 414
     /// (default 8 KiB).
     pub max_url_bytes: usize,
+    /// Mark the session cookie `Secure` (`cookie_secure`, default false;
+    /// also true when `public_url` starts with `https://`).
+    pub cookie_secure: bool,
+    /// A login session ends after this long without a request
+    /// (`session_idle`, default 12h).
+    pub session_idle: Duration,
+    /// A login session ends this long after login, used or not
+    /// (`session_max`, default 7d).
+    pub session_max: Duration,
+    /// Failed authentications per client address and minute before its
+    /// requests get 429 for the rest of the minute (default 30; 0: off).
+    pub auth_failures_per_minute: usize,
+    /// Peers whose `X-Forwarded-For` header is believed when deciding the
+    /// client address (default none).
+    pub trusted_proxies: Vec<std::net::IpAddr>,
 }
 
 /// A run-endpoint API key (`[[api_keys]]`). Only its hash is known.
@@ -109,6 +125,9 @@ pub struct ApiKey {
     pub workspace: Option<String>,
     /// When set, the key reaches only these program ids.
     pub programs: Option<BTreeSet<u64>>,
+    /// Requests per minute this key may make (`rate_per_minute`); `None`:
+    /// unlimited.
+    pub rate_per_minute: Option<u64>,
 }
 
 impl ApiKey {
@@ -174,6 +193,12 @@ pub struct Function {
     pub concurrency: Option<usize>,
     /// The webhook trigger, at most one.
     pub webhook: Option<Webhook>,
+    /// Numeric uid to run the steps as (`user`, resolved at load time);
+    /// `None`: trigd's own.
+    pub user: Option<u32>,
+    /// Numeric gid to run the steps as (`group`, or the primary group of
+    /// `user`); `None`: trigd's own.
+    pub group: Option<u32>,
 }
 
 impl Function {

@@ -58,6 +58,12 @@ pub mod defaults {
     pub const MAX_HEADER_BYTES: usize = 32 << 10;
     /// `max_url_bytes`.
     pub const MAX_URL_BYTES: usize = 8 << 10;
+    /// `session_idle`, in seconds (12 hours).
+    pub const SESSION_IDLE_SECS: u64 = 12 * 3600;
+    /// `session_max`, in seconds (7 days).
+    pub const SESSION_MAX_SECS: u64 = 7 * 86_400;
+    /// `auth_failures_per_minute` (0 turns the limit off).
+    pub const AUTH_FAILURES_PER_MINUTE: usize = 30;
 }
 
 /// The message for a second webhook trigger on one function.
@@ -129,6 +135,17 @@ pub struct RawServer {
     pub max_header_bytes: Count,
     /// `max_url_bytes`.
     pub max_url_bytes: Count,
+    /// `cookie_secure`, default false (true anyway when `public_url` is https).
+    pub cookie_secure: Option<bool>,
+    /// `session_idle`.
+    pub session_idle: Option<Spanned<RawDuration>>,
+    /// `session_max`.
+    pub session_max: Option<Spanned<RawDuration>>,
+    /// `auth_failures_per_minute`.
+    pub auth_failures_per_minute: Count,
+    /// `trusted_proxies`: IP addresses whose `X-Forwarded-For` is believed.
+    #[serde(default)]
+    pub trusted_proxies: Vec<Spanned<String>>,
 }
 
 /// A duration as written: integer seconds or text like `"1m30s"`.
@@ -162,6 +179,37 @@ impl<'de> Deserialize<'de> for RawDuration {
     }
 }
 
+/// A user or group as written: a name or a numeric id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RawId {
+    /// A numeric id.
+    Id(i64),
+    /// A name, looked up in the system's user or group database.
+    Name(String),
+}
+
+impl<'de> Deserialize<'de> for RawId {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = RawId;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a name or a numeric id")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<RawId, E> {
+                Ok(RawId::Id(v))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<RawId, E> {
+                Ok(RawId::Id(i64::try_from(v).unwrap_or(i64::MAX)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawId, E> {
+                Ok(RawId::Name(v.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
 /// `[[api_keys]]`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -174,6 +222,8 @@ pub struct RawApiKey {
     pub workspace: Option<Spanned<String>>,
     /// `programs`.
     pub programs: Option<Vec<Spanned<i64>>>,
+    /// `rate_per_minute`, >= 1; unset: unlimited.
+    pub rate_per_minute: Count,
 }
 
 /// `[[users]]`.
@@ -278,6 +328,10 @@ pub struct RawFunction {
     pub workdir: Option<String>,
     /// `concurrency`, >= 1.
     pub concurrency: Option<Spanned<i64>>,
+    /// `user`: name or numeric uid to run the steps as (trigd as root).
+    pub user: Option<Spanned<RawId>>,
+    /// `group`: name or numeric gid to run the steps as (trigd as root).
+    pub group: Option<Spanned<RawId>>,
     /// `[functions.webhook]`.
     pub webhook: Option<Spanned<WebhookSlot>>,
 }
@@ -485,6 +539,8 @@ fn header_at(text: &str, offset: usize) -> String {
             None => (t.strip_prefix('[').and_then(|r| r.split(']').next()), false),
         };
         let Some(inner) = inner else { continue };
+        // A broken header such as `[[functions]` still names its table.
+        let inner = inner.trim_end_matches(']');
         let segments: Vec<&str> = inner
             .split('.')
             .map(|s| s.trim().trim_matches('"'))
@@ -502,4 +558,18 @@ fn header_at(text: &str, offset: usize) -> String {
         current = path;
     }
     current
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_of_a_syntax_error_names_the_table() {
+        let text = "id = 1\n[[functions]]\nname = \"a\"\n[[functions]\nname = \"b\"\n";
+        let at = text.rfind("name").unwrap();
+        assert_eq!(key_at(text, at), "functions[1]");
+        let text = "[server]\nworkers = \n";
+        assert_eq!(key_at(text, text.len() - 1), "server");
+    }
 }

@@ -27,7 +27,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let bad = || {
         format!(
             "invalid duration \"{s}\": write a number with a unit (\"250ms\", \"60s\", \
-             \"5m\", \"1h\", \"1m30s\") or an integer number of seconds"
+             \"5m\", \"1h\", \"7d\", \"1m30s\") or an integer number of seconds"
         )
     };
     let mut rest = s;
@@ -39,10 +39,16 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
         let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
         rest = &rest[digits..];
-        let (unit, millis) = [("ms", 1u64), ("s", 1_000), ("m", 60_000), ("h", 3_600_000)]
-            .into_iter()
-            .find(|(u, _)| rest.starts_with(u))
-            .ok_or_else(bad)?;
+        let (unit, millis) = [
+            ("ms", 1u64),
+            ("s", 1_000),
+            ("m", 60_000),
+            ("h", 3_600_000),
+            ("d", 86_400_000),
+        ]
+        .into_iter()
+        .find(|(u, _)| rest.starts_with(u))
+        .ok_or_else(bad)?;
         rest = &rest[unit.len()..];
         let part = n.checked_mul(millis).ok_or_else(bad)?;
         total = total
@@ -374,6 +380,7 @@ mod tests {
         assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
         assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
         assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(7 * 86_400)));
         for bad in ["", "5", "s", "5x", "1.5s", "-1s", " 5s", "5s ", "m5"] {
             assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
         }

@@ -30,6 +30,51 @@ use super::{
 /// # Errors
 /// Every problem found, each with file, line, column and key.
 pub fn load(path: &Path) -> Result<Config, Vec<ConfigError>> {
+    let files = read_all(path)?;
+    check(
+        path,
+        &files.text,
+        &files.programs,
+        files.errs,
+        files.complete,
+    )
+}
+
+/// Like [`load`], but when every file reads fine and the content
+/// fingerprint equals `current`, return `Ok(None)` without parsing: a
+/// reload of an unchanged set of files costs only the reads and one hash.
+///
+/// # Errors
+/// As [`load`].
+pub fn load_changed(path: &Path, current: &[u8; 32]) -> Result<Option<Config>, Vec<ConfigError>> {
+    let files = read_all(path)?;
+    if files.complete && files.errs.0.is_empty() {
+        let mut sorted: Vec<&(PathBuf, String)> = files.programs.iter().collect();
+        sorted.sort_by(|a, b| a.0.cmp(&b.0));
+        if fingerprint(path, &files.text, &sorted) == *current {
+            return Ok(None);
+        }
+    }
+    check(
+        path,
+        &files.text,
+        &files.programs,
+        files.errs,
+        files.complete,
+    )
+    .map(Some)
+}
+
+/// Everything [`load`] reads, with the read errors so far.
+struct Files {
+    text: String,
+    programs: Vec<(PathBuf, String)>,
+    errs: Errors,
+    complete: bool,
+}
+
+/// Read `config.toml` and the program files it points at.
+fn read_all(path: &Path) -> Result<Files, Vec<ConfigError>> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         vec![error(
             path,
@@ -71,7 +116,12 @@ pub fn load(path: &Path) -> Result<Config, Vec<ConfigError>> {
             }
         })
         .collect::<Vec<_>>();
-    check(path, &text, &programs, errs, complete)
+    Ok(Files {
+        text,
+        programs,
+        errs,
+        complete,
+    })
 }
 
 /// Like [`load`], from text: `config_text` is the content of `path`, and
@@ -280,6 +330,13 @@ fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) -> Ser
         defaults::MAX_URL_BYTES,
         64,
     );
+    let auth_failures_per_minute = n(
+        &raw.auth_failures_per_minute,
+        "auth_failures_per_minute",
+        defaults::AUTH_FAILURES_PER_MINUTE,
+        0,
+    );
+    let trusted_proxies = trusted_proxies(src, &raw.trusted_proxies, errs);
     let mut d = |v: &Option<Spanned<RawDuration>>, key: &str, secs: u64| {
         duration(
             src,
@@ -301,6 +358,12 @@ fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) -> Ser
         "shutdown_grace",
         defaults::SHUTDOWN_GRACE_SECS,
     );
+    let session_idle = d(
+        &raw.session_idle,
+        "session_idle",
+        defaults::SESSION_IDLE_SECS,
+    );
+    let session_max = d(&raw.session_max, "session_max", defaults::SESSION_MAX_SECS);
     if let Some(url) = &raw.public_url {
         if !(url.get_ref().starts_with("http://") || url.get_ref().starts_with("https://")) {
             errs.at(
@@ -341,7 +404,34 @@ fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) -> Ser
         request_timeout,
         max_header_bytes,
         max_url_bytes,
+        cookie_secure: raw.cookie_secure.unwrap_or(false)
+            || raw
+                .public_url
+                .as_ref()
+                .is_some_and(|u| u.get_ref().starts_with("https://")),
+        session_idle,
+        session_max,
+        auth_failures_per_minute,
+        trusted_proxies,
     }
+}
+
+/// `trusted_proxies`: each an IP address.
+fn trusted_proxies(src: &Src, raw: &[Spanned<String>], errs: &mut Errors) -> Vec<std::net::IpAddr> {
+    let mut out = Vec::new();
+    for (i, p) in raw.iter().enumerate() {
+        match p.get_ref().trim().parse::<std::net::IpAddr>() {
+            Ok(ip) => out.push(ip.to_canonical()),
+            Err(_) => {
+                let msg = format!(
+                    "\"{}\" is not an IP address (write one address per entry, like \"127.0.0.1\" or \"::1\")",
+                    p.get_ref()
+                );
+                errs.at(src, p.span(), format!("server.trusted_proxies[{i}]"), msg);
+            }
+        }
+    }
+    out
 }
 
 /// `[[users]]` by name.
@@ -451,6 +541,16 @@ fn api_keys(
                 .collect()
         });
         let workspace = k.workspace.as_ref().map(|w| w.get_ref().clone());
+        let rate_per_minute = k.rate_per_minute.as_ref().map(|_| {
+            count(
+                src,
+                &k.rate_per_minute,
+                &format!("{key}.rate_per_minute"),
+                1,
+                1,
+                errs,
+            ) as u64
+        });
         if let Ok(hash) = hash {
             out.insert(
                 hash,
@@ -458,6 +558,7 @@ fn api_keys(
                     name: k.name.get_ref().clone(),
                     workspace,
                     programs,
+                    rate_per_minute,
                 },
             );
         }
@@ -735,6 +836,7 @@ fn function(
             errs,
         )
     });
+    let (user, group) = identity(src, f, key, errs);
     let name = f.name.get_ref().clone();
     Function {
         name,
@@ -744,7 +846,75 @@ fn function(
         workdir,
         concurrency,
         webhook,
+        user,
+        group,
     }
+}
+
+/// `user` and `group`, resolved to numeric ids now (so a run never looks
+/// names up). A `user` without `group` takes the user's primary group from
+/// the user database; a numeric `user` without an entry there needs `group`.
+fn identity(
+    src: &Src,
+    f: &RawFunction,
+    key: &str,
+    errs: &mut Errors,
+) -> (Option<u32>, Option<u32>) {
+    let bad_id = |v: &Spanned<raw::RawId>, what: &str, errs: &mut Errors| {
+        let msg = format!("{what} id must be between 0 and {}", u32::MAX - 1);
+        errs.at(src, v.span(), format!("{key}.{what}"), msg);
+    };
+    let mut primary = None;
+    let user = f.user.as_ref().and_then(|u| match u.get_ref() {
+        raw::RawId::Id(n) => match u32::try_from(*n) {
+            Ok(uid) if uid != u32::MAX => {
+                primary = crate::sys::primary_group_of(uid);
+                if primary.is_none() && f.group.is_none() {
+                    let msg = format!(
+                        "uid {uid} has no entry in the user database, so its group is unknown: set `group` too"
+                    );
+                    errs.at(src, u.span(), format!("{key}.user"), msg);
+                }
+                Some(uid)
+            }
+            _ => {
+                bad_id(u, "user", errs);
+                None
+            }
+        },
+        raw::RawId::Name(name) => match crate::sys::user_by_name(name) {
+            Some((uid, gid)) => {
+                primary = Some(gid);
+                Some(uid)
+            }
+            None => {
+                let msg = format!("no user \"{name}\" in the user database of this system");
+                errs.at(src, u.span(), format!("{key}.user"), msg);
+                None
+            }
+        },
+    });
+    let group = match &f.group {
+        None => primary,
+        Some(g) => match g.get_ref() {
+            raw::RawId::Id(n) => match u32::try_from(*n) {
+                Ok(gid) if gid != u32::MAX => Some(gid),
+                _ => {
+                    bad_id(g, "group", errs);
+                    None
+                }
+            },
+            raw::RawId::Name(name) => {
+                let gid = crate::sys::group_by_name(name);
+                if gid.is_none() {
+                    let msg = format!("no group \"{name}\" in the group database of this system");
+                    errs.at(src, g.span(), format!("{key}.group"), msg);
+                }
+                gid
+            }
+        },
+    };
+    (user, group)
 }
 
 /// The webhook trigger: at most one; outputs are unique identifiers.

@@ -423,6 +423,20 @@ fn run_process(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
+    // Only when configured: setting an id moves std off its posix_spawn
+    // path onto fork/exec.
+    if function.user.is_some() || function.group.is_some() {
+        if let Err(message) = may_switch(function) {
+            return (None, Err(Fail::Spawn(message)));
+        }
+        if let Some(gid) = function.group {
+            cmd.gid(gid);
+        }
+        if let Some(uid) = function.user {
+            // As root, std also drops the supplementary groups (setgroups).
+            cmd.uid(uid);
+        }
+    }
     let mut child = match cmd.spawn() {
         Ok(child) => child,
         Err(err) => {
@@ -478,6 +492,25 @@ fn run_process(
         }),
     };
     (Some(report), outcome)
+}
+
+/// Whether trigd can run `function` under its configured `user`/`group`:
+/// switching needs root, unless the ids are trigd's own already. Refusing
+/// here gives a clear run failure instead of a bare EPERM from the spawn.
+fn may_switch(function: &Function) -> Result<(), String> {
+    let (euid, egid) = sys::effective_ids();
+    let other_user = function.user.is_some_and(|u| u != euid);
+    let other_group = function.group.is_some_and(|g| g != egid);
+    if euid == 0 || !(other_user || other_group) {
+        return Ok(());
+    }
+    Err(format!(
+        "function `{}` is configured to run as uid {} gid {}, but trigd runs as uid {euid} \
+         (not root) and cannot switch: run trigd as root or remove `user`/`group`",
+        function.name,
+        function.user.map_or_else(|| "-".into(), |u| u.to_string()),
+        function.group.map_or_else(|| "-".into(), |g| g.to_string()),
+    ))
 }
 
 /// A step's Result element: JSON when `stdout` is valid JSON, else the lossy
@@ -725,6 +758,8 @@ mod tests {
                 active: true,
                 outputs: inputs.iter().map(|s| s.to_string()).collect(),
             }),
+            user: None,
+            group: None,
         }
     }
 

@@ -87,6 +87,8 @@ impl Default for HeadLimits {
 struct Deadline {
     armed: Option<Duration>,
     at: Option<Instant>,
+    /// (trigd patch) some byte of the current request has arrived
+    started: bool,
 }
 
 /// (trigd patch) A reader that fails with `TimedOut` once the deadline of
@@ -103,12 +105,35 @@ impl<R: Read> Read for DeadlineReader<R> {
             let mut d = self.deadline.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(t) = d.armed.take() {
                 d.at = Some(Instant::now() + t);
+                d.started = false;
             }
             if d.at.is_some_and(|at| Instant::now() >= at) {
                 return Err(IoError::new(ErrorKind::TimedOut, "request took too long"));
             }
         }
-        self.inner.read(buf)
+        match self.inner.read(buf) {
+            Ok(n) => {
+                if n > 0 {
+                    let mut d = self.deadline.lock().unwrap_or_else(|e| e.into_inner());
+                    d.started = true;
+                }
+                Ok(n)
+            }
+            // (trigd patch) the socket timeout fired (EAGAIN) in the middle
+            //  of a request: report it as the request's timeout, so the
+            //  client gets 408 instead of a silent close. An idle
+            //  keep-alive connection (nothing of a request yet) still
+            //  closes silently.
+            Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::TimedOut => {
+                let d = self.deadline.lock().unwrap_or_else(|e| e.into_inner());
+                if d.started {
+                    Err(IoError::new(ErrorKind::TimedOut, "request took too long"))
+                } else {
+                    Err(e)
+                }
+            }
+            Err(e) => Err(e),
+        }
     }
 }
 
@@ -153,8 +178,8 @@ impl ClientConnection {
     ///  at the first byte of the new line.
     ///
     /// (trigd patch) At most `max` bytes: past that, `Ok(None)`.
-    fn read_next_line(&mut self, max: usize) -> IoResult<Option<AsciiString>> {
-        let mut buf = Vec::new();
+    fn read_next_line(&mut self, max: usize, request_line: bool) -> IoResult<Option<AsciiString>> {
+        let mut buf: Vec<u8> = Vec::new();
         let mut prev_byte_was_cr = false;
 
         loop {
@@ -170,6 +195,15 @@ impl ClientConnection {
 
             if byte == b'\n' && prev_byte_was_cr {
                 buf.pop(); // removing the '\r'
+                if !request_line {
+                    // (trigd patch) a header byte outside ASCII (obs-text,
+                    //  e.g. UTF-8) becomes DEL instead of dropping the
+                    //  connection unanswered: the application sees a value
+                    //  that is not printable ASCII and can answer it
+                    for b in buf.iter_mut().filter(|b| !b.is_ascii()) {
+                        *b = 0x7f;
+                    }
+                }
                 return AsciiString::from_ascii(buf)
                     .map(Some)
                     .map_err(|_| IoError::new(ErrorKind::InvalidInput, "Header is not in ASCII"));
@@ -194,8 +228,12 @@ impl ClientConnection {
             // reading the request line
             let (method, path, version) = {
                 let line = self
-                    .read_next_line(limits.max_request_line)
-                    .map_err(ReadError::ReadIoError)?
+                    .read_next_line(limits.max_request_line, true)
+                    .map_err(|e| match e.kind() {
+                        // (trigd patch) a non-ASCII request line is a 400
+                        ErrorKind::InvalidInput => ReadError::WrongRequestLine,
+                        _ => ReadError::ReadIoError(e),
+                    })?
                     .ok_or(ReadError::TooLarge(414))?;
 
                 parse_request_line(
@@ -210,7 +248,7 @@ impl ClientConnection {
                 loop {
                     let left = limits.max_header_bytes.saturating_sub(head_bytes);
                     let line = self
-                        .read_next_line(left)
+                        .read_next_line(left, false)
                         .map_err(ReadError::ReadIoError)?
                         .ok_or(ReadError::TooLarge(431))?;
                     head_bytes += line.len() + 2;

@@ -211,9 +211,15 @@ pub struct ServerConfig {
     pub ssl: Option<SslConfig>,
 }
 
+/// (trigd patch) A function that answers requests on the connection's own
+///  thread (see `Server::from_listener_with_handler`).
+pub type Handler = Arc<dyn Fn(Request) + Send + Sync + 'static>;
+
 /// (trigd patch) Bounds on connections and on reading requests.
 #[derive(Debug, Clone)]
 pub struct ServerLimits {
+    /// Connection threads kept ready while idle.
+    pub min_threads: usize,
     /// Open connections at most; a connection past it gets
     ///  `overload_response` and is closed at once.
     pub max_connections: usize,
@@ -230,6 +236,7 @@ pub struct ServerLimits {
 impl Default for ServerLimits {
     fn default() -> Self {
         ServerLimits {
+            min_threads: 4,
             max_connections: 1024,
             head: HeadLimits::default(),
             socket_timeout: Duration::from_secs(10),
@@ -311,7 +318,29 @@ impl Server {
         ssl_config: Option<SslConfig>,
         limits: ServerLimits,
     ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
-        let listener = listener.into();
+        Server::build(listener.into(), ssl_config, limits, None)
+    }
+
+    /// (trigd patch) Serve every request by calling `handler` on the thread
+    ///  of its connection, in order, instead of queueing it for `recv()`.
+    ///  Each open connection has a thread of its own (at most
+    ///  `max_connections`), so a slow request holds up only its own
+    ///  connection, and no request crosses threads: this saves two context
+    ///  switches per request. `recv()` is not used in this mode.
+    pub fn from_listener_with_handler<L: Into<Listener>>(
+        listener: L,
+        limits: ServerLimits,
+        handler: Handler,
+    ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
+        Server::build(listener.into(), None, limits, Some(handler))
+    }
+
+    fn build(
+        listener: Listener,
+        ssl_config: Option<SslConfig>,
+        limits: ServerLimits,
+        handler: Option<Handler>,
+    ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
         let open = Arc::new(AtomicUsize::new(0));
         let inside_open = Arc::clone(&open);
         // building the "close" variable
@@ -357,7 +386,7 @@ impl Server {
         let inside_messages = messages.clone();
         thread::spawn(move || {
             // a tasks pool is used to dispatch the connections into threads
-            let tasks_pool = util::TaskPool::new();
+            let tasks_pool = util::TaskPool::new(limits.min_threads);
 
             log::debug!("Running accept thread");
             while !inside_close_trigger.load(Relaxed) {
@@ -374,7 +403,7 @@ impl Server {
                             let _ = tcp.set_nodelay(true);
                         }
                         use util::RefinedTcpStream;
-                        let (read_closable, write_closable) = match ssl {
+                        let halves = match ssl {
                             None => RefinedTcpStream::new(sock),
                             #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
                             Some(ref ssl) => {
@@ -390,8 +419,11 @@ impl Server {
                             #[cfg(not(any(feature = "ssl-openssl", feature = "ssl-rustls")))]
                             Some(ref _ssl) => unreachable!(),
                         };
-
-                        Ok(ClientConnection::new(write_closable, read_closable, limits.head))
+                        // (trigd patch) duplicating the socket can fail
+                        //  (EMFILE): drop this connection, keep accepting
+                        halves.map(|(read_closable, write_closable)| {
+                            ClientConnection::new(write_closable, read_closable, limits.head)
+                        })
                     }
                     Err(e) => Err(e),
                 };
@@ -402,9 +434,18 @@ impl Server {
                         let mut client = Some(client);
                         // (trigd patch) count the connection while it lives
                         let guard = OpenGuard::new(&inside_open);
+                        let handler = handler.clone();
                         tasks_pool.spawn(Box::new(move || {
                             let _guard = &guard;
-                            if let Some(client) = client.take() {
+                            let Some(client) = client.take() else { return };
+                            // (trigd patch) handler mode: answer on this thread
+                            if let Some(handler) = &handler {
+                                for rq in client {
+                                    handler(rq);
+                                }
+                                return;
+                            }
+                            {
                                 // Synchronization is needed for HTTPS requests to avoid a deadlock
                                 if client.secure() {
                                     let (sender, receiver) = mpsc::channel();

@@ -22,6 +22,18 @@ impl Clone for Stream {
     }
 }
 
+impl Stream {
+    /// (trigd patch) A second handle on the stream; fails (EMFILE) instead
+    ///  of panicking like `clone` when no descriptor is left.
+    fn try_clone(&self) -> IoResult<Stream> {
+        match self {
+            Stream::Http(tcp_stream) => tcp_stream.try_clone().map(Stream::Http),
+            #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
+            Stream::Https(ssl_stream) => Ok(Stream::Https(ssl_stream.clone())),
+        }
+    }
+}
+
 impl From<Connection> for Stream {
     fn from(tcp_stream: Connection) -> Self {
         Stream::Http(tcp_stream)
@@ -89,13 +101,15 @@ pub struct RefinedTcpStream {
 }
 
 impl RefinedTcpStream {
-    pub(crate) fn new<S>(stream: S) -> (RefinedTcpStream, RefinedTcpStream)
+    /// (trigd patch) Fails when the stream cannot be duplicated (EMFILE)
+    ///  instead of panicking the accept thread.
+    pub(crate) fn new<S>(stream: S) -> IoResult<(RefinedTcpStream, RefinedTcpStream)>
     where
         S: Into<Stream>,
     {
         let stream: Stream = stream.into();
 
-        let (read, write) = (stream.clone(), stream);
+        let (read, write) = (stream.try_clone()?, stream);
 
         let read = RefinedTcpStream {
             stream: read,
@@ -109,7 +123,7 @@ impl RefinedTcpStream {
             close_write: true,
         };
 
-        (read, write)
+        Ok((read, write))
     }
 
     /// Returns true if this struct wraps around a secure connection.

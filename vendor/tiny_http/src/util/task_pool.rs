@@ -24,10 +24,13 @@ struct Sharing {
 
     // number of idle worker threads
     waiting_tasks: AtomicUsize,
+
+    min_threads: usize,
 }
 
 /// Minimum number of active threads.
-static MIN_THREADS: usize = 4;
+// (trigd patch) the number of idle threads kept is a field, `min_threads`
+//  (upstream: a constant 4)
 
 struct Registration<'a> {
     nb: &'a AtomicUsize,
@@ -47,17 +50,18 @@ impl<'a> Drop for Registration<'a> {
 }
 
 impl TaskPool {
-    pub fn new() -> TaskPool {
+    pub fn new(min_threads: usize) -> TaskPool {
         let pool = TaskPool {
             sharing: Arc::new(Sharing {
                 todo: Mutex::new(VecDeque::new()),
                 condvar: Condvar::new(),
                 active_tasks: AtomicUsize::new(0),
                 waiting_tasks: AtomicUsize::new(0),
+                min_threads,
             }),
         };
 
-        for _ in 0..MIN_THREADS {
+        for _ in 0..min_threads {
             pool.add_thread(None)
         }
 
@@ -111,7 +115,7 @@ impl TaskPool {
                         let _waiting_guard = Registration::new(&sharing.waiting_tasks);
 
                         let received =
-                            if sharing.active_tasks.load(Ordering::Acquire) <= MIN_THREADS {
+                            if sharing.active_tasks.load(Ordering::Acquire) <= sharing.min_threads {
                                 todo = sharing.condvar.wait(todo).unwrap();
                                 true
                             } else {

@@ -1,0 +1,251 @@
+//! The browser pages: login and logout, the landing page, a workspace's
+//! settings (the item "Application Key") and the HTML endpoint view, plus
+//! the two static files they use. This file holds what every page shares;
+//! `login`, `settings` and `endpoints` hold the pages.
+//!
+//! Pages are `format!` strings wrapped by [`page`]; every interpolated value
+//! goes through [`escape`], including names that validation already limits
+//! to `[A-Za-z0-9_-]`. There is no inline script or style, so the
+//! Content-Security-Policy ([`CSP`]) allows only our own files; JavaScript
+//! is needed only for the copy buttons, which stay hidden without it.
+//!
+//! A request counts as a browser's when its `Accept` names `text/html`
+//! ([`wants_html`]): browsers get pages, redirects to the login form and
+//! HTML error pages; every other client gets the JSON errors of `http.rs`.
+
+mod endpoints;
+mod login;
+mod settings;
+
+pub use endpoints::endpoints;
+pub use login::{login, login_form, logout};
+pub use settings::{home, regenerate, settings};
+
+use crate::http::{percent_decode, percent_encode, ApiError, Request, Response};
+use crate::sessions::Session;
+
+/// The Content-Security-Policy of every page.
+pub const CSP: &str = "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; \
+                       form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+/// Escape `s` for HTML text and attribute values.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A whole HTML document around `body`; `title` is escaped here.
+pub fn page(title: &str, body: &str) -> String {
+    format!(
+        "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <title>{} · trigd</title>\n<link rel=\"stylesheet\" href=\"/static/style.css\">\n\
+         <script src=\"/static/app.js\" defer></script>\n</head>\n<body>\n{body}\n</body>\n</html>\n",
+        escape(title)
+    )
+}
+
+/// Whether the client is a browser asking for a page.
+pub fn wants_html(req: &Request) -> bool {
+    req.header("accept")
+        .is_some_and(|a| a.to_ascii_lowercase().contains("text/html"))
+}
+
+/// An HTML response with the security headers every page carries.
+fn html(status: u16, doc: String) -> Response {
+    no_store(Response::text(status, "text/html; charset=utf-8", doc))
+        .with_header("Content-Security-Policy", CSP)
+        .with_header("X-Content-Type-Options", "nosniff")
+        .with_header("Referrer-Policy", "no-referrer")
+        .with_header("X-Frame-Options", "DENY")
+}
+
+fn no_store(r: Response) -> Response {
+    r.with_header("Cache-Control", "no-store")
+}
+
+/// `303 See Other` to `location` (a local path).
+fn redirect(location: &str) -> Response {
+    no_store(Response::text(
+        303,
+        "text/plain; charset=utf-8",
+        format!("See {location}\n"),
+    ))
+    .with_header("Location", location)
+}
+
+/// The answer to a request without a valid session: browsers go to the
+/// login form (coming back to `next` afterwards), other clients get 401.
+fn login_required(req: &Request, next: &str) -> Result<Response, ApiError> {
+    if wants_html(req) {
+        Ok(redirect(&format!("/login?next={}", percent_encode(next))))
+    } else {
+        Err(ApiError::Unauthorized)
+    }
+}
+
+/// Turn an error into an HTML error page for browsers; JSON otherwise.
+fn finish(req: &Request, r: Result<Response, ApiError>) -> Result<Response, ApiError> {
+    match r {
+        Err(e) if wants_html(req) => Ok(error_page(&e, &e.message())),
+        r => r,
+    }
+}
+
+/// An HTML page for `e` with `msg`, keeping the error's status and headers.
+fn error_page(e: &ApiError, msg: &str) -> Response {
+    let json: Response = e.clone().into();
+    let body = format!(
+        "<main class=\"narrow\">\n<h1>{}</h1>\n<p>{}</p>\n<p><a href=\"/\">Back to trigd</a></p>\n</main>",
+        escape(&title_case(e.code())),
+        escape(msg)
+    );
+    let mut r = html(e.status(), page("Error", &body));
+    r.headers.extend(
+        json.headers
+            .into_iter()
+            .filter(|(k, _)| k != "Content-Type"),
+    );
+    r
+}
+
+/// `rate_limited` → `Rate limited`.
+fn title_case(code: &str) -> String {
+    let s = code.replace('_', " ");
+    let mut c = s.chars();
+    c.next()
+        .map(|f| f.to_uppercase().chain(c).collect())
+        .unwrap_or_default()
+}
+
+/// The bar at the top of pages for a signed-in user, with the logout form.
+fn top_bar(s: &Session) -> String {
+    format!(
+        "<header class=\"bar\">\n<a class=\"brand\" href=\"/\">trigd</a>\n\
+         <span class=\"who\">Signed in as <strong>{}</strong></span>\n\
+         <form method=\"post\" action=\"/logout\">{}<button type=\"submit\">Log out</button></form>\n</header>",
+        escape(&s.user),
+        csrf_field(s)
+    )
+}
+
+fn csrf_field(s: &Session) -> String {
+    format!(
+        "<input type=\"hidden\" name=\"csrf\" value=\"{}\">",
+        escape(&s.csrf)
+    )
+}
+
+/// The pairs of a form-urlencoded body.
+fn form(req: &Request) -> Result<Vec<(String, String)>, ApiError> {
+    let bad = |msg: &str| ApiError::InvalidParameter {
+        name: "body".into(),
+        msg: msg.into(),
+    };
+    if let Some(ct) = req.header("content-type") {
+        if !ct
+            .to_ascii_lowercase()
+            .starts_with("application/x-www-form-urlencoded")
+        {
+            return Err(bad("Send the form as application/x-www-form-urlencoded."));
+        }
+    }
+    let text = std::str::from_utf8(&req.body).map_err(|_| bad("The form is not UTF-8."))?;
+    text.split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            match (percent_decode(k, true), percent_decode(v, true)) {
+                (Some(k), Some(v)) => Ok((k, v)),
+                _ => Err(bad("The form is not valid percent-encoded UTF-8.")),
+            }
+        })
+        .collect()
+}
+
+fn field<'a>(form: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    form.iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+/// A `next` target that stays on this site: a local absolute path of
+/// printable ASCII, not `//host` nor `/\host`; anything else is `/`.
+fn safe_next(next: Option<&str>) -> &str {
+    match next {
+        Some(n)
+            if n.starts_with('/')
+                && !n.starts_with("//")
+                && n.bytes().all(|b| (0x21..0x7f).contains(&b) && b != b'\\') =>
+        {
+            n
+        }
+        _ => "/",
+    }
+}
+
+/// `GET /static/<name>`: the stylesheet and the copy-button script.
+///
+/// # Errors
+/// 404 for any other name.
+pub fn asset(name: &str) -> Result<Response, ApiError> {
+    let (ctype, body) = match name {
+        "style.css" => ("text/css; charset=utf-8", include_str!("static/style.css")),
+        "app.js" => (
+            "text/javascript; charset=utf-8",
+            include_str!("static/app.js"),
+        ),
+        _ => return Err(ApiError::NotFound),
+    };
+    Ok(Response::text(200, ctype, body)
+        .with_header("X-Content-Type-Options", "nosniff")
+        .with_header("Cache-Control", "public, max-age=300"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escape_everything_dangerous() {
+        assert_eq!(
+            escape(r#"<a href="x" onclick='y'>&</a>"#),
+            "&lt;a href=&quot;x&quot; onclick=&#39;y&#39;&gt;&amp;&lt;/a&gt;"
+        );
+        assert_eq!(escape("plain-name_1"), "plain-name_1");
+    }
+
+    #[test]
+    fn next_stays_local() {
+        assert_eq!(safe_next(Some("/tools/a/endpoints")), "/tools/a/endpoints");
+        for bad in [
+            "//evil.example",
+            "/\\evil",
+            "https://evil",
+            "x",
+            "/a b",
+            "/a\r\nb",
+        ] {
+            assert_eq!(safe_next(Some(bad)), "/", "{bad:?}");
+        }
+        assert_eq!(safe_next(None), "/");
+    }
+
+    #[test]
+    fn page_has_no_inline_script() {
+        let p = page("<t>", "<p>x</p>");
+        assert!(p.contains("&lt;t&gt;"));
+        assert!(!p.contains("<script>"), "only <script src=…>");
+        assert!(!p.contains("style="));
+    }
+}

@@ -1,0 +1,347 @@
+//! End to end in a real browser: headless Chromium driven through
+//! chromedriver's WebDriver HTTP API with the harness's raw HTTP client.
+//!
+//! The test needs Debian's `chromium` and `chromium-driver`; without them it
+//! fails (it never passes silently) and says how to install them. A PNG of
+//! every page goes to `<target dir>/screenshots/`.
+
+use std::fs;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::ui::{start, UA};
+use crate::util::{wait_until, Client, TestDir, Trigd};
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+/// The W3C WebDriver element reference key.
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
+
+/// A chromedriver process with one browser session; both end on drop.
+struct Browser {
+    driver: Child,
+    client: Client,
+    session: String,
+    shots: PathBuf,
+}
+
+impl Browser {
+    /// Start chromedriver and a headless Chromium with a profile in `dir`.
+    fn start(dir: &TestDir) -> Browser {
+        for bin in [CHROMIUM, CHROMEDRIVER] {
+            assert!(
+                Path::new(bin).exists(),
+                "{bin} is missing: the browser test needs Chromium and chromedriver. Install them with\n  \
+                 apt-get update && apt-get install -y chromium chromium-driver"
+            );
+        }
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let driver = Command::new(CHROMEDRIVER)
+            .arg(format!("--port={port}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {CHROMEDRIVER}: {e}"));
+        let log = dir.path("chromedriver-client.log");
+        let client = Client::for_addr(&format!("127.0.0.1:{port}"), &log);
+        let mut b = Browser {
+            driver,
+            client,
+            session: String::new(),
+            shots: Path::new(env!("CARGO_TARGET_TMPDIR"))
+                .parent()
+                .expect("target dir")
+                .join("screenshots"),
+        };
+        let ready = wait_until(Duration::from_secs(20), || {
+            b.client
+                .try_request("GET", "/status", &[], b"")
+                .ok()
+                .and_then(|r| serde_json::from_slice::<Value>(&r.body).ok())
+                .is_some_and(|v| v["value"]["ready"] == true)
+        });
+        assert!(ready, "chromedriver on port {port} did not become ready");
+        let profile = dir.path_str("chromium-profile");
+        let caps = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": CHROMIUM,
+                "args": [
+                    "--headless", "--no-sandbox", "--disable-gpu",
+                    "--disable-background-networking", "--disable-dev-shm-usage",
+                    "--no-first-run", "--disable-crash-reporter", "--window-size=1200,1000",
+                    format!("--user-data-dir={profile}"),
+                ],
+            },
+        }}});
+        let v = b.call("POST", "/session", Some(caps));
+        b.session = v["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no sessionId in {v}"))
+            .to_string();
+        fs::create_dir_all(&b.shots).expect("screenshots dir");
+        b
+    }
+
+    /// One WebDriver command; returns `value`, panicking on a WebDriver
+    /// error.
+    #[track_caller]
+    fn call(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        let body = body.map(|v| v.to_string()).unwrap_or_default();
+        let r = self.client.request(
+            method,
+            path,
+            &[("Content-Type", "application/json")],
+            body.as_bytes(),
+        );
+        let v: Value = serde_json::from_slice(&r.body)
+            .unwrap_or_else(|e| r.fail(format!("WebDriver reply is not JSON: {e}")));
+        if r.status != 200 {
+            r.fail(format!("WebDriver {method} {path} failed"));
+        }
+        v.get("value").cloned().unwrap_or(Value::Null)
+    }
+
+    fn s(&self, rest: &str) -> String {
+        format!("/session/{}{rest}", self.session)
+    }
+
+    #[track_caller]
+    fn go(&self, url: &str) {
+        self.call("POST", &self.s("/url"), Some(json!({ "url": url })));
+    }
+
+    #[track_caller]
+    fn url(&self) -> String {
+        self.call("GET", &self.s("/url"), None)
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    }
+
+    #[track_caller]
+    fn find(&self, css: &str) -> String {
+        let v = self.call(
+            "POST",
+            &self.s("/element"),
+            Some(json!({"using": "css selector", "value": css})),
+        );
+        v[ELEMENT]
+            .as_str()
+            .unwrap_or_else(|| panic!("no element {css:?}: {v}"))
+            .to_string()
+    }
+
+    #[track_caller]
+    fn exists(&self, css: &str) -> bool {
+        let v = self.call(
+            "POST",
+            &self.s("/elements"),
+            Some(json!({"using": "css selector", "value": css})),
+        );
+        v.as_array().is_some_and(|a| !a.is_empty())
+    }
+
+    #[track_caller]
+    fn type_into(&self, css: &str, text: &str) {
+        let e = self.find(css);
+        self.call(
+            "POST",
+            &self.s(&format!("/element/{e}/value")),
+            Some(json!({ "text": text })),
+        );
+    }
+
+    #[track_caller]
+    fn click(&self, css: &str) {
+        let e = self.find(css);
+        self.call(
+            "POST",
+            &self.s(&format!("/element/{e}/click")),
+            Some(json!({})),
+        );
+    }
+
+    #[track_caller]
+    fn text(&self, css: &str) -> String {
+        let e = self.find(css);
+        self.call("GET", &self.s(&format!("/element/{e}/text")), None)
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    }
+
+    /// The value of cookie `name`, if the browser has it.
+    fn cookie(&self, name: &str) -> Option<String> {
+        let all = self.call("GET", &self.s("/cookie"), None);
+        all.as_array()?
+            .iter()
+            .find(|c| c["name"] == name)
+            .and_then(|c| c["value"].as_str())
+            .map(str::to_string)
+    }
+
+    /// Save a PNG of the page as `screenshots/<name>.png`.
+    #[track_caller]
+    fn screenshot(&self, name: &str) {
+        let v = self.call("GET", &self.s("/screenshot"), None);
+        let png = base64_decode(v.as_str().unwrap_or(""));
+        assert!(png.starts_with(b"\x89PNG"), "the screenshot is not a PNG");
+        let path = self.shots.join(format!("{name}.png"));
+        fs::write(&path, png).unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+    }
+
+    /// Wait (bounded) until `css` matches an element.
+    #[track_caller]
+    fn wait_for(&self, css: &str) {
+        assert!(
+            wait_until(Duration::from_secs(10), || self.exists(css)),
+            "no {css:?} on {} within 10s",
+            self.url()
+        );
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        if !self.session.is_empty() {
+            let path = self.s("");
+            let _ = self.client.try_request("DELETE", &path, &[], b"");
+        }
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+/// Standard base64 (with padding) to bytes.
+fn base64_decode(s: &str) -> Vec<u8> {
+    let val = |c: u8| -> u32 {
+        match c {
+            b'A'..=b'Z' => (c - b'A') as u32,
+            b'a'..=b'z' => (c - b'a' + 26) as u32,
+            b'0'..=b'9' => (c - b'0' + 52) as u32,
+            b'+' => 62,
+            b'/' => 63,
+            _ => panic!("bad base64 byte {c}"),
+        }
+    };
+    let clean: Vec<u8> = s.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
+    let mut out = Vec::with_capacity(clean.len() / 4 * 3);
+    for chunk in clean.chunks(4) {
+        let data: Vec<u8> = chunk.iter().copied().filter(|&b| b != b'=').collect();
+        let mut n = 0u32;
+        for (i, &c) in data.iter().enumerate() {
+            n |= val(c) << (18 - 6 * i);
+        }
+        let bytes = n.to_be_bytes();
+        out.extend_from_slice(&bytes[1..data.len()]);
+    }
+    out
+}
+
+/// Call the protected endpoint with an application key.
+fn call_with_key(t: &Trigd, key: &str) -> u16 {
+    let auth = format!("Bearer {key}");
+    t.request(
+        "GET",
+        "/tools/inventory/production/list",
+        &[("Authorization", auth.as_str()), UA],
+        b"",
+    )
+    .status
+}
+
+#[test]
+fn browser_login_key_endpoints_logout() {
+    let (dir, t) = start("browser_e2e", "");
+    let b = Browser::start(&dir);
+    let base = format!("http://{}", t.addr);
+
+    // Not logged in: the settings page sends the browser to the login form.
+    b.go(&format!("{base}/workspaces/ops/settings"));
+    b.wait_for("#username");
+    assert!(b.url().contains("/login?next="), "at {}", b.url());
+    b.screenshot("01-login");
+    b.type_into("#username", "alice");
+    b.type_into("#password", "alice-pw");
+    b.click("button[type=submit]");
+    b.wait_for("#generate");
+    assert!(
+        b.url().ends_with("/workspaces/ops/settings"),
+        "at {}",
+        b.url()
+    );
+    assert_eq!(b.text("#generate"), "Generate");
+    b.screenshot("02-settings-first-visit");
+
+    // Generate: the key is shown once, with a working Copy button.
+    b.click("#generate");
+    b.wait_for("#app-key");
+    let k1 = b.text("#app-key");
+    assert!(k1.starts_with("tk_") && k1.len() == 67, "key {k1:?}");
+    b.click("button[data-copy=app-key]");
+    assert!(
+        wait_until(Duration::from_secs(5), || b.text("#app-key-status")
+            == "Copied."),
+        "the Copy button reported {:?}",
+        b.text("#app-key-status")
+    );
+    b.screenshot("03-settings-new-key");
+    assert_eq!(call_with_key(&t, &k1), 200, "the new key works");
+
+    // A later visit shows only the hint; Regenerate replaces the key.
+    b.go(&format!("{base}/workspaces/ops/settings"));
+    b.wait_for("#app-key-hint");
+    assert!(!b.exists("#app-key"), "the key is not shown again");
+    assert_eq!(b.text("#generate"), "Regenerate");
+    b.screenshot("04-settings-later-visit");
+    b.click("#generate");
+    b.wait_for("#app-key");
+    let k2 = b.text("#app-key");
+    assert_ne!(k1, k2);
+    assert_eq!(call_with_key(&t, &k1), 401, "the old key stopped working");
+    assert_eq!(call_with_key(&t, &k2), 200, "the new key works");
+
+    // The landing page and the endpoint view.
+    b.go(&format!("{base}/"));
+    b.wait_for("a[href='/tools/inventory/endpoints']");
+    b.screenshot("05-home");
+    b.click("a[href='/tools/inventory/endpoints']");
+    b.wait_for("button[data-copy=curl-0-0]");
+    let curl = b.text("#curl-0-1");
+    assert!(
+        curl.contains(&format!("{base}/tools/inventory/production/add")),
+        "curl command {curl:?}"
+    );
+    b.click("button[data-copy=curl-0-1]");
+    assert!(
+        wait_until(Duration::from_secs(5), || b.text("#curl-0-1-status")
+            == "Copied."),
+        "copy curl reported {:?}",
+        b.text("#curl-0-1-status")
+    );
+    b.screenshot("06-endpoints");
+
+    // Log out: the old session cookie stops working.
+    let token = b.cookie("trigd_session").expect("the session cookie");
+    b.click("header form button[type=submit]");
+    b.wait_for("#username");
+    b.screenshot("07-logged-out");
+    assert!(b.cookie("trigd_session").is_none(), "the cookie is cleared");
+    let c = format!("trigd_session={token}");
+    let r = t.request(
+        "GET",
+        "/tools/inventory/production/list",
+        &[("Cookie", &c)],
+        b"",
+    );
+    r.err(401, "unauthorized");
+}

@@ -1,0 +1,526 @@
+//! Hot reload (SPEC §5) against the running binary: every way an operator or
+//! a tool edits the files (in place, rename over, delete and create, new and
+//! removed files, config edits, a Kubernetes ConfigMap symlink swap), editor
+//! files that must not count, invalid edits that must change nothing, SIGHUP,
+//! runs in progress, and a reload of 10,000 program files under traffic.
+
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{symlink, MetadataExt};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::util::*;
+
+/// Bound for a change to become live ("within a fraction of a second", with
+/// room for a loaded 2-core machine).
+const LIVE: Duration = Duration::from_secs(5);
+
+/// Program `id` called `p<id>` whose one triggered function prints `text`.
+fn prog(id: u64, text: &str) -> String {
+    format!(
+        "id = {id}\nname = \"p{id}\"\n\n[[functions]]\nname = \"f\"\ncommand = [\"printf\", \"%s\", \"{text}\"]\n[functions.webhook]\n"
+    )
+}
+
+/// What program `id` answers now: `Ok(first Result element)` on 200,
+/// `Err(Code)` otherwise.
+fn served(t: &Trigd, id: u64) -> Result<String, String> {
+    let r = t.post(&format!("/api?api_key={KEY}&program_id={id}"));
+    let v = r.json();
+    if r.status == 200 {
+        Ok(v["Result"][0].as_str().unwrap_or_default().to_string())
+    } else {
+        Err(v["Code"].as_str().unwrap_or_default().to_string())
+    }
+}
+
+/// Wait until program `id` answers `want`.
+fn wait_served(t: &Trigd, id: u64, want: Result<&str, &str>) {
+    let want = want.map(str::to_string).map_err(str::to_string);
+    let mut last = Ok(String::new());
+    if !wait_until(LIVE, || {
+        last = served(t, id);
+        last == want
+    }) {
+        t.fail(format!(
+            "program {id} still answers {last:?} after {LIVE:?}, want {want:?}"
+        ))
+    }
+}
+
+/// `GET /healthz` as JSON.
+fn health(t: &Trigd) -> Value {
+    t.get("/healthz").ok()
+}
+
+fn generation(t: &Trigd) -> u64 {
+    health(t)["Generation"]
+        .as_u64()
+        .unwrap_or_else(|| t.fail("/healthz has no integer Generation"))
+}
+
+/// Wait until `/healthz` shows no reload error (a transient one can appear
+/// while an editor is half-way through a save).
+fn wait_no_reload_error(t: &Trigd) {
+    let mut last = Value::Null;
+    if !wait_until(LIVE, || {
+        last = health(t);
+        last["LastReloadError"].is_null()
+    }) {
+        t.fail(format!("LastReloadError stays set: {last}"))
+    }
+}
+
+/// Overwrite `rel` in place: same inode, truncated and rewritten.
+fn write_in_place(dir: &TestDir, rel: &str, text: &str) {
+    let mut f = OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(dir.path(rel))
+        .unwrap_or_else(|e| panic!("cannot open {rel}: {e}"));
+    f.write_all(text.as_bytes()).expect("write");
+}
+
+fn inode(dir: &TestDir, rel: &str) -> u64 {
+    fs::metadata(dir.path(rel)).expect("stat").ino()
+}
+
+/// `kill -HUP <server>`.
+fn sighup(t: &Trigd) {
+    let st = Command::new("kill")
+        .args(["-HUP", &t.pid().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(st.success(), "kill -HUP failed");
+}
+
+fn log_has(t: &Trigd, needle: &str) -> bool {
+    fs::read_to_string(&t.stderr_log).is_ok_and(|s| s.contains(needle))
+}
+
+#[test]
+fn in_place_write_is_served() {
+    let (dir, t) = serve("reload_in_place", "", &[("a.toml", &prog(1, "one"))]);
+    wait_served(&t, 1, Ok("one"));
+    let ino = inode(&dir, "programs/a.toml");
+    write_in_place(&dir, "programs/a.toml", &prog(1, "two"));
+    assert_eq!(
+        inode(&dir, "programs/a.toml"),
+        ino,
+        "the write kept the inode"
+    );
+    wait_served(&t, 1, Ok("two"));
+    wait_no_reload_error(&t);
+    // A second in-place edit: the watch survives the first reload.
+    write_in_place(&dir, "programs/a.toml", &prog(1, "three"));
+    wait_served(&t, 1, Ok("three"));
+}
+
+#[test]
+fn write_temp_then_rename_over_is_served() {
+    let (dir, t) = serve("reload_rename", "", &[("a.toml", &prog(1, "one"))]);
+    wait_served(&t, 1, Ok("one"));
+    for (round, text) in ["two", "three"].into_iter().enumerate() {
+        let ino = inode(&dir, "programs/a.toml");
+        // sed -i writes `sedXXXXXX` next to the file; vim writes the new
+        // file after moving the old one aside. Both end in a rename.
+        let tmp = format!("programs/sed{round}Xy7Q");
+        dir.write(&tmp, &prog(1, text));
+        fs::rename(dir.path(&tmp), dir.path("programs/a.toml")).expect("rename");
+        assert_ne!(
+            inode(&dir, "programs/a.toml"),
+            ino,
+            "rename replaced the inode"
+        );
+        wait_served(&t, 1, Ok(text));
+    }
+    wait_no_reload_error(&t);
+}
+
+#[test]
+fn delete_then_create_is_served() {
+    let (dir, t) = serve("reload_git", "", &[("a.toml", &prog(1, "one"))]);
+    wait_served(&t, 1, Ok("one"));
+    for text in ["two", "three"] {
+        fs::remove_file(dir.path("programs/a.toml")).expect("remove");
+        dir.write("programs/a.toml", &prog(1, text));
+        wait_served(&t, 1, Ok(text));
+    }
+    wait_no_reload_error(&t);
+}
+
+#[test]
+fn new_program_file_is_served() {
+    let (dir, t) = serve("reload_new", "", &[("a.toml", &prog(1, "one"))]);
+    wait_served(&t, 2, Err("program_not_found"));
+    let g = generation(&t);
+    dir.write("programs/b.toml", &prog(2, "bee"));
+    wait_served(&t, 2, Ok("bee"));
+    let h = health(&t);
+    assert_eq!(h["Programs"], json!(2), "{h}");
+    assert_eq!(h["Generation"], json!(g + 1), "one file, one reload: {h}");
+    assert_eq!(served(&t, 1), Ok("one".to_string()));
+}
+
+#[test]
+fn removed_program_file_is_no_longer_served() {
+    let (dir, t) = serve(
+        "reload_removed",
+        "",
+        &[("a.toml", &prog(1, "one")), ("b.toml", &prog(2, "bee"))],
+    );
+    wait_served(&t, 2, Ok("bee"));
+    fs::remove_file(dir.path("programs/b.toml")).expect("remove");
+    wait_served(&t, 2, Err("program_not_found"));
+    assert_eq!(served(&t, 1), Ok("one".to_string()));
+    assert_eq!(health(&t)["Programs"], json!(1));
+}
+
+#[test]
+fn config_edit_adds_an_api_key() {
+    let (dir, t) = serve("reload_config", "", &[("a.toml", &prog(1, "one"))]);
+    let new_key = "trigd-test-reload-new-key-5a5a";
+    let url = format!("/api?api_key={new_key}&program_id=1");
+    t.post(&url).err(401, "invalid_api_key");
+    let line = format!(
+        "\n[[api_keys]]\nname = \"late\"\nsha256 = \"{}\"\n",
+        sha256_hex(new_key)
+    );
+    // Rewrite the file in place, as an editor without backup does.
+    let text = format!("{}{line}", dir.read("config.toml"));
+    write_in_place(&dir, "config.toml", &text);
+    let mut last = None;
+    if !wait_until(LIVE, || {
+        let r = t.post(&url);
+        let ok = r.status == 200;
+        last = Some(r);
+        ok
+    }) {
+        last.expect("polled")
+            .fail("the key added to config.toml never worked")
+    }
+    wait_no_reload_error(&t);
+}
+
+// ---------------------------------------------------------------------------
+// Kubernetes ConfigMap: everything reached through a `..data` symlink that
+// is swapped atomically.
+
+/// `..<name>/config.toml` (with `programs_dir`) and its programs.
+fn configmap_version(dir: &TestDir, name: &str, programs_dir: &str, programs: &[(u64, &str)]) {
+    let server = format!("programs_dir = \"{programs_dir}\"");
+    dir.write(&format!("{name}/config.toml"), &config(&server));
+    dir.mkdir(&format!("{name}/programs"));
+    for (id, text) in programs {
+        dir.write(&format!("{name}/programs/p{id}.toml"), &prog(*id, text));
+    }
+}
+
+/// Point `..data` at `target` atomically: a temp symlink renamed over it,
+/// then the old version removed, as the kubelet does.
+fn swap_data(dir: &TestDir, target: &str, old: &str) {
+    let tmp = dir.path("..data_tmp");
+    symlink(target, &tmp).expect("symlink");
+    fs::rename(&tmp, dir.path("..data")).expect("rename over ..data");
+    fs::remove_dir_all(dir.path(old)).expect("remove the old version");
+}
+
+/// A ConfigMap mount: the config through `..data`, programs through
+/// `programs_dir`; with `programs_link`, through a `programs` symlink.
+fn configmap_swap(name: &str, programs_link: bool) {
+    let dir = TestDir::new(name);
+    let programs_dir = if programs_link {
+        "programs"
+    } else {
+        "..data/programs"
+    };
+    configmap_version(&dir, "..2026_a", programs_dir, &[(1, "a1")]);
+    symlink("..2026_a", dir.path("..data")).expect("symlink");
+    symlink("..data/config.toml", dir.path("config.toml")).expect("symlink");
+    if programs_link {
+        symlink("..data/programs", dir.path("programs")).expect("symlink");
+    }
+    let t = Trigd::start(&dir);
+    wait_served(&t, 1, Ok("a1"));
+
+    configmap_version(&dir, "..2026_b", programs_dir, &[(1, "b1"), (2, "b2")]);
+    swap_data(&dir, "..2026_b", "..2026_a");
+    wait_served(&t, 2, Ok("b2"));
+    assert_eq!(served(&t, 1), Ok("b1".to_string()));
+
+    // A second swap: the watches were set up again after the first one.
+    configmap_version(&dir, "..2026_c", programs_dir, &[(3, "c3")]);
+    swap_data(&dir, "..2026_c", "..2026_b");
+    wait_served(&t, 3, Ok("c3"));
+    wait_served(&t, 1, Err("program_not_found"));
+    wait_served(&t, 2, Err("program_not_found"));
+
+    // The programs directory watched now is the new target's.
+    write_in_place(&dir, "..2026_c/programs/p3.toml", &prog(3, "c3-edited"));
+    wait_served(&t, 3, Ok("c3-edited"));
+    wait_no_reload_error(&t);
+}
+
+#[test]
+fn configmap_symlink_swap_with_programs_dir_through_data() {
+    configmap_swap("reload_configmap_dir", false);
+}
+
+#[test]
+fn configmap_symlink_swap_with_programs_symlink() {
+    configmap_swap("reload_configmap_link", true);
+}
+
+// ---------------------------------------------------------------------------
+// Files that must not count, and edits that must change nothing.
+
+#[test]
+fn editor_swap_and_backup_files_do_not_reload() {
+    let (dir, t) = serve("reload_swapfiles", "", &[("a.toml", &prog(1, "one"))]);
+    wait_served(&t, 1, Ok("one"));
+    let g = generation(&t);
+    // Valid programs with new ids: if any of these files were read, its
+    // program would be served (or the duplicate id 1 would be an error).
+    dir.write("programs/.a.toml.swp", &prog(7, "swap"));
+    dir.write("programs/a.toml~", &prog(8, "backup"));
+    dir.write("programs/a.toml.tmp", &prog(9, "tmp"));
+    dir.write("programs/.b.toml.swp", &prog(1, "swap-dup"));
+    // Now a real change; once it is live, any reload the editor files
+    // caused has happened too.
+    write_in_place(&dir, "programs/a.toml", &prog(1, "two"));
+    wait_served(&t, 1, Ok("two"));
+    let h = health(&t);
+    assert_eq!(h["Generation"], json!(g + 1), "exactly one reload: {h}");
+    assert_eq!(h["Programs"], json!(1), "{h}");
+    assert!(h["LastReloadError"].is_null(), "{h}");
+    for id in [7, 8, 9] {
+        assert_eq!(served(&t, id), Err("program_not_found".to_string()));
+    }
+    // Editing the editor files again changes nothing either.
+    write_in_place(&dir, "programs/a.toml~", &prog(8, "backup2"));
+    write_in_place(&dir, "programs/a.toml", &prog(1, "three"));
+    wait_served(&t, 1, Ok("three"));
+    assert_eq!(generation(&t), g + 2);
+}
+
+/// Apply `bad` (file, content), check that nothing served changes and that
+/// `/healthz` names the problem (every string of `want`), then fix it and
+/// check the recovery.
+fn invalid_edit_changes_nothing(name: &str, bad: (&str, &str), want: &[&str]) {
+    let (dir, t) = serve(name, "", &[("a.toml", &prog(1, "one"))]);
+    wait_served(&t, 1, Ok("one"));
+    let g = generation(&t);
+    dir.write(bad.0, bad.1);
+    // Wait for the error about the final content (a save can pass through
+    // an empty file first).
+    let mut last = Value::Null;
+    if !wait_until(LIVE, || {
+        last = health(&t);
+        let err = last["LastReloadError"].as_str().unwrap_or_default();
+        want.iter().all(|w| err.contains(w))
+    }) {
+        t.fail(format!(
+            "LastReloadError does not name all of {want:?} after an invalid edit: {last}"
+        ))
+    }
+    assert_eq!(last["Generation"], json!(g), "generation unchanged: {last}");
+    assert_eq!(last["Programs"], json!(1), "{last}");
+    assert_eq!(
+        served(&t, 1),
+        Ok("one".to_string()),
+        "the old program serves"
+    );
+    assert!(log_has(&t, "reload refused"), "the error goes to the log");
+    // Fix it: live without a restart, error cleared.
+    fs::remove_file(dir.path("programs/bad.toml")).ok();
+    dir.write("config.toml", &config(""));
+    dir.write("programs/a.toml", &prog(1, "fixed"));
+    wait_served(&t, 1, Ok("fixed"));
+    wait_no_reload_error(&t);
+    assert_eq!(generation(&t), g + 1);
+}
+
+#[test]
+fn toml_syntax_error_changes_nothing() {
+    let bad = "id = 1\nname = \"p1\"\n\n[[functions]\nname = \"f\"\n";
+    invalid_edit_changes_nothing(
+        "reload_bad_syntax",
+        ("programs/a.toml", bad),
+        &["programs/a.toml:4:", "functions"],
+    );
+}
+
+#[test]
+fn unknown_field_changes_nothing() {
+    let bad = prog(1, "nope").replace("command", "comand");
+    invalid_edit_changes_nothing(
+        "reload_bad_field",
+        ("programs/a.toml", &bad),
+        &[
+            "programs/a.toml:6:1",
+            "functions[0].comand",
+            "unknown field",
+        ],
+    );
+}
+
+#[test]
+fn duplicate_program_id_changes_nothing() {
+    invalid_edit_changes_nothing(
+        "reload_bad_dup",
+        ("programs/bad.toml", &prog(1, "dup").replace("p1", "dup")),
+        &[
+            "programs/bad.toml:1:6",
+            "id",
+            "program id 1 is used by both",
+        ],
+    );
+}
+
+#[test]
+fn dangling_reference_changes_nothing() {
+    let tool = "\n[[tools]]\nname = \"t\"\nworkspace = \"ops\"\n[tools.environments.prod]\n\
+                [[tools.triggers]]\nkind = \"endpoint\"\nname = \"go\"\nprogram = 9\nfunction = \"f\"\n";
+    let text = format!("{}{tool}", config(""));
+    let line = text.lines().position(|l| l == "program = 9").expect("line") + 1;
+    let at = format!("config.toml:{line}:");
+    invalid_edit_changes_nothing(
+        "reload_bad_ref",
+        ("config.toml", &text),
+        &[&at, "tools[0].triggers[0].program", "program 9"],
+    );
+}
+
+// ---------------------------------------------------------------------------
+// SIGHUP, runs in progress, scale.
+
+#[test]
+fn sighup_reloads_what_the_watcher_cannot_see() {
+    // The program file is a symlink to a file in a directory trigd does not
+    // watch: editing the target makes no event, so only SIGHUP reloads it.
+    let dir = setup("reload_sighup", "", &[]);
+    dir.write("elsewhere/a.toml", &prog(1, "one"));
+    symlink(dir.path("elsewhere/a.toml"), dir.path("programs/a.toml")).expect("symlink");
+    let t = Trigd::start(&dir);
+    wait_served(&t, 1, Ok("one"));
+    let g = generation(&t);
+
+    // Nothing changed: the reload still happens and says so.
+    sighup(&t);
+    t.wait_for(LIVE, "a SIGHUP reload of an unchanged config", || {
+        log_has(&t, "SIGHUP") && log_has(&t, "configuration unchanged")
+    });
+    assert_eq!(generation(&t), g, "unchanged config, same generation");
+
+    write_in_place(&dir, "elsewhere/a.toml", &prog(1, "two"));
+    sighup(&t);
+    wait_served(&t, 1, Ok("two"));
+    let h = health(&t);
+    assert_eq!(h["Generation"], json!(g + 1), "{h}");
+    assert_eq!(h["Status"], json!("ok"), "{h}");
+}
+
+#[test]
+fn run_in_progress_keeps_its_definition() {
+    let old = r#"
+id = 1
+name = "slow"
+
+[[functions]]
+name = "f"
+workdir = "../work"
+timeout = "20s"
+steps = [
+  { shell = 'touch started; while [ ! -e release ]; do sleep 0.02; done; echo old-1' },
+  { shell = 'echo old-2' },
+]
+[functions.webhook]
+"#;
+    let new = old
+        .replace(
+            "touch started; while [ ! -e release ]; do sleep 0.02; done; echo old-1",
+            "echo new-1",
+        )
+        .replace("old-2", "new-2");
+    let (dir, t) = serve("reload_in_progress", "", &[("slow.toml", old)]);
+    let client = t.client();
+    let run = thread::spawn(move || client.post(&format!("/api?api_key={KEY}&program_id=1")));
+    t.wait_for(LIVE, "the run to start", || dir.exists("work/started"));
+    let g = generation(&t);
+    dir.write("programs/slow.toml", &new);
+    t.wait_for(LIVE, "the reload", || generation(&t) == g + 1);
+    // The new definition serves while the old run still waits.
+    let r = t.post(&format!("/api?api_key={KEY}&program_id=1"));
+    let v = r.ok();
+    r.check_eq(
+        &v["Result"],
+        &json!(["new-1", "new-2"]),
+        "Result of a new run",
+    );
+    r.check(!dir.exists("work/release"), "the old run is still waiting");
+    dir.write("work/release", "");
+    let r = run.join().expect("run thread");
+    let v = r.ok();
+    r.check_eq(
+        &v["Result"],
+        &json!(["old-1", "old-2"]),
+        "Result of the run in progress",
+    );
+}
+
+#[test]
+fn reload_of_ten_thousand_programs_does_not_stall_serving() {
+    const N: u64 = 10_000;
+    let (dir, t) = serve("reload_10k", "", &[("p1.toml", &prog(1, "one"))]);
+    wait_served(&t, 1, Ok("one"));
+    let stop = Arc::new(AtomicBool::new(false));
+    let poller = {
+        let (client, stop) = (t.client(), Arc::clone(&stop));
+        thread::spawn(move || {
+            let (mut n, mut worst) = (0u32, Duration::ZERO);
+            while !stop.load(Ordering::SeqCst) {
+                let start = Instant::now();
+                let r = client.get("/healthz");
+                assert_eq!(r.status, 200, "{r:?}");
+                worst = worst.max(start.elapsed());
+                n += 1;
+                thread::sleep(Duration::from_millis(10));
+            }
+            (n, worst)
+        })
+    };
+    let started = Instant::now();
+    for id in 2..=N + 1 {
+        dir.write(
+            &format!("programs/p{id}.toml"),
+            &prog(id, &format!("n{id}")),
+        );
+    }
+    let written = started.elapsed();
+    let bound = Duration::from_secs(25);
+    let mut last = Value::Null;
+    let live = wait_until(bound, || {
+        last = health(&t);
+        last["Programs"] == json!(N + 1)
+    });
+    stop.store(true, Ordering::SeqCst);
+    let (n, worst) = poller.join().expect("poller");
+    if !live {
+        t.fail(format!(
+            "{N} new programs not live {bound:?} after writing them ({written:?}): {last}"
+        ))
+    }
+    assert_eq!(served(&t, N + 1), Ok(format!("n{}", N + 1)));
+    assert!(last["LastReloadError"].is_null(), "{last}");
+    assert!(n >= 10, "only {n} /healthz answers while reloading");
+    assert!(
+        worst < Duration::from_secs(2),
+        "a /healthz request took {worst:?} during the reload"
+    );
+}
