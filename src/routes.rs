@@ -11,6 +11,10 @@ use crate::metrics::Gauges;
 use crate::tools;
 use crate::ui;
 
+/// The OpenAPI 3.0 description of every route below, served at
+/// `GET /openapi.json`.
+pub const OPENAPI: &str = include_str!("../openapi.json");
+
 /// Answer one request.
 pub fn handle(app: &App, req: &Request) -> Response {
     let cfg = app.config();
@@ -19,6 +23,7 @@ pub fn handle(app: &App, req: &Request) -> Response {
     let result = match (method, segs.as_slice()) {
         ("GET" | "HEAD", ["healthz"]) => Ok(healthz(app)),
         ("GET" | "HEAD", ["metrics"]) => Ok(metrics(app)),
+        ("GET" | "HEAD", ["openapi.json"]) => Ok(Response::text(200, "application/json", OPENAPI)),
         (_, ["api"]) => api::run(app, &cfg, req),
         ("GET", ["api", "runs", id]) => api::run_status(app, &cfg, req, id),
         (_, ["api", "runs", _]) => Err(ApiError::MethodNotAllowed { allow: vec!["GET"] }),

@@ -78,8 +78,8 @@ pub fn call(
 }
 
 /// Collect one string per output, by name, from the query and a JSON object
-/// body.
-fn named_values(req: &Request, outputs: &[String]) -> Result<Vec<String>, ApiError> {
+/// body. `pub(crate)` for the fuzz harness (fuzz/src/lib.rs).
+pub(crate) fn named_values(req: &Request, outputs: &[String]) -> Result<Vec<String>, ApiError> {
     let mismatch = |msg: String| ApiError::ValuesMismatch {
         msg,
         outputs: outputs.to_vec(),
