@@ -5,7 +5,7 @@
 #
 #   bench/schemathesis.sh                 # defaults below
 #   ST_MAX_EXAMPLES=50 ST_MAX_TIME=300 bench/schemathesis.sh
-#   ST_INCLUDE_BROWSER=1 bench/schemathesis.sh   # once the browser pages exist
+#   ST_NO_BROWSER=1 bench/schemathesis.sh # skip the browser pages (tag browser)
 #   bench/schemathesis.sh --seed 42       # extra arguments go to `st run`
 #   ST_KEEP=1 bench/schemathesis.sh       # keep the temp dir (trigd.log has
 #                                         # every request in its access log)
@@ -32,7 +32,8 @@
 # one cannot look at the body's Code).
 #
 # Bounded: ST_MAX_EXAMPLES (default 30) cases per operation and phase,
-# ST_MAX_TIME (default 180) seconds for the whole run.
+# ST_MAX_TIME (default 180) seconds for the main run, plus 30 s for the one
+# operation run last on its own (regenerating the application key).
 # Exit status: that of `st run` (0 when every check passed).
 set -euo pipefail
 
@@ -82,6 +83,9 @@ kill_grace = "1s"
 shutdown_grace = "2s"
 max_concurrent_runs = 64
 max_queued_runs = 10000
+# Schemathesis sends wrong keys on purpose; with the default (30 failures a
+# minute per address) every later request would get 429 for the minute.
+auth_failures_per_minute = 0
 
 [[api_keys]]
 name = "schemathesis"
@@ -223,6 +227,8 @@ values = [1, 2, 3, 4, 5]
 values = ["kit"]
 [dictionaries.envs]
 values = ["public", "private"]
+[dictionaries.workspaces]
+values = ["ops"]
 [dictionaries.triggers]
 values = ["echo", "echo-post", "echo-put", "echo-patch", "echo-delete", "fail"]
 [dictionaries.get-triggers]
@@ -241,6 +247,7 @@ values = ["echo-delete"]
 "path.tool" = { dictionary = "tools", probability = 0.8 }
 "path.env" = { dictionary = "envs", probability = 0.8 }
 "path.trigger" = { dictionary = "triggers", probability = 0.8 }
+"path.ws" = { dictionary = "workspaces", probability = 0.8 }
 
 [auth.openapi.api_key]
 api_key = "$API_KEY"
@@ -259,25 +266,32 @@ EOF
 done
 
 FILTER=()
-if [[ -z "${ST_INCLUDE_BROWSER:-}" ]]; then
-    # The browser pages are described ahead of their code.
+if [[ -n "${ST_NO_BROWSER:-}" ]]; then
     FILTER=(--exclude-tag browser)
 fi
 
+st() {
+    (
+        cd "$WORK"
+        SCHEMATHESIS_HOOKS=schemathesis_hooks PYTHONPATH="$ROOT/bench" \
+            "$VENV/bin/st" --config-file "$WORK/schemathesis.toml" run "$BASE/openapi.json" \
+            --checks status_code_conformance,content_type_conformance,response_schema_conformance,run_outcomes_only_server_errors \
+            --request-timeout 10 \
+            --workers 1 \
+            -H "User-Agent: schemathesis-trigd" \
+            "$@"
+    )
+}
 set +e
-(
-    cd "$WORK"
-    SCHEMATHESIS_HOOKS=schemathesis_hooks PYTHONPATH="$ROOT/bench" \
-        "$VENV/bin/st" --config-file "$WORK/schemathesis.toml" run "$BASE/openapi.json" \
-        --checks status_code_conformance,content_type_conformance,response_schema_conformance,run_outcomes_only_server_errors \
-        --max-time "$MAX_TIME" \
-        --request-timeout 10 \
-        --workers 1 \
-        -H "User-Agent: schemathesis-trigd" \
-        "${FILTER[@]}" \
-        "$@"
-)
+# Regenerating the application key (with that key as bearer) invalidates the
+# key every other operation uses, so that operation runs last, on its own.
+st --max-time "$MAX_TIME" --exclude-operation-id regenerateApplicationKey "${FILTER[@]}" "$@"
 STATUS=$?
+if [[ -z "${ST_NO_BROWSER:-}" ]]; then
+    st --max-time 30 --phases examples,coverage,fuzzing --include-operation-id regenerateApplicationKey "$@"
+    LAST=$?
+    [[ $STATUS -ne 0 ]] || STATUS=$LAST
+fi
 set -e
 # What the server answered, from its access log
 # (`<ip> <METHOD> <target> <status> <ms>ms`), by method, path and status.
@@ -287,6 +301,8 @@ awk '$4 == "access]" || / access\] / {
         if (i > NF) next
         split($(i + 1), t, "?"); path = t[1]
         gsub(/\/api\/runs\/[^\/]+/, "/api/runs/{id}", path)
+        sub(/^\/workspaces\/[^\/]+/, "/workspaces/{ws}", path)
+        sub(/^\/static\/.*/, "/static/{file}", path)
         if (path ~ /^\/tools\//) {
             n = split(path, s, "/")
             path = (n == 4 && s[4] == "endpoints") ? "/tools/{tool}/endpoints" : "/tools/{tool}/{env}/{trigger}"
