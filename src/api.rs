@@ -189,6 +189,18 @@ pub fn check_values(
             ),
         });
     }
+    // A NUL byte cannot be passed in an argument or an environment
+    // variable: refuse it here rather than fail the run.
+    if let Some(i) = values.iter().position(|v| v.contains('\0')) {
+        return Err(ApiError::InvalidParameter {
+            name: "variables".into(),
+            msg: format!(
+                "Value {} (output '{}') contains a NUL byte, which a program cannot receive.",
+                i + 1,
+                outputs[i]
+            ),
+        });
+    }
     Ok(())
 }
 

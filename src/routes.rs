@@ -47,6 +47,18 @@ pub fn handle(app: &App, req: &Request) -> Response {
         }
         ("GET" | "HEAD", ["tools", tool, "endpoints"]) => tools::view(app, &cfg, req, tool),
         (_, ["tools", tool, env, trigger]) => tools::call(app, &cfg, req, [tool, env, trigger]),
+        (
+            _,
+            ["healthz" | "metrics" | "openapi.json"] | ["static", _] | ["tools", _, "endpoints"],
+        ) => Err(ApiError::MethodNotAllowed {
+            allow: vec!["GET", "HEAD"],
+        }),
+        (_, ["workspaces", _, "settings"]) => {
+            Err(ApiError::MethodNotAllowed { allow: vec!["GET"] })
+        }
+        (_, ["workspaces", _, "settings", "application-key"]) => Err(ApiError::MethodNotAllowed {
+            allow: vec!["POST"],
+        }),
         _ => Err(ApiError::NotFound),
     };
     result.unwrap_or_else(Response::from)

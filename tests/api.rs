@@ -789,3 +789,31 @@ fn healthz_reports_generation() {
         "LastReloadError should be null",
     );
 }
+
+#[test]
+fn a_nul_byte_in_a_value_is_invalid_parameter_and_runs_nothing() {
+    let (_dir, t) = serve("api_nul", "", &[("echo.toml", ECHO)]);
+    let r = t.post(&format!("{}&variables=a%00b&variables=c", api(KEY, "1")));
+    let v = r.err(400, "invalid_parameter");
+    r.check(
+        v["Error"].as_str().unwrap_or_default().contains("NUL"),
+        "Error should say what is wrong",
+    );
+    r.check(v.get("Run").is_none(), "no run is started");
+}
+
+#[test]
+fn other_methods_on_known_paths_are_405_with_allow() {
+    let (_dir, t) = serve("api_405", "", &[("ok.toml", OK)]);
+    for (method, path, allow) in [
+        ("POST", "/healthz", "GET, HEAD"),
+        ("DELETE", "/metrics", "GET, HEAD"),
+        ("PUT", "/openapi.json", "GET, HEAD"),
+        ("POST", "/workspaces/ops/settings", "GET"),
+        ("GET", "/workspaces/ops/settings/application-key", "POST"),
+    ] {
+        let r = t.request(method, path, &[], b"");
+        r.err(405, "method_not_allowed");
+        r.check_eq(r.header("Allow"), Some(allow), "Allow header");
+    }
+}
