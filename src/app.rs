@@ -2,8 +2,8 @@
 //! its generation, the last reload error, the run store, the runner,
 //! application keys, browser sessions and rate limits.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use crate::appkeys::AppKeys;
 use crate::config::Config;
@@ -28,6 +28,8 @@ pub struct App {
     pub login_throttle: Throttle,
     /// Run slots and queue.
     pub runner: Arc<Runner>,
+    /// Open HTTP connections (set once the listener exists).
+    pub connections: OnceLock<Arc<AtomicUsize>>,
     /// Set once shutdown starts: workers stop taking requests.
     pub closing: AtomicBool,
     /// Failed-authentication and per-key rate limits.
@@ -49,6 +51,7 @@ impl App {
             reload_errors: AtomicU64::new(0),
             store,
             runner,
+            connections: OnceLock::new(),
             closing: AtomicBool::new(false),
             limits: RateLimits::default(),
         }

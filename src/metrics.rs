@@ -32,6 +32,8 @@ pub struct Gauges {
     pub queued: usize,
     /// Child processes alive.
     pub children: usize,
+    /// Open HTTP connections.
+    pub connections: usize,
     /// Successful reloads.
     pub reloads: u64,
     /// Refused reloads.
@@ -138,6 +140,12 @@ impl Metrics {
                 g.children as u64,
             ),
             (
+                "trigd_open_connections",
+                "gauge",
+                "Open HTTP connections.",
+                g.connections as u64,
+            ),
+            (
                 "trigd_config_generation",
                 "gauge",
                 "Generation of the served config.",
@@ -178,6 +186,7 @@ mod tests {
             in_flight: 1,
             queued: 0,
             children: 1,
+            connections: 2,
             reloads: 2,
             reload_errors: 1,
             generation: 3,
@@ -191,5 +200,6 @@ mod tests {
         assert!(t.contains("trigd_run_duration_seconds_bucket{le=\"0.01\"} 0"));
         assert!(t.contains("trigd_run_duration_seconds_bucket{le=\"0.025\"} 1"));
         assert!(t.contains("trigd_reload_errors_total 1"));
+        assert!(t.contains("trigd_open_connections 2"));
     }
 }

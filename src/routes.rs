@@ -2,6 +2,8 @@
 //! file that knows URL shapes; handlers get their path parameters already
 //! split out.
 
+use std::sync::atomic::Ordering;
+
 use serde_json::json;
 
 use crate::api;
@@ -86,6 +88,10 @@ fn metrics(app: &App) -> Response {
         in_flight: app.runner.in_flight(),
         queued: app.runner.queued(),
         children: app.runner.children(),
+        connections: app
+            .connections
+            .get()
+            .map_or(0, |c| c.load(Ordering::Relaxed)),
         reloads,
         reload_errors,
         generation: app.generation(),

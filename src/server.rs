@@ -79,6 +79,7 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
         handler,
     )
     .map_err(|e| Error::Other(format!("cannot start the HTTP server: {e}")))?;
+    let _ = app.connections.set(server.open_connections_counter());
     let reload = reload::start(Arc::clone(&app), config_path.to_path_buf());
     println!("listening on http://{local}");
     let _ = io::stdout().flush();

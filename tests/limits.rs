@@ -360,6 +360,17 @@ fn idle_connections_and_slowloris_do_not_starve_requests() {
         let m = t.get("/metrics").text();
         m.contains("trigd") && fd_count(t.pid()) > idle
     });
+    // The open-connections gauge counts them (plus the slowloris senders).
+    let m = t.get("/metrics").text();
+    let open: usize = m
+        .lines()
+        .find_map(|l| l.strip_prefix("trigd_open_connections "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0);
+    assert!(
+        open >= idle,
+        "trigd_open_connections is {open}, want >= {idle}"
+    );
     let mut lat = Vec::new();
     for i in 0..60 {
         let start = Instant::now();

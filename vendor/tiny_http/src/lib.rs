@@ -491,6 +491,12 @@ impl Server {
         self.open.load(Relaxed)
     }
 
+    /// (trigd patch) The live counter behind `open_connections`, for a
+    ///  reader that does not hold the server.
+    pub fn open_connections_counter(&self) -> Arc<AtomicUsize> {
+        Arc::clone(&self.open)
+    }
+
     /// Returns an iterator for all the incoming requests.
     ///
     /// The iterator will return `None` if the server socket is shutdown.
