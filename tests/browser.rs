@@ -1,14 +1,18 @@
 //! End to end in a real browser: headless Chromium driven through
 //! chromedriver's WebDriver HTTP API with the harness's raw HTTP client.
 //!
-//! The test needs Debian's `chromium` and `chromium-driver`; without them it
-//! fails (it never passes silently) and says how to install them. A PNG of
-//! every page goes to `<target dir>/screenshots/`.
+//! The test needs Debian's `chromium` and `chromium-driver`. Without them it
+//! says how to install them and is skipped, so that `cargo test` works on a
+//! fresh machine, unless `TRIGD_REQUIRE_BROWSER=1` is set: then it fails.
+//! `.ci/run` installs both and sets that variable, so CI never skips it. A
+//! PNG of every page goes to `<target dir>/screenshots/`.
 
 use std::fs;
-use std::net::TcpListener;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -30,26 +34,39 @@ struct Browser {
 }
 
 impl Browser {
+    /// Whether Chromium and chromedriver are installed. When they are not:
+    /// a failure if `TRIGD_REQUIRE_BROWSER=1`, else a loud skip (`false`).
+    fn available() -> bool {
+        let missing: Vec<&str> = [CHROMIUM, CHROMEDRIVER]
+            .into_iter()
+            .filter(|bin| !Path::new(bin).exists())
+            .collect();
+        if missing.is_empty() {
+            return true;
+        }
+        let msg = format!(
+            "{} missing: the browser test needs Chromium and chromedriver. Install them with\n  \
+             apt-get update && apt-get install -y chromium chromium-driver",
+            missing.join(" and ")
+        );
+        assert!(std::env::var_os("TRIGD_REQUIRE_BROWSER").is_none(), "{msg}");
+        eprintln!("SKIPPED browser test: {msg}");
+        false
+    }
+
     /// Start chromedriver and a headless Chromium with a profile in `dir`.
     fn start(dir: &TestDir) -> Browser {
-        for bin in [CHROMIUM, CHROMEDRIVER] {
-            assert!(
-                Path::new(bin).exists(),
-                "{bin} is missing: the browser test needs Chromium and chromedriver. Install them with\n  \
-                 apt-get update && apt-get install -y chromium chromium-driver"
-            );
-        }
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let driver = Command::new(CHROMEDRIVER)
-            .arg(format!("--port={port}"))
+        // chromedriver picks its own port and prints it: choosing a free
+        // port here and passing it on would race with the other tests'
+        // servers binding port 0 meanwhile.
+        let mut driver = Command::new(CHROMEDRIVER)
+            .arg("--port=0")
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {CHROMEDRIVER}: {e}"));
+        let port = driver_port(&mut driver);
         let log = dir.path("chromedriver-client.log");
         let client = Client::for_addr(&format!("127.0.0.1:{port}"), &log);
         let mut b = Browser {
@@ -259,8 +276,31 @@ fn call_with_key(t: &Trigd, key: &str) -> u16 {
     .status
 }
 
+/// The port chromedriver announces on stdout ("… started successfully on
+/// port N."), waiting at most 20 s; the rest of its output is drained on a
+/// thread so it never blocks on a full pipe.
+fn driver_port(driver: &mut Child) -> u16 {
+    let out = driver.stdout.take().expect("chromedriver stdout");
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            let port = line
+                .strip_prefix("ChromeDriver was started successfully on port ")
+                .and_then(|p| p.trim_end_matches('.').parse::<u16>().ok());
+            if let Some(port) = port {
+                let _ = tx.send(port);
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(20))
+        .expect("chromedriver did not say which port it listens on within 20 s")
+}
+
 #[test]
 fn browser_login_key_endpoints_logout() {
+    if !Browser::available() {
+        return;
+    }
     let (dir, t) = start("browser_e2e", "");
     let b = Browser::start(&dir);
     let base = format!("http://{}", t.addr);
@@ -289,7 +329,7 @@ fn browser_login_key_endpoints_logout() {
     assert!(k1.starts_with("tk_") && k1.len() == 67, "key {k1:?}");
     b.click("button[data-copy=app-key]");
     assert!(
-        wait_until(Duration::from_secs(5), || b.text("#app-key-status")
+        wait_until(Duration::from_secs(15), || b.text("#app-key-status")
             == "Copied."),
         "the Copy button reported {:?}",
         b.text("#app-key-status")
@@ -323,7 +363,7 @@ fn browser_login_key_endpoints_logout() {
     );
     b.click("button[data-copy=curl-0-1]");
     assert!(
-        wait_until(Duration::from_secs(5), || b.text("#curl-0-1-status")
+        wait_until(Duration::from_secs(15), || b.text("#curl-0-1-status")
             == "Copied."),
         "copy curl reported {:?}",
         b.text("#curl-0-1-status")
