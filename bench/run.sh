@@ -544,20 +544,7 @@ log "case start-up: $NPROGRAMS program files / hooks, $START_TRIALS trials each"
 BT=$WORK/big-trigd
 BW=$WORK/big-webhook
 mkdir -p "$BT/programs" "$BW"
-cat >"$BT/config.toml" <<EOF
-[server]
-listen = "127.0.0.1:0"
-workers = 8
-max_concurrent_runs = $MAX_RUNS
-shutdown_grace = "2s"
-# The peer has no failed-authentication limit: the rejected case would
-# otherwise turn every later request from 127.0.0.1 into 429.
-auth_failures_per_minute = 0
-
-[[api_keys]]
-name = "bench"
-sha256 = "$SHA"
-EOF
+cp "$TD/config.toml" "$BT/config.toml" # the same settings; programs/ beside it
 awk -v n="$NPROGRAMS" -v dir="$BT/programs" -v hooks="$BW/hooks.json" 'BEGIN {
     printf "[\n" > hooks
     for (i = 1; i <= n; i++) {
