@@ -10,6 +10,7 @@
 //! file, line, column and key; loading collects all of them instead of
 //! stopping at the first.
 
+pub mod callbacks;
 mod program;
 mod raw;
 mod types;
@@ -115,6 +116,8 @@ pub struct Server {
     /// Peers whose `X-Forwarded-For` header is believed when deciding the
     /// client address (default none).
     pub trusted_proxies: Vec<std::net::IpAddr>,
+    /// Completion callback settings (the `[callbacks]` table).
+    pub callbacks: Arc<callbacks::Callbacks>,
 }
 
 /// A run-endpoint API key (`[[api_keys]]`). Only its hash is known.
@@ -129,6 +132,9 @@ pub struct ApiKey {
     /// Requests per minute this key may make (`rate_per_minute`); `None`:
     /// unlimited.
     pub rate_per_minute: Option<u64>,
+    /// Whether requests with this key may name a callback URL
+    /// (`request_callbacks`).
+    pub request_callbacks: bool,
 }
 
 impl ApiKey {
@@ -200,6 +206,9 @@ pub struct Function {
     /// Numeric gid to run the steps as (`group`, or the primary group of
     /// `user`); `None`: trigd's own.
     pub group: Option<u32>,
+    /// URL called when a run of this function ends (`callback`), checked
+    /// against `[callbacks]`.
+    pub callback: Option<String>,
 }
 
 impl Function {
@@ -320,6 +329,11 @@ pub struct Trigger {
     pub program: u64,
     /// Function name; validated to exist in that program.
     pub function: String,
+    /// URL called when a run through this trigger ends (`callback`).
+    pub callback: Option<String>,
+    /// Whether callers may name a callback URL per request
+    /// (`request_callbacks`).
+    pub request_callbacks: bool,
 }
 
 /// A problem in a config or program file, with where it is.

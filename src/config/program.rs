@@ -184,6 +184,13 @@ fn function(
         )
     });
     let (user, group) = identity(src, f, key, errs);
+    let callback = super::callbacks::fixed(
+        src,
+        &server.callbacks,
+        f.callback.as_ref(),
+        &format!("{key}.callback"),
+        errs,
+    );
     let name = f.name.get_ref().clone();
     Function {
         name,
@@ -195,6 +202,7 @@ fn function(
         webhook,
         user,
         group,
+        callback,
     }
 }
 

@@ -88,6 +88,9 @@ pub struct RawConfig {
     /// `[[tools]]`.
     #[serde(default)]
     pub tools: Vec<RawTool>,
+    /// `[callbacks]`.
+    #[serde(default)]
+    pub callbacks: super::callbacks::RawCallbacks,
 }
 
 /// A number that must be >= 1, kept loose so validation can point at it.
@@ -224,6 +227,8 @@ pub struct RawApiKey {
     pub programs: Option<Vec<Spanned<i64>>>,
     /// `rate_per_minute`, >= 1; unset: unlimited.
     pub rate_per_minute: Count,
+    /// `request_callbacks`: the key may name a callback URL per request.
+    pub request_callbacks: Option<Spanned<bool>>,
 }
 
 /// `[[users]]`.
@@ -289,6 +294,10 @@ pub struct RawTrigger {
     pub program: Spanned<i64>,
     /// `function` name.
     pub function: Spanned<String>,
+    /// `callback`: a URL called when a run through this trigger ends.
+    pub callback: Option<Spanned<String>>,
+    /// `request_callbacks`: callers may name a callback URL per request.
+    pub request_callbacks: Option<Spanned<bool>>,
 }
 
 /// A program file.
@@ -334,6 +343,8 @@ pub struct RawFunction {
     pub group: Option<Spanned<RawId>>,
     /// `[functions.webhook]`.
     pub webhook: Option<Spanned<WebhookSlot>>,
+    /// `callback`: a URL called when a run of this function ends.
+    pub callback: Option<Spanned<String>>,
 }
 
 /// One element of `steps`.

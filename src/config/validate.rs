@@ -16,6 +16,7 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 use toml::Spanned;
 
+use super::callbacks::{self, Callbacks};
 use super::program;
 use super::raw::{self, defaults, RawConfig, RawDuration};
 use super::types::{self, count, duration, env_vars, error, Errors, Src};
@@ -216,7 +217,8 @@ fn check(
     let dir = config_dir(path);
     let src = Src { file: path, text };
     let raw = parse::<RawConfig>(&src, &mut errs).unwrap_or_default();
-    let server = server(&src, &raw.server, &dir, &mut errs);
+    let mut server = server(&src, &raw.server, &dir, &mut errs);
+    server.callbacks = Arc::new(callbacks::callbacks(&src, &raw.callbacks, &dir, &mut errs));
     let users = users(&src, &raw, &mut errs);
     let workspaces = workspaces(&src, &raw, &users, &mut errs);
     let mut sorted: Vec<&(PathBuf, String)> = programs.iter().collect();
@@ -228,8 +230,9 @@ fn check(
     };
     let progs = program::load_programs(&sorted, &server, &workspaces, &mut known, &mut errs);
     known.programs = &progs;
-    let api_keys = api_keys(&src, &raw, &workspaces, &mut errs);
-    let tools = tools(&src, &raw, &workspaces, &known, &mut errs);
+    let cb = &server.callbacks;
+    let api_keys = api_keys(&src, &raw, &workspaces, cb, &mut errs);
+    let tools = tools(&src, &raw, &workspaces, &known, cb, &mut errs);
     if !errs.0.is_empty() {
         let order = |f: &Path| sorted.iter().position(|p| p.0 == f).map_or(0, |i| i + 1);
         errs.0.sort_by_key(|e| (order(&e.file), e.line, e.col));
@@ -432,6 +435,7 @@ fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) -> Ser
         session_max,
         auth_failures_per_minute,
         trusted_proxies,
+        callbacks: Arc::default(),
     }
 }
 
@@ -525,6 +529,7 @@ fn api_keys(
     src: &Src,
     raw: &RawConfig,
     wss: &BTreeMap<String, Workspace>,
+    cb: &Callbacks,
     errs: &mut Errors,
 ) -> HashMap<[u8; 32], ApiKey> {
     let (mut names, mut hashes) = (HashMap::new(), HashMap::new());
@@ -570,6 +575,13 @@ fn api_keys(
                 errs,
             ) as u64
         });
+        let request_callbacks = callbacks::permit(
+            src,
+            cb,
+            k.request_callbacks.as_ref(),
+            &format!("{key}.request_callbacks"),
+            errs,
+        );
         if let Ok(hash) = hash {
             out.insert(
                 hash,
@@ -578,6 +590,7 @@ fn api_keys(
                     workspace,
                     programs,
                     rate_per_minute,
+                    request_callbacks,
                 },
             );
         }
@@ -591,6 +604,7 @@ fn tools(
     raw: &RawConfig,
     wss: &BTreeMap<String, Workspace>,
     known: &Known,
+    cb: &Callbacks,
     errs: &mut Errors,
 ) -> BTreeMap<String, Tool> {
     let mut seen = HashMap::new();
@@ -615,7 +629,7 @@ fn tools(
                 },
             );
         }
-        let triggers = triggers(src, t, &key, known, errs);
+        let triggers = triggers(src, t, &key, known, cb, errs);
         let (name, workspace) = (t.name.get_ref().clone(), t.workspace.get_ref().clone());
         out.insert(
             name.clone(),
@@ -636,6 +650,7 @@ fn triggers(
     t: &raw::RawTool,
     key: &str,
     known: &Known,
+    cb: &Callbacks,
     errs: &mut Errors,
 ) -> Vec<Trigger> {
     let mut seen = HashMap::new();
@@ -680,6 +695,20 @@ fn triggers(
             );
             errs.at(src, tr.function.span(), format!("{key}.function"), msg);
         }
+        let callback = callbacks::fixed(
+            src,
+            cb,
+            tr.callback.as_ref(),
+            &format!("{key}.callback"),
+            errs,
+        );
+        let request_callbacks = callbacks::permit(
+            src,
+            cb,
+            tr.request_callbacks.as_ref(),
+            &format!("{key}.request_callbacks"),
+            errs,
+        );
         let (Ok(method), Ok(program)) = (method, u64::try_from(id)) else {
             continue;
         };
@@ -688,6 +717,8 @@ fn triggers(
             method,
             program,
             function: tr.function.get_ref().clone(),
+            callback,
+            request_callbacks,
         });
     }
     out
