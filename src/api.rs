@@ -9,6 +9,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use crate::app::App;
+use crate::callback::{self, record::Source};
 use crate::config::{Config, Function, Program, Server};
 use crate::http::{ApiError, Request, Response};
 use crate::ratelimit;
@@ -16,12 +17,13 @@ use crate::runner::step::{Outcome, StepError};
 use crate::runner::{Job, RunError};
 
 /// The query parameters `POST /api` accepts (the seed's names).
-const PARAMS: [&str; 5] = [
+const PARAMS: [&str; 6] = [
     "api_key",
     "program_id",
     "variables",
     "function",
     "run_async",
+    "callback",
 ];
 
 /// `POST /api`: run a program's triggered function, sync or async.
@@ -44,6 +46,12 @@ pub fn run(app: &App, cfg: &Arc<Config>, req: &Request) -> Result<Response, ApiE
     check_values(&cfg.server, function.inputs(), &values)?;
     let run_async = parse_bool("run_async", req.query_one("run_async")?)?;
     reject_unknown(req, &PARAMS)?;
+    let callbacks = callback::targets(
+        &cfg.server.callbacks,
+        &[(function.callback.as_ref(), Source::Function)],
+        callback::requested(req, true)?,
+        key.request_callbacks,
+    )?;
     let job = Job {
         cfg: Arc::clone(cfg),
         program: Arc::clone(program),
@@ -51,6 +59,7 @@ pub fn run(app: &App, cfg: &Arc<Config>, req: &Request) -> Result<Response, ApiE
         values,
         vars: Default::default(),
         by: format!("api_key:{}", key.name),
+        callbacks,
     };
     start(app, job, run_async)
 }

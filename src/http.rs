@@ -337,6 +337,14 @@ pub enum ApiError {
         /// The limit.
         limit: usize,
     },
+    /// The request names a callback URL, but neither the key nor the
+    /// trigger has `request_callbacks = true`.
+    CallbackNotPermitted,
+    /// The requested callback URL is malformed or outside `[callbacks]`.
+    CallbackRefused {
+        /// Why.
+        msg: String,
+    },
     /// No such path.
     NotFound,
     /// A bug: a handler panicked or an invariant broke.
@@ -351,6 +359,8 @@ impl ApiError {
             MissingApiKey | InvalidApiKey => 401,
             InvalidProgramId | FunctionRequired { .. } | VariablesMismatch { .. } => 400,
             InvalidParameter { .. } | ValuesMismatch { .. } => 400,
+            CallbackRefused { .. } => 400,
+            CallbackNotPermitted => 403,
             Unauthorized | LoginFailed => 401,
             Forbidden | UserAgentRequired | CsrfRejected => 403,
             ProgramNotFound | FunctionNotFound { .. } | RunNotFound | NotFound => 404,
@@ -395,6 +405,8 @@ impl ApiError {
             RunNotFound => "run_not_found",
             RequestTimeout => "request_timeout",
             PayloadTooLarge { .. } => "payload_too_large",
+            CallbackNotPermitted => "callback_not_permitted",
+            CallbackRefused { .. } => "callback_refused",
             NotFound => "not_found",
             Internal => "internal_error",
         }
@@ -439,6 +451,8 @@ impl ApiError {
             RunNotFound => "No run with this id is visible to this API key.".into(),
             RequestTimeout => "The request was not received in time (request_timeout); send the whole body promptly.".into(),
             PayloadTooLarge { limit } => format!("The request body is larger than the limit of {limit} bytes."),
+            CallbackNotPermitted => "This request names a callback URL, which this key or trigger may not do (the config needs request_callbacks = true).".into(),
+            CallbackRefused { msg } => format!("The callback URL is refused: {msg}."),
             NotFound => "Not found.".into(),
             Internal => "Internal error. The server log has the details.".into(),
         }

@@ -9,7 +9,8 @@
 //! validates; `server` owns the listener and workers; `routes` is the URL
 //! table; `api` is the run endpoint; `runner` is where a run starts
 //! (`runner::step` executes it); `store` is the run log; `auth` checks keys;
-//! `ratelimit` throttles failed authentication and busy keys; `sys` holds
+//! `ratelimit` throttles failed authentication and busy keys; `callback`
+//! sends signed completion callbacks; `sys` holds
 //! the only `unsafe` code.
 #![deny(unsafe_code)]
 
@@ -17,6 +18,7 @@ mod api;
 mod app;
 mod appkeys;
 mod auth;
+mod callback;
 mod cli;
 mod commands;
 mod config;

@@ -26,6 +26,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::callback::record::Delivery;
 use crate::sys;
 
 /// The states of a run (SPEC §3.2).
@@ -100,6 +101,9 @@ pub struct RunRecord {
     /// What went wrong, when failed, timed out or interrupted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Completion callbacks of the run: URL, delivery id, attempts, state.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub callbacks: Vec<Delivery>,
 }
 
 /// Where the latest line of a run sits in the log.
@@ -148,6 +152,8 @@ pub struct RunStore {
     retention: usize,
     log: Mutex<Log>,
     sync: Mutex<Sync>,
+    /// Runs found `queued`/`running` at open and recorded `interrupted`.
+    interrupted: Vec<String>,
 }
 
 impl RunStore {
@@ -161,7 +167,9 @@ impl RunStore {
         let path = state_dir.join("runs.log");
         let mut records = read_log(&path)?;
         let now = now_rfc3339();
+        let mut interrupted = Vec::new();
         for r in records.iter_mut().filter(|r| !r.state.is_terminal()) {
+            interrupted.push(r.run.clone());
             r.state = RunState::Interrupted;
             r.finished_at = Some(now.clone());
             r.error = Some("trigd stopped before the run finished".into());
@@ -191,6 +199,7 @@ impl RunStore {
             retention: retention.max(1),
             log: Mutex::new(log),
             sync: Mutex::new(sync),
+            interrupted,
         })
     }
 
@@ -316,6 +325,12 @@ impl RunStore {
     /// The program id of run `id`, without reading the record.
     pub fn program_of(&self, id: &str) -> Option<u64> {
         lock(&self.log).index.get(&run_id(id)?).map(|e| e.program)
+    }
+
+    /// The runs that were cut off (by a crash) and recorded `interrupted`
+    /// when the log was opened.
+    pub fn interrupted_at_open(&self) -> &[String] {
+        &self.interrupted
     }
 
     /// How many runs the log knows.
@@ -495,6 +510,7 @@ mod tests {
             steps: vec![],
             result: None,
             error: None,
+            callbacks: Vec::new(),
         }
     }
 

@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 use crate::api;
 use crate::app::App;
 use crate::auth;
+use crate::callback::{self, record::Source};
 use crate::config::{Config, Tool};
 use crate::http::{ApiError, Request, Response};
 use crate::runner::Job;
@@ -66,6 +67,15 @@ pub fn call(
     let values = named_values(req, function.inputs())?;
     check_lengths(cfg.server.max_variable_bytes, function.inputs(), &values)?;
     api::check_values(&cfg.server, function.inputs(), &values)?;
+    let callbacks = callback::targets(
+        &cfg.server.callbacks,
+        &[
+            (function.callback.as_ref(), Source::Function),
+            (trigger.callback.as_ref(), Source::Trigger),
+        ],
+        callback::requested(req, false)?,
+        trigger.request_callbacks,
+    )?;
     let job = Job {
         cfg: Arc::clone(cfg),
         program: Arc::clone(program),
@@ -73,6 +83,7 @@ pub fn call(
         values,
         vars: env.vars.clone(),
         by,
+        callbacks,
     };
     api::start(app, job, run_async)
 }

@@ -279,8 +279,7 @@ fn special_v4(a: Ipv4Addr) -> Option<&'static str> {
         Some("a private address")
     } else if a.is_link_local() {
         Some("a link-local address")
-    } else if a.is_unspecified() || b0 == 0 || a.is_broadcast() || a.is_multicast() || b0 >= 240
-    {
+    } else if a.is_unspecified() || b0 == 0 || a.is_broadcast() || a.is_multicast() || b0 >= 240 {
         Some("not a unicast address")
     } else if a.is_documentation() {
         Some("a documentation address")
@@ -413,9 +412,7 @@ fn secret(src: &Src, raw: &RawCallbacks, dir: &Path, errs: &mut Errors) -> Optio
             Ok(Secret(v))
         }
     });
-    checked
-        .map_err(|msg| errs.at(src, span, key, msg))
-        .ok()
+    checked.map_err(|msg| errs.at(src, span, key, msg)).ok()
 }
 
 fn ca_file(

@@ -17,12 +17,14 @@ pub mod step;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::callback::record::{waiting, Target};
+use crate::callback::Service as Callbacks;
 use crate::config::{Config, Program};
 use crate::metrics::Metrics;
 use crate::store::{new_run_id, now_rfc3339, RunRecord, RunState, RunStore};
@@ -45,6 +47,8 @@ pub struct Job {
     pub vars: BTreeMap<String, String>,
     /// Who started it, for the record (`api_key:<name>`, …); never a secret.
     pub by: String,
+    /// Where to send its completion callbacks.
+    pub callbacks: Vec<Target>,
 }
 
 impl Job {
@@ -134,6 +138,7 @@ pub struct Runner {
     abort: AbortSignal,
     path_env: String,
     children: AtomicUsize,
+    callbacks: OnceLock<Arc<Callbacks>>,
 }
 
 impl Runner {
@@ -153,7 +158,34 @@ impl Runner {
             abort: AbortSignal::new()?,
             path_env,
             children: AtomicUsize::new(0),
+            callbacks: OnceLock::new(),
         })
+    }
+
+    /// Send completion callbacks of ended runs through `service` (servers
+    /// do; `trigd run` does not).
+    pub fn attach_callbacks(&self, service: Arc<Callbacks>) {
+        let _ = self.callbacks.set(service);
+    }
+
+    /// The callback service, when one is attached.
+    pub fn callbacks(&self) -> Option<&Arc<Callbacks>> {
+        self.callbacks.get()
+    }
+
+    /// Write the end state of `rec`, spooling its callbacks first and
+    /// handing them on after, so that no ended run loses a callback and no
+    /// delivery reports on a record not yet written.
+    fn record_end(&self, rec: &mut RunRecord, durable: bool) {
+        let chain = self.callbacks().and_then(|c| c.ended(rec));
+        if let Some(store) = &self.store {
+            if let Err(e) = store.append(rec, durable) {
+                log::error!("run {}: cannot record state {:?}: {e}", rec.run, rec.state);
+            }
+        }
+        if let (Some(c), Some(chain)) = (self.callbacks(), chain) {
+            c.submit(chain);
+        }
     }
 
     /// Run `job` now on this thread and return its id and outcome.
@@ -324,6 +356,7 @@ impl Runner {
             steps: Vec::new(),
             result: None,
             error: None,
+            callbacks: waiting(&job.callbacks),
         }
     }
 
@@ -362,7 +395,7 @@ impl Runner {
                 rec.error = Some(describe(e));
             }
         }
-        self.record(&rec);
+        self.record_end(&mut rec, false);
         self.metrics
             .run(rec.program, rec.state.name(), started.elapsed());
         log::info!(
@@ -436,9 +469,7 @@ impl Runner {
             q.rec.state = RunState::Interrupted;
             q.rec.finished_at = Some(now_rfc3339());
             q.rec.error = Some("trigd shut down before the run started".into());
-            if let Some(store) = &self.store {
-                let _ = store.append(&q.rec, true);
-            }
+            self.record_end(&mut q.rec, true);
         }
         if !self.wait_idle(grace) {
             log::warn!("shutdown grace of {grace:?} passed; stopping the remaining runs");

@@ -60,6 +60,7 @@ fn func(name: &str, inputs: &[&str], steps: Vec<Step>) -> Function {
         }),
         user: None,
         group: None,
+        callback: None,
     }
 }
 
