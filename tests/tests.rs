@@ -2,6 +2,7 @@
 
 mod api; // POST /api: success shapes, every SPEC §3.3 error row, limits, injection safety
 mod browser; // headless Chromium through chromedriver: login, application key, endpoint view, logout
+mod callbacks; // completion callbacks: signed deliveries to a local receiver, retries, kill -9, allow list
 mod cli; // subcommands: check, keygen, hash-password, run, --help/--version, usage errors
 mod limits; // issue 6: connections, sizes, fairness, EMFILE, overload, crash, hostile programs, rate limits, users
 mod openapi; // openapi.json against src/routes.rs and the error codes; GET /openapi.json

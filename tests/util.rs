@@ -215,17 +215,29 @@ pub struct Trigd {
     config: PathBuf,
     /// The server's stderr, appended to across restarts.
     pub stderr_log: PathBuf,
+    /// Extra environment variables of the server process.
+    env: Vec<(String, String)>,
 }
 
 impl Trigd {
     /// Start `trigd serve --config <dir>/config.toml --listen 127.0.0.1:0`
     /// and wait (bounded) for its first stdout line.
     pub fn start(dir: &TestDir) -> Trigd {
+        Trigd::start_env(dir, &[])
+    }
+
+    /// Like [`Trigd::start`], with extra environment variables (kept across
+    /// restarts).
+    pub fn start_env(dir: &TestDir, env: &[(&str, &str)]) -> Trigd {
         let mut t = Trigd {
             child: None,
             addr: String::new(),
             config: dir.path("config.toml"),
             stderr_log: dir.path("stderr.log"),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         };
         t.spawn();
         t
@@ -249,6 +261,7 @@ impl Trigd {
         if env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "info");
         }
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         let mut child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("cannot spawn {BIN}: {e}"));

@@ -416,16 +416,18 @@ impl Service {
     fn finish(&self, mut p: Pending, state: DeliveryState, error: Option<String>) {
         p.delivery.state = state;
         p.delivery.error = error;
-        self.update_record(&p, true);
-        if let Err(e) = self.spool.remove(p.seq) {
-            log::error!("callbacks: cannot remove delivered {}: {e}", p.seq);
-        }
+        // Counted first: whoever sees the final state in the record sees
+        // it in /metrics too.
         let counter = match state {
             DeliveryState::Delivered => &self.stats.delivered,
             _ => &self.stats.failed,
         };
         counter.fetch_add(1, Ordering::Relaxed);
         self.forget_count();
+        self.update_record(&p, true);
+        if let Err(e) = self.spool.remove(p.seq) {
+            log::error!("callbacks: cannot remove delivered {}: {e}", p.seq);
+        }
         log::info!(
             "run {} callback {} to {}: {} after {} attempt(s){}",
             p.run,
