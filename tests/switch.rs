@@ -80,7 +80,12 @@ fn hidden(r: &Reply, name: &str) -> String {
 /// Log `user` in and give them an application key for `ops`.
 fn app_key(t: &Trigd, user: &str) -> String {
     let c = cookie(&login(t, user));
-    let page = t.request("GET", "/workspaces/ops/settings", &[("Cookie", &c), HTML], b"");
+    let page = t.request(
+        "GET",
+        "/workspaces/ops/settings",
+        &[("Cookie", &c), HTML],
+        b"",
+    );
     page.status_is(200);
     let body = format!("csrf={}", hidden(&page, "csrf"));
     let r = t.request(
@@ -91,7 +96,9 @@ fn app_key(t: &Trigd, user: &str) -> String {
     );
     r.status_is(200);
     let text = r.text();
-    let at = text.find("<code id=\"app-key\">").unwrap_or_else(|| r.fail("no key"));
+    let at = text
+        .find("<code id=\"app-key\">")
+        .unwrap_or_else(|| r.fail("no key"));
     let rest = &text[at + "<code id=\"app-key\">".len()..];
     rest[..rest.find('<').unwrap()].to_string()
 }
@@ -101,7 +108,11 @@ fn put(t: &Trigd, key: &str, body: &str) -> Reply {
     t.request(
         "PUT",
         SWITCH,
-        &[("Authorization", &auth), UA, ("Content-Type", "application/json")],
+        &[
+            ("Authorization", &auth),
+            UA,
+            ("Content-Type", "application/json"),
+        ],
         body.as_bytes(),
     )
 }
@@ -115,7 +126,12 @@ fn anonymous(t: &Trigd) -> u16 {
 fn served_public(t: &Trigd, key: &str) -> bool {
     let auth = format!("Bearer {key}");
     let v = t
-        .request("GET", "/tools/inventory/endpoints", &[("Authorization", &auth), UA], b"")
+        .request(
+            "GET",
+            "/tools/inventory/endpoints",
+            &[("Authorization", &auth), UA],
+            b"",
+        )
         .ok();
     let env = v["Environments"]
         .as_array()
@@ -143,7 +159,10 @@ fn scripts_flip_the_switch_with_a_bearer_key() {
     let v = put(&t, &key, r#"{"Public": true}"#).ok();
     assert_eq!(v["Tool"], "inventory");
     assert_eq!(v["Environment"], "production");
-    assert_eq!((v["Public"].as_bool(), v["Previous"].as_bool()), (Some(true), Some(false)));
+    assert_eq!(
+        (v["Public"].as_bool(), v["Previous"].as_bool()),
+        (Some(true), Some(false))
+    );
     assert_eq!(v["Changed"], true);
     assert_eq!(anonymous(&t), 200, "public now: no credentials needed");
     let on = original.replacen(OFF_LINE, ON_LINE, 1);
@@ -152,12 +171,19 @@ fn scripts_flip_the_switch_with_a_bearer_key() {
 
     // The same state again changes nothing.
     let v = put(&t, &key, r#"{"Public":true}"#).ok();
-    assert_eq!((v["Changed"].as_bool(), v["Previous"].as_bool()), (Some(false), Some(true)));
+    assert_eq!(
+        (v["Changed"].as_bool(), v["Previous"].as_bool()),
+        (Some(false), Some(true))
+    );
 
     let v = put(&t, &key, r#"{"Public":false}"#).ok();
     assert_eq!(v["Public"], false);
     assert_eq!(anonymous(&t), 401, "protected again");
-    assert_eq!(dir.read("config.toml"), original, "back to the original, byte for byte");
+    assert_eq!(
+        dir.read("config.toml"),
+        original,
+        "back to the original, byte for byte"
+    );
 
     assert_eq!(flips_metric(&t, "on"), 1);
     assert_eq!(flips_metric(&t, "off"), 1);
@@ -166,7 +192,11 @@ fn scripts_flip_the_switch_with_a_bearer_key() {
         "public switch of tool inventory environment production: off -> on by app_key:alice",
         "public switch of tool inventory environment production: on -> off by app_key:alice",
     ] {
-        assert_eq!(log.matches(want).count(), 1, "one log line {want:?} in:\n{log}");
+        assert_eq!(
+            log.matches(want).count(),
+            1,
+            "one log line {want:?} in:\n{log}"
+        );
     }
     assert!(!log.contains(&key), "the key is never logged");
 }
@@ -175,23 +205,41 @@ fn scripts_flip_the_switch_with_a_bearer_key() {
 fn the_operation_refuses_bad_requests() {
     let (dir, t, original) = start("switch_bad_requests", "");
     let key = app_key(&t, "alice");
-    for body in ["", "true", r#"{"Public":"yes"}"#, r#"{"Public":true,"Extra":1}"#, "{"] {
+    for body in [
+        "",
+        "true",
+        r#"{"Public":"yes"}"#,
+        r#"{"Public":true,"Extra":1}"#,
+        "{",
+    ] {
         let e = put(&t, &key, body).err(400, "invalid_parameter");
         assert_eq!(e["Parameter"], "Public", "{body:?}");
     }
     let auth = format!("Bearer {key}");
     let body = br#"{"Public":true}"#;
     t.request("PUT", SWITCH, &[], body).err(401, "unauthorized");
-    t.request("PUT", SWITCH, &[("Authorization", "Bearer tk_nope"), UA], body)
-        .err(401, "unauthorized");
+    t.request(
+        "PUT",
+        SWITCH,
+        &[("Authorization", "Bearer tk_nope"), UA],
+        body,
+    )
+    .err(401, "unauthorized");
     t.request("PUT", SWITCH, &[("Authorization", &auth)], body)
         .err(403, "user_agent_required");
     let h = [("Authorization", auth.as_str()), UA];
     t.request("PUT", "/tools/inventory/environments/nope/public", &h, body)
         .err(404, "not_found");
-    t.request("PUT", "/tools/nope/environments/production/public", &h, body)
-        .err(404, "not_found");
-    let e = t.request("GET", SWITCH, &h, b"").err(405, "method_not_allowed");
+    t.request(
+        "PUT",
+        "/tools/nope/environments/production/public",
+        &h,
+        body,
+    )
+    .err(404, "not_found");
+    let e = t
+        .request("GET", SWITCH, &h, b"")
+        .err(405, "method_not_allowed");
     assert_eq!(e["Allow"], serde_json::json!(["PUT", "POST"]));
     // bob is in another workspace: valid credentials, not a member.
     let bob = app_key_in(&t, "bob", "dev");
@@ -203,7 +251,12 @@ fn the_operation_refuses_bad_requests() {
 /// Like [`app_key`] for workspace `ws`.
 fn app_key_in(t: &Trigd, user: &str, ws: &str) -> String {
     let c = cookie(&login(t, user));
-    let page = t.request("GET", &format!("/workspaces/{ws}/settings"), &[("Cookie", &c), HTML], b"");
+    let page = t.request(
+        "GET",
+        &format!("/workspaces/{ws}/settings"),
+        &[("Cookie", &c), HTML],
+        b"",
+    );
     let body = format!("csrf={}", hidden(&page, "csrf"));
     let r = t.request(
         "POST",
@@ -212,7 +265,9 @@ fn app_key_in(t: &Trigd, user: &str, ws: &str) -> String {
         body.as_bytes(),
     );
     let text = r.text();
-    let at = text.find("<code id=\"app-key\">").unwrap_or_else(|| r.fail("no key"));
+    let at = text
+        .find("<code id=\"app-key\">")
+        .unwrap_or_else(|| r.fail("no key"));
     let rest = &text[at + "<code id=\"app-key\">".len()..];
     rest[..rest.find('<').unwrap()].to_string()
 }
@@ -221,7 +276,14 @@ fn app_key_in(t: &Trigd, user: &str, ws: &str) -> String {
 fn the_view_form_turns_on_through_a_confirmation_and_off_at_once() {
     let (dir, t, original) = start("switch_form", "");
     let c = cookie(&login(&t, "alice"));
-    let view = || t.request("GET", "/tools/inventory/endpoints", &[("Cookie", &c), HTML], b"");
+    let view = || {
+        t.request(
+            "GET",
+            "/tools/inventory/endpoints",
+            &[("Cookie", &c), HTML],
+            b"",
+        )
+    };
     let r = view();
     r.status_is(200);
     let text = r.text();
@@ -233,9 +295,19 @@ fn the_view_form_turns_on_through_a_confirmation_and_off_at_once() {
     ] {
         r.check(text.contains(want), format!("the view has {want:?}"));
     }
-    r.check(!text.contains("<script>") && !text.contains("style="), "no inline script or style");
+    r.check(
+        !text.contains("<script>") && !text.contains("style="),
+        "no inline script or style",
+    );
     let csrf = hidden(&r, "csrf");
-    let post = |body: String| t.request("POST", SWITCH, &[("Cookie", &c), HTML, FORM], body.as_bytes());
+    let post = |body: String| {
+        t.request(
+            "POST",
+            SWITCH,
+            &[("Cookie", &c), HTML, FORM],
+            body.as_bytes(),
+        )
+    };
 
     // Turning on asks first, and changes nothing yet.
     let r = post(format!("csrf={csrf}&public=true"));
@@ -251,20 +323,34 @@ fn the_view_form_turns_on_through_a_confirmation_and_off_at_once() {
     ] {
         r.check(text.contains(want), format!("the confirmation page has {want:?}"));
     }
-    r.check(!text.contains("/tools/inventory/staging/"), "only production's endpoints");
+    r.check(
+        !text.contains("/tools/inventory/staging/"),
+        "only production's endpoints",
+    );
     assert_eq!(dir.read("config.toml"), original, "not yet written");
     assert_eq!(anonymous(&t), 401);
 
     // Confirmed: written, served, and the browser goes back to the view.
     let r = post(format!("csrf={csrf}&public=true&confirm=yes"));
     r.status_is(303);
-    r.check_eq(r.header("location"), Some("/tools/inventory/endpoints"), "Location");
+    r.check_eq(
+        r.header("location"),
+        Some("/tools/inventory/endpoints"),
+        "Location",
+    );
     assert_eq!(anonymous(&t), 200);
-    assert_eq!(dir.read("config.toml"), original.replacen(OFF_LINE, ON_LINE, 1));
+    assert_eq!(
+        dir.read("config.toml"),
+        original.replacen(OFF_LINE, ON_LINE, 1)
+    );
     let r = view();
-    r.check(r.text().contains("id=\"switch-state-production\">on<"), "the view shows on");
     r.check(
-        r.text().contains("<button type=\"submit\" id=\"switch-production\">Turn off</button>"),
+        r.text().contains("id=\"switch-state-production\">on<"),
+        "the view shows on",
+    );
+    r.check(
+        r.text()
+            .contains("<button type=\"submit\" id=\"switch-production\">Turn off</button>"),
         "and offers to turn it off",
     );
 
@@ -274,8 +360,14 @@ fn the_view_form_turns_on_through_a_confirmation_and_off_at_once() {
     assert_eq!(anonymous(&t), 401);
     assert_eq!(dir.read("config.toml"), original);
     let log = std::fs::read_to_string(&t.stderr_log).unwrap();
-    assert!(log.contains("production: off -> on by session:alice"), "{log}");
-    assert!(log.contains("production: on -> off by session:alice"), "{log}");
+    assert!(
+        log.contains("production: off -> on by session:alice"),
+        "{log}"
+    );
+    assert!(
+        log.contains("production: on -> off by session:alice"),
+        "{log}"
+    );
     post(format!("csrf={csrf}&public=maybe")).status_is(400);
 }
 
@@ -284,7 +376,12 @@ fn csrf_missing_or_wrong_is_refused_and_nothing_changes() {
     let (dir, t, original) = start("switch_csrf", "");
     let token = login(&t, "alice");
     let c = cookie(&token);
-    let page = t.request("GET", "/tools/inventory/endpoints", &[("Cookie", &c), HTML], b"");
+    let page = t.request(
+        "GET",
+        "/tools/inventory/endpoints",
+        &[("Cookie", &c), HTML],
+        b"",
+    );
     let csrf = hidden(&page, "csrf");
     let key = app_key(&t, "alice");
     for body in [
@@ -300,23 +397,42 @@ fn csrf_missing_or_wrong_is_refused_and_nothing_changes() {
         let r = t.request(
             "POST",
             SWITCH,
-            &[("Cookie", &c), FORM, HTML, ("Origin", &origin), ("Sec-Fetch-Site", "same-origin")],
+            &[
+                ("Cookie", &c),
+                FORM,
+                HTML,
+                ("Origin", &origin),
+                ("Sec-Fetch-Site", "same-origin"),
+            ],
             body.as_bytes(),
         );
         r.status_is(403);
-        r.check(r.text().contains("<h1>Csrf rejected</h1>"), "an HTML error page");
+        r.check(
+            r.text().contains("<h1>Csrf rejected</h1>"),
+            "an HTML error page",
+        );
     }
     // The JSON operation with a cookie and no proof of origin.
     t.request("PUT", SWITCH, &[("Cookie", &c)], br#"{"Public":true}"#)
         .err(403, "csrf_rejected");
-    t.request("PUT", SWITCH, &[("Cookie", &c), ("X-CSRF-Token", "deadbeef")], br#"{"Public":true}"#)
-        .err(403, "csrf_rejected");
+    t.request(
+        "PUT",
+        SWITCH,
+        &[("Cookie", &c), ("X-CSRF-Token", "deadbeef")],
+        br#"{"Public":true}"#,
+    )
+    .err(403, "csrf_rejected");
     assert_eq!(dir.read("config.toml"), original, "unchanged");
     assert!(!served_public(&t, &key), "still off");
     assert_eq!(anonymous(&t), 401);
     // With the page's token in the header, a session may use it too.
-    t.request("PUT", SWITCH, &[("Cookie", &c), ("X-CSRF-Token", &csrf)], br#"{"Public":true}"#)
-        .ok();
+    t.request(
+        "PUT",
+        SWITCH,
+        &[("Cookie", &c), ("X-CSRF-Token", &csrf)],
+        br#"{"Public":true}"#,
+    )
+    .ok();
     assert_eq!(anonymous(&t), 200);
 }
 
@@ -327,7 +443,12 @@ fn a_read_only_config_shows_the_switch_disabled_with_the_reason() {
     let c = cookie(&login(&t, "alice"));
     let cfg = dir.path("config.toml");
     std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o444)).unwrap();
-    let r = t.request("GET", "/tools/inventory/endpoints", &[("Cookie", &c), HTML], b"");
+    let r = t.request(
+        "GET",
+        "/tools/inventory/endpoints",
+        &[("Cookie", &c), HTML],
+        b"",
+    );
     r.status_is(200);
     let text = r.text();
     r.check(
@@ -335,14 +456,29 @@ fn a_read_only_config_shows_the_switch_disabled_with_the_reason() {
         "the control is disabled",
     );
     let reason = format!("the config file {} is read-only (mode 0444)", cfg.display());
-    r.check(text.contains("id=\"switch-reason-production\""), "the reason is shown");
-    r.check(text.contains(&reason), format!("the reason says {reason:?}"));
+    r.check(
+        text.contains("id=\"switch-reason-production\""),
+        "the reason is shown",
+    );
+    r.check(
+        text.contains(&reason),
+        format!("the reason says {reason:?}"),
+    );
 
     let e = put(&t, &key, r#"{"Public":true}"#).err(409, "config_not_writable");
     assert_eq!(e["Reason"], reason.as_str());
-    assert!(e["Error"].as_str().unwrap().contains("read-only (mode 0444)"), "{e}");
+    assert!(
+        e["Error"]
+            .as_str()
+            .unwrap()
+            .contains("read-only (mode 0444)"),
+        "{e}"
+    );
     let csrf = hidden(&r, "csrf");
-    for body in [format!("csrf={csrf}&public=true"), format!("csrf={csrf}&public=true&confirm=yes")] {
+    for body in [
+        format!("csrf={csrf}&public=true"),
+        format!("csrf={csrf}&public=true&confirm=yes"),
+    ] {
         t.request("POST", SWITCH, &[("Cookie", &c), FORM], body.as_bytes())
             .err(409, "config_not_writable");
     }
@@ -353,7 +489,10 @@ fn a_read_only_config_shows_the_switch_disabled_with_the_reason() {
     std::fs::set_permissions(&dir.root, std::fs::Permissions::from_mode(0o555)).unwrap();
     let e = put(&t, &key, r#"{"Public":true}"#).err(409, "config_not_writable");
     std::fs::set_permissions(&dir.root, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let want = format!("the directory of the config file {} is read-only (mode 0555)", dir.root.display());
+    let want = format!(
+        "the directory of the config file {} is read-only (mode 0555)",
+        dir.root.display()
+    );
     assert_eq!(e["Reason"], want.as_str());
     assert_eq!(dir.read("config.toml"), original);
     assert_eq!(anonymous(&t), 401);
@@ -372,14 +511,28 @@ fn only_admins_flip_when_admins_is_set() {
     let (dir, t, original) = start("switch_admins", "admins = [\"carol\"]\n");
     let alice_key = app_key(&t, "alice");
     let c = cookie(&login(&t, "alice"));
-    let r = t.request("GET", "/tools/inventory/endpoints", &[("Cookie", &c), HTML], b"");
+    let r = t.request(
+        "GET",
+        "/tools/inventory/endpoints",
+        &[("Cookie", &c), HTML],
+        b"",
+    );
     r.status_is(200);
     let text = r.text();
-    r.check(text.contains("id=\"switch-state-production\">off<"), "alice sees the state");
-    r.check(!text.contains(&format!("action=\"{SWITCH}\"")), "but no control");
+    r.check(
+        text.contains("id=\"switch-state-production\">off<"),
+        "alice sees the state",
+    );
+    r.check(
+        !text.contains(&format!("action=\"{SWITCH}\"")),
+        "but no control",
+    );
     r.check(!text.contains("id=\"switch-production\""), "no button");
-    r.check(text.contains("Only the workspace&#39;s admins can change this switch.")
-        || text.contains("Only the workspace's admins can change this switch."), "and says why");
+    r.check(
+        text.contains("Only the workspace&#39;s admins can change this switch.")
+            || text.contains("Only the workspace's admins can change this switch."),
+        "and says why",
+    );
     put(&t, &alice_key, r#"{"Public":true}"#).err(403, "admin_required");
     let csrf = hidden(&r, "csrf");
     let body = format!("csrf={csrf}&public=true&confirm=yes");
@@ -391,8 +544,16 @@ fn only_admins_flip_when_admins_is_set() {
     // carol is an admin.
     let carol_key = app_key(&t, "carol");
     let cc = cookie(&login(&t, "carol"));
-    let r = t.request("GET", "/tools/inventory/endpoints", &[("Cookie", &cc), HTML], b"");
-    r.check(r.text().contains("id=\"switch-production\">Turn on<"), "carol has the control");
+    let r = t.request(
+        "GET",
+        "/tools/inventory/endpoints",
+        &[("Cookie", &cc), HTML],
+        b"",
+    );
+    r.check(
+        r.text().contains("id=\"switch-production\">Turn on<"),
+        "carol has the control",
+    );
     put(&t, &carol_key, r#"{"Public":true}"#).ok();
     assert_eq!(anonymous(&t), 200);
 }
@@ -413,7 +574,12 @@ fn racing_flips_leave_a_valid_file_with_one_state() {
                     barrier.wait();
                     let body = format!("{{\"Public\":{public}}}");
                     client
-                        .request("PUT", SWITCH, &[("Authorization", &auth), UA], body.as_bytes())
+                        .request(
+                            "PUT",
+                            SWITCH,
+                            &[("Authorization", &auth), UA],
+                            body.as_bytes(),
+                        )
                         .status
                 })
             })
@@ -422,9 +588,16 @@ fn racing_flips_leave_a_valid_file_with_one_state() {
             assert_eq!(h.join().unwrap(), 200, "round {round}");
         }
         let text = dir.read("config.toml");
-        assert!(text == original || text == on, "round {round}: torn or duplicated file:\n{text}");
+        assert!(
+            text == original || text == on,
+            "round {round}: torn or duplicated file:\n{text}"
+        );
         let public = text == on;
-        assert_eq!(served_public(&t, &key), public, "round {round}: served = file");
+        assert_eq!(
+            served_public(&t, &key),
+            public,
+            "round {round}: served = file"
+        );
         assert_eq!(anonymous(&t) == 200, public, "round {round}");
         let r = crate::util::trigd(&["check", "--config", &dir.path_str("config.toml")], None);
         r.code_is(0);
@@ -436,16 +609,40 @@ fn a_bearer_key_asking_for_html_gets_the_view() {
     let (_d, t, _) = start("switch_bearer_html", "");
     let key = app_key(&t, "alice");
     let auth = format!("Bearer {key}");
-    let r = t.request("GET", "/tools/inventory/endpoints", &[("Authorization", &auth), UA, HTML], b"");
+    let r = t.request(
+        "GET",
+        "/tools/inventory/endpoints",
+        &[("Authorization", &auth), UA, HTML],
+        b"",
+    );
     r.status_is(200);
-    r.check_eq(r.header("content-type"), Some("text/html; charset=utf-8"), "HTML");
+    r.check_eq(
+        r.header("content-type"),
+        Some("text/html; charset=utf-8"),
+        "HTML",
+    );
     let text = r.text();
-    for want in ["Environment production", "Environment staging", "Application key of <strong>alice</strong>"] {
+    for want in [
+        "Environment production",
+        "Environment staging",
+        "Application key of <strong>alice</strong>",
+    ] {
         r.check(text.contains(want), format!("the page shows {want:?}"));
     }
     r.check(!text.contains("<form"), "no forms without a session");
-    r.check(text.contains(&format!("PUT {SWITCH}")), "points scripts at the operation");
-    let r = t.request("GET", "/tools/inventory/endpoints", &[("Authorization", "Bearer tk_nope"), UA, HTML], b"");
+    r.check(
+        text.contains(&format!("PUT {SWITCH}")),
+        "points scripts at the operation",
+    );
+    let r = t.request(
+        "GET",
+        "/tools/inventory/endpoints",
+        &[("Authorization", "Bearer tk_nope"), UA, HTML],
+        b"",
+    );
     r.status_is(401);
-    r.check(r.header("location").is_none(), "no redirect to the login form");
+    r.check(
+        r.header("location").is_none(),
+        "no redirect to the login form",
+    );
 }

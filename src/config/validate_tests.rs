@@ -393,7 +393,9 @@ fn load_reads_the_programs_dir() {
 fn admins_are_members_and_restrict_the_switch() {
     let users = "[[users]]\nname = \"alice\"\npassword = \"$argon2id$x\"\n\
                  [[users]]\nname = \"bob\"\npassword = \"$argon2id$x\"\n";
-    let bad = format!("{users}[[workspaces]]\nname = \"ops\"\nmembers = [\"alice\"]\nadmins = [\"bob\"]\n");
+    let bad = format!(
+        "{users}[[workspaces]]\nname = \"ops\"\nmembers = [\"alice\"]\nadmins = [\"bob\"]\n"
+    );
     expect(&errors(&bad, &[]), &[
         "config.toml:10:11: workspaces[0].admins[0]: admin \"bob\" is not in this workspace's members",
     ]);
@@ -405,6 +407,12 @@ fn admins_are_members_and_restrict_the_switch() {
     let cfg = run(&good, &[]).expect("valid");
     let ws = |n: &str| &cfg.workspaces[n];
     assert!(ws("ops").may_flip("bob") && !ws("ops").may_flip("alice"));
-    assert!(ws("dev").may_flip("alice") && !ws("dev").may_flip("bob"), "members only");
-    assert!(!ws("locked").may_flip("alice"), "admins = [] locks the switch");
+    assert!(
+        ws("dev").may_flip("alice") && !ws("dev").may_flip("bob"),
+        "members only"
+    );
+    assert!(
+        !ws("locked").may_flip("alice"),
+        "admins = [] locks the switch"
+    );
 }

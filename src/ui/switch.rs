@@ -307,7 +307,7 @@ fn confirm_page(cfg: &Config, req: &Request, tool: &Tool, env: &str, s: &Session
         })
         .collect();
     let body = markup! {
-        main.narrow {
+        main.confirm {
             h1 { "Make environment " (env) " of tool " (tool.name) " public?" }
             p.warning id="public-warning" {
                 strong { "Anyone who can reach this server can then call every endpoint of \
