@@ -563,9 +563,10 @@ fn racing_flips_leave_a_valid_file_with_one_state() {
     let (dir, t, original) = start("switch_race", "");
     let key = app_key(&t, "alice");
     let on = original.replacen(OFF_LINE, ON_LINE, 1);
-    for round in 0..8 {
-        let barrier = Arc::new(Barrier::new(2));
-        let handles: Vec<_> = [true, false]
+    let mut before = false;
+    for round in 0..25 {
+        let barrier = Arc::new(Barrier::new(6));
+        let handles: Vec<_> = [true, false, true, false, true, false]
             .into_iter()
             .map(|public| {
                 let (client, barrier) = (t.client(), Arc::clone(&barrier));
@@ -573,35 +574,53 @@ fn racing_flips_leave_a_valid_file_with_one_state() {
                 thread::spawn(move || {
                     barrier.wait();
                     let body = format!("{{\"Public\":{public}}}");
-                    client
-                        .request(
-                            "PUT",
-                            SWITCH,
-                            &[("Authorization", &auth), UA],
-                            body.as_bytes(),
-                        )
-                        .status
+                    let h = [("Authorization", auth.as_str()), UA];
+                    let v = client.request("PUT", SWITCH, &h, body.as_bytes()).ok();
+                    (
+                        v["Public"].as_bool().unwrap(),
+                        v["Previous"].as_bool().unwrap(),
+                    )
                 })
             })
             .collect();
-        for h in handles {
-            assert_eq!(h.join().unwrap(), 200, "round {round}");
-        }
+        let got: Vec<(bool, bool)> = handles.into_iter().map(|h| h.join().unwrap()).collect();
         let text = dir.read("config.toml");
         assert!(
             text == original || text == on,
             "round {round}: torn or duplicated file:\n{text}"
         );
-        let public = text == on;
+        let after = text == on;
+        // The flips happened one after the other: in some order each saw
+        // the state the previous one left (no lost update).
+        assert!(
+            serial(before, &got, after),
+            "round {round}: from {before}, (new, previous) = {got:?}, file {after}"
+        );
         assert_eq!(
             served_public(&t, &key),
-            public,
+            after,
             "round {round}: served = file"
         );
-        assert_eq!(anonymous(&t) == 200, public, "round {round}");
+        assert_eq!(anonymous(&t) == 200, after, "round {round}");
         let r = crate::util::trigd(&["check", "--config", &dir.path_str("config.toml")], None);
         r.code_is(0);
+        before = after;
     }
+}
+
+/// Whether the flips `(new, previous)` can be ordered so that the first saw
+/// `from`, each next one saw the value the one before it set, and the last
+/// left `to`.
+fn serial(from: bool, flips: &[(bool, bool)], to: bool) -> bool {
+    if flips.is_empty() {
+        return from == to;
+    }
+    (0..flips.len()).any(|i| {
+        let (new, previous) = flips[i];
+        let mut rest = flips.to_vec();
+        rest.remove(i);
+        previous == from && serial(new, &rest, to)
+    })
 }
 
 #[test]
@@ -644,5 +663,27 @@ fn a_bearer_key_asking_for_html_gets_the_view() {
     r.check(
         r.header("location").is_none(),
         "no redirect to the login form",
+    );
+}
+
+#[test]
+fn a_symlinked_config_is_edited_where_it_lives() {
+    let dir = TestDir::new("switch_symlink");
+    let text = commented_config("");
+    dir.write("real/config.toml", &text);
+    dir.write("programs/inv.toml", PROGRAM);
+    std::os::unix::fs::symlink("real/config.toml", dir.path("config.toml")).unwrap();
+    let t = Trigd::start(&dir);
+    let key = app_key(&t, "alice");
+    put(&t, &key, r#"{"Public":true}"#).ok();
+    assert_eq!(anonymous(&t), 200, "served at once");
+    let link = std::fs::symlink_metadata(dir.path("config.toml")).unwrap();
+    assert!(
+        link.file_type().is_symlink(),
+        "config.toml is still a symlink"
+    );
+    assert_eq!(
+        dir.read("real/config.toml"),
+        text.replacen(OFF_LINE, ON_LINE, 1)
     );
 }

@@ -1,7 +1,7 @@
 //! Integration tests: every test drives the real `trigd` binary.
 
 mod api; // POST /api: success shapes, every SPEC §3.3 error row, limits, injection safety
-mod browser; // headless Chromium through chromedriver: login, application key, endpoint view, logout
+mod browser; // headless Chromium through chromedriver: login, application key, endpoint view, logout, public switch
 mod cli; // subcommands: check, keygen, hash-password, run, --help/--version, usage errors
 mod limits; // issue 6: connections, sizes, fairness, EMFILE, overload, crash, hostile programs, rate limits, users
 mod openapi; // openapi.json against src/routes.rs and the error codes; GET /openapi.json

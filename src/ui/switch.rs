@@ -148,8 +148,8 @@ pub fn put(app: &App, cfg: &Config, req: &Request, names: [&str; 2]) -> Result<R
 }
 
 /// `POST /tools/<tool>/environments/<env>/public`, the form of the endpoint
-/// view (fields `csrf`, `public=true|false`, `confirm=yes`). Turning a
-/// switch on without `confirm=yes` answers the confirmation page; otherwise
+/// view (fields `csrf`, `public=true|false`, `confirm=yes`). Turning an
+/// off switch on without `confirm=yes` answers the confirmation page; otherwise
 /// the switch is set and the browser goes back to the view (303).
 ///
 /// # Errors
@@ -191,11 +191,9 @@ fn post_inner(
         Some("false") => false,
         _ => return Err(bad_public("The form field public must be true or false.")),
     };
-    if !tool.environments.contains_key(env) {
-        return Err(ApiError::NotFound);
-    }
+    let served = tool.environments.get(env).ok_or(ApiError::NotFound)?.public;
     may_flip(cfg, tool, &s.user)?;
-    if public && field(&f, "confirm") != Some("yes") {
+    if public && !served && field(&f, "confirm") != Some("yes") {
         edit::writable(&cfg.path).map_err(|reason| ApiError::ConfigNotWritable { reason })?;
         return Ok(confirm_page(cfg, req, tool, env, &s));
     }
@@ -267,23 +265,24 @@ fn flip(
             on_off(f.new)
         );
     }
-    wait_served(app, cfg, &tool.name, env, public);
+    wait_served(app, cfg, &tool.name, env, f);
     Ok(f)
 }
 
-/// Wait (at most [`SERVE_WAIT`]) for the watcher to serve the edited file;
-/// then reload it here, as SIGHUP would (no watcher, or a symlinked file
-/// whose real directory is not watched).
-fn wait_served(app: &App, cfg: &Config, tool: &str, env: &str, public: bool) {
+/// Wait (at most [`SERVE_WAIT`]) for the watcher to serve the edited file,
+/// or until a later edit replaced it (its caller waits for that one); then
+/// reload it here, as SIGHUP would (no watcher, or a symlinked file whose
+/// real directory is not watched).
+fn wait_served(app: &App, cfg: &Config, tool: &str, env: &str, f: Flip) {
     let served = || {
         app.config()
             .tools
             .get(tool)
             .and_then(|t| t.environments.get(env))
-            .is_some_and(|e| e.public == public)
+            .is_some_and(|e| e.public == f.new)
     };
     let start = Instant::now();
-    while !served() {
+    while !served() && edit::writes() == f.seq {
         if start.elapsed() >= SERVE_WAIT {
             reload::reload_now(app, &cfg.path, false);
             return;
