@@ -18,6 +18,7 @@ mod app;
 mod appkeys;
 mod auth;
 mod cli;
+mod cluster;
 mod commands;
 mod config;
 mod error;

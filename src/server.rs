@@ -88,6 +88,7 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
         log::info!("SIGHUP: reloading the configuration");
         let _ = reload.send(reload::Trigger::Signal);
     }
+    drain(&app);
     log::info!("shutting down: waiting up to {grace:?} for runs to finish");
     app.closing.store(true, Ordering::SeqCst);
     drop(server); // closes the listener: no new connections
@@ -99,6 +100,19 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
     }
     log::info!("stopped");
     Ok(())
+}
+
+/// The first step of a graceful stop: for `drain_delay`, `/healthz`
+/// answers 503 `draining` while every request is still served, so that a
+/// balancer checking it stops sending before the listener closes.
+fn drain(app: &App) {
+    let delay = app.config().server.drain_delay;
+    if delay.is_zero() {
+        return;
+    }
+    log::info!("draining: /healthz answers 503 for {delay:?}, then trigd stops accepting");
+    app.draining.store(true, Ordering::SeqCst);
+    thread::sleep(delay);
 }
 
 /// Connection and request bounds for the (patched) tiny_http.
