@@ -245,17 +245,18 @@ pub fn run_status(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Re
         .program_of(id)
         .and_then(|pid| cfg.program(pid))
         .is_some_and(|p| key.may_access(p));
-    let rec = app.store.get(id).filter(|_| visible);
-    let Some(rec) = rec else {
-        if app.store.program_of(id).is_none() {
-            if let Some(owner) = cluster::foreign_owner(id, &cfg.server.instance) {
-                return Err(ApiError::RunOnOtherInstance {
-                    instance: owner.to_string(),
-                });
-            }
-        }
-        return Err(ApiError::RunNotFound);
+    let Some(rec) = app.store.get(id) else {
+        // Not recorded here: an id naming another instance is that one's.
+        return Err(match cluster::foreign_owner(id, &cfg.server.instance) {
+            Some(owner) => ApiError::RunOnOtherInstance {
+                instance: owner.to_string(),
+            },
+            None => ApiError::RunNotFound,
+        });
     };
+    if !visible {
+        return Err(ApiError::RunNotFound);
+    }
     let body = serde_json::to_value(&rec).map_err(|_| ApiError::Internal)?;
     Ok(Response::json(200, &body))
 }
