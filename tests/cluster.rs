@@ -217,8 +217,7 @@ fn sigterm_drains_then_runs_the_queue_within_the_grace() {
     for id in &ids {
         let last = log
             .lines()
-            .filter(|l| l.contains(id.as_str()))
-            .last()
+            .rfind(|l| l.contains(id.as_str()))
             .unwrap_or_else(|| t.fail(format!("{id} is not in runs.log")));
         t.check(
             last.contains(r#""State":"finished""#),
