@@ -69,7 +69,7 @@ impl RunState {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct RunRecord {
-    /// Run id, 32 hex characters.
+    /// Run id: `<instance>-<32 hex>` (older runs: the 32 hex alone).
     pub run: String,
     /// Current state.
     pub state: RunState,

@@ -881,3 +881,38 @@ fn sigterm_under_load(hx: &Haproxy, lb: &Client, nodes: &mut [Node]) {
         "t3's accepted runs after a graceful stop: {lost:?}"
     );
 }
+
+#[test]
+fn runs_still_queued_when_the_grace_ends_are_recorded_interrupted() {
+    let (dir, mut t) = serve(
+        "cluster_grace_ends",
+        "max_concurrent_runs = 1\nshutdown_grace = \"1s\"\nkill_grace = \"1s\"",
+        &[("w.toml", WORK)],
+    );
+    let ids: Vec<String> = (0..3)
+        .map(|_| {
+            let r = t.post(&async_url("slow"));
+            r.run_id(&r.ok())
+        })
+        .collect();
+    t.sigterm();
+    let st = t
+        .wait_exit(Duration::from_secs(30))
+        .unwrap_or_else(|| t.fail("trigd did not exit within 30s of SIGTERM (grace 1s)"));
+    t.check(st.success(), format!("exit status after SIGTERM: {st}"));
+    let log = dir.read("state/runs.log");
+    let last = |id: &str| log.lines().rfind(|l| l.contains(id)).unwrap_or("");
+    // 2 s runs, one slot, 1 s grace: the last one never started.
+    let queued = last(&ids[2]);
+    t.check(
+        queued.contains(r#""State":"interrupted""#) && queued.contains("before the run started"),
+        format!("a run still queued at the end of the grace: {queued}"),
+    );
+    for id in &ids {
+        let l = last(id);
+        t.check(
+            l.contains(r#""State":"interrupted""#) || l.contains(r#""State":"finished""#),
+            format!("every run has a final state: {l}"),
+        );
+    }
+}
