@@ -431,7 +431,7 @@ impl Haproxy {
             ("    bind :80\n", format!("    bind {addr}\n")),
             (
                 checks,
-                "check inter 200ms fastinter 100ms downinter 200ms fall 2 rise 2".into(),
+                "check inter 250ms fastinter 100ms downinter 250ms fall 2 rise 2".into(),
             ),
         ] {
             assert!(
@@ -689,17 +689,20 @@ fn three_instances_behind_haproxy() {
 /// Runs spread over the instances; each read back through the balancer
 /// from its owner; asked directly, another instance answers 421.
 fn routing_by_run_id(lb: &Client, nodes: &[Node]) {
-    let ids: Vec<String> = (0..9)
-        .map(|_| {
-            let r = lb.post(&async_url("quick"));
-            r.run_id(&r.ok())
-        })
-        .collect();
-    let owners: std::collections::BTreeSet<&str> = ids.iter().map(|i| owner(i)).collect();
+    let mut ids: Vec<String> = Vec::new();
+    let mut owners = std::collections::BTreeSet::new();
+    // Round robin: three in a row reach all three, unless a health check
+    // flapped on a loaded machine; bounded.
+    while owners.len() < 3 && ids.len() < 30 {
+        let r = lb.post(&async_url("quick"));
+        let id = r.run_id(&r.ok());
+        owners.insert(owner(&id).to_string());
+        ids.push(id);
+    }
     assert_eq!(
-        owners.into_iter().collect::<Vec<_>>(),
-        vec!["t1", "t2", "t3"],
-        "round robin spreads runs over all three instances: {ids:?}"
+        owners.len(),
+        3,
+        "runs spread over all three instances: {ids:?}"
     );
     for _ in 0..2 {
         for id in &ids {
@@ -792,7 +795,7 @@ fn kill9_under_load(hx: &Haproxy, lb: &Client, nodes: &mut [Node]) {
     load.wait_accepted(15, "before the kill");
     nodes[1].kill9();
     let took = hx.wait_status("t2", "DOWN", Duration::from_secs(10));
-    eprintln!("HAProxy marked t2 DOWN {took:?} after kill -9 (inter 200ms, fall 2)");
+    eprintln!("HAProxy marked t2 DOWN {took:?} after kill -9 (inter 250ms, fall 2)");
     let down = Instant::now();
     load.wait_accepted(15, "after t2 was marked down");
     let seen = load.finish();
