@@ -383,7 +383,12 @@ fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) -> Ser
         defaults::SESSION_IDLE_SECS,
     );
     let session_max = d(&raw.session_max, "session_max", defaults::SESSION_MAX_SECS);
-    let drain_delay = d(&raw.drain_delay, "drain_delay", defaults::DRAIN_DELAY_SECS);
+    // 0 is allowed here (no drain), unlike other durations.
+    let drain_delay = match raw.drain_delay.as_ref().map(|v| v.get_ref()) {
+        Some(RawDuration::Secs(0)) => Duration::ZERO,
+        Some(RawDuration::Text(t)) if matches!(t.trim(), "0" | "0s") => Duration::ZERO,
+        _ => d(&raw.drain_delay, "drain_delay", defaults::DRAIN_DELAY_SECS),
+    };
     let instance = instance(src, raw.instance.as_ref(), errs);
     if let Some(url) = &raw.public_url {
         if !(url.get_ref().starts_with("http://") || url.get_ref().starts_with("https://")) {
