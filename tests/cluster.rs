@@ -271,7 +271,7 @@ impl Node {
         let dir = root.path(name);
         fs::create_dir_all(dir.join("programs")).unwrap();
         let server = format!(
-            "instance = {name:?}\nmax_concurrent_runs = 2\ndrain_delay = \"3s\"\n\
+            "instance = {name:?}\nmax_concurrent_runs = 2\ndrain_delay = \"4s\"\n\
              shutdown_grace = \"30s\"\ntrusted_proxies = [\"127.0.0.1\"]\n\
              shared_state_dir = {:?}",
             shared.display().to_string()
@@ -849,10 +849,15 @@ fn sigterm_under_load(hx: &Haproxy, lb: &Client, nodes: &mut [Node]) {
     load.wait_accepted(15, "before SIGTERM");
     nodes[2].sigterm();
     hx.wait_status("t3", "DOWN", Duration::from_secs(10));
+    // The balancer stopped sending before t3 stopped accepting: t3 still
+    // answers, and says it is draining.
     assert!(
         nodes[2].running(),
         "t3 is marked down while it still drains"
     );
+    let r = nodes[2].client().get("/healthz");
+    r.status_is(503);
+    r.check_eq(&r.json()["Status"], &json!("draining"), "t3's /healthz");
     let st = nodes[2]
         .wait_exit(Duration::from_secs(40))
         .expect("t3 exits within 40s of SIGTERM");
