@@ -815,6 +815,16 @@ fn kill9_under_load(hx: &Haproxy, lb: &Client, nodes: &mut [Node]) {
     let not_finished: Vec<_> = states.iter().filter(|(_, s)| *s != "finished").collect();
     assert!(not_finished.is_empty(), "survivors' runs: {not_finished:?}");
 
+    // While t2 is down, its runs are answered by another instance with a
+    // clear error naming the owner, never a false 404.
+    let r = lb.get(&run_url(&t2_slow[0]));
+    let v = r.err(421, "run_on_other_instance");
+    r.check_eq(
+        &v["Instance"],
+        &json!("t2"),
+        "the owner of a run of a down instance",
+    );
+
     nodes[1].start();
     hx.wait_status("t2", "UP", WAIT);
     let mut all_t2 = t2_slow.clone();
@@ -858,6 +868,14 @@ fn sigterm_under_load(hx: &Haproxy, lb: &Client, nodes: &mut [Node]) {
     let r = nodes[2].client().get("/healthz");
     r.status_is(503);
     r.check_eq(&r.json()["Status"], &json!("draining"), "t3's /healthz");
+    // Its runs are still read from it through the balancer (`option
+    // persist`), though HAProxy marks it down.
+    let r = lb.get(&run_url(&t3_slow[0]));
+    r.check_eq(
+        &r.ok()["Run"],
+        &json!(t3_slow[0]),
+        "a draining instance's run",
+    );
     let st = nodes[2]
         .wait_exit(Duration::from_secs(40))
         .expect("t3 exits within 40s of SIGTERM");
