@@ -100,6 +100,9 @@ pub struct RunRecord {
     /// What went wrong, when failed, timed out or interrupted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The last 2 KiB of the failed step's stdout, when it printed any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout: Option<String>,
 }
 
 /// Where the latest line of a run sits in the log.
@@ -495,6 +498,7 @@ mod tests {
             steps: vec![],
             result: None,
             error: None,
+            stdout: None,
         }
     }
 

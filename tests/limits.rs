@@ -1386,13 +1386,13 @@ command = ["id", "-g"]
     // No supplementary groups of root are kept.
     r.check_eq(
         &r.ok()["Result"],
-        &json!([uid, gid, gid]),
+        &json!([uid.to_string(), gid.to_string(), gid.to_string()]),
         "id -u, id -g, id -G as nobody",
     );
     let r = t.post(&format!("/api?api_key={KEY}&program_id=1&function=me"));
-    r.check_eq(&r.ok()["Result"], &json!([0]), "id -u without `user`");
+    r.check_eq(&r.ok()["Result"], &json!(["0"]), "id -u without `user`");
     let r = t.post(&format!("/api?api_key={KEY}&program_id=1&function=numeric"));
-    r.check_eq(&r.ok()["Result"], &json!([0]), "explicit group wins");
+    r.check_eq(&r.ok()["Result"], &json!(["0"]), "explicit group wins");
 }
 
 #[test]

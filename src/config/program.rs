@@ -192,6 +192,7 @@ fn function(
         env,
         workdir,
         concurrency,
+        output: f.output,
         webhook,
         user,
         group,
