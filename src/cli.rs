@@ -298,9 +298,7 @@ fn parse_sub(p: &mut lexopt::Parser, sub: &str) -> Result<Command, Error> {
             no_positional(&o, sub)?;
             let need = |v: Option<String>, flag: &str| {
                 v.ok_or_else(|| {
-                    Error::Usage(format!(
-                        "app-key needs {flag}; see 'trigd app-key --help'"
-                    ))
+                    Error::Usage(format!("app-key needs {flag}; see 'trigd app-key --help'"))
                 })
             };
             Ok(Command::AppKey {

@@ -289,8 +289,11 @@ impl Template {
 pub struct User {
     /// Login name.
     pub name: String,
-    /// argon2 PHC string (`$argon2id$…`).
+    /// argon2 PHC string (`$argon2id$…`); empty for a generated password
+    /// that has not been made yet (no password matches it).
     pub password_hash: String,
+    /// `password = "generate"`: the hash lives in the state dir.
+    pub generated_password: bool,
 }
 
 /// A workspace (`[[workspaces]]`).
