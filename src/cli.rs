@@ -227,10 +227,10 @@ fn help_text(sub: &str) -> Option<&'static str> {
 
 fn unknown_command(name: &str) -> Error {
     let names: Vec<&str> = COMMANDS.iter().map(|(n, _)| *n).collect();
-    Error::Usage(format!(
-        "unknown command '{name}' (commands: {}); see 'trigd --help'",
-        names.join(", ")
-    ))
+    bad(
+        "trigd",
+        format!("unknown command '{name}' (commands: {})", names.join(", ")),
+    )
 }
 
 /// Options every subcommand may take, gathered while parsing.
@@ -271,8 +271,9 @@ fn parse_sub(p: &mut lexopt::Parser, sub: &str) -> Result<Command, Error> {
         }
         "run" => {
             if o.positional.is_empty() {
-                return Err(Error::Usage(
-                    "run needs a PROGRAM (a program's name or id); see 'trigd run --help'".into(),
+                return Err(bad(
+                    sub,
+                    "run needs a PROGRAM (a program's name or id)".into(),
                 ));
             }
             let program = o.positional.remove(0);
@@ -297,9 +298,7 @@ fn parse_sub(p: &mut lexopt::Parser, sub: &str) -> Result<Command, Error> {
         _ => {
             no_positional(&o, sub)?;
             let need = |v: Option<String>, flag: &str| {
-                v.ok_or_else(|| {
-                    Error::Usage(format!("app-key needs {flag}; see 'trigd app-key --help'"))
-                })
+                v.ok_or_else(|| bad("app-key", format!("app-key needs {flag}")))
             };
             Ok(Command::AppKey {
                 workspace: need(o.workspace, "--workspace W")?,
@@ -357,26 +356,18 @@ fn options(p: &mut lexopt::Parser, sub: &str) -> Result<Opts, Error> {
 /// The value of `--name`, as UTF-8.
 fn value(p: &mut lexopt::Parser, sub: &str, name: &str) -> Result<String, Error> {
     let v = p.value().map_err(|e| usage(sub, &e))?;
-    v.into_string().map_err(|_| {
-        Error::Usage(format!(
-            "the value of --{name} is not valid UTF-8; see 'trigd {sub} --help'"
-        ))
-    })
+    v.into_string()
+        .map_err(|_| bad(sub, format!("the value of --{name} is not valid UTF-8")))
 }
 
 fn string(v: OsString, sub: &str) -> Result<String, Error> {
-    v.into_string().map_err(|v| {
-        Error::Usage(format!(
-            "argument {v:?} is not valid UTF-8; see 'trigd {sub} --help'"
-        ))
-    })
+    v.into_string()
+        .map_err(|v| bad(sub, format!("argument {v:?} is not valid UTF-8")))
 }
 
 fn no_positional(o: &Opts, sub: &str) -> Result<(), Error> {
     match o.positional.first() {
-        Some(v) => Err(Error::Usage(format!(
-            "{sub} takes no argument '{v}'; see 'trigd {sub} --help'"
-        ))),
+        Some(v) => Err(bad(sub, format!("{sub} takes no argument '{v}'"))),
         None => Ok(()),
     }
 }
@@ -385,15 +376,23 @@ fn config_of(config: Option<PathBuf>) -> PathBuf {
     config.unwrap_or_else(|| PathBuf::from("config.toml"))
 }
 
-/// A usage error from lexopt (it names the option or argument), with the
-/// help to read.
+/// A usage error from lexopt (it names the option or argument).
 fn usage(sub: &str, e: &lexopt::Error) -> Error {
-    let help = if sub == "trigd" {
-        "trigd --help".to_string()
-    } else {
-        format!("trigd {sub} --help")
+    bad(sub, format!("{sub}: {e}"))
+}
+
+/// A usage error: `msg`, the command's usage line, and the help to read.
+fn bad(sub: &str, msg: String) -> Error {
+    let (line, help) = match help_text(sub) {
+        Some(text) => (
+            text.lines().find(|l| l.starts_with("Usage:")).unwrap_or(""),
+            format!("trigd {sub} --help"),
+        ),
+        None => ("Usage: trigd COMMAND [OPTIONS]", "trigd --help".to_string()),
     };
-    Error::Usage(format!("{sub}: {e}; see '{help}'"))
+    Error::Usage(format!(
+        "{msg}\n{line}\nEvery option is explained by '{help}'."
+    ))
 }
 
 #[cfg(test)]

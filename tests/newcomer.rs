@@ -270,7 +270,11 @@ steps = [{ shell = "echo step one done; echo oops >&2; exit 3" }]
     let r = t.get(&format!("/api/runs/{run}?api_key={KEY}"));
     let rec = r.ok();
     r.check_eq(&rec["State"], &json!("failed"), "State");
-    r.check_eq(&rec["Stdout"], &json!("step one done\n"), "Stdout in the record");
+    r.check_eq(
+        &rec["Stdout"],
+        &json!("step one done\n"),
+        "Stdout in the record",
+    );
 }
 
 #[test]
@@ -435,7 +439,10 @@ outputs = ["version"]
         e.contains("--function") && !e.contains("function="),
         "names --function",
     );
-    let out = trigd(&["run", "deploy", "--config", &cfg, "--function", "plan"], None);
+    let out = trigd(
+        &["run", "deploy", "--config", &cfg, "--function", "plan"],
+        None,
+    );
     out.code_is(1);
     let e = out.json()["Error"].as_str().unwrap_or("").to_string();
     out.check(
@@ -447,10 +454,21 @@ outputs = ["version"]
     let e = out.json()["Error"].as_str().unwrap_or("").to_string();
     out.check(!e.contains("API key"), "no API key wording");
     let out = trigd(
-        &["run", "deploy", "--config", &cfg, "--function", "plan", "1.10"],
+        &[
+            "run",
+            "deploy",
+            "--config",
+            &cfg,
+            "--function",
+            "plan",
+            "1.10",
+        ],
         None,
     );
     out.code_is(0);
     out.check_eq(&out.json()["Result"], &json!(["1.10"]), "Result");
-    out.check(out.json().get("Run").is_none(), "no Run id: nothing recorded");
+    out.check(
+        out.json().get("Run").is_none(),
+        "no Run id: nothing recorded",
+    );
 }
