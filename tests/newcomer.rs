@@ -472,3 +472,21 @@ outputs = ["version"]
         "no Run id: nothing recorded",
     );
 }
+
+#[test]
+fn counts_are_spelled_right() {
+    let prog = "id = 1\nname = \"p\"\n[[functions]]\nname = \"f\"\ncommand = [\"true\"]\n";
+    let (dir, t) = serve("newcomer_counts", "", &[("p.toml", prog)]);
+    let out = trigd(&["check", "--config", &dir.path_str("config.toml")], None);
+    out.code_is(0);
+    out.check_eq(out.stdout.trim_end(), "ok: 1 program, 0 tools", "summary");
+    dir.write("programs/p.toml", "id = 1\nname = \"p\"\nbogus = 1\n");
+    t.wait_for(WAIT, "the refused reload is logged", || {
+        t.stderr_tail().contains("reload refused (")
+    });
+    let log = t.stderr_tail();
+    t.check(
+        log.contains("reload refused (1 error);"),
+        format!("one error, singular: {log}"),
+    );
+}
