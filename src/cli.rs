@@ -1,6 +1,6 @@
 //! The command line: one help text per subcommand and a parser into
-//! [`Command`] built on `lexopt` (the small parser ripgrep uses: it adds a
-//! few KiB to the binary, where a derive-based parser adds hundreds).
+//! [`Command`] built on `lexopt` (the small, dependency-free parser ripgrep
+//! uses; the help texts are written by hand so each explains every option).
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -70,8 +70,9 @@ Usage: trigd run PROGRAM [VALUE...] [--config PATH] [--function F]
 
 PROGRAM is a program's name or id. Each VALUE binds by position to the
 function's webhook outputs, as `variables` do over HTTP. Prints the same JSON
-as `POST /api` and records the run in the state dir (`By` is `cli`); exits 0
-when the run finished, 1 otherwise. Put VALUEs starting with `-` after `--`.
+as `POST /api` (without a `Run` id: the run is not recorded, the state dir
+may belong to a running server); exits 0 when the run finished, 1 otherwise.
+Put VALUEs starting with `-` after `--`.
 
 Options:
   --config PATH   config file (default ./config.toml)

@@ -80,7 +80,7 @@ pub struct RunRecord {
     /// Whether it was started with `run_async`.
     #[serde(default)]
     pub r#async: bool,
-    /// Who started it: `api_key:<name>`, `app_key:<member>`, `session:<user>`, `public`, `cli`.
+    /// Who started it: `api_key:<name>`, `app_key:<member>`, `session:<user>`, `public`.
     #[serde(default)]
     pub by: String,
     /// RFC 3339 time it was accepted.
