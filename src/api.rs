@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 
 use crate::app::App;
 use crate::callback::{self, record::Source};
+use crate::cluster;
 use crate::config::{Config, Function, Program, Server};
 use crate::http::{ApiError, Request, Response};
 use crate::ratelimit;
@@ -37,6 +38,7 @@ pub fn run(app: &App, cfg: &Arc<Config>, req: &Request) -> Result<Response, ApiE
         });
     }
     let key = ratelimit::api_key(app, cfg, req)?;
+    reject_body(req)?;
     let program = program_param(cfg, req.query_one("program_id")?)?;
     if !key.may_access(program) {
         return Err(ApiError::ProgramNotFound);
@@ -97,18 +99,21 @@ pub fn finished_body(id: &str, outcome: Outcome) -> Result<Value, ApiError> {
             exit_code: None,
             signal: None,
             stderr: message,
+            stdout: String::new(),
         }),
         Some(StepError::Failed {
             step,
             exit_code,
             signal,
             stderr_tail,
+            stdout_tail,
         }) => Err(ApiError::RunFailed {
             run,
             step,
             exit_code,
             signal,
             stderr: stderr_tail,
+            stdout: stdout_tail,
         }),
     }
 }
@@ -229,6 +234,24 @@ pub fn parse_bool(name: &str, raw: Option<&str>) -> Result<bool, ApiError> {
     }
 }
 
+/// Refuse a request body: `POST /api` reads everything from the query
+/// string, and a body silently ignored would surface as an unrelated error.
+fn reject_body(req: &Request) -> Result<(), ApiError> {
+    if req.body.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::InvalidParameter {
+        name: "body".into(),
+        msg: format!(
+            "POST /api takes no request body (got {} bytes): send program_id, function, \
+             run_async and one variables=<value> per output as query parameters, with an \
+             empty body. A JSON body of values is accepted by the tool endpoints \
+             (/tools/<tool>/<environment>/<trigger>).",
+            req.body.len()
+        ),
+    })
+}
+
 /// Refuse query parameters outside `known`, naming the first one.
 fn reject_unknown(req: &Request, known: &[&str]) -> Result<(), ApiError> {
     match req.query.iter().find(|(k, _)| !known.contains(&k.as_str())) {
@@ -253,10 +276,18 @@ pub fn run_status(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Re
         .program_of(id)
         .and_then(|pid| cfg.program(pid))
         .is_some_and(|p| key.may_access(p));
+    let Some(rec) = app.store.get(id) else {
+        // Not recorded here: an id naming another instance is that one's.
+        return Err(match cluster::foreign_owner(id, &cfg.server.instance) {
+            Some(owner) => ApiError::RunOnOtherInstance {
+                instance: owner.to_string(),
+            },
+            None => ApiError::RunNotFound,
+        });
+    };
     if !visible {
         return Err(ApiError::RunNotFound);
     }
-    let rec = app.store.get(id).ok_or(ApiError::RunNotFound)?;
     let body = serde_json::to_value(&rec).map_err(|_| ApiError::Internal)?;
     Ok(Response::json(200, &body))
 }

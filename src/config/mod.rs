@@ -11,6 +11,7 @@
 //! stopping at the first.
 
 pub mod callbacks;
+pub mod edit;
 mod program;
 mod raw;
 mod types;
@@ -24,7 +25,7 @@ use std::time::Duration;
 
 #[cfg(any(test, fuzzing))] // fuzz/ (cargo-fuzz sets cfg fuzzing)
 pub use validate::load_str;
-pub use validate::{load, load_changed};
+pub use validate::{load, load_changed, load_text};
 
 /// One loaded configuration: server settings, programs, keys, users,
 /// workspaces and tools.
@@ -118,6 +119,16 @@ pub struct Server {
     pub trusted_proxies: Vec<std::net::IpAddr>,
     /// Completion callback settings (the `[callbacks]` table).
     pub callbacks: Arc<callbacks::Callbacks>,
+    /// This instance's name, the prefix of every run id (`instance`,
+    /// default from the host name; read only at start).
+    pub instance: String,
+    /// Time between SIGTERM and closing the listener during which
+    /// `/healthz` answers 503 `draining` while requests are still served
+    /// (`drain_delay`, default 0s).
+    pub drain_delay: Duration,
+    /// Directory of `app_keys.json`, which instances may share
+    /// (`shared_state_dir`, default: `state_dir`; read only at start).
+    pub shared_state_dir: PathBuf,
 }
 
 /// A run-endpoint API key (`[[api_keys]]`). Only its hash is known.
@@ -198,6 +209,8 @@ pub struct Function {
     pub workdir: PathBuf,
     /// At most this many runs of this function at once (`concurrency`).
     pub concurrency: Option<usize>,
+    /// How each step's stdout becomes its Result element (`output`).
+    pub output: OutputMode,
     /// The webhook trigger, at most one.
     pub webhook: Option<Webhook>,
     /// Numeric uid to run the steps as (`user`, resolved at load time);
@@ -217,6 +230,22 @@ impl Function {
     pub fn inputs(&self) -> &[String] {
         self.webhook.as_ref().map_or(&[], |w| w.outputs.as_slice())
     }
+}
+
+/// How a step's stdout becomes its Result element (`output` of a function).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutputMode {
+    /// A JSON object or array is parsed; anything else is the text.
+    #[default]
+    Auto,
+    /// Any JSON value, scalars too (numbers kept digit for digit); stdout
+    /// that is not JSON fails the step.
+    Json,
+    /// Always the text.
+    Text,
+    /// The text split into lines: an array of strings.
+    Lines,
 }
 
 /// A function's webhook trigger (`[functions.webhook]`).
@@ -280,8 +309,11 @@ impl Template {
 pub struct User {
     /// Login name.
     pub name: String,
-    /// argon2 PHC string (`$argon2id$…`).
+    /// argon2 PHC string (`$argon2id$…`); empty for a generated password
+    /// that has not been made yet (no password matches it).
     pub password_hash: String,
+    /// `password = "generate"`: the hash lives in the state dir.
+    pub generated_password: bool,
 }
 
 /// A workspace (`[[workspaces]]`).
@@ -292,6 +324,20 @@ pub struct Workspace {
     pub name: String,
     /// Member user names; each names a `[[users]]` entry.
     pub members: Vec<String>,
+    /// Members who may flip the public switch of the workspace's tools
+    /// from the browser or over HTTP; `None` (no `admins` key): every member.
+    pub admins: Option<Vec<String>>,
+}
+
+impl Workspace {
+    /// Whether `user` may flip the public switch of this workspace's tools.
+    pub fn may_flip(&self, user: &str) -> bool {
+        self.members.iter().any(|m| m == user)
+            && self
+                .admins
+                .as_ref()
+                .is_none_or(|a| a.iter().any(|m| m == user))
+    }
 }
 
 /// A tool (`[[tools]]`) with its environments and triggers.

@@ -77,12 +77,34 @@ struct Files {
 /// Read `config.toml` and the program files it points at.
 fn read_all(path: &Path) -> Result<Files, Vec<ConfigError>> {
     let text = std::fs::read_to_string(path).map_err(|e| {
+        let hint = missing_config_hint(path, &e);
         vec![error(
             path,
             "",
-            format!("cannot read {}: {e}", path.display()),
+            format!("cannot read {}: {e}{hint}", path.display()),
         )]
     })?;
+    Ok(read_programs_of(path, text))
+}
+
+/// Like [`load`], with `text` standing for the content of `path` (the
+/// program files are read from disk): checks an edit before it is written.
+///
+/// # Errors
+/// As [`load`].
+pub fn load_text(path: &Path, text: String) -> Result<Config, Vec<ConfigError>> {
+    let files = read_programs_of(path, text);
+    check(
+        path,
+        &files.text,
+        &files.programs,
+        files.errs,
+        files.complete,
+    )
+}
+
+/// The program files that `text`, the content of `path`, points at.
+fn read_programs_of(path: &Path, text: String) -> Files {
     let raw = raw::parse::<RawConfig>(&text).unwrap_or_default();
     let dir_value = raw.server.programs_dir.as_ref();
     let rel = dir_value.map_or(defaults::PROGRAMS_DIR, |d| d.get_ref());
@@ -117,12 +139,25 @@ fn read_all(path: &Path) -> Result<Files, Vec<ConfigError>> {
             }
         })
         .collect::<Vec<_>>();
-    Ok(Files {
+    Files {
         text,
         programs,
         errs,
         complete,
-    })
+    }
+}
+
+/// For a config file that is not there: say where it was looked for and
+/// how to name another one.
+fn missing_config_hint(path: &Path, e: &std::io::Error) -> String {
+    if e.kind() != std::io::ErrorKind::NotFound || path.is_absolute() {
+        return String::new();
+    }
+    let cwd = std::env::current_dir().map_or_else(|_| ".".into(), |d| d.display().to_string());
+    format!(
+        " (looked for it from {cwd}; run trigd in the directory holding config.toml, \
+         or pass --config PATH)"
+    )
 }
 
 /// Like [`load`], from text: `config_text` is the content of `path`, and
@@ -195,6 +230,9 @@ pub(super) struct Known<'a> {
     /// False when some program file could not be read or parsed at all, so
     /// a missing id may just be hidden.
     pub(super) complete: bool,
+    /// False when `config.toml` itself does not parse: its workspaces are
+    /// unknown, so a program naming one is not reported.
+    pub(super) workspaces_known: bool,
 }
 
 impl Known<'_> {
@@ -216,10 +254,12 @@ fn check(
 ) -> Result<Config, Vec<ConfigError>> {
     let dir = config_dir(path);
     let src = Src { file: path, text };
-    let raw = parse::<RawConfig>(&src, &mut errs).unwrap_or_default();
+    let parsed = parse::<RawConfig>(&src, &mut errs);
+    let workspaces_known = parsed.is_some();
+    let raw = parsed.unwrap_or_default();
     let mut server = server(&src, &raw.server, &dir, &mut errs);
     server.callbacks = Arc::new(callbacks::callbacks(&src, &raw.callbacks, &dir, &mut errs));
-    let users = users(&src, &raw, &mut errs);
+    let users = users(&src, &raw, &server.state_dir, &mut errs);
     let workspaces = workspaces(&src, &raw, &users, &mut errs);
     let mut sorted: Vec<&(PathBuf, String)> = programs.iter().collect();
     sorted.sort_by(|a, b| a.0.cmp(&b.0));
@@ -227,6 +267,7 @@ fn check(
         programs: &BTreeMap::new(),
         broken: BTreeSet::new(),
         complete,
+        workspaces_known,
     };
     let progs = program::load_programs(&sorted, &server, &workspaces, &mut known, &mut errs);
     known.programs = &progs;
@@ -386,6 +427,13 @@ fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) -> Ser
         defaults::SESSION_IDLE_SECS,
     );
     let session_max = d(&raw.session_max, "session_max", defaults::SESSION_MAX_SECS);
+    // 0 is allowed here (no drain), unlike other durations.
+    let drain_delay = match raw.drain_delay.as_ref().map(|v| v.get_ref()) {
+        Some(RawDuration::Secs(0)) => Duration::ZERO,
+        Some(RawDuration::Text(t)) if matches!(t.trim(), "0" | "0s") => Duration::ZERO,
+        _ => d(&raw.drain_delay, "drain_delay", defaults::DRAIN_DELAY_SECS),
+    };
+    let instance = instance(src, raw.instance.as_ref(), errs);
     if let Some(url) = &raw.public_url {
         if !(url.get_ref().starts_with("http://") || url.get_ref().starts_with("https://")) {
             errs.at(
@@ -396,6 +444,10 @@ fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) -> Ser
             );
         }
     }
+    let state_dir = resolve(
+        dir,
+        Path::new(raw.state_dir.as_deref().unwrap_or(defaults::STATE_DIR)),
+    );
     let programs_dir = raw
         .programs_dir
         .as_ref()
@@ -407,10 +459,13 @@ fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) -> Ser
             .unwrap_or_else(|| defaults::LISTEN.into()),
         workers,
         programs_dir: resolve(dir, Path::new(programs_dir)),
-        state_dir: resolve(
-            dir,
-            Path::new(raw.state_dir.as_deref().unwrap_or(defaults::STATE_DIR)),
-        ),
+        shared_state_dir: raw
+            .shared_state_dir
+            .as_ref()
+            .map_or_else(|| state_dir.clone(), |d| resolve(dir, Path::new(d))),
+        state_dir,
+        instance,
+        drain_delay,
         public_url: raw.public_url.as_ref().map(|u| u.get_ref().clone()),
         max_concurrent_runs,
         max_queued_runs,
@@ -439,6 +494,22 @@ fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) -> Ser
     }
 }
 
+/// `instance`: a valid instance name, or the one derived from the host name.
+fn instance(src: &Src, raw: Option<&Spanned<String>>, errs: &mut Errors) -> String {
+    let Some(name) = raw else {
+        return crate::cluster::default_name();
+    };
+    if !crate::cluster::valid_name(name.get_ref()) {
+        errs.at(
+            src,
+            name.span(),
+            "server.instance",
+            "instance must be 1 to 63 of a-z, 0-9, '_' and '-', starting with a letter or digit",
+        );
+    }
+    name.get_ref().clone()
+}
+
 /// `trusted_proxies`: each an IP address.
 fn trusted_proxies(src: &Src, raw: &[Spanned<String>], errs: &mut Errors) -> Vec<std::net::IpAddr> {
     let mut out = Vec::new();
@@ -458,15 +529,21 @@ fn trusted_proxies(src: &Src, raw: &[Spanned<String>], errs: &mut Errors) -> Vec
 }
 
 /// `[[users]]` by name.
-fn users(src: &Src, raw: &RawConfig, errs: &mut Errors) -> BTreeMap<String, User> {
+fn users(
+    src: &Src,
+    raw: &RawConfig,
+    state_dir: &Path,
+    errs: &mut Errors,
+) -> BTreeMap<String, User> {
     let mut seen = HashMap::new();
     let mut out = BTreeMap::new();
     for (i, u) in raw.users.iter().enumerate() {
         let key = format!("users[{i}]");
         errs.name(src, &u.name, &format!("{key}.name"), "user");
         errs.unique(src, &mut seen, &u.name, &format!("{key}.name"), "user");
-        if !u.password.get_ref().starts_with("$argon2") {
-            let msg = "password must be an argon2 hash starting with \"$argon2\"; make one with `trigd hash-password`";
+        let generated = u.password.get_ref() == crate::firststart::MARKER;
+        if !generated && !u.password.get_ref().starts_with("$argon2") {
+            let msg = "password must be an argon2 hash starting with \"$argon2\" (make one with `trigd hash-password`), or \"generate\" for a password trigd makes and prints at its first start";
             errs.at(src, u.password.span(), format!("{key}.password"), msg);
         }
         let name = u.name.get_ref().clone();
@@ -474,7 +551,12 @@ fn users(src: &Src, raw: &RawConfig, errs: &mut Errors) -> BTreeMap<String, User
             name.clone(),
             User {
                 name,
-                password_hash: u.password.get_ref().clone(),
+                password_hash: if generated {
+                    crate::firststart::stored_hash(state_dir, u.name.get_ref()).unwrap_or_default()
+                } else {
+                    u.password.get_ref().clone()
+                },
+                generated_password: generated,
             },
         );
     }
@@ -500,9 +582,29 @@ fn workspaces(
                 errs.at(src, m.span(), format!("{key}.members[{j}]"), msg);
             }
         }
+        for (j, a) in w.admins.iter().flatten().enumerate() {
+            if !w.members.iter().any(|m| m.get_ref() == a.get_ref()) {
+                let msg = format!(
+                    "admin \"{}\" is not in this workspace's members",
+                    a.get_ref()
+                );
+                errs.at(src, a.span(), format!("{key}.admins[{j}]"), msg);
+            }
+        }
         let members = w.members.iter().map(|m| m.get_ref().clone()).collect();
+        let admins = w
+            .admins
+            .as_ref()
+            .map(|a| a.iter().map(|m| m.get_ref().clone()).collect());
         let name = w.name.get_ref().clone();
-        out.insert(name.clone(), Workspace { name, members });
+        out.insert(
+            name.clone(),
+            Workspace {
+                name,
+                members,
+                admins,
+            },
+        );
     }
     out
 }

@@ -89,7 +89,10 @@ struct Slots {
     queue: VecDeque<Queued>,
     /// Queue places promised to runs being recorded right now.
     reserved: usize,
+    /// No new runs are accepted (shutdown started).
     closing: bool,
+    /// Queued runs are no longer started (the shutdown grace is over).
+    stopping: bool,
 }
 
 impl Slots {
@@ -119,7 +122,7 @@ impl Slots {
 
     /// Remove the first queued run whose function has room.
     fn next_runnable(&mut self) -> Option<Queued> {
-        if self.closing {
+        if self.stopping {
             return None;
         }
         let i = self.queue.iter().position(|q| self.fn_free(&q.job))?;
@@ -344,7 +347,7 @@ impl Runner {
 
     fn new_record(&self, job: &Job, is_async: bool) -> RunRecord {
         RunRecord {
-            run: new_run_id(),
+            run: new_run_id(&job.cfg.server.instance),
             state: RunState::Queued,
             program: job.program.id,
             function: job.function.clone(),
@@ -357,6 +360,7 @@ impl Runner {
             result: None,
             error: None,
             callbacks: waiting(&job.callbacks),
+            stdout: None,
         }
     }
 
@@ -393,6 +397,7 @@ impl Runner {
                     _ => RunState::Failed,
                 };
                 rec.error = Some(describe(e));
+                rec.stdout = failed_stdout(e);
             }
         }
         self.record_end(&mut rec, false);
@@ -456,13 +461,18 @@ impl Runner {
         self.children.load(Ordering::Relaxed)
     }
 
-    /// Stop accepting runs; mark queued runs `interrupted`; give running
-    /// runs `grace` to finish, then stop their process groups (they are
-    /// recorded `interrupted`) and wait for them to be reaped.
+    /// Stop accepting runs; give running and queued runs `grace` to
+    /// finish (queued runs still start as slots free up); then mark the
+    /// runs still queued `interrupted`, stop the process groups of running
+    /// ones (recorded `interrupted` too) and wait for them to be reaped.
     pub fn shutdown(&self, grace: Duration) {
+        lock(&self.slots).closing = true;
+        if self.wait_idle(grace) {
+            return;
+        }
         let dropped: Vec<Queued> = {
             let mut s = lock(&self.slots);
-            s.closing = true;
+            s.stopping = true;
             s.queue.drain(..).collect()
         };
         for mut q in dropped {
@@ -471,19 +481,18 @@ impl Runner {
             q.rec.error = Some("trigd shut down before the run started".into());
             self.record_end(&mut q.rec, true);
         }
-        if !self.wait_idle(grace) {
-            log::warn!("shutdown grace of {grace:?} passed; stopping the remaining runs");
-            self.abort.trigger();
-            // Steps stop within their kill grace; wait for them to record.
-            self.wait_idle(Duration::from_secs(60));
-        }
+        log::warn!("shutdown grace of {grace:?} passed; stopping the remaining runs");
+        self.abort.trigger();
+        // Steps stop within their kill grace; wait for them to record.
+        self.wait_idle(Duration::from_secs(60));
     }
 
-    /// Wait until no run executes, at most `limit`; whether it got there.
+    /// Wait until no run executes or waits in the queue, at most `limit`;
+    /// whether it got there.
     fn wait_idle(&self, limit: Duration) -> bool {
         let deadline = Instant::now() + limit;
         let mut s = lock(&self.slots);
-        while s.used > 0 {
+        while s.used > 0 || !s.queue.is_empty() {
             let now = Instant::now();
             if now >= deadline {
                 return false;
@@ -494,6 +503,16 @@ impl Runner {
                 .map_or_else(|e| e.into_inner().0, |r| r.0);
         }
         true
+    }
+}
+
+/// The stdout tail a failed step left, when it printed anything.
+fn failed_stdout(e: &StepError) -> Option<String> {
+    match e {
+        StepError::Failed { stdout_tail, .. } if !stdout_tail.is_empty() => {
+            Some(stdout_tail.clone())
+        }
+        _ => None,
     }
 }
 
