@@ -429,8 +429,19 @@ fn ca_file(
             it.collect::<Result<Vec<_>, _>>()
                 .map_err(|e| format!("{} is not PEM: {e}", path.display()))
         });
+    let usable = |c: &CertificateDer<'static>| {
+        rustls::RootCertStore::empty().add(c.clone()).is_ok()
+    };
     match certs {
-        Ok(c) if !c.is_empty() => c,
+        Ok(c) if !c.is_empty() && c.iter().all(usable) => c,
+        Ok(c) if !c.is_empty() => {
+            let msg = format!(
+                "{} holds a certificate that cannot be used as a CA root",
+                path.display()
+            );
+            errs.at(src, f.span(), "callbacks.ca_file", msg);
+            Vec::new()
+        }
         Ok(_) => {
             let msg = format!("{} holds no CERTIFICATE block", path.display());
             errs.at(src, f.span(), "callbacks.ca_file", msg);
