@@ -349,7 +349,7 @@ fn allow_list(src: &Src, raw: &[Spanned<String>], errs: &mut Errors) -> Vec<Allo
                 }
                 _ => Err(format!("\"{text}\" is not an http(s) URL prefix")),
             }
-        } else if !text.is_empty() && !text.contains(['/', ' ', ':', '@']) {
+        } else if is_host(text) {
             Ok(Allow::Host(text.to_ascii_lowercase()))
         } else {
             Err(format!(
@@ -362,6 +362,13 @@ fn allow_list(src: &Src, raw: &[Spanned<String>], errs: &mut Errors) -> Vec<Allo
         }
     }
     out
+}
+
+/// A host name, an IPv4 address or a bracketed IPv6 address (`[::1]`), as
+/// the host of a URL is written.
+fn is_host(text: &str) -> bool {
+    let v6 = text.starts_with('[') && text.ends_with(']');
+    !text.is_empty() && !text.contains(['/', ' ', '@', '?', '#']) && (v6 || !text.contains(':'))
 }
 
 fn private_list(src: &Src, raw: &[Spanned<String>], errs: &mut Errors) -> Vec<Cidr> {
@@ -429,9 +436,8 @@ fn ca_file(
             it.collect::<Result<Vec<_>, _>>()
                 .map_err(|e| format!("{} is not PEM: {e}", path.display()))
         });
-    let usable = |c: &CertificateDer<'static>| {
-        rustls::RootCertStore::empty().add(c.clone()).is_ok()
-    };
+    let usable =
+        |c: &CertificateDer<'static>| rustls::RootCertStore::empty().add(c.clone()).is_ok();
     match certs {
         Ok(c) if !c.is_empty() && c.iter().all(usable) => c,
         Ok(c) if !c.is_empty() => {
@@ -561,6 +567,7 @@ mod tests {
                 Allow::Prefix("https://ci.example.org/trigd/".into()),
                 Allow::Host("127.0.0.1".into()),
                 Allow::Host("10.0.0.9".into()),
+                Allow::Host("[::1]".into()),
             ],
             &["127.0.0.1"],
         );
@@ -568,6 +575,11 @@ mod tests {
         assert!(s.check_url("http://HOOKS.example.com:8443/x?y=1").is_ok());
         assert!(s.check_url("https://ci.example.org/trigd/done").is_ok());
         assert!(s.check_url("http://127.0.0.1:9/cb").is_ok());
+        assert!(s
+            .check_url("http://[::1]:9/cb")
+            .unwrap_err()
+            .contains("loopback"));
+        assert!(is_host("[::1]") && is_host("a.example") && !is_host("a:1") && !is_host(""));
         let refused = [
             "https://ci.example.org/other",
             "https://ci.example.org/trigd",
