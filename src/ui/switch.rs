@@ -8,11 +8,9 @@
 //! Both write `public = …` into the config file through `config::edit`, log
 //! the flip (who, tool, environment, old → new; the log line carries the
 //! time) and count it in `/metrics`, then wait (bounded) until the reloaded
-//! config serves the new state, so the page shown next already has it.
+//! config serves the new state (it reloads at once), so the page shown next already has it.
 //! Who may flip: members of the tool's workspace, or only its `admins` when
 //! that list is set.
-
-use std::time::{Duration, Instant};
 
 use maud::{html as markup, Markup};
 use serde_json::{json, Value};
@@ -26,10 +24,6 @@ use crate::http::{percent_encode, ApiError, Request, Response};
 use crate::reload;
 use crate::sessions::{self, Session};
 use crate::tools;
-
-/// How long a flip waits for the watcher to serve the edited file before
-/// reloading it itself.
-const SERVE_WAIT: Duration = Duration::from_secs(2);
 
 /// Who looks at the endpoint view, for its switch controls.
 pub enum Viewer<'a> {
@@ -265,30 +259,16 @@ fn flip(
             on_off(f.new)
         );
     }
-    wait_served(app, cfg, &tool.name, env, f);
+    serve_now(app, cfg);
     Ok(f)
 }
 
-/// Wait (at most [`SERVE_WAIT`]) for the watcher to serve the edited file,
-/// or until a later edit replaced it (its caller waits for that one); then
-/// reload it here, as SIGHUP would (no watcher, or a symlinked file whose
-/// real directory is not watched).
-fn wait_served(app: &App, cfg: &Config, tool: &str, env: &str, f: Flip) {
-    let served = || {
-        app.config()
-            .tools
-            .get(tool)
-            .and_then(|t| t.environments.get(env))
-            .is_some_and(|e| e.public == f.new)
-    };
-    let start = Instant::now();
-    while !served() && edit::writes() == f.seq {
-        if start.elapsed() >= SERVE_WAIT {
-            reload::reload_now(app, &cfg.path, false);
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
+/// Serve the edited file now, so the page shown next already has it.
+/// Reloads are one at a time and each reads the files when it runs, so what
+/// is served afterwards is this edit or a later one, never an earlier one;
+/// the watcher's own reload of the same edit then finds nothing changed.
+fn serve_now(app: &App, cfg: &Config) {
+    reload::reload_now(app, &cfg.path, false);
 }
 
 /// The page that asks before an environment's endpoints become public.
