@@ -1,15 +1,13 @@
 //! `App`: the state shared by every request — the current config snapshot,
-//! its generation, the last reload error, the run store, the runner,
-//! application keys, browser sessions and rate limits.
+//! its generation, the last reload error, the run store, the runner, and
+//! the credentials and limits of `access`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
-use crate::appkeys::AppKeys;
+use crate::access::Access;
 use crate::config::Config;
-use crate::ratelimit::RateLimits;
 use crate::runner::Runner;
-use crate::sessions::{Sessions, Throttle};
 use crate::store::RunStore;
 
 /// Shared server state.
@@ -20,31 +18,21 @@ pub struct App {
     reload_errors: AtomicU64,
     /// The run log.
     pub store: Arc<RunStore>,
-    /// Application keys of workspace members.
-    pub app_keys: AppKeys,
-    /// Browser login sessions.
-    pub sessions: Sessions,
-    /// Failed-login counters.
-    pub login_throttle: Throttle,
+    /// Application keys, sessions and rate limits.
+    pub access: Access,
     /// Run slots and queue.
     pub runner: Arc<Runner>,
     /// Open HTTP connections (set once the listener exists).
     pub connections: OnceLock<Arc<AtomicUsize>>,
     /// Set once shutdown starts: workers stop taking requests.
     pub closing: AtomicBool,
-    /// Failed-authentication and per-key rate limits.
-    pub limits: RateLimits,
 }
 
 impl App {
     /// Shared state around a first config (generation 1).
     pub fn new(config: Config, store: Arc<RunStore>, runner: Arc<Runner>) -> App {
-        let app_keys = AppKeys::new(&config.server.state_dir);
-        let sessions = Sessions::open(&config.server.state_dir);
         App {
-            app_keys,
-            sessions,
-            login_throttle: Throttle::default(),
+            access: Access::open(&config.server.state_dir),
             config: RwLock::new(Arc::new(config)),
             generation: AtomicU64::new(1),
             last_reload_error: Mutex::new(None),
@@ -53,7 +41,6 @@ impl App {
             runner,
             connections: OnceLock::new(),
             closing: AtomicBool::new(false),
-            limits: RateLimits::default(),
         }
     }
 

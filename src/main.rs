@@ -13,27 +13,26 @@
 //! the only `unsafe` code.
 #![deny(unsafe_code)]
 
+mod access;
 mod api;
 mod app;
-mod appkeys;
-mod auth;
 mod cli;
 mod commands;
 mod config;
 mod error;
 mod http;
+mod invoke;
 mod logging;
 mod metrics;
-mod ratelimit;
 mod reload;
 mod routes;
 mod runner;
 mod server;
-mod sessions;
 mod store;
 mod sys;
 mod tools;
 mod ui;
+mod view;
 
 use std::process::ExitCode;
 

@@ -379,7 +379,7 @@ fn application_key_generate_and_regenerate() {
             body.as_bytes(),
         )
     };
-    // CSRF: the form token is required (same-origin headers are not enough).
+    // CSRF: without the form token (or same-origin proof) the post is refused.
     post("", false).err(403, "csrf_rejected");
     post("csrf=deadbeef", false).err(403, "csrf_rejected");
     let r = post("csrf=deadbeef", true);
@@ -605,7 +605,7 @@ fn endpoint_view_is_html_for_browsers_and_json_otherwise() {
         "protected",
         "public",
         "Copy curl command",
-        "-d &#39;{&quot;item&quot;:&quot;VALUE&quot;}&#39;",
+        "-d '{&quot;item&quot;:&quot;VALUE&quot;}'",
     ] {
         r.check(text.contains(want), format!("the page shows {want:?}"));
     }

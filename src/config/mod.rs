@@ -10,8 +10,11 @@
 //! file, line, column and key; loading collects all of them instead of
 //! stopping at the first.
 
+mod endpoint;
 mod program;
 mod raw;
+mod server;
+mod tools;
 mod types;
 mod validate;
 
@@ -20,6 +23,10 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+
+pub use endpoint::{Credentials, Endpoint, Target, Values};
+
+use crate::http::Method;
 
 #[cfg(any(test, fuzzing))] // fuzz/ (cargo-fuzz sets cfg fuzzing)
 pub use validate::load_str;
@@ -48,6 +55,8 @@ pub struct Config {
     pub workspaces: BTreeMap<String, Workspace>,
     /// Tools by name.
     pub tools: BTreeMap<String, Tool>,
+    /// The run endpoint `POST /api`.
+    pub run_endpoint: Endpoint,
     /// sha256 over the names and contents of every file read, in a fixed
     /// order; a reload whose fingerprint is unchanged is skipped.
     pub fingerprint: [u8; 32],
@@ -168,11 +177,11 @@ impl Program {
         self.functions.iter().find(|f| f.name == name)
     }
 
-    /// Functions whose webhook trigger is active, in file order.
+    /// Functions whose API trigger is active, in file order.
     pub fn triggered(&self) -> impl Iterator<Item = &Function> {
         self.functions
             .iter()
-            .filter(|f| f.webhook.as_ref().is_some_and(|w| w.active))
+            .filter(|f| f.api_trigger.as_ref().is_some_and(|w| w.active))
     }
 }
 
@@ -192,8 +201,8 @@ pub struct Function {
     pub workdir: PathBuf,
     /// At most this many runs of this function at once (`concurrency`).
     pub concurrency: Option<usize>,
-    /// The webhook trigger, at most one.
-    pub webhook: Option<Webhook>,
+    /// The API trigger (`[functions.webhook]`), at most one.
+    pub api_trigger: Option<ApiTrigger>,
     /// Numeric uid to run the steps as (`user`, resolved at load time);
     /// `None`: trigd's own.
     pub user: Option<u32>,
@@ -203,16 +212,19 @@ pub struct Function {
 }
 
 impl Function {
-    /// The names the caller's values bind to, by position: the webhook's
-    /// outputs (an inactive webhook still declares them), or none.
+    /// The names the caller's values bind to, by position: the API
+    /// trigger's outputs (an inactive trigger still declares them), or none.
     pub fn inputs(&self) -> &[String] {
-        self.webhook.as_ref().map_or(&[], |w| w.outputs.as_slice())
+        self.api_trigger
+            .as_ref()
+            .map_or(&[], |w| w.outputs.as_slice())
     }
 }
 
-/// A function's webhook trigger (`[functions.webhook]`).
+/// What makes a function callable through `POST /api`: its
+/// `[functions.webhook]` table.
 #[derive(Debug)]
-pub struct Webhook {
+pub struct ApiTrigger {
     /// Whether the run endpoint may start this function (default true).
     pub active: bool,
     /// Ordered output names; each is an identifier `[A-Za-z_][A-Za-z0-9_]*`.
@@ -305,17 +317,31 @@ pub struct Environment {
     pub name: String,
     /// When true, every generated endpoint of this environment is public.
     pub public: bool,
-    /// Variables given to programs run through this environment.
-    pub vars: BTreeMap<String, String>,
+    /// The credentials its endpoints take (from `public` and the tool's
+    /// workspace).
+    pub credentials: Credentials,
+    /// Its endpoints by trigger name, compiled from the tool's triggers
+    /// (each carries the environment's `vars`).
+    pub endpoints: BTreeMap<String, Endpoint>,
 }
 
-/// An `endpoint` trigger of a tool: generates `METHOD /tools/<tool>/<env>/<name>`.
+/// The kinds of tool trigger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TriggerKind {
+    /// `kind = "endpoint"`: one HTTP endpoint per environment.
+    Endpoint,
+}
+
+/// A trigger of a tool: generates `METHOD /tools/<tool>/<env>/<name>`.
 #[derive(Debug)]
 pub struct Trigger {
+    /// What kind of trigger it is.
+    #[allow(dead_code)] // one kind today; matched on when there are more
+    pub kind: TriggerKind,
     /// Name, an identifier (appears in URLs), unique within the tool.
     pub name: String,
-    /// HTTP method, upper case (`GET`, `POST`, `PUT`, `PATCH`, `DELETE`).
-    pub method: String,
+    /// HTTP method (`GET`, `POST`, `PUT`, `PATCH` or `DELETE`).
+    pub method: Method,
     /// Program id; validated to exist.
     pub program: u64,
     /// Function name; validated to exist in that program.

@@ -1,0 +1,189 @@
+//! `[server]` → [`Server`]: every setting with its default filled in,
+//! counts and durations checked, directories resolved.
+
+use std::net::IpAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use toml::Spanned;
+
+use super::raw::{self, defaults, RawDuration};
+use super::types::{count, duration, Errors, Src};
+use super::{resolve, Server};
+
+/// Reads the settings of one `[server]` table, recording errors.
+struct Reader<'a, 'e> {
+    src: &'a Src<'a>,
+    errs: &'e mut Errors,
+}
+
+impl Reader<'_, '_> {
+    /// A count of at least `min`, or `default`.
+    fn count(&mut self, v: &raw::Count, key: &str, default: usize, min: i64) -> usize {
+        count(
+            self.src,
+            v,
+            &format!("server.{key}"),
+            default,
+            min,
+            self.errs,
+        )
+    }
+
+    /// A duration, or `default_secs`.
+    fn duration(
+        &mut self,
+        v: &Option<Spanned<RawDuration>>,
+        key: &str,
+        default_secs: u64,
+    ) -> Duration {
+        let default = Duration::from_secs(default_secs);
+        duration(
+            self.src,
+            v.as_ref(),
+            &format!("server.{key}"),
+            default,
+            self.errs,
+        )
+    }
+}
+
+/// `[server]` with defaults filled in and directories resolved.
+pub fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) -> Server {
+    public_url(src, raw, errs);
+    let trusted_proxies = trusted_proxies(src, &raw.trusted_proxies, errs);
+    let mut r = Reader { src, errs };
+    let programs_dir = raw
+        .programs_dir
+        .as_ref()
+        .map_or(defaults::PROGRAMS_DIR, |d| d.get_ref());
+    let state_dir = raw.state_dir.as_deref().unwrap_or(defaults::STATE_DIR);
+    let https = raw
+        .public_url
+        .as_ref()
+        .is_some_and(|u| u.get_ref().starts_with("https://"));
+    Server {
+        listen: raw
+            .listen
+            .clone()
+            .unwrap_or_else(|| defaults::LISTEN.into()),
+        workers: r.count(&raw.workers, "workers", defaults::WORKERS, 1),
+        programs_dir: resolve(dir, Path::new(programs_dir)),
+        state_dir: resolve(dir, Path::new(state_dir)),
+        public_url: raw.public_url.as_ref().map(|u| u.get_ref().clone()),
+        max_concurrent_runs: r.count(
+            &raw.max_concurrent_runs,
+            "max_concurrent_runs",
+            defaults::MAX_CONCURRENT_RUNS,
+            1,
+        ),
+        max_queued_runs: r.count(
+            &raw.max_queued_runs,
+            "max_queued_runs",
+            defaults::MAX_QUEUED_RUNS,
+            0,
+        ),
+        run_timeout: r.duration(&raw.run_timeout, "run_timeout", defaults::RUN_TIMEOUT_SECS),
+        kill_grace: r.duration(&raw.kill_grace, "kill_grace", defaults::KILL_GRACE_SECS),
+        shutdown_grace: r.duration(
+            &raw.shutdown_grace,
+            "shutdown_grace",
+            defaults::SHUTDOWN_GRACE_SECS,
+        ),
+        max_output_bytes: r.count(
+            &raw.max_output_bytes,
+            "max_output_bytes",
+            defaults::MAX_OUTPUT_BYTES,
+            1,
+        ),
+        max_variables: r.count(
+            &raw.max_variables,
+            "max_variables",
+            defaults::MAX_VARIABLES,
+            1,
+        ),
+        max_variable_bytes: r.count(
+            &raw.max_variable_bytes,
+            "max_variable_bytes",
+            defaults::MAX_VARIABLE_BYTES,
+            1,
+        ),
+        max_body_bytes: r.count(
+            &raw.max_body_bytes,
+            "max_body_bytes",
+            defaults::MAX_BODY_BYTES,
+            1,
+        ),
+        run_retention: r.count(
+            &raw.run_retention,
+            "run_retention",
+            defaults::RUN_RETENTION,
+            1,
+        ),
+        max_connections: r.count(
+            &raw.max_connections,
+            "max_connections",
+            defaults::MAX_CONNECTIONS,
+            1,
+        ),
+        request_timeout: r.duration(
+            &raw.request_timeout,
+            "request_timeout",
+            defaults::REQUEST_TIMEOUT_SECS,
+        ),
+        max_header_bytes: r.count(
+            &raw.max_header_bytes,
+            "max_header_bytes",
+            defaults::MAX_HEADER_BYTES,
+            256,
+        ),
+        max_url_bytes: r.count(
+            &raw.max_url_bytes,
+            "max_url_bytes",
+            defaults::MAX_URL_BYTES,
+            64,
+        ),
+        cookie_secure: raw.cookie_secure.unwrap_or(false) || https,
+        session_idle: r.duration(
+            &raw.session_idle,
+            "session_idle",
+            defaults::SESSION_IDLE_SECS,
+        ),
+        session_max: r.duration(&raw.session_max, "session_max", defaults::SESSION_MAX_SECS),
+        auth_failures_per_minute: r.count(
+            &raw.auth_failures_per_minute,
+            "auth_failures_per_minute",
+            defaults::AUTH_FAILURES_PER_MINUTE,
+            0,
+        ),
+        trusted_proxies,
+    }
+}
+
+/// `public_url` must be an http(s) URL.
+fn public_url(src: &Src, raw: &raw::RawServer, errs: &mut Errors) {
+    if let Some(url) = &raw.public_url {
+        if !(url.get_ref().starts_with("http://") || url.get_ref().starts_with("https://")) {
+            let msg = "public_url must start with http:// or https://";
+            errs.at(src, url.span(), "server.public_url", msg);
+        }
+    }
+}
+
+/// `trusted_proxies`: each an IP address.
+fn trusted_proxies(src: &Src, raw: &[Spanned<String>], errs: &mut Errors) -> Vec<IpAddr> {
+    let mut out = Vec::new();
+    for (i, p) in raw.iter().enumerate() {
+        match p.get_ref().trim().parse::<IpAddr>() {
+            Ok(ip) => out.push(ip.to_canonical()),
+            Err(_) => {
+                let msg = format!(
+                    "\"{}\" is not an IP address (write one address per entry, like \"127.0.0.1\" or \"::1\")",
+                    p.get_ref()
+                );
+                errs.at(src, p.span(), format!("server.trusted_proxies[{i}]"), msg);
+            }
+        }
+    }
+    out
+}
