@@ -21,7 +21,7 @@ use super::{ConfigError, Piece, Program, Template, TriggerKind};
 use crate::http::Method;
 
 /// Parse a duration written as `"250ms"`, `"60s"`, `"5m"`, `"1h"` or a
-/// combination like `"1m30s"`. Zero is rejected.
+/// combination like `"1m30s"` (humantime's syntax). Zero is rejected.
 ///
 /// # Errors
 /// A sentence saying what is accepted, when `s` is empty, malformed or zero.
@@ -32,31 +32,10 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
              \"5m\", \"1h\", \"7d\", \"1m30s\") or an integer number of seconds"
         )
     };
-    let mut rest = s;
-    let mut total = Duration::ZERO;
-    if rest.is_empty() {
+    if s.trim() != s {
         return Err(bad());
     }
-    while !rest.is_empty() {
-        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
-        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
-        rest = &rest[digits..];
-        let (unit, millis) = [
-            ("ms", 1u64),
-            ("s", 1_000),
-            ("m", 60_000),
-            ("h", 3_600_000),
-            ("d", 86_400_000),
-        ]
-        .into_iter()
-        .find(|(u, _)| rest.starts_with(u))
-        .ok_or_else(bad)?;
-        rest = &rest[unit.len()..];
-        let part = n.checked_mul(millis).ok_or_else(bad)?;
-        total = total
-            .checked_add(Duration::from_millis(part))
-            .ok_or_else(bad)?;
-    }
+    let total = humantime::parse_duration(s).map_err(|_| bad())?;
     if total.is_zero() {
         return Err(format!("duration \"{s}\" must be greater than zero"));
     }
@@ -486,7 +465,9 @@ mod tests {
         assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
         assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
         assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(7 * 86_400)));
-        for bad in ["", "5", "s", "5x", "1.5s", "-1s", " 5s", "5s ", "m5"] {
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("1m 30s"), Ok(Duration::from_secs(90)));
+        for bad in ["", "5", "s", "5x", "-1s", " 5s", "5s ", "m5"] {
             assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
         }
         assert!(parse_duration("0s")
