@@ -4,6 +4,7 @@ mod api; // POST /api: success shapes, every SPEC §3.3 error row, limits, injec
 mod browser; // headless Chromium through chromedriver: login, application key, endpoint view, logout
 mod cli; // subcommands: check, keygen, hash-password, run, --help/--version, usage errors
 mod limits; // issue 6: connections, sizes, fairness, EMFILE, overload, crash, hostile programs, rate limits, users
+mod modules; // the module graph of src/ has no cycles
 mod openapi; // openapi.json against src/routes.rs and the error codes; GET /openapi.json
 mod reload; // hot reload: every edit style, ConfigMap symlink swap, invalid edits, SIGHUP, 10k files
 mod runs; // run records: GET /api/runs/<id>, output caps, crash recovery, SIGTERM, per-function concurrency
