@@ -28,7 +28,7 @@ use serde_json::Value;
 
 use crate::sys;
 
-/// The states of a run (SPEC §3.2).
+/// The states of a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunState {

@@ -36,12 +36,6 @@ pub use validate::{load, load_changed};
 /// workspaces and tools.
 #[derive(Debug)]
 pub struct Config {
-    /// Path of `config.toml` as given on the command line.
-    #[allow(dead_code)] // model data for diagnostics and the browser pages
-    pub path: PathBuf,
-    /// Directory that holds `config.toml`; relative paths resolve against it.
-    #[allow(dead_code)] // model data for diagnostics and the browser pages
-    pub dir: PathBuf,
     /// `[server]` settings with every default filled in.
     pub server: Server,
     /// Programs by id.
@@ -49,7 +43,6 @@ pub struct Config {
     /// Run-endpoint API keys by the sha256 of the key.
     pub api_keys: HashMap<[u8; 32], ApiKey>,
     /// Browser accounts by name.
-    #[allow(dead_code)] // model data for diagnostics and the browser pages
     pub users: BTreeMap<String, User>,
     /// Workspaces by name.
     pub workspaces: BTreeMap<String, Workspace>,
@@ -164,9 +157,6 @@ pub struct Program {
     pub name: String,
     /// Owning workspace, if any.
     pub workspace: Option<String>,
-    /// The file it was loaded from.
-    #[allow(dead_code)] // model data for diagnostics and the browser pages
-    pub file: PathBuf,
     /// Functions in file order.
     pub functions: Vec<Function>,
 }
@@ -279,7 +269,6 @@ impl Template {
 
 /// A browser account (`[[users]]`).
 #[derive(Debug, Clone)]
-#[allow(dead_code)] // read by the login page (browser issue)
 pub struct User {
     /// Login name.
     pub name: String,
@@ -290,9 +279,6 @@ pub struct User {
 /// A workspace (`[[workspaces]]`).
 #[derive(Debug, Clone)]
 pub struct Workspace {
-    /// Name, an identifier.
-    #[allow(dead_code)] // the map key holds it too; kept for the pages
-    pub name: String,
     /// Member user names; each names a `[[users]]` entry.
     pub members: Vec<String>,
 }
@@ -336,7 +322,6 @@ pub enum TriggerKind {
 #[derive(Debug)]
 pub struct Trigger {
     /// What kind of trigger it is.
-    #[allow(dead_code)] // one kind today; matched on when there are more
     pub kind: TriggerKind,
     /// Name, an identifier (appears in URLs), unique within the tool.
     pub name: String,

@@ -145,7 +145,6 @@ fn program(src: &Src, raw: &RawProgram, server: &Server, errs: &mut Errors) -> P
         id: u64::try_from(*raw.id.get_ref()).unwrap_or(0),
         name: raw.name.get_ref().clone(),
         workspace: raw.workspace.as_ref().map(|w| w.get_ref().clone()),
-        file: src.file.to_path_buf(),
         functions,
     }
 }

@@ -53,10 +53,18 @@ pub fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) ->
     public_url(src, raw, errs);
     let trusted_proxies = trusted_proxies(src, &raw.trusted_proxies, errs);
     let mut r = Reader { src, errs };
-    let programs_dir = raw
-        .programs_dir
-        .as_ref()
-        .map_or(defaults::PROGRAMS_DIR, |d| d.get_ref());
+    // The key in errors is the field's name, so the two cannot drift apart.
+    macro_rules! count {
+        ($field:ident, $default:ident, $min:expr) => {
+            r.count(&raw.$field, stringify!($field), defaults::$default, $min)
+        };
+    }
+    macro_rules! duration {
+        ($field:ident, $default:ident) => {
+            r.duration(&raw.$field, stringify!($field), defaults::$default)
+        };
+    }
+    let programs_dir = raw.programs_dir.as_ref().map(|d| d.get_ref().as_str());
     let state_dir = raw.state_dir.as_deref().unwrap_or(defaults::STATE_DIR);
     let https = raw
         .public_url
@@ -67,95 +75,31 @@ pub fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) ->
             .listen
             .clone()
             .unwrap_or_else(|| defaults::LISTEN.into()),
-        workers: r.count(&raw.workers, "workers", defaults::WORKERS, 1),
-        programs_dir: resolve(dir, Path::new(programs_dir)),
+        workers: count!(workers, WORKERS, 1),
+        programs_dir: resolve(
+            dir,
+            Path::new(programs_dir.unwrap_or(defaults::PROGRAMS_DIR)),
+        ),
         state_dir: resolve(dir, Path::new(state_dir)),
         public_url: raw.public_url.as_ref().map(|u| u.get_ref().clone()),
-        max_concurrent_runs: r.count(
-            &raw.max_concurrent_runs,
-            "max_concurrent_runs",
-            defaults::MAX_CONCURRENT_RUNS,
-            1,
-        ),
-        max_queued_runs: r.count(
-            &raw.max_queued_runs,
-            "max_queued_runs",
-            defaults::MAX_QUEUED_RUNS,
-            0,
-        ),
-        run_timeout: r.duration(&raw.run_timeout, "run_timeout", defaults::RUN_TIMEOUT_SECS),
-        kill_grace: r.duration(&raw.kill_grace, "kill_grace", defaults::KILL_GRACE_SECS),
-        shutdown_grace: r.duration(
-            &raw.shutdown_grace,
-            "shutdown_grace",
-            defaults::SHUTDOWN_GRACE_SECS,
-        ),
-        max_output_bytes: r.count(
-            &raw.max_output_bytes,
-            "max_output_bytes",
-            defaults::MAX_OUTPUT_BYTES,
-            1,
-        ),
-        max_variables: r.count(
-            &raw.max_variables,
-            "max_variables",
-            defaults::MAX_VARIABLES,
-            1,
-        ),
-        max_variable_bytes: r.count(
-            &raw.max_variable_bytes,
-            "max_variable_bytes",
-            defaults::MAX_VARIABLE_BYTES,
-            1,
-        ),
-        max_body_bytes: r.count(
-            &raw.max_body_bytes,
-            "max_body_bytes",
-            defaults::MAX_BODY_BYTES,
-            1,
-        ),
-        run_retention: r.count(
-            &raw.run_retention,
-            "run_retention",
-            defaults::RUN_RETENTION,
-            1,
-        ),
-        max_connections: r.count(
-            &raw.max_connections,
-            "max_connections",
-            defaults::MAX_CONNECTIONS,
-            1,
-        ),
-        request_timeout: r.duration(
-            &raw.request_timeout,
-            "request_timeout",
-            defaults::REQUEST_TIMEOUT_SECS,
-        ),
-        max_header_bytes: r.count(
-            &raw.max_header_bytes,
-            "max_header_bytes",
-            defaults::MAX_HEADER_BYTES,
-            256,
-        ),
-        max_url_bytes: r.count(
-            &raw.max_url_bytes,
-            "max_url_bytes",
-            defaults::MAX_URL_BYTES,
-            64,
-        ),
+        max_concurrent_runs: count!(max_concurrent_runs, MAX_CONCURRENT_RUNS, 1),
+        max_queued_runs: count!(max_queued_runs, MAX_QUEUED_RUNS, 0),
+        run_timeout: duration!(run_timeout, RUN_TIMEOUT_SECS),
+        kill_grace: duration!(kill_grace, KILL_GRACE_SECS),
+        shutdown_grace: duration!(shutdown_grace, SHUTDOWN_GRACE_SECS),
+        max_output_bytes: count!(max_output_bytes, MAX_OUTPUT_BYTES, 1),
+        max_variables: count!(max_variables, MAX_VARIABLES, 1),
+        max_variable_bytes: count!(max_variable_bytes, MAX_VARIABLE_BYTES, 1),
+        max_body_bytes: count!(max_body_bytes, MAX_BODY_BYTES, 1),
+        run_retention: count!(run_retention, RUN_RETENTION, 1),
+        max_connections: count!(max_connections, MAX_CONNECTIONS, 1),
+        request_timeout: duration!(request_timeout, REQUEST_TIMEOUT_SECS),
+        max_header_bytes: count!(max_header_bytes, MAX_HEADER_BYTES, 256),
+        max_url_bytes: count!(max_url_bytes, MAX_URL_BYTES, 64),
         cookie_secure: raw.cookie_secure.unwrap_or(false) || https,
-        session_idle: r.duration(
-            &raw.session_idle,
-            "session_idle",
-            defaults::SESSION_IDLE_SECS,
-        ),
-        session_max: r.duration(&raw.session_max, "session_max", defaults::SESSION_MAX_SECS),
-        auth_failures_per_minute: r.count(
-            &raw.auth_failures_per_minute,
-            "auth_failures_per_minute",
-            defaults::AUTH_FAILURES_PER_MINUTE,
-            0,
-        ),
+        session_idle: duration!(session_idle, SESSION_IDLE_SECS),
+        session_max: duration!(session_max, SESSION_MAX_SECS),
+        auth_failures_per_minute: count!(auth_failures_per_minute, AUTH_FAILURES_PER_MINUTE, 0),
         trusted_proxies,
     }
 }

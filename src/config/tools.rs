@@ -5,7 +5,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::raw::{self, RawConfig};
 use super::types::{self, env_vars, workspace_ref, Errors, Known, Src};
-use super::{Credentials, Endpoint, Environment, Target, Tool, Trigger, Values, Workspace};
+use super::{
+    Credentials, Endpoint, Environment, Target, Tool, Trigger, TriggerKind, Values, Workspace,
+};
 use crate::http::Method;
 
 /// `[[tools]]` by name.
@@ -130,10 +132,14 @@ fn environment(
     let endpoints = triggers
         .iter()
         .map(|t| {
+            // The kind decides how the endpoint reads its values.
+            let values = match t.kind {
+                TriggerKind::Endpoint => Values::ByName,
+            };
             let endpoint = Endpoint {
                 method: t.method,
                 credentials: credentials.clone(),
-                values: Values::ByName,
+                values,
                 target: Target::Fixed {
                     program: t.program,
                     function: t.function.clone(),

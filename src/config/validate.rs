@@ -186,10 +186,7 @@ fn check(
     }
     let fingerprint = fingerprint(path, text, &sorted);
     let programs = progs.into_iter().map(|(id, p)| (id, Arc::new(p))).collect();
-    let path = path.to_path_buf();
     Ok(Config {
-        path,
-        dir,
         server,
         programs,
         api_keys,
@@ -261,7 +258,7 @@ fn workspaces(
         }
         let members = w.members.iter().map(|m| m.get_ref().clone()).collect();
         let name = w.name.get_ref().clone();
-        out.insert(name.clone(), Workspace { name, members });
+        out.insert(name, Workspace { members });
     }
     out
 }

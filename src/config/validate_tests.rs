@@ -96,7 +96,7 @@ fn one(body: &str) -> String {
 #[test]
 fn full_example_loads() {
     let c = run(CONFIG, &[("programs/backup.toml", BACKUP)]).unwrap();
-    assert_eq!(c.dir, PathBuf::from("."));
+    assert_eq!(c.server.state_dir, PathBuf::from("./state"));
     assert_eq!(c.server.listen, "0.0.0.0:9000");
     assert_eq!(c.server.workers, 8);
     assert_eq!(c.server.run_timeout, Duration::from_secs(90));

@@ -68,7 +68,6 @@ fn program(functions: Vec<Function>) -> Program {
         id: 1,
         name: "test".to_string(),
         workspace: None,
-        file: std::env::temp_dir().join("test.toml"),
         functions,
     }
 }
