@@ -184,25 +184,34 @@ impl Request {
     }
 }
 
-/// Parse `a=1&b=2` into decoded pairs.
+/// Parse a query string into decoded pairs.
 fn parse_query(q: &str) -> Result<Vec<(String, String)>, ApiError> {
+    form_pairs(q).map_err(|k| ApiError::InvalidParameter {
+        msg: format!("query parameter '{k}' is not valid percent-encoded UTF-8"),
+        name: k,
+    })
+}
+
+/// Decode `application/x-www-form-urlencoded` text (`a=1&b=x+y`, also the
+/// query string) into pairs, in order, repeats kept.
+///
+/// # Errors
+/// The raw key of the first pair that is not valid percent-encoded UTF-8.
+pub fn form_pairs(text: &str) -> Result<Vec<(String, String)>, String> {
     let mut out = Vec::new();
-    for part in q.split('&').filter(|s| !s.is_empty()) {
+    for part in text.split('&').filter(|s| !s.is_empty()) {
         let (k, v) = part.split_once('=').unwrap_or((part, ""));
-        let bad = || ApiError::InvalidParameter {
-            name: k.to_string(),
-            msg: format!("query parameter '{k}' is not valid percent-encoded UTF-8"),
-        };
-        let key = percent_decode(k, true).ok_or_else(bad)?;
-        let value = percent_decode(v, true).ok_or_else(bad)?;
-        out.push((key, value));
+        match (percent_decode(k, true), percent_decode(v, true)) {
+            (Some(key), Some(value)) => out.push((key, value)),
+            _ => return Err(k.to_string()),
+        }
     }
     Ok(out)
 }
 
 /// Decode `%XX` escapes (and `+` as space when `plus` is set). `None` for a
 /// malformed escape or a result that is not UTF-8.
-pub fn percent_decode(s: &str, plus: bool) -> Option<String> {
+fn percent_decode(s: &str, plus: bool) -> Option<String> {
     let b = s.as_bytes();
     let malformed = b.iter().enumerate().any(|(i, &c)| {
         c == b'%'

@@ -19,9 +19,9 @@ pub const OPENAPI: &str = include_str!("../openapi.json");
 
 /// Answer one request.
 pub fn handle(app: &App, req: &Request) -> Response {
+    use Method::{Get, Head, Post};
     let cfg = app.config();
     let segs: Vec<&str> = req.segments.iter().map(String::as_str).collect();
-    use Method::{Get, Head, Post};
     let result = match (req.method, segs.as_slice()) {
         (Get | Head, ["healthz"]) => Ok(healthz(app)),
         (Get | Head, ["metrics"]) => Ok(metrics(app)),

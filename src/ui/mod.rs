@@ -24,7 +24,7 @@ pub use settings::{home, regenerate, settings};
 use maud::{html, Markup, DOCTYPE};
 
 use crate::access::Session;
-use crate::http::{percent_decode, percent_encode, ApiError, Request, Response};
+use crate::http::{form_pairs, percent_encode, ApiError, Request, Response};
 
 /// The Content-Security-Policy of every page.
 pub const CSP: &str = "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; \
@@ -156,16 +156,7 @@ fn form(req: &Request) -> Result<Vec<(String, String)>, ApiError> {
         }
     }
     let text = std::str::from_utf8(&req.body).map_err(|_| bad("The form is not UTF-8."))?;
-    text.split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            match (percent_decode(k, true), percent_decode(v, true)) {
-                (Some(k), Some(v)) => Ok((k, v)),
-                _ => Err(bad("The form is not valid percent-encoded UTF-8.")),
-            }
-        })
-        .collect()
+    form_pairs(text).map_err(|_| bad("The form is not valid percent-encoded UTF-8."))
 }
 
 fn field<'a>(form: &'a [(String, String)], name: &str) -> Option<&'a str> {
