@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use crate::access::Access;
+use crate::cluster::Readiness;
 use crate::config::Config;
 use crate::runner::Runner;
 use crate::store::RunStore;
@@ -26,13 +27,16 @@ pub struct App {
     pub connections: OnceLock<Arc<AtomicUsize>>,
     /// Set once shutdown starts: workers stop taking requests.
     pub closing: AtomicBool,
+    /// Set at SIGTERM for `drain_delay` before `closing`: requests are
+    /// still served, `/healthz` answers 503 so the balancer stops sending.
+    pub draining: AtomicBool,
 }
 
 impl App {
     /// Shared state around a first config (generation 1).
     pub fn new(config: Config, store: Arc<RunStore>, runner: Arc<Runner>) -> App {
         App {
-            access: Access::open(&config.server.state_dir),
+            access: Access::open(&config.server.state_dir, &config.server.shared_state_dir),
             config: RwLock::new(Arc::new(config)),
             generation: AtomicU64::new(1),
             last_reload_error: Mutex::new(None),
@@ -41,6 +45,7 @@ impl App {
             runner,
             connections: OnceLock::new(),
             closing: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
         }
     }
 
@@ -95,5 +100,18 @@ impl App {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// Whether this instance should get traffic now. The config is always
+    /// loaded once the server answers (a refused reload keeps the last good
+    /// one); the state dir is checked by opening `runs.log` for writing.
+    pub fn readiness(&self) -> Readiness {
+        if self.draining.load(Ordering::SeqCst) || self.closing.load(Ordering::SeqCst) {
+            return Readiness::Draining;
+        }
+        match self.store.check_writable() {
+            Ok(()) => Readiness::Ready,
+            Err(e) => Readiness::NotReady(format!("state dir not writable: {e}")),
+        }
     }
 }

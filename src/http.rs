@@ -391,6 +391,11 @@ pub enum ApiError {
     },
     /// Unknown run id (or not visible to this key).
     RunNotFound,
+    /// The run id names another instance, which owns the run.
+    RunOnOtherInstance {
+        /// The owner's instance name.
+        instance: String,
+    },
     /// Missing or bad credentials on a protected endpoint.
     Unauthorized,
     /// Valid credentials of someone who is not a member of the workspace.
@@ -402,6 +407,21 @@ pub enum ApiError {
     CsrfRejected,
     /// Wrong user name or password (never says which).
     LoginFailed,
+    /// A member who is not in the workspace's `admins` tried to flip a
+    /// public switch.
+    AdminRequired,
+    /// The config file cannot be written (read-only mount, permissions), so
+    /// the public switch cannot be flipped from trigd.
+    ConfigNotWritable {
+        /// Why, in words.
+        reason: String,
+    },
+    /// The config file does not define what the edit changes, or the edited
+    /// file would not validate; nothing was written.
+    ConfigInvalid {
+        /// What is wrong.
+        msg: String,
+    },
     /// The client stopped sending the request body before `request_timeout`.
     RequestTimeout,
     /// Request body larger than `max_body_bytes`.
@@ -424,9 +444,11 @@ impl ApiError {
             InvalidProgramId | FunctionRequired { .. } | VariablesMismatch { .. } => 400,
             InvalidParameter { .. } | ValuesMismatch { .. } => 400,
             Unauthorized | LoginFailed => 401,
-            Forbidden | UserAgentRequired | CsrfRejected => 403,
+            Forbidden | UserAgentRequired | CsrfRejected | AdminRequired => 403,
             ProgramNotFound | FunctionNotFound { .. } | RunNotFound | NotFound => 404,
+            RunOnOtherInstance { .. } => 421,
             TriggerInactive { .. } | NoActiveTrigger => 409,
+            ConfigNotWritable { .. } | ConfigInvalid { .. } => 409,
             MethodNotAllowed { .. } => 405,
             RequestTimeout => 408,
             PayloadTooLarge { .. } => 413,
@@ -455,6 +477,9 @@ impl ApiError {
             UserAgentRequired => "user_agent_required",
             CsrfRejected => "csrf_rejected",
             LoginFailed => "login_failed",
+            AdminRequired => "admin_required",
+            ConfigNotWritable { .. } => "config_not_writable",
+            ConfigInvalid { .. } => "config_invalid",
             InvalidParameter { .. } => "invalid_parameter",
             MethodNotAllowed { .. } => "method_not_allowed",
             RunFailed { .. } => "run_failed",
@@ -465,6 +490,7 @@ impl ApiError {
             ShuttingDown => "shutting_down",
             RateLimited { .. } => "rate_limited",
             RunNotFound => "run_not_found",
+            RunOnOtherInstance { .. } => "run_on_other_instance",
             RequestTimeout => "request_timeout",
             PayloadTooLarge { .. } => "payload_too_large",
             NotFound => "not_found",
@@ -496,6 +522,9 @@ impl ApiError {
             UserAgentRequired => "Requests with a bearer key must send a User-Agent header (printable ASCII, not empty), e.g. 'User-Agent: my-script/1.0'.".into(),
             CsrfRejected => "Request refused as possibly cross-site: with a session cookie, a request that changes something must come from a trigd page (same origin) or send the page's X-CSRF-Token header. Scripts should use 'Authorization: Bearer <application key>' instead.".into(),
             LoginFailed => "Wrong user name or password.".into(),
+            AdminRequired => "Only the workspace's admins may change the public switch of its tools (see `admins` of the workspace in config.toml).".into(),
+            ConfigNotWritable { reason } => format!("The public switch cannot be changed from trigd: {reason}. Change `public` in the config file instead."),
+            ConfigInvalid { msg } => format!("Nothing was changed: {msg}."),
             MethodNotAllowed { allow } => format!("Method not allowed here; use {}.", allow.join(" or ")),
             RunFailed { step, exit_code, signal, .. } => match (exit_code, signal) {
                 (Some(c), _) => format!("The program failed: step {step} exited with status {c}."),
@@ -509,6 +538,7 @@ impl ApiError {
             ShuttingDown => "trigd is shutting down and accepts no new runs. Retry shortly.".into(),
             RateLimited { retry_after } => format!("Too many failed attempts. Wait {retry_after} seconds (Retry-After), then try again."),
             RunNotFound => "No run with this id is visible to this API key.".into(),
+            RunOnOtherInstance { instance } => format!("This run belongs to trigd instance '{instance}', not to this one; ask that instance (a load balancer routes /api/runs/{instance}-… there while it is up)."),
             RequestTimeout => "The request was not received in time (request_timeout); send the whole body promptly.".into(),
             PayloadTooLarge { limit } => format!("The request body is larger than the limit of {limit} bytes."),
             NotFound => "Not found.".into(),
@@ -533,6 +563,9 @@ impl ApiError {
             InvalidParameter { name, .. } => {
                 body.insert("Parameter".into(), json!(name));
             }
+            ConfigNotWritable { reason } => {
+                body.insert("Reason".into(), json!(reason));
+            }
             MethodNotAllowed { allow } => {
                 body.insert("Allow".into(), json!(allow));
             }
@@ -552,6 +585,9 @@ impl ApiError {
                     body.insert("Signal".into(), json!(s));
                 }
                 body.insert("Stderr".into(), json!(stderr));
+            }
+            RunOnOtherInstance { instance } => {
+                body.insert("Instance".into(), json!(instance));
             }
             RunTimeout { run } | RunInterrupted { run } => {
                 body.insert("Run".into(), json!(run));

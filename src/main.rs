@@ -28,7 +28,9 @@
 //! error codes and their JSON                        http.rs (ApiError)
 //! run slots, timeouts, child processes              runner/ (mod.rs, step.rs)
 //! run records, who started a run (Origin)           store.rs
-//! pages (maud templates)                            ui/ (login, settings, endpoints); view.rs is the endpoint view
+//! pages (maud templates)                            ui/ (login, settings, endpoints, switch); view.rs is the endpoint view
+//! the public switch written to config.toml          ui/switch.rs, config/edit.rs
+//! instance names in run ids, readiness, draining    cluster.rs
 //! hot reload                                        reload.rs
 //! command line                                      cli.rs (parsing), commands.rs (subcommands)
 //! the only unsafe code                              sys.rs
@@ -39,6 +41,7 @@ mod access;
 mod api;
 mod app;
 mod cli;
+mod cluster;
 mod commands;
 mod config;
 mod error;

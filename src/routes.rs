@@ -8,6 +8,7 @@ use serde_json::json;
 
 use crate::api;
 use crate::app::App;
+use crate::cluster;
 use crate::http::{ApiError, Method, Request, Response};
 use crate::metrics::Gauges;
 use crate::tools;
@@ -19,11 +20,12 @@ pub const OPENAPI: &str = include_str!("../openapi.json");
 
 /// Answer one request.
 pub fn handle(app: &App, req: &Request) -> Response {
-    use Method::{Get, Head, Post};
+    use Method::{Get, Head, Post, Put};
     let cfg = app.config();
     let segs: Vec<&str> = req.segments.iter().map(String::as_str).collect();
     let result = match (req.method, segs.as_slice()) {
         (Get | Head, ["healthz"]) => Ok(healthz(app)),
+        (Get | Head, ["livez"]) => Ok(Response::json(200, &json!({ "Status": "alive" }))),
         (Get | Head, ["metrics"]) => Ok(metrics(app)),
         (Get | Head, ["openapi.json"]) => Ok(Response::text(200, "application/json", OPENAPI)),
         (Post, ["api"]) => api::run(app, &cfg, req),
@@ -51,10 +53,21 @@ pub fn handle(app: &App, req: &Request) -> Response {
             ui::endpoints(app, &cfg, req, tool)
         }
         (Get | Head, ["tools", tool, "endpoints"]) => tools::view(app, &cfg, req, tool),
+        (Put, ["tools", tool, "environments", env, "public"]) => {
+            ui::switch_put(app, &cfg, req, [tool, env])
+        }
+        (Post, ["tools", tool, "environments", env, "public"]) => {
+            ui::switch_post(app, &cfg, req, [tool, env])
+        }
+        (_, ["tools", _, "environments", _, "public"]) => Err(ApiError::MethodNotAllowed {
+            allow: vec!["PUT", "POST"],
+        }),
         (_, ["tools", tool, env, trigger]) => tools::call(app, &cfg, req, [tool, env, trigger]),
         (
             _,
-            ["healthz" | "metrics" | "openapi.json"] | ["static", _] | ["tools", _, "endpoints"],
+            ["healthz" | "livez" | "metrics" | "openapi.json"]
+            | ["static", _]
+            | ["tools", _, "endpoints"],
         ) => Err(ApiError::MethodNotAllowed {
             allow: vec!["GET", "HEAD"],
         }),
@@ -69,11 +82,20 @@ pub fn handle(app: &App, req: &Request) -> Response {
     result.unwrap_or_else(Response::from)
 }
 
-/// `GET /healthz`: ready, with the config generation and counts.
+/// `GET /healthz`: readiness (200 `ok`, else 503 `draining` or
+/// `not_ready` with the `Reason`), with the config generation and counts.
 fn healthz(app: &App) -> Response {
     let cfg = app.config();
+    let ready = app.readiness();
+    let reason = match &ready {
+        cluster::Readiness::NotReady(why) => Some(why.clone()),
+        _ => None,
+    };
     let body = json!({
-        "Status": "ok",
+        "Status": ready.status(),
+        "Ready": ready == cluster::Readiness::Ready,
+        "Reason": reason,
+        "Instance": cfg.server.instance,
         "Generation": app.generation(),
         "Programs": cfg.programs.len(),
         "Tools": cfg.tools.len(),
@@ -81,7 +103,12 @@ fn healthz(app: &App) -> Response {
         "RunsQueued": app.runner.queued(),
         "LastReloadError": app.last_reload_error(),
     });
-    Response::json(200, &body)
+    let status = if ready == cluster::Readiness::Ready {
+        200
+    } else {
+        503
+    };
+    Response::json(status, &body)
 }
 
 /// `GET /metrics`: Prometheus text.

@@ -379,7 +379,7 @@ fn application_key_generate_and_regenerate() {
             body.as_bytes(),
         )
     };
-    // CSRF: without the form token (or same-origin proof) the post is refused.
+    // CSRF: the form token is required (same-origin headers are not enough).
     post("", false).err(403, "csrf_rejected");
     post("csrf=deadbeef", false).err(403, "csrf_rejected");
     let r = post("csrf=deadbeef", true);

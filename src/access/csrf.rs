@@ -2,21 +2,31 @@
 //!
 //! A bearer key is never sent by a browser on its own, so only requests
 //! that ride on the session cookie need protection. Such a request that
-//! changes something (any method but GET and HEAD) is accepted only with
-//! proof that it comes from a trigd page: the session's token, in the
-//! `X-CSRF-Token` header or the `csrf` form field, or the browser's word
-//! that it is same-origin (`Sec-Fetch-Site: same-origin`, or from browsers
-//! without that header an `Origin` equal to ours). A login has no session
-//! yet and so no token to show: it is refused only when the browser says it
-//! is cross-site. Anything else is 403 `csrf_rejected`.
+//! changes something (any method but GET and HEAD) must show the session's
+//! token. The forms of trigd's pages always carry it (field `csrf`), so a
+//! form post must show it, in the form or the `X-CSRF-Token` header. A
+//! request without a form (a script on a trigd page calling a generated
+//! endpoint) shows it in the header, or else the browser's word that it is
+//! same-origin (`Sec-Fetch-Site: same-origin`, or from browsers without
+//! that header an `Origin` equal to ours). A login has no session yet and
+//! so no token to show: it is refused only when the browser says it is
+//! cross-site. Anything else is 403 `csrf_rejected`.
 
 use super::secret;
 use super::sessions::Session;
 use crate::config::Config;
 use crate::http::{ApiError, Method, Request};
 
-/// Apply the rule to `req`, made with `session` (none for a login);
-/// `form_token` is the `csrf` field of its form, when it has one.
+/// Where a request carries its token.
+#[derive(Debug, Clone, Copy)]
+pub enum Carrier<'a> {
+    /// A form of a trigd page, with the value of its `csrf` field.
+    Form(Option<&'a str>),
+    /// No form: only headers.
+    Headers,
+}
+
+/// Apply the rule to `req`, made with `session` (none for a login).
 ///
 /// # Errors
 /// `csrf_rejected` when the request lacks the proof the rule asks for.
@@ -24,17 +34,22 @@ pub fn check(
     cfg: &Config,
     req: &Request,
     session: Option<&Session>,
-    form_token: Option<&str>,
+    carrier: Carrier,
 ) -> Result<(), ApiError> {
     if matches!(req.method, Method::Get | Method::Head) {
         return Ok(());
     }
-    let proven = match session {
-        None => !cross_site(cfg, req),
-        Some(s) => {
-            let given = req.header("x-csrf-token").map(str::trim).or(form_token);
-            given.is_some_and(|t| secret::same(t, &s.csrf)) || same_origin(cfg, req)
-        }
+    let Some(s) = session else {
+        return match cross_site(cfg, req) {
+            true => Err(ApiError::CsrfRejected),
+            false => Ok(()),
+        };
+    };
+    let header = req.header("x-csrf-token").map(str::trim);
+    let shown = |t: Option<&str>| t.is_some_and(|t| secret::same(t, &s.csrf));
+    let proven = match carrier {
+        Carrier::Form(field) => shown(field) || shown(header),
+        Carrier::Headers => shown(header) || same_origin(cfg, req),
     };
     if proven {
         Ok(())

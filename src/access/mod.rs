@@ -19,7 +19,7 @@ mod sessions;
 use std::path::Path;
 
 pub use app_keys::AppKeys;
-pub use csrf::check as check_csrf;
+pub use csrf::{check as check_csrf, Carrier};
 pub use secret::{random_hex, sha256};
 pub use sessions::{clear_cookie, set_cookie, Session};
 
@@ -66,10 +66,11 @@ pub struct SignedIn {
 }
 
 impl Access {
-    /// The keys and sessions kept in `state_dir`, with empty limiters.
-    pub fn open(state_dir: &Path) -> Access {
+    /// The sessions kept in `state_dir` and the application keys in
+    /// `shared_state_dir`, with empty limiters.
+    pub fn open(state_dir: &Path, shared_state_dir: &Path) -> Access {
         Access {
-            app_keys: AppKeys::new(state_dir),
+            app_keys: AppKeys::new(shared_state_dir),
             sessions: Sessions::open(state_dir),
             limits: Limits::default(),
         }
@@ -121,7 +122,7 @@ impl Access {
             if !is_member(cfg, workspace, &s.session.user) {
                 return Err(ApiError::Forbidden);
             }
-            check_csrf(cfg, req, Some(&s.session), None)?;
+            check_csrf(cfg, req, Some(&s.session), Carrier::Headers)?;
             let user = s.session.user;
             return Ok(Member {
                 user,

@@ -10,6 +10,7 @@
 //! file, line, column and key; loading collects all of them instead of
 //! stopping at the first.
 
+pub mod edit;
 mod endpoint;
 mod program;
 mod raw;
@@ -30,12 +31,15 @@ use crate::http::Method;
 
 #[cfg(any(test, fuzzing))] // fuzz/ (cargo-fuzz sets cfg fuzzing)
 pub use validate::load_str;
-pub use validate::{load, load_changed};
+pub use validate::{load, load_changed, load_text};
 
 /// One loaded configuration: server settings, programs, keys, users,
 /// workspaces and tools.
 #[derive(Debug)]
 pub struct Config {
+    /// Path of `config.toml` as given on the command line (the public
+    /// switch writes it).
+    pub path: PathBuf,
     /// `[server]` settings with every default filled in.
     pub server: Server,
     /// Programs by id.
@@ -117,6 +121,16 @@ pub struct Server {
     /// Peers whose `X-Forwarded-For` header is believed when deciding the
     /// client address (default none).
     pub trusted_proxies: Vec<std::net::IpAddr>,
+    /// This instance's name, the prefix of every run id (`instance`,
+    /// default from the host name; read only at start).
+    pub instance: String,
+    /// Time between SIGTERM and closing the listener during which
+    /// `/healthz` answers 503 `draining` while requests are still served
+    /// (`drain_delay`, default 0s).
+    pub drain_delay: Duration,
+    /// Directory of `app_keys.json`, which instances may share
+    /// (`shared_state_dir`, default: `state_dir`; read only at start).
+    pub shared_state_dir: PathBuf,
 }
 
 /// A run-endpoint API key (`[[api_keys]]`). Only its hash is known.
@@ -281,6 +295,20 @@ pub struct User {
 pub struct Workspace {
     /// Member user names; each names a `[[users]]` entry.
     pub members: Vec<String>,
+    /// Members who may flip the public switch of the workspace's tools
+    /// from the browser or over HTTP; `None` (no `admins` key): every member.
+    pub admins: Option<Vec<String>>,
+}
+
+impl Workspace {
+    /// Whether `user` may flip the public switch of this workspace's tools.
+    pub fn may_flip(&self, user: &str) -> bool {
+        self.members.iter().any(|m| m == user)
+            && self
+                .admins
+                .as_ref()
+                .is_none_or(|a| a.iter().any(|m| m == user))
+    }
 }
 
 /// A tool (`[[tools]]`) with its environments and triggers.

@@ -52,6 +52,8 @@ impl Reader<'_, '_> {
 pub fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) -> Server {
     public_url(src, raw, errs);
     let trusted_proxies = trusted_proxies(src, &raw.trusted_proxies, errs);
+    let instance = instance(src, raw.instance.as_ref(), errs);
+    let drain_delay = drain_delay(src, raw, errs);
     let mut r = Reader { src, errs };
     // The key in errors is the field's name, so the two cannot drift apart.
     macro_rules! count {
@@ -66,6 +68,7 @@ pub fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) ->
     }
     let programs_dir = raw.programs_dir.as_ref().map(|d| d.get_ref().as_str());
     let state_dir = raw.state_dir.as_deref().unwrap_or(defaults::STATE_DIR);
+    let shared_state_dir = raw.shared_state_dir.as_deref().unwrap_or(state_dir);
     let https = raw
         .public_url
         .as_ref()
@@ -81,6 +84,9 @@ pub fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) ->
             Path::new(programs_dir.unwrap_or(defaults::PROGRAMS_DIR)),
         ),
         state_dir: resolve(dir, Path::new(state_dir)),
+        shared_state_dir: resolve(dir, Path::new(shared_state_dir)),
+        instance,
+        drain_delay,
         public_url: raw.public_url.as_ref().map(|u| u.get_ref().clone()),
         max_concurrent_runs: count!(max_concurrent_runs, MAX_CONCURRENT_RUNS, 1),
         max_queued_runs: count!(max_queued_runs, MAX_QUEUED_RUNS, 0),
@@ -102,6 +108,35 @@ pub fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) ->
         auth_failures_per_minute: count!(auth_failures_per_minute, AUTH_FAILURES_PER_MINUTE, 0),
         trusted_proxies,
     }
+}
+
+/// `drain_delay`: a duration, and unlike the others it may be 0 (no drain).
+fn drain_delay(src: &Src, raw: &raw::RawServer, errs: &mut Errors) -> Duration {
+    match raw.drain_delay.as_ref().map(|v| v.get_ref()) {
+        Some(RawDuration::Secs(0)) => Duration::ZERO,
+        Some(RawDuration::Text(t)) if matches!(t.trim(), "0" | "0s") => Duration::ZERO,
+        _ => Reader { src, errs }.duration(
+            &raw.drain_delay,
+            "drain_delay",
+            defaults::DRAIN_DELAY_SECS,
+        ),
+    }
+}
+
+/// `instance`: a valid instance name, or the one derived from the host name.
+fn instance(src: &Src, raw: Option<&Spanned<String>>, errs: &mut Errors) -> String {
+    let Some(name) = raw else {
+        return crate::cluster::default_name();
+    };
+    if !crate::cluster::valid_name(name.get_ref()) {
+        errs.at(
+            src,
+            name.span(),
+            "server.instance",
+            "instance must be 1 to 63 of a-z, 0-9, '_' and '-', starting with a letter or digit",
+        );
+    }
+    name.get_ref().clone()
 }
 
 /// `public_url` must be an http(s) URL.

@@ -1,11 +1,14 @@
 //! The endpoint view for browsers, `GET /tools/<tool>/endpoints` with
 //! `Accept: text/html`: the [`ToolView`] (the same value the JSON answer
 //! serialises) as a page, with a curl command and a copy button per
-//! endpoint.
+//! endpoint, and each environment's public switch with its control
+//! (`switch`). A browser signs in with its session; a client sending a
+//! bearer application key gets the same page, without forms.
 
 use maud::{html, Markup};
 use serde_json::{Map, Value};
 
+use super::switch::{self, Controls, Viewer};
 use super::{finish, html_response, login_required, page, top_bar};
 use crate::app::App;
 use crate::config::Config;
@@ -27,24 +30,34 @@ fn endpoints_inner(
     req: &Request,
     name: &str,
 ) -> Result<Response, ApiError> {
-    let Some(signed_in) = app.access.session(cfg, req) else {
-        return login_required(req, &format!("/tools/{}/endpoints", percent_encode(name)));
+    let session = match app.access.session(cfg, req) {
+        _ if req.bearer().is_some() => None,
+        Some(s) => Some(s.session),
+        None => return login_required(req, &format!("/tools/{}/endpoints", percent_encode(name))),
     };
     let tool = cfg.tools.get(name).ok_or(ApiError::NotFound)?;
-    app.access.member(cfg, req, &tool.workspace)?;
+    let member = app.access.member(cfg, req, &tool.workspace)?;
+    let viewer = match &session {
+        Some(s) => Viewer::Session(s),
+        None => Viewer::Bearer,
+    };
+    let controls = Controls::of(cfg, tool, &member.user);
     let view = ToolView::of(cfg, req, tool);
     let body = html! {
-        (top_bar(&signed_in.session))
+        @match &session {
+            Some(s) => (top_bar(s)),
+            None => (switch::bearer_bar(&member.user)),
+        }
         main {
             h1 { "Tool " (view.tool) " " span class="muted" { "workspace " (view.workspace) } }
             p {
                 "Protected endpoints take a member's application key ("
                 a href={ "/workspaces/" (percent_encode(&view.workspace)) "/settings" } { "workspace settings" }
                 "): the curl commands read it from " code { "$TRIGD_APP_KEY" } ". The public switch of an \
-                 environment is set in " code { "config.toml" } "."
+                 environment is kept in " code { "config.toml" } ": changing it here writes the file."
             }
             @for (i, env) in view.environments.iter().enumerate() {
-                (env_section(i, env))
+                (env_section(i, env, switch::control(&controls, &viewer, &tool.name, &env.name, env.public)))
             }
             @if view.environments.is_empty() {
                 p { "This tool has no environments, so no endpoints." }
@@ -57,7 +70,7 @@ fn endpoints_inner(
     ))
 }
 
-fn env_section(i: usize, env: &EnvironmentView) -> Markup {
+fn env_section(i: usize, env: &EnvironmentView, control: Markup) -> Markup {
     let (switch, note) = if env.public {
         ("on", "anyone can call these endpoints, without credentials")
     } else {
@@ -69,7 +82,12 @@ fn env_section(i: usize, env: &EnvironmentView) -> Markup {
     html! {
         section class="card" aria-labelledby={ "env-" (i) } {
             h2 id={ "env-" (i) } { "Environment " (env.name) }
-            p { "Public switch: " strong class={ "switch " (switch) } { (switch) } " — " (note) "." }
+            p {
+                "Public switch: "
+                strong class={ "switch " (switch) } id={ "switch-state-" (env.name) } { (switch) }
+                " — " (note) "."
+            }
+            (control)
             table {
                 thead { tr {
                     th scope="col" { "Method" }

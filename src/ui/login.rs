@@ -5,7 +5,7 @@ use maud::html;
 use serde_json::json;
 
 use super::{field, finish, form, html_response, no_store, page, redirect, safe_next, wants_html};
-use crate::access::{check_csrf, clear_cookie, set_cookie};
+use crate::access::{check_csrf, clear_cookie, set_cookie, Carrier};
 use crate::app::App;
 use crate::config::Config;
 use crate::http::{ApiError, Request, Response};
@@ -68,7 +68,7 @@ pub fn login(app: &App, cfg: &Config, req: &Request) -> Result<Response, ApiErro
 
 fn login_inner(app: &App, cfg: &Config, req: &Request) -> Result<Response, ApiError> {
     // The CSRF rule first: a cross-site post is refused before its form is read.
-    check_csrf(cfg, req, None, None)?;
+    check_csrf(cfg, req, None, Carrier::Headers)?;
     let f = form(req)?;
     let name = field(&f, "username").unwrap_or("");
     let password = field(&f, "password").unwrap_or("");
@@ -96,7 +96,7 @@ pub fn logout(app: &App, cfg: &Config, req: &Request) -> Result<Response, ApiErr
 fn logout_inner(app: &App, cfg: &Config, req: &Request) -> Result<Response, ApiError> {
     if let Some(s) = app.access.session(cfg, req) {
         let f = form(req).unwrap_or_default();
-        check_csrf(cfg, req, Some(&s.session), field(&f, "csrf"))?;
+        check_csrf(cfg, req, Some(&s.session), Carrier::Form(field(&f, "csrf")))?;
         app.access.end_session(&s.token)?;
     }
     let r = if wants_html(req) {

@@ -16,10 +16,12 @@
 mod endpoints;
 mod login;
 mod settings;
+mod switch;
 
 pub use endpoints::endpoints;
 pub use login::{login, login_form, logout};
 pub use settings::{home, regenerate, settings};
+pub use switch::{post as switch_post, put as switch_put};
 
 use maud::{html, Markup, DOCTYPE};
 

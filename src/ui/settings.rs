@@ -8,7 +8,7 @@ use super::{
     csrf_field, error_page, field, finish, form, html_response, login_required, no_store, page,
     top_bar, wants_html,
 };
-use crate::access::{check_csrf, is_member, Session, SignedIn};
+use crate::access::{check_csrf, is_member, Carrier, Session, SignedIn};
 use crate::app::App;
 use crate::config::Config;
 use crate::http::{percent_encode, ApiError, Request, Response};
@@ -106,8 +106,7 @@ pub fn settings(app: &App, cfg: &Config, req: &Request, ws: &str) -> Result<Resp
 }
 
 /// `POST /workspaces/<ws>/settings/application-key`: (re)generate the
-/// caller's key. With a session (and the CSRF rule's proof, normally the
-/// form field `csrf`) the settings page shows the new key once; with a
+/// caller's key. With a session (and the form field `csrf`) the settings page shows the new key once; with a
 /// bearer application key of the member the answer is JSON
 /// `{"ApplicationKey", "Hint", "CreatedAt"}`.
 ///
@@ -141,7 +140,7 @@ fn regenerate_inner(
         Err(r) => return Ok(r),
     };
     let f = form(req)?;
-    check_csrf(cfg, req, Some(&s), field(&f, "csrf"))?;
+    check_csrf(cfg, req, Some(&s), Carrier::Form(field(&f, "csrf")))?;
     let key = keys.regenerate(ws, &s.user).map_err(store_err)?;
     log::info!("application key of {} in {ws} regenerated", s.user);
     Ok(settings_page(app, ws, &s, Some(&key)))
