@@ -1,8 +1,10 @@
 //! The module graph of `src/` has no cycles: a module never depends, through
 //! other modules, on itself. Reads the sources (not the binary): every
 //! `use` and every `crate::`/`super::` path outside tests is an edge to the
-//! module it names; a parent's `pub use` of its own child (a re-export) and
-//! `mod` declarations are not edges.
+//! module that defines what it names. A name re-exported by `pub use`
+//! counts as a use of the module that defines it (so `crate::config::load`
+//! is a use of `config::validate`); the re-export itself, and `mod`
+//! declarations, are not edges.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -70,8 +72,16 @@ fn expand(tree: &str) -> Vec<String> {
         .collect()
 }
 
+/// Names re-exported by `pub use`: (module, name) → the module defining it.
+type Reexports = BTreeMap<(Vec<String>, String), Vec<String>>;
+
 /// The module a path used in module `from` names, if it is one of ours.
-fn target(from: &[String], path: &str, all: &BTreeMap<Vec<String>, String>) -> Option<Vec<String>> {
+fn target(
+    from: &[String],
+    path: &str,
+    all: &BTreeMap<Vec<String>, String>,
+    reexports: &Reexports,
+) -> Option<Vec<String>> {
     let segs: Vec<&str> = path.split("::").map(str::trim).collect();
     let (mut at, mut rest): (Vec<String>, &[&str]) = match segs.first()? {
         &"crate" => (Vec::new(), &segs[1..]),
@@ -103,35 +113,114 @@ fn target(from: &[String], path: &str, all: &BTreeMap<Vec<String>, String>) -> O
         at = child;
         rest = &rest[1..];
     }
+    if let Some(name) = rest.first() {
+        if let Some(defined) = reexports.get(&(at.clone(), name.to_string())) {
+            return Some(defined.clone());
+        }
+    }
     Some(at)
+}
+
+/// Whether `path`, used in `from`, names one of our modules itself (not
+/// an item in it).
+fn is_module(from: &[String], path: &str, all: &BTreeMap<Vec<String>, String>) -> bool {
+    let segs: Vec<&str> = path.split("::").collect();
+    let mut at: Vec<String> = match segs[0] {
+        "crate" => Vec::new(),
+        "super" => from[..from.len().saturating_sub(1)].to_vec(),
+        "self" => from.to_vec(),
+        first => {
+            let mut m = from.to_vec();
+            m.push(first.to_string());
+            m
+        }
+    };
+    for seg in &segs[1..] {
+        if *seg == "super" {
+            at.pop();
+        } else {
+            at.push(seg.to_string());
+        }
+    }
+    !at.is_empty() && all.contains_key(&at)
+}
+
+/// The `use` declarations of `code`: (is a `pub use`, expanded path).
+fn uses(code: &str) -> Vec<(bool, String)> {
+    let mut out = Vec::new();
+    for stmt in code.split(';') {
+        let s = stmt.trim_start();
+        let s = s.strip_prefix("#[cfg(fuzzing)]").map_or(s, str::trim_start);
+        let (reexport, body) = match (s.strip_prefix("pub use "), s.strip_prefix("use ")) {
+            (Some(b), _) => (true, b),
+            (None, Some(b)) => (false, b),
+            _ => continue,
+        };
+        let is_path = |c: char| c.is_alphanumeric() || "_:{},* \n".contains(c);
+        if !body.chars().all(is_path) {
+            continue; // not a use declaration (text in a string)
+        }
+        for path in expand(body).into_iter().filter(|p| !p.is_empty()) {
+            out.push((reexport, path));
+        }
+    }
+    out
+}
+
+/// Every name re-exported by a `pub use`, with the module that defines it.
+fn reexports(all: &BTreeMap<Vec<String>, String>) -> Reexports {
+    let mut out = Reexports::new();
+    for (module, code) in all {
+        for (reexport, path) in uses(code) {
+            let original = path.split(" as ").next().unwrap_or("").trim();
+            let name = path.rsplit([':', ' ']).next().unwrap_or("").to_string();
+            if !reexport || name == "*" || name.is_empty() {
+                continue;
+            }
+            let defined = target(module, original, all, &out);
+            if let Some(defined) = defined.filter(|d| d != module) {
+                out.insert((module.clone(), name), defined);
+            }
+        }
+    }
+    out
 }
 
 /// Every edge of the graph: module → modules it uses.
 fn edges(all: &BTreeMap<Vec<String>, String>) -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
+    let reexports = reexports(all);
     let mut out: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
     for (from, code) in all {
         let mut add = |path: &str, reexport: bool| {
-            if let Some(to) = target(from, path, all) {
+            if let Some(to) = target(from, path, all, &reexports) {
                 let child = to.len() > from.len() && to.starts_with(from);
                 if to != *from && !(reexport && child) {
                     out.entry(from.clone()).or_default().insert(to);
                 }
             }
         };
-        for stmt in code.split(';') {
-            let s = stmt.trim_start();
-            let s = s.strip_prefix("#[cfg(fuzzing)]").map_or(s, str::trim_start);
-            let (reexport, body) = match (s.strip_prefix("pub use "), s.strip_prefix("use ")) {
-                (Some(b), _) => (true, b),
-                (None, Some(b)) => (false, b),
-                _ => (false, ""),
-            };
-            let is_path = |c: char| c.is_alphanumeric() || "_:{},* \n".contains(c);
-            if !body.chars().all(is_path) {
-                continue; // not a use declaration (text in a string)
+        let mut aliases = Vec::new();
+        for (reexport, path) in uses(code) {
+            add(&path, reexport);
+            // `use crate::config::{self}` or `use crate::config`: later
+            // `config::load` names something of that module.
+            let original = path.trim_end_matches("::self");
+            if path.ends_with("::self") || is_module(from, original, all) {
+                let alias = original.rsplit("::").next().unwrap_or("").to_string();
+                aliases.push((alias, original.to_string()));
             }
-            for path in expand(body).iter().filter(|p| !p.is_empty()) {
-                add(path, reexport);
+        }
+        for (alias, original) in &aliases {
+            let pat = format!("{alias}::");
+            for (i, _) in code.match_indices(&pat) {
+                let before = code[..i].chars().next_back();
+                if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+                    continue;
+                }
+                let end = code[i..]
+                    .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+                    .map_or(code.len(), |e| i + e);
+                add(&format!("{original}{}", &code[i + alias.len()..end]), false);
             }
         }
         for (i, _) in code

@@ -74,8 +74,11 @@ pub(super) fn load_programs(
                 names.insert(raw.name.get_ref().clone(), file.display().to_string());
             }
         }
-        if let Some(ws) = &raw.workspace {
-            workspace_ref(&src, ws, wss, "workspace".into(), errs);
+        match &raw.workspace {
+            Some(ws) if known.workspaces_known => {
+                workspace_ref(&src, ws, wss, "workspace".into(), errs);
+            }
+            _ => {}
         }
         let program = program(&src, &raw, server, errs);
         if let Some(id) = id {
@@ -145,6 +148,7 @@ fn program(src: &Src, raw: &RawProgram, server: &Server, errs: &mut Errors) -> P
         id: u64::try_from(*raw.id.get_ref()).unwrap_or(0),
         name: raw.name.get_ref().clone(),
         workspace: raw.workspace.as_ref().map(|w| w.get_ref().clone()),
+        file: src.file.to_path_buf(),
         functions,
     }
 }
@@ -193,6 +197,7 @@ fn function(
         env,
         workdir,
         concurrency,
+        output: f.output,
         api_trigger,
         user,
         group,

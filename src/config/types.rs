@@ -403,6 +403,9 @@ pub struct Known<'a> {
     /// False when some program file could not be read or parsed at all, so
     /// a missing id may just be hidden.
     pub complete: bool,
+    /// False when `config.toml` itself does not parse: its workspaces are
+    /// unknown, so a program naming one is not reported.
+    pub workspaces_known: bool,
 }
 
 impl Known<'_> {

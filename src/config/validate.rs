@@ -19,7 +19,7 @@ use super::raw::{self, defaults, RawConfig};
 use super::types::{
     self, config_dir, count, error, par_map, parse, workspace_ref, Errors, Known, Src,
 };
-use super::{program, server, tools};
+use super::{generated, program, server, tools};
 use super::{resolve, ApiKey, Config, ConfigError, Endpoint, User, Workspace};
 
 /// Load `config.toml` at `path` and every `*.toml` in its programs dir,
@@ -74,10 +74,11 @@ struct Files {
 /// Read `config.toml` and the program files it points at.
 fn read_all(path: &Path) -> Result<Files, Vec<ConfigError>> {
     let text = std::fs::read_to_string(path).map_err(|e| {
+        let hint = missing_config_hint(path, &e);
         vec![error(
             path,
             "",
-            format!("cannot read {}: {e}", path.display()),
+            format!("cannot read {}: {e}{hint}", path.display()),
         )]
     })?;
     Ok(read_programs_of(path, text))
@@ -143,6 +144,19 @@ fn read_programs_of(path: &Path, text: String) -> Files {
     }
 }
 
+/// For a config file that is not there: say where it was looked for and
+/// how to name another one.
+fn missing_config_hint(path: &Path, e: &std::io::Error) -> String {
+    if e.kind() != std::io::ErrorKind::NotFound || path.is_absolute() {
+        return String::new();
+    }
+    let cwd = std::env::current_dir().map_or_else(|_| ".".into(), |d| d.display().to_string());
+    format!(
+        " (looked for it from {cwd}; run trigd in the directory holding config.toml, \
+         or pass --config PATH)"
+    )
+}
+
 /// Like [`load`], from text: `config_text` is the content of `path`, and
 /// `programs` are `(file path, content)` of the program files, in any order.
 /// Used by unit tests so that validation never touches the disk.
@@ -185,9 +199,11 @@ fn check(
 ) -> Result<Config, Vec<ConfigError>> {
     let dir = config_dir(path);
     let src = Src { file: path, text };
-    let raw = parse::<RawConfig>(&src, &mut errs).unwrap_or_default();
+    let parsed = parse::<RawConfig>(&src, &mut errs);
+    let workspaces_known = parsed.is_some();
+    let raw = parsed.unwrap_or_default();
     let server = server::server(&src, &raw.server, &dir, &mut errs);
-    let users = users(&src, &raw, &mut errs);
+    let users = users(&src, &raw, &server.state_dir, &mut errs);
     let workspaces = workspaces(&src, &raw, &users, &mut errs);
     let mut sorted: Vec<&(PathBuf, String)> = programs.iter().collect();
     sorted.sort_by(|a, b| a.0.cmp(&b.0));
@@ -195,6 +211,7 @@ fn check(
         programs: &BTreeMap::new(),
         broken: BTreeSet::new(),
         complete,
+        workspaces_known,
     };
     let progs = program::load_programs(&sorted, &server, &workspaces, &mut known, &mut errs);
     known.programs = &progs;
@@ -236,15 +253,21 @@ fn fingerprint(path: &Path, text: &str, programs: &[&(PathBuf, String)]) -> [u8;
 }
 
 /// `[[users]]` by name.
-fn users(src: &Src, raw: &RawConfig, errs: &mut Errors) -> BTreeMap<String, User> {
+fn users(
+    src: &Src,
+    raw: &RawConfig,
+    state_dir: &Path,
+    errs: &mut Errors,
+) -> BTreeMap<String, User> {
     let mut seen = HashMap::new();
     let mut out = BTreeMap::new();
     for (i, u) in raw.users.iter().enumerate() {
         let key = format!("users[{i}]");
         errs.name(src, &u.name, &format!("{key}.name"), "user");
         errs.unique(src, &mut seen, &u.name, &format!("{key}.name"), "user");
-        if !u.password.get_ref().starts_with("$argon2") {
-            let msg = "password must be an argon2 hash starting with \"$argon2\"; make one with `trigd hash-password`";
+        let generated = u.password.get_ref() == generated::MARKER;
+        if !generated && !u.password.get_ref().starts_with("$argon2") {
+            let msg = "password must be an argon2 hash starting with \"$argon2\" (make one with `trigd hash-password`), or \"generate\" for a password trigd makes and prints at its first start";
             errs.at(src, u.password.span(), format!("{key}.password"), msg);
         }
         let name = u.name.get_ref().clone();
@@ -252,7 +275,12 @@ fn users(src: &Src, raw: &RawConfig, errs: &mut Errors) -> BTreeMap<String, User
             name.clone(),
             User {
                 name,
-                password_hash: u.password.get_ref().clone(),
+                password_hash: if generated {
+                    generated::stored_hash(state_dir, u.name.get_ref()).unwrap_or_default()
+                } else {
+                    u.password.get_ref().clone()
+                },
+                generated_password: generated,
             },
         );
     }

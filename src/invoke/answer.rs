@@ -42,18 +42,21 @@ pub fn finished_body(id: &str, outcome: Outcome) -> Result<Value, ApiError> {
             exit_code: None,
             signal: None,
             stderr: message,
+            stdout: String::new(),
         }),
         Some(StepError::Failed {
             step,
             exit_code,
             signal,
             stderr_tail,
+            stdout_tail,
         }) => Err(ApiError::RunFailed {
             run,
             step,
             exit_code,
             signal,
             stderr: stderr_tail,
+            stdout: stdout_tail,
         }),
     }
 }

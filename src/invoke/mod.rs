@@ -54,7 +54,8 @@ impl Caller<'_> {
 ///
 /// # Errors
 /// Every error of the steps, in this order: credentials (see `access`),
-/// `method_not_allowed`, the function (`invalid_program_id`,
+/// `method_not_allowed`, a body where none is read (`invalid_parameter`),
+/// the function (`invalid_program_id`,
 /// `program_not_found`, `function_not_found`, …), the values
 /// (`variables_mismatch`, `invalid_parameter`), `run_async`, and the run.
 pub fn invoke(
@@ -68,6 +69,7 @@ pub fn invoke(
         let allow = vec![endpoint.method.as_str()];
         return Err(ApiError::MethodNotAllowed { allow });
     }
+    values::reject_body(req, endpoint.values)?;
     let (program, function) = target(cfg, req, &endpoint.target, &caller)?;
     let values = values::read(req, endpoint.values, function.inputs())?;
     check_values(&cfg.server, endpoint.values, function.inputs(), &values)?;

@@ -129,6 +129,28 @@ pub fn check_values(
     Ok(())
 }
 
+/// Refuse a request body where the values come from the query alone
+/// ([`Values::Positional`], `POST /api`): a body silently ignored would
+/// surface as an unrelated error.
+///
+/// # Errors
+/// `invalid_parameter` (`Parameter`: `body`).
+pub fn reject_body(req: &Request, source: Values) -> Result<(), ApiError> {
+    if source != Values::Positional || req.body.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::InvalidParameter {
+        name: "body".into(),
+        msg: format!(
+            "POST /api takes no request body (got {} bytes): send program_id, function, \
+             run_async and one variables=<value> per output as query parameters, with an \
+             empty body. A JSON body of values is accepted by the tool endpoints \
+             (/tools/<tool>/<environment>/<trigger>).",
+            req.body.len()
+        ),
+    })
+}
+
 /// Refuse query parameters `POST /api` does not know, naming the first.
 ///
 /// # Errors

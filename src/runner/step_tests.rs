@@ -54,6 +54,7 @@ fn func(name: &str, inputs: &[&str], steps: Vec<Step>) -> Function {
         env: BTreeMap::new(),
         workdir: std::env::temp_dir(),
         concurrency: None,
+        output: Default::default(),
         api_trigger: Some(ApiTrigger {
             active: true,
             outputs: inputs.iter().map(|s| s.to_string()).collect(),
@@ -68,6 +69,7 @@ fn program(functions: Vec<Function>) -> Program {
         id: 1,
         name: "test".to_string(),
         workspace: None,
+        file: std::env::temp_dir().join("test.toml"),
         functions,
     }
 }
@@ -185,7 +187,8 @@ fn result_json_and_text() {
             Value::String("hello".into()),
             Value::String("two\n".into()),
             Value::String(String::new()),
-            serde_json::json!(42),
+            // `output = "auto"` keeps a scalar as the text it is.
+            Value::String("42".into()),
         ]
     );
     assert_eq!(out.steps.len(), 5);
@@ -256,6 +259,7 @@ fn call_failure_uses_top_level_index() {
             exit_code: Some(4),
             signal: None,
             stderr_tail: "oops\n".into(),
+            stdout_tail: String::new(),
         })
     );
     assert_eq!(out.result.len(), 1);
@@ -410,6 +414,7 @@ fn failure_stops_later_steps() {
             exit_code: Some(3),
             signal: None,
             stderr_tail: "bad\n".into(),
+            stdout_tail: String::new(),
         })
     );
     assert_eq!(out.result, vec![Value::String("ok".into())]);

@@ -1,7 +1,7 @@
 //! `GET/POST /login` and `POST /logout`: the sign-in form and the session
 //! cookie (the password check itself is `Access::login`).
 
-use maud::html;
+use maud::{html, Markup};
 use serde_json::json;
 
 use super::{field, finish, form, html_response, no_store, page, redirect, safe_next, wants_html};
@@ -19,10 +19,44 @@ pub fn login_form(app: &App, cfg: &Config, req: &Request) -> Result<Response, Ap
     if app.access.session(cfg, req).is_some() {
         return Ok(redirect(next));
     }
-    Ok(login_page(200, next, "", None))
+    Ok(login_page(200, next, "", None, how_to_sign_in(cfg)))
 }
 
-fn login_page(status: u16, next: &str, username: &str, error: Option<&str>) -> Response {
+/// The paragraph under the form that says where accounts come from, and
+/// for users with a generated password, where that password was shown.
+fn how_to_sign_in(cfg: &Config) -> Markup {
+    let generated: Vec<&str> = cfg
+        .users
+        .values()
+        .filter(|u| u.generated_password)
+        .map(|u| u.name.as_str())
+        .collect();
+    html! {
+        @if !generated.is_empty() {
+            p id="first-start" {
+                "First start? Sign in as "
+                @for (i, name) in generated.iter().enumerate() {
+                    @if i > 0 { " or " }
+                    code { (name) }
+                }
+                " with the password trigd printed (once) when it first started. Lost it? Stop \
+                 trigd, delete " code { "state/passwords.json" } " and start it again."
+            }
+        }
+        p class="muted" {
+            "Accounts are the " code { "[[users]]" } " entries of config.toml; give one a \
+             password with " code { "trigd hash-password" } "."
+        }
+    }
+}
+
+fn login_page(
+    status: u16,
+    next: &str,
+    username: &str,
+    error: Option<&str>,
+    hint: Markup,
+) -> Response {
     let body = html! {
         main class="narrow" {
             h1 { "Sign in to trigd" }
@@ -43,6 +77,7 @@ fn login_page(status: u16, next: &str, username: &str, error: Option<&str>) -> R
                 }
                 p { button type="submit" { "Sign in" } }
             }
+            (hint)
         }
     };
     html_response(status, page("Sign in", body))
@@ -60,7 +95,7 @@ pub fn login(app: &App, cfg: &Config, req: &Request) -> Result<Response, ApiErro
             let next = safe_next(field(&f, "next"));
             let user = field(&f, "username").unwrap_or("");
             let msg = ApiError::LoginFailed.message();
-            Ok(login_page(401, next, user, Some(&msg)))
+            Ok(login_page(401, next, user, Some(&msg), how_to_sign_in(cfg)))
         }
         r => finish(req, r),
     }
