@@ -33,6 +33,8 @@
 //! instance names in run ids, readiness, draining    cluster.rs
 //! hot reload                                        reload.rs
 //! command line                                      cli.rs (parsing), commands.rs (subcommands)
+//! warnings of `trigd check`                         lint.rs
+//! generated passwords at first start                firststart.rs, config/generated.rs
 //! the only unsafe code                              sys.rs
 //! ```
 #![deny(unsafe_code)]
