@@ -163,7 +163,7 @@ fn missing_config_hint(path: &Path, e: &std::io::Error) -> String {
 ///
 /// # Errors
 /// Every problem found, each with file, line, column and key.
-#[cfg_attr(not(test), allow(dead_code))] // the entry point of unit tests
+#[cfg(any(test, fuzzing))] // unit tests and fuzz/
 pub fn load_str(
     path: &Path,
     config_text: &str,
