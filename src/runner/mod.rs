@@ -27,7 +27,7 @@ use crate::callback::record::{waiting, Target};
 use crate::callback::Service as Callbacks;
 use crate::config::{Config, Program};
 use crate::metrics::Metrics;
-use crate::store::{new_run_id, now_rfc3339, RunRecord, RunState, RunStore};
+use crate::store::{new_run_id, now_rfc3339, Origin, RunRecord, RunState, RunStore};
 use crate::sys::AbortSignal;
 use step::{Outcome, StepError};
 
@@ -45,8 +45,8 @@ pub struct Job {
     pub values: Vec<String>,
     /// Tool environment variables (empty for `/api` runs).
     pub vars: BTreeMap<String, String>,
-    /// Who started it, for the record (`api_key:<name>`, …); never a secret.
-    pub by: String,
+    /// Who started it, for the record; never a secret.
+    pub by: Origin,
     /// Where to send its completion callbacks.
     pub callbacks: Vec<Target>,
 }
