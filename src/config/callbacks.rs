@@ -16,11 +16,10 @@ use std::time::Duration;
 
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::CertificateDer;
-use serde::Deserialize;
 use toml::Spanned;
 use url::Url;
 
-use super::raw::{Count, RawDuration};
+use super::raw::{RawCallbacks, RawDuration};
 use super::resolve;
 use super::types::{count, duration, Errors, Src};
 
@@ -45,37 +44,6 @@ pub const MAX_URL_BYTES: usize = 2048;
 
 /// Shortest accepted signing secret, in bytes.
 pub const MIN_SECRET_BYTES: usize = 16;
-
-/// `[callbacks]` as written.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawCallbacks {
-    /// `allow`: host names or URL prefixes callbacks may go to.
-    #[serde(default)]
-    pub allow: Vec<Spanned<String>>,
-    /// `allow_private`: addresses or CIDR blocks allowed although private,
-    /// loopback or link-local.
-    #[serde(default)]
-    pub allow_private: Vec<Spanned<String>>,
-    /// `secret_env`: the environment variable holding the signing secret.
-    pub secret_env: Option<Spanned<String>>,
-    /// `secret_file`: the file holding it (relative to config.toml).
-    pub secret_file: Option<Spanned<String>>,
-    /// `ca_file`: PEM certificates trusted besides the bundled roots.
-    pub ca_file: Option<Spanned<String>>,
-    /// `timeout` of one attempt.
-    pub timeout: Option<Spanned<RawDuration>>,
-    /// `retry_for`: no attempt starts later than this after the first.
-    pub retry_for: Option<Spanned<RawDuration>>,
-    /// `backoff`: the first wait between attempts.
-    pub backoff: Option<Spanned<RawDuration>>,
-    /// `backoff_max`: the longest wait between attempts.
-    pub backoff_max: Option<Spanned<RawDuration>>,
-    /// `workers`: delivery threads.
-    pub workers: Count,
-    /// `max_pending`: deliveries waiting at most.
-    pub max_pending: Count,
-}
 
 /// The signing secret. Its `Debug` never shows the bytes.
 #[derive(Clone, PartialEq, Eq)]

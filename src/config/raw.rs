@@ -92,7 +92,7 @@ pub struct RawConfig {
     pub tools: Vec<RawTool>,
     /// `[callbacks]`.
     #[serde(default)]
-    pub callbacks: super::callbacks::RawCallbacks,
+    pub callbacks: RawCallbacks,
 }
 
 /// A number that must be >= 1, kept loose so validation can point at it.
@@ -157,6 +157,37 @@ pub struct RawServer {
     pub drain_delay: Option<Spanned<RawDuration>>,
     /// `shared_state_dir`: where application keys live, shared by instances.
     pub shared_state_dir: Option<String>,
+}
+
+/// `[callbacks]` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCallbacks {
+    /// `allow`: host names or URL prefixes callbacks may go to.
+    #[serde(default)]
+    pub allow: Vec<Spanned<String>>,
+    /// `allow_private`: addresses or CIDR blocks allowed although private,
+    /// loopback or link-local.
+    #[serde(default)]
+    pub allow_private: Vec<Spanned<String>>,
+    /// `secret_env`: the environment variable holding the signing secret.
+    pub secret_env: Option<Spanned<String>>,
+    /// `secret_file`: the file holding it (relative to config.toml).
+    pub secret_file: Option<Spanned<String>>,
+    /// `ca_file`: PEM certificates trusted besides the bundled roots.
+    pub ca_file: Option<Spanned<String>>,
+    /// `timeout` of one attempt.
+    pub timeout: Option<Spanned<RawDuration>>,
+    /// `retry_for`: no attempt starts later than this after the first.
+    pub retry_for: Option<Spanned<RawDuration>>,
+    /// `backoff`: the first wait between attempts.
+    pub backoff: Option<Spanned<RawDuration>>,
+    /// `backoff_max`: the longest wait between attempts.
+    pub backoff_max: Option<Spanned<RawDuration>>,
+    /// `workers`: delivery threads.
+    pub workers: Count,
+    /// `max_pending`: deliveries waiting at most.
+    pub max_pending: Count,
 }
 
 /// A duration as written: integer seconds or text like `"1m30s"`.
