@@ -167,7 +167,7 @@ fn run_local(
         None => api::select_function(program, None)?,
     };
     api::check_values(&cfg.server, function.inputs(), &values)?;
-    let runner = Runner::new(None, Default::default()).map_err(|_| ApiError::Internal)?;
+    let runner = Runner::new(None, Default::default());
     let job = Job {
         cfg: Arc::clone(cfg),
         program: Arc::clone(program),

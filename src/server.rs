@@ -59,8 +59,7 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
             source,
         })?;
     let store = Arc::new(store);
-    let runner = Runner::new(Some(Arc::clone(&store)), Arc::new(Metrics::default()))
-        .map_err(|e| Error::Other(format!("cannot create the runner: {e}")))?;
+    let runner = Runner::new(Some(Arc::clone(&store)), Arc::new(Metrics::default()));
     let grace = cfg.server.shutdown_grace;
     let nofile = sys::raise_nofile_limit();
     let app = Arc::new(App::new(cfg, store, Arc::new(runner)));
