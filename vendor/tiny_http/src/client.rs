@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::common::{HTTPVersion, Method};
 use crate::util::RefinedTcpStream;
 use crate::util::{SequentialReader, SequentialReaderBuilder, SequentialWriterBuilder};
-use crate::Request;
+use crate::{Refusals, Request};
 
 /// A ClientConnection is an object that will store a socket to a client
 /// and return Request objects.
@@ -35,6 +35,8 @@ pub struct ClientConnection {
     //  with the socket reader
     limits: HeadLimits,
     deadline: Arc<Mutex<Deadline>>,
+    // (trigd patch) the bodies of the answers to refused requests
+    refusals: Arc<Refusals>,
 
     // set to true if we know that the previous request is the last one
     no_more_requests: bool,
@@ -143,6 +145,7 @@ impl ClientConnection {
         write_socket: RefinedTcpStream,
         mut read_socket: RefinedTcpStream,
         limits: HeadLimits,
+        refusals: Arc<Refusals>,
     ) -> ClientConnection {
         let remote_addr = read_socket.peer_addr();
         let secure = read_socket.secure();
@@ -164,12 +167,30 @@ impl ClientConnection {
             secure,
             limits,
             deadline,
+            refusals,
         }
     }
 
     /// true if the connection is HTTPS
     pub fn secure(&self) -> bool {
         self.secure
+    }
+
+    /// (trigd patch) The answer to a request refused with `status` while
+    ///  its head was read, with the application's body for it.
+    fn refusal(&self, status: u16) -> crate::Response<std::io::Cursor<Vec<u8>>> {
+        let r = &self.refusals;
+        let body = match status {
+            408 => &r.request_timeout,
+            414 => &r.uri_too_long,
+            431 => &r.headers_too_large,
+            _ => &r.bad_request,
+        };
+        let response = crate::Response::from_data(body.clone()).with_status_code(status);
+        match crate::Header::from_bytes(&b"Content-Type"[..], r.content_type.as_bytes()) {
+            Ok(h) if !body.is_empty() && !r.content_type.is_empty() => response.with_header(h),
+            _ => response,
+        }
     }
 
     /// Reads the next line from self.next_header_source.
@@ -323,7 +344,7 @@ impl Iterator for ClientConnection {
             let rq = match self.read() {
                 Err(ReadError::WrongRequestLine) => {
                     let writer = self.sink.next().unwrap();
-                    let response = json_error(400);
+                    let response = self.refusal(400);
                     response
                         .raw_print(writer, HTTPVersion(1, 1), &[], false, None)
                         .ok();
@@ -333,7 +354,7 @@ impl Iterator for ClientConnection {
 
                 Err(ReadError::WrongHeader(ver)) => {
                     let writer = self.sink.next().unwrap();
-                    let response = json_error(400);
+                    let response = self.refusal(400);
                     response.raw_print(writer, ver, &[], false, None).ok();
                     return None; // we don't know where the next request would start,
                                  // se we have to close
@@ -342,7 +363,7 @@ impl Iterator for ClientConnection {
                 Err(ReadError::ReadIoError(ref err)) if err.kind() == ErrorKind::TimedOut => {
                     // request timeout
                     let writer = self.sink.next().unwrap();
-                    let response = json_error(408);
+                    let response = self.refusal(408);
                     response
                         .raw_print(writer, HTTPVersion(1, 1), &[], false, None)
                         .ok();
@@ -360,7 +381,7 @@ impl Iterator for ClientConnection {
                     // (trigd patch) answer 414/431 and close: the rest of
                     //  the head was not read
                     let writer = self.sink.next().unwrap();
-                    let response = json_error(status);
+                    let response = self.refusal(status);
                     response
                         .raw_print(writer, HTTPVersion(1, 1), &[], false, None)
                         .ok();
@@ -455,19 +476,3 @@ mod test {
     }
 }
 
-/// (trigd patch) The JSON error body (`{"Error", "Code"}`) of a request
-///  refused while reading it.
-fn json_error(status: u16) -> crate::Response<std::io::Cursor<Vec<u8>>> {
-    let (code, msg) = match status {
-        408 => ("request_timeout", "The request was not received in time."),
-        414 => ("uri_too_long", "The request line (method and URL) is longer than the limit."),
-        431 => ("headers_too_large", "The request headers are larger than the limit."),
-        _ => ("bad_request", "The request is not valid HTTP/1.1."),
-    };
-    let body = format!("{{\"Error\":\"{msg}\",\"Code\":\"{code}\"}}\n");
-    let header = crate::Header::from_bytes(&b"Content-Type"[..], &b"application/json"[..])
-        .expect("static header");
-    crate::Response::from_data(body.into_bytes())
-        .with_status_code(status)
-        .with_header(header)
-}

@@ -231,6 +231,30 @@ pub struct ServerLimits {
     /// Raw bytes (status line, headers, body) sent to a connection refused
     ///  for being past `max_connections`.
     pub overload_response: Vec<u8>,
+    /// Stack size of each connection thread, in bytes. In handler mode the
+    ///  handler runs on it.
+    pub thread_stack: usize,
+    /// Bodies of the answers to requests refused while reading them.
+    pub refusals: Refusals,
+}
+
+/// (trigd patch) The bodies of the answers the server gives by itself, to
+///  requests refused while their head is read (the application is not
+///  called). Empty bodies by default.
+#[derive(Debug, Clone, Default)]
+pub struct Refusals {
+    /// `Content-Type` of the bodies below; no header when empty.
+    pub content_type: String,
+    /// 400: the request line or a header is not valid HTTP/1.1.
+    pub bad_request: Vec<u8>,
+    /// 408: the request was not read within `HeadLimits::timeout`, or the
+    ///  client stopped sending in the middle of it.
+    pub request_timeout: Vec<u8>,
+    /// 414: the request line is longer than `HeadLimits::max_request_line`.
+    pub uri_too_long: Vec<u8>,
+    /// 431: the headers pass `HeadLimits::max_header_bytes` or
+    ///  `HeadLimits::max_headers`.
+    pub headers_too_large: Vec<u8>,
 }
 
 impl Default for ServerLimits {
@@ -241,6 +265,8 @@ impl Default for ServerLimits {
             head: HeadLimits::default(),
             socket_timeout: Duration::from_secs(10),
             overload_response: b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\nRetry-After: 1\r\n\r\n".to_vec(),
+            thread_stack: 2 * 1024 * 1024,
+            refusals: Refusals::default(),
         }
     }
 }
@@ -386,7 +412,8 @@ impl Server {
         let inside_messages = messages.clone();
         thread::spawn(move || {
             // a tasks pool is used to dispatch the connections into threads
-            let tasks_pool = util::TaskPool::new(limits.min_threads);
+            let tasks_pool = util::TaskPool::new(limits.min_threads, limits.thread_stack);
+            let refusals = Arc::new(limits.refusals.clone());
 
             log::debug!("Running accept thread");
             while !inside_close_trigger.load(Relaxed) {
@@ -422,7 +449,12 @@ impl Server {
                         // (trigd patch) duplicating the socket can fail
                         //  (EMFILE): drop this connection, keep accepting
                         halves.map(|(read_closable, write_closable)| {
-                            ClientConnection::new(write_closable, read_closable, limits.head)
+                            ClientConnection::new(
+                                write_closable,
+                                read_closable,
+                                limits.head,
+                                Arc::clone(&refusals),
+                            )
                         })
                     }
                     Err(e) => Err(e),
