@@ -1,4 +1,4 @@
-//! Bounds under hostile load (issue 6), each against the real binary:
+//! Bounds under hostile load, each against the real binary:
 //! idle connections and slowloris, the connection cap, oversized requests,
 //! keep-alive fairness, descriptor exhaustion, run overload, crash safety
 //! and unwritable state, hostile programs (zombies, fd leaks), SIGINT,

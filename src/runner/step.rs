@@ -109,7 +109,7 @@ pub enum StepError {
 /// The outcome of running a function.
 #[derive(Debug, Clone)]
 pub struct Outcome {
-    /// One element per step that finished, in order (see SPEC: JSON when the
+    /// One element per step that finished, in order (JSON when the
     /// stdout is valid JSON, else the text minus one trailing newline; a
     /// `call` step's element is the callee's Result array).
     pub result: Vec<Value>,

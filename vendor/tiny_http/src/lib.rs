@@ -90,8 +90,6 @@
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 #![allow(clippy::match_like_matches_macro)]
-// (trigd patch) upstream lints, not ours to fix here
-#![allow(dead_code, unused_imports)]
 
 #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
 use zeroize::Zeroizing;
@@ -191,11 +189,12 @@ impl From<Request> for Message {
     }
 }
 
-// this trait is to make sure that Server implements Share and Send
-#[doc(hidden)]
-trait MustBeShareDummy: Sync + Send {}
-#[doc(hidden)]
-impl MustBeShareDummy for Server {}
+// (trigd patch) Server implements Sync and Send, checked at compile time
+//  (upstream: a trait that newer compilers report as unused)
+const _: fn() = || {
+    fn sync_and_send<T: Sync + Send>() {}
+    sync_and_send::<Server>();
+};
 
 pub struct IncomingRequests<'a> {
     server: &'a Server,
