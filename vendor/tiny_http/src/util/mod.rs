@@ -4,6 +4,7 @@ pub use self::fused_reader::FusedReader;
 pub use self::messages_queue::MessagesQueue;
 pub use self::refined_tcp_stream::RefinedTcpStream;
 pub use self::sequential::{SequentialReader, SequentialReaderBuilder};
+// (trigd patch) `SequentialWriter` is not re-exported: nothing uses it here
 pub use self::sequential::SequentialWriterBuilder;
 pub use self::task_pool::TaskPool;
 
