@@ -176,6 +176,16 @@ impl ClientConnection {
         self.secure
     }
 
+    /// (trigd patch) Answer a request refused while its head was read;
+    ///  the connection then closes (`None`).
+    fn refuse(&mut self, status: u16, version: HTTPVersion) -> Option<Request> {
+        let writer = self.sink.next().unwrap();
+        self.refusal(status)
+            .raw_print(writer, version, &[], false, None)
+            .ok();
+        None
+    }
+
     /// (trigd patch) The answer to a request refused with `status` while
     ///  its head was read, with the application's body for it.
     fn refusal(&self, status: u16) -> crate::Response<std::io::Cursor<Vec<u8>>> {
@@ -236,6 +246,33 @@ impl ClientConnection {
         }
     }
 
+    /// Reads the header lines of a request, up to the empty line.
+    fn read_headers(&mut self, version: &HTTPVersion) -> Result<Vec<crate::Header>, ReadError> {
+        let limits = self.limits;
+        let mut headers = Vec::new();
+        let mut head_bytes = 0;
+        loop {
+            let left = limits.max_header_bytes.saturating_sub(head_bytes);
+            let line = self
+                .read_next_line(left, false)
+                .map_err(ReadError::ReadIoError)?
+                .ok_or(ReadError::TooLarge(431))?;
+            head_bytes += line.len() + 2;
+
+            if line.is_empty() {
+                return Ok(headers);
+            };
+            if headers.len() >= limits.max_headers {
+                return Err(ReadError::TooLarge(431));
+            }
+            headers.push(match FromStr::from_str(line.as_str().trim()) {
+                // TODO: remove this conversion
+                Ok(h) => h,
+                _ => return Err(ReadError::WrongHeader(version.clone())),
+            });
+        }
+    }
+
     /// Reads a request from the stream.
     /// Blocks until the header has been read.
     fn read(&mut self) -> Result<Request, ReadError> {
@@ -263,32 +300,7 @@ impl ClientConnection {
             };
 
             // getting all headers
-            let headers = {
-                let mut headers = Vec::new();
-                let mut head_bytes = 0;
-                loop {
-                    let left = limits.max_header_bytes.saturating_sub(head_bytes);
-                    let line = self
-                        .read_next_line(left, false)
-                        .map_err(ReadError::ReadIoError)?
-                        .ok_or(ReadError::TooLarge(431))?;
-                    head_bytes += line.len() + 2;
-
-                    if line.is_empty() {
-                        break;
-                    };
-                    if headers.len() >= limits.max_headers {
-                        return Err(ReadError::TooLarge(431));
-                    }
-                    headers.push(match FromStr::from_str(line.as_str().trim()) {
-                        // TODO: remove this conversion
-                        Ok(h) => h,
-                        _ => return Err(ReadError::WrongHeader(version)),
-                    });
-                }
-
-                headers
-            };
+            let headers = self.read_headers(&version)?;
 
             (method, path, version, headers)
         };
@@ -342,32 +354,14 @@ impl Iterator for ClientConnection {
 
         loop {
             let rq = match self.read() {
-                Err(ReadError::WrongRequestLine) => {
-                    let writer = self.sink.next().unwrap();
-                    let response = self.refusal(400);
-                    response
-                        .raw_print(writer, HTTPVersion(1, 1), &[], false, None)
-                        .ok();
-                    return None; // we don't know where the next request would start,
-                                 // se we have to close
-                }
+                // we don't know where the next request would start, so we
+                //  have to close
+                Err(ReadError::WrongRequestLine) => return self.refuse(400, HTTPVersion(1, 1)),
+                Err(ReadError::WrongHeader(ver)) => return self.refuse(400, ver),
 
-                Err(ReadError::WrongHeader(ver)) => {
-                    let writer = self.sink.next().unwrap();
-                    let response = self.refusal(400);
-                    response.raw_print(writer, ver, &[], false, None).ok();
-                    return None; // we don't know where the next request would start,
-                                 // se we have to close
-                }
-
+                // request timeout: closing the connection
                 Err(ReadError::ReadIoError(ref err)) if err.kind() == ErrorKind::TimedOut => {
-                    // request timeout
-                    let writer = self.sink.next().unwrap();
-                    let response = self.refusal(408);
-                    response
-                        .raw_print(writer, HTTPVersion(1, 1), &[], false, None)
-                        .ok();
-                    return None; // closing the connection
+                    return self.refuse(408, HTTPVersion(1, 1));
                 }
 
                 Err(ReadError::ExpectationFailed(ver)) => {
@@ -377,16 +371,9 @@ impl Iterator for ClientConnection {
                     return None; // TODO: should be recoverable, but needs handling in case of body
                 }
 
-                Err(ReadError::TooLarge(status)) => {
-                    // (trigd patch) answer 414/431 and close: the rest of
-                    //  the head was not read
-                    let writer = self.sink.next().unwrap();
-                    let response = self.refusal(status);
-                    response
-                        .raw_print(writer, HTTPVersion(1, 1), &[], false, None)
-                        .ok();
-                    return None;
-                }
+                // (trigd patch) answer 414/431 and close: the rest of the
+                //  head was not read
+                Err(ReadError::TooLarge(status)) => return self.refuse(status, HTTPVersion(1, 1)),
 
                 Err(ReadError::ReadIoError(_)) => return None,
 

@@ -200,6 +200,136 @@ pub struct IncomingRequests<'a> {
     server: &'a Server,
 }
 
+#[cfg(not(any(feature = "ssl-openssl", feature = "ssl-rustls")))]
+type SslContext = ();
+#[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
+type SslContext = crate::ssl::SslContextImpl;
+
+/// (trigd patch) The accept thread: accepts connections and gives each a
+///  thread of the pool (upstream: one closure inside `Server::new`).
+struct Acceptor {
+    listener: Listener,
+    ssl: Option<SslContext>,
+    limits: ServerLimits,
+    refusals: Arc<Refusals>,
+    handler: Option<Handler>,
+    open: Arc<AtomicUsize>,
+    close: Arc<AtomicBool>,
+    messages: Arc<MessagesQueue<Message>>,
+}
+
+impl Acceptor {
+    fn run(self) {
+        // a tasks pool is used to dispatch the connections into threads
+        let tasks_pool = util::TaskPool::new(self.limits.min_threads, self.limits.thread_stack);
+
+        log::debug!("Running accept thread");
+        while !self.close.load(Relaxed) {
+            let new_client = match self.listener.accept() {
+                // (trigd patch) past the cap: answer and close at once
+                Ok((sock, _)) if self.open.load(Relaxed) >= self.limits.max_connections => {
+                    refuse(sock, &self.limits.overload_response);
+                    continue;
+                }
+                Ok((sock, _)) => self.client(sock),
+                Err(e) => Err(e),
+            };
+
+            match new_client {
+                Ok(Some(client)) => {
+                    let messages = self.messages.clone();
+                    let mut client = Some(client);
+                    // (trigd patch) count the connection while it lives
+                    let guard = OpenGuard::new(&self.open);
+                    let handler = self.handler.clone();
+                    tasks_pool.spawn(Box::new(move || {
+                        let _guard = &guard;
+                        if let Some(client) = client.take() {
+                            serve_connection(client, handler.as_ref(), &messages);
+                        }
+                    }));
+                }
+                Ok(None) => {}
+
+                // (trigd patch) an accept error (EMFILE when descriptors
+                //  run out, ECONNABORTED, ...) no longer ends the accept
+                //  thread for good: wait a moment and accept again
+                Err(e) => {
+                    if self.close.load(Relaxed) {
+                        break;
+                    }
+                    log::warn!("Error accepting new client: {}", e);
+                    thread::sleep(Duration::from_millis(20));
+                }
+            }
+        }
+        log::debug!("Terminating accept thread");
+    }
+
+    /// The connection of an accepted socket; `None` when its TLS handshake
+    ///  failed (the socket is closed).
+    fn client(&self, sock: Connection) -> IoResult<Option<ClientConnection>> {
+        if let Connection::Tcp(ref tcp) = sock {
+            let _ = tcp.set_read_timeout(Some(self.limits.socket_timeout));
+            let _ = tcp.set_write_timeout(Some(self.limits.socket_timeout));
+            let _ = tcp.set_nodelay(true);
+        }
+        use util::RefinedTcpStream;
+        let halves = match self.ssl {
+            None => RefinedTcpStream::new(sock),
+            #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
+            Some(ref ssl) => {
+                // trying to apply SSL over the connection
+                // if an error occurs, we just close the socket and resume listening
+                let sock = match ssl.accept(sock) {
+                    Ok(s) => s,
+                    Err(_) => return Ok(None),
+                };
+
+                RefinedTcpStream::new(sock)
+            }
+            #[cfg(not(any(feature = "ssl-openssl", feature = "ssl-rustls")))]
+            Some(ref _ssl) => unreachable!(),
+        };
+        // (trigd patch) duplicating the socket can fail (EMFILE): drop this
+        //  connection, keep accepting
+        let (read_closable, write_closable) = halves?;
+        Ok(Some(ClientConnection::new(
+            write_closable,
+            read_closable,
+            self.limits.head,
+            Arc::clone(&self.refusals),
+        )))
+    }
+}
+
+/// Answer the requests of one connection, on the calling (pool) thread.
+fn serve_connection(
+    client: ClientConnection,
+    handler: Option<&Handler>,
+    messages: &Arc<MessagesQueue<Message>>,
+) {
+    // (trigd patch) handler mode: answer on this thread
+    if let Some(handler) = handler {
+        for rq in client {
+            handler(rq);
+        }
+        return;
+    }
+    // Synchronization is needed for HTTPS requests to avoid a deadlock
+    if client.secure() {
+        let (sender, receiver) = mpsc::channel();
+        for rq in client {
+            messages.push(rq.with_notify_sender(sender.clone()).into());
+            receiver.recv().unwrap();
+        }
+    } else {
+        for rq in client {
+            messages.push(rq.into());
+        }
+    }
+}
+
 /// Represents the parameters required to create a server.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -383,10 +513,6 @@ impl Server {
         compile_error!(
             "Features 'ssl-openssl' and 'ssl-rustls' must not be enabled at the same time"
         );
-        #[cfg(not(any(feature = "ssl-openssl", feature = "ssl-rustls")))]
-        type SslContext = ();
-        #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
-        type SslContext = crate::ssl::SslContextImpl;
         let ssl: Option<SslContext> = {
             match ssl_config {
                 #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
@@ -407,106 +533,17 @@ impl Server {
         // and ClientConnection objects are pushed in the messages queue
         let messages = MessagesQueue::with_capacity(8);
 
-        let inside_close_trigger = close_trigger.clone();
-        let inside_messages = messages.clone();
-        thread::spawn(move || {
-            // a tasks pool is used to dispatch the connections into threads
-            let tasks_pool = util::TaskPool::new(limits.min_threads, limits.thread_stack);
-            let refusals = Arc::new(limits.refusals.clone());
-
-            log::debug!("Running accept thread");
-            while !inside_close_trigger.load(Relaxed) {
-                let new_client = match server.accept() {
-                    // (trigd patch) past the cap: answer and close at once
-                    Ok((sock, _)) if inside_open.load(Relaxed) >= limits.max_connections => {
-                        refuse(sock, &limits.overload_response);
-                        continue;
-                    }
-                    Ok((sock, _)) => {
-                        if let Connection::Tcp(ref tcp) = sock {
-                            let _ = tcp.set_read_timeout(Some(limits.socket_timeout));
-                            let _ = tcp.set_write_timeout(Some(limits.socket_timeout));
-                            let _ = tcp.set_nodelay(true);
-                        }
-                        use util::RefinedTcpStream;
-                        let halves = match ssl {
-                            None => RefinedTcpStream::new(sock),
-                            #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
-                            Some(ref ssl) => {
-                                // trying to apply SSL over the connection
-                                // if an error occurs, we just close the socket and resume listening
-                                let sock = match ssl.accept(sock) {
-                                    Ok(s) => s,
-                                    Err(_) => continue,
-                                };
-
-                                RefinedTcpStream::new(sock)
-                            }
-                            #[cfg(not(any(feature = "ssl-openssl", feature = "ssl-rustls")))]
-                            Some(ref _ssl) => unreachable!(),
-                        };
-                        // (trigd patch) duplicating the socket can fail
-                        //  (EMFILE): drop this connection, keep accepting
-                        halves.map(|(read_closable, write_closable)| {
-                            ClientConnection::new(
-                                write_closable,
-                                read_closable,
-                                limits.head,
-                                Arc::clone(&refusals),
-                            )
-                        })
-                    }
-                    Err(e) => Err(e),
-                };
-
-                match new_client {
-                    Ok(client) => {
-                        let messages = inside_messages.clone();
-                        let mut client = Some(client);
-                        // (trigd patch) count the connection while it lives
-                        let guard = OpenGuard::new(&inside_open);
-                        let handler = handler.clone();
-                        tasks_pool.spawn(Box::new(move || {
-                            let _guard = &guard;
-                            let Some(client) = client.take() else { return };
-                            // (trigd patch) handler mode: answer on this thread
-                            if let Some(handler) = &handler {
-                                for rq in client {
-                                    handler(rq);
-                                }
-                                return;
-                            }
-                            {
-                                // Synchronization is needed for HTTPS requests to avoid a deadlock
-                                if client.secure() {
-                                    let (sender, receiver) = mpsc::channel();
-                                    for rq in client {
-                                        messages.push(rq.with_notify_sender(sender.clone()).into());
-                                        receiver.recv().unwrap();
-                                    }
-                                } else {
-                                    for rq in client {
-                                        messages.push(rq.into());
-                                    }
-                                }
-                            }
-                        }));
-                    }
-
-                    // (trigd patch) an accept error (EMFILE when descriptors
-                    //  run out, ECONNABORTED, ...) no longer ends the accept
-                    //  thread for good: wait a moment and accept again
-                    Err(e) => {
-                        if inside_close_trigger.load(Relaxed) {
-                            break;
-                        }
-                        log::warn!("Error accepting new client: {}", e);
-                        thread::sleep(Duration::from_millis(20));
-                    }
-                }
-            }
-            log::debug!("Terminating accept thread");
-        });
+        let acceptor = Acceptor {
+            listener: server,
+            ssl,
+            refusals: Arc::new(limits.refusals.clone()),
+            limits,
+            handler,
+            open: inside_open,
+            close: close_trigger.clone(),
+            messages: messages.clone(),
+        };
+        thread::spawn(move || acceptor.run());
 
         // result
         Ok(Server {
