@@ -4,6 +4,10 @@
 //! written in the answer), and an argon2 password check. The requests run through [`routes::handle`] on a thread
 //! with half of [`CONNECTION_STACK`], so the real size has a margin of two
 //! at least (a stack overflow would abort this test process).
+//!
+//! `TRIGD_TEST_STACK_KIB=<n>` runs the same requests on an `n` KiB stack
+//! instead: the figures at [`CONNECTION_STACK`] were found by lowering it
+//! until the test process aborted (debug and `--release` builds).
 
 use std::sync::Arc;
 use std::thread;
