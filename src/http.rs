@@ -319,6 +319,11 @@ pub enum ApiError {
     },
     /// Unknown run id (or not visible to this key).
     RunNotFound,
+    /// The run id names another instance, which owns the run.
+    RunOnOtherInstance {
+        /// The owner's instance name.
+        instance: String,
+    },
     /// Missing or bad credentials on a protected endpoint.
     Unauthorized,
     /// Valid credentials of someone who is not a member of the workspace.
@@ -330,6 +335,21 @@ pub enum ApiError {
     CsrfRejected,
     /// Wrong user name or password (never says which).
     LoginFailed,
+    /// A member who is not in the workspace's `admins` tried to flip a
+    /// public switch.
+    AdminRequired,
+    /// The config file cannot be written (read-only mount, permissions), so
+    /// the public switch cannot be flipped from trigd.
+    ConfigNotWritable {
+        /// Why, in words.
+        reason: String,
+    },
+    /// The config file does not define what the edit changes, or the edited
+    /// file would not validate; nothing was written.
+    ConfigInvalid {
+        /// What is wrong.
+        msg: String,
+    },
     /// The client stopped sending the request body before `request_timeout`.
     RequestTimeout,
     /// The request line or a header is not valid HTTP/1.1 (answered by the
@@ -360,9 +380,11 @@ impl ApiError {
             InvalidProgramId | FunctionRequired { .. } | VariablesMismatch { .. } => 400,
             InvalidParameter { .. } | ValuesMismatch { .. } => 400,
             Unauthorized | LoginFailed => 401,
-            Forbidden | UserAgentRequired | CsrfRejected => 403,
+            Forbidden | UserAgentRequired | CsrfRejected | AdminRequired => 403,
             ProgramNotFound | FunctionNotFound { .. } | RunNotFound | NotFound => 404,
+            RunOnOtherInstance { .. } => 421,
             TriggerInactive { .. } | NoActiveTrigger => 409,
+            ConfigNotWritable { .. } | ConfigInvalid { .. } => 409,
             MethodNotAllowed { .. } => 405,
             RequestTimeout => 408,
             BadRequest => 400,
@@ -394,6 +416,9 @@ impl ApiError {
             UserAgentRequired => "user_agent_required",
             CsrfRejected => "csrf_rejected",
             LoginFailed => "login_failed",
+            AdminRequired => "admin_required",
+            ConfigNotWritable { .. } => "config_not_writable",
+            ConfigInvalid { .. } => "config_invalid",
             InvalidParameter { .. } => "invalid_parameter",
             MethodNotAllowed { .. } => "method_not_allowed",
             RunFailed { .. } => "run_failed",
@@ -404,6 +429,7 @@ impl ApiError {
             ShuttingDown => "shutting_down",
             RateLimited { .. } => "rate_limited",
             RunNotFound => "run_not_found",
+            RunOnOtherInstance { .. } => "run_on_other_instance",
             RequestTimeout => "request_timeout",
             BadRequest => "bad_request",
             UriTooLong => "uri_too_long",
@@ -438,6 +464,9 @@ impl ApiError {
             UserAgentRequired => "Requests with a bearer key must send a User-Agent header (printable ASCII, not empty), e.g. 'User-Agent: my-script/1.0'.".into(),
             CsrfRejected => "Request refused as possibly cross-site: with a session cookie, a request that changes something must come from a trigd page (same origin) or send the page's X-CSRF-Token header. Scripts should use 'Authorization: Bearer <application key>' instead.".into(),
             LoginFailed => "Wrong user name or password.".into(),
+            AdminRequired => "Only the workspace's admins may change the public switch of its tools (see `admins` of the workspace in config.toml).".into(),
+            ConfigNotWritable { reason } => format!("The public switch cannot be changed from trigd: {reason}. Change `public` in the config file instead."),
+            ConfigInvalid { msg } => format!("Nothing was changed: {msg}."),
             MethodNotAllowed { allow } => format!("Method not allowed here; use {}.", allow.join(" or ")),
             RunFailed { step, exit_code, signal, .. } => match (exit_code, signal) {
                 (Some(c), _) => format!("The program failed: step {step} exited with status {c}."),
@@ -451,6 +480,7 @@ impl ApiError {
             ShuttingDown => "trigd is shutting down and accepts no new runs. Retry shortly.".into(),
             RateLimited { retry_after } => format!("Too many failed attempts. Wait {retry_after} seconds (Retry-After), then try again."),
             RunNotFound => "No run with this id is visible to this API key.".into(),
+            RunOnOtherInstance { instance } => format!("This run belongs to trigd instance '{instance}', not to this one; ask that instance (a load balancer routes /api/runs/{instance}-… there while it is up)."),
             RequestTimeout => "The request was not received in time (request_timeout); send the whole body promptly.".into(),
             BadRequest => "The request is not valid HTTP/1.1.".into(),
             UriTooLong => "The request line (method and URL) is longer than the limit (max_url_bytes).".into(),
@@ -478,6 +508,9 @@ impl ApiError {
             InvalidParameter { name, .. } => {
                 body.insert("Parameter".into(), json!(name));
             }
+            ConfigNotWritable { reason } => {
+                body.insert("Reason".into(), json!(reason));
+            }
             MethodNotAllowed { allow } => {
                 body.insert("Allow".into(), json!(allow));
             }
@@ -497,6 +530,9 @@ impl ApiError {
                     body.insert("Signal".into(), json!(s));
                 }
                 body.insert("Stderr".into(), json!(stderr));
+            }
+            RunOnOtherInstance { instance } => {
+                body.insert("Instance".into(), json!(instance));
             }
             RunTimeout { run } | RunInterrupted { run } => {
                 body.insert("Run".into(), json!(run));

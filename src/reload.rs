@@ -248,8 +248,9 @@ pub fn reload_now(app: &App, config_path: &Path, forced: bool) {
                 log::info!("reload: configuration unchanged");
             }
         }
-        Ok(Some(new)) => {
+        Ok(Some(mut new)) => {
             warn_unappliable(&current.server, &new.server);
+            keep_start_only(&current.server, &mut new.server);
             let (programs, tools) = (new.programs.len(), new.tools.len());
             app.set_config(new);
             log::info!(
@@ -286,8 +287,9 @@ fn warn_unappliable(old: &config::Server, new: &config::Server) {
 
 /// The `[server]` settings that differ between `old` and `new` among those
 /// read only at start: the listener and the bounds of the HTTP server
-/// (`server.rs`), the run store and the shutdown grace. The README lists
-/// the same under "Hot reload".
+/// (`server.rs`), the run store and the shutdown grace. With `instance`
+/// and `shared_state_dir` ([`keep_start_only`]), the README lists the same
+/// under "Hot reload".
 fn fixed_at_start(old: &config::Server, new: &config::Server) -> Vec<&'static str> {
     [
         ("listen", old.listen != new.listen),
@@ -312,6 +314,16 @@ fn fixed_at_start(old: &config::Server, new: &config::Server) -> Vec<&'static st
     .into_iter()
     .filter_map(|(name, changed)| changed.then_some(name))
     .collect()
+}
+
+/// Keep the settings that name this instance and its shared files as they
+/// were at start: run ids already given out must keep their owner.
+fn keep_start_only(old: &config::Server, new: &mut config::Server) {
+    if old.instance != new.instance || old.shared_state_dir != new.shared_state_dir {
+        log::warn!("instance and shared_state_dir changes take effect at the next restart");
+        new.instance.clone_from(&old.instance);
+        new.shared_state_dir.clone_from(&old.shared_state_dir);
+    }
 }
 
 #[cfg(test)]

@@ -82,6 +82,27 @@ fn read_all(path: &Path) -> Result<Files, Vec<ConfigError>> {
             format!("cannot read {}: {e}", path.display()),
         )]
     })?;
+    Ok(read_programs_of(path, text))
+}
+
+/// Like [`load`], with `text` standing for the content of `path` (the
+/// program files are read from disk): checks an edit before it is written.
+///
+/// # Errors
+/// As [`load`].
+pub fn load_text(path: &Path, text: String) -> Result<Config, Vec<ConfigError>> {
+    let files = read_programs_of(path, text);
+    check(
+        path,
+        &files.text,
+        &files.programs,
+        files.errs,
+        files.complete,
+    )
+}
+
+/// The program files that `text`, the content of `path`, points at.
+fn read_programs_of(path: &Path, text: String) -> Files {
     let raw = raw::parse::<RawConfig>(&text).unwrap_or_default();
     let dir_value = raw.server.programs_dir.as_ref();
     let rel = dir_value.map_or(defaults::PROGRAMS_DIR, |d| d.get_ref());
@@ -116,12 +137,12 @@ fn read_all(path: &Path) -> Result<Files, Vec<ConfigError>> {
             }
         })
         .collect::<Vec<_>>();
-    Ok(Files {
+    Files {
         text,
         programs,
         errs,
         complete,
-    })
+    }
 }
 
 /// Like [`load`], from text: `config_text` is the content of `path`, and
@@ -383,6 +404,13 @@ fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) -> Ser
         defaults::SESSION_IDLE_SECS,
     );
     let session_max = d(&raw.session_max, "session_max", defaults::SESSION_MAX_SECS);
+    // 0 is allowed here (no drain), unlike other durations.
+    let drain_delay = match raw.drain_delay.as_ref().map(|v| v.get_ref()) {
+        Some(RawDuration::Secs(0)) => Duration::ZERO,
+        Some(RawDuration::Text(t)) if matches!(t.trim(), "0" | "0s") => Duration::ZERO,
+        _ => d(&raw.drain_delay, "drain_delay", defaults::DRAIN_DELAY_SECS),
+    };
+    let instance = instance(src, raw.instance.as_ref(), errs);
     if let Some(url) = &raw.public_url {
         if !(url.get_ref().starts_with("http://") || url.get_ref().starts_with("https://")) {
             errs.at(
@@ -393,6 +421,10 @@ fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) -> Ser
             );
         }
     }
+    let state_dir = resolve(
+        dir,
+        Path::new(raw.state_dir.as_deref().unwrap_or(defaults::STATE_DIR)),
+    );
     let programs_dir = raw
         .programs_dir
         .as_ref()
@@ -404,10 +436,13 @@ fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) -> Ser
             .unwrap_or_else(|| defaults::LISTEN.into()),
         workers,
         programs_dir: resolve(dir, Path::new(programs_dir)),
-        state_dir: resolve(
-            dir,
-            Path::new(raw.state_dir.as_deref().unwrap_or(defaults::STATE_DIR)),
-        ),
+        shared_state_dir: raw
+            .shared_state_dir
+            .as_ref()
+            .map_or_else(|| state_dir.clone(), |d| resolve(dir, Path::new(d))),
+        state_dir,
+        instance,
+        drain_delay,
         public_url: raw.public_url.as_ref().map(|u| u.get_ref().clone()),
         max_concurrent_runs,
         max_queued_runs,
@@ -433,6 +468,22 @@ fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) -> Ser
         auth_failures_per_minute,
         trusted_proxies,
     }
+}
+
+/// `instance`: a valid instance name, or the one derived from the host name.
+fn instance(src: &Src, raw: Option<&Spanned<String>>, errs: &mut Errors) -> String {
+    let Some(name) = raw else {
+        return crate::cluster::default_name();
+    };
+    if !crate::cluster::valid_name(name.get_ref()) {
+        errs.at(
+            src,
+            name.span(),
+            "server.instance",
+            "instance must be 1 to 63 of a-z, 0-9, '_' and '-', starting with a letter or digit",
+        );
+    }
+    name.get_ref().clone()
 }
 
 /// `trusted_proxies`: each an IP address.
@@ -496,9 +547,29 @@ fn workspaces(
                 errs.at(src, m.span(), format!("{key}.members[{j}]"), msg);
             }
         }
+        for (j, a) in w.admins.iter().flatten().enumerate() {
+            if !w.members.iter().any(|m| m.get_ref() == a.get_ref()) {
+                let msg = format!(
+                    "admin \"{}\" is not in this workspace's members",
+                    a.get_ref()
+                );
+                errs.at(src, a.span(), format!("{key}.admins[{j}]"), msg);
+            }
+        }
         let members = w.members.iter().map(|m| m.get_ref().clone()).collect();
+        let admins = w
+            .admins
+            .as_ref()
+            .map(|a| a.iter().map(|m| m.get_ref().clone()).collect());
         let name = w.name.get_ref().clone();
-        out.insert(name.clone(), Workspace { name, members });
+        out.insert(
+            name.clone(),
+            Workspace {
+                name,
+                members,
+                admins,
+            },
+        );
     }
     out
 }
