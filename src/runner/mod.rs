@@ -478,7 +478,7 @@ impl Runner {
     /// live output).
     fn execute_with(&self, job: &Job, handle: &RunHandle) -> Outcome {
         #[cfg(test)]
-        tests::maybe_panic();
+        tests::maybe_panic(job);
         let Some(function) = job.program.function(&job.function) else {
             return Outcome {
                 result: Vec::new(),
@@ -643,20 +643,22 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::cell::Cell;
     use std::panic::{catch_unwind, AssertUnwindSafe};
     use std::path::PathBuf;
 
-    thread_local! {
-        /// Set by a test: the next run executed on this thread panics.
-        static PANIC_NEXT: Cell<bool> = const { Cell::new(false) };
-    }
+    /// `Job::by` of a run that panics when it executes (a bug inside it).
+    const PANICS: &str = "test: panics";
 
     /// A bug inside a run, where a test asks for one.
-    pub(super) fn maybe_panic() {
-        if PANIC_NEXT.with(|c| c.replace(false)) {
+    pub(super) fn maybe_panic(job: &Job) {
+        if job.by == PANICS {
             panic!("a bug inside a run (test)");
         }
+    }
+
+    fn panicking(mut job: Job) -> Job {
+        job.by = PANICS.into();
+        job
     }
 
     fn job(server: &str, script: &str) -> Job {
@@ -688,8 +690,7 @@ mod tests {
     #[test]
     fn a_panic_inside_a_run_gives_its_slot_back() {
         let r = runner();
-        PANIC_NEXT.with(|c| c.set(true));
-        let j = job("max_concurrent_runs = 1", "echo hi");
+        let j = panicking(job("max_concurrent_runs = 1", "echo hi"));
         let panicked = catch_unwind(AssertUnwindSafe(|| r.run_sync(j)));
         assert!(panicked.is_err(), "the run should have panicked");
         assert_eq!(r.in_flight(), 0, "the slot was not given back");
@@ -708,6 +709,25 @@ mod tests {
         assert_eq!(outcome.error, None);
         assert_eq!(outcome.result, vec![Value::String("again".into())]);
         assert_eq!(r.in_flight(), 0);
+    }
+
+    #[test]
+    fn a_panic_inside_an_async_run_gives_its_slot_to_the_queued_run() {
+        let r = runner();
+        let server = "max_concurrent_runs = 1";
+        r.start_async(panicking(job(server, "sleep 0.2"))).unwrap();
+        let next = r.start_async(job(server, "echo next")).unwrap();
+        // The queued run starts once the panicked one's slot is back, and
+        // ends: nothing executes or waits any more.
+        assert!(
+            r.wait_idle(Duration::from_secs(20)),
+            "slots in use {}, queued {}",
+            r.in_flight(),
+            r.queued()
+        );
+        assert!(r.handle(&next).is_none());
+        let (_, outcome) = r.run_sync(job(server, "echo free")).unwrap();
+        assert_eq!(outcome.result, vec![Value::String("free".into())]);
     }
 
     #[test]
