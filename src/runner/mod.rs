@@ -31,7 +31,7 @@ use serde_json::Value;
 
 use crate::config::{Config, Program};
 use crate::metrics::Metrics;
-use crate::store::{new_run_id, now_rfc3339, RunRecord, RunState, RunStore};
+use crate::store::{new_run_id, now_rfc3339, Origin, RunRecord, RunState, RunStore};
 use handle::{RunHandle, Stream};
 use step::{Outcome, StepError};
 
@@ -49,8 +49,8 @@ pub struct Job {
     pub values: Vec<String>,
     /// Tool environment variables (empty for `/api` runs).
     pub vars: BTreeMap<String, String>,
-    /// Who started it, for the record (`api_key:<name>`, …); never a secret.
-    pub by: String,
+    /// Who started it, for the record; never a secret.
+    pub by: Origin,
 }
 
 impl Job {
