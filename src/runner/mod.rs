@@ -728,6 +728,7 @@ mod tests {
             values: Vec::new(),
             vars: BTreeMap::new(),
             by: Default::default(),
+            callbacks: Vec::new(),
         }
     }
 
