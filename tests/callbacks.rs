@@ -718,3 +718,28 @@ fn secret_from_env_never_logged_even_at_trace() {
         "the secret is not echoed",
     );
 }
+
+#[test]
+fn a_reload_that_narrows_the_allow_list_stops_pending_deliveries() {
+    let rx = Receiver::start(Receiver::bind(), |_| Answer::Status(503));
+    let dir = setup_cb("cb-reload", &[], &[("p.toml", &program(None))]);
+    let t = Trigd::start(&dir);
+    let run = start_run(&t, KEY_CB, "ok", &vars(&["x"]), Some(&rx.url("/r")));
+    t.wait_for(LONG, "a first attempt", || {
+        record(&t, &run)["Callbacks"][0]["AttemptCount"].as_u64() >= Some(1)
+    });
+    let text = dir.read("config.toml").replace(
+        r#"allow = ["127.0.0.1"]"#,
+        r#"allow = ["hooks.example.com"]"#,
+    );
+    dir.write("config.toml", &text);
+    t.wait_for(WAIT, "the reload", || {
+        t.get("/healthz").json()["Generation"] == 2
+    });
+    let rec = wait_delivery(&t, &run, 0, "failed");
+    let err = rec["Callbacks"][0]["Error"].as_str().unwrap_or("");
+    t.check(
+        err.contains("refused") && err.contains("allow"),
+        format!("refused by the new allow list: {rec}"),
+    );
+}

@@ -1,4 +1,5 @@
-//! One delivery attempt: resolve the URL's host, check every address it
+//! One delivery attempt: check the URL against the allow list in force,
+//! resolve its host, check every address it
 //! resolves to, connect only to those checked addresses (ureq is given
 //! them through its resolver, so DNS cannot answer differently between
 //! the check and the connection), and POST the signed body. TLS is rustls
@@ -99,6 +100,10 @@ pub fn attempt(cfg: &Callbacks, tls: &Arc<rustls::ClientConfig>, p: &Pending, n:
     let Ok(url) = Url::parse(&p.delivery.url) else {
         return Outcome::Failed(None, Some("the URL does not parse".into()));
     };
+    // The allow list in force now: a reload may have narrowed it.
+    if let Err(msg) = cfg.check_url(url.as_str()) {
+        return Outcome::Failed(None, Some(format!("refused: {msg}")));
+    }
     let Some(secret) = &cfg.secret else {
         return Outcome::Retry(None, Some("no signing secret is configured".into()));
     };
