@@ -25,6 +25,7 @@ mod http;
 mod logging;
 mod metrics;
 mod ratelimit;
+mod receive;
 mod reload;
 mod routes;
 mod runner;
