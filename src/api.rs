@@ -51,6 +51,8 @@ pub fn run(app: &App, cfg: &Arc<Config>, req: &Request) -> Result<Response, ApiE
         values,
         vars: Default::default(),
         by: format!("api_key:{}", key.name),
+        body_file: None,
+        stdin_body: false,
     };
     start(app, job, run_async)
 }

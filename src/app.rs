@@ -41,6 +41,8 @@ impl App {
     pub fn new(config: Config, store: Arc<RunStore>, runner: Arc<Runner>) -> App {
         let app_keys = AppKeys::new(&config.server.state_dir);
         let sessions = Sessions::open(&config.server.state_dir);
+        // Body files of runs cut off by a crash or kill -9.
+        crate::receive::body_file::clean(&config.server.state_dir.join("bodies"));
         App {
             app_keys,
             sessions,

@@ -175,6 +175,8 @@ fn run_local(
         values,
         vars: Default::default(),
         by: "cli".into(),
+        body_file: None,
+        stdin_body: false,
     };
     let outcome = runner.execute_only(&job);
     api::finished_body(&new_run_id(), outcome)

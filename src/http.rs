@@ -13,6 +13,8 @@ use std::net::SocketAddr;
 
 use serde_json::{json, Map, Value};
 
+use crate::receive::signature::SigError;
+
 /// An HTTP request as handlers see it.
 #[derive(Debug, Clone, Default)]
 pub struct Request {
@@ -339,6 +341,20 @@ pub enum ApiError {
     },
     /// No such path.
     NotFound,
+    /// A signed endpoint's signature or token is missing (401), malformed,
+    /// wrong or outside its replay window (403).
+    Signature(crate::receive::signature::SigError),
+    /// The body is not what its `Content-Type` says (invalid JSON, XML,
+    /// multipart), or a value in it is not text.
+    InvalidPayload {
+        /// What is wrong (no body content quoted).
+        msg: String,
+    },
+    /// The endpoint reads its values from another kind of body.
+    UnsupportedMediaType {
+        /// What is expected and what came.
+        msg: String,
+    },
     /// A bug: a handler panicked or an invariant broke.
     Internal,
 }
@@ -356,6 +372,10 @@ impl ApiError {
             ProgramNotFound | FunctionNotFound { .. } | RunNotFound | NotFound => 404,
             TriggerInactive { .. } | NoActiveTrigger => 409,
             MethodNotAllowed { .. } => 405,
+            Signature(SigError::Missing { .. }) => 401,
+            Signature(_) => 403,
+            InvalidPayload { .. } => 400,
+            UnsupportedMediaType { .. } => 415,
             RequestTimeout => 408,
             PayloadTooLarge { .. } => 413,
             RateLimited { .. } => 429,
@@ -396,6 +416,12 @@ impl ApiError {
             RequestTimeout => "request_timeout",
             PayloadTooLarge { .. } => "payload_too_large",
             NotFound => "not_found",
+            Signature(SigError::Missing { .. }) => "signature_missing",
+            Signature(SigError::Malformed { .. }) => "signature_malformed",
+            Signature(SigError::Mismatch { .. }) => "signature_mismatch",
+            Signature(SigError::Expired { .. }) => "signature_expired",
+            InvalidPayload { .. } => "invalid_payload",
+            UnsupportedMediaType { .. } => "unsupported_media_type",
             Internal => "internal_error",
         }
     }
@@ -440,6 +466,8 @@ impl ApiError {
             RequestTimeout => "The request was not received in time (request_timeout); send the whole body promptly.".into(),
             PayloadTooLarge { limit } => format!("The request body is larger than the limit of {limit} bytes."),
             NotFound => "Not found.".into(),
+            Signature(e) => e.message(),
+            InvalidPayload { msg } | UnsupportedMediaType { msg } => msg.clone(),
             Internal => "Internal error. The server log has the details.".into(),
         }
     }

@@ -15,8 +15,13 @@ use serde_json::{json, Value};
 use crate::api;
 use crate::app::App;
 use crate::auth;
-use crate::config::{Config, Tool};
+use crate::config::{Config, Environment, Tool, Trigger};
 use crate::http::{ApiError, Request, Response};
+use crate::ratelimit;
+use crate::receive::body_file::BodyFile;
+use crate::receive::rules::{self, Verdict};
+use crate::receive::values::{Incoming, ValueError};
+use crate::receive::{read_values, Answer, ValuesError};
 use crate::runner::Job;
 
 /// Call a generated endpoint.
@@ -58,12 +63,80 @@ pub fn call(
         };
         return Err(ApiError::MethodNotAllowed { allow: vec![allow] });
     }
+    let answer = &trigger.receive.answer;
+    let result = receive(app, cfg, req, tool, env, trigger, by);
+    if let Err(e) = &result {
+        if trigger.receive.is_configured() && refused_before_run(e) {
+            app.runner
+                .metrics
+                .webhook(&tool.name, &trigger.name, e.code());
+            log::warn!(
+                "webhook {}/{}/{} refused: {}: {}",
+                tool.name,
+                env.name,
+                trigger.name,
+                e.code(),
+                e.message()
+            );
+        }
+    }
+    Ok(shape(answer, result))
+}
+
+/// Take a request through the trigger's steps: verify, rule, values, run.
+fn receive(
+    app: &App,
+    cfg: &Arc<Config>,
+    req: &Request,
+    tool: &Tool,
+    env: &Environment,
+    trigger: &Trigger,
+    by: String,
+) -> Result<Response, ApiError> {
     let program = cfg.program(trigger.program).ok_or(ApiError::NotFound)?;
     let function = program
         .function(&trigger.function)
         .ok_or(ApiError::NotFound)?;
-    let run_async = api::parse_bool("run_async", req.query_one("run_async")?)?;
-    let values = named_values(req, function.inputs())?;
+    let rcv = &trigger.receive;
+    let run_async = match req.query_one("run_async")? {
+        None => rcv.answer.run_async,
+        raw => api::parse_bool("run_async", raw)?,
+    };
+    if let Some(v) = &rcv.verify {
+        v.verify(&req.headers, &req.body, rules::unix_now())
+            .map_err(ApiError::Signature)?;
+    }
+    let client = ratelimit::client_ip(&cfg.server, req);
+    let mut inc = Incoming::new(&req.headers, &req.query, &req.body, client);
+    if let Some(rule) = &rcv.rule {
+        if let Verdict::NoMatch(why) = rule.eval(&inc).map_err(body_error)? {
+            app.runner
+                .metrics
+                .webhook(&tool.name, &trigger.name, "ignored");
+            log::info!(
+                "webhook {}/{}/{} ignored: {why}",
+                tool.name,
+                env.name,
+                trigger.name
+            );
+            return Ok(ignored(rcv.answer.ignored_status, &why));
+        }
+    }
+    let body_file = if rcv.needs_body_file() {
+        let dir = cfg.server.state_dir.join("bodies");
+        let f = BodyFile::write(&dir, &req.body).map_err(|e| {
+            log::error!("cannot write the request body under {}: {e}", dir.display());
+            ApiError::StorageUnavailable
+        })?;
+        Some(Arc::new(f))
+    } else {
+        None
+    };
+    inc.body_file = body_file.as_ref().map(|f| f.path().to_path_buf());
+    let values = match &rcv.values {
+        Some(specs) => read_values(&inc, specs).map_err(|e| values_error(e, function.inputs()))?,
+        None => named_values(req, function.inputs())?,
+    };
     check_lengths(cfg.server.max_variable_bytes, function.inputs(), &values)?;
     api::check_values(&cfg.server, function.inputs(), &values)?;
     let job = Job {
@@ -73,8 +146,78 @@ pub fn call(
         values,
         vars: env.vars.clone(),
         by,
+        body_file,
+        stdin_body: rcv.stdin_body,
     };
     api::start(app, job, run_async)
+}
+
+/// Whether `e` refused the request itself (signature, body, values), as
+/// opposed to a run that failed or a server that is busy.
+fn refused_before_run(e: &ApiError) -> bool {
+    matches!(
+        e,
+        ApiError::Signature(_)
+            | ApiError::InvalidPayload { .. }
+            | ApiError::UnsupportedMediaType { .. }
+            | ApiError::ValuesMismatch { .. }
+            | ApiError::InvalidParameter { .. }
+    )
+}
+
+/// The answer to a request the trigger's rule does not match. The reason
+/// names where the rule failed, never an expected value or a secret.
+fn ignored(status: u16, why: &str) -> Response {
+    let body = json!({
+        "Ignored": "The request does not match this endpoint's rule, so nothing ran.",
+        "Code": "rules_not_matched",
+        "Reason": why,
+    });
+    Response::json(status, &body)
+}
+
+/// A body that cannot be read as the trigger's sources need.
+fn body_error(e: ValueError) -> ApiError {
+    match e {
+        ValueError::WrongType { .. } => ApiError::UnsupportedMediaType { msg: e.message() },
+        _ => ApiError::InvalidPayload { msg: e.message() },
+    }
+}
+
+fn values_error(e: ValuesError, outputs: &[String]) -> ApiError {
+    match e {
+        ValuesError::Body(e) => body_error(e),
+        ValuesError::Missing { output, source } => ApiError::ValuesMismatch {
+            msg: format!("Value '{output}' ({source}) is not in the request."),
+            outputs: outputs.to_vec(),
+        },
+    }
+}
+
+/// Apply the trigger's answer shape: success status, extra headers, and
+/// without `output` no `Result` (nor a failed run's `Stderr`). The default
+/// shape changes nothing.
+fn shape(answer: &Answer, result: Result<Response, ApiError>) -> Response {
+    let started = result.is_ok();
+    let mut resp = result.unwrap_or_else(Response::from);
+    // Only a run's success answer carries a run id with status 200.
+    if started && resp.status == 200 && resp.run.is_some() {
+        resp.status = answer.status;
+    }
+    if !answer.output {
+        if let Ok(Value::Object(mut body)) = serde_json::from_slice::<Value>(&resp.body) {
+            if body.remove("Result").is_some() | body.remove("Stderr").is_some() {
+                let status = resp.status;
+                let headers = std::mem::take(&mut resp.headers);
+                let run = resp.run.take();
+                resp = Response::json(status, &Value::Object(body));
+                resp.headers = headers;
+                resp.run = run;
+            }
+        }
+    }
+    resp.headers.extend(answer.headers.iter().cloned());
+    resp
 }
 
 /// Collect one string per output, by name, from the query and a JSON object

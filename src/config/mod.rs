@@ -12,6 +12,7 @@
 
 mod program;
 mod raw;
+mod receive;
 mod types;
 mod validate;
 
@@ -320,6 +321,9 @@ pub struct Trigger {
     pub program: u64,
     /// Function name; validated to exist in that program.
     pub function: String,
+    /// Verification, value sources, rule and answer shape (default: none,
+    /// values by output name, no rule, plain answer).
+    pub receive: crate::receive::Receive,
 }
 
 /// A problem in a config or program file, with where it is.

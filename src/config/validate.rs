@@ -229,7 +229,7 @@ fn check(
     let progs = program::load_programs(&sorted, &server, &workspaces, &mut known, &mut errs);
     known.programs = &progs;
     let api_keys = api_keys(&src, &raw, &workspaces, &mut errs);
-    let tools = tools(&src, &raw, &workspaces, &known, &mut errs);
+    let tools = tools(&src, &raw, &workspaces, &known, &dir, &mut errs);
     if !errs.0.is_empty() {
         let order = |f: &Path| sorted.iter().position(|p| p.0 == f).map_or(0, |i| i + 1);
         errs.0.sort_by_key(|e| (order(&e.file), e.line, e.col));
@@ -591,6 +591,7 @@ fn tools(
     raw: &RawConfig,
     wss: &BTreeMap<String, Workspace>,
     known: &Known,
+    dir: &Path,
     errs: &mut Errors,
 ) -> BTreeMap<String, Tool> {
     let mut seen = HashMap::new();
@@ -615,7 +616,7 @@ fn tools(
                 },
             );
         }
-        let triggers = triggers(src, t, &key, known, errs);
+        let triggers = triggers(src, t, &key, known, dir, errs);
         let (name, workspace) = (t.name.get_ref().clone(), t.workspace.get_ref().clone());
         out.insert(
             name.clone(),
@@ -636,6 +637,7 @@ fn triggers(
     t: &raw::RawTool,
     key: &str,
     known: &Known,
+    dir: &Path,
     errs: &mut Errors,
 ) -> Vec<Trigger> {
     let mut seen = HashMap::new();
@@ -680,6 +682,10 @@ fn triggers(
             );
             errs.at(src, tr.function.span(), format!("{key}.function"), msg);
         }
+        let outputs = program
+            .and_then(|p| p.function(tr.function.get_ref()))
+            .map(|f| f.inputs());
+        let receive = super::receive::receive(src, tr, &key, outputs, dir, errs);
         let (Ok(method), Ok(program)) = (method, u64::try_from(id)) else {
             continue;
         };
@@ -688,6 +694,7 @@ fn triggers(
             method,
             program,
             function: tr.function.get_ref().clone(),
+            receive,
         });
     }
     out

@@ -99,17 +99,6 @@ impl Rule {
             Rule::Not(inner) => format!("not {}", inner.place()),
         }
     }
-
-    /// The signature verifiers used in this rule (for `trigd check`-style
-    /// listings and tests).
-    pub fn uses_signature(&self) -> bool {
-        match self {
-            Rule::And(v) | Rule::Or(v) => v.iter().any(Rule::uses_signature),
-            Rule::Not(r) => r.uses_signature(),
-            Rule::Match(Leaf::Signature(_), _) => true,
-            Rule::Match(..) => false,
-        }
-    }
 }
 
 impl Leaf {

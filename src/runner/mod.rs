@@ -45,6 +45,11 @@ pub struct Job {
     pub vars: BTreeMap<String, String>,
     /// Who started it, for the record (`api_key:<name>`, …); never a secret.
     pub by: String,
+    /// The raw request body in a temporary file, kept until the job is
+    /// dropped (after the run), when the trigger reads it as a file.
+    pub body_file: Option<Arc<crate::receive::body_file::BodyFile>>,
+    /// Give `body_file` to every step on stdin (else stdin is empty).
+    pub stdin_body: bool,
 }
 
 impl Job {
@@ -404,6 +409,11 @@ impl Runner {
             deadline: Instant::now() + function.timeout,
             abort: &self.abort,
             on_spawn: &on_spawn,
+            stdin: job
+                .body_file
+                .as_ref()
+                .filter(|_| job.stdin_body)
+                .map(|f| f.path()),
         };
         step::run_function(&ctx, function, &job.values)
     }

@@ -108,6 +108,7 @@ fn run_with(
         deadline: Instant::now() + opts.timeout,
         abort,
         on_spawn,
+        stdin: None,
     };
     let values: Vec<String> = values.iter().map(|s| s.to_string()).collect();
     run_function(&ctx, prog.function(name).unwrap(), &values)
