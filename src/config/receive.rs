@@ -45,7 +45,8 @@ pub(super) fn receive(
     let rule = tr
         .rule
         .as_ref()
-        .and_then(|r| rule(src, r, &format!("{key}.rule"), dir, 0, errs));
+        .and_then(|r| rule(src, r, &format!("{key}.rule"), dir, 0, errs))
+        .map(|r| r.relative_to(&format!("{key}.")));
     let stdin_body = match &tr.stdin {
         Some(s) if s.get_ref() == "body" => true,
         Some(s) => {

@@ -90,6 +90,20 @@ impl Rule {
         }
     }
 
+    /// Strip `prefix` from every leaf's place (config keys become
+    /// `rule.and[1]` in answers).
+    pub fn relative_to(self, prefix: &str) -> Rule {
+        match self {
+            Rule::And(v) => Rule::And(v.into_iter().map(|r| r.relative_to(prefix)).collect()),
+            Rule::Or(v) => Rule::Or(v.into_iter().map(|r| r.relative_to(prefix)).collect()),
+            Rule::Not(r) => Rule::Not(Box::new(r.relative_to(prefix))),
+            Rule::Match(l, place) => {
+                let place = place.strip_prefix(prefix).map_or(place.clone(), str::to_string);
+                Rule::Match(l, place)
+            }
+        }
+    }
+
     /// Where this rule is, for messages.
     fn place(&self) -> String {
         match self {
