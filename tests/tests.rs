@@ -9,5 +9,5 @@ mod reload; // hot reload: every edit style, ConfigMap symlink swap, invalid edi
 mod runs; // run records: GET /api/runs/<id>, output caps, crash recovery, SIGTERM, per-function concurrency
 mod tools; // generated tool endpoints: environments, values by name, bearer app keys, User-Agent rule, endpoint view
 mod ui; // browser access over HTTP: login, throttle, sessions, CSRF, settings, escaping, headers
-mod webhooks; // signed third-party webhooks: GitHub, GitLab, Stripe, Slack; payload kinds, value sources, rules, bad input
-mod util; // harness: per-test dirs, the trigd child process, a raw HTTP client, polling, CLI runner
+mod util;
+mod webhooks; // signed third-party webhooks: GitHub, GitLab, Stripe, Slack; payload kinds, value sources, rules, bad input // harness: per-test dirs, the trigd child process, a raw HTTP client, polling, CLI runner

@@ -18,7 +18,13 @@ const GITLAB_TOKEN: &str = "gl-token-2c7e91aa";
 const STRIPE_SECRET: &str = "whsec_5f0c1d2e3a4b";
 const SLACK_SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
 const RULE_TOKEN: &str = "rule-token-77aa01";
-const SECRETS: [&str; 5] = [GITHUB_SECRET, GITLAB_TOKEN, STRIPE_SECRET, SLACK_SECRET, RULE_TOKEN];
+const SECRETS: [&str; 5] = [
+    GITHUB_SECRET,
+    GITLAB_TOKEN,
+    STRIPE_SECRET,
+    SLACK_SECRET,
+    RULE_TOKEN,
+];
 
 /// A GitHub push event (8.5 KB, as GitHub sends it: compact JSON).
 const PUSH: &str = include_str!("data/github-push.json");
@@ -196,12 +202,18 @@ fn hmac_sha1(key: &str, body: &[u8]) -> Vec<u8> {
 }
 
 fn now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs()
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
 }
 
 /// A delivery as GitHub sends it, signed with `secret`.
 fn github(t: &Trigd, event: &str, body: &str, secret: &str) -> Reply {
-    let sig = format!("sha256={}", hex::encode(hmac_sha256(secret, &[body.as_bytes()])));
+    let sig = format!(
+        "sha256={}",
+        hex::encode(hmac_sha256(secret, &[body.as_bytes()]))
+    );
     let sig1 = format!("sha1={}", hex::encode(hmac_sha1(secret, body.as_bytes())));
     let headers = [
         ("User-Agent", "GitHub-Hookshot/a1b2c3d"),
@@ -212,7 +224,12 @@ fn github(t: &Trigd, event: &str, body: &str, secret: &str) -> Reply {
         ("X-Hub-Signature", &sig1),
         ("X-Hub-Signature-256", &sig),
     ];
-    t.request("POST", "/tools/hooks/prod/github", &headers, body.as_bytes())
+    t.request(
+        "POST",
+        "/tools/hooks/prod/github",
+        &headers,
+        body.as_bytes(),
+    )
 }
 
 /// The Result of a successful sync run.
@@ -262,12 +279,25 @@ fn github_push_signed_with_sha256_runs_with_values_from_nested_json() {
 #[test]
 fn github_legacy_sha1_header_is_verified_too() {
     let (_dir, t) = start("webhooks_github_sha1", "");
-    let sig = format!("sha1={}", hex::encode(hmac_sha1(GITHUB_SECRET, PUSH.as_bytes())));
-    let h = [("Content-Type", "application/json"), ("X-Hub-Signature", sig.as_str())];
+    let sig = format!(
+        "sha1={}",
+        hex::encode(hmac_sha1(GITHUB_SECRET, PUSH.as_bytes()))
+    );
+    let h = [
+        ("Content-Type", "application/json"),
+        ("X-Hub-Signature", sig.as_str()),
+    ];
     let r = t.request("POST", "/tools/hooks/prod/github-sha1", &h, PUSH.as_bytes());
-    r.check_eq(result(&r), json!(["0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c"]), "Result");
+    r.check_eq(
+        result(&r),
+        json!(["0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c"]),
+        "Result",
+    );
     let bad = format!("sha1={}", hex::encode(hmac_sha1("other", PUSH.as_bytes())));
-    let h = [("Content-Type", "application/json"), ("X-Hub-Signature", bad.as_str())];
+    let h = [
+        ("Content-Type", "application/json"),
+        ("X-Hub-Signature", bad.as_str()),
+    ];
     let r = t.request("POST", "/tools/hooks/prod/github-sha1", &h, PUSH.as_bytes());
     r.err(403, "signature_mismatch");
 }
@@ -280,24 +310,50 @@ fn events_the_rule_does_not_match_are_ignored_logged_and_counted() {
     let v = r.status_is(202).json();
     r.check_eq(&v["Code"], &json!("rules_not_matched"), "Code");
     let why = v["Reason"].as_str().unwrap_or_default().to_string();
-    r.check_eq(why.as_str(), "rule.and[0]: header 'x-github-event' is not the expected value", "Reason");
-    r.check_eq(r.header("x-hook"), Some("github"), "extra header on an ignored answer");
+    r.check_eq(
+        why.as_str(),
+        "rule.and[0]: header 'x-github-event' is not the expected value",
+        "Reason",
+    );
+    r.check_eq(
+        r.header("x-hook"),
+        Some("github"),
+        "extra header on an ignored answer",
+    );
     // Another branch: the reason names the rule, not the expected pattern.
     let dev = PUSH.replace("refs/heads/main", "refs/heads/dev");
-    let v = github(&t, "push", &dev, GITHUB_SECRET).status_is(202).json();
+    let v = github(&t, "push", &dev, GITHUB_SECRET)
+        .status_is(202)
+        .json();
     let why = v["Reason"].as_str().unwrap_or_default();
-    assert_eq!(why, "rule.and[1]: JSON path 'ref' does not match the pattern", "{v}");
-    assert!(!v.to_string().contains("heads/main"), "expected value leaked: {v}");
+    assert_eq!(
+        why, "rule.and[1]: JSON path 'ref' does not match the pattern",
+        "{v}"
+    );
+    assert!(
+        !v.to_string().contains("heads/main"),
+        "expected value leaked: {v}"
+    );
     // `not`: a commit message with [skip ci].
     let skip = PUSH.replace("Fix a typo in the footer", "Fix a typo [skip ci]");
-    let v = github(&t, "push", &skip, GITHUB_SECRET).status_is(202).json();
-    assert_eq!(v["Reason"], json!("rule.and[2].not matched, but must not"), "{v}");
+    let v = github(&t, "push", &skip, GITHUB_SECRET)
+        .status_is(202)
+        .json();
+    assert_eq!(
+        v["Reason"],
+        json!("rule.and[2].not matched, but must not"),
+        "{v}"
+    );
     let m = metrics(&t);
-    let line = "trigd_webhooks_not_run_total{tool=\"hooks\",trigger=\"github\",outcome=\"ignored\"} 3";
+    let line =
+        "trigd_webhooks_not_run_total{tool=\"hooks\",trigger=\"github\",outcome=\"ignored\"} 3";
     assert!(m.contains(line), "{m}");
     assert_eq!(runs_of_program_1(&t), 0);
     let log = dir.read("stderr.log");
-    assert!(log.contains("webhook hooks/prod/github ignored: rule.and[0]"), "{log}");
+    assert!(
+        log.contains("webhook hooks/prod/github ignored: rule.and[0]"),
+        "{log}"
+    );
     no_secret_logged(&dir);
 }
 
@@ -307,35 +363,58 @@ fn bad_signatures_are_refused_before_anything_runs() {
     // Wrong secret.
     github(&t, "push", PUSH, "not-the-secret").err(403, "signature_mismatch");
     // Body changed after signing.
-    let sig = format!("sha256={}", hex::encode(hmac_sha256(GITHUB_SECRET, &[PUSH.as_bytes()])));
+    let sig = format!(
+        "sha256={}",
+        hex::encode(hmac_sha256(GITHUB_SECRET, &[PUSH.as_bytes()]))
+    );
     let tampered = PUSH.replace("monalisa", "mallory");
-    let h = [("Content-Type", "application/json"), ("X-Hub-Signature-256", sig.as_str())];
+    let h = [
+        ("Content-Type", "application/json"),
+        ("X-Hub-Signature-256", sig.as_str()),
+    ];
     let r = t.request("POST", "/tools/hooks/prod/github", &h, tampered.as_bytes());
     r.err(403, "signature_mismatch");
     // Missing header.
-    let h = [("Content-Type", "application/json"), ("X-GitHub-Event", "push")];
+    let h = [
+        ("Content-Type", "application/json"),
+        ("X-GitHub-Event", "push"),
+    ];
     let r = t.request("POST", "/tools/hooks/prod/github", &h, PUSH.as_bytes());
     let v = r.err(401, "signature_missing");
-    assert!(v["Error"].as_str().unwrap().contains("x-hub-signature-256"), "{v}");
+    assert!(
+        v["Error"].as_str().unwrap().contains("x-hub-signature-256"),
+        "{v}"
+    );
     // Wrong length, not hex, no prefix.
     for (sig, why) in [
         (format!("sha256={}", &sig[7..47]), "wrong length"),
         ("sha256=zzzz".to_string(), "not hexadecimal"),
         (sig[7..].to_string(), "no signature after the prefix"),
     ] {
-        let h = [("Content-Type", "application/json"), ("X-Hub-Signature-256", sig.as_str())];
+        let h = [
+            ("Content-Type", "application/json"),
+            ("X-Hub-Signature-256", sig.as_str()),
+        ];
         let r = t.request("POST", "/tools/hooks/prod/github", &h, PUSH.as_bytes());
         let v = r.err(403, "signature_malformed");
         assert!(v["Error"].as_str().unwrap().contains(why), "{v}");
     }
     // Several signatures in one header: one valid is enough.
     let both = format!("sha256={},{sig}", "0".repeat(64));
-    let h = [("Content-Type", "application/json"), ("X-GitHub-Event", "push"), ("X-Hub-Signature-256", both.as_str())];
+    let h = [
+        ("Content-Type", "application/json"),
+        ("X-GitHub-Event", "push"),
+        ("X-Hub-Signature-256", both.as_str()),
+    ];
     let r = t.request("POST", "/tools/hooks/prod/github", &h, PUSH.as_bytes());
     result(&r);
     assert_eq!(runs_of_program_1(&t), 1);
     let m = metrics(&t);
-    for (code, n) in [("signature_mismatch", 2), ("signature_missing", 1), ("signature_malformed", 3)] {
+    for (code, n) in [
+        ("signature_mismatch", 2),
+        ("signature_missing", 1),
+        ("signature_malformed", 3),
+    ] {
         let line = format!("trigd_webhooks_not_run_total{{tool=\"hooks\",trigger=\"github\",outcome=\"{code}\"}} {n}");
         assert!(m.contains(&line), "{line}\n{m}");
     }
@@ -370,11 +449,19 @@ fn gitlab_token_header() {
 
 /// A Stripe delivery signed at unix time `t`.
 fn stripe(t: &Trigd, body: &str, ts: u64, secret: &str) -> Reply {
-    let sig = hex::encode(hmac_sha256(secret, &[ts.to_string().as_bytes(), b".", body.as_bytes()]));
-    let header = format!("t={ts},v1={sig},v0=6ffbb59b2300aae63f272406069a9788598b792a944a07aba816edb039989a39");
+    let sig = hex::encode(hmac_sha256(
+        secret,
+        &[ts.to_string().as_bytes(), b".", body.as_bytes()],
+    ));
+    let header = format!(
+        "t={ts},v1={sig},v0=6ffbb59b2300aae63f272406069a9788598b792a944a07aba816edb039989a39"
+    );
     let h = [
         ("Content-Type", "application/json; charset=utf-8"),
-        ("User-Agent", "Stripe/1.0 (+https://stripe.com/docs/webhooks)"),
+        (
+            "User-Agent",
+            "Stripe/1.0 (+https://stripe.com/docs/webhooks)",
+        ),
         ("Stripe-Signature", header.as_str()),
     ];
     t.request("POST", "/tools/hooks/prod/stripe", &h, body.as_bytes())
@@ -387,12 +474,20 @@ fn stripe_signature_with_replay_window_and_shaped_answer() {
     let r = stripe(&t, body, now(), STRIPE_SECRET);
     let v = r.status_is(202).json();
     r.check_eq(&v["Success"], &json!("Program finished."), "Success");
-    assert!(v.get("Result").is_none(), "output = false must hide Result: {v}");
+    assert!(
+        v.get("Result").is_none(),
+        "output = false must hide Result: {v}"
+    );
     // A replay of a delivery signed ten minutes ago (tolerance 5 minutes).
     stripe(&t, body, now() - 600, STRIPE_SECRET).err(403, "signature_expired");
     stripe(&t, body, now(), "whsec_wrong").err(403, "signature_mismatch");
-    let h = [("Content-Type", "application/json"), ("Stripe-Signature", "v1=abcd")];
-    let v = t.request("POST", "/tools/hooks/prod/stripe", &h, body.as_bytes()).err(403, "signature_malformed");
+    let h = [
+        ("Content-Type", "application/json"),
+        ("Stripe-Signature", "v1=abcd"),
+    ];
+    let v = t
+        .request("POST", "/tools/hooks/prod/stripe", &h, body.as_bytes())
+        .err(403, "signature_malformed");
     assert!(v["Error"].as_str().unwrap().contains("timestamp"), "{v}");
     assert_eq!(runs_of_program_1(&t), 1);
     no_secret_logged(&dir);
@@ -403,7 +498,10 @@ fn slack(t: &Trigd, body: &str, ts: u64) -> Reply {
     let ts = ts.to_string();
     let sig = format!(
         "v0={}",
-        hex::encode(hmac_sha256(SLACK_SECRET, &[b"v0:", ts.as_bytes(), b":", body.as_bytes()]))
+        hex::encode(hmac_sha256(
+            SLACK_SECRET,
+            &[b"v0:", ts.as_bytes(), b":", body.as_bytes()]
+        ))
     );
     let h = [
         ("Content-Type", "application/x-www-form-urlencoded"),
@@ -425,9 +523,13 @@ fn slack_slash_command_form_with_replay_window() {
     let h = [
         ("Content-Type", "application/x-www-form-urlencoded"),
         ("X-Slack-Request-Timestamp", "1531420618"),
-        ("X-Slack-Signature", "v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503"),
+        (
+            "X-Slack-Signature",
+            "v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503",
+        ),
     ];
-    t.request("POST", "/tools/hooks/prod/slack", &h, body.as_bytes()).err(403, "signature_mismatch");
+    t.request("POST", "/tools/hooks/prod/slack", &h, body.as_bytes())
+        .err(403, "signature_mismatch");
     no_secret_logged(&dir);
 }
 
@@ -439,10 +541,20 @@ fn multipart_and_xml_payloads() {
     let (_dir, t) = start("webhooks_multipart_xml", "");
     let body = "--------------------------d74496d66958873e\r\nContent-Disposition: form-data; name=\"msg\"\r\n\r\nbuild 42 passed\r\n--------------------------d74496d66958873e\r\nContent-Disposition: form-data; name=\"file\"; filename=\"report.txt\"\r\nContent-Type: text/plain\r\n\r\nall green\r\n--------------------------d74496d66958873e--\r\n";
     let ct = "multipart/form-data; boundary=------------------------d74496d66958873e";
-    let r = t.request("POST", "/tools/hooks/prod/forms", &[("Content-Type", ct)], body.as_bytes());
+    let r = t.request(
+        "POST",
+        "/tools/hooks/prod/forms",
+        &[("Content-Type", ct)],
+        body.as_bytes(),
+    );
     r.check_eq(result(&r), json!(["build 42 passed|all green"]), "Result");
     let cut = &body[..body.len() - 4];
-    let r = t.request("POST", "/tools/hooks/prod/forms", &[("Content-Type", ct)], cut.as_bytes());
+    let r = t.request(
+        "POST",
+        "/tools/hooks/prod/forms",
+        &[("Content-Type", ct)],
+        cut.as_bytes(),
+    );
     r.err(400, "invalid_payload");
     // The same trigger reads urlencoded forms.
     let h = [("Content-Type", "application/x-www-form-urlencoded")];
@@ -453,7 +565,12 @@ fn multipart_and_xml_payloads() {
     let h = [("Content-Type", "application/xml")];
     let r = t.request("POST", "/tools/hooks/prod/alert", &h, xml.as_bytes());
     r.check_eq(result(&r), json!(["firing|web-1"]), "Result");
-    let r = t.request("POST", "/tools/hooks/prod/alert", &h, b"<alert><status>firing</alert>");
+    let r = t.request(
+        "POST",
+        "/tools/hooks/prod/alert",
+        &h,
+        b"<alert><status>firing</alert>",
+    );
     let v = r.err(400, "invalid_payload");
     assert!(v["Error"].as_str().unwrap().contains("XML"), "{v}");
     let h = [("Content-Type", "application/json")];
@@ -469,7 +586,11 @@ fn raw_body_on_stdin_and_in_a_file_removed_after_the_run() {
     let body = b"\x00\x01binary body\xff";
     let r = t.request("POST", "/tools/hooks/prod/body", &h, body);
     let res = result(&r);
-    r.check_eq(&res[0], &json!(format!("stdin={} file={}", body.len(), body.len())), "sizes");
+    r.check_eq(
+        &res[0],
+        &json!(format!("stdin={} file={}", body.len(), body.len())),
+        "sizes",
+    );
     let path = res[1].as_str().unwrap().to_string();
     assert!(path.starts_with(&dir.path_str("state/bodies/")), "{path}");
     assert!(
@@ -482,7 +603,12 @@ fn raw_body_on_stdin_and_in_a_file_removed_after_the_run() {
 fn whole_query_and_payload_as_json_values() {
     let (_dir, t) = start("webhooks_whole", "");
     let h = [("Content-Type", "application/json")];
-    let r = t.request("POST", "/tools/hooks/prod/whole?env=prod&tag=a&tag=b", &h, br#"{"n":1,"list":[true,null]}"#);
+    let r = t.request(
+        "POST",
+        "/tools/hooks/prod/whole?env=prod&tag=a&tag=b",
+        &h,
+        br#"{"n":1,"list":[true,null]}"#,
+    );
     let res = result(&r);
     let s = res[0].as_str().unwrap();
     let (q, p) = s.split_once('|').unwrap();
@@ -498,13 +624,24 @@ fn client_ranges_believe_forwarded_for_only_behind_trusted_proxies() {
     // 127.0.0.1 is not in 10.0.0.0/8, and X-Forwarded-For from an untrusted
     // peer is not believed.
     let h = [("X-Forwarded-For", "10.1.2.3")];
-    let v = t.request("POST", "/tools/hooks/prod/inside", &h, b"").status_is(200).json();
+    let v = t
+        .request("POST", "/tools/hooks/prod/inside", &h, b"")
+        .status_is(200)
+        .json();
     assert_eq!(v["Code"], json!("rules_not_matched"), "{v}");
     let why = v["Reason"].as_str().unwrap();
-    assert!(why.contains("rule.or[0]: the client address is not in the allowed ranges"), "{why}");
+    assert!(
+        why.contains("rule.or[0]: the client address is not in the allowed ranges"),
+        "{why}"
+    );
     assert!(why.contains("rule.or[1]: signature check failed"), "{why}");
     // The signature leaf of the `or` lets a caller with the token through.
-    let r = t.request("POST", "/tools/hooks/prod/inside?x=tok", &[("X-Token", RULE_TOKEN)], b"");
+    let r = t.request(
+        "POST",
+        "/tools/hooks/prod/inside?x=tok",
+        &[("X-Token", RULE_TOKEN)],
+        b"",
+    );
     r.check_eq(result(&r), json!(["tok"]), "Result");
     drop(t);
 
@@ -513,7 +650,10 @@ fn client_ranges_believe_forwarded_for_only_behind_trusted_proxies() {
     r.check_eq(result(&r), json!(["none"]), "Result (default value)");
     // A spoofed left part is ignored: the right-most untrusted hop counts.
     let spoof = [("X-Forwarded-For", "10.9.9.9, 203.0.113.7")];
-    let v = t.request("POST", "/tools/hooks/prod/inside", &spoof, b"").status_is(200).json();
+    let v = t
+        .request("POST", "/tools/hooks/prod/inside", &spoof, b"")
+        .status_is(200)
+        .json();
     assert_eq!(v["Code"], json!("rules_not_matched"), "{v}");
 }
 
@@ -526,10 +666,16 @@ fn bad_bodies_are_clear_errors_and_nothing_runs() {
     // Invalid JSON, correctly signed.
     let r = github(&t, "push", "{\"ref\": \"refs/heads/main\", ", GITHUB_SECRET);
     let v = r.err(400, "invalid_payload");
-    assert!(v["Error"].as_str().unwrap().contains("not valid JSON"), "{v}");
+    assert!(
+        v["Error"].as_str().unwrap().contains("not valid JSON"),
+        "{v}"
+    );
     // A form body where the trigger reads JSON.
     let body = "payload=%7B%22ref%22%3A%22refs%2Fheads%2Fmain%22%7D";
-    let sig = format!("sha256={}", hex::encode(hmac_sha256(GITHUB_SECRET, &[body.as_bytes()])));
+    let sig = format!(
+        "sha256={}",
+        hex::encode(hmac_sha256(GITHUB_SECRET, &[body.as_bytes()]))
+    );
     let h = [
         ("Content-Type", "application/x-www-form-urlencoded"),
         ("X-GitHub-Event", "push"),
@@ -538,9 +684,16 @@ fn bad_bodies_are_clear_errors_and_nothing_runs() {
     let r = t.request("POST", "/tools/hooks/prod/github", &h, body.as_bytes());
     r.err(415, "unsupported_media_type");
     // A push without head_commit (a deleted branch): the value is missing.
-    let deleted = json!({"ref": "refs/heads/main", "deleted": true, "commits": [], "head_commit": null});
+    let deleted =
+        json!({"ref": "refs/heads/main", "deleted": true, "commits": [], "head_commit": null});
     let v = github(&t, "push", &deleted.to_string(), GITHUB_SECRET).err(400, "variables_mismatch");
-    assert!(v["Error"].as_str().unwrap().contains("head_commit.author.email"), "{v}");
+    assert!(
+        v["Error"]
+            .as_str()
+            .unwrap()
+            .contains("head_commit.author.email"),
+        "{v}"
+    );
     // Over the body limit.
     let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(20_000));
     github(&t, "push", &big, GITHUB_SECRET).err(413, "payload_too_large");
@@ -590,7 +743,10 @@ verify = { scheme = "token", header = "X-Gitlab-Token", secret_file = "missing-s
         "tools[0].triggers[0].response.status: must be a status in 200..=299, got 500",
         "tools[0].triggers[1].verify.secret_file: cannot read",
     ] {
-        out.check(out.stderr.contains(want) || out.stdout.contains(want), format!("missing {want:?}"));
+        out.check(
+            out.stderr.contains(want) || out.stdout.contains(want),
+            format!("missing {want:?}"),
+        );
     }
     let text = format!("{}{}", out.stdout, out.stderr);
     out.check(text.contains("config.toml:"), "errors carry file:line:col");
@@ -601,7 +757,10 @@ fn an_answer_never_echoes_the_signature_sent() {
     // An answer never echoes a signature it was sent.
     let (_dir, t) = start("webhooks_no_echo", "");
     let sent = base64::engine::general_purpose::STANDARD.encode([7u8; 32]);
-    let h = [("Content-Type", "application/json"), ("X-Hub-Signature-256", sent.as_str())];
+    let h = [
+        ("Content-Type", "application/json"),
+        ("X-Hub-Signature-256", sent.as_str()),
+    ];
     let r = t.request("POST", "/tools/hooks/prod/github", &h, PUSH.as_bytes());
     let v = r.err(403, "signature_malformed");
     assert!(!v.to_string().contains(&sent), "{v}");

@@ -161,7 +161,7 @@ fn source(
         return None;
     };
     let (s, k) = (v.get_ref().as_str(), format!("{key}.{name}"));
-    let mut bad = |msg: String| errs.at(src, v.span(), k.clone(), msg);
+    let bad = |msg: String| errs.at(src, v.span(), k.clone(), msg);
     let path = |s: &str| JsonPath::parse(s);
     let out = match *name {
         "query" | "form" if s.is_empty() => Err("must not be empty".to_string()),
@@ -190,7 +190,7 @@ fn source(
             )),
         },
     };
-    out.map_err(|msg| bad(msg)).ok()
+    out.map_err(bad).ok()
 }
 
 /// A rule tree.

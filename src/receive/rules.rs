@@ -98,7 +98,9 @@ impl Rule {
             Rule::Or(v) => Rule::Or(v.into_iter().map(|r| r.relative_to(prefix)).collect()),
             Rule::Not(r) => Rule::Not(Box::new(r.relative_to(prefix))),
             Rule::Match(l, place) => {
-                let place = place.strip_prefix(prefix).map_or(place.clone(), str::to_string);
+                let place = place
+                    .strip_prefix(prefix)
+                    .map_or(place.clone(), str::to_string);
                 Rule::Match(l, place)
             }
         }
