@@ -51,6 +51,15 @@ pub enum Algo {
 }
 
 impl Algo {
+    /// The name in messages.
+    fn name(self) -> &'static str {
+        match self {
+            Algo::Sha1 => "HMAC-SHA1",
+            Algo::Sha256 => "HMAC-SHA256",
+            Algo::Sha512 => "HMAC-SHA512",
+        }
+    }
+
     /// Length of the digest in bytes.
     fn len(self) -> usize {
         match self {
@@ -245,8 +254,9 @@ impl Verifier {
         };
         if bytes.len() != algo.len() {
             return Err(self.malformed(format!(
-                "wrong length: {} bytes where HMAC-{algo:?} has {}",
+                "wrong length: {} bytes where {} has {}",
                 bytes.len(),
+                algo.name(),
                 algo.len()
             )));
         }
