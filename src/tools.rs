@@ -135,6 +135,9 @@ fn receive(
     inc.body_file = body_file.as_ref().map(|f| f.path().to_path_buf());
     let values = match &rcv.values {
         Some(specs) => read_values(&inc, specs).map_err(|e| values_error(e, function.inputs()))?,
+        // The body of a verified or ruled request is the sender's payload,
+        // not a flat object of values: only the query names values then.
+        None if rcv.is_configured() => by_name(&req.query, b"", function.inputs())?,
         None => named_values(req, function.inputs())?,
     };
     check_lengths(cfg.server.max_variable_bytes, function.inputs(), &values)?;
@@ -223,18 +226,27 @@ fn shape(answer: &Answer, result: Result<Response, ApiError>) -> Response {
 /// Collect one string per output, by name, from the query and a JSON object
 /// body. `pub(crate)` for the fuzz harness (fuzz/src/lib.rs).
 pub(crate) fn named_values(req: &Request, outputs: &[String]) -> Result<Vec<String>, ApiError> {
+    by_name(&req.query, &req.body, outputs)
+}
+
+/// [`named_values`] over a query and a body (empty: no body values).
+fn by_name(
+    query: &[(String, String)],
+    body: &[u8],
+    outputs: &[String],
+) -> Result<Vec<String>, ApiError> {
     let mismatch = |msg: String| ApiError::ValuesMismatch {
         msg,
         outputs: outputs.to_vec(),
     };
     let mut got: BTreeMap<String, String> = BTreeMap::new();
-    for (k, v) in req.query.iter().filter(|(k, _)| k != "run_async") {
+    for (k, v) in query.iter().filter(|(k, _)| k != "run_async") {
         if got.insert(k.clone(), v.clone()).is_some() {
             return Err(mismatch(format!("Value '{k}' is given more than once.")));
         }
     }
-    if !req.body.iter().all(u8::is_ascii_whitespace) {
-        let body: Value = serde_json::from_slice(&req.body)
+    if !body.iter().all(u8::is_ascii_whitespace) {
+        let body: Value = serde_json::from_slice(body)
             .map_err(|e| mismatch(format!("The body must be a JSON object of strings: {e}.")))?;
         let Value::Object(map) = body else {
             return Err(mismatch(

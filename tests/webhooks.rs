@@ -56,6 +56,10 @@ active = false
 outputs = ["a", "b"]
 
 [[functions]]
+name = "nothing"
+command = ["true"]
+
+[[functions]]
 name = "body"
 steps = [
   { shell = "printf 'stdin=%s file=%s' \"$(wc -c | tr -d ' ')\" \"$(wc -c < \"$path\" | tr -d ' ')\"" },
@@ -159,6 +163,13 @@ name = "whole"
 program = 1
 function = "two"
 values = { a = { whole = "query" }, b = { whole = "payload" } }
+
+[[tools.triggers]]
+kind = "endpoint"
+name = "signed-only"
+program = 1
+function = "nothing"
+verify = { scheme = "token", header = "X-Token", secret_file = "secrets/rule" }
 
 [[tools.triggers]]
 kind = "endpoint"
@@ -274,6 +285,20 @@ fn github_push_signed_with_sha256_runs_with_values_from_nested_json() {
     let want = "refs/heads/main|mona@octo-org.example|6113728f27ae82c7b1a177c8d03f9e96e0adf246|[\"pricing/plans.html\"]";
     r.check_eq(result(&r), json!([want]), "Result");
     no_secret_logged(&dir);
+}
+
+#[test]
+fn a_verified_trigger_without_values_ignores_the_payload() {
+    let (_dir, t) = start("webhooks_signed_only", "");
+    let h = [
+        ("Content-Type", "application/json"),
+        ("X-Token", RULE_TOKEN),
+    ];
+    let r = t.request("POST", "/tools/hooks/prod/signed-only", &h, PUSH.as_bytes());
+    r.check_eq(result(&r), json!([""]), "Result");
+    let h = [("Content-Type", "application/json"), ("X-Token", "wrong")];
+    let r = t.request("POST", "/tools/hooks/prod/signed-only", &h, PUSH.as_bytes());
+    r.err(403, "signature_mismatch");
 }
 
 #[test]
