@@ -790,3 +790,33 @@ fn an_answer_never_echoes_the_signature_sent() {
     let v = r.err(403, "signature_malformed");
     assert!(!v.to_string().contains(&sent), "{v}");
 }
+
+#[test]
+fn a_rotated_secret_file_takes_effect_on_sighup() {
+    let (dir, t) = start("webhooks_rotate", "");
+    let send = |token: &str| {
+        let h = [
+            ("Content-Type", "application/json"),
+            ("X-Gitlab-Token", token),
+            ("X-Gitlab-Event", "Push Hook"),
+        ];
+        let body = br#"{"project":{"path_with_namespace":"a/b"}}"#;
+        t.request("POST", "/tools/hooks/prod/gitlab", &h, body)
+    };
+    result(&send(GITLAB_TOKEN));
+    // The secret file is outside the watched directories: only SIGHUP (or
+    // any other reload) sees the change, and then loads everything.
+    dir.write("secrets/gitlab", "gl-token-rotated-5b1c\n");
+    let st = std::process::Command::new("kill")
+        .args(["-HUP", &t.pid().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(st.success(), "kill -HUP failed");
+    assert!(
+        wait_until(WAIT, || send("gl-token-rotated-5b1c").status == 200),
+        "the rotated token was not accepted\n{}",
+        dir.read("stderr.log")
+    );
+    send(GITLAB_TOKEN).err(403, "signature_mismatch");
+    assert!(!dir.read("stderr.log").contains("gl-token-rotated-5b1c"));
+}

@@ -8,7 +8,7 @@
 //! config files can be shared and committed. A secret is never part of an
 //! error message.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use regex_lite::Regex;
@@ -366,7 +366,7 @@ pub(super) fn verifier(
         TOLERANCE,
         errs,
     );
-    let secret = secret(src, raw, key, dir, errs)?;
+    let (secret, secret_file) = secret(src, raw, key, dir, errs)?;
     Some(Verifier {
         scheme,
         header,
@@ -377,71 +377,43 @@ pub(super) fn verifier(
         encoding,
         secret,
         tolerance,
+        secret_file,
     })
 }
 
-/// The secret of a check: from exactly one of `secret_env` and
-/// `secret_file` (one trailing newline of a file is dropped).
+/// The secret of a check, from exactly one of `secret_env` and
+/// `secret_file`, with the file it came from.
 fn secret(
     src: &Src,
     raw: &Spanned<RawVerify>,
     key: &str,
     dir: &Path,
     errs: &mut Errors,
-) -> Option<Secret> {
+) -> Option<(Secret, Option<PathBuf>)> {
     let r = raw.get_ref();
-    let bytes = match (&r.secret_env, &r.secret_file) {
+    match (&r.secret_env, &r.secret_file) {
         (Some(var), None) => match std::env::var(var.get_ref()) {
-            Ok(v) if !v.is_empty() => Ok(v.into_bytes()),
-            _ => Err((
-                var.span(),
-                "secret_env",
-                format!("environment variable {} is not set or empty", var.get_ref()),
-            )),
+            Ok(v) if !v.is_empty() => Some((Secret::new(v.into_bytes()), None)),
+            _ => {
+                let msg = format!("environment variable {} is not set or empty", var.get_ref());
+                errs.at(src, var.span(), format!("{key}.secret_env"), msg);
+                None
+            }
         },
         (None, Some(file)) => {
             let path = super::resolve(dir, Path::new(file.get_ref()));
-            match std::fs::read(&path) {
-                Ok(mut b) => {
-                    if b.ends_with(b"\n") {
-                        b.pop();
-                        if b.ends_with(b"\r") {
-                            b.pop();
-                        }
-                    }
-                    if b.is_empty() {
-                        Err((
-                            file.span(),
-                            "secret_file",
-                            format!("{} is empty", path.display()),
-                        ))
-                    } else {
-                        Ok(b)
-                    }
+            match Secret::from_file(&path) {
+                Ok(s) => Some((s, Some(path))),
+                Err(msg) => {
+                    errs.at(src, file.span(), format!("{key}.secret_file"), msg);
+                    None
                 }
-                Err(e) => Err((
-                    file.span(),
-                    "secret_file",
-                    format!("cannot read {}: {e}", path.display()),
-                )),
             }
         }
-        _ => Err((
-            raw.span(),
-            "",
-            "give the secret as exactly one of secret_env = \"VAR\" or secret_file = \"path\""
-                .to_string(),
-        )),
-    };
-    match bytes {
-        Ok(b) => Some(Secret::new(b)),
-        Err((span, field, msg)) => {
-            let k = if field.is_empty() {
-                key.to_string()
-            } else {
-                format!("{key}.{field}")
-            };
-            errs.at(src, span, k, msg);
+        _ => {
+            let msg =
+                "give the secret as exactly one of secret_env = \"VAR\" or secret_file = \"path\"";
+            errs.at(src, raw.span(), key, msg);
             None
         }
     }

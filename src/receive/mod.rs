@@ -46,6 +46,16 @@ impl Receive {
         self.verify.is_some() || self.values.is_some() || self.rule.is_some() || self.stdin_body
     }
 
+    /// Every signature check of this trigger: `verify` and the rule's
+    /// `signature` leaves.
+    pub fn verifiers(&self) -> Vec<&Verifier> {
+        let mut out: Vec<&Verifier> = self.verify.iter().collect();
+        if let Some(rule) = &self.rule {
+            rule.verifiers(&mut out);
+        }
+        out
+    }
+
     /// Whether a run needs the raw body in a temporary file.
     pub fn needs_body_file(&self) -> bool {
         self.stdin_body

@@ -106,6 +106,16 @@ impl Rule {
         }
     }
 
+    /// Collect the signature checks of this rule.
+    pub fn verifiers<'a>(&'a self, out: &mut Vec<&'a Verifier>) {
+        match self {
+            Rule::And(v) | Rule::Or(v) => v.iter().for_each(|r| r.verifiers(out)),
+            Rule::Not(r) => r.verifiers(out),
+            Rule::Match(Leaf::Signature(v), _) => out.push(v),
+            Rule::Match(..) => {}
+        }
+    }
+
     /// Where this rule is, for messages.
     fn place(&self) -> String {
         match self {

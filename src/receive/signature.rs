@@ -14,6 +14,7 @@
 //! message ever contains the secret, the expected signature or the one sent.
 
 use std::fmt;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -30,6 +31,26 @@ impl Secret {
     /// Wrap the secret bytes.
     pub fn new(bytes: Vec<u8>) -> Secret {
         Secret(bytes)
+    }
+
+    /// Read a secret file: its content less one trailing newline (`\n` or
+    /// `\r\n`), as `echo secret > file` writes it.
+    ///
+    /// # Errors
+    /// The file cannot be read, or holds nothing.
+    pub fn from_file(path: &Path) -> Result<Secret, String> {
+        let mut b =
+            std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        if b.ends_with(b"\n") {
+            b.pop();
+            if b.ends_with(b"\r") {
+                b.pop();
+            }
+        }
+        if b.is_empty() {
+            return Err(format!("{} is empty", path.display()));
+        }
+        Ok(Secret(b))
     }
 }
 
@@ -131,6 +152,8 @@ pub struct Verifier {
     /// Largest accepted distance between the sender's timestamp and now
     /// (timestamped schemes only).
     pub tolerance: Duration,
+    /// The file the secret was read from (`None`: an environment variable).
+    pub secret_file: Option<PathBuf>,
 }
 
 /// Why a request's signature was refused. Messages name the header, never
@@ -194,6 +217,14 @@ pub fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str
 }
 
 impl Verifier {
+    /// Whether the secret file now holds another secret than the one in
+    /// use (or cannot be read): the config must be loaded again.
+    pub fn secret_file_changed(&self) -> bool {
+        self.secret_file
+            .as_ref()
+            .is_some_and(|p| Secret::from_file(p).map_or(true, |s| s != self.secret))
+    }
+
     /// Check `body` and `headers` (names lower case) at unix time `now`.
     ///
     /// # Errors

@@ -17,6 +17,7 @@ fn verifier(scheme: Scheme, header: &str, prefix: &str, secret: &str) -> Verifie
         encoding: Encoding::Hex,
         secret: Secret::new(secret.as_bytes().to_vec()),
         tolerance: Duration::from_secs(300),
+        secret_file: None,
     }
 }
 
@@ -197,4 +198,24 @@ fn messages_and_debug_hold_no_secret() {
     let err = v.verify(&h(&[("x-sig", &sent)]), GH_BODY, 0).unwrap_err();
     assert!(!err.message().contains("abab"));
     assert!(!err.message().contains(GH_256));
+}
+
+#[test]
+fn secret_files_lose_one_newline_and_changes_are_seen() {
+    let dir = std::env::temp_dir().join(format!("trigd-secret-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("s");
+    std::fs::write(&f, "abc\r\n").unwrap();
+    assert_eq!(Secret::from_file(&f).unwrap(), Secret::new(b"abc".to_vec()));
+    std::fs::write(&f, "\n").unwrap();
+    assert!(Secret::from_file(&f).unwrap_err().contains("is empty"));
+    std::fs::write(&f, "abc\n").unwrap();
+    let mut v = verifier(Scheme::Token, "x-t", "", "abc");
+    v.secret_file = Some(f.clone());
+    assert!(!v.secret_file_changed());
+    std::fs::write(&f, "abd\n").unwrap();
+    assert!(v.secret_file_changed());
+    std::fs::remove_file(&f).unwrap();
+    assert!(v.secret_file_changed());
+    let _ = std::fs::remove_dir_all(dir);
 }
