@@ -454,3 +454,31 @@ rule = { signature = { scheme = "token", header = "X-T", secret_env = "HOME", se
     let home = std::env::var("HOME").unwrap_or_default();
     assert!(home.is_empty() || !joined.contains(&home), "{joined}");
 }
+
+#[test]
+fn admins_are_members_and_restrict_the_switch() {
+    let users = "[[users]]\nname = \"alice\"\npassword = \"$argon2id$x\"\n\
+                 [[users]]\nname = \"bob\"\npassword = \"$argon2id$x\"\n";
+    let bad = format!(
+        "{users}[[workspaces]]\nname = \"ops\"\nmembers = [\"alice\"]\nadmins = [\"bob\"]\n"
+    );
+    expect(&errors(&bad, &[]), &[
+        "config.toml:10:11: workspaces[0].admins[0]: admin \"bob\" is not in this workspace's members",
+    ]);
+    let good = format!(
+        "{users}[[workspaces]]\nname = \"ops\"\nmembers = [\"alice\", \"bob\"]\nadmins = [\"bob\"]\n\
+         [[workspaces]]\nname = \"dev\"\nmembers = [\"alice\"]\n\
+         [[workspaces]]\nname = \"locked\"\nmembers = [\"alice\"]\nadmins = []\n"
+    );
+    let cfg = run(&good, &[]).expect("valid");
+    let ws = |n: &str| &cfg.workspaces[n];
+    assert!(ws("ops").may_flip("bob") && !ws("ops").may_flip("alice"));
+    assert!(
+        ws("dev").may_flip("alice") && !ws("dev").may_flip("bob"),
+        "members only"
+    );
+    assert!(
+        !ws("locked").may_flip("alice"),
+        "admins = [] locks the switch"
+    );
+}
