@@ -9,8 +9,9 @@
 //! validates; `server` owns the listener and workers; `routes` is the URL
 //! table; `api` is the run endpoint; `runner` is where a run starts
 //! (`runner::step` executes it); `store` is the run log; `auth` checks keys;
-//! `ratelimit` throttles failed authentication and busy keys; `sys` holds
-//! the only `unsafe` code.
+//! `ratelimit` throttles failed authentication and busy keys; `receive`
+//! holds the webhook building blocks (signatures, payloads, value sources,
+//! rules); `sys` holds the only `unsafe` code.
 #![deny(unsafe_code)]
 
 mod api;

@@ -6,6 +6,10 @@
 //! output name from the query string and/or a JSON object body. Access is
 //! protected unless the environment's `public` switch is on (see
 //! `auth::member`).
+//!
+//! A trigger with receive settings (see `receive`) takes a request through
+//! verify → rule → values → run, and its answer through the trigger's
+//! shape; without them nothing of that runs and the answer is unchanged.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
