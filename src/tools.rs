@@ -112,6 +112,7 @@ fn receive(
     }
     let client = ratelimit::client_ip(&cfg.server, req);
     let mut inc = Incoming::new(&req.headers, &req.query, &req.body, client);
+    inc.method = &req.method;
     if let Some(rule) = &rcv.rule {
         if let Verdict::NoMatch(why) = rule.eval(&inc).map_err(body_error)? {
             app.runner

@@ -166,6 +166,14 @@ values = { a = { whole = "query" }, b = { whole = "payload" } }
 
 [[tools.triggers]]
 kind = "endpoint"
+name = "facts"
+method = "PUT"
+program = 1
+function = "deploy"
+values = { ref = { request = "method" }, email = { request = "remote_addr" }, first = { payload = "alert.labels.l.0" }, added = { literal = "fixed" } }
+
+[[tools.triggers]]
+kind = "endpoint"
 name = "signed-only"
 program = 1
 function = "nothing"
@@ -414,7 +422,7 @@ fn bad_signatures_are_refused_before_anything_runs() {
     for (sig, why) in [
         (format!("sha256={}", &sig[7..47]), "wrong length"),
         ("sha256=zzzz".to_string(), "not hexadecimal"),
-        (sig[7..].to_string(), "no signature after the prefix"),
+        ("sha256=".to_string(), "no signature after the prefix"),
     ] {
         let h = [
             ("Content-Type", "application/json"),
@@ -641,6 +649,23 @@ fn whole_query_and_payload_as_json_values() {
     let p: Value = serde_json::from_str(p).unwrap();
     assert_eq!(q, json!({"env": "prod", "tag": ["a", "b"]}));
     assert_eq!(p, json!({"n": 1, "list": [true, null]}));
+}
+
+#[test]
+fn method_client_address_any_payload_and_literal_values() {
+    let (_dir, t) = start("webhooks_facts", "");
+    let xml = "<alert><labels><l>disk</l><l>web-1</l></labels></alert>";
+    let r = t.request(
+        "PUT",
+        "/tools/hooks/prod/facts",
+        &[("Content-Type", "text/xml")],
+        xml.as_bytes(),
+    );
+    r.check_eq(result(&r), json!(["PUT|127.0.0.1|disk|fixed"]), "Result");
+    // A form body without that path: the value is missing.
+    let h = [("Content-Type", "application/x-www-form-urlencoded")];
+    let r = t.request("PUT", "/tools/hooks/prod/facts", &h, b"alert=x");
+    r.err(400, "variables_mismatch");
 }
 
 #[test]

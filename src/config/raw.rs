@@ -343,6 +343,12 @@ pub struct RawSource {
     pub xml: Option<Spanned<String>>,
     /// `whole`: `payload`, `headers` or `query`.
     pub whole: Option<Spanned<String>>,
+    /// `payload` path (any body kind).
+    pub payload: Option<Spanned<String>>,
+    /// `literal` string.
+    pub literal: Option<Spanned<String>>,
+    /// `request`: `method` or `remote_addr`.
+    pub request: Option<Spanned<String>>,
     /// `body`: `text` or `file`.
     pub body: Option<Spanned<String>>,
     /// `default` when the request does not carry the value.
@@ -372,6 +378,12 @@ pub struct RawRule {
     pub xml: Option<Spanned<String>>,
     /// `whole`: `payload`, `headers` or `query`.
     pub whole: Option<Spanned<String>>,
+    /// `payload` path (any body kind).
+    pub payload: Option<Spanned<String>>,
+    /// `literal` string.
+    pub literal: Option<Spanned<String>>,
+    /// `request`: `method` or `remote_addr`.
+    pub request: Option<Spanned<String>>,
     /// `body`: `text`.
     pub body: Option<Spanned<String>>,
     /// `equals`: the value must be this string.

@@ -18,7 +18,7 @@ use super::raw::{RawResponse, RawRule, RawSource, RawTrigger, RawVerify};
 use super::types::{duration, Errors, Src};
 use crate::receive::rules::{Cidr, Leaf, Rule};
 use crate::receive::signature::{Algo, Encoding, Scheme, Secret, Verifier};
-use crate::receive::values::{JsonPath, Source, Whole};
+use crate::receive::values::{JsonPath, RequestField, Source, Whole};
 use crate::receive::{Answer, Receive, ValueSpec};
 
 /// Default `tolerance` of the timestamped schemes.
@@ -116,7 +116,7 @@ fn values(
 }
 
 /// The source keys of a value, by name.
-type Fields<'a> = [(&'static str, Option<&'a Spanned<String>>); 7];
+type Fields<'a> = [(&'static str, Option<&'a Spanned<String>>); 10];
 
 fn source_fields(r: &RawSource) -> Fields<'_> {
     [
@@ -127,6 +127,9 @@ fn source_fields(r: &RawSource) -> Fields<'_> {
         ("xml", r.xml.as_ref()),
         ("whole", r.whole.as_ref()),
         ("body", r.body.as_ref()),
+        ("payload", r.payload.as_ref()),
+        ("literal", r.literal.as_ref()),
+        ("request", r.request.as_ref()),
     ]
 }
 
@@ -139,6 +142,9 @@ fn rule_fields(r: &RawRule) -> Fields<'_> {
         ("xml", r.xml.as_ref()),
         ("whole", r.whole.as_ref()),
         ("body", r.body.as_ref()),
+        ("payload", r.payload.as_ref()),
+        ("literal", r.literal.as_ref()),
+        ("request", r.request.as_ref()),
     ]
 }
 
@@ -156,7 +162,7 @@ fn source(
         .filter_map(|(n, v)| v.map(|v| (*n, v)))
         .collect();
     let [(name, v)] = given.as_slice() else {
-        let msg = "give exactly one source: query, header, form, json, xml, whole or body";
+        let msg = "give exactly one source: query, header, form, json, xml, payload, whole, body, request or literal";
         errs.at(src, span, key, msg);
         return None;
     };
@@ -172,6 +178,15 @@ fn source(
         "form" => Ok(Source::Form(s.into())),
         "header" => Ok(Source::Header(s.to_ascii_lowercase())),
         "json" => path(s).map(Source::Json),
+        "payload" => path(s).map(Source::Payload),
+        "literal" => Ok(Source::Literal(s.into())),
+        "request" => match s {
+            "method" => Ok(Source::Request(RequestField::Method)),
+            "remote_addr" => Ok(Source::Request(RequestField::RemoteAddr)),
+            _ => Err(format!(
+                "unknown request \"{s}\"; use \"method\" or \"remote_addr\""
+            )),
+        },
         "xml" => path(s).map(Source::Xml),
         "whole" => match s {
             "payload" => Ok(Source::Whole(Whole::Payload)),
@@ -222,7 +237,7 @@ fn rule(
         has_source || r.equals.is_some() || r.regex.is_some(),
     ];
     if kinds.iter().filter(|k| **k).count() != 1 {
-        let msg = "a rule is exactly one of: and = [..], or = [..], not = {..}, client_ip = [..], signature = {..}, or a source (query, header, form, json, xml, whole, body) with equals or regex";
+        let msg = "a rule is exactly one of: and = [..], or = [..], not = {..}, client_ip = [..], signature = {..}, or a source (query, header, form, json, xml, payload, whole, body, request) with equals or regex";
         errs.at(src, raw.span(), key, msg);
         return None;
     }

@@ -143,7 +143,7 @@ pub struct Verifier {
     pub scheme: Scheme,
     /// Header holding the signature or token, lower case.
     pub header: String,
-    /// Text before the signature (`sha256=`); stripped, required when set.
+    /// Text before the signature (`sha256=`); stripped when present.
     pub prefix: String,
     /// Encoding of an HMAC signature.
     pub encoding: Encoding,
@@ -262,12 +262,14 @@ impl Verifier {
         }
     }
 
-    /// The signatures in `value`: comma-separated, each after `prefix`
-    /// (entries without the prefix are skipped when there are several).
+    /// The signatures in `value`, as adnanh/webhook reads them: one value
+    /// loses `prefix` when it has it; of comma-separated values, those with
+    /// the prefix count, without it.
     fn candidates<'a>(&self, value: &'a str) -> Vec<&'a str> {
         let parts: Vec<&str> = value.split(',').map(str::trim).collect();
         if parts.len() == 1 {
-            return vec![parts[0].strip_prefix(self.prefix.as_str()).unwrap_or("")];
+            let one = parts[0];
+            return vec![one.strip_prefix(self.prefix.as_str()).unwrap_or(one)];
         }
         parts
             .iter()

@@ -68,6 +68,15 @@ pub enum Whole {
     Query,
 }
 
+/// A fact about the request itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestField {
+    /// The method, upper case.
+    Method,
+    /// The client address (see [`Incoming::client`]).
+    RemoteAddr,
+}
+
 /// Where a value comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
@@ -81,6 +90,13 @@ pub enum Source {
     Json(JsonPath),
     /// A path into an XML body (see `payload.rs` for the tree).
     Xml(JsonPath),
+    /// A path into the parsed body, whatever its kind (JSON, XML, form
+    /// fields as an object), as adnanh/webhook's `payload` source reads.
+    Payload(JsonPath),
+    /// A fixed string.
+    Literal(String),
+    /// The method or the client address.
+    Request(RequestField),
     /// A whole part of the request as one JSON value.
     Whole(Whole),
     /// The raw body as text (it must be UTF-8).
@@ -108,6 +124,10 @@ impl Source {
             Source::Form(n) => format!("form field '{n}'"),
             Source::Json(p) => format!("JSON path '{p}'"),
             Source::Xml(p) => format!("XML path '{p}'"),
+            Source::Payload(p) => format!("payload path '{p}'"),
+            Source::Literal(_) => "a fixed string".into(),
+            Source::Request(RequestField::Method) => "the method".into(),
+            Source::Request(RequestField::RemoteAddr) => "the client address".into(),
             Source::Whole(Whole::Payload) => "the payload".into(),
             Source::Whole(Whole::Headers) => "the headers".into(),
             Source::Whole(Whole::Query) => "the query".into(),
@@ -164,6 +184,8 @@ impl ValueError {
 /// The request as sources see it. The body is parsed on first use and at
 /// most once.
 pub struct Incoming<'a> {
+    /// The method, upper case.
+    pub method: &'a str,
     /// Headers, lower-case names, in order.
     pub headers: &'a [(String, String)],
     /// Decoded query pairs, in order.
@@ -178,7 +200,7 @@ pub struct Incoming<'a> {
 }
 
 impl<'a> Incoming<'a> {
-    /// A view of one request.
+    /// A view of one request (`method` empty until set).
     pub fn new(
         headers: &'a [(String, String)],
         query: &'a [(String, String)],
@@ -186,6 +208,7 @@ impl<'a> Incoming<'a> {
         client: IpAddr,
     ) -> Self {
         Incoming {
+            method: "",
             headers,
             query,
             body,
@@ -246,6 +269,10 @@ impl<'a> Incoming<'a> {
                 },
                 _ => None,
             },
+            Source::Payload(path) => path.get(&self.payload()?.to_json()).map(as_text),
+            Source::Literal(s) => Some(s.clone()),
+            Source::Request(RequestField::Method) => Some(self.method.to_string()),
+            Source::Request(RequestField::RemoteAddr) => Some(self.client.to_string()),
             Source::Json(path) | Source::Xml(path) => {
                 let want = source.needs().unwrap_or(Kind::Json);
                 match self.payload_of(want)? {
@@ -429,6 +456,12 @@ mod tests {
             .unwrap();
         assert!(hs.contains(r#""x-event":"push""#), "{hs}");
         assert_eq!(get(&h, &q, body, Source::BodyText).unwrap().unwrap(), body);
+        let src = Source::Payload(JsonPath::parse("text").unwrap());
+        assert_eq!(get(&h, &q, body, src).unwrap().unwrap(), "deploy now");
+        let lit = Source::Literal("fixed".into());
+        assert_eq!(get(&h, &q, body, lit).unwrap().unwrap(), "fixed");
+        let addr = Source::Request(RequestField::RemoteAddr);
+        assert_eq!(get(&h, &q, body, addr).unwrap().unwrap(), "127.0.0.1");
         let x = [("content-type", "text/xml")];
         let xml = "<alert><status>firing</status><labels><l>a</l><l>b</l></labels></alert>";
         let src = Source::Xml(JsonPath::parse("alert.labels.l.1").unwrap());
