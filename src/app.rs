@@ -32,6 +32,9 @@ pub struct App {
     pub connections: OnceLock<Arc<AtomicUsize>>,
     /// Set once shutdown starts: workers stop taking requests.
     pub closing: AtomicBool,
+    /// Set at SIGTERM for `drain_delay` before `closing`: requests are
+    /// still served, `/healthz` answers 503 so the balancer stops sending.
+    pub draining: AtomicBool,
     /// Failed-authentication and per-key rate limits.
     pub limits: RateLimits,
 }
@@ -39,7 +42,7 @@ pub struct App {
 impl App {
     /// Shared state around a first config (generation 1).
     pub fn new(config: Config, store: Arc<RunStore>, runner: Arc<Runner>) -> App {
-        let app_keys = AppKeys::new(&config.server.state_dir);
+        let app_keys = AppKeys::new(&config.server.shared_state_dir);
         let sessions = Sessions::open(&config.server.state_dir);
         // Body files of runs cut off by a crash or kill -9.
         crate::receive::body_file::clean(&config.server.state_dir.join("bodies"));
@@ -55,6 +58,7 @@ impl App {
             runner,
             connections: OnceLock::new(),
             closing: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
             limits: RateLimits::default(),
         }
     }

@@ -9,7 +9,8 @@
 //! validates; `server` owns the listener and workers; `routes` is the URL
 //! table; `api` is the run endpoint; `runner` is where a run starts
 //! (`runner::step` executes it); `store` is the run log; `auth` checks keys;
-//! `ratelimit` throttles failed authentication and busy keys; `receive`
+//! `ratelimit` throttles failed authentication and busy keys; `cluster`
+//! names this instance in run ids and says whether it is ready; `receive`
 //! holds the webhook building blocks (signatures, payloads, value sources,
 //! rules); `sys` holds the only `unsafe` code.
 #![deny(unsafe_code)]
@@ -19,6 +20,7 @@ mod app;
 mod appkeys;
 mod auth;
 mod cli;
+mod cluster;
 mod commands;
 mod config;
 mod error;

@@ -90,7 +90,10 @@ struct Slots {
     queue: VecDeque<Queued>,
     /// Queue places promised to runs being recorded right now.
     reserved: usize,
+    /// No new runs are accepted (shutdown started).
     closing: bool,
+    /// Queued runs are no longer started (the shutdown grace is over).
+    stopping: bool,
 }
 
 impl Slots {
@@ -120,7 +123,7 @@ impl Slots {
 
     /// Remove the first queued run whose function has room.
     fn next_runnable(&mut self) -> Option<Queued> {
-        if self.closing {
+        if self.stopping {
             return None;
         }
         let i = self.queue.iter().position(|q| self.fn_free(&q.job))?;
@@ -317,7 +320,7 @@ impl Runner {
 
     fn new_record(&self, job: &Job, is_async: bool) -> RunRecord {
         RunRecord {
-            run: new_run_id(),
+            run: new_run_id(&job.cfg.server.instance),
             state: RunState::Queued,
             program: job.program.id,
             function: job.function.clone(),
@@ -433,13 +436,18 @@ impl Runner {
         self.children.load(Ordering::Relaxed)
     }
 
-    /// Stop accepting runs; mark queued runs `interrupted`; give running
-    /// runs `grace` to finish, then stop their process groups (they are
-    /// recorded `interrupted`) and wait for them to be reaped.
+    /// Stop accepting runs; give running and queued runs `grace` to
+    /// finish (queued runs still start as slots free up); then mark the
+    /// runs still queued `interrupted`, stop the process groups of running
+    /// ones (recorded `interrupted` too) and wait for them to be reaped.
     pub fn shutdown(&self, grace: Duration) {
+        lock(&self.slots).closing = true;
+        if self.wait_idle(grace) {
+            return;
+        }
         let dropped: Vec<Queued> = {
             let mut s = lock(&self.slots);
-            s.closing = true;
+            s.stopping = true;
             s.queue.drain(..).collect()
         };
         for mut q in dropped {
@@ -450,19 +458,18 @@ impl Runner {
                 let _ = store.append(&q.rec, true);
             }
         }
-        if !self.wait_idle(grace) {
-            log::warn!("shutdown grace of {grace:?} passed; stopping the remaining runs");
-            self.abort.trigger();
-            // Steps stop within their kill grace; wait for them to record.
-            self.wait_idle(Duration::from_secs(60));
-        }
+        log::warn!("shutdown grace of {grace:?} passed; stopping the remaining runs");
+        self.abort.trigger();
+        // Steps stop within their kill grace; wait for them to record.
+        self.wait_idle(Duration::from_secs(60));
     }
 
-    /// Wait until no run executes, at most `limit`; whether it got there.
+    /// Wait until no run executes or waits in the queue, at most `limit`;
+    /// whether it got there.
     fn wait_idle(&self, limit: Duration) -> bool {
         let deadline = Instant::now() + limit;
         let mut s = lock(&self.slots);
-        while s.used > 0 {
+        while s.used > 0 || !s.queue.is_empty() {
             let now = Instant::now();
             if now >= deadline {
                 return false;
