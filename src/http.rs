@@ -375,6 +375,14 @@ pub enum ApiError {
         /// What is expected and what came.
         msg: String,
     },
+    /// The endpoint's rule does not match the request: nothing ran. Not a
+    /// failure: answered with the trigger's `ignored_status`.
+    Ignored {
+        /// The status to answer with.
+        status: u16,
+        /// Where the rule failed (never an expected value or a secret).
+        reason: String,
+    },
     /// A bug: a handler panicked or an invariant broke.
     Internal,
 }
@@ -394,6 +402,7 @@ impl ApiError {
             TriggerInactive { .. } | NoActiveTrigger => 409,
             ConfigNotWritable { .. } | ConfigInvalid { .. } => 409,
             MethodNotAllowed { .. } => 405,
+            Ignored { status, .. } => *status,
             Signature(SigError::Missing { .. }) => 401,
             Signature(_) => 403,
             InvalidPayload { .. } => 400,
@@ -442,6 +451,7 @@ impl ApiError {
             RequestTimeout => "request_timeout",
             PayloadTooLarge { .. } => "payload_too_large",
             NotFound => "not_found",
+            Ignored { .. } => "rules_not_matched",
             Signature(SigError::Missing { .. }) => "signature_missing",
             Signature(SigError::Malformed { .. }) => "signature_malformed",
             Signature(SigError::Mismatch { .. }) => "signature_mismatch",
@@ -497,6 +507,7 @@ impl ApiError {
             PayloadTooLarge { limit } => format!("The request body is larger than the limit of {limit} bytes."),
             NotFound => "Not found.".into(),
             Signature(e) => e.message(),
+            Ignored { .. } => "The request does not match this endpoint's rule, so nothing ran.".into(),
             InvalidPayload { msg } | UnsupportedMediaType { msg } => msg.clone(),
             Internal => "Internal error. The server log has the details.".into(),
         }
@@ -575,6 +586,12 @@ impl ApiError {
 
 impl From<ApiError> for Response {
     fn from(e: ApiError) -> Response {
+        if let ApiError::Ignored { status, reason } = &e {
+            // Not an error: no `Error` key, so clients that treat one as a
+            // failure do not.
+            let body = json!({"Ignored": e.message(), "Code": e.code(), "Reason": reason});
+            return Response::json(*status, &body);
+        }
         let mut body = Map::new();
         body.insert("Error".into(), json!(e.message()));
         body.insert("Code".into(), json!(e.code()));

@@ -25,7 +25,7 @@ use crate::ratelimit;
 use crate::receive::body_file::BodyFile;
 use crate::receive::rules::{self, Verdict};
 use crate::receive::values::{Incoming, ValueError};
-use crate::receive::{read_values, Answer, ValuesError};
+use crate::receive::{read_values, Answer, Receive, ValuesError};
 use crate::runner::Job;
 
 /// Call a generated endpoint.
@@ -67,24 +67,42 @@ pub fn call(
         };
         return Err(ApiError::MethodNotAllowed { allow: vec![allow] });
     }
-    let answer = &trigger.receive.answer;
-    let result = receive(app, cfg, req, tool, env, trigger, by);
-    if let Err(e) = &result {
-        if trigger.receive.is_configured() && refused_before_run(e) {
-            app.runner
-                .metrics
-                .webhook(&tool.name, &trigger.name, e.code());
+    let result = receive(app, cfg, req, env, trigger, by);
+    let names = [tool.name.as_str(), env.name.as_str(), trigger.name.as_str()];
+    webhook_answer(app, names, &trigger.receive, result)
+}
+
+/// Account for and shape the answer of trigger `names` (tool, environment,
+/// trigger): a request that ran nothing is logged and counted in
+/// `trigd_webhooks_not_run_total`; the answer gets the trigger's success
+/// status, extra headers, and without `output` no `Result` (nor a failed
+/// run's `Stderr`). A trigger without receive settings is untouched.
+fn webhook_answer(
+    app: &App,
+    names: [&str; 3],
+    rcv: &Receive,
+    result: Result<Response, ApiError>,
+) -> Result<Response, ApiError> {
+    if !rcv.is_configured() {
+        return result;
+    }
+    let [tool, env, trigger] = names;
+    match &result {
+        Err(ApiError::Ignored { reason, .. }) => {
+            log::info!("webhook {tool}/{env}/{trigger} ignored: {reason}");
+            app.runner.metrics.webhook(tool, trigger, "ignored");
+        }
+        Err(e) if refused_before_run(e) => {
             log::warn!(
-                "webhook {}/{}/{} refused: {}: {}",
-                tool.name,
-                env.name,
-                trigger.name,
+                "webhook {tool}/{env}/{trigger} refused: {}: {}",
                 e.code(),
                 e.message()
             );
+            app.runner.metrics.webhook(tool, trigger, e.code());
         }
+        _ => {}
     }
-    Ok(shape(answer, result))
+    Ok(shape(&rcv.answer, result))
 }
 
 /// Take a request through the trigger's steps: verify, rule, values, run.
@@ -92,7 +110,6 @@ fn receive(
     app: &App,
     cfg: &Arc<Config>,
     req: &Request,
-    tool: &Tool,
     env: &Environment,
     trigger: &Trigger,
     by: String,
@@ -114,17 +131,9 @@ fn receive(
     let mut inc = Incoming::new(&req.headers, &req.query, &req.body, client);
     inc.method = &req.method;
     if let Some(rule) = &rcv.rule {
-        if let Verdict::NoMatch(why) = rule.eval(&inc).map_err(body_error)? {
-            app.runner
-                .metrics
-                .webhook(&tool.name, &trigger.name, "ignored");
-            log::info!(
-                "webhook {}/{}/{} ignored: {why}",
-                tool.name,
-                env.name,
-                trigger.name
-            );
-            return Ok(ignored(rcv.answer.ignored_status, &why));
+        if let Verdict::NoMatch(reason) = rule.eval(&inc).map_err(body_error)? {
+            let status = rcv.answer.ignored_status;
+            return Err(ApiError::Ignored { status, reason });
         }
     }
     let body_file = if rcv.needs_body_file() {
@@ -171,17 +180,6 @@ fn refused_before_run(e: &ApiError) -> bool {
             | ApiError::ValuesMismatch { .. }
             | ApiError::InvalidParameter { .. }
     )
-}
-
-/// The answer to a request the trigger's rule does not match. The reason
-/// names where the rule failed, never an expected value or a secret.
-fn ignored(status: u16, why: &str) -> Response {
-    let body = json!({
-        "Ignored": "The request does not match this endpoint's rule, so nothing ran.",
-        "Code": "rules_not_matched",
-        "Reason": why,
-    });
-    Response::json(status, &body)
 }
 
 /// A body that cannot be read as the trigger's sources need.
