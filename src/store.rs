@@ -80,7 +80,7 @@ pub struct RunRecord {
     /// Whether it was started with `run_async`.
     #[serde(default)]
     pub r#async: bool,
-    /// Who started it: `api_key:<name>`, `app_key:<member>`, `session:<user>`, `public`, `cli`.
+    /// Who started it: `api_key:<name>`, `app_key:<member>`, `session:<user>`, `public`.
     #[serde(default)]
     pub by: String,
     /// RFC 3339 time it was accepted.
@@ -100,6 +100,9 @@ pub struct RunRecord {
     /// What went wrong, when failed, timed out or interrupted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The last 2 KiB of the failed step's stdout, when it printed any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout: Option<String>,
 }
 
 /// Where the latest line of a run sits in the log.
@@ -512,6 +515,7 @@ mod tests {
             steps: vec![],
             result: None,
             error: None,
+            stdout: None,
         }
     }
 
