@@ -124,8 +124,15 @@ fn receive(
         raw => api::parse_bool("run_async", raw)?,
     };
     if let Some(v) = &rcv.verify {
+        // A wrong signature or token counts as a failed authentication of
+        // the client address, like a wrong key (guessing a token is slow).
+        let bucket = ratelimit::client_addr(&cfg.server, req);
+        app.limits.check_client(&cfg.server, bucket)?;
         v.verify(&req.headers, &req.body, rules::unix_now())
-            .map_err(ApiError::Signature)?;
+            .map_err(|e| {
+                app.limits.failed(&cfg.server, bucket);
+                ApiError::Signature(e)
+            })?;
     }
     let client = ratelimit::client_ip(&cfg.server, req);
     let mut inc = Incoming::new(&req.headers, &req.query, &req.body, client);
@@ -175,6 +182,7 @@ fn refused_before_run(e: &ApiError) -> bool {
     matches!(
         e,
         ApiError::Signature(_)
+            | ApiError::RateLimited { .. }
             | ApiError::InvalidPayload { .. }
             | ApiError::UnsupportedMediaType { .. }
             | ApiError::ValuesMismatch { .. }
