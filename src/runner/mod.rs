@@ -25,7 +25,7 @@ use serde_json::Value;
 
 use crate::config::{Config, Program};
 use crate::metrics::Metrics;
-use crate::store::{new_run_id, now_rfc3339, RunRecord, RunState, RunStore};
+use crate::store::{new_run_id, now_rfc3339, Origin, RunRecord, RunState, RunStore};
 use crate::sys::AbortSignal;
 use step::{Outcome, StepError};
 
@@ -43,8 +43,8 @@ pub struct Job {
     pub values: Vec<String>,
     /// Tool environment variables (empty for `/api` runs).
     pub vars: BTreeMap<String, String>,
-    /// Who started it, for the record (`api_key:<name>`, …); never a secret.
-    pub by: String,
+    /// Who started it, for the record; never a secret.
+    pub by: Origin,
     /// The raw request body in a temporary file, kept until the job is
     /// dropped (after the run), when the trigger reads it as a file.
     pub body_file: Option<Arc<crate::receive::body_file::BodyFile>>,
