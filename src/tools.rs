@@ -10,7 +10,7 @@ use std::sync::Arc;
 use crate::app::App;
 use crate::config::Config;
 use crate::http::{ApiError, Request, Response};
-use crate::invoke::{authenticate, invoke, webhook_answer};
+use crate::invoke::{authenticate, invoke};
 use crate::view::ToolView;
 
 /// Call a generated endpoint.
@@ -30,11 +30,7 @@ pub fn call(
     let tool = cfg.tools.get(tool).ok_or(ApiError::NotFound)?;
     let env = tool.environments.get(env).ok_or(ApiError::NotFound)?;
     match env.endpoints.get(trigger) {
-        Some(endpoint) => {
-            let result = invoke(app, cfg, req, endpoint);
-            let names = [tool.name.as_str(), env.name.as_str(), trigger];
-            webhook_answer(app, names, &endpoint.receive, result)
-        }
+        Some(endpoint) => invoke(app, cfg, req, endpoint),
         None => {
             authenticate(app, cfg, req, &env.credentials)?;
             Err(ApiError::NotFound)

@@ -28,6 +28,20 @@ pub struct Endpoint {
     /// Signature, rule, value sources and answer shape of a tool trigger
     /// (the default: none of them).
     pub receive: Arc<Receive>,
+    /// The tool trigger it serves (`None` for `POST /api`), as logs and
+    /// metrics name it.
+    pub trigger: Option<TriggerName>,
+}
+
+/// The names of the tool trigger an endpoint serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TriggerName {
+    /// The tool.
+    pub tool: String,
+    /// The environment.
+    pub environment: String,
+    /// The trigger.
+    pub trigger: String,
 }
 
 /// The credentials an endpoint takes.
@@ -79,6 +93,7 @@ impl Endpoint {
             target: Target::Chosen,
             vars: BTreeMap::new(),
             receive: Arc::default(),
+            trigger: None,
         }
     }
 }

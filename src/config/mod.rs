@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use endpoint::{Credentials, Endpoint, Target, Values};
+pub use endpoint::{Credentials, Endpoint, Target, TriggerName, Values};
 
 use crate::http::Method;
 

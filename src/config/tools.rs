@@ -8,7 +8,8 @@ use std::sync::Arc;
 use super::raw::{self, RawConfig};
 use super::types::{self, env_vars, workspace_ref, Errors, Known, Src};
 use super::{
-    Credentials, Endpoint, Environment, Target, Tool, Trigger, TriggerKind, Values, Workspace,
+    Credentials, Endpoint, Environment, Target, Tool, Trigger, TriggerKind, TriggerName, Values,
+    Workspace,
 };
 use crate::http::Method;
 
@@ -36,6 +37,7 @@ pub fn tools(
             let vars = env_vars(src, &env.vars, &format!("{key}.vars"), errs);
             let name = name.get_ref().clone();
             let env = environment(
+                t.name.get_ref(),
                 name.clone(),
                 env.public,
                 vars,
@@ -125,6 +127,7 @@ fn triggers(
 
 /// An environment with its endpoints, one per trigger.
 fn environment(
+    tool: &str,
     name: String,
     public: bool,
     vars: BTreeMap<String, String>,
@@ -155,6 +158,11 @@ fn environment(
                 },
                 vars: vars.clone(),
                 receive: Arc::clone(&t.receive),
+                trigger: Some(TriggerName {
+                    tool: tool.to_string(),
+                    environment: name.clone(),
+                    trigger: t.name.clone(),
+                }),
             };
             (t.name.clone(), endpoint)
         })

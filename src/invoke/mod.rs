@@ -4,6 +4,10 @@
 //!
 //! credentials → method → signature → function → rule → values → start → answer
 //!
+//! The receive steps (signature, rule, sourced values, answer shape) are
+//! in `webhook.rs`; for an endpoint without receive settings they do
+//! nothing.
+//!
 //! `api.rs` (`POST /api`) and `tools.rs` (generated endpoints) are thin
 //! adapters that find the endpoint and call [`invoke`]; the same fault gets
 //! the same error on every path. `values.rs` reads and checks the values,
@@ -20,7 +24,6 @@ pub use answer::finished_body;
 pub use values::check_values;
 #[cfg(fuzzing)] // fuzz/src/lib.rs
 pub use values::named_values;
-pub use webhook::answer as webhook_answer;
 
 use crate::access::Member;
 use crate::app::App;
@@ -52,7 +55,8 @@ impl Caller<'_> {
 
 /// Take `req` through `endpoint`: check the credentials and the method,
 /// find the function, read and check the values, start the run (sync or
-/// async, `run_async`) and answer with the run endpoint's JSON.
+/// async, `run_async`) and answer with the run endpoint's JSON, shaped by
+/// the endpoint's receive settings (`webhook::answer`).
 ///
 /// # Errors
 /// Every error of the steps, in this order: credentials (see `access`),
@@ -62,6 +66,17 @@ impl Caller<'_> {
 /// the values (`invalid_payload`, `unsupported_media_type`,
 /// `variables_mismatch`, `invalid_parameter`), `run_async`, and the run.
 pub fn invoke(
+    app: &App,
+    cfg: &Arc<Config>,
+    req: &Request,
+    endpoint: &Endpoint,
+) -> Result<Response, ApiError> {
+    let result = steps(app, cfg, req, endpoint);
+    webhook::answer(app, endpoint, result)
+}
+
+/// The steps of [`invoke`] up to the run's answer.
+fn steps(
     app: &App,
     cfg: &Arc<Config>,
     req: &Request,

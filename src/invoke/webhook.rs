@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::access::client_ip;
 use crate::app::App;
-use crate::config::Config;
+use crate::config::{Config, Endpoint};
 use crate::http::{ApiError, Request, Response};
 use crate::receive::body_file::BodyFile;
 use crate::receive::rules::Verdict;
@@ -121,21 +121,24 @@ fn values_error(e: ValuesError, inputs: &[String]) -> ApiError {
     }
 }
 
-/// Account for and shape the answer of trigger `names` (tool, environment,
-/// trigger): a request that ran nothing is logged and counted in
+/// Account for and shape the answer of a tool trigger's endpoint: a
+/// request that ran nothing is logged and counted in
 /// `trigd_webhooks_not_run_total`; the answer gets the trigger's success
 /// status, extra headers, and without `output` no `Result` (nor a failed
 /// run's `Stderr`). An endpoint without receive settings is untouched.
+///
+/// # Errors
+/// `result`'s, for an endpoint without receive settings.
 pub fn answer(
     app: &App,
-    names: [&str; 3],
-    rcv: &Receive,
+    endpoint: &Endpoint,
     result: Result<Response, ApiError>,
 ) -> Result<Response, ApiError> {
-    if !rcv.is_configured() {
+    let rcv = &endpoint.receive;
+    let Some(name) = endpoint.trigger.as_ref().filter(|_| rcv.is_configured()) else {
         return result;
-    }
-    let [tool, env, trigger] = names;
+    };
+    let (tool, env, trigger) = (&name.tool, &name.environment, &name.trigger);
     match &result {
         Err(ApiError::Ignored { reason, .. }) => {
             log::info!("webhook {tool}/{env}/{trigger} ignored: {reason}");
