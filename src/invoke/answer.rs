@@ -61,12 +61,22 @@ pub fn finished_body(id: &str, outcome: Outcome) -> Result<Value, ApiError> {
     }
 }
 
+/// The answer to a run that was not started.
 fn run_error(e: RunError) -> ApiError {
+    let busy = |msg: String| ApiError::Busy {
+        retry_after: 1,
+        msg,
+    };
     match e {
-        RunError::Busy(msg) => ApiError::Busy {
-            retry_after: 1,
-            msg,
-        },
+        RunError::NoSlot { slots } => busy(format!(
+            "All {slots} run slots are in use. Retry after Retry-After seconds."
+        )),
+        RunError::FunctionLimit { function, limit } => busy(format!(
+            "Function '{function}' already runs {limit} time(s), its concurrency limit. Retry later."
+        )),
+        RunError::QueueFull { queued } => busy(format!(
+            "All run slots are in use and the queue is full ({queued} runs). Retry later."
+        )),
         RunError::Storage(err) => {
             log::error!("cannot record an accepted run: {err}");
             ApiError::StorageUnavailable
