@@ -16,6 +16,7 @@ mod endpoint;
 pub mod generated;
 mod program;
 mod raw;
+mod receive;
 mod server;
 mod tools;
 mod types;
@@ -27,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use endpoint::{Credentials, Endpoint, Target, Values};
+pub use endpoint::{Credentials, Endpoint, Target, TriggerName, Values};
 
 use crate::http::Method;
 
@@ -397,6 +398,9 @@ pub struct Trigger {
     /// Whether callers may name a callback URL per request
     /// (`request_callbacks`).
     pub request_callbacks: bool,
+    /// Verification, value sources, rule and answer shape (default: none,
+    /// values by output name, no rule, plain answer).
+    pub receive: Arc<crate::receive::Receive>,
 }
 
 /// A problem in a config or program file, with where it is.

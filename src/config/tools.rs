@@ -2,12 +2,15 @@
 //! each trigger generates in each environment.
 
 use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::Arc;
 
 use super::callbacks::{self, Callbacks};
 use super::raw::{self, RawConfig};
 use super::types::{self, env_vars, workspace_ref, Errors, Known, Src};
 use super::{
-    Credentials, Endpoint, Environment, Target, Tool, Trigger, TriggerKind, Values, Workspace,
+    Credentials, Endpoint, Environment, Target, Tool, Trigger, TriggerKind, TriggerName, Values,
+    Workspace,
 };
 use crate::http::Method;
 
@@ -18,6 +21,7 @@ pub fn tools(
     wss: &BTreeMap<String, Workspace>,
     known: &Known,
     cb: &Callbacks,
+    dir: &Path,
     errs: &mut Errors,
 ) -> BTreeMap<String, Tool> {
     let mut seen = HashMap::new();
@@ -27,7 +31,7 @@ pub fn tools(
         errs.name(src, &t.name, &format!("{key}.name"), "tool");
         errs.unique(src, &mut seen, &t.name, &format!("{key}.name"), "tool");
         workspace_ref(src, &t.workspace, wss, format!("{key}.workspace"), errs);
-        let triggers = triggers(src, t, &key, known, cb, errs);
+        let triggers = triggers(src, t, &key, known, cb, dir, errs);
         let mut environments = BTreeMap::new();
         for (name, env) in &t.environments {
             let key = format!("{key}.environments.{}", name.get_ref());
@@ -35,6 +39,7 @@ pub fn tools(
             let vars = env_vars(src, &env.vars, &format!("{key}.vars"), errs);
             let name = name.get_ref().clone();
             let env = environment(
+                t.name.get_ref(),
                 name.clone(),
                 env.public,
                 vars,
@@ -64,6 +69,7 @@ fn triggers(
     key: &str,
     known: &Known,
     cb: &Callbacks,
+    dir: &Path,
     errs: &mut Errors,
 ) -> Vec<Trigger> {
     let mut seen = HashMap::new();
@@ -117,6 +123,10 @@ fn triggers(
             &format!("{key}.request_callbacks"),
             errs,
         );
+        let outputs = program
+            .and_then(|p| p.function(tr.function.get_ref()))
+            .map(|f| f.inputs());
+        let receive = Arc::new(super::receive::receive(src, tr, &key, outputs, dir, errs));
         let (Ok(kind), Ok(method), Ok(program)) = (kind, method, u64::try_from(id)) else {
             continue;
         };
@@ -128,6 +138,7 @@ fn triggers(
             function: tr.function.get_ref().clone(),
             callback,
             request_callbacks,
+            receive,
         });
     }
     out
@@ -135,6 +146,7 @@ fn triggers(
 
 /// An environment with its endpoints, one per trigger.
 fn environment(
+    tool: &str,
     name: String,
     public: bool,
     vars: BTreeMap<String, String>,
@@ -166,6 +178,12 @@ fn environment(
                 vars: vars.clone(),
                 callback: t.callback.clone(),
                 request_callbacks: t.request_callbacks,
+                receive: Arc::clone(&t.receive),
+                trigger: Some(TriggerName {
+                    tool: tool.to_string(),
+                    environment: name.clone(),
+                    trigger: t.name.clone(),
+                }),
             };
             (t.name.clone(), endpoint)
         })

@@ -219,7 +219,7 @@ fn check(
     known.programs = &progs;
     let cb = &server.callbacks;
     let api_keys = api_keys(&src, &raw, &workspaces, cb, &mut errs);
-    let tools = tools::tools(&src, &raw, &workspaces, &known, cb, &mut errs);
+    let tools = tools::tools(&src, &raw, &workspaces, &known, cb, &dir, &mut errs);
     if !errs.0.is_empty() {
         let order = |f: &Path| sorted.iter().position(|p| p.0 == f).map_or(0, |i| i + 1);
         errs.0.sort_by_key(|e| (order(&e.file), e.line, e.col));
