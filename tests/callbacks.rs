@@ -77,6 +77,7 @@ impl Receiver {
         thread::spawn(move || {
             for stream in listener.incoming().flatten() {
                 let (g, answer) = (Arc::clone(&g), Arc::clone(&answer));
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(20)));
                 thread::spawn(move || serve_one(stream, &g, &*answer));
             }
         });
@@ -92,8 +93,7 @@ impl Receiver {
     }
 }
 
-fn serve_one(mut s: TcpStream, got: &Mutex<Vec<Got>>, answer: &dyn Fn(&str) -> Answer) {
-    let _ = s.set_read_timeout(Some(Duration::from_secs(20)));
+fn serve_one(mut s: impl Read + Write, got: &Mutex<Vec<Got>>, answer: &dyn Fn(&str) -> Answer) {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     let head_end = loop {
@@ -748,4 +748,147 @@ fn a_reload_that_narrows_the_allow_list_stops_pending_deliveries() {
         err.contains("refused") && err.contains("allow"),
         format!("refused by the new allow list: {rec}"),
     );
+}
+
+/// Make a private CA and a certificate for `localhost` it signed, with the
+/// openssl command; the CA's PEM path.
+fn private_ca(dir: &TestDir) -> String {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(&dir.root)
+            .output()
+            .expect("run openssl");
+        assert!(out.status.success(), "openssl {args:?}: {out:?}");
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=Test CA",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign",
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "srv.key",
+        "-out",
+        "srv.csr",
+        "-subj",
+        "/CN=localhost",
+    ]);
+    dir.write(
+        "ext",
+        "subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    );
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "srv.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "srv.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "ext",
+    ]);
+    dir.path_str("ca.pem")
+}
+
+/// A receiver speaking https with `srv.pem` of [`private_ca`].
+fn tls_receiver(dir: &TestDir) -> Receiver {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(dir.path("srv.pem"))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let key = PrivateKeyDer::from_pem_file(dir.path("srv.key")).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let cfg = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
+    let cfg = Arc::new(cfg);
+    let listener = Receiver::bind();
+    let port = listener.local_addr().unwrap().port();
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let g = Arc::clone(&got);
+    thread::spawn(move || {
+        for tcp in listener.incoming().flatten() {
+            let (g, cfg) = (Arc::clone(&g), Arc::clone(&cfg));
+            let _ = tcp.set_read_timeout(Some(Duration::from_secs(20)));
+            thread::spawn(move || {
+                let Ok(conn) = rustls::ServerConnection::new(cfg) else {
+                    return;
+                };
+                let tls = rustls::StreamOwned::new(conn, tcp);
+                serve_one(tls, &g, &|_| Answer::Status(200));
+            });
+        }
+    });
+    Receiver { port, got }
+}
+
+#[test]
+fn https_with_a_private_ca_needs_ca_file() {
+    let dir = setup_cb("cb-https", &[], &[("p.toml", &program(None))]);
+    let ca = private_ca(&dir);
+    let rx = tls_receiver(&dir);
+    let url = format!("https://localhost:{}/tls", rx.port);
+    let allow = r#"allow = ["127.0.0.1"]"#;
+    let text = dir
+        .read("config.toml")
+        .replace(allow, r#"allow = ["localhost"]"#);
+    let text = text.replace(
+        r#"allow_private = ["127.0.0.1"]"#,
+        r#"allow_private = ["127.0.0.1", "::1"]"#,
+    );
+    dir.write("config.toml", &text);
+    // Without ca_file the bundled roots do not know the CA: retried.
+    let t = Trigd::start(&dir);
+    let run = start_run(&t, KEY_CB, "ok", &vars(&["x"]), Some(&url));
+    let mut rec = Value::Null;
+    t.wait_for(LONG, "a failed TLS attempt", || {
+        rec = record(&t, &run);
+        rec["Callbacks"][0]["AttemptCount"].as_u64() >= Some(1)
+    });
+    let err = rec["Callbacks"][0]["Attempts"][0]["Error"]
+        .as_str()
+        .unwrap_or("");
+    t.check(err.contains("UnknownIssuer"), format!("{rec}"));
+    t.check(rx.got().is_empty(), "no request got through");
+    drop(t);
+    // With ca_file: delivered over TLS (the pending delivery included).
+    dir.append("config.toml", &format!("ca_file = \"{ca}\"\n"));
+    let t = Trigd::start(&dir);
+    wait_delivery(&t, &run, 0, "delivered");
+    let run2 = start_run(&t, KEY_CB, "ok", &vars(&["y"]), Some(&url));
+    wait_delivery(&t, &run2, 0, "delivered");
+    let got = rx.got();
+    t.check(got.len() == 2, format!("{got:#?}"));
+    t.check(got.iter().all(|g| signature_ok(g, SECRET)), "signed");
 }
