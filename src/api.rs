@@ -4,7 +4,8 @@
 //! check per line, each returning its error with `?`, so authentication
 //! happens before anything that could reveal whether a program exists.
 
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
+use std::thread;
 
 use serde_json::{json, Value};
 
@@ -12,17 +13,21 @@ use crate::app::App;
 use crate::cluster;
 use crate::config::{Config, Function, Program, Server};
 use crate::http::{ApiError, Request, Response};
+use crate::follow::{End, Follower};
 use crate::ratelimit;
+use crate::runs;
 use crate::runner::step::{Outcome, StepError};
 use crate::runner::{Job, RunError};
 
-/// The query parameters `POST /api` accepts (the seed's names).
-const PARAMS: [&str; 5] = [
+/// The query parameters `POST /api` accepts (the seed's names, and
+/// `stream`).
+const PARAMS: [&str; 6] = [
     "api_key",
     "program_id",
     "variables",
     "function",
     "run_async",
+    "stream",
 ];
 
 /// `POST /api`: run a program's triggered function, sync or async.
@@ -44,6 +49,7 @@ pub fn run(app: &App, cfg: &Arc<Config>, req: &Request) -> Result<Response, ApiE
     let values: Vec<String> = req.query_all("variables").map(str::to_string).collect();
     check_values(&cfg.server, function.inputs(), &values)?;
     let run_async = parse_bool("run_async", req.query_one("run_async")?)?;
+    let stream = parse_bool("stream", req.query_one("stream")?)? || runs::wants_events(req);
     reject_unknown(req, &PARAMS)?;
     let job = Job {
         cfg: Arc::clone(cfg),
@@ -52,8 +58,42 @@ pub fn run(app: &App, cfg: &Arc<Config>, req: &Request) -> Result<Response, ApiE
         values,
         vars: Default::default(),
         by: format!("api_key:{}", key.name),
+        tool: None,
     };
+    if stream && !run_async {
+        return start_streamed(app, job);
+    }
     start(app, job, run_async)
+}
+
+/// Start `job` as a sync run on a thread of its own and answer with its
+/// output as events, ending with the object the sync call would have
+/// answered (see `follow.rs`).
+///
+/// # Errors
+/// `busy` and `shutting_down` as for a sync run, before anything is sent.
+fn start_streamed(app: &App, job: Job) -> Result<Response, ApiError> {
+    let run = app.runner.begin_sync(job).map_err(run_error)?;
+    let id = run.id().to_string();
+    let path = app.store.output_path(&id);
+    let (tx, rx) = mpsc::channel();
+    // A failed spawn drops the run, and its slot with it.
+    thread::Builder::new()
+        .name("run".into())
+        .spawn(move || {
+            let _ = tx.send(run.execute());
+        })
+        .map_err(|e| {
+            log::error!("cannot start a run thread: {e}");
+            ApiError::Internal
+        })?;
+    let run = id.clone();
+    let end: End = Box::new(move || match rx.try_recv() {
+        Ok(outcome) => Some(runs::final_object(&run, outcome)),
+        Err(mpsc::TryRecvError::Empty) => None,
+        Err(mpsc::TryRecvError::Disconnected) => Some(Response::from(ApiError::Internal).json_body()),
+    });
+    Ok(runs::events(Follower::new(path, end)).with_run(&id))
 }
 
 /// Start `job` sync or async and build the seed's response object. Shared
@@ -83,6 +123,7 @@ pub fn finished_body(id: &str, outcome: Outcome) -> Result<Value, ApiError> {
         None => Ok(json!({"Success": "Program finished.", "Result": outcome.result, "Run": id})),
         Some(StepError::TimedOut { .. }) => Err(ApiError::RunTimeout { run }),
         Some(StepError::Aborted { .. }) => Err(ApiError::RunInterrupted { run }),
+        Some(StepError::Cancelled { .. }) => Err(ApiError::RunCancelled { run }),
         Some(StepError::Spawn { step, message }) => Err(ApiError::RunFailed {
             run,
             step,
@@ -232,7 +273,7 @@ pub fn parse_bool(name: &str, raw: Option<&str>) -> Result<bool, ApiError> {
 }
 
 /// Refuse query parameters outside `known`, naming the first one.
-fn reject_unknown(req: &Request, known: &[&str]) -> Result<(), ApiError> {
+pub fn reject_unknown(req: &Request, known: &[&str]) -> Result<(), ApiError> {
     match req.query.iter().find(|(k, _)| !known.contains(&k.as_str())) {
         Some((k, _)) => Err(ApiError::InvalidParameter {
             name: k.clone(),

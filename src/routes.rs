@@ -11,6 +11,7 @@ use crate::app::App;
 use crate::cluster;
 use crate::http::{ApiError, Request, Response};
 use crate::metrics::Gauges;
+use crate::runs;
 use crate::tools;
 use crate::ui;
 
@@ -31,6 +32,14 @@ pub fn handle(app: &App, req: &Request) -> Response {
         (_, ["api"]) => api::run(app, &cfg, req),
         ("GET", ["api", "runs", id]) => api::run_status(app, &cfg, req, id),
         (_, ["api", "runs", _]) => Err(ApiError::MethodNotAllowed { allow: vec!["GET"] }),
+        ("GET", ["api", "runs", id, "output"]) => runs::output(app, &cfg, req, id),
+        (_, ["api", "runs", _, "output"]) => {
+            Err(ApiError::MethodNotAllowed { allow: vec!["GET"] })
+        }
+        ("POST", ["api", "runs", id, "cancel"]) => runs::cancel(app, &cfg, req, id),
+        (_, ["api", "runs", _, "cancel"]) => Err(ApiError::MethodNotAllowed {
+            allow: vec!["POST"],
+        }),
         ("GET", []) => ui::home(app, &cfg, req),
         ("GET", ["login"]) => ui::login_form(app, &cfg, req),
         ("POST", ["login"]) => ui::login(app, &cfg, req),

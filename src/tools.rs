@@ -73,6 +73,7 @@ pub fn call(
         values,
         vars: env.vars.clone(),
         by,
+        tool: Some(format!("{}/{}", tool.name, env.name)),
     };
     api::start(app, job, run_async)
 }

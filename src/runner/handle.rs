@@ -11,6 +11,7 @@
 //! "everything after offset N" and learn when it fell behind.
 
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use crate::sys::AbortSignal;
@@ -77,6 +78,7 @@ pub struct Chunk {
 #[derive(Debug)]
 pub struct RunHandle {
     abort: AbortSignal,
+    cancelled: AtomicBool,
     stdout: Mutex<Window>,
     stderr: Mutex<Window>,
 }
@@ -89,6 +91,7 @@ impl RunHandle {
     pub fn new() -> io::Result<RunHandle> {
         Ok(RunHandle {
             abort: AbortSignal::new()?,
+            cancelled: AtomicBool::new(false),
             stdout: Mutex::default(),
             stderr: Mutex::default(),
         })
@@ -98,6 +101,18 @@ impl RunHandle {
     /// and SIGKILL after `kill_grace`; no further step starts. Idempotent.
     pub fn abort(&self) {
         self.abort.trigger();
+    }
+
+    /// Stop the run on request: like [`RunHandle::abort`], and the run
+    /// ends `cancelled`.
+    pub fn cancel(&self) {
+        self.cancelled.store(true, Ordering::SeqCst);
+        self.abort();
+    }
+
+    /// Whether [`RunHandle::cancel`] was called.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::SeqCst)
     }
 
     /// The signal the executing steps poll.

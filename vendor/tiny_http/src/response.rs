@@ -433,7 +433,10 @@ where
                 Some(TransferEncoding::Chunked) => {
                     use chunked_transfer::Encoder;
 
-                    let mut writer = Encoder::new(writer);
+                    // (trigd patch) each piece read is sent at once: a body
+                    // produced while it is sent (a followed run's output)
+                    // reaches the client as it is written.
+                    let mut writer = Encoder::with_flush_after_write(writer);
                     io::copy(&mut reader, &mut writer)?;
                 }
 

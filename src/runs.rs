@@ -1,0 +1,205 @@
+//! A run's kept output and its cancel: `GET /api/runs/<id>/output` (whole,
+//! or followed as Server-Sent Events) and `POST /api/runs/<id>/cancel`, and
+//! who may use them ([`authorize`]): an API key whose scope holds the run's
+//! program, or a member of the program's workspace (bearer application key
+//! or session cookie).
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::api;
+use crate::app::App;
+use crate::auth;
+use crate::cluster;
+use crate::config::Config;
+use crate::follow::{End, Follower};
+use crate::http::{ApiError, Request, Response};
+use crate::output;
+use crate::ratelimit;
+use crate::runner::Cancel;
+use crate::store::RunRecord;
+
+/// Query parameters of the output endpoint.
+const OUTPUT_PARAMS: [&str; 2] = ["api_key", "follow"];
+
+/// Who may see or stop a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Caller {
+    /// An API key of this name.
+    ApiKey(String),
+    /// A member of the run's workspace (`app_key:<user>` / `session:<user>`).
+    Member(String),
+}
+
+/// The record of run `id` if the request may see it: with an API key
+/// (`api_key` or a bearer that is an API key), the key's scope must hold
+/// the run's program; otherwise the caller must be a member of the
+/// program's workspace (bearer application key or session; the CSRF rule
+/// applies to a session's POST).
+///
+/// # Errors
+/// The API key or member errors; `run_not_found` for an unknown run or one
+/// the caller may not see; 421 `run_on_other_instance` for another
+/// instance's run.
+pub fn authorize(
+    app: &App,
+    cfg: &Config,
+    req: &Request,
+    id: &str,
+) -> Result<(RunRecord, Caller), ApiError> {
+    if uses_api_key(cfg, req)? {
+        let key = ratelimit::api_key(app, cfg, req)?;
+        let rec = record(app, cfg, id)?;
+        let visible = cfg.program(rec.program).is_some_and(|p| key.may_access(p));
+        if !visible {
+            return Err(ApiError::RunNotFound);
+        }
+        return Ok((rec, Caller::ApiKey(key.name.clone())));
+    }
+    if req.bearer().is_none() && app.sessions.of_request(cfg, req).is_none() {
+        return Err(ApiError::Unauthorized);
+    }
+    let rec = record(app, cfg, id)?;
+    let workspace = cfg
+        .program(rec.program)
+        .and_then(|p| p.workspace.clone())
+        .ok_or(ApiError::RunNotFound)?;
+    match auth::authenticate(app, cfg, req, &workspace) {
+        Ok(m) => Ok((rec, Caller::Member(m.by()))),
+        // A member of another workspace does not learn that the run exists.
+        Err(ApiError::Forbidden) => Err(ApiError::RunNotFound),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether the request authenticates with an API key: `api_key` in the
+/// query, or a bearer token that is a configured API key.
+fn uses_api_key(cfg: &Config, req: &Request) -> Result<bool, ApiError> {
+    if req.query_one("api_key")?.is_some() {
+        return Ok(true);
+    }
+    Ok(req
+        .bearer()
+        .is_some_and(|t| cfg.api_keys.contains_key(&auth::sha256(t))))
+}
+
+/// The record of run `id`, or why there is none here.
+fn record(app: &App, cfg: &Config, id: &str) -> Result<RunRecord, ApiError> {
+    app.store
+        .get(id)
+        .ok_or_else(|| match cluster::foreign_owner(id, &cfg.server.instance) {
+            Some(owner) => ApiError::RunOnOtherInstance {
+                instance: owner.to_string(),
+            },
+            None => ApiError::RunNotFound,
+        })
+}
+
+/// Whether the client asks for Server-Sent Events.
+pub fn wants_events(req: &Request) -> bool {
+    req.header("accept")
+        .is_some_and(|a| a.to_ascii_lowercase().contains("text/event-stream"))
+}
+
+/// `GET /api/runs/<id>/output`: the kept output, or with `follow=1` (or
+/// `Accept: text/event-stream`) the output as it is written, as events.
+///
+/// # Errors
+/// See [`authorize`]; `invalid_parameter` for a bad `follow` or an unknown
+/// parameter.
+pub fn output(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Response, ApiError> {
+    let (rec, _) = authorize(app, cfg, req, id)?;
+    let follow = api::parse_bool("follow", req.query_one("follow")?)?;
+    api::reject_unknown(req, &OUTPUT_PARAMS)?;
+    let path = app.store.output_path(&rec.run);
+    if follow || wants_events(req) {
+        let store = std::sync::Arc::clone(&app.store);
+        let run = rec.run.clone();
+        let end: End = Box::new(move || {
+            store
+                .get(&run)
+                .filter(|r| r.state.is_terminal())
+                .and_then(|r| serde_json::to_value(r).ok())
+        });
+        return Ok(events(Follower::new(path, end)));
+    }
+    let w = output::read_whole(&path);
+    Ok(Response::json(
+        200,
+        &json!({
+            "Run": rec.run,
+            "State": rec.state.name(),
+            "Stdout": String::from_utf8_lossy(&w.stdout),
+            "Stderr": String::from_utf8_lossy(&w.stderr),
+            "StdoutTruncated": w.stdout_truncated,
+            "StderrTruncated": w.stderr_truncated,
+        }),
+    ))
+}
+
+/// A `text/event-stream` response following a run.
+pub fn events(f: Follower) -> Response {
+    Response::streaming(200, "text/event-stream", f)
+        .with_header("Cache-Control", "no-store")
+        .with_header("X-Accel-Buffering", "no")
+}
+
+/// `POST /api/runs/<id>/cancel`: stop a queued or running run.
+///
+/// # Errors
+/// See [`authorize`]; 409 `run_ended` for a run that has already ended.
+pub fn cancel(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Response, ApiError> {
+    let (rec, caller) = authorize(app, cfg, req, id)?;
+    api::reject_unknown(req, &["api_key"])?;
+    let rec = stop(app, cfg, rec, &caller)?;
+    let status = if rec.state.is_terminal() { 200 } else { 202 };
+    let body = json!({
+        "Success": "Run cancelled.",
+        "Run": rec.run,
+        "State": rec.state.name(),
+    });
+    Ok(Response::json(status, &body).with_run(&rec.run))
+}
+
+/// Stop the run of `rec` and wait (at most its kill grace and a little
+/// more) until it has ended; its record then.
+///
+/// # Errors
+/// 409 `run_ended` for a run that has already ended.
+pub fn stop(
+    app: &App,
+    cfg: &Config,
+    rec: RunRecord,
+    caller: &Caller,
+) -> Result<RunRecord, ApiError> {
+    let ended = |r: &RunRecord| ApiError::RunEnded {
+        run: r.run.clone(),
+        state: r.state.name(),
+    };
+    if rec.state.is_terminal() {
+        return Err(ended(&rec));
+    }
+    log::info!("run {} cancelled by {caller:?}", rec.run);
+    if app.runner.cancel(&rec.run) == Cancel::NotActive {
+        let now = app.store.get(&rec.run).unwrap_or(rec);
+        return Err(ended(&now));
+    }
+    let deadline = Instant::now() + cfg.server.kill_grace + Duration::from_secs(10);
+    loop {
+        let now = app.store.get(&rec.run).unwrap_or_else(|| rec.clone());
+        if now.state.is_terminal() || Instant::now() >= deadline {
+            return Ok(now);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The final object of a streamed sync call: the body the sync call
+/// would have answered, success or error.
+pub fn final_object(id: &str, outcome: crate::runner::step::Outcome) -> Value {
+    match api::finished_body(id, outcome) {
+        Ok(v) => v,
+        Err(e) => Response::from(e).json_body(),
+    }
+}
