@@ -57,6 +57,9 @@ pub fn authorize(
         }
         return Ok((rec, Caller::ApiKey(key.name.clone())));
     }
+    if req.bearer().is_none() && req.header("cookie").is_none() {
+        return Err(ApiError::MissingApiKey);
+    }
     if req.bearer().is_none() && app.sessions.of_request(cfg, req).is_none() {
         return Err(ApiError::Unauthorized);
     }

@@ -8,6 +8,7 @@ mod cluster; // several instances: run ids naming their instance, 421, readiness
 mod limits; // connections, sizes, fairness, EMFILE, overload, crash, hostile programs, rate limits, users
 mod openapi; // openapi.json against src/routes.rs and the error codes; GET /openapi.json
 mod reload; // hot reload: every edit style, ConfigMap symlink swap, invalid edits, SIGHUP, 10k files
+mod runs_output; // kept output, following it (events, curl -N), streamed sync calls, cancel and its process group
 mod runs; // run records: GET /api/runs/<id>, output caps, crash recovery, SIGTERM, per-function concurrency
 mod switch; // the public switch flipped from trigd: HTTP operation, form, confirmation, config rewrite, read-only, admins, CSRF, races
 mod tools; // generated tool endpoints: environments, values by name, bearer app keys, User-Agent rule, endpoint view

@@ -507,6 +507,7 @@ impl Runner {
         rec.state = RunState::Running;
         rec.started_at = Some(now_rfc3339());
         self.record(&rec);
+        log::info!("run {} started", rec.run);
         let started = Instant::now();
         let output = self.output_file(&rec.run, job);
         let outcome = match self.register(&rec.run) {
