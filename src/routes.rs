@@ -54,6 +54,13 @@ pub fn handle(app: &App, req: &Request) -> Response {
         ("POST", ["workspaces", ws, "settings", "application-key"]) => {
             ui::regenerate(app, &cfg, req, ws)
         }
+        ("GET", ["runs"]) => ui::runs_list(app, &cfg, req),
+        ("GET", ["runs", id]) => ui::run_show(app, &cfg, req, id),
+        ("POST", ["runs", id, "cancel"]) => ui::run_cancel(app, &cfg, req, id),
+        (_, ["runs"] | ["runs", _]) => Err(ApiError::MethodNotAllowed { allow: vec!["GET"] }),
+        (_, ["runs", _, "cancel"]) => Err(ApiError::MethodNotAllowed {
+            allow: vec!["POST"],
+        }),
         ("GET" | "HEAD", ["static", name]) => ui::asset(name),
         ("GET", ["tools", tool, "endpoints"]) if ui::wants_html(req) => {
             ui::endpoints(app, &cfg, req, tool)

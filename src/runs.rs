@@ -88,7 +88,7 @@ fn uses_api_key(cfg: &Config, req: &Request) -> Result<bool, ApiError> {
 }
 
 /// The record of run `id`, or why there is none here.
-fn record(app: &App, cfg: &Config, id: &str) -> Result<RunRecord, ApiError> {
+pub fn record(app: &App, cfg: &Config, id: &str) -> Result<RunRecord, ApiError> {
     app.store
         .get(id)
         .ok_or_else(|| match cluster::foreign_owner(id, &cfg.server.instance) {

@@ -15,11 +15,13 @@
 
 mod endpoints;
 mod login;
+mod runs;
 mod settings;
 mod switch;
 
 pub use endpoints::endpoints;
 pub use login::{login, login_form, logout};
+pub use runs::{cancel as run_cancel, list as runs_list, show as run_show};
 pub use settings::{home, regenerate, settings};
 pub use switch::{post as switch_post, put as switch_put};
 
@@ -134,6 +136,7 @@ fn title_case(code: &str) -> String {
 fn top_bar(s: &Session) -> String {
     format!(
         "<header class=\"bar\">\n<a class=\"brand\" href=\"/\">trigd</a>\n\
+         <a href=\"/runs\">Runs</a>\n\
          <span class=\"who\">Signed in as <strong>{}</strong></span>\n\
          <form method=\"post\" action=\"/logout\">{}<button type=\"submit\">Log out</button></form>\n</header>",
         escape(&s.user),

@@ -1,0 +1,451 @@
+//! The runs pages: `GET /runs`, the runs of the programs in the signed-in
+//! member's workspaces (newest first, filtered by tool, program and state,
+//! paged), and `GET /runs/<id>`, one run with its steps, Result and output
+//! (followed live by `app.js` while the run is not over), with a Cancel
+//! form (`POST /runs/<id>/cancel`, CSRF token in the form).
+//!
+//! Program output is untrusted: it is escaped like every other value, and
+//! terminal escape sequences (ANSI colours) are removed ([`strip_ansi`]).
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+use super::{csrf_field, escape, field, finish, form, html, login_required, page, redirect, top_bar};
+use crate::app::App;
+use crate::config::Config;
+use crate::http::{percent_encode, ApiError, Request, Response};
+use crate::output::{self, Frame};
+use crate::runner::handle::Stream;
+use crate::runs::{self, Caller};
+use crate::sessions::{self, Session};
+use crate::store::{RunFilter, RunRecord, RunState, ALL_STATES};
+
+/// Runs per page.
+pub const PAGE: usize = 50;
+
+/// Query parameters of `GET /runs`.
+const LIST_PARAMS: [&str; 4] = ["tool", "program", "state", "page"];
+
+/// The signed-in user, or the answer for a request without a session.
+fn signed_in(app: &App, cfg: &Config, req: &Request, next: &str) -> Result<Session, Response> {
+    match app.sessions.of_request(cfg, req) {
+        Some((_, s)) => Ok(s),
+        None => Err(login_required(req, next).unwrap_or_else(Response::from)),
+    }
+}
+
+/// The workspaces `user` is a member of.
+fn workspaces_of<'a>(cfg: &'a Config, user: &str) -> BTreeSet<&'a str> {
+    cfg.workspaces
+        .iter()
+        .filter(|(_, w)| w.members.iter().any(|m| m == user))
+        .map(|(n, _)| n.as_str())
+        .collect()
+}
+
+/// The filter and page of a `GET /runs` query.
+fn parse_filter(req: &Request) -> Result<(RunFilter, usize), ApiError> {
+    let bad = |name: &str, msg: String| ApiError::InvalidParameter {
+        name: name.into(),
+        msg,
+    };
+    if let Some((k, _)) = req.query.iter().find(|(k, _)| !LIST_PARAMS.contains(&k.as_str())) {
+        return Err(bad(k, format!("Unknown parameter '{k}'. Accepted: {}.", LIST_PARAMS.join(", "))));
+    }
+    let nonempty = |name: &'static str| -> Result<Option<&str>, ApiError> {
+        Ok(req.query_one(name)?.filter(|v| !v.is_empty()))
+    };
+    let program = match nonempty("program")? {
+        Some(p) => Some(p.parse().map_err(|_| bad("program", "program must be a program id.".into()))?),
+        None => None,
+    };
+    let state = match nonempty("state")? {
+        Some(s) => Some(RunState::from_name(s).ok_or_else(|| {
+            let names: Vec<&str> = ALL_STATES.iter().map(|s| s.name()).collect();
+            bad("state", format!("state must be one of {}.", names.join(", ")))
+        })?),
+        None => None,
+    };
+    let page = match nonempty("page")? {
+        Some(p) => p
+            .parse::<usize>()
+            .ok()
+            .filter(|p| *p < 100_000)
+            .ok_or_else(|| bad("page", "page must be a number from 0.".into()))?,
+        None => 0,
+    };
+    let tool = nonempty("tool")?.map(str::to_string);
+    Ok((RunFilter { program, state, tool }, page))
+}
+
+/// `GET /runs`: the runs of the member's workspaces.
+///
+/// # Errors
+/// 401 for a non-browser client without a session; 400
+/// `invalid_parameter` for a bad filter.
+pub fn list(app: &App, cfg: &Config, req: &Request) -> Result<Response, ApiError> {
+    let s = match signed_in(app, cfg, req, "/runs") {
+        Ok(s) => s,
+        Err(r) => return Ok(r),
+    };
+    finish(req, list_page(app, cfg, req, &s))
+}
+
+fn list_page(app: &App, cfg: &Config, req: &Request, s: &Session) -> Result<Response, ApiError> {
+    let (filter, page_no) = parse_filter(req)?;
+    let wss = workspaces_of(cfg, &s.user);
+    let visible = |pid: u64| {
+        cfg.program(pid)
+            .and_then(|p| p.workspace.as_deref())
+            .is_some_and(|w| wss.contains(w))
+    };
+    let (runs, more) = app.store.list(visible, &filter, page_no * PAGE, PAGE);
+    let mut rows = String::new();
+    for r in &runs {
+        rows.push_str(&list_row(cfg, r));
+    }
+    if rows.is_empty() {
+        rows = "<tr><td colspan=\"7\" class=\"muted\">No runs.</td></tr>\n".into();
+    }
+    let body = format!(
+        "{}\n<main>\n<h1>Runs</h1>\n{}\n<table class=\"runs\">\n<thead><tr><th>Run</th><th>State</th>\
+         <th>Program</th><th>Function</th><th>Origin</th><th>Started</th><th>Duration</th></tr></thead>\n\
+         <tbody>\n{rows}</tbody>\n</table>\n{}\n</main>",
+        top_bar(s),
+        filter_form(cfg, &wss, &filter),
+        pager(req, page_no, more)
+    );
+    Ok(html(200, page("Runs", &body)))
+}
+
+fn list_row(cfg: &Config, r: &RunRecord) -> String {
+    let program = cfg
+        .program(r.program)
+        .map_or_else(|| r.program.to_string(), |p| p.name.clone());
+    format!(
+        "<tr><td><a href=\"/runs/{0}\"><code>{1}</code></a></td><td><span class=\"state state-{2}\">{2}</span></td>\
+         <td>{3}</td><td>{4}</td><td>{5}</td><td>{6}</td><td>{7}</td></tr>\n",
+        percent_encode(&r.run),
+        escape(&r.run),
+        r.state.name(),
+        escape(&program),
+        escape(&r.function),
+        escape(&origin(r)),
+        escape(r.started_at.as_deref().unwrap_or(&r.created_at)),
+        escape(&duration(r)),
+    )
+}
+
+/// Who started the run, and through which tool environment.
+fn origin(r: &RunRecord) -> String {
+    match &r.tool {
+        Some(t) => format!("{} via {t}", r.by),
+        None => r.by.clone(),
+    }
+}
+
+fn filter_form(cfg: &Config, wss: &BTreeSet<&str>, f: &RunFilter) -> String {
+    let opt = |value: &str, label: &str, selected: bool| {
+        format!(
+            "<option value=\"{}\"{}>{}</option>",
+            escape(value),
+            if selected { " selected" } else { "" },
+            escape(label)
+        )
+    };
+    let mut tools = opt("", "any tool", f.tool.is_none());
+    for t in cfg.tools.values().filter(|t| wss.contains(t.workspace.as_str())) {
+        tools.push_str(&opt(&t.name, &t.name, f.tool.as_deref() == Some(&t.name)));
+    }
+    let mut programs = opt("", "any program", f.program.is_none());
+    for p in cfg.programs.values() {
+        if p.workspace.as_deref().is_some_and(|w| wss.contains(w)) {
+            let label = format!("{} ({})", p.name, p.id);
+            programs.push_str(&opt(&p.id.to_string(), &label, f.program == Some(p.id)));
+        }
+    }
+    let mut states = opt("", "any state", f.state.is_none());
+    for s in ALL_STATES {
+        states.push_str(&opt(s.name(), s.name(), f.state == Some(s)));
+    }
+    format!(
+        "<form method=\"get\" action=\"/runs\" class=\"filters\">\n\
+         <label>Tool <select name=\"tool\">{tools}</select></label>\n\
+         <label>Program <select name=\"program\">{programs}</select></label>\n\
+         <label>State <select name=\"state\">{states}</select></label>\n\
+         <button type=\"submit\">Filter</button>\n</form>"
+    )
+}
+
+/// Links to the newer and older pages, keeping the filter.
+fn pager(req: &Request, page_no: usize, more: bool) -> String {
+    let link = |p: usize, label: &str| {
+        let mut q: String = req
+            .query
+            .iter()
+            .filter(|(k, _)| k != "page")
+            .map(|(k, v)| format!("{}={}&", percent_encode(k), percent_encode(v)))
+            .collect();
+        write!(q, "page={p}").ok();
+        format!("<a href=\"/runs?{}\">{label}</a>", escape(&q))
+    };
+    let mut out = String::from("<nav class=\"pager\">");
+    if page_no > 0 {
+        out.push_str(&link(page_no - 1, "\u{2190} Newer"));
+    }
+    write!(out, " <span class=\"muted\">page {}</span> ", page_no + 1).ok();
+    if more {
+        out.push_str(&link(page_no + 1, "Older \u{2192}"));
+    }
+    out.push_str("</nav>");
+    out
+}
+
+/// The run `id` if the session's user may see it: a member of its
+/// program's workspace.
+fn visible_run(app: &App, cfg: &Config, s: &Session, id: &str) -> Result<RunRecord, ApiError> {
+    let rec = runs::record(app, cfg, id)?;
+    let ws = cfg.program(rec.program).and_then(|p| p.workspace.as_deref());
+    match ws {
+        Some(ws) if workspaces_of(cfg, &s.user).contains(ws) => Ok(rec),
+        _ => Err(ApiError::RunNotFound),
+    }
+}
+
+/// `GET /runs/<id>`: one run.
+///
+/// # Errors
+/// 401 for a non-browser client without a session; 404 for a run the
+/// member may not see.
+pub fn show(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Response, ApiError> {
+    let next = format!("/runs/{}", percent_encode(id));
+    let s = match signed_in(app, cfg, req, &next) {
+        Ok(s) => s,
+        Err(r) => return Ok(r),
+    };
+    finish(
+        req,
+        visible_run(app, cfg, &s, id).map(|rec| run_page(app, cfg, &s, &rec)),
+    )
+}
+
+/// `POST /runs/<id>/cancel`: the Cancel button; back to the run's page.
+///
+/// # Errors
+/// 403 `csrf_rejected` without the session's token; 409 `run_ended`.
+pub fn cancel(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Response, ApiError> {
+    let next = format!("/runs/{}", percent_encode(id));
+    let s = match signed_in(app, cfg, req, &next) {
+        Ok(s) => s,
+        Err(r) => return Ok(r),
+    };
+    let inner = || {
+        let f = form(req)?;
+        if !field(&f, "csrf").is_some_and(|t| sessions::same_token(t, &s.csrf)) {
+            return Err(ApiError::CsrfRejected);
+        }
+        let rec = visible_run(app, cfg, &s, id)?;
+        let caller = Caller::Member(format!("session:{}", s.user));
+        runs::stop(app, cfg, rec, &caller)?;
+        Ok(redirect(&next))
+    };
+    finish(req, inner())
+}
+
+fn run_page(app: &App, cfg: &Config, s: &Session, r: &RunRecord) -> Response {
+    let program = cfg
+        .program(r.program)
+        .map_or_else(|| r.program.to_string(), |p| format!("{} ({})", p.name, p.id));
+    let mut facts = String::new();
+    let mut fact = |k: &str, v: &str| {
+        write!(facts, "<dt>{}</dt><dd>{}</dd>\n", escape(k), escape(v)).ok();
+    };
+    fact("Program", &program);
+    fact("Function", &r.function);
+    fact("Origin", &origin(r));
+    fact("Created", &r.created_at);
+    fact("Started", r.started_at.as_deref().unwrap_or("\u{2014}"));
+    fact("Finished", r.finished_at.as_deref().unwrap_or("\u{2014}"));
+    fact("Duration", &duration(r));
+    if let Some(e) = &r.error {
+        fact("Error", &strip_ansi(e));
+    }
+    let live = !r.state.is_terminal();
+    let cancel = if live {
+        format!(
+            "<form method=\"post\" action=\"/runs/{}/cancel\" class=\"cancel\">{}\
+             <button type=\"submit\" id=\"cancel\">Cancel</button></form>",
+            percent_encode(&r.run),
+            csrf_field(s)
+        )
+    } else {
+        String::new()
+    };
+    let result = r.result.as_ref().map_or_else(String::new, |v| {
+        let text = serde_json::to_string_pretty(v).unwrap_or_default();
+        format!("<h2>Result</h2>\n<pre id=\"result\">{}</pre>\n", escape(&strip_ansi(&text)))
+    });
+    let follow = if live {
+        format!(
+            " data-follow=\"/api/runs/{}/output?follow=1\"",
+            percent_encode(&r.run)
+        )
+    } else {
+        String::new()
+    };
+    let body = format!(
+        "{bar}\n<main>\n<p><a href=\"/runs\">\u{2190} Runs</a></p>\n<h1>Run <code>{run}</code></h1>\n\
+         <p>State: <span id=\"state\" class=\"state state-{state}\">{state}</span></p>\n{cancel}\n\
+         <dl class=\"facts\">\n{facts}</dl>\n<h2>Steps</h2>\n{steps}\n{result}\
+         <h2>Output</h2>\n<pre id=\"output\" class=\"output\"{follow}>{output}</pre>\n</main>",
+        bar = top_bar(s),
+        run = escape(&r.run),
+        state = r.state.name(),
+        steps = steps_table(&r.steps),
+        output = output_html(&app.store.output_path(&r.run)),
+    );
+    html(200, page("Run", &body))
+}
+
+fn steps_table(steps: &[Value]) -> String {
+    if steps.is_empty() {
+        return "<p class=\"muted\">No step has run.</p>".into();
+    }
+    let mut rows = String::new();
+    for (i, s) in steps.iter().enumerate() {
+        let num = |k: &str| s.get(k).and_then(Value::as_i64).map_or_else(|| "\u{2014}".into(), |n| n.to_string());
+        write!(
+            rows,
+            "<tr><td>{i}</td><td>{}</td><td>{}</td><td>{}</td><td>{} ms</td></tr>\n",
+            escape(s.get("Kind").and_then(Value::as_str).unwrap_or("")),
+            num("ExitCode"),
+            num("Signal"),
+            num("DurationMs"),
+        )
+        .ok();
+    }
+    format!(
+        "<table class=\"steps\">\n<thead><tr><th>Step</th><th>Kind</th><th>Exit code</th><th>Signal</th>\
+         <th>Duration</th></tr></thead>\n<tbody>\n{rows}</tbody>\n</table>"
+    )
+}
+
+/// The kept output, interleaved as printed, stderr marked; escaped and
+/// without terminal escape sequences.
+fn output_html(path: &std::path::Path) -> String {
+    let Ok(file) = std::fs::File::open(path) else {
+        return String::new();
+    };
+    let mut out = String::new();
+    let mut text: [output::Utf8Carry; 2] = Default::default();
+    let mut offset = 0;
+    loop {
+        let (frames, next) = output::read_frames(&file, offset);
+        if frames.is_empty() {
+            return out;
+        }
+        offset = next;
+        for f in frames {
+            match f {
+                Frame::Data(Stream::Stdout, d) => {
+                    out.push_str(&escape(&strip_ansi(&text[0].feed(&d))));
+                }
+                Frame::Data(Stream::Stderr, d) => {
+                    let t = escape(&strip_ansi(&text[1].feed(&d)));
+                    write!(out, "<span class=\"stderr\">{t}</span>").ok();
+                }
+                Frame::Truncated(s) => {
+                    let name = crate::follow::stream_name(s);
+                    write!(out, "<span class=\"note\">[{name} truncated at max_output_bytes]</span>\n").ok();
+                }
+            }
+        }
+    }
+}
+
+/// `s` without terminal escape sequences (CSI such as colours, OSC such as
+/// titles and links, and two-byte escapes) and without other control
+/// characters than newline and tab.
+pub fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut it = s.chars().peekable();
+    while let Some(c) = it.next() {
+        match c {
+            '\u{1b}' => match it.next() {
+                // CSI: parameters and intermediates, then one final byte.
+                Some('[') => {
+                    for c in it.by_ref() {
+                        if ('@'..='~').contains(&c) {
+                            break;
+                        }
+                    }
+                }
+                // OSC: up to BEL or ESC \.
+                Some(']') => {
+                    while let Some(c) = it.next() {
+                        if c == '\u{7}' || (c == '\u{1b}' && it.next_if_eq(&'\\').is_some()) {
+                            break;
+                        }
+                    }
+                }
+                _ => {}
+            },
+            '\n' | '\t' => out.push(c),
+            c if c.is_control() => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The run's duration, `1.234 s`, from its start to its end (or `—`).
+fn duration(r: &RunRecord) -> String {
+    let ms = |t: &Option<String>| t.as_deref().and_then(epoch_ms);
+    match (ms(&r.started_at), ms(&r.finished_at)) {
+        (Some(a), Some(b)) if b >= a => format!("{:.3} s", (b - a) as f64 / 1000.0),
+        _ => "\u{2014}".into(),
+    }
+}
+
+/// Milliseconds since the epoch of an RFC 3339 UTC time as trigd writes
+/// them (`2026-11-22T04:14:00.123Z`).
+fn epoch_ms(t: &str) -> Option<i64> {
+    let n = |a: usize, b: usize| t.get(a..b)?.parse::<i64>().ok();
+    if t.len() != 24 || !t.ends_with('Z') {
+        return None;
+    }
+    let (y, m, d) = (n(0, 4)?, n(5, 7)?, n(8, 10)?);
+    let (hh, mm, ss, ms) = (n(11, 13)?, n(14, 16)?, n(17, 19)?, n(20, 23)?);
+    // Days from civil (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(((days * 86_400 + hh * 3600 + mm * 60 + ss) * 1000) + ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ansi_sequences_and_controls_are_removed() {
+        assert_eq!(strip_ansi("\u{1b}[1;31mred\u{1b}[0m ok\n"), "red ok\n");
+        assert_eq!(strip_ansi("a\u{1b}]0;title\u{7}b"), "ab");
+        assert_eq!(strip_ansi("a\u{1b}]8;;http://x\u{1b}\\link"), "alink");
+        assert_eq!(strip_ansi("bell\u{7}\r\tx"), "bell\tx");
+        assert_eq!(strip_ansi("<script>"), "<script>", "escaping is separate");
+    }
+
+    #[test]
+    fn times_as_trigd_writes_them() {
+        assert_eq!(epoch_ms("1970-01-01T00:00:00.000Z"), Some(0));
+        assert_eq!(epoch_ms("2026-11-22T04:20:34.567Z"), Some(1_795_321_234_567));
+        assert_eq!(epoch_ms("2000-02-29T00:00:00.000Z"), Some(951_782_400_000));
+        assert_eq!(epoch_ms("yesterday"), None);
+    }
+}
