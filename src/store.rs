@@ -100,7 +100,7 @@ pub struct RunRecord {
     /// Whether it was started with `run_async`.
     #[serde(default)]
     pub r#async: bool,
-    /// Who started it: `api_key:<name>`, `app_key:<member>`, `session:<user>`, `public`, `cli`.
+    /// Who started it: `api_key:<name>`, `app_key:<member>`, `session:<user>`, `public`.
     #[serde(default)]
     pub by: String,
     /// The tool environment that started it, `<tool>/<environment>`
@@ -124,6 +124,9 @@ pub struct RunRecord {
     /// What went wrong, when failed, timed out or interrupted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The last 2 KiB of the failed step's stdout, when it printed any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout: Option<String>,
 }
 
 /// Where the latest line of a run sits in the log, and what the runs
@@ -631,6 +634,7 @@ mod tests {
             steps: vec![],
             result: None,
             error: None,
+            stdout: None,
         }
     }
 

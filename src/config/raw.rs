@@ -339,6 +339,9 @@ pub struct RawFunction {
     pub workdir: Option<String>,
     /// `concurrency`, >= 1.
     pub concurrency: Option<Spanned<i64>>,
+    /// `output`: how stdout becomes a Result element (default `auto`).
+    #[serde(default)]
+    pub output: super::OutputMode,
     /// `user`: name or numeric uid to run the steps as (trigd as root).
     pub user: Option<Spanned<RawId>>,
     /// `group`: name or numeric gid to run the steps as (trigd as root).

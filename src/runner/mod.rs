@@ -491,6 +491,7 @@ impl Runner {
             steps: Vec::new(),
             result: None,
             error: None,
+            stdout: None,
         }
     }
 
@@ -542,6 +543,7 @@ impl Runner {
                     _ => RunState::Failed,
                 };
                 rec.error = Some(describe(e));
+                rec.stdout = failed_stdout(e);
             }
         }
         self.record(&rec);
@@ -704,6 +706,16 @@ impl Runner {
                 .map_or_else(|e| e.into_inner().0, |r| r.0);
         }
         true
+    }
+}
+
+/// The stdout tail a failed step left, when it printed anything.
+fn failed_stdout(e: &StepError) -> Option<String> {
+    match e {
+        StepError::Failed { stdout_tail, .. } if !stdout_tail.is_empty() => {
+            Some(stdout_tail.clone())
+        }
+        _ => None,
     }
 }
 
