@@ -311,7 +311,7 @@ fn a_sync_call_can_stream_and_ends_with_the_sync_answer() {
 }
 
 /// Process ids whose process group is `pgid`, from `/proc`.
-fn group_members(pgid: u32) -> Vec<u32> {
+pub fn group_members(pgid: u32) -> Vec<u32> {
     let mut out = Vec::new();
     for e in fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {

@@ -284,8 +284,8 @@ fn run_page(app: &App, cfg: &Config, s: &Session, r: &RunRecord) -> Response {
         String::new()
     };
     let result = r.result.as_ref().map_or_else(String::new, |v| {
-        let text = serde_json::to_string_pretty(v).unwrap_or_default();
-        format!("<h2>Result</h2>\n<pre id=\"result\">{}</pre>\n", escape(&strip_ansi(&text)))
+        let text = serde_json::to_string_pretty(&strip_value(v)).unwrap_or_default();
+        format!("<h2>Result</h2>\n<pre id=\"result\">{}</pre>\n", escape(&text))
     });
     let follow = if live {
         format!(
@@ -398,6 +398,20 @@ pub fn strip_ansi(s: &str) -> String {
         }
     }
     out
+}
+
+/// `v` with [`strip_ansi`] applied to every string in it.
+fn strip_value(v: &Value) -> Value {
+    match v {
+        Value::String(s) => Value::String(strip_ansi(s)),
+        Value::Array(a) => Value::Array(a.iter().map(strip_value).collect()),
+        Value::Object(o) => Value::Object(
+            o.iter()
+                .map(|(k, v)| (strip_ansi(k), strip_value(v)))
+                .collect(),
+        ),
+        v => v.clone(),
+    }
 }
 
 /// The run's duration, `1.234 s`, from its start to its end (or `—`).
