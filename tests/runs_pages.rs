@@ -50,6 +50,12 @@ workdir = "../work"
 timeout = "120s"
 steps = [{ shell = 'trap "" TERM; sleep 300 & echo $$ > leader; echo started; wait' }]
 [functions.webhook]
+
+[[functions]]
+name = "ticks"
+timeout = "60s"
+steps = [{ shell = 'for i in $(seq 1 15); do echo "tick $i"; sleep 0.2; done' }]
+[functions.webhook]
 "#,
     ),
     (
@@ -67,7 +73,7 @@ command = ["echo", "hello dev"]
 ];
 
 /// A server with [`ui_config`], the key [`KEY`] and [`PROGRAMS`].
-fn start(name: &str, server: &str) -> (TestDir, Trigd) {
+pub fn start(name: &str, server: &str) -> (TestDir, Trigd) {
     let dir = setup_dir(name, server);
     let t = Trigd::start(&dir);
     (dir, t)
@@ -87,7 +93,8 @@ fn setup_dir(name: &str, server: &str) -> TestDir {
     dir
 }
 
-fn run(t: &Trigd, program: u64, function: &str, extra: &str) -> String {
+/// Start a run of `function` of `program` with [`KEY`]; its id.
+pub fn run(t: &Trigd, program: u64, function: &str, extra: &str) -> String {
     let r = t.post(&format!(
         "/api?api_key={KEY}&program_id={program}&function={function}{extra}"
     ));
@@ -198,6 +205,11 @@ fn the_cancel_button_needs_the_csrf_token_and_stops_the_group() {
     let leader: u32 = dir.read("work/leader").trim().parse().unwrap();
     let alice = login(&t, "alice");
     let r = page(&t, &format!("/runs/{id}"), &alice);
+    r.check_eq(
+        r.header("content-security-policy"),
+        Some(&*CSP.replace("form-action", "connect-src 'self'; form-action")),
+        "CSP of a live run: its own event stream only",
+    );
     let text = r.text();
     r.check(text.contains("id=\"cancel\""), "a Cancel button");
     r.check(

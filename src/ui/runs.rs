@@ -306,8 +306,23 @@ fn run_page(app: &App, cfg: &Config, s: &Session, r: &RunRecord) -> Response {
         steps = steps_table(&r.steps),
         output = output_html(&app.store.output_path(&r.run)),
     );
-    html(200, page("Run", &body))
+    let mut r = html(200, page("Run", &body));
+    if live {
+        // The page's own script reads the run's events from this origin;
+        // everything else stays as on every page.
+        for (k, v) in &mut r.headers {
+            if k == "Content-Security-Policy" {
+                *v = CSP_FOLLOW.to_string();
+            }
+        }
+    }
+    r
 }
+
+/// The Content-Security-Policy of the page of a run that is not over: the
+/// one of every page, plus `connect-src 'self'` for its event stream.
+pub const CSP_FOLLOW: &str = "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; \
+                              connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 fn steps_table(steps: &[Value]) -> String {
     if steps.is_empty() {
