@@ -12,12 +12,12 @@ use serde_json::{json, Value};
 use crate::app::App;
 use crate::cluster;
 use crate::config::{Config, Function, Program, Server};
-use crate::http::{ApiError, Request, Response};
 use crate::follow::{End, Follower};
+use crate::http::{ApiError, Request, Response};
 use crate::ratelimit;
-use crate::runs;
 use crate::runner::step::{Outcome, StepError};
 use crate::runner::{Job, RunError};
+use crate::runs;
 
 /// The query parameters `POST /api` accepts (the seed's names, and
 /// `stream`).
@@ -92,7 +92,9 @@ fn start_streamed(app: &App, job: Job) -> Result<Response, ApiError> {
     let end: End = Box::new(move || match rx.try_recv() {
         Ok(outcome) => Some(runs::final_object(&run, outcome)),
         Err(mpsc::TryRecvError::Empty) => None,
-        Err(mpsc::TryRecvError::Disconnected) => Some(Response::from(ApiError::Internal).json_body()),
+        Err(mpsc::TryRecvError::Disconnected) => {
+            Some(Response::from(ApiError::Internal).json_body())
+        }
     });
     Ok(runs::events(Follower::new(path, end)).with_run(&id))
 }

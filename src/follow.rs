@@ -111,7 +111,11 @@ impl Follower {
                     }
                 }
                 Frame::Truncated(s) => {
-                    event(&mut self.out, "truncated", &json!({"Stream": stream_name(*s)}));
+                    event(
+                        &mut self.out,
+                        "truncated",
+                        &json!({"Stream": stream_name(*s)}),
+                    );
                 }
             }
         }

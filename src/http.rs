@@ -237,7 +237,11 @@ impl Response {
     }
 
     /// A response whose body is read from `body` while it is sent.
-    pub fn streaming(status: u16, content_type: &str, body: impl Read + Send + 'static) -> Response {
+    pub fn streaming(
+        status: u16,
+        content_type: &str,
+        body: impl Read + Send + 'static,
+    ) -> Response {
         let mut r = Response::text(status, content_type, Vec::new());
         r.stream = Some(StreamBody::new(body));
         r

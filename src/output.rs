@@ -309,8 +309,14 @@ mod tests {
         assert_eq!(end, fs::metadata(&p).unwrap().len());
         assert_eq!(read_frames(&f, end).0, vec![]);
         let w = read_whole(&p);
-        assert_eq!((w.stdout.as_slice(), w.stdout_truncated), (&b"one\nt"[..], true));
-        assert_eq!((w.stderr.as_slice(), w.stderr_truncated), (&b"err\n"[..], false));
+        assert_eq!(
+            (w.stdout.as_slice(), w.stdout_truncated),
+            (&b"one\nt"[..], true)
+        );
+        assert_eq!(
+            (w.stderr.as_slice(), w.stderr_truncated),
+            (&b"err\n"[..], false)
+        );
     }
 
     #[test]

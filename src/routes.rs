@@ -33,9 +33,7 @@ pub fn handle(app: &App, req: &Request) -> Response {
         ("GET", ["api", "runs", id]) => api::run_status(app, &cfg, req, id),
         (_, ["api", "runs", _]) => Err(ApiError::MethodNotAllowed { allow: vec!["GET"] }),
         ("GET", ["api", "runs", id, "output"]) => runs::output(app, &cfg, req, id),
-        (_, ["api", "runs", _, "output"]) => {
-            Err(ApiError::MethodNotAllowed { allow: vec!["GET"] })
-        }
+        (_, ["api", "runs", _, "output"]) => Err(ApiError::MethodNotAllowed { allow: vec!["GET"] }),
         ("POST", ["api", "runs", id, "cancel"]) => runs::cancel(app, &cfg, req, id),
         (_, ["api", "runs", _, "cancel"]) => Err(ApiError::MethodNotAllowed {
             allow: vec!["POST"],

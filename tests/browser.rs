@@ -546,7 +546,10 @@ fn browser_run_page_follows_output_and_cancels() {
     b.wait_for("#output");
     let out = b.text("#output");
     assert!(out.contains("<script>alert(1)</script>"), "{out:?}");
-    assert!(!out.contains('\u{1b}') && out.contains("red & more"), "{out:?}");
+    assert!(
+        !out.contains('\u{1b}') && out.contains("red & more"),
+        "{out:?}"
+    );
     b.screenshot("runs-01-untrusted-output");
 
     // A run printing a line every 200 ms: lines appear while it runs, and
@@ -555,30 +558,42 @@ fn browser_run_page_follows_output_and_cancels() {
     b.go(&format!("{base}/runs/{ticks}"));
     b.wait_for("pre[data-follow]");
     assert!(
-        wait_until(Duration::from_secs(20), || b.text("#output").contains("tick 2")),
+        wait_until(Duration::from_secs(20), || b
+            .text("#output")
+            .contains("tick 2")),
         "no live output: {:?}",
         b.text("#output")
     );
-    assert_eq!(state(&ticks), "running", "the page showed lines before the end");
+    assert_eq!(
+        state(&ticks),
+        "running",
+        "the page showed lines before the end"
+    );
     b.screenshot("runs-02-live-output");
     assert!(
-        wait_until(Duration::from_secs(30), || b.exists("#state.state-finished")),
+        wait_until(Duration::from_secs(30), || b
+            .exists("#state.state-finished")),
         "the page did not reach the final state"
     );
     assert!(b.text("#output").contains("tick 15"));
-    assert!(!b.exists("pre[data-follow]"), "a finished run is not followed");
+    assert!(
+        !b.exists("pre[data-follow]"),
+        "a finished run is not followed"
+    );
 
     // Cancel from the page: no process of the group is left.
     let id = run(&t, 2, "stubborn", "&run_async=true");
     t.wait_for(Duration::from_secs(20), "the run to start", || {
-        dir.read_opt("work/leader").is_some_and(|s| !s.trim().is_empty())
+        dir.read_opt("work/leader")
+            .is_some_and(|s| !s.trim().is_empty())
     });
     let leader: u32 = dir.read("work/leader").trim().parse().unwrap();
     b.go(&format!("{base}/runs/{id}"));
     b.wait_for("#cancel");
     b.click("#cancel");
     assert!(
-        wait_until(Duration::from_secs(30), || b.exists("#state.state-cancelled")),
+        wait_until(Duration::from_secs(30), || b
+            .exists("#state.state-cancelled")),
         "the page does not show the cancel"
     );
     b.screenshot("runs-03-cancelled");

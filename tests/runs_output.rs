@@ -113,7 +113,7 @@ impl Stream {
         true
     }
 
-    fn to_end(&mut self) -> String {
+    fn read_to_end(&mut self) -> String {
         while self.chunk() {}
         self.text()
     }
@@ -168,13 +168,18 @@ fn output_of_a_finished_run_is_kept_across_a_restart_and_bounded() {
 
     let r = t.get(&output_url(&big, ""));
     let v = r.ok();
-    r.check_eq(&v["Stdout"].as_str().map(str::len), &Some(1000), "Stdout kept up to the bound");
+    r.check_eq(
+        &v["Stdout"].as_str().map(str::len),
+        &Some(1000),
+        "Stdout kept up to the bound",
+    );
     r.check_eq(&v["StdoutTruncated"], &json!(true), "StdoutTruncated");
     r.check_eq(&v["Stderr"], &json!("err\n"), "Stderr");
     r.check_eq(&v["StderrTruncated"], &json!(false), "StderrTruncated");
 
     // Bad inputs.
-    t.get(&format!("/api/runs/{id}/output")).err(401, "missing_api_key");
+    t.get(&format!("/api/runs/{id}/output"))
+        .err(401, "missing_api_key");
     t.get(&format!("/api/runs/{id}/output?api_key={KEY_P2}"))
         .err(404, "run_not_found");
     t.get(&output_url(&id, "&follow=maybe"))
@@ -188,7 +193,11 @@ fn output_of_a_finished_run_is_kept_across_a_restart_and_bounded() {
 
 #[test]
 fn output_goes_with_its_run_under_run_retention() {
-    let (dir, mut t) = serve("output_retention", "run_retention = 1", &[("ticks.toml", TICKS)]);
+    let (dir, mut t) = serve(
+        "output_retention",
+        "run_retention = 1",
+        &[("ticks.toml", TICKS)],
+    );
     let mut ids = Vec::new();
     for _ in 0..3 {
         let r = t.post(&api("noisy", ""));
@@ -204,7 +213,10 @@ fn output_goes_with_its_run_under_run_retention() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     let newest = ids[2].rsplit('-').next().unwrap().to_string();
-    t.check(left == vec![newest], format!("only the kept run's output is left: {left:?}"));
+    t.check(
+        left == vec![newest],
+        format!("only the kept run's output is left: {left:?}"),
+    );
     t.get(&output_url(&ids[0], "")).err(404, "run_not_found");
     t.get(&output_url(&ids[2], "")).ok();
 }
@@ -219,8 +231,12 @@ fn a_followed_run_streams_lines_before_it_ends() {
     assert!(s.head.contains("text/event-stream"), "{}", s.head);
     assert!(s.until("tick 2"), "stream ended early: {}", s.text());
     // The run prints ten lines 200 ms apart: it is still running now.
-    assert_eq!(state(&t, &id), json!("running"), "lines arrive while it runs");
-    let body = s.to_end();
+    assert_eq!(
+        state(&t, &id),
+        json!("running"),
+        "lines arrive while it runs"
+    );
+    let body = s.read_to_end();
     let end = end_event(&body);
     assert_eq!(end["State"], json!("finished"), "{body}");
     assert_eq!(end["Run"], json!(id));
@@ -235,7 +251,7 @@ fn a_followed_run_streams_lines_before_it_ends() {
         &output_url(&id, ""),
         "Accept: text/event-stream\r\n",
     );
-    let body = s.to_end();
+    let body = s.read_to_end();
     assert_eq!(output_text(&body, "stdout"), want);
     assert_eq!(end_event(&body)["State"], json!("finished"));
 }
@@ -262,7 +278,11 @@ fn curl_n_reads_lines_as_they_are_printed() {
         }
     }
     assert!(seen.iter().any(|l| l.contains("tick 1")), "{seen:?}");
-    assert_eq!(state(&t, &id), json!("running"), "curl saw a line before the end");
+    assert_eq!(
+        state(&t, &id),
+        json!("running"),
+        "curl saw a line before the end"
+    );
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     assert!(curl.wait().unwrap().success());
     let last_data = rest.iter().rev().find(|l| l.starts_with("data: ")).unwrap();
@@ -273,21 +293,31 @@ fn curl_n_reads_lines_as_they_are_printed() {
 
 #[test]
 fn a_sync_call_can_stream_and_ends_with_the_sync_answer() {
-    let (_dir, t) = serve("output_sync_stream", "", &[("ticks.toml", TICKS), ("gate.toml", GATE)]);
+    let (_dir, t) = serve(
+        "output_sync_stream",
+        "",
+        &[("ticks.toml", TICKS), ("gate.toml", GATE)],
+    );
     let mut s = Stream::open(&t, "POST", &api("ticks", "&stream=1"), "");
     assert!(s.head.starts_with("HTTP/1.1 200"), "{}", s.head);
     let id = s
         .head
         .lines()
-        .find_map(|l| l.strip_prefix("X-Run-Id: ").or_else(|| l.strip_prefix("x-run-id: ")))
+        .find_map(|l| {
+            l.strip_prefix("X-Run-Id: ")
+                .or_else(|| l.strip_prefix("x-run-id: "))
+        })
         .map(|v| v.trim().to_string());
     assert!(s.until("tick 1"), "{}", s.text());
     if let Some(id) = &id {
         assert_eq!(state(&t, id), json!("running"));
     }
-    let body = s.to_end();
+    let body = s.read_to_end();
     let end = end_event(&body);
-    let result: String = (1..=10).map(|i| format!("tick {i}")).collect::<Vec<_>>().join("\n");
+    let result: String = (1..=10)
+        .map(|i| format!("tick {i}"))
+        .collect::<Vec<_>>()
+        .join("\n");
     assert_eq!(end["Success"], json!("Program finished."), "{body}");
     assert_eq!(end["Result"], json!([result]), "{body}");
     assert!(is_run_id(end["Run"].as_str().unwrap_or("")), "{end}");
@@ -300,7 +330,7 @@ fn a_sync_call_can_stream_and_ends_with_the_sync_answer() {
         &format!("/api?api_key={KEY}&program_id=1&function=quick"),
         "Accept: text/event-stream\r\n",
     );
-    let end = end_event(&s.to_end());
+    let end = end_event(&s.read_to_end());
     assert_eq!(end["Result"], json!(["quick"]));
 
     // Without either, the seed's answer is unchanged.
@@ -339,8 +369,11 @@ fn cancel_stops_the_whole_group_and_a_finished_run_is_409() {
     let r = t.post(&api("stubborn", "&run_async=true"));
     let id = r.run_id(&r.ok());
     t.wait_for(WAIT, "the run to start its grandchild", || {
-        dir.read_opt("work/grandchild").is_some_and(|s| !s.trim().is_empty())
-            && dir.read_opt("work/leader").is_some_and(|s| !s.trim().is_empty())
+        dir.read_opt("work/grandchild")
+            .is_some_and(|s| !s.trim().is_empty())
+            && dir
+                .read_opt("work/leader")
+                .is_some_and(|s| !s.trim().is_empty())
     });
     let leader: u32 = dir.read("work/leader").trim().parse().unwrap();
     let grandchild: u32 = dir.read("work/grandchild").trim().parse().unwrap();
@@ -363,7 +396,11 @@ fn cancel_stops_the_whole_group_and_a_finished_run_is_409() {
     let rec = t.get(&format!("/api/runs/{id}?api_key={KEY}")).ok();
     assert_eq!(rec["State"], json!("cancelled"));
     let out = t.get(&output_url(&id, "")).ok();
-    assert_eq!(out["Stdout"], json!("started\n"), "output kept up to the cancel");
+    assert_eq!(
+        out["Stdout"],
+        json!("started\n"),
+        "output kept up to the cancel"
+    );
 
     let r = t.post(&format!("/api/runs/{id}/cancel?api_key={KEY}"));
     let v = r.err(409, "run_ended");
@@ -371,7 +408,11 @@ fn cancel_stops_the_whole_group_and_a_finished_run_is_409() {
     let r = t.post(&api("noisy", ""));
     let done = r.run_id(&r.ok());
     let r = t.post(&format!("/api/runs/{done}/cancel?api_key={KEY}"));
-    r.check_eq(&r.err(409, "run_ended")["State"], &json!("finished"), "State");
+    r.check_eq(
+        &r.err(409, "run_ended")["State"],
+        &json!("finished"),
+        "State",
+    );
 }
 
 #[test]
@@ -389,7 +430,9 @@ fn cancel_of_a_queued_run_and_of_a_sync_run() {
     let r = t.post(&format!("/api/runs/{queued}/cancel?api_key={KEY}"));
     r.check_eq(&r.ok()["State"], &json!("cancelled"), "State");
     dir.write("work/release", "");
-    t.wait_for(WAIT, "the first run to finish", || state(&t, &first) == json!("finished"));
+    t.wait_for(WAIT, "the first run to finish", || {
+        state(&t, &first) == json!("finished")
+    });
     assert_eq!(state(&t, &queued), json!("cancelled"));
     let starts = dir.read("work/started").lines().count();
     assert_eq!(starts, 1, "the cancelled run never started");
@@ -397,7 +440,7 @@ fn cancel_of_a_queued_run_and_of_a_sync_run() {
     // A sync call whose run is cancelled answers 409 run_cancelled.
     fs::remove_file(dir.path("work/release")).unwrap();
     let c = t.client();
-    let caller = std::thread::spawn(move || c.post(&format!("{gate}")));
+    let caller = std::thread::spawn(move || c.post(&gate));
     t.wait_for(WAIT, "the sync run to start", || {
         dir.read("work/started").lines().count() == 2
     });

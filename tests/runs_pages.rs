@@ -128,11 +128,17 @@ fn the_runs_page_lists_a_members_runs_with_filters() {
     for id in noisy.iter().chain([&tool_run]) {
         r.check(text.contains(id.as_str()), format!("run {id} listed"));
     }
-    r.check(!text.contains(dev.as_str()), "a run of another workspace is not listed");
+    r.check(
+        !text.contains(dev.as_str()),
+        "a run of another workspace is not listed",
+    );
     let newest = text.find(tool_run.as_str()).unwrap();
     let oldest = text.find(noisy[0].as_str()).unwrap();
     r.check(newest < oldest, "newest first");
-    r.check(text.contains("public via inventory/staging"), "origin and tool environment");
+    r.check(
+        text.contains("public via inventory/staging"),
+        "origin and tool environment",
+    );
 
     let r = page(&t, "/runs?tool=inventory&state=finished", &alice);
     let text = r.text();
@@ -141,11 +147,17 @@ fn the_runs_page_lists_a_members_runs_with_filters() {
     let r = page(&t, "/runs?program=2&state=failed", &alice);
     r.check(!r.text().contains(noisy[0].as_str()), "filtered by state");
     let r = page(&t, "/runs?program=2&state=&tool=", &alice);
-    r.check(r.text().contains(noisy[2].as_str()), "empty filters are no filter");
+    r.check(
+        r.text().contains(noisy[2].as_str()),
+        "empty filters are no filter",
+    );
 
     let r = page(&t, "/runs?state=sleeping", &alice);
     r.status_is(400);
-    r.check(r.text().contains("state must be one of"), "says which states");
+    r.check(
+        r.text().contains("state must be one of"),
+        "says which states",
+    );
     let c = cookie(&alice);
     t.request("GET", "/runs?page=x", &[("Cookie", c.as_str())], b"")
         .err(400, "invalid_parameter");
@@ -176,15 +188,27 @@ fn a_run_page_shows_untrusted_output_as_text() {
         "the output is escaped",
     );
     r.check(!text.contains("<script>alert"), "no script from the output");
-    r.check(text.contains("red &amp; more"), "the text around the colours stays");
-    r.check(!text.contains('\u{1b}') && !text.contains("[31m"), "no terminal escapes");
+    r.check(
+        text.contains("red &amp; more"),
+        "the text around the colours stays",
+    );
+    r.check(
+        !text.contains('\u{1b}') && !text.contains("[31m"),
+        "no terminal escapes",
+    );
     r.check(
         text.contains("<span class=\"stderr\">warn &lt;b&gt;\n</span>"),
         "stderr marked and escaped",
     );
     r.check(text.contains("<h2>Result</h2>"), "the Result");
-    r.check(!text.contains("data-follow"), "a finished run is not followed");
-    r.check(!text.contains("id=\"cancel\""), "no Cancel for a finished run");
+    r.check(
+        !text.contains("data-follow"),
+        "a finished run is not followed",
+    );
+    r.check(
+        !text.contains("id=\"cancel\""),
+        "no Cancel for a finished run",
+    );
     r.check(
         !text.contains("<script>") && text.contains("<script src=\"/static/app.js\""),
         "only the script file",
@@ -200,7 +224,8 @@ fn the_cancel_button_needs_the_csrf_token_and_stops_the_group() {
     let (dir, t) = start("pages_cancel", "kill_grace = \"1s\"");
     let id = run(&t, 2, "stubborn", "&run_async=true");
     t.wait_for(WAIT, "the run to start", || {
-        dir.read_opt("work/leader").is_some_and(|s| !s.trim().is_empty())
+        dir.read_opt("work/leader")
+            .is_some_and(|s| !s.trim().is_empty())
     });
     let leader: u32 = dir.read("work/leader").trim().parse().unwrap();
     let alice = login(&t, "alice");
@@ -218,23 +243,44 @@ fn the_cancel_button_needs_the_csrf_token_and_stops_the_group() {
     );
     let csrf = csrf_of(&text);
     let c = cookie(&alice);
-    let form = [("Cookie", c.as_str()), ("Content-Type", "application/x-www-form-urlencoded")];
+    let form = [
+        ("Cookie", c.as_str()),
+        ("Content-Type", "application/x-www-form-urlencoded"),
+    ];
     let url = format!("/runs/{id}/cancel");
     t.request("POST", &url, &form, b"csrf=wrong")
         .err(403, "csrf_rejected");
-    t.request("POST", &url, &form, b"").err(403, "csrf_rejected");
+    t.request("POST", &url, &form, b"")
+        .err(403, "csrf_rejected");
     let bob = login(&t, "bob");
     let cb = cookie(&bob);
-    let bob_form = [("Cookie", cb.as_str()), ("Content-Type", "application/x-www-form-urlencoded")];
+    let bob_form = [
+        ("Cookie", cb.as_str()),
+        ("Content-Type", "application/x-www-form-urlencoded"),
+    ];
     let bob_csrf = csrf_of(&page(&t, "/runs", &bob).text());
-    t.request("POST", &url, &bob_form, format!("csrf={bob_csrf}").as_bytes())
-        .err(404, "run_not_found");
-    assert!(!group_members(leader).is_empty(), "still running after refused cancels");
+    t.request(
+        "POST",
+        &url,
+        &bob_form,
+        format!("csrf={bob_csrf}").as_bytes(),
+    )
+    .err(404, "run_not_found");
+    assert!(
+        !group_members(leader).is_empty(),
+        "still running after refused cancels"
+    );
 
     let r = t.request("POST", &url, &form, format!("csrf={csrf}").as_bytes());
     r.status_is(303);
-    r.check_eq(r.header("location"), Some(format!("/runs/{id}").as_str()), "back to the run");
-    t.wait_for(WAIT, "no process of the group left", || group_members(leader).is_empty());
+    r.check_eq(
+        r.header("location"),
+        Some(format!("/runs/{id}").as_str()),
+        "back to the run",
+    );
+    t.wait_for(WAIT, "no process of the group left", || {
+        group_members(leader).is_empty()
+    });
     let v = t.get(&format!("/api/runs/{id}?api_key={KEY}")).ok();
     assert_eq!(v["State"], json!("cancelled"));
     let text = page(&t, &format!("/runs/{id}"), &alice).text();
@@ -246,7 +292,11 @@ fn the_cancel_button_needs_the_csrf_token_and_stops_the_group() {
 /// One `runs.log` line of a finished run.
 fn record_line(i: usize) -> String {
     let states = ["finished", "failed", "timed_out", "cancelled"];
-    let tool = if i % 10 == 0 { ",\"Tool\":\"inventory/staging\"" } else { "" };
+    let tool = if i % 10 == 0 {
+        ",\"Tool\":\"inventory/staging\""
+    } else {
+        ""
+    };
     format!(
         "{{\"Run\":\"{i:032x}\",\"State\":\"{}\",\"Program\":{},\"Function\":\"noisy\",\"Async\":true,\
          \"By\":\"api_key:all\"{tool},\"CreatedAt\":\"2026-11-20T10:00:00.000Z\",\
@@ -272,12 +322,18 @@ fn a_page_of_runs_with_100000_runs_in_the_state_dir() {
     let startup = started.elapsed();
     let alice = login(&t, "alice");
     let mut report = format!("start-up with 100,000 runs: {} ms\n", startup.as_millis());
-        let mut slowest = Duration::ZERO;
+    let mut slowest = Duration::ZERO;
     // Program 2 (ops) holds the even runs; alice sees only those.
     let cases = [
         ("/runs", format!("{:032x}", 99_998)),
-        ("/runs?state=timed_out&program=2", format!("{:032x}", 99_998)),
-        ("/runs?tool=inventory&page=3", format!("{:032x}", 99_990 - 150 * 10)),
+        (
+            "/runs?state=timed_out&program=2",
+            format!("{:032x}", 99_998),
+        ),
+        (
+            "/runs?tool=inventory&page=3",
+            format!("{:032x}", 99_990 - 150 * 10),
+        ),
         ("/runs?page=999", format!("{:032x}", 99_998 - 999 * 50 * 2)),
         ("/runs?state=failed", String::new()),
     ];
@@ -296,12 +352,18 @@ fn a_page_of_runs_with_100000_runs_in_the_state_dir() {
         } else {
             r.check_eq(rows, 50, "rows on a page");
             let at = text.find("<tr><td><a href=\"/runs/").unwrap();
-            r.check(text[at..].contains(first.as_str()), format!("{path}: first row {first}"));
+            r.check(
+                text[at..].contains(first.as_str()),
+                format!("{path}: first row {first}"),
+            );
             let first_at = text[at..].find(first.as_str()).unwrap();
             r.check(first_at < 200, format!("{path}: {first} is the first row"));
         }
     }
     eprintln!("runs pages with 100,000 runs:\n{report}");
     // A bound, not a speed assertion: a page must not scan the log on disk.
-    assert!(slowest < Duration::from_secs(10), "a page took {slowest:?}:\n{report}");
+    assert!(
+        slowest < Duration::from_secs(10),
+        "a page took {slowest:?}:\n{report}"
+    );
 }

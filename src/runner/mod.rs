@@ -366,7 +366,8 @@ impl Runner {
                         log::error!("run {id}: cannot record its cancel: {e}");
                     }
                 }
-                self.metrics.run(q.rec.program, q.rec.state.name(), Duration::ZERO);
+                self.metrics
+                    .run(q.rec.program, q.rec.state.name(), Duration::ZERO);
                 self.freed.notify_all();
                 return Cancel::Dequeued;
             }

@@ -12,7 +12,9 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use super::{csrf_field, escape, field, finish, form, html, login_required, page, redirect, top_bar};
+use super::{
+    csrf_field, escape, field, finish, form, html, login_required, page, redirect, top_bar,
+};
 use crate::app::App;
 use crate::config::Config;
 use crate::http::{percent_encode, ApiError, Request, Response};
@@ -51,20 +53,36 @@ fn parse_filter(req: &Request) -> Result<(RunFilter, usize), ApiError> {
         name: name.into(),
         msg,
     };
-    if let Some((k, _)) = req.query.iter().find(|(k, _)| !LIST_PARAMS.contains(&k.as_str())) {
-        return Err(bad(k, format!("Unknown parameter '{k}'. Accepted: {}.", LIST_PARAMS.join(", "))));
+    if let Some((k, _)) = req
+        .query
+        .iter()
+        .find(|(k, _)| !LIST_PARAMS.contains(&k.as_str()))
+    {
+        return Err(bad(
+            k,
+            format!(
+                "Unknown parameter '{k}'. Accepted: {}.",
+                LIST_PARAMS.join(", ")
+            ),
+        ));
     }
     let nonempty = |name: &'static str| -> Result<Option<&str>, ApiError> {
         Ok(req.query_one(name)?.filter(|v| !v.is_empty()))
     };
     let program = match nonempty("program")? {
-        Some(p) => Some(p.parse().map_err(|_| bad("program", "program must be a program id.".into()))?),
+        Some(p) => Some(
+            p.parse()
+                .map_err(|_| bad("program", "program must be a program id.".into()))?,
+        ),
         None => None,
     };
     let state = match nonempty("state")? {
         Some(s) => Some(RunState::from_name(s).ok_or_else(|| {
             let names: Vec<&str> = ALL_STATES.iter().map(|s| s.name()).collect();
-            bad("state", format!("state must be one of {}.", names.join(", ")))
+            bad(
+                "state",
+                format!("state must be one of {}.", names.join(", ")),
+            )
         })?),
         None => None,
     };
@@ -77,7 +95,14 @@ fn parse_filter(req: &Request) -> Result<(RunFilter, usize), ApiError> {
         None => 0,
     };
     let tool = nonempty("tool")?.map(str::to_string);
-    Ok((RunFilter { program, state, tool }, page))
+    Ok((
+        RunFilter {
+            program,
+            state,
+            tool,
+        },
+        page,
+    ))
 }
 
 /// `GET /runs`: the runs of the member's workspaces.
@@ -156,7 +181,11 @@ fn filter_form(cfg: &Config, wss: &BTreeSet<&str>, f: &RunFilter) -> String {
         )
     };
     let mut tools = opt("", "any tool", f.tool.is_none());
-    for t in cfg.tools.values().filter(|t| wss.contains(t.workspace.as_str())) {
+    for t in cfg
+        .tools
+        .values()
+        .filter(|t| wss.contains(t.workspace.as_str()))
+    {
         tools.push_str(&opt(&t.name, &t.name, f.tool.as_deref() == Some(&t.name)));
     }
     let mut programs = opt("", "any program", f.program.is_none());
@@ -207,7 +236,9 @@ fn pager(req: &Request, page_no: usize, more: bool) -> String {
 /// program's workspace.
 fn visible_run(app: &App, cfg: &Config, s: &Session, id: &str) -> Result<RunRecord, ApiError> {
     let rec = runs::record(app, cfg, id)?;
-    let ws = cfg.program(rec.program).and_then(|p| p.workspace.as_deref());
+    let ws = cfg
+        .program(rec.program)
+        .and_then(|p| p.workspace.as_deref());
     match ws {
         Some(ws) if workspaces_of(cfg, &s.user).contains(ws) => Ok(rec),
         _ => Err(ApiError::RunNotFound),
@@ -255,12 +286,13 @@ pub fn cancel(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Respon
 }
 
 fn run_page(app: &App, cfg: &Config, s: &Session, r: &RunRecord) -> Response {
-    let program = cfg
-        .program(r.program)
-        .map_or_else(|| r.program.to_string(), |p| format!("{} ({})", p.name, p.id));
+    let program = cfg.program(r.program).map_or_else(
+        || r.program.to_string(),
+        |p| format!("{} ({})", p.name, p.id),
+    );
     let mut facts = String::new();
     let mut fact = |k: &str, v: &str| {
-        write!(facts, "<dt>{}</dt><dd>{}</dd>\n", escape(k), escape(v)).ok();
+        writeln!(facts, "<dt>{}</dt><dd>{}</dd>", escape(k), escape(v)).ok();
     };
     fact("Program", &program);
     fact("Function", &r.function);
@@ -285,7 +317,10 @@ fn run_page(app: &App, cfg: &Config, s: &Session, r: &RunRecord) -> Response {
     };
     let result = r.result.as_ref().map_or_else(String::new, |v| {
         let text = serde_json::to_string_pretty(&strip_value(v)).unwrap_or_default();
-        format!("<h2>Result</h2>\n<pre id=\"result\">{}</pre>\n", escape(&text))
+        format!(
+            "<h2>Result</h2>\n<pre id=\"result\">{}</pre>\n",
+            escape(&text)
+        )
     });
     let follow = if live {
         format!(
@@ -330,10 +365,14 @@ fn steps_table(steps: &[Value]) -> String {
     }
     let mut rows = String::new();
     for (i, s) in steps.iter().enumerate() {
-        let num = |k: &str| s.get(k).and_then(Value::as_i64).map_or_else(|| "\u{2014}".into(), |n| n.to_string());
-        write!(
+        let num = |k: &str| {
+            s.get(k)
+                .and_then(Value::as_i64)
+                .map_or_else(|| "\u{2014}".into(), |n| n.to_string())
+        };
+        writeln!(
             rows,
-            "<tr><td>{i}</td><td>{}</td><td>{}</td><td>{}</td><td>{} ms</td></tr>\n",
+            "<tr><td>{i}</td><td>{}</td><td>{}</td><td>{}</td><td>{} ms</td></tr>",
             escape(s.get("Kind").and_then(Value::as_str).unwrap_or("")),
             num("ExitCode"),
             num("Signal"),
@@ -373,7 +412,11 @@ fn output_html(path: &std::path::Path) -> String {
                 }
                 Frame::Truncated(s) => {
                     let name = crate::follow::stream_name(s);
-                    write!(out, "<span class=\"note\">[{name} truncated at max_output_bytes]</span>\n").ok();
+                    writeln!(
+                        out,
+                        "<span class=\"note\">[{name} truncated at max_output_bytes]</span>"
+                    )
+                    .ok();
                 }
             }
         }
@@ -473,7 +516,10 @@ mod tests {
     #[test]
     fn times_as_trigd_writes_them() {
         assert_eq!(epoch_ms("1970-01-01T00:00:00.000Z"), Some(0));
-        assert_eq!(epoch_ms("2026-11-22T04:20:34.567Z"), Some(1_795_321_234_567));
+        assert_eq!(
+            epoch_ms("2026-11-22T04:20:34.567Z"),
+            Some(1_795_321_234_567)
+        );
         assert_eq!(epoch_ms("2000-02-29T00:00:00.000Z"), Some(951_782_400_000));
         assert_eq!(epoch_ms("yesterday"), None);
     }
