@@ -119,11 +119,11 @@ pub fn output(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Respon
     if follow || wants_events(req) {
         let store = std::sync::Arc::clone(&app.store);
         let run = rec.run.clone();
-        let end: End = Box::new(move || {
-            store
-                .get(&run)
-                .filter(|r| r.state.is_terminal())
-                .and_then(|r| serde_json::to_value(r).ok())
+        let end: End = Box::new(move || match store.get(&run) {
+            Some(r) if r.state.is_terminal() => serde_json::to_value(r).ok(),
+            Some(_) => None,
+            // Removed under `run_retention` while followed.
+            None => Some(json!({"Run": run, "Error": "The run's record is no longer kept."})),
         });
         return Ok(events(Follower::new(path, end)));
     }

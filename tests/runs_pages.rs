@@ -214,6 +214,47 @@ fn a_run_page_shows_untrusted_output_as_text() {
         "only the script file",
     );
     r.check(text.contains("Exit code"), "steps with exit codes");
+    // The output over the API for a member: session cookie or bearer
+    // application key; a session's POST needs CSRF proof.
+    let c = cookie(&alice);
+    let url = format!("/api/runs/{id}/output");
+    let v = t.request("GET", &url, &[("Cookie", c.as_str())], b"").ok();
+    assert_eq!(v["Stderr"], json!("warn <b>\n"));
+    let settings = page(&t, "/workspaces/ops/settings", &alice).text();
+    let form = format!("csrf={}", csrf_of(&settings));
+    let r = t.request(
+        "POST",
+        "/workspaces/ops/settings/application-key",
+        &[
+            ("Cookie", c.as_str()),
+            ("Content-Type", "application/x-www-form-urlencoded"),
+        ],
+        form.as_bytes(),
+    );
+    let text = r.text();
+    let at =
+        text.find("<code id=\"app-key\">").expect("the new key") + "<code id=\"app-key\">".len();
+    let key = &text[at..at + text[at..].find('<').unwrap()];
+    let bearer = format!("Bearer {key}");
+    let ua = ("User-Agent", "trigd-tests/1.0");
+    let v = t
+        .request("GET", &url, &[("Authorization", bearer.as_str()), ua], b"")
+        .ok();
+    assert_eq!(v["Run"], json!(id));
+    let cancel = format!("/api/runs/{id}/cancel");
+    t.request("POST", &cancel, &[("Cookie", c.as_str())], b"")
+        .err(403, "csrf_rejected");
+    t.request(
+        "POST",
+        &cancel,
+        &[("Authorization", bearer.as_str()), ua],
+        b"",
+    )
+    .err(409, "run_ended");
+    let bob = cookie(&login(&t, "bob"));
+    t.request("GET", &url, &[("Cookie", bob.as_str())], b"")
+        .err(404, "run_not_found");
+
     let js = t.get("/static/app.js");
     js.status_is(200);
     js.check(js.text().contains("EventSource"), "app.js follows runs");

@@ -872,6 +872,42 @@ mod tests {
     }
 
     #[test]
+    fn cancel_takes_a_queued_run_off_the_queue_and_stops_a_running_one() {
+        let r = runner();
+        let server = "max_concurrent_runs = 1\nkill_grace = \"1s\"";
+        let running = r.start_async(job(server, "sleep 30")).unwrap();
+        let queued = r.start_async(job(server, "echo never")).unwrap();
+        assert_eq!(r.queued(), 1);
+        assert_eq!(r.cancel(&queued), Cancel::Dequeued);
+        assert_eq!(r.queued(), 0);
+        let until = Instant::now() + Duration::from_secs(20);
+        while r.handle(&running).is_none() && Instant::now() < until {
+            thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(r.cancel(&running), Cancel::Stopping);
+        assert!(
+            r.wait_idle(Duration::from_secs(20)),
+            "the cancelled run did not end"
+        );
+        assert_eq!(r.cancel(&running), Cancel::NotActive);
+
+        // A sync run's outcome says it was cancelled.
+        let run = r.begin_sync(job(server, "sleep 30")).unwrap();
+        let id = run.id().to_string();
+        let r2 = Arc::clone(&r);
+        let canceller = thread::spawn(move || {
+            let until = Instant::now() + Duration::from_secs(20);
+            while r2.handle(&id).is_none() && Instant::now() < until {
+                thread::sleep(Duration::from_millis(10));
+            }
+            r2.cancel(&id)
+        });
+        let outcome = run.execute();
+        assert_eq!(canceller.join().unwrap(), Cancel::Stopping);
+        assert_eq!(outcome.error, Some(StepError::Cancelled { step: 0 }));
+    }
+
+    #[test]
     fn the_handle_follows_output_and_aborts_the_run() {
         let r = runner();
         let script = "echo first; echo oops >&2; sleep 30; echo never";
