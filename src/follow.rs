@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::output::{self, Frame, Utf8Carry};
-use crate::runner::handle::Stream;
+use crate::http::Response;
+use crate::output::{self, Frame, Stream, Utf8Carry};
 
 /// How often the file is looked at while nothing new is in it.
 const POLL: Duration = Duration::from_millis(100);
@@ -144,6 +144,13 @@ impl Read for Follower {
             }
         }
     }
+}
+
+/// A `text/event-stream` response following a run.
+pub fn events(f: Follower) -> Response {
+    Response::streaming(200, "text/event-stream", f)
+        .with_header("Cache-Control", "no-store")
+        .with_header("X-Accel-Buffering", "no")
 }
 
 /// `stdout` or `stderr`.

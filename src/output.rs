@@ -19,8 +19,6 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use crate::runner::handle::Stream;
-
 /// Largest frame a reader accepts (the runner writes at most one read of a
 /// pipe per frame); a longer length means a damaged file.
 const MAX_FRAME: u32 = 1 << 20;
@@ -41,6 +39,15 @@ pub fn path(state_dir: &Path, hex: &str) -> PathBuf {
 /// The 32 hex digits of a run id (`<instance>-<hex>` or the hex alone).
 pub fn hex_of(run: &str) -> &str {
     run.rsplit_once('-').map_or(run, |(_, hex)| hex)
+}
+
+/// Which output stream of a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
 }
 
 /// One piece of a run's output.

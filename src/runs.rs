@@ -6,17 +6,16 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::json;
 
-use crate::api;
+use crate::access;
 use crate::app::App;
-use crate::auth;
 use crate::cluster;
 use crate::config::Config;
-use crate::follow::{End, Follower};
+use crate::follow::{self, End, Follower};
 use crate::http::{ApiError, Request, Response};
+use crate::invoke;
 use crate::output;
-use crate::ratelimit;
 use crate::runner::Cancel;
 use crate::store::RunRecord;
 
@@ -49,7 +48,7 @@ pub fn authorize(
     id: &str,
 ) -> Result<(RunRecord, Caller), ApiError> {
     if uses_api_key(cfg, req)? {
-        let key = ratelimit::api_key(app, cfg, req)?;
+        let key = app.access.api_key(cfg, req)?;
         let rec = record(app, cfg, id)?;
         let visible = cfg.program(rec.program).is_some_and(|p| key.may_access(p));
         if !visible {
@@ -60,7 +59,7 @@ pub fn authorize(
     if req.bearer().is_none() && req.header("cookie").is_none() {
         return Err(ApiError::MissingApiKey);
     }
-    if req.bearer().is_none() && app.sessions.of_request(cfg, req).is_none() {
+    if req.bearer().is_none() && app.access.session(cfg, req).is_none() {
         return Err(ApiError::Unauthorized);
     }
     let rec = record(app, cfg, id)?;
@@ -68,8 +67,8 @@ pub fn authorize(
         .program(rec.program)
         .and_then(|p| p.workspace.clone())
         .ok_or(ApiError::RunNotFound)?;
-    match auth::authenticate(app, cfg, req, &workspace) {
-        Ok(m) => Ok((rec, Caller::Member(m.by()))),
+    match app.access.member(cfg, req, &workspace) {
+        Ok(m) => Ok((rec, Caller::Member(m.origin().into()))),
         // A member of another workspace does not learn that the run exists.
         Err(ApiError::Forbidden) => Err(ApiError::RunNotFound),
         Err(e) => Err(e),
@@ -84,7 +83,7 @@ fn uses_api_key(cfg: &Config, req: &Request) -> Result<bool, ApiError> {
     }
     Ok(req
         .bearer()
-        .is_some_and(|t| cfg.api_keys.contains_key(&auth::sha256(t))))
+        .is_some_and(|t| cfg.api_keys.contains_key(&access::sha256(t))))
 }
 
 /// The record of run `id`, or why there is none here.
@@ -99,12 +98,6 @@ pub fn record(app: &App, cfg: &Config, id: &str) -> Result<RunRecord, ApiError> 
         })
 }
 
-/// Whether the client asks for Server-Sent Events.
-pub fn wants_events(req: &Request) -> bool {
-    req.header("accept")
-        .is_some_and(|a| a.to_ascii_lowercase().contains("text/event-stream"))
-}
-
 /// `GET /api/runs/<id>/output`: the kept output, or with `follow=1` (or
 /// `Accept: text/event-stream`) the output as it is written, as events.
 ///
@@ -113,10 +106,10 @@ pub fn wants_events(req: &Request) -> bool {
 /// parameter.
 pub fn output(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Response, ApiError> {
     let (rec, _) = authorize(app, cfg, req, id)?;
-    let follow = api::parse_bool("follow", req.query_one("follow")?)?;
-    api::reject_unknown(req, &OUTPUT_PARAMS)?;
+    let follow = invoke::parse_bool("follow", req.query_one("follow")?)?;
+    reject_unknown(req, &OUTPUT_PARAMS)?;
     let path = app.store.output_path(&rec.run);
-    if follow || wants_events(req) {
+    if follow || invoke::wants_events(req) {
         let store = std::sync::Arc::clone(&app.store);
         let run = rec.run.clone();
         let end: End = Box::new(move || match store.get(&run) {
@@ -125,7 +118,7 @@ pub fn output(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Respon
             // Removed under `run_retention` while followed.
             None => Some(json!({"Run": run, "Error": "The run's record is no longer kept."})),
         });
-        return Ok(events(Follower::new(path, end)));
+        return Ok(follow::events(Follower::new(path, end)));
     }
     let w = output::read_whole(&path);
     Ok(Response::json(
@@ -141,20 +134,13 @@ pub fn output(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Respon
     ))
 }
 
-/// A `text/event-stream` response following a run.
-pub fn events(f: Follower) -> Response {
-    Response::streaming(200, "text/event-stream", f)
-        .with_header("Cache-Control", "no-store")
-        .with_header("X-Accel-Buffering", "no")
-}
-
 /// `POST /api/runs/<id>/cancel`: stop a queued or running run.
 ///
 /// # Errors
 /// See [`authorize`]; 409 `run_ended` for a run that has already ended.
 pub fn cancel(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Response, ApiError> {
     let (rec, caller) = authorize(app, cfg, req, id)?;
-    api::reject_unknown(req, &["api_key"])?;
+    reject_unknown(req, &["api_key"])?;
     let rec = stop(app, cfg, rec, &caller)?;
     let status = if rec.state.is_terminal() { 200 } else { 202 };
     let body = json!({
@@ -198,11 +184,13 @@ pub fn stop(
     }
 }
 
-/// The final object of a streamed sync call: the body the sync call
-/// would have answered, success or error.
-pub fn final_object(id: &str, outcome: crate::runner::step::Outcome) -> Value {
-    match api::finished_body(id, outcome) {
-        Ok(v) => v,
-        Err(e) => Response::from(e).json_body(),
+/// Refuse query parameters outside `known`, naming the first one.
+fn reject_unknown(req: &Request, known: &[&str]) -> Result<(), ApiError> {
+    match req.query.iter().find(|(k, _)| !known.contains(&k.as_str())) {
+        Some((k, _)) => Err(ApiError::InvalidParameter {
+            name: k.clone(),
+            msg: format!("Unknown parameter '{k}'. Accepted: {}.", known.join(", ")),
+        }),
+        None => Ok(()),
     }
 }

@@ -2,7 +2,7 @@
 //! printed so far while it still runs.
 //!
 //! The runner creates a [`RunHandle`] when a run starts executing and drops
-//! it when the run ends; [`Runner::handle`](super::Runner::handle) finds the
+//! it when the run ends; `Runner::handle` finds the
 //! handle of a live run by id. Stopping goes through the run's own
 //! [`AbortSignal`]: the step being executed gets SIGTERM on its process
 //! group, then SIGKILL after `kill_grace`, and the run ends as aborted.
@@ -19,14 +19,7 @@ use crate::sys::AbortSignal;
 /// Bytes of each stream kept for followers.
 pub const LIVE_WINDOW: usize = 64 * 1024;
 
-/// Which output stream of a step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stream {
-    /// Standard output.
-    Stdout,
-    /// Standard error.
-    Stderr,
-}
+pub use crate::output::Stream;
 
 /// The last bytes of one stream, with the offset of the first kept byte.
 #[derive(Debug, Default)]
@@ -122,14 +115,14 @@ impl RunHandle {
 
     /// Record bytes the run printed on `stream`.
     pub(super) fn push(&self, stream: Stream, data: &[u8]) {
-        super::lock(self.window(stream)).push(data);
+        lock(self.window(stream)).push(data);
     }
 
     /// What the run has printed on `stream` from `offset` on (as far as the
     /// window still holds it).
     #[cfg_attr(not(test), allow(dead_code))] // the follower of a live run is its caller
     pub fn output_since(&self, stream: Stream, offset: u64) -> Chunk {
-        super::lock(self.window(stream)).since(offset)
+        lock(self.window(stream)).since(offset)
     }
 
     fn window(&self, stream: Stream) -> &Mutex<Window> {
@@ -138,6 +131,12 @@ impl RunHandle {
             Stream::Stderr => &self.stderr,
         }
     }
+}
+
+/// Lock, recovering from poisoning: a window is consistent after every
+/// call that could panic.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]

@@ -32,7 +32,7 @@ use serde_json::Value;
 use crate::config::{Config, Program};
 use crate::metrics::Metrics;
 use crate::output::OutputFile;
-use crate::store::{new_run_id, now_rfc3339, RunRecord, RunState, RunStore};
+use crate::store::{new_run_id, now_rfc3339, Origin, RunRecord, RunState, RunStore};
 use handle::{RunHandle, Stream};
 use step::{Outcome, StepError};
 
@@ -50,8 +50,8 @@ pub struct Job {
     pub values: Vec<String>,
     /// Tool environment variables (empty for `/api` runs).
     pub vars: BTreeMap<String, String>,
-    /// Who started it, for the record (`api_key:<name>`, …); never a secret.
-    pub by: String,
+    /// Who started it, for the record; never a secret.
+    pub by: Origin,
     /// The tool environment it was started through, `<tool>/<environment>`.
     pub tool: Option<String>,
 }
@@ -770,13 +770,13 @@ mod tests {
 
     /// A bug inside a run, where a test asks for one.
     pub(super) fn maybe_panic(job: &Job) {
-        if job.by == PANICS {
+        if job.by == Origin::Other(PANICS.into()) {
             panic!("a bug inside a run (test)");
         }
     }
 
     fn panicking(mut job: Job) -> Job {
-        job.by = PANICS.into();
+        job.by = Origin::Other(PANICS.into());
         job
     }
 
@@ -798,7 +798,7 @@ mod tests {
             function: "f".into(),
             values: Vec::new(),
             vars: BTreeMap::new(),
-            by: "test".into(),
+            by: Origin::Other("test".into()),
             tool: None,
         }
     }

@@ -8,20 +8,20 @@
 //! terminal escape sequences (ANSI colours) are removed ([`strip_ansi`]).
 
 use std::collections::BTreeSet;
-use std::fmt::Write as _;
 
+use maud::{html, Markup, PreEscaped};
 use serde_json::Value;
 
 use super::{
-    csrf_field, escape, field, finish, form, html, login_required, page, redirect, top_bar,
+    csrf_field, field, finish, form, html_response, login_required, page, redirect, top_bar,
 };
+use crate::access::{check_csrf, Carrier, Session, SignedIn};
 use crate::app::App;
 use crate::config::Config;
+use crate::follow;
 use crate::http::{percent_encode, ApiError, Request, Response};
-use crate::output::{self, Frame};
-use crate::runner::handle::Stream;
+use crate::output::{self, Frame, Stream};
 use crate::runs::{self, Caller};
-use crate::sessions::{self, Session};
 use crate::store::{RunFilter, RunRecord, RunState, ALL_STATES};
 
 /// Runs per page.
@@ -30,10 +30,15 @@ pub const PAGE: usize = 50;
 /// Query parameters of `GET /runs`.
 const LIST_PARAMS: [&str; 4] = ["tool", "program", "state", "page"];
 
+/// The Content-Security-Policy of the page of a run that is not over: the
+/// one of every page, plus `connect-src 'self'` for its event stream.
+pub const CSP_FOLLOW: &str = "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; \
+                              connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
 /// The signed-in user, or the answer for a request without a session.
 fn signed_in(app: &App, cfg: &Config, req: &Request, next: &str) -> Result<Session, Response> {
-    match app.sessions.of_request(cfg, req) {
-        Some((_, s)) => Ok(s),
+    match app.access.session(cfg, req) {
+        Some(SignedIn { session, .. }) => Ok(session),
         None => Err(login_required(req, next).unwrap_or_else(Response::from)),
     }
 }
@@ -58,13 +63,11 @@ fn parse_filter(req: &Request) -> Result<(RunFilter, usize), ApiError> {
         .iter()
         .find(|(k, _)| !LIST_PARAMS.contains(&k.as_str()))
     {
-        return Err(bad(
-            k,
-            format!(
-                "Unknown parameter '{k}'. Accepted: {}.",
-                LIST_PARAMS.join(", ")
-            ),
-        ));
+        let msg = format!(
+            "Unknown parameter '{k}'. Accepted: {}.",
+            LIST_PARAMS.join(", ")
+        );
+        return Err(bad(k, msg));
     }
     let nonempty = |name: &'static str| -> Result<Option<&str>, ApiError> {
         Ok(req.query_one(name)?.filter(|v| !v.is_empty()))
@@ -127,109 +130,112 @@ fn list_page(app: &App, cfg: &Config, req: &Request, s: &Session) -> Result<Resp
             .is_some_and(|w| wss.contains(w))
     };
     let (runs, more) = app.store.list(visible, &filter, page_no * PAGE, PAGE);
-    let mut rows = String::new();
-    for r in &runs {
-        rows.push_str(&list_row(cfg, r));
-    }
-    if rows.is_empty() {
-        rows = "<tr><td colspan=\"7\" class=\"muted\">No runs.</td></tr>\n".into();
-    }
-    let body = format!(
-        "{}\n<main>\n<h1>Runs</h1>\n{}\n<table class=\"runs\">\n<thead><tr><th>Run</th><th>State</th>\
-         <th>Program</th><th>Function</th><th>Origin</th><th>Started</th><th>Duration</th></tr></thead>\n\
-         <tbody>\n{rows}</tbody>\n</table>\n{}\n</main>",
-        top_bar(s),
-        filter_form(cfg, &wss, &filter),
-        pager(req, page_no, more)
-    );
-    Ok(html(200, page("Runs", &body)))
+    let body = html! {
+        (top_bar(s))
+        main {
+            h1 { "Runs" }
+            (filter_form(cfg, &wss, &filter))
+            table class="runs" {
+                thead { tr {
+                    th { "Run" } th { "State" } th { "Program" } th { "Function" }
+                    th { "Origin" } th { "Started" } th { "Duration" }
+                } }
+                tbody {
+                    @for r in &runs { (list_row(cfg, r)) }
+                    @if runs.is_empty() {
+                        tr { td colspan="7" class="muted" { "No runs." } }
+                    }
+                }
+            }
+            (pager(req, page_no, more))
+        }
+    };
+    Ok(html_response(200, page("Runs", body)))
 }
 
-fn list_row(cfg: &Config, r: &RunRecord) -> String {
+fn list_row(cfg: &Config, r: &RunRecord) -> Markup {
     let program = cfg
         .program(r.program)
         .map_or_else(|| r.program.to_string(), |p| p.name.clone());
-    format!(
-        "<tr><td><a href=\"/runs/{0}\"><code>{1}</code></a></td><td><span class=\"state state-{2}\">{2}</span></td>\
-         <td>{3}</td><td>{4}</td><td>{5}</td><td>{6}</td><td>{7}</td></tr>\n",
-        percent_encode(&r.run),
-        escape(&r.run),
-        r.state.name(),
-        escape(&program),
-        escape(&r.function),
-        escape(&origin(r)),
-        escape(r.started_at.as_deref().unwrap_or(&r.created_at)),
-        escape(&duration(r)),
-    )
+    html! {
+        tr {
+            td { a href={ "/runs/" (percent_encode(&r.run)) } { code { (r.run) } } }
+            td { span class={ "state state-" (r.state.name()) } { (r.state.name()) } }
+            td { (program) }
+            td { (r.function) }
+            td { (origin(r)) }
+            td { (r.started_at.as_deref().unwrap_or(&r.created_at)) }
+            td { (duration(r)) }
+        }
+    }
 }
 
 /// Who started the run, and through which tool environment.
 fn origin(r: &RunRecord) -> String {
+    let by = String::from(r.by.clone());
     match &r.tool {
-        Some(t) => format!("{} via {t}", r.by),
-        None => r.by.clone(),
+        Some(t) => format!("{by} via {t}"),
+        None => by,
     }
 }
 
-fn filter_form(cfg: &Config, wss: &BTreeSet<&str>, f: &RunFilter) -> String {
-    let opt = |value: &str, label: &str, selected: bool| {
-        format!(
-            "<option value=\"{}\"{}>{}</option>",
-            escape(value),
-            if selected { " selected" } else { "" },
-            escape(label)
-        )
-    };
-    let mut tools = opt("", "any tool", f.tool.is_none());
-    for t in cfg
+fn filter_form(cfg: &Config, wss: &BTreeSet<&str>, f: &RunFilter) -> Markup {
+    let tools: Vec<&str> = cfg
         .tools
         .values()
         .filter(|t| wss.contains(t.workspace.as_str()))
-    {
-        tools.push_str(&opt(&t.name, &t.name, f.tool.as_deref() == Some(&t.name)));
-    }
-    let mut programs = opt("", "any program", f.program.is_none());
-    for p in cfg.programs.values() {
-        if p.workspace.as_deref().is_some_and(|w| wss.contains(w)) {
-            let label = format!("{} ({})", p.name, p.id);
-            programs.push_str(&opt(&p.id.to_string(), &label, f.program == Some(p.id)));
+        .map(|t| t.name.as_str())
+        .collect();
+    let programs: Vec<(u64, &str)> = cfg
+        .programs
+        .values()
+        .filter(|p| p.workspace.as_deref().is_some_and(|w| wss.contains(w)))
+        .map(|p| (p.id, p.name.as_str()))
+        .collect();
+    html! {
+        form method="get" action="/runs" class="filters" {
+            label { "Tool " select name="tool" {
+                option value="" selected[f.tool.is_none()] { "any tool" }
+                @for t in &tools {
+                    option value=(t) selected[f.tool.as_deref() == Some(*t)] { (t) }
+                }
+            } }
+            label { "Program " select name="program" {
+                option value="" selected[f.program.is_none()] { "any program" }
+                @for (id, name) in &programs {
+                    option value=(id) selected[f.program == Some(*id)] { (name) " (" (id) ")" }
+                }
+            } }
+            label { "State " select name="state" {
+                option value="" selected[f.state.is_none()] { "any state" }
+                @for st in ALL_STATES {
+                    option value=(st.name()) selected[f.state == Some(st)] { (st.name()) }
+                }
+            } }
+            button type="submit" { "Filter" }
         }
     }
-    let mut states = opt("", "any state", f.state.is_none());
-    for s in ALL_STATES {
-        states.push_str(&opt(s.name(), s.name(), f.state == Some(s)));
-    }
-    format!(
-        "<form method=\"get\" action=\"/runs\" class=\"filters\">\n\
-         <label>Tool <select name=\"tool\">{tools}</select></label>\n\
-         <label>Program <select name=\"program\">{programs}</select></label>\n\
-         <label>State <select name=\"state\">{states}</select></label>\n\
-         <button type=\"submit\">Filter</button>\n</form>"
-    )
 }
 
 /// Links to the newer and older pages, keeping the filter.
-fn pager(req: &Request, page_no: usize, more: bool) -> String {
-    let link = |p: usize, label: &str| {
+fn pager(req: &Request, page_no: usize, more: bool) -> Markup {
+    let link = |p: usize| {
         let mut q: String = req
             .query
             .iter()
             .filter(|(k, _)| k != "page")
             .map(|(k, v)| format!("{}={}&", percent_encode(k), percent_encode(v)))
             .collect();
-        write!(q, "page={p}").ok();
-        format!("<a href=\"/runs?{}\">{label}</a>", escape(&q))
+        q.push_str(&format!("page={p}"));
+        format!("/runs?{q}")
     };
-    let mut out = String::from("<nav class=\"pager\">");
-    if page_no > 0 {
-        out.push_str(&link(page_no - 1, "\u{2190} Newer"));
+    html! {
+        nav class="pager" {
+            @if page_no > 0 { a href=(link(page_no - 1)) { "\u{2190} Newer" } }
+            " " span class="muted" { "page " (page_no + 1) } " "
+            @if more { a href=(link(page_no + 1)) { "Older \u{2192}" } }
+        }
     }
-    write!(out, " <span class=\"muted\">page {}</span> ", page_no + 1).ok();
-    if more {
-        out.push_str(&link(page_no + 1, "Older \u{2192}"));
-    }
-    out.push_str("</nav>");
-    out
 }
 
 /// The run `id` if the session's user may see it: a member of its
@@ -274,9 +280,7 @@ pub fn cancel(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Respon
     };
     let inner = || {
         let f = form(req)?;
-        if !field(&f, "csrf").is_some_and(|t| sessions::same_token(t, &s.csrf)) {
-            return Err(ApiError::CsrfRejected);
-        }
+        check_csrf(cfg, req, Some(&s), Carrier::Form(field(&f, "csrf")))?;
         let rec = visible_run(app, cfg, &s, id)?;
         let caller = Caller::Member(format!("session:{}", s.user));
         runs::stop(app, cfg, rec, &caller)?;
@@ -290,107 +294,95 @@ fn run_page(app: &App, cfg: &Config, s: &Session, r: &RunRecord) -> Response {
         || r.program.to_string(),
         |p| format!("{} ({})", p.name, p.id),
     );
-    let mut facts = String::new();
-    let mut fact = |k: &str, v: &str| {
-        writeln!(facts, "<dt>{}</dt><dd>{}</dd>", escape(k), escape(v)).ok();
-    };
-    fact("Program", &program);
-    fact("Function", &r.function);
-    fact("Origin", &origin(r));
-    fact("Created", &r.created_at);
-    fact("Started", r.started_at.as_deref().unwrap_or("\u{2014}"));
-    fact("Finished", r.finished_at.as_deref().unwrap_or("\u{2014}"));
-    fact("Duration", &duration(r));
-    if let Some(e) = &r.error {
-        fact("Error", &strip_ansi(e));
-    }
+    let dash = "\u{2014}";
     let live = !r.state.is_terminal();
-    let cancel = if live {
-        format!(
-            "<form method=\"post\" action=\"/runs/{}/cancel\" class=\"cancel\">{}\
-             <button type=\"submit\" id=\"cancel\">Cancel</button></form>",
-            percent_encode(&r.run),
-            csrf_field(s)
-        )
-    } else {
-        String::new()
+    let follow = live.then(|| format!("/api/runs/{}/output?follow=1", percent_encode(&r.run)));
+    let result = r
+        .result
+        .as_ref()
+        .map(|v| serde_json::to_string_pretty(&strip_value(v)).unwrap_or_default());
+    let body = html! {
+        (top_bar(s))
+        main {
+            p { a href="/runs" { "\u{2190} Runs" } }
+            h1 { "Run " code { (r.run) } }
+            p { "State: " span id="state" class={ "state state-" (r.state.name()) } { (r.state.name()) } }
+            @if live {
+                form method="post" action={ "/runs/" (percent_encode(&r.run)) "/cancel" } class="cancel" {
+                    (csrf_field(s))
+                    button type="submit" id="cancel" { "Cancel" }
+                }
+            }
+            dl class="facts" {
+                dt { "Program" } dd { (program) }
+                dt { "Function" } dd { (r.function) }
+                dt { "Origin" } dd { (origin(r)) }
+                dt { "Created" } dd { (r.created_at) }
+                dt { "Started" } dd { (r.started_at.as_deref().unwrap_or(dash)) }
+                dt { "Finished" } dd { (r.finished_at.as_deref().unwrap_or(dash)) }
+                dt { "Duration" } dd { (duration(r)) }
+                @if let Some(e) = &r.error { dt { "Error" } dd { (strip_ansi(e)) } }
+            }
+            h2 { "Steps" }
+            (steps_table(&r.steps))
+            @if let Some(text) = &result {
+                h2 { "Result" }
+                pre id="result" { (text) }
+            }
+            h2 { "Output" }
+            pre id="output" class="output" data-follow=[follow] {
+                (output_html(&app.store.output_path(&r.run)))
+            }
+        }
     };
-    let result = r.result.as_ref().map_or_else(String::new, |v| {
-        let text = serde_json::to_string_pretty(&strip_value(v)).unwrap_or_default();
-        format!(
-            "<h2>Result</h2>\n<pre id=\"result\">{}</pre>\n",
-            escape(&text)
-        )
-    });
-    let follow = if live {
-        format!(
-            " data-follow=\"/api/runs/{}/output?follow=1\"",
-            percent_encode(&r.run)
-        )
-    } else {
-        String::new()
-    };
-    let body = format!(
-        "{bar}\n<main>\n<p><a href=\"/runs\">\u{2190} Runs</a></p>\n<h1>Run <code>{run}</code></h1>\n\
-         <p>State: <span id=\"state\" class=\"state state-{state}\">{state}</span></p>\n{cancel}\n\
-         <dl class=\"facts\">\n{facts}</dl>\n<h2>Steps</h2>\n{steps}\n{result}\
-         <h2>Output</h2>\n<pre id=\"output\" class=\"output\"{follow}>{output}</pre>\n</main>",
-        bar = top_bar(s),
-        run = escape(&r.run),
-        state = r.state.name(),
-        steps = steps_table(&r.steps),
-        output = output_html(&app.store.output_path(&r.run)),
-    );
-    let mut r = html(200, page("Run", &body));
+    let mut resp = html_response(200, page("Run", body));
     if live {
         // The page's own script reads the run's events from this origin;
         // everything else stays as on every page.
-        for (k, v) in &mut r.headers {
+        for (k, v) in &mut resp.headers {
             if k == "Content-Security-Policy" {
                 *v = CSP_FOLLOW.to_string();
             }
         }
     }
-    r
+    resp
 }
 
-/// The Content-Security-Policy of the page of a run that is not over: the
-/// one of every page, plus `connect-src 'self'` for its event stream.
-pub const CSP_FOLLOW: &str = "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; \
-                              connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
-
-fn steps_table(steps: &[Value]) -> String {
-    if steps.is_empty() {
-        return "<p class=\"muted\">No step has run.</p>".into();
+fn steps_table(steps: &[Value]) -> Markup {
+    let num = |s: &Value, k: &str| {
+        s.get(k)
+            .and_then(Value::as_i64)
+            .map_or_else(|| "\u{2014}".to_string(), |n| n.to_string())
+    };
+    html! {
+        @if steps.is_empty() {
+            p class="muted" { "No step has run." }
+        } @else {
+            table class="steps" {
+                thead { tr {
+                    th { "Step" } th { "Kind" } th { "Exit code" } th { "Signal" } th { "Duration" }
+                } }
+                tbody {
+                    @for (i, s) in steps.iter().enumerate() {
+                        tr {
+                            td { (i) }
+                            td { (s.get("Kind").and_then(Value::as_str).unwrap_or("")) }
+                            td { (num(s, "ExitCode")) }
+                            td { (num(s, "Signal")) }
+                            td { (num(s, "DurationMs")) " ms" }
+                        }
+                    }
+                }
+            }
+        }
     }
-    let mut rows = String::new();
-    for (i, s) in steps.iter().enumerate() {
-        let num = |k: &str| {
-            s.get(k)
-                .and_then(Value::as_i64)
-                .map_or_else(|| "\u{2014}".into(), |n| n.to_string())
-        };
-        writeln!(
-            rows,
-            "<tr><td>{i}</td><td>{}</td><td>{}</td><td>{}</td><td>{} ms</td></tr>",
-            escape(s.get("Kind").and_then(Value::as_str).unwrap_or("")),
-            num("ExitCode"),
-            num("Signal"),
-            num("DurationMs"),
-        )
-        .ok();
-    }
-    format!(
-        "<table class=\"steps\">\n<thead><tr><th>Step</th><th>Kind</th><th>Exit code</th><th>Signal</th>\
-         <th>Duration</th></tr></thead>\n<tbody>\n{rows}</tbody>\n</table>"
-    )
 }
 
-/// The kept output, interleaved as printed, stderr marked; escaped and
-/// without terminal escape sequences.
-fn output_html(path: &std::path::Path) -> String {
+/// The kept output, interleaved as printed, stderr marked; escaped (by
+/// maud) and without terminal escape sequences.
+fn output_html(path: &std::path::Path) -> Markup {
     let Ok(file) = std::fs::File::open(path) else {
-        return String::new();
+        return PreEscaped(String::new());
     };
     let mut out = String::new();
     let mut text: [output::Utf8Carry; 2] = Default::default();
@@ -398,27 +390,20 @@ fn output_html(path: &std::path::Path) -> String {
     loop {
         let (frames, next) = output::read_frames(&file, offset);
         if frames.is_empty() {
-            return out;
+            return PreEscaped(out);
         }
         offset = next;
         for f in frames {
-            match f {
-                Frame::Data(Stream::Stdout, d) => {
-                    out.push_str(&escape(&strip_ansi(&text[0].feed(&d))));
-                }
+            let piece = match f {
+                Frame::Data(Stream::Stdout, d) => html! { (strip_ansi(&text[0].feed(&d))) },
                 Frame::Data(Stream::Stderr, d) => {
-                    let t = escape(&strip_ansi(&text[1].feed(&d)));
-                    write!(out, "<span class=\"stderr\">{t}</span>").ok();
+                    html! { span class="stderr" { (strip_ansi(&text[1].feed(&d))) } }
                 }
-                Frame::Truncated(s) => {
-                    let name = crate::follow::stream_name(s);
-                    writeln!(
-                        out,
-                        "<span class=\"note\">[{name} truncated at max_output_bytes]</span>"
-                    )
-                    .ok();
-                }
-            }
+                Frame::Truncated(s) => html! {
+                    span class="note" { "[" (follow::stream_name(s)) " truncated at max_output_bytes]" } "\n"
+                },
+            };
+            out.push_str(&piece.into_string());
         }
     }
 }
