@@ -42,6 +42,12 @@ steps = [{ shell = 'trap "" TERM; sleep 300 & echo $! > grandchild; echo $$ > le
 name = "big"
 steps = [{ shell = 'head -c 5000 /dev/zero | tr "\0" x; echo; echo err >&2' }]
 [functions.webhook]
+
+[[functions]]
+name = "flood"
+timeout = "60s"
+steps = [{ shell = 'head -c 33554432 /dev/zero | tr "\0" x >&2' }]
+[functions.webhook]
 "#;
 
 fn api(function: &str, extra: &str) -> String {
@@ -472,4 +478,34 @@ fn wait_running(t: &Trigd) -> String {
         }
     });
     id
+}
+
+#[test]
+fn a_stalled_follower_does_not_grow_memory() {
+    // 32 MiB on stderr (only a tail of stderr is held by the run itself),
+    // all of it kept on disk.
+    let server = "max_output_bytes = 67108864";
+    let (_dir, t) = serve("output_stalled", server, &[("ticks.toml", TICKS)]);
+    let before = vm_rss_kb(t.pid()).expect("RSS of trigd");
+    let r = t.post(&api("flood", "&run_async=true"));
+    let id = r.run_id(&r.ok());
+    // A follower that reads the head and then nothing.
+    let mut s = Stream::open(&t, "GET", &output_url(&id, "&follow=1"), "");
+    assert!(s.head.starts_with("HTTP/1.1 200"), "{}", s.head);
+    // The highest RSS seen while the run writes and the follower is stuck.
+    let mut peak = 0;
+    t.wait_for(WAIT, "the run to finish", || {
+        peak = peak.max(vm_rss_kb(t.pid()).unwrap_or(0));
+        state(&t, &id) == json!("finished")
+    });
+    peak = peak.max(vm_rss_kb(t.pid()).unwrap_or(0));
+    let grown = peak.saturating_sub(before);
+    assert!(
+        grown < 16 * 1024,
+        "RSS grew by {grown} kB with a stalled follower of 32 MiB of output"
+    );
+    // Reading on gets every byte, then the end.
+    let body = s.read_to_end();
+    assert_eq!(output_text(&body, "stderr").len(), 33_554_432);
+    assert_eq!(end_event(&body)["State"], json!("finished"));
 }
