@@ -10,7 +10,6 @@
 
 use std::borrow::Cow;
 use std::fmt;
-use std::fmt::Write as _;
 use std::io::Read;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -710,6 +709,7 @@ impl Response {
     /// `Content-Length` and `Connection: close`, body), for the HTTP server
     /// to send by itself.
     pub fn to_raw(&self) -> Vec<u8> {
+        use std::fmt::Write as _;
         let mut head = format!("HTTP/1.1 {} {}\r\n", self.status, reason(self.status));
         for (k, v) in &self.headers {
             let _ = write!(head, "{k}: {v}\r\n");

@@ -12,7 +12,7 @@
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use crate::sys::AbortSignal;
 
@@ -133,9 +133,7 @@ impl RunHandle {
     }
 }
 
-/// Lock, recovering from poisoning: a window is consistent after every
-/// call that could panic.
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 

@@ -765,25 +765,30 @@ mod tests {
     use std::panic::{catch_unwind, AssertUnwindSafe};
     use std::path::PathBuf;
 
-    /// `Job::by` of a run that panics when it executes (a bug inside it).
-    const PANICS: &str = "test: panics";
+    /// The function of a run that panics when it executes (a bug inside it).
+    const PANICS: &str = "panics";
 
     /// A bug inside a run, where a test asks for one.
     pub(super) fn maybe_panic(job: &Job) {
-        if job.by == Origin::Other(PANICS.into()) {
+        if job.function == PANICS {
             panic!("a bug inside a run (test)");
         }
     }
 
-    fn panicking(mut job: Job) -> Job {
-        job.by = Origin::Other(PANICS.into());
-        job
+    /// A job whose run panics.
+    fn panicking(server: &str) -> Job {
+        job_of(PANICS, server, "true")
     }
 
     fn job(server: &str, script: &str) -> Job {
+        job_of("f", server, script)
+    }
+
+    /// A job of function `name`, whose one step runs `script`.
+    fn job_of(name: &str, server: &str, script: &str) -> Job {
         let config = format!("[server]\n{server}\n");
         let program = format!(
-            "id = 1\nname = \"p\"\n[[functions]]\nname = \"f\"\nsteps = [{{ shell = {script:?} }}]\n\
+            "id = 1\nname = \"p\"\n[[functions]]\nname = {name:?}\nsteps = [{{ shell = {script:?} }}]\n\
              webhook = {{ active = true, outputs = [] }}\n"
         );
         let dir = std::env::temp_dir();
@@ -795,10 +800,10 @@ mod tests {
         Job {
             cfg,
             program,
-            function: "f".into(),
+            function: name.into(),
             values: Vec::new(),
             vars: BTreeMap::new(),
-            by: Origin::Other("test".into()),
+            by: Default::default(),
             tool: None,
         }
     }
@@ -810,7 +815,7 @@ mod tests {
     #[test]
     fn a_panic_inside_a_run_gives_its_slot_back() {
         let r = runner();
-        let j = panicking(job("max_concurrent_runs = 1", "echo hi"));
+        let j = panicking("max_concurrent_runs = 1");
         let panicked = catch_unwind(AssertUnwindSafe(|| r.run_sync(j)));
         assert!(panicked.is_err(), "the run should have panicked");
         assert_eq!(r.in_flight(), 0, "the slot was not given back");
@@ -835,7 +840,7 @@ mod tests {
     fn a_panic_inside_an_async_run_gives_its_slot_to_the_queued_run() {
         let r = runner();
         let server = "max_concurrent_runs = 1";
-        r.start_async(panicking(job(server, "sleep 0.2"))).unwrap();
+        r.start_async(panicking(server)).unwrap();
         let next = r.start_async(job(server, "echo next")).unwrap();
         // The queued run starts once the panicked one's slot is back, and
         // ends: nothing executes or waits any more.
