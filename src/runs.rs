@@ -17,21 +17,13 @@ use crate::http::{ApiError, Request, Response};
 use crate::invoke;
 use crate::output;
 use crate::runner::Cancel;
-use crate::store::RunRecord;
+use crate::store::{Origin, RunRecord};
 
 /// Query parameters of the output endpoint.
 const OUTPUT_PARAMS: [&str; 2] = ["api_key", "follow"];
 
-/// Who may see or stop a run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Caller {
-    /// An API key of this name.
-    ApiKey(String),
-    /// A member of the run's workspace (`app_key:<user>` / `session:<user>`).
-    Member(String),
-}
-
-/// The record of run `id` if the request may see it: with an API key
+/// The record of run `id` if the request may see it, and who is asking:
+/// with an API key
 /// (`api_key` or a bearer that is an API key), the key's scope must hold
 /// the run's program; otherwise the caller must be a member of the
 /// program's workspace (bearer application key or session; the CSRF rule
@@ -46,7 +38,7 @@ pub fn authorize(
     cfg: &Config,
     req: &Request,
     id: &str,
-) -> Result<(RunRecord, Caller), ApiError> {
+) -> Result<(RunRecord, Origin), ApiError> {
     if uses_api_key(cfg, req)? {
         let key = app.access.api_key(cfg, req)?;
         let rec = record(app, cfg, id)?;
@@ -54,7 +46,7 @@ pub fn authorize(
         if !visible {
             return Err(ApiError::RunNotFound);
         }
-        return Ok((rec, Caller::ApiKey(key.name.clone())));
+        return Ok((rec, Origin::ApiKey(key.name.clone())));
     }
     if req.bearer().is_none() && req.header("cookie").is_none() {
         return Err(ApiError::MissingApiKey);
@@ -68,7 +60,7 @@ pub fn authorize(
         .and_then(|p| p.workspace.clone())
         .ok_or(ApiError::RunNotFound)?;
     match app.access.member(cfg, req, &workspace) {
-        Ok(m) => Ok((rec, Caller::Member(m.origin().into()))),
+        Ok(m) => Ok((rec, m.origin())),
         // A member of another workspace does not learn that the run exists.
         Err(ApiError::Forbidden) => Err(ApiError::RunNotFound),
         Err(e) => Err(e),
@@ -139,9 +131,9 @@ pub fn output(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Respon
 /// # Errors
 /// See [`authorize`]; 409 `run_ended` for a run that has already ended.
 pub fn cancel(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Response, ApiError> {
-    let (rec, caller) = authorize(app, cfg, req, id)?;
+    let (rec, by) = authorize(app, cfg, req, id)?;
     reject_unknown(req, &["api_key"])?;
-    let rec = stop(app, cfg, rec, &caller)?;
+    let rec = stop(app, cfg, rec, &by)?;
     let status = if rec.state.is_terminal() { 200 } else { 202 };
     let body = json!({
         "Success": "Run cancelled.",
@@ -156,12 +148,7 @@ pub fn cancel(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Respon
 ///
 /// # Errors
 /// 409 `run_ended` for a run that has already ended.
-pub fn stop(
-    app: &App,
-    cfg: &Config,
-    rec: RunRecord,
-    caller: &Caller,
-) -> Result<RunRecord, ApiError> {
+pub fn stop(app: &App, cfg: &Config, rec: RunRecord, by: &Origin) -> Result<RunRecord, ApiError> {
     let ended = |r: &RunRecord| ApiError::RunEnded {
         run: r.run.clone(),
         state: r.state.name(),
@@ -169,7 +156,7 @@ pub fn stop(
     if rec.state.is_terminal() {
         return Err(ended(&rec));
     }
-    log::info!("run {} cancelled by {caller:?}", rec.run);
+    log::info!("run {} cancelled by {}", rec.run, String::from(by.clone()));
     if app.runner.cancel(&rec.run) == Cancel::NotActive {
         let now = app.store.get(&rec.run).unwrap_or(rec);
         return Err(ended(&now));

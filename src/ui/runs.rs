@@ -21,8 +21,8 @@ use crate::config::Config;
 use crate::follow;
 use crate::http::{percent_encode, ApiError, Request, Response};
 use crate::output::{self, Frame, Stream};
-use crate::runs::{self, Caller};
-use crate::store::{RunFilter, RunRecord, RunState, ALL_STATES};
+use crate::runs;
+use crate::store::{Origin, RunFilter, RunRecord, RunState, ALL_STATES};
 
 /// Runs per page.
 pub const PAGE: usize = 50;
@@ -282,8 +282,7 @@ pub fn cancel(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Respon
         let f = form(req)?;
         check_csrf(cfg, req, Some(&s), Carrier::Form(field(&f, "csrf")))?;
         let rec = visible_run(app, cfg, &s, id)?;
-        let caller = Caller::Member(format!("session:{}", s.user));
-        runs::stop(app, cfg, rec, &caller)?;
+        runs::stop(app, cfg, rec, &Origin::Session(s.user.clone()))?;
         Ok(redirect(&next))
     };
     finish(req, inner())
