@@ -587,12 +587,23 @@ fn may_switch(function: &Function) -> Result<(), String> {
 /// one trailing newline; `json` parses any JSON value (numbers keep their
 /// digits) and refuses anything else; `text` is always the text; `lines`
 /// is the text split at newlines.
+///
+/// JSON nested deeper than [`MAX_RESULT_DEPTH`] is not taken as JSON (`auto`
+/// keeps the text, `json` refuses it): the run record wraps the element in
+/// a few more levels, and a record deeper than serde_json's limit of 128
+/// could not be read back.
 fn element(stdout: &[u8], mode: OutputMode) -> Result<Value, String> {
     let text = || {
         let t = stdout.strip_suffix(b"\n").unwrap_or(stdout);
         String::from_utf8_lossy(t).into_owned()
     };
-    let parsed = || serde_json::from_slice::<Value>(stdout);
+    let parsed = || {
+        let v = serde_json::from_slice::<Value>(stdout).map_err(|e| e.to_string())?;
+        if depth(&v) > MAX_RESULT_DEPTH {
+            return Err(format!("nested deeper than {MAX_RESULT_DEPTH} levels"));
+        }
+        Ok(v)
+    };
     match mode {
         OutputMode::Auto => Ok(match parsed() {
             Ok(v @ (Value::Object(_) | Value::Array(_))) => v,
@@ -607,6 +618,18 @@ fn element(stdout: &[u8], mode: OutputMode) -> Result<Value, String> {
             let lines = if t.is_empty() { Vec::new() } else { t.split('\n').map(|l| Value::String(l.to_string())).collect() };
             Ok(Value::Array(lines))
         }
+    }
+}
+
+/// The deepest JSON a step's Result element may be.
+const MAX_RESULT_DEPTH: usize = 64;
+
+/// How deeply `v` nests (a scalar is 0, `[]` is 1).
+fn depth(v: &Value) -> usize {
+    match v {
+        Value::Array(a) => 1 + a.iter().map(depth).max().unwrap_or(0),
+        Value::Object(o) => 1 + o.values().map(depth).max().unwrap_or(0),
+        _ => 0,
     }
 }
 
