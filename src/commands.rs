@@ -10,7 +10,7 @@ use argon2::Argon2;
 use serde_json::Value;
 
 use crate::access::{random_hex, sha256, AppKeys};
-use crate::config::{self, Endpoint, Values};
+use crate::config::{self, Values};
 use crate::error::Error;
 use crate::http::ApiError;
 use crate::invoke;
@@ -238,7 +238,7 @@ fn run_local(
         program,
         function,
         values,
-        &Endpoint::run_endpoint(),
+        &Default::default(),
         Origin::Cli,
     );
     let outcome = runner.execute_only(&job);

@@ -2,7 +2,11 @@
 //! at config load) says what a request needs; [`invoke`] takes the request
 //! through it, one step per line:
 //!
-//! credentials → method → function → values → (rules) → start → answer
+//! credentials → method → signature → function → rule → values → start → answer
+//!
+//! The receive steps (signature, rule, sourced values, answer shape) are
+//! in `webhook.rs`; for an endpoint without receive settings they do
+//! nothing.
 //!
 //! `api.rs` (`POST /api`) and `tools.rs` (generated endpoints) are thin
 //! adapters that find the endpoint and call [`invoke`]; the same fault gets
@@ -11,7 +15,9 @@
 
 mod answer;
 mod values;
+mod webhook;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub use answer::finished_body;
@@ -49,15 +55,28 @@ impl Caller<'_> {
 
 /// Take `req` through `endpoint`: check the credentials and the method,
 /// find the function, read and check the values, start the run (sync or
-/// async, `run_async`) and answer with the run endpoint's JSON.
+/// async, `run_async`) and answer with the run endpoint's JSON, shaped by
+/// the endpoint's receive settings (`webhook::answer`).
 ///
 /// # Errors
 /// Every error of the steps, in this order: credentials (see `access`),
-/// `method_not_allowed`, a body where none is read (`invalid_parameter`),
-/// the function (`invalid_program_id`,
-/// `program_not_found`, `function_not_found`, …), the values
-/// (`variables_mismatch`, `invalid_parameter`), `run_async`, and the run.
+/// `method_not_allowed`, the signature (`signature_*`), a body where none
+/// is read (`invalid_parameter`), the function (`invalid_program_id`,
+/// `program_not_found`, `function_not_found`, …), the rule (`Ignored`),
+/// the values (`invalid_payload`, `unsupported_media_type`,
+/// `variables_mismatch`, `invalid_parameter`), `run_async`, and the run.
 pub fn invoke(
+    app: &App,
+    cfg: &Arc<Config>,
+    req: &Request,
+    endpoint: &Endpoint,
+) -> Result<Response, ApiError> {
+    let result = steps(app, cfg, req, endpoint);
+    webhook::answer(app, endpoint, result)
+}
+
+/// The steps of [`invoke`] up to the run's answer.
+fn steps(
     app: &App,
     cfg: &Arc<Config>,
     req: &Request,
@@ -68,21 +87,37 @@ pub fn invoke(
         let allow = vec![endpoint.method.as_str()];
         return Err(ApiError::MethodNotAllowed { allow });
     }
+    let rcv = &endpoint.receive;
+    webhook::verify(app, cfg, rcv, req)?;
     values::reject_body(req, endpoint.values)?;
     let (program, function) = target(cfg, req, &endpoint.target, &caller)?;
-    let values = values::read(req, endpoint.values, function.inputs())?;
+    let mut inc = webhook::incoming(cfg, req);
+    webhook::rule(rcv, &inc)?;
+    let body_file = webhook::body_file(cfg, rcv, req)?;
+    inc.body_file = body_file.as_ref().map(|f| f.path().to_path_buf());
+    let values = match webhook::values(rcv, &inc, req, function.inputs())? {
+        Some(values) => values,
+        None => values::read(req, endpoint.values, function.inputs())?,
+    };
     check_values(&cfg.server, endpoint.values, function.inputs(), &values)?;
-    let run_async = parse_bool("run_async", req.query_one("run_async")?)?;
+    let run_async = match req.query_one("run_async")? {
+        None => rcv.answer.run_async,
+        raw => parse_bool("run_async", raw)?,
+    };
     // The run endpoint may stream a sync run's output (`answer.rs`).
     let mut stream = false;
     if endpoint.values == Values::Positional {
         stream = parse_bool("stream", req.query_one("stream")?)? || wants_events(req);
         values::reject_unknown(req)?;
     }
-    // Rules (conditions on the request that must hold) go here, when an
-    // endpoint has them.
     let origin = caller.origin();
-    let job = job(cfg, program, function, values, endpoint, origin);
+    let mut job = job(cfg, program, function, values, &endpoint.vars, origin);
+    job.body_file = body_file;
+    job.stdin_body = rcv.stdin_body;
+    job.tool = endpoint
+        .trigger
+        .as_ref()
+        .map(|t| format!("{}/{}", t.tool, t.environment));
     if stream && !run_async {
         return answer::start_streamed(app, job);
     }
@@ -187,15 +222,14 @@ pub fn parse_bool(name: &str, raw: Option<&str>) -> Result<bool, ApiError> {
     }
 }
 
-/// The run of `function` with checked `values` through `endpoint` (its
-/// variables and tool environment): the one place a [`Job`] is put
-/// together (HTTP endpoints and `trigd run` alike).
+/// The run of `function` with checked `values`: the one place a [`Job`] is
+/// put together (HTTP endpoints and `trigd run` alike).
 pub fn job(
     cfg: &Arc<Config>,
     program: &Arc<Program>,
     function: &Function,
     values: Vec<String>,
-    endpoint: &Endpoint,
+    vars: &BTreeMap<String, String>,
     by: Origin,
 ) -> Job {
     Job {
@@ -203,9 +237,11 @@ pub fn job(
         program: Arc::clone(program),
         function: function.name.clone(),
         values,
-        vars: endpoint.vars.clone(),
+        vars: vars.clone(),
         by,
-        tool: endpoint.tool.clone(),
+        tool: None,
+        body_file: None,
+        stdin_body: false,
     }
 }
 

@@ -54,6 +54,11 @@ pub struct Job {
     pub by: Origin,
     /// The tool environment it was started through, `<tool>/<environment>`.
     pub tool: Option<String>,
+    /// The raw request body in a temporary file, kept until the job is
+    /// dropped (after the run), when the trigger reads it as a file.
+    pub body_file: Option<Arc<crate::receive::body_file::BodyFile>>,
+    /// Give `body_file` to every step on stdin (else stdin is empty).
+    pub stdin_body: bool,
 }
 
 impl Job {
@@ -615,6 +620,11 @@ impl Runner {
             deadline: Instant::now() + function.timeout,
             abort: handle.signal(),
             on_spawn: &on_spawn,
+            stdin: job
+                .body_file
+                .as_ref()
+                .filter(|_| job.stdin_body)
+                .map(|f| f.path()),
             on_output: &on_output,
         };
         step::run_function(&ctx, function, &job.values)
@@ -805,6 +815,8 @@ mod tests {
             vars: BTreeMap::new(),
             by: Default::default(),
             tool: None,
+            body_file: None,
+            stdin_body: false,
         }
     }
 
