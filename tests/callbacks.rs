@@ -892,3 +892,35 @@ fn https_with_a_private_ca_needs_ca_file() {
     t.check(got.len() == 2, format!("{got:#?}"));
     t.check(got.iter().all(|g| signature_ok(g, SECRET)), "signed");
 }
+
+#[test]
+fn the_run_page_shows_the_callbacks() {
+    let rx = Receiver::start(Receiver::bind(), |_| Answer::Status(204));
+    let dir = TestDir::new("cb-page");
+    let config = crate::ui::ui_config("")
+        + &format!(
+            "\n[[api_keys]]\nname = \"all\"\nsha256 = \"{}\"\n\n[callbacks]\nallow = [\"127.0.0.1\"]\nallow_private = [\"127.0.0.1\"]\nsecret_file = \"cb.secret\"\n",
+            sha256_hex(KEY)
+        );
+    dir.write("config.toml", &config);
+    dir.write("cb.secret", SECRET);
+    let url = rx.url("/page");
+    dir.write(
+        "programs/p.toml",
+        &format!(
+            "id = 1\nname = \"inv\"\nworkspace = \"ops\"\n\n[[functions]]\nname = \"list\"\ncommand = [\"echo\", \"x\"]\ncallback = \"{url}\"\n[functions.webhook]\n\n[[functions]]\nname = \"add\"\ncommand = [\"echo\", \"y\"]\n"
+        ),
+    );
+    let t = Trigd::start(&dir);
+    let run = start_run(&t, KEY, "list", "", None);
+    wait_delivery(&t, &run, 0, "delivered");
+    let session = crate::ui::login(&t, "alice");
+    let cookie = crate::ui::cookie(&session);
+    let r = t.request("GET", &format!("/runs/{run}"), &[("Cookie", &cookie)], b"");
+    let html = r.text();
+    r.check(r.status == 200, "the run page");
+    r.check(html.contains("id=\"callbacks\""), "a Callbacks table");
+    r.check(html.contains(&url), "the URL");
+    r.check(html.contains("state-delivered"), "the state");
+    r.check(html.contains("204 ("), "the attempt's status");
+}

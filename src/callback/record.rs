@@ -20,6 +20,17 @@ pub enum Source {
     Request,
 }
 
+impl Source {
+    /// The snake_case name, as in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Source::Function => "function",
+            Source::Trigger => "trigger",
+            Source::Request => "request",
+        }
+    }
+}
+
 /// A callback URL of a run, known when the run is accepted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
@@ -48,6 +59,16 @@ impl DeliveryState {
     /// Whether nothing more will happen to the delivery.
     pub fn is_final(self) -> bool {
         matches!(self, DeliveryState::Delivered | DeliveryState::Failed)
+    }
+
+    /// The snake_case name, as in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            DeliveryState::Waiting => "waiting",
+            DeliveryState::Pending => "pending",
+            DeliveryState::Delivered => "delivered",
+            DeliveryState::Failed => "failed",
+        }
     }
 }
 

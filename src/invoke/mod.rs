@@ -105,7 +105,10 @@ fn steps(
         None => rcv.answer.run_async,
         raw => parse_bool("run_async", raw)?,
     };
+    // The run endpoint may stream a sync run's output (`answer.rs`).
+    let mut stream = false;
     if endpoint.values == Values::Positional {
+        stream = parse_bool("stream", req.query_one("stream")?)? || wants_events(req);
         values::reject_unknown(req)?;
     }
     let callbacks = callbacks(cfg, req, endpoint, function, &caller)?;
@@ -114,6 +117,13 @@ fn steps(
     job.body_file = body_file;
     job.stdin_body = rcv.stdin_body;
     job.callbacks = callbacks;
+    job.tool = endpoint
+        .trigger
+        .as_ref()
+        .map(|t| format!("{}/{}", t.tool, t.environment));
+    if stream && !run_async {
+        return answer::start_streamed(app, job);
+    }
     answer::start(app, job, run_async)
 }
 
@@ -233,6 +243,7 @@ pub fn job(
         vars: vars.clone(),
         by,
         callbacks: Vec::new(),
+        tool: None,
         body_file: None,
         stdin_body: false,
     }
@@ -265,6 +276,13 @@ fn callbacks(
         callback::requested(req, query)?,
         permitted,
     )
+}
+
+/// Whether the client asks for Server-Sent Events (`Accept:
+/// text/event-stream`).
+pub fn wants_events(req: &Request) -> bool {
+    req.header("accept")
+        .is_some_and(|a| a.to_ascii_lowercase().contains("text/event-stream"))
 }
 
 #[cfg(test)]

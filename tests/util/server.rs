@@ -27,13 +27,15 @@ pub struct Trigd {
     pub stderr_log: PathBuf,
     /// Extra environment variables of the server process.
     env: Vec<(String, String)>,
+    /// How long a start may take (reading a big state dir takes longer).
+    start_timeout: Duration,
 }
 
 impl Trigd {
     /// Start `trigd serve --config <dir>/config.toml --listen 127.0.0.1:0`
     /// and wait (bounded) for its first stdout line.
     pub fn start(dir: &TestDir) -> Trigd {
-        Trigd::start_env(dir, &[])
+        Trigd::start_within(dir, START_TIMEOUT)
     }
 
     /// Like [`Trigd::start`], with extra environment variables (kept across
@@ -48,6 +50,22 @@ impl Trigd {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            start_timeout: START_TIMEOUT,
+        };
+        t.spawn();
+        t
+    }
+
+    /// [`Trigd::start`] with a start allowed to take up to `bound` (a state
+    /// dir with very many runs).
+    pub fn start_within(dir: &TestDir, bound: Duration) -> Trigd {
+        let mut t = Trigd {
+            child: None,
+            addr: String::new(),
+            config: dir.path("config.toml"),
+            stderr_log: dir.path("stderr.log"),
+            env: Vec::new(),
+            start_timeout: bound,
         };
         t.spawn();
         t
@@ -85,13 +103,14 @@ impl Trigd {
             // Keep draining so that the server never blocks on a full pipe.
             let _ = io::copy(&mut r, &mut io::sink());
         });
-        let got = rx.recv_timeout(START_TIMEOUT);
+        let got = rx.recv_timeout(self.start_timeout);
         self.child = Some(child);
         let line = match got {
             Ok(Ok(line)) => line,
             Ok(Err(e)) => self.fail(format!("reading the server's stdout failed: {e}")),
             Err(_) => self.fail(format!(
-                "no `listening on` line on stdout within {START_TIMEOUT:?}"
+                "no `listening on` line on stdout within {:?}",
+                self.start_timeout
             )),
         };
         let addr = line
