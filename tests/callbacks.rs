@@ -924,3 +924,27 @@ fn the_run_page_shows_the_callbacks() {
     r.check(html.contains("state-delivered"), "the state");
     r.check(html.contains("204 ("), "the attempt's status");
 }
+
+#[test]
+fn a_cancelled_run_is_reported_cancelled() {
+    let rx = Receiver::start(Receiver::bind(), |_| Answer::Status(200));
+    let dir = setup_cb(
+        "cb-cancel",
+        &[],
+        &[("p.toml", &program(Some(&rx.url("/c"))))],
+    );
+    let t = Trigd::start(&dir);
+    let run = start_run(&t, KEY, "slow", "", None);
+    t.wait_for(WAIT, "the slow run to start", || {
+        record(&t, &run)["State"] == "running"
+    });
+    let r = t.post(&format!("/api/runs/{run}/cancel?api_key={KEY}"));
+    r.check(r.status < 300, "cancel accepted");
+    let rec = wait_delivery(&t, &run, 0, "delivered");
+    t.check(rec["State"] == "cancelled", format!("{rec}"));
+    let got = rx.got();
+    t.check(
+        got.len() == 1 && got[0].json()["State"] == "cancelled",
+        format!("the callback says cancelled: {got:#?}"),
+    );
+}
