@@ -55,6 +55,7 @@ pub fn run(app: &App, cfg: &Arc<Config>, req: &Request) -> Result<Response, ApiE
         by: format!("api_key:{}", key.name),
         body_file: None,
         stdin_body: false,
+        files: Vec::new(),
     };
     start(app, job, run_async)
 }
@@ -111,7 +112,8 @@ pub fn finished_body(id: &str, outcome: Outcome) -> Result<Value, ApiError> {
     }
 }
 
-fn run_error(e: RunError) -> ApiError {
+/// The answer to a run the runner did not take.
+pub fn run_error(e: RunError) -> ApiError {
     match e {
         RunError::Busy(msg) => ApiError::Busy {
             retry_after: 1,

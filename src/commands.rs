@@ -243,6 +243,7 @@ fn run_local(
         by: "cli".into(),
         body_file: None,
         stdin_body: false,
+        files: Vec::new(),
     };
     let outcome = runner.execute_only(&job);
     api::finished_body(&new_run_id(&cfg.server.instance), outcome)

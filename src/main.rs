@@ -25,6 +25,7 @@ mod commands;
 mod config;
 mod error;
 mod firststart;
+mod hooks;
 mod http;
 mod lint;
 mod logging;

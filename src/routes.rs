@@ -9,6 +9,7 @@ use serde_json::json;
 use crate::api;
 use crate::app::App;
 use crate::cluster;
+use crate::hooks;
 use crate::http::{ApiError, Request, Response};
 use crate::metrics::Gauges;
 use crate::tools;
@@ -23,6 +24,9 @@ pub fn handle(app: &App, req: &Request) -> Response {
     let cfg = app.config();
     let segs: Vec<&str> = req.segments.iter().map(String::as_str).collect();
     let method = req.method.as_str();
+    if let Some(id) = hook_id(&cfg.hooks.prefix, &segs) {
+        return hooks::call(app, &cfg, req, &id).unwrap_or_else(Response::from);
+    }
     let result = match (method, segs.as_slice()) {
         ("GET" | "HEAD", ["healthz"]) => Ok(healthz(app)),
         ("GET" | "HEAD", ["livez"]) => Ok(Response::json(200, &json!({ "Status": "alive" }))),
@@ -77,6 +81,19 @@ pub fn handle(app: &App, req: &Request) -> Response {
         _ => Err(ApiError::NotFound),
     };
     result.unwrap_or_else(Response::from)
+}
+
+/// The hook id of a path under the hooks' URL prefix (the rest of the
+/// path, which may hold `/`), when hooks files are configured.
+fn hook_id(prefix: &[String], segs: &[&str]) -> Option<String> {
+    if prefix.is_empty() || segs.len() <= prefix.len() {
+        return None;
+    }
+    let (head, rest) = segs.split_at(prefix.len());
+    head.iter()
+        .zip(prefix)
+        .all(|(a, b)| a == b)
+        .then(|| rest.join("/"))
 }
 
 /// `GET /healthz`: readiness (200 `ok`, else 503 `draining` or

@@ -165,6 +165,7 @@ fn receive(
         by,
         body_file,
         stdin_body: rcv.stdin_body,
+        files: Vec::new(),
     };
     api::start(app, job, run_async)
 }

@@ -11,6 +11,8 @@
 //! stopping at the first.
 
 pub mod edit;
+mod hook_compile;
+pub mod hooks;
 mod program;
 mod raw;
 mod receive;
@@ -23,6 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use hook_compile::{compile as compile_hook, Hook, HookAnswer, HookFile, Hooks};
 #[cfg(any(test, fuzzing))] // fuzz/ (cargo-fuzz sets cfg fuzzing)
 pub use validate::load_str;
 pub use validate::{load, load_changed, load_text};
@@ -50,6 +53,8 @@ pub struct Config {
     pub workspaces: BTreeMap<String, Workspace>,
     /// Tools by name.
     pub tools: BTreeMap<String, Tool>,
+    /// Hooks of adnanh/webhook hooks files (`hooks_files`), by id.
+    pub hooks: Hooks,
     /// sha256 over the names and contents of every file read, in a fixed
     /// order; a reload whose fingerprint is unchanged is skipped.
     pub fingerprint: [u8; 32],
@@ -127,6 +132,10 @@ pub struct Server {
     /// Directory of `app_keys.json`, which instances may share
     /// (`shared_state_dir`, default: `state_dir`; read only at start).
     pub shared_state_dir: PathBuf,
+    /// adnanh/webhook hooks files, resolved (`hooks_files`, default none).
+    pub hooks_files: Vec<PathBuf>,
+    /// URL prefix of their hooks (`hooks_url_prefix`, default `hooks`).
+    pub hooks_url_prefix: String,
 }
 
 /// A run-endpoint API key (`[[api_keys]]`). Only its hash is known.
@@ -214,6 +223,13 @@ pub struct Function {
     /// Numeric gid to run the steps as (`group`, or the primary group of
     /// `user`); `None`: trigd's own.
     pub group: Option<u32>,
+    /// Give each input to the steps as an environment variable of its name
+    /// (true for every program file; a hooks-file hook passes its
+    /// environment by name in the job's `vars` instead).
+    pub env_inputs: bool,
+    /// Send each step's stderr into its stdout, in the order written (a
+    /// hooks-file hook answers with the command's combined output).
+    pub combined_output: bool,
 }
 
 impl Function {
@@ -238,6 +254,10 @@ pub enum OutputMode {
     Text,
     /// The text split into lines: an array of strings.
     Lines,
+    /// The text exactly as printed (a hooks-file hook's answer); not
+    /// written in program files.
+    #[serde(skip)]
+    Raw,
 }
 
 /// A function's webhook trigger (`[functions.webhook]`).

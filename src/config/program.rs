@@ -199,6 +199,8 @@ fn function(
         webhook,
         user,
         group,
+        env_inputs: true,
+        combined_output: false,
     }
 }
 

@@ -50,6 +50,9 @@ pub struct Job {
     pub body_file: Option<Arc<crate::receive::body_file::BodyFile>>,
     /// Give `body_file` to every step on stdin (else stdin is empty).
     pub stdin_body: bool,
+    /// Temporary files the run reads (a hook's `pass-file-to-command`),
+    /// removed when the job is dropped, after the run.
+    pub files: Vec<crate::receive::body_file::BodyFile>,
 }
 
 impl Job {
