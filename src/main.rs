@@ -27,6 +27,7 @@ mod error;
 mod firststart;
 mod hooks;
 mod http;
+mod import;
 mod lint;
 mod logging;
 mod metrics;
@@ -94,6 +95,11 @@ fn run(args: impl Iterator<Item = std::ffi::OsString>) -> Result<ExitCode, Error
             workspace,
             member,
         } => commands::app_key(&config, &workspace, &member)?,
+        Command::ImportWebhook {
+            file,
+            program_id,
+            write_secrets,
+        } => import::run(&file, program_id, write_secrets.as_deref())?,
         Command::Help(text) => print!("{text}"),
         Command::Version => println!("trigd {}", env!("CARGO_PKG_VERSION")),
     }

@@ -802,3 +802,169 @@ fn webhook_and_trigd_answer_and_run_alike() {
         differences.join("\n")
     );
 }
+
+/// The cases whose hooks `import-webhook` carries over whole, and where
+/// each is served natively.
+fn import_cases() -> Vec<(Case, String)> {
+    let native = |c: &Case| {
+        let id = c.path.trim_start_matches("/hooks/");
+        let (id, query) = id
+            .split_once('?')
+            .map_or((id, String::new()), |(i, q)| (i, format!("?{q}")));
+        format!("/tools/webhook/hooks/{}{query}", id.replace('/', "-"))
+    };
+    // (Not github's good request: its HOOK_head_commit.timestamp is
+    // renamed HOOK_head_commit_timestamp natively, and sh drops a variable
+    // with a dot anyway.)
+    let keep = [
+        "github: good signature, other branch: mismatch code 400",
+        "github: no signature header is a mismatch",
+        "multi-sig, soft failures: second secret matches",
+        "xml payload",
+        "raw body",
+        "json array payload under root",
+        "json array payload, rule mismatch",
+        "rules: regex, not, or of ip ranges, header",
+        "rules: regex fails",
+        "rules: not fails",
+        "an id with a slash",
+    ];
+    cases()
+        .into_iter()
+        .filter(|c| keep.contains(&c.what))
+        .map(|c| {
+            let n = native(&c);
+            (c, n)
+        })
+        .collect()
+}
+
+#[test]
+fn imported_hooks_run_like_the_originals() {
+    let dir = hooks_dir("hooks_import");
+    let out = trigd(
+        &[
+            "import-webhook",
+            &dir.path_str("hooks.json"),
+            "--program-id",
+            "77",
+            "--write-secrets",
+            &dir.path_str("secrets"),
+        ],
+        None,
+    );
+    out.code_is(0);
+    out.check(
+        out.stderr
+            .contains("hook \"bitbucket\": parse-parameters-as-json is not carried over"),
+        "a warning names the hook and the option",
+    );
+    out.check(out.stderr.contains("hook \"scalr\": trigger-rule.match: match type \"scalr-signature\" cannot be carried over"), "scalr is named");
+    out.check(!out.stdout.contains(SECRET), "no secret in the output");
+    out.check(
+        out.stdout.contains("# hook \"github\""),
+        "a comment per hook",
+    );
+    out.check(
+        dir.read("secrets/github-1") == SECRET,
+        "the secret file is written",
+    );
+    let (config_part, program_part) = out
+        .stdout
+        .split_once("# ---- programs/webhook-hooks.toml ----")
+        .unwrap_or_else(|| out.fail("no program marker"));
+    dir.append("config.toml", config_part);
+    dir.write("programs/webhook-hooks.toml", program_part);
+    let check = trigd(&["check", "--config", &dir.path_str("config.toml")], None);
+    check.code_is(0);
+    let t = Trigd::start(&dir);
+    for (c, native_path) in import_cases() {
+        let original = send(&t.addr, &t.stderr_log, &dir, &c);
+        let mut n = case(c.what, &native_path, &[], "", c.runs);
+        (n.method, n.headers, n.body) = (c.method, c.headers.clone(), c.body.clone());
+        let imported = send(&t.addr, &t.stderr_log, &dir, &n);
+        let what = c.what;
+        assert_eq!(
+            imported.call, original.call,
+            "{what}: the command runs alike"
+        );
+        let ran = original.call.is_some();
+        assert_eq!(
+            imported.status, original.status,
+            "{what}: the same status (ran: {ran}); native body {}",
+            imported.body
+        );
+    }
+    // A hook that is not carried over whole never runs natively.
+    let r = t
+        .client()
+        .request("POST", "/tools/webhook/hooks/scalr", &[], b"");
+    r.status_is(200);
+    r.check(
+        r.text().contains("rules_not_matched"),
+        "an unrewritten rule never matches",
+    );
+}
+
+#[test]
+fn hooks_files_reload_and_refuse_what_they_cannot_serve() {
+    let dir = hooks_dir("hooks_reload");
+    let t = Trigd::start(&dir);
+    t.client()
+        .request("POST", "/hooks/dir/nested", &[], b"")
+        .status_is(200);
+    // A new hook appears without a restart.
+    let root = dir.root.display().to_string();
+    let one =
+        r#"[{"id": "fresh", "execute-command": "@DIR@/rec.sh", "response-message": "fresh one"}]"#;
+    dir.write("hooks.yaml", &one.replace("@DIR@", &root));
+    t.wait_for(WAIT, "the new hook", || {
+        t.client().request("POST", "/hooks/fresh", &[], b"").text() == "fresh one"
+    });
+    // A hook with an option trigd does not serve is refused, naming the
+    // file, the hook and the option; the last good hooks stay served.
+    let bad = r#"[{"id": "tpl", "execute-command": "/bin/true", "response-message": "{{ getenv \"X\" }}"},
+                  {"id": "typo", "execute-command": "/bin/true", "pass-arguments-to-comand": []}]"#;
+    dir.write("hooks.yaml", bad);
+    t.wait_for(WAIT, "the reload error", || {
+        t.stderr_tail().contains("pass-arguments-to-comand")
+    });
+    let log = t.stderr_tail();
+    t.check(
+        log.contains("hooks.yaml")
+            && log.contains("hooks[0] \"tpl\"")
+            && log.contains("response-message holds a Go template"),
+        "template error names file, hook, option",
+    );
+    t.check(
+        log.contains("hooks[1] \"typo\""),
+        "unknown option error names the hook",
+    );
+    t.client()
+        .request("POST", "/hooks/fresh", &[], b"")
+        .status_is(200);
+    let check = trigd(&["check", "--config", &dir.path_str("config.toml")], None);
+    check.code_is(1);
+    check.check(
+        check
+            .stdout
+            .contains("unknown field `pass-arguments-to-comand`")
+            || check
+                .stderr
+                .contains("unknown field `pass-arguments-to-comand`"),
+        "check names the option",
+    );
+    // Duplicate ids across files, an unknown rule type and a bad prefix are
+    // load errors too.
+    dir.write("hooks.yaml", "- id: github\n  execute-command: /bin/true\n- id: r\n  execute-command: /bin/true\n  trigger-rule: {match: {type: payload-hash-md5, secret: s}}\n");
+    let check = trigd(&["check", "--config", &dir.path_str("config.toml")], None);
+    let all = format!("{}{}", check.stdout, check.stderr);
+    check.check(
+        all.contains("\"github\" is already defined"),
+        "duplicate id",
+    );
+    check.check(
+        all.contains("unknown match type \"payload-hash-md5\""),
+        "unknown rule type",
+    );
+}

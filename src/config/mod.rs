@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use hook_compile::{compile as compile_hook, Hook, HookAnswer, HookFile, Hooks};
+pub use hook_compile::{known_status, Hook, Hooks};
 #[cfg(any(test, fuzzing))] // fuzz/ (cargo-fuzz sets cfg fuzzing)
 pub use validate::load_str;
 pub use validate::{load, load_changed, load_text};

@@ -52,6 +52,7 @@ pub struct Job {
     pub stdin_body: bool,
     /// Temporary files the run reads (a hook's `pass-file-to-command`),
     /// removed when the job is dropped, after the run.
+    #[allow(dead_code)] // never read: held so that its Drop removes the files
     pub files: Vec<crate::receive::body_file::BodyFile>,
 }
 
