@@ -466,3 +466,104 @@ fn ranges(s: &str, at: &str) -> Result<Vec<Cidr>, String> {
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::hooks::parse_file;
+
+    fn server() -> Server {
+        crate::config::load_str(Path::new("config.toml"), "", &[])
+            .unwrap()
+            .server
+    }
+
+    fn compile_one(json: &str) -> Result<Hook, String> {
+        let text = format!(r#"[{{"id": "h", "execute-command": "run.sh", {json}}}]"#);
+        let def = parse_file(&text).unwrap().remove(0).unwrap();
+        compile(&def, Path::new("/etc/trigd"), &server())
+    }
+
+    #[test]
+    fn what_webhook_would_trip_over_per_request_is_a_load_error() {
+        for (json, want) in [
+            (
+                r#""pass-arguments-to-command": [{"source": "body"}]"#,
+                "unknown source \"body\"",
+            ),
+            (
+                r#""pass-arguments-to-command": [{"source": "request", "name": "path"}]"#,
+                "unknown request value",
+            ),
+            (
+                r#""trigger-rule": {"match": {"type": "regex", "regex": "(", "parameter": {"source": "url", "name": "q"}}}"#,
+                "trigger-rule.match.regex",
+            ),
+            (
+                r#""trigger-rule": {"match": {"type": "ip-whitelist", "ip-range": "10.0.0.0/40"}}"#,
+                "ip-range",
+            ),
+            (
+                r#""trigger-rule": {"and": [{"match": {"type": "payload-hmac-sha256", "parameter": {"source": "header", "name": "X-Sig"}}}]}"#,
+                "trigger-rule.and[0].match.secret",
+            ),
+            (
+                r#""trigger-rule": {"match": {"type": "payload-hmac-md5", "secret": "s"}}"#,
+                "unknown match type",
+            ),
+            (
+                r#""parse-parameters-as-json": [{"source": "string", "name": "x"}]"#,
+                "parsed as JSON",
+            ),
+            (
+                r#""pass-environment-to-command": [{"source": "string", "name": "x", "envname": "A=B"}]"#,
+                "environment variable name",
+            ),
+            (r#""http-methods": ["PO ST"]"#, "http-methods[0]"),
+            (
+                r#""response-headers": [{"name": "Bad Name", "value": "x"}]"#,
+                "response-headers[0]",
+            ),
+        ] {
+            let e = compile_one(json)
+                .err()
+                .unwrap_or_else(|| panic!("{json} loads"));
+            assert!(e.contains(want) && e.contains("option"), "{json}: {e}");
+        }
+    }
+
+    #[test]
+    fn commands_names_and_statuses() {
+        let h = compile_one(r#""command-working-directory": "work", "success-http-response-code": 299, "trigger-rule-mismatch-http-response-code": 403, "http-methods": [" post"], "pass-environment-to-command": [{"source": "payload", "name": "a.b"}], "pass-file-to-command": [{"source": "payload", "name": "data"}]"#).unwrap();
+        let f = &h.program.functions[0];
+        let Step::Command(argv) = &f.steps[0] else {
+            panic!()
+        };
+        assert_eq!(
+            argv[0],
+            Template(vec![Piece::Lit("/etc/trigd/work/run.sh".into())])
+        );
+        assert_eq!(f.workdir, Path::new("/etc/trigd/work"));
+        assert_eq!(h.file_dir, Path::new("/etc/trigd/work"));
+        assert_eq!(h.methods, ["POST"]);
+        assert_eq!((h.answer.success, h.answer.mismatch), (None, Some(403)));
+        assert_eq!(h.env[0].0, "HOOK_a.b");
+        assert_eq!(h.files[0].env, "HOOK_DATA");
+        let bare = compile_one(r#""trigger-rule": {}"#).unwrap();
+        let Step::Command(argv) = &bare.program.functions[0].steps[0] else {
+            panic!()
+        };
+        assert_eq!(
+            argv[0],
+            Template(vec![Piece::Lit("run.sh".into())]),
+            "a bare name is looked up in PATH"
+        );
+        assert!(
+            matches!(bare.rule, Some(Rule::Or(ref v)) if v.is_empty()),
+            "an empty rule never matches"
+        );
+        assert_eq!(known_status(418), Some(418));
+        assert_eq!(known_status(299), None);
+        assert_eq!(known_status(0), None);
+    }
+}

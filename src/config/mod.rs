@@ -25,6 +25,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+#[cfg(fuzzing)] // fuzz/ (the hooks_file harness)
+pub use hook_compile::compile as compile_hook;
 pub use hook_compile::{known_status, Hook, Hooks};
 #[cfg(any(test, fuzzing))] // fuzz/ (cargo-fuzz sets cfg fuzzing)
 pub use validate::load_str;
