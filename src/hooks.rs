@@ -66,6 +66,7 @@ pub fn call(app: &App, cfg: &Arc<Config>, req: &Request, id: &str) -> Result<Res
         match wr.eval(rule, hook.soft_signatures) {
             (_, Some(f)) if f != Fault::Missing => {
                 log::warn!("hook {id}: error evaluating the trigger rule ({f:?})");
+                app.runner.metrics.webhook("hooks", id, "rule_error");
                 return Ok(text(500, RULE_ERROR));
             }
             (false, _) => {

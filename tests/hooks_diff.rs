@@ -216,6 +216,7 @@ const HOOKS_JSON: &str = r#"[
     "execute-command": "@DIR@/rec.sh",
     "command-working-directory": "@DIR@/work",
     "include-command-output-in-response": true,
+    "success-http-response-code": 201,
     "pass-file-to-command": [
       {"source": "payload", "name": "data", "base64decode": true},
       {"source": "payload", "name": "text", "envname": "X_TEXT_FILE"},
@@ -268,6 +269,17 @@ const HOOKS_JSON: &str = r#"[
     "execute-command": "@DIR@/rec.sh",
     "include-command-output-in-response": true,
     "pass-arguments-to-command": [{"source": "payload", "name": "text"}, {"source": "payload", "name": "user"}]
+  },
+  {
+    "id": "no-command",
+    "execute-command": "@DIR@/missing.sh",
+    "include-command-output-in-response": true
+  },
+  {
+    "id": "no-command-output",
+    "execute-command": "@DIR@/missing.sh",
+    "include-command-output-in-response": true,
+    "include-command-output-in-response-on-error": true
   },
   {
     "id": "dir/nested",
@@ -640,11 +652,41 @@ fn cases() -> Vec<Case> {
             true,
         ),
         case("an id with a slash", "/hooks/dir/nested", &[], "", true),
+        case(
+            "a command that does not exist",
+            "/hooks/no-command",
+            &[],
+            "",
+            false,
+        ),
+        case(
+            "a command that does not exist, output on error",
+            "/hooks/no-command-output",
+            &[],
+            "",
+            false,
+        ),
+        case(
+            "two signatures in one header, the second good",
+            "/hooks/github",
+            &[json, ("X-Hub-Signature", &format!("sha1=0000,{sig1}"))],
+            push,
+            true,
+        ),
         case("unknown hook", "/hooks/nope", &[], "", false),
     ];
     let mut get = case("method not allowed", "/hooks/github", &[], "", false);
     get.method = "GET";
     all.push(get);
+    let mut any = case(
+        "GET of a hook without http-methods",
+        "/hooks/dir/nested",
+        &[],
+        "",
+        true,
+    );
+    any.method = "GET";
+    all.push(any);
     let mut put = case(
         "second allowed method, lower case in the file",
         "/hooks/rules",
@@ -966,5 +1008,22 @@ fn hooks_files_reload_and_refuse_what_they_cannot_serve() {
     check.check(
         all.contains("unknown match type \"payload-hash-md5\""),
         "unknown rule type",
+    );
+    let prefix = "hooks_files = [\"hooks.json\"]\nhooks_url_prefix = \"tools/webhooks\"";
+    dir.write("config.toml", &config(prefix));
+    let check = trigd(&["check", "--config", &dir.path_str("config.toml")], None);
+    check.code_is(1);
+    let all = format!("{}{}", check.stdout, check.stderr);
+    check.check(
+        all.contains("server.hooks_url_prefix")
+            && all.contains("\"tools/webhooks\" cannot be the hooks' URL prefix"),
+        "a prefix trigd serves itself",
+    );
+    dir.write("config.toml", &config("hooks_files = [\"nope.json\"]"));
+    let check = trigd(&["check", "--config", &dir.path_str("config.toml")], None);
+    let all = format!("{}{}", check.stdout, check.stderr);
+    check.check(
+        all.contains("server.hooks_files[0]") && all.contains("cannot read hooks file"),
+        "a missing hooks file",
     );
 }

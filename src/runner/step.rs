@@ -296,6 +296,15 @@ fn combined(
     values: &[String],
     deadline: Instant,
 ) -> (Option<StepReport>, Result<Value, Fail>) {
+    // The shell would report a missing program as its own failure (exit
+    // 127); it is a program that could not be started.
+    use std::os::unix::fs::PermissionsExt;
+    let runnable = std::fs::metadata(program)
+        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+    if !runnable {
+        let msg = format!("cannot start {}: not an executable file", program.display());
+        return (None, Err(Fail::Spawn(msg)));
+    }
     let mut sh_args = vec![
         "-c".to_string(),
         "exec \"$0\" \"$@\" 2>&1".to_string(),
