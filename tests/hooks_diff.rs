@@ -919,6 +919,13 @@ fn imported_hooks_run_like_the_originals() {
     dir.write("programs/webhook-hooks.toml", program_part);
     let check = trigd(&["check", "--config", &dir.path_str("config.toml")], None);
     check.code_is(0);
+    check.check(check.stdout.contains(" hooks, "), "check counts the hooks");
+    check.check(
+        check
+            .stderr
+            .contains("hook \"no-command\": execute-command: command"),
+        "check warns about a hook command that is not there",
+    );
     let t = Trigd::start(&dir);
     for (c, native_path) in import_cases() {
         let original = send(&t.addr, &t.stderr_log, &dir, &c);
