@@ -1,15 +1,14 @@
 //! `App`: the state shared by every request — the current config snapshot,
-//! its generation, the last reload error, the run store, the runner,
-//! application keys, browser sessions and rate limits.
+//! its generation, the last reload error, the run store, the runner, and
+//! the credentials and limits of `access`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
-use crate::appkeys::AppKeys;
+use crate::access::Access;
+use crate::cluster::Readiness;
 use crate::config::Config;
-use crate::ratelimit::RateLimits;
 use crate::runner::Runner;
-use crate::sessions::{Sessions, Throttle};
 use crate::store::RunStore;
 
 /// Shared server state.
@@ -20,12 +19,8 @@ pub struct App {
     reload_errors: AtomicU64,
     /// The run log.
     pub store: Arc<RunStore>,
-    /// Application keys of workspace members.
-    pub app_keys: AppKeys,
-    /// Browser login sessions.
-    pub sessions: Sessions,
-    /// Failed-login counters.
-    pub login_throttle: Throttle,
+    /// Application keys, sessions and rate limits.
+    pub access: Access,
     /// Run slots and queue.
     pub runner: Arc<Runner>,
     /// Open HTTP connections (set once the listener exists).
@@ -35,21 +30,15 @@ pub struct App {
     /// Set at SIGTERM for `drain_delay` before `closing`: requests are
     /// still served, `/healthz` answers 503 so the balancer stops sending.
     pub draining: AtomicBool,
-    /// Failed-authentication and per-key rate limits.
-    pub limits: RateLimits,
 }
 
 impl App {
     /// Shared state around a first config (generation 1).
     pub fn new(config: Config, store: Arc<RunStore>, runner: Arc<Runner>) -> App {
-        let app_keys = AppKeys::new(&config.server.shared_state_dir);
-        let sessions = Sessions::open(&config.server.state_dir);
         // Body files of runs cut off by a crash or kill -9.
         crate::receive::body_file::clean(&config.server.state_dir.join("bodies"));
         App {
-            app_keys,
-            sessions,
-            login_throttle: Throttle::default(),
+            access: Access::open(&config.server.state_dir, &config.server.shared_state_dir),
             config: RwLock::new(Arc::new(config)),
             generation: AtomicU64::new(1),
             last_reload_error: Mutex::new(None),
@@ -59,7 +48,6 @@ impl App {
             connections: OnceLock::new(),
             closing: AtomicBool::new(false),
             draining: AtomicBool::new(false),
-            limits: RateLimits::default(),
         }
     }
 
@@ -114,5 +102,18 @@ impl App {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// Whether this instance should get traffic now. The config is always
+    /// loaded once the server answers (a refused reload keeps the last good
+    /// one); the state dir is checked by opening `runs.log` for writing.
+    pub fn readiness(&self) -> Readiness {
+        if self.draining.load(Ordering::SeqCst) || self.closing.load(Ordering::SeqCst) {
+            return Readiness::Draining;
+        }
+        match self.store.check_writable() {
+            Ok(()) => Readiness::Ready,
+            Err(e) => Readiness::NotReady(format!("state dir not writable: {e}")),
+        }
     }
 }

@@ -12,15 +12,16 @@ use std::sync::Arc;
 
 use base64::Engine as _;
 
-use crate::api;
 use crate::app::App;
 use crate::config::{Config, Hook};
 use crate::http::{ApiError, Request, Response};
+use crate::invoke;
 use crate::receive::body_file::BodyFile;
 use crate::receive::values::Source;
 use crate::receive::webhook::{Fault, WebhookRequest};
 use crate::runner::step::{Outcome, StepError};
 use crate::runner::Job;
+use crate::store::Origin;
 
 /// webhook's answer to a rule that does not match.
 pub const NOT_SATISFIED: &str = "Hook rules were not satisfied.";
@@ -51,7 +52,7 @@ pub fn call(app: &App, cfg: &Arc<Config>, req: &Request, id: &str) -> Result<Res
         })
         .collect();
     let Ok(mut wr) = WebhookRequest::new(
-        &req.method,
+        req.method.as_str(),
         req.remote,
         &req.headers,
         &req.query,
@@ -79,10 +80,10 @@ pub fn call(app: &App, cfg: &Arc<Config>, req: &Request, id: &str) -> Result<Res
     }
     let job = job(cfg, hook, &wr);
     let answer = if hook.answer.output {
-        let (run, outcome) = app.runner.run_sync(job).map_err(api::run_error)?;
+        let (run, outcome) = app.runner.run_sync(job).map_err(invoke::run_error)?;
         with_output(hook, outcome).with_run(&run)
     } else {
-        let run = app.runner.start_async(job).map_err(api::run_error)?;
+        let run = app.runner.start_async(job).map_err(invoke::run_error)?;
         let status = hook.answer.success.unwrap_or(200);
         text(status, &hook.answer.message).with_run(&run)
     };
@@ -124,17 +125,10 @@ fn job(cfg: &Arc<Config>, hook: &Hook, wr: &WebhookRequest<'_>) -> Job {
             ),
         }
     }
-    Job {
-        cfg: Arc::clone(cfg),
-        program: Arc::clone(&hook.program),
-        function: hook.id.clone(),
-        values,
-        vars,
-        by: format!("hook:{}", hook.id),
-        body_file: None,
-        stdin_body: false,
-        files,
-    }
+    let function = &hook.program.functions[0];
+    let mut job = invoke::job(cfg, &hook.program, function, values, &vars, Origin::Public);
+    job.files = files;
+    job
 }
 
 /// The answer of a hook with `include-command-output-in-response`: the

@@ -845,3 +845,29 @@ fn a_rotated_secret_file_takes_effect_on_sighup() {
     send(GITLAB_TOKEN).err(403, "signature_mismatch");
     assert!(!dir.read("stderr.log").contains("gl-token-rotated-5b1c"));
 }
+
+#[test]
+fn wrong_tokens_count_as_failed_authentications() {
+    let (dir, t) = start("webhooks_limit", "auth_failures_per_minute = 3");
+    let send = |token: &str| {
+        let h = [
+            ("Content-Type", "application/json"),
+            ("X-Gitlab-Token", token),
+            ("X-Gitlab-Event", "Push Hook"),
+        ];
+        let body = br#"{"project":{"path_with_namespace":"a/b"}}"#;
+        t.request("POST", "/tools/hooks/prod/gitlab", &h, body)
+    };
+    for guess in ["guess-1", "guess-2", "guess-3"] {
+        send(guess).err(403, "signature_mismatch");
+    }
+    // The address is over its budget: even the right token waits.
+    let r = send(GITLAB_TOKEN);
+    r.err(429, "rate_limited");
+    r.check(r.header("retry-after").is_some(), "Retry-After");
+    assert_eq!(runs_of_program_1(&t), 0);
+    let m = metrics(&t);
+    let line = "trigd_webhooks_not_run_total{tool=\"hooks\",trigger=\"gitlab\",outcome=\"rate_limited\"} 1";
+    assert!(m.contains(line), "{m}");
+    no_secret_logged(&dir);
+}

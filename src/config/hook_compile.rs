@@ -16,7 +16,8 @@ use regex_lite::Regex;
 
 use super::hooks::{parse_file, ArgDef, HookDef, HookError, MatchDef, RuleDef};
 use super::types::{error, Errors};
-use super::{resolve, Function, OutputMode, Piece, Program, Server, Step, Template, Webhook};
+use super::{resolve, ApiTrigger, Function, OutputMode, Piece, Program, Server, Step, Template};
+use crate::http::Method;
 use crate::receive::rules::{Cidr, Leaf, Rule};
 use crate::receive::signature::{Algo, Encoding, Scheme, Secret, Verifier};
 use crate::receive::values::{JsonPath, RequestField, Source, Whole};
@@ -35,8 +36,8 @@ pub struct Hooks {
 pub struct Hook {
     /// The id: the URL is `/<prefix>/<id>`.
     pub id: String,
-    /// Methods allowed, upper case (`http-methods`); empty: any.
-    pub methods: Vec<String>,
+    /// Methods allowed (`http-methods`); empty: any.
+    pub methods: Vec<Method>,
     /// `incoming-payload-content-type`, when set.
     pub content_type: Option<String>,
     /// `parse-parameters-as-json`.
@@ -120,7 +121,7 @@ pub(super) fn load(
         let msg = format!("\"{prefix}\" cannot be the hooks' URL prefix: it must be non-empty and not start with a path trigd serves itself ({})", RESERVED.join(", "));
         errs.0.push(error(config, "server.hooks_url_prefix", msg));
     }
-    let dir = super::validate::config_dir(config);
+    let dir = super::types::config_dir(config);
     let mut by_id: BTreeMap<String, Arc<Hook>> = BTreeMap::new();
     for (file, text) in files {
         let defs = match parse_file(text) {
@@ -227,14 +228,15 @@ pub fn compile(d: &HookDef, dir: &Path, server: &Server) -> Result<Hook, String>
     })
 }
 
-fn methods(d: &HookDef) -> Result<Vec<String>, String> {
+fn methods(d: &HookDef) -> Result<Vec<Method>, String> {
     let mut out = Vec::new();
     for (i, m) in d.http_methods.iter().enumerate() {
-        let m = m.trim().to_ascii_uppercase();
-        if m.is_empty() || !m.bytes().all(|b| b.is_ascii_alphabetic()) {
-            return Err(format!("option http-methods[{i}]: \"{m}\" is not a method"));
+        match Method::parse(m.trim()) {
+            Method::Other => {
+                return Err(format!("option http-methods[{i}]: \"{m}\" is not a method trigd serves (GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS)"))
+            }
+            method => out.push(method),
         }
-        out.push(m);
     }
     Ok(out)
 }
@@ -309,7 +311,7 @@ fn program(d: &HookDef, cwd: &Option<PathBuf>, dir: &Path, server: &Server, n: u
         workdir: cwd.clone().unwrap_or_else(|| dir.to_path_buf()),
         concurrency: None,
         output: OutputMode::Raw,
-        webhook: Some(Webhook {
+        api_trigger: Some(ApiTrigger {
             active: false,
             outputs: inputs,
         }),
@@ -545,7 +547,7 @@ mod tests {
         );
         assert_eq!(f.workdir, Path::new("/etc/trigd/work"));
         assert_eq!(h.file_dir, Path::new("/etc/trigd/work"));
-        assert_eq!(h.methods, ["POST"]);
+        assert_eq!(h.methods, [Method::Post]);
         assert_eq!((h.answer.success, h.answer.mismatch), (None, Some(403)));
         assert_eq!(h.env[0].0, "HOOK_a.b");
         assert_eq!(h.files[0].env, "HOOK_DATA");

@@ -62,7 +62,8 @@ impl std::fmt::Display for JsonPath {
 pub enum Whole {
     /// The parsed body as JSON (form fields as an object, XML as its tree).
     Payload,
-    /// Every header as an object, lower-case names (repeats joined by `, `).
+    /// Every header as an object, lower-case names (repeats joined by
+    /// `, `), without trigd's own credentials ([`CREDENTIAL_HEADERS`]).
     Headers,
     /// Every query parameter as an object (a repeated one as an array).
     Query,
@@ -76,6 +77,11 @@ pub enum RequestField {
     /// The client address (see [`Incoming::client`]).
     RemoteAddr,
 }
+
+/// Headers that carry a caller's credentials for trigd itself (an
+/// application key, a session cookie): never handed to a program as part of
+/// `whole = "headers"` (a `header` source can still name one).
+pub const CREDENTIAL_HEADERS: [&str; 3] = ["authorization", "cookie", "proxy-authorization"];
 
 /// Where a value comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -291,7 +297,11 @@ impl<'a> Incoming<'a> {
             Whole::Payload => self.payload()?.to_json(),
             Whole::Headers => {
                 let mut map = Map::new();
-                for (k, v) in self.headers {
+                let shown = self
+                    .headers
+                    .iter()
+                    .filter(|(k, _)| !CREDENTIAL_HEADERS.contains(&k.as_str()));
+                for (k, v) in shown {
                     match map.get_mut(k) {
                         Some(Value::String(s)) => {
                             s.push_str(", ");
@@ -455,6 +465,16 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!(hs.contains(r#""x-event":"push""#), "{hs}");
+        let creds = [
+            ("authorization", "Bearer k"),
+            ("cookie", "s=1"),
+            ("x-a", "1"),
+            ("x-a", "2"),
+        ];
+        let hs = get(&creds, &q, "", Source::Whole(Whole::Headers))
+            .unwrap()
+            .unwrap();
+        assert_eq!(hs, r#"{"x-a":"1, 2"}"#);
         assert_eq!(get(&h, &q, body, Source::BodyText).unwrap().unwrap(), body);
         let src = Source::Payload(JsonPath::parse("text").unwrap());
         assert_eq!(get(&h, &q, body, src).unwrap().unwrap(), "deploy now");

@@ -9,15 +9,21 @@
 //! to the next runnable queued run, so no dispatcher thread is needed. A
 //! function's `concurrency = N` is honoured on top of the global slots.
 //!
+//! A taken slot is a [`Slot`] guard: it is given back when the guard is
+//! dropped, on every path out of a run, a panic included. Each executing
+//! run has a [`RunHandle`] (stop it, read its output so far), found by id
+//! with [`Runner::handle`].
+//!
 //! The execution of one function (processes, timeouts, output) lives in
 //! [`step`].
 
+pub mod handle;
 pub mod step;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -25,8 +31,8 @@ use serde_json::Value;
 
 use crate::config::{Config, Program};
 use crate::metrics::Metrics;
-use crate::store::{new_run_id, now_rfc3339, RunRecord, RunState, RunStore};
-use crate::sys::AbortSignal;
+use crate::store::{new_run_id, now_rfc3339, Origin, RunRecord, RunState, RunStore};
+use handle::{RunHandle, Stream};
 use step::{Outcome, StepError};
 
 /// Everything needed to execute one run, owned, so that a detached thread can
@@ -43,8 +49,8 @@ pub struct Job {
     pub values: Vec<String>,
     /// Tool environment variables (empty for `/api` runs).
     pub vars: BTreeMap<String, String>,
-    /// Who started it, for the record (`api_key:<name>`, …); never a secret.
-    pub by: String,
+    /// Who started it, for the record; never a secret.
+    pub by: Origin,
     /// The raw request body in a temporary file, kept until the job is
     /// dropped (after the run), when the trigger reads it as a file.
     pub body_file: Option<Arc<crate::receive::body_file::BodyFile>>,
@@ -69,11 +75,27 @@ impl Job {
     }
 }
 
-/// Why a run was not started.
+/// Why a run was not started. The HTTP layer words it.
 #[derive(Debug)]
 pub enum RunError {
-    /// No slot (sync) or no room in the queue (async).
-    Busy(String),
+    /// Every one of the `slots` run slots is in use (sync run).
+    NoSlot {
+        /// `max_concurrent_runs`.
+        slots: usize,
+    },
+    /// The function already runs `limit` times, its `concurrency` (sync run).
+    FunctionLimit {
+        /// The function.
+        function: String,
+        /// Its `concurrency`.
+        limit: usize,
+    },
+    /// Every slot is in use and the queue holds `queued` runs, its limit
+    /// (async run).
+    QueueFull {
+        /// `max_queued_runs`.
+        queued: usize,
+    },
     /// The accepted run could not be recorded durably.
     Storage(io::Error),
     /// trigd is shutting down.
@@ -110,12 +132,6 @@ impl Slots {
         *self.per_fn.entry(job.slot_key()).or_default() += 1;
     }
 
-    /// Release the function's share of a slot (the global slot is handled by
-    /// the caller: it may be handed on).
-    fn release_fn(&mut self, job: &Job) {
-        self.release_key(job.slot_key());
-    }
-
     fn release_key(&mut self, key: (u64, String)) {
         if let Some(n) = self.per_fn.get_mut(&key) {
             *n -= 1;
@@ -135,6 +151,104 @@ impl Slots {
     }
 }
 
+/// A taken run slot (the global one and the function's share). Dropping it
+/// gives both back, wakes [`Runner::wait_idle`] and starts the queued runs
+/// that now fit: a run that ends by a panic frees its slot like any other.
+struct Slot {
+    runner: Arc<Runner>,
+    /// The function whose share this slot holds; `None` once given back.
+    key: Option<(u64, String)>,
+    /// Start queued runs when dropped.
+    dispatch: bool,
+}
+
+impl Slot {
+    /// Count a slot for `job` as taken; the caller holds the lock on `s`
+    /// and has checked that there is room.
+    fn take(runner: &Arc<Runner>, s: &mut Slots, job: &Job) -> Slot {
+        s.take(job);
+        Slot {
+            runner: Arc::clone(runner),
+            key: Some(job.slot_key()),
+            dispatch: true,
+        }
+    }
+
+    /// The run of this slot has ended: give the function's share back and
+    /// keep the slot for the next runnable queued run, if there is one
+    /// (and a reload did not lower the limit below the slots in use).
+    fn hand_on(&mut self) -> Option<Queued> {
+        let mut s = lock(&self.runner.slots);
+        if let Some(key) = self.key.take() {
+            s.release_key(key);
+        }
+        let next = if s.used <= s.max {
+            s.next_runnable()
+        } else {
+            None
+        };
+        if let Some(q) = &next {
+            *s.per_fn.entry(q.job.slot_key()).or_default() += 1;
+            self.key = Some(q.job.slot_key());
+        }
+        next
+    }
+
+    /// Give the slot back without starting queued runs.
+    fn give_back_quietly(mut self) {
+        self.dispatch = false;
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        {
+            let mut s = lock(&self.runner.slots);
+            if let Some(key) = self.key.take() {
+                s.release_key(key);
+            }
+            s.used -= 1;
+        }
+        self.runner.freed.notify_all();
+        if self.dispatch {
+            self.runner.dispatch();
+        }
+    }
+}
+
+/// The handles of the runs executing now.
+#[derive(Default)]
+struct Live {
+    runs: HashMap<String, Arc<RunHandle>>,
+    /// Shutdown is stopping every run: a run that starts now is stopped too.
+    aborting: bool,
+}
+
+/// Keeps a run's handle in [`Live`] while it executes.
+struct Registered<'a> {
+    runner: &'a Runner,
+    run: String,
+    handle: Arc<RunHandle>,
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        lock(&self.runner.live).runs.remove(&self.run);
+    }
+}
+
+/// The outcome of a run whose handle could not be created.
+fn no_handle(e: &io::Error) -> Outcome {
+    Outcome {
+        result: Vec::new(),
+        steps: Vec::new(),
+        error: Some(StepError::Spawn {
+            step: 0,
+            message: format!("cannot create the run's abort pipe: {e}"),
+        }),
+    }
+}
+
 /// The run slots and queue of one server (or of `trigd run`).
 pub struct Runner {
     store: Option<Arc<RunStore>>,
@@ -143,7 +257,7 @@ pub struct Runner {
     slots: Mutex<Slots>,
     /// Signalled whenever `used` drops.
     freed: Condvar,
-    abort: AbortSignal,
+    live: Mutex<Live>,
     path_env: String,
     children: AtomicUsize,
 }
@@ -151,69 +265,58 @@ pub struct Runner {
 impl Runner {
     /// A runner that records runs in `store` (`None`: records nothing, for
     /// `trigd run`).
-    ///
-    /// # Errors
-    /// The abort pipe cannot be created (out of file descriptors).
-    pub fn new(store: Option<Arc<RunStore>>, metrics: Arc<Metrics>) -> io::Result<Runner> {
+    pub fn new(store: Option<Arc<RunStore>>, metrics: Arc<Metrics>) -> Runner {
         let path_env =
             std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
-        Ok(Runner {
+        Runner {
             store,
             metrics,
             slots: Mutex::new(Slots::default()),
             freed: Condvar::new(),
-            abort: AbortSignal::new()?,
+            live: Mutex::default(),
             path_env,
             children: AtomicUsize::new(0),
-        })
+        }
     }
 
     /// Run `job` now on this thread and return its id and outcome.
     ///
     /// # Errors
-    /// [`RunError::Busy`] when no slot (or no slot of the function) is free.
+    /// [`RunError::NoSlot`] or [`RunError::FunctionLimit`] when no slot (or
+    /// no slot of the function) is free.
     pub fn run_sync(self: &Arc<Self>, job: Job) -> Result<(String, Outcome), RunError> {
-        {
+        let slot = {
             let mut s = lock(&self.slots);
             if s.closing {
                 return Err(RunError::ShuttingDown);
             }
             s.max = job.cfg.server.max_concurrent_runs;
             if s.used >= s.max {
-                return Err(RunError::Busy(format!(
-                    "All {} run slots are in use. Retry after Retry-After seconds.",
-                    s.max
-                )));
+                return Err(RunError::NoSlot { slots: s.max });
             }
             if !s.fn_free(&job) {
-                return Err(RunError::Busy(format!(
-                    "Function '{}' already runs {} time(s), its concurrency limit. Retry later.",
-                    job.function,
-                    job.concurrency()
-                )));
+                return Err(RunError::FunctionLimit {
+                    function: job.function.clone(),
+                    limit: job.concurrency(),
+                });
             }
-            s.take(&job);
-        }
+            Slot::take(self, &mut s, &job)
+        };
         let rec = self.new_record(&job, false);
         let id = rec.run.clone();
         let (_, outcome) = self.execute(rec, &job);
-        {
-            let mut s = lock(&self.slots);
-            s.release_fn(&job);
-            s.used -= 1;
-        }
-        self.freed.notify_all();
-        self.dispatch();
+        drop(slot);
         Ok((id, outcome))
     }
 
     /// Record `job` durably, then start it (or queue it) and return its id.
     ///
     /// # Errors
-    /// [`RunError::Busy`] when the queue is full, [`RunError::Storage`] when
-    /// the record cannot be written: nothing is accepted that is not recorded.
+    /// [`RunError::QueueFull`] when the queue is full, [`RunError::Storage`]
+    /// when the record cannot be written: nothing is accepted that is not
+    /// recorded.
     pub fn start_async(self: &Arc<Self>, job: Job) -> Result<String, RunError> {
-        let start_now = {
+        let slot = {
             let mut s = lock(&self.slots);
             if s.closing {
                 return Err(RunError::ShuttingDown);
@@ -221,104 +324,85 @@ impl Runner {
             s.max = job.cfg.server.max_concurrent_runs;
             let max_queued = job.cfg.server.max_queued_runs;
             if s.used < s.max && s.fn_free(&job) && s.queue.is_empty() {
-                s.take(&job);
-                true
+                Some(Slot::take(self, &mut s, &job))
             } else if s.queue.len() + s.reserved < max_queued {
                 s.reserved += 1;
-                false
+                None
             } else {
-                return Err(RunError::Busy(format!(
-                    "All run slots are in use and the queue is full ({max_queued} runs). Retry later."
-                )));
+                return Err(RunError::QueueFull { queued: max_queued });
             }
         };
         let rec = self.new_record(&job, true);
         let id = rec.run.clone();
         if let Some(store) = &self.store {
             if let Err(e) = store.append(&rec, true) {
-                self.undo(&job, start_now);
+                match slot {
+                    Some(slot) => slot.give_back_quietly(),
+                    None => lock(&self.slots).reserved -= 1,
+                }
                 return Err(RunError::Storage(e));
             }
         }
-        if start_now {
-            self.spawn_worker(Queued { rec, job });
-        } else {
-            {
-                let mut s = lock(&self.slots);
-                s.reserved -= 1;
-                s.queue.push_back(Queued { rec, job });
+        match slot {
+            Some(slot) => self.spawn_worker(slot, Queued { rec, job }),
+            None => {
+                {
+                    let mut s = lock(&self.slots);
+                    s.reserved -= 1;
+                    s.queue.push_back(Queued { rec, job });
+                }
+                self.dispatch();
             }
-            self.dispatch();
         }
         Ok(id)
-    }
-
-    fn undo(&self, job: &Job, had_slot: bool) {
-        let mut s = lock(&self.slots);
-        if had_slot {
-            s.release_fn(job);
-            s.used -= 1;
-            drop(s);
-            self.freed.notify_all();
-        } else {
-            s.reserved -= 1;
-        }
     }
 
     /// Start queued runs while slots are free.
     fn dispatch(self: &Arc<Self>) {
         loop {
-            let next = {
+            let (slot, next) = {
                 let mut s = lock(&self.slots);
                 if s.used >= s.max {
                     return;
                 }
                 let Some(q) = s.next_runnable() else { return };
-                s.take(&q.job);
-                q
+                (Slot::take(self, &mut s, &q.job), q)
             };
-            self.spawn_worker(next);
+            self.spawn_worker(slot, next);
         }
     }
 
     /// Run `first` on a detached thread, then keep the slot for the next
     /// runnable queued run until the queue has none.
-    fn spawn_worker(self: &Arc<Self>, first: Queued) {
-        let key = first.job.slot_key();
+    fn spawn_worker(self: &Arc<Self>, slot: Slot, first: Queued) {
         let me = Arc::clone(self);
+        // The slot goes to the thread only once the thread exists, so that a
+        // failed spawn gives it back without starting the next queued run
+        // (which would fail the same way).
+        let (give, take) = mpsc::sync_channel::<Slot>(1);
         let spawned = thread::Builder::new().name("run".into()).spawn(move || {
+            let Ok(mut slot) = take.recv() else { return };
             let mut cur = first;
             loop {
                 me.execute(cur.rec, &cur.job);
-                let mut s = lock(&me.slots);
-                s.release_fn(&cur.job);
-                // Hand the slot on, unless a reload lowered the limit.
-                let next = if s.used <= s.max {
-                    s.next_runnable()
-                } else {
-                    None
-                };
-                match next {
-                    Some(q) => {
-                        *s.per_fn.entry(q.job.slot_key()).or_default() += 1;
-                        cur = q;
-                    }
-                    None => {
-                        s.used -= 1;
-                        drop(s);
-                        me.freed.notify_all();
-                        return;
-                    }
+                match slot.hand_on() {
+                    Some(q) => cur = q,
+                    None => return,
                 }
             }
         });
-        if let Err(e) = spawned {
-            // The closure (and the run in it) is gone; the record stays
-            // `queued` on disk and becomes `interrupted` at the next start.
-            log::error!("cannot start a run thread: {e}");
-            let mut s = lock(&self.slots);
-            s.release_key(key);
-            s.used -= 1;
+        match spawned {
+            Ok(_) => {
+                if let Err(mpsc::SendError(slot)) = give.send(slot) {
+                    slot.give_back_quietly();
+                }
+            }
+            Err(e) => {
+                // The closure (and the run in it) is gone; the record stays
+                // `queued` on disk and becomes `interrupted` at the next start.
+                log::error!("cannot start a run thread: {e}");
+                slot.give_back_quietly();
+            }
         }
     }
 
@@ -354,7 +438,10 @@ impl Runner {
         rec.started_at = Some(now_rfc3339());
         self.record(&rec);
         let started = Instant::now();
-        let outcome = self.execute_only(job);
+        let outcome = match self.register(&rec.run) {
+            Ok(live) => self.execute_with(job, &live.handle),
+            Err(e) => no_handle(&e),
+        };
         rec.finished_at = Some(now_rfc3339());
         rec.steps = outcome
             .steps
@@ -392,6 +479,17 @@ impl Runner {
     /// Execute the job's function without slots or records (`trigd run`
     /// uses this directly).
     pub fn execute_only(&self, job: &Job) -> Outcome {
+        match RunHandle::new() {
+            Ok(handle) => self.execute_with(job, &handle),
+            Err(e) => no_handle(&e),
+        }
+    }
+
+    /// Execute the job's function under `handle` (its stop signal and its
+    /// live output).
+    fn execute_with(&self, job: &Job, handle: &RunHandle) -> Outcome {
+        #[cfg(test)]
+        tests::maybe_panic(job);
         let Some(function) = job.program.function(&job.function) else {
             return Outcome {
                 result: Vec::new(),
@@ -409,6 +507,7 @@ impl Runner {
                 self.children.fetch_sub(1, Ordering::Relaxed);
             }
         };
+        let on_output = |stream: Stream, data: &[u8]| handle.push(stream, data);
         let ctx = step::Ctx {
             program: &job.program,
             vars: &job.vars,
@@ -416,15 +515,40 @@ impl Runner {
             max_output_bytes: job.cfg.server.max_output_bytes,
             kill_grace: job.cfg.server.kill_grace,
             deadline: Instant::now() + function.timeout,
-            abort: &self.abort,
+            abort: handle.signal(),
             on_spawn: &on_spawn,
             stdin: job
                 .body_file
                 .as_ref()
                 .filter(|_| job.stdin_body)
                 .map(|f| f.path()),
+            on_output: &on_output,
         };
         step::run_function(&ctx, function, &job.values)
+    }
+
+    /// Make run `run` findable by [`Runner::handle`] until the returned
+    /// guard is dropped. A run that starts while shutdown is stopping the
+    /// remaining runs is stopped at once.
+    fn register(&self, run: &str) -> io::Result<Registered<'_>> {
+        let handle = Arc::new(RunHandle::new()?);
+        let mut live = lock(&self.live);
+        if live.aborting {
+            handle.abort();
+        }
+        live.runs.insert(run.to_string(), Arc::clone(&handle));
+        Ok(Registered {
+            runner: self,
+            run: run.to_string(),
+            handle,
+        })
+    }
+
+    /// The handle of run `run` while it executes (`None` when it is queued,
+    /// finished or unknown).
+    #[cfg_attr(not(test), allow(dead_code))] // cancelling and following a run start here
+    pub fn handle(&self, run: &str) -> Option<Arc<RunHandle>> {
+        lock(&self.live).runs.get(run).cloned()
     }
 
     /// Runs executing now.
@@ -465,7 +589,12 @@ impl Runner {
             }
         }
         log::warn!("shutdown grace of {grace:?} passed; stopping the remaining runs");
-        self.abort.trigger();
+        let mut live = lock(&self.live);
+        live.aborting = true;
+        for handle in live.runs.values() {
+            handle.abort();
+        }
+        drop(live);
         // Steps stop within their kill grace; wait for them to record.
         self.wait_idle(Duration::from_secs(60));
     }
@@ -535,4 +664,152 @@ pub fn describe(e: &StepError) -> String {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    use std::path::PathBuf;
+
+    /// The function of a run that panics when it executes (a bug inside it).
+    const PANICS: &str = "panics";
+
+    /// A bug inside a run, where a test asks for one.
+    pub(super) fn maybe_panic(job: &Job) {
+        if job.function == PANICS {
+            panic!("a bug inside a run (test)");
+        }
+    }
+
+    /// A job whose run panics.
+    fn panicking(server: &str) -> Job {
+        job_of(PANICS, server, "true")
+    }
+
+    fn job(server: &str, script: &str) -> Job {
+        job_of("f", server, script)
+    }
+
+    /// A job of function `name`, whose one step runs `script`.
+    fn job_of(name: &str, server: &str, script: &str) -> Job {
+        let config = format!("[server]\n{server}\n");
+        let program = format!(
+            "id = 1\nname = \"p\"\n[[functions]]\nname = {name:?}\nsteps = [{{ shell = {script:?} }}]\n\
+             webhook = {{ active = true, outputs = [] }}\n"
+        );
+        let dir = std::env::temp_dir();
+        let progs = vec![(PathBuf::from("programs/p.toml"), program)];
+        let cfg = crate::config::load_str(&dir.join("config.toml"), &config, &progs)
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        let cfg = Arc::new(cfg);
+        let program = Arc::clone(cfg.program(1).expect("program 1"));
+        Job {
+            cfg,
+            program,
+            function: name.into(),
+            values: Vec::new(),
+            vars: BTreeMap::new(),
+            by: Default::default(),
+            body_file: None,
+            stdin_body: false,
+            files: Vec::new(),
+        }
+    }
+
+    fn runner() -> Arc<Runner> {
+        Arc::new(Runner::new(None, Arc::new(Metrics::default())))
+    }
+
+    #[test]
+    fn a_panic_inside_a_run_gives_its_slot_back() {
+        let r = runner();
+        let j = panicking("max_concurrent_runs = 1");
+        let panicked = catch_unwind(AssertUnwindSafe(|| r.run_sync(j)));
+        assert!(panicked.is_err(), "the run should have panicked");
+        assert_eq!(r.in_flight(), 0, "the slot was not given back");
+        assert!(r.handle("any").is_none());
+        assert!(lock(&r.live).runs.is_empty(), "the run's handle was left");
+
+        // The only slot is free again: the next run starts and finishes.
+        let (id, outcome) = r
+            .run_sync(job("max_concurrent_runs = 1", "echo again"))
+            .unwrap_or_else(|e| panic!("next run refused: {e:?}"));
+        let hex = id.rsplit('-').next().unwrap_or("");
+        assert!(
+            hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{id}"
+        );
+        assert_eq!(outcome.error, None);
+        assert_eq!(outcome.result, vec![Value::String("again".into())]);
+        assert_eq!(r.in_flight(), 0);
+    }
+
+    #[test]
+    fn a_panic_inside_an_async_run_gives_its_slot_to_the_queued_run() {
+        let r = runner();
+        let server = "max_concurrent_runs = 1";
+        r.start_async(panicking(server)).unwrap();
+        let next = r.start_async(job(server, "echo next")).unwrap();
+        // The queued run starts once the panicked one's slot is back, and
+        // ends: nothing executes or waits any more.
+        assert!(
+            r.wait_idle(Duration::from_secs(20)),
+            "slots in use {}, queued {}",
+            r.in_flight(),
+            r.queued()
+        );
+        assert!(r.handle(&next).is_none());
+        let (_, outcome) = r.run_sync(job(server, "echo free")).unwrap();
+        assert_eq!(outcome.result, vec![Value::String("free".into())]);
+    }
+
+    #[test]
+    fn a_busy_run_says_why_in_data() {
+        let r = runner();
+        let slow = job("max_concurrent_runs = 1", "sleep 30");
+        let r2 = Arc::clone(&r);
+        let id = r.start_async(slow).unwrap();
+        let until = Instant::now() + Duration::from_secs(20);
+        while r.handle(&id).is_none() && Instant::now() < until {
+            thread::sleep(Duration::from_millis(10));
+        }
+        match r2.run_sync(job("max_concurrent_runs = 1", "true")) {
+            Err(RunError::NoSlot { slots: 1 }) => {}
+            other => panic!("expected NoSlot, got {other:?}"),
+        }
+        r.handle(&id).expect("live run").abort();
+        assert!(
+            r.wait_idle(Duration::from_secs(20)),
+            "aborted run still holds its slot"
+        );
+    }
+
+    #[test]
+    fn the_handle_follows_output_and_aborts_the_run() {
+        let r = runner();
+        let script = "echo first; echo oops >&2; sleep 30; echo never";
+        let id = r
+            .start_async(job("max_concurrent_runs = 2", script))
+            .unwrap();
+        let until = Instant::now() + Duration::from_secs(20);
+        let mut seen = Vec::new();
+        while Instant::now() < until {
+            if let Some(h) = r.handle(&id) {
+                seen = h.output_since(Stream::Stdout, 0).data;
+                if seen == b"first\n" && h.output_since(Stream::Stderr, 0).data == b"oops\n" {
+                    break;
+                }
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(seen, b"first\n", "live stdout of the running step");
+        // `sleep 30` outlives the bound below unless the abort stops it.
+        r.handle(&id).expect("live run").abort();
+        assert!(
+            r.wait_idle(Duration::from_secs(20)),
+            "the aborted run did not end"
+        );
+        assert!(r.handle(&id).is_none(), "a finished run has no handle");
+    }
 }

@@ -1,7 +1,7 @@
 //! Unit tests of the step runner (kept apart from the code for size).
 
 use super::*;
-use crate::config::{Piece, Template, Webhook};
+use crate::config::{ApiTrigger, Piece, Template};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{RwLock, RwLockReadGuard};
 
@@ -55,7 +55,7 @@ fn func(name: &str, inputs: &[&str], steps: Vec<Step>) -> Function {
         workdir: std::env::temp_dir(),
         concurrency: None,
         output: Default::default(),
-        webhook: Some(Webhook {
+        api_trigger: Some(ApiTrigger {
             active: true,
             outputs: inputs.iter().map(|s| s.to_string()).collect(),
         }),
@@ -112,6 +112,7 @@ fn run_with(
         abort,
         on_spawn,
         stdin: None,
+        on_output: &|_, _| {},
     };
     let values: Vec<String> = values.iter().map(|s| s.to_string()).collect();
     run_function(&ctx, prog.function(name).unwrap(), &values)

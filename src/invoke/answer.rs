@@ -1,0 +1,86 @@
+//! Start a run and answer in the run endpoint's JSON: `{"Success":
+//! "Program started.", "Run"}` for async runs, `{"Success": "Program
+//! finished.", "Result", "Run"}` for sync ones, or the error of a failed
+//! run.
+
+use serde_json::{json, Value};
+
+use crate::app::App;
+use crate::http::{ApiError, Response};
+use crate::runner::step::{Outcome, StepError};
+use crate::runner::{Job, RunError};
+
+/// Start `job` sync or async and build the response object.
+///
+/// # Errors
+/// `busy`, `storage_unavailable`, `shutting_down`, and for sync runs
+/// `run_failed`, `run_timeout`, `run_interrupted`.
+pub fn start(app: &App, job: Job, run_async: bool) -> Result<Response, ApiError> {
+    if run_async {
+        let id = app.runner.start_async(job).map_err(run_error)?;
+        let body = json!({"Success": "Program started.", "Run": id});
+        return Ok(Response::json(200, &body).with_run(&id));
+    }
+    let (id, outcome) = app.runner.run_sync(job).map_err(run_error)?;
+    let body = finished_body(&id, outcome)?;
+    Ok(Response::json(200, &body).with_run(&id))
+}
+
+/// The sync response body for a finished run, or the error for a failed one.
+///
+/// # Errors
+/// `run_failed`, `run_timeout` or `run_interrupted` from the outcome.
+pub fn finished_body(id: &str, outcome: Outcome) -> Result<Value, ApiError> {
+    let run = id.to_string();
+    match outcome.error {
+        None => Ok(json!({"Success": "Program finished.", "Result": outcome.result, "Run": id})),
+        Some(StepError::TimedOut { .. }) => Err(ApiError::RunTimeout { run }),
+        Some(StepError::Aborted { .. }) => Err(ApiError::RunInterrupted { run }),
+        Some(StepError::Spawn { step, message }) => Err(ApiError::RunFailed {
+            run,
+            step,
+            exit_code: None,
+            signal: None,
+            stderr: message,
+            stdout: String::new(),
+        }),
+        Some(StepError::Failed {
+            step,
+            exit_code,
+            signal,
+            stderr_tail,
+            stdout_tail,
+        }) => Err(ApiError::RunFailed {
+            run,
+            step,
+            exit_code,
+            signal,
+            stderr: stderr_tail,
+            stdout: stdout_tail,
+        }),
+    }
+}
+
+/// The answer to a run that was not started.
+pub fn run_error(e: RunError) -> ApiError {
+    let busy = |msg: String| ApiError::Busy {
+        retry_after: 1,
+        msg,
+    };
+    match e {
+        RunError::NoSlot { slots } => busy(format!(
+            "All {slots} run slots are in use. Retry after Retry-After seconds."
+        )),
+        RunError::FunctionLimit { function, limit } => busy(format!(
+            "Function '{function}' already runs {limit} time(s), its concurrency limit. Retry later."
+        )),
+        RunError::QueueFull { queued } => busy(format!(
+            "All run slots are in use and the queue is full ({queued} runs). Retry later."
+        )),
+        RunError::Storage(err) => {
+            log::error!("cannot record an accepted run: {err}");
+            ApiError::StorageUnavailable
+        }
+        RunError::ShuttingDown => ApiError::ShuttingDown,
+    }
+}
