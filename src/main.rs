@@ -49,7 +49,6 @@ mod commands;
 mod config;
 mod error;
 mod firststart;
-mod hooks;
 mod http;
 mod import;
 mod invoke;

@@ -12,8 +12,14 @@
 //! adapters that find the endpoint and call [`invoke`]; the same fault gets
 //! the same error on every path. `values.rs` reads and checks the values,
 //! `answer.rs` starts the run and shapes the answer.
+//!
+//! `hooks.rs` is the entry kind of adnanh/webhook hooks files: the same
+//! receive steps (sources, rule leaves, signature checks of `receive`), read
+//! the way webhook reads a request, the run put together by [`job`], and
+//! webhook's answer shape (its statuses and texts).
 
 mod answer;
+pub mod hooks;
 mod values;
 mod webhook;
 

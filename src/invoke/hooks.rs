@@ -15,7 +15,6 @@ use base64::Engine as _;
 use crate::app::App;
 use crate::config::{Config, Hook};
 use crate::http::{ApiError, Request, Response};
-use crate::invoke;
 use crate::receive::body_file::BodyFile;
 use crate::receive::values::Source;
 use crate::receive::webhook::{Fault, WebhookRequest};
@@ -80,10 +79,10 @@ pub fn call(app: &App, cfg: &Arc<Config>, req: &Request, id: &str) -> Result<Res
     }
     let job = job(cfg, hook, &wr);
     let answer = if hook.answer.output {
-        let (run, outcome) = app.runner.run_sync(job).map_err(invoke::run_error)?;
+        let (run, outcome) = app.runner.run_sync(job).map_err(super::run_error)?;
         with_output(hook, outcome).with_run(&run)
     } else {
-        let run = app.runner.start_async(job).map_err(invoke::run_error)?;
+        let run = app.runner.start_async(job).map_err(super::run_error)?;
         let status = hook.answer.success.unwrap_or(200);
         text(status, &hook.answer.message).with_run(&run)
     };
@@ -126,7 +125,7 @@ fn job(cfg: &Arc<Config>, hook: &Hook, wr: &WebhookRequest<'_>) -> Job {
         }
     }
     let function = &hook.program.functions[0];
-    let mut job = invoke::job(cfg, &hook.program, function, values, &vars, Origin::Public);
+    let mut job = super::job(cfg, &hook.program, function, values, &vars, Origin::Public);
     job.files = files;
     job
 }
