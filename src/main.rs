@@ -29,6 +29,8 @@
 //! error codes and their JSON                        http.rs (ApiError)
 //! run slots, timeouts, child processes              runner/ (mod.rs, step.rs)
 //! run records, who started a run (Origin)           store.rs
+//! a run's kept output, following it, cancel         output.rs (the file), follow.rs (events), runs.rs (routes)
+//! the runs pages                                    ui/runs.rs
 //! pages (maud templates)                            ui/ (login, settings, endpoints, switch); view.rs is the endpoint view
 //! the public switch written to config.toml          ui/switch.rs, config/edit.rs
 //! instance names in run ids, readiness, draining    cluster.rs
@@ -49,16 +51,19 @@ mod commands;
 mod config;
 mod error;
 mod firststart;
+mod follow;
 mod http;
 mod import;
 mod invoke;
 mod lint;
 mod logging;
 mod metrics;
+mod output;
 mod receive;
 mod reload;
 mod routes;
 mod runner;
+mod runs;
 mod server;
 mod store;
 mod sys;

@@ -173,12 +173,9 @@ pub fn text(status: u16, body: &str) -> Response {
     let headers = sniff(body.as_bytes())
         .map(|ct| vec![("Content-Type".to_string(), ct.to_string())])
         .unwrap_or_default();
-    Response {
-        status,
-        headers,
-        body: body.as_bytes().to_vec(),
-        run: None,
-    }
+    let mut r = Response::text(status, "", body.as_bytes());
+    r.headers = headers;
+    r
 }
 
 /// Go's `http.DetectContentType` for the texts a hook answers: HTML, XML,
