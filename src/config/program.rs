@@ -201,6 +201,8 @@ fn function(
         api_trigger,
         user,
         group,
+        env_inputs: true,
+        combined_output: false,
     }
 }
 
