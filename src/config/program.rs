@@ -209,6 +209,8 @@ fn function(
         user,
         group,
         callback,
+        env_inputs: true,
+        combined_output: false,
     }
 }
 

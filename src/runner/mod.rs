@@ -63,6 +63,10 @@ pub struct Job {
     pub body_file: Option<Arc<crate::receive::body_file::BodyFile>>,
     /// Give `body_file` to every step on stdin (else stdin is empty).
     pub stdin_body: bool,
+    /// Temporary files the run reads (a hook's `pass-file-to-command`),
+    /// removed when the job is dropped, after the run.
+    #[allow(dead_code)] // never read: held so that its Drop removes the files
+    pub files: Vec<crate::receive::body_file::BodyFile>,
 }
 
 impl Job {
@@ -845,6 +849,7 @@ mod tests {
             tool: None,
             body_file: None,
             stdin_body: false,
+            files: Vec::new(),
         }
     }
 
