@@ -51,6 +51,7 @@ pub fn run(app: &App, cfg: &Arc<Config>, req: &Request) -> Result<Response, ApiE
         values,
         vars: Default::default(),
         by: format!("api_key:{}", key.name),
+        id: None,
     };
     start(app, job, run_async)
 }
@@ -106,15 +107,19 @@ pub fn finished_body(id: &str, outcome: Outcome) -> Result<Value, ApiError> {
 
 fn run_error(e: RunError) -> ApiError {
     match e {
-        RunError::Busy(msg) => ApiError::Busy {
-            retry_after: 1,
-            msg,
-        },
-        RunError::Storage(err) => {
-            log::error!("cannot record an accepted run: {err}");
-            ApiError::StorageUnavailable
-        }
+        RunError::Busy { msg, retry_after } => ApiError::Busy { retry_after, msg },
+        RunError::Storage(err) => storage_error(&err),
         RunError::ShuttingDown => ApiError::ShuttingDown,
+    }
+}
+
+/// The answer to a run that could not be recorded: `disk_full` when the
+/// state dir's disk (or quota) is full, else `storage_unavailable`.
+pub fn storage_error(err: &std::io::Error) -> ApiError {
+    log::error!("cannot record a run, so it is refused: {err}");
+    match err.raw_os_error() {
+        Some(libc::ENOSPC | libc::EDQUOT) => ApiError::DiskFull,
+        _ => ApiError::StorageUnavailable,
     }
 }
 
@@ -247,7 +252,7 @@ pub fn run_status(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Re
     if !visible {
         return Err(ApiError::RunNotFound);
     }
-    let rec = app.store.get(id).ok_or(ApiError::RunNotFound)?;
+    let rec = app.store.get(id).ok_or(ApiError::RunNotFound)?.public();
     let body = serde_json::to_value(&rec).map_err(|_| ApiError::Internal)?;
     Ok(Response::json(200, &body))
 }

@@ -175,6 +175,7 @@ fn run_local(
         values,
         vars: Default::default(),
         by: "cli".into(),
+        id: None,
     };
     let outcome = runner.execute_only(&job);
     api::finished_body(&new_run_id(), outcome)

@@ -307,8 +307,12 @@ pub enum ApiError {
         /// Why.
         msg: String,
     },
-    /// The run could not be recorded durably (state dir unwritable, disk full).
+    /// The run could not be recorded durably (state dir unwritable).
     StorageUnavailable,
+    /// The state dir's disk is full: no new run can be recorded.
+    DiskFull,
+    /// An `Idempotency-Key` already used for a different request.
+    IdempotencyMismatch,
     /// trigd is shutting down and accepts no new runs.
     ShuttingDown,
     /// Too many requests (failed logins, failed authentications of an
@@ -361,6 +365,8 @@ impl ApiError {
             RateLimited { .. } => 429,
             RunFailed { .. } | Internal => 500,
             Busy { .. } | StorageUnavailable | ShuttingDown | RunInterrupted { .. } => 503,
+            DiskFull => 503,
+            IdempotencyMismatch => 422,
             RunTimeout { .. } => 504,
         }
     }
@@ -390,6 +396,8 @@ impl ApiError {
             RunInterrupted { .. } => "run_interrupted",
             Busy { .. } => "busy",
             StorageUnavailable => "storage_unavailable",
+            DiskFull => "disk_full",
+            IdempotencyMismatch => "idempotency_key_reused",
             ShuttingDown => "shutting_down",
             RateLimited { .. } => "rate_limited",
             RunNotFound => "run_not_found",
@@ -433,7 +441,9 @@ impl ApiError {
             RunTimeout { .. } => "The program did not finish within its timeout and was stopped.".into(),
             RunInterrupted { .. } => "trigd is shutting down; the run was stopped before it finished.".into(),
             Busy { msg, .. } => msg.clone(),
-            StorageUnavailable => "The run could not be recorded (state directory not writable or disk full), so it was not started. Retry later.".into(),
+            StorageUnavailable => "The run could not be recorded (state directory not writable), so it was not started. Retry later.".into(),
+            DiskFull => "The disk of trigd's state directory is full, so no new run can be recorded and none is started. Runs already accepted are kept. Retry after Retry-After seconds.".into(),
+            IdempotencyMismatch => "This Idempotency-Key was already used for a different request (another program, trigger, function or values). Use a new key for a new request.".into(),
             ShuttingDown => "trigd is shutting down and accepts no new runs. Retry shortly.".into(),
             RateLimited { retry_after } => format!("Too many failed attempts. Wait {retry_after} seconds (Retry-After), then try again."),
             RunNotFound => "No run with this id is visible to this API key.".into(),
@@ -501,7 +511,7 @@ impl ApiError {
             ApiError::Unauthorized => {
                 vec![("WWW-Authenticate".into(), "Bearer realm=\"trigd\"".into())]
             }
-            ApiError::StorageUnavailable | ApiError::ShuttingDown => {
+            ApiError::StorageUnavailable | ApiError::ShuttingDown | ApiError::DiskFull => {
                 vec![("Retry-After".into(), "5".into())]
             }
             _ => Vec::new(),

@@ -76,6 +76,7 @@ fn healthz(app: &App) -> Response {
         "Tools": cfg.tools.len(),
         "RunsInFlight": app.runner.in_flight(),
         "RunsQueued": app.runner.queued(),
+        "StatesUnwritten": app.store.unwritten(),
         "LastReloadError": app.last_reload_error(),
     });
     Response::json(200, &body)

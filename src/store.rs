@@ -10,18 +10,31 @@
 //! line is on disk (`fdatasync`). Concurrent durable appends share one sync
 //! (group commit): whoever syncs covers every line written before it.
 //!
-//! Start-up replays the log, skips a torn last line, marks runs that were
-//! `queued` or `running` as `interrupted`, and rewrites the file with the
-//! newest `run_retention` runs (atomic: temp file, fsync, rename). The same
-//! compaction runs again whenever the log holds about twice that many lines.
+//! A state change of a run already accepted ([`RunStore::record`]) that
+//! cannot be written (disk full) is kept in memory, served by
+//! [`RunStore::get`] meanwhile, and written again every half second until it
+//! is on disk: an accepted run never loses its end.
+//!
+//! A queued run's line carries its [`RunInput`] (values, environment), so
+//! that it can run after a restart; the input is dropped from the line that
+//! ends the run and never served.
+//!
+//! Start-up replays the log, skips a torn last line, keeps `queued` runs
+//! queued (and `running` ones whose function says `retry_on_restart`, which
+//! the caller decides) for the runner to start again in their original
+//! order, marks the other unfinished runs `interrupted`, and rewrites the
+//! file with the newest `run_retention` finished runs plus every unfinished
+//! one (atomic: temp file, fsync, rename). The same compaction runs again
+//! whenever the log holds about twice that many lines.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::thread;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -100,6 +113,31 @@ pub struct RunRecord {
     /// What went wrong, when failed, timed out or interrupted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// What the run needs to execute, kept while it has not ended (never
+    /// served: [`RunRecord::public`] drops it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<RunInput>,
+}
+
+impl RunRecord {
+    /// The record as served: without its input.
+    pub fn public(mut self) -> RunRecord {
+        self.input = None;
+        self
+    }
+}
+
+/// The values and environment of a run, stored with it until it ends, so
+/// that an accepted run can execute after a restart.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct RunInput {
+    /// Values bound by position to the function's inputs.
+    #[serde(default)]
+    pub values: Vec<String>,
+    /// Tool environment variables (empty for `/api` runs).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub vars: BTreeMap<String, String>,
 }
 
 /// Where the latest line of a run sits in the log.
@@ -108,6 +146,8 @@ struct Entry {
     offset: u64,
     len: u32,
     program: u64,
+    /// The run has not ended: compaction keeps it whatever its age.
+    live: bool,
 }
 
 /// A run id as stored in the index: the 16 bytes its 32 hex digits spell
@@ -132,6 +172,22 @@ struct Log {
     lines: usize,
     /// Sequence number of the last line written.
     seq: u64,
+    /// Runs in the index that have not ended.
+    live: usize,
+}
+
+impl Log {
+    /// Index a line just written at `offset`.
+    fn put(&mut self, id: RunId, entry: Entry) {
+        match self.index.insert(id, entry) {
+            None => self.order.push_back(id),
+            Some(old) if old.live => self.live -= 1,
+            Some(_) => {}
+        }
+        if entry.live {
+            self.live += 1;
+        }
+    }
 }
 
 /// State of the group commit.
@@ -148,35 +204,63 @@ pub struct RunStore {
     retention: usize,
     log: Mutex<Log>,
     sync: Mutex<Sync>,
+    /// State changes not yet written (disk full), latest per run, in the
+    /// order they happened.
+    unwritten: Mutex<Vec<(RunId, RunRecord)>>,
 }
 
 impl RunStore {
     /// Open (creating) `state_dir/runs.log`, recover it, and compact it to
-    /// `retention` runs. Runs left `queued`/`running` become `interrupted`.
+    /// `retention` finished runs plus the unfinished ones. A `queued` run
+    /// stays queued, a `running` one is queued again when `retry` says so;
+    /// their ids come back in their original order, for the runner to
+    /// start. Every other unfinished run becomes `interrupted`.
     ///
     /// # Errors
     /// The state dir cannot be created or the log cannot be read or written.
-    pub fn open(state_dir: &Path, retention: usize) -> io::Result<RunStore> {
+    pub fn open(
+        state_dir: &Path,
+        retention: usize,
+        retry: impl Fn(&RunRecord) -> bool,
+    ) -> io::Result<(RunStore, Vec<String>)> {
         fs::create_dir_all(state_dir)?;
         let path = state_dir.join("runs.log");
         let mut records = read_log(&path)?;
         let now = now_rfc3339();
+        let mut resumed = Vec::new();
         for r in records.iter_mut().filter(|r| !r.state.is_terminal()) {
-            r.state = RunState::Interrupted;
-            r.finished_at = Some(now.clone());
-            r.error = Some("trigd stopped before the run finished".into());
+            let again = r.input.is_some() && (r.state == RunState::Queued || retry(r));
+            if again {
+                r.state = RunState::Queued;
+                r.started_at = None;
+                resumed.push(r.run.clone());
+            } else {
+                r.state = RunState::Interrupted;
+                r.finished_at = Some(now.clone());
+                r.error = Some("trigd stopped before the run finished".into());
+                r.input = None;
+            }
         }
-        let keep = records.len().saturating_sub(retention.max(1));
-        let lines: Vec<(RunId, u64, Vec<u8>)> = records[keep..]
+        let finished = records.iter().filter(|r| r.state.is_terminal()).count();
+        let mut drop_finished = finished.saturating_sub(retention.max(1));
+        let lines: Vec<(RunId, u64, bool, Vec<u8>)> = records
             .iter()
-            .filter_map(|r| Some((run_id(&r.run)?, r.program, to_line(r))))
+            .filter(|r| {
+                let old = r.state.is_terminal() && drop_finished > 0;
+                drop_finished -= usize::from(old);
+                !old
+            })
+            .filter_map(|r| {
+                let live = !r.state.is_terminal();
+                Some((run_id(&r.run)?, r.program, live, to_line(r)))
+            })
             .collect();
         drop(records);
         let log = rewrite(&path, lines.len(), |f| {
             let mut entries = Vec::with_capacity(lines.len());
-            for (id, program, line) in &lines {
+            for (id, program, live, line) in &lines {
                 f.write_all(line)?;
-                entries.push((*id, *program, line.len()));
+                entries.push((*id, *program, *live, line.len()));
             }
             Ok(entries)
         })?;
@@ -186,12 +270,67 @@ impl RunStore {
             file: log.file.try_clone()?,
             synced: 0,
         };
-        Ok(RunStore {
+        let store = RunStore {
             path,
             retention: retention.max(1),
             log: Mutex::new(log),
             sync: Mutex::new(sync),
-        })
+            unwritten: Mutex::new(Vec::new()),
+        };
+        Ok((store, resumed))
+    }
+
+    /// Start the thread that writes kept state changes once the disk takes
+    /// them again (it ends with the store).
+    pub fn start_flusher(self: &Arc<Self>) {
+        let weak: Weak<RunStore> = Arc::downgrade(self);
+        let spawned = thread::Builder::new()
+            .name("store-flush".into())
+            .spawn(move || loop {
+                thread::sleep(Duration::from_millis(500));
+                let Some(store) = weak.upgrade() else { return };
+                store.flush_unwritten();
+            });
+        if let Err(e) = spawned {
+            log::error!("cannot start the state flush thread: {e}");
+        }
+    }
+
+    /// Record a state change of an accepted run. When it cannot be written
+    /// now, it is kept, served by [`RunStore::get`], and written later.
+    pub fn record(&self, rec: &RunRecord) {
+        self.flush_unwritten();
+        let Some(id) = run_id(&rec.run) else { return };
+        let written = self.append(rec, false);
+        let mut u = lock(&self.unwritten);
+        // An older kept state of this run must never be written after
+        // this one.
+        u.retain(|(k, _)| *k != id);
+        if let Err(e) = written {
+            log::error!(
+                "run {}: cannot record state {} yet ({e}); kept in memory, retried every 0.5s",
+                rec.run,
+                rec.state.name()
+            );
+            u.push((id, rec.clone()));
+        }
+    }
+
+    /// Write the kept state changes, oldest first, until one fails.
+    fn flush_unwritten(&self) {
+        let mut u = lock(&self.unwritten);
+        while let Some((_, rec)) = u.first() {
+            if self.append(rec, false).is_err() {
+                return;
+            }
+            let (_, rec) = u.remove(0);
+            log::info!("run {}: state {} recorded", rec.run, rec.state.name());
+        }
+    }
+
+    /// State changes waiting for disk space.
+    pub fn unwritten(&self) -> usize {
+        lock(&self.unwritten).len()
     }
 
     /// Append the record's current state. With `durable`, return only after
@@ -220,19 +359,22 @@ impl RunStore {
                 offset,
                 len: line.len() as u32,
                 program: rec.program,
+                live: !rec.state.is_terminal(),
             };
             if let Some(id) = run_id(&rec.run) {
-                if log.index.insert(id, entry).is_none() {
-                    log.order.push_back(id);
-                }
+                log.put(id, entry);
             }
-            (log.seq, log.lines > 2 * self.retention + 64)
+            (log.seq, log.lines > 2 * (self.retention + log.live) + 64)
         };
         if durable {
             self.sync_upto(seq)?;
         }
         if compact {
-            self.compact()?;
+            // The line is written: a failed compaction (disk full) must
+            // not undo its acceptance; the next append tries again.
+            if let Err(e) = self.compact() {
+                log::warn!("cannot compact {}: {e}", self.path.display());
+            }
         }
         Ok(())
     }
@@ -276,12 +418,18 @@ impl RunStore {
     fn compact(&self) -> io::Result<()> {
         let mut s = lock(&self.sync);
         let mut log = lock(&self.log);
-        while log.order.len() > self.retention {
-            if let Some(id) = log.order.pop_front() {
-                log.index.remove(&id);
-            }
-        }
-        let kept: Vec<(RunId, Entry)> = log.order.iter().map(|id| (*id, log.index[id])).collect();
+        let finished = log.order.len() - log.live;
+        let mut excess = finished.saturating_sub(self.retention);
+        let kept: Vec<(RunId, Entry)> = log
+            .order
+            .iter()
+            .map(|id| (*id, log.index[id]))
+            .filter(|(_, e)| {
+                let old = !e.live && excess > 0;
+                excess -= usize::from(old);
+                !old
+            })
+            .collect();
         let old = &log.file;
         let new = rewrite(&self.path, kept.len(), |f| {
             let mut buf = Vec::new();
@@ -290,7 +438,7 @@ impl RunStore {
                 buf.resize(e.len as usize, 0);
                 old.read_exact_at(&mut buf, e.offset)?;
                 f.write_all(&buf)?;
-                entries.push((*id, e.program, buf.len()));
+                entries.push((*id, e.program, e.live, buf.len()));
             }
             Ok(entries)
         })?;
@@ -304,8 +452,13 @@ impl RunStore {
         Ok(())
     }
 
-    /// The record of run `id`, if it is known.
+    /// The record of run `id`, if it is known: its latest state, also one
+    /// still waiting to be written.
     pub fn get(&self, id: &str) -> Option<RunRecord> {
+        let key = run_id(id)?;
+        if let Some((_, rec)) = lock(&self.unwritten).iter().find(|(k, _)| *k == key) {
+            return Some(rec.clone());
+        }
         let log = lock(&self.log);
         let e = *log.index.get(&run_id(id)?)?;
         let mut buf = vec![0; e.len as usize];
@@ -337,7 +490,8 @@ fn to_line(rec: &RunRecord) -> Vec<u8> {
     line
 }
 
-/// Read every record of the log, last line per id winning, oldest first.
+/// Read every record of the log, last line per id winning, in the order
+/// the runs were accepted (first line per id).
 /// Lines that do not parse (a torn last line) are skipped.
 fn read_log(path: &Path) -> io::Result<Vec<RunRecord>> {
     let file = match File::open(path) {
@@ -346,18 +500,20 @@ fn read_log(path: &Path) -> io::Result<Vec<RunRecord>> {
         Err(e) => return Err(e),
     };
     let mut pos: HashMap<String, usize> = HashMap::new();
-    let mut records: Vec<Option<RunRecord>> = Vec::new();
+    let mut records: Vec<RunRecord> = Vec::new();
     for line in BufReader::new(file).split(b'\n') {
         let Ok(rec) = serde_json::from_slice::<RunRecord>(&line?) else {
             continue;
         };
-        if let Some(&i) = pos.get(&rec.run) {
-            records[i] = None;
+        match pos.get(&rec.run) {
+            Some(&i) => records[i] = rec,
+            None => {
+                pos.insert(rec.run.clone(), records.len());
+                records.push(rec);
+            }
         }
-        pos.insert(rec.run.clone(), records.len());
-        records.push(Some(rec));
     }
-    Ok(records.into_iter().flatten().collect())
+    Ok(records)
 }
 
 /// Atomically replace the log with what `write` writes, and open it for
@@ -366,7 +522,7 @@ fn read_log(path: &Path) -> io::Result<Vec<RunRecord>> {
 fn rewrite(
     path: &Path,
     capacity: usize,
-    write: impl FnOnce(&mut File) -> io::Result<Vec<(RunId, u64, usize)>>,
+    write: impl FnOnce(&mut File) -> io::Result<Vec<(RunId, u64, bool, usize)>>,
 ) -> io::Result<Log> {
     let mut entries = Vec::new();
     write_atomic(path, |f| {
@@ -377,15 +533,18 @@ fn rewrite(
     let mut index = HashMap::with_capacity(capacity);
     let mut order = VecDeque::with_capacity(capacity);
     let mut offset = 0u64;
-    for (id, program, len) in &entries {
+    let mut live = 0;
+    for &(id, program, is_live, len) in &entries {
         let entry = Entry {
             offset,
-            len: *len as u32,
-            program: *program,
+            len: len as u32,
+            program,
+            live: is_live,
         };
-        index.insert(*id, entry);
-        order.push_back(*id);
-        offset += *len as u64;
+        index.insert(id, entry);
+        order.push_back(id);
+        offset += len as u64;
+        live += usize::from(is_live);
     }
     Ok(Log {
         file,
@@ -394,6 +553,7 @@ fn rewrite(
         order,
         lines: entries.len(),
         seq: 0,
+        live,
     })
 }
 
@@ -495,7 +655,12 @@ mod tests {
             steps: vec![],
             result: None,
             error: None,
+            input: None,
         }
+    }
+
+    fn open(d: &Path, retention: usize) -> RunStore {
+        RunStore::open(d, retention, |_| false).unwrap().0
     }
 
     #[test]
@@ -510,7 +675,7 @@ mod tests {
     #[test]
     fn last_line_wins_and_survives_reopen() {
         let d = tmpdir("reopen");
-        let s = RunStore::open(&d, 100).unwrap();
+        let s = open(&d, 100);
         s.append(&rec("a", RunState::Queued), true).unwrap();
         s.append(&rec("b", RunState::Running), false).unwrap();
         let mut done = rec("a", RunState::Finished);
@@ -518,7 +683,7 @@ mod tests {
         s.append(&done, false).unwrap();
         assert_eq!(s.get(&id("a")).unwrap().state, RunState::Finished);
         drop(s);
-        let s = RunStore::open(&d, 100).unwrap();
+        let s = open(&d, 100);
         assert_eq!(
             s.get(&id("a")).unwrap().result,
             Some(serde_json::json!(["ok"]))
@@ -530,7 +695,7 @@ mod tests {
     #[test]
     fn torn_last_line_is_skipped() {
         let d = tmpdir("torn");
-        let s = RunStore::open(&d, 100).unwrap();
+        let s = open(&d, 100);
         s.append(&rec("a", RunState::Finished), true).unwrap();
         drop(s);
         let mut f = OpenOptions::new()
@@ -538,12 +703,12 @@ mod tests {
             .open(d.join("runs.log"))
             .unwrap();
         f.write_all(b"{\"Run\":\"b\",\"Sta").unwrap();
-        let s = RunStore::open(&d, 100).unwrap();
+        let s = open(&d, 100);
         assert!(s.get(&id("a")).is_some());
         assert!(s.get(&id("b")).is_none());
         s.append(&rec("c", RunState::Finished), true).unwrap();
         drop(s);
-        let s = RunStore::open(&d, 100).unwrap();
+        let s = open(&d, 100);
         assert!(
             s.get(&id("c")).is_some(),
             "a line after a torn one must stay readable"
@@ -553,7 +718,7 @@ mod tests {
     #[test]
     fn retention_bounds_the_log() {
         let d = tmpdir("retention");
-        let s = RunStore::open(&d, 10).unwrap();
+        let s = open(&d, 10);
         for i in 0..200 {
             s.append(&rec(&format!("r{i}"), RunState::Finished), false)
                 .unwrap();

@@ -73,6 +73,7 @@ pub fn call(
         values,
         vars: env.vars.clone(),
         by,
+        id: None,
     };
     api::start(app, job, run_async)
 }

@@ -192,6 +192,7 @@ fn function(
         env,
         workdir,
         concurrency,
+        retry_on_restart: f.retry_on_restart,
         webhook,
         user,
         group,

@@ -355,6 +355,12 @@ fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) -> Ser
         defaults::AUTH_FAILURES_PER_MINUTE,
         0,
     );
+    let idempotency_max_keys = n(
+        &raw.idempotency_max_keys,
+        "idempotency_max_keys",
+        defaults::IDEMPOTENCY_MAX_KEYS,
+        1,
+    );
     let trusted_proxies = trusted_proxies(src, &raw.trusted_proxies, errs);
     let mut d = |v: &Option<Spanned<RawDuration>>, key: &str, secs: u64| {
         duration(
@@ -383,6 +389,16 @@ fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) -> Ser
         defaults::SESSION_IDLE_SECS,
     );
     let session_max = d(&raw.session_max, "session_max", defaults::SESSION_MAX_SECS);
+    let queue_timeout = d(
+        &raw.queue_timeout,
+        "queue_timeout",
+        defaults::QUEUE_TIMEOUT_SECS,
+    );
+    let idempotency_window = d(
+        &raw.idempotency_window,
+        "idempotency_window",
+        defaults::IDEMPOTENCY_WINDOW_SECS,
+    );
     if let Some(url) = &raw.public_url {
         if !(url.get_ref().starts_with("http://") || url.get_ref().starts_with("https://")) {
             errs.at(
@@ -431,6 +447,9 @@ fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) -> Ser
         session_idle,
         session_max,
         auth_failures_per_minute,
+        queue_timeout,
+        idempotency_window,
+        idempotency_max_keys,
         trusted_proxies,
     }
 }

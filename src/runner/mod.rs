@@ -1,13 +1,20 @@
-//! Where a run starts: run slots, the bounded async queue, and the run
-//! records written along the way.
+//! Where a run starts: run slots, the wait queue, and the run records
+//! written along the way.
 //!
-//! `max_concurrent_runs` slots are shared by sync and async runs. A sync run
-//! takes a free slot at once or is refused with `busy`, and executes on the
-//! caller's (HTTP worker's) thread. An async run is first recorded durably,
-//! then either started on a detached thread (a slot was free) or put in a
-//! queue of at most `max_queued_runs`; a finishing run hands its slot straight
-//! to the next runnable queued run, so no dispatcher thread is needed. A
-//! function's `concurrency = N` is honoured on top of the global slots.
+//! `max_concurrent_runs` slots are shared by sync and async runs. A run that
+//! finds no free slot (or its function at its `concurrency`) waits in one
+//! FIFO queue of at most `max_queued_runs` places, sync and async together,
+//! so neither kind can overtake the other. A sync run executes on the
+//! caller's (HTTP worker's) thread: while it waits it holds that thread and
+//! a [`Ticket`], no slot, and gives up after `queue_timeout`. An async run is
+//! first recorded durably, with its input, then started on a detached thread
+//! or queued: in memory a queued run is only its id and shared pointers
+//! ([`Queued`]); its values are read back from the run log when it starts.
+//!
+//! A run that ends hands its slot straight to the first runnable waiter (a
+//! sync ticket is woken, an async run continues on the same thread), so no
+//! dispatcher thread is needed. A [`SlotGuard`] frees or hands on the slot
+//! on every path, a panic included.
 //!
 //! The execution of one function (processes, timeouts, output) lives in
 //! [`step`].
@@ -16,7 +23,8 @@ pub mod step;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -25,7 +33,7 @@ use serde_json::Value;
 
 use crate::config::{Config, Program};
 use crate::metrics::Metrics;
-use crate::store::{new_run_id, now_rfc3339, RunRecord, RunState, RunStore};
+use crate::store::{new_run_id, now_rfc3339, RunInput, RunRecord, RunState, RunStore};
 use crate::sys::AbortSignal;
 use step::{Outcome, StepError};
 
@@ -45,81 +53,249 @@ pub struct Job {
     pub vars: BTreeMap<String, String>,
     /// Who started it, for the record (`api_key:<name>`, …); never a secret.
     pub by: String,
+    /// The run id to use (chosen ahead by an idempotency key); `None`: a
+    /// new one.
+    pub id: Option<String>,
 }
 
 impl Job {
-    fn slot_key(&self) -> (u64, String) {
+    fn slot_key(&self) -> SlotKey {
         (self.program.id, self.function.clone())
     }
 
     fn concurrency(&self) -> usize {
-        self.program
-            .function(&self.function)
-            .and_then(|f| f.concurrency)
-            .unwrap_or(usize::MAX)
+        concurrency(&self.program, &self.function)
     }
 }
+
+fn concurrency(program: &Program, function: &str) -> usize {
+    program
+        .function(function)
+        .and_then(|f| f.concurrency)
+        .unwrap_or(usize::MAX)
+}
+
+/// Program id and function name: the unit of `concurrency`.
+type SlotKey = (u64, String);
 
 /// Why a run was not started.
 #[derive(Debug)]
 pub enum RunError {
-    /// No slot (sync) or no room in the queue (async).
-    Busy(String),
+    /// The queue is full, or a sync run waited `queue_timeout` in vain.
+    Busy {
+        /// What happened, for the caller.
+        msg: String,
+        /// Seconds until a place is likely free, from the drain rate.
+        retry_after: u64,
+    },
     /// The accepted run could not be recorded durably.
     Storage(io::Error),
     /// trigd is shutting down.
     ShuttingDown,
 }
 
+/// An async run waiting in the queue: its record (with its input) is on
+/// disk, so memory holds only what finds it again.
 struct Queued {
-    rec: RunRecord,
-    job: Job,
+    run: String,
+    cfg: Arc<Config>,
+    program: Arc<Program>,
+    key: SlotKey,
+    concurrency: usize,
 }
 
-/// Slot accounting; behind one mutex.
+/// A sync caller waiting for a slot. `granted` is set (under the slots
+/// lock) when a slot is handed to it.
+struct Ticket {
+    key: SlotKey,
+    concurrency: usize,
+    granted: AtomicBool,
+    wake: Condvar,
+}
+
+/// One place in the queue.
+enum Waiter {
+    Async(Queued),
+    Sync(Arc<Ticket>),
+}
+
+impl Waiter {
+    fn key(&self) -> (&SlotKey, usize) {
+        match self {
+            Waiter::Async(q) => (&q.key, q.concurrency),
+            Waiter::Sync(t) => (&t.key, t.concurrency),
+        }
+    }
+}
+
+/// Slot accounting; behind one mutex. Invariant at every unlock: no
+/// runnable waiter while a slot is free.
 #[derive(Default)]
 struct Slots {
     used: usize,
     max: usize,
-    per_fn: HashMap<(u64, String), usize>,
-    queue: VecDeque<Queued>,
-    /// Queue places promised to runs being recorded right now.
+    per_fn: HashMap<SlotKey, usize>,
+    queue: VecDeque<Waiter>,
+    /// Queue places promised to async runs being recorded right now.
     reserved: usize,
     closing: bool,
 }
 
 impl Slots {
-    fn fn_free(&self, job: &Job) -> bool {
-        self.per_fn.get(&job.slot_key()).copied().unwrap_or(0) < job.concurrency()
+    fn fn_free(&self, key: &SlotKey, concurrency: usize) -> bool {
+        self.per_fn.get(key).copied().unwrap_or(0) < concurrency
     }
 
-    fn take(&mut self, job: &Job) {
+    fn slot_free(&self, key: &SlotKey, concurrency: usize) -> bool {
+        self.used < self.max && self.fn_free(key, concurrency)
+    }
+
+    fn take(&mut self, key: &SlotKey) {
         self.used += 1;
-        *self.per_fn.entry(job.slot_key()).or_default() += 1;
+        *self.per_fn.entry(key.clone()).or_default() += 1;
     }
 
-    /// Release the function's share of a slot (the global slot is handled by
-    /// the caller: it may be handed on).
-    fn release_fn(&mut self, job: &Job) {
-        self.release_key(job.slot_key());
-    }
-
-    fn release_key(&mut self, key: (u64, String)) {
-        if let Some(n) = self.per_fn.get_mut(&key) {
+    fn release_fn(&mut self, key: &SlotKey) {
+        if let Some(n) = self.per_fn.get_mut(key) {
             *n -= 1;
             if *n == 0 {
-                self.per_fn.remove(&key);
+                self.per_fn.remove(key);
             }
         }
     }
 
-    /// Remove the first queued run whose function has room.
-    fn next_runnable(&mut self) -> Option<Queued> {
+    /// Remove the first waiter whose function has room.
+    fn next_runnable(&mut self) -> Option<Waiter> {
         if self.closing {
             return None;
         }
-        let i = self.queue.iter().position(|q| self.fn_free(&q.job))?;
+        let i = self.queue.iter().position(|w| {
+            let (key, n) = w.key();
+            self.fn_free(key, n)
+        })?;
         self.queue.remove(i)
+    }
+
+    /// Give a slot already counted in `used` to `w`: a sync waiter is
+    /// woken, an async run comes back to be started.
+    fn grant(&mut self, w: Waiter) -> Option<Queued> {
+        *self.per_fn.entry(w.key().0.clone()).or_default() += 1;
+        match w {
+            Waiter::Sync(t) => {
+                t.granted.store(true, Ordering::SeqCst);
+                t.wake.notify_one();
+                None
+            }
+            Waiter::Async(q) => Some(q),
+        }
+    }
+
+    /// Hand free slots to runnable waiters (after a reload raised the
+    /// limit); the async runs to start.
+    fn fill(&mut self) -> Vec<Queued> {
+        let mut start = Vec::new();
+        while self.used < self.max {
+            let Some(w) = self.next_runnable() else { break };
+            self.used += 1;
+            start.extend(self.grant(w));
+        }
+        start
+    }
+
+    /// A run of `key` ended: hand its slot to the next runnable waiter, or
+    /// free it (then `true`). An async run handed the slot comes back.
+    fn release(&mut self, key: &SlotKey) -> (Option<Queued>, bool) {
+        self.release_fn(key);
+        // Hand the slot on, unless a reload lowered the limit.
+        if self.used <= self.max {
+            if let Some(w) = self.next_runnable() {
+                return (self.grant(w), false);
+            }
+        }
+        self.used -= 1;
+        (None, true)
+    }
+
+    fn remove_ticket(&mut self, t: &Arc<Ticket>) {
+        self.queue
+            .retain(|w| !matches!(w, Waiter::Sync(x) if Arc::ptr_eq(x, t)));
+    }
+}
+
+/// Runs ended in the last 5 to 10 seconds: the drain rate behind
+/// `Retry-After`.
+struct Drain {
+    since: Instant,
+    prev: u32,
+    cur: u32,
+}
+
+const DRAIN_WINDOW: Duration = Duration::from_secs(5);
+
+impl Drain {
+    fn roll(&mut self) {
+        let age = self.since.elapsed();
+        if age >= 2 * DRAIN_WINDOW {
+            (self.prev, self.cur, self.since) = (0, 0, Instant::now());
+        } else if age >= DRAIN_WINDOW {
+            (self.prev, self.cur) = (self.cur, 0);
+            self.since += DRAIN_WINDOW;
+        }
+    }
+
+    fn tick(&mut self) {
+        self.roll();
+        self.cur = self.cur.saturating_add(1);
+    }
+
+    /// Seconds until `waiting` runs ahead of a caller have drained, 1 to
+    /// 600.
+    fn retry_after(&mut self, waiting: usize) -> u64 {
+        self.roll();
+        let span = (DRAIN_WINDOW + self.since.elapsed()).as_secs_f64();
+        let rate = (f64::from(self.prev + self.cur) / span).max(0.1);
+        ((waiting as f64 + 1.0) / rate).ceil().clamp(1.0, 600.0) as u64
+    }
+}
+
+/// A slot held by a run: dropped without [`SlotGuard::finish`] (a panic),
+/// it still frees or hands on the slot.
+struct SlotGuard<'a> {
+    runner: &'a Arc<Runner>,
+    key: Option<SlotKey>,
+}
+
+impl SlotGuard<'_> {
+    /// Give the slot up; an async run handed it comes back to be executed.
+    fn finish(mut self) -> Option<Queued> {
+        let key = self.key.take()?;
+        self.runner.release(&key)
+    }
+}
+
+impl Drop for SlotGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            if let Some(q) = self.runner.release(&key) {
+                self.runner.spawn_worker(Work::Queued(q));
+            }
+        }
+    }
+}
+
+/// What a run thread executes: a run accepted with a free slot, or one
+/// taken from the queue (read back from the log).
+enum Work {
+    Ready(Box<(RunRecord, Job)>),
+    Queued(Queued),
+}
+
+impl Work {
+    fn key(&self) -> SlotKey {
+        match self {
+            Work::Ready(b) => b.1.slot_key(),
+            Work::Queued(q) => q.key.clone(),
+        }
     }
 }
 
@@ -131,6 +307,7 @@ pub struct Runner {
     slots: Mutex<Slots>,
     /// Signalled whenever `used` drops.
     freed: Condvar,
+    drain: Mutex<Drain>,
     abort: AbortSignal,
     path_env: String,
     children: AtomicUsize,
@@ -150,169 +327,295 @@ impl Runner {
             metrics,
             slots: Mutex::new(Slots::default()),
             freed: Condvar::new(),
+            drain: Mutex::new(Drain {
+                since: Instant::now(),
+                prev: 0,
+                cur: 0,
+            }),
             abort: AbortSignal::new()?,
             path_env,
             children: AtomicUsize::new(0),
         })
     }
 
-    /// Run `job` now on this thread and return its id and outcome.
+    /// Run `job` on this thread, once a slot is free, and return its id and
+    /// outcome.
     ///
     /// # Errors
-    /// [`RunError::Busy`] when no slot (or no slot of the function) is free.
+    /// [`RunError::Busy`] when the queue is full or no slot came free
+    /// within `queue_timeout`; [`RunError::Storage`] when the run cannot be
+    /// recorded (disk full): it is not started.
     pub fn run_sync(self: &Arc<Self>, job: Job) -> Result<(String, Outcome), RunError> {
-        {
-            let mut s = lock(&self.slots);
-            if s.closing {
-                return Err(RunError::ShuttingDown);
-            }
-            s.max = job.cfg.server.max_concurrent_runs;
-            if s.used >= s.max {
-                return Err(RunError::Busy(format!(
-                    "All {} run slots are in use. Retry after Retry-After seconds.",
-                    s.max
-                )));
-            }
-            if !s.fn_free(&job) {
-                return Err(RunError::Busy(format!(
-                    "Function '{}' already runs {} time(s), its concurrency limit. Retry later.",
-                    job.function,
-                    job.concurrency()
-                )));
-            }
-            s.take(&job);
+        self.acquire(&job)?;
+        let slot = SlotGuard {
+            runner: self,
+            key: Some(job.slot_key()),
+        };
+        let mut rec = self.new_record(&job, false);
+        rec.state = RunState::Running;
+        rec.started_at = Some(now_rfc3339());
+        if let Some(store) = &self.store {
+            store.append(&rec, false).map_err(RunError::Storage)?;
         }
-        let rec = self.new_record(&job, false);
         let id = rec.run.clone();
         let (_, outcome) = self.execute(rec, &job);
-        {
-            let mut s = lock(&self.slots);
-            s.release_fn(&job);
-            s.used -= 1;
+        if let Some(q) = slot.finish() {
+            self.spawn_worker(Work::Queued(q));
         }
-        self.freed.notify_all();
-        self.dispatch();
         Ok((id, outcome))
     }
 
-    /// Record `job` durably, then start it (or queue it) and return its id.
+    /// Take a slot for a sync run, waiting in the queue for at most
+    /// `queue_timeout`.
+    fn acquire(self: &Arc<Self>, job: &Job) -> Result<(), RunError> {
+        let (key, n) = (job.slot_key(), job.concurrency());
+        let server = &job.cfg.server;
+        let mut s = lock(&self.slots);
+        if s.closing {
+            return Err(RunError::ShuttingDown);
+        }
+        s.max = server.max_concurrent_runs;
+        let start = s.fill();
+        if !start.is_empty() {
+            drop(s);
+            start.into_iter().for_each(|q| self.spawn_worker(Work::Queued(q)));
+            s = lock(&self.slots);
+        }
+        if s.slot_free(&key, n) {
+            s.take(&key);
+            return Ok(());
+        }
+        if s.queue.len() + s.reserved >= server.max_queued_runs {
+            let waiting = s.queue.len();
+            drop(s);
+            return Err(self.busy(format!(
+                "All {} run slots are in use and the queue is full ({} runs). Retry after \
+                 Retry-After seconds.",
+                server.max_concurrent_runs, server.max_queued_runs
+            ), waiting));
+        }
+        let t = Arc::new(Ticket {
+            key,
+            concurrency: n,
+            granted: AtomicBool::new(false),
+            wake: Condvar::new(),
+        });
+        s.queue.push_back(Waiter::Sync(Arc::clone(&t)));
+        let deadline = Instant::now() + server.queue_timeout;
+        loop {
+            if t.granted.load(Ordering::SeqCst) {
+                return Ok(());
+            }
+            if s.closing {
+                s.remove_ticket(&t);
+                return Err(RunError::ShuttingDown);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                s.remove_ticket(&t);
+                let waiting = s.queue.len();
+                drop(s);
+                return Err(self.busy(format!(
+                    "No run slot came free within queue_timeout ({:?}); {waiting} runs are \
+                     waiting. Retry after Retry-After seconds.",
+                    server.queue_timeout
+                ), waiting));
+            }
+            s = t
+                .wake
+                .wait_timeout(s, deadline - now)
+                .map_or_else(|e| e.into_inner().0, |r| r.0);
+        }
+    }
+
+    fn busy(&self, msg: String, waiting: usize) -> RunError {
+        let retry_after = lock(&self.drain).retry_after(waiting);
+        RunError::Busy { msg, retry_after }
+    }
+
+    /// Record `job` durably (with its input), then start it or queue it,
+    /// and return its id.
     ///
     /// # Errors
-    /// [`RunError::Busy`] when the queue is full, [`RunError::Storage`] when
-    /// the record cannot be written: nothing is accepted that is not recorded.
+    /// [`RunError::Busy`] when no slot is free and the queue is full,
+    /// [`RunError::Storage`] when the record cannot be written: nothing is
+    /// accepted that is not recorded.
     pub fn start_async(self: &Arc<Self>, job: Job) -> Result<String, RunError> {
-        let start_now = {
+        let (key, n) = (job.slot_key(), job.concurrency());
+        {
             let mut s = lock(&self.slots);
             if s.closing {
                 return Err(RunError::ShuttingDown);
             }
             s.max = job.cfg.server.max_concurrent_runs;
             let max_queued = job.cfg.server.max_queued_runs;
-            if s.used < s.max && s.fn_free(&job) && s.queue.is_empty() {
-                s.take(&job);
-                true
-            } else if s.queue.len() + s.reserved < max_queued {
-                s.reserved += 1;
-                false
-            } else {
-                return Err(RunError::Busy(format!(
-                    "All run slots are in use and the queue is full ({max_queued} runs). Retry later."
-                )));
+            if !s.slot_free(&key, n) && s.queue.len() + s.reserved >= max_queued {
+                let waiting = s.queue.len();
+                drop(s);
+                return Err(self.busy(format!(
+                    "All run slots are in use and the queue is full ({max_queued} runs). \
+                     Retry after Retry-After seconds."
+                ), waiting));
             }
-        };
-        let rec = self.new_record(&job, true);
-        let id = rec.run.clone();
-        if let Some(store) = &self.store {
-            if let Err(e) = store.append(&rec, true) {
-                self.undo(&job, start_now);
-                return Err(RunError::Storage(e));
-            }
+            s.reserved += 1;
         }
-        if start_now {
-            self.spawn_worker(Queued { rec, job });
+        let mut rec = self.new_record(&job, true);
+        rec.input = Some(RunInput {
+            values: job.values.clone(),
+            vars: job.vars.clone(),
+        });
+        let written = match &self.store {
+            Some(store) => store.append(&rec, true),
+            None => Ok(()),
+        };
+        let mut s = lock(&self.slots);
+        s.reserved -= 1;
+        written.map_err(RunError::Storage)?;
+        let id = rec.run.clone();
+        if s.closing {
+            // Recorded as queued: it runs at the next start.
+            return Ok(id);
+        }
+        if s.slot_free(&key, n) {
+            s.take(&key);
+            drop(s);
+            self.spawn_worker(Work::Ready(Box::new((rec, job))));
         } else {
-            {
-                let mut s = lock(&self.slots);
-                s.reserved -= 1;
-                s.queue.push_back(Queued { rec, job });
-            }
-            self.dispatch();
+            s.queue.push_back(Waiter::Async(Queued {
+                run: rec.run,
+                program: Arc::clone(&job.program),
+                cfg: job.cfg,
+                key,
+                concurrency: n,
+            }));
         }
         Ok(id)
     }
 
-    fn undo(&self, job: &Job, had_slot: bool) {
+    /// Queue again, in this order and before anything new, the runs the
+    /// run log kept queued at start-up (see `RunStore::open`), and start
+    /// what the slots allow. A run whose program or function is gone from
+    /// `cfg` is recorded `failed`.
+    pub fn resume(self: &Arc<Self>, cfg: &Arc<Config>, ids: Vec<String>) {
+        let Some(store) = &self.store else { return };
         let mut s = lock(&self.slots);
-        if had_slot {
-            s.release_fn(job);
-            s.used -= 1;
-            drop(s);
-            self.freed.notify_all();
-        } else {
-            s.reserved -= 1;
+        s.max = cfg.server.max_concurrent_runs;
+        for id in ids {
+            let Some(mut rec) = store.get(&id) else { continue };
+            match cfg.program(rec.program) {
+                Some(p) if p.function(&rec.function).is_some() => {
+                    s.queue.push_back(Waiter::Async(Queued {
+                        concurrency: concurrency(p, &rec.function),
+                        key: (rec.program, rec.function),
+                        run: rec.run,
+                        program: Arc::clone(p),
+                        cfg: Arc::clone(cfg),
+                    }));
+                }
+                _ => {
+                    rec.state = RunState::Failed;
+                    rec.finished_at = Some(now_rfc3339());
+                    rec.error = Some("its program or function no longer exists".into());
+                    rec.input = None;
+                    store.record(&rec);
+                }
+            }
         }
+        let start = s.fill();
+        drop(s);
+        start.into_iter().for_each(|q| self.spawn_worker(Work::Queued(q)));
     }
 
-    /// Start queued runs while slots are free.
-    fn dispatch(self: &Arc<Self>) {
-        loop {
-            let next = {
-                let mut s = lock(&self.slots);
-                if s.used >= s.max {
-                    return;
-                }
-                let Some(q) = s.next_runnable() else { return };
-                s.take(&q.job);
-                q
-            };
-            self.spawn_worker(next);
+    /// Give up the slot of a run of `key`: handed to the next runnable
+    /// waiter or freed. An async run handed the slot comes back.
+    fn release(&self, key: &SlotKey) -> Option<Queued> {
+        let (next, freed) = lock(&self.slots).release(key);
+        if freed {
+            self.freed.notify_all();
         }
+        next
     }
 
     /// Run `first` on a detached thread, then keep the slot for the next
-    /// runnable queued run until the queue has none.
-    fn spawn_worker(self: &Arc<Self>, first: Queued) {
-        let key = first.job.slot_key();
+    /// runnable async run handed to it, until none is.
+    fn spawn_worker(self: &Arc<Self>, first: Work) {
+        let key = first.key();
         let me = Arc::clone(self);
         let spawned = thread::Builder::new().name("run".into()).spawn(move || {
-            let mut cur = first;
-            loop {
-                me.execute(cur.rec, &cur.job);
-                let mut s = lock(&me.slots);
-                s.release_fn(&cur.job);
-                // Hand the slot on, unless a reload lowered the limit.
-                let next = if s.used <= s.max {
-                    s.next_runnable()
-                } else {
-                    None
+            let mut next = Some(first);
+            while let Some(work) = next.take() {
+                let slot = SlotGuard {
+                    runner: &me,
+                    key: Some(work.key()),
                 };
-                match next {
-                    Some(q) => {
-                        *s.per_fn.entry(q.job.slot_key()).or_default() += 1;
-                        cur = q;
-                    }
-                    None => {
-                        s.used -= 1;
-                        drop(s);
-                        me.freed.notify_all();
-                        return;
-                    }
-                }
+                me.run_work(work);
+                next = slot.finish().map(Work::Queued);
             }
         });
         if let Err(e) = spawned {
-            // The closure (and the run in it) is gone; the record stays
-            // `queued` on disk and becomes `interrupted` at the next start.
+            // The run is recorded `queued` on disk and runs at the next
+            // start; the slot goes on to the queue.
             log::error!("cannot start a run thread: {e}");
-            let mut s = lock(&self.slots);
-            s.release_key(key);
-            s.used -= 1;
+            if let Some(q) = self.release(&key) {
+                let mut s = lock(&self.slots);
+                s.release_fn(&q.key);
+                s.used -= 1;
+                s.queue.push_front(Waiter::Async(q));
+            }
         }
+    }
+
+    /// Execute one async run, recording every state; a panic is recorded
+    /// as a failure.
+    fn run_work(&self, work: Work) {
+        let (mut rec, job) = match work {
+            Work::Ready(b) => *b,
+            Work::Queued(q) => match self.load(q) {
+                Some(x) => x,
+                None => return,
+            },
+        };
+        rec.state = RunState::Running;
+        rec.started_at = Some(now_rfc3339());
+        if let Some(store) = &self.store {
+            store.record(&rec);
+        }
+        let id = rec.run.clone();
+        let ran = catch_unwind(AssertUnwindSafe(|| self.execute(rec, &job)));
+        if ran.is_err() {
+            log::error!("run {id}: the run thread panicked");
+            if let Some(mut rec) = self.store.as_ref().and_then(|s| s.get(&id)) {
+                rec.state = RunState::Failed;
+                rec.error = Some("internal error; the server log has the details".into());
+                rec.input = None;
+                self.record(&rec);
+            }
+        }
+    }
+
+    /// The record and job of a queued run, read back from the run log.
+    fn load(&self, q: Queued) -> Option<(RunRecord, Job)> {
+        let rec = self.store.as_ref()?.get(&q.run);
+        let Some(rec) = rec.filter(|r| r.state == RunState::Queued) else {
+            log::error!("run {}: its queued record cannot be read; not run", q.run);
+            return None;
+        };
+        let input = rec.input.clone().unwrap_or_default();
+        let job = Job {
+            cfg: q.cfg,
+            program: q.program,
+            function: q.key.1,
+            values: input.values,
+            vars: input.vars,
+            by: rec.by.clone(),
+            id: Some(rec.run.clone()),
+        };
+        Some((rec, job))
     }
 
     fn new_record(&self, job: &Job, is_async: bool) -> RunRecord {
         RunRecord {
-            run: new_run_id(),
+            run: job.id.clone().unwrap_or_else(new_run_id),
             state: RunState::Queued,
             program: job.program.id,
             function: job.function.clone(),
@@ -324,22 +627,21 @@ impl Runner {
             steps: Vec::new(),
             result: None,
             error: None,
+            input: None,
         }
     }
 
     fn record(&self, rec: &RunRecord) {
         if let Some(store) = &self.store {
-            if let Err(e) = store.append(rec, false) {
-                log::error!("run {}: cannot record state {:?}: {e}", rec.run, rec.state);
-            }
+            store.record(rec);
         }
     }
 
-    /// Execute the job's function, recording `running` and the end state.
+    /// Execute the job's function (its `running` state is recorded) and
+    /// record the end state. An async run of a `retry_on_restart` function
+    /// stopped by a shutdown is recorded `queued` again, to run at the next
+    /// start.
     fn execute(&self, mut rec: RunRecord, job: &Job) -> (RunRecord, Outcome) {
-        rec.state = RunState::Running;
-        rec.started_at = Some(now_rfc3339());
-        self.record(&rec);
         let started = Instant::now();
         let outcome = self.execute_only(job);
         rec.finished_at = Some(now_rfc3339());
@@ -362,7 +664,21 @@ impl Runner {
                 rec.error = Some(describe(e));
             }
         }
+        let retry = rec.state == RunState::Interrupted
+            && rec.input.is_some()
+            && job
+                .program
+                .function(&job.function)
+                .is_some_and(|f| f.retry_on_restart);
+        if retry {
+            rec.state = RunState::Queued;
+            (rec.started_at, rec.finished_at, rec.error) = (None, None, None);
+            rec.steps.clear();
+        } else {
+            rec.input = None;
+        }
         self.record(&rec);
+        lock(&self.drain).tick();
         self.metrics
             .run(rec.program, rec.state.name(), started.elapsed());
         log::info!(
@@ -423,21 +739,19 @@ impl Runner {
         self.children.load(Ordering::Relaxed)
     }
 
-    /// Stop accepting runs; mark queued runs `interrupted`; give running
-    /// runs `grace` to finish, then stop their process groups (they are
-    /// recorded `interrupted`) and wait for them to be reaped.
+    /// Stop accepting runs and wake waiting sync callers (they get
+    /// `shutting_down`); queued async runs stay recorded `queued` and run
+    /// at the next start. Give running runs `grace` to finish, then stop
+    /// their process groups (they are recorded `interrupted`) and wait for
+    /// them to be reaped.
     pub fn shutdown(&self, grace: Duration) {
-        let dropped: Vec<Queued> = {
+        {
             let mut s = lock(&self.slots);
             s.closing = true;
-            s.queue.drain(..).collect()
-        };
-        for mut q in dropped {
-            q.rec.state = RunState::Interrupted;
-            q.rec.finished_at = Some(now_rfc3339());
-            q.rec.error = Some("trigd shut down before the run started".into());
-            if let Some(store) = &self.store {
-                let _ = store.append(&q.rec, true);
+            for w in &s.queue {
+                if let Waiter::Sync(t) = w {
+                    t.wake.notify_one();
+                }
             }
         }
         if !self.wait_idle(grace) {
