@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 use crate::app::App;
 use crate::config::{Config, Function, Program, Server};
 use crate::http::{ApiError, Request, Response};
+use crate::idempotency;
 use crate::ratelimit;
 use crate::runner::step::{Outcome, StepError};
 use crate::runner::{Job, RunError};
@@ -53,16 +54,34 @@ pub fn run(app: &App, cfg: &Arc<Config>, req: &Request) -> Result<Response, ApiE
         by: format!("api_key:{}", key.name),
         id: None,
     };
-    start(app, job, run_async)
+    let origin = format!("api/{}", program.id);
+    start(app, req, job, run_async, &origin)
 }
 
 /// Start `job` sync or async and build the seed's response object. Shared
-/// by `/api` and the generated tool endpoints.
+/// by `/api` and the generated tool endpoints; `origin` names the entry
+/// point for the idempotency fingerprint. A request with an
+/// `Idempotency-Key` goes through [`crate::replay::start_once`].
 ///
 /// # Errors
-/// `busy`, `storage_unavailable`, `shutting_down`, and for sync runs
-/// `run_failed`, `run_timeout`, `run_interrupted`.
-pub fn start(app: &App, job: Job, run_async: bool) -> Result<Response, ApiError> {
+/// `busy`, `disk_full`, `storage_unavailable`, `shutting_down`,
+/// `idempotency_key_reused`, and for sync runs `run_failed`,
+/// `run_timeout`, `run_interrupted`.
+pub fn start(
+    app: &App,
+    req: &Request,
+    job: Job,
+    run_async: bool,
+    origin: &str,
+) -> Result<Response, ApiError> {
+    match idempotency::key_of(req)? {
+        Some(key) => crate::replay::start_once(app, key, job, run_async, origin),
+        None => start_now(app, job, run_async),
+    }
+}
+
+/// Start `job` now (no idempotency key).
+pub fn start_now(app: &App, job: Job, run_async: bool) -> Result<Response, ApiError> {
     if run_async {
         let id = app.runner.start_async(job).map_err(run_error)?;
         let body = json!({"Success": "Program started.", "Run": id});

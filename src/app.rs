@@ -1,12 +1,13 @@
 //! `App`: the state shared by every request — the current config snapshot,
 //! its generation, the last reload error, the run store, the runner,
-//! application keys, browser sessions and rate limits.
+//! idempotency keys, application keys, browser sessions and rate limits.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use crate::appkeys::AppKeys;
 use crate::config::Config;
+use crate::idempotency::Keys;
 use crate::ratelimit::RateLimits;
 use crate::runner::Runner;
 use crate::sessions::{Sessions, Throttle};
@@ -20,6 +21,8 @@ pub struct App {
     reload_errors: AtomicU64,
     /// The run log.
     pub store: Arc<RunStore>,
+    /// Idempotency keys.
+    pub idempotency: Keys,
     /// Application keys of workspace members.
     pub app_keys: AppKeys,
     /// Browser login sessions.
@@ -38,7 +41,7 @@ pub struct App {
 
 impl App {
     /// Shared state around a first config (generation 1).
-    pub fn new(config: Config, store: Arc<RunStore>, runner: Arc<Runner>) -> App {
+    pub fn new(config: Config, store: Arc<RunStore>, runner: Arc<Runner>, idempotency: Keys) -> App {
         let app_keys = AppKeys::new(&config.server.state_dir);
         let sessions = Sessions::open(&config.server.state_dir);
         App {
@@ -50,6 +53,7 @@ impl App {
             last_reload_error: Mutex::new(None),
             reload_errors: AtomicU64::new(0),
             store,
+            idempotency,
             runner,
             connections: OnceLock::new(),
             closing: AtomicBool::new(false),

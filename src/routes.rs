@@ -77,6 +77,7 @@ fn healthz(app: &App) -> Response {
         "RunsInFlight": app.runner.in_flight(),
         "RunsQueued": app.runner.queued(),
         "StatesUnwritten": app.store.unwritten(),
+        "IdempotencyKeys": app.idempotency.len(),
         "LastReloadError": app.last_reload_error(),
     });
     Response::json(200, &body)

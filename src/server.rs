@@ -22,6 +22,7 @@ use crate::app::App;
 use crate::config;
 use crate::error::Error;
 use crate::http::{ApiError, Request};
+use crate::idempotency::Keys;
 use crate::metrics::Metrics;
 use crate::reload;
 use crate::routes;
@@ -69,7 +70,11 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
         .map_err(|e| Error::Other(format!("cannot create the runner: {e}")))?;
     let grace = cfg.server.shutdown_grace;
     let nofile = sys::raise_nofile_limit();
-    let app = Arc::new(App::new(cfg, store, Arc::new(runner)));
+    let keys = Keys::open(&state_dir, cfg.server.idempotency_window).map_err(|source| Error::Io {
+        path: state_dir.join("idempotency.log"),
+        source,
+    })?;
+    let app = Arc::new(App::new(cfg, store, Arc::new(runner), keys));
     if !resumed.is_empty() {
         log::info!("{} accepted runs did not start before trigd stopped; starting them in order", resumed.len());
         app.runner.resume(&app.config(), resumed);

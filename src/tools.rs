@@ -75,7 +75,8 @@ pub fn call(
         by,
         id: None,
     };
-    api::start(app, job, run_async)
+    let origin = format!("tool/{}/{}/{}", tool.name, env.name, trigger.name);
+    api::start(app, req, job, run_async, &origin)
 }
 
 /// Collect one string per output, by name, from the query and a JSON object

@@ -308,6 +308,8 @@ pub struct Runner {
     /// Signalled whenever `used` drops.
     freed: Condvar,
     drain: Mutex<Drain>,
+    /// Signalled whenever a run ends (the drain counter is its lock).
+    ended: Condvar,
     abort: AbortSignal,
     path_env: String,
     children: AtomicUsize,
@@ -332,6 +334,7 @@ impl Runner {
                 prev: 0,
                 cur: 0,
             }),
+            ended: Condvar::new(),
             abort: AbortSignal::new()?,
             path_env,
             children: AtomicUsize::new(0),
@@ -426,6 +429,12 @@ impl Runner {
                 .wait_timeout(s, deadline - now)
                 .map_or_else(|e| e.into_inner().0, |r| r.0);
         }
+    }
+
+    /// Wait until some run ends, at most `limit`.
+    pub fn wait_for_an_end(&self, limit: Duration) {
+        let d = lock(&self.drain);
+        let _ = self.ended.wait_timeout(d, limit);
     }
 
     fn busy(&self, msg: String, waiting: usize) -> RunError {
@@ -679,6 +688,7 @@ impl Runner {
         }
         self.record(&rec);
         lock(&self.drain).tick();
+        self.ended.notify_all();
         self.metrics
             .run(rec.program, rec.state.name(), started.elapsed());
         log::info!(
