@@ -41,7 +41,12 @@ pub struct App {
 
 impl App {
     /// Shared state around a first config (generation 1).
-    pub fn new(config: Config, store: Arc<RunStore>, runner: Arc<Runner>, idempotency: Keys) -> App {
+    pub fn new(
+        config: Config,
+        store: Arc<RunStore>,
+        runner: Arc<Runner>,
+        idempotency: Keys,
+    ) -> App {
         let app_keys = AppKeys::new(&config.server.state_dir);
         let sessions = Sessions::open(&config.server.state_dir);
         App {

@@ -147,7 +147,10 @@ pub fn key_of(req: &Request) -> Result<Option<&str>, ApiError> {
 /// `tool/<tool>/<env>/<trigger>`), function and values.
 pub fn fingerprint(origin: &str, function: &str, values: &[String]) -> Hash {
     let mut h = Sha256::new();
-    for part in [origin, function].into_iter().chain(values.iter().map(String::as_str)) {
+    for part in [origin, function]
+        .into_iter()
+        .chain(values.iter().map(String::as_str))
+    {
         h.update((part.len() as u64).to_le_bytes());
         h.update(part.as_bytes());
     }
@@ -207,7 +210,9 @@ impl Keys {
             }
         }
         while s.map.len() >= limits.1 {
-            let Some((old, _)) = s.order.pop_front() else { break };
+            let Some((old, _)) = s.order.pop_front() else {
+                break;
+            };
             s.map.remove(&old);
         }
         let run = new_run_id();
@@ -219,7 +224,8 @@ impl Keys {
             t: at,
             d: false,
         };
-        s.write(&line, true).map_err(|e| crate::api::storage_error(&e))?;
+        s.write(&line, true)
+            .map_err(|e| crate::api::storage_error(&e))?;
         let mut id = [0u8; 16];
         let _ = hex::decode_to_slice(&run, &mut id);
         let entry = Entry {
@@ -388,7 +394,11 @@ fn read(path: &Path, oldest: u64) -> io::Result<Loaded> {
 
 /// Write the remembered keys to a fresh file (atomically) and open it for
 /// appending.
-fn rewrite(path: &Path, map: &HashMap<Hash, Entry>, order: &VecDeque<(Hash, u64)>) -> io::Result<File> {
+fn rewrite(
+    path: &Path,
+    map: &HashMap<Hash, Entry>,
+    order: &VecDeque<(Hash, u64)>,
+) -> io::Result<File> {
     write_atomic(path, |f| {
         let mut w = io::BufWriter::new(f);
         for (k, _) in order {
@@ -448,7 +458,10 @@ mod tests {
         drop(k);
         let k = Keys::open(&d, LIMITS.0).unwrap();
         assert_eq!(k.len(), 1);
-        match k.claim(LIMITS, "api_key:a", "x", fp, |id| id == run).unwrap() {
+        match k
+            .claim(LIMITS, "api_key:a", "x", fp, |id| id == run)
+            .unwrap()
+        {
             Claim::Repeat(r) => assert_eq!(r, run),
             Claim::New(_) => panic!("a kept key is a repeat after reopen"),
         }

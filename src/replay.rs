@@ -74,7 +74,9 @@ fn ran(answer: &Result<Response, ApiError>) -> bool {
         Ok(_) => true,
         Err(e) => matches!(
             e,
-            ApiError::RunFailed { .. } | ApiError::RunTimeout { .. } | ApiError::RunInterrupted { .. }
+            ApiError::RunFailed { .. }
+                | ApiError::RunTimeout { .. }
+                | ApiError::RunInterrupted { .. }
         ),
     }
 }
@@ -99,7 +101,10 @@ fn repeat(
 ) -> Option<Result<Response, ApiError>> {
     // Wait until the original is recorded, or gives the key back.
     while app.store.program_of(run).is_none() {
-        match app.idempotency.pending(scope, key, run, Duration::from_millis(50)) {
+        match app
+            .idempotency
+            .pending(scope, key, run, Duration::from_millis(50))
+        {
             None => return None,
             Some(_) if Instant::now() >= deadline => return Some(Err(still_waiting())),
             Some(_) => {}

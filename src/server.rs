@@ -59,10 +59,12 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
             .and_then(|p| p.function(&r.function))
             .is_some_and(|f| f.retry_on_restart)
     };
-    let (store, resumed) = RunStore::open(&state_dir, cfg.server.run_retention, retry)
-        .map_err(|source| Error::Io {
-            path: state_dir.join("runs.log"),
-            source,
+    let (store, resumed) =
+        RunStore::open(&state_dir, cfg.server.run_retention, retry).map_err(|source| {
+            Error::Io {
+                path: state_dir.join("runs.log"),
+                source,
+            }
         })?;
     let store = Arc::new(store);
     store.start_flusher();
@@ -70,13 +72,17 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
         .map_err(|e| Error::Other(format!("cannot create the runner: {e}")))?;
     let grace = cfg.server.shutdown_grace;
     let nofile = sys::raise_nofile_limit();
-    let keys = Keys::open(&state_dir, cfg.server.idempotency_window).map_err(|source| Error::Io {
-        path: state_dir.join("idempotency.log"),
-        source,
-    })?;
+    let keys =
+        Keys::open(&state_dir, cfg.server.idempotency_window).map_err(|source| Error::Io {
+            path: state_dir.join("idempotency.log"),
+            source,
+        })?;
     let app = Arc::new(App::new(cfg, store, Arc::new(runner), keys));
     if !resumed.is_empty() {
-        log::info!("{} accepted runs did not start before trigd stopped; starting them in order", resumed.len());
+        log::info!(
+            "{} accepted runs did not start before trigd stopped; starting them in order",
+            resumed.len()
+        );
         app.runner.resume(&app.config(), resumed);
     }
     let in_flight = Arc::new(AtomicUsize::new(0));

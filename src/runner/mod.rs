@@ -381,7 +381,9 @@ impl Runner {
         let start = s.fill();
         if !start.is_empty() {
             drop(s);
-            start.into_iter().for_each(|q| self.spawn_worker(Work::Queued(q)));
+            start
+                .into_iter()
+                .for_each(|q| self.spawn_worker(Work::Queued(q)));
             s = lock(&self.slots);
         }
         if s.slot_free(&key, n) {
@@ -391,11 +393,14 @@ impl Runner {
         if s.queue.len() + s.reserved >= server.max_queued_runs {
             let waiting = s.queue.len();
             drop(s);
-            return Err(self.busy(format!(
-                "All {} run slots are in use and the queue is full ({} runs). Retry after \
+            return Err(self.busy(
+                format!(
+                    "All {} run slots are in use and the queue is full ({} runs). Retry after \
                  Retry-After seconds.",
-                server.max_concurrent_runs, server.max_queued_runs
-            ), waiting));
+                    server.max_concurrent_runs, server.max_queued_runs
+                ),
+                waiting,
+            ));
         }
         let t = Arc::new(Ticket {
             key,
@@ -418,11 +423,14 @@ impl Runner {
                 s.remove_ticket(&t);
                 let waiting = s.queue.len();
                 drop(s);
-                return Err(self.busy(format!(
-                    "No run slot came free within queue_timeout ({:?}); {waiting} runs are \
+                return Err(self.busy(
+                    format!(
+                        "No run slot came free within queue_timeout ({:?}); {waiting} runs are \
                      waiting. Retry after Retry-After seconds.",
-                    server.queue_timeout
-                ), waiting));
+                        server.queue_timeout
+                    ),
+                    waiting,
+                ));
             }
             s = t
                 .wake
@@ -461,10 +469,13 @@ impl Runner {
             if !s.slot_free(&key, n) && s.queue.len() + s.reserved >= max_queued {
                 let waiting = s.queue.len();
                 drop(s);
-                return Err(self.busy(format!(
-                    "All run slots are in use and the queue is full ({max_queued} runs). \
+                return Err(self.busy(
+                    format!(
+                        "All run slots are in use and the queue is full ({max_queued} runs). \
                      Retry after Retry-After seconds."
-                ), waiting));
+                    ),
+                    waiting,
+                ));
             }
             s.reserved += 1;
         }
@@ -510,7 +521,9 @@ impl Runner {
         let mut s = lock(&self.slots);
         s.max = cfg.server.max_concurrent_runs;
         for id in ids {
-            let Some(mut rec) = store.get(&id) else { continue };
+            let Some(mut rec) = store.get(&id) else {
+                continue;
+            };
             match cfg.program(rec.program) {
                 Some(p) if p.function(&rec.function).is_some() => {
                     s.queue.push_back(Waiter::Async(Queued {
@@ -532,7 +545,9 @@ impl Runner {
         }
         let start = s.fill();
         drop(s);
-        start.into_iter().for_each(|q| self.spawn_worker(Work::Queued(q)));
+        start
+            .into_iter()
+            .for_each(|q| self.spawn_worker(Work::Queued(q)));
     }
 
     /// Give up the slot of a run of `key`: handed to the next runnable
