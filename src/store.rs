@@ -716,6 +716,47 @@ mod tests {
     }
 
     #[test]
+    fn queued_runs_outlive_retention_and_come_back_in_order() {
+        let d = tmpdir("queued");
+        let s = open(&d, 5);
+        let input = Some(RunInput {
+            values: vec!["v".into()],
+            vars: BTreeMap::new(),
+        });
+        let queued: Vec<RunRecord> = (0..50)
+            .map(|i| RunRecord {
+                input: input.clone(),
+                ..rec(&format!("q{i}"), RunState::Queued)
+            })
+            .collect();
+        for q in &queued {
+            s.append(q, true).unwrap();
+        }
+        // Many finished runs later (compactions included), none is lost.
+        for i in 0..300 {
+            s.append(&rec(&format!("f{i}"), RunState::Finished), false)
+                .unwrap();
+        }
+        let running = RunRecord {
+            input: input.clone(),
+            ..rec("q3", RunState::Running)
+        };
+        s.append(&running, false).unwrap();
+        drop(s);
+        let (s, resumed) = RunStore::open(&d, 5, |r| r.run == id("q3")).unwrap();
+        let want: Vec<String> = (0..50).map(|i| id(&format!("q{i}"))).collect();
+        assert_eq!(resumed, want, "queued runs in the order accepted");
+        let again = s.get(&id("q3")).unwrap();
+        assert_eq!(again.state, RunState::Queued);
+        assert_eq!(again.input, input);
+        assert!(s.len() <= 50 + 5, "{}", s.len());
+        drop(s);
+        let (s, resumed) = RunStore::open(&d, 5, |_| false).unwrap();
+        assert_eq!(resumed.len(), 50);
+        assert!(s.get(&id("f299")).is_some());
+    }
+
+    #[test]
     fn retention_bounds_the_log() {
         let d = tmpdir("retention");
         let s = open(&d, 10);

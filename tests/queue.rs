@@ -43,6 +43,9 @@ fn ran(dir: &TestDir) -> Vec<String> {
         .collect()
 }
 
+/// A reply, or why the exchange failed.
+type Exchange = Result<Reply, String>;
+
 /// Run `n` requests over `conns` client threads released together; each
 /// reply (or the exchange's failure) in request order.
 fn burst(
@@ -50,9 +53,9 @@ fn burst(
     conns: usize,
     n: usize,
     req: impl Fn(usize) -> (String, Vec<(String, String)>) + Send + Sync + 'static,
-) -> Vec<Result<Reply, String>> {
+) -> Vec<Exchange> {
     let next = Arc::new(AtomicUsize::new(0));
-    let out: Arc<Mutex<Vec<Option<Result<Reply, String>>>>> =
+    let out: Arc<Mutex<Vec<Option<Exchange>>>> =
         Arc::new(Mutex::new((0..n).map(|_| None).collect()));
     let go = Arc::new(Barrier::new(conns));
     let req = Arc::new(req);
