@@ -48,9 +48,13 @@ struct Entry {
     at: u64,
     /// Claimed by a request whose run is not recorded yet.
     pending: bool,
+    /// Its run was started (a `C` line): a repeat never starts another,
+    /// even once `run_retention` dropped the run from the run log.
+    confirmed: bool,
 }
 
-/// A line of `idempotency.log`: a claim, or (`D`) a key given back.
+/// A line of `idempotency.log`: a claim, (`C`) its run started, or (`D`)
+/// a key given back.
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 struct Line {
@@ -61,6 +65,8 @@ struct Line {
     r: Option<String>,
     #[serde(default)]
     t: u64,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    c: bool,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     d: bool,
 }
@@ -107,6 +113,12 @@ impl Held<'_> {
         let mut s = lock(&self.keys.state);
         if let Some(e) = s.map.get_mut(&self.slot) {
             e.pending = false;
+            e.confirmed = true;
+        }
+        let line = Line::mark(&self.slot, true);
+        // Not synced: without it, a restart finds the run in the run log.
+        if let Err(e) = s.write(&line, false) {
+            log::warn!("cannot record a started idempotency key: {e}");
         }
         drop(s);
         self.keys.settled.notify_all();
@@ -205,7 +217,7 @@ impl Keys {
                 return Err(ApiError::IdempotencyMismatch);
             }
             let run = hex::encode(e.run);
-            if e.pending || known(&run) {
+            if e.pending || e.confirmed || known(&run) {
                 return Ok(Claim::Repeat(run));
             }
         }
@@ -222,6 +234,7 @@ impl Keys {
             f: Some(hex::encode(request)),
             r: Some(run.clone()),
             t: at,
+            c: false,
             d: false,
         };
         s.write(&line, true)
@@ -233,6 +246,7 @@ impl Keys {
             run: id,
             at,
             pending: true,
+            confirmed: false,
         };
         s.map.insert(slot, entry);
         s.order.retain(|(k, _)| *k != slot);
@@ -272,13 +286,7 @@ impl Keys {
         let mut s = lock(&self.state);
         if s.map.remove(slot).is_some() {
             s.order.retain(|(k, _)| k != slot);
-            let line = Line {
-                k: hex::encode(slot),
-                f: None,
-                r: None,
-                t: now(),
-                d: true,
-            };
+            let line = Line::mark(slot, false);
             // Not synced: a lost line leaves a key whose run is unknown,
             // which a later claim takes over.
             if let Err(e) = s.write(&line, false) {
@@ -306,6 +314,20 @@ impl Keys {
     /// Keys remembered now.
     pub fn len(&self) -> usize {
         lock(&self.state).map.len()
+    }
+}
+
+impl Line {
+    /// A `C` line (the run of `slot` started) or a `D` line (given back).
+    fn mark(slot: &Hash, started: bool) -> Line {
+        Line {
+            k: hex::encode(slot),
+            f: None,
+            r: None,
+            t: now(),
+            c: started,
+            d: !started,
+        }
     }
 }
 
@@ -372,6 +394,12 @@ fn read(path: &Path, oldest: u64) -> io::Result<Loaded> {
             map.remove(&k);
             continue;
         }
+        if l.c {
+            if let Some(e) = map.get_mut(&k) {
+                e.confirmed = true;
+            }
+            continue;
+        }
         let (Some(f), Some(r)) = (l.f.as_deref().and_then(&mut hash), l.r) else {
             continue;
         };
@@ -384,6 +412,7 @@ fn read(path: &Path, oldest: u64) -> io::Result<Loaded> {
             run,
             at: l.t,
             pending: false,
+            confirmed: false,
         };
         map.insert(k, entry);
         order.push_back((k, l.t));
@@ -408,6 +437,7 @@ fn rewrite(
                 f: Some(hex::encode(e.request)),
                 r: Some(hex::encode(e.run)),
                 t: e.at,
+                c: e.confirmed,
                 d: false,
             };
             serde_json::to_writer(&mut w, &line)?;
@@ -474,6 +504,34 @@ mod tests {
         assert!(matches!(
             k.claim(LIMITS, "api_key:a", "x", other, |_| true),
             Err(ApiError::IdempotencyMismatch)
+        ));
+    }
+
+    #[test]
+    fn an_unknown_run_is_started_again_only_if_it_never_started() {
+        let d = dir("unknown");
+        let k = Keys::open(&d, LIMITS.0).unwrap();
+        let fp = fingerprint("api/1", "f", &[]);
+        let Claim::New(started) = k.claim(LIMITS, "s", "started", fp, |_| false).unwrap() else {
+            panic!("new")
+        };
+        let run = started.run.clone();
+        started.keep();
+        // Claimed, then trigd died before the run was recorded.
+        let Claim::New(lost) = k.claim(LIMITS, "s", "lost", fp, |_| false).unwrap() else {
+            panic!("new")
+        };
+        std::mem::forget(lost);
+        drop(k);
+        let k = Keys::open(&d, LIMITS.0).unwrap();
+        // Neither run is in the run log any more.
+        match k.claim(LIMITS, "s", "started", fp, |_| false).unwrap() {
+            Claim::Repeat(r) => assert_eq!(r, run),
+            Claim::New(_) => panic!("a started run must not start again"),
+        }
+        assert!(matches!(
+            k.claim(LIMITS, "s", "lost", fp, |_| false).unwrap(),
+            Claim::New(_)
         ));
     }
 

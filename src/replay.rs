@@ -106,6 +106,11 @@ fn repeat(
             .pending(scope, key, run, Duration::from_millis(50))
         {
             None => return None,
+            // Started long ago, and dropped from the run log since
+            // (`run_retention`): it is not run again.
+            Some(false) if app.store.program_of(run).is_none() => {
+                return Some(Err(ApiError::RunNotFound))
+            }
             Some(_) if Instant::now() >= deadline => return Some(Err(still_waiting())),
             Some(_) => {}
         }
