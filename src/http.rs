@@ -334,6 +334,21 @@ pub enum ApiError {
     CsrfRejected,
     /// Wrong user name or password (never says which).
     LoginFailed,
+    /// A member who is not in the workspace's `admins` tried to flip a
+    /// public switch.
+    AdminRequired,
+    /// The config file cannot be written (read-only mount, permissions), so
+    /// the public switch cannot be flipped from trigd.
+    ConfigNotWritable {
+        /// Why, in words.
+        reason: String,
+    },
+    /// The config file does not define what the edit changes, or the edited
+    /// file would not validate; nothing was written.
+    ConfigInvalid {
+        /// What is wrong.
+        msg: String,
+    },
     /// The client stopped sending the request body before `request_timeout`.
     RequestTimeout,
     /// Request body larger than `max_body_bytes`.
@@ -356,9 +371,10 @@ impl ApiError {
             InvalidProgramId | FunctionRequired { .. } | VariablesMismatch { .. } => 400,
             InvalidParameter { .. } | ValuesMismatch { .. } => 400,
             Unauthorized | LoginFailed => 401,
-            Forbidden | UserAgentRequired | CsrfRejected => 403,
+            Forbidden | UserAgentRequired | CsrfRejected | AdminRequired => 403,
             ProgramNotFound | FunctionNotFound { .. } | RunNotFound | NotFound => 404,
             TriggerInactive { .. } | NoActiveTrigger => 409,
+            ConfigNotWritable { .. } | ConfigInvalid { .. } => 409,
             MethodNotAllowed { .. } => 405,
             RequestTimeout => 408,
             PayloadTooLarge { .. } => 413,
@@ -389,6 +405,9 @@ impl ApiError {
             UserAgentRequired => "user_agent_required",
             CsrfRejected => "csrf_rejected",
             LoginFailed => "login_failed",
+            AdminRequired => "admin_required",
+            ConfigNotWritable { .. } => "config_not_writable",
+            ConfigInvalid { .. } => "config_invalid",
             InvalidParameter { .. } => "invalid_parameter",
             MethodNotAllowed { .. } => "method_not_allowed",
             RunFailed { .. } => "run_failed",
@@ -432,6 +451,9 @@ impl ApiError {
             UserAgentRequired => "Requests with a bearer key must send a User-Agent header (printable ASCII, not empty), e.g. 'User-Agent: my-script/1.0'.".into(),
             CsrfRejected => "Request refused as possibly cross-site: with a session cookie, a request that changes something must come from a trigd page (same origin) or send the page's X-CSRF-Token header. Scripts should use 'Authorization: Bearer <application key>' instead.".into(),
             LoginFailed => "Wrong user name or password.".into(),
+            AdminRequired => "Only the workspace's admins may change the public switch of its tools (see `admins` of the workspace in config.toml).".into(),
+            ConfigNotWritable { reason } => format!("The public switch cannot be changed from trigd: {reason}. Change `public` in the config file instead."),
+            ConfigInvalid { msg } => format!("Nothing was changed: {msg}."),
             MethodNotAllowed { allow } => format!("Method not allowed here; use {}.", allow.join(" or ")),
             RunFailed { step, exit_code, signal, .. } => match (exit_code, signal) {
                 (Some(c), _) => format!("The program failed: step {step} exited with status {c}."),
@@ -470,6 +492,9 @@ impl ApiError {
             }
             InvalidParameter { name, .. } => {
                 body.insert("Parameter".into(), json!(name));
+            }
+            ConfigNotWritable { reason } => {
+                body.insert("Reason".into(), json!(reason));
             }
             MethodNotAllowed { allow } => {
                 body.insert("Allow".into(), json!(allow));

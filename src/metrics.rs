@@ -22,6 +22,8 @@ pub struct Metrics {
     buckets: [AtomicU64; BUCKETS.len()],
     duration_count: AtomicU64,
     duration_sum_us: AtomicU64,
+    /// Public switches flipped from trigd: [to off, to on].
+    switch_flips: [AtomicU64; 2],
 }
 
 /// Gauges read at render time.
@@ -50,6 +52,7 @@ impl Default for Metrics {
             buckets: Default::default(),
             duration_count: AtomicU64::new(0),
             duration_sum_us: AtomicU64::new(0),
+            switch_flips: Default::default(),
         }
     }
 }
@@ -60,6 +63,11 @@ impl Metrics {
         if let Some(c) = self.http.get(usize::from(status)) {
             c.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Count one public switch flipped from trigd to `on`.
+    pub fn switch_flip(&self, on: bool) {
+        self.switch_flips[usize::from(on)].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Count one ended run of `program` with `outcome` (a state name).
@@ -167,6 +175,15 @@ impl Metrics {
         for (name, kind, help, v) in gauges {
             let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
         }
+        let _ = writeln!(
+            s,
+            "# HELP trigd_public_switch_flips_total Public switches flipped from trigd (browser or HTTP), by new state.\n\
+             # TYPE trigd_public_switch_flips_total counter"
+        );
+        for (to, c) in ["off", "on"].iter().zip(&self.switch_flips) {
+            let n = c.load(Ordering::Relaxed);
+            let _ = writeln!(s, "trigd_public_switch_flips_total{{to=\"{to}\"}} {n}");
+        }
         s
     }
 }
@@ -201,5 +218,13 @@ mod tests {
         assert!(t.contains("trigd_run_duration_seconds_bucket{le=\"0.025\"} 1"));
         assert!(t.contains("trigd_reload_errors_total 1"));
         assert!(t.contains("trigd_open_connections 2"));
+        assert!(t.contains("trigd_public_switch_flips_total{to=\"on\"} 0"));
+        m.switch_flip(true);
+        let t = m.render(&g);
+        assert!(
+            t.contains("trigd_public_switch_flips_total{to=\"on\"} 1"),
+            "{t}"
+        );
+        assert!(t.contains("trigd_public_switch_flips_total{to=\"off\"} 0"));
     }
 }

@@ -48,6 +48,15 @@ pub fn handle(app: &App, req: &Request) -> Response {
             ui::endpoints(app, &cfg, req, tool)
         }
         ("GET" | "HEAD", ["tools", tool, "endpoints"]) => tools::view(app, &cfg, req, tool),
+        ("PUT", ["tools", tool, "environments", env, "public"]) => {
+            ui::switch_put(app, &cfg, req, [tool, env])
+        }
+        ("POST", ["tools", tool, "environments", env, "public"]) => {
+            ui::switch_post(app, &cfg, req, [tool, env])
+        }
+        (_, ["tools", _, "environments", _, "public"]) => Err(ApiError::MethodNotAllowed {
+            allow: vec!["PUT", "POST"],
+        }),
         (_, ["tools", tool, env, trigger]) => tools::call(app, &cfg, req, [tool, env, trigger]),
         (
             _,

@@ -396,6 +396,24 @@ pub fn limit_malloc_arenas(n: usize) {
     unsafe { libc::mallopt(libc::M_ARENA_MAX, n) };
 }
 
+/// Whether this process may write `path` (`access(2)` with `W_OK`): the
+/// error is `EROFS` on a read-only file system, `EACCES` without permission.
+///
+/// # Errors
+/// The `access` error.
+pub fn may_write(path: &std::path::Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: `c` is a valid NUL-terminated string that outlives the call.
+    let rc = unsafe { libc::access(c.as_ptr(), libc::W_OK) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -385,3 +385,81 @@ fn browser_login_key_endpoints_logout() {
     );
     r.err(401, "unauthorized");
 }
+
+#[test]
+fn browser_public_switch_through_confirmation() {
+    if !Browser::available() {
+        return;
+    }
+    let (dir, t) = start("browser_switch", "");
+    let original = dir.read("config.toml");
+    let b = Browser::start(&dir);
+    let base = format!("http://{}", t.addr);
+    let anonymous = || t.get("/tools/inventory/production/list").status;
+    let state = || b.text("#switch-state-production");
+
+    // Log in on the way to the endpoint view.
+    b.go(&format!("{base}/tools/inventory/endpoints"));
+    b.wait_for("#username");
+    b.type_into("#username", "alice");
+    b.type_into("#password", "alice-pw");
+    b.click("button[type=submit]");
+    b.wait_for("#switch-production");
+    assert_eq!(state(), "off");
+    assert_eq!(b.text("#switch-production"), "Turn on");
+    assert_eq!(anonymous(), 401, "production starts protected");
+    b.screenshot("11-switch-off");
+
+    // Turning on asks first, in plain words, listing the endpoints.
+    b.click("#switch-production");
+    b.wait_for("#confirm-public");
+    let warning = b.text("#public-warning");
+    assert!(
+        warning.contains("Anyone who can reach this server can then call every endpoint"),
+        "warning {warning:?}"
+    );
+    let listed = b.text("#public-endpoints");
+    assert!(
+        listed.contains(&format!("{base}/tools/inventory/production/list")),
+        "endpoints {listed:?}"
+    );
+    assert_eq!(
+        dir.read("config.toml"),
+        original,
+        "nothing written before confirming"
+    );
+    b.screenshot("12-switch-confirm");
+    b.click("#confirm-public");
+    b.wait_for("#switch-state-production");
+    assert!(
+        wait_until(Duration::from_secs(10), || state() == "on"),
+        "the view shows {:?} at {}",
+        state(),
+        b.url()
+    );
+    assert!(
+        b.url().ends_with("/tools/inventory/endpoints"),
+        "at {}",
+        b.url()
+    );
+    assert_eq!(anonymous(), 200, "public: no credentials needed");
+    b.screenshot("13-switch-on");
+
+    // Turning off needs no confirmation.
+    assert_eq!(b.text("#switch-production"), "Turn off");
+    b.click("#switch-production");
+    assert!(
+        wait_until(Duration::from_secs(10), || b
+            .exists("#switch-state-production")
+            && state() == "off"),
+        "the view shows {:?}",
+        state()
+    );
+    assert_eq!(anonymous(), 401, "protected again");
+    assert_eq!(
+        dir.read("config.toml"),
+        original,
+        "the file is the original again, layout and all"
+    );
+    b.screenshot("14-switch-off-again");
+}

@@ -1,13 +1,14 @@
 //! Integration tests: every test drives the real `trigd` binary.
 
 mod api; // POST /api: success shapes, every SPEC §3.3 error row, limits, injection safety
-mod browser; // headless Chromium through chromedriver: login, application key, endpoint view, logout
+mod browser; // headless Chromium through chromedriver: login, application key, endpoint view, logout, public switch
 mod cli; // subcommands: check, keygen, hash-password, run, --help/--version, usage errors
 mod limits; // issue 6: connections, sizes, fairness, EMFILE, overload, crash, hostile programs, rate limits, users
 mod openapi; // openapi.json against src/routes.rs and the error codes; GET /openapi.json
 mod queue; // waiting for a slot, full queue, floods, idempotency keys, runs after a crash, full disk
 mod reload; // hot reload: every edit style, ConfigMap symlink swap, invalid edits, SIGHUP, 10k files
 mod runs; // run records: GET /api/runs/<id>, output caps, crash recovery, SIGTERM, per-function concurrency
+mod switch; // the public switch flipped from trigd: HTTP operation, form, confirmation, config rewrite, read-only, admins, CSRF, races
 mod tools; // generated tool endpoints: environments, values by name, bearer app keys, User-Agent rule, endpoint view
 mod ui; // browser access over HTTP: login, throttle, sessions, CSRF, settings, escaping, headers
 mod util; // harness: per-test dirs, the trigd child process, a raw HTTP client, polling, CLI runner

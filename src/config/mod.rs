@@ -10,6 +10,7 @@
 //! file, line, column and key; loading collects all of them instead of
 //! stopping at the first.
 
+pub mod edit;
 mod program;
 mod raw;
 mod types;
@@ -23,7 +24,7 @@ use std::time::Duration;
 
 #[cfg(any(test, fuzzing))] // fuzz/ (cargo-fuzz sets cfg fuzzing)
 pub use validate::load_str;
-pub use validate::{load, load_changed};
+pub use validate::{load, load_changed, load_text};
 
 /// One loaded configuration: server settings, programs, keys, users,
 /// workspaces and tools.
@@ -295,6 +296,20 @@ pub struct Workspace {
     pub name: String,
     /// Member user names; each names a `[[users]]` entry.
     pub members: Vec<String>,
+    /// Members who may flip the public switch of the workspace's tools
+    /// from the browser or over HTTP; `None` (no `admins` key): every member.
+    pub admins: Option<Vec<String>>,
+}
+
+impl Workspace {
+    /// Whether `user` may flip the public switch of this workspace's tools.
+    pub fn may_flip(&self, user: &str) -> bool {
+        self.members.iter().any(|m| m == user)
+            && self
+                .admins
+                .as_ref()
+                .is_none_or(|a| a.iter().any(|m| m == user))
+    }
 }
 
 /// A tool (`[[tools]]`) with its environments and triggers.

@@ -257,6 +257,9 @@ pub struct RawWorkspace {
     /// `members`, user names.
     #[serde(default)]
     pub members: Vec<Spanned<String>>,
+    /// `admins`, members who may flip public switches; absent: every member.
+    #[serde(default)]
+    pub admins: Option<Vec<Spanned<String>>>,
 }
 
 /// `[[tools]]`.

@@ -82,6 +82,27 @@ fn read_all(path: &Path) -> Result<Files, Vec<ConfigError>> {
             format!("cannot read {}: {e}", path.display()),
         )]
     })?;
+    Ok(read_programs_of(path, text))
+}
+
+/// Like [`load`], with `text` standing for the content of `path` (the
+/// program files are read from disk): checks an edit before it is written.
+///
+/// # Errors
+/// As [`load`].
+pub fn load_text(path: &Path, text: String) -> Result<Config, Vec<ConfigError>> {
+    let files = read_programs_of(path, text);
+    check(
+        path,
+        &files.text,
+        &files.programs,
+        files.errs,
+        files.complete,
+    )
+}
+
+/// The program files that `text`, the content of `path`, points at.
+fn read_programs_of(path: &Path, text: String) -> Files {
     let raw = raw::parse::<RawConfig>(&text).unwrap_or_default();
     let dir_value = raw.server.programs_dir.as_ref();
     let rel = dir_value.map_or(defaults::PROGRAMS_DIR, |d| d.get_ref());
@@ -116,12 +137,12 @@ fn read_all(path: &Path) -> Result<Files, Vec<ConfigError>> {
             }
         })
         .collect::<Vec<_>>();
-    Ok(Files {
+    Files {
         text,
         programs,
         errs,
         complete,
-    })
+    }
 }
 
 /// Like [`load`], from text: `config_text` is the content of `path`, and
@@ -515,9 +536,29 @@ fn workspaces(
                 errs.at(src, m.span(), format!("{key}.members[{j}]"), msg);
             }
         }
+        for (j, a) in w.admins.iter().flatten().enumerate() {
+            if !w.members.iter().any(|m| m.get_ref() == a.get_ref()) {
+                let msg = format!(
+                    "admin \"{}\" is not in this workspace's members",
+                    a.get_ref()
+                );
+                errs.at(src, a.span(), format!("{key}.admins[{j}]"), msg);
+            }
+        }
         let members = w.members.iter().map(|m| m.get_ref().clone()).collect();
+        let admins = w
+            .admins
+            .as_ref()
+            .map(|a| a.iter().map(|m| m.get_ref().clone()).collect());
         let name = w.name.get_ref().clone();
-        out.insert(name.clone(), Workspace { name, members });
+        out.insert(
+            name.clone(),
+            Workspace {
+                name,
+                members,
+                admins,
+            },
+        );
     }
     out
 }

@@ -388,3 +388,31 @@ fn load_reads_the_programs_dir() {
     assert_eq!(c.server.state_dir, dir.join("state"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn admins_are_members_and_restrict_the_switch() {
+    let users = "[[users]]\nname = \"alice\"\npassword = \"$argon2id$x\"\n\
+                 [[users]]\nname = \"bob\"\npassword = \"$argon2id$x\"\n";
+    let bad = format!(
+        "{users}[[workspaces]]\nname = \"ops\"\nmembers = [\"alice\"]\nadmins = [\"bob\"]\n"
+    );
+    expect(&errors(&bad, &[]), &[
+        "config.toml:10:11: workspaces[0].admins[0]: admin \"bob\" is not in this workspace's members",
+    ]);
+    let good = format!(
+        "{users}[[workspaces]]\nname = \"ops\"\nmembers = [\"alice\", \"bob\"]\nadmins = [\"bob\"]\n\
+         [[workspaces]]\nname = \"dev\"\nmembers = [\"alice\"]\n\
+         [[workspaces]]\nname = \"locked\"\nmembers = [\"alice\"]\nadmins = []\n"
+    );
+    let cfg = run(&good, &[]).expect("valid");
+    let ws = |n: &str| &cfg.workspaces[n];
+    assert!(ws("ops").may_flip("bob") && !ws("ops").may_flip("alice"));
+    assert!(
+        ws("dev").may_flip("alice") && !ws("dev").may_flip("bob"),
+        "members only"
+    );
+    assert!(
+        !ws("locked").may_flip("alice"),
+        "admins = [] locks the switch"
+    );
+}

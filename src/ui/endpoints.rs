@@ -1,9 +1,13 @@
 //! The endpoint view for browsers, `GET /tools/<tool>/endpoints` with
 //! `Accept: text/html`: the data of `tools::describe` as a page, with a curl
-//! command and a copy button per endpoint.
+//! command and a copy button per endpoint, and each environment's public
+//! switch with its control (`switch`). A browser signs in with its session;
+//! a client sending a bearer application key gets the same page, without
+//! forms.
 
 use serde_json::Value;
 
+use super::switch::{self, Controls, Viewer};
 use super::{escape, finish, html, login_required, page, top_bar};
 use crate::app::App;
 use crate::auth;
@@ -26,11 +30,18 @@ fn endpoints_inner(
     req: &Request,
     name: &str,
 ) -> Result<Response, ApiError> {
-    let Some((_, s)) = app.sessions.of_request(cfg, req) else {
-        return login_required(req, &format!("/tools/{}/endpoints", percent_encode(name)));
+    let session = match app.sessions.of_request(cfg, req) {
+        _ if req.bearer().is_some() => None,
+        Some((_, s)) => Some(s),
+        None => return login_required(req, &format!("/tools/{}/endpoints", percent_encode(name))),
     };
     let tool = cfg.tools.get(name).ok_or(ApiError::NotFound)?;
-    auth::authenticate(app, cfg, req, &tool.workspace)?;
+    let member = auth::authenticate(app, cfg, req, &tool.workspace)?;
+    let viewer = match &session {
+        Some(s) => Viewer::Session(s),
+        None => Viewer::Bearer,
+    };
+    let controls = Controls::of(cfg, tool, &member.user);
     let view = tools::describe(cfg, req, tool);
     let mut sections = String::new();
     for (i, env) in view["Environments"]
@@ -39,7 +50,10 @@ fn endpoints_inner(
         .flatten()
         .enumerate()
     {
-        sections.push_str(&env_section(cfg, i, env));
+        let public = env["Public"].as_bool().unwrap_or(false);
+        let name = env["Name"].as_str().unwrap_or("");
+        let control = switch::control(&controls, &viewer, &tool.name, name, public);
+        sections.push_str(&env_section(cfg, i, env, &control));
     }
     if tool.environments.is_empty() {
         sections = "<p>This tool has no environments, so no endpoints.</p>".into();
@@ -48,9 +62,11 @@ fn endpoints_inner(
         "{bar}\n<main>\n<h1>Tool {tool} <span class=\"muted\">workspace {ws}</span></h1>\n\
          <p>Protected endpoints take a member's application key \
          (<a href=\"/workspaces/{wsurl}/settings\">workspace settings</a>): the curl commands \
-         read it from <code>$TRIGD_APP_KEY</code>. The public switch of an environment is set \
-         in <code>config.toml</code>.</p>\n{sections}</main>",
-        bar = top_bar(&s),
+         read it from <code>$TRIGD_APP_KEY</code>. The public switch of an environment is kept \
+         in <code>config.toml</code>: changing it here writes the file.</p>\n{sections}</main>",
+        bar = session
+            .as_ref()
+            .map_or_else(|| switch::bearer_bar(&member.user), top_bar),
         tool = escape(&tool.name),
         ws = escape(&tool.workspace),
         wsurl = percent_encode(&tool.workspace),
@@ -62,7 +78,7 @@ fn text(v: &Value) -> String {
     escape(v.as_str().unwrap_or(""))
 }
 
-fn env_section(cfg: &Config, i: usize, env: &Value) -> String {
+fn env_section(cfg: &Config, i: usize, env: &Value, control: &str) -> String {
     let public = env["Public"].as_bool().unwrap_or(false);
     let (switch, note) = if public {
         ("on", "anyone can call these endpoints, without credentials")
@@ -97,7 +113,7 @@ fn env_section(cfg: &Config, i: usize, env: &Value) -> String {
     }
     format!(
         "<section class=\"card\" aria-labelledby=\"env-{i}\">\n<h2 id=\"env-{i}\">Environment {name}</h2>\n\
-         <p>Public switch: <strong class=\"switch {switch}\">{switch}</strong> — {note}.</p>\n\
+         <p>Public switch: <strong class=\"switch {switch}\" id=\"switch-state-{name}\">{switch}</strong> — {note}.</p>\n{control}\n\
          <table>\n<thead><tr><th scope=\"col\">Method</th>\
          <th scope=\"col\">URL and curl command</th><th scope=\"col\">Access</th></tr></thead>\n<tbody>\n{rows}</tbody>\n</table>\n</section>\n",
         name = text(&env["Name"]),

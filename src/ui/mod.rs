@@ -16,10 +16,12 @@
 mod endpoints;
 mod login;
 mod settings;
+mod switch;
 
 pub use endpoints::endpoints;
 pub use login::{login, login_form, logout};
 pub use settings::{home, regenerate, settings};
+pub use switch::{post as switch_post, put as switch_put};
 
 use crate::http::{percent_decode, percent_encode, ApiError, Request, Response};
 use crate::sessions::Session;
