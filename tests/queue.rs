@@ -140,12 +140,17 @@ fn queue_full_is_503_busy_with_retry_after_for_sync_and_async() {
         "max_concurrent_runs = 1\nmax_queued_runs = 2",
         &[("gate.toml", GATE)],
     );
-    let gate = t.post(&api("&function=gate&run_async=true"));
-    gate.ok();
+    // 30 at once, the slot free: exactly the slot and the 2 queue places
+    // are given (gate runs hold them until released).
+    let replies = burst(&t, 30, 30, |_| {
+        (api("&function=gate&run_async=true"), vec![])
+    });
+    let accepted = replies
+        .iter()
+        .filter(|r| r.as_ref().is_ok_and(|r| r.status == 200))
+        .count();
+    assert_eq!(accepted, 3, "accepted with 1 slot and 2 queue places");
     t.wait_for(WAIT, "the gate run to start", || dir.exists("work/started"));
-    for _ in 0..2 {
-        t.post(&api("&function=quick&run_async=true")).ok();
-    }
     for extra in ["&function=quick&run_async=true", "&function=quick"] {
         let r = t.post(&api(extra));
         let v = r.err(503, "busy");

@@ -459,26 +459,33 @@ impl Runner {
     /// accepted that is not recorded.
     pub fn start_async(self: &Arc<Self>, job: Job) -> Result<String, RunError> {
         let (key, n) = (job.slot_key(), job.concurrency());
-        {
+        // Promise a slot or a queue place before the (slow) durable write,
+        // so that concurrent requests cannot overfill the queue.
+        let has_slot = {
             let mut s = lock(&self.slots);
             if s.closing {
                 return Err(RunError::ShuttingDown);
             }
             s.max = job.cfg.server.max_concurrent_runs;
             let max_queued = job.cfg.server.max_queued_runs;
-            if !s.slot_free(&key, n) && s.queue.len() + s.reserved >= max_queued {
+            if s.slot_free(&key, n) {
+                s.take(&key);
+                true
+            } else if s.queue.len() + s.reserved < max_queued {
+                s.reserved += 1;
+                false
+            } else {
                 let waiting = s.queue.len();
                 drop(s);
                 return Err(self.busy(
                     format!(
                         "All run slots are in use and the queue is full ({max_queued} runs). \
-                     Retry after Retry-After seconds."
+                         Retry after Retry-After seconds."
                     ),
                     waiting,
                 ));
             }
-            s.reserved += 1;
-        }
+        };
         let mut rec = self.new_record(&job, true);
         rec.input = Some(RunInput {
             values: job.values.clone(),
@@ -488,27 +495,33 @@ impl Runner {
             Some(store) => store.append(&rec, true),
             None => Ok(()),
         };
+        let id = rec.run.clone();
+        if has_slot {
+            if let Err(e) = written {
+                if let Some(q) = self.release(&key) {
+                    self.spawn_worker(Work::Queued(q));
+                }
+                return Err(RunError::Storage(e));
+            }
+            self.spawn_worker(Work::Ready(Box::new((rec, job))));
+            return Ok(id);
+        }
         let mut s = lock(&self.slots);
         s.reserved -= 1;
         written.map_err(RunError::Storage)?;
-        let id = rec.run.clone();
-        if s.closing {
-            // Recorded as queued: it runs at the next start.
-            return Ok(id);
-        }
-        if s.slot_free(&key, n) {
-            s.take(&key);
-            drop(s);
-            self.spawn_worker(Work::Ready(Box::new((rec, job))));
-        } else {
-            s.queue.push_back(Waiter::Async(Queued {
-                run: rec.run,
-                program: Arc::clone(&job.program),
-                cfg: job.cfg,
-                key,
-                concurrency: n,
-            }));
-        }
+        s.queue.push_back(Waiter::Async(Queued {
+            run: rec.run,
+            program: Arc::clone(&job.program),
+            cfg: job.cfg,
+            key,
+            concurrency: n,
+        }));
+        // A slot may have come free while the run was being recorded.
+        let start = s.fill();
+        drop(s);
+        start
+            .into_iter()
+            .for_each(|q| self.spawn_worker(Work::Queued(q)));
         Ok(id)
     }
 
