@@ -484,3 +484,52 @@ command = ["printf", "quick"]
     assert_eq!(v["Result"][0].as_str().map(str::len), Some(5000));
     drop(t);
 }
+
+#[test]
+fn sigterm_keeps_queued_runs_for_the_next_start() {
+    let mut programs = APPEND.replace("sleep 0.2; ", "");
+    programs.push_str(
+        r#"
+[[functions]]
+name = "gate"
+workdir = "../work"
+steps = [{ shell = 'echo "$$" >> started; while [ ! -e release ]; do sleep 0.02; done' }]
+[functions.webhook]
+"#,
+    );
+    let (dir, mut t) = serve(
+        "queue_sigterm",
+        "max_concurrent_runs = 1\nshutdown_grace = \"300ms\"\nkill_grace = \"1s\"",
+        &[("append.toml", &programs)],
+    );
+    let gate = t.post(&api("&function=gate&run_async=true"));
+    let gate = gate.run_id(&gate.ok());
+    t.wait_for(WAIT, "the gate run to start", || dir.exists("work/started"));
+    let ids: Vec<String> = (0..3)
+        .map(|i| {
+            let r = t.post(&api(&format!(
+                "&function=append&run_async=true&variables={i}"
+            )));
+            r.run_id(&r.ok())
+        })
+        .collect();
+    t.sigterm();
+    let status = t.wait_exit(Duration::from_secs(20));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "exit status {status:?}"
+    );
+    assert!(ran(&dir).is_empty(), "nothing queued ran during the stop");
+    t.restart();
+    t.wait_for(WAIT, "the queued runs after the restart", || {
+        ran(&dir).len() >= 3
+    });
+    assert_eq!(ran(&dir), ["0", "1", "2"]);
+    let v = t.get(&format!("/api/runs/{gate}?api_key={KEY}")).ok();
+    assert_eq!(v["State"], json!("interrupted"), "{v}");
+    for id in &ids {
+        t.wait_for(WAIT, "each queued run to finish", || {
+            t.get(&format!("/api/runs/{id}?api_key={KEY}")).ok()["State"] == json!("finished")
+        });
+    }
+}
