@@ -75,13 +75,15 @@ pub fn start(
     origin: &str,
 ) -> Result<Response, ApiError> {
     match idempotency::key_of(req)? {
-        Some(key) => crate::replay::start_once(app, key, job, run_async, origin),
+        Some(key) => crate::replay::start_once(app, key, job, run_async, origin, |job| {
+            start_now(app, job, run_async)
+        }),
         None => start_now(app, job, run_async),
     }
 }
 
 /// Start `job` now (no idempotency key).
-pub fn start_now(app: &App, job: Job, run_async: bool) -> Result<Response, ApiError> {
+fn start_now(app: &App, job: Job, run_async: bool) -> Result<Response, ApiError> {
     if run_async {
         let id = app.runner.start_async(job).map_err(run_error)?;
         let body = json!({"Success": "Program started.", "Run": id});
@@ -127,18 +129,8 @@ pub fn finished_body(id: &str, outcome: Outcome) -> Result<Value, ApiError> {
 fn run_error(e: RunError) -> ApiError {
     match e {
         RunError::Busy { msg, retry_after } => ApiError::Busy { retry_after, msg },
-        RunError::Storage(err) => storage_error(&err),
+        RunError::Storage(err) => ApiError::storage(&err),
         RunError::ShuttingDown => ApiError::ShuttingDown,
-    }
-}
-
-/// The answer to a run that could not be recorded: `disk_full` when the
-/// state dir's disk (or quota) is full, else `storage_unavailable`.
-pub fn storage_error(err: &std::io::Error) -> ApiError {
-    log::error!("cannot record a run, so it is refused: {err}");
-    match err.raw_os_error() {
-        Some(libc::ENOSPC | libc::EDQUOT) => ApiError::DiskFull,
-        _ => ApiError::StorageUnavailable,
     }
 }
 

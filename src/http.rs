@@ -544,6 +544,18 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// The answer to a run that could not be recorded: `disk_full` when
+    /// the state dir's disk (or quota) is full, else `storage_unavailable`.
+    pub fn storage(err: &std::io::Error) -> ApiError {
+        log::error!("cannot record a run, so it is refused: {err}");
+        match err.raw_os_error() {
+            Some(libc::ENOSPC | libc::EDQUOT) => ApiError::DiskFull,
+            _ => ApiError::StorageUnavailable,
+        }
+    }
+}
+
 impl From<ApiError> for Response {
     fn from(e: ApiError) -> Response {
         let mut body = Map::new();

@@ -237,8 +237,7 @@ impl Keys {
             c: false,
             d: false,
         };
-        s.write(&line, true)
-            .map_err(|e| crate::api::storage_error(&e))?;
+        s.write(&line, true).map_err(|e| ApiError::storage(&e))?;
         let mut id = [0u8; 16];
         let _ = hex::decode_to_slice(&run, &mut id);
         let entry = Entry {

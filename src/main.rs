@@ -8,7 +8,9 @@
 //! Where things live: `cli` parses the command line; `config` loads and
 //! validates; `server` owns the listener and workers; `routes` is the URL
 //! table; `api` is the run endpoint; `runner` is where a run starts
-//! (`runner::step` executes it); `store` is the run log; `auth` checks keys;
+//! (`runner::step` executes it); `store` is the run log; `idempotency`
+//! remembers `Idempotency-Key`s and `replay` answers their repeats; `auth`
+//! checks keys;
 //! `ratelimit` throttles failed authentication and busy keys; `sys` holds
 //! the only `unsafe` code.
 #![deny(unsafe_code)]

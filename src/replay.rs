@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::api;
 use crate::app::App;
 use crate::http::{ApiError, Response};
 use crate::idempotency::{self, Claim};
@@ -18,7 +17,8 @@ use crate::store::{RunRecord, RunState};
 /// The response header marking an answer to a repeat.
 pub const REPLAYED: &str = "Idempotent-Replayed";
 
-/// Start `job` once per `key` of its caller; see the module docs.
+/// Start `job` once per `key` of its caller (with `start`, which starts
+/// a run now); see the module docs.
 ///
 /// # Errors
 /// `idempotency_key_reused` for the key of another request; `busy` when
@@ -29,6 +29,7 @@ pub fn start_once(
     mut job: Job,
     run_async: bool,
     origin: &str,
+    start: impl FnOnce(Job) -> Result<Response, ApiError>,
 ) -> Result<Response, ApiError> {
     let request = idempotency::fingerprint(origin, &job.function, &job.values);
     let server = &job.cfg.server;
@@ -40,7 +41,7 @@ pub fn start_once(
         match app.idempotency.claim(limits, &scope, key, request, known)? {
             Claim::New(held) => {
                 job.id = Some(held.run.clone());
-                let answer = api::start_now(app, job, run_async);
+                let answer = start(job);
                 if ran(&answer) {
                     held.keep();
                 }
