@@ -9,6 +9,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use crate::app::App;
+use crate::cluster;
 use crate::config::{Config, Function, Program, Server};
 use crate::http::{ApiError, Request, Response};
 use crate::idempotency;
@@ -260,11 +261,19 @@ pub fn run_status(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Re
         .program_of(id)
         .and_then(|pid| cfg.program(pid))
         .is_some_and(|p| key.may_access(p));
+    let Some(rec) = app.store.get(id) else {
+        // Not recorded here: an id naming another instance is that one's.
+        return Err(match cluster::foreign_owner(id, &cfg.server.instance) {
+            Some(owner) => ApiError::RunOnOtherInstance {
+                instance: owner.to_string(),
+            },
+            None => ApiError::RunNotFound,
+        });
+    };
     if !visible {
         return Err(ApiError::RunNotFound);
     }
-    let rec = app.store.get(id).ok_or(ApiError::RunNotFound)?.public();
-    let body = serde_json::to_value(&rec).map_err(|_| ApiError::Internal)?;
+    let body = serde_json::to_value(rec.public()).map_err(|_| ApiError::Internal)?;
     Ok(Response::json(200, &body))
 }
 

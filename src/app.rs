@@ -35,6 +35,9 @@ pub struct App {
     pub connections: OnceLock<Arc<AtomicUsize>>,
     /// Set once shutdown starts: workers stop taking requests.
     pub closing: AtomicBool,
+    /// Set at SIGTERM for `drain_delay` before `closing`: requests are
+    /// still served, `/healthz` answers 503 so the balancer stops sending.
+    pub draining: AtomicBool,
     /// Failed-authentication and per-key rate limits.
     pub limits: RateLimits,
 }
@@ -47,7 +50,7 @@ impl App {
         runner: Arc<Runner>,
         idempotency: Keys,
     ) -> App {
-        let app_keys = AppKeys::new(&config.server.state_dir);
+        let app_keys = AppKeys::new(&config.server.shared_state_dir);
         let sessions = Sessions::open(&config.server.state_dir);
         App {
             app_keys,
@@ -62,6 +65,7 @@ impl App {
             runner,
             connections: OnceLock::new(),
             closing: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
             limits: RateLimits::default(),
         }
     }

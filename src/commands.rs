@@ -49,11 +49,11 @@ pub fn app_key(path: &Path, workspace: &str, member: &str) -> Result<(), Error> 
             "'{member}' is not a member of workspace '{workspace}'"
         )));
     }
-    let keys = AppKeys::new(&cfg.server.state_dir);
+    let keys = AppKeys::new(&cfg.server.shared_state_dir);
     let key = keys
         .regenerate(workspace, member)
         .map_err(|source| Error::Io {
-            path: cfg.server.state_dir.join("app_keys.json"),
+            path: cfg.server.shared_state_dir.join("app_keys.json"),
             source,
         })?;
     println!("{key}");
@@ -178,5 +178,5 @@ fn run_local(
         id: None,
     };
     let outcome = runner.execute_only(&job);
-    api::finished_body(&new_run_id(), outcome)
+    api::finished_body(&new_run_id(&cfg.server.instance), outcome)
 }

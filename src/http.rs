@@ -323,6 +323,11 @@ pub enum ApiError {
     },
     /// Unknown run id (or not visible to this key).
     RunNotFound,
+    /// The run id names another instance, which owns the run.
+    RunOnOtherInstance {
+        /// The owner's instance name.
+        instance: String,
+    },
     /// Missing or bad credentials on a protected endpoint.
     Unauthorized,
     /// Valid credentials of someone who is not a member of the workspace.
@@ -373,6 +378,7 @@ impl ApiError {
             Unauthorized | LoginFailed => 401,
             Forbidden | UserAgentRequired | CsrfRejected | AdminRequired => 403,
             ProgramNotFound | FunctionNotFound { .. } | RunNotFound | NotFound => 404,
+            RunOnOtherInstance { .. } => 421,
             TriggerInactive { .. } | NoActiveTrigger => 409,
             ConfigNotWritable { .. } | ConfigInvalid { .. } => 409,
             MethodNotAllowed { .. } => 405,
@@ -420,6 +426,7 @@ impl ApiError {
             ShuttingDown => "shutting_down",
             RateLimited { .. } => "rate_limited",
             RunNotFound => "run_not_found",
+            RunOnOtherInstance { .. } => "run_on_other_instance",
             RequestTimeout => "request_timeout",
             PayloadTooLarge { .. } => "payload_too_large",
             NotFound => "not_found",
@@ -469,6 +476,7 @@ impl ApiError {
             ShuttingDown => "trigd is shutting down and accepts no new runs. Retry shortly.".into(),
             RateLimited { retry_after } => format!("Too many failed attempts. Wait {retry_after} seconds (Retry-After), then try again."),
             RunNotFound => "No run with this id is visible to this API key.".into(),
+            RunOnOtherInstance { instance } => format!("This run belongs to trigd instance '{instance}', not to this one; ask that instance (a load balancer routes /api/runs/{instance}-… there while it is up)."),
             RequestTimeout => "The request was not received in time (request_timeout); send the whole body promptly.".into(),
             PayloadTooLarge { limit } => format!("The request body is larger than the limit of {limit} bytes."),
             NotFound => "Not found.".into(),
@@ -515,6 +523,9 @@ impl ApiError {
                     body.insert("Signal".into(), json!(s));
                 }
                 body.insert("Stderr".into(), json!(stderr));
+            }
+            RunOnOtherInstance { instance } => {
+                body.insert("Instance".into(), json!(instance));
             }
             RunTimeout { run } | RunInterrupted { run } => {
                 body.insert("Run".into(), json!(run));

@@ -38,12 +38,12 @@ const MAX_KEY_BYTES: usize = 255;
 type Hash = [u8; 32];
 
 /// One remembered key.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Entry {
     /// sha256 of the request it came with.
     request: Hash,
-    /// The run it started (16 bytes of the 32 hex digits).
-    run: [u8; 16],
+    /// The id of the run it started.
+    run: Box<str>,
     /// Unix seconds it was claimed.
     at: u64,
     /// Claimed by a request whose run is not recorded yet.
@@ -86,6 +86,17 @@ pub struct Keys {
     state: Mutex<State>,
     /// Signalled when a claim is kept or given back.
     settled: Condvar,
+}
+
+/// How long keys are kept and how many, and whose run ids they make.
+#[derive(Debug, Clone, Copy)]
+pub struct Policy<'a> {
+    /// `idempotency_window`.
+    pub window: Duration,
+    /// `idempotency_max_keys`.
+    pub max_keys: usize,
+    /// This instance's name, for new run ids.
+    pub instance: &'a str,
 }
 
 /// The outcome of [`Keys::claim`].
@@ -203,7 +214,7 @@ impl Keys {
     /// written (nothing is started then).
     pub fn claim(
         &self,
-        limits: (Duration, usize),
+        policy: Policy<'_>,
         scope: &str,
         key: &str,
         request: Hash,
@@ -211,23 +222,22 @@ impl Keys {
     ) -> Result<Claim<'_>, ApiError> {
         let slot = slot(scope, key);
         let mut s = lock(&self.state);
-        s.expire(now().saturating_sub(limits.0.as_secs()));
+        s.expire(now().saturating_sub(policy.window.as_secs()));
         if let Some(e) = s.map.get(&slot) {
             if e.request != request {
                 return Err(ApiError::IdempotencyMismatch);
             }
-            let run = hex::encode(e.run);
-            if e.pending || e.confirmed || known(&run) {
-                return Ok(Claim::Repeat(run));
+            if e.pending || e.confirmed || known(&e.run) {
+                return Ok(Claim::Repeat(e.run.to_string()));
             }
         }
-        while s.map.len() >= limits.1 {
+        while s.map.len() >= policy.max_keys {
             let Some((old, _)) = s.order.pop_front() else {
                 break;
             };
             s.map.remove(&old);
         }
-        let run = new_run_id();
+        let run = new_run_id(policy.instance);
         let at = now();
         let line = Line {
             k: hex::encode(slot),
@@ -238,11 +248,9 @@ impl Keys {
             d: false,
         };
         s.write(&line, true).map_err(|e| ApiError::storage(&e))?;
-        let mut id = [0u8; 16];
-        let _ = hex::decode_to_slice(&run, &mut id);
         let entry = Entry {
             request,
-            run: id,
+            run: run.as_str().into(),
             at,
             pending: true,
             confirmed: false,
@@ -267,7 +275,7 @@ impl Keys {
         let still = |s: &State| {
             s.map
                 .get(&slot)
-                .filter(|e| hex::encode(e.run) == run)
+                .filter(|e| &*e.run == run)
                 .map(|e| e.pending)
         };
         if still(&s) != Some(true) {
@@ -402,13 +410,12 @@ fn read(path: &Path, oldest: u64) -> io::Result<Loaded> {
         let (Some(f), Some(r)) = (l.f.as_deref().and_then(&mut hash), l.r) else {
             continue;
         };
-        let mut run = [0u8; 16];
-        if l.t < oldest || hex::decode_to_slice(&r, &mut run).is_err() {
+        if l.t < oldest || r.is_empty() {
             continue;
         }
         let entry = Entry {
             request: f,
-            run,
+            run: r.into(),
             at: l.t,
             pending: false,
             confirmed: false,
@@ -434,7 +441,7 @@ fn rewrite(
             let line = Line {
                 k: hex::encode(k),
                 f: Some(hex::encode(e.request)),
-                r: Some(hex::encode(e.run)),
+                r: Some(e.run.to_string()),
                 t: e.at,
                 c: e.confirmed,
                 d: false,
@@ -468,12 +475,16 @@ mod tests {
         d
     }
 
-    const LIMITS: (Duration, usize) = (Duration::from_secs(3600), 3);
+    const LIMITS: Policy<'static> = Policy {
+        window: Duration::from_secs(3600),
+        max_keys: 3,
+        instance: "test",
+    };
 
     #[test]
     fn a_kept_key_survives_reopen_and_a_given_back_one_does_not() {
         let d = dir("reopen");
-        let k = Keys::open(&d, LIMITS.0).unwrap();
+        let k = Keys::open(&d, LIMITS.window).unwrap();
         let fp = fingerprint("api/1", "f", &["a".into()]);
         let Claim::New(held) = k.claim(LIMITS, "api_key:a", "x", fp, |_| false).unwrap() else {
             panic!("first claim is new")
@@ -485,7 +496,7 @@ mod tests {
         };
         drop(other);
         drop(k);
-        let k = Keys::open(&d, LIMITS.0).unwrap();
+        let k = Keys::open(&d, LIMITS.window).unwrap();
         assert_eq!(k.len(), 1);
         match k
             .claim(LIMITS, "api_key:a", "x", fp, |id| id == run)
@@ -509,7 +520,7 @@ mod tests {
     #[test]
     fn an_unknown_run_is_started_again_only_if_it_never_started() {
         let d = dir("unknown");
-        let k = Keys::open(&d, LIMITS.0).unwrap();
+        let k = Keys::open(&d, LIMITS.window).unwrap();
         let fp = fingerprint("api/1", "f", &[]);
         let Claim::New(started) = k.claim(LIMITS, "s", "started", fp, |_| false).unwrap() else {
             panic!("new")
@@ -522,7 +533,7 @@ mod tests {
         };
         std::mem::forget(lost);
         drop(k);
-        let k = Keys::open(&d, LIMITS.0).unwrap();
+        let k = Keys::open(&d, LIMITS.window).unwrap();
         // Neither run is in the run log any more.
         match k.claim(LIMITS, "s", "started", fp, |_| false).unwrap() {
             Claim::Repeat(r) => assert_eq!(r, run),
@@ -537,7 +548,7 @@ mod tests {
     #[test]
     fn the_number_of_keys_is_bounded() {
         let d = dir("bound");
-        let k = Keys::open(&d, LIMITS.0).unwrap();
+        let k = Keys::open(&d, LIMITS.window).unwrap();
         for i in 0..10 {
             let fp = fingerprint("api/1", "f", &[]);
             if let Claim::New(h) = k.claim(LIMITS, "s", &i.to_string(), fp, |_| false).unwrap() {

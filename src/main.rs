@@ -10,9 +10,9 @@
 //! table; `api` is the run endpoint; `runner` is where a run starts
 //! (`runner::step` executes it); `store` is the run log; `idempotency`
 //! remembers `Idempotency-Key`s and `replay` answers their repeats; `auth`
-//! checks keys;
-//! `ratelimit` throttles failed authentication and busy keys; `sys` holds
-//! the only `unsafe` code.
+//! checks keys; `ratelimit` throttles failed authentication and busy keys;
+//! `cluster` names this instance in run ids and says whether it is ready;
+//! `sys` holds the only `unsafe` code.
 #![deny(unsafe_code)]
 
 mod api;
@@ -20,6 +20,7 @@ mod app;
 mod appkeys;
 mod auth;
 mod cli;
+mod cluster;
 mod commands;
 mod config;
 mod error;

@@ -248,8 +248,9 @@ pub fn reload_now(app: &App, config_path: &Path, forced: bool) {
                 log::info!("reload: configuration unchanged");
             }
         }
-        Ok(Some(new)) => {
+        Ok(Some(mut new)) => {
             warn_unappliable(&current.server, &new.server);
+            keep_start_only(&current.server, &mut new.server);
             let (programs, tools) = (new.programs.len(), new.tools.len());
             app.set_config(new);
             log::info!(
@@ -277,6 +278,16 @@ pub fn reload_now(app: &App, config_path: &Path, forced: bool) {
 fn warn_unappliable(old: &config::Server, new: &config::Server) {
     if old.listen != new.listen || old.workers != new.workers || old.state_dir != new.state_dir {
         log::warn!("listen, workers and state_dir changes take effect at the next restart");
+    }
+}
+
+/// Keep the settings that name this instance and its shared files as they
+/// were at start: run ids already given out must keep their owner.
+fn keep_start_only(old: &config::Server, new: &mut config::Server) {
+    if old.instance != new.instance || old.shared_state_dir != new.shared_state_dir {
+        log::warn!("instance and shared_state_dir changes take effect at the next restart");
+        new.instance.clone_from(&old.instance);
+        new.shared_state_dir.clone_from(&old.shared_state_dir);
     }
 }
 

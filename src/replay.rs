@@ -10,7 +10,7 @@ use serde_json::json;
 
 use crate::app::App;
 use crate::http::{ApiError, Response};
-use crate::idempotency::{self, Claim};
+use crate::idempotency::{self, Claim, Policy};
 use crate::runner::Job;
 use crate::store::{RunRecord, RunState};
 
@@ -33,12 +33,16 @@ pub fn start_once(
 ) -> Result<Response, ApiError> {
     let request = idempotency::fingerprint(origin, &job.function, &job.values);
     let server = &job.cfg.server;
-    let limits = (server.idempotency_window, server.idempotency_max_keys);
+    let policy = Policy {
+        window: server.idempotency_window,
+        max_keys: server.idempotency_max_keys,
+        instance: &server.instance,
+    };
     let deadline = Instant::now() + wait_bound(&job);
     let scope = job.by.clone();
     loop {
         let known = |id: &str| app.store.program_of(id).is_some();
-        match app.idempotency.claim(limits, &scope, key, request, known)? {
+        match app.idempotency.claim(policy, &scope, key, request, known)? {
             Claim::New(held) => {
                 job.id = Some(held.run.clone());
                 let answer = start(job);

@@ -8,6 +8,7 @@ use serde_json::json;
 
 use crate::api;
 use crate::app::App;
+use crate::cluster;
 use crate::http::{ApiError, Request, Response};
 use crate::metrics::Gauges;
 use crate::tools;
@@ -24,6 +25,7 @@ pub fn handle(app: &App, req: &Request) -> Response {
     let method = req.method.as_str();
     let result = match (method, segs.as_slice()) {
         ("GET" | "HEAD", ["healthz"]) => Ok(healthz(app)),
+        ("GET" | "HEAD", ["livez"]) => Ok(Response::json(200, &json!({ "Status": "alive" }))),
         ("GET" | "HEAD", ["metrics"]) => Ok(metrics(app)),
         ("GET" | "HEAD", ["openapi.json"]) => Ok(Response::text(200, "application/json", OPENAPI)),
         (_, ["api"]) => api::run(app, &cfg, req),
@@ -60,7 +62,9 @@ pub fn handle(app: &App, req: &Request) -> Response {
         (_, ["tools", tool, env, trigger]) => tools::call(app, &cfg, req, [tool, env, trigger]),
         (
             _,
-            ["healthz" | "metrics" | "openapi.json"] | ["static", _] | ["tools", _, "endpoints"],
+            ["healthz" | "livez" | "metrics" | "openapi.json"]
+            | ["static", _]
+            | ["tools", _, "endpoints"],
         ) => Err(ApiError::MethodNotAllowed {
             allow: vec!["GET", "HEAD"],
         }),
@@ -75,11 +79,20 @@ pub fn handle(app: &App, req: &Request) -> Response {
     result.unwrap_or_else(Response::from)
 }
 
-/// `GET /healthz`: ready, with the config generation and counts.
+/// `GET /healthz`: readiness (200 `ok`, else 503 `draining` or
+/// `not_ready` with the `Reason`), with the config generation and counts.
 fn healthz(app: &App) -> Response {
     let cfg = app.config();
+    let ready = cluster::readiness(app);
+    let reason = match &ready {
+        cluster::Readiness::NotReady(why) => Some(why.clone()),
+        _ => None,
+    };
     let body = json!({
-        "Status": "ok",
+        "Status": ready.status(),
+        "Ready": ready == cluster::Readiness::Ready,
+        "Reason": reason,
+        "Instance": cfg.server.instance,
         "Generation": app.generation(),
         "Programs": cfg.programs.len(),
         "Tools": cfg.tools.len(),
@@ -89,7 +102,12 @@ fn healthz(app: &App) -> Response {
         "IdempotencyKeys": app.idempotency.len(),
         "LastReloadError": app.last_reload_error(),
     });
-    Response::json(200, &body)
+    let status = if ready == cluster::Readiness::Ready {
+        200
+    } else {
+        503
+    };
+    Response::json(status, &body)
 }
 
 /// `GET /metrics`: Prometheus text.

@@ -14,7 +14,7 @@ use std::net::{Ipv6Addr, SocketAddr, TcpListener, ToSocketAddrs};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -109,6 +109,7 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
         log::info!("SIGHUP: reloading the configuration");
         let _ = reload.send(reload::Trigger::Signal);
     }
+    drain(&app, &reload);
     log::info!("shutting down: waiting up to {grace:?} for runs to finish");
     app.closing.store(true, Ordering::SeqCst);
     drop(server); // closes the listener: no new connections
@@ -120,6 +121,33 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
     }
     log::info!("stopped");
     Ok(())
+}
+
+/// The first step of a graceful stop: for `drain_delay`, `/healthz`
+/// answers 503 `draining` while every request is still served, so that a
+/// balancer checking it stops sending before the listener closes. A second
+/// SIGTERM or SIGINT ends the wait early; SIGHUP still reloads.
+fn drain(app: &App, reload: &mpsc::Sender<reload::Trigger>) {
+    let delay = app.config().server.drain_delay;
+    if delay.is_zero() {
+        return;
+    }
+    log::info!("draining: /healthz answers 503 for {delay:?}, then trigd stops accepting");
+    app.draining.store(true, Ordering::SeqCst);
+    let deadline = Instant::now() + delay;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match sys::wait_signal_timeout(left) {
+            None => return,
+            Some(Signal::Hup) => {
+                let _ = reload.send(reload::Trigger::Signal);
+            }
+            Some(_) => {
+                log::info!("second stop signal: ending the drain early");
+                return;
+            }
+        }
+    }
 }
 
 /// Connection and request bounds for the (patched) tiny_http.

@@ -82,7 +82,7 @@ impl RunState {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct RunRecord {
-    /// Run id, 32 hex characters.
+    /// Run id: `<instance>-<32 hex>` (older runs: the 32 hex alone).
     pub run: String,
     /// Current state.
     pub state: RunState,
@@ -154,10 +154,12 @@ struct Entry {
 /// (no heap allocation per run).
 type RunId = [u8; 16];
 
-/// The index key of `id`, if it is a run id (32 hex digits).
+/// The index key of `id`, if it is a run id: the 16 bytes of its 32 hex
+/// digits, with or without the instance name in front (see `cluster.rs`).
 fn run_id(id: &str) -> Option<RunId> {
+    let hex = id.rsplit_once('-').map_or(id, |(_, hex)| hex);
     let mut out = [0u8; 16];
-    hex::decode_to_slice(id, &mut out).ok()?;
+    hex::decode_to_slice(hex, &mut out).ok()?;
     Some(out)
 }
 
@@ -452,8 +454,9 @@ impl RunStore {
         Ok(())
     }
 
-    /// The record of run `id`, if it is known: its latest state, also one
-    /// still waiting to be written.
+    /// The record of run `id`, if it is known (the whole id must match,
+    /// instance name included): its latest state, also one still waiting
+    /// to be written.
     pub fn get(&self, id: &str) -> Option<RunRecord> {
         let key = run_id(id)?;
         if let Some((_, rec)) = lock(&self.unwritten).iter().find(|(k, _)| *k == key) {
@@ -463,7 +466,20 @@ impl RunStore {
         let e = *log.index.get(&run_id(id)?)?;
         let mut buf = vec![0; e.len as usize];
         log.file.read_exact_at(&mut buf, e.offset).ok()?;
-        serde_json::from_slice(&buf).ok()
+        serde_json::from_slice::<RunRecord>(&buf)
+            .ok()
+            .filter(|r| r.run == id)
+    }
+
+    /// Fail unless a run could be recorded now: `runs.log` can be opened
+    /// for writing and is still the file this store writes (`/healthz`
+    /// readiness).
+    ///
+    /// # Errors
+    /// The state dir is gone, replaced, read-only or not writable.
+    pub fn check_writable(&self) -> io::Result<()> {
+        OpenOptions::new().append(true).open(&self.path)?;
+        self.check_path(&lock(&self.log).file)
     }
 
     /// The program id of run `id`, without reading the record.
@@ -620,9 +636,10 @@ pub fn rfc3339(t: SystemTime) -> String {
     )
 }
 
-/// A new random run id: 128 bits as 32 lower-case hex characters.
-pub fn new_run_id() -> String {
-    hex::encode(rand::random::<[u8; 16]>())
+/// A new random run id of `instance`: its name, `-`, then 128 bits as 32
+/// lower-case hex characters (see `cluster.rs`).
+pub fn new_run_id(instance: &str) -> String {
+    crate::cluster::new_run_id(instance)
 }
 
 #[cfg(test)]

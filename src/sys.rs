@@ -134,6 +134,32 @@ pub fn wait_signal() -> Signal {
     }
 }
 
+/// Wait (sigtimedwait) at most `limit` for one of the blocked signals;
+/// `None` when none came.
+pub fn wait_signal_timeout(limit: Duration) -> Option<Signal> {
+    let set = handled_set();
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return None;
+        }
+        let ts = libc::timespec {
+            tv_sec: left.as_secs() as libc::time_t,
+            tv_nsec: libc::c_long::from(left.subsec_nanos() as i32),
+        };
+        // SAFETY: `set` is an initialised sigset_t, `ts` a valid timespec,
+        // and a null siginfo pointer is allowed.
+        let sig = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &ts) };
+        match sig {
+            libc::SIGTERM => return Some(Signal::Term),
+            libc::SIGINT => return Some(Signal::Int),
+            libc::SIGHUP => return Some(Signal::Hup),
+            _ => continue, // EAGAIN (timeout: checked above), EINTR
+        }
+    }
+}
+
 /// Raise RLIMIT_NOFILE's soft limit to its hard limit; returns the new soft limit.
 pub fn raise_nofile_limit() -> u64 {
     let mut lim = libc::rlimit {

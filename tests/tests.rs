@@ -3,6 +3,7 @@
 mod api; // POST /api: success shapes, every SPEC §3.3 error row, limits, injection safety
 mod browser; // headless Chromium through chromedriver: login, application key, endpoint view, logout, public switch
 mod cli; // subcommands: check, keygen, hash-password, run, --help/--version, usage errors
+mod cluster; // several instances: run ids naming their instance, 421, readiness and draining, three instances behind HAProxy
 mod limits; // issue 6: connections, sizes, fairness, EMFILE, overload, crash, hostile programs, rate limits, users
 mod openapi; // openapi.json against src/routes.rs and the error codes; GET /openapi.json
 mod queue; // waiting for a slot, full queue, floods, idempotency keys, runs after a crash, full disk

@@ -767,14 +767,20 @@ impl Reply {
     pub fn run_id(&self, v: &Value) -> String {
         match v["Run"].as_str() {
             Some(id) if is_run_id(id) => id.to_string(),
-            other => self.fail(format!("\"Run\" is {other:?}, want 32 hex digits")),
+            other => self.fail(format!(
+                "\"Run\" is {other:?}, want <instance>-<32 hex digits>"
+            )),
         }
     }
 }
 
-/// Whether `s` is 32 hex digits.
+/// Whether `s` is a run id: an instance name, `-`, then 32 hex digits
+/// (or, for runs recorded before instance names, the 32 hex digits alone).
 pub fn is_run_id(s: &str) -> bool {
-    s.len() == 32 && s.bytes().all(|b| b.is_ascii_hexdigit())
+    let hex = s
+        .rsplit_once('-')
+        .map_or(s, |(name, hex)| if name.is_empty() { "" } else { hex });
+    hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 // ---------------------------------------------------------------------------

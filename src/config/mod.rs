@@ -125,6 +125,16 @@ pub struct Server {
     /// Peers whose `X-Forwarded-For` header is believed when deciding the
     /// client address (default none).
     pub trusted_proxies: Vec<std::net::IpAddr>,
+    /// This instance's name, the prefix of every run id (`instance`,
+    /// default from the host name; read only at start).
+    pub instance: String,
+    /// Time between SIGTERM and closing the listener during which
+    /// `/healthz` answers 503 `draining` while requests are still served
+    /// (`drain_delay`, default 0s).
+    pub drain_delay: Duration,
+    /// Directory of `app_keys.json`, which instances may share
+    /// (`shared_state_dir`, default: `state_dir`; read only at start).
+    pub shared_state_dir: PathBuf,
 }
 
 /// A run-endpoint API key (`[[api_keys]]`). Only its hash is known.

@@ -46,6 +46,8 @@ pub mod defaults {
     pub const KILL_GRACE_SECS: u64 = 5;
     /// `shutdown_grace`, in seconds.
     pub const SHUTDOWN_GRACE_SECS: u64 = 30;
+    /// `drain_delay`, in seconds.
+    pub const DRAIN_DELAY_SECS: u64 = 0;
     /// `max_output_bytes`.
     pub const MAX_OUTPUT_BYTES: usize = 1 << 20;
     /// `max_variables`.
@@ -158,6 +160,12 @@ pub struct RawServer {
     /// `trusted_proxies`: IP addresses whose `X-Forwarded-For` is believed.
     #[serde(default)]
     pub trusted_proxies: Vec<Spanned<String>>,
+    /// `instance`: this instance's name, part of every run id.
+    pub instance: Option<Spanned<String>>,
+    /// `drain_delay`: not-ready time between SIGTERM and closing.
+    pub drain_delay: Option<Spanned<RawDuration>>,
+    /// `shared_state_dir`: where application keys live, shared by instances.
+    pub shared_state_dir: Option<String>,
 }
 
 /// A duration as written: integer seconds or text like `"1m30s"`.

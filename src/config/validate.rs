@@ -420,6 +420,13 @@ fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) -> Ser
         "idempotency_window",
         defaults::IDEMPOTENCY_WINDOW_SECS,
     );
+    // 0 is allowed here (no drain), unlike other durations.
+    let drain_delay = match raw.drain_delay.as_ref().map(|v| v.get_ref()) {
+        Some(RawDuration::Secs(0)) => Duration::ZERO,
+        Some(RawDuration::Text(t)) if matches!(t.trim(), "0" | "0s") => Duration::ZERO,
+        _ => d(&raw.drain_delay, "drain_delay", defaults::DRAIN_DELAY_SECS),
+    };
+    let instance = instance(src, raw.instance.as_ref(), errs);
     if let Some(url) = &raw.public_url {
         if !(url.get_ref().starts_with("http://") || url.get_ref().starts_with("https://")) {
             errs.at(
@@ -430,6 +437,10 @@ fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) -> Ser
             );
         }
     }
+    let state_dir = resolve(
+        dir,
+        Path::new(raw.state_dir.as_deref().unwrap_or(defaults::STATE_DIR)),
+    );
     let programs_dir = raw
         .programs_dir
         .as_ref()
@@ -441,10 +452,13 @@ fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) -> Ser
             .unwrap_or_else(|| defaults::LISTEN.into()),
         workers,
         programs_dir: resolve(dir, Path::new(programs_dir)),
-        state_dir: resolve(
-            dir,
-            Path::new(raw.state_dir.as_deref().unwrap_or(defaults::STATE_DIR)),
-        ),
+        shared_state_dir: raw
+            .shared_state_dir
+            .as_ref()
+            .map_or_else(|| state_dir.clone(), |d| resolve(dir, Path::new(d))),
+        state_dir,
+        instance,
+        drain_delay,
         public_url: raw.public_url.as_ref().map(|u| u.get_ref().clone()),
         max_concurrent_runs,
         max_queued_runs,
@@ -473,6 +487,22 @@ fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) -> Ser
         idempotency_max_keys,
         trusted_proxies,
     }
+}
+
+/// `instance`: a valid instance name, or the one derived from the host name.
+fn instance(src: &Src, raw: Option<&Spanned<String>>, errs: &mut Errors) -> String {
+    let Some(name) = raw else {
+        return crate::cluster::default_name();
+    };
+    if !crate::cluster::valid_name(name.get_ref()) {
+        errs.at(
+            src,
+            name.span(),
+            "server.instance",
+            "instance must be 1 to 63 of a-z, 0-9, '_' and '-', starting with a letter or digit",
+        );
+    }
+    name.get_ref().clone()
 }
 
 /// `trusted_proxies`: each an IP address.

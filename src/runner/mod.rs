@@ -138,7 +138,10 @@ struct Slots {
     queue: VecDeque<Waiter>,
     /// Queue places promised to async runs being recorded right now.
     reserved: usize,
+    /// No new runs are accepted (shutdown started).
     closing: bool,
+    /// Waiting runs are no longer started (the shutdown grace is over).
+    stopping: bool,
 }
 
 impl Slots {
@@ -166,7 +169,7 @@ impl Slots {
 
     /// Remove the first waiter whose function has room.
     fn next_runnable(&mut self) -> Option<Waiter> {
-        if self.closing {
+        if self.stopping {
             return None;
         }
         let i = self.queue.iter().position(|w| {
@@ -414,7 +417,7 @@ impl Runner {
             if t.granted.load(Ordering::SeqCst) {
                 return Ok(());
             }
-            if s.closing {
+            if s.stopping {
                 s.remove_ticket(&t);
                 return Err(RunError::ShuttingDown);
             }
@@ -652,7 +655,10 @@ impl Runner {
 
     fn new_record(&self, job: &Job, is_async: bool) -> RunRecord {
         RunRecord {
-            run: job.id.clone().unwrap_or_else(new_run_id),
+            run: job
+                .id
+                .clone()
+                .unwrap_or_else(|| new_run_id(&job.cfg.server.instance)),
             state: RunState::Queued,
             program: job.program.id,
             function: job.function.clone(),
@@ -777,34 +783,38 @@ impl Runner {
         self.children.load(Ordering::Relaxed)
     }
 
-    /// Stop accepting runs and wake waiting sync callers (they get
-    /// `shutting_down`); queued async runs stay recorded `queued` and run
-    /// at the next start. Give running runs `grace` to finish, then stop
-    /// their process groups (they are recorded `interrupted`) and wait for
-    /// them to be reaped.
+    /// Stop accepting runs; give running and waiting runs `grace` to
+    /// finish (waiting runs still start as slots free up). Then waiting
+    /// sync callers get `shutting_down`, async runs still queued stay
+    /// recorded `queued` (they run at the next start), and running runs'
+    /// process groups are stopped (recorded `interrupted`, or `queued`
+    /// again with `retry_on_restart`); wait for them to be reaped.
     pub fn shutdown(&self, grace: Duration) {
+        lock(&self.slots).closing = true;
+        if self.wait_idle(grace) {
+            return;
+        }
         {
             let mut s = lock(&self.slots);
-            s.closing = true;
-            for w in &s.queue {
+            s.stopping = true;
+            for w in s.queue.drain(..) {
                 if let Waiter::Sync(t) = w {
                     t.wake.notify_one();
                 }
             }
         }
-        if !self.wait_idle(grace) {
-            log::warn!("shutdown grace of {grace:?} passed; stopping the remaining runs");
-            self.abort.trigger();
-            // Steps stop within their kill grace; wait for them to record.
-            self.wait_idle(Duration::from_secs(60));
-        }
+        log::warn!("shutdown grace of {grace:?} passed; stopping the remaining runs");
+        self.abort.trigger();
+        // Steps stop within their kill grace; wait for them to record.
+        self.wait_idle(Duration::from_secs(60));
     }
 
-    /// Wait until no run executes, at most `limit`; whether it got there.
+    /// Wait until no run executes or waits in the queue, at most `limit`;
+    /// whether it got there.
     fn wait_idle(&self, limit: Duration) -> bool {
         let deadline = Instant::now() + limit;
         let mut s = lock(&self.slots);
-        while s.used > 0 {
+        while s.used > 0 || !s.queue.is_empty() {
             let now = Instant::now();
             if now >= deadline {
                 return false;
