@@ -129,9 +129,38 @@ pub fn finished_body(id: &str, outcome: Outcome) -> Result<Value, ApiError> {
 
 fn run_error(e: RunError) -> ApiError {
     match e {
-        RunError::Busy { msg, retry_after } => ApiError::Busy { retry_after, msg },
+        RunError::QueueFull {
+            queued,
+            retry_after,
+        } => ApiError::Busy {
+            retry_after,
+            msg: format!(
+                "All run slots are in use and the queue is full ({queued} runs). Retry after \
+                 Retry-After seconds."
+            ),
+        },
+        RunError::WaitedTooLong {
+            waited,
+            waiting,
+            retry_after,
+        } => ApiError::Busy {
+            retry_after,
+            msg: format!(
+                "No run slot came free within queue_timeout ({}); {waiting} runs are waiting. \
+                 Retry after Retry-After seconds.",
+                humanize(waited)
+            ),
+        },
         RunError::Storage(err) => ApiError::storage(&err),
         RunError::ShuttingDown => ApiError::ShuttingDown,
+    }
+}
+
+/// A duration as written in the config: `300ms`, `30s`.
+fn humanize(d: std::time::Duration) -> String {
+    match d.subsec_millis() {
+        0 => format!("{}s", d.as_secs()),
+        _ => format!("{}ms", d.as_millis()),
     }
 }
 

@@ -78,14 +78,23 @@ fn concurrency(program: &Program, function: &str) -> usize {
 /// Program id and function name: the unit of `concurrency`.
 type SlotKey = (u64, String);
 
-/// Why a run was not started.
+/// Why a run was not started. The HTTP layer words it.
 #[derive(Debug)]
 pub enum RunError {
-    /// The queue is full, or a sync run waited `queue_timeout` in vain.
-    Busy {
-        /// What happened, for the caller.
-        msg: String,
+    /// Every slot is in use and the queue holds `queued` runs, its limit.
+    QueueFull {
+        /// `max_queued_runs`.
+        queued: usize,
         /// Seconds until a place is likely free, from the drain rate.
+        retry_after: u64,
+    },
+    /// A sync run waited `waited` (`queue_timeout`) and no slot came free.
+    WaitedTooLong {
+        /// `queue_timeout`.
+        waited: Duration,
+        /// Runs still waiting ahead of the next caller.
+        waiting: usize,
+        /// Seconds until a slot is likely free, from the drain rate.
         retry_after: u64,
     },
     /// The accepted run could not be recorded durably.
@@ -348,8 +357,9 @@ impl Runner {
     /// outcome.
     ///
     /// # Errors
-    /// [`RunError::Busy`] when the queue is full or no slot came free
-    /// within `queue_timeout`; [`RunError::Storage`] when the run cannot be
+    /// [`RunError::QueueFull`] when the queue is full,
+    /// [`RunError::WaitedTooLong`] when no slot came free within
+    /// `queue_timeout`; [`RunError::Storage`] when the run cannot be
     /// recorded (disk full): it is not started.
     pub fn run_sync(self: &Arc<Self>, job: Job) -> Result<(String, Outcome), RunError> {
         self.acquire(&job)?;
@@ -396,14 +406,10 @@ impl Runner {
         if s.queue.len() + s.reserved >= server.max_queued_runs {
             let waiting = s.queue.len();
             drop(s);
-            return Err(self.busy(
-                format!(
-                    "All {} run slots are in use and the queue is full ({} runs). Retry after \
-                 Retry-After seconds.",
-                    server.max_concurrent_runs, server.max_queued_runs
-                ),
-                waiting,
-            ));
+            return Err(RunError::QueueFull {
+                queued: server.max_queued_runs,
+                retry_after: self.retry_after(waiting),
+            });
         }
         let t = Arc::new(Ticket {
             key,
@@ -426,14 +432,11 @@ impl Runner {
                 s.remove_ticket(&t);
                 let waiting = s.queue.len();
                 drop(s);
-                return Err(self.busy(
-                    format!(
-                        "No run slot came free within queue_timeout ({:?}); {waiting} runs are \
-                     waiting. Retry after Retry-After seconds.",
-                        server.queue_timeout
-                    ),
+                return Err(RunError::WaitedTooLong {
+                    waited: server.queue_timeout,
                     waiting,
-                ));
+                    retry_after: self.retry_after(waiting),
+                });
             }
             s = t
                 .wake
@@ -448,16 +451,16 @@ impl Runner {
         let _ = self.ended.wait_timeout(d, limit);
     }
 
-    fn busy(&self, msg: String, waiting: usize) -> RunError {
-        let retry_after = lock(&self.drain).retry_after(waiting);
-        RunError::Busy { msg, retry_after }
+    /// Seconds until `waiting` runs have drained (`Retry-After`).
+    fn retry_after(&self, waiting: usize) -> u64 {
+        lock(&self.drain).retry_after(waiting)
     }
 
     /// Record `job` durably (with its input), then start it or queue it,
     /// and return its id.
     ///
     /// # Errors
-    /// [`RunError::Busy`] when no slot is free and the queue is full,
+    /// [`RunError::QueueFull`] when no slot is free and the queue is full,
     /// [`RunError::Storage`] when the record cannot be written: nothing is
     /// accepted that is not recorded.
     pub fn start_async(self: &Arc<Self>, job: Job) -> Result<String, RunError> {
@@ -480,13 +483,10 @@ impl Runner {
             } else {
                 let waiting = s.queue.len();
                 drop(s);
-                return Err(self.busy(
-                    format!(
-                        "All run slots are in use and the queue is full ({max_queued} runs). \
-                         Retry after Retry-After seconds."
-                    ),
-                    waiting,
-                ));
+                return Err(RunError::QueueFull {
+                    queued: max_queued,
+                    retry_after: self.retry_after(waiting),
+                });
             }
         };
         let mut rec = self.new_record(&job, true);
