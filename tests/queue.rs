@@ -533,3 +533,37 @@ steps = [{ shell = 'echo "$$" >> started; while [ ! -e release ]; do sleep 0.02;
         });
     }
 }
+
+#[test]
+fn sync_and_async_runs_wait_in_one_fifo_queue() {
+    let mut programs = APPEND.replace("sleep 0.2; ", "");
+    programs.push_str(
+        r#"
+[[functions]]
+name = "gate"
+workdir = "../work"
+steps = [{ shell = 'echo "$$" >> started; while [ ! -e release ]; do sleep 0.02; done' }]
+[functions.webhook]
+"#,
+    );
+    let (dir, t) = serve(
+        "queue_fifo",
+        "max_concurrent_runs = 1",
+        &[("append.toml", &programs)],
+    );
+    t.post(&api("&function=gate&run_async=true")).ok();
+    t.wait_for(WAIT, "the gate run to start", || dir.exists("work/started"));
+    let queued = |n: usize| t.get("/healthz").ok()["RunsQueued"] == json!(n);
+    t.post(&api("&function=append&run_async=true&variables=a1"))
+        .ok();
+    let c = t.client();
+    let sync = thread::spawn(move || c.post(&api("&function=append&variables=s")));
+    t.wait_for(WAIT, "the sync run to wait in the queue", || queued(2));
+    t.post(&api("&function=append&run_async=true&variables=a2"))
+        .ok();
+    dir.write("work/release", "");
+    let r = sync.join().expect("sync client");
+    r.check_eq(&r.ok()["Result"], &json!(["s"]), "the sync run's Result");
+    t.wait_for(WAIT, "every run", || ran(&dir).len() >= 3);
+    assert_eq!(ran(&dir), ["a1", "s", "a2"], "runs in arrival order");
+}

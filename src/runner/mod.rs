@@ -865,3 +865,7 @@ pub fn describe(e: &StepError) -> String {
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+#[cfg(test)]
+#[path = "slots_tests.rs"]
+mod slots_tests;
