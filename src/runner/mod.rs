@@ -111,6 +111,9 @@ struct Queued {
     program: Arc<Program>,
     key: SlotKey,
     concurrency: usize,
+    /// The whole run, for a runner without a run log (nothing to read it
+    /// back from).
+    kept: Option<Box<(RunRecord, Job)>>,
 }
 
 /// A sync caller waiting for a slot. `granted` is set (under the slots
@@ -512,12 +515,16 @@ impl Runner {
         let mut s = lock(&self.slots);
         s.reserved -= 1;
         written.map_err(RunError::Storage)?;
+        let program = Arc::clone(&job.program);
+        let cfg = Arc::clone(&job.cfg);
+        let kept = self.store.is_none().then(|| Box::new((rec.clone(), job)));
         s.queue.push_back(Waiter::Async(Queued {
             run: rec.run,
-            program: Arc::clone(&job.program),
-            cfg: job.cfg,
+            program,
+            cfg,
             key,
             concurrency: n,
+            kept,
         }));
         // A slot may have come free while the run was being recorded.
         let start = s.fill();
@@ -548,6 +555,7 @@ impl Runner {
                         run: rec.run,
                         program: Arc::clone(p),
                         cfg: Arc::clone(cfg),
+                        kept: None,
                     }));
                 }
                 _ => {
@@ -635,6 +643,9 @@ impl Runner {
 
     /// The record and job of a queued run, read back from the run log.
     fn load(&self, q: Queued) -> Option<(RunRecord, Job)> {
+        if let Some(kept) = q.kept {
+            return Some(*kept);
+        }
         let rec = self.store.as_ref()?.get(&q.run);
         let Some(rec) = rec.filter(|r| r.state == RunState::Queued) else {
             log::error!("run {}: its queued record cannot be read; not run", q.run);

@@ -75,3 +75,64 @@ fn a_stopping_queue_hands_nothing_on() {
     let (_, freed) = s.release(&a);
     assert!(freed && !granted(&t));
 }
+
+/// A job of program 1, function `f`, running `script` in a shell.
+fn job(server: &str, script: &str) -> Job {
+    let config = format!("[server]\n{server}\n");
+    let program = format!(
+        "id = 1\nname = \"p\"\n[[functions]]\nname = \"f\"\nsteps = [{{ shell = {script:?} }}]\n\
+         webhook = {{ active = true, outputs = [] }}\n"
+    );
+    let dir = std::env::temp_dir();
+    let progs = vec![(std::path::PathBuf::from("programs/p.toml"), program)];
+    let cfg = crate::config::load_str(&dir.join("config.toml"), &config, &progs)
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    let cfg = Arc::new(cfg);
+    let program = Arc::clone(cfg.program(1).expect("program 1"));
+    Job {
+        cfg,
+        program,
+        function: "f".into(),
+        values: Vec::new(),
+        vars: BTreeMap::new(),
+        by: "test".into(),
+        id: None,
+    }
+}
+
+#[test]
+fn without_a_run_log_queued_runs_still_run() {
+    let r = Arc::new(Runner::new(None, Arc::new(Metrics::default())).unwrap());
+    let server = "max_concurrent_runs = 1";
+    r.start_async(job(server, "sleep 0.2")).unwrap();
+    r.start_async(job(server, "true")).unwrap();
+    assert_eq!(r.queued(), 1);
+    assert!(
+        r.wait_idle(Duration::from_secs(20)),
+        "queued {}",
+        r.queued()
+    );
+    let d = lock(&r.drain);
+    assert_eq!(d.cur + d.prev, 2, "both runs ended");
+}
+
+#[test]
+fn a_sync_run_waits_then_says_why_in_data() {
+    let r = Arc::new(Runner::new(None, Arc::new(Metrics::default())).unwrap());
+    let server = "max_concurrent_runs = 1\nqueue_timeout = \"200ms\"";
+    r.start_async(job(server, "sleep 5")).unwrap();
+    match r.run_sync(job(server, "true")) {
+        Err(RunError::WaitedTooLong {
+            waited,
+            retry_after,
+            ..
+        }) => {
+            assert_eq!(waited, Duration::from_millis(200));
+            assert!(retry_after >= 1);
+        }
+        other => panic!("expected WaitedTooLong, got {other:?}"),
+    }
+    assert_eq!(r.queued(), 0, "the waiter left the queue");
+    r.shutdown(Duration::ZERO);
+    assert_eq!(r.in_flight(), 0);
+}
