@@ -37,6 +37,7 @@ pub fn run(app: &App, cfg: &Arc<Config>, req: &Request) -> Result<Response, ApiE
         });
     }
     let key = ratelimit::api_key(app, cfg, req)?;
+    reject_body(req)?;
     let program = program_param(cfg, req.query_one("program_id")?)?;
     if !key.may_access(program) {
         return Err(ApiError::ProgramNotFound);
@@ -111,18 +112,21 @@ pub fn finished_body(id: &str, outcome: Outcome) -> Result<Value, ApiError> {
             exit_code: None,
             signal: None,
             stderr: message,
+            stdout: String::new(),
         }),
         Some(StepError::Failed {
             step,
             exit_code,
             signal,
             stderr_tail,
+            stdout_tail,
         }) => Err(ApiError::RunFailed {
             run,
             step,
             exit_code,
             signal,
             stderr: stderr_tail,
+            stdout: stdout_tail,
         }),
     }
 }
@@ -264,6 +268,24 @@ pub fn parse_bool(name: &str, raw: Option<&str>) -> Result<bool, ApiError> {
             msg: format!("{name} must be true, True, 1, false, False or 0; got '{other}'."),
         }),
     }
+}
+
+/// Refuse a request body: `POST /api` reads everything from the query
+/// string, and a body silently ignored would surface as an unrelated error.
+fn reject_body(req: &Request) -> Result<(), ApiError> {
+    if req.body.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::InvalidParameter {
+        name: "body".into(),
+        msg: format!(
+            "POST /api takes no request body (got {} bytes): send program_id, function, \
+             run_async and one variables=<value> per output as query parameters, with an \
+             empty body. A JSON body of values is accepted by the tool endpoints \
+             (/tools/<tool>/<environment>/<trigger>).",
+            req.body.len()
+        ),
+    })
 }
 
 /// Refuse query parameters outside `known`, naming the first one.

@@ -18,18 +18,38 @@ use crate::http::ApiError;
 use crate::runner::{Job, Runner};
 use crate::store::new_run_id;
 
-/// `trigd check`: load everything, print a summary or every error.
+/// `trigd check`: load everything, print a summary or every error; warn
+/// (on stderr) about what loads but will likely fail at run time.
 ///
 /// # Errors
 /// [`Error::Config`] with every problem found.
 pub fn check(path: &Path) -> Result<(), Error> {
     let cfg = config::load(path).map_err(Error::Config)?;
+    let warnings = crate::lint::warnings(&cfg, &path_env());
+    for w in &warnings {
+        eprintln!("warning: {w}");
+    }
     println!(
-        "ok: {} programs, {} tools",
-        cfg.programs.len(),
-        cfg.tools.len()
+        "ok: {}, {}{}",
+        count(cfg.programs.len(), "program"),
+        count(cfg.tools.len(), "tool"),
+        if warnings.is_empty() {
+            String::new()
+        } else {
+            format!(", {}", count(warnings.len(), "warning"))
+        }
     );
     Ok(())
+}
+
+/// `1 program`, `2 programs`.
+fn count(n: usize, what: &str) -> String {
+    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
+}
+
+/// The `PATH` runs get: trigd's own, or the default.
+fn path_env() -> String {
+    std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into())
 }
 
 /// `trigd app-key`: (re)generate a member's application key and print it.
@@ -61,12 +81,13 @@ pub fn app_key(path: &Path, workspace: &str, member: &str) -> Result<(), Error> 
     Ok(())
 }
 
-/// `trigd keygen`: a new random API key and the config lines holding its hash.
+/// `trigd keygen`: a new random API key (on stderr, apart from the block)
+/// and the config lines holding only its hash (on stdout), so that pasting
+/// the block never stores the key.
 pub fn keygen(name: &str, workspace: Option<&str>) {
     let key = format!("tk_{}", hex::encode(rand::random::<[u8; 32]>()));
     let mut out = format!(
-        "# New API key for {name:?}: give it to the caller; it is shown only once.\n\
-         # api_key: {key}\n\
+        "# API key {name:?} (the key itself was printed on stderr, not here)\n\
          [[api_keys]]\n\
          name = {name:?}\n\
          sha256 = \"{}\"\n",
@@ -75,6 +96,9 @@ pub fn keygen(name: &str, workspace: Option<&str>) {
     if let Some(ws) = workspace {
         out.push_str(&format!("workspace = {ws:?}\n"));
     }
+    eprintln!("New API key for {name:?}; give it to the caller, it is shown only once:");
+    eprintln!("{key}");
+    eprintln!("Paste the lines printed on stdout into config.toml (they hold only its sha256).");
     print!("{out}");
 }
 
@@ -115,9 +139,11 @@ pub fn hash(password: &str) -> Result<String, Error> {
 }
 
 /// `trigd run`: run a program's function locally, without a server, and
-/// print the same JSON as `POST /api`. Any function may be named with
-/// `--function`, triggered or not; without it the single triggered function
-/// runs. Returns whether the run finished.
+/// print the same JSON as `POST /api`, with errors worded for the command
+/// line. Any function may be named with `--function`, triggered or not;
+/// without it the single triggered function runs. The run is not recorded
+/// (the state dir may belong to a running server), so no `Run` id is
+/// printed. Returns whether the run finished.
 ///
 /// # Errors
 /// The config does not load.
@@ -129,16 +155,21 @@ pub fn run(
 ) -> Result<bool, Error> {
     let cfg = Arc::new(config::load(path).map_err(Error::Config)?);
     let outcome = run_local(&cfg, program, function, values);
-    let (ok, body) = match outcome {
+    let (ok, mut body) = match outcome {
         Ok(v) => (true, v),
         Err(e) => {
+            let sentence = cli_message(&e, program, path);
             let resp: crate::http::Response = e.into();
-            (
-                false,
-                serde_json::from_slice(&resp.body).unwrap_or(Value::Null),
-            )
+            let mut body = serde_json::from_slice(&resp.body).unwrap_or(Value::Null);
+            if let (Some(obj), Some(s)) = (body.as_object_mut(), sentence) {
+                obj.insert("Error".into(), Value::String(s));
+            }
+            (false, body)
         }
     };
+    if let Some(obj) = body.as_object_mut() {
+        obj.remove("Run");
+    }
     let mut out = io::stdout().lock();
     let _ = writeln!(
         out,
@@ -146,6 +177,41 @@ pub fn run(
         serde_json::to_string_pretty(&body).unwrap_or_default()
     );
     Ok(ok)
+}
+
+/// The command-line wording of the errors whose HTTP sentence names query
+/// parameters or API keys; `None` keeps the HTTP sentence.
+fn cli_message(e: &ApiError, program: &str, path: &Path) -> Option<String> {
+    Some(match e {
+        ApiError::ProgramNotFound => format!(
+            "{path} has no program named or numbered '{program}' (see `trigd check --config {path}`).",
+            path = path.display()
+        ),
+        ApiError::FunctionNotFound { name, .. } => format!(
+            "program '{program}' has no function '{name}'; Functions lists the ones it has."
+        ),
+        ApiError::FunctionRequired { .. } => format!(
+            "program '{program}' has several functions with webhook triggers: name one with \
+             --function <name> (see Functions)."
+        ),
+        ApiError::NoActiveTrigger => format!(
+            "no function of program '{program}' has an active webhook trigger: name one with \
+             --function <name>."
+        ),
+        ApiError::VariablesMismatch { outputs, got } => format!(
+            "expected {} value{} for outputs [{}], got {got}: give one VALUE per output after \
+             the program, in this order (e.g. trigd run {program} {}).",
+            outputs.len(),
+            if outputs.len() == 1 { "" } else { "s" },
+            outputs.join(", "),
+            outputs
+                .iter()
+                .map(|o| format!("<{o}>"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
+        _ => return None,
+    })
 }
 
 fn run_local(

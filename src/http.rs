@@ -289,6 +289,8 @@ pub enum ApiError {
         signal: Option<i32>,
         /// Tail of its stderr (or the spawn error).
         stderr: String,
+        /// Tail of its stdout (may be empty).
+        stdout: String,
     },
     /// The sync run passed its timeout.
     RunTimeout {
@@ -513,6 +515,7 @@ impl ApiError {
                 exit_code,
                 signal,
                 stderr,
+                stdout,
             } => {
                 body.insert("Run".into(), json!(run));
                 body.insert("Step".into(), json!(step));
@@ -523,6 +526,7 @@ impl ApiError {
                     body.insert("Signal".into(), json!(s));
                 }
                 body.insert("Stderr".into(), json!(stderr));
+                body.insert("Stdout".into(), json!(stdout));
             }
             RunOnOtherInstance { instance } => {
                 body.insert("Instance".into(), json!(instance));

@@ -24,8 +24,10 @@ mod cluster;
 mod commands;
 mod config;
 mod error;
+mod firststart;
 mod http;
 mod idempotency;
+mod lint;
 mod logging;
 mod metrics;
 mod ratelimit;
@@ -46,11 +48,10 @@ use cli::Command;
 use error::Error;
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match run(&args) {
+    match run(std::env::args_os().skip(1)) {
         Ok(code) => code,
         Err(Error::Usage(msg)) => {
-            eprintln!("trigd: {msg}\n\n{}", cli::USAGE);
+            eprintln!("trigd: {msg}");
             ExitCode::from(2)
         }
         Err(Error::Config(errs)) => {
@@ -65,7 +66,7 @@ fn main() -> ExitCode {
 }
 
 /// Run the command line; the exit code on success.
-fn run(args: &[String]) -> Result<ExitCode, Error> {
+fn run(args: impl Iterator<Item = std::ffi::OsString>) -> Result<ExitCode, Error> {
     let command = cli::parse(args)?;
     if matches!(command, Command::Serve { .. }) {
         // Before any thread exists, so every thread inherits the mask and
@@ -93,7 +94,7 @@ fn run(args: &[String]) -> Result<ExitCode, Error> {
             workspace,
             member,
         } => commands::app_key(&config, &workspace, &member)?,
-        Command::Help => print!("{}", cli::USAGE),
+        Command::Help(text) => print!("{text}"),
         Command::Version => println!("trigd {}", env!("CARGO_PKG_VERSION")),
     }
     Ok(ExitCode::SUCCESS)

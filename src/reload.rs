@@ -265,9 +265,10 @@ pub fn reload_now(app: &App, config_path: &Path, forced: bool) {
             }
             let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
             app.set_reload_error(text.join("\n"));
+            let n = errors.len();
             log::error!(
-                "reload refused ({} errors); still serving generation {}",
-                errors.len(),
+                "reload refused ({n} error{}); still serving generation {}",
+                if n == 1 { "" } else { "s" },
                 app.generation()
             );
         }

@@ -159,6 +159,7 @@ fn ended(rec: RunRecord) -> Result<Response, ApiError> {
                 exit_code: num("ExitCode"),
                 signal: num("Signal"),
                 stderr: rec.error.unwrap_or_default(),
+                stdout: rec.stdout.unwrap_or_default(),
                 run,
             })
         }

@@ -93,7 +93,7 @@ pub struct RunRecord {
     /// Whether it was started with `run_async`.
     #[serde(default)]
     pub r#async: bool,
-    /// Who started it: `api_key:<name>`, `app_key:<member>`, `session:<user>`, `public`, `cli`.
+    /// Who started it: `api_key:<name>`, `app_key:<member>`, `session:<user>`, `public`.
     #[serde(default)]
     pub by: String,
     /// RFC 3339 time it was accepted.
@@ -113,6 +113,9 @@ pub struct RunRecord {
     /// What went wrong, when failed, timed out or interrupted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The last 2 KiB of the failed step's stdout, when it printed any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout: Option<String>,
     /// What the run needs to execute, kept while it has not ended (never
     /// served: [`RunRecord::public`] drops it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -672,6 +675,7 @@ mod tests {
             steps: vec![],
             result: None,
             error: None,
+            stdout: None,
             input: None,
         }
     }

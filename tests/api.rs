@@ -232,7 +232,7 @@ outputs = ["w"]
             {"k": [1, 2], "s": "t"},
             "hello",
             "two\n",
-            42,
+            "42",
             "",
             ["lit-val", "[lit-val]"]
         ]),

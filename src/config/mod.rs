@@ -215,6 +215,8 @@ pub struct Function {
     /// Run again after a restart when trigd died while it ran
     /// (`retry_on_restart`, default false).
     pub retry_on_restart: bool,
+    /// How each step's stdout becomes its Result element (`output`).
+    pub output: OutputMode,
     /// The webhook trigger, at most one.
     pub webhook: Option<Webhook>,
     /// Numeric uid to run the steps as (`user`, resolved at load time);
@@ -231,6 +233,22 @@ impl Function {
     pub fn inputs(&self) -> &[String] {
         self.webhook.as_ref().map_or(&[], |w| w.outputs.as_slice())
     }
+}
+
+/// How a step's stdout becomes its Result element (`output` of a function).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutputMode {
+    /// A JSON object or array is parsed; anything else is the text.
+    #[default]
+    Auto,
+    /// Any JSON value, scalars too (numbers kept digit for digit); stdout
+    /// that is not JSON fails the step.
+    Json,
+    /// Always the text.
+    Text,
+    /// The text split into lines: an array of strings.
+    Lines,
 }
 
 /// A function's webhook trigger (`[functions.webhook]`).
@@ -294,8 +312,11 @@ impl Template {
 pub struct User {
     /// Login name.
     pub name: String,
-    /// argon2 PHC string (`$argon2id$…`).
+    /// argon2 PHC string (`$argon2id$…`); empty for a generated password
+    /// that has not been made yet (no password matches it).
     pub password_hash: String,
+    /// `password = "generate"`: the hash lives in the state dir.
+    pub generated_password: bool,
 }
 
 /// A workspace (`[[workspaces]]`).

@@ -72,8 +72,11 @@ pub(super) fn load_programs(
                 names.insert(raw.name.get_ref().clone(), file.display().to_string());
             }
         }
-        if let Some(ws) = &raw.workspace {
-            workspace_ref(&src, ws, wss, "workspace".into(), errs);
+        match &raw.workspace {
+            Some(ws) if known.workspaces_known => {
+                workspace_ref(&src, ws, wss, "workspace".into(), errs);
+            }
+            _ => {}
         }
         let program = program(&src, &raw, server, errs);
         if let Some(id) = id {
@@ -193,6 +196,7 @@ fn function(
         workdir,
         concurrency,
         retry_on_restart: f.retry_on_restart,
+        output: f.output,
         webhook,
         user,
         group,

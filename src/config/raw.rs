@@ -354,6 +354,9 @@ pub struct RawFunction {
     /// `retry_on_restart`, default false.
     #[serde(default)]
     pub retry_on_restart: bool,
+    /// `output`: how stdout becomes a Result element (default `auto`).
+    #[serde(default)]
+    pub output: super::OutputMode,
     /// `user`: name or numeric uid to run the steps as (trigd as root).
     pub user: Option<Spanned<RawId>>,
     /// `group`: name or numeric gid to run the steps as (trigd as root).

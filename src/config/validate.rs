@@ -76,10 +76,11 @@ struct Files {
 /// Read `config.toml` and the program files it points at.
 fn read_all(path: &Path) -> Result<Files, Vec<ConfigError>> {
     let text = std::fs::read_to_string(path).map_err(|e| {
+        let hint = missing_config_hint(path, &e);
         vec![error(
             path,
             "",
-            format!("cannot read {}: {e}", path.display()),
+            format!("cannot read {}: {e}{hint}", path.display()),
         )]
     })?;
     Ok(read_programs_of(path, text))
@@ -143,6 +144,19 @@ fn read_programs_of(path: &Path, text: String) -> Files {
         errs,
         complete,
     }
+}
+
+/// For a config file that is not there: say where it was looked for and
+/// how to name another one.
+fn missing_config_hint(path: &Path, e: &std::io::Error) -> String {
+    if e.kind() != std::io::ErrorKind::NotFound || path.is_absolute() {
+        return String::new();
+    }
+    let cwd = std::env::current_dir().map_or_else(|_| ".".into(), |d| d.display().to_string());
+    format!(
+        " (looked for it from {cwd}; run trigd in the directory holding config.toml, \
+         or pass --config PATH)"
+    )
 }
 
 /// Like [`load`], from text: `config_text` is the content of `path`, and
@@ -215,6 +229,9 @@ pub(super) struct Known<'a> {
     /// False when some program file could not be read or parsed at all, so
     /// a missing id may just be hidden.
     pub(super) complete: bool,
+    /// False when `config.toml` itself does not parse: its workspaces are
+    /// unknown, so a program naming one is not reported.
+    pub(super) workspaces_known: bool,
 }
 
 impl Known<'_> {
@@ -236,9 +253,11 @@ fn check(
 ) -> Result<Config, Vec<ConfigError>> {
     let dir = config_dir(path);
     let src = Src { file: path, text };
-    let raw = parse::<RawConfig>(&src, &mut errs).unwrap_or_default();
+    let parsed = parse::<RawConfig>(&src, &mut errs);
+    let workspaces_known = parsed.is_some();
+    let raw = parsed.unwrap_or_default();
     let server = server(&src, &raw.server, &dir, &mut errs);
-    let users = users(&src, &raw, &mut errs);
+    let users = users(&src, &raw, &server.state_dir, &mut errs);
     let workspaces = workspaces(&src, &raw, &users, &mut errs);
     let mut sorted: Vec<&(PathBuf, String)> = programs.iter().collect();
     sorted.sort_by(|a, b| a.0.cmp(&b.0));
@@ -246,6 +265,7 @@ fn check(
         programs: &BTreeMap::new(),
         broken: BTreeSet::new(),
         complete,
+        workspaces_known,
     };
     let progs = program::load_programs(&sorted, &server, &workspaces, &mut known, &mut errs);
     known.programs = &progs;
@@ -524,15 +544,21 @@ fn trusted_proxies(src: &Src, raw: &[Spanned<String>], errs: &mut Errors) -> Vec
 }
 
 /// `[[users]]` by name.
-fn users(src: &Src, raw: &RawConfig, errs: &mut Errors) -> BTreeMap<String, User> {
+fn users(
+    src: &Src,
+    raw: &RawConfig,
+    state_dir: &Path,
+    errs: &mut Errors,
+) -> BTreeMap<String, User> {
     let mut seen = HashMap::new();
     let mut out = BTreeMap::new();
     for (i, u) in raw.users.iter().enumerate() {
         let key = format!("users[{i}]");
         errs.name(src, &u.name, &format!("{key}.name"), "user");
         errs.unique(src, &mut seen, &u.name, &format!("{key}.name"), "user");
-        if !u.password.get_ref().starts_with("$argon2") {
-            let msg = "password must be an argon2 hash starting with \"$argon2\"; make one with `trigd hash-password`";
+        let generated = u.password.get_ref() == crate::firststart::MARKER;
+        if !generated && !u.password.get_ref().starts_with("$argon2") {
+            let msg = "password must be an argon2 hash starting with \"$argon2\" (make one with `trigd hash-password`), or \"generate\" for a password trigd makes and prints at its first start";
             errs.at(src, u.password.span(), format!("{key}.password"), msg);
         }
         let name = u.name.get_ref().clone();
@@ -540,7 +566,12 @@ fn users(src: &Src, raw: &RawConfig, errs: &mut Errors) -> BTreeMap<String, User
             name.clone(),
             User {
                 name,
-                password_hash: u.password.get_ref().clone(),
+                password_hash: if generated {
+                    crate::firststart::stored_hash(state_dir, u.name.get_ref()).unwrap_or_default()
+                } else {
+                    u.password.get_ref().clone()
+                },
+                generated_password: generated,
             },
         );
     }

@@ -681,6 +681,7 @@ impl Runner {
             steps: Vec::new(),
             result: None,
             error: None,
+            stdout: None,
             input: None,
         }
     }
@@ -716,6 +717,7 @@ impl Runner {
                     _ => RunState::Failed,
                 };
                 rec.error = Some(describe(e));
+                rec.stdout = failed_stdout(e);
             }
         }
         let retry = rec.state == RunState::Interrupted
@@ -726,7 +728,7 @@ impl Runner {
                 .is_some_and(|f| f.retry_on_restart);
         if retry {
             rec.state = RunState::Queued;
-            (rec.started_at, rec.finished_at, rec.error) = (None, None, None);
+            (rec.started_at, rec.finished_at, rec.error, rec.stdout) = (None, None, None, None);
             rec.steps.clear();
         } else {
             rec.input = None;
@@ -836,6 +838,16 @@ impl Runner {
                 .map_or_else(|e| e.into_inner().0, |r| r.0);
         }
         true
+    }
+}
+
+/// The stdout tail a failed step left, when it printed anything.
+fn failed_stdout(e: &StepError) -> Option<String> {
+    match e {
+        StepError::Failed { stdout_tail, .. } if !stdout_tail.is_empty() => {
+            Some(stdout_tail.clone())
+        }
+        _ => None,
     }
 }
 

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::config::{self, Function, Program, Step};
+use crate::config::{self, Function, OutputMode, Program, Step};
 use crate::sys::{self, AbortSignal};
 
 /// What a function run may use, fixed for the whole run.
@@ -89,6 +89,8 @@ pub enum StepError {
         signal: Option<i32>,
         /// Last bytes (at most 2 KiB) of its stderr, lossy UTF-8.
         stderr_tail: String,
+        /// Last bytes (at most 2 KiB) of its stdout, lossy UTF-8.
+        stdout_tail: String,
     },
     /// The deadline passed; the group got SIGTERM, then SIGKILL.
     TimedOut {
@@ -126,8 +128,15 @@ pub fn run_function(ctx: &Ctx<'_>, function: &Function, values: &[String]) -> Ou
     }
 }
 
-/// Bytes of stderr kept for [`StepError::Failed`].
+/// Bytes of stderr kept for [`StepError::Failed`], and of stdout likewise.
 const STDERR_TAIL: usize = 2048;
+
+/// The last [`STDERR_TAIL`] bytes of a failed step's stdout, lossy UTF-8,
+/// cut at a character boundary.
+fn stdout_tail(kept: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&kept[kept.len().saturating_sub(STDERR_TAIL)..]);
+    text.trim_start_matches('\u{FFFD}').to_string()
+}
 /// Poll tick when the kernel has no `pidfd_open`.
 const FALLBACK_TICK: Duration = Duration::from_millis(20);
 /// Size of one read from a pipe.
@@ -143,6 +152,7 @@ enum Fail {
         exit_code: Option<i32>,
         signal: Option<i32>,
         stderr_tail: String,
+        stdout_tail: String,
     },
     TimedOut,
     Aborted,
@@ -156,11 +166,13 @@ impl Fail {
                 exit_code,
                 signal,
                 stderr_tail,
+                stdout_tail,
             } => StepError::Failed {
                 step,
                 exit_code,
                 signal,
                 stderr_tail,
+                stdout_tail,
             },
             Fail::TimedOut => StepError::TimedOut { step },
             Fail::Aborted => StepError::Aborted { step },
@@ -269,8 +281,14 @@ fn run_step(
 
 /// The program to execute for `argv0`: a path with '/' resolves against
 /// `workdir`; a bare name is looked up in `path_env` (done here rather than
-/// by the spawn, so std stays on its posix_spawn path).
-fn resolve_program(argv0: &str, path_env: &str, workdir: &Path) -> Result<PathBuf, String> {
+/// by the spawn, so std stays on its posix_spawn path). The path is made
+/// absolute: the spawn changes into `workdir` before it executes the
+/// program, so a relative one would be resolved against `workdir` twice.
+pub fn resolve_program(argv0: &str, path_env: &str, workdir: &Path) -> Result<PathBuf, String> {
+    resolve_relative(argv0, path_env, workdir).map(|p| std::path::absolute(&p).unwrap_or(p))
+}
+
+fn resolve_relative(argv0: &str, path_env: &str, workdir: &Path) -> Result<PathBuf, String> {
     if argv0.is_empty() {
         return Err("empty program name".to_string());
     }
@@ -478,17 +496,26 @@ fn run_process(
             exit_code,
             signal,
             stderr_tail: format!("trigd: poll failed: {err}"),
+            stdout_tail: String::new(),
         }),
         (None, None, Err(err)) => Err(Fail::Failed {
             exit_code,
             signal,
             stderr_tail: format!("trigd: wait failed: {err}"),
+            stdout_tail: String::new(),
         }),
-        (None, None, Ok(s)) if s.success() => Ok(element(&watched.stdout.kept)),
+        (None, None, Ok(s)) if s.success() => element(&watched.stdout.kept, function.output)
+            .map_err(|stderr_tail| Fail::Failed {
+                exit_code,
+                signal,
+                stderr_tail,
+                stdout_tail: String::new(),
+            }),
         (None, None, Ok(_)) => Err(Fail::Failed {
             exit_code,
             signal,
             stderr_tail: watched.stderr.text(),
+            stdout_tail: stdout_tail(&watched.stdout.kept),
         }),
     };
     (Some(report), outcome)
@@ -513,14 +540,32 @@ fn may_switch(function: &Function) -> Result<(), String> {
     ))
 }
 
-/// A step's Result element: JSON when `stdout` is valid JSON, else the lossy
-/// text minus one trailing newline.
-fn element(stdout: &[u8]) -> Value {
-    if let Ok(v) = serde_json::from_slice::<Value>(stdout) {
-        return v;
+/// A step's Result element, as the function's `output` says: `auto` parses
+/// a JSON object or array and keeps anything else as the lossy text minus
+/// one trailing newline; `json` parses any JSON value (numbers keep their
+/// digits) and refuses anything else; `text` is always the text; `lines`
+/// is the text split at newlines.
+fn element(stdout: &[u8], mode: OutputMode) -> Result<Value, String> {
+    let text = || {
+        let t = stdout.strip_suffix(b"\n").unwrap_or(stdout);
+        String::from_utf8_lossy(t).into_owned()
+    };
+    let parsed = || serde_json::from_slice::<Value>(stdout);
+    match mode {
+        OutputMode::Auto => Ok(match parsed() {
+            Ok(v @ (Value::Object(_) | Value::Array(_))) => v,
+            _ => Value::String(text()),
+        }),
+        OutputMode::Json => parsed().map_err(|e| {
+            format!("trigd: the step's stdout is not JSON ({e}), and the function says output = \"json\"")
+        }),
+        OutputMode::Text => Ok(Value::String(text())),
+        OutputMode::Lines => {
+            let t = text();
+            let lines = if t.is_empty() { Vec::new() } else { t.split('\n').map(|l| Value::String(l.to_string())).collect() };
+            Ok(Value::Array(lines))
+        }
     }
-    let text = stdout.strip_suffix(b"\n").unwrap_or(stdout);
-    Value::String(String::from_utf8_lossy(text).into_owned())
 }
 
 /// Read what is ready on `pipe` (non-blocking); `false` once it is at EOF

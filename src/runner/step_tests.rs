@@ -55,6 +55,7 @@ fn func(name: &str, inputs: &[&str], steps: Vec<Step>) -> Function {
         workdir: std::env::temp_dir(),
         concurrency: None,
         retry_on_restart: false,
+        output: Default::default(),
         webhook: Some(Webhook {
             active: true,
             outputs: inputs.iter().map(|s| s.to_string()).collect(),
@@ -187,7 +188,8 @@ fn result_json_and_text() {
             Value::String("hello".into()),
             Value::String("two\n".into()),
             Value::String(String::new()),
-            serde_json::json!(42),
+            // `output = "auto"` keeps a scalar as the text it is.
+            Value::String("42".into()),
         ]
     );
     assert_eq!(out.steps.len(), 5);
@@ -258,6 +260,7 @@ fn call_failure_uses_top_level_index() {
             exit_code: Some(4),
             signal: None,
             stderr_tail: "oops\n".into(),
+            stdout_tail: String::new(),
         })
     );
     assert_eq!(out.result.len(), 1);
@@ -412,6 +415,7 @@ fn failure_stops_later_steps() {
             exit_code: Some(3),
             signal: None,
             stderr_tail: "bad\n".into(),
+            stdout_tail: String::new(),
         })
     );
     assert_eq!(out.result, vec![Value::String("ok".into())]);

@@ -27,10 +27,41 @@ pub fn login_form(app: &App, cfg: &Config, req: &Request) -> Result<Response, Ap
     if app.sessions.of_request(cfg, req).is_some() {
         return Ok(redirect(next));
     }
-    Ok(login_page(200, next, "", None))
+    Ok(login_page(200, next, "", None, &how_to_sign_in(cfg)))
 }
 
-fn login_page(status: u16, next: &str, username: &str, error: Option<&str>) -> Response {
+/// The paragraph under the form that says where accounts come from, and
+/// for users with a generated password, where that password was shown.
+fn how_to_sign_in(cfg: &Config) -> String {
+    let generated: Vec<String> = cfg
+        .users
+        .values()
+        .filter(|u| u.generated_password)
+        .map(|u| format!("<code>{}</code>", escape(&u.name)))
+        .collect();
+    let first = if generated.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "<p id=\"first-start\">First start? Sign in as {} with the password trigd printed \
+             (once) when it first started. Lost it? Stop trigd, delete \
+             <code>state/passwords.json</code> and start it again.</p>\n",
+            generated.join(" or ")
+        )
+    };
+    format!(
+        "{first}<p class=\"muted\">Accounts are the <code>[[users]]</code> entries of \
+         config.toml; give one a password with <code>trigd hash-password</code>.</p>\n"
+    )
+}
+
+fn login_page(
+    status: u16,
+    next: &str,
+    username: &str,
+    error: Option<&str>,
+    hint: &str,
+) -> Response {
     let error = error.map_or(String::new(), |e| {
         format!("<p class=\"error\" role=\"alert\">{}</p>\n", escape(e))
     });
@@ -44,7 +75,7 @@ fn login_page(status: u16, next: &str, username: &str, error: Option<&str>) -> R
          <p><label for=\"password\">Password</label>\n\
          <input id=\"password\" name=\"password\" type=\"password\" \
          autocomplete=\"current-password\" required></p>\n\
-         <p><button type=\"submit\">Sign in</button></p>\n</form>\n</main>",
+         <p><button type=\"submit\">Sign in</button></p>\n</form>\n{hint}</main>",
         escape(next),
         escape(username)
     );
@@ -65,7 +96,13 @@ pub fn login(app: &App, cfg: &Config, req: &Request) -> Result<Response, ApiErro
             let next = safe_next(field(&f, "next"));
             let user = field(&f, "username").unwrap_or("");
             let msg = ApiError::LoginFailed.message();
-            Ok(login_page(401, next, user, Some(&msg)))
+            Ok(login_page(
+                401,
+                next,
+                user,
+                Some(&msg),
+                &how_to_sign_in(cfg),
+            ))
         }
         r => finish(req, r),
     }

@@ -1,0 +1,91 @@
+//! Generated passwords: a `[[users]]` entry with `password = "generate"`
+//! gets a random password the first time `trigd serve` starts. trigd prints
+//! it once on stderr and keeps only its argon2 hash in
+//! `<state_dir>/passwords.json`; the config loader reads the hash from there.
+//! This is how the shipped config's `demo` user can sign in on a shared host
+//! without a password anyone could read in the repository.
+
+use std::collections::BTreeMap;
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use crate::commands;
+use crate::config::{self, Config};
+use crate::error::Error;
+
+/// The `password` value that asks for a generated password.
+pub const MARKER: &str = "generate";
+
+/// The file, in the state dir, that holds the hashes of generated passwords.
+pub const FILE: &str = "passwords.json";
+
+/// The stored hash of `user`'s generated password, if there is one.
+pub fn stored_hash(state_dir: &Path, user: &str) -> Option<String> {
+    read(&state_dir.join(FILE)).remove(user)
+}
+
+/// Load the config at `path` for `serve`; first give every user with
+/// `password = "generate"` and no stored hash a new password, printed once
+/// on stderr (`listen`, the address about to be served, is named there).
+///
+/// # Errors
+/// The config does not load, or the state dir cannot be written.
+pub fn load_for_serve(path: &Path, listen: Option<&str>) -> Result<Config, Error> {
+    let cfg = config::load(path).map_err(Error::Config)?;
+    let pending: Vec<String> = cfg
+        .users
+        .values()
+        .filter(|u| u.generated_password && u.password_hash.is_empty())
+        .map(|u| u.name.clone())
+        .collect();
+    if pending.is_empty() {
+        return Ok(cfg);
+    }
+    let file = cfg.server.state_dir.join(FILE);
+    let mut all = read(&file);
+    let mut lines = Vec::new();
+    for name in pending {
+        let password = hex::encode(rand::random::<[u8; 12]>());
+        all.insert(name.clone(), commands::hash(&password)?);
+        lines.push(format!("  user: {name}   password: {password}"));
+    }
+    write(&file, &all).map_err(|source| Error::Io {
+        path: file.clone(),
+        source,
+    })?;
+    eprintln!(
+        "\nFIRST START: sign in at /login (e.g. http://{}/login) with\n{}\n\
+         This password is shown only once; only its argon2 hash is kept, in {}.\n\
+         Lost it? Stop trigd, delete that file and start again for a new one; or give the \
+         user a password of your own with `trigd hash-password`.\n",
+        listen.unwrap_or(&cfg.server.listen),
+        lines.join("\n"),
+        file.display()
+    );
+    config::load(path).map_err(Error::Config)
+}
+
+fn read(file: &Path) -> BTreeMap<String, String> {
+    fs::read(file)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default()
+}
+
+/// Write `all` to `file` (mode 0600) through a temporary file and a rename.
+fn write(file: &Path, all: &BTreeMap<String, String>) -> std::io::Result<()> {
+    let dir = file.parent().unwrap_or(Path::new("."));
+    fs::create_dir_all(dir)?;
+    let tmp: PathBuf = dir.join(format!(".{FILE}.tmp"));
+    let mut f = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(&serde_json::to_vec_pretty(all).unwrap_or_default())?;
+    f.sync_all()?;
+    fs::rename(&tmp, file)
+}

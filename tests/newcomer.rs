@@ -1,0 +1,492 @@
+//! What a newcomer trips over first, each through the real binary: relative
+//! command paths under a relative `--config`, Results that keep what the
+//! program printed, the stdout of a failed run, `check` warnings, the key
+//! that `keygen` prints, follow-on config errors, a body on `POST /api`, the
+//! per-command help and the `trigd run` wording.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::util::*;
+
+/// `trigd ARGS…` run in `cwd`, bounded to 30 s: (exit code, stdout, stderr).
+fn trigd_in(cwd: &Path, args: &[&str]) -> (Option<i32>, String, String) {
+    let child = Command::new(BIN)
+        .args(args)
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot spawn trigd: {e}"));
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let out = rx
+        .recv_timeout(Duration::from_secs(30))
+        .unwrap_or_else(|_| panic!("trigd {args:?} did not exit within 30s"))
+        .expect("wait for trigd");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A server started in `cwd` with `args`; killed on drop.
+struct Server {
+    child: Child,
+    client: Client,
+}
+
+impl Server {
+    fn start(cwd: &Path, config: &str, log: &Path) -> Server {
+        let stderr = std::fs::File::create(log).expect("stderr log");
+        let mut child = Command::new(BIN)
+            .args(["serve", "--config", config, "--listen", "127.0.0.1:0"])
+            .current_dir(cwd)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .expect("spawn trigd serve");
+        let out = child.stdout.take().expect("stdout");
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            let mut r = BufReader::new(out);
+            let mut line = String::new();
+            let _ = r.read_line(&mut line);
+            let _ = tx.send(line);
+            let _ = std::io::copy(&mut r, &mut std::io::sink());
+        });
+        let line = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_default();
+        let addr = line
+            .trim_end()
+            .strip_prefix("listening on http://")
+            .unwrap_or_else(|| panic!("first stdout line {line:?}"))
+            .to_string();
+        Server {
+            child,
+            client: Client::for_addr(&addr, log),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const PAIR: &str = r#"
+id = 1
+name = "pair"
+
+[[functions]]
+name = "pair"
+command = ["./scripts/pair.sh", "{first}", "{second}"]
+[functions.webhook]
+outputs = ["first", "second"]
+
+[[functions]]
+name = "missing"
+command = ["./scripts/nope.sh"]
+[functions.webhook]
+active = false
+"#;
+
+#[test]
+fn relative_command_path_works_under_a_relative_config() {
+    let dir = setup("newcomer_relative", "", &[("pair.toml", PAIR)]);
+    dir.mkdir("programs/scripts");
+    dir.write(
+        "programs/scripts/pair.sh",
+        "#!/bin/sh\nprintf '%s+%s in %s' \"$1\" \"$2\" \"$(basename \"$PWD\")\"\n",
+    );
+    let script = dir.path("programs/scripts/pair.sh");
+    let mut perm = std::fs::metadata(&script).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+    std::fs::set_permissions(&script, perm).unwrap();
+    // From the parent directory, with a relative --config.
+    let parent = dir.root.parent().expect("parent dir");
+    let name = dir.root.file_name().unwrap().to_str().unwrap();
+    let config = format!("{name}/config.toml");
+
+    let (code, stdout, stderr) = trigd_in(parent, &["run", "pair", "a", "b", "--config", &config]);
+    let v: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("run stdout is not JSON ({e}): {stdout}\n{stderr}"));
+    assert_eq!(code, Some(0), "trigd run: {stdout}\n{stderr}");
+    assert_eq!(v["Result"], json!(["a+b in programs"]), "{stdout}");
+
+    let server = Server::start(parent, &config, &dir.path("stderr.log"));
+    let r = server.client.post(&format!(
+        "/api?api_key={KEY}&program_id=1&function=pair&variables=c&variables=d"
+    ));
+    r.check_eq(&r.ok()["Result"], &json!(["c+d in programs"]), "Result");
+    drop(server);
+
+    // check agrees: it loads, and warns about the command that is not there.
+    let (code, stdout, stderr) = trigd_in(parent, &["check", "--config", &config]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stdout.starts_with("ok: 1 program, 0 tools, 1 warning"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("warning:")
+            && stderr.contains("function `missing`")
+            && stderr.contains("./scripts/nope.sh"),
+        "check warns about the missing command: {stderr}"
+    );
+    assert!(!stderr.contains("pair.sh"), "pair.sh exists: {stderr}");
+}
+
+const OUTPUTS: &str = r#"
+id = 1
+name = "outputs"
+
+[[functions]]
+name = "auto"
+steps = [
+  { command = ["echo", "1.10"] },
+  { command = ["echo", "12345678901234567890123"] },
+  { shell = "date +%Y" },
+  { command = ["echo", "true"] },
+  { command = ["echo", "null"] },
+  { command = ["echo", '"quoted"'] },
+  { command = ["echo", '{"id": 12345678901234567890123, "v": 1.10}'] },
+  { command = ["echo", '[1.10, 2]'] },
+]
+[functions.webhook]
+
+[[functions]]
+name = "json"
+output = "json"
+steps = [
+  { command = ["echo", "1.10"] },
+  { command = ["echo", "12345678901234567890123"] },
+  { command = ["echo", "true"] },
+  { command = ["echo", "null"] },
+]
+[functions.webhook]
+
+[[functions]]
+name = "text"
+output = "text"
+command = ["echo", '{"a": 1}']
+[functions.webhook]
+
+[[functions]]
+name = "lines"
+output = "lines"
+steps = [{ command = ["printf", 'x\ny\n'] }, { command = ["true"] }]
+[functions.webhook]
+
+[[functions]]
+name = "notjson"
+output = "json"
+command = ["echo", "1.10.3"]
+[functions.webhook]
+"#;
+
+#[test]
+fn results_keep_what_the_program_printed() {
+    let (_dir, t) = serve("newcomer_outputs", "", &[("outputs.toml", OUTPUTS)]);
+    let run = |f: &str| t.post(&format!("/api?api_key={KEY}&program_id=1&function={f}"));
+    let r = run("auto");
+    let year = r.ok()["Result"][2].clone();
+    r.check(
+        year.as_str().is_some_and(|y| y.len() == 4),
+        "date +%Y stays text",
+    );
+    // The raw body: numbers inside JSON keep their digits.
+    let body = r.text();
+    r.check(
+        body.starts_with(&format!(
+            r#"{{"Result":["1.10","12345678901234567890123",{year},"true","null","\"quoted\"",{{"id":12345678901234567890123,"v":1.10}},[1.10,2]],"#
+        )),
+        "auto: scalars are text, objects and arrays JSON with exact numbers",
+    );
+    let r = run("json");
+    r.ok();
+    r.check(
+        r.text()
+            .starts_with(r#"{"Result":[1.10,12345678901234567890123,true,null],"#),
+        "json: scalars parsed, numbers exact",
+    );
+    let r = run("text");
+    r.check_eq(&r.ok()["Result"], &json!(["{\"a\": 1}"]), "text");
+    let r = run("lines");
+    r.check_eq(&r.ok()["Result"], &json!([["x", "y"], []]), "lines");
+    let v = run("notjson").err(500, "run_failed");
+    assert!(
+        v["Stderr"].as_str().unwrap_or("").contains("not JSON"),
+        "{v}"
+    );
+
+    // A bad output mode is a load error naming the key.
+    let dir = setup(
+        "newcomer_output_bad",
+        "",
+        &[(
+            "p.toml",
+            "id = 1\nname = \"p\"\n[[functions]]\nname = \"f\"\noutput = \"yaml\"\ncommand = [\"true\"]\n",
+        )],
+    );
+    let out = trigd(&["check", "--config", &dir.path_str("config.toml")], None);
+    out.code_is(1);
+    out.check(
+        out.stderr.contains("functions[0].output") || out.stderr.contains("output"),
+        "names the key",
+    );
+    out.check(out.stderr.contains("yaml"), "names the value");
+}
+
+#[test]
+fn a_failed_run_keeps_its_stdout() {
+    let prog = r#"
+id = 1
+name = "half"
+
+[[functions]]
+name = "half"
+steps = [{ shell = "echo step one done; echo oops >&2; exit 3" }]
+[functions.webhook]
+"#;
+    let (_dir, t) = serve("newcomer_failed_stdout", "", &[("half.toml", prog)]);
+    let r = t.post(&format!("/api?api_key={KEY}&program_id=1"));
+    let v = r.err(500, "run_failed");
+    r.check_eq(&v["Stdout"], &json!("step one done\n"), "Stdout in the 500");
+    r.check_eq(&v["Stderr"], &json!("oops\n"), "Stderr in the 500");
+    let run = v["Run"].as_str().expect("Run").to_string();
+    let r = t.get(&format!("/api/runs/{run}?api_key={KEY}"));
+    let rec = r.ok();
+    r.check_eq(&rec["State"], &json!("failed"), "State");
+    r.check_eq(
+        &rec["Stdout"],
+        &json!("step one done\n"),
+        "Stdout in the record",
+    );
+}
+
+#[test]
+fn a_body_on_post_api_is_refused_with_a_reason() {
+    let prog = r#"
+id = 1
+name = "hello"
+[[functions]]
+name = "greet"
+command = ["echo", "Hello, {name}!"]
+[functions.webhook]
+outputs = ["name"]
+"#;
+    let (_dir, t) = serve("newcomer_body", "", &[("hello.toml", prog)]);
+    for (ctype, body) in [
+        ("application/json", &br#"{"name": "Ada"}"#[..]),
+        ("application/x-www-form-urlencoded", b"variables=Ada"),
+    ] {
+        let r = t.request(
+            "POST",
+            &format!("/api?api_key={KEY}&program_id=1"),
+            &[("Content-Type", ctype)],
+            body,
+        );
+        let v = r.err(400, "invalid_parameter");
+        r.check_eq(&v["Parameter"], &json!("body"), "Parameter");
+        r.check(
+            v["Error"]
+                .as_str()
+                .is_some_and(|e| e.contains("query parameters")),
+            "says values go in the query string",
+        );
+    }
+    // Authentication still comes first.
+    t.request("POST", "/api?program_id=1", &[], b"{}")
+        .err(401, "missing_api_key");
+}
+
+#[test]
+fn check_warns_about_braces_in_a_shell_step() {
+    let prog = r#"
+id = 1
+name = "sh"
+[[functions]]
+name = "f"
+steps = [{ shell = 'echo "{name}"' }, { shell = 'echo "${name}" "$name"' }]
+[functions.webhook]
+outputs = ["name"]
+"#;
+    let dir = setup("newcomer_shell_braces", "", &[("sh.toml", prog)]);
+    let out = trigd(&["check", "--config", &dir.path_str("config.toml")], None);
+    out.code_is(0);
+    out.check(
+        out.stderr.contains("step 0") && out.stderr.contains("\"$name\""),
+        "a warning for step 0 pointing to $name",
+    );
+    out.check(!out.stderr.contains("step 1"), "${name} is fine");
+    out.check(
+        out.stdout.trim_end() == "ok: 1 program, 0 tools, 1 warning",
+        "summary",
+    );
+}
+
+#[test]
+fn keygen_prints_the_key_apart_from_the_block() {
+    let out = trigd(&["keygen", "--name", "x"], None);
+    out.code_is(0);
+    let key = out
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("tk_"))
+        .unwrap_or_else(|| out.fail("no key line on stderr"))
+        .to_string();
+    out.check(!out.stdout.contains(&key), "the pasted block holds no key");
+    out.check(!out.stdout.contains("tk_"), "nothing key-like on stdout");
+    out.check(
+        out.stdout
+            .contains(&format!("sha256 = \"{}\"", sha256_hex(&key))),
+        "the block holds the key's sha256",
+    );
+}
+
+#[test]
+fn a_syntax_error_in_config_reports_no_follow_on_errors() {
+    let prog = r#"
+id = 1
+name = "inv"
+workspace = "ops"
+[[functions]]
+name = "f"
+command = ["true"]
+"#;
+    let dir = setup("newcomer_follow_on", "", &[("inv.toml", prog)]);
+    dir.write(
+        "config.toml",
+        &config("").replace("[server]\n", "[server]\nmax_concurrent_runs = 1x\n"),
+    );
+    let out = trigd(&["check", "--config", &dir.path_str("config.toml")], None);
+    out.code_is(1);
+    out.check(
+        !out.stderr.contains("is not a [[workspaces]] entry"),
+        "no false workspace error",
+    );
+    out.check(out.stderr.trim_end().ends_with("\n1 error"), "one error");
+}
+
+#[test]
+fn each_command_has_its_own_help_and_errors_name_the_flag() {
+    for (cmd, word) in [
+        ("run", "--function F"),
+        ("keygen", "--workspace W"),
+        ("check", "Warnings"),
+        ("serve", "--listen ADDR"),
+        ("app-key", "--member M"),
+        ("hash-password", "stdin"),
+    ] {
+        let out = trigd(&[cmd, "--help"], None);
+        out.code_is(0);
+        out.check(
+            out.stdout.starts_with(&format!("trigd {cmd} — ")),
+            "its own help",
+        );
+        out.check(out.stdout.contains(word), format!("explains {word}"));
+    }
+    let out = trigd(&["keygen", "--bogus"], None);
+    out.code_is(2);
+    out.check(out.stderr.contains("'--bogus'"), "names the flag");
+    out.check(
+        out.stderr.contains("trigd keygen --help"),
+        "points to the help",
+    );
+    let out = trigd(&["--version"], None);
+    out.code_is(0);
+    // Outside the config's directory: the error suggests --config.
+    let out = trigd(&["check"], None);
+    out.code_is(1);
+    out.check(out.stderr.contains("--config"), "suggests --config");
+}
+
+#[test]
+fn trigd_run_speaks_cli() {
+    let prog = r#"
+id = 4
+name = "deploy"
+[[functions]]
+name = "plan"
+command = ["echo", "{version}"]
+[functions.webhook]
+outputs = ["version"]
+[[functions]]
+name = "apply"
+command = ["echo", "{version}"]
+[functions.webhook]
+outputs = ["version"]
+"#;
+    let dir = setup("newcomer_run_cli", "", &[("deploy.toml", prog)]);
+    let cfg = dir.path_str("config.toml");
+    let out = trigd(&["run", "deploy", "--config", &cfg, "1.2"], None);
+    out.code_is(1);
+    let e = out.json()["Error"].as_str().unwrap_or("").to_string();
+    out.check(
+        e.contains("--function") && !e.contains("function="),
+        "names --function",
+    );
+    let out = trigd(
+        &["run", "deploy", "--config", &cfg, "--function", "plan"],
+        None,
+    );
+    out.code_is(1);
+    let e = out.json()["Error"].as_str().unwrap_or("").to_string();
+    out.check(
+        e.contains("VALUE") && !e.contains("variables="),
+        "CLI values",
+    );
+    let out = trigd(&["run", "nope", "--config", &cfg], None);
+    out.code_is(1);
+    let e = out.json()["Error"].as_str().unwrap_or("").to_string();
+    out.check(!e.contains("API key"), "no API key wording");
+    let out = trigd(
+        &[
+            "run",
+            "deploy",
+            "--config",
+            &cfg,
+            "--function",
+            "plan",
+            "1.10",
+        ],
+        None,
+    );
+    out.code_is(0);
+    out.check_eq(&out.json()["Result"], &json!(["1.10"]), "Result");
+    out.check(
+        out.json().get("Run").is_none(),
+        "no Run id: nothing recorded",
+    );
+}
+
+#[test]
+fn counts_are_spelled_right() {
+    let prog = "id = 1\nname = \"p\"\n[[functions]]\nname = \"f\"\ncommand = [\"true\"]\n";
+    let (dir, t) = serve("newcomer_counts", "", &[("p.toml", prog)]);
+    let out = trigd(&["check", "--config", &dir.path_str("config.toml")], None);
+    out.code_is(0);
+    out.check_eq(out.stdout.trim_end(), "ok: 1 program, 0 tools", "summary");
+    dir.write("programs/p.toml", "id = 1\nname = \"p\"\nbogus = 1\n");
+    t.wait_for(WAIT, "the refused reload is logged", || {
+        t.stderr_tail().contains("reload refused (")
+    });
+    let log = t.stderr_tail();
+    t.check(
+        log.contains("reload refused (1 error);"),
+        format!("one error, singular: {log}"),
+    );
+}
