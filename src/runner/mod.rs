@@ -16,12 +16,14 @@
 //! dispatcher thread is needed. A [`SlotGuard`] frees or hands on the slot
 //! on every path, a panic included.
 //!
-//! The execution of one function (processes, timeouts, output) lives in
-//! [`step`].
+//! The queue's bookkeeping (slots, waiters, drain rate) lives in
+//! [`queue`]; the execution of one function (processes, timeouts, output)
+//! in [`step`].
 
+mod queue;
 pub mod step;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::BTreeMap;
 use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -35,6 +37,7 @@ use crate::config::{Config, Program};
 use crate::metrics::Metrics;
 use crate::store::{new_run_id, now_rfc3339, RunInput, RunRecord, RunState, RunStore};
 use crate::sys::AbortSignal;
+use queue::{Drain, Queued, Slots, Ticket, Waiter};
 use step::{Outcome, StepError};
 
 /// Everything needed to execute one run, owned, so that a detached thread can
@@ -101,176 +104,6 @@ pub enum RunError {
     Storage(io::Error),
     /// trigd is shutting down.
     ShuttingDown,
-}
-
-/// An async run waiting in the queue: its record (with its input) is on
-/// disk, so memory holds only what finds it again.
-struct Queued {
-    run: String,
-    cfg: Arc<Config>,
-    program: Arc<Program>,
-    key: SlotKey,
-    concurrency: usize,
-    /// The whole run, for a runner without a run log (nothing to read it
-    /// back from).
-    kept: Option<Box<(RunRecord, Job)>>,
-}
-
-/// A sync caller waiting for a slot. `granted` is set (under the slots
-/// lock) when a slot is handed to it.
-struct Ticket {
-    key: SlotKey,
-    concurrency: usize,
-    granted: AtomicBool,
-    wake: Condvar,
-}
-
-/// One place in the queue.
-enum Waiter {
-    Async(Queued),
-    Sync(Arc<Ticket>),
-}
-
-impl Waiter {
-    fn key(&self) -> (&SlotKey, usize) {
-        match self {
-            Waiter::Async(q) => (&q.key, q.concurrency),
-            Waiter::Sync(t) => (&t.key, t.concurrency),
-        }
-    }
-}
-
-/// Slot accounting; behind one mutex. Invariant at every unlock: no
-/// runnable waiter while a slot is free.
-#[derive(Default)]
-struct Slots {
-    used: usize,
-    max: usize,
-    per_fn: HashMap<SlotKey, usize>,
-    queue: VecDeque<Waiter>,
-    /// Queue places promised to async runs being recorded right now.
-    reserved: usize,
-    /// No new runs are accepted (shutdown started).
-    closing: bool,
-    /// Waiting runs are no longer started (the shutdown grace is over).
-    stopping: bool,
-}
-
-impl Slots {
-    fn fn_free(&self, key: &SlotKey, concurrency: usize) -> bool {
-        self.per_fn.get(key).copied().unwrap_or(0) < concurrency
-    }
-
-    fn slot_free(&self, key: &SlotKey, concurrency: usize) -> bool {
-        self.used < self.max && self.fn_free(key, concurrency)
-    }
-
-    fn take(&mut self, key: &SlotKey) {
-        self.used += 1;
-        *self.per_fn.entry(key.clone()).or_default() += 1;
-    }
-
-    fn release_fn(&mut self, key: &SlotKey) {
-        if let Some(n) = self.per_fn.get_mut(key) {
-            *n -= 1;
-            if *n == 0 {
-                self.per_fn.remove(key);
-            }
-        }
-    }
-
-    /// Remove the first waiter whose function has room.
-    fn next_runnable(&mut self) -> Option<Waiter> {
-        if self.stopping {
-            return None;
-        }
-        let i = self.queue.iter().position(|w| {
-            let (key, n) = w.key();
-            self.fn_free(key, n)
-        })?;
-        self.queue.remove(i)
-    }
-
-    /// Give a slot already counted in `used` to `w`: a sync waiter is
-    /// woken, an async run comes back to be started.
-    fn grant(&mut self, w: Waiter) -> Option<Queued> {
-        *self.per_fn.entry(w.key().0.clone()).or_default() += 1;
-        match w {
-            Waiter::Sync(t) => {
-                t.granted.store(true, Ordering::SeqCst);
-                t.wake.notify_one();
-                None
-            }
-            Waiter::Async(q) => Some(q),
-        }
-    }
-
-    /// Hand free slots to runnable waiters (after a reload raised the
-    /// limit); the async runs to start.
-    fn fill(&mut self) -> Vec<Queued> {
-        let mut start = Vec::new();
-        while self.used < self.max {
-            let Some(w) = self.next_runnable() else { break };
-            self.used += 1;
-            start.extend(self.grant(w));
-        }
-        start
-    }
-
-    /// A run of `key` ended: hand its slot to the next runnable waiter, or
-    /// free it (then `true`). An async run handed the slot comes back.
-    fn release(&mut self, key: &SlotKey) -> (Option<Queued>, bool) {
-        self.release_fn(key);
-        // Hand the slot on, unless a reload lowered the limit.
-        if self.used <= self.max {
-            if let Some(w) = self.next_runnable() {
-                return (self.grant(w), false);
-            }
-        }
-        self.used -= 1;
-        (None, true)
-    }
-
-    fn remove_ticket(&mut self, t: &Arc<Ticket>) {
-        self.queue
-            .retain(|w| !matches!(w, Waiter::Sync(x) if Arc::ptr_eq(x, t)));
-    }
-}
-
-/// Runs ended in the last 5 to 10 seconds: the drain rate behind
-/// `Retry-After`.
-struct Drain {
-    since: Instant,
-    prev: u32,
-    cur: u32,
-}
-
-const DRAIN_WINDOW: Duration = Duration::from_secs(5);
-
-impl Drain {
-    fn roll(&mut self) {
-        let age = self.since.elapsed();
-        if age >= 2 * DRAIN_WINDOW {
-            (self.prev, self.cur, self.since) = (0, 0, Instant::now());
-        } else if age >= DRAIN_WINDOW {
-            (self.prev, self.cur) = (self.cur, 0);
-            self.since += DRAIN_WINDOW;
-        }
-    }
-
-    fn tick(&mut self) {
-        self.roll();
-        self.cur = self.cur.saturating_add(1);
-    }
-
-    /// Seconds until `waiting` runs ahead of a caller have drained, 1 to
-    /// 600.
-    fn retry_after(&mut self, waiting: usize) -> u64 {
-        self.roll();
-        let span = (DRAIN_WINDOW + self.since.elapsed()).as_secs_f64();
-        let rate = (f64::from(self.prev + self.cur) / span).max(0.1);
-        ((waiting as f64 + 1.0) / rate).ceil().clamp(1.0, 600.0) as u64
-    }
 }
 
 /// A slot held by a run: dropped without [`SlotGuard::finish`] (a panic),
@@ -344,11 +177,7 @@ impl Runner {
             metrics,
             slots: Mutex::new(Slots::default()),
             freed: Condvar::new(),
-            drain: Mutex::new(Drain {
-                since: Instant::now(),
-                prev: 0,
-                cur: 0,
-            }),
+            drain: Mutex::new(Drain::new()),
             ended: Condvar::new(),
             abort: AbortSignal::new()?,
             path_env,
