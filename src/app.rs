@@ -1,16 +1,15 @@
 //! `App`: the state shared by every request — the current config snapshot,
 //! its generation, the last reload error, the run store, the runner,
-//! idempotency keys, application keys, browser sessions and rate limits.
+//! idempotency keys, and the credentials and limits of `access`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
-use crate::appkeys::AppKeys;
+use crate::access::Access;
+use crate::cluster::Readiness;
 use crate::config::Config;
 use crate::idempotency::Keys;
-use crate::ratelimit::RateLimits;
 use crate::runner::Runner;
-use crate::sessions::{Sessions, Throttle};
 use crate::store::RunStore;
 
 /// Shared server state.
@@ -23,12 +22,8 @@ pub struct App {
     pub store: Arc<RunStore>,
     /// Idempotency keys.
     pub idempotency: Keys,
-    /// Application keys of workspace members.
-    pub app_keys: AppKeys,
-    /// Browser login sessions.
-    pub sessions: Sessions,
-    /// Failed-login counters.
-    pub login_throttle: Throttle,
+    /// Application keys, sessions and rate limits.
+    pub access: Access,
     /// Run slots and queue.
     pub runner: Arc<Runner>,
     /// Open HTTP connections (set once the listener exists).
@@ -38,8 +33,6 @@ pub struct App {
     /// Set at SIGTERM for `drain_delay` before `closing`: requests are
     /// still served, `/healthz` answers 503 so the balancer stops sending.
     pub draining: AtomicBool,
-    /// Failed-authentication and per-key rate limits.
-    pub limits: RateLimits,
 }
 
 impl App {
@@ -50,23 +43,18 @@ impl App {
         runner: Arc<Runner>,
         idempotency: Keys,
     ) -> App {
-        let app_keys = AppKeys::new(&config.server.shared_state_dir);
-        let sessions = Sessions::open(&config.server.state_dir);
         App {
-            app_keys,
-            sessions,
-            login_throttle: Throttle::default(),
+            idempotency,
+            access: Access::open(&config.server.state_dir, &config.server.shared_state_dir),
             config: RwLock::new(Arc::new(config)),
             generation: AtomicU64::new(1),
             last_reload_error: Mutex::new(None),
             reload_errors: AtomicU64::new(0),
             store,
-            idempotency,
             runner,
             connections: OnceLock::new(),
             closing: AtomicBool::new(false),
             draining: AtomicBool::new(false),
-            limits: RateLimits::default(),
         }
     }
 
@@ -121,5 +109,18 @@ impl App {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// Whether this instance should get traffic now. The config is always
+    /// loaded once the server answers (a refused reload keeps the last good
+    /// one); the state dir is checked by opening `runs.log` for writing.
+    pub fn readiness(&self) -> Readiness {
+        if self.draining.load(Ordering::SeqCst) || self.closing.load(Ordering::SeqCst) {
+            return Readiness::Draining;
+        }
+        match self.store.check_writable() {
+            Ok(()) => Readiness::Ready,
+            Err(e) => Readiness::NotReady(format!("state dir not writable: {e}")),
+        }
     }
 }

@@ -1,6 +1,6 @@
 //! Running several instances behind a load balancer: the instance name that
-//! every run id carries, which instance owns a run id, and whether this
-//! instance is ready for traffic (`/healthz`).
+//! every run id carries, which instance owns a run id, and the readiness
+//! states of `/healthz` (`App::readiness` decides).
 //!
 //! A run id is `<instance>-<32 hex digits>`. The instance name is made of
 //! `a-z`, `0-9`, `_` and `-`, so the id stays URL-safe, and the owner is
@@ -10,9 +10,6 @@
 //! and have no owner: the instance whose state dir holds them serves them.
 
 use std::fs;
-use std::sync::atomic::Ordering;
-
-use crate::app::App;
 
 /// Longest instance name, in bytes.
 pub const MAX_NAME: usize = 63;
@@ -107,19 +104,6 @@ impl Readiness {
             Readiness::Draining => "draining",
             Readiness::NotReady(_) => "not_ready",
         }
-    }
-}
-
-/// The readiness of `app`. The config is always loaded once the server
-/// answers (a refused reload keeps the last good one); the state dir is
-/// checked by opening `runs.log` for writing.
-pub fn readiness(app: &App) -> Readiness {
-    if app.draining.load(Ordering::SeqCst) || app.closing.load(Ordering::SeqCst) {
-        return Readiness::Draining;
-    }
-    match app.store.check_writable() {
-        Ok(()) => Readiness::Ready,
-        Err(e) => Readiness::NotReady(format!("state dir not writable: {e}")),
     }
 }
 

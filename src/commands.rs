@@ -9,14 +9,13 @@ use argon2::password_hash::{PasswordHasher, SaltString};
 use argon2::Argon2;
 use serde_json::Value;
 
-use crate::api;
-use crate::appkeys::AppKeys;
-use crate::auth::sha256;
-use crate::config;
+use crate::access::{random_hex, sha256, AppKeys};
+use crate::config::{self, Values};
 use crate::error::Error;
 use crate::http::ApiError;
-use crate::runner::{Job, Runner};
-use crate::store::new_run_id;
+use crate::invoke;
+use crate::runner::Runner;
+use crate::store::{new_run_id, Origin};
 
 /// `trigd check`: load everything, print a summary or every error; warn
 /// (on stderr) about what loads but will likely fail at run time.
@@ -85,7 +84,7 @@ pub fn app_key(path: &Path, workspace: &str, member: &str) -> Result<(), Error> 
 /// and the config lines holding only its hash (on stdout), so that pasting
 /// the block never stores the key.
 pub fn keygen(name: &str, workspace: Option<&str>) {
-    let key = format!("tk_{}", hex::encode(rand::random::<[u8; 32]>()));
+    let key = format!("tk_{}", random_hex());
     let mut out = format!(
         "# API key {name:?} (the key itself was printed on stderr, not here)\n\
          [[api_keys]]\n\
@@ -230,19 +229,18 @@ fn run_local(
                 name: name.to_string(),
                 functions: program.functions.iter().map(|f| f.name.clone()).collect(),
             })?,
-        None => api::select_function(program, None)?,
+        None => invoke::select_function(program, None)?,
     };
-    api::check_values(&cfg.server, function.inputs(), &values)?;
+    invoke::check_values(&cfg.server, Values::Positional, function.inputs(), &values)?;
     let runner = Runner::new(None, Default::default()).map_err(|_| ApiError::Internal)?;
-    let job = Job {
-        cfg: Arc::clone(cfg),
-        program: Arc::clone(program),
-        function: function.name.clone(),
+    let job = invoke::job(
+        cfg,
+        program,
+        function,
         values,
-        vars: Default::default(),
-        by: "cli".into(),
-        id: None,
-    };
+        &Default::default(),
+        Origin::Cli,
+    );
     let outcome = runner.execute_only(&job);
-    api::finished_body(&new_run_id(&cfg.server.instance), outcome)
+    invoke::finished_body(&new_run_id(&cfg.server.instance), outcome)
 }

@@ -4,20 +4,89 @@
 //!
 //! Handlers never see tiny_http types: `server.rs` converts a tiny_http
 //! request into a [`Request`] (bounded body, decoded path and query) and a
-//! [`Response`] back. The SPEC §3.3 table lives in [`ApiError::status`] and
+//! [`Response`] back. The table of statuses and codes lives in [`ApiError::status`] and
 //! [`ApiError::code`], each one `match`, so the compiler checks that every
 //! error has a status and a code.
 
-use std::fmt::Write as _;
+use std::borrow::Cow;
+use std::fmt;
 use std::net::SocketAddr;
 
+use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+
 use serde_json::{json, Map, Value};
+
+/// An HTTP method.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Method {
+    /// `GET`
+    #[default]
+    Get,
+    /// `HEAD`
+    Head,
+    /// `POST`
+    Post,
+    /// `PUT`
+    Put,
+    /// `PATCH`
+    Patch,
+    /// `DELETE`
+    Delete,
+    /// `OPTIONS`
+    Options,
+    /// Any other method; no route serves it.
+    Other,
+}
+
+impl Method {
+    /// The method named `s`, in any case.
+    pub fn parse(s: &str) -> Method {
+        const ALL: [Method; 7] = [
+            Method::Get,
+            Method::Head,
+            Method::Post,
+            Method::Put,
+            Method::Patch,
+            Method::Delete,
+            Method::Options,
+        ];
+        ALL.into_iter()
+            .find(|m| m.as_str().eq_ignore_ascii_case(s))
+            .unwrap_or(Method::Other)
+    }
+
+    /// The upper-case name (`OTHER` for [`Method::Other`]).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Get => "GET",
+            Method::Head => "HEAD",
+            Method::Post => "POST",
+            Method::Put => "PUT",
+            Method::Patch => "PATCH",
+            Method::Delete => "DELETE",
+            Method::Options => "OPTIONS",
+            Method::Other => "OTHER",
+        }
+    }
+}
+
+impl serde::Serialize for Method {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl fmt::Display for Method {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// An HTTP request as handlers see it.
 #[derive(Debug, Clone, Default)]
 pub struct Request {
-    /// Upper-case method (`GET`, `POST`, …).
-    pub method: String,
+    /// The method.
+    pub method: Method,
     /// The raw path, without the query string.
     pub path: String,
     /// Percent-decoded path segments, empty ones dropped.
@@ -50,7 +119,7 @@ impl Request {
             segments.push(seg);
         }
         Ok(Request {
-            method: method.to_ascii_uppercase(),
+            method: Method::parse(method),
             path: path.to_string(),
             segments,
             query: parse_query(query)?,
@@ -115,60 +184,63 @@ impl Request {
     }
 }
 
-/// Parse `a=1&b=2` into decoded pairs.
+/// Parse a query string into decoded pairs.
 fn parse_query(q: &str) -> Result<Vec<(String, String)>, ApiError> {
+    form_pairs(q).map_err(|k| ApiError::InvalidParameter {
+        msg: format!("query parameter '{k}' is not valid percent-encoded UTF-8"),
+        name: k,
+    })
+}
+
+/// Decode `application/x-www-form-urlencoded` text (`a=1&b=x+y`, also the
+/// query string) into pairs, in order, repeats kept.
+///
+/// # Errors
+/// The raw key of the first pair that is not valid percent-encoded UTF-8.
+pub fn form_pairs(text: &str) -> Result<Vec<(String, String)>, String> {
     let mut out = Vec::new();
-    for part in q.split('&').filter(|s| !s.is_empty()) {
+    for part in text.split('&').filter(|s| !s.is_empty()) {
         let (k, v) = part.split_once('=').unwrap_or((part, ""));
-        let bad = || ApiError::InvalidParameter {
-            name: k.to_string(),
-            msg: format!("query parameter '{k}' is not valid percent-encoded UTF-8"),
-        };
-        let key = percent_decode(k, true).ok_or_else(bad)?;
-        let value = percent_decode(v, true).ok_or_else(bad)?;
-        out.push((key, value));
+        match (percent_decode(k, true), percent_decode(v, true)) {
+            (Some(key), Some(value)) => out.push((key, value)),
+            _ => return Err(k.to_string()),
+        }
     }
     Ok(out)
 }
 
 /// Decode `%XX` escapes (and `+` as space when `plus` is set). `None` for a
 /// malformed escape or a result that is not UTF-8.
-pub fn percent_decode(s: &str, plus: bool) -> Option<String> {
+fn percent_decode(s: &str, plus: bool) -> Option<String> {
     let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'%' => {
-                let hex = b.get(i + 1..i + 3)?;
-                let hex = std::str::from_utf8(hex).ok()?;
-                out.push(u8::from_str_radix(hex, 16).ok()?);
-                i += 3;
-            }
-            b'+' if plus => {
-                out.push(b' ');
-                i += 1;
-            }
-            c => {
-                out.push(c);
-                i += 1;
-            }
-        }
+    let malformed = b.iter().enumerate().any(|(i, &c)| {
+        c == b'%'
+            && !b
+                .get(i + 1..i + 3)
+                .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
+    });
+    if malformed {
+        return None;
     }
-    String::from_utf8(out).ok()
+    let s: Cow<str> = if plus {
+        s.replace('+', " ").into()
+    } else {
+        s.into()
+    };
+    let decoded = percent_decode_str(&s).decode_utf8().ok()?;
+    Some(decoded.into_owned())
 }
+
+/// Everything but the unreserved characters of RFC 3986.
+const NOT_UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
 
 /// Percent-encode everything but unreserved characters.
 pub fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for &c in s.as_bytes() {
-        if c.is_ascii_alphanumeric() || b"-._~".contains(&c) {
-            out.push(c as char);
-        } else {
-            let _ = write!(out, "%{c:02X}");
-        }
-    }
-    out
+    utf8_percent_encode(s, NOT_UNRESERVED).to_string()
 }
 
 /// An HTTP response as handlers build it.
@@ -220,7 +292,7 @@ impl Response {
     }
 }
 
-/// Every error an HTTP handler can answer with. See SPEC §3.3.
+/// Every error an HTTP handler can answer with.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ApiError {
     /// No api_key parameter and no bearer token.
@@ -596,10 +668,27 @@ mod tests {
     #[test]
     fn query_keeps_order_and_repeats() {
         let r = Request::new("post", "/api?variables=a&x=1&variables=b%20c&variables=d+e").unwrap();
-        assert_eq!(r.method, "POST");
+        assert_eq!(r.method, Method::Post);
         assert_eq!(r.segments, ["api"]);
         let vars: Vec<_> = r.query_all("variables").collect();
         assert_eq!(vars, ["a", "b c", "d e"]);
+    }
+
+    #[test]
+    fn methods_parse_in_any_case() {
+        assert_eq!(Method::parse("patch"), Method::Patch);
+        assert_eq!(Method::parse("BREW"), Method::Other);
+        assert_eq!(Method::Delete.to_string(), "DELETE");
+    }
+
+    #[test]
+    fn percent_coding_round_trips() {
+        assert_eq!(percent_encode("a b/ü~"), "a%20b%2F%C3%BC~");
+        assert_eq!(percent_decode("a%20b%2F%C3%BC~", false).unwrap(), "a b/ü~");
+        assert_eq!(percent_decode("a+b", true).unwrap(), "a b");
+        assert_eq!(percent_decode("a+b", false).unwrap(), "a+b");
+        assert_eq!(percent_decode("%2", false), None);
+        assert_eq!(percent_decode("100%", false), None);
     }
 
     #[test]

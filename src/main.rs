@@ -5,20 +5,44 @@
 //! as real child processes, synchronously or on a detached thread. See
 //! README.md for the operator's guide.
 //!
-//! Where things live: `cli` parses the command line; `config` loads and
-//! validates; `server` owns the listener and workers; `routes` is the URL
-//! table; `api` is the run endpoint; `runner` is where a run starts
-//! (`runner::step` executes it); `store` is the run log; `idempotency`
-//! remembers `Idempotency-Key`s and `replay` answers their repeats; `auth`
-//! checks keys; `ratelimit` throttles failed authentication and busy keys;
-//! `cluster` names this instance in run ids and says whether it is ready;
-//! `sys` holds the only `unsafe` code.
+//! # Map
+//!
+//! A request, in five lines:
+//!
+//! ```text
+//! server::handle      tiny_http request → http::Request (bounded body), catch_unwind, access log
+//! routes::handle      one match on method and path → a handler
+//! api / tools         find the config::Endpoint (compiled at load) → invoke::invoke
+//! invoke::invoke      credentials (access) → method → function → values → (rules) → start → answer
+//! runner              slots and queue → runner::step runs the processes → store records the run
+//! ```
+//!
+//! Where each concern lives (one guess each):
+//!
+//! ```text
+//! authenticate a caller, rate limits, CSRF, logins   access/ (mod.rs, limiter.rs, csrf.rs, login.rs)
+//! sessions, application keys at rest                access/sessions.rs, access/app_keys.rs
+//! start a run, read and check its values            invoke/ (mod.rs, values.rs, answer.rs)
+//! load and validate the config                      config/ (validate.rs → server.rs, program.rs, tools.rs)
+//! what an entry point takes (Endpoint)              config/endpoint.rs
+//! error codes and their JSON                        http.rs (ApiError)
+//! run slots, the wait queue, child processes        runner/ (mod.rs, queue.rs, step.rs)
+//! run records, who started a run (Origin)           store.rs
+//! Idempotency-Key: keys at rest, answering repeats  idempotency.rs, replay.rs
+//! pages (maud templates)                            ui/ (login, settings, endpoints, switch); view.rs is the endpoint view
+//! the public switch written to config.toml          ui/switch.rs, config/edit.rs
+//! instance names in run ids, readiness, draining    cluster.rs
+//! hot reload                                        reload.rs
+//! command line                                      cli.rs (parsing), commands.rs (subcommands)
+//! warnings of `trigd check`                         lint.rs
+//! generated passwords at first start                firststart.rs, config/generated.rs
+//! the only unsafe code                              sys.rs
+//! ```
 #![deny(unsafe_code)]
 
+mod access;
 mod api;
 mod app;
-mod appkeys;
-mod auth;
 mod cli;
 mod cluster;
 mod commands;
@@ -27,20 +51,20 @@ mod error;
 mod firststart;
 mod http;
 mod idempotency;
+mod invoke;
 mod lint;
 mod logging;
 mod metrics;
-mod ratelimit;
 mod reload;
 mod replay;
 mod routes;
 mod runner;
 mod server;
-mod sessions;
 mod store;
 mod sys;
 mod tools;
 mod ui;
+mod view;
 
 use std::process::ExitCode;
 

@@ -27,7 +27,7 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -239,6 +239,11 @@ fn wait_quiet(rx: &Receiver<Trigger>, first: Trigger) -> bool {
 /// Load everything and swap it in if it is valid and changed. With `forced`
 /// (SIGHUP) an unchanged config is still reported in the log.
 pub fn reload_now(app: &App, config_path: &Path, forced: bool) {
+    // One reload at a time: the watcher, SIGHUP and the public switch may all
+    // reload, and a reload that read the files earlier must not swap in its
+    // older snapshot after one that read them later.
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
     let started = Instant::now();
     let current = app.config();
     match config::load_changed(config_path, &current.fingerprint) {

@@ -39,7 +39,7 @@ pub fn start_once(
         instance: &server.instance,
     };
     let deadline = Instant::now() + wait_bound(&job);
-    let scope = job.by.clone();
+    let scope = String::from(job.by.clone());
     loop {
         let known = |id: &str| app.store.program_of(id).is_some();
         match app.idempotency.claim(policy, &scope, key, request, known)? {

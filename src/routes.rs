@@ -9,7 +9,7 @@ use serde_json::json;
 use crate::api;
 use crate::app::App;
 use crate::cluster;
-use crate::http::{ApiError, Request, Response};
+use crate::http::{ApiError, Method, Request, Response};
 use crate::metrics::Gauges;
 use crate::tools;
 use crate::ui;
@@ -20,40 +20,43 @@ pub const OPENAPI: &str = include_str!("../openapi.json");
 
 /// Answer one request.
 pub fn handle(app: &App, req: &Request) -> Response {
+    use Method::{Get, Head, Post, Put};
     let cfg = app.config();
     let segs: Vec<&str> = req.segments.iter().map(String::as_str).collect();
-    let method = req.method.as_str();
-    let result = match (method, segs.as_slice()) {
-        ("GET" | "HEAD", ["healthz"]) => Ok(healthz(app)),
-        ("GET" | "HEAD", ["livez"]) => Ok(Response::json(200, &json!({ "Status": "alive" }))),
-        ("GET" | "HEAD", ["metrics"]) => Ok(metrics(app)),
-        ("GET" | "HEAD", ["openapi.json"]) => Ok(Response::text(200, "application/json", OPENAPI)),
-        (_, ["api"]) => api::run(app, &cfg, req),
-        ("GET", ["api", "runs", id]) => api::run_status(app, &cfg, req, id),
+    let result = match (req.method, segs.as_slice()) {
+        (Get | Head, ["healthz"]) => Ok(healthz(app)),
+        (Get | Head, ["livez"]) => Ok(Response::json(200, &json!({ "Status": "alive" }))),
+        (Get | Head, ["metrics"]) => Ok(metrics(app)),
+        (Get | Head, ["openapi.json"]) => Ok(Response::text(200, "application/json", OPENAPI)),
+        (Post, ["api"]) => api::run(app, &cfg, req),
+        (_, ["api"]) => Err(ApiError::MethodNotAllowed {
+            allow: vec!["POST"],
+        }),
+        (Get, ["api", "runs", id]) => api::run_status(app, &cfg, req, id),
         (_, ["api", "runs", _]) => Err(ApiError::MethodNotAllowed { allow: vec!["GET"] }),
-        ("GET", []) => ui::home(app, &cfg, req),
-        ("GET", ["login"]) => ui::login_form(app, &cfg, req),
-        ("POST", ["login"]) => ui::login(app, &cfg, req),
+        (Get, []) => ui::home(app, &cfg, req),
+        (Get, ["login"]) => ui::login_form(app, &cfg, req),
+        (Post, ["login"]) => ui::login(app, &cfg, req),
         (_, ["login"]) => Err(ApiError::MethodNotAllowed {
             allow: vec!["GET", "POST"],
         }),
-        ("POST", ["logout"]) => ui::logout(app, &cfg, req),
+        (Post, ["logout"]) => ui::logout(app, &cfg, req),
         (_, ["logout"]) => Err(ApiError::MethodNotAllowed {
             allow: vec!["POST"],
         }),
-        ("GET", ["workspaces", ws, "settings"]) => ui::settings(app, &cfg, req, ws),
-        ("POST", ["workspaces", ws, "settings", "application-key"]) => {
+        (Get, ["workspaces", ws, "settings"]) => ui::settings(app, &cfg, req, ws),
+        (Post, ["workspaces", ws, "settings", "application-key"]) => {
             ui::regenerate(app, &cfg, req, ws)
         }
-        ("GET" | "HEAD", ["static", name]) => ui::asset(name),
-        ("GET", ["tools", tool, "endpoints"]) if ui::wants_html(req) => {
+        (Get | Head, ["static", name]) => ui::asset(name),
+        (Get, ["tools", tool, "endpoints"]) if ui::wants_html(req) => {
             ui::endpoints(app, &cfg, req, tool)
         }
-        ("GET" | "HEAD", ["tools", tool, "endpoints"]) => tools::view(app, &cfg, req, tool),
-        ("PUT", ["tools", tool, "environments", env, "public"]) => {
+        (Get | Head, ["tools", tool, "endpoints"]) => tools::view(app, &cfg, req, tool),
+        (Put, ["tools", tool, "environments", env, "public"]) => {
             ui::switch_put(app, &cfg, req, [tool, env])
         }
-        ("POST", ["tools", tool, "environments", env, "public"]) => {
+        (Post, ["tools", tool, "environments", env, "public"]) => {
             ui::switch_post(app, &cfg, req, [tool, env])
         }
         (_, ["tools", _, "environments", _, "public"]) => Err(ApiError::MethodNotAllowed {
@@ -83,7 +86,7 @@ pub fn handle(app: &App, req: &Request) -> Response {
 /// `not_ready` with the `Reason`), with the config generation and counts.
 fn healthz(app: &App) -> Response {
     let cfg = app.config();
-    let ready = cluster::readiness(app);
+    let ready = app.readiness();
     let reason = match &ready {
         cluster::Readiness::NotReady(why) => Some(why.clone()),
         _ => None,

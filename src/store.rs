@@ -34,14 +34,14 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::sys;
 
-/// The states of a run (SPEC §3.2).
+/// The states of a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunState {
@@ -78,6 +78,64 @@ impl RunState {
     }
 }
 
+/// Who started a run. In records and JSON it is one string, as it always
+/// was: `api_key:<name>`, `app_key:<member>`, `session:<user>`, `public` or
+/// `cli`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(into = "String", from = "String")]
+pub enum Origin {
+    /// A `POST /api` caller with the `[[api_keys]]` entry of this name.
+    ApiKey(String),
+    /// A workspace member with a bearer application key.
+    AppKey(String),
+    /// A signed-in user with a browser session.
+    Session(String),
+    /// Anyone, through an endpoint of a public environment.
+    Public,
+    /// `trigd run` on the command line.
+    Cli,
+    /// None recorded (an empty string).
+    #[default]
+    Unknown,
+    /// A string this version does not know, kept as written.
+    Other(String),
+}
+
+impl From<Origin> for String {
+    fn from(o: Origin) -> String {
+        match o {
+            Origin::ApiKey(n) => format!("api_key:{n}"),
+            Origin::AppKey(n) => format!("app_key:{n}"),
+            Origin::Session(n) => format!("session:{n}"),
+            Origin::Public => "public".into(),
+            Origin::Cli => "cli".into(),
+            Origin::Unknown => String::new(),
+            Origin::Other(s) => s,
+        }
+    }
+}
+
+impl From<String> for Origin {
+    fn from(s: String) -> Origin {
+        let tagged = |tag: &str| s.strip_prefix(tag).map(str::to_string);
+        if let Some(n) = tagged("api_key:") {
+            return Origin::ApiKey(n);
+        }
+        if let Some(n) = tagged("app_key:") {
+            return Origin::AppKey(n);
+        }
+        if let Some(n) = tagged("session:") {
+            return Origin::Session(n);
+        }
+        match s.as_str() {
+            "public" => Origin::Public,
+            "cli" => Origin::Cli,
+            "" => Origin::Unknown,
+            _ => Origin::Other(s),
+        }
+    }
+}
+
 /// One run, as stored and as served by `GET /api/runs/<id>`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
@@ -95,7 +153,7 @@ pub struct RunRecord {
     pub r#async: bool,
     /// Who started it: `api_key:<name>`, `app_key:<member>`, `session:<user>`, `public`.
     #[serde(default)]
-    pub by: String,
+    pub by: Origin,
     /// RFC 3339 time it was accepted.
     pub created_at: String,
     /// RFC 3339 time it started executing.
@@ -617,26 +675,7 @@ pub fn now_rfc3339() -> String {
 
 /// `t` as RFC 3339 UTC with milliseconds.
 pub fn rfc3339(t: SystemTime) -> String {
-    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs();
-    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
-    // Civil-from-days (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        d.subsec_millis()
-    )
+    humantime::format_rfc3339_millis(t).to_string()
 }
 
 /// A new random run id of `instance`: its name, `-`, then 128 bits as 32
@@ -668,7 +707,7 @@ mod tests {
             program: 1,
             function: "f".into(),
             r#async: true,
-            by: "cli".into(),
+            by: Origin::Cli,
             created_at: now_rfc3339(),
             started_at: None,
             finished_at: None,
@@ -686,6 +725,7 @@ mod tests {
 
     #[test]
     fn rfc3339_known_dates() {
+        use std::time::UNIX_EPOCH;
         assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
         let t = UNIX_EPOCH + Duration::from_millis(1_795_321_234_567);
         assert_eq!(rfc3339(t), "2026-11-22T04:20:34.567Z");

@@ -5,6 +5,7 @@ mod browser; // headless Chromium through chromedriver: login, application key, 
 mod cli; // subcommands: check, keygen, hash-password, run, --help/--version, usage errors
 mod cluster; // several instances: run ids naming their instance, 421, readiness and draining, three instances behind HAProxy
 mod limits; // issue 6: connections, sizes, fairness, EMFILE, overload, crash, hostile programs, rate limits, users
+mod modules; // the module graph of src/ has no cycles
 mod newcomer; // a newcomer's first hour: relative commands, exact Results, failed stdout, check warnings, help, run wording
 mod openapi; // openapi.json against src/routes.rs and the error codes; GET /openapi.json
 mod queue; // waiting for a slot, full queue, floods, idempotency keys, runs after a crash, full disk

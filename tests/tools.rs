@@ -220,12 +220,11 @@ fn values_come_by_name_from_query_body_or_both() {
 fn wrong_values_are_400_listing_the_outputs() {
     let (_dir, t) = start("tools_bad_values", "");
     let url = "/tools/inventory/staging/add-item";
-    let cases: [(&str, &str, &[u8], &str); 8] = [
+    let cases: [(&str, &str, &[u8], &str); 7] = [
         ("missing", "?item=a", b"", "qty"),
         ("none at all", "", b"", "item"),
         ("extra", "?item=a&qty=1&color=red", b"", "color"),
         ("non-string", "", br#"{"item": "a", "qty": 1}"#, "qty"),
-        ("oversized", "?item=aaaaaaaaaaaaaaaaa&qty=1", b"", "item"),
         ("repeated in query", "?item=a&item=b&qty=1", b"", "item"),
         (
             "in query and body",
@@ -249,6 +248,16 @@ fn wrong_values_are_400_listing_the_outputs() {
             format!("{what}: the message names {named:?}"),
         );
     }
+}
+
+#[test]
+fn an_oversized_value_is_invalid_parameter_as_on_the_run_endpoint() {
+    let (_dir, t) = start("tools_oversized", "");
+    let r = t.post("/tools/inventory/staging/add-item?item=aaaaaaaaaaaaaaaaa&qty=1");
+    let v = r.err(400, "invalid_parameter");
+    r.check_eq(&v["Parameter"], &json!("item"), "Parameter names the value");
+    let msg = v["Error"].as_str().unwrap_or_default();
+    r.check(msg.contains("16 bytes"), "the message gives the limit");
 }
 
 #[test]

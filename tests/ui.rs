@@ -605,7 +605,7 @@ fn endpoint_view_is_html_for_browsers_and_json_otherwise() {
         "protected",
         "public",
         "Copy curl command",
-        "-d &#39;{&quot;item&quot;:&quot;VALUE&quot;}&#39;",
+        "-d '{&quot;item&quot;:&quot;VALUE&quot;}'",
     ] {
         r.check(text.contains(want), format!("the page shows {want:?}"));
     }

@@ -5,8 +5,8 @@
 //! `main.rs` declares, each with a `#[path]` to the real file, so
 //! `crate::config`, `crate::http`, … resolve exactly as in trigd and nothing
 //! is copied. trigd itself only had to expose two private items (see
-//! README.md): `config::load_str` under `cfg(fuzzing)` and
-//! `tools::named_values` as `pub(crate)`.
+//! README.md): `config::load_str` and `invoke::named_values`, both under
+//! `cfg(fuzzing)`.
 //!
 //! Each harness takes arbitrary bytes, must never panic, and asserts the
 //! parser's invariants. The `fuzz_targets/` binaries feed them from
@@ -116,7 +116,7 @@ pub fn http_request(data: &[u8]) {
     let Ok(req) = Request::new(method, target) else {
         return;
     };
-    assert_eq!(req.method, method.to_ascii_uppercase());
+    assert_eq!(req.method, http::Method::parse(method));
     for s in &req.segments {
         assert!(
             !s.is_empty() && !s.contains('/') && s != "." && s != "..",
@@ -149,11 +149,11 @@ pub fn http_request(data: &[u8]) {
             // fine: redacted
         }
     }
-    let _ = api::parse_bool("run_async", req.query_one("run_async").ok().flatten());
+    let _ = invoke::parse_bool("run_async", req.query_one("run_async").ok().flatten());
 }
 
 /// Fuzz the value parsing of generated tool endpoints
-/// (`tools::named_values`): outputs from the first line, the target from the
+/// (`invoke::named_values`): outputs from the first line, the target from the
 /// second, the body from the rest. On success there is exactly one value per
 /// output, each taken from the query or the body.
 pub fn tool_values(data: &[u8]) {
@@ -172,7 +172,7 @@ pub fn tool_values(data: &[u8]) {
         return;
     };
     req.body = lines.next().unwrap_or("").as_bytes().to_vec();
-    match tools::named_values(&req, &outputs) {
+    match invoke::named_values(&req, &outputs) {
         Ok(values) => {
             assert_eq!(values.len(), outputs.len());
             let body: Option<serde_json::Value> = serde_json::from_slice(&req.body).ok();

@@ -21,7 +21,6 @@ use std::fs;
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use toml_edit::{DocumentMut, Item, TableLike, Value};
@@ -31,14 +30,6 @@ use crate::sys;
 
 /// Serializes edits of the config file within this process.
 static EDIT: Mutex<()> = Mutex::new(());
-/// Edits written so far by this process.
-static WRITES: AtomicU64 = AtomicU64::new(0);
-
-/// How many edits this process has written: a caller waiting for its edit
-/// to be served can stop when a later one replaced it.
-pub fn writes() -> u64 {
-    WRITES.load(Ordering::SeqCst)
-}
 
 /// Why an edit was not made.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,9 +48,6 @@ pub struct Flip {
     pub old: bool,
     /// The value in the file now.
     pub new: bool,
-    /// [`writes`] right after this edit: when it has grown, a later edit
-    /// replaced this one.
-    pub seq: u64,
 }
 
 /// The file an edit of `path` writes: `path` with symlinks resolved, so
@@ -117,12 +105,7 @@ pub fn set_public(path: &Path, tool: &str, env: &str, public: bool) -> Result<Fl
         .map_err(|e| EditError::NotWritable(format!("{} cannot be read: {e}", real.display())))?;
     let (edited, old) = edit_text(&text, tool, env, public).map_err(EditError::Invalid)?;
     if old == public {
-        let seq = writes();
-        return Ok(Flip {
-            old,
-            new: public,
-            seq,
-        });
+        return Ok(Flip { old, new: public });
     }
     check_edited(path, &edited, tool, env, public)?;
     let mode = fs::metadata(&real)
@@ -133,12 +116,7 @@ pub fn set_public(path: &Path, tool: &str, env: &str, public: bool) -> Result<Fl
         f.set_permissions(fs::Permissions::from_mode(mode))
     })
     .map_err(|e| EditError::NotWritable(format!("{} cannot be replaced: {e}", real.display())))?;
-    let seq = WRITES.fetch_add(1, Ordering::SeqCst) + 1;
-    Ok(Flip {
-        old,
-        new: public,
-        seq,
-    })
+    Ok(Flip { old, new: public })
 }
 
 /// Load the edited text as the config at `path` would load, and make sure

@@ -11,8 +11,12 @@
 //! stopping at the first.
 
 pub mod edit;
+mod endpoint;
+pub mod generated;
 mod program;
 mod raw;
+mod server;
+mod tools;
 mod types;
 mod validate;
 
@@ -22,6 +26,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use endpoint::{Credentials, Endpoint, Target, Values};
+
+use crate::http::Method;
+
 #[cfg(any(test, fuzzing))] // fuzz/ (cargo-fuzz sets cfg fuzzing)
 pub use validate::load_str;
 pub use validate::{load, load_changed, load_text};
@@ -30,12 +38,9 @@ pub use validate::{load, load_changed, load_text};
 /// workspaces and tools.
 #[derive(Debug)]
 pub struct Config {
-    /// Path of `config.toml` as given on the command line.
-    #[allow(dead_code)] // model data for diagnostics and the browser pages
+    /// Path of `config.toml` as given on the command line (the public
+    /// switch writes it).
     pub path: PathBuf,
-    /// Directory that holds `config.toml`; relative paths resolve against it.
-    #[allow(dead_code)] // model data for diagnostics and the browser pages
-    pub dir: PathBuf,
     /// `[server]` settings with every default filled in.
     pub server: Server,
     /// Programs by id.
@@ -43,12 +48,13 @@ pub struct Config {
     /// Run-endpoint API keys by the sha256 of the key.
     pub api_keys: HashMap<[u8; 32], ApiKey>,
     /// Browser accounts by name.
-    #[allow(dead_code)] // model data for diagnostics and the browser pages
     pub users: BTreeMap<String, User>,
     /// Workspaces by name.
     pub workspaces: BTreeMap<String, Workspace>,
     /// Tools by name.
     pub tools: BTreeMap<String, Tool>,
+    /// The run endpoint `POST /api`.
+    pub run_endpoint: Endpoint,
     /// sha256 over the names and contents of every file read, in a fixed
     /// order; a reload whose fingerprint is unchanged is skipped.
     pub fingerprint: [u8; 32],
@@ -175,8 +181,7 @@ pub struct Program {
     pub name: String,
     /// Owning workspace, if any.
     pub workspace: Option<String>,
-    /// The file it was loaded from.
-    #[allow(dead_code)] // model data for diagnostics and the browser pages
+    /// The file it was loaded from (`trigd check` names it in warnings).
     pub file: PathBuf,
     /// Functions in file order.
     pub functions: Vec<Function>,
@@ -188,11 +193,11 @@ impl Program {
         self.functions.iter().find(|f| f.name == name)
     }
 
-    /// Functions whose webhook trigger is active, in file order.
+    /// Functions whose API trigger is active, in file order.
     pub fn triggered(&self) -> impl Iterator<Item = &Function> {
         self.functions
             .iter()
-            .filter(|f| f.webhook.as_ref().is_some_and(|w| w.active))
+            .filter(|f| f.api_trigger.as_ref().is_some_and(|w| w.active))
     }
 }
 
@@ -217,8 +222,8 @@ pub struct Function {
     pub retry_on_restart: bool,
     /// How each step's stdout becomes its Result element (`output`).
     pub output: OutputMode,
-    /// The webhook trigger, at most one.
-    pub webhook: Option<Webhook>,
+    /// The API trigger (`[functions.webhook]`), at most one.
+    pub api_trigger: Option<ApiTrigger>,
     /// Numeric uid to run the steps as (`user`, resolved at load time);
     /// `None`: trigd's own.
     pub user: Option<u32>,
@@ -228,10 +233,12 @@ pub struct Function {
 }
 
 impl Function {
-    /// The names the caller's values bind to, by position: the webhook's
-    /// outputs (an inactive webhook still declares them), or none.
+    /// The names the caller's values bind to, by position: the API
+    /// trigger's outputs (an inactive trigger still declares them), or none.
     pub fn inputs(&self) -> &[String] {
-        self.webhook.as_ref().map_or(&[], |w| w.outputs.as_slice())
+        self.api_trigger
+            .as_ref()
+            .map_or(&[], |w| w.outputs.as_slice())
     }
 }
 
@@ -251,9 +258,10 @@ pub enum OutputMode {
     Lines,
 }
 
-/// A function's webhook trigger (`[functions.webhook]`).
+/// What makes a function callable through `POST /api`: its
+/// `[functions.webhook]` table.
 #[derive(Debug)]
-pub struct Webhook {
+pub struct ApiTrigger {
     /// Whether the run endpoint may start this function (default true).
     pub active: bool,
     /// Ordered output names; each is an identifier `[A-Za-z_][A-Za-z0-9_]*`.
@@ -308,7 +316,6 @@ impl Template {
 
 /// A browser account (`[[users]]`).
 #[derive(Debug, Clone)]
-#[allow(dead_code)] // read by the login page (browser issue)
 pub struct User {
     /// Login name.
     pub name: String,
@@ -322,9 +329,6 @@ pub struct User {
 /// A workspace (`[[workspaces]]`).
 #[derive(Debug, Clone)]
 pub struct Workspace {
-    /// Name, an identifier.
-    #[allow(dead_code)] // the map key holds it too; kept for the pages
-    pub name: String,
     /// Member user names; each names a `[[users]]` entry.
     pub members: Vec<String>,
     /// Members who may flip the public switch of the workspace's tools
@@ -363,17 +367,30 @@ pub struct Environment {
     pub name: String,
     /// When true, every generated endpoint of this environment is public.
     pub public: bool,
-    /// Variables given to programs run through this environment.
-    pub vars: BTreeMap<String, String>,
+    /// The credentials its endpoints take (from `public` and the tool's
+    /// workspace).
+    pub credentials: Credentials,
+    /// Its endpoints by trigger name, compiled from the tool's triggers
+    /// (each carries the environment's `vars`).
+    pub endpoints: BTreeMap<String, Endpoint>,
 }
 
-/// An `endpoint` trigger of a tool: generates `METHOD /tools/<tool>/<env>/<name>`.
+/// The kinds of tool trigger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TriggerKind {
+    /// `kind = "endpoint"`: one HTTP endpoint per environment.
+    Endpoint,
+}
+
+/// A trigger of a tool: generates `METHOD /tools/<tool>/<env>/<name>`.
 #[derive(Debug)]
 pub struct Trigger {
+    /// What kind of trigger it is.
+    pub kind: TriggerKind,
     /// Name, an identifier (appears in URLs), unique within the tool.
     pub name: String,
-    /// HTTP method, upper case (`GET`, `POST`, `PUT`, `PATCH`, `DELETE`).
-    pub method: String,
+    /// HTTP method (`GET`, `POST`, `PUT`, `PATCH` or `DELETE`).
+    pub method: Method,
     /// Program id; validated to exist.
     pub program: u64,
     /// Function name; validated to exist in that program.

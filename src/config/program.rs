@@ -1,5 +1,5 @@
 //! Program files → [`Program`]s: identity (id, name, workspace), functions,
-//! webhook triggers, steps with their `{name}` templates, and `call`
+//! API triggers (`[functions.webhook]`), steps with their `{name}` templates, and `call`
 //! references (missing functions, argument counts, cycles). Called by
 //! `validate` for every file; errors are collected, never fatal.
 
@@ -10,9 +10,11 @@ use std::path::{Path, PathBuf};
 use toml::Spanned;
 
 use super::raw::{self, RawFunction, RawProgram, RawStep};
-use super::types::{count, duration, env_vars, is_ident, templates, Errors, Src};
-use super::validate::{config_dir, par_map, parse, workspace_ref, Known};
-use super::{resolve, Function, Program, Server, Step, Webhook, Workspace};
+use super::types::{
+    config_dir, count, duration, env_vars, is_ident, par_map, parse, templates, workspace_ref,
+    Errors, Known, Src,
+};
+use super::{resolve, ApiTrigger, Function, Program, Server, Step, Workspace};
 
 /// Every program file, checked, by id. Files that are TOML but not valid
 /// programs add their id to `known.broken`; unparsable ones clear
@@ -161,7 +163,7 @@ fn function(
     server: &Server,
     errs: &mut Errors,
 ) -> Function {
-    let webhook = webhook(src, f, key, errs);
+    let api_trigger = api_trigger(src, f, key, errs);
     let own = raw_inputs(f);
     let steps = steps(src, f, key, (&own, inputs), errs);
     let timeout = duration(
@@ -197,7 +199,7 @@ fn function(
         concurrency,
         retry_on_restart: f.retry_on_restart,
         output: f.output,
-        webhook,
+        api_trigger,
         user,
         group,
     }
@@ -269,8 +271,9 @@ fn identity(
     (user, group)
 }
 
-/// The webhook trigger: at most one; outputs are unique identifiers.
-fn webhook(src: &Src, f: &RawFunction, key: &str, errs: &mut Errors) -> Option<Webhook> {
+/// The API trigger (`[functions.webhook]`): at most one; outputs are
+/// unique identifiers.
+fn api_trigger(src: &Src, f: &RawFunction, key: &str, errs: &mut Errors) -> Option<ApiTrigger> {
     let slot = f.webhook.as_ref()?;
     let key = format!("{key}.webhook");
     let w = match slot.get_ref() {
@@ -296,7 +299,7 @@ fn webhook(src: &Src, f: &RawFunction, key: &str, errs: &mut Errors) -> Option<W
         }
     }
     let outputs = w.outputs.iter().map(|o| o.get_ref().clone()).collect();
-    Some(Webhook {
+    Some(ApiTrigger {
         active: w.active,
         outputs,
     })

@@ -1,25 +1,27 @@
 //! Small validating helpers used while turning [`super::raw`] into the model:
 //! durations, names and identifiers, sha256 hex, HTTP methods, `{name}`
-//! templates, byte offset → line/column, and [`Errors`], the located error
-//! list that `validate.rs` fills.
+//! templates, byte offset → line/column, [`Errors`], the located error
+//! list that `validate.rs` fills, and what the validators share: [`parse`],
+//! [`Known`] programs, [`workspace_ref`], [`config_dir`] and [`par_map`].
 //!
 //! The parsers are pure and return a human sentence on error; [`Errors`]
 //! attaches the file, position and key. Templates report the byte offset of
 //! the problem inside the string so the column can point at the offending
 //! brace, not just at the start of the string.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Range;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use toml::Spanned;
 
 use super::raw::{self, RawDuration};
-use super::{ConfigError, Piece, Template};
+use super::{ConfigError, Piece, Program, Template, TriggerKind};
+use crate::http::Method;
 
 /// Parse a duration written as `"250ms"`, `"60s"`, `"5m"`, `"1h"` or a
-/// combination like `"1m30s"`. Zero is rejected.
+/// combination like `"1m30s"` (humantime's syntax). Zero is rejected.
 ///
 /// # Errors
 /// A sentence saying what is accepted, when `s` is empty, malformed or zero.
@@ -30,31 +32,10 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
              \"5m\", \"1h\", \"7d\", \"1m30s\") or an integer number of seconds"
         )
     };
-    let mut rest = s;
-    let mut total = Duration::ZERO;
-    if rest.is_empty() {
+    if s.trim() != s {
         return Err(bad());
     }
-    while !rest.is_empty() {
-        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
-        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
-        rest = &rest[digits..];
-        let (unit, millis) = [
-            ("ms", 1u64),
-            ("s", 1_000),
-            ("m", 60_000),
-            ("h", 3_600_000),
-            ("d", 86_400_000),
-        ]
-        .into_iter()
-        .find(|(u, _)| rest.starts_with(u))
-        .ok_or_else(bad)?;
-        rest = &rest[unit.len()..];
-        let part = n.checked_mul(millis).ok_or_else(bad)?;
-        total = total
-            .checked_add(Duration::from_millis(part))
-            .ok_or_else(bad)?;
-    }
+    let total = humantime::parse_duration(s).map_err(|_| bad())?;
     if total.is_zero() {
         return Err(format!("duration \"{s}\" must be greater than zero"));
     }
@@ -108,21 +89,41 @@ pub fn parse_sha256(s: &str) -> Result<[u8; 32], String> {
 }
 
 /// The HTTP methods an endpoint trigger may use.
-pub const METHODS: [&str; 5] = ["GET", "POST", "PUT", "PATCH", "DELETE"];
+pub const METHODS: [Method; 5] = [
+    Method::Get,
+    Method::Post,
+    Method::Put,
+    Method::Patch,
+    Method::Delete,
+];
 
-/// Parse an HTTP method case-insensitively; returns it upper case.
+/// Parse an HTTP method case-insensitively.
 ///
 /// # Errors
 /// When it is not one of [`METHODS`].
-pub fn parse_method(s: &str) -> Result<String, String> {
-    let up = s.to_ascii_uppercase();
-    if METHODS.contains(&up.as_str()) {
-        Ok(up)
+pub fn parse_method(s: &str) -> Result<Method, String> {
+    let m = Method::parse(s);
+    if METHODS.contains(&m) {
+        Ok(m)
     } else {
+        let names: Vec<&str> = METHODS.iter().map(|m| m.as_str()).collect();
         Err(format!(
             "unknown method \"{s}\"; use one of {}",
-            METHODS.join(", ")
+            names.join(", ")
         ))
+    }
+}
+
+/// Parse a tool trigger's `kind`.
+///
+/// # Errors
+/// When it is not `endpoint`, the only kind.
+pub fn parse_trigger_kind(s: &str) -> Result<TriggerKind, String> {
+    match s {
+        "endpoint" => Ok(TriggerKind::Endpoint),
+        _ => Err(format!(
+            "unknown trigger kind \"{s}\"; the only kind is \"endpoint\""
+        )),
     }
 }
 
@@ -364,6 +365,92 @@ pub fn inner(text: &str, v: &Spanned<String>, offset: usize) -> Range<usize> {
     at..at
 }
 
+/// The directory holding `path`; `.` when it has none.
+pub fn config_dir(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// `items.iter().map(f).collect()`, on as many threads as there are cores
+/// (in contiguous chunks, so the order is kept). Small inputs stay on the
+/// calling thread.
+pub fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if threads < 2 || items.len() < 64 {
+        return items.iter().map(f).collect();
+    }
+    let chunk = items.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = items
+            .chunks(chunk)
+            .map(|part| scope.spawn(|| part.iter().map(&f).collect::<Vec<R>>()))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    })
+}
+
+/// What is known about the programs while checking references to them.
+pub struct Known<'a> {
+    /// Programs loaded so far, by id.
+    pub programs: &'a BTreeMap<u64, Program>,
+    /// Ids of files that are valid TOML but not valid programs.
+    pub broken: BTreeSet<u64>,
+    /// False when some program file could not be read or parsed at all, so
+    /// a missing id may just be hidden.
+    pub complete: bool,
+    /// False when `config.toml` itself does not parse: its workspaces are
+    /// unknown, so a program naming one is not reported.
+    pub workspaces_known: bool,
+}
+
+impl Known<'_> {
+    /// Whether a reference to program `id` should be reported as dangling.
+    pub fn missing(&self, id: i64) -> bool {
+        let id = u64::try_from(id).ok();
+        self.complete
+            && !id.is_some_and(|id| self.programs.contains_key(&id) || self.broken.contains(&id))
+    }
+}
+
+/// Parse `src` into `T`, recording a located error on failure.
+pub fn parse<T: serde::de::DeserializeOwned>(src: &Src, errs: &mut Errors) -> Option<T> {
+    match raw::parse::<T>(src.text) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            let span = e.span.unwrap_or(0..0);
+            errs.at(
+                src,
+                span.clone(),
+                raw::key_at(src.text, span.start),
+                e.message,
+            );
+            None
+        }
+    }
+}
+
+/// Record an error unless `ws` names a workspace.
+pub fn workspace_ref<T>(
+    src: &Src,
+    ws: &Spanned<String>,
+    all: &BTreeMap<String, T>,
+    key: String,
+    errs: &mut Errors,
+) {
+    if !all.contains_key(ws.get_ref()) {
+        let msg = format!(
+            "workspace \"{}\" is not a [[workspaces]] entry",
+            ws.get_ref()
+        );
+        errs.at(src, ws.span(), key, msg);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -381,7 +468,9 @@ mod tests {
         assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
         assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
         assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(7 * 86_400)));
-        for bad in ["", "5", "s", "5x", "1.5s", "-1s", " 5s", "5s ", "m5"] {
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("1m 30s"), Ok(Duration::from_secs(90)));
+        for bad in ["", "5", "s", "5x", "-1s", " 5s", "5s ", "m5"] {
             assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
         }
         assert!(parse_duration("0s")
@@ -406,7 +495,7 @@ mod tests {
         assert_eq!(parse_sha256(&hex), Ok([0xab; 32]));
         assert!(parse_sha256("abc").is_err());
         assert!(parse_sha256(&"zz".repeat(32)).is_err());
-        assert_eq!(parse_method("patch"), Ok("PATCH".into()));
+        assert_eq!(parse_method("patch"), Ok(Method::Patch));
         assert!(parse_method("HEAD").is_err());
     }
 

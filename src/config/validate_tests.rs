@@ -1,7 +1,9 @@
 //! Unit tests of config validation (kept apart from the code for size).
 
+use std::time::Duration;
+
 use super::*;
-use crate::config::{Piece, Step};
+use crate::config::{Credentials, Piece, Step};
 
 const CONFIG: &str = r#"
 [server]
@@ -94,7 +96,7 @@ fn one(body: &str) -> String {
 #[test]
 fn full_example_loads() {
     let c = run(CONFIG, &[("programs/backup.toml", BACKUP)]).unwrap();
-    assert_eq!(c.dir, PathBuf::from("."));
+    assert_eq!(c.server.state_dir, PathBuf::from("./state"));
     assert_eq!(c.server.listen, "0.0.0.0:9000");
     assert_eq!(c.server.workers, 8);
     assert_eq!(c.server.run_timeout, Duration::from_secs(90));
@@ -137,16 +139,21 @@ fn full_example_loads() {
         (function.as_str(), args[1].0.as_slice()),
         ("snapshot", &[Piece::Var(0)][..])
     );
-    assert!(!all.webhook.as_ref().unwrap().active);
+    assert!(!all.api_trigger.as_ref().unwrap().active);
     assert_eq!(p.triggered().count(), 1);
     let key = &c.api_keys[&[0xab; 32]];
     assert!(key.name == "cron" && key.may_access(p));
     assert_eq!(c.workspaces["ops"].members, ["alice"]);
     assert!(c.users["alice"].password_hash.starts_with("$argon2id"));
     let t = &c.tools["inventory"];
+    let production = &t.environments["production"];
+    let endpoint = &production.endpoints[&t.triggers[0].name];
+    assert_eq!(endpoint.vars["DB_PATH"], "/var/lib/inv.db");
     assert_eq!(
-        t.environments["production"].vars["DB_PATH"],
-        "/var/lib/inv.db"
+        endpoint.credentials,
+        Credentials::Member {
+            workspace: "ops".into()
+        }
     );
     assert_eq!(
         (t.triggers[0].method.as_str(), t.triggers[0].program),

@@ -23,7 +23,7 @@
 mod queue;
 pub mod step;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -35,9 +35,9 @@ use serde_json::Value;
 
 use crate::config::{Config, Program};
 use crate::metrics::Metrics;
-use crate::store::{new_run_id, now_rfc3339, RunInput, RunRecord, RunState, RunStore};
+use crate::store::{new_run_id, now_rfc3339, Origin, RunInput, RunRecord, RunState, RunStore};
 use crate::sys::AbortSignal;
-use queue::{Drain, Queued, Slots, Ticket, Waiter};
+use queue::{Drain, Queued, SlotKey, Slots, Ticket, Waiter};
 use step::{Outcome, StepError};
 
 /// Everything needed to execute one run, owned, so that a detached thread can
@@ -54,8 +54,8 @@ pub struct Job {
     pub values: Vec<String>,
     /// Tool environment variables (empty for `/api` runs).
     pub vars: BTreeMap<String, String>,
-    /// Who started it, for the record (`api_key:<name>`, …); never a secret.
-    pub by: String,
+    /// Who started it, for the record; never a secret.
+    pub by: Origin,
     /// The run id to use (chosen ahead by an idempotency key); `None`: a
     /// new one.
     pub id: Option<String>,
@@ -77,9 +77,6 @@ fn concurrency(program: &Program, function: &str) -> usize {
         .and_then(|f| f.concurrency)
         .unwrap_or(usize::MAX)
 }
-
-/// Program id and function name: the unit of `concurrency`.
-type SlotKey = (u64, String);
 
 /// Why a run was not started. The HTTP layer words it.
 #[derive(Debug)]
@@ -156,6 +153,9 @@ pub struct Runner {
     /// Signalled whenever `used` drops.
     freed: Condvar,
     drain: Mutex<Drain>,
+    /// Queued runs of a runner without a run log (nothing to read them
+    /// back from), by id.
+    unrecorded: Mutex<HashMap<String, (RunRecord, Job)>>,
     /// Signalled whenever a run ends (the drain counter is its lock).
     ended: Condvar,
     abort: AbortSignal,
@@ -178,6 +178,7 @@ impl Runner {
             slots: Mutex::new(Slots::default()),
             freed: Condvar::new(),
             drain: Mutex::new(Drain::new()),
+            unrecorded: Mutex::default(),
             ended: Condvar::new(),
             abort: AbortSignal::new()?,
             path_env,
@@ -344,17 +345,16 @@ impl Runner {
         let mut s = lock(&self.slots);
         s.reserved -= 1;
         written.map_err(RunError::Storage)?;
-        let program = Arc::clone(&job.program);
-        let cfg = Arc::clone(&job.cfg);
-        let kept = self.store.is_none().then(|| Box::new((rec.clone(), job)));
         s.queue.push_back(Waiter::Async(Queued {
-            run: rec.run,
-            program,
-            cfg,
+            run: rec.run.clone(),
+            program: Arc::clone(&job.program),
+            cfg: Arc::clone(&job.cfg),
             key,
             concurrency: n,
-            kept,
         }));
+        if self.store.is_none() {
+            lock(&self.unrecorded).insert(rec.run.clone(), (rec, job));
+        }
         // A slot may have come free while the run was being recorded.
         let start = s.fill();
         drop(s);
@@ -384,7 +384,6 @@ impl Runner {
                         run: rec.run,
                         program: Arc::clone(p),
                         cfg: Arc::clone(cfg),
-                        kept: None,
                     }));
                 }
                 _ => {
@@ -472,8 +471,8 @@ impl Runner {
 
     /// The record and job of a queued run, read back from the run log.
     fn load(&self, q: Queued) -> Option<(RunRecord, Job)> {
-        if let Some(kept) = q.kept {
-            return Some(*kept);
+        if let Some(kept) = lock(&self.unrecorded).remove(&q.run) {
+            return Some(kept);
         }
         let rec = self.store.as_ref()?.get(&q.run);
         let Some(rec) = rec.filter(|r| r.state == RunState::Queued) else {

@@ -9,9 +9,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar};
 use std::time::{Duration, Instant};
 
-use super::{Job, SlotKey};
 use crate::config::{Config, Program};
-use crate::store::RunRecord;
+
+/// Program id and function name: the unit of `concurrency`.
+pub(super) type SlotKey = (u64, String);
 
 /// An async run waiting in the queue: its record (with its input) is on
 /// disk, so memory holds only what finds it again.
@@ -21,9 +22,6 @@ pub(super) struct Queued {
     pub(super) program: Arc<Program>,
     pub(super) key: SlotKey,
     pub(super) concurrency: usize,
-    /// The whole run, for a runner without a run log (nothing to read it
-    /// back from).
-    pub(super) kept: Option<Box<(RunRecord, Job)>>,
 }
 
 /// A sync caller waiting for a slot. `granted` is set (under the slots

@@ -95,7 +95,7 @@ fn job(server: &str, script: &str) -> Job {
         function: "f".into(),
         values: Vec::new(),
         vars: BTreeMap::new(),
-        by: "test".into(),
+        by: crate::store::Origin::Cli,
         id: None,
     }
 }

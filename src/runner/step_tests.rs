@@ -1,7 +1,7 @@
 //! Unit tests of the step runner (kept apart from the code for size).
 
 use super::*;
-use crate::config::{Piece, Template, Webhook};
+use crate::config::{ApiTrigger, Piece, Template};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{RwLock, RwLockReadGuard};
 
@@ -56,7 +56,7 @@ fn func(name: &str, inputs: &[&str], steps: Vec<Step>) -> Function {
         concurrency: None,
         retry_on_restart: false,
         output: Default::default(),
-        webhook: Some(Webhook {
+        api_trigger: Some(ApiTrigger {
             active: true,
             outputs: inputs.iter().map(|s| s.to_string()).collect(),
         }),

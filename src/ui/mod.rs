@@ -3,11 +3,11 @@
 //! the two static files they use. This file holds what every page shares;
 //! `login`, `settings` and `endpoints` hold the pages.
 //!
-//! Pages are `format!` strings wrapped by [`page`]; every interpolated value
-//! goes through [`escape`], including names that validation already limits
-//! to `[A-Za-z0-9_-]`. There is no inline script or style, so the
-//! Content-Security-Policy ([`CSP`]) allows only our own files; JavaScript
-//! is needed only for the copy buttons, which stay hidden without it.
+//! Pages are maud templates wrapped by [`page`]: maud escapes every
+//! interpolated value, so no page escapes by hand. There is no inline script
+//! or style, so the Content-Security-Policy ([`CSP`]) allows only our own
+//! files; JavaScript is needed only for the copy buttons, which stay hidden
+//! without it.
 //!
 //! A request counts as a browser's when its `Accept` names `text/html`
 //! ([`wants_html`]): browsers get pages, redirects to the login form and
@@ -23,38 +23,31 @@ pub use login::{login, login_form, logout};
 pub use settings::{home, regenerate, settings};
 pub use switch::{post as switch_post, put as switch_put};
 
-use crate::http::{percent_decode, percent_encode, ApiError, Request, Response};
-use crate::sessions::Session;
+use maud::{html, Markup, DOCTYPE};
+
+use crate::access::Session;
+use crate::http::{form_pairs, percent_encode, ApiError, Request, Response};
 
 /// The Content-Security-Policy of every page.
 pub const CSP: &str = "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; \
                        form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
-/// Escape `s` for HTML text and attribute values.
-pub fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
+/// A whole HTML document around `body`.
+pub fn page(title: &str, body: Markup) -> String {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · trigd" }
+                link rel="stylesheet" href="/static/style.css";
+                script src="/static/app.js" defer {}
+            }
+            body { (body) }
         }
     }
-    out
-}
-
-/// A whole HTML document around `body`; `title` is escaped here.
-pub fn page(title: &str, body: &str) -> String {
-    format!(
-        "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
-         <title>{} · trigd</title>\n<link rel=\"stylesheet\" href=\"/static/style.css\">\n\
-         <script src=\"/static/app.js\" defer></script>\n</head>\n<body>\n{body}\n</body>\n</html>\n",
-        escape(title)
-    )
+    .into_string()
 }
 
 /// Whether the client is a browser asking for a page.
@@ -64,7 +57,7 @@ pub fn wants_html(req: &Request) -> bool {
 }
 
 /// An HTML response with the security headers every page carries.
-fn html(status: u16, doc: String) -> Response {
+fn html_response(status: u16, doc: String) -> Response {
     no_store(Response::text(status, "text/html; charset=utf-8", doc))
         .with_header("Content-Security-Policy", CSP)
         .with_header("X-Content-Type-Options", "nosniff")
@@ -107,12 +100,14 @@ fn finish(req: &Request, r: Result<Response, ApiError>) -> Result<Response, ApiE
 /// An HTML page for `e` with `msg`, keeping the error's status and headers.
 fn error_page(e: &ApiError, msg: &str) -> Response {
     let json: Response = e.clone().into();
-    let body = format!(
-        "<main class=\"narrow\">\n<h1>{}</h1>\n<p>{}</p>\n<p><a href=\"/\">Back to trigd</a></p>\n</main>",
-        escape(&title_case(e.code())),
-        escape(msg)
-    );
-    let mut r = html(e.status(), page("Error", &body));
+    let body = html! {
+        main class="narrow" {
+            h1 { (title_case(e.code())) }
+            p { (msg) }
+            p { a href="/" { "Back to trigd" } }
+        }
+    };
+    let mut r = html_response(e.status(), page("Error", body));
     r.headers.extend(
         json.headers
             .into_iter()
@@ -131,21 +126,21 @@ fn title_case(code: &str) -> String {
 }
 
 /// The bar at the top of pages for a signed-in user, with the logout form.
-fn top_bar(s: &Session) -> String {
-    format!(
-        "<header class=\"bar\">\n<a class=\"brand\" href=\"/\">trigd</a>\n\
-         <span class=\"who\">Signed in as <strong>{}</strong></span>\n\
-         <form method=\"post\" action=\"/logout\">{}<button type=\"submit\">Log out</button></form>\n</header>",
-        escape(&s.user),
-        csrf_field(s)
-    )
+fn top_bar(s: &Session) -> Markup {
+    html! {
+        header class="bar" {
+            a class="brand" href="/" { "trigd" }
+            span class="who" { "Signed in as " strong { (s.user) } }
+            form method="post" action="/logout" {
+                (csrf_field(s))
+                button type="submit" { "Log out" }
+            }
+        }
+    }
 }
 
-fn csrf_field(s: &Session) -> String {
-    format!(
-        "<input type=\"hidden\" name=\"csrf\" value=\"{}\">",
-        escape(&s.csrf)
-    )
+fn csrf_field(s: &Session) -> Markup {
+    html! { input type="hidden" name="csrf" value=(s.csrf); }
 }
 
 /// The pairs of a form-urlencoded body.
@@ -163,16 +158,7 @@ fn form(req: &Request) -> Result<Vec<(String, String)>, ApiError> {
         }
     }
     let text = std::str::from_utf8(&req.body).map_err(|_| bad("The form is not UTF-8."))?;
-    text.split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            match (percent_decode(k, true), percent_decode(v, true)) {
-                (Some(k), Some(v)) => Ok((k, v)),
-                _ => Err(bad("The form is not valid percent-encoded UTF-8.")),
-            }
-        })
-        .collect()
+    form_pairs(text).map_err(|_| bad("The form is not valid percent-encoded UTF-8."))
 }
 
 fn field<'a>(form: &'a [(String, String)], name: &str) -> Option<&'a str> {
@@ -219,15 +205,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn escape_everything_dangerous() {
-        assert_eq!(
-            escape(r#"<a href="x" onclick='y'>&</a>"#),
-            "&lt;a href=&quot;x&quot; onclick=&#39;y&#39;&gt;&amp;&lt;/a&gt;"
-        );
-        assert_eq!(escape("plain-name_1"), "plain-name_1");
-    }
-
-    #[test]
     fn next_stays_local() {
         assert_eq!(safe_next(Some("/tools/a/endpoints")), "/tools/a/endpoints");
         for bad in [
@@ -244,8 +221,8 @@ mod tests {
     }
 
     #[test]
-    fn page_has_no_inline_script() {
-        let p = page("<t>", "<p>x</p>");
+    fn page_escapes_and_has_no_inline_script() {
+        let p = page("<t>", html! { p { "x" } });
         assert!(p.contains("&lt;t&gt;"));
         assert!(!p.contains("<script>"), "only <script src=…>");
         assert!(!p.contains("style="));

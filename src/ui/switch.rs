@@ -8,28 +8,22 @@
 //! Both write `public = …` into the config file through `config::edit`, log
 //! the flip (who, tool, environment, old → new; the log line carries the
 //! time) and count it in `/metrics`, then wait (bounded) until the reloaded
-//! config serves the new state, so the page shown next already has it.
+//! config serves the new state (it reloads at once), so the page shown next already has it.
 //! Who may flip: members of the tool's workspace, or only its `admins` when
 //! that list is set.
-
-use std::time::{Duration, Instant};
 
 use maud::{html as markup, Markup};
 use serde_json::{json, Value};
 
-use super::{field, finish, form, html, login_required, page, redirect, top_bar};
+use super::{field, finish, form, html_response, login_required, page, redirect, top_bar};
+use crate::access::{check_csrf, is_member, Carrier, Session};
 use crate::app::App;
-use crate::auth;
 use crate::config::edit::{self, EditError, Flip};
 use crate::config::{Config, Tool};
 use crate::http::{percent_encode, ApiError, Request, Response};
 use crate::reload;
-use crate::sessions::{self, Session};
-use crate::tools;
-
-/// How long a flip waits for the watcher to serve the edited file before
-/// reloading it itself.
-const SERVE_WAIT: Duration = Duration::from_secs(2);
+use crate::store::Origin;
+use crate::view::ToolView;
 
 /// Who looks at the endpoint view, for its switch controls.
 pub enum Viewer<'a> {
@@ -64,14 +58,13 @@ impl Controls {
 }
 
 /// The bar at the top of a page seen with a bearer application key.
-pub fn bearer_bar(user: &str) -> String {
+pub fn bearer_bar(user: &str) -> Markup {
     markup! {
         header.bar {
             a.brand href="/" { "trigd" }
             span.who { "Application key of " strong { (user) } }
         }
     }
-    .into_string()
 }
 
 /// The path of the switch of `env` of `tool`.
@@ -84,14 +77,14 @@ fn switch_path(tool: &str, env: &str) -> String {
 }
 
 /// The on/off control of one environment in the endpoint view.
-pub fn control(c: &Controls, viewer: &Viewer, tool: &str, env: &str, public: bool) -> String {
+pub fn control(c: &Controls, viewer: &Viewer, tool: &str, env: &str, public: bool) -> Markup {
     let (label, value) = if public {
         ("Turn off", "false")
     } else {
         ("Turn on", "true")
     };
     let id = format!("switch-{env}");
-    let m: Markup = match viewer {
+    match viewer {
         Viewer::Bearer => markup! {
             p.muted { "Log in to change this switch here; scripts use "
                 code { "PUT " (switch_path(tool, env)) } "." }
@@ -114,28 +107,27 @@ pub fn control(c: &Controls, viewer: &Viewer, tool: &str, env: &str, public: boo
                 }
             }
         },
-    };
-    m.into_string()
+    }
 }
 
 /// `PUT /tools/<tool>/environments/<env>/public` with `{"Public": bool}`:
 /// set the switch; answers the state in the file before and after.
 ///
 /// # Errors
-/// 404 unknown tool or environment; 401/403 as `auth::authenticate`
+/// 404 unknown tool or environment; 401/403 as `Access::member`
 /// (a session cookie needs `X-CSRF-Token` or a same-origin request); 400
 /// `invalid_parameter` for a bad body; 403 `admin_required`; 409
 /// `config_not_writable` / `config_invalid`.
 pub fn put(app: &App, cfg: &Config, req: &Request, names: [&str; 2]) -> Result<Response, ApiError> {
     let [tool, env] = names;
     let tool = cfg.tools.get(tool).ok_or(ApiError::NotFound)?;
-    let m = auth::authenticate(app, cfg, req, &tool.workspace)?;
+    let m = app.access.member(cfg, req, &tool.workspace)?;
     let public = public_of_json(&req.body)?;
     if !tool.environments.contains_key(env) {
         return Err(ApiError::NotFound);
     }
     may_flip(cfg, tool, &m.user)?;
-    let f = flip(app, cfg, tool, env, public, &m.by())?;
+    let f = flip(app, cfg, tool, env, public, m.origin())?;
     let body = json!({
         "Tool": tool.name,
         "Environment": env,
@@ -172,20 +164,15 @@ fn post_inner(
     let [tool, env] = names;
     let tool = cfg.tools.get(tool).ok_or(ApiError::NotFound)?;
     let view = format!("/tools/{}/endpoints", percent_encode(&tool.name));
-    let Some((_, s)) = app.sessions.of_request(cfg, req) else {
+    let Some(signed_in) = app.access.session(cfg, req) else {
         return login_required(req, &view);
     };
-    let member = cfg
-        .workspaces
-        .get(&tool.workspace)
-        .is_some_and(|w| w.members.contains(&s.user));
-    if !member {
+    let s = signed_in.session;
+    if !is_member(cfg, &tool.workspace, &s.user) {
         return Err(ApiError::Forbidden);
     }
     let f = form(req)?;
-    if !field(&f, "csrf").is_some_and(|t| sessions::same_token(t, &s.csrf)) {
-        return Err(ApiError::CsrfRejected);
-    }
+    check_csrf(cfg, req, Some(&s), Carrier::Form(field(&f, "csrf")))?;
     let public = match field(&f, "public") {
         Some("true") => true,
         Some("false") => false,
@@ -197,7 +184,7 @@ fn post_inner(
         edit::writable(&cfg.path).map_err(|reason| ApiError::ConfigNotWritable { reason })?;
         return Ok(confirm_page(cfg, req, tool, env, &s));
     }
-    flip(app, cfg, tool, env, public, &format!("session:{}", s.user))?;
+    flip(app, cfg, tool, env, public, Origin::Session(s.user.clone()))?;
     Ok(redirect(&view))
 }
 
@@ -250,8 +237,9 @@ fn flip(
     tool: &Tool,
     env: &str,
     public: bool,
-    by: &str,
+    by: Origin,
 ) -> Result<Flip, ApiError> {
+    let by = String::from(by);
     let f = edit::set_public(&cfg.path, &tool.name, env, public).map_err(|e| match e {
         EditError::NotWritable(reason) => ApiError::ConfigNotWritable { reason },
         EditError::Invalid(msg) => ApiError::ConfigInvalid { msg },
@@ -265,45 +253,27 @@ fn flip(
             on_off(f.new)
         );
     }
-    wait_served(app, cfg, &tool.name, env, f);
+    serve_now(app, cfg);
     Ok(f)
 }
 
-/// Wait (at most [`SERVE_WAIT`]) for the watcher to serve the edited file,
-/// or until a later edit replaced it (its caller waits for that one); then
-/// reload it here, as SIGHUP would (no watcher, or a symlinked file whose
-/// real directory is not watched).
-fn wait_served(app: &App, cfg: &Config, tool: &str, env: &str, f: Flip) {
-    let served = || {
-        app.config()
-            .tools
-            .get(tool)
-            .and_then(|t| t.environments.get(env))
-            .is_some_and(|e| e.public == f.new)
-    };
-    let start = Instant::now();
-    while !served() && edit::writes() == f.seq {
-        if start.elapsed() >= SERVE_WAIT {
-            reload::reload_now(app, &cfg.path, false);
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
+/// Serve the edited file now, so the page shown next already has it.
+/// Reloads are one at a time and each reads the files when it runs, so what
+/// is served afterwards is this edit or a later one, never an earlier one;
+/// the watcher's own reload of the same edit then finds nothing changed.
+fn serve_now(app: &App, cfg: &Config) {
+    reload::reload_now(app, &cfg.path, false);
 }
 
 /// The page that asks before an environment's endpoints become public.
 fn confirm_page(cfg: &Config, req: &Request, tool: &Tool, env: &str, s: &Session) -> Response {
-    let view = tools::describe(cfg, req, tool);
-    let endpoints: Vec<(String, String)> = view["Environments"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|e| e["Name"] == env)
-        .flat_map(|e| e["Endpoints"].as_array().cloned().unwrap_or_default())
-        .map(|ep| {
-            let text = |k: &str| ep[k].as_str().unwrap_or("").to_string();
-            (text("Method"), text("Url"))
-        })
+    let view = ToolView::of(cfg, req, tool);
+    let endpoints: Vec<(&str, &str)> = view
+        .environments
+        .iter()
+        .filter(|e| e.name == env)
+        .flat_map(|e| &e.endpoints)
+        .map(|ep| (ep.method.as_str(), ep.url.as_str()))
         .collect();
     let body = markup! {
         main.confirm {
@@ -335,8 +305,8 @@ fn confirm_page(cfg: &Config, req: &Request, tool: &Tool, env: &str, s: &Session
             }
         }
     };
-    let doc = format!("{}\n{}", top_bar(s), body.into_string());
-    html(200, page(&format!("Make {env} public?"), &doc))
+    let doc = markup! { (top_bar(s)) (body) };
+    html_response(200, page(&format!("Make {env} public?"), doc))
 }
 
 #[cfg(test)]
@@ -374,7 +344,7 @@ mod tests {
             allowed: true,
             blocked: Some("dir <x> is read-only".into()),
         };
-        let h = control(&c, &Viewer::Session(&s), "t", "e", false);
+        let h = control(&c, &Viewer::Session(&s), "t", "e", false).into_string();
         assert!(
             h.contains("&lt;x&gt;") && h.contains("&quot;&gt;&lt;script&gt;"),
             "{h}"

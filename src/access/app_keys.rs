@@ -21,7 +21,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use serde::{Deserialize, Serialize};
 
-use crate::auth::sha256;
+use super::secret::{random_hex, sha256};
 use crate::store::now_rfc3339;
 use crate::sys;
 
@@ -73,7 +73,6 @@ impl AppKeys {
     }
 
     /// The stored info (no key) of `member` in `workspace`.
-    #[allow(dead_code)] // the settings page shows the hint (browser issue)
     pub fn info(&self, workspace: &str, member: &str) -> Option<KeyInfo> {
         let cache = self.fresh();
         cache
@@ -98,7 +97,7 @@ impl AppKeys {
             .open(&self.lock_path)?;
         let _guard = sys::FileLock::exclusive(&lock)?;
         let mut all = read_file(&self.path)?;
-        let key = format!("tk_{}", hex::encode(rand::random::<[u8; 32]>()));
+        let key = format!("tk_{}", random_hex());
         let info = KeyInfo {
             workspace: workspace.to_string(),
             member: member.to_string(),

@@ -1,11 +1,10 @@
-//! Browser login sessions, their cookie, CSRF checks, and the throttle on
-//! failed logins.
+//! Browser login sessions and their cookie.
 //!
 //! A session is 256 random bits, given to the browser in the
 //! `trigd_session` cookie (HttpOnly, SameSite=Lax, Path=/, Secure when
 //! configured) and stored server-side only as its sha256, in
-//! `state/sessions.json` (temp file, fsync, rename, mode 0600 — the style of
-//! `appkeys.rs`), so a restart logs nobody out. A session ends after
+//! `state/sessions.json` (temp file, fsync, rename, mode 0600 — like
+//! `app_keys.rs`), so a restart logs nobody out. A session ends after
 //! `session_idle` without a request, `session_max` after login, at logout,
 //! when its user leaves the config, or when the user's password hash
 //! changes.
@@ -17,20 +16,19 @@
 //!
 //! CSRF: the token of a session is derived from the session token
 //! (`sha256("trigd-csrf\0" + token)`), so it needs no storage and cannot be
-//! computed without the cookie.
+//! computed without the cookie. The rule that uses it is in `csrf.rs`.
 
 use std::collections::HashMap;
 use std::fs;
 use std::io::{self, Write};
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::auth::sha256;
+use super::secret::{random_hex, sha256};
 use crate::config::{Config, Server, User};
 use crate::http::Request;
 
@@ -111,7 +109,7 @@ impl Sessions {
     /// # Errors
     /// The state dir cannot be written.
     pub fn create(&self, server: &Server, user: &User) -> io::Result<String> {
-        let token = hex::encode(rand::random::<[u8; 32]>());
+        let token = random_hex();
         let now = now_ms();
         let mut all = self.lock();
         all.retain(|_, r| alive(server, r, now));
@@ -161,12 +159,6 @@ impl Sessions {
             user,
             csrf: csrf_token(token),
         })
-    }
-
-    /// The session of the request's cookie, if any and current.
-    pub fn of_request(&self, cfg: &Config, req: &Request) -> Option<(String, Session)> {
-        let token = cookie_token(req)?;
-        self.lookup(cfg, token).map(|s| (token.to_string(), s))
     }
 
     /// End the session of `token` (logout).
@@ -251,177 +243,9 @@ fn csrf_token(token: &str) -> String {
     hex::encode(h.finalize())
 }
 
-/// Compare without an early exit, so timing says nothing about where two
-/// tokens differ.
-pub fn same_token(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
-}
-
-/// Whether the browser says the request comes from one of our own pages:
-/// `Sec-Fetch-Site: same-origin` when the header is present, otherwise an
-/// `Origin` equal to ours (`public_url`, else `http(s)://<Host>`). `Origin:
-/// null` (sent on form posts under `Referrer-Policy: no-referrer`) does not
-/// count.
-pub fn same_origin(cfg: &Config, req: &Request) -> bool {
-    if let Some(site) = req.header("sec-fetch-site") {
-        return site.eq_ignore_ascii_case("same-origin");
-    }
-    let Some(origin) = req.header("origin") else {
-        return false;
-    };
-    match &cfg.server.public_url {
-        Some(url) => {
-            let after = url.find("://").map_or(0, |i| i + 3);
-            let end = url[after..].find('/').map_or(url.len(), |i| after + i);
-            url[..end].eq_ignore_ascii_case(origin)
-        }
-        None => req.header("host").is_some_and(|host| {
-            let o = origin.to_ascii_lowercase();
-            let h = host.to_ascii_lowercase();
-            o == format!("http://{h}") || o == format!("https://{h}")
-        }),
-    }
-}
-
-/// Whether a request is visibly cross-site: `Sec-Fetch-Site` other than
-/// `same-origin` or `none`, or an `Origin` (not `null`) that is not ours. A
-/// request without either header (curl) is not.
-pub fn cross_site(cfg: &Config, req: &Request) -> bool {
-    if let Some(site) = req.header("sec-fetch-site") {
-        return !(site.eq_ignore_ascii_case("same-origin") || site.eq_ignore_ascii_case("none"));
-    }
-    match req.header("origin") {
-        None | Some("null") => false,
-        Some(_) => !same_origin(cfg, req),
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Login throttle
-
-/// Failed logins allowed per user name within [`WINDOW`].
-pub const PER_USER: u32 = 5;
-/// Failed logins allowed per client address within [`WINDOW`].
-pub const PER_ADDRESS: u32 = 10;
-/// The throttle window.
-const WINDOW: Duration = Duration::from_secs(60);
-/// Tracked names and addresses at most (bounded memory).
-const MAX_TRACKED: usize = 10_000;
-
-/// One tracked name or address.
-struct Window {
-    start: Instant,
-    failures: u32,
-}
-
-/// Counts failed logins per user name and per client address; past the
-/// limit, logins are refused until the window ends.
-#[derive(Default)]
-pub struct Throttle {
-    windows: Mutex<HashMap<String, Window>>,
-}
-
-impl Throttle {
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Window>> {
-        self.windows.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// `Err(seconds to wait)` when `user` or `addr` is throttled.
-    pub fn check(&self, user: &str, addr: Option<IpAddr>) -> Result<(), u64> {
-        let all = self.lock();
-        let mut wait = Duration::ZERO;
-        for (key, limit) in keys(user, addr) {
-            if let Some(w) = all.get(&key) {
-                let left = WINDOW.saturating_sub(w.start.elapsed());
-                if w.failures >= limit && !left.is_zero() {
-                    wait = wait.max(left);
-                }
-            }
-        }
-        if wait.is_zero() {
-            Ok(())
-        } else {
-            Err(wait.as_secs() + 1)
-        }
-    }
-
-    /// Count a failed login.
-    pub fn failed(&self, user: &str, addr: Option<IpAddr>) {
-        let mut all = self.lock();
-        for (key, _) in keys(user, addr) {
-            if !all.contains_key(&key) && all.len() >= MAX_TRACKED {
-                all.retain(|_, w| w.start.elapsed() < WINDOW);
-                if all.len() >= MAX_TRACKED {
-                    let oldest = all
-                        .iter()
-                        .min_by_key(|(_, w)| w.start)
-                        .map(|(k, _)| k.clone());
-                    all.remove(&oldest.unwrap_or_default());
-                }
-            }
-            let w = all.entry(key).or_insert(Window {
-                start: Instant::now(),
-                failures: 0,
-            });
-            if w.start.elapsed() >= WINDOW {
-                *w = Window {
-                    start: Instant::now(),
-                    failures: 0,
-                };
-            }
-            w.failures += 1;
-        }
-    }
-
-    /// Forget the failures of `user` after a successful login.
-    pub fn succeeded(&self, user: &str) {
-        self.lock().remove(&user_key(user));
-    }
-}
-
-fn user_key(user: &str) -> String {
-    // Bounded size whatever the client sends.
-    format!("u:{}", hex::encode(&sha256(user)[..16]))
-}
-
-fn keys(user: &str, addr: Option<IpAddr>) -> Vec<(String, u32)> {
-    let mut v = vec![(user_key(user), PER_USER)];
-    if let Some(a) = addr {
-        v.push((format!("a:{a}"), PER_ADDRESS));
-    }
-    v
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn throttle_per_user_and_address() {
-        let t = Throttle::default();
-        let a: IpAddr = "192.0.2.1".parse().unwrap();
-        for _ in 0..PER_USER {
-            assert!(t.check("alice", Some(a)).is_ok());
-            t.failed("alice", Some(a));
-        }
-        let wait = t.check("alice", None).unwrap_err();
-        assert!((1..=61).contains(&wait), "{wait}");
-        assert!(
-            t.check("bob", Some(a)).is_ok(),
-            "address not yet at its limit"
-        );
-        for _ in PER_USER..PER_ADDRESS {
-            t.failed("bob", Some(a));
-        }
-        assert!(t.check("carol", Some(a)).is_err(), "address throttled");
-        assert!(t.check("carol", None).is_ok());
-        t.succeeded("alice");
-        assert!(t.check("alice", None).is_ok());
-    }
 
     #[test]
     fn cookie_parsing_and_tokens() {
@@ -429,7 +253,6 @@ mod tests {
         r.headers
             .push(("cookie".into(), format!("a=1; {COOKIE}=abc ; b=2")));
         assert_eq!(cookie_token(&r), Some("abc"));
-        assert!(same_token("abc", "abc") && !same_token("abc", "abd") && !same_token("a", "ab"));
         assert_ne!(csrf_token("x"), csrf_token("y"));
         assert_eq!(csrf_token("x").len(), 64);
     }

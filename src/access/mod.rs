@@ -1,0 +1,196 @@
+//! Who is calling, and may they: API keys of the run endpoint (rate limits
+//! inside, so no path can skip them), workspace members by bearer
+//! application key or session cookie, the one CSRF rule ([`check_csrf`]),
+//! logins, and the one limiter type (`limiter.rs`).
+//!
+//! Keys are never stored or compared in clear: the config holds the sha256
+//! of each key, and a presented key is hashed and looked up by its hash. The
+//! lookup's timing depends only on the hash, which an attacker cannot steer
+//! toward a stored one, so it leaks nothing about the key.
+
+mod app_keys;
+mod client;
+mod csrf;
+mod limiter;
+mod login;
+mod secret;
+mod sessions;
+
+use std::path::Path;
+
+pub use app_keys::AppKeys;
+pub use csrf::{check as check_csrf, Carrier};
+pub use secret::{random_hex, sha256};
+pub use sessions::{clear_cookie, set_cookie, Session};
+
+use crate::config::{ApiKey, Config};
+use crate::http::{ApiError, Request};
+use crate::store::Origin;
+use limiter::Limits;
+use sessions::Sessions;
+
+/// The credentials and limits of one server (part of `App`).
+pub struct Access {
+    /// Application keys of workspace members.
+    pub app_keys: AppKeys,
+    sessions: Sessions,
+    limits: Limits,
+}
+
+/// An authenticated member of a workspace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    /// The user name.
+    pub user: String,
+    /// True for a bearer application key, false for a session cookie.
+    pub bearer: bool,
+}
+
+impl Member {
+    /// Who started a run made with these credentials.
+    pub fn origin(&self) -> Origin {
+        if self.bearer {
+            Origin::AppKey(self.user.clone())
+        } else {
+            Origin::Session(self.user.clone())
+        }
+    }
+}
+
+/// A browser's current session and the token of its cookie.
+pub struct SignedIn {
+    /// The cookie's token (needed to end the session).
+    pub token: String,
+    /// The session.
+    pub session: Session,
+}
+
+impl Access {
+    /// The sessions kept in `state_dir` and the application keys in
+    /// `shared_state_dir`, with empty limiters.
+    pub fn open(state_dir: &Path, shared_state_dir: &Path) -> Access {
+        Access {
+            app_keys: AppKeys::new(shared_state_dir),
+            sessions: Sessions::open(state_dir),
+            limits: Limits::default(),
+        }
+    }
+
+    /// The API key of a run-endpoint request: `api_key` in the query, or
+    /// else an `Authorization: Bearer` header. A client address over its
+    /// failure budget is refused before its key is looked at, an unknown key
+    /// counts as a failure, and a known key is counted against its
+    /// `rate_per_minute`.
+    ///
+    /// # Errors
+    /// `rate_limited`; `missing_api_key` when no key is given (or it is
+    /// empty), `invalid_api_key` when it matches no configured key,
+    /// `invalid_parameter` when `api_key` is repeated.
+    pub fn api_key<'a>(&self, cfg: &'a Config, req: &Request) -> Result<&'a ApiKey, ApiError> {
+        let client = client::client_addr(&cfg.server, req);
+        self.limits.check_client(&cfg.server, client)?;
+        let token = match req.query_one("api_key")? {
+            Some(k) => Some(k),
+            None => req.bearer(),
+        };
+        let token = token
+            .filter(|t| !t.is_empty())
+            .ok_or(ApiError::MissingApiKey)?;
+        let Some(key) = cfg.api_keys.get(&sha256(token)) else {
+            self.limits.failed(&cfg.server, client);
+            return Err(ApiError::InvalidApiKey);
+        };
+        self.limits.take_key(key)?;
+        Ok(key)
+    }
+
+    /// Authenticate a member of `workspace`: a bearer application key when
+    /// an `Authorization: Bearer` header is present, else the session
+    /// cookie, which must pass the CSRF rule.
+    ///
+    /// # Errors
+    /// 429 `rate_limited` for an address past its failed authentications;
+    /// 403 `user_agent_required` for a bearer request without a valid
+    /// User-Agent; 401 `unauthorized` without credentials, with an unknown
+    /// key or an expired session; 403 `forbidden` for valid credentials of
+    /// someone who is not a member; 403 `csrf_rejected` (see `csrf.rs`).
+    pub fn member(&self, cfg: &Config, req: &Request, workspace: &str) -> Result<Member, ApiError> {
+        let client = client::client_addr(&cfg.server, req);
+        self.limits.check_client(&cfg.server, client)?;
+        let Some(token) = req.bearer() else {
+            let s = self.session(cfg, req).ok_or(ApiError::Unauthorized)?;
+            if !is_member(cfg, workspace, &s.session.user) {
+                return Err(ApiError::Forbidden);
+            }
+            check_csrf(cfg, req, Some(&s.session), Carrier::Headers)?;
+            let user = s.session.user;
+            return Ok(Member {
+                user,
+                bearer: false,
+            });
+        };
+        if !valid_user_agent(req.header("user-agent")) {
+            return Err(ApiError::UserAgentRequired);
+        }
+        let Some(info) = self.app_keys.lookup(token) else {
+            self.limits.failed(&cfg.server, client); // a bad key counts against the address
+            return Err(ApiError::Unauthorized);
+        };
+        if info.workspace != workspace || !is_member(cfg, workspace, &info.member) {
+            return Err(ApiError::Forbidden);
+        }
+        Ok(Member {
+            user: info.member,
+            bearer: true,
+        })
+    }
+
+    /// The session of the request's cookie, if any and current (counts as
+    /// activity).
+    pub fn session(&self, cfg: &Config, req: &Request) -> Option<SignedIn> {
+        let token = sessions::cookie_token(req)?;
+        let session = self.sessions.lookup(cfg, token)?;
+        Some(SignedIn {
+            token: token.to_string(),
+            session,
+        })
+    }
+
+    /// End the session of `token` (logout).
+    ///
+    /// # Errors
+    /// `internal_error` when the state dir cannot be written.
+    pub fn end_session(&self, token: &str) -> Result<(), ApiError> {
+        self.sessions.remove(token).map_err(|e| {
+            log::error!("cannot store sessions: {e}");
+            ApiError::Internal
+        })
+    }
+}
+
+/// Whether `user` is a member of `workspace`.
+pub fn is_member(cfg: &Config, workspace: &str, user: &str) -> bool {
+    cfg.workspaces
+        .get(workspace)
+        .is_some_and(|w| w.members.iter().any(|m| m == user))
+}
+
+/// Whether `ua` is a usable User-Agent: not empty, printable ASCII only.
+fn valid_user_agent(ua: Option<&str>) -> bool {
+    ua.is_some_and(|s| !s.trim().is_empty() && s.bytes().all(|b| (0x20..0x7f).contains(&b)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_agent_rule() {
+        assert!(valid_user_agent(Some("curl/8.5.0")));
+        assert!(!valid_user_agent(None));
+        assert!(!valid_user_agent(Some("")));
+        assert!(!valid_user_agent(Some("  ")));
+        assert!(!valid_user_agent(Some("bad\u{7f}")));
+        assert!(!valid_user_agent(Some("caf\u{e9}")));
+    }
+}

@@ -1,0 +1,77 @@
+//! Entry points as compiled at load: an [`Endpoint`] says which credentials
+//! a request must carry, how its values are read, and which function it
+//! runs with which variables. `invoke` takes a request through one.
+//!
+//! Every endpoint answers in the same shape today (the `POST /api` JSON);
+//! an endpoint with another answer shape gets a field here.
+
+use std::collections::BTreeMap;
+
+use crate::http::Method;
+
+/// One entry point.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    /// The method it serves.
+    pub method: Method,
+    /// Which credentials it takes.
+    pub credentials: Credentials,
+    /// How the values are read.
+    pub values: Values,
+    /// Which function it runs.
+    pub target: Target,
+    /// Variables given to the run (a tool environment's `vars`).
+    pub vars: BTreeMap<String, String>,
+}
+
+/// The credentials an endpoint takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Credentials {
+    /// An `[[api_keys]]` key (`api_key` or a bearer token), rate limited.
+    ApiKey,
+    /// A member of the workspace: bearer application key or session cookie.
+    Member {
+        /// The workspace.
+        workspace: String,
+    },
+    /// None: anyone may call.
+    Public,
+}
+
+/// Where the values of a run come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Values {
+    /// Repeated `variables` query parameters, by position.
+    Positional,
+    /// One value per input, by name, from the query and/or a JSON object
+    /// body.
+    ByName,
+}
+
+/// The function an endpoint runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// Chosen by the request (`program_id` and `function`), within the API
+    /// key's scope, among functions with an active API trigger.
+    Chosen,
+    /// Always this one.
+    Fixed {
+        /// Program id.
+        program: u64,
+        /// Function name.
+        function: String,
+    },
+}
+
+impl Endpoint {
+    /// `POST /api`.
+    pub fn run_endpoint() -> Endpoint {
+        Endpoint {
+            method: Method::Post,
+            credentials: Credentials::ApiKey,
+            values: Values::Positional,
+            target: Target::Chosen,
+            vars: BTreeMap::new(),
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! `[server]` → [`Server`]: every setting with its default filled in,
+//! counts and durations checked, directories resolved.
+
+use std::net::IpAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use toml::Spanned;
+
+use super::raw::{self, defaults, RawDuration};
+use super::types::{count, duration, Errors, Src};
+use super::{resolve, Server};
+
+/// Reads the settings of one `[server]` table, recording errors.
+struct Reader<'a, 'e> {
+    src: &'a Src<'a>,
+    errs: &'e mut Errors,
+}
+
+impl Reader<'_, '_> {
+    /// A count of at least `min`, or `default`.
+    fn count(&mut self, v: &raw::Count, key: &str, default: usize, min: i64) -> usize {
+        count(
+            self.src,
+            v,
+            &format!("server.{key}"),
+            default,
+            min,
+            self.errs,
+        )
+    }
+
+    /// A duration, or `default_secs`.
+    fn duration(
+        &mut self,
+        v: &Option<Spanned<RawDuration>>,
+        key: &str,
+        default_secs: u64,
+    ) -> Duration {
+        let default = Duration::from_secs(default_secs);
+        duration(
+            self.src,
+            v.as_ref(),
+            &format!("server.{key}"),
+            default,
+            self.errs,
+        )
+    }
+}
+
+/// `[server]` with defaults filled in and directories resolved.
+pub fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) -> Server {
+    public_url(src, raw, errs);
+    let trusted_proxies = trusted_proxies(src, &raw.trusted_proxies, errs);
+    let instance = instance(src, raw.instance.as_ref(), errs);
+    let drain_delay = drain_delay(src, raw, errs);
+    let mut r = Reader { src, errs };
+    // The key in errors is the field's name, so the two cannot drift apart.
+    macro_rules! count {
+        ($field:ident, $default:ident, $min:expr) => {
+            r.count(&raw.$field, stringify!($field), defaults::$default, $min)
+        };
+    }
+    macro_rules! duration {
+        ($field:ident, $default:ident) => {
+            r.duration(&raw.$field, stringify!($field), defaults::$default)
+        };
+    }
+    let programs_dir = raw.programs_dir.as_ref().map(|d| d.get_ref().as_str());
+    let state_dir = raw.state_dir.as_deref().unwrap_or(defaults::STATE_DIR);
+    let shared_state_dir = raw.shared_state_dir.as_deref().unwrap_or(state_dir);
+    let https = raw
+        .public_url
+        .as_ref()
+        .is_some_and(|u| u.get_ref().starts_with("https://"));
+    Server {
+        listen: raw
+            .listen
+            .clone()
+            .unwrap_or_else(|| defaults::LISTEN.into()),
+        workers: count!(workers, WORKERS, 1),
+        programs_dir: resolve(
+            dir,
+            Path::new(programs_dir.unwrap_or(defaults::PROGRAMS_DIR)),
+        ),
+        state_dir: resolve(dir, Path::new(state_dir)),
+        shared_state_dir: resolve(dir, Path::new(shared_state_dir)),
+        instance,
+        drain_delay,
+        public_url: raw.public_url.as_ref().map(|u| u.get_ref().clone()),
+        max_concurrent_runs: count!(max_concurrent_runs, MAX_CONCURRENT_RUNS, 1),
+        max_queued_runs: count!(max_queued_runs, MAX_QUEUED_RUNS, 0),
+        run_timeout: duration!(run_timeout, RUN_TIMEOUT_SECS),
+        kill_grace: duration!(kill_grace, KILL_GRACE_SECS),
+        shutdown_grace: duration!(shutdown_grace, SHUTDOWN_GRACE_SECS),
+        max_output_bytes: count!(max_output_bytes, MAX_OUTPUT_BYTES, 1),
+        max_variables: count!(max_variables, MAX_VARIABLES, 1),
+        max_variable_bytes: count!(max_variable_bytes, MAX_VARIABLE_BYTES, 1),
+        max_body_bytes: count!(max_body_bytes, MAX_BODY_BYTES, 1),
+        run_retention: count!(run_retention, RUN_RETENTION, 1),
+        max_connections: count!(max_connections, MAX_CONNECTIONS, 1),
+        request_timeout: duration!(request_timeout, REQUEST_TIMEOUT_SECS),
+        max_header_bytes: count!(max_header_bytes, MAX_HEADER_BYTES, 256),
+        max_url_bytes: count!(max_url_bytes, MAX_URL_BYTES, 64),
+        cookie_secure: raw.cookie_secure.unwrap_or(false) || https,
+        session_idle: duration!(session_idle, SESSION_IDLE_SECS),
+        session_max: duration!(session_max, SESSION_MAX_SECS),
+        auth_failures_per_minute: count!(auth_failures_per_minute, AUTH_FAILURES_PER_MINUTE, 0),
+        queue_timeout: duration!(queue_timeout, QUEUE_TIMEOUT_SECS),
+        idempotency_window: duration!(idempotency_window, IDEMPOTENCY_WINDOW_SECS),
+        idempotency_max_keys: count!(idempotency_max_keys, IDEMPOTENCY_MAX_KEYS, 1),
+        trusted_proxies,
+    }
+}
+
+/// `drain_delay`: a duration, and unlike the others it may be 0 (no drain).
+fn drain_delay(src: &Src, raw: &raw::RawServer, errs: &mut Errors) -> Duration {
+    match raw.drain_delay.as_ref().map(|v| v.get_ref()) {
+        Some(RawDuration::Secs(0)) => Duration::ZERO,
+        Some(RawDuration::Text(t)) if matches!(t.trim(), "0" | "0s") => Duration::ZERO,
+        _ => Reader { src, errs }.duration(
+            &raw.drain_delay,
+            "drain_delay",
+            defaults::DRAIN_DELAY_SECS,
+        ),
+    }
+}
+
+/// `instance`: a valid instance name, or the one derived from the host name.
+fn instance(src: &Src, raw: Option<&Spanned<String>>, errs: &mut Errors) -> String {
+    let Some(name) = raw else {
+        return crate::cluster::default_name();
+    };
+    if !crate::cluster::valid_name(name.get_ref()) {
+        errs.at(
+            src,
+            name.span(),
+            "server.instance",
+            "instance must be 1 to 63 of a-z, 0-9, '_' and '-', starting with a letter or digit",
+        );
+    }
+    name.get_ref().clone()
+}
+
+/// `public_url` must be an http(s) URL.
+fn public_url(src: &Src, raw: &raw::RawServer, errs: &mut Errors) {
+    if let Some(url) = &raw.public_url {
+        if !(url.get_ref().starts_with("http://") || url.get_ref().starts_with("https://")) {
+            let msg = "public_url must start with http:// or https://";
+            errs.at(src, url.span(), "server.public_url", msg);
+        }
+    }
+}
+
+/// `trusted_proxies`: each an IP address.
+fn trusted_proxies(src: &Src, raw: &[Spanned<String>], errs: &mut Errors) -> Vec<IpAddr> {
+    let mut out = Vec::new();
+    for (i, p) in raw.iter().enumerate() {
+        match p.get_ref().trim().parse::<IpAddr>() {
+            Ok(ip) => out.push(ip.to_canonical()),
+            Err(_) => {
+                let msg = format!(
+                    "\"{}\" is not an IP address (write one address per entry, like \"127.0.0.1\" or \"::1\")",
+                    p.get_ref()
+                );
+                errs.at(src, p.span(), format!("server.trusted_proxies[{i}]"), msg);
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,158 @@
+//! `[[tools]]` → [`Tool`]s: environments, triggers, and the endpoint that
+//! each trigger generates in each environment.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::raw::{self, RawConfig};
+use super::types::{self, env_vars, workspace_ref, Errors, Known, Src};
+use super::{
+    Credentials, Endpoint, Environment, Target, Tool, Trigger, TriggerKind, Values, Workspace,
+};
+use crate::http::Method;
+
+/// `[[tools]]` by name.
+pub fn tools(
+    src: &Src,
+    raw: &RawConfig,
+    wss: &BTreeMap<String, Workspace>,
+    known: &Known,
+    errs: &mut Errors,
+) -> BTreeMap<String, Tool> {
+    let mut seen = HashMap::new();
+    let mut out = BTreeMap::new();
+    for (i, t) in raw.tools.iter().enumerate() {
+        let key = format!("tools[{i}]");
+        errs.name(src, &t.name, &format!("{key}.name"), "tool");
+        errs.unique(src, &mut seen, &t.name, &format!("{key}.name"), "tool");
+        workspace_ref(src, &t.workspace, wss, format!("{key}.workspace"), errs);
+        let triggers = triggers(src, t, &key, known, errs);
+        let mut environments = BTreeMap::new();
+        for (name, env) in &t.environments {
+            let key = format!("{key}.environments.{}", name.get_ref());
+            errs.name(src, name, &key, "environment");
+            let vars = env_vars(src, &env.vars, &format!("{key}.vars"), errs);
+            let name = name.get_ref().clone();
+            let env = environment(
+                name.clone(),
+                env.public,
+                vars,
+                t.workspace.get_ref(),
+                &triggers,
+            );
+            environments.insert(name, env);
+        }
+        let (name, workspace) = (t.name.get_ref().clone(), t.workspace.get_ref().clone());
+        out.insert(
+            name.clone(),
+            Tool {
+                name,
+                workspace,
+                environments,
+                triggers,
+            },
+        );
+    }
+    out
+}
+
+/// The triggers of one tool.
+fn triggers(
+    src: &Src,
+    t: &raw::RawTool,
+    key: &str,
+    known: &Known,
+    errs: &mut Errors,
+) -> Vec<Trigger> {
+    let mut seen = HashMap::new();
+    let mut out = Vec::new();
+    for (j, tr) in t.triggers.iter().enumerate() {
+        let key = format!("{key}.triggers[{j}]");
+        let kind = types::parse_trigger_kind(tr.kind.get_ref())
+            .map_err(|msg| errs.at(src, tr.kind.span(), format!("{key}.kind"), msg));
+        errs.name(src, &tr.name, &format!("{key}.name"), "trigger");
+        errs.unique(
+            src,
+            &mut seen,
+            &tr.name,
+            &format!("{key}.name"),
+            "trigger name",
+        );
+        let method = tr.method.as_ref().map_or(Ok(Method::Post), |m| {
+            types::parse_method(m.get_ref())
+                .map_err(|msg| errs.at(src, m.span(), format!("{key}.method"), msg))
+        });
+        let id = *tr.program.get_ref();
+        let program = u64::try_from(id)
+            .ok()
+            .and_then(|id| known.programs.get(&id));
+        if known.missing(id) {
+            errs.at(
+                src,
+                tr.program.span(),
+                format!("{key}.program"),
+                format!("program {id} does not exist"),
+            );
+        } else if let Some(p) = program.filter(|p| p.function(tr.function.get_ref()).is_none()) {
+            let msg = format!(
+                "program {id} ({}) has no function \"{}\"",
+                p.name,
+                tr.function.get_ref()
+            );
+            errs.at(src, tr.function.span(), format!("{key}.function"), msg);
+        }
+        let (Ok(kind), Ok(method), Ok(program)) = (kind, method, u64::try_from(id)) else {
+            continue;
+        };
+        out.push(Trigger {
+            kind,
+            name: tr.name.get_ref().clone(),
+            method,
+            program,
+            function: tr.function.get_ref().clone(),
+        });
+    }
+    out
+}
+
+/// An environment with its endpoints, one per trigger.
+fn environment(
+    name: String,
+    public: bool,
+    vars: BTreeMap<String, String>,
+    workspace: &str,
+    triggers: &[Trigger],
+) -> Environment {
+    let credentials = if public {
+        Credentials::Public
+    } else {
+        Credentials::Member {
+            workspace: workspace.to_string(),
+        }
+    };
+    let endpoints = triggers
+        .iter()
+        .map(|t| {
+            // The kind decides how the endpoint reads its values.
+            let values = match t.kind {
+                TriggerKind::Endpoint => Values::ByName,
+            };
+            let endpoint = Endpoint {
+                method: t.method,
+                credentials: credentials.clone(),
+                values,
+                target: Target::Fixed {
+                    program: t.program,
+                    function: t.function.clone(),
+                },
+                vars: vars.clone(),
+            };
+            (t.name.clone(), endpoint)
+        })
+        .collect();
+    Environment {
+        name,
+        public,
+        credentials,
+        endpoints,
+    }
+}

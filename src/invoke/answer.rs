@@ -1,0 +1,99 @@
+//! Start a run and answer in the run endpoint's JSON: `{"Success":
+//! "Program started.", "Run"}` for async runs, `{"Success": "Program
+//! finished.", "Result", "Run"}` for sync ones, or the error of a failed
+//! run.
+
+use serde_json::{json, Value};
+
+use crate::app::App;
+use crate::http::{ApiError, Response};
+use crate::runner::step::{Outcome, StepError};
+use crate::runner::{Job, RunError};
+
+/// Start `job` sync or async and build the response object.
+///
+/// # Errors
+/// `busy`, `disk_full`, `storage_unavailable`, `shutting_down`, and for sync runs
+/// `run_failed`, `run_timeout`, `run_interrupted`.
+pub fn start(app: &App, job: Job, run_async: bool) -> Result<Response, ApiError> {
+    if run_async {
+        let id = app.runner.start_async(job).map_err(run_error)?;
+        let body = json!({"Success": "Program started.", "Run": id});
+        return Ok(Response::json(200, &body).with_run(&id));
+    }
+    let (id, outcome) = app.runner.run_sync(job).map_err(run_error)?;
+    let body = finished_body(&id, outcome)?;
+    Ok(Response::json(200, &body).with_run(&id))
+}
+
+/// The sync response body for a finished run, or the error for a failed one.
+///
+/// # Errors
+/// `run_failed`, `run_timeout` or `run_interrupted` from the outcome.
+pub fn finished_body(id: &str, outcome: Outcome) -> Result<Value, ApiError> {
+    let run = id.to_string();
+    match outcome.error {
+        None => Ok(json!({"Success": "Program finished.", "Result": outcome.result, "Run": id})),
+        Some(StepError::TimedOut { .. }) => Err(ApiError::RunTimeout { run }),
+        Some(StepError::Aborted { .. }) => Err(ApiError::RunInterrupted { run }),
+        Some(StepError::Spawn { step, message }) => Err(ApiError::RunFailed {
+            run,
+            step,
+            exit_code: None,
+            signal: None,
+            stderr: message,
+            stdout: String::new(),
+        }),
+        Some(StepError::Failed {
+            step,
+            exit_code,
+            signal,
+            stderr_tail,
+            stdout_tail,
+        }) => Err(ApiError::RunFailed {
+            run,
+            step,
+            exit_code,
+            signal,
+            stderr: stderr_tail,
+            stdout: stdout_tail,
+        }),
+    }
+}
+
+fn run_error(e: RunError) -> ApiError {
+    match e {
+        RunError::QueueFull {
+            queued,
+            retry_after,
+        } => ApiError::Busy {
+            retry_after,
+            msg: format!(
+                "All run slots are in use and the queue is full ({queued} runs). Retry after \
+                 Retry-After seconds."
+            ),
+        },
+        RunError::WaitedTooLong {
+            waited,
+            waiting,
+            retry_after,
+        } => ApiError::Busy {
+            retry_after,
+            msg: format!(
+                "No run slot came free within queue_timeout ({}); {waiting} runs are waiting. \
+                 Retry after Retry-After seconds.",
+                humanize(waited)
+            ),
+        },
+        RunError::Storage(err) => ApiError::storage(&err),
+        RunError::ShuttingDown => ApiError::ShuttingDown,
+    }
+}
+
+/// A duration as written in the config: `300ms`, `30s`.
+fn humanize(d: std::time::Duration) -> String {
+    match d.subsec_millis() {
+        0 => format!("{}s", d.as_secs()),
+        _ => format!("{}ms", d.as_millis()),
+    }
+}

@@ -1,0 +1,202 @@
+//! The values of a run: read by position (`variables`) or by name (query
+//! and JSON object body), then checked against the function's inputs and
+//! the size limits, the same way for every endpoint.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::config::{Server, Values};
+use crate::http::{ApiError, Request};
+
+/// The query parameters `POST /api` accepts.
+const PARAMS: [&str; 5] = [
+    "api_key",
+    "program_id",
+    "variables",
+    "function",
+    "run_async",
+];
+
+/// Read the values of `req` for `inputs` from `source`.
+///
+/// # Errors
+/// For [`Values::ByName`], those of [`named_values`].
+pub fn read(req: &Request, source: Values, inputs: &[String]) -> Result<Vec<String>, ApiError> {
+    match source {
+        Values::Positional => Ok(req.query_all("variables").map(str::to_string).collect()),
+        Values::ByName => named_values(req, inputs),
+    }
+}
+
+/// Collect one string per input, by name, from the query and a JSON object
+/// body.
+///
+/// # Errors
+/// `variables_mismatch` (with the inputs) for missing, extra, repeated or
+/// non-string values, or a body that is not a JSON object.
+pub fn named_values(req: &Request, inputs: &[String]) -> Result<Vec<String>, ApiError> {
+    let mismatch = |msg: String| ApiError::ValuesMismatch {
+        msg,
+        outputs: inputs.to_vec(),
+    };
+    let mut got: BTreeMap<String, String> = BTreeMap::new();
+    for (k, v) in req.query.iter().filter(|(k, _)| k != "run_async") {
+        if got.insert(k.clone(), v.clone()).is_some() {
+            return Err(mismatch(format!("Value '{k}' is given more than once.")));
+        }
+    }
+    if !req.body.iter().all(u8::is_ascii_whitespace) {
+        let body: Value = serde_json::from_slice(&req.body)
+            .map_err(|e| mismatch(format!("The body must be a JSON object of strings: {e}.")))?;
+        let Value::Object(map) = body else {
+            return Err(mismatch(
+                "The body must be a JSON object of strings, by output name.".into(),
+            ));
+        };
+        for (k, v) in map {
+            let Value::String(s) = v else {
+                return Err(mismatch(format!("Value '{k}' must be a JSON string.")));
+            };
+            if got.insert(k.clone(), s).is_some() {
+                return Err(mismatch(format!(
+                    "Value '{k}' is given both in the query and in the body."
+                )));
+            }
+        }
+    }
+    let expected = || format!("Expected outputs: [{}].", inputs.join(", "));
+    if let Some(extra) = got.keys().find(|k| !inputs.contains(k)) {
+        return Err(mismatch(format!("Unknown value '{extra}'. {}", expected())));
+    }
+    inputs
+        .iter()
+        .map(|o| {
+            got.remove(o)
+                .ok_or_else(|| mismatch(format!("Missing value '{o}'. {}", expected())))
+        })
+        .collect()
+}
+
+/// Check the values against the inputs and the size limits.
+///
+/// # Errors
+/// `variables_mismatch` for a wrong count; `invalid_parameter` for more
+/// than `max_variables` values, a value over `max_variable_bytes` or one
+/// holding a NUL byte (`Parameter` is `variables`, or the input's name for
+/// values by name).
+pub fn check_values(
+    server: &Server,
+    source: Values,
+    inputs: &[String],
+    values: &[String],
+) -> Result<(), ApiError> {
+    if values.len() != inputs.len() {
+        return Err(ApiError::VariablesMismatch {
+            outputs: inputs.to_vec(),
+            got: values.len(),
+        });
+    }
+    if values.len() > server.max_variables {
+        return Err(ApiError::InvalidParameter {
+            name: "variables".into(),
+            msg: format!("At most {} variables are accepted.", server.max_variables),
+        });
+    }
+    let bad = |i: usize, what: String| {
+        let (name, value) = match source {
+            Values::Positional => (
+                "variables".to_string(),
+                format!("Value {} (output '{}')", i + 1, inputs[i]),
+            ),
+            Values::ByName => (inputs[i].clone(), format!("Value '{}'", inputs[i])),
+        };
+        let msg = format!("{value} {what}");
+        ApiError::InvalidParameter { name, msg }
+    };
+    let max = server.max_variable_bytes;
+    if let Some(i) = values.iter().position(|v| v.len() > max) {
+        return Err(bad(i, format!("is longer than the limit of {max} bytes.")));
+    }
+    // A NUL byte cannot be passed in an argument or an environment
+    // variable: refuse it here rather than fail the run.
+    if let Some(i) = values.iter().position(|v| v.contains('\0')) {
+        return Err(bad(
+            i,
+            "contains a NUL byte, which a program cannot receive.".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Refuse a request body where the values come from the query alone
+/// ([`Values::Positional`], `POST /api`): a body silently ignored would
+/// surface as an unrelated error.
+///
+/// # Errors
+/// `invalid_parameter` (`Parameter`: `body`).
+pub fn reject_body(req: &Request, source: Values) -> Result<(), ApiError> {
+    if source != Values::Positional || req.body.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::InvalidParameter {
+        name: "body".into(),
+        msg: format!(
+            "POST /api takes no request body (got {} bytes): send program_id, function, \
+             run_async and one variables=<value> per output as query parameters, with an \
+             empty body. A JSON body of values is accepted by the tool endpoints \
+             (/tools/<tool>/<environment>/<trigger>).",
+            req.body.len()
+        ),
+    })
+}
+
+/// Refuse query parameters `POST /api` does not know, naming the first.
+///
+/// # Errors
+/// `invalid_parameter`.
+pub fn reject_unknown(req: &Request) -> Result<(), ApiError> {
+    match req
+        .query
+        .iter()
+        .find(|(k, _)| !PARAMS.contains(&k.as_str()))
+    {
+        Some((k, _)) => Err(ApiError::InvalidParameter {
+            name: k.clone(),
+            msg: format!("Unknown parameter '{k}'. Accepted: {}.", PARAMS.join(", ")),
+        }),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_parameter_is_named() {
+        let r = Request::new("POST", "/api?api_key=k&color=red").unwrap();
+        match reject_unknown(&r).unwrap_err() {
+            ApiError::InvalidParameter { name, .. } => assert_eq!(name, "color"),
+            e => panic!("{e:?}"),
+        }
+    }
+
+    #[test]
+    fn an_over_long_value_is_the_same_fault_on_both_paths() {
+        let cfg = crate::config::load_str(std::path::Path::new("c.toml"), "", &[]).unwrap();
+        let mut server = cfg.server.clone();
+        server.max_variable_bytes = 3;
+        let inputs = ["a".to_string(), "b".to_string()];
+        let values = ["x".to_string(), "long".to_string()];
+        for (source, param) in [(Values::Positional, "variables"), (Values::ByName, "b")] {
+            match check_values(&server, source, &inputs, &values).unwrap_err() {
+                ApiError::InvalidParameter { name, msg } => {
+                    assert_eq!(name, param);
+                    assert!(msg.contains("'b'") && msg.contains("3 bytes"), "{msg}");
+                }
+                e => panic!("{e:?}"),
+            }
+        }
+    }
+}
