@@ -4,6 +4,9 @@
 //!
 //! credentials → method → function → values → (rules) → start → answer
 //!
+//! With an `Idempotency-Key`, "start" goes through `replay::start_once`:
+//! at most one run per key, repeats answered with the original run.
+//!
 //! `api.rs` (`POST /api`) and `tools.rs` (generated endpoints) are thin
 //! adapters that find the endpoint and call [`invoke`]; the same fault gets
 //! the same error on every path. `values.rs` reads and checks the values,
@@ -59,7 +62,9 @@ impl Caller<'_> {
 /// `method_not_allowed`, a body where none is read (`invalid_parameter`),
 /// the function (`invalid_program_id`,
 /// `program_not_found`, `function_not_found`, …), the values
-/// (`variables_mismatch`, `invalid_parameter`), `run_async`, and the run.
+/// (`variables_mismatch`, `invalid_parameter`), `run_async`, a bad or
+/// reused `Idempotency-Key` (`invalid_parameter`,
+/// `idempotency_key_reused`), and the run.
 pub fn invoke(
     app: &App,
     cfg: &Arc<Config>,
