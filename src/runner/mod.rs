@@ -579,6 +579,8 @@ impl Runner {
     /// Execute the job's function without slots or records (`trigd run`
     /// uses this directly).
     pub fn execute_only(&self, job: &Job) -> Outcome {
+        #[cfg(test)]
+        slots_tests::maybe_panic(job);
         let Some(function) = job.program.function(&job.function) else {
             return Outcome {
                 result: Vec::new(),

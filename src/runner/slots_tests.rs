@@ -76,6 +76,17 @@ fn a_stopping_queue_hands_nothing_on() {
     assert!(freed && !granted(&t));
 }
 
+/// The function name of a run that panics when it executes (a bug inside
+/// it), for the tests below.
+const PANICS: &str = "panics";
+
+/// A bug inside a run, where a test asks for one.
+pub(super) fn maybe_panic(job: &Job) {
+    if job.function == PANICS {
+        panic!("a bug inside a run (test)");
+    }
+}
+
 /// A job of program 1, function `f`, running `script` in a shell.
 fn job(server: &str, script: &str) -> Job {
     let config = format!("[server]\n{server}\n");
@@ -135,4 +146,41 @@ fn a_sync_run_waits_then_says_why_in_data() {
     assert_eq!(r.queued(), 0, "the waiter left the queue");
     r.shutdown(Duration::ZERO);
     assert_eq!(r.in_flight(), 0);
+}
+
+/// [`job`], as one that panics inside.
+fn panicking(server: &str) -> Job {
+    Job {
+        function: PANICS.into(),
+        ..job(server, "true")
+    }
+}
+
+#[test]
+fn a_panic_inside_a_sync_run_hands_its_slot_to_the_next_waiter() {
+    let r = Arc::new(Runner::new(None, Arc::new(Metrics::default())).unwrap());
+    let server = "max_concurrent_runs = 1\nqueue_timeout = \"20s\"";
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        r.run_sync(panicking(server))
+    }));
+    assert!(panicked.is_err(), "the run should have panicked");
+    assert_eq!(r.in_flight(), 0, "the slot was not given back");
+    let (_, outcome) = r.run_sync(job(server, "echo next")).unwrap();
+    assert_eq!(outcome.result, vec![serde_json::json!("next")]);
+}
+
+#[test]
+fn a_panic_inside_an_async_run_frees_its_slot_for_the_queued_run() {
+    let r = Arc::new(Runner::new(None, Arc::new(Metrics::default())).unwrap());
+    let server = "max_concurrent_runs = 1";
+    r.start_async(panicking(server)).unwrap();
+    r.start_async(job(server, "true")).unwrap();
+    assert!(
+        r.wait_idle(Duration::from_secs(20)),
+        "in flight {}, queued {}",
+        r.in_flight(),
+        r.queued()
+    );
+    let (_, outcome) = r.run_sync(job(server, "echo free")).unwrap();
+    assert_eq!(outcome.result, vec![serde_json::json!("free")]);
 }
