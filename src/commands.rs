@@ -232,7 +232,7 @@ fn run_local(
         None => invoke::select_function(program, None)?,
     };
     invoke::check_values(&cfg.server, Values::Positional, function.inputs(), &values)?;
-    let runner = Runner::new(None, Default::default()).map_err(|_| ApiError::Internal)?;
+    let runner = Runner::new(None, Default::default());
     let job = invoke::job(
         cfg,
         program,

@@ -430,6 +430,14 @@ pub enum ApiError {
     },
     /// The client stopped sending the request body before `request_timeout`.
     RequestTimeout,
+    /// The request line or a header is not valid HTTP/1.1 (answered by the
+    /// HTTP server itself, before routing).
+    BadRequest,
+    /// The request line is longer than `max_url_bytes` (HTTP server).
+    UriTooLong,
+    /// The header section is larger than `max_header_bytes`, or has more
+    /// than 100 headers (HTTP server).
+    HeadersTooLarge,
     /// Request body larger than `max_body_bytes`.
     PayloadTooLarge {
         /// The limit.
@@ -457,6 +465,9 @@ impl ApiError {
             ConfigNotWritable { .. } | ConfigInvalid { .. } => 409,
             MethodNotAllowed { .. } => 405,
             RequestTimeout => 408,
+            BadRequest => 400,
+            UriTooLong => 414,
+            HeadersTooLarge => 431,
             PayloadTooLarge { .. } => 413,
             RateLimited { .. } => 429,
             RunFailed { .. } | Internal => 500,
@@ -502,6 +513,9 @@ impl ApiError {
             RunNotFound => "run_not_found",
             RunOnOtherInstance { .. } => "run_on_other_instance",
             RequestTimeout => "request_timeout",
+            BadRequest => "bad_request",
+            UriTooLong => "uri_too_long",
+            HeadersTooLarge => "headers_too_large",
             PayloadTooLarge { .. } => "payload_too_large",
             NotFound => "not_found",
             Internal => "internal_error",
@@ -552,6 +566,9 @@ impl ApiError {
             RunNotFound => "No run with this id is visible to this API key.".into(),
             RunOnOtherInstance { instance } => format!("This run belongs to trigd instance '{instance}', not to this one; ask that instance (a load balancer routes /api/runs/{instance}-… there while it is up)."),
             RequestTimeout => "The request was not received in time (request_timeout); send the whole body promptly.".into(),
+            BadRequest => "The request is not valid HTTP/1.1.".into(),
+            UriTooLong => "The request line (method and URL) is longer than the limit (max_url_bytes).".into(),
+            HeadersTooLarge => "The request headers are larger than the limit (max_header_bytes, at most 100 headers).".into(),
             PayloadTooLarge { limit } => format!("The request body is larger than the limit of {limit} bytes."),
             NotFound => "Not found.".into(),
             Internal => "Internal error. The server log has the details.".into(),
@@ -643,6 +660,47 @@ impl ApiError {
     }
 }
 
+impl Response {
+    /// The whole response as raw HTTP/1.1 bytes (status line, headers with
+    /// `Content-Length` and `Connection: close`, body), for the HTTP server
+    /// to send by itself.
+    pub fn to_raw(&self) -> Vec<u8> {
+        use std::fmt::Write as _;
+        let mut head = format!("HTTP/1.1 {} {}\r\n", self.status, reason(self.status));
+        for (k, v) in &self.headers {
+            let _ = write!(head, "{k}: {v}\r\n");
+        }
+        let _ = write!(
+            head,
+            "Connection: close\r\nContent-Length: {}\r\n\r\n",
+            self.body.len()
+        );
+        let mut raw = head.into_bytes();
+        raw.extend_from_slice(&self.body);
+        raw
+    }
+
+    /// The `Content-Type` header, if set.
+    pub fn content_type(&self) -> &str {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("content-type"))
+            .map_or("", |(_, v)| v.as_str())
+    }
+}
+
+/// The reason phrase of the statuses [`Response::to_raw`] is used with.
+fn reason(status: u16) -> &'static str {
+    match status {
+        400 => "Bad Request",
+        408 => "Request Timeout",
+        414 => "URI Too Long",
+        431 => "Request Header Fields Too Large",
+        503 => "Service Unavailable",
+        _ => "Error",
+    }
+}
+
 impl From<ApiError> for Response {
     fn from(e: ApiError) -> Response {
         let mut body = Map::new();
@@ -717,6 +775,22 @@ mod tests {
         let t = r.log_target();
         assert!(!t.contains("s3cret"), "{t}");
         assert!(t.contains("program_id=1"));
+    }
+
+    #[test]
+    fn raw_response_is_complete_http() {
+        let r: Response = ApiError::UriTooLong.into();
+        let raw = String::from_utf8(r.to_raw()).unwrap();
+        let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 414 URI Too Long\r\n"), "{head}");
+        assert!(head.contains("Content-Type: application/json"), "{head}");
+        assert!(
+            head.contains(&format!("Content-Length: {}", body.len())),
+            "{head}"
+        );
+        let v: Value = serde_json::from_str(body).unwrap();
+        assert_eq!(v["Code"], "uri_too_long");
+        assert_eq!(r.content_type(), "application/json");
     }
 
     #[test]

@@ -92,6 +92,27 @@ impl Metrics {
     /// The Prometheus text exposition.
     pub fn render(&self, g: &Gauges) -> String {
         let mut s = String::new();
+        self.render_http(&mut s);
+        self.render_runs(&mut s);
+        self.render_durations(&mut s);
+        g.render(&mut s);
+        self.render_switch_flips(&mut s);
+        s
+    }
+
+    fn render_switch_flips(&self, s: &mut String) {
+        let _ = writeln!(
+            s,
+            "# HELP trigd_public_switch_flips_total Public switches flipped from trigd (browser or HTTP), by new state.\n\
+             # TYPE trigd_public_switch_flips_total counter"
+        );
+        for (to, c) in ["off", "on"].iter().zip(&self.switch_flips) {
+            let n = c.load(Ordering::Relaxed);
+            let _ = writeln!(s, "trigd_public_switch_flips_total{{to=\"{to}\"}} {n}");
+        }
+    }
+
+    fn render_http(&self, s: &mut String) {
         let _ = writeln!(
             s,
             "# HELP trigd_http_requests_total HTTP responses by status code."
@@ -103,6 +124,9 @@ impl Metrics {
                 let _ = writeln!(s, "trigd_http_requests_total{{status=\"{status}\"}} {n}");
             }
         }
+    }
+
+    fn render_runs(&self, s: &mut String) {
         let _ = writeln!(
             s,
             "# HELP trigd_runs_total Ended runs by program and outcome."
@@ -111,6 +135,9 @@ impl Metrics {
         for ((p, o), n) in self.runs.lock().unwrap_or_else(|e| e.into_inner()).iter() {
             let _ = writeln!(s, "trigd_runs_total{{program=\"{p}\",outcome=\"{o}\"}} {n}");
         }
+    }
+
+    fn render_durations(&self, s: &mut String) {
         let _ = writeln!(s, "# HELP trigd_run_duration_seconds Run duration.");
         let _ = writeln!(s, "# TYPE trigd_run_duration_seconds histogram");
         for (b, c) in BUCKETS.iter().zip(&self.buckets) {
@@ -128,63 +155,59 @@ impl Metrics {
         let sum = self.duration_sum_us.load(Ordering::Relaxed) as f64 / 1e6;
         let _ = writeln!(s, "trigd_run_duration_seconds_sum {sum}");
         let _ = writeln!(s, "trigd_run_duration_seconds_count {count}");
+    }
+}
+
+impl Gauges {
+    /// One `HELP`, `TYPE` and value line per gauge.
+    fn render(&self, s: &mut String) {
         let gauges = [
             (
                 "trigd_runs_in_flight",
                 "gauge",
                 "Runs executing now.",
-                g.in_flight as u64,
+                self.in_flight as u64,
             ),
             (
                 "trigd_runs_queued",
                 "gauge",
                 "Async runs waiting for a slot.",
-                g.queued as u64,
+                self.queued as u64,
             ),
             (
                 "trigd_child_processes",
                 "gauge",
                 "Step processes alive now.",
-                g.children as u64,
+                self.children as u64,
             ),
             (
                 "trigd_open_connections",
                 "gauge",
                 "Open HTTP connections.",
-                g.connections as u64,
+                self.connections as u64,
             ),
             (
                 "trigd_config_generation",
                 "gauge",
                 "Generation of the served config.",
-                g.generation,
+                self.generation,
             ),
             (
                 "trigd_reloads_total",
                 "counter",
                 "Successful config reloads.",
-                g.reloads,
+                self.reloads,
             ),
             (
                 "trigd_reload_errors_total",
                 "counter",
                 "Refused config reloads.",
-                g.reload_errors,
+                self.reload_errors,
             ),
         ];
         for (name, kind, help, v) in gauges {
             let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
         }
-        let _ = writeln!(
-            s,
-            "# HELP trigd_public_switch_flips_total Public switches flipped from trigd (browser or HTTP), by new state.\n\
-             # TYPE trigd_public_switch_flips_total counter"
-        );
-        for (to, c) in ["off", "on"].iter().zip(&self.switch_flips) {
-            let n = c.load(Ordering::Relaxed);
-            let _ = writeln!(s, "trigd_public_switch_flips_total{{to=\"{to}\"}} {n}");
-        }
-        s
     }
 }
 

@@ -282,9 +282,44 @@ pub fn reload_now(app: &App, config_path: &Path, forced: bool) {
 
 /// Settings read only at start: say so when they change.
 fn warn_unappliable(old: &config::Server, new: &config::Server) {
-    if old.listen != new.listen || old.workers != new.workers || old.state_dir != new.state_dir {
-        log::warn!("listen, workers and state_dir changes take effect at the next restart");
+    let changed = fixed_at_start(old, new);
+    if !changed.is_empty() {
+        log::warn!(
+            "{} changed: takes effect at the next restart",
+            changed.join(", ")
+        );
     }
+}
+
+/// The `[server]` settings that differ between `old` and `new` among those
+/// read only at start: the listener and the bounds of the HTTP server
+/// (`server.rs`), the run store and the shutdown grace. With `instance`
+/// and `shared_state_dir` ([`keep_start_only`]), the README lists the same
+/// under "Hot reload".
+fn fixed_at_start(old: &config::Server, new: &config::Server) -> Vec<&'static str> {
+    [
+        ("listen", old.listen != new.listen),
+        ("workers", old.workers != new.workers),
+        (
+            "max_connections",
+            old.max_connections != new.max_connections,
+        ),
+        (
+            "request_timeout",
+            old.request_timeout != new.request_timeout,
+        ),
+        (
+            "max_header_bytes",
+            old.max_header_bytes != new.max_header_bytes,
+        ),
+        ("max_url_bytes", old.max_url_bytes != new.max_url_bytes),
+        ("state_dir", old.state_dir != new.state_dir),
+        ("run_retention", old.run_retention != new.run_retention),
+        ("shutdown_grace", old.shutdown_grace != new.shutdown_grace),
+    ]
+    .into_iter()
+    .filter_map(|(name, changed)| changed.then_some(name))
+    .collect()
 }
 
 /// Keep the settings that name this instance and its shared files as they
@@ -300,6 +335,33 @@ fn keep_start_only(old: &config::Server, new: &mut config::Server) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn settings_fixed_at_start_are_named_when_they_change() {
+        let cfg = |server: &str| {
+            let text = format!("[server]\n{server}\n");
+            crate::config::load_str(Path::new("config.toml"), &text, &[])
+                .unwrap_or_else(|e| panic!("{e:?}"))
+                .server
+        };
+        let base = cfg("");
+        assert!(fixed_at_start(&base, &cfg("max_body_bytes = 10")).is_empty());
+        let changed = cfg(
+            "max_connections = 3\nrequest_timeout = \"3s\"\nmax_url_bytes = 100\n\
+             max_header_bytes = 1000\nshutdown_grace = \"1s\"\nrun_retention = 5",
+        );
+        assert_eq!(
+            fixed_at_start(&base, &changed),
+            [
+                "max_connections",
+                "request_timeout",
+                "max_header_bytes",
+                "max_url_bytes",
+                "run_retention",
+                "shutdown_grace"
+            ]
+        );
+    }
 
     #[test]
     fn editor_files_are_ignored() {

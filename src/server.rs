@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use crate::app::App;
 use crate::config;
 use crate::error::Error;
-use crate::http::{ApiError, Request};
+use crate::http::{ApiError, Request, Response};
 use crate::idempotency::Keys;
 use crate::metrics::Metrics;
 use crate::reload;
@@ -68,8 +68,7 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
         })?;
     let store = Arc::new(store);
     store.start_flusher();
-    let runner = Runner::new(Some(Arc::clone(&store)), Arc::new(Metrics::default()))
-        .map_err(|e| Error::Other(format!("cannot create the runner: {e}")))?;
+    let runner = Runner::new(Some(Arc::clone(&store)), Arc::new(Metrics::default()));
     let grace = cfg.server.shutdown_grace;
     let nofile = sys::raise_nofile_limit();
     let keys =
@@ -150,14 +149,22 @@ fn drain(app: &App, reload: &mpsc::Sender<reload::Trigger>) {
     }
 }
 
-/// Connection and request bounds for the (patched) tiny_http.
+/// Stack of each connection thread, which reads requests and answers
+/// them: sync runs, argon2 logins and JSON results included. Measured need
+/// of the deepest of these (a sync run printing the deepest JSON serde_json
+/// accepts, then a login): 45-48 KiB in a release build, 257-264 KiB in a
+/// debug build; `server_stack_tests.rs` checks that half of this suffices.
+/// Only the pages a thread touches take memory.
+pub const CONNECTION_STACK: usize = 1024 * 1024;
+
+/// Connection and request bounds for the (patched) tiny_http, with the
+/// answers it gives by itself taken from [`ApiError`].
 fn limits(s: &config::Server) -> tiny_http::ServerLimits {
-    let body = r#"{"Error":"Too many open connections. Retry shortly.","Code":"busy"}"#;
-    let overload = format!(
-        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n\
-         Connection: close\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
+    let overload = ApiError::Busy {
+        retry_after: 1,
+        msg: "Too many open connections. Retry shortly.".into(),
+    };
+    let body = |e: ApiError| Response::from(e).body;
     tiny_http::ServerLimits {
         min_threads: s.workers,
         max_connections: s.max_connections,
@@ -168,7 +175,17 @@ fn limits(s: &config::Server) -> tiny_http::ServerLimits {
             timeout: s.request_timeout,
         },
         socket_timeout: s.request_timeout,
-        overload_response: overload.into_bytes(),
+        overload_response: Response::from(overload).to_raw(),
+        thread_stack: CONNECTION_STACK,
+        refusals: tiny_http::Refusals {
+            content_type: Response::from(ApiError::BadRequest)
+                .content_type()
+                .to_string(),
+            bad_request: body(ApiError::BadRequest),
+            request_timeout: body(ApiError::RequestTimeout),
+            uri_too_long: body(ApiError::UriTooLong),
+            headers_too_large: body(ApiError::HeadersTooLarge),
+        },
     }
 }
 
@@ -287,6 +304,10 @@ fn read_request(rq: &mut tiny_http::Request, max_body: usize) -> Result<Request,
     req.body = body;
     Ok(req)
 }
+
+#[cfg(test)]
+#[path = "server_stack_tests.rs"]
+mod stack_tests;
 
 #[cfg(test)]
 mod tests {

@@ -1,5 +1,5 @@
-//! `POST /api`: the seed's success shapes, every row of SPEC §3.3 (except
-//! rate limiting, which comes later), busy/queue bounds, timeouts and the
+//! `POST /api`: the success shapes of the original interface, every error
+//! row of the README (rate limiting is in `limits.rs`), busy/queue bounds, timeouts and the
 //! guarantee that a caller's value can never be spliced into a command.
 
 use std::thread;

@@ -1,4 +1,4 @@
-//! Bounds under hostile load (issue 6), each against the real binary:
+//! Bounds under hostile load, each against the real binary:
 //! idle connections and slowloris, the connection cap, oversized requests,
 //! keep-alive fairness, descriptor exhaustion, run overload, crash safety
 //! and unwritable state, hostile programs (zombies, fd leaks), SIGINT,
@@ -71,100 +71,7 @@ outputs = ["a"]
 "#;
 
 // ---------------------------------------------------------------------------
-// Raw HTTP and /proc helpers
-
-/// A reply read off a raw connection.
-#[derive(Debug)]
-struct Raw {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Raw {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
-            panic!(
-                "body is not JSON ({e}): {:?}",
-                String::from_utf8_lossy(&self.body)
-            )
-        })
-    }
-
-    /// Status `status`, a JSON body with a sentence and `Code == code`.
-    #[track_caller]
-    fn err(&self, status: u16, code: &str) -> Value {
-        assert_eq!(self.status, status, "status; reply {self:?}");
-        let v = self.json();
-        assert!(
-            v["Error"].as_str().is_some_and(|s| !s.is_empty()),
-            "Error sentence; reply {v}"
-        );
-        assert_eq!(v["Code"], json!(code), "Code; reply {v}");
-        v
-    }
-}
-
-/// Read one response (Content-Length framed) from `r`.
-fn read_reply(r: &mut BufReader<TcpStream>) -> Result<Raw, String> {
-    let mut line = String::new();
-    r.read_line(&mut line)
-        .map_err(|e| format!("status line: {e}"))?;
-    if line.is_empty() {
-        return Err("connection closed before a reply".into());
-    }
-    let status: u16 = line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| format!("bad status line {line:?}"))?;
-    let mut headers = Vec::new();
-    loop {
-        let mut h = String::new();
-        r.read_line(&mut h).map_err(|e| format!("header: {e}"))?;
-        let h = h.trim_end();
-        if h.is_empty() {
-            break;
-        }
-        let (k, v) = h
-            .split_once(':')
-            .ok_or_else(|| format!("bad header {h:?}"))?;
-        headers.push((k.trim().to_string(), v.trim().to_string()));
-    }
-    let len: usize = headers
-        .iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
-        .and_then(|(_, v)| v.parse().ok())
-        .ok_or_else(|| format!("no Content-Length in {headers:?}"))?;
-    let mut body = vec![0; len];
-    r.read_exact(&mut body).map_err(|e| format!("body: {e}"))?;
-    Ok(Raw {
-        status,
-        headers,
-        body,
-    })
-}
-
-fn connect(addr: &str) -> TcpStream {
-    let s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    s.set_write_timeout(Some(Duration::from_secs(20))).unwrap();
-    s
-}
-
-/// Send `bytes` on a new connection and read one reply.
-fn exchange(addr: &str, bytes: &[u8]) -> Raw {
-    let mut s = connect(addr);
-    s.write_all(bytes).expect("send");
-    read_reply(&mut BufReader::new(s)).unwrap_or_else(|e| panic!("reading the reply: {e}"))
-}
+// /proc helpers
 
 /// `(pid, state, comm)` of every process whose parent is `ppid`.
 fn children_of(ppid: u32) -> Vec<(u32, char, String)> {
@@ -397,8 +304,8 @@ fn idle_connections_and_slowloris_do_not_starve_requests() {
         max < Duration::from_secs(3),
         format!("max latency {max:?} >= 3s"),
     );
-    // One thread per open connection with a 256 KiB stack of which little
-    // is touched: about 10-30 kB each.
+    // One thread per open connection, with a stack of which little is
+    // touched: about 10-30 kB each.
     t.check(rss < 200 * 1024, format!("VmRSS {rss} kB >= 200 MiB"));
     drop(conns);
 }
@@ -447,21 +354,21 @@ fn oversized_requests_get_json_errors() {
         "GET /api?x={} HTTP/1.1\r\nHost: x\r\n\r\n",
         "a".repeat(2000)
     );
-    exchange(a, long.as_bytes()).err(414, "uri_too_long");
+    send_raw(a, long.as_bytes()).err(414, "uri_too_long");
     // Headers past max_header_bytes.
     let big = format!(
         "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
         "b".repeat(3000)
     );
-    exchange(a, big.as_bytes()).err(431, "headers_too_large");
+    send_raw(a, big.as_bytes()).err(431, "headers_too_large");
     // Many small headers past max_header_bytes too.
     let many: String = (0..200).map(|i| format!("X-H{i}: v\r\n")).collect();
     let req = format!("GET /healthz HTTP/1.1\r\nHost: x\r\n{many}\r\n");
-    exchange(a, req.as_bytes()).err(431, "headers_too_large");
+    send_raw(a, req.as_bytes()).err(431, "headers_too_large");
     // Body past max_body_bytes, announced by Content-Length.
     let url = format!("/api?api_key={KEY}&program_id=3&function=one&variables=x");
     let head = format!("POST {url} HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n");
-    let v = exchange(a, head.as_bytes()).err(413, "payload_too_large");
+    let v = send_raw(a, head.as_bytes()).err(413, "payload_too_large");
     assert!(v["Error"].as_str().unwrap().contains("2000"), "{v}");
     // ... and chunked, where only reading tells.
     let mut chunked =
@@ -471,13 +378,13 @@ fn oversized_requests_get_json_errors() {
         chunked.extend_from_slice(format!("1f4\r\n{}\r\n", "c".repeat(500)).as_bytes());
     }
     chunked.extend_from_slice(b"0\r\n\r\n");
-    exchange(a, &chunked).err(413, "payload_too_large");
+    send_raw(a, &chunked).err(413, "payload_too_large");
     // A chunked body within the bound is read whole (POST /api then
     // refuses any body, naming its size).
     let ok = format!(
         "POST {url} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
     );
-    let v = exchange(a, ok.as_bytes()).err(400, "invalid_parameter");
+    let v = send_raw(a, ok.as_bytes()).err(400, "invalid_parameter");
     assert!(v["Error"].as_str().unwrap().contains("got 5 bytes"), "{v}");
 
     // More variables than max_variables (the count matches the outputs).
@@ -522,6 +429,93 @@ fn oversized_requests_get_json_errors() {
             "cut off after {took:?}, want about 1s"
         );
     }
+}
+
+#[test]
+fn the_header_count_is_bounded_apart_from_the_header_bytes() {
+    let (_dir, t) = serve("limits_header_count", "max_header_bytes = 65536", &[]);
+    let head = |n: usize| {
+        let many: String = (0..n).map(|i| format!("X-H{i}: v\r\n")).collect();
+        format!("GET /healthz HTTP/1.1\r\nConnection: close\r\n{many}\r\n")
+    };
+    // 100 headers are allowed (Connection is one), 101 are not; both are
+    // far below max_header_bytes.
+    send_raw(&t.addr, head(99).as_bytes()).ok();
+    send_raw(&t.addr, head(100).as_bytes()).err(431, "headers_too_large");
+}
+
+#[test]
+fn a_request_line_outside_ascii_is_400_bad_request() {
+    let (_dir, t) = serve("limits_non_ascii_line", "", &[]);
+    let line = "GET /h\u{e9}althz HTTP/1.1\r\nConnection: close\r\n\r\n";
+    send_raw(&t.addr, line.as_bytes()).err(400, "bad_request");
+    send_raw(&t.addr, b"NOT HTTP AT ALL\r\n\r\n").err(400, "bad_request");
+    // A header value outside ASCII reaches trigd, which answers it.
+    let r = send_raw(
+        &t.addr,
+        "GET /healthz HTTP/1.1\r\nConnection: close\r\nX-Name: J\u{fc}rgen\r\n\r\n".as_bytes(),
+    );
+    r.ok();
+}
+
+#[test]
+fn a_request_trickled_byte_by_byte_is_cut_off_at_its_deadline() {
+    let (_dir, t) = serve("limits_slowloris", "request_timeout = \"1s\"", &[]);
+    // A byte every 100 ms: the socket never times out, only the deadline
+    // of the request (request_timeout, counted from its first byte) ends it.
+    let s = connect(&t.addr);
+    let mut w = s.try_clone().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopped = Arc::clone(&stop);
+    let start = Instant::now();
+    let sender = thread::spawn(move || {
+        let _ = w.write_all(b"GET /healthz HTTP/1.1\r\nX-Slow: ");
+        while !stopped.load(Ordering::SeqCst) && w.write_all(b"a").is_ok() {
+            thread::sleep(Duration::from_millis(100));
+        }
+    });
+    let reply = read_reply(&mut BufReader::new(s));
+    let took = start.elapsed();
+    stop.store(true, Ordering::SeqCst);
+    let _ = sender.join();
+    let reply = reply.unwrap_or_else(|e| t.fail(format!("no answer to a slowloris client: {e}")));
+    reply.err(408, "request_timeout");
+    // Not before the deadline: it is the deadline that ended it.
+    t.check(
+        took >= Duration::from_millis(900),
+        format!("cut off after {took:?}, before request_timeout"),
+    );
+}
+
+#[test]
+fn a_stalled_head_is_408_and_an_idle_keep_alive_connection_closes_silently() {
+    let (_dir, t) = serve("limits_stall", "request_timeout = \"1s\"", &[]);
+    // Part of a head, then nothing: the socket timeout inside a request is
+    // the request's deadline, answered 408.
+    let mut s = connect(&t.addr);
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    let reply = read_reply(&mut BufReader::new(s));
+    let reply = reply.unwrap_or_else(|e| t.fail(format!("no answer to a stalled head: {e}")));
+    reply.err(408, "request_timeout");
+
+    // A whole request, then nothing: the idle connection closes after the
+    // socket timeout without a second answer.
+    let mut s = connect(&t.addr);
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut r = BufReader::new(s);
+    let first = read_reply(&mut r).unwrap_or_else(|e| t.fail(e));
+    first.status_is(200);
+    let mut rest = Vec::new();
+    let closed = r.read_to_end(&mut rest);
+    t.check(
+        closed.is_ok() && rest.is_empty(),
+        format!(
+            "an idle keep-alive connection got {closed:?}: {:?}",
+            String::from_utf8_lossy(&rest)
+        ),
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -622,8 +616,14 @@ fn exhaust_descriptors(limit: u32) {
             == 2,
         "trigd runs with {limit} open files: {line}"
     );
-    let client = Client_::new(&t.addr);
-    assert_eq!(client.get_status("/healthz"), Some(200));
+    let client = Client::for_addr(&t.addr, &t.log);
+    let status = |path: &str| {
+        client
+            .try_request("GET", path, &[], b"")
+            .ok()
+            .map(|r| r.status)
+    };
+    assert_eq!(status("/healthz"), Some(200));
     // Exhaust: more connections than trigd has descriptors. Some connects
     // may fail or time out while trigd cannot accept: that is the point;
     // keep the ones that got through.
@@ -643,14 +643,14 @@ fn exhaust_descriptors(limit: u32) {
     let (fds, held) = (fd_count(t.pid()), conns.len());
     drop(conns);
     // It serves again once they are closed.
-    let ok = wait_until(WAIT, || client.get_status("/healthz") == Some(200));
+    let ok = wait_until(WAIT, || status("/healthz") == Some(200));
     assert!(
         ok,
         "limit {limit}: trigd does not serve after EMFILE; log tail:\n{}",
         tail(&t.log())
     );
-    let r = client.post_json(&format!("/api?api_key={KEY}&program_id=1"));
-    assert_eq!(r, Some(json!(["ok"])), "a run after EMFILE");
+    let r = client.post(&format!("/api?api_key={KEY}&program_id=1"));
+    r.check_eq(&r.ok()["Result"], &json!(["ok"]), "a run after EMFILE");
     assert!(
         !t.log().contains("panicked"),
         "limit {limit}: a thread of trigd panicked:\n{}",
@@ -664,40 +664,6 @@ fn exhaust_descriptors(limit: u32) {
 fn tail(s: &str) -> String {
     let lines: Vec<&str> = s.lines().collect();
     lines[lines.len().saturating_sub(20)..].join("\n")
-}
-
-/// A tiny non-panicking client for servers started by [`Launched`].
-struct Client_ {
-    addr: String,
-}
-
-impl Client_ {
-    fn new(addr: &str) -> Client_ {
-        Client_ {
-            addr: addr.to_string(),
-        }
-    }
-
-    fn send(&self, method: &str, path: &str, extra: &str) -> Option<Raw> {
-        let mut s = TcpStream::connect(&self.addr).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-        let req = format!(
-            "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 0\r\n{extra}\r\n"
-        );
-        s.write_all(req.as_bytes()).ok()?;
-        read_reply(&mut BufReader::new(s)).ok()
-    }
-
-    fn get_status(&self, path: &str) -> Option<u16> {
-        self.send("GET", path, "").map(|r| r.status)
-    }
-
-    fn post_json(&self, path: &str) -> Option<Value> {
-        let r = self.send("POST", path, "")?;
-        serde_json::from_slice::<Value>(&r.body)
-            .ok()
-            .map(|v| v["Result"].clone())
-    }
 }
 
 // ---------------------------------------------------------------------------
@@ -1125,49 +1091,29 @@ fn keys_never_reach_the_log_even_at_debug() {
         &[("echo.toml", ECHO)],
     );
     let t = Launched::start(&dir, "", &[("RUST_LOG", "debug")]);
-    let c = Client_::new(&t.addr);
+    let c = Client::for_addr(&t.addr, &t.log);
     let bad = "wrong-key-5ecr3t-9d8e7f";
     let mut statuses = Vec::new();
-    for (method, path, extra) in [
-        (
-            "POST",
-            format!("/api?api_key={KEY}&program_id=1"),
-            String::new(),
-        ),
-        (
-            "POST",
-            format!("/api?program_id=1&api_key={bad}"),
-            String::new(),
-        ),
-        (
-            "POST",
-            "/api?program_id=1".into(),
-            format!("Authorization: Bearer {KEY}\r\n"),
-        ),
-        (
-            "POST",
-            "/api?program_id=1".into(),
-            format!("Authorization: Bearer {bad}\r\n"),
-        ),
-        (
-            "GET",
-            format!("/api/runs/0123?api_key={KEY}"),
-            String::new(),
-        ),
-        ("GET", format!("/nowhere?api_key={KEY}"), String::new()),
-        ("POST", format!("/api?api_key={KEY}&v=%zz"), String::new()),
-        (
-            "GET",
-            format!("/tools/a/b/c?api_key={KEY}"),
-            format!("Authorization: Bearer {bad}\r\n"),
-        ),
+    let bearer = |k: &str| Some(format!("Bearer {k}"));
+    for (method, path, auth) in [
+        ("POST", format!("/api?api_key={KEY}&program_id=1"), None),
+        ("POST", format!("/api?program_id=1&api_key={bad}"), None),
+        ("POST", "/api?program_id=1".into(), bearer(KEY)),
+        ("POST", "/api?program_id=1".into(), bearer(bad)),
+        ("GET", format!("/api/runs/0123?api_key={KEY}"), None),
+        ("GET", format!("/nowhere?api_key={KEY}"), None),
+        ("POST", format!("/api?api_key={KEY}&v=%zz"), None),
+        ("GET", format!("/tools/a/b/c?api_key={KEY}"), bearer(bad)),
         (
             "POST",
             format!("/api?api_key={KEY}&x={}", "y".repeat(600)),
-            String::new(),
+            None,
         ),
     ] {
-        statuses.push(c.send(method, &path, &extra).map(|r| r.status));
+        let headers: Vec<(&str, &str)> =
+            auth.iter().map(|a| ("Authorization", a.as_str())).collect();
+        let reply = c.try_request(method, &path, &headers, b"");
+        statuses.push(reply.ok().map(|r| r.status));
     }
     assert_eq!(
         statuses,

@@ -185,6 +185,12 @@ command = ["echo", '{"a": 1}']
 [functions.webhook]
 
 [[functions]]
+name = "deep"
+steps = [{ shell = "printf '%s' \"$deep\"" }]
+[functions.webhook]
+outputs = ["deep"]
+
+[[functions]]
 name = "lines"
 output = "lines"
 steps = [{ command = ["printf", 'x\ny\n'] }, { command = ["true"] }]
@@ -226,6 +232,18 @@ fn results_keep_what_the_program_printed() {
     r.check_eq(&r.ok()["Result"], &json!(["{\"a\": 1}"]), "text");
     let r = run("lines");
     r.check_eq(&r.ok()["Result"], &json!([["x", "y"], []]), "lines");
+    // JSON nested deeper than a run record can hold stays text, and the
+    // run's record can still be read back.
+    let deep = format!("{}{}", "[".repeat(120), "]".repeat(120));
+    let encoded = deep.replace('[', "%5B").replace(']', "%5D");
+    let r = t.post(&format!(
+        "/api?api_key={KEY}&program_id=1&function=deep&variables={encoded}"
+    ));
+    let v = r.ok();
+    r.check_eq(&v["Result"], &json!([deep]), "deep JSON stays text");
+    let id = v["Run"].as_str().unwrap_or_default().to_string();
+    let rec = t.get(&format!("/api/runs/{id}?api_key={KEY}"));
+    rec.check_eq(&rec.ok()["State"], &json!("finished"), "record readable");
     let v = run("notjson").err(500, "run_failed");
     assert!(
         v["Stderr"].as_str().unwrap_or("").contains("not JSON"),

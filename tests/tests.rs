@@ -1,10 +1,11 @@
-//! Integration tests: every test drives the real `trigd` binary.
+//! Integration tests: every test drives the real `trigd` binary, except
+//! `vendor`, which drives the patched tiny_http through its own API.
 
-mod api; // POST /api: success shapes, every SPEC §3.3 error row, limits, injection safety
+mod api; // POST /api: success shapes, every error row of the README, limits, injection safety
 mod browser; // headless Chromium through chromedriver: login, application key, endpoint view, logout, public switch
 mod cli; // subcommands: check, keygen, hash-password, run, --help/--version, usage errors
 mod cluster; // several instances: run ids naming their instance, 421, readiness and draining, three instances behind HAProxy
-mod limits; // issue 6: connections, sizes, fairness, EMFILE, overload, crash, hostile programs, rate limits, users
+mod limits; // connections, sizes, fairness, EMFILE, overload, crash, hostile programs, rate limits, users
 mod modules; // the module graph of src/ has no cycles
 mod newcomer; // a newcomer's first hour: relative commands, exact Results, failed stdout, check warnings, help, run wording
 mod openapi; // openapi.json against src/routes.rs and the error codes; GET /openapi.json
@@ -14,4 +15,5 @@ mod runs; // run records: GET /api/runs/<id>, output caps, crash recovery, SIGTE
 mod switch; // the public switch flipped from trigd: HTTP operation, form, confirmation, config rewrite, read-only, admins, CSRF, races
 mod tools; // generated tool endpoints: environments, values by name, bearer app keys, User-Agent rule, endpoint view
 mod ui; // browser access over HTTP: login, throttle, sessions, CSRF, settings, escaping, headers
-mod util; // harness: per-test dirs, the trigd child process, a raw HTTP client, polling, CLI runner
+mod util; // harness: per-test dirs, the trigd child process, one HTTP client (raw bytes too), polling, CLI runner
+mod vendor; // the patched tiny_http through its own API: a failed connection thread, default answers

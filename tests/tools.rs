@@ -1,5 +1,5 @@
-//! Tools (SPEC §3.4, §3.5): generated endpoints per environment, values by
-//! output name, public and protected access with bearer application keys
+//! Tools (README, "Tools, environments and generated endpoints"):
+//! generated endpoints per environment, values by output name, public and protected access with bearer application keys
 //! and the User-Agent rule, `trigd app-key` against a running server, the
 //! key file, the endpoint view, and traversal attempts in names.
 
@@ -393,9 +393,9 @@ fn bearer_without_a_valid_user_agent_is_403() {
     }
 }
 
-/// SPEC §3.4: a User-Agent that is not printable ASCII gets 403
-/// `user_agent_required`. Today the connection is closed without any reply
-/// (tiny_http refuses a non-ASCII header value before trigd sees it).
+/// A User-Agent that is not printable ASCII gets 403 `user_agent_required`
+/// (the patched tiny_http passes header bytes outside ASCII on as DEL
+/// instead of closing the connection unanswered).
 #[test]
 fn non_ascii_user_agent_is_403() {
     let (dir, t) = start("tools_ua_utf8", "");

@@ -61,6 +61,7 @@ pub fn finished_body(id: &str, outcome: Outcome) -> Result<Value, ApiError> {
     }
 }
 
+/// The answer to a run that was not started.
 fn run_error(e: RunError) -> ApiError {
     match e {
         RunError::QueueFull {

@@ -20,6 +20,7 @@
 //! [`queue`]; the execution of one function (processes, timeouts, output)
 //! in [`step`].
 
+pub mod handle;
 mod queue;
 pub mod step;
 
@@ -36,7 +37,7 @@ use serde_json::Value;
 use crate::config::{Config, Program};
 use crate::metrics::Metrics;
 use crate::store::{new_run_id, now_rfc3339, Origin, RunInput, RunRecord, RunState, RunStore};
-use crate::sys::AbortSignal;
+use handle::{RunHandle, Stream};
 use queue::{Drain, Queued, SlotKey, Slots, Ticket, Waiter};
 use step::{Outcome, StepError};
 
@@ -144,6 +145,39 @@ impl Work {
     }
 }
 
+/// The handles of the runs executing now.
+#[derive(Default)]
+struct Live {
+    runs: HashMap<String, Arc<RunHandle>>,
+    /// Shutdown is stopping every run: a run that starts now is stopped too.
+    aborting: bool,
+}
+
+/// Keeps a run's handle in [`Live`] while it executes.
+struct Registered<'a> {
+    runner: &'a Runner,
+    run: String,
+    handle: Arc<RunHandle>,
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        lock(&self.runner.live).runs.remove(&self.run);
+    }
+}
+
+/// The outcome of a run whose handle could not be created.
+fn no_handle(e: &io::Error) -> Outcome {
+    Outcome {
+        result: Vec::new(),
+        steps: Vec::new(),
+        error: Some(StepError::Spawn {
+            step: 0,
+            message: format!("cannot create the run's abort pipe: {e}"),
+        }),
+    }
+}
+
 /// The run slots and queue of one server (or of `trigd run`).
 pub struct Runner {
     store: Option<Arc<RunStore>>,
@@ -158,7 +192,7 @@ pub struct Runner {
     unrecorded: Mutex<HashMap<String, (RunRecord, Job)>>,
     /// Signalled whenever a run ends (the drain counter is its lock).
     ended: Condvar,
-    abort: AbortSignal,
+    live: Mutex<Live>,
     path_env: String,
     children: AtomicUsize,
 }
@@ -166,13 +200,10 @@ pub struct Runner {
 impl Runner {
     /// A runner that records runs in `store` (`None`: records nothing, for
     /// `trigd run`).
-    ///
-    /// # Errors
-    /// The abort pipe cannot be created (out of file descriptors).
-    pub fn new(store: Option<Arc<RunStore>>, metrics: Arc<Metrics>) -> io::Result<Runner> {
+    pub fn new(store: Option<Arc<RunStore>>, metrics: Arc<Metrics>) -> Runner {
         let path_env =
             std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
-        Ok(Runner {
+        Runner {
             store,
             metrics,
             slots: Mutex::new(Slots::default()),
@@ -180,10 +211,10 @@ impl Runner {
             drain: Mutex::new(Drain::new()),
             unrecorded: Mutex::default(),
             ended: Condvar::new(),
-            abort: AbortSignal::new()?,
+            live: Mutex::default(),
             path_env,
             children: AtomicUsize::new(0),
-        })
+        }
     }
 
     /// Run `job` on this thread, once a slot is free, and return its id and
@@ -526,7 +557,10 @@ impl Runner {
     /// start.
     fn execute(&self, mut rec: RunRecord, job: &Job) -> (RunRecord, Outcome) {
         let started = Instant::now();
-        let outcome = self.execute_only(job);
+        let outcome = match self.register(&rec.run) {
+            Ok(live) => self.execute_with(job, &live.handle),
+            Err(e) => no_handle(&e),
+        };
         rec.finished_at = Some(now_rfc3339());
         rec.steps = outcome
             .steps
@@ -579,6 +613,15 @@ impl Runner {
     /// Execute the job's function without slots or records (`trigd run`
     /// uses this directly).
     pub fn execute_only(&self, job: &Job) -> Outcome {
+        match RunHandle::new() {
+            Ok(handle) => self.execute_with(job, &handle),
+            Err(e) => no_handle(&e),
+        }
+    }
+
+    /// Execute the job's function under `handle` (its stop signal and its
+    /// live output).
+    fn execute_with(&self, job: &Job, handle: &RunHandle) -> Outcome {
         #[cfg(test)]
         slots_tests::maybe_panic(job);
         let Some(function) = job.program.function(&job.function) else {
@@ -598,6 +641,7 @@ impl Runner {
                 self.children.fetch_sub(1, Ordering::Relaxed);
             }
         };
+        let on_output = |stream: Stream, data: &[u8]| handle.push(stream, data);
         let ctx = step::Ctx {
             program: &job.program,
             vars: &job.vars,
@@ -605,10 +649,35 @@ impl Runner {
             max_output_bytes: job.cfg.server.max_output_bytes,
             kill_grace: job.cfg.server.kill_grace,
             deadline: Instant::now() + function.timeout,
-            abort: &self.abort,
+            abort: handle.signal(),
             on_spawn: &on_spawn,
+            on_output: &on_output,
         };
         step::run_function(&ctx, function, &job.values)
+    }
+
+    /// Make run `run` findable by [`Runner::handle`] until the returned
+    /// guard is dropped. A run that starts while shutdown is stopping the
+    /// remaining runs is stopped at once.
+    fn register(&self, run: &str) -> io::Result<Registered<'_>> {
+        let handle = Arc::new(RunHandle::new()?);
+        let mut live = lock(&self.live);
+        if live.aborting {
+            handle.abort();
+        }
+        live.runs.insert(run.to_string(), Arc::clone(&handle));
+        Ok(Registered {
+            runner: self,
+            run: run.to_string(),
+            handle,
+        })
+    }
+
+    /// The handle of run `run` while it executes (`None` when it is queued,
+    /// finished or unknown).
+    #[cfg_attr(not(test), allow(dead_code))] // cancelling and following a run start here
+    pub fn handle(&self, run: &str) -> Option<Arc<RunHandle>> {
+        lock(&self.live).runs.get(run).cloned()
     }
 
     /// Runs executing now.
@@ -647,7 +716,12 @@ impl Runner {
             }
         }
         log::warn!("shutdown grace of {grace:?} passed; stopping the remaining runs");
-        self.abort.trigger();
+        let mut live = lock(&self.live);
+        live.aborting = true;
+        for handle in live.runs.values() {
+            handle.abort();
+        }
+        drop(live);
         // Steps stop within their kill grace; wait for them to record.
         self.wait_idle(Duration::from_secs(60));
     }

@@ -113,7 +113,7 @@ fn job(server: &str, script: &str) -> Job {
 
 #[test]
 fn without_a_run_log_queued_runs_still_run() {
-    let r = Arc::new(Runner::new(None, Arc::new(Metrics::default())).unwrap());
+    let r = Arc::new(Runner::new(None, Arc::new(Metrics::default())));
     let server = "max_concurrent_runs = 1";
     r.start_async(job(server, "sleep 0.2")).unwrap();
     r.start_async(job(server, "true")).unwrap();
@@ -129,7 +129,7 @@ fn without_a_run_log_queued_runs_still_run() {
 
 #[test]
 fn a_sync_run_waits_then_says_why_in_data() {
-    let r = Arc::new(Runner::new(None, Arc::new(Metrics::default())).unwrap());
+    let r = Arc::new(Runner::new(None, Arc::new(Metrics::default())));
     let server = "max_concurrent_runs = 1\nqueue_timeout = \"200ms\"";
     r.start_async(job(server, "sleep 5")).unwrap();
     match r.run_sync(job(server, "true")) {
@@ -158,7 +158,7 @@ fn panicking(server: &str) -> Job {
 
 #[test]
 fn a_panic_inside_a_sync_run_hands_its_slot_to_the_next_waiter() {
-    let r = Arc::new(Runner::new(None, Arc::new(Metrics::default())).unwrap());
+    let r = Arc::new(Runner::new(None, Arc::new(Metrics::default())));
     let server = "max_concurrent_runs = 1\nqueue_timeout = \"20s\"";
     let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         r.run_sync(panicking(server))
@@ -171,7 +171,7 @@ fn a_panic_inside_a_sync_run_hands_its_slot_to_the_next_waiter() {
 
 #[test]
 fn a_panic_inside_an_async_run_frees_its_slot_for_the_queued_run() {
-    let r = Arc::new(Runner::new(None, Arc::new(Metrics::default())).unwrap());
+    let r = Arc::new(Runner::new(None, Arc::new(Metrics::default())));
     let server = "max_concurrent_runs = 1";
     r.start_async(panicking(server)).unwrap();
     r.start_async(job(server, "true")).unwrap();
@@ -183,4 +183,32 @@ fn a_panic_inside_an_async_run_frees_its_slot_for_the_queued_run() {
     );
     let (_, outcome) = r.run_sync(job(server, "echo free")).unwrap();
     assert_eq!(outcome.result, vec![serde_json::json!("free")]);
+}
+
+#[test]
+fn the_handle_follows_output_and_aborts_the_run() {
+    let r = Arc::new(Runner::new(None, Arc::new(Metrics::default())));
+    let script = "echo first; echo oops >&2; sleep 30; echo never";
+    let id = r
+        .start_async(job("max_concurrent_runs = 2", script))
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(20);
+    let mut seen = Vec::new();
+    while Instant::now() < until {
+        if let Some(h) = r.handle(&id) {
+            seen = h.output_since(Stream::Stdout, 0).data;
+            if seen == b"first\n" && h.output_since(Stream::Stderr, 0).data == b"oops\n" {
+                break;
+            }
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(seen, b"first\n", "live stdout of the running step");
+    // `sleep 30` outlives the bound below unless the abort stops it.
+    r.handle(&id).expect("live run").abort();
+    assert!(
+        r.wait_idle(Duration::from_secs(20)),
+        "the aborted run did not end"
+    );
+    assert!(r.handle(&id).is_none(), "a finished run has no handle");
 }

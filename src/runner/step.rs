@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::Value;
 
+use super::handle::Stream;
 use crate::config::{self, Function, OutputMode, Program, Step};
 use crate::sys::{self, AbortSignal};
 
@@ -41,6 +42,9 @@ pub struct Ctx<'a> {
     /// Called with the process group id right after each spawn, and with
     /// `None` once it is reaped (the runner tracks live groups).
     pub on_spawn: &'a (dyn Fn(Option<u32>) + Sync),
+    /// Called with every chunk read from a step's stdout or stderr, as it
+    /// arrives (before any cap), for followers of the live run.
+    pub on_output: &'a (dyn Fn(Stream, &[u8]) + Sync),
 }
 
 /// How one step ended, as stored in the run record.
@@ -107,7 +111,7 @@ pub enum StepError {
 /// The outcome of running a function.
 #[derive(Debug, Clone)]
 pub struct Outcome {
-    /// One element per step that finished, in order (see SPEC: JSON when the
+    /// One element per step that finished, in order (JSON when the
     /// stdout is valid JSON, else the text minus one trailing newline; a
     /// `call` step's element is the callee's Result array).
     pub result: Vec<Value>,
@@ -426,49 +430,13 @@ fn run_process(
         return (None, Err(Fail::TimedOut));
     }
     let start = Instant::now();
-    let mut cmd = Command::new(program);
-    cmd.arg0(argv0)
-        .args(args)
-        .env_clear()
-        .env("PATH", ctx.path_env)
-        .envs(&function.env)
-        .envs(ctx.vars);
-    for (name, value) in function.inputs().iter().zip(values) {
-        cmd.env(name, value);
-    }
-    cmd.current_dir(&function.workdir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    // Only when configured: setting an id moves std off its posix_spawn
-    // path onto fork/exec.
-    if function.user.is_some() || function.group.is_some() {
-        if let Err(message) = may_switch(function) {
-            return (None, Err(Fail::Spawn(message)));
-        }
-        if let Some(gid) = function.group {
-            cmd.gid(gid);
-        }
-        if let Some(uid) = function.user {
-            // As root, std also drops the supplementary groups (setgroups).
-            cmd.uid(uid);
-        }
-    }
+    let mut cmd = match command(ctx, function, program, argv0, args, values) {
+        Ok(cmd) => cmd,
+        Err(message) => return (None, Err(Fail::Spawn(message))),
+    };
     let mut child = match cmd.spawn() {
         Ok(child) => child,
-        Err(err) => {
-            let message = if function.workdir.is_dir() {
-                format!("cannot start {}: {err}", program.display())
-            } else {
-                format!(
-                    "cannot start {}: {err} (workdir {} is not a directory)",
-                    program.display(),
-                    function.workdir.display()
-                )
-            };
-            return (None, Err(Fail::Spawn(message)));
-        }
+        Err(err) => return (None, Err(Fail::Spawn(spawn_error(function, program, &err)))),
     };
     let pid = child.id();
     (ctx.on_spawn)(Some(pid));
@@ -489,7 +457,74 @@ fn run_process(
         duration_ms: millis(start.elapsed()),
         steps: None,
     };
-    let outcome = match (watched.stop, watched.poll_error, status) {
+    (Some(report), outcome(watched, status, function.output))
+}
+
+/// The command of one step: a clean environment (PATH, the function's
+/// `env`, the tool `vars`, the inputs by name), the workdir, its own process
+/// group, and the configured user and group.
+fn command(
+    ctx: &Ctx<'_>,
+    function: &Function,
+    program: &Path,
+    argv0: &str,
+    args: &[String],
+    values: &[String],
+) -> Result<Command, String> {
+    let mut cmd = Command::new(program);
+    cmd.arg0(argv0)
+        .args(args)
+        .env_clear()
+        .env("PATH", ctx.path_env)
+        .envs(&function.env)
+        .envs(ctx.vars);
+    for (name, value) in function.inputs().iter().zip(values) {
+        cmd.env(name, value);
+    }
+    cmd.current_dir(&function.workdir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    // Only when configured: setting an id moves std off its posix_spawn
+    // path onto fork/exec.
+    if function.user.is_some() || function.group.is_some() {
+        may_switch(function)?;
+        if let Some(gid) = function.group {
+            cmd.gid(gid);
+        }
+        if let Some(uid) = function.user {
+            // As root, std also drops the supplementary groups (setgroups).
+            cmd.uid(uid);
+        }
+    }
+    Ok(cmd)
+}
+
+/// The message of a failed spawn, naming the workdir when it is the cause.
+fn spawn_error(function: &Function, program: &Path, err: &io::Error) -> String {
+    if function.workdir.is_dir() {
+        format!("cannot start {}: {err}", program.display())
+    } else {
+        format!(
+            "cannot start {}: {err} (workdir {} is not a directory)",
+            program.display(),
+            function.workdir.display()
+        )
+    }
+}
+
+/// How a supervised and reaped step ended; `output` reads its stdout.
+fn outcome(
+    watched: Watched,
+    status: io::Result<std::process::ExitStatus>,
+    output: OutputMode,
+) -> Result<Value, Fail> {
+    let (exit_code, signal) = match &status {
+        Ok(s) => (s.code(), s.signal()),
+        Err(_) => (None, None),
+    };
+    match (watched.stop, watched.poll_error, status) {
         (Some(Stop::TimedOut), _, _) => Err(Fail::TimedOut),
         (Some(Stop::Aborted), _, _) => Err(Fail::Aborted),
         (None, Some(err), _) => Err(Fail::Failed {
@@ -504,21 +539,21 @@ fn run_process(
             stderr_tail: format!("trigd: wait failed: {err}"),
             stdout_tail: String::new(),
         }),
-        (None, None, Ok(s)) if s.success() => element(&watched.stdout.kept, function.output)
-            .map_err(|stderr_tail| Fail::Failed {
+        (None, None, Ok(s)) if s.success() => {
+            element(&watched.stdout.kept, output).map_err(|stderr_tail| Fail::Failed {
                 exit_code,
                 signal,
                 stderr_tail,
                 stdout_tail: String::new(),
-            }),
+            })
+        }
         (None, None, Ok(_)) => Err(Fail::Failed {
             exit_code,
             signal,
             stderr_tail: watched.stderr.text(),
             stdout_tail: stdout_tail(&watched.stdout.kept),
         }),
-    };
-    (Some(report), outcome)
+    }
 }
 
 /// Whether trigd can run `function` under its configured `user`/`group`:
@@ -545,12 +580,23 @@ fn may_switch(function: &Function) -> Result<(), String> {
 /// one trailing newline; `json` parses any JSON value (numbers keep their
 /// digits) and refuses anything else; `text` is always the text; `lines`
 /// is the text split at newlines.
+///
+/// JSON nested deeper than [`MAX_RESULT_DEPTH`] is not taken as JSON (`auto`
+/// keeps the text, `json` refuses it): the run record wraps the element in
+/// a few more levels, and a record deeper than serde_json's limit of 128
+/// could not be read back.
 fn element(stdout: &[u8], mode: OutputMode) -> Result<Value, String> {
     let text = || {
         let t = stdout.strip_suffix(b"\n").unwrap_or(stdout);
         String::from_utf8_lossy(t).into_owned()
     };
-    let parsed = || serde_json::from_slice::<Value>(stdout);
+    let parsed = || {
+        let v = serde_json::from_slice::<Value>(stdout).map_err(|e| e.to_string())?;
+        if depth(&v) > MAX_RESULT_DEPTH {
+            return Err(format!("nested deeper than {MAX_RESULT_DEPTH} levels"));
+        }
+        Ok(v)
+    };
     match mode {
         OutputMode::Auto => Ok(match parsed() {
             Ok(v @ (Value::Object(_) | Value::Array(_))) => v,
@@ -565,6 +611,18 @@ fn element(stdout: &[u8], mode: OutputMode) -> Result<Value, String> {
             let lines = if t.is_empty() { Vec::new() } else { t.split('\n').map(|l| Value::String(l.to_string())).collect() };
             Ok(Value::Array(lines))
         }
+    }
+}
+
+/// The deepest JSON a step's Result element may be.
+const MAX_RESULT_DEPTH: usize = 64;
+
+/// How deeply `v` nests (a scalar is 0, `[]` is 1).
+fn depth(v: &Value) -> usize {
+    match v {
+        Value::Array(a) => 1 + a.iter().map(depth).max().unwrap_or(0),
+        Value::Object(o) => 1 + o.values().map(depth).max().unwrap_or(0),
+        _ => 0,
     }
 }
 
@@ -611,136 +669,190 @@ fn no_pidfd() -> bool {
 /// EOF, enforcing the deadline and the abort signal. Leaves the child
 /// exited but unreaped; its group has been sent SIGKILL.
 fn supervise(ctx: &Ctx<'_>, child: &mut Child, deadline: Instant) -> Watched {
-    let pid = child.id();
-    let mut stdout = child.stdout.take();
-    let mut stderr = child.stderr.take();
-    for fd in [
-        stdout.as_ref().map(|p| p.as_raw_fd()),
-        stderr.as_ref().map(|p| p.as_raw_fd()),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        // Without O_NONBLOCK a read still cannot block: it only follows a
-        // readiness report, and each pipe has one reader.
-        let _ = sys::set_nonblocking(fd);
-    }
-    let pidfd = if no_pidfd() {
-        None
-    } else {
-        sys::pidfd_open(pid)
-    };
-
-    let mut w = Watched {
-        stdout: Capture::new(ctx.max_output_bytes),
-        stderr: Tail::new(STDERR_TAIL.min(ctx.max_output_bytes), ctx.max_output_bytes),
-        stop: None,
-        poll_error: None,
-    };
+    let mut sv = Supervisor::new(ctx, child, deadline);
     let mut buf = vec![0u8; READ_CHUNK];
-    let mut exited = false;
-    // When SIGTERM was sent: SIGKILL is due at this instant.
-    let mut kill_at: Option<Instant> = None;
-    let mut killed = false;
-
     loop {
         let now = Instant::now();
-        if exited {
-            // Draining after the main process exited (and its group was killed).
-            if w.stop.is_some() || (stdout.is_none() && stderr.is_none()) {
-                break;
-            }
-            if ctx.abort.is_triggered() {
-                w.stop = Some(Stop::Aborted);
-                break;
-            }
-            if now >= deadline {
-                w.stop = Some(Stop::TimedOut);
+        if sv.exited {
+            if sv.drained_or_stopped(now) {
                 break;
             }
         } else {
-            if w.stop.is_none() {
-                if ctx.abort.is_triggered() {
-                    w.stop = Some(Stop::Aborted);
-                } else if now >= deadline {
-                    w.stop = Some(Stop::TimedOut);
-                }
-                if w.stop.is_some() {
-                    sys::kill_group(pid, libc::SIGTERM);
-                    kill_at = Some(now + ctx.kill_grace);
-                }
-            }
-            if let Some(at) = kill_at {
-                if !killed && now >= at {
-                    sys::kill_group(pid, libc::SIGKILL);
-                    killed = true;
-                }
+            sv.stop_if_due(now);
+        }
+        if let Err(err) = sv.poll_and_read(now, &mut buf) {
+            sys::kill_group(sv.pid, libc::SIGKILL);
+            sv.w.poll_error = Some(err);
+            // Stop reading; the reap that follows returns once SIGKILL lands.
+            break;
+        }
+    }
+    sv.w
+}
+
+/// The state of [`supervise`]: the child's pipes, how it is being stopped,
+/// and what was read.
+struct Supervisor<'c, 'a> {
+    ctx: &'c Ctx<'a>,
+    pid: u32,
+    deadline: Instant,
+    stdout: Option<std::process::ChildStdout>,
+    stderr: Option<std::process::ChildStderr>,
+    pidfd: Option<std::os::fd::OwnedFd>,
+    w: Watched,
+    /// The main process has exited (and its group was sent SIGKILL).
+    exited: bool,
+    /// When SIGTERM was sent: SIGKILL is due at this instant.
+    kill_at: Option<Instant>,
+    killed: bool,
+}
+
+impl<'c, 'a> Supervisor<'c, 'a> {
+    fn new(ctx: &'c Ctx<'a>, child: &mut Child, deadline: Instant) -> Self {
+        let pid = child.id();
+        let stdout = child.stdout.take();
+        let stderr = child.stderr.take();
+        for fd in [
+            stdout.as_ref().map(|p| p.as_raw_fd()),
+            stderr.as_ref().map(|p| p.as_raw_fd()),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            // Without O_NONBLOCK a read still cannot block: it only follows a
+            // readiness report, and each pipe has one reader.
+            let _ = sys::set_nonblocking(fd);
+        }
+        let pidfd = if no_pidfd() {
+            None
+        } else {
+            sys::pidfd_open(pid)
+        };
+        Supervisor {
+            ctx,
+            pid,
+            deadline,
+            stdout,
+            stderr,
+            pidfd,
+            w: Watched {
+                stdout: Capture::new(ctx.max_output_bytes),
+                stderr: Tail::new(STDERR_TAIL.min(ctx.max_output_bytes), ctx.max_output_bytes),
+                stop: None,
+                poll_error: None,
+            },
+            exited: false,
+            kill_at: None,
+            killed: false,
+        }
+    }
+
+    /// The stop that is due now, if any.
+    fn due_stop(&self, now: Instant) -> Option<Stop> {
+        if self.ctx.abort.is_triggered() {
+            Some(Stop::Aborted)
+        } else if now >= self.deadline {
+            Some(Stop::TimedOut)
+        } else {
+            None
+        }
+    }
+
+    /// After the main process exited: whether to stop draining its pipes
+    /// (both at EOF, or a stop came due while a grandchild kept them open).
+    fn drained_or_stopped(&mut self, now: Instant) -> bool {
+        if self.w.stop.is_some() || (self.stdout.is_none() && self.stderr.is_none()) {
+            return true;
+        }
+        self.w.stop = self.due_stop(now);
+        self.w.stop.is_some()
+    }
+
+    /// While the main process runs: SIGTERM its group when a stop comes
+    /// due, SIGKILL once the grace has passed.
+    fn stop_if_due(&mut self, now: Instant) {
+        if self.w.stop.is_none() {
+            self.w.stop = self.due_stop(now);
+            if self.w.stop.is_some() {
+                sys::kill_group(self.pid, libc::SIGTERM);
+                self.kill_at = Some(now + self.ctx.kill_grace);
             }
         }
+        if let Some(at) = self.kill_at {
+            if !self.killed && now >= at {
+                sys::kill_group(self.pid, libc::SIGKILL);
+                self.killed = true;
+            }
+        }
+    }
 
-        let wake = if exited || w.stop.is_none() {
-            Some(deadline)
-        } else if !killed {
-            kill_at
+    /// How long the next poll may sleep.
+    fn timeout(&self, now: Instant) -> Option<Duration> {
+        let wake = if self.exited || self.w.stop.is_none() {
+            Some(self.deadline)
+        } else if !self.killed {
+            self.kill_at
         } else {
             None
         };
-        let mut timeout = wake.map(|at| at.saturating_duration_since(now));
-        if pidfd.is_none() && !exited {
-            timeout = Some(timeout.map_or(FALLBACK_TICK, |t| t.min(FALLBACK_TICK)));
+        let timeout = wake.map(|at| at.saturating_duration_since(now));
+        if self.pidfd.is_none() && !self.exited {
+            return Some(timeout.map_or(FALLBACK_TICK, |t| t.min(FALLBACK_TICK)));
         }
-
-        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(4);
-        let out_i = stdout.as_ref().map(|p| {
-            fds.push(pollfd(p.as_raw_fd()));
-            fds.len() - 1
-        });
-        let err_i = stderr.as_ref().map(|p| {
-            fds.push(pollfd(p.as_raw_fd()));
-            fds.len() - 1
-        });
-        let pid_i = match (&pidfd, exited) {
-            (Some(fd), false) => {
-                fds.push(pollfd(fd.as_fd().as_raw_fd()));
-                Some(fds.len() - 1)
-            }
-            _ => None,
-        };
-        if w.stop.is_none() {
-            fds.push(pollfd(ctx.abort.fd()));
-        }
-
-        if let Err(err) = sys::poll(&mut fds, timeout) {
-            sys::kill_group(pid, libc::SIGKILL);
-            w.poll_error = Some(err);
-            // Stop reading; the reap below returns once SIGKILL lands.
-            break;
-        }
-
-        if let (Some(i), Some(pipe)) = (out_i, stdout.as_mut()) {
-            if fds[i].revents != 0 && !read_ready(pipe, &mut |d| w.stdout.push(d), &mut buf) {
-                stdout = None;
-            }
-        }
-        if let (Some(i), Some(pipe)) = (err_i, stderr.as_mut()) {
-            if fds[i].revents != 0 && !read_ready(pipe, &mut |d| w.stderr.push(d), &mut buf) {
-                stderr = None;
-            }
-        }
-        if !exited {
-            let now_exited = match pid_i {
-                Some(i) => fds[i].revents != 0,
-                None => sys::exited_nowait(pid),
-            };
-            if now_exited {
-                exited = true;
-                // The unreaped main process still holds the pgid, so this
-                // cannot hit a recycled group.
-                sys::kill_group(pid, libc::SIGKILL);
-            }
-        }
+        timeout
     }
-    w
+
+    /// Wait for output, the exit, the abort signal or the next due time;
+    /// read what is ready and notice the exit.
+    fn poll_and_read(&mut self, now: Instant, buf: &mut [u8]) -> io::Result<()> {
+        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(4);
+        let mut slot = |fd: Option<std::os::fd::RawFd>| {
+            fd.map(|fd| {
+                fds.push(pollfd(fd));
+                fds.len() - 1
+            })
+        };
+        let out_i = slot(self.stdout.as_ref().map(|p| p.as_raw_fd()));
+        let err_i = slot(self.stderr.as_ref().map(|p| p.as_raw_fd()));
+        let pid_fd = self.pidfd.as_ref().filter(|_| !self.exited);
+        let pid_i = slot(pid_fd.map(|fd| fd.as_fd().as_raw_fd()));
+        if self.w.stop.is_none() {
+            fds.push(pollfd(self.ctx.abort.fd()));
+        }
+        sys::poll(&mut fds, self.timeout(now))?;
+
+        let ready = |i: Option<usize>| i.is_some_and(|i| fds[i].revents != 0);
+        let (w, on_output) = (&mut self.w, self.ctx.on_output);
+        if let (true, Some(pipe)) = (ready(out_i), self.stdout.as_mut()) {
+            let mut sink = |d: &[u8]| {
+                on_output(Stream::Stdout, d);
+                w.stdout.push(d);
+            };
+            if !read_ready(pipe, &mut sink, buf) {
+                self.stdout = None;
+            }
+        }
+        if let (true, Some(pipe)) = (ready(err_i), self.stderr.as_mut()) {
+            let mut sink = |d: &[u8]| {
+                on_output(Stream::Stderr, d);
+                w.stderr.push(d);
+            };
+            if !read_ready(pipe, &mut sink, buf) {
+                self.stderr = None;
+            }
+        }
+        let now_exited = match pid_i {
+            Some(i) => fds[i].revents != 0,
+            None => !self.exited && sys::exited_nowait(self.pid),
+        };
+        if !self.exited && now_exited {
+            self.exited = true;
+            // The unreaped main process still holds the pgid, so this
+            // cannot hit a recycled group.
+            sys::kill_group(self.pid, libc::SIGKILL);
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

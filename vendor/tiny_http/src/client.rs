@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::common::{HTTPVersion, Method};
 use crate::util::RefinedTcpStream;
 use crate::util::{SequentialReader, SequentialReaderBuilder, SequentialWriterBuilder};
-use crate::Request;
+use crate::{Refusals, Request};
 
 /// A ClientConnection is an object that will store a socket to a client
 /// and return Request objects.
@@ -35,6 +35,8 @@ pub struct ClientConnection {
     //  with the socket reader
     limits: HeadLimits,
     deadline: Arc<Mutex<Deadline>>,
+    // (trigd patch) the bodies of the answers to refused requests
+    refusals: Arc<Refusals>,
 
     // set to true if we know that the previous request is the last one
     no_more_requests: bool,
@@ -143,6 +145,7 @@ impl ClientConnection {
         write_socket: RefinedTcpStream,
         mut read_socket: RefinedTcpStream,
         limits: HeadLimits,
+        refusals: Arc<Refusals>,
     ) -> ClientConnection {
         let remote_addr = read_socket.peer_addr();
         let secure = read_socket.secure();
@@ -164,12 +167,40 @@ impl ClientConnection {
             secure,
             limits,
             deadline,
+            refusals,
         }
     }
 
     /// true if the connection is HTTPS
     pub fn secure(&self) -> bool {
         self.secure
+    }
+
+    /// (trigd patch) Answer a request refused while its head was read;
+    ///  the connection then closes (`None`).
+    fn refuse(&mut self, status: u16, version: HTTPVersion) -> Option<Request> {
+        let writer = self.sink.next().unwrap();
+        self.refusal(status)
+            .raw_print(writer, version, &[], false, None)
+            .ok();
+        None
+    }
+
+    /// (trigd patch) The answer to a request refused with `status` while
+    ///  its head was read, with the application's body for it.
+    fn refusal(&self, status: u16) -> crate::Response<std::io::Cursor<Vec<u8>>> {
+        let r = &self.refusals;
+        let body = match status {
+            408 => &r.request_timeout,
+            414 => &r.uri_too_long,
+            431 => &r.headers_too_large,
+            _ => &r.bad_request,
+        };
+        let response = crate::Response::from_data(body.clone()).with_status_code(status);
+        match crate::Header::from_bytes(&b"Content-Type"[..], r.content_type.as_bytes()) {
+            Ok(h) if !body.is_empty() && !r.content_type.is_empty() => response.with_header(h),
+            _ => response,
+        }
     }
 
     /// Reads the next line from self.next_header_source.
@@ -215,6 +246,33 @@ impl ClientConnection {
         }
     }
 
+    /// Reads the header lines of a request, up to the empty line.
+    fn read_headers(&mut self, version: &HTTPVersion) -> Result<Vec<crate::Header>, ReadError> {
+        let limits = self.limits;
+        let mut headers = Vec::new();
+        let mut head_bytes = 0;
+        loop {
+            let left = limits.max_header_bytes.saturating_sub(head_bytes);
+            let line = self
+                .read_next_line(left, false)
+                .map_err(ReadError::ReadIoError)?
+                .ok_or(ReadError::TooLarge(431))?;
+            head_bytes += line.len() + 2;
+
+            if line.is_empty() {
+                return Ok(headers);
+            };
+            if headers.len() >= limits.max_headers {
+                return Err(ReadError::TooLarge(431));
+            }
+            headers.push(match FromStr::from_str(line.as_str().trim()) {
+                // TODO: remove this conversion
+                Ok(h) => h,
+                _ => return Err(ReadError::WrongHeader(version.clone())),
+            });
+        }
+    }
+
     /// Reads a request from the stream.
     /// Blocks until the header has been read.
     fn read(&mut self) -> Result<Request, ReadError> {
@@ -242,32 +300,7 @@ impl ClientConnection {
             };
 
             // getting all headers
-            let headers = {
-                let mut headers = Vec::new();
-                let mut head_bytes = 0;
-                loop {
-                    let left = limits.max_header_bytes.saturating_sub(head_bytes);
-                    let line = self
-                        .read_next_line(left, false)
-                        .map_err(ReadError::ReadIoError)?
-                        .ok_or(ReadError::TooLarge(431))?;
-                    head_bytes += line.len() + 2;
-
-                    if line.is_empty() {
-                        break;
-                    };
-                    if headers.len() >= limits.max_headers {
-                        return Err(ReadError::TooLarge(431));
-                    }
-                    headers.push(match FromStr::from_str(line.as_str().trim()) {
-                        // TODO: remove this conversion
-                        Ok(h) => h,
-                        _ => return Err(ReadError::WrongHeader(version)),
-                    });
-                }
-
-                headers
-            };
+            let headers = self.read_headers(&version)?;
 
             (method, path, version, headers)
         };
@@ -321,32 +354,14 @@ impl Iterator for ClientConnection {
 
         loop {
             let rq = match self.read() {
-                Err(ReadError::WrongRequestLine) => {
-                    let writer = self.sink.next().unwrap();
-                    let response = json_error(400);
-                    response
-                        .raw_print(writer, HTTPVersion(1, 1), &[], false, None)
-                        .ok();
-                    return None; // we don't know where the next request would start,
-                                 // se we have to close
-                }
+                // we don't know where the next request would start, so we
+                //  have to close
+                Err(ReadError::WrongRequestLine) => return self.refuse(400, HTTPVersion(1, 1)),
+                Err(ReadError::WrongHeader(ver)) => return self.refuse(400, ver),
 
-                Err(ReadError::WrongHeader(ver)) => {
-                    let writer = self.sink.next().unwrap();
-                    let response = json_error(400);
-                    response.raw_print(writer, ver, &[], false, None).ok();
-                    return None; // we don't know where the next request would start,
-                                 // se we have to close
-                }
-
+                // request timeout: closing the connection
                 Err(ReadError::ReadIoError(ref err)) if err.kind() == ErrorKind::TimedOut => {
-                    // request timeout
-                    let writer = self.sink.next().unwrap();
-                    let response = json_error(408);
-                    response
-                        .raw_print(writer, HTTPVersion(1, 1), &[], false, None)
-                        .ok();
-                    return None; // closing the connection
+                    return self.refuse(408, HTTPVersion(1, 1));
                 }
 
                 Err(ReadError::ExpectationFailed(ver)) => {
@@ -356,16 +371,9 @@ impl Iterator for ClientConnection {
                     return None; // TODO: should be recoverable, but needs handling in case of body
                 }
 
-                Err(ReadError::TooLarge(status)) => {
-                    // (trigd patch) answer 414/431 and close: the rest of
-                    //  the head was not read
-                    let writer = self.sink.next().unwrap();
-                    let response = json_error(status);
-                    response
-                        .raw_print(writer, HTTPVersion(1, 1), &[], false, None)
-                        .ok();
-                    return None;
-                }
+                // (trigd patch) answer 414/431 and close: the rest of the
+                //  head was not read
+                Err(ReadError::TooLarge(status)) => return self.refuse(status, HTTPVersion(1, 1)),
 
                 Err(ReadError::ReadIoError(_)) => return None,
 
@@ -455,19 +463,3 @@ mod test {
     }
 }
 
-/// (trigd patch) The JSON error body (`{"Error", "Code"}`) of a request
-///  refused while reading it.
-fn json_error(status: u16) -> crate::Response<std::io::Cursor<Vec<u8>>> {
-    let (code, msg) = match status {
-        408 => ("request_timeout", "The request was not received in time."),
-        414 => ("uri_too_long", "The request line (method and URL) is longer than the limit."),
-        431 => ("headers_too_large", "The request headers are larger than the limit."),
-        _ => ("bad_request", "The request is not valid HTTP/1.1."),
-    };
-    let body = format!("{{\"Error\":\"{msg}\",\"Code\":\"{code}\"}}\n");
-    let header = crate::Header::from_bytes(&b"Content-Type"[..], &b"application/json"[..])
-        .expect("static header");
-    crate::Response::from_data(body.into_bytes())
-        .with_status_code(status)
-        .with_header(header)
-}

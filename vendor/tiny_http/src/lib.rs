@@ -90,8 +90,6 @@
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 #![allow(clippy::match_like_matches_macro)]
-// (trigd patch) upstream lints, not ours to fix here
-#![allow(dead_code, unused_imports)]
 
 #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
 use zeroize::Zeroizing;
@@ -191,14 +189,145 @@ impl From<Request> for Message {
     }
 }
 
-// this trait is to make sure that Server implements Share and Send
-#[doc(hidden)]
-trait MustBeShareDummy: Sync + Send {}
-#[doc(hidden)]
-impl MustBeShareDummy for Server {}
+// (trigd patch) Server implements Sync and Send, checked at compile time
+//  (upstream: a trait that newer compilers report as unused)
+const _: fn() = || {
+    fn sync_and_send<T: Sync + Send>() {}
+    sync_and_send::<Server>();
+};
 
 pub struct IncomingRequests<'a> {
     server: &'a Server,
+}
+
+#[cfg(not(any(feature = "ssl-openssl", feature = "ssl-rustls")))]
+type SslContext = ();
+#[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
+type SslContext = crate::ssl::SslContextImpl;
+
+/// (trigd patch) The accept thread: accepts connections and gives each a
+///  thread of the pool (upstream: one closure inside `Server::new`).
+struct Acceptor {
+    listener: Listener,
+    ssl: Option<SslContext>,
+    limits: ServerLimits,
+    refusals: Arc<Refusals>,
+    handler: Option<Handler>,
+    open: Arc<AtomicUsize>,
+    close: Arc<AtomicBool>,
+    messages: Arc<MessagesQueue<Message>>,
+}
+
+impl Acceptor {
+    fn run(self) {
+        // a tasks pool is used to dispatch the connections into threads
+        let tasks_pool = util::TaskPool::new(self.limits.min_threads, self.limits.thread_stack);
+
+        log::debug!("Running accept thread");
+        while !self.close.load(Relaxed) {
+            let new_client = match self.listener.accept() {
+                // (trigd patch) past the cap: answer and close at once
+                Ok((sock, _)) if self.open.load(Relaxed) >= self.limits.max_connections => {
+                    refuse(sock, &self.limits.overload_response);
+                    continue;
+                }
+                Ok((sock, _)) => self.client(sock),
+                Err(e) => Err(e),
+            };
+
+            match new_client {
+                Ok(Some(client)) => {
+                    let messages = self.messages.clone();
+                    let mut client = Some(client);
+                    // (trigd patch) count the connection while it lives
+                    let guard = OpenGuard::new(&self.open);
+                    let handler = self.handler.clone();
+                    tasks_pool.spawn(Box::new(move || {
+                        let _guard = &guard;
+                        if let Some(client) = client.take() {
+                            serve_connection(client, handler.as_ref(), &messages);
+                        }
+                    }));
+                }
+                Ok(None) => {}
+
+                // (trigd patch) an accept error (EMFILE when descriptors
+                //  run out, ECONNABORTED, ...) no longer ends the accept
+                //  thread for good: wait a moment and accept again
+                Err(e) => {
+                    if self.close.load(Relaxed) {
+                        break;
+                    }
+                    log::warn!("Error accepting new client: {}", e);
+                    thread::sleep(Duration::from_millis(20));
+                }
+            }
+        }
+        log::debug!("Terminating accept thread");
+    }
+
+    /// The connection of an accepted socket; `None` when its TLS handshake
+    ///  failed (the socket is closed).
+    fn client(&self, sock: Connection) -> IoResult<Option<ClientConnection>> {
+        if let Connection::Tcp(ref tcp) = sock {
+            let _ = tcp.set_read_timeout(Some(self.limits.socket_timeout));
+            let _ = tcp.set_write_timeout(Some(self.limits.socket_timeout));
+            let _ = tcp.set_nodelay(true);
+        }
+        use util::RefinedTcpStream;
+        let halves = match self.ssl {
+            None => RefinedTcpStream::new(sock),
+            #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
+            Some(ref ssl) => {
+                // trying to apply SSL over the connection
+                // if an error occurs, we just close the socket and resume listening
+                let sock = match ssl.accept(sock) {
+                    Ok(s) => s,
+                    Err(_) => return Ok(None),
+                };
+
+                RefinedTcpStream::new(sock)
+            }
+            #[cfg(not(any(feature = "ssl-openssl", feature = "ssl-rustls")))]
+            Some(ref _ssl) => unreachable!(),
+        };
+        // (trigd patch) duplicating the socket can fail (EMFILE): drop this
+        //  connection, keep accepting
+        let (read_closable, write_closable) = halves?;
+        Ok(Some(ClientConnection::new(
+            write_closable,
+            read_closable,
+            self.limits.head,
+            Arc::clone(&self.refusals),
+        )))
+    }
+}
+
+/// Answer the requests of one connection, on the calling (pool) thread.
+fn serve_connection(
+    client: ClientConnection,
+    handler: Option<&Handler>,
+    messages: &Arc<MessagesQueue<Message>>,
+) {
+    // (trigd patch) handler mode: answer on this thread
+    if let Some(handler) = handler {
+        for rq in client {
+            handler(rq);
+        }
+        return;
+    }
+    // Synchronization is needed for HTTPS requests to avoid a deadlock
+    if client.secure() {
+        let (sender, receiver) = mpsc::channel();
+        for rq in client {
+            messages.push(rq.with_notify_sender(sender.clone()).into());
+            receiver.recv().unwrap();
+        }
+    } else {
+        for rq in client {
+            messages.push(rq.into());
+        }
+    }
 }
 
 /// Represents the parameters required to create a server.
@@ -231,6 +360,30 @@ pub struct ServerLimits {
     /// Raw bytes (status line, headers, body) sent to a connection refused
     ///  for being past `max_connections`.
     pub overload_response: Vec<u8>,
+    /// Stack size of each connection thread, in bytes. In handler mode the
+    ///  handler runs on it.
+    pub thread_stack: usize,
+    /// Bodies of the answers to requests refused while reading them.
+    pub refusals: Refusals,
+}
+
+/// (trigd patch) The bodies of the answers the server gives by itself, to
+///  requests refused while their head is read (the application is not
+///  called). Empty bodies by default.
+#[derive(Debug, Clone, Default)]
+pub struct Refusals {
+    /// `Content-Type` of the bodies below; no header when empty.
+    pub content_type: String,
+    /// 400: the request line or a header is not valid HTTP/1.1.
+    pub bad_request: Vec<u8>,
+    /// 408: the request was not read within `HeadLimits::timeout`, or the
+    ///  client stopped sending in the middle of it.
+    pub request_timeout: Vec<u8>,
+    /// 414: the request line is longer than `HeadLimits::max_request_line`.
+    pub uri_too_long: Vec<u8>,
+    /// 431: the headers pass `HeadLimits::max_header_bytes` or
+    ///  `HeadLimits::max_headers`.
+    pub headers_too_large: Vec<u8>,
 }
 
 impl Default for ServerLimits {
@@ -241,6 +394,8 @@ impl Default for ServerLimits {
             head: HeadLimits::default(),
             socket_timeout: Duration::from_secs(10),
             overload_response: b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\nRetry-After: 1\r\n\r\n".to_vec(),
+            thread_stack: 2 * 1024 * 1024,
+            refusals: Refusals::default(),
         }
     }
 }
@@ -358,10 +513,6 @@ impl Server {
         compile_error!(
             "Features 'ssl-openssl' and 'ssl-rustls' must not be enabled at the same time"
         );
-        #[cfg(not(any(feature = "ssl-openssl", feature = "ssl-rustls")))]
-        type SslContext = ();
-        #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
-        type SslContext = crate::ssl::SslContextImpl;
         let ssl: Option<SslContext> = {
             match ssl_config {
                 #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
@@ -382,100 +533,17 @@ impl Server {
         // and ClientConnection objects are pushed in the messages queue
         let messages = MessagesQueue::with_capacity(8);
 
-        let inside_close_trigger = close_trigger.clone();
-        let inside_messages = messages.clone();
-        thread::spawn(move || {
-            // a tasks pool is used to dispatch the connections into threads
-            let tasks_pool = util::TaskPool::new(limits.min_threads);
-
-            log::debug!("Running accept thread");
-            while !inside_close_trigger.load(Relaxed) {
-                let new_client = match server.accept() {
-                    // (trigd patch) past the cap: answer and close at once
-                    Ok((sock, _)) if inside_open.load(Relaxed) >= limits.max_connections => {
-                        refuse(sock, &limits.overload_response);
-                        continue;
-                    }
-                    Ok((sock, _)) => {
-                        if let Connection::Tcp(ref tcp) = sock {
-                            let _ = tcp.set_read_timeout(Some(limits.socket_timeout));
-                            let _ = tcp.set_write_timeout(Some(limits.socket_timeout));
-                            let _ = tcp.set_nodelay(true);
-                        }
-                        use util::RefinedTcpStream;
-                        let halves = match ssl {
-                            None => RefinedTcpStream::new(sock),
-                            #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
-                            Some(ref ssl) => {
-                                // trying to apply SSL over the connection
-                                // if an error occurs, we just close the socket and resume listening
-                                let sock = match ssl.accept(sock) {
-                                    Ok(s) => s,
-                                    Err(_) => continue,
-                                };
-
-                                RefinedTcpStream::new(sock)
-                            }
-                            #[cfg(not(any(feature = "ssl-openssl", feature = "ssl-rustls")))]
-                            Some(ref _ssl) => unreachable!(),
-                        };
-                        // (trigd patch) duplicating the socket can fail
-                        //  (EMFILE): drop this connection, keep accepting
-                        halves.map(|(read_closable, write_closable)| {
-                            ClientConnection::new(write_closable, read_closable, limits.head)
-                        })
-                    }
-                    Err(e) => Err(e),
-                };
-
-                match new_client {
-                    Ok(client) => {
-                        let messages = inside_messages.clone();
-                        let mut client = Some(client);
-                        // (trigd patch) count the connection while it lives
-                        let guard = OpenGuard::new(&inside_open);
-                        let handler = handler.clone();
-                        tasks_pool.spawn(Box::new(move || {
-                            let _guard = &guard;
-                            let Some(client) = client.take() else { return };
-                            // (trigd patch) handler mode: answer on this thread
-                            if let Some(handler) = &handler {
-                                for rq in client {
-                                    handler(rq);
-                                }
-                                return;
-                            }
-                            {
-                                // Synchronization is needed for HTTPS requests to avoid a deadlock
-                                if client.secure() {
-                                    let (sender, receiver) = mpsc::channel();
-                                    for rq in client {
-                                        messages.push(rq.with_notify_sender(sender.clone()).into());
-                                        receiver.recv().unwrap();
-                                    }
-                                } else {
-                                    for rq in client {
-                                        messages.push(rq.into());
-                                    }
-                                }
-                            }
-                        }));
-                    }
-
-                    // (trigd patch) an accept error (EMFILE when descriptors
-                    //  run out, ECONNABORTED, ...) no longer ends the accept
-                    //  thread for good: wait a moment and accept again
-                    Err(e) => {
-                        if inside_close_trigger.load(Relaxed) {
-                            break;
-                        }
-                        log::warn!("Error accepting new client: {}", e);
-                        thread::sleep(Duration::from_millis(20));
-                    }
-                }
-            }
-            log::debug!("Terminating accept thread");
-        });
+        let acceptor = Acceptor {
+            listener: server,
+            ssl,
+            refusals: Arc::new(limits.refusals.clone()),
+            limits,
+            handler,
+            open: inside_open,
+            close: close_trigger.clone(),
+            messages: messages.clone(),
+        };
+        thread::spawn(move || acceptor.run());
 
         // result
         Ok(Server {

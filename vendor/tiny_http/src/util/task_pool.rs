@@ -26,6 +26,9 @@ struct Sharing {
     waiting_tasks: AtomicUsize,
 
     min_threads: usize,
+
+    // (trigd patch) stack size of each thread
+    stack_size: usize,
 }
 
 /// Minimum number of active threads.
@@ -50,7 +53,9 @@ impl<'a> Drop for Registration<'a> {
 }
 
 impl TaskPool {
-    pub fn new(min_threads: usize) -> TaskPool {
+    /// (trigd patch) `min_threads` idle threads are kept; each thread has a
+    ///  stack of `stack_size` bytes.
+    pub fn new(min_threads: usize, stack_size: usize) -> TaskPool {
         let pool = TaskPool {
             sharing: Arc::new(Sharing {
                 todo: Mutex::new(VecDeque::new()),
@@ -58,6 +63,7 @@ impl TaskPool {
                 active_tasks: AtomicUsize::new(0),
                 waiting_tasks: AtomicUsize::new(0),
                 min_threads,
+                stack_size,
             }),
         };
 
@@ -90,11 +96,12 @@ impl TaskPool {
     fn add_thread(&self, initial_fn: Option<Box<dyn FnMut() + Send>>) {
         let sharing = self.sharing.clone();
 
-        // (trigd patch) connection threads only parse request heads: a small
-        //  stack keeps thousands of idle connections cheap; a failed spawn
-        //  (thread limit) drops the task (the connection closes) instead of
-        //  panicking the accept thread.
-        let spawned = thread::Builder::new().stack_size(256 * 1024).spawn(move || {
+        // (trigd patch) the stack size is the application's
+        //  (`ServerLimits::thread_stack`); a failed spawn (thread limit)
+        //  drops the task (the connection closes) instead of panicking the
+        //  accept thread.
+        let stack_size = self.sharing.stack_size;
+        let spawned = thread::Builder::new().stack_size(stack_size).spawn(move || {
             let sharing = sharing;
             let _active_guard = Registration::new(&sharing.active_tasks);
 

@@ -1,0 +1,158 @@
+//! The test harness: a per-test directory ([`dir`]), the `trigd` server as
+//! a child process ([`server`]), one HTTP/1.1 client for every test, raw
+//! bytes included ([`http`]), bounded polling, and a CLI runner ([`cli`]).
+//!
+//! Every assertion helper panics with everything needed to understand the
+//! failure without re-running: the request, the whole reply and the tail of
+//! the server's `stderr.log` (or, for the CLI, the command line with its
+//! stdout and stderr). Nothing here sleeps a fixed time to wait for a state:
+//! [`wait_until`] polls a condition with a bound.
+
+pub mod cli;
+pub mod dir;
+pub mod http;
+pub mod server;
+
+pub use cli::*;
+pub use dir::*;
+pub use http::*;
+pub use server::*;
+
+use std::fs;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+/// The binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_trigd");
+
+/// An API key with access to every program.
+pub const KEY: &str = "trigd-test-key-all-6f1d2c9a";
+/// An API key limited to workspace `ops`.
+pub const KEY_OPS: &str = "trigd-test-key-ops-81ac3e57";
+/// An API key limited to program 2.
+pub const KEY_P2: &str = "trigd-test-key-program2-c0ffee11";
+
+/// Default bound for [`wait_until`] in tests.
+pub const WAIT: Duration = Duration::from_secs(15);
+
+/// Lowercase hex sha256 of `s`, as `[[api_keys]] sha256` expects.
+pub fn sha256_hex(s: &str) -> String {
+    hex::encode(Sha256::digest(s.as_bytes()))
+}
+
+/// A `config.toml` with `server` as the body of `[server]`, workspaces `ops`
+/// and `dev`, and the keys [`KEY`], [`KEY_OPS`] and [`KEY_P2`].
+pub fn config(server: &str) -> String {
+    format!(
+        r#"[server]
+{server}
+
+[[workspaces]]
+name = "ops"
+members = []
+
+[[workspaces]]
+name = "dev"
+members = []
+
+[[api_keys]]
+name = "all"
+sha256 = "{all}"
+
+[[api_keys]]
+name = "ops-only"
+sha256 = "{ops}"
+workspace = "ops"
+
+[[api_keys]]
+name = "program-2"
+sha256 = "{p2}"
+programs = [2]
+"#,
+        all = sha256_hex(KEY),
+        ops = sha256_hex(KEY_OPS),
+        p2 = sha256_hex(KEY_P2),
+    )
+}
+
+/// A fresh directory with `config.toml` from [`config`]`(server)`, the given
+/// `programs/<file>` contents and an empty `work/` (for functions with
+/// `workdir = "../work"`), and a server started on it.
+pub fn serve(name: &str, server: &str, programs: &[(&str, &str)]) -> (TestDir, Trigd) {
+    let dir = setup(name, server, programs);
+    let t = Trigd::start(&dir);
+    (dir, t)
+}
+
+/// Like [`serve`], without starting the server.
+pub fn setup(name: &str, server: &str, programs: &[(&str, &str)]) -> TestDir {
+    let dir = TestDir::new(name);
+    dir.write("config.toml", &config(server));
+    dir.mkdir("programs");
+    dir.mkdir("work");
+    for (file, text) in programs {
+        dir.write(&format!("programs/{file}"), text);
+    }
+    dir
+}
+
+// ---------------------------------------------------------------------------
+// Small helpers
+
+/// Poll `cond` every 20 ms for at most `bound`; whether it became true.
+pub fn wait_until(bound: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        if cond() {
+            return true;
+        }
+        if start.elapsed() >= bound {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Percent-encode everything but the unreserved characters (RFC 3986).
+pub fn enc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// `&variables=<v1>&variables=<v2>…`, encoded.
+pub fn vars(values: &[&str]) -> String {
+    values
+        .iter()
+        .map(|v| format!("&variables={}", enc(v)))
+        .collect()
+}
+
+/// Whether process `pid` exists and is not a zombie.
+pub fn pid_alive(pid: u32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            let state = stat
+                .rfind(')')
+                .and_then(|i| stat[i + 1..].split_whitespace().next())
+                .unwrap_or("");
+            state != "Z" && state != "X"
+        }
+        Err(_) => false,
+    }
+}
+
+/// Resident set size of `pid` in kB, from `/proc/<pid>/status`.
+pub fn vm_rss_kb(pid: u32) -> Option<u64> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}

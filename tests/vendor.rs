@@ -1,0 +1,73 @@
+//! The patched tiny_http through its own API, for the patches that trigd's
+//! configuration cannot reach: a connection thread that cannot be created,
+//! and the defaults for a server that passes no answers of its own.
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::util::*;
+
+/// A server on a free loopback port with `limits`, answering 200 to all.
+fn server(limits: tiny_http::ServerLimits) -> (tiny_http::Server, String) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let handler: tiny_http::Handler = Arc::new(|rq: tiny_http::Request| {
+        let _ = rq.respond(tiny_http::Response::from_string("ok"));
+    });
+    let server = tiny_http::Server::from_listener_with_handler(listener, limits, handler).unwrap();
+    (server, addr)
+}
+
+#[test]
+fn a_connection_thread_that_cannot_start_closes_its_connection_and_accepting_goes_on() {
+    // No thread can have a stack larger than the address space.
+    let limits = tiny_http::ServerLimits {
+        min_threads: 0,
+        thread_stack: 1 << 47,
+        ..Default::default()
+    };
+    let (server, addr) = server(limits);
+    for i in 0..3 {
+        let mut s = connect(&addr);
+        let _ = s.write_all(b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n");
+        let mut got = Vec::new();
+        // Closed without an answer (EOF or reset), not left hanging: the
+        // accept loop is still there to close the next one too.
+        match s.read_to_end(&mut got) {
+            Ok(_) => assert!(got.is_empty(), "connection {i} got {got:?}"),
+            Err(e) => assert!(
+                !matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ),
+                "connection {i} hangs: {e}"
+            ),
+        }
+    }
+    assert!(
+        wait_until(WAIT, || server.open_connections() == 0),
+        "connections are still counted open"
+    );
+}
+
+#[test]
+fn without_answers_of_its_own_a_refused_request_gets_an_empty_body() {
+    let limits = tiny_http::ServerLimits {
+        head: tiny_http::HeadLimits {
+            max_request_line: 64,
+            ..Default::default()
+        },
+        socket_timeout: Duration::from_secs(10),
+        ..Default::default()
+    };
+    let (_server, addr) = server(limits);
+    let long = format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(100));
+    let r = send_raw(&addr, long.as_bytes());
+    r.status_is(414);
+    r.check_eq(r.body.as_slice(), b"".as_slice(), "body");
+    r.check_eq(r.header("Content-Type"), None, "Content-Type");
+    // Within the limits, the handler answers on the connection's thread.
+    send_raw(&addr, b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n").status_is(200);
+}
