@@ -623,7 +623,7 @@ impl Runner {
     /// live output).
     fn execute_with(&self, job: &Job, handle: &RunHandle) -> Outcome {
         #[cfg(test)]
-        slots_tests::maybe_panic(job);
+        tests::maybe_panic(job);
         let Some(function) = job.program.function(&job.function) else {
             return Outcome {
                 result: Vec::new(),
@@ -794,5 +794,5 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 #[cfg(test)]
-#[path = "slots_tests.rs"]
-mod slots_tests;
+#[path = "tests.rs"]
+mod tests;

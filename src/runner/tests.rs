@@ -1,5 +1,6 @@
-//! The queue's bookkeeping without threads or processes: hand-on order,
-//! per-function limits, slots freed.
+//! The runner: the queue's bookkeeping without threads (hand-on order,
+//! per-function limits, slots freed), then real runs: waiting in data, a
+//! runner without a run log, panics inside runs, the run handle.
 
 use super::*;
 
