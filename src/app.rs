@@ -43,6 +43,8 @@ impl App {
         runner: Arc<Runner>,
         idempotency: Keys,
     ) -> App {
+        // Body files of runs cut off by a crash or kill -9.
+        crate::receive::body_file::clean(&config.server.state_dir.join("bodies"));
         App {
             idempotency,
             access: Access::open(&config.server.state_dir, &config.server.shared_state_dir),

@@ -16,6 +16,8 @@ use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_AL
 
 use serde_json::{json, Map, Value};
 
+use crate::receive::signature::SigError;
+
 /// An HTTP method.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Method {
@@ -445,6 +447,28 @@ pub enum ApiError {
     },
     /// No such path.
     NotFound,
+    /// A signed endpoint's signature or token is missing (401), malformed,
+    /// wrong or outside its replay window (403).
+    Signature(crate::receive::signature::SigError),
+    /// The body is not what its `Content-Type` says (invalid JSON, XML,
+    /// multipart), or a value in it is not text.
+    InvalidPayload {
+        /// What is wrong (no body content quoted).
+        msg: String,
+    },
+    /// The endpoint reads its values from another kind of body.
+    UnsupportedMediaType {
+        /// What is expected and what came.
+        msg: String,
+    },
+    /// The endpoint's rule does not match the request: nothing ran. Not a
+    /// failure: answered with the trigger's `ignored_status`.
+    Ignored {
+        /// The status to answer with.
+        status: u16,
+        /// Where the rule failed (never an expected value or a secret).
+        reason: String,
+    },
     /// A bug: a handler panicked or an invariant broke.
     Internal,
 }
@@ -464,6 +488,11 @@ impl ApiError {
             TriggerInactive { .. } | NoActiveTrigger => 409,
             ConfigNotWritable { .. } | ConfigInvalid { .. } => 409,
             MethodNotAllowed { .. } => 405,
+            Ignored { status, .. } => *status,
+            Signature(SigError::Missing { .. }) => 401,
+            Signature(_) => 403,
+            InvalidPayload { .. } => 400,
+            UnsupportedMediaType { .. } => 415,
             RequestTimeout => 408,
             BadRequest => 400,
             UriTooLong => 414,
@@ -518,6 +547,13 @@ impl ApiError {
             HeadersTooLarge => "headers_too_large",
             PayloadTooLarge { .. } => "payload_too_large",
             NotFound => "not_found",
+            Ignored { .. } => "rules_not_matched",
+            Signature(SigError::Missing { .. }) => "signature_missing",
+            Signature(SigError::Malformed { .. }) => "signature_malformed",
+            Signature(SigError::Mismatch { .. }) => "signature_mismatch",
+            Signature(SigError::Expired { .. }) => "signature_expired",
+            InvalidPayload { .. } => "invalid_payload",
+            UnsupportedMediaType { .. } => "unsupported_media_type",
             Internal => "internal_error",
         }
     }
@@ -571,6 +607,9 @@ impl ApiError {
             HeadersTooLarge => "The request headers are larger than the limit (max_header_bytes, at most 100 headers).".into(),
             PayloadTooLarge { limit } => format!("The request body is larger than the limit of {limit} bytes."),
             NotFound => "Not found.".into(),
+            Signature(e) => e.message(),
+            Ignored { .. } => "The request does not match this endpoint's rule, so nothing ran.".into(),
+            InvalidPayload { msg } | UnsupportedMediaType { msg } => msg.clone(),
             Internal => "Internal error. The server log has the details.".into(),
         }
     }
@@ -703,6 +742,12 @@ fn reason(status: u16) -> &'static str {
 
 impl From<ApiError> for Response {
     fn from(e: ApiError) -> Response {
+        if let ApiError::Ignored { status, reason } = &e {
+            // Not an error: no `Error` key, so clients that treat one as a
+            // failure do not.
+            let body = json!({"Ignored": e.message(), "Code": e.code(), "Reason": reason});
+            return Response::json(*status, &body);
+        }
         let mut body = Map::new();
         body.insert("Error".into(), json!(e.message()));
         body.insert("Code".into(), json!(e.code()));

@@ -22,7 +22,8 @@
 //! ```text
 //! authenticate a caller, rate limits, CSRF, logins   access/ (mod.rs, limiter.rs, csrf.rs, login.rs)
 //! sessions, application keys at rest                access/sessions.rs, access/app_keys.rs
-//! start a run, read and check its values            invoke/ (mod.rs, values.rs, answer.rs)
+//! start a run, read and check its values            invoke/ (mod.rs, values.rs, answer.rs, webhook.rs)
+//! webhooks: signatures, payloads, sources, rules    receive/ (signature.rs, payload.rs, values.rs, rules.rs)
 //! load and validate the config                      config/ (validate.rs → server.rs, program.rs, tools.rs)
 //! what an entry point takes (Endpoint)              config/endpoint.rs
 //! error codes and their JSON                        http.rs (ApiError)
@@ -55,6 +56,7 @@ mod invoke;
 mod lint;
 mod logging;
 mod metrics;
+mod receive;
 mod reload;
 mod replay;
 mod routes;

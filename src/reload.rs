@@ -236,6 +236,15 @@ fn wait_quiet(rx: &Receiver<Trigger>, first: Trigger) -> bool {
     }
 }
 
+/// Whether a secret file of a signature check now holds another secret.
+fn secret_files_changed(cfg: &config::Config) -> bool {
+    cfg.tools
+        .values()
+        .flat_map(|t| &t.triggers)
+        .flat_map(|t| t.receive.verifiers())
+        .any(|v| v.secret_file_changed())
+}
+
 /// Load everything and swap it in if it is valid and changed. With `forced`
 /// (SIGHUP) an unchanged config is still reported in the log.
 pub fn reload_now(app: &App, config_path: &Path, forced: bool) {
@@ -246,7 +255,14 @@ pub fn reload_now(app: &App, config_path: &Path, forced: bool) {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
     let started = Instant::now();
     let current = app.config();
-    match config::load_changed(config_path, &current.fingerprint) {
+    // Secret files are not part of the fingerprint: a changed one forces
+    // a full load.
+    let loaded = if secret_files_changed(&current) {
+        config::load(config_path).map(Some)
+    } else {
+        config::load_changed(config_path, &current.fingerprint)
+    };
+    match loaded {
         Ok(None) => {
             app.clear_reload_error();
             if forced {

@@ -199,6 +199,10 @@ pub struct RunInput {
     /// Tool environment variables (empty for `/api` runs).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub vars: BTreeMap<String, String>,
+    /// The run read its request body from a temporary file, which does not
+    /// survive a restart.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub body: bool,
 }
 
 /// Where the latest line of a run sits in the log.
@@ -783,6 +787,7 @@ mod tests {
         let input = Some(RunInput {
             values: vec!["v".into()],
             vars: BTreeMap::new(),
+            body: false,
         });
         let queued: Vec<RunRecord> = (0..50)
             .map(|i| RunRecord {

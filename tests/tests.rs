@@ -17,3 +17,4 @@ mod tools; // generated tool endpoints: environments, values by name, bearer app
 mod ui; // browser access over HTTP: login, throttle, sessions, CSRF, settings, escaping, headers
 mod util; // harness: per-test dirs, the trigd child process, one HTTP client (raw bytes too), polling, CLI runner
 mod vendor; // the patched tiny_http through its own API: a failed connection thread, default answers
+mod webhooks; // signed third-party webhooks: GitHub, GitLab, Stripe, Slack; payload kinds, value sources, rules, bad input

@@ -195,3 +195,44 @@ pub fn tool_values(data: &[u8]) {
         }
     }
 }
+
+/// A request body through `receive::payload::Payload::parse` (JSON, form,
+/// the hand-written multipart parser, XML) and every value source over it:
+/// line 1 is the Content-Type, the rest the body. No panic; an error names
+/// the kind and says something; a parsed body converts to JSON; a multipart
+/// body's fields are each a part of the body.
+pub fn payload(data: &[u8]) {
+    use receive::payload::{Kind, Payload};
+    use receive::values::{Incoming, JsonPath, Source, Whole};
+    let split = data.iter().position(|&b| b == b'\n').unwrap_or(data.len());
+    let ct = String::from_utf8_lossy(&data[..split]).into_owned();
+    let body = data.get(split + 1..).unwrap_or(&[]);
+    match Payload::parse(Some(&ct), body) {
+        Ok(p) => {
+            let _ = p.to_json();
+            if let Payload::Form(fields) = &p {
+                if Kind::of(Some(&ct)) == Kind::Multipart {
+                    for (_, v) in fields {
+                        assert!(v.len() <= body.len());
+                    }
+                }
+            }
+        }
+        Err(e) => assert!(!e.msg.is_empty()),
+    }
+    let headers = vec![("content-type".to_string(), ct)];
+    let inc = Incoming::new(&headers, &[], body, std::net::Ipv4Addr::LOCALHOST.into());
+    let path = JsonPath::parse("a.0.b").unwrap();
+    for s in [
+        Source::Json(path.clone()),
+        Source::Xml(path.clone()),
+        Source::Payload(path),
+        Source::Form("a".into()),
+        Source::Whole(Whole::Payload),
+        Source::BodyText,
+    ] {
+        if let Err(e) = inc.get(&s) {
+            assert!(!e.message().is_empty());
+        }
+    }
+}

@@ -15,6 +15,7 @@ mod endpoint;
 pub mod generated;
 mod program;
 mod raw;
+mod receive;
 mod server;
 mod tools;
 mod types;
@@ -26,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use endpoint::{Credentials, Endpoint, Target, Values};
+pub use endpoint::{Credentials, Endpoint, Target, TriggerName, Values};
 
 use crate::http::Method;
 
@@ -395,6 +396,9 @@ pub struct Trigger {
     pub program: u64,
     /// Function name; validated to exist in that program.
     pub function: String,
+    /// Verification, value sources, rule and answer shape (default: none,
+    /// values by output name, no rule, plain answer).
+    pub receive: Arc<crate::receive::Receive>,
 }
 
 /// A problem in a config or program file, with where it is.

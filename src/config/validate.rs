@@ -216,7 +216,7 @@ fn check(
     let progs = program::load_programs(&sorted, &server, &workspaces, &mut known, &mut errs);
     known.programs = &progs;
     let api_keys = api_keys(&src, &raw, &workspaces, &mut errs);
-    let tools = tools::tools(&src, &raw, &workspaces, &known, &mut errs);
+    let tools = tools::tools(&src, &raw, &workspaces, &known, &dir, &mut errs);
     if !errs.0.is_empty() {
         let order = |f: &Path| sorted.iter().position(|p| p.0 == f).map_or(0, |i| i + 1);
         errs.0.sort_by_key(|e| (order(&e.file), e.line, e.col));

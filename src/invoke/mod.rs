@@ -2,7 +2,11 @@
 //! at config load) says what a request needs; [`invoke`] takes the request
 //! through it, one step per line:
 //!
-//! credentials → method → function → values → (rules) → start → answer
+//! credentials → method → signature → function → rule → values → start → answer
+//!
+//! The receive steps (signature, rule, sourced values, answer shape) are
+//! in `webhook.rs`; for an endpoint without receive settings they do
+//! nothing.
 //!
 //! With an `Idempotency-Key`, "start" goes through `replay::start_once`:
 //! at most one run per key, repeats answered with the original run.
@@ -14,6 +18,7 @@
 
 mod answer;
 mod values;
+mod webhook;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -55,17 +60,30 @@ impl Caller<'_> {
 
 /// Take `req` through `endpoint`: check the credentials and the method,
 /// find the function, read and check the values, start the run (sync or
-/// async, `run_async`) and answer with the run endpoint's JSON.
+/// async, `run_async`) and answer with the run endpoint's JSON, shaped by
+/// the endpoint's receive settings (`webhook::answer`).
 ///
 /// # Errors
 /// Every error of the steps, in this order: credentials (see `access`),
-/// `method_not_allowed`, a body where none is read (`invalid_parameter`),
-/// the function (`invalid_program_id`,
-/// `program_not_found`, `function_not_found`, …), the values
-/// (`variables_mismatch`, `invalid_parameter`), `run_async`, a bad or
+/// `method_not_allowed`, the signature (`signature_*`), a body where none
+/// is read (`invalid_parameter`), the function (`invalid_program_id`,
+/// `program_not_found`, `function_not_found`, …), the rule (`Ignored`),
+/// the values (`invalid_payload`, `unsupported_media_type`,
+/// `variables_mismatch`, `invalid_parameter`), `run_async`, a bad or
 /// reused `Idempotency-Key` (`invalid_parameter`,
 /// `idempotency_key_reused`), and the run.
 pub fn invoke(
+    app: &App,
+    cfg: &Arc<Config>,
+    req: &Request,
+    endpoint: &Endpoint,
+) -> Result<Response, ApiError> {
+    let result = steps(app, cfg, req, endpoint);
+    webhook::answer(app, endpoint, result)
+}
+
+/// The steps of [`invoke`] up to the run's answer.
+fn steps(
     app: &App,
     cfg: &Arc<Config>,
     req: &Request,
@@ -76,18 +94,30 @@ pub fn invoke(
         let allow = vec![endpoint.method.as_str()];
         return Err(ApiError::MethodNotAllowed { allow });
     }
+    let rcv = &endpoint.receive;
+    webhook::verify(app, cfg, rcv, req)?;
     values::reject_body(req, endpoint.values)?;
     let (program, function) = target(cfg, req, &endpoint.target, &caller)?;
-    let values = values::read(req, endpoint.values, function.inputs())?;
+    let mut inc = webhook::incoming(cfg, req);
+    webhook::rule(rcv, &inc)?;
+    let body_file = webhook::body_file(cfg, rcv, req)?;
+    inc.body_file = body_file.as_ref().map(|f| f.path().to_path_buf());
+    let values = match webhook::values(rcv, &inc, req, function.inputs())? {
+        Some(values) => values,
+        None => values::read(req, endpoint.values, function.inputs())?,
+    };
     check_values(&cfg.server, endpoint.values, function.inputs(), &values)?;
-    let run_async = parse_bool("run_async", req.query_one("run_async")?)?;
+    let run_async = match req.query_one("run_async")? {
+        None => rcv.answer.run_async,
+        raw => parse_bool("run_async", raw)?,
+    };
     if endpoint.values == Values::Positional {
         values::reject_unknown(req)?;
     }
-    // Rules (conditions on the request that must hold) go here, when an
-    // endpoint has them.
     let origin = caller.origin();
-    let job = job(cfg, program, function, values, &endpoint.vars, origin);
+    let mut job = job(cfg, program, function, values, &endpoint.vars, origin);
+    job.body_file = body_file;
+    job.stdin_body = rcv.stdin_body;
     match idempotency::key_of(req)? {
         Some(key) => {
             let entry = format!("{}#{}", req.segments.join("/"), program.id);
@@ -214,6 +244,8 @@ pub fn job(
         vars: vars.clone(),
         by,
         id: None,
+        body_file: None,
+        stdin_body: false,
     }
 }
 

@@ -60,6 +60,11 @@ pub struct Job {
     /// The run id to use (chosen ahead by an idempotency key); `None`: a
     /// new one.
     pub id: Option<String>,
+    /// The raw request body in a temporary file, kept until the job is
+    /// dropped (after the run), when the trigger reads it as a file.
+    pub body_file: Option<Arc<crate::receive::body_file::BodyFile>>,
+    /// Give `body_file` to every step on stdin (else stdin is empty).
+    pub stdin_body: bool,
 }
 
 impl Job {
@@ -187,8 +192,9 @@ pub struct Runner {
     /// Signalled whenever `used` drops.
     freed: Condvar,
     drain: Mutex<Drain>,
-    /// Queued runs of a runner without a run log (nothing to read them
-    /// back from), by id.
+    /// Queued runs kept whole in memory, by id: those of a runner without
+    /// a run log (nothing to read them back from) and those holding a
+    /// request body file.
     unrecorded: Mutex<HashMap<String, (RunRecord, Job)>>,
     /// Signalled whenever a run ends (the drain counter is its lock).
     ended: Condvar,
@@ -357,6 +363,7 @@ impl Runner {
         rec.input = Some(RunInput {
             values: job.values.clone(),
             vars: job.vars.clone(),
+            body: job.body_file.is_some(),
         });
         let written = match &self.store {
             Some(store) => store.append(&rec, true),
@@ -383,7 +390,8 @@ impl Runner {
             key,
             concurrency: n,
         }));
-        if self.store.is_none() {
+        // A request body in a temporary file lives as long as its job.
+        if self.store.is_none() || job.body_file.is_some() {
             lock(&self.unrecorded).insert(rec.run.clone(), (rec, job));
         }
         // A slot may have come free while the run was being recorded.
@@ -407,8 +415,9 @@ impl Runner {
             let Some(mut rec) = store.get(&id) else {
                 continue;
             };
+            let body = rec.input.as_ref().is_some_and(|i| i.body);
             match cfg.program(rec.program) {
-                Some(p) if p.function(&rec.function).is_some() => {
+                Some(p) if p.function(&rec.function).is_some() && !body => {
                     s.queue.push_back(Waiter::Async(Queued {
                         concurrency: concurrency(p, &rec.function),
                         key: (rec.program, rec.function),
@@ -420,7 +429,11 @@ impl Runner {
                 _ => {
                     rec.state = RunState::Failed;
                     rec.finished_at = Some(now_rfc3339());
-                    rec.error = Some("its program or function no longer exists".into());
+                    rec.error = Some(if body {
+                        "its request body (a temporary file) did not survive the restart".into()
+                    } else {
+                        "its program or function no longer exists".into()
+                    });
                     rec.input = None;
                     store.record(&rec);
                 }
@@ -519,6 +532,8 @@ impl Runner {
             vars: input.vars,
             by: rec.by.clone(),
             id: Some(rec.run.clone()),
+            body_file: None,
+            stdin_body: false,
         };
         Some((rec, job))
     }
@@ -651,6 +666,11 @@ impl Runner {
             deadline: Instant::now() + function.timeout,
             abort: handle.signal(),
             on_spawn: &on_spawn,
+            stdin: job
+                .body_file
+                .as_ref()
+                .filter(|_| job.stdin_body)
+                .map(|f| f.path()),
             on_output: &on_output,
         };
         step::run_function(&ctx, function, &job.values)

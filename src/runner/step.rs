@@ -42,6 +42,9 @@ pub struct Ctx<'a> {
     /// Called with the process group id right after each spawn, and with
     /// `None` once it is reaped (the runner tracks live groups).
     pub on_spawn: &'a (dyn Fn(Option<u32>) + Sync),
+    /// A file every step reads as its stdin (opened afresh for each);
+    /// `None`: stdin is empty.
+    pub stdin: Option<&'a Path>,
     /// Called with every chunk read from a step's stdout or stderr, as it
     /// arrives (before any cap), for followers of the live run.
     pub on_output: &'a (dyn Fn(Stream, &[u8]) + Sync),
@@ -481,8 +484,13 @@ fn command(
     for (name, value) in function.inputs().iter().zip(values) {
         cmd.env(name, value);
     }
+    let stdin = match ctx.stdin.map(std::fs::File::open) {
+        None => Stdio::null(),
+        Some(Ok(f)) => Stdio::from(f),
+        Some(Err(e)) => return Err(format!("cannot open the request body for stdin: {e}")),
+    };
     cmd.current_dir(&function.workdir)
-        .stdin(Stdio::null())
+        .stdin(stdin)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);

@@ -110,6 +110,7 @@ fn run_with(
         deadline: Instant::now() + opts.timeout,
         abort,
         on_spawn,
+        stdin: None,
         on_output: &|_, _| {},
     };
     let values: Vec<String> = values.iter().map(|s| s.to_string()).collect();

@@ -109,6 +109,8 @@ fn job(server: &str, script: &str) -> Job {
         vars: BTreeMap::new(),
         by: crate::store::Origin::Cli,
         id: None,
+        body_file: None,
+        stdin_body: false,
     }
 }
 
