@@ -10,7 +10,9 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::io::Read;
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 
 use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
@@ -256,6 +258,31 @@ pub struct Response {
     pub body: Vec<u8>,
     /// Run id to show in the access log, when the request made a run.
     pub run: Option<String>,
+    /// A body written as it is read (chunked), instead of `body`.
+    pub stream: Option<StreamBody>,
+}
+
+/// A response body produced while it is sent: the server copies it to the
+/// connection with chunked encoding, flushing each piece.
+#[derive(Clone)]
+pub struct StreamBody(Arc<Mutex<Option<Box<dyn Read + Send>>>>);
+
+impl StreamBody {
+    /// A body read from `r`.
+    pub fn new(r: impl Read + Send + 'static) -> StreamBody {
+        StreamBody(Arc::new(Mutex::new(Some(Box::new(r)))))
+    }
+
+    /// The reader (once).
+    pub fn take(&self) -> Option<Box<dyn Read + Send>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
+impl std::fmt::Debug for StreamBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StreamBody")
+    }
 }
 
 impl Response {
@@ -268,6 +295,7 @@ impl Response {
             headers: vec![("Content-Type".into(), "application/json".into())],
             body,
             run: None,
+            stream: None,
         }
     }
 
@@ -278,7 +306,24 @@ impl Response {
             headers: vec![("Content-Type".into(), content_type.into())],
             body: body.into(),
             run: None,
+            stream: None,
         }
+    }
+
+    /// A response whose body is read from `body` while it is sent.
+    pub fn streaming(
+        status: u16,
+        content_type: &str,
+        body: impl Read + Send + 'static,
+    ) -> Response {
+        let mut r = Response::text(status, content_type, Vec::new());
+        r.stream = Some(StreamBody::new(body));
+        r
+    }
+
+    /// The body as JSON (`Null` when it is not JSON).
+    pub fn json_body(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
     }
 
     /// Add a header.
@@ -375,6 +420,18 @@ pub enum ApiError {
     RunInterrupted {
         /// Run id.
         run: String,
+    },
+    /// The sync run was cancelled (`POST /api/runs/<id>/cancel`).
+    RunCancelled {
+        /// Run id.
+        run: String,
+    },
+    /// Cancel of a run that has already ended.
+    RunEnded {
+        /// Run id.
+        run: String,
+        /// Its final state.
+        state: &'static str,
     },
     /// No run slot or the queue is full.
     Busy {
@@ -486,6 +543,7 @@ impl ApiError {
             ProgramNotFound | FunctionNotFound { .. } | RunNotFound | NotFound => 404,
             RunOnOtherInstance { .. } => 421,
             TriggerInactive { .. } | NoActiveTrigger => 409,
+            RunCancelled { .. } | RunEnded { .. } => 409,
             ConfigNotWritable { .. } | ConfigInvalid { .. } => 409,
             MethodNotAllowed { .. } => 405,
             Ignored { status, .. } => *status,
@@ -533,6 +591,8 @@ impl ApiError {
             RunFailed { .. } => "run_failed",
             RunTimeout { .. } => "run_timeout",
             RunInterrupted { .. } => "run_interrupted",
+            RunCancelled { .. } => "run_cancelled",
+            RunEnded { .. } => "run_ended",
             Busy { .. } => "busy",
             StorageUnavailable => "storage_unavailable",
             DiskFull => "disk_full",
@@ -593,6 +653,8 @@ impl ApiError {
             },
             RunTimeout { .. } => "The program did not finish within its timeout and was stopped.".into(),
             RunInterrupted { .. } => "trigd is shutting down; the run was stopped before it finished.".into(),
+            RunCancelled { .. } => "The run was cancelled (POST /api/runs/<id>/cancel) before it finished.".into(),
+            RunEnded { state, .. } => format!("The run has already ended ({state}); only a queued or running run can be cancelled."),
             Busy { msg, .. } => msg.clone(),
             StorageUnavailable => "The run could not be recorded (state directory not writable), so it was not started. Retry later.".into(),
             DiskFull => "The disk of trigd's state directory is full, so no new run can be recorded and none is started. Runs already accepted are kept. Retry after Retry-After seconds.".into(),
@@ -659,8 +721,12 @@ impl ApiError {
             RunOnOtherInstance { instance } => {
                 body.insert("Instance".into(), json!(instance));
             }
-            RunTimeout { run } | RunInterrupted { run } => {
+            RunTimeout { run } | RunInterrupted { run } | RunCancelled { run } => {
                 body.insert("Run".into(), json!(run));
+            }
+            RunEnded { run, state } => {
+                body.insert("Run".into(), json!(run));
+                body.insert("State".into(), json!(state));
             }
             Busy { retry_after, .. } | RateLimited { retry_after } => {
                 body.insert("RetryAfter".into(), json!(retry_after));
@@ -756,7 +822,8 @@ impl From<ApiError> for Response {
         r.headers.extend(e.headers());
         if let ApiError::RunFailed { run, .. }
         | ApiError::RunTimeout { run }
-        | ApiError::RunInterrupted { run } = &e
+        | ApiError::RunInterrupted { run }
+        | ApiError::RunCancelled { run } = &e
         {
             r.run = Some(run.clone());
         }

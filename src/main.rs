@@ -30,6 +30,8 @@
 //! run slots, the wait queue, child processes        runner/ (mod.rs, queue.rs, step.rs)
 //! run records, who started a run (Origin)           store.rs
 //! Idempotency-Key: keys at rest, answering repeats  idempotency.rs, replay.rs
+//! a run's kept output, following it, cancel         output.rs (the file), follow.rs (events), runs.rs (routes)
+//! the runs pages                                    ui/runs.rs
 //! pages (maud templates)                            ui/ (login, settings, endpoints, switch); view.rs is the endpoint view
 //! the public switch written to config.toml          ui/switch.rs, config/edit.rs
 //! instance names in run ids, readiness, draining    cluster.rs
@@ -50,17 +52,20 @@ mod commands;
 mod config;
 mod error;
 mod firststart;
+mod follow;
 mod http;
 mod idempotency;
 mod invoke;
 mod lint;
 mod logging;
 mod metrics;
+mod output;
 mod receive;
 mod reload;
 mod replay;
 mod routes;
 mod runner;
+mod runs;
 mod server;
 mod store;
 mod sys;

@@ -82,6 +82,7 @@ fn ran(answer: &Result<Response, ApiError>) -> bool {
             ApiError::RunFailed { .. }
                 | ApiError::RunTimeout { .. }
                 | ApiError::RunInterrupted { .. }
+                | ApiError::RunCancelled { .. }
         ),
     }
 }
@@ -148,6 +149,15 @@ fn ended(rec: RunRecord) -> Result<Response, ApiError> {
         }
         RunState::TimedOut => Err(ApiError::RunTimeout { run }),
         RunState::Interrupted => Err(ApiError::RunInterrupted { run }),
+        RunState::Cancelled => Err(ApiError::RunCancelled { run }),
+        // A sync original that gave up waiting for a slot (it was
+        // answered `busy` and gives its key back): retry.
+        RunState::Failed if rec.started_at.is_none() => Err(ApiError::Busy {
+            retry_after: 1,
+            msg: "The first request with this Idempotency-Key was not run: no slot came free in \
+                  time. Retry after Retry-After seconds."
+                .into(),
+        }),
         _ => {
             let last = rec.steps.last();
             let num = |k: &str| {

@@ -11,6 +11,7 @@ use crate::app::App;
 use crate::cluster;
 use crate::http::{ApiError, Method, Request, Response};
 use crate::metrics::Gauges;
+use crate::runs;
 use crate::tools;
 use crate::ui;
 
@@ -34,6 +35,12 @@ pub fn handle(app: &App, req: &Request) -> Response {
         }),
         (Get, ["api", "runs", id]) => api::run_status(app, &cfg, req, id),
         (_, ["api", "runs", _]) => Err(ApiError::MethodNotAllowed { allow: vec!["GET"] }),
+        (Get, ["api", "runs", id, "output"]) => runs::output(app, &cfg, req, id),
+        (_, ["api", "runs", _, "output"]) => Err(ApiError::MethodNotAllowed { allow: vec!["GET"] }),
+        (Post, ["api", "runs", id, "cancel"]) => runs::cancel(app, &cfg, req, id),
+        (_, ["api", "runs", _, "cancel"]) => Err(ApiError::MethodNotAllowed {
+            allow: vec!["POST"],
+        }),
         (Get, []) => ui::home(app, &cfg, req),
         (Get, ["login"]) => ui::login_form(app, &cfg, req),
         (Post, ["login"]) => ui::login(app, &cfg, req),
@@ -48,6 +55,13 @@ pub fn handle(app: &App, req: &Request) -> Response {
         (Post, ["workspaces", ws, "settings", "application-key"]) => {
             ui::regenerate(app, &cfg, req, ws)
         }
+        (Get, ["runs"]) => ui::runs_list(app, &cfg, req),
+        (Get, ["runs", id]) => ui::run_show(app, &cfg, req, id),
+        (Post, ["runs", id, "cancel"]) => ui::run_cancel(app, &cfg, req, id),
+        (_, ["runs"] | ["runs", _]) => Err(ApiError::MethodNotAllowed { allow: vec!["GET"] }),
+        (_, ["runs", _, "cancel"]) => Err(ApiError::MethodNotAllowed {
+            allow: vec!["POST"],
+        }),
         (Get | Head, ["static", name]) => ui::asset(name),
         (Get, ["tools", tool, "endpoints"]) if ui::wants_html(req) => {
             ui::endpoints(app, &cfg, req, tool)

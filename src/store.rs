@@ -39,6 +39,7 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::output;
 use crate::sys;
 
 /// The states of a run.
@@ -57,6 +58,8 @@ pub enum RunState {
     TimedOut,
     /// Cut off by a crash or a shutdown.
     Interrupted,
+    /// Stopped on request (`POST /api/runs/<id>/cancel`).
+    Cancelled,
 }
 
 impl RunState {
@@ -74,9 +77,26 @@ impl RunState {
             RunState::Failed => "failed",
             RunState::TimedOut => "timed_out",
             RunState::Interrupted => "interrupted",
+            RunState::Cancelled => "cancelled",
         }
     }
+
+    /// The state named `name` (as in JSON).
+    pub fn from_name(name: &str) -> Option<RunState> {
+        ALL_STATES.into_iter().find(|s| s.name() == name)
+    }
 }
+
+/// Every run state, in the order a run can reach them.
+pub const ALL_STATES: [RunState; 7] = [
+    RunState::Queued,
+    RunState::Running,
+    RunState::Finished,
+    RunState::Failed,
+    RunState::TimedOut,
+    RunState::Interrupted,
+    RunState::Cancelled,
+];
 
 /// Who started a run. In records and JSON it is one string, as it always
 /// was: `api_key:<name>`, `app_key:<member>`, `session:<user>`, `public` or
@@ -154,6 +174,10 @@ pub struct RunRecord {
     /// Who started it: `api_key:<name>`, `app_key:<member>`, `session:<user>`, `public`.
     #[serde(default)]
     pub by: Origin,
+    /// The tool environment that started it, `<tool>/<environment>`
+    /// (runs of a generated tool endpoint only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
     /// RFC 3339 time it was accepted.
     pub created_at: String,
     /// RFC 3339 time it started executing.
@@ -205,14 +229,53 @@ pub struct RunInput {
     pub body: bool,
 }
 
-/// Where the latest line of a run sits in the log.
-#[derive(Debug, Clone, Copy)]
+/// Where the latest line of a run sits in the log, and what the runs
+/// pages filter on.
+#[derive(Debug, Clone)]
 struct Entry {
     offset: u64,
     len: u32,
+    meta: Meta,
+}
+
+/// The fields of a run the runs pages filter on, kept in the index.
+#[derive(Debug, Clone)]
+struct Meta {
     program: u64,
+    state: RunState,
+    /// The tool's name, for runs of a tool endpoint.
+    tool: Option<Box<str>>,
+}
+
+impl Meta {
+    fn of(rec: &RunRecord) -> Meta {
+        Meta {
+            program: rec.program,
+            state: rec.state,
+            tool: rec
+                .tool
+                .as_deref()
+                .map(|t| t.split('/').next().unwrap_or(t).into()),
+        }
+    }
+}
+
+impl Entry {
     /// The run has not ended: compaction keeps it whatever its age.
-    live: bool,
+    fn live(&self) -> bool {
+        !self.meta.state.is_terminal()
+    }
+}
+
+/// Which runs a runs page lists.
+#[derive(Debug, Clone, Default)]
+pub struct RunFilter {
+    /// Only runs of this program.
+    pub program: Option<u64>,
+    /// Only runs in this state.
+    pub state: Option<RunState>,
+    /// Only runs of this tool's endpoints.
+    pub tool: Option<String>,
 }
 
 /// A run id as stored in the index: the 16 bytes its 32 hex digits spell
@@ -246,12 +309,13 @@ struct Log {
 impl Log {
     /// Index a line just written at `offset`.
     fn put(&mut self, id: RunId, entry: Entry) {
+        let live = entry.live();
         match self.index.insert(id, entry) {
             None => self.order.push_back(id),
-            Some(old) if old.live => self.live -= 1,
+            Some(old) if old.live() => self.live -= 1,
             Some(_) => {}
         }
-        if entry.live {
+        if live {
             self.live += 1;
         }
     }
@@ -268,6 +332,7 @@ struct Sync {
 /// The run log of one state dir.
 pub struct RunStore {
     path: PathBuf,
+    state_dir: PathBuf,
     retention: usize,
     log: Mutex<Log>,
     sync: Mutex<Sync>,
@@ -310,24 +375,21 @@ impl RunStore {
         }
         let finished = records.iter().filter(|r| r.state.is_terminal()).count();
         let mut drop_finished = finished.saturating_sub(retention.max(1));
-        let lines: Vec<(RunId, u64, bool, Vec<u8>)> = records
+        let lines: Vec<(RunId, Meta, Vec<u8>)> = records
             .iter()
             .filter(|r| {
                 let old = r.state.is_terminal() && drop_finished > 0;
                 drop_finished -= usize::from(old);
                 !old
             })
-            .filter_map(|r| {
-                let live = !r.state.is_terminal();
-                Some((run_id(&r.run)?, r.program, live, to_line(r)))
-            })
+            .filter_map(|r| Some((run_id(&r.run)?, Meta::of(r), to_line(r))))
             .collect();
         drop(records);
         let log = rewrite(&path, lines.len(), |f| {
             let mut entries = Vec::with_capacity(lines.len());
-            for (id, program, live, line) in &lines {
+            for (id, meta, line) in &lines {
                 f.write_all(line)?;
-                entries.push((*id, *program, *live, line.len()));
+                entries.push((*id, meta.clone(), line.len()));
             }
             Ok(entries)
         })?;
@@ -337,8 +399,12 @@ impl RunStore {
             file: log.file.try_clone()?,
             synced: 0,
         };
+        output::sweep(state_dir, |name| {
+            run_id(name).is_some_and(|id| log.index.contains_key(&id))
+        });
         let store = RunStore {
             path,
+            state_dir: state_dir.to_path_buf(),
             retention: retention.max(1),
             log: Mutex::new(log),
             sync: Mutex::new(sync),
@@ -380,6 +446,20 @@ impl RunStore {
                 rec.state.name()
             );
             u.push((id, rec.clone()));
+        }
+    }
+
+    /// [`RunStore::record`], then return once what was written is on disk
+    /// (a cancel that must hold after a crash).
+    pub fn record_synced(&self, rec: &RunRecord) {
+        self.record(rec);
+        let seq = lock(&self.log).seq;
+        if let Err(e) = self.sync_upto(seq) {
+            log::error!(
+                "run {}: cannot sync state {}: {e}",
+                rec.run,
+                rec.state.name()
+            );
         }
     }
 
@@ -425,8 +505,7 @@ impl RunStore {
             let entry = Entry {
                 offset,
                 len: line.len() as u32,
-                program: rec.program,
-                live: !rec.state.is_terminal(),
+                meta: Meta::of(rec),
             };
             if let Some(id) = run_id(&rec.run) {
                 log.put(id, entry);
@@ -487,16 +566,15 @@ impl RunStore {
         let mut log = lock(&self.log);
         let finished = log.order.len() - log.live;
         let mut excess = finished.saturating_sub(self.retention);
-        let kept: Vec<(RunId, Entry)> = log
+        let (kept, dropped): (Vec<_>, Vec<_>) = log
             .order
             .iter()
-            .map(|id| (*id, log.index[id]))
-            .filter(|(_, e)| {
-                let old = !e.live && excess > 0;
+            .map(|id| (*id, log.index[id].clone()))
+            .partition(|(_, e)| {
+                let old = !e.live() && excess > 0;
                 excess -= usize::from(old);
                 !old
-            })
-            .collect();
+            });
         let old = &log.file;
         let new = rewrite(&self.path, kept.len(), |f| {
             let mut buf = Vec::new();
@@ -505,10 +583,13 @@ impl RunStore {
                 buf.resize(e.len as usize, 0);
                 old.read_exact_at(&mut buf, e.offset)?;
                 f.write_all(&buf)?;
-                entries.push((*id, e.program, e.live, buf.len()));
+                entries.push((*id, e.meta.clone(), buf.len()));
             }
             Ok(entries)
         })?;
+        for (id, _) in &dropped {
+            let _ = fs::remove_file(output::path(&self.state_dir, &hex::encode(id)));
+        }
         // The rewrite is synced: everything written so far is on disk.
         let seq = log.seq;
         s.file = new.file.try_clone()?;
@@ -528,7 +609,7 @@ impl RunStore {
             return Some(rec.clone());
         }
         let log = lock(&self.log);
-        let e = *log.index.get(&run_id(id)?)?;
+        let e = log.index.get(&key)?;
         let mut buf = vec![0; e.len as usize];
         log.file.read_exact_at(&mut buf, e.offset).ok()?;
         serde_json::from_slice::<RunRecord>(&buf)
@@ -549,7 +630,56 @@ impl RunStore {
 
     /// The program id of run `id`, without reading the record.
     pub fn program_of(&self, id: &str) -> Option<u64> {
-        lock(&self.log).index.get(&run_id(id)?).map(|e| e.program)
+        lock(&self.log)
+            .index
+            .get(&run_id(id)?)
+            .map(|e| e.meta.program)
+    }
+
+    /// Where the output of run `id` is kept.
+    pub fn output_path(&self, id: &str) -> PathBuf {
+        output::path(&self.state_dir, output::hex_of(id))
+    }
+
+    /// A page of runs, newest first: those of programs `visible` lets
+    /// through that match `filter`, after skipping `skip` of them; at most
+    /// `take`, and whether more follow. The index is scanned in memory from
+    /// the newest run; only the records shown are read from disk.
+    pub fn list(
+        &self,
+        visible: impl Fn(u64) -> bool,
+        filter: &RunFilter,
+        skip: usize,
+        take: usize,
+    ) -> (Vec<RunRecord>, bool) {
+        let log = lock(&self.log);
+        let matches = |m: &Meta| {
+            visible(m.program)
+                && filter.program.is_none_or(|p| p == m.program)
+                && filter.state.is_none_or(|s| s == m.state)
+                && filter
+                    .tool
+                    .as_deref()
+                    .is_none_or(|t| m.tool.as_deref() == Some(t))
+        };
+        let mut hits = log
+            .order
+            .iter()
+            .rev()
+            .filter_map(|id| log.index.get(id))
+            .filter(|e| matches(&e.meta))
+            .skip(skip);
+        let mut page = Vec::with_capacity(take);
+        for e in hits.by_ref().take(take) {
+            let mut buf = vec![0; e.len as usize];
+            if log.file.read_exact_at(&mut buf, e.offset).is_ok() {
+                if let Ok(r) = serde_json::from_slice::<RunRecord>(&buf) {
+                    page.push(r);
+                }
+            }
+        }
+        let more = hits.next().is_some();
+        (page, more)
     }
 
     /// How many runs the log knows.
@@ -603,7 +733,7 @@ fn read_log(path: &Path) -> io::Result<Vec<RunRecord>> {
 fn rewrite(
     path: &Path,
     capacity: usize,
-    write: impl FnOnce(&mut File) -> io::Result<Vec<(RunId, u64, bool, usize)>>,
+    write: impl FnOnce(&mut File) -> io::Result<Vec<(RunId, Meta, usize)>>,
 ) -> io::Result<Log> {
     let mut entries = Vec::new();
     write_atomic(path, |f| {
@@ -614,25 +744,25 @@ fn rewrite(
     let mut index = HashMap::with_capacity(capacity);
     let mut order = VecDeque::with_capacity(capacity);
     let mut offset = 0u64;
+    let lines = entries.len();
     let mut live = 0;
-    for &(id, program, is_live, len) in &entries {
+    for (id, meta, len) in entries {
         let entry = Entry {
             offset,
             len: len as u32,
-            program,
-            live: is_live,
+            meta,
         };
+        live += usize::from(entry.live());
         index.insert(id, entry);
         order.push_back(id);
         offset += len as u64;
-        live += usize::from(is_live);
     }
     Ok(Log {
         file,
         len: offset,
         index,
         order,
-        lines: entries.len(),
+        lines,
         seq: 0,
         live,
     })
@@ -712,6 +842,7 @@ mod tests {
             function: "f".into(),
             r#async: true,
             by: Origin::Cli,
+            tool: None,
             created_at: now_rfc3339(),
             started_at: None,
             finished_at: None,

@@ -5,16 +5,20 @@
 
 use serde_json::{json, Value};
 
+use std::sync::mpsc;
+use std::thread;
+
 use crate::app::App;
+use crate::follow::{events, End, Follower};
 use crate::http::{ApiError, Response};
 use crate::runner::step::{Outcome, StepError};
-use crate::runner::{Job, RunError};
+use crate::runner::{Job, RunError, SyncRun};
 
 /// Start `job` sync or async and build the response object.
 ///
 /// # Errors
 /// `busy`, `disk_full`, `storage_unavailable`, `shutting_down`, and for sync runs
-/// `run_failed`, `run_timeout`, `run_interrupted`.
+/// `run_failed`, `run_timeout`, `run_interrupted`, `run_cancelled`.
 pub fn start(app: &App, job: Job, run_async: bool) -> Result<Response, ApiError> {
     if run_async {
         let id = app.runner.start_async(job).map_err(run_error)?;
@@ -24,6 +28,57 @@ pub fn start(app: &App, job: Job, run_async: bool) -> Result<Response, ApiError>
     let (id, outcome) = app.runner.run_sync(job).map_err(run_error)?;
     let body = finished_body(&id, outcome)?;
     Ok(Response::json(200, &body).with_run(&id))
+}
+
+/// Start `job` as a sync run on a thread of its own and answer with its
+/// output as events (`follow.rs`), ending with the object the sync call
+/// would have answered, success or error. A run that waits for a slot
+/// does so before the answer starts.
+///
+/// # Errors
+/// `busy`, `disk_full`, `storage_unavailable`, `shutting_down` and
+/// `run_cancelled` (cancelled while it waited) as for a sync run, before
+/// anything is sent.
+pub fn start_streamed(app: &App, job: Job) -> Result<Response, ApiError> {
+    let (run_tx, run_rx) = mpsc::channel::<SyncRun>();
+    let (tx, rx) = mpsc::channel();
+    // The thread exists before the run takes a slot: a run never holds a
+    // slot with nobody to execute it.
+    thread::Builder::new()
+        .name("run".into())
+        .spawn(move || {
+            if let Ok(run) = run_rx.recv() {
+                let _ = tx.send(run.execute());
+            }
+        })
+        .map_err(|e| {
+            log::error!("cannot start a run thread: {e}");
+            ApiError::Internal
+        })?;
+    let run = app.runner.begin_sync(job).map_err(run_error)?;
+    let id = run.id().to_string();
+    let path = app.store.output_path(&id);
+    if run_tx.send(run).is_err() {
+        return Err(ApiError::Internal);
+    }
+    let run = id.clone();
+    let end: End = Box::new(move || match rx.try_recv() {
+        Ok(outcome) => Some(final_object(&run, outcome)),
+        Err(mpsc::TryRecvError::Empty) => None,
+        Err(mpsc::TryRecvError::Disconnected) => {
+            Some(Response::from(ApiError::Internal).json_body())
+        }
+    });
+    Ok(events(Follower::new(path, end)).with_run(&id))
+}
+
+/// The final object of a streamed sync call: the body the sync call
+/// would have answered, success or error.
+fn final_object(id: &str, outcome: Outcome) -> Value {
+    match finished_body(id, outcome) {
+        Ok(v) => v,
+        Err(e) => Response::from(e).json_body(),
+    }
 }
 
 /// The sync response body for a finished run, or the error for a failed one.
@@ -36,6 +91,7 @@ pub fn finished_body(id: &str, outcome: Outcome) -> Result<Value, ApiError> {
         None => Ok(json!({"Success": "Program finished.", "Result": outcome.result, "Run": id})),
         Some(StepError::TimedOut { .. }) => Err(ApiError::RunTimeout { run }),
         Some(StepError::Aborted { .. }) => Err(ApiError::RunInterrupted { run }),
+        Some(StepError::Cancelled { .. }) => Err(ApiError::RunCancelled { run }),
         Some(StepError::Spawn { step, message }) => Err(ApiError::RunFailed {
             run,
             step,
@@ -88,6 +144,7 @@ fn run_error(e: RunError) -> ApiError {
         },
         RunError::Storage(err) => ApiError::storage(&err),
         RunError::ShuttingDown => ApiError::ShuttingDown,
+        RunError::Cancelled { run } => ApiError::RunCancelled { run },
     }
 }
 

@@ -111,20 +111,33 @@ fn steps(
         None => rcv.answer.run_async,
         raw => parse_bool("run_async", raw)?,
     };
+    // The run endpoint may stream a sync run's output (`answer.rs`).
+    let mut stream = false;
     if endpoint.values == Values::Positional {
+        stream = parse_bool("stream", req.query_one("stream")?)? || wants_events(req);
         values::reject_unknown(req)?;
     }
     let origin = caller.origin();
     let mut job = job(cfg, program, function, values, &endpoint.vars, origin);
     job.body_file = body_file;
     job.stdin_body = rcv.stdin_body;
+    job.tool = endpoint
+        .trigger
+        .as_ref()
+        .map(|t| format!("{}/{}", t.tool, t.environment));
+    let start = |job| {
+        if stream && !run_async {
+            answer::start_streamed(app, job)
+        } else {
+            answer::start(app, job, run_async)
+        }
+    };
     match idempotency::key_of(req)? {
         Some(key) => {
             let entry = format!("{}#{}", req.segments.join("/"), program.id);
-            let start = |job| answer::start(app, job, run_async);
             replay::start_once(app, key, job, run_async, &entry, start)
         }
-        None => answer::start(app, job, run_async),
+        None => start(job),
     }
 }
 
@@ -244,9 +257,17 @@ pub fn job(
         vars: vars.clone(),
         by,
         id: None,
+        tool: None,
         body_file: None,
         stdin_body: false,
     }
+}
+
+/// Whether the client asks for Server-Sent Events (`Accept:
+/// text/event-stream`).
+pub fn wants_events(req: &Request) -> bool {
+    req.header("accept")
+        .is_some_and(|a| a.to_ascii_lowercase().contains("text/event-stream"))
 }
 
 #[cfg(test)]

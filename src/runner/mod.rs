@@ -4,9 +4,11 @@
 //! `max_concurrent_runs` slots are shared by sync and async runs. A run that
 //! finds no free slot (or its function at its `concurrency`) waits in one
 //! FIFO queue of at most `max_queued_runs` places, sync and async together,
-//! so neither kind can overtake the other. A sync run executes on the
-//! caller's (HTTP worker's) thread: while it waits it holds that thread and
-//! a [`Ticket`], no slot, and gives up after `queue_timeout`. An async run is
+//! so neither kind can overtake the other. A sync run waits and executes on
+//! the caller's (HTTP worker's) thread (a streamed one executes on a thread
+//! of its own): while it waits it holds that thread and a [`Ticket`], no
+//! slot, is recorded `queued` under its id, and gives up after
+//! `queue_timeout`. An async run is
 //! first recorded durably, with its input, then started on a detached thread
 //! or queued: in memory a queued run is only its id and shared pointers
 //! ([`Queued`]); its values are read back from the run log when it starts.
@@ -15,6 +17,13 @@
 //! sync ticket is woken, an async run continues on the same thread), so no
 //! dispatcher thread is needed. A [`SlotGuard`] frees or hands on the slot
 //! on every path, a panic included.
+//!
+//! [`Runner::cancel`] takes a waiting run off the queue (it holds no slot,
+//! so nothing is freed) and records it `cancelled` (a waiting sync caller
+//! is woken and answered `run_cancelled`); a running one is stopped through
+//! its [`RunHandle`]. Every executed run keeps its output in the state dir
+//! (`output.rs`), whether it started at once, from the queue or after a
+//! restart.
 //!
 //! The queue's bookkeeping (slots, waiters, drain rate) lives in
 //! [`queue`]; the execution of one function (processes, timeouts, output)
@@ -36,6 +45,7 @@ use serde_json::Value;
 
 use crate::config::{Config, Program};
 use crate::metrics::Metrics;
+use crate::output::OutputFile;
 use crate::store::{new_run_id, now_rfc3339, Origin, RunInput, RunRecord, RunState, RunStore};
 use handle::{RunHandle, Stream};
 use queue::{Drain, Queued, SlotKey, Slots, Ticket, Waiter};
@@ -60,6 +70,8 @@ pub struct Job {
     /// The run id to use (chosen ahead by an idempotency key); `None`: a
     /// new one.
     pub id: Option<String>,
+    /// The tool environment it was started through, `<tool>/<environment>`.
+    pub tool: Option<String>,
     /// The raw request body in a temporary file, kept until the job is
     /// dropped (after the run), when the trigger reads it as a file.
     pub body_file: Option<Arc<crate::receive::body_file::BodyFile>>,
@@ -107,16 +119,58 @@ pub enum RunError {
     Storage(io::Error),
     /// trigd is shutting down.
     ShuttingDown,
+    /// The sync run was cancelled while it waited for a slot.
+    Cancelled {
+        /// The run's id.
+        run: String,
+    },
+}
+
+/// What [`Runner::cancel`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cancel {
+    /// The run was waiting in the queue: it is off the queue, recorded
+    /// `cancelled`, and will not start (also not after a restart).
+    Dequeued,
+    /// The run is executing: it is being stopped and will end `cancelled`.
+    Stopping,
+    /// The run is neither queued nor executing here (it has ended).
+    NotActive,
+}
+
+/// A sync run holding its slot, recorded `running`, not yet executed.
+pub struct SyncRun {
+    slot: SlotGuard,
+    rec: RunRecord,
+    job: Job,
+}
+
+impl SyncRun {
+    /// The run's id.
+    pub fn id(&self) -> &str {
+        &self.rec.run
+    }
+
+    /// Execute the run, record it, and give the slot back (or hand it on).
+    pub fn execute(self) -> Outcome {
+        let SyncRun { slot, rec, job } = self;
+        let runner = Arc::clone(&slot.runner);
+        let (_, outcome) = runner.execute(rec, &job);
+        if let Some(q) = slot.finish() {
+            runner.spawn_worker(Work::Queued(q));
+        }
+        outcome
+    }
 }
 
 /// A slot held by a run: dropped without [`SlotGuard::finish`] (a panic),
 /// it still frees or hands on the slot.
-struct SlotGuard<'a> {
-    runner: &'a Arc<Runner>,
+struct SlotGuard {
+    runner: Arc<Runner>,
     key: Option<SlotKey>,
 }
 
-impl SlotGuard<'_> {
+impl SlotGuard {
     /// Give the slot up; an async run handed it comes back to be executed.
     fn finish(mut self) -> Option<Queued> {
         let key = self.key.take()?;
@@ -124,7 +178,7 @@ impl SlotGuard<'_> {
     }
 }
 
-impl Drop for SlotGuard<'_> {
+impl Drop for SlotGuard {
     fn drop(&mut self) {
         if let Some(key) = self.key.take() {
             if let Some(q) = self.runner.release(&key) {
@@ -227,33 +281,50 @@ impl Runner {
     /// outcome.
     ///
     /// # Errors
+    /// As [`Runner::begin_sync`].
+    pub fn run_sync(self: &Arc<Self>, job: Job) -> Result<(String, Outcome), RunError> {
+        let run = self.begin_sync(job)?;
+        let id = run.id().to_string();
+        Ok((id, run.execute()))
+    }
+
+    /// Take a slot for `job` as a sync run, waiting in the queue for at
+    /// most `queue_timeout` (recorded `queued` meanwhile), and record it
+    /// `running`, to be executed with [`SyncRun::execute`] (on whichever
+    /// thread; a streamed sync call executes it on its own thread while
+    /// the caller follows the output).
+    ///
+    /// # Errors
     /// [`RunError::QueueFull`] when the queue is full,
     /// [`RunError::WaitedTooLong`] when no slot came free within
-    /// `queue_timeout`; [`RunError::Storage`] when the run cannot be
+    /// `queue_timeout`, [`RunError::Cancelled`] when the run was cancelled
+    /// while it waited; [`RunError::Storage`] when the run cannot be
     /// recorded (disk full): it is not started.
-    pub fn run_sync(self: &Arc<Self>, job: Job) -> Result<(String, Outcome), RunError> {
-        self.acquire(&job)?;
+    pub fn begin_sync(self: &Arc<Self>, mut job: Job) -> Result<SyncRun, RunError> {
+        let mut rec = self.new_record(&job, false);
+        job.id = Some(rec.run.clone());
+        let waited = self.acquire(&job, &rec)?;
         let slot = SlotGuard {
-            runner: self,
+            runner: Arc::clone(self),
             key: Some(job.slot_key()),
         };
-        let mut rec = self.new_record(&job, false);
         rec.state = RunState::Running;
         rec.started_at = Some(now_rfc3339());
         if let Some(store) = &self.store {
-            store.append(&rec, false).map_err(RunError::Storage)?;
+            if let Err(e) = store.append(&rec, false) {
+                if waited {
+                    let why = format!("the run could not be recorded ({e}); not run");
+                    self.end_unstarted(rec, RunState::Failed, &why, false);
+                }
+                return Err(RunError::Storage(e));
+            }
         }
-        let id = rec.run.clone();
-        let (_, outcome) = self.execute(rec, &job);
-        if let Some(q) = slot.finish() {
-            self.spawn_worker(Work::Queued(q));
-        }
-        Ok((id, outcome))
+        Ok(SyncRun { slot, rec, job })
     }
 
-    /// Take a slot for a sync run, waiting in the queue for at most
-    /// `queue_timeout`.
-    fn acquire(self: &Arc<Self>, job: &Job) -> Result<(), RunError> {
+    /// Take a slot for the sync run `rec` of `job`, waiting in the queue
+    /// for at most `queue_timeout`; whether it waited.
+    fn acquire(self: &Arc<Self>, job: &Job, rec: &RunRecord) -> Result<bool, RunError> {
         let (key, n) = (job.slot_key(), job.concurrency());
         let server = &job.cfg.server;
         let mut s = lock(&self.slots);
@@ -271,7 +342,7 @@ impl Runner {
         }
         if s.slot_free(&key, n) {
             s.take(&key);
-            return Ok(());
+            return Ok(false);
         }
         if s.queue.len() + s.reserved >= server.max_queued_runs {
             let waiting = s.queue.len();
@@ -282,28 +353,63 @@ impl Runner {
             });
         }
         let t = Arc::new(Ticket {
+            run: rec.run.clone(),
             key,
             concurrency: n,
             granted: AtomicBool::new(false),
+            cancelled: AtomicBool::new(false),
             wake: Condvar::new(),
         });
         s.queue.push_back(Waiter::Sync(Arc::clone(&t)));
         let deadline = Instant::now() + server.queue_timeout;
+        drop(s);
+        // Recorded while it waits: listed, and found by a cancel. Only this
+        // thread writes its record until it runs.
+        self.record(rec);
+        log::info!("run {} waits for a slot", rec.run);
+        self.wait_in_queue(&t, rec, server.queue_timeout, deadline)
+            .map(|()| true)
+    }
+
+    /// Wait until ticket `t` (of run `rec`) is granted a slot, cancelled,
+    /// or stopped by shutdown, or `deadline` passes; a run that does not
+    /// start is recorded as such.
+    fn wait_in_queue(
+        &self,
+        t: &Arc<Ticket>,
+        rec: &RunRecord,
+        waited: Duration,
+        deadline: Instant,
+    ) -> Result<(), RunError> {
+        let mut s = lock(&self.slots);
         loop {
             if t.granted.load(Ordering::SeqCst) {
                 return Ok(());
             }
+            if t.cancelled.load(Ordering::SeqCst) {
+                drop(s);
+                let why = "the run was cancelled before it started";
+                self.end_unstarted(rec.clone(), RunState::Cancelled, why, false);
+                return Err(RunError::Cancelled {
+                    run: rec.run.clone(),
+                });
+            }
             if s.stopping {
-                s.remove_ticket(&t);
+                s.remove_ticket(t);
+                drop(s);
+                let why = "trigd shut down before the run started";
+                self.end_unstarted(rec.clone(), RunState::Interrupted, why, false);
                 return Err(RunError::ShuttingDown);
             }
             let now = Instant::now();
             if now >= deadline {
-                s.remove_ticket(&t);
+                s.remove_ticket(t);
                 let waiting = s.queue.len();
                 drop(s);
+                let why = "no run slot came free within queue_timeout; not run";
+                self.end_unstarted(rec.clone(), RunState::Failed, why, false);
                 return Err(RunError::WaitedTooLong {
-                    waited: server.queue_timeout,
+                    waited,
                     waiting,
                     retry_after: self.retry_after(waiting),
                 });
@@ -313,6 +419,72 @@ impl Runner {
                 .wait_timeout(s, deadline - now)
                 .map_or_else(|e| e.into_inner().0, |r| r.0);
         }
+    }
+
+    /// Record `rec`, a run that ends without having started, as `state`
+    /// for reason `why` (`durable`: on disk before this returns).
+    fn end_unstarted(&self, mut rec: RunRecord, state: RunState, why: &str, durable: bool) {
+        rec.state = state;
+        rec.finished_at = Some(now_rfc3339());
+        rec.error = Some(why.into());
+        rec.input = None;
+        match &self.store {
+            Some(store) if durable => store.record_synced(&rec),
+            Some(store) => store.record(&rec),
+            None => {}
+        }
+        if state == RunState::Cancelled {
+            self.metrics.run(rec.program, state.name(), Duration::ZERO);
+        }
+        self.ended.notify_all();
+    }
+
+    /// Stop run `id`: a run waiting in the queue is taken off it (it holds
+    /// no slot: nothing is freed) and recorded `cancelled` (durably, so it
+    /// does not run at the next start; a waiting sync caller is answered
+    /// [`RunError::Cancelled`]); a running one is stopped (SIGTERM to its
+    /// process group, SIGKILL after `kill_grace`) and ends `cancelled`.
+    pub fn cancel(&self, id: &str) -> Cancel {
+        // A run passes from recorded to queued or live without the
+        // record showing it: look again for a moment before giving up.
+        for _ in 0..50 {
+            let waiter = lock(&self.slots).remove_run(id);
+            match waiter {
+                Some(Waiter::Async(q)) => {
+                    self.cancel_queued(&q);
+                    return Cancel::Dequeued;
+                }
+                Some(Waiter::Sync(t)) => {
+                    // Its caller records the cancel and answers it.
+                    t.cancelled.store(true, Ordering::SeqCst);
+                    t.wake.notify_one();
+                    self.freed.notify_all();
+                    return Cancel::Dequeued;
+                }
+                None => {}
+            }
+            if let Some(h) = self.handle(id) {
+                h.cancel();
+                return Cancel::Stopping;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        Cancel::NotActive
+    }
+
+    /// Record the async run `q`, just taken off the queue, `cancelled`.
+    fn cancel_queued(&self, q: &Queued) {
+        // A run kept whole in memory (and its request body file) goes.
+        let kept = lock(&self.unrecorded).remove(&q.run).map(|(rec, _)| rec);
+        let rec = kept.or_else(|| self.store.as_ref()?.get(&q.run));
+        match rec {
+            Some(rec) => {
+                let why = "the run was cancelled before it started";
+                self.end_unstarted(rec, RunState::Cancelled, why, true);
+            }
+            None => log::error!("run {}: cancelled, but its record cannot be read", q.run),
+        }
+        self.freed.notify_all();
     }
 
     /// Wait until some run ends, at most `limit`.
@@ -465,7 +637,7 @@ impl Runner {
             let mut next = Some(first);
             while let Some(work) = next.take() {
                 let slot = SlotGuard {
-                    runner: &me,
+                    runner: Arc::clone(&me),
                     key: Some(work.key()),
                 };
                 me.run_work(work);
@@ -532,6 +704,7 @@ impl Runner {
             vars: input.vars,
             by: rec.by.clone(),
             id: Some(rec.run.clone()),
+            tool: rec.tool.clone(),
             body_file: None,
             stdin_body: false,
         };
@@ -549,6 +722,7 @@ impl Runner {
             function: job.function.clone(),
             r#async: is_async,
             by: job.by.clone(),
+            tool: job.tool.clone(),
             created_at: now_rfc3339(),
             started_at: None,
             finished_at: None,
@@ -571,11 +745,22 @@ impl Runner {
     /// stopped by a shutdown is recorded `queued` again, to run at the next
     /// start.
     fn execute(&self, mut rec: RunRecord, job: &Job) -> (RunRecord, Outcome) {
+        log::info!("run {} started", rec.run);
         let started = Instant::now();
+        let output = self.output_file(&rec.run, job);
         let outcome = match self.register(&rec.run) {
-            Ok(live) => self.execute_with(job, &live.handle),
+            Ok(live) => {
+                let mut outcome = self.execute_with(job, &live.handle, output.as_ref());
+                if let Some(StepError::Aborted { step }) = outcome.error {
+                    if live.handle.is_cancelled() {
+                        outcome.error = Some(StepError::Cancelled { step });
+                    }
+                }
+                outcome
+            }
             Err(e) => no_handle(&e),
         };
+        drop(output);
         rec.finished_at = Some(now_rfc3339());
         rec.steps = outcome
             .steps
@@ -591,6 +776,7 @@ impl Runner {
                 rec.state = match e {
                     StepError::TimedOut { .. } => RunState::TimedOut,
                     StepError::Aborted { .. } => RunState::Interrupted,
+                    StepError::Cancelled { .. } => RunState::Cancelled,
                     _ => RunState::Failed,
                 };
                 rec.error = Some(describe(e));
@@ -629,14 +815,23 @@ impl Runner {
     /// uses this directly).
     pub fn execute_only(&self, job: &Job) -> Outcome {
         match RunHandle::new() {
-            Ok(handle) => self.execute_with(job, &handle),
+            Ok(handle) => self.execute_with(job, &handle, None),
             Err(e) => no_handle(&e),
         }
     }
 
+    /// The file that keeps the output of run `run` (none for `trigd run`,
+    /// or when it cannot be created: the run goes on without it).
+    fn output_file(&self, run: &str, job: &Job) -> Option<OutputFile> {
+        let path = self.store.as_ref()?.output_path(run);
+        OutputFile::create(&path, job.cfg.server.max_output_bytes)
+            .map_err(|e| log::error!("run {run}: cannot keep its output: {e}"))
+            .ok()
+    }
+
     /// Execute the job's function under `handle` (its stop signal and its
-    /// live output).
-    fn execute_with(&self, job: &Job, handle: &RunHandle) -> Outcome {
+    /// live output), keeping the output in `output`.
+    fn execute_with(&self, job: &Job, handle: &RunHandle, output: Option<&OutputFile>) -> Outcome {
         #[cfg(test)]
         tests::maybe_panic(job);
         let Some(function) = job.program.function(&job.function) else {
@@ -656,7 +851,12 @@ impl Runner {
                 self.children.fetch_sub(1, Ordering::Relaxed);
             }
         };
-        let on_output = |stream: Stream, data: &[u8]| handle.push(stream, data);
+        let on_output = |stream: Stream, data: &[u8]| {
+            handle.push(stream, data);
+            if let Some(out) = output {
+                out.push(stream, data);
+            }
+        };
         let ctx = step::Ctx {
             program: &job.program,
             vars: &job.vars,
@@ -695,7 +895,6 @@ impl Runner {
 
     /// The handle of run `run` while it executes (`None` when it is queued,
     /// finished or unknown).
-    #[cfg_attr(not(test), allow(dead_code))] // cancelling and following a run start here
     pub fn handle(&self, run: &str) -> Option<Arc<RunHandle>> {
         lock(&self.live).runs.get(run).cloned()
     }
@@ -806,6 +1005,7 @@ pub fn describe(e: &StepError) -> String {
         }
         StepError::TimedOut { step } => format!("step {step} did not finish within the timeout"),
         StepError::Aborted { step } => format!("step {step} was stopped: trigd shut down"),
+        StepError::Cancelled { step } => format!("step {step} was stopped: the run was cancelled"),
     }
 }
 

@@ -24,12 +24,15 @@ pub(super) struct Queued {
     pub(super) concurrency: usize,
 }
 
-/// A sync caller waiting for a slot. `granted` is set (under the slots
-/// lock) when a slot is handed to it.
+/// A sync caller waiting for a slot, for run `run` (recorded `queued`).
+/// `granted` is set (under the slots lock) when a slot is handed to it,
+/// `cancelled` when the run is cancelled: it is then off the queue.
 pub(super) struct Ticket {
+    pub(super) run: String,
     pub(super) key: SlotKey,
     pub(super) concurrency: usize,
     pub(super) granted: AtomicBool,
+    pub(super) cancelled: AtomicBool,
     pub(super) wake: Condvar,
 }
 
@@ -44,6 +47,14 @@ impl Waiter {
         match self {
             Waiter::Async(q) => (&q.key, q.concurrency),
             Waiter::Sync(t) => (&t.key, t.concurrency),
+        }
+    }
+
+    /// The id of the run waiting here.
+    pub(super) fn run(&self) -> &str {
+        match self {
+            Waiter::Async(q) => &q.run,
+            Waiter::Sync(t) => &t.run,
         }
     }
 }
@@ -137,6 +148,12 @@ impl Slots {
         }
         self.used -= 1;
         (None, true)
+    }
+
+    /// Take run `run` off the queue (it holds no slot: nothing is freed).
+    pub(super) fn remove_run(&mut self, run: &str) -> Option<Waiter> {
+        let i = self.queue.iter().position(|w| w.run() == run)?;
+        self.queue.remove(i)
     }
 
     pub(super) fn remove_ticket(&mut self, t: &Arc<Ticket>) {

@@ -109,6 +109,13 @@ pub enum StepError {
         /// Index of the top-level step.
         step: usize,
     },
+    /// The run was cancelled while the step ran (or before it started);
+    /// the group was stopped. The runner turns `Aborted` into this when
+    /// the stop was a cancel.
+    Cancelled {
+        /// Index of the top-level step.
+        step: usize,
+    },
 }
 
 /// The outcome of running a function.

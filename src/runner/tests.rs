@@ -6,9 +6,11 @@ use super::*;
 
 fn ticket(program: u64, function: &str, concurrency: usize) -> Arc<Ticket> {
     Arc::new(Ticket {
+        run: format!("{program}-{function}"),
         key: (program, function.to_string()),
         concurrency,
         granted: AtomicBool::new(false),
+        cancelled: AtomicBool::new(false),
         wake: Condvar::new(),
     })
 }
@@ -109,6 +111,7 @@ fn job(server: &str, script: &str) -> Job {
         vars: BTreeMap::new(),
         by: crate::store::Origin::Cli,
         id: None,
+        tool: None,
         body_file: None,
         stdin_body: false,
     }
@@ -214,4 +217,64 @@ fn the_handle_follows_output_and_aborts_the_run() {
         "the aborted run did not end"
     );
     assert!(r.handle(&id).is_none(), "a finished run has no handle");
+}
+
+/// Wait (bounded) until run `id` executes.
+fn until_live(r: &Runner, id: &str) {
+    let until = Instant::now() + Duration::from_secs(20);
+    while r.handle(id).is_none() && Instant::now() < until {
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn cancel_takes_waiting_runs_off_the_queue_and_stops_a_running_one() {
+    let r = Arc::new(Runner::new(None, Arc::new(Metrics::default())));
+    let server = "max_concurrent_runs = 1\nkill_grace = \"1s\"\nqueue_timeout = \"60s\"";
+    let running = r.start_async(job(server, "sleep 30")).unwrap();
+    let queued = r.start_async(job(server, "echo never")).unwrap();
+    until_live(&r, &running);
+    // A sync caller waits behind the queued async run.
+    let r2 = Arc::clone(&r);
+    let waiter = thread::spawn(move || r2.run_sync(job(server, "echo never either")));
+    let until = Instant::now() + Duration::from_secs(20);
+    while r.queued() < 2 && Instant::now() < until {
+        thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(r.queued(), 2);
+    let sync_id = match &lock(&r.slots).queue[1] {
+        Waiter::Sync(t) => t.run.clone(),
+        Waiter::Async(_) => panic!("the sync caller should wait second"),
+    };
+    assert_eq!(r.cancel(&queued), Cancel::Dequeued);
+    assert_eq!(r.cancel(&sync_id), Cancel::Dequeued);
+    assert_eq!(r.queued(), 0);
+    assert_eq!(
+        r.in_flight(),
+        1,
+        "a queued cancel frees no slot it did not hold"
+    );
+    match waiter.join().unwrap() {
+        Err(RunError::Cancelled { run }) => assert_eq!(run, sync_id),
+        other => panic!("expected Cancelled, got {other:?}"),
+    }
+    assert_eq!(r.cancel(&running), Cancel::Stopping);
+    assert!(
+        r.wait_idle(Duration::from_secs(20)),
+        "the cancelled run did not end"
+    );
+    assert_eq!(r.cancel(&running), Cancel::NotActive);
+    assert_eq!(r.in_flight(), 0);
+
+    // A sync run's outcome says it was cancelled.
+    let run = r.begin_sync(job(server, "sleep 30")).unwrap();
+    let id = run.id().to_string();
+    let r2 = Arc::clone(&r);
+    let canceller = thread::spawn(move || {
+        until_live(&r2, &id);
+        r2.cancel(&id)
+    });
+    let outcome = run.execute();
+    assert_eq!(canceller.join().unwrap(), Cancel::Stopping);
+    assert_eq!(outcome.error, Some(StepError::Cancelled { step: 0 }));
 }
