@@ -55,6 +55,7 @@ mod firststart;
 mod follow;
 mod http;
 mod idempotency;
+mod import;
 mod invoke;
 mod lint;
 mod logging;
@@ -125,6 +126,11 @@ fn run(args: impl Iterator<Item = std::ffi::OsString>) -> Result<ExitCode, Error
             workspace,
             member,
         } => commands::app_key(&config, &workspace, &member)?,
+        Command::ImportWebhook {
+            file,
+            program_id,
+            write_secrets,
+        } => import::run(&file, program_id, write_secrets.as_deref())?,
         Command::Help(text) => print!("{text}"),
         Command::Version => println!("trigd {}", env!("CARGO_PKG_VERSION")),
     }

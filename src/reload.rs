@@ -71,7 +71,7 @@ pub fn start(app: Arc<App>, config_path: PathBuf) -> Sender<Trigger> {
         .file_name()
         .map(|n| n.to_os_string());
     let mut watch_state = WatchState::new(&config_path, programs_name, tx.clone());
-    if watch_state.watch(&dirs_for(&config_path, &app.config().server.programs_dir)) {
+    if watch_state.watch(&dirs_for(&config_path, &app.config().server)) {
         // An edit made since the first load has no event: look once more.
         let _ = tx.send(Trigger::Changed);
     }
@@ -168,18 +168,25 @@ fn relevant(path: &Path, names: &[Option<OsString>; 2]) -> bool {
     if name.starts_with("..") {
         return true;
     }
-    !name.starts_with('.') && name.ends_with(".toml")
+    !name.starts_with('.')
+        && (name.ends_with(".toml") || config::hooks::is_hooks_name(Path::new(name.as_ref())))
 }
 
-/// Directories to watch for `cfg`: the config file's and the programs dir.
-fn dirs_for(config_path: &Path, programs_dir: &Path) -> Vec<PathBuf> {
+/// Directories to watch for `server`: the config file's, the programs dir
+/// and those of the hooks files.
+fn dirs_for(config_path: &Path, server: &config::Server) -> Vec<PathBuf> {
     let config_dir = config_path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     let mut dirs = vec![config_dir.to_path_buf()];
-    if programs_dir.is_dir() {
-        dirs.push(programs_dir.to_path_buf());
+    if server.programs_dir.is_dir() {
+        dirs.push(server.programs_dir.clone());
+    }
+    for dir in server.hooks_files.iter().filter_map(|f| f.parent()) {
+        if dir.is_dir() && !dirs.iter().any(|d| d == dir) {
+            dirs.push(dir.to_path_buf());
+        }
     }
     dirs
 }
@@ -196,7 +203,7 @@ fn reload_loop(
     while let Ok(first) = rx.recv() {
         let forced = wait_quiet(rx, first);
         reload_now(app, config_path, forced);
-        if ws.watch(&dirs_for(config_path, &app.config().server.programs_dir)) {
+        if ws.watch(&dirs_for(config_path, &app.config().server)) {
             let _ = again.send(Trigger::Changed);
         }
     }
@@ -390,6 +397,9 @@ mod tests {
         assert!(!relevant(Path::new("/x/programs/a.toml~"), c));
         assert!(!relevant(Path::new("/x/programs/a.toml.tmp"), c));
         assert!(!relevant(Path::new("/x/programs/notes.txt"), c));
+        assert!(relevant(Path::new("/x/hooks.json"), c));
+        assert!(relevant(Path::new("/x/hooks.yaml"), c));
+        assert!(!relevant(Path::new("/x/.hooks.json.swp"), c));
         assert!(
             !relevant(Path::new("/x/trigd-stderr"), c),
             "a log beside the config"

@@ -10,6 +10,7 @@ use crate::api;
 use crate::app::App;
 use crate::cluster;
 use crate::http::{ApiError, Method, Request, Response};
+use crate::invoke::hooks;
 use crate::metrics::Gauges;
 use crate::runs;
 use crate::tools;
@@ -24,6 +25,9 @@ pub fn handle(app: &App, req: &Request) -> Response {
     use Method::{Get, Head, Post, Put};
     let cfg = app.config();
     let segs: Vec<&str> = req.segments.iter().map(String::as_str).collect();
+    if let Some(id) = hook_id(&cfg.hooks.prefix, &segs) {
+        return hooks::call(app, &cfg, req, &id).unwrap_or_else(Response::from);
+    }
     let result = match (req.method, segs.as_slice()) {
         (Get | Head, ["healthz"]) => Ok(healthz(app)),
         (Get | Head, ["livez"]) => Ok(Response::json(200, &json!({ "Status": "alive" }))),
@@ -94,6 +98,19 @@ pub fn handle(app: &App, req: &Request) -> Response {
         _ => Err(ApiError::NotFound),
     };
     result.unwrap_or_else(Response::from)
+}
+
+/// The hook id of a path under the hooks' URL prefix (the rest of the
+/// path, which may hold `/`), when hooks files are configured.
+fn hook_id(prefix: &[String], segs: &[&str]) -> Option<String> {
+    if prefix.is_empty() || segs.len() <= prefix.len() {
+        return None;
+    }
+    let (head, rest) = segs.split_at(prefix.len());
+    head.iter()
+        .zip(prefix)
+        .all(|(a, b)| a == b)
+        .then(|| rest.join("/"))
 }
 
 /// `GET /healthz`: readiness (200 `ok`, else 503 `draining` or

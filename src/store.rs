@@ -223,8 +223,8 @@ pub struct RunInput {
     /// Tool environment variables (empty for `/api` runs).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub vars: BTreeMap<String, String>,
-    /// The run read its request body from a temporary file, which does not
-    /// survive a restart.
+    /// The run read its request body (or a hook's files) from temporary
+    /// files, which do not survive a restart.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub body: bool,
 }

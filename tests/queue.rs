@@ -567,3 +567,43 @@ steps = [{ shell = 'echo "$$" >> started; while [ ! -e release ]; do sleep 0.02;
     t.wait_for(WAIT, "every run", || ran(&dir).len() >= 3);
     assert_eq!(ran(&dir), ["a1", "s", "a2"], "runs in arrival order");
 }
+
+#[test]
+fn a_queued_hooks_file_run_runs_after_kill9() {
+    let mut programs = APPEND.replace("sleep 0.2; ", "");
+    programs.push_str(
+        r#"
+[[functions]]
+name = "gate"
+workdir = "../work"
+timeout = "30s"
+steps = [{ shell = 'echo "$$" >> started; while [ ! -e release ]; do sleep 0.02; done' }]
+[functions.webhook]
+"#,
+    );
+    let server = "max_concurrent_runs = 1\nhooks_files = [\"hooks.json\"]";
+    let dir = setup("queue_hook_kill9", server, &[("append.toml", &programs)]);
+    let hook = json!([{
+        "id": "note",
+        "execute-command": "/bin/sh",
+        "command-working-directory": dir.path_str("work"),
+        "pass-arguments-to-command": [
+            {"source": "string", "name": "-c"},
+            {"source": "string", "name": "echo hook >> ran"}
+        ]
+    }]);
+    dir.write("hooks.json", &hook.to_string());
+    let mut t = Trigd::start(&dir);
+    t.post(&api("&function=gate&run_async=true")).ok();
+    t.wait_for(WAIT, "the gate run to start", || dir.exists("work/started"));
+    let r = t.post("/hooks/note");
+    r.status_is(200);
+    let queued = t.get("/healthz").ok()["RunsQueued"].clone();
+    assert_eq!(queued, json!(1), "the hook's run waits behind the gate");
+    t.kill9();
+    dir.write("work/release", "");
+    t.restart();
+    t.wait_for(WAIT, "the hook's run after the restart", || {
+        ran(&dir) == ["hook"]
+    });
+}

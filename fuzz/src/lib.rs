@@ -236,3 +236,50 @@ pub fn payload(data: &[u8]) {
         }
     }
 }
+
+/// An adnanh/webhook hooks file (JSON or YAML) through
+/// `config::hooks::parse_file` and `config::compile_hook`, then a request
+/// (the part after the first NUL: Content-Type line, body) read and every
+/// compiled rule evaluated the webhook way. No panic; every error names
+/// something.
+pub fn hooks_file(data: &[u8]) {
+    let (file, req) = match data.iter().position(|&b| b == 0) {
+        Some(i) => (&data[..i], &data[i + 1..]),
+        None => (data, &[][..]),
+    };
+    let text = String::from_utf8_lossy(file);
+    let defs = match config::hooks::parse_file(&text) {
+        Ok(defs) => defs,
+        Err(e) => return assert!(!e.msg.is_empty()),
+    };
+    let split = req.iter().position(|&b| b == b'\n').unwrap_or(req.len());
+    let ct = String::from_utf8_lossy(&req[..split]).into_owned();
+    let body = req.get(split + 1..).unwrap_or(&[]);
+    let headers = vec![("content-type".to_string(), ct)];
+    let server = config::load_str(Path::new("config.toml"), "", &[])
+        .expect("an empty config loads")
+        .server;
+    for def in defs {
+        let Ok(def) = def else { continue };
+        let hook = match config::compile_hook(&def, Path::new("."), &server) {
+            Ok(h) => h,
+            Err(msg) => {
+                assert!(msg.contains("option"), "{msg}");
+                continue;
+            }
+        };
+        let remote = Some("127.0.0.1:1".parse().unwrap());
+        let Ok(mut wr) = receive::webhook::WebhookRequest::new(
+            "POST", remote, &headers, &[], body, hook.content_type.as_deref(), &[],
+        ) else {
+            continue;
+        };
+        wr.parse_json_params(&hook.json_params);
+        if let Some(rule) = &hook.rule {
+            let _ = wr.eval(rule, hook.soft_signatures);
+        }
+        for s in &hook.args {
+            let _ = wr.get(s);
+        }
+    }
+}

@@ -181,3 +181,8 @@ fn tool_values() {
 fn payload() {
     run("payload", trigd_fuzz::payload);
 }
+
+#[test]
+fn hooks_file() {
+    run("hooks_file", trigd_fuzz::hooks_file);
+}

@@ -13,6 +13,8 @@
 pub mod edit;
 mod endpoint;
 pub mod generated;
+mod hook_compile;
+pub mod hooks;
 mod program;
 mod raw;
 mod receive;
@@ -28,6 +30,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use endpoint::{Credentials, Endpoint, Target, TriggerName, Values};
+#[cfg(fuzzing)] // fuzz/ (the hooks_file harness)
+pub use hook_compile::compile as compile_hook;
+pub use hook_compile::{known_status, Hook, Hooks};
 
 use crate::http::Method;
 
@@ -54,6 +59,8 @@ pub struct Config {
     pub workspaces: BTreeMap<String, Workspace>,
     /// Tools by name.
     pub tools: BTreeMap<String, Tool>,
+    /// Hooks of adnanh/webhook hooks files (`hooks_files`), by id.
+    pub hooks: Hooks,
     /// The run endpoint `POST /api`.
     pub run_endpoint: Endpoint,
     /// sha256 over the names and contents of every file read, in a fixed
@@ -142,6 +149,10 @@ pub struct Server {
     /// Directory of `app_keys.json`, which instances may share
     /// (`shared_state_dir`, default: `state_dir`; read only at start).
     pub shared_state_dir: PathBuf,
+    /// adnanh/webhook hooks files, resolved (`hooks_files`, default none).
+    pub hooks_files: Vec<PathBuf>,
+    /// URL prefix of their hooks (`hooks_url_prefix`, default `hooks`).
+    pub hooks_url_prefix: String,
 }
 
 /// A run-endpoint API key (`[[api_keys]]`). Only its hash is known.
@@ -231,6 +242,13 @@ pub struct Function {
     /// Numeric gid to run the steps as (`group`, or the primary group of
     /// `user`); `None`: trigd's own.
     pub group: Option<u32>,
+    /// Give each input to the steps as an environment variable of its name
+    /// (true for every program file; a hooks-file hook passes its
+    /// environment by name in the job's `vars` instead).
+    pub env_inputs: bool,
+    /// Send each step's stderr into its stdout, in the order written (a
+    /// hooks-file hook answers with the command's combined output).
+    pub combined_output: bool,
 }
 
 impl Function {
@@ -257,6 +275,10 @@ pub enum OutputMode {
     Text,
     /// The text split into lines: an array of strings.
     Lines,
+    /// The text exactly as printed (a hooks-file hook's answer); not
+    /// written in program files.
+    #[serde(skip)]
+    Raw,
 }
 
 /// What makes a function callable through `POST /api`: its

@@ -166,6 +166,11 @@ pub struct RawServer {
     pub drain_delay: Option<Spanned<RawDuration>>,
     /// `shared_state_dir`: where application keys live, shared by instances.
     pub shared_state_dir: Option<String>,
+    /// `hooks_files`: adnanh/webhook hooks files (JSON or YAML).
+    #[serde(default)]
+    pub hooks_files: Vec<Spanned<String>>,
+    /// `hooks_url_prefix`: the first path segment(s) of their URLs.
+    pub hooks_url_prefix: Option<Spanned<String>>,
 }
 
 /// A duration as written: integer seconds or text like `"1m30s"`.

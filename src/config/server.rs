@@ -110,6 +110,15 @@ pub fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) ->
         idempotency_window: duration!(idempotency_window, IDEMPOTENCY_WINDOW_SECS),
         idempotency_max_keys: count!(idempotency_max_keys, IDEMPOTENCY_MAX_KEYS, 1),
         trusted_proxies,
+        hooks_files: raw
+            .hooks_files
+            .iter()
+            .map(|f| resolve(dir, Path::new(f.get_ref())))
+            .collect(),
+        hooks_url_prefix: raw
+            .hooks_url_prefix
+            .as_ref()
+            .map_or_else(|| "hooks".to_string(), |p| p.get_ref().clone()),
     }
 }
 

@@ -29,13 +29,7 @@ use super::{resolve, ApiKey, Config, ConfigError, Endpoint, User, Workspace};
 /// Every problem found, each with file, line, column and key.
 pub fn load(path: &Path) -> Result<Config, Vec<ConfigError>> {
     let files = read_all(path)?;
-    check(
-        path,
-        &files.text,
-        &files.programs,
-        files.errs,
-        files.complete,
-    )
+    check(path, &files)
 }
 
 /// Like [`load`], but when every file reads fine and the content
@@ -49,24 +43,19 @@ pub fn load_changed(path: &Path, current: &[u8; 32]) -> Result<Option<Config>, V
     if files.complete && files.errs.0.is_empty() {
         let mut sorted: Vec<&(PathBuf, String)> = files.programs.iter().collect();
         sorted.sort_by(|a, b| a.0.cmp(&b.0));
-        if fingerprint(path, &files.text, &sorted) == *current {
+        if fingerprint(path, &files.text, &sorted, &files.hooks) == *current {
             return Ok(None);
         }
     }
-    check(
-        path,
-        &files.text,
-        &files.programs,
-        files.errs,
-        files.complete,
-    )
-    .map(Some)
+    check(path, &files).map(Some)
 }
 
 /// Everything [`load`] reads, with the read errors so far.
 struct Files {
     text: String,
     programs: Vec<(PathBuf, String)>,
+    /// The hooks files (`hooks_files`), in their order.
+    hooks: Vec<(PathBuf, String)>,
     errs: Errors,
     complete: bool,
 }
@@ -91,13 +80,7 @@ fn read_all(path: &Path) -> Result<Files, Vec<ConfigError>> {
 /// As [`load`].
 pub fn load_text(path: &Path, text: String) -> Result<Config, Vec<ConfigError>> {
     let files = read_programs_of(path, text);
-    check(
-        path,
-        &files.text,
-        &files.programs,
-        files.errs,
-        files.complete,
-    )
+    check(path, &files)
 }
 
 /// The program files that `text`, the content of `path`, points at.
@@ -136,12 +119,33 @@ fn read_programs_of(path: &Path, text: String) -> Files {
             }
         })
         .collect::<Vec<_>>();
+    let hooks = read_hooks(path, &raw.server, &mut errs);
     Files {
         text,
         programs,
+        hooks,
         errs,
         complete,
     }
+}
+
+/// The hooks files `hooks_files` names, read (an unreadable one is an
+/// error: a config whose hooks cannot be read is not served).
+fn read_hooks(path: &Path, raw: &raw::RawServer, errs: &mut Errors) -> Vec<(PathBuf, String)> {
+    let dir = config_dir(path);
+    let mut out = Vec::new();
+    for (i, f) in raw.hooks_files.iter().enumerate() {
+        let file = resolve(&dir, Path::new(f.get_ref()));
+        match std::fs::read_to_string(&file) {
+            Ok(text) => out.push((file, text)),
+            Err(e) => errs.0.push(error(
+                path,
+                &format!("server.hooks_files[{i}]"),
+                format!("cannot read hooks file {}: {e}", file.display()),
+            )),
+        }
+    }
+    out
 }
 
 /// For a config file that is not there: say where it was looked for and
@@ -169,7 +173,14 @@ pub fn load_str(
     config_text: &str,
     programs: &[(PathBuf, String)],
 ) -> Result<Config, Vec<ConfigError>> {
-    check(path, config_text, programs, Errors::default(), true)
+    let files = Files {
+        text: config_text.to_string(),
+        programs: programs.to_vec(),
+        hooks: Vec::new(),
+        errs: Errors::default(),
+        complete: true,
+    };
+    check(path, &files)
 }
 
 /// Program files in `dir`: every `*.toml` directly inside whose name does not
@@ -190,13 +201,9 @@ fn read_programs(dir: &Path) -> std::io::Result<ReadFiles> {
 }
 
 /// The shared core of [`load`] and [`load_str`].
-fn check(
-    path: &Path,
-    text: &str,
-    programs: &[(PathBuf, String)],
-    mut errs: Errors,
-    complete: bool,
-) -> Result<Config, Vec<ConfigError>> {
+fn check(path: &Path, files: &Files) -> Result<Config, Vec<ConfigError>> {
+    let (text, programs, complete) = (&files.text, &files.programs, files.complete);
+    let mut errs = Errors(files.errs.0.clone());
     let dir = config_dir(path);
     let src = Src { file: path, text };
     let parsed = parse::<RawConfig>(&src, &mut errs);
@@ -217,12 +224,22 @@ fn check(
     known.programs = &progs;
     let api_keys = api_keys(&src, &raw, &workspaces, &mut errs);
     let tools = tools::tools(&src, &raw, &workspaces, &known, &dir, &mut errs);
+    let hooks = match raw.server.hooks_files.is_empty() {
+        true => super::Hooks::default(),
+        false => super::hook_compile::load(
+            &files.hooks,
+            &server.hooks_url_prefix,
+            path,
+            &server,
+            &mut errs,
+        ),
+    };
     if !errs.0.is_empty() {
         let order = |f: &Path| sorted.iter().position(|p| p.0 == f).map_or(0, |i| i + 1);
         errs.0.sort_by_key(|e| (order(&e.file), e.line, e.col));
         return Err(errs.0);
     }
-    let fingerprint = fingerprint(path, text, &sorted);
+    let fingerprint = fingerprint(path, text, &sorted, &files.hooks);
     let programs = progs.into_iter().map(|(id, p)| (id, Arc::new(p))).collect();
     Ok(Config {
         path: path.to_path_buf(),
@@ -232,16 +249,23 @@ fn check(
         users,
         workspaces,
         tools,
+        hooks,
         run_endpoint: Endpoint::run_endpoint(),
         fingerprint,
     })
 }
 
 /// sha256 over the name and content of every file, config first.
-fn fingerprint(path: &Path, text: &str, programs: &[&(PathBuf, String)]) -> [u8; 32] {
+fn fingerprint(
+    path: &Path,
+    text: &str,
+    programs: &[&(PathBuf, String)],
+    hooks: &[(PathBuf, String)],
+) -> [u8; 32] {
     let mut h = Sha256::new();
     let files = std::iter::once((path, text))
-        .chain(programs.iter().map(|(p, t)| (p.as_path(), t.as_str())));
+        .chain(programs.iter().map(|(p, t)| (p.as_path(), t.as_str())))
+        .chain(hooks.iter().map(|(p, t)| (p.as_path(), t.as_str())));
     for (file, content) in files {
         let name = file.to_string_lossy();
         for part in [name.as_bytes(), content.as_bytes()] {

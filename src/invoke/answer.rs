@@ -118,7 +118,7 @@ pub fn finished_body(id: &str, outcome: Outcome) -> Result<Value, ApiError> {
 }
 
 /// The answer to a run that was not started.
-fn run_error(e: RunError) -> ApiError {
+pub fn run_error(e: RunError) -> ApiError {
     match e {
         RunError::QueueFull {
             queued,

@@ -15,15 +15,21 @@
 //! adapters that find the endpoint and call [`invoke`]; the same fault gets
 //! the same error on every path. `values.rs` reads and checks the values,
 //! `answer.rs` starts the run and shapes the answer.
+//!
+//! `hooks.rs` is the entry kind of adnanh/webhook hooks files: the same
+//! receive steps (sources, rule leaves, signature checks of `receive`), read
+//! the way webhook reads a request, the run put together by [`job`], and
+//! webhook's answer shape (its statuses and texts).
 
 mod answer;
+pub mod hooks;
 mod values;
 mod webhook;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-pub use answer::finished_body;
+pub use answer::{finished_body, run_error};
 pub use values::check_values;
 #[cfg(fuzzing)] // fuzz/src/lib.rs
 pub use values::named_values;
@@ -260,6 +266,7 @@ pub fn job(
         tool: None,
         body_file: None,
         stdin_body: false,
+        files: Vec::new(),
     }
 }
 

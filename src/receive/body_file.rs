@@ -33,6 +33,25 @@ impl BodyFile {
         Ok(guard)
     }
 
+    /// Write `data` to a new file `<prefix><random digits>` in `dir` (which
+    /// must exist), mode 0600, as adnanh/webhook names the files of
+    /// `pass-file-to-command`.
+    ///
+    /// # Errors
+    /// The file cannot be created or written.
+    pub fn write_named(dir: &Path, prefix: &str, data: &[u8]) -> io::Result<BodyFile> {
+        let name = format!("{prefix}{}", rand::random::<u32>());
+        let path = dir.join(name);
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)?;
+        let guard = BodyFile { path };
+        f.write_all(data)?;
+        Ok(guard)
+    }
+
     /// Where the file is.
     pub fn path(&self) -> &Path {
         &self.path

@@ -16,6 +16,7 @@ pub mod payload;
 pub mod rules;
 pub mod signature;
 pub mod values;
+pub mod webhook;
 
 use rules::Rule;
 use signature::Verifier;

@@ -176,6 +176,37 @@ fn boundary(ct: &str) -> Option<String> {
 
 /// The parts of a multipart/form-data body (RFC 7578): name and content.
 fn multipart(body: &[u8], boundary: &str) -> Result<Vec<(String, Vec<u8>)>, String> {
+    Ok(parts_of(body, boundary)?
+        .into_iter()
+        .map(|p| (p.name, p.data))
+        .collect())
+}
+
+/// One part of a multipart/form-data body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Part {
+    /// `name` of its `Content-Disposition`.
+    pub name: String,
+    /// Whether it is a file (its `Content-Disposition` has a `filename`).
+    pub file: bool,
+    /// Its `Content-Type` header, when it has one.
+    pub content_type: Option<String>,
+    /// Its content.
+    pub data: Vec<u8>,
+}
+
+/// The parts of a multipart/form-data body with `content_type` (which
+/// holds the boundary).
+///
+/// # Errors
+/// No boundary, or a body that is not multipart.
+pub fn parts(content_type: &str, body: &[u8]) -> Result<Vec<Part>, String> {
+    let boundary =
+        boundary(content_type).ok_or("multipart/form-data without a boundary parameter")?;
+    parts_of(body, &boundary)
+}
+
+fn parts_of(body: &[u8], boundary: &str) -> Result<Vec<Part>, String> {
     let delim = format!("--{boundary}");
     let finder = memchr::memmem::Finder::new(delim.as_bytes());
     let starts: Vec<usize> = finder.find_iter(body).collect();
@@ -200,7 +231,23 @@ fn multipart(body: &[u8], boundary: &str) -> Result<Vec<(String, Vec<u8>)>, Stri
             .split("\r\n")
             .find_map(disposition_name)
             .ok_or("a multipart part has no Content-Disposition: form-data; name=\"…\"")?;
-        fields.push((name, part[split + 4..].to_vec()));
+        let lines = || head.split("\r\n");
+        let file = lines().any(|l| {
+            let l = l.to_ascii_lowercase();
+            l.starts_with("content-disposition:") && l.contains("filename=")
+        });
+        let content_type = lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.trim()
+                .eq_ignore_ascii_case("content-type")
+                .then(|| v.trim().to_string())
+        });
+        fields.push(Part {
+            name,
+            file,
+            content_type,
+            data: part[split + 4..].to_vec(),
+        });
     }
     let last = starts[starts.len() - 1];
     if !body[last + delim.len()..].starts_with(b"--") {

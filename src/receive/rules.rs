@@ -40,6 +40,10 @@ pub enum Leaf {
     Cidr(Vec<Cidr>),
     /// The request carries a valid signature.
     Signature(Verifier),
+    /// The value of the source is a valid HMAC signature of the body
+    /// (adnanh/webhook's `payload-hmac-*`, which names where the signature
+    /// is).
+    SignatureIn(Source, Verifier),
 }
 
 /// Whether a request matched, and if not, why.
@@ -111,7 +115,7 @@ impl Rule {
         match self {
             Rule::And(v) | Rule::Or(v) => v.iter().for_each(|r| r.verifiers(out)),
             Rule::Not(r) => r.verifiers(out),
-            Rule::Match(Leaf::Signature(v), _) => out.push(v),
+            Rule::Match(Leaf::Signature(v) | Leaf::SignatureIn(_, v), _) => out.push(v),
             Rule::Match(..) => {}
         }
     }
@@ -153,6 +157,16 @@ impl Leaf {
             Leaf::Signature(v) => match v.verify(inc.headers, inc.body, unix_now()) {
                 Ok(()) => Ok(Verdict::Match),
                 Err(e) => no(format!("signature check failed ({})", e.message())),
+            },
+            Leaf::SignatureIn(src, v) => match inc.get(src)? {
+                Some(sig) => match v.verify_value(&sig, inc.body) {
+                    Ok(()) => Ok(Verdict::Match),
+                    Err(_) => no(format!(
+                        "the signature in {} does not match",
+                        src.describe()
+                    )),
+                },
+                None => no(format!("{} is missing", src.describe())),
             },
         }
     }

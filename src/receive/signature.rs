@@ -131,6 +131,10 @@ pub enum Scheme {
     /// Slack: `v0=<hex hmac-sha256 of "v0:<ts>:<body>">` with the time in
     /// `X-Slack-Request-Timestamp`.
     Slack,
+    /// Scalr: `X-Signature: <hex hmac-sha1 of body + Date header>`, the
+    /// `Date` (`Mon 02 Jan 2006 15:04:05 UTC`) within `tolerance` of now
+    /// (adnanh/webhook's `scalr-signature` rule).
+    Scalr,
 }
 
 /// The header Slack sends its timestamp in (lower case).
@@ -246,6 +250,20 @@ impl Verifier {
             Scheme::Token => self.token(value),
             Scheme::Stripe => self.stripe(value, body, now),
             Scheme::Slack => self.slack(headers, value, body, now),
+            Scheme::Scalr => self.scalr(headers, value, body, now),
+        }
+    }
+
+    /// Check a signature `value` read from anywhere in the request (an
+    /// adnanh/webhook `payload-hmac-*` rule names its source) against
+    /// `body`; the HMAC schemes only (others never match).
+    ///
+    /// # Errors
+    /// As [`Verifier::verify`].
+    pub fn verify_value(&self, value: &str, body: &[u8]) -> Result<(), SigError> {
+        match self.scheme {
+            Scheme::Hmac(algo) => self.hmac(algo, value, body),
+            _ => Err(self.mismatch()),
         }
     }
 
@@ -390,6 +408,27 @@ impl Verifier {
         self.fresh(ts, now)
     }
 
+    fn scalr(
+        &self,
+        headers: &[(String, String)],
+        value: &str,
+        body: &[u8],
+        now: u64,
+    ) -> Result<(), SigError> {
+        let date = header(headers, "date").ok_or_else(|| SigError::Missing {
+            header: "date".to_string(),
+        })?;
+        let sig = hex::decode(value).map_err(|_| self.mismatch())?;
+        if !Algo::Sha1.verify(&self.secret.0, &[body, date.as_bytes()], &sig) {
+            return Err(self.mismatch());
+        }
+        let ts = scalr_date(date).ok_or_else(|| SigError::Malformed {
+            header: "date".to_string(),
+            why: "not a date like 'Fri 08 Sep 2017 11:24:32 UTC'".into(),
+        })?;
+        self.fresh(ts, now)
+    }
+
     fn fresh(&self, ts: u64, now: u64) -> Result<(), SigError> {
         if ts.abs_diff(now) > self.tolerance.as_secs() {
             return Err(SigError::Expired {
@@ -399,6 +438,32 @@ impl Verifier {
         }
         Ok(())
     }
+}
+
+/// Unix seconds of a Scalr `Date` header, `Fri 08 Sep 2017 11:24:32 UTC`
+/// (the zone is taken as UTC, as Go does for a zone it does not know).
+pub fn scalr_date(s: &str) -> Option<u64> {
+    let f: Vec<&str> = s.split_whitespace().collect();
+    let [_, day, month, year, time, _] = f.as_slice() else {
+        return None;
+    };
+    let months = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let m = months.iter().position(|x| x == month)? as i64 + 1;
+    let (d, y): (i64, i64) = (day.parse().ok()?, year.parse().ok()?);
+    let hms: Vec<i64> = time.split(':').filter_map(|p| p.parse().ok()).collect();
+    let [h, mi, sec] = hms.as_slice() else {
+        return None;
+    };
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let (yy, mm) = if m <= 2 { (y - 1, m + 9) } else { (y, m - 3) };
+    let era = yy.div_euclid(400);
+    let yoe = yy - era * 400;
+    let doy = (153 * mm + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    u64::try_from(days * 86_400 + h * 3600 + mi * 60 + sec).ok()
 }
 
 #[cfg(test)]

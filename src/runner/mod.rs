@@ -77,6 +77,10 @@ pub struct Job {
     pub body_file: Option<Arc<crate::receive::body_file::BodyFile>>,
     /// Give `body_file` to every step on stdin (else stdin is empty).
     pub stdin_body: bool,
+    /// Temporary files the run reads (a hook's `pass-file-to-command`),
+    /// removed when the job is dropped, after the run.
+    #[allow(dead_code)] // never read: held so that its Drop removes the files
+    pub files: Vec<crate::receive::body_file::BodyFile>,
 }
 
 impl Job {
@@ -87,6 +91,17 @@ impl Job {
     fn concurrency(&self) -> usize {
         concurrency(&self.program, &self.function)
     }
+}
+
+/// The program of a run of `function` of program `id` under `cfg`: a
+/// program file's, or a hooks-file hook's (program 0, function named like
+/// the hook). `None` when it is gone.
+fn program_of<'c>(cfg: &'c Config, id: u64, function: &str) -> Option<&'c Arc<Program>> {
+    let has = |p: &&Arc<Program>| p.function(function).is_some();
+    cfg.program(id).filter(has).or_else(|| {
+        let hook = cfg.hooks.by_id.get(function).filter(|_| id == 0)?;
+        Some(&hook.program).filter(has)
+    })
 }
 
 fn concurrency(program: &Program, function: &str) -> usize {
@@ -535,7 +550,7 @@ impl Runner {
         rec.input = Some(RunInput {
             values: job.values.clone(),
             vars: job.vars.clone(),
-            body: job.body_file.is_some(),
+            body: job.body_file.is_some() || !job.files.is_empty(),
         });
         let written = match &self.store {
             Some(store) => store.append(&rec, true),
@@ -562,8 +577,9 @@ impl Runner {
             key,
             concurrency: n,
         }));
-        // A request body in a temporary file lives as long as its job.
-        if self.store.is_none() || job.body_file.is_some() {
+        // A request body (or a hook's file) in a temporary file lives as
+        // long as its job.
+        if self.store.is_none() || job.body_file.is_some() || !job.files.is_empty() {
             lock(&self.unrecorded).insert(rec.run.clone(), (rec, job));
         }
         // A slot may have come free while the run was being recorded.
@@ -588,8 +604,8 @@ impl Runner {
                 continue;
             };
             let body = rec.input.as_ref().is_some_and(|i| i.body);
-            match cfg.program(rec.program) {
-                Some(p) if p.function(&rec.function).is_some() && !body => {
+            match program_of(cfg, rec.program, &rec.function) {
+                Some(p) if !body => {
                     s.queue.push_back(Waiter::Async(Queued {
                         concurrency: concurrency(p, &rec.function),
                         key: (rec.program, rec.function),
@@ -602,7 +618,8 @@ impl Runner {
                     rec.state = RunState::Failed;
                     rec.finished_at = Some(now_rfc3339());
                     rec.error = Some(if body {
-                        "its request body (a temporary file) did not survive the restart".into()
+                        "its request body or files (temporary files) did not survive the restart"
+                            .into()
                     } else {
                         "its program or function no longer exists".into()
                     });
@@ -707,6 +724,7 @@ impl Runner {
             tool: rec.tool.clone(),
             body_file: None,
             stdin_body: false,
+            files: Vec::new(),
         };
         Some((rec, job))
     }

@@ -62,6 +62,8 @@ fn func(name: &str, inputs: &[&str], steps: Vec<Step>) -> Function {
         }),
         user: None,
         group: None,
+        env_inputs: true,
+        combined_output: false,
     }
 }
 

@@ -114,6 +114,7 @@ fn job(server: &str, script: &str) -> Job {
         tool: None,
         body_file: None,
         stdin_body: false,
+        files: Vec::new(),
     }
 }
 
