@@ -523,7 +523,7 @@ fn settings(cb: &Arc<Callbacks>) -> Settings {
 /// The body sent: the run record as `GET /api/runs/<id>` shows it at the
 /// run's end, without `Callbacks` (which describes this very delivery).
 pub fn payload(rec: &RunRecord) -> String {
-    let mut r = rec.clone();
+    let mut r = rec.clone().public();
     r.callbacks.clear();
     serde_json::to_string(&r).unwrap_or_default()
 }

@@ -322,6 +322,7 @@ fn program(d: &HookDef, cwd: &Option<PathBuf>, dir: &Path, server: &Server, n: u
         // A hooks-file hook has no completion callback (the file format
         // has none).
         callback: None,
+        retry_on_restart: false,
     };
     Program {
         id: 0,
