@@ -13,8 +13,8 @@
 //! server::handle      tiny_http request → http::Request (bounded body), catch_unwind, access log
 //! routes::handle      one match on method and path → a handler
 //! api / tools         find the config::Endpoint (compiled at load) → invoke::invoke
-//! invoke::invoke      credentials (access) → method → function → values → (rules) → callbacks → start → answer
-//! runner              slots and queue → runner::step runs the processes → store records the run
+//! invoke::invoke      credentials (access) → signature → function → rules → values → callbacks → idempotency → start → answer
+//! runner              slots and the FIFO queue → runner::step runs the processes → store records the run
 //! ```
 //!
 //! Where each concern lives (one guess each):
