@@ -67,6 +67,9 @@ impl App {
 
     /// Swap in a new config and clear the reload error.
     pub fn set_config(&self, config: Config) {
+        if let Some(cb) = self.runner.callbacks() {
+            cb.configure(&config.server.callbacks);
+        }
         *self.config.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(config);
         self.generation.fetch_add(1, Ordering::SeqCst);
         *self

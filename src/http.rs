@@ -502,6 +502,14 @@ pub enum ApiError {
         /// The limit.
         limit: usize,
     },
+    /// The request names a callback URL, but neither the key nor the
+    /// trigger has `request_callbacks = true`.
+    CallbackNotPermitted,
+    /// The requested callback URL is malformed or outside `[callbacks]`.
+    CallbackRefused {
+        /// Why.
+        msg: String,
+    },
     /// No such path.
     NotFound,
     /// A signed endpoint's signature or token is missing (401), malformed,
@@ -538,6 +546,8 @@ impl ApiError {
             MissingApiKey | InvalidApiKey => 401,
             InvalidProgramId | FunctionRequired { .. } | VariablesMismatch { .. } => 400,
             InvalidParameter { .. } | ValuesMismatch { .. } => 400,
+            CallbackRefused { .. } => 400,
+            CallbackNotPermitted => 403,
             Unauthorized | LoginFailed => 401,
             Forbidden | UserAgentRequired | CsrfRejected | AdminRequired => 403,
             ProgramNotFound | FunctionNotFound { .. } | RunNotFound | NotFound => 404,
@@ -606,6 +616,8 @@ impl ApiError {
             UriTooLong => "uri_too_long",
             HeadersTooLarge => "headers_too_large",
             PayloadTooLarge { .. } => "payload_too_large",
+            CallbackNotPermitted => "callback_not_permitted",
+            CallbackRefused { .. } => "callback_refused",
             NotFound => "not_found",
             Ignored { .. } => "rules_not_matched",
             Signature(SigError::Missing { .. }) => "signature_missing",
@@ -668,6 +680,8 @@ impl ApiError {
             UriTooLong => "The request line (method and URL) is longer than the limit (max_url_bytes).".into(),
             HeadersTooLarge => "The request headers are larger than the limit (max_header_bytes, at most 100 headers).".into(),
             PayloadTooLarge { limit } => format!("The request body is larger than the limit of {limit} bytes."),
+            CallbackNotPermitted => "This request names a callback URL, which this key or trigger may not do (the config needs request_callbacks = true).".into(),
+            CallbackRefused { msg } => format!("The callback URL is refused: {msg}."),
             NotFound => "Not found.".into(),
             Signature(e) => e.message(),
             Ignored { .. } => "The request does not match this endpoint's rule, so nothing ran.".into(),

@@ -13,7 +13,7 @@
 //! server::handle      tiny_http request → http::Request (bounded body), catch_unwind, access log
 //! routes::handle      one match on method and path → a handler
 //! api / tools         find the config::Endpoint (compiled at load) → invoke::invoke
-//! invoke::invoke      credentials (access) → signature → function → rules → values → idempotency → start → answer
+//! invoke::invoke      credentials (access) → signature → function → rules → values → callbacks → idempotency → start → answer
 //! runner              slots and the FIFO queue → runner::step runs the processes → store records the run
 //! ```
 //!
@@ -35,6 +35,7 @@
 //! pages (maud templates)                            ui/ (login, settings, endpoints, switch); view.rs is the endpoint view
 //! the public switch written to config.toml          ui/switch.rs, config/edit.rs
 //! instance names in run ids, readiness, draining    cluster.rs
+//! completion callbacks (signed, retried, spooled)   callback/ (mod.rs, send.rs, spool.rs, record.rs)
 //! hot reload                                        reload.rs
 //! command line                                      cli.rs (parsing), commands.rs (subcommands)
 //! warnings of `trigd check`                         lint.rs
@@ -46,6 +47,7 @@
 mod access;
 mod api;
 mod app;
+mod callback;
 mod cli;
 mod cluster;
 mod commands;

@@ -159,9 +159,9 @@ fn metrics(app: &App) -> Response {
         reload_errors,
         generation: app.generation(),
     };
-    Response::text(
-        200,
-        "text/plain; version=0.0.4",
-        app.runner.metrics.render(&g),
-    )
+    let mut text = app.runner.metrics.render(&g);
+    if let Some(cb) = app.runner.callbacks() {
+        text.push_str(&cb.render_metrics());
+    }
+    Response::text(200, "text/plain; version=0.0.4", text)
 }

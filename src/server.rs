@@ -19,6 +19,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::app::App;
+use crate::callback;
 use crate::config;
 use crate::error::Error;
 use crate::http::{ApiError, Request, Response};
@@ -69,6 +70,18 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
     let store = Arc::new(store);
     store.start_flusher();
     let runner = Runner::new(Some(Arc::clone(&store)), Arc::new(Metrics::default()));
+    let interrupted = store.interrupted_at_open().to_vec();
+    let callbacks = callback::Service::start(
+        &state_dir,
+        Arc::clone(&store),
+        &cfg.server.callbacks,
+        &interrupted,
+    )
+    .map_err(|source| Error::Io {
+        path: state_dir.join("callbacks"),
+        source,
+    })?;
+    runner.attach_callbacks(callbacks);
     let grace = cfg.server.shutdown_grace;
     let nofile = sys::raise_nofile_limit();
     let keys =

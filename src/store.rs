@@ -39,6 +39,7 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::callback::record::Delivery;
 use crate::output;
 use crate::sys;
 
@@ -202,6 +203,9 @@ pub struct RunRecord {
     /// served: [`RunRecord::public`] drops it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input: Option<RunInput>,
+    /// Completion callbacks of the run: URL, delivery id, attempts, state.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub callbacks: Vec<Delivery>,
 }
 
 impl RunRecord {
@@ -339,6 +343,8 @@ pub struct RunStore {
     /// State changes not yet written (disk full), latest per run, in the
     /// order they happened.
     unwritten: Mutex<Vec<(RunId, RunRecord)>>,
+    /// Runs found cut off at open and recorded `interrupted`.
+    interrupted: Vec<String>,
 }
 
 impl RunStore {
@@ -360,6 +366,7 @@ impl RunStore {
         let mut records = read_log(&path)?;
         let now = now_rfc3339();
         let mut resumed = Vec::new();
+        let mut interrupted = Vec::new();
         for r in records.iter_mut().filter(|r| !r.state.is_terminal()) {
             let again = r.input.is_some() && (r.state == RunState::Queued || retry(r));
             if again {
@@ -367,6 +374,7 @@ impl RunStore {
                 r.started_at = None;
                 resumed.push(r.run.clone());
             } else {
+                interrupted.push(r.run.clone());
                 r.state = RunState::Interrupted;
                 r.finished_at = Some(now.clone());
                 r.error = Some("trigd stopped before the run finished".into());
@@ -409,6 +417,7 @@ impl RunStore {
             log: Mutex::new(log),
             sync: Mutex::new(sync),
             unwritten: Mutex::new(Vec::new()),
+            interrupted,
         };
         Ok((store, resumed))
     }
@@ -598,6 +607,12 @@ impl RunStore {
         drop(log);
         sys::trim_heap();
         Ok(())
+    }
+
+    /// The runs that were cut off (by a crash) and recorded `interrupted`
+    /// when the log was opened.
+    pub fn interrupted_at_open(&self) -> &[String] {
+        &self.interrupted
     }
 
     /// The record of run `id`, if it is known (the whole id must match,
@@ -851,6 +866,7 @@ mod tests {
             error: None,
             stdout: None,
             input: None,
+            callbacks: Vec::new(),
         }
     }
 

@@ -3,6 +3,7 @@
 
 mod api; // POST /api: success shapes, every error row of the README, limits, injection safety
 mod browser; // headless Chromium through chromedriver: login, application key, endpoint view, logout, public switch
+mod callbacks; // completion callbacks: signed deliveries to a local receiver, retries, kill -9, allow list
 mod cli; // subcommands: check, keygen, hash-password, run, --help/--version, usage errors
 mod cluster; // several instances: run ids naming their instance, 421, readiness and draining, three instances behind HAProxy
 mod hooks_diff; // adnanh/webhook hooks files: the real webhook and trigd given the same file and requests

@@ -25,6 +25,12 @@ pub struct Endpoint {
     pub target: Target,
     /// Variables given to the run (a tool environment's `vars`).
     pub vars: BTreeMap<String, String>,
+    /// The completion callback of every run through it (a trigger's
+    /// `callback`), besides the function's own.
+    pub callback: Option<String>,
+    /// Whether a caller may name a callback URL (a trigger's
+    /// `request_callbacks`; on `POST /api` the API key decides).
+    pub request_callbacks: bool,
     /// Signature, rule, value sources and answer shape of a tool trigger
     /// (the default: none of them).
     pub receive: Arc<Receive>,
@@ -92,6 +98,8 @@ impl Endpoint {
             values: Values::Positional,
             target: Target::Chosen,
             vars: BTreeMap::new(),
+            callback: None,
+            request_callbacks: false,
             receive: Arc::default(),
             trigger: None,
         }

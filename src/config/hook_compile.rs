@@ -319,6 +319,9 @@ fn program(d: &HookDef, cwd: &Option<PathBuf>, dir: &Path, server: &Server, n: u
         group: None,
         env_inputs: false,
         combined_output: true,
+        // A hooks-file hook has no completion callback (the file format
+        // has none).
+        callback: None,
         retry_on_restart: false,
     };
     Program {

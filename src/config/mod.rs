@@ -10,6 +10,7 @@
 //! file, line, column and key; loading collects all of them instead of
 //! stopping at the first.
 
+pub mod callbacks;
 pub mod edit;
 mod endpoint;
 pub mod generated;
@@ -139,6 +140,8 @@ pub struct Server {
     /// Peers whose `X-Forwarded-For` header is believed when deciding the
     /// client address (default none).
     pub trusted_proxies: Vec<std::net::IpAddr>,
+    /// Completion callback settings (the `[callbacks]` table).
+    pub callbacks: Arc<callbacks::Callbacks>,
     /// This instance's name, the prefix of every run id (`instance`,
     /// default from the host name; read only at start).
     pub instance: String,
@@ -167,6 +170,9 @@ pub struct ApiKey {
     /// Requests per minute this key may make (`rate_per_minute`); `None`:
     /// unlimited.
     pub rate_per_minute: Option<u64>,
+    /// Whether requests with this key may name a callback URL
+    /// (`request_callbacks`).
+    pub request_callbacks: bool,
 }
 
 impl ApiKey {
@@ -242,6 +248,9 @@ pub struct Function {
     /// Numeric gid to run the steps as (`group`, or the primary group of
     /// `user`); `None`: trigd's own.
     pub group: Option<u32>,
+    /// URL called when a run of this function ends (`callback`), checked
+    /// against `[callbacks]`.
+    pub callback: Option<String>,
     /// Give each input to the steps as an environment variable of its name
     /// (true for every program file; a hooks-file hook passes its
     /// environment by name in the job's `vars` instead).
@@ -418,6 +427,11 @@ pub struct Trigger {
     pub program: u64,
     /// Function name; validated to exist in that program.
     pub function: String,
+    /// URL called when a run through this trigger ends (`callback`).
+    pub callback: Option<String>,
+    /// Whether callers may name a callback URL per request
+    /// (`request_callbacks`).
+    pub request_callbacks: bool,
     /// Verification, value sources, rule and answer shape (default: none,
     /// values by output name, no rule, plain answer).
     pub receive: Arc<crate::receive::Receive>,

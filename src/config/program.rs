@@ -189,6 +189,13 @@ fn function(
         )
     });
     let (user, group) = identity(src, f, key, errs);
+    let callback = super::callbacks::fixed(
+        src,
+        &server.callbacks,
+        f.callback.as_ref(),
+        &format!("{key}.callback"),
+        errs,
+    );
     let name = f.name.get_ref().clone();
     Function {
         name,
@@ -202,6 +209,7 @@ fn function(
         api_trigger,
         user,
         group,
+        callback,
         env_inputs: true,
         combined_output: false,
     }

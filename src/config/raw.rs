@@ -96,6 +96,9 @@ pub struct RawConfig {
     /// `[[tools]]`.
     #[serde(default)]
     pub tools: Vec<RawTool>,
+    /// `[callbacks]`.
+    #[serde(default)]
+    pub callbacks: RawCallbacks,
 }
 
 /// A number that must be >= 1, kept loose so validation can point at it.
@@ -171,6 +174,37 @@ pub struct RawServer {
     pub hooks_files: Vec<Spanned<String>>,
     /// `hooks_url_prefix`: the first path segment(s) of their URLs.
     pub hooks_url_prefix: Option<Spanned<String>>,
+}
+
+/// `[callbacks]` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCallbacks {
+    /// `allow`: host names or URL prefixes callbacks may go to.
+    #[serde(default)]
+    pub allow: Vec<Spanned<String>>,
+    /// `allow_private`: addresses or CIDR blocks allowed although private,
+    /// loopback or link-local.
+    #[serde(default)]
+    pub allow_private: Vec<Spanned<String>>,
+    /// `secret_env`: the environment variable holding the signing secret.
+    pub secret_env: Option<Spanned<String>>,
+    /// `secret_file`: the file holding it (relative to config.toml).
+    pub secret_file: Option<Spanned<String>>,
+    /// `ca_file`: PEM certificates trusted besides the bundled roots.
+    pub ca_file: Option<Spanned<String>>,
+    /// `timeout` of one attempt.
+    pub timeout: Option<Spanned<RawDuration>>,
+    /// `retry_for`: no attempt starts later than this after the first.
+    pub retry_for: Option<Spanned<RawDuration>>,
+    /// `backoff`: the first wait between attempts.
+    pub backoff: Option<Spanned<RawDuration>>,
+    /// `backoff_max`: the longest wait between attempts.
+    pub backoff_max: Option<Spanned<RawDuration>>,
+    /// `workers`: delivery threads.
+    pub workers: Count,
+    /// `max_pending`: deliveries waiting at most.
+    pub max_pending: Count,
 }
 
 /// A duration as written: integer seconds or text like `"1m30s"`.
@@ -249,6 +283,8 @@ pub struct RawApiKey {
     pub programs: Option<Vec<Spanned<i64>>>,
     /// `rate_per_minute`, >= 1; unset: unlimited.
     pub rate_per_minute: Count,
+    /// `request_callbacks`: the key may name a callback URL per request.
+    pub request_callbacks: Option<Spanned<bool>>,
 }
 
 /// `[[users]]`.
@@ -317,6 +353,10 @@ pub struct RawTrigger {
     pub program: Spanned<i64>,
     /// `function` name.
     pub function: Spanned<String>,
+    /// `callback`: a URL called when a run through this trigger ends.
+    pub callback: Option<Spanned<String>>,
+    /// `request_callbacks`: callers may name a callback URL per request.
+    pub request_callbacks: Option<Spanned<bool>>,
     /// `[tools.triggers.verify]`: the request's signature or token.
     pub verify: Option<Spanned<RawVerify>>,
     /// `[tools.triggers.values]`: output name → where its value comes from.
@@ -487,6 +527,8 @@ pub struct RawFunction {
     pub group: Option<Spanned<RawId>>,
     /// `[functions.webhook]`.
     pub webhook: Option<Spanned<WebhookSlot>>,
+    /// `callback`: a URL called when a run of this function ends.
+    pub callback: Option<Spanned<String>>,
 }
 
 /// One element of `steps`.

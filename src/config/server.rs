@@ -110,6 +110,7 @@ pub fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) ->
         idempotency_window: duration!(idempotency_window, IDEMPOTENCY_WINDOW_SECS),
         idempotency_max_keys: count!(idempotency_max_keys, IDEMPOTENCY_MAX_KEYS, 1),
         trusted_proxies,
+        callbacks: Default::default(),
         hooks_files: raw
             .hooks_files
             .iter()

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 
+use super::callbacks::{self, Callbacks};
 use super::raw::{self, RawConfig};
 use super::types::{self, env_vars, workspace_ref, Errors, Known, Src};
 use super::{
@@ -19,6 +20,7 @@ pub fn tools(
     raw: &RawConfig,
     wss: &BTreeMap<String, Workspace>,
     known: &Known,
+    cb: &Callbacks,
     dir: &Path,
     errs: &mut Errors,
 ) -> BTreeMap<String, Tool> {
@@ -29,7 +31,7 @@ pub fn tools(
         errs.name(src, &t.name, &format!("{key}.name"), "tool");
         errs.unique(src, &mut seen, &t.name, &format!("{key}.name"), "tool");
         workspace_ref(src, &t.workspace, wss, format!("{key}.workspace"), errs);
-        let triggers = triggers(src, t, &key, known, dir, errs);
+        let triggers = triggers(src, t, &key, known, cb, dir, errs);
         let mut environments = BTreeMap::new();
         for (name, env) in &t.environments {
             let key = format!("{key}.environments.{}", name.get_ref());
@@ -66,6 +68,7 @@ fn triggers(
     t: &raw::RawTool,
     key: &str,
     known: &Known,
+    cb: &Callbacks,
     dir: &Path,
     errs: &mut Errors,
 ) -> Vec<Trigger> {
@@ -106,6 +109,20 @@ fn triggers(
             );
             errs.at(src, tr.function.span(), format!("{key}.function"), msg);
         }
+        let callback = callbacks::fixed(
+            src,
+            cb,
+            tr.callback.as_ref(),
+            &format!("{key}.callback"),
+            errs,
+        );
+        let request_callbacks = callbacks::permit(
+            src,
+            cb,
+            tr.request_callbacks.as_ref(),
+            &format!("{key}.request_callbacks"),
+            errs,
+        );
         let outputs = program
             .and_then(|p| p.function(tr.function.get_ref()))
             .map(|f| f.inputs());
@@ -119,6 +136,8 @@ fn triggers(
             method,
             program,
             function: tr.function.get_ref().clone(),
+            callback,
+            request_callbacks,
             receive,
         });
     }
@@ -157,6 +176,8 @@ fn environment(
                     function: t.function.clone(),
                 },
                 vars: vars.clone(),
+                callback: t.callback.clone(),
+                request_callbacks: t.request_callbacks,
                 receive: Arc::clone(&t.receive),
                 trigger: Some(TriggerName {
                     tool: tool.to_string(),

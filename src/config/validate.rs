@@ -15,6 +15,7 @@ use std::sync::Arc;
 use sha2::{Digest, Sha256};
 use toml::Spanned;
 
+use super::callbacks::{self, Callbacks};
 use super::raw::{self, defaults, RawConfig};
 use super::types::{
     self, config_dir, count, error, par_map, parse, workspace_ref, Errors, Known, Src,
@@ -209,7 +210,8 @@ fn check(path: &Path, files: &Files) -> Result<Config, Vec<ConfigError>> {
     let parsed = parse::<RawConfig>(&src, &mut errs);
     let workspaces_known = parsed.is_some();
     let raw = parsed.unwrap_or_default();
-    let server = server::server(&src, &raw.server, &dir, &mut errs);
+    let mut server = server::server(&src, &raw.server, &dir, &mut errs);
+    server.callbacks = Arc::new(callbacks::callbacks(&src, &raw.callbacks, &dir, &mut errs));
     let users = users(&src, &raw, &server.state_dir, &mut errs);
     let workspaces = workspaces(&src, &raw, &users, &mut errs);
     let mut sorted: Vec<&(PathBuf, String)> = programs.iter().collect();
@@ -222,8 +224,9 @@ fn check(path: &Path, files: &Files) -> Result<Config, Vec<ConfigError>> {
     };
     let progs = program::load_programs(&sorted, &server, &workspaces, &mut known, &mut errs);
     known.programs = &progs;
-    let api_keys = api_keys(&src, &raw, &workspaces, &mut errs);
-    let tools = tools::tools(&src, &raw, &workspaces, &known, &dir, &mut errs);
+    let cb = &server.callbacks;
+    let api_keys = api_keys(&src, &raw, &workspaces, cb, &mut errs);
+    let tools = tools::tools(&src, &raw, &workspaces, &known, cb, &dir, &mut errs);
     let hooks = match raw.server.hooks_files.is_empty() {
         true => super::Hooks::default(),
         false => super::hook_compile::load(
@@ -355,6 +358,7 @@ fn api_keys(
     src: &Src,
     raw: &RawConfig,
     wss: &BTreeMap<String, Workspace>,
+    cb: &Callbacks,
     errs: &mut Errors,
 ) -> HashMap<[u8; 32], ApiKey> {
     let (mut names, mut hashes) = (HashMap::new(), HashMap::new());
@@ -400,6 +404,13 @@ fn api_keys(
                 errs,
             ) as u64
         });
+        let request_callbacks = callbacks::permit(
+            src,
+            cb,
+            k.request_callbacks.as_ref(),
+            &format!("{key}.request_callbacks"),
+            errs,
+        );
         if let Ok(hash) = hash {
             out.insert(
                 hash,
@@ -408,6 +419,7 @@ fn api_keys(
                     workspace,
                     programs,
                     rate_per_minute,
+                    request_callbacks,
                 },
             );
         }

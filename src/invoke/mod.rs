@@ -2,7 +2,7 @@
 //! at config load) says what a request needs; [`invoke`] takes the request
 //! through it, one step per line:
 //!
-//! credentials → method → signature → function → rule → values → start → answer
+//! credentials → method → signature → function → rule → values → callbacks → start → answer
 //!
 //! The receive steps (signature, rule, sourced values, answer shape) are
 //! in `webhook.rs`; for an endpoint without receive settings they do
@@ -36,6 +36,7 @@ pub use values::named_values;
 
 use crate::access::Member;
 use crate::app::App;
+use crate::callback::{self, record::Source};
 use crate::config::{ApiKey, Config, Credentials, Endpoint, Function, Program, Target, Values};
 use crate::http::{ApiError, Request, Response};
 use crate::idempotency;
@@ -123,10 +124,12 @@ fn steps(
         stream = parse_bool("stream", req.query_one("stream")?)? || wants_events(req);
         values::reject_unknown(req)?;
     }
+    let callbacks = callbacks(cfg, req, endpoint, function, &caller)?;
     let origin = caller.origin();
     let mut job = job(cfg, program, function, values, &endpoint.vars, origin);
     job.body_file = body_file;
     job.stdin_body = rcv.stdin_body;
+    job.callbacks = callbacks;
     job.tool = endpoint
         .trigger
         .as_ref()
@@ -262,12 +265,42 @@ pub fn job(
         values,
         vars: vars.clone(),
         by,
+        callbacks: Vec::new(),
         id: None,
         tool: None,
         body_file: None,
         stdin_body: false,
         files: Vec::new(),
     }
+}
+
+/// The run's completion callbacks: the function's, the endpoint's, and the
+/// one the request names (`callback` on `POST /api`, `Trigd-Callback`
+/// anywhere) where the key or the trigger allows it.
+///
+/// # Errors
+/// `callback_not_permitted`, `callback_refused`.
+fn callbacks(
+    cfg: &Config,
+    req: &Request,
+    endpoint: &Endpoint,
+    function: &Function,
+    caller: &Caller,
+) -> Result<Vec<callback::record::Target>, ApiError> {
+    let permitted = match caller {
+        Caller::ApiKey(key) => key.request_callbacks,
+        _ => endpoint.request_callbacks,
+    };
+    let query = endpoint.values == Values::Positional;
+    callback::targets(
+        &cfg.server.callbacks,
+        &[
+            (function.callback.as_ref(), Source::Function),
+            (endpoint.callback.as_ref(), Source::Trigger),
+        ],
+        callback::requested(req, query)?,
+        permitted,
+    )
 }
 
 /// Whether the client asks for Server-Sent Events (`Accept:

@@ -10,12 +10,13 @@ use crate::config::{Server, Values};
 use crate::http::{ApiError, Request};
 
 /// The query parameters `POST /api` accepts.
-const PARAMS: [&str; 6] = [
+const PARAMS: [&str; 7] = [
     "api_key",
     "program_id",
     "variables",
     "function",
     "run_async",
+    "callback",
     "stream",
 ];
 

@@ -37,12 +37,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::callback::record::{waiting, Target};
+use crate::callback::Service as Callbacks;
 use crate::config::{Config, Program};
 use crate::metrics::Metrics;
 use crate::output::OutputFile;
@@ -67,6 +69,8 @@ pub struct Job {
     pub vars: BTreeMap<String, String>,
     /// Who started it, for the record; never a secret.
     pub by: Origin,
+    /// Where to send its completion callbacks.
+    pub callbacks: Vec<Target>,
     /// The run id to use (chosen ahead by an idempotency key); `None`: a
     /// new one.
     pub id: Option<String>,
@@ -270,6 +274,7 @@ pub struct Runner {
     live: Mutex<Live>,
     path_env: String,
     children: AtomicUsize,
+    callbacks: OnceLock<Arc<Callbacks>>,
 }
 
 impl Runner {
@@ -289,6 +294,7 @@ impl Runner {
             live: Mutex::default(),
             path_env,
             children: AtomicUsize::new(0),
+            callbacks: OnceLock::new(),
         }
     }
 
@@ -436,6 +442,32 @@ impl Runner {
         }
     }
 
+    /// Send completion callbacks of ended runs through `service` (servers
+    /// do; `trigd run` does not).
+    pub fn attach_callbacks(&self, service: Arc<Callbacks>) {
+        let _ = self.callbacks.set(service);
+    }
+
+    /// The callback service, when one is attached.
+    pub fn callbacks(&self) -> Option<&Arc<Callbacks>> {
+        self.callbacks.get()
+    }
+
+    /// Write the end state of `rec`, spooling its callbacks first and
+    /// handing them on after, so that no ended run loses a callback and no
+    /// delivery reports on a record not yet written.
+    fn record_end(&self, rec: &mut RunRecord, durable: bool) {
+        let chain = self.callbacks().and_then(|c| c.ended(rec));
+        match &self.store {
+            Some(store) if durable => store.record_synced(rec),
+            Some(store) => store.record(rec),
+            None => {}
+        }
+        if let (Some(c), Some(chain)) = (self.callbacks(), chain) {
+            c.submit(chain);
+        }
+    }
+
     /// Record `rec`, a run that ends without having started, as `state`
     /// for reason `why` (`durable`: on disk before this returns).
     fn end_unstarted(&self, mut rec: RunRecord, state: RunState, why: &str, durable: bool) {
@@ -443,11 +475,7 @@ impl Runner {
         rec.finished_at = Some(now_rfc3339());
         rec.error = Some(why.into());
         rec.input = None;
-        match &self.store {
-            Some(store) if durable => store.record_synced(&rec),
-            Some(store) => store.record(&rec),
-            None => {}
-        }
+        self.record_end(&mut rec, durable);
         if state == RunState::Cancelled {
             self.metrics.run(rec.program, state.name(), Duration::ZERO);
         }
@@ -697,7 +725,7 @@ impl Runner {
                 rec.state = RunState::Failed;
                 rec.error = Some("internal error; the server log has the details".into());
                 rec.input = None;
-                self.record(&rec);
+                self.record_end(&mut rec, false);
             }
         }
     }
@@ -725,6 +753,8 @@ impl Runner {
             body_file: None,
             stdin_body: false,
             files: Vec::new(),
+            // Its record already names its callbacks.
+            callbacks: Vec::new(),
         };
         Some((rec, job))
     }
@@ -749,6 +779,7 @@ impl Runner {
             error: None,
             stdout: None,
             input: None,
+            callbacks: waiting(&job.callbacks),
         }
     }
 
@@ -811,10 +842,11 @@ impl Runner {
             rec.state = RunState::Queued;
             (rec.started_at, rec.finished_at, rec.error, rec.stdout) = (None, None, None, None);
             rec.steps.clear();
+            self.record(&rec);
         } else {
             rec.input = None;
+            self.record_end(&mut rec, false);
         }
-        self.record(&rec);
         lock(&self.drain).tick();
         self.ended.notify_all();
         self.metrics

@@ -62,6 +62,7 @@ fn func(name: &str, inputs: &[&str], steps: Vec<Step>) -> Function {
         }),
         user: None,
         group: None,
+        callback: None,
         env_inputs: true,
         combined_output: false,
     }

@@ -115,6 +115,7 @@ fn job(server: &str, script: &str) -> Job {
         body_file: None,
         stdin_body: false,
         files: Vec::new(),
+        callbacks: Vec::new(),
     }
 }
 

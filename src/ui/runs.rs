@@ -17,6 +17,7 @@ use super::{
 };
 use crate::access::{check_csrf, Carrier, Session, SignedIn};
 use crate::app::App;
+use crate::callback::record::Delivery;
 use crate::config::Config;
 use crate::follow;
 use crate::http::{percent_encode, ApiError, Request, Response};
@@ -328,6 +329,10 @@ fn run_page(app: &App, cfg: &Config, s: &Session, r: &RunRecord) -> Response {
                 h2 { "Result" }
                 pre id="result" { (text) }
             }
+            @if !r.callbacks.is_empty() {
+                h2 { "Callbacks" }
+                (callbacks_table(&r.callbacks))
+            }
             h2 { "Output" }
             pre id="output" class="output" data-follow=[follow] {
                 (output_html(&app.store.output_path(&r.run)))
@@ -369,6 +374,37 @@ fn steps_table(steps: &[Value]) -> Markup {
                             td { (num(s, "ExitCode")) }
                             td { (num(s, "Signal")) }
                             td { (num(s, "DurationMs")) " ms" }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The run's completion callbacks: one row per delivery (URL, state, why it
+/// failed), then one row per kept attempt (time, status or error).
+fn callbacks_table(deliveries: &[Delivery]) -> Markup {
+    html! {
+        table class="steps" id="callbacks" {
+            thead { tr {
+                th { "URL" } th { "Source" } th { "State" } th { "Attempt" } th { "Status or error" }
+            } }
+            tbody {
+                @for d in deliveries {
+                    tr class="callback" {
+                        td { code { (d.url) } } td { (d.source.name()) }
+                        td { span class={ "state state-" (d.state.name()) } { (d.state.name()) } }
+                        td { (d.attempt_count) " attempt(s)" }
+                        td { (d.error.as_deref().map(strip_ansi).unwrap_or_default()) }
+                    }
+                    @for a in &d.attempts {
+                        tr class="attempt" {
+                            td {} td {} td {} td { (a.at) }
+                            td {
+                                @if let Some(c) = a.status { (c) } @else { (a.error.as_deref().unwrap_or("")) }
+                                " (" (a.duration_ms) " ms)"
+                            }
                         }
                     }
                 }

@@ -25,6 +25,8 @@ pub struct Trigd {
     config: PathBuf,
     /// The server's stderr, appended to across restarts.
     pub stderr_log: PathBuf,
+    /// Extra environment variables of the server process.
+    env: Vec<(String, String)>,
     /// How long a start may take (reading a big state dir takes longer).
     start_timeout: Duration,
 }
@@ -36,6 +38,24 @@ impl Trigd {
         Trigd::start_within(dir, START_TIMEOUT)
     }
 
+    /// Like [`Trigd::start`], with extra environment variables (kept across
+    /// restarts).
+    pub fn start_env(dir: &TestDir, env: &[(&str, &str)]) -> Trigd {
+        let mut t = Trigd {
+            child: None,
+            addr: String::new(),
+            config: dir.path("config.toml"),
+            stderr_log: dir.path("stderr.log"),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            start_timeout: START_TIMEOUT,
+        };
+        t.spawn();
+        t
+    }
+
     /// [`Trigd::start`] with a start allowed to take up to `bound` (a state
     /// dir with very many runs).
     pub fn start_within(dir: &TestDir, bound: Duration) -> Trigd {
@@ -44,6 +64,7 @@ impl Trigd {
             addr: String::new(),
             config: dir.path("config.toml"),
             stderr_log: dir.path("stderr.log"),
+            env: Vec::new(),
             start_timeout: bound,
         };
         t.spawn();
@@ -68,6 +89,7 @@ impl Trigd {
         if env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "info");
         }
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         let mut child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("cannot spawn {BIN}: {e}"));

@@ -1,0 +1,209 @@
+//! One delivery attempt: check the URL against the allow list in force,
+//! resolve its host, check every address it
+//! resolves to, connect only to those checked addresses (ureq is given
+//! them through its resolver, so DNS cannot answer differently between
+//! the check and the connection), and POST the signed body. TLS is rustls
+//! with the bundled webpki roots plus `[callbacks] ca_file`.
+//!
+//! Headers sent: `Content-Type: application/json`, `User-Agent: trigd/<v>`,
+//! `Trigd-Delivery: <id>`, `Trigd-Run: <run>`, `Trigd-Attempt: <n>` and
+//! `Trigd-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+use url::Url;
+
+use super::spool::Pending;
+use crate::config::callbacks::Callbacks;
+
+/// How an attempt ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// A 2xx answer.
+    Delivered(u16),
+    /// Worth another try: no answer (connection, DNS, TLS, timeout), or 408,
+    /// 429 or 5xx. The status, when there was one, and what happened.
+    Retry(Option<u16>, Option<String>),
+    /// Not worth another try: another status (redirects are not followed),
+    /// or an address that may not be called.
+    Failed(Option<u16>, Option<String>),
+}
+
+/// The `Trigd-Signature` value for `body` signed at unix time `t`.
+pub fn signature(secret: &[u8], t: u64, body: &[u8]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes keys of any length");
+    mac.update(t.to_string().as_bytes());
+    mac.update(b".");
+    mac.update(body);
+    format!("t={t},v1={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+/// The TLS settings of every attempt: the bundled webpki roots plus
+/// `extra` (from `ca_file`).
+pub fn tls_config(
+    extra: &[rustls_pki_types::CertificateDer<'static>],
+) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore {
+        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+    };
+    let (added, ignored) = roots.add_parsable_certificates(extra.iter().cloned());
+    if ignored > 0 {
+        log::warn!("callbacks: {ignored} certificate(s) of ca_file are not usable as roots ({added} added)");
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("ring supports the default protocol versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Arc::new(config)
+}
+
+/// The addresses ureq may connect to: exactly the checked ones.
+struct Checked(Vec<SocketAddr>);
+
+impl ureq::Resolver for Checked {
+    fn resolve(&self, _netloc: &str) -> io::Result<Vec<SocketAddr>> {
+        Ok(self.0.clone())
+    }
+}
+
+/// Resolve the URL's host and check every address.
+fn resolve(cfg: &Callbacks, url: &Url) -> Result<Vec<SocketAddr>, Outcome> {
+    let port = url.port_or_known_default().unwrap_or(80);
+    let addrs: Vec<SocketAddr> = match url.host() {
+        Some(url::Host::Ipv4(a)) => vec![SocketAddr::new(IpAddr::V4(a), port)],
+        Some(url::Host::Ipv6(a)) => vec![SocketAddr::new(IpAddr::V6(a), port)],
+        Some(url::Host::Domain(d)) => (d, port)
+            .to_socket_addrs()
+            .map_err(|e| Outcome::Retry(None, Some(format!("cannot resolve {d}: {e}"))))?
+            .collect(),
+        None => return Err(Outcome::Failed(None, Some("the URL has no host".into()))),
+    };
+    if addrs.is_empty() {
+        return Err(Outcome::Retry(None, Some("the host has no address".into())));
+    }
+    for a in &addrs {
+        cfg.check_address(a.ip())
+            .map_err(|msg| Outcome::Failed(None, Some(format!("refused: {msg}"))))?;
+    }
+    Ok(addrs)
+}
+
+/// Make attempt number `n` (1-based) of `p` and say how it ended.
+pub fn attempt(cfg: &Callbacks, tls: &Arc<rustls::ClientConfig>, p: &Pending, n: u32) -> Outcome {
+    let Ok(url) = Url::parse(&p.delivery.url) else {
+        return Outcome::Failed(None, Some("the URL does not parse".into()));
+    };
+    // The allow list in force now: a reload may have narrowed it.
+    if let Err(msg) = cfg.check_url(url.as_str()) {
+        return Outcome::Failed(None, Some(format!("refused: {msg}")));
+    }
+    let Some(secret) = &cfg.secret else {
+        return Outcome::Retry(None, Some("no signing secret is configured".into()));
+    };
+    let addrs = match resolve(cfg, &url) {
+        Ok(a) => a,
+        Err(o) => return o,
+    };
+    let agent = ureq::AgentBuilder::new()
+        .resolver(Checked(addrs))
+        .timeout(cfg.timeout)
+        .redirects(0)
+        .tls_config(Arc::clone(tls))
+        .user_agent(concat!("trigd/", env!("CARGO_PKG_VERSION")))
+        .build();
+    let t = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    let result = agent
+        .post(url.as_str())
+        .set("Content-Type", "application/json")
+        .set("Trigd-Delivery", &p.delivery.delivery)
+        .set("Trigd-Run", &p.run)
+        .set("Trigd-Attempt", &n.to_string())
+        .set(
+            "Trigd-Signature",
+            &signature(secret.bytes(), t, p.body.as_bytes()),
+        )
+        .send_string(&p.body);
+    match result {
+        Ok(r) => classify(r.status()),
+        Err(ureq::Error::Status(code, _)) => classify(code),
+        Err(ureq::Error::Transport(t)) => Outcome::Retry(None, Some(transport(&t, cfg.timeout))),
+    }
+}
+
+/// 2xx delivered; 408, 429 and 5xx retried; anything else failed.
+pub fn classify(status: u16) -> Outcome {
+    match status {
+        200..=299 => Outcome::Delivered(status),
+        408 | 429 | 500..=599 => Outcome::Retry(Some(status), None),
+        300..=399 => Outcome::Failed(
+            Some(status),
+            Some("redirects are not followed; configure the final URL".into()),
+        ),
+        _ => Outcome::Failed(Some(status), None),
+    }
+}
+
+/// A transport error in one line; a timeout says so plainly.
+fn transport(t: &ureq::Transport, timeout: Duration) -> String {
+    let text = t.to_string();
+    let timed_out = text.contains("timed out")
+        || text.contains("Timeout")
+        || std::error::Error::source(t)
+            .and_then(|s| s.downcast_ref::<io::Error>())
+            .is_some_and(|e| {
+                matches!(
+                    e.kind(),
+                    io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
+                )
+            });
+    if timed_out {
+        format!(
+            "timed out: no answer within {}ms (timeout)",
+            timeout.as_millis()
+        )
+    } else {
+        text
+    }
+}
+
+/// Milliseconds since `start`, for an attempt's `DurationMs`.
+pub fn elapsed_ms(start: Instant) -> u64 {
+    u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The same computation as `printf '%s' "1700000000.{}" | openssl dgst
+    /// -sha256 -hmac 0123456789abcdef`.
+    #[test]
+    fn signature_matches_openssl() {
+        let s = signature(b"0123456789abcdef", 1_700_000_000, b"{}");
+        assert_eq!(
+            s,
+            "t=1700000000,v1=e4f8e2ecae2295b2ddb2f0b5584c8275e226c0ebe9b3b819e70156bb67122e3e"
+        );
+    }
+
+    #[test]
+    fn statuses_are_classified() {
+        assert_eq!(classify(204), Outcome::Delivered(204));
+        for s in [408, 429, 500, 503] {
+            assert!(matches!(classify(s), Outcome::Retry(Some(_), None)), "{s}");
+        }
+        for s in [301, 400, 401, 404, 410] {
+            assert!(matches!(classify(s), Outcome::Failed(Some(_), _)), "{s}");
+        }
+    }
+}

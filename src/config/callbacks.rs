@@ -1,0 +1,570 @@
+//! `[callbacks]` of `config.toml`: where completion callbacks may go, the
+//! signing secret, and the delivery policy; plus the URL and address checks
+//! that every callback URL passes, at load time (fixed URLs), at request
+//! time (per-request URLs) and at delivery time (every resolved address).
+//!
+//! A callback URL is accepted when it is `http` or `https`, carries no user
+//! name or password, matches an `allow` entry (a host name, or a URL prefix),
+//! and — when its host is an IP address — that address is public or listed
+//! in `allow_private`. Names are resolved only when a delivery is attempted;
+//! every address they resolve to must pass the same address check.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::Path;
+use std::time::Duration;
+
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::CertificateDer;
+use toml::Spanned;
+use url::Url;
+
+use super::raw::{RawCallbacks, RawDuration};
+use super::resolve;
+use super::types::{count, duration, Errors, Src};
+
+/// Defaults of `[callbacks]`.
+pub mod defaults {
+    /// `timeout` of one attempt, in seconds.
+    pub const TIMEOUT_SECS: u64 = 10;
+    /// `retry_for`: attempts stop this long after the first, in seconds (1h).
+    pub const RETRY_FOR_SECS: u64 = 3600;
+    /// `backoff`: the wait after the first failed attempt, in seconds.
+    pub const BACKOFF_SECS: u64 = 1;
+    /// `backoff_max`: the longest wait between attempts, in seconds (5m).
+    pub const BACKOFF_MAX_SECS: u64 = 300;
+    /// `workers`: delivery threads.
+    pub const WORKERS: usize = 2;
+    /// `max_pending`: deliveries waiting on disk at most.
+    pub const MAX_PENDING: usize = 10_000;
+}
+
+/// Longest accepted callback URL, in bytes.
+pub const MAX_URL_BYTES: usize = 2048;
+
+/// Shortest accepted signing secret, in bytes.
+pub const MIN_SECRET_BYTES: usize = 16;
+
+/// The signing secret. Its `Debug` never shows the bytes.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(Vec<u8>);
+
+impl Secret {
+    /// The secret's bytes, for the HMAC key only.
+    pub fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+/// One `allow` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Allow {
+    /// Any http(s) URL on this host (lower case), any port.
+    Host(String),
+    /// URLs whose normalised text starts with this normalised prefix.
+    Prefix(String),
+}
+
+/// An address block of `allow_private`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    addr: IpAddr,
+    bits: u8,
+}
+
+impl Cidr {
+    /// Parse `10.0.0.0/8`, `::1/128` or a single address.
+    ///
+    /// # Errors
+    /// A sentence when it is neither.
+    pub fn parse(s: &str) -> Result<Cidr, String> {
+        let bad = || format!("\"{s}\" is not an address or an address block like \"10.0.0.0/8\"");
+        let (a, bits) = match s.split_once('/') {
+            Some((a, b)) => (a, Some(b.parse::<u8>().map_err(|_| bad())?)),
+            None => (s, None),
+        };
+        let addr: IpAddr = a.trim().parse().map_err(|_| bad())?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let bits = bits.unwrap_or(max);
+        if bits > max {
+            return Err(bad());
+        }
+        Ok(Cidr { addr, bits })
+    }
+
+    /// Whether `ip` lies in the block.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match (self.addr, ip.to_canonical()) {
+            (IpAddr::V4(a), IpAddr::V4(b)) => prefix_eq(&a.octets(), &b.octets(), self.bits),
+            (IpAddr::V6(a), IpAddr::V6(b)) => prefix_eq(&a.octets(), &b.octets(), self.bits),
+            _ => false,
+        }
+    }
+}
+
+fn prefix_eq(a: &[u8], b: &[u8], bits: u8) -> bool {
+    let (full, rest) = (usize::from(bits / 8), bits % 8);
+    if a[..full] != b[..full] {
+        return false;
+    }
+    if rest == 0 {
+        return true;
+    }
+    let mask = 0xffu8 << (8 - rest);
+    a[full] & mask == b[full] & mask
+}
+
+/// The validated `[callbacks]` settings.
+#[derive(Debug, Clone)]
+pub struct Callbacks {
+    /// Where callbacks may go; empty: nowhere.
+    pub allow: Vec<Allow>,
+    /// Private, loopback or link-local addresses allowed anyway.
+    pub allow_private: Vec<Cidr>,
+    /// The signing secret; `None` when neither `secret_env` nor
+    /// `secret_file` is set (then no callback may be configured).
+    pub secret: Option<Secret>,
+    /// Certificates from `ca_file`, trusted besides the bundled roots.
+    pub extra_roots: Vec<CertificateDer<'static>>,
+    /// Time one attempt may take, connection included.
+    pub timeout: Duration,
+    /// No attempt starts later than this after the first one.
+    pub retry_for: Duration,
+    /// The wait after the first failed attempt; doubles each time.
+    pub backoff: Duration,
+    /// The longest wait between two attempts.
+    pub backoff_max: Duration,
+    /// Delivery threads.
+    pub workers: usize,
+    /// Deliveries waiting (on disk) at most; past it a delivery fails at once.
+    pub max_pending: usize,
+}
+
+impl Default for Callbacks {
+    fn default() -> Self {
+        Callbacks {
+            allow: Vec::new(),
+            allow_private: Vec::new(),
+            secret: None,
+            extra_roots: Vec::new(),
+            timeout: Duration::from_secs(defaults::TIMEOUT_SECS),
+            retry_for: Duration::from_secs(defaults::RETRY_FOR_SECS),
+            backoff: Duration::from_secs(defaults::BACKOFF_SECS),
+            backoff_max: Duration::from_secs(defaults::BACKOFF_MAX_SECS),
+            workers: defaults::WORKERS,
+            max_pending: defaults::MAX_PENDING,
+        }
+    }
+}
+
+impl Callbacks {
+    /// Check a callback URL against the scheme rules, the allow list and,
+    /// for an address literal, the address rules. Returns the normalised URL.
+    ///
+    /// # Errors
+    /// A sentence saying why the URL is refused.
+    pub fn check_url(&self, raw: &str) -> Result<String, String> {
+        if raw.len() > MAX_URL_BYTES {
+            return Err(format!("the URL is longer than {MAX_URL_BYTES} bytes"));
+        }
+        let url = Url::parse(raw).map_err(|e| format!("\"{raw}\" is not a URL ({e})"))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(format!("\"{raw}\": only http and https URLs are called"));
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err("a callback URL may not carry a user name or password".into());
+        }
+        if url.fragment().is_some() {
+            return Err("a callback URL may not carry a #fragment".into());
+        }
+        let host = url
+            .host_str()
+            .ok_or_else(|| format!("\"{raw}\" has no host"))?
+            .to_ascii_lowercase();
+        let text = url.as_str();
+        let allowed = self.allow.iter().any(|a| match a {
+            Allow::Host(h) => *h == host,
+            Allow::Prefix(p) => text.starts_with(p.as_str()),
+        });
+        if !allowed {
+            return Err(format!(
+                "{text} is not in [callbacks] allow (a host name or a URL prefix)"
+            ));
+        }
+        if let Some(ip) = host_ip(&url) {
+            self.check_address(ip)?;
+        }
+        Ok(text.to_string())
+    }
+
+    /// Whether trigd may connect to `ip`: public, or listed in
+    /// `allow_private`.
+    ///
+    /// # Errors
+    /// A sentence naming the address and why it is refused.
+    pub fn check_address(&self, ip: IpAddr) -> Result<(), String> {
+        let ip = ip.to_canonical();
+        if self.allow_private.iter().any(|c| c.contains(ip)) {
+            return Ok(());
+        }
+        match special(ip) {
+            None => Ok(()),
+            Some(kind) => Err(format!(
+                "address {ip} is {kind}; list it in [callbacks] allow_private to allow it"
+            )),
+        }
+    }
+}
+
+/// The IP address of a URL whose host is an address literal.
+fn host_ip(url: &Url) -> Option<IpAddr> {
+    match url.host()? {
+        url::Host::Ipv4(a) => Some(IpAddr::V4(a)),
+        url::Host::Ipv6(a) => Some(IpAddr::V6(a)),
+        url::Host::Domain(_) => None,
+    }
+}
+
+/// What kind of non-public address `ip` is, if it is one.
+pub fn special(ip: IpAddr) -> Option<&'static str> {
+    match ip.to_canonical() {
+        IpAddr::V4(a) => special_v4(a),
+        IpAddr::V6(a) => special_v6(a),
+    }
+}
+
+fn special_v4(a: Ipv4Addr) -> Option<&'static str> {
+    let [b0, b1, ..] = a.octets();
+    if a.is_loopback() {
+        Some("a loopback address")
+    } else if a.is_private() || (b0 == 100 && (64..128).contains(&b1)) {
+        Some("a private address")
+    } else if a.is_link_local() {
+        Some("a link-local address")
+    } else if a.is_unspecified() || b0 == 0 || a.is_broadcast() || a.is_multicast() || b0 >= 240 {
+        Some("not a unicast address")
+    } else if a.is_documentation() {
+        Some("a documentation address")
+    } else {
+        None
+    }
+}
+
+fn special_v6(a: Ipv6Addr) -> Option<&'static str> {
+    let s0 = a.segments()[0];
+    if a.is_loopback() {
+        Some("a loopback address")
+    } else if s0 & 0xfe00 == 0xfc00 {
+        Some("a private (unique local) address")
+    } else if s0 & 0xffc0 == 0xfe80 {
+        Some("a link-local address")
+    } else if a.is_unspecified() || a.is_multicast() {
+        Some("not a unicast address")
+    } else if s0 == 0x2001 && a.segments()[1] == 0x0db8 {
+        Some("a documentation address")
+    } else {
+        None
+    }
+}
+
+/// `[callbacks]` checked; `dir` is the directory of config.toml.
+pub(super) fn callbacks(src: &Src, raw: &RawCallbacks, dir: &Path, errs: &mut Errors) -> Callbacks {
+    let d = Callbacks::default();
+    let mut dur = |v: &Option<Spanned<RawDuration>>, key: &str, default: Duration| {
+        duration(src, v.as_ref(), &format!("callbacks.{key}"), default, errs)
+    };
+    let timeout = dur(&raw.timeout, "timeout", d.timeout);
+    let retry_for = dur(&raw.retry_for, "retry_for", d.retry_for);
+    let backoff = dur(&raw.backoff, "backoff", d.backoff);
+    let backoff_max = dur(&raw.backoff_max, "backoff_max", d.backoff_max);
+    let workers = count(src, &raw.workers, "callbacks.workers", d.workers, 1, errs);
+    let max_pending = count(
+        src,
+        &raw.max_pending,
+        "callbacks.max_pending",
+        d.max_pending,
+        1,
+        errs,
+    );
+    Callbacks {
+        allow: allow_list(src, &raw.allow, errs),
+        allow_private: private_list(src, &raw.allow_private, errs),
+        secret: secret(src, raw, dir, errs),
+        extra_roots: ca_file(src, raw.ca_file.as_ref(), dir, errs),
+        timeout,
+        retry_for,
+        backoff,
+        backoff_max: backoff_max.max(backoff),
+        workers,
+        max_pending,
+    }
+}
+
+fn allow_list(src: &Src, raw: &[Spanned<String>], errs: &mut Errors) -> Vec<Allow> {
+    let mut out = Vec::new();
+    for (i, a) in raw.iter().enumerate() {
+        let text = a.get_ref().trim();
+        let entry = if text.contains("://") {
+            match Url::parse(text) {
+                Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {
+                    Ok(Allow::Prefix(u.as_str().to_string()))
+                }
+                _ => Err(format!("\"{text}\" is not an http(s) URL prefix")),
+            }
+        } else if is_host(text) {
+            Ok(Allow::Host(text.to_ascii_lowercase()))
+        } else {
+            Err(format!(
+                "\"{text}\" is neither a host name (\"hooks.example.com\") nor a URL prefix (\"https://hooks.example.com/ci/\")"
+            ))
+        };
+        match entry {
+            Ok(e) => out.push(e),
+            Err(msg) => errs.at(src, a.span(), format!("callbacks.allow[{i}]"), msg),
+        }
+    }
+    out
+}
+
+/// A host name, an IPv4 address or a bracketed IPv6 address (`[::1]`), as
+/// the host of a URL is written.
+fn is_host(text: &str) -> bool {
+    let v6 = text.starts_with('[') && text.ends_with(']');
+    !text.is_empty() && !text.contains(['/', ' ', '@', '?', '#']) && (v6 || !text.contains(':'))
+}
+
+fn private_list(src: &Src, raw: &[Spanned<String>], errs: &mut Errors) -> Vec<Cidr> {
+    let mut out = Vec::new();
+    for (i, c) in raw.iter().enumerate() {
+        match Cidr::parse(c.get_ref().trim()) {
+            Ok(c) => out.push(c),
+            Err(msg) => errs.at(src, c.span(), format!("callbacks.allow_private[{i}]"), msg),
+        }
+    }
+    out
+}
+
+/// The secret from `secret_env` or `secret_file` (exactly one; surrounding
+/// white space dropped). Errors never show the secret.
+fn secret(src: &Src, raw: &RawCallbacks, dir: &Path, errs: &mut Errors) -> Option<Secret> {
+    let (value, span, key) = match (&raw.secret_env, &raw.secret_file) {
+        (None, None) => return None,
+        (Some(e), Some(_)) => {
+            let msg = "set secret_env or secret_file, not both";
+            errs.at(src, e.span(), "callbacks.secret_env", msg);
+            return None;
+        }
+        (Some(e), None) => {
+            let v = std::env::var(e.get_ref()).map_err(|_| {
+                format!(
+                    "environment variable {} is not set (or not UTF-8); it must hold the signing secret",
+                    e.get_ref()
+                )
+            });
+            (v, e.span(), "callbacks.secret_env")
+        }
+        (None, Some(f)) => {
+            let path = resolve(dir, Path::new(f.get_ref()));
+            let v = std::fs::read_to_string(&path)
+                .map_err(|e| format!("cannot read the secret file {}: {e}", path.display()));
+            (v, f.span(), "callbacks.secret_file")
+        }
+    };
+    let checked = value.and_then(|v| {
+        let v = v.trim().as_bytes().to_vec();
+        if v.len() < MIN_SECRET_BYTES {
+            Err(format!(
+                "the signing secret must be at least {MIN_SECRET_BYTES} bytes (it has {}); `openssl rand -hex 32` makes one",
+                v.len()
+            ))
+        } else {
+            Ok(Secret(v))
+        }
+    });
+    checked.map_err(|msg| errs.at(src, span, key, msg)).ok()
+}
+
+fn ca_file(
+    src: &Src,
+    raw: Option<&Spanned<String>>,
+    dir: &Path,
+    errs: &mut Errors,
+) -> Vec<CertificateDer<'static>> {
+    let Some(f) = raw else { return Vec::new() };
+    let path = resolve(dir, Path::new(f.get_ref()));
+    let certs: Result<Vec<_>, String> = CertificateDer::pem_file_iter(&path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))
+        .and_then(|it| {
+            it.collect::<Result<Vec<_>, _>>()
+                .map_err(|e| format!("{} is not PEM: {e}", path.display()))
+        });
+    let usable =
+        |c: &CertificateDer<'static>| rustls::RootCertStore::empty().add(c.clone()).is_ok();
+    match certs {
+        Ok(c) if !c.is_empty() && c.iter().all(usable) => c,
+        Ok(c) if !c.is_empty() => {
+            let msg = format!(
+                "{} holds a certificate that cannot be used as a CA root",
+                path.display()
+            );
+            errs.at(src, f.span(), "callbacks.ca_file", msg);
+            Vec::new()
+        }
+        Ok(_) => {
+            let msg = format!("{} holds no CERTIFICATE block", path.display());
+            errs.at(src, f.span(), "callbacks.ca_file", msg);
+            Vec::new()
+        }
+        Err(msg) => {
+            errs.at(src, f.span(), "callbacks.ca_file", msg);
+            Vec::new()
+        }
+    }
+}
+
+/// A fixed `callback` URL of a function or trigger, checked now: refused
+/// URLs and a missing secret are load errors.
+pub(super) fn fixed(
+    src: &Src,
+    cb: &Callbacks,
+    raw: Option<&Spanned<String>>,
+    key: &str,
+    errs: &mut Errors,
+) -> Option<String> {
+    let url = raw?;
+    let checked = need_secret(cb).and_then(|()| cb.check_url(url.get_ref()));
+    checked
+        .map_err(|msg| errs.at(src, url.span(), key, msg))
+        .ok()
+}
+
+/// A `request_callbacks` switch; `true` needs the signing secret.
+pub(super) fn permit(
+    src: &Src,
+    cb: &Callbacks,
+    raw: Option<&Spanned<bool>>,
+    key: &str,
+    errs: &mut Errors,
+) -> bool {
+    let Some(on) = raw.filter(|v| *v.get_ref()) else {
+        return false;
+    };
+    match need_secret(cb) {
+        Ok(()) => true,
+        Err(msg) => {
+            errs.at(src, on.span(), key, msg);
+            false
+        }
+    }
+}
+
+fn need_secret(cb: &Callbacks) -> Result<(), String> {
+    match cb.secret {
+        Some(_) => Ok(()),
+        None => Err(
+            "callbacks are signed: set [callbacks] secret_env or secret_file in config.toml".into(),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(allow: &[Allow], private: &[&str]) -> Callbacks {
+        Callbacks {
+            allow: allow.to_vec(),
+            allow_private: private.iter().map(|c| Cidr::parse(c).unwrap()).collect(),
+            ..Callbacks::default()
+        }
+    }
+
+    #[test]
+    fn cidr_blocks() {
+        let c = Cidr::parse("10.1.0.0/16").unwrap();
+        assert!(c.contains("10.1.200.3".parse().unwrap()));
+        assert!(!c.contains("10.2.0.1".parse().unwrap()));
+        assert!(Cidr::parse("127.0.0.1")
+            .unwrap()
+            .contains("::ffff:127.0.0.1".parse().unwrap()));
+        assert!(Cidr::parse("fe80::/10")
+            .unwrap()
+            .contains("fe80::1".parse().unwrap()));
+        assert!(Cidr::parse("0.0.0.0/0")
+            .unwrap()
+            .contains("8.8.8.8".parse().unwrap()));
+        for bad in ["10.0.0.0/33", "x", "10.0.0/8", "::/129", ""] {
+            assert!(Cidr::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn special_addresses() {
+        for a in [
+            "127.0.0.1",
+            "10.0.0.1",
+            "172.16.5.4",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "0.0.0.0",
+            "::1",
+            "fd00::1",
+            "fe80::1",
+            "::ffff:10.0.0.1",
+            "::",
+        ] {
+            assert!(special(a.parse().unwrap()).is_some(), "{a}");
+        }
+        for a in ["8.8.8.8", "1.1.1.1", "2606:4700::1111"] {
+            assert!(special(a.parse().unwrap()).is_none(), "{a}");
+        }
+    }
+
+    #[test]
+    fn urls_follow_the_allow_list() {
+        let s = settings(
+            &[
+                Allow::Host("hooks.example.com".into()),
+                Allow::Prefix("https://ci.example.org/trigd/".into()),
+                Allow::Host("127.0.0.1".into()),
+                Allow::Host("10.0.0.9".into()),
+                Allow::Host("[::1]".into()),
+            ],
+            &["127.0.0.1"],
+        );
+        assert!(s.check_url("https://hooks.example.com/x").is_ok());
+        assert!(s.check_url("http://HOOKS.example.com:8443/x?y=1").is_ok());
+        assert!(s.check_url("https://ci.example.org/trigd/done").is_ok());
+        assert!(s.check_url("http://127.0.0.1:9/cb").is_ok());
+        assert!(s
+            .check_url("http://[::1]:9/cb")
+            .unwrap_err()
+            .contains("loopback"));
+        assert!(is_host("[::1]") && is_host("a.example") && !is_host("a:1") && !is_host(""));
+        let refused = [
+            "https://ci.example.org/other",
+            "https://ci.example.org/trigd",
+            "https://evil.example.com/",
+            "https://hooks.example.com.evil.org/",
+            "ftp://hooks.example.com/",
+            "https://user:pw@hooks.example.com/",
+            "https://hooks.example.com/#frag",
+            "http://10.0.0.9/",
+            "not a url",
+        ];
+        for u in refused {
+            assert!(s.check_url(u).is_err(), "{u} accepted");
+        }
+        assert!(s
+            .check_url("http://10.0.0.9/")
+            .unwrap_err()
+            .contains("allow_private"));
+    }
+}

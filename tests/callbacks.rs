@@ -1,0 +1,950 @@
+//! Completion callbacks on the real binary, with a small HTTP receiver run
+//! by the test on 127.0.0.1 (allowed explicitly in each config, as
+//! loopback is refused by default): signatures, retries, 4xx, timeouts,
+//! kill -9 with pending deliveries, the allow list, metrics, and no secret
+//! in any log line.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use hmac::{Hmac, Mac};
+use serde_json::Value;
+use sha2::Sha256;
+
+use crate::util::*;
+
+/// The signing secret of these tests.
+const SECRET: &str = "cb-test-secret-5f0e9a1c7d3b2e48";
+/// A key that may name callbacks per request.
+const KEY_CB: &str = "trigd-test-key-callbacks-9d1e";
+/// Bound for deliveries (retries with short backoff on a loaded machine).
+const LONG: Duration = Duration::from_secs(40);
+
+/// One request the receiver got.
+#[derive(Clone, Debug)]
+struct Got {
+    path: String,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+    status: Option<u16>,
+}
+
+impl Got {
+    fn header(&self, name: &str) -> &str {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map_or("", |(_, v)| v.as_str())
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).expect("callback body is JSON")
+    }
+}
+
+/// How the receiver answers a request: a status, never, or by closing
+/// the connection without a word (as a receiver that is down).
+#[derive(Clone, Copy)]
+enum Answer {
+    Status(u16),
+    Silent,
+    Close,
+}
+
+/// A tiny HTTP server: records every request, answers as told.
+struct Receiver {
+    port: u16,
+    got: Arc<Mutex<Vec<Got>>>,
+}
+
+impl Receiver {
+    fn bind() -> TcpListener {
+        TcpListener::bind("127.0.0.1:0").expect("bind the receiver")
+    }
+
+    fn start(
+        listener: TcpListener,
+        answer: impl Fn(&str) -> Answer + Send + Sync + 'static,
+    ) -> Receiver {
+        let port = listener.local_addr().unwrap().port();
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let (g, answer) = (Arc::clone(&got), Arc::new(answer));
+        thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let (g, answer) = (Arc::clone(&g), Arc::clone(&answer));
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(20)));
+                thread::spawn(move || serve_one(stream, &g, &*answer));
+            }
+        });
+        Receiver { port, got }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    fn got(&self) -> Vec<Got> {
+        self.got.lock().unwrap().clone()
+    }
+}
+
+fn serve_one(mut s: impl Read + Write, got: &Mutex<Vec<Got>>, answer: &dyn Fn(&str) -> Answer) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        match s.read(&mut chunk) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
+    let mut lines = head.split("\r\n");
+    let path = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .unwrap_or("")
+        .to_string();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let len: usize = headers
+        .iter()
+        .find(|(k, _)| k == "content-length")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0);
+    let mut body = buf[head_end..].to_vec();
+    while body.len() < len {
+        match s.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => body.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let a = answer(&path);
+    let status = match a {
+        Answer::Status(c) => Some(c),
+        Answer::Silent | Answer::Close => None,
+    };
+    got.lock().unwrap().push(Got {
+        path,
+        headers,
+        body,
+        status,
+    });
+    match a {
+        Answer::Status(c) => {
+            let _ = write!(
+                s,
+                "HTTP/1.1 {c} X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+        }
+        Answer::Silent => thread::sleep(Duration::from_secs(30)),
+        Answer::Close => {}
+    }
+}
+
+/// A test dir whose config has `[callbacks]` with `opts` over short test
+/// defaults, the key [`KEY_CB`] (request_callbacks) and `programs`.
+fn setup_cb(name: &str, opts: &[(&str, &str)], programs: &[(&str, &str)]) -> TestDir {
+    let dir = setup(name, "", programs);
+    let mut o: BTreeMap<&str, &str> = [
+        ("allow", r#"["127.0.0.1"]"#),
+        ("allow_private", r#"["127.0.0.1"]"#),
+        ("secret_file", r#""cb.secret""#),
+        ("backoff", r#""100ms""#),
+        ("backoff_max", r#""300ms""#),
+        ("retry_for", r#""5m""#),
+        ("timeout", r#""5s""#),
+        ("workers", "1"),
+    ]
+    .into_iter()
+    .collect();
+    for (k, v) in opts {
+        if v.is_empty() {
+            o.remove(k);
+        } else {
+            o.insert(k, v);
+        }
+    }
+    let table: String = o.iter().map(|(k, v)| format!("{k} = {v}\n")).collect();
+    dir.append(
+        "config.toml",
+        &format!(
+            "\n[[api_keys]]\nname = \"cb\"\nsha256 = \"{}\"\nrequest_callbacks = true\n\n[callbacks]\n{table}",
+            sha256_hex(KEY_CB)
+        ),
+    );
+    dir.write("cb.secret", &format!("{SECRET}\n"));
+    dir
+}
+
+/// Program 1: `ok` (echo, fixed callback `fixed` when given), `fail`
+/// (exit 3), `slow` (sleeps).
+fn program(fixed: Option<&str>) -> String {
+    let cb = fixed.map_or(String::new(), |u| format!("callback = \"{u}\"\n"));
+    format!(
+        r#"id = 1
+name = "cb"
+
+[[functions]]
+name = "ok"
+command = ["echo", "hello {{who}}"]
+{cb}
+[functions.webhook]
+outputs = ["who"]
+
+[[functions]]
+name = "fail"
+steps = [{{ shell = "echo oops >&2; exit 3" }}]
+{cb}
+[functions.webhook]
+
+[[functions]]
+name = "slow"
+steps = [{{ shell = "sleep 30" }}]
+{cb}
+[functions.webhook]
+"#
+    )
+}
+
+/// Start `function` async (values `vars`, optional per-request callback).
+fn start_run(t: &Trigd, key: &str, function: &str, vars: &str, callback: Option<&str>) -> String {
+    let cb = callback.map_or(String::new(), |u| format!("&callback={}", enc(u)));
+    let r = t.post(&format!(
+        "/api?api_key={key}&program_id=1&function={function}{vars}&run_async=true{cb}"
+    ));
+    let v = r.ok();
+    r.run_id(&v)
+}
+
+fn record(t: &Trigd, run: &str) -> Value {
+    t.get(&format!("/api/runs/{run}?api_key={KEY}")).ok()
+}
+
+/// Wait until delivery `i` of `run` is in `state`; its record.
+fn wait_delivery(t: &Trigd, run: &str, i: usize, state: &str) -> Value {
+    let mut last = Value::Null;
+    let ok = wait_until(LONG, || {
+        last = record(t, run);
+        last["Callbacks"][i]["State"] == state
+    });
+    t.check(
+        ok,
+        format!("delivery {i} of {run} never became {state}: {last:#}"),
+    );
+    last
+}
+
+/// Verify a `Trigd-Signature` the way a receiver should.
+fn signature_ok(got: &Got, secret: &str) -> bool {
+    let sig = got.header("trigd-signature");
+    let mut t = None;
+    let mut v1 = None;
+    for part in sig.split(',') {
+        match part.split_once('=') {
+            Some(("t", x)) => t = Some(x),
+            Some(("v1", x)) => v1 = Some(x),
+            _ => {}
+        }
+    }
+    let (Some(t), Some(v1)) = (t, v1) else {
+        return false;
+    };
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+    mac.update(format!("{t}.").as_bytes());
+    mac.update(&got.body);
+    let Ok(given) = hex::decode(v1) else {
+        return false;
+    };
+    mac.verify_slice(&given).is_ok()
+}
+
+fn metric(t: &Trigd, line_start: &str) -> Option<u64> {
+    let text = t.get("/metrics").text();
+    text.lines()
+        .find_map(|l| l.strip_prefix(line_start))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+fn no_secret_logged(t: &Trigd, dir: &TestDir) {
+    let log = dir.read("stderr.log");
+    t.check(
+        !log.contains(SECRET),
+        "the signing secret appears in the log",
+    );
+}
+
+#[test]
+fn signed_delivery_of_the_run_record() {
+    let rx = Receiver::start(Receiver::bind(), |_| Answer::Status(204));
+    let fixed = rx.url("/fixed?token=abc");
+    let dir = setup_cb("cb-signed", &[], &[("p.toml", &program(Some(&fixed)))]);
+    let t = Trigd::start(&dir);
+    let run = start_run(&t, KEY, "ok", &vars(&["world"]), None);
+    let rec = wait_delivery(&t, &run, 0, "delivered");
+    let got = rx.got();
+    t.check(got.len() == 1, format!("one request, got {got:#?}"));
+    let g = &got[0];
+    t.check(g.path == "/fixed?token=abc", format!("path {}", g.path));
+    t.check(
+        signature_ok(g, SECRET),
+        format!("signature verifies: {g:#?}"),
+    );
+    t.check(
+        !signature_ok(g, "another-secret-of-16+"),
+        "a wrong secret fails",
+    );
+    let d = &rec["Callbacks"][0];
+    t.check(
+        g.header("trigd-delivery") == d["Delivery"],
+        "Trigd-Delivery",
+    );
+    t.check(g.header("trigd-run") == run, "Trigd-Run");
+    t.check(g.header("trigd-attempt") == "1", "Trigd-Attempt");
+    t.check(
+        g.header("content-type") == "application/json",
+        "Content-Type",
+    );
+    t.check(
+        d["Source"] == "function" && d["Url"] == fixed,
+        format!("{d}"),
+    );
+    t.check(d["AttemptCount"] == 1, format!("{d}"));
+    t.check(d["Attempts"][0]["Status"] == 204, format!("{d}"));
+    // The body is the run record as GET shows it, without Callbacks.
+    let mut want = rec.clone();
+    want.as_object_mut().unwrap().remove("Callbacks");
+    t.check(
+        g.json() == want,
+        format!("body {} vs record {want}", g.json()),
+    );
+    t.check(g.json()["State"] == "finished", "finished");
+    t.check(g.json()["Result"][0] == "hello world", "Result");
+
+    // A failed run, with a second callback named by the request: both are
+    // sent, the function's first.
+    let per_req = rx.url("/request");
+    let run = start_run(&t, KEY_CB, "fail", "", Some(&per_req));
+    let rec = wait_delivery(&t, &run, 1, "delivered");
+    t.check(
+        rec["Callbacks"][0]["State"] == "delivered",
+        format!("{rec}"),
+    );
+    t.check(rec["Callbacks"][1]["Source"] == "request", format!("{rec}"));
+    let got = rx.got();
+    let paths: Vec<&str> = got.iter().map(|g| g.path.as_str()).collect();
+    t.check(
+        paths == ["/fixed?token=abc", "/fixed?token=abc", "/request"],
+        format!("{paths:?}"),
+    );
+    t.check(got[2].json()["State"] == "failed", "failed run");
+    t.check(
+        got[1].body == got[2].body,
+        "both callbacks send the same body",
+    );
+    t.check(
+        metric(&t, "trigd_callback_deliveries_total{outcome=\"delivered\"}") == Some(3),
+        "3 delivered in /metrics",
+    );
+    t.check(metric(&t, "trigd_callback_backlog") == Some(0), "backlog 0");
+    no_secret_logged(&t, &dir);
+}
+
+#[test]
+fn receiver_down_then_up_gets_exactly_one_success() {
+    // Down (connections closed without an answer), then one 503, then 200.
+    let mode = Arc::new(AtomicU16::new(0));
+    let m = Arc::clone(&mode);
+    let rx = Receiver::start(Receiver::bind(), move |_| match m.load(Ordering::SeqCst) {
+        0 => Answer::Close,
+        1 => {
+            m.store(2, Ordering::SeqCst);
+            Answer::Status(503)
+        }
+        _ => Answer::Status(200),
+    });
+    let dir = setup_cb(
+        "cb-down-up",
+        &[],
+        &[("p.toml", &program(Some(&rx.url("/hook"))))],
+    );
+    let t = Trigd::start(&dir);
+    let run = start_run(&t, KEY, "ok", &vars(&["x"]), None);
+    let mut rec = Value::Null;
+    t.wait_for(LONG, "two failed attempts", || {
+        rec = record(&t, &run);
+        rec["Callbacks"][0]["AttemptCount"].as_u64() >= Some(2)
+    });
+    t.check(rec["Callbacks"][0]["State"] == "pending", format!("{rec}"));
+    t.check(
+        rec["Callbacks"][0]["Attempts"][0]["Error"].is_string(),
+        format!("the attempt's error is recorded: {rec}"),
+    );
+    mode.store(1, Ordering::SeqCst);
+    let rec = wait_delivery(&t, &run, 0, "delivered");
+    // A second run's delivery goes through the same single delivery
+    // thread: once it is delivered, nothing of the first is left to send.
+    let run2 = start_run(&t, KEY, "ok", &vars(&["y"]), None);
+    wait_delivery(&t, &run2, 0, "delivered");
+    let got = rx.got();
+    let first: Vec<&Got> = got
+        .iter()
+        .filter(|g| g.header("trigd-run") == run)
+        .collect();
+    let statuses: Vec<Option<u16>> = first.iter().map(|g| g.status).collect();
+    let answered: Vec<Option<u16>> = statuses.iter().copied().filter(Option::is_some).collect();
+    t.check(
+        answered == [Some(503), Some(200)] && statuses.last() == Some(&Some(200)),
+        format!("closed connections, one 503, then exactly one 200: {statuses:?}"),
+    );
+    let ids: Vec<&str> = first.iter().map(|g| g.header("trigd-delivery")).collect();
+    t.check(
+        ids.iter().all(|id| *id == ids[0]),
+        "the same delivery id on every attempt",
+    );
+    let d = &rec["Callbacks"][0];
+    let attempts = d["Attempts"].as_array().unwrap();
+    let n = attempts.len();
+    t.check(n >= 4, format!("errors, a 503 and a 200: {d}"));
+    t.check(
+        attempts[n - 2]["Status"] == 503 && attempts[n - 1]["Status"] == 200,
+        format!("{d}"),
+    );
+    t.check(d["AttemptCount"] == n, format!("{d}"));
+    no_secret_logged(&t, &dir);
+}
+
+#[test]
+fn receiver_400_fails_without_retry() {
+    let rx = Receiver::start(Receiver::bind(), |path| {
+        if path.starts_with("/bad") {
+            Answer::Status(400)
+        } else {
+            Answer::Status(200)
+        }
+    });
+    let dir = setup_cb("cb-400", &[], &[("p.toml", &program(None))]);
+    let t = Trigd::start(&dir);
+    let run = start_run(&t, KEY_CB, "ok", &vars(&["x"]), Some(&rx.url("/bad")));
+    let rec = wait_delivery(&t, &run, 0, "failed");
+    let d = &rec["Callbacks"][0];
+    t.check(d["AttemptCount"] == 1, format!("one attempt: {d}"));
+    t.check(d["Attempts"][0]["Status"] == 400, format!("{d}"));
+    t.check(
+        d["Error"].as_str().unwrap_or("").contains("400"),
+        format!("{d}"),
+    );
+    // Barrier: a later delivery on the single delivery thread.
+    let run2 = start_run(&t, KEY_CB, "ok", &vars(&["y"]), Some(&rx.url("/good")));
+    wait_delivery(&t, &run2, 0, "delivered");
+    let bad = rx.got().iter().filter(|g| g.path == "/bad").count();
+    t.check(bad == 1, format!("the 400 receiver was called {bad} times"));
+    t.check(
+        metric(&t, "trigd_callback_deliveries_total{outcome=\"failed\"}") == Some(1),
+        "1 failed in /metrics",
+    );
+}
+
+#[test]
+fn silent_receiver_times_out_and_the_record_says_so() {
+    let rx = Receiver::start(Receiver::bind(), |_| Answer::Silent);
+    let opts = [
+        ("timeout", r#""500ms""#),
+        ("retry_for", r#""1s""#),
+        ("backoff", r#""300ms""#),
+    ];
+    let dir = setup_cb(
+        "cb-silent",
+        &opts,
+        &[("p.toml", &program(Some(&rx.url("/x"))))],
+    );
+    let t = Trigd::start(&dir);
+    let run = start_run(&t, KEY, "ok", &vars(&["x"]), None);
+    let rec = wait_delivery(&t, &run, 0, "failed");
+    let d = &rec["Callbacks"][0];
+    let first = &d["Attempts"][0];
+    t.check(
+        first["Error"].as_str().unwrap_or("").contains("timed out"),
+        format!("the attempt timed out: {d}"),
+    );
+    t.check(first.get("Status").is_none(), format!("no status: {d}"));
+    t.check(
+        d["Error"].as_str().unwrap_or("").contains("retry_for"),
+        format!("gave up within retry_for: {d}"),
+    );
+    t.check(!rx.got().is_empty(), "the receiver got the request");
+}
+
+#[test]
+fn pending_deliveries_survive_kill9() {
+    let up = Arc::new(AtomicU16::new(503));
+    let up2 = Arc::clone(&up);
+    let rx = Receiver::start(Receiver::bind(), move |_| {
+        Answer::Status(up2.load(Ordering::SeqCst))
+    });
+    let fixed = rx.url("/f");
+    let dir = setup_cb("cb-kill9", &[], &[("p.toml", &program(Some(&fixed)))]);
+    let mut t = Trigd::start(&dir);
+    let runs: Vec<String> = (0..3)
+        .map(|i| {
+            let r = rx.url(&format!("/r{i}"));
+            start_run(&t, KEY_CB, "ok", &vars(&["x"]), Some(&r))
+        })
+        .collect();
+    for run in &runs {
+        t.wait_for(LONG, "an attempt of each run", || {
+            record(&t, run)["Callbacks"][0]["AttemptCount"].as_u64() >= Some(1)
+        });
+    }
+    let slow = start_run(&t, KEY, "slow", "", None);
+    t.wait_for(WAIT, "the slow run to start", || {
+        record(&t, &slow)["State"] == "running"
+    });
+    t.kill9();
+    let spooled = std::fs::read_dir(dir.path("state/callbacks"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "json"))
+        })
+        .count();
+    t.check(
+        spooled == 6,
+        format!("6 pending deliveries on disk, {spooled}"),
+    );
+    up.store(200, Ordering::SeqCst);
+    t.restart();
+    for run in &runs {
+        wait_delivery(&t, run, 1, "delivered");
+    }
+    let rec = wait_delivery(&t, &slow, 0, "delivered");
+    t.check(rec["State"] == "interrupted", format!("{rec}"));
+    let got = rx.got();
+    for (i, run) in runs.iter().enumerate() {
+        let oks: Vec<&str> = got
+            .iter()
+            .filter(|g| g.header("trigd-run") == run && g.status == Some(200))
+            .map(|g| g.path.as_str())
+            .collect();
+        let want = ["/f".to_string(), format!("/r{i}")];
+        t.check(
+            oks == want,
+            format!("run {i}: in order, once each: {oks:?}"),
+        );
+    }
+    let interrupted: Vec<&Got> = got
+        .iter()
+        .filter(|g| g.header("trigd-run") == slow)
+        .collect();
+    t.check(
+        interrupted.len() == 1 && interrupted[0].json()["State"] == "interrupted",
+        "the run cut off by kill -9 is reported interrupted",
+    );
+    t.check(signature_ok(interrupted[0], SECRET), "signed after restart");
+    t.check(metric(&t, "trigd_callback_backlog") == Some(0), "backlog 0");
+}
+
+#[test]
+fn callback_urls_outside_the_allow_list_are_refused() {
+    // Fixed URL: a config load error, with its place.
+    let dir = setup_cb(
+        "cb-allow-fixed",
+        &[],
+        &[("p.toml", &program(Some("https://elsewhere.example/hook")))],
+    );
+    let out = trigd(&["check", "--config", &dir.path_str("config.toml")], None);
+    out.code_is(1);
+    out.check(
+        out.stderr.contains("functions[0].callback") && out.stderr.contains("allow"),
+        "the fixed URL is named with the allow list",
+    );
+    // Loopback needs allow_private even when the host is allowed.
+    let dir = setup_cb(
+        "cb-allow-private",
+        &[("allow_private", "")],
+        &[("p.toml", &program(Some("http://127.0.0.1:9/x")))],
+    );
+    let out = trigd(&["check", "--config", &dir.path_str("config.toml")], None);
+    out.code_is(1);
+    out.check(out.stderr.contains("allow_private"), "loopback refused");
+    // Per request: permission, then the allow list.
+    let opts = [
+        ("allow", r#"["127.0.0.1", "10.1.2.3", "localhost"]"#),
+        ("allow_private", r#"["10.9.9.9"]"#),
+    ];
+    let dir = setup_cb("cb-allow-request", &opts, &[("p.toml", &program(None))]);
+    let t = Trigd::start(&dir);
+    let api = "/api?program_id=1&function=ok&variables=x&run_async=true";
+    t.post(&format!(
+        "{api}&api_key={KEY}&callback={}",
+        enc("http://127.0.0.1:9/")
+    ))
+    .err(403, "callback_not_permitted");
+    for bad in [
+        "http://elsewhere.example/",
+        "http://10.1.2.3/",
+        "ftp://127.0.0.1/",
+        "http://user:pw@127.0.0.1/",
+        "not a url",
+    ] {
+        let r = t.post(&format!("{api}&api_key={KEY_CB}&callback={}", enc(bad)));
+        r.err(400, "callback_refused");
+    }
+    let r = t.request(
+        "POST",
+        &format!("{api}&api_key={KEY_CB}"),
+        &[("Trigd-Callback", "https://elsewhere.example/")],
+        b"",
+    );
+    r.err(400, "callback_refused");
+    // A name that resolves to a refused address: no connection is made,
+    // the delivery fails at once.
+    let rx = Receiver::start(Receiver::bind(), |_| Answer::Status(200));
+    let via_name = format!("http://localhost:{}/x", rx.port);
+    let run = start_run(&t, KEY_CB, "ok", &vars(&["x"]), Some(&via_name));
+    let rec = wait_delivery(&t, &run, 0, "failed");
+    let err = rec["Callbacks"][0]["Error"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    t.check(
+        err.contains("refused") && err.contains("loopback"),
+        format!("the resolved address is refused: {rec}"),
+    );
+    t.check(rec["Callbacks"][0]["AttemptCount"] == 1, format!("{rec}"));
+    t.check(rx.got().is_empty(), "nothing reached the receiver");
+}
+
+#[test]
+fn tool_triggers_have_fixed_and_requested_callbacks() {
+    let rx = Receiver::start(Receiver::bind(), |_| Answer::Status(200));
+    let dir = setup_cb("cb-tool", &[], &[("p.toml", &program(None))]);
+    dir.append(
+        "config.toml",
+        &format!(
+            r#"
+[[tools]]
+name = "t"
+workspace = "ops"
+[tools.environments.prod]
+public = true
+[[tools.triggers]]
+kind = "endpoint"
+name = "hello"
+program = 1
+function = "ok"
+callback = "{}"
+request_callbacks = true
+[[tools.triggers]]
+kind = "endpoint"
+name = "closed"
+program = 1
+function = "ok"
+"#,
+            rx.url("/trigger")
+        ),
+    );
+    let t = Trigd::start(&dir);
+    let r = t.request(
+        "POST",
+        "/tools/t/prod/closed?who=a&run_async=true",
+        &[("Trigd-Callback", &rx.url("/req"))],
+        b"",
+    );
+    r.err(403, "callback_not_permitted");
+    let r = t.request(
+        "POST",
+        "/tools/t/prod/hello?who=a&run_async=true",
+        &[("Trigd-Callback", &rx.url("/req"))],
+        b"",
+    );
+    let v = r.ok();
+    let run = r.run_id(&v);
+    let rec = wait_delivery(&t, &run, 1, "delivered");
+    t.check(rec["Callbacks"][0]["Source"] == "trigger", format!("{rec}"));
+    let paths: Vec<String> = rx.got().iter().map(|g| g.path.clone()).collect();
+    t.check(paths == ["/trigger", "/req"], format!("{paths:?}"));
+}
+
+#[test]
+fn secret_from_env_never_logged_even_at_trace() {
+    let rx = Receiver::start(Receiver::bind(), |_| Answer::Status(200));
+    let opts = [
+        ("secret_file", ""),
+        ("secret_env", r#""TRIGD_TEST_CB_SECRET""#),
+    ];
+    let dir = setup_cb(
+        "cb-env",
+        &opts,
+        &[("p.toml", &program(Some(&rx.url("/e"))))],
+    );
+    let t = Trigd::start_env(
+        &dir,
+        &[
+            ("TRIGD_TEST_CB_SECRET", SECRET),
+            ("RUST_LOG", "trace,notify=off,mio=off"),
+        ],
+    );
+    let run = start_run(&t, KEY, "ok", &vars(&["x"]), None);
+    wait_delivery(&t, &run, 0, "delivered");
+    t.check(
+        signature_ok(&rx.got()[0], SECRET),
+        "signed with the env secret",
+    );
+    t.check(
+        dir.read("stderr.log").contains("writing prelude"),
+        "the log is verbose enough to show the request headers sent",
+    );
+    no_secret_logged(&t, &dir);
+    let state = std::fs::read_to_string(dir.path("state/runs.log")).unwrap();
+    t.check(!state.contains(SECRET), "no secret in the run log");
+    // Unset or short secrets are load errors that do not echo the value.
+    let out = trigd(&["check", "--config", &dir.path_str("config.toml")], None);
+    out.code_is(1);
+    out.check(
+        out.stderr.contains("TRIGD_TEST_CB_SECRET"),
+        "names the variable",
+    );
+    let dir = setup_cb("cb-short", &[], &[("p.toml", &program(None))]);
+    dir.write("cb.secret", "tooshort7");
+    let out = trigd(&["check", "--config", &dir.path_str("config.toml")], None);
+    out.code_is(1);
+    out.check(out.stderr.contains("at least 16 bytes"), "short secret");
+    out.check(
+        !out.stderr.contains("tooshort7"),
+        "the secret is not echoed",
+    );
+}
+
+#[test]
+fn a_reload_that_narrows_the_allow_list_stops_pending_deliveries() {
+    let rx = Receiver::start(Receiver::bind(), |_| Answer::Status(503));
+    let dir = setup_cb("cb-reload", &[], &[("p.toml", &program(None))]);
+    let t = Trigd::start(&dir);
+    let run = start_run(&t, KEY_CB, "ok", &vars(&["x"]), Some(&rx.url("/r")));
+    t.wait_for(LONG, "a first attempt", || {
+        record(&t, &run)["Callbacks"][0]["AttemptCount"].as_u64() >= Some(1)
+    });
+    let text = dir.read("config.toml").replace(
+        r#"allow = ["127.0.0.1"]"#,
+        r#"allow = ["hooks.example.com"]"#,
+    );
+    dir.write("config.toml", &text);
+    t.wait_for(WAIT, "the reload", || {
+        t.get("/healthz").json()["Generation"] == 2
+    });
+    let rec = wait_delivery(&t, &run, 0, "failed");
+    let err = rec["Callbacks"][0]["Error"].as_str().unwrap_or("");
+    t.check(
+        err.contains("refused") && err.contains("allow"),
+        format!("refused by the new allow list: {rec}"),
+    );
+}
+
+/// Make a private CA and a certificate for `localhost` it signed, with the
+/// openssl command; the CA's PEM path.
+fn private_ca(dir: &TestDir) -> String {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(&dir.root)
+            .output()
+            .expect("run openssl");
+        assert!(out.status.success(), "openssl {args:?}: {out:?}");
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=Test CA",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign",
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "srv.key",
+        "-out",
+        "srv.csr",
+        "-subj",
+        "/CN=localhost",
+    ]);
+    dir.write(
+        "ext",
+        "subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    );
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "srv.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "srv.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "ext",
+    ]);
+    dir.path_str("ca.pem")
+}
+
+/// A receiver speaking https with `srv.pem` of [`private_ca`].
+fn tls_receiver(dir: &TestDir) -> Receiver {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(dir.path("srv.pem"))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let key = PrivateKeyDer::from_pem_file(dir.path("srv.key")).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let cfg = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
+    let cfg = Arc::new(cfg);
+    let listener = Receiver::bind();
+    let port = listener.local_addr().unwrap().port();
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let g = Arc::clone(&got);
+    thread::spawn(move || {
+        for tcp in listener.incoming().flatten() {
+            let (g, cfg) = (Arc::clone(&g), Arc::clone(&cfg));
+            let _ = tcp.set_read_timeout(Some(Duration::from_secs(20)));
+            thread::spawn(move || {
+                let Ok(conn) = rustls::ServerConnection::new(cfg) else {
+                    return;
+                };
+                let tls = rustls::StreamOwned::new(conn, tcp);
+                serve_one(tls, &g, &|_| Answer::Status(200));
+            });
+        }
+    });
+    Receiver { port, got }
+}
+
+#[test]
+fn https_with_a_private_ca_needs_ca_file() {
+    let dir = setup_cb("cb-https", &[], &[("p.toml", &program(None))]);
+    let ca = private_ca(&dir);
+    let rx = tls_receiver(&dir);
+    let url = format!("https://localhost:{}/tls", rx.port);
+    let allow = r#"allow = ["127.0.0.1"]"#;
+    let text = dir
+        .read("config.toml")
+        .replace(allow, r#"allow = ["localhost"]"#);
+    let text = text.replace(
+        r#"allow_private = ["127.0.0.1"]"#,
+        r#"allow_private = ["127.0.0.1", "::1"]"#,
+    );
+    dir.write("config.toml", &text);
+    // Without ca_file the bundled roots do not know the CA: retried.
+    let t = Trigd::start(&dir);
+    let run = start_run(&t, KEY_CB, "ok", &vars(&["x"]), Some(&url));
+    let mut rec = Value::Null;
+    t.wait_for(LONG, "a failed TLS attempt", || {
+        rec = record(&t, &run);
+        rec["Callbacks"][0]["AttemptCount"].as_u64() >= Some(1)
+    });
+    let err = rec["Callbacks"][0]["Attempts"][0]["Error"]
+        .as_str()
+        .unwrap_or("");
+    t.check(err.contains("UnknownIssuer"), format!("{rec}"));
+    t.check(rx.got().is_empty(), "no request got through");
+    drop(t);
+    // With ca_file: delivered over TLS (the pending delivery included).
+    dir.append("config.toml", &format!("ca_file = \"{ca}\"\n"));
+    let t = Trigd::start(&dir);
+    wait_delivery(&t, &run, 0, "delivered");
+    let run2 = start_run(&t, KEY_CB, "ok", &vars(&["y"]), Some(&url));
+    wait_delivery(&t, &run2, 0, "delivered");
+    let got = rx.got();
+    t.check(got.len() == 2, format!("{got:#?}"));
+    t.check(got.iter().all(|g| signature_ok(g, SECRET)), "signed");
+}
+
+#[test]
+fn the_run_page_shows_the_callbacks() {
+    let rx = Receiver::start(Receiver::bind(), |_| Answer::Status(204));
+    let dir = TestDir::new("cb-page");
+    let config = crate::ui::ui_config("")
+        + &format!(
+            "\n[[api_keys]]\nname = \"all\"\nsha256 = \"{}\"\n\n[callbacks]\nallow = [\"127.0.0.1\"]\nallow_private = [\"127.0.0.1\"]\nsecret_file = \"cb.secret\"\n",
+            sha256_hex(KEY)
+        );
+    dir.write("config.toml", &config);
+    dir.write("cb.secret", SECRET);
+    let url = rx.url("/page");
+    dir.write(
+        "programs/p.toml",
+        &format!(
+            "id = 1\nname = \"inv\"\nworkspace = \"ops\"\n\n[[functions]]\nname = \"list\"\ncommand = [\"echo\", \"x\"]\ncallback = \"{url}\"\n[functions.webhook]\n\n[[functions]]\nname = \"add\"\ncommand = [\"echo\", \"y\"]\n"
+        ),
+    );
+    let t = Trigd::start(&dir);
+    let run = start_run(&t, KEY, "list", "", None);
+    wait_delivery(&t, &run, 0, "delivered");
+    let session = crate::ui::login(&t, "alice");
+    let cookie = crate::ui::cookie(&session);
+    let r = t.request("GET", &format!("/runs/{run}"), &[("Cookie", &cookie)], b"");
+    let html = r.text();
+    r.check(r.status == 200, "the run page");
+    r.check(html.contains("id=\"callbacks\""), "a Callbacks table");
+    r.check(html.contains(&url), "the URL");
+    r.check(html.contains("state-delivered"), "the state");
+    r.check(html.contains("204 ("), "the attempt's status");
+}
+
+#[test]
+fn a_cancelled_run_is_reported_cancelled() {
+    let rx = Receiver::start(Receiver::bind(), |_| Answer::Status(200));
+    let dir = setup_cb(
+        "cb-cancel",
+        &[],
+        &[("p.toml", &program(Some(&rx.url("/c"))))],
+    );
+    let t = Trigd::start(&dir);
+    let run = start_run(&t, KEY, "slow", "", None);
+    t.wait_for(WAIT, "the slow run to start", || {
+        record(&t, &run)["State"] == "running"
+    });
+    let r = t.post(&format!("/api/runs/{run}/cancel?api_key={KEY}"));
+    r.check(r.status < 300, "cancel accepted");
+    let rec = wait_delivery(&t, &run, 0, "delivered");
+    t.check(rec["State"] == "cancelled", format!("{rec}"));
+    let got = rx.got();
+    t.check(
+        got.len() == 1 && got[0].json()["State"] == "cancelled",
+        format!("the callback says cancelled: {got:#?}"),
+    );
+}
