@@ -16,6 +16,7 @@ pub mod generated;
 mod program;
 mod raw;
 mod server;
+mod stamp;
 mod tools;
 mod types;
 mod validate;
@@ -27,6 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use endpoint::{Credentials, Endpoint, Target, Values};
+pub use stamp::Stamp;
 
 use crate::http::Method;
 
@@ -55,8 +57,8 @@ pub struct Config {
     pub tools: BTreeMap<String, Tool>,
     /// The run endpoint `POST /api`.
     pub run_endpoint: Endpoint,
-    /// sha256 over the names and contents of every file read, in a fixed
-    /// order; a reload whose fingerprint is unchanged is skipped.
+    /// sha256 of `config.toml`'s text; with the [`Stamp`] of every program
+    /// file, a reload that finds both unchanged is skipped.
     pub fingerprint: [u8; 32],
 }
 
@@ -176,6 +178,8 @@ pub struct Program {
     pub file: PathBuf,
     /// Functions in file order.
     pub functions: Vec<Function>,
+    /// The file as it was read; `None`: read it again at the next reload.
+    pub stamp: Option<Stamp>,
 }
 
 impl Program {

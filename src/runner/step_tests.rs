@@ -71,6 +71,7 @@ fn program(functions: Vec<Function>) -> Program {
         workspace: None,
         file: std::env::temp_dir().join("test.toml"),
         functions,
+        stamp: None,
     }
 }
 
