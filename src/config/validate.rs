@@ -9,6 +9,7 @@
 //! `toml::Spanned` fields; keys are written like `functions[1].webhook`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ffi::OsStr;
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -223,16 +224,19 @@ fn read_programs(dir: &Path, current: Option<&Config>) -> std::io::Result<ReadFi
             names.push(path);
         }
     }
-    names.sort();
-    let loaded: HashMap<&Path, &Arc<Program>> = current
+    // One directory: comparing the bytes orders as `Path` does, without
+    // splitting every path into components.
+    names.sort_unstable_by(|a, b| a.as_os_str().cmp(b.as_os_str()));
+    // Keyed by the bytes: hashing a `Path` splits it into components.
+    let loaded: HashMap<&OsStr, &Arc<Program>> = current
         .iter()
         .flat_map(|c| c.programs.values())
         .filter(|p| p.stamp.is_some())
-        .map(|p| (p.file.as_path(), p))
+        .map(|p| (p.file.as_os_str(), p))
         .collect();
     let started = SystemTime::now();
     let read = par_map(&names, |p| {
-        let source = read_source(p, loaded.get(p.as_path()).copied(), started)?;
+        let source = read_source(p, loaded.get(p.as_os_str()).copied(), started)?;
         Some((p.clone(), source))
     });
     Ok(read.into_iter().flatten().collect())
