@@ -1,10 +1,25 @@
--- wrk script for bench/run.sh: every request is a POST with an empty body
--- (Content-Length: 0) to the path given on the wrk command line. Counts the
+-- wrk script for bench/run.sh: every request is a POST to the path given on
+-- the wrk command line, with an empty body (Content-Length: 0), or with the
+-- content of the file named by WRK_BODY_FILE and the headers in WRK_HEADERS
+-- ("Name: value" lines) when those are set (the signed-webhook cases). Counts the
 -- responses by HTTP status in each thread and prints, when wrk is done:
 --   WRKSUM <duration_us> <requests> <connect> <read> <write> <timeout> errors
 --   STATUS <code> <count>       (one line per status seen)
 wrk.method = "POST"
 wrk.body = ""
+
+local body_file = os.getenv("WRK_BODY_FILE")
+if body_file and body_file ~= "" then
+   local f = assert(io.open(body_file, "rb"))
+   wrk.body = f:read("*a")
+   f:close()
+end
+for line in (os.getenv("WRK_HEADERS") or ""):gmatch("[^\n]+") do
+   local k, v = line:match("^([^:]+):%s*(.*)$")
+   if k then
+      wrk.headers[k] = v
+   end
+end
 
 local threads = {}
 

@@ -130,6 +130,7 @@ install_missing() {
     command -v wrk >/dev/null || need+=(wrk)
     command -v cc >/dev/null || need+=(gcc)
     command -v curl >/dev/null || need+=(curl)
+    command -v openssl >/dev/null || need+=(openssl)
     command -v pgrep >/dev/null || need+=(procps)
     ((${#need[@]})) || return 0
     [[ $(id -u) -eq 0 ]] || sudo=sudo
@@ -272,7 +273,7 @@ SHA=$(printf '%s' "$KEY" | sha256sum | cut -d' ' -f1)
 # ---- trigd definitions
 TD=$WORK/trigd
 mkdir -p "$TD/programs"
-cat >"$TD/config.toml" <<EOF
+BASE_CONFIG=$(cat <<EOF
 [server]
 listen = "127.0.0.1:0"
 workers = 8
@@ -286,6 +287,37 @@ auth_failures_per_minute = 0
 name = "bench"
 sha256 = "$SHA"
 EOF
+)
+# The signed-webhook cases: a GitHub push (tests/data/github-push.json),
+# HMAC-SHA256 in X-Hub-Signature-256, one rule (X-GitHub-Event = push), /bin/true.
+PUSH=$ROOT/tests/data/github-push.json
+GH_SECRET="bench-github-secret-3e9d"
+printf '%s\n' "$GH_SECRET" >"$WORK/github-secret"
+GH_SIG=$(openssl dgst -sha256 -hmac "$GH_SECRET" <"$PUSH" | sed 's/^.* //')
+GH_BAD=$(printf '0%.0s' {1..64})
+GH_HEADERS=$'Content-Type: application/json\nX-GitHub-Event: push\nX-Hub-Signature-256: sha256='
+{
+    printf '%s\n' "$BASE_CONFIG"
+    cat <<EOF
+
+[[workspaces]]
+name = "bench"
+
+[[tools]]
+name = "bench"
+workspace = "bench"
+[tools.environments.prod]
+public = true
+
+[[tools.triggers]]
+kind = "endpoint"
+name = "github"
+program = 4
+function = "run"
+verify = { scheme = "hmac-sha256", header = "X-Hub-Signature-256", prefix = "sha256=", secret_file = "$WORK/github-secret" }
+rule = { header = "X-GitHub-Event", equals = "push" }
+EOF
+} >"$TD/config.toml"
 cat >"$TD/programs/true.toml" <<'EOF'
 id = 1
 name = "true"
@@ -304,6 +336,15 @@ name = "run"
 command = ["/bin/echo", "{a}", "{b}"]
 [functions.webhook]
 outputs = ["a", "b"]
+EOF
+cat >"$TD/programs/github.toml" <<'EOF'
+id = 4
+name = "github"
+
+[[functions]]
+name = "run"
+command = ["/bin/true"]
+webhook = { active = false }
 EOF
 printf '#!/bin/sh\necho run >> %s\n' "$WORK/async-trigd.out" >"$TD/append.sh"
 chmod +x "$TD/append.sh"
@@ -330,7 +371,13 @@ WEBHOOK_HOOKS='[
   {"id": "reject", "execute-command": "/bin/true", "include-command-output-in-response": true,
    "trigger-rule": {"match": {"type": "value", "value": "'"$KEY"'",
                               "parameter": {"source": "url", "name": "token"}}},
-   "trigger-rule-mismatch-http-response-code": 401}'
+   "trigger-rule-mismatch-http-response-code": 401},
+  {"id": "github", "execute-command": "/bin/true", "include-command-output-in-response": true,
+   "trigger-rule": {"and": [
+     {"match": {"type": "payload-hmac-sha256", "secret": "'"$GH_SECRET"'",
+                "parameter": {"source": "header", "name": "X-Hub-Signature-256"}}},
+     {"match": {"type": "value", "value": "push",
+                "parameter": {"source": "header", "name": "X-GitHub-Event"}}}]}}'
 printf '%s\n]\n' "$WEBHOOK_HOOKS" >"$WD/hooks.json"
 
 # ---------------------------------------------------------------- spawn floor
@@ -368,6 +415,8 @@ W_TRUE="/hooks/true"
 W_ECHO="/hooks/echo?a=hello&b=world"
 W_ASYNC="/hooks/async"
 W_REJECT="/hooks/reject?token=wrong-$KEY"
+T_GITHUB="/tools/bench/prod/github"
+W_GITHUB="/hooks/github"
 
 # sanity: every endpoint answers as expected before anything is measured
 check() { # SIDE URL EXPECT_STATUS [EXPECT_BODY_SUBSTRING]
@@ -388,6 +437,18 @@ check webhook "$W_BASE$W_TRUE" 200
 check webhook "$W_BASE$W_ECHO" 200 'hello world'
 check webhook "$W_BASE$W_REJECT" 401
 check webhook "$W_BASE$W_ASYNC" 200
+check_signed() { # SIDE URL SIGNATURE EXPECT_STATUS
+    local code
+    code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "$2" -H 'Content-Type: application/json' \
+        -H 'X-GitHub-Event: push' -H "X-Hub-Signature-256: sha256=$3" --data-binary "@$PUSH") || true
+    [[ $code == "$4" ]] || die "$1: signed POST $2 gave $code, expected $4"
+}
+if ! ((SKIP_TRIGD)); then
+    check_signed trigd "$T_BASE$T_GITHUB" "$GH_SIG" 200
+    check_signed trigd "$T_BASE$T_GITHUB" "$GH_BAD" 403
+fi
+check_signed webhook "$W_BASE$W_GITHUB" "$GH_SIG" 200
+check_signed webhook "$W_BASE$W_GITHUB" "$GH_BAD" 500
 snooze 0.5
 
 SIDES=(webhook)
@@ -411,14 +472,27 @@ CASES=(
     "true32 32 200 $T_TRUE $W_TRUE"
     "echo8 8 200 $T_ECHO $W_ECHO"
     "reject8 8 401 $T_REJECT $W_REJECT"
+    "signed8 8 200 $T_GITHUB $W_GITHUB"
+    "badsig8 8 403/500 $T_GITHUB $W_GITHUB"
 )
+# case_request NAME: the body file and headers of a case (none for most)
+case_request() {
+    WRK_BODY_FILE="" WRK_HEADERS=""
+    case $1 in
+    signed8) WRK_BODY_FILE=$PUSH WRK_HEADERS=$GH_HEADERS$GH_SIG ;;
+    badsig8) WRK_BODY_FILE=$PUSH WRK_HEADERS=$GH_HEADERS$GH_BAD ;;
+    esac
+    export WRK_BODY_FILE WRK_HEADERS
+}
 for c in "${CASES[@]}"; do
     read -r name conns expect tpath wpath <<<"$c"
+    case_request "$name"
     log "case $name: $conns connections, ${SECS}s, $ROUNDS rounds A/B"
     for ((r = 1; r <= ROUNDS; r++)); do
         for side in "${SIDES[@]}"; do
-            if [[ $side == trigd ]]; then u=$T_BASE$tpath; else u=$W_BASE$wpath; fi
-            run_wrk "$WORK/wrk/$name-$side-$r.txt" "$conns" "$SECS" "$u" "$expect"
+            # EXPECT is one status, or TRIGD/WEBHOOK when they differ
+            if [[ $side == trigd ]]; then u=$T_BASE$tpath e=${expect%/*}; else u=$W_BASE$wpath e=${expect#*/}; fi
+            run_wrk "$WORK/wrk/$name-$side-$r.txt" "$conns" "$SECS" "$u" "$e"
             add "$name.$side.rps" "$WR_RPS"
             add "$name.$side.p50" "$WR_P50"
             add "$name.$side.p99" "$WR_P99"
@@ -427,6 +501,7 @@ for c in "${CASES[@]}"; do
         done
     done
 done
+case_request none
 
 snooze 0.5
 if ! ((SKIP_TRIGD)); then read -r v h < <(mem_of "$T_MAIN"); add rss_sync.trigd "$v"; fi
@@ -544,7 +619,7 @@ log "case start-up: $NPROGRAMS program files / hooks, $START_TRIALS trials each"
 BT=$WORK/big-trigd
 BW=$WORK/big-webhook
 mkdir -p "$BT/programs" "$BW"
-cp "$TD/config.toml" "$BT/config.toml" # the same settings; programs/ beside it
+printf '%s\n' "$BASE_CONFIG" >"$BT/config.toml" # the same settings; programs/ beside it
 awk -v n="$NPROGRAMS" -v dir="$BT/programs" -v hooks="$BW/hooks.json" 'BEGIN {
     printf "[\n" > hooks
     for (i = 1; i <= n; i++) {
@@ -684,13 +759,15 @@ passif() { if "$@"; then echo 1; else echo 0; fi; }
 
 tm() { if ((SKIP_TRIGD)); then echo nan; else med "$1"; fi; }
 
-for name in true1 true8 true32 echo8 reject8; do
+for name in true1 true8 true32 echo8 reject8 signed8 badsig8; do
     case $name in
     true1) label="sync /bin/true, 1 conn" ;;
     true8) label="sync /bin/true, 8 conns" ;;
     true32) label="sync /bin/true, 32 conns" ;;
     echo8) label="sync /bin/echo a b, 8 conns" ;;
     reject8) label="rejected (bad key / rule mismatch), 8 conns" ;;
+    signed8) label="signed GitHub push (8.5 KB, HMAC-SHA256, 1 rule) → /bin/true, 8 conns" ;;
+    badsig8) label="GitHub push, bad signature (trigd 403, webhook 500), 8 conns" ;;
     esac
     t=$(tm "$name.trigd.rps"); w=$(med "$name.webhook.rps"); q=$(ratio "$t" "$w")
     target="" res=""

@@ -35,6 +35,8 @@ pub struct App {
 impl App {
     /// Shared state around a first config (generation 1).
     pub fn new(config: Config, store: Arc<RunStore>, runner: Arc<Runner>) -> App {
+        // Body files of runs cut off by a crash or kill -9.
+        crate::receive::body_file::clean(&config.server.state_dir.join("bodies"));
         App {
             access: Access::open(&config.server.state_dir, &config.server.shared_state_dir),
             config: RwLock::new(Arc::new(config)),

@@ -22,6 +22,8 @@ Usage:
   trigd hash-password                              argon2id hash of a password read from stdin
   trigd app-key --workspace W --member M [--config PATH]
                                                    (re)generate M's application key in W
+  trigd import-webhook FILE [--program-id N] [--write-secrets DIR]
+                                                   print native config for an adnanh/webhook hooks file
   trigd help [COMMAND] | --help | --version
 
 Each command explains its options with `trigd COMMAND --help`.
@@ -125,6 +127,29 @@ Options:
   -h, --help      this text
 ";
 
+const IMPORT_WEBHOOK: &str = "\
+trigd import-webhook — native config for an adnanh/webhook hooks file
+
+Usage: trigd import-webhook FILE [--program-id N] [--write-secrets DIR]
+
+Prints, for the hooks file FILE (JSON or YAML), a [[workspaces]] and a
+[[tools]] entry with one endpoint trigger per hook (for config.toml) and,
+after the line `# ---- programs/webhook-hooks.toml ----`, a program file with
+one function per hook. Each hook gets a comment. What native config cannot
+carry (parse-parameters-as-json, response-message, a signature outside a
+header, …) is a warning on stderr naming the hook and the option; a rule
+with such a part never matches until rewritten. To serve the file as it is
+instead, list it in [server] hooks_files.
+
+Inline secrets are not printed: each is referenced as
+secret_file = \"secrets/<hook>-<n>\".
+
+Options:
+  --program-id N        the program's id (default 900)
+  --write-secrets DIR   write each inline secret to DIR/<hook>-<n> (mode 0600)
+  -h, --help            this text
+";
+
 /// A parsed command line.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Command {
@@ -169,6 +194,15 @@ pub enum Command {
         /// Member.
         member: String,
     },
+    /// `trigd import-webhook`.
+    ImportWebhook {
+        /// The hooks file.
+        file: PathBuf,
+        /// Id of the printed program.
+        program_id: u64,
+        /// Where to write inline secrets, when given.
+        write_secrets: Option<PathBuf>,
+    },
     /// `--help`: the text to print.
     Help(&'static str),
     /// `--version`.
@@ -176,13 +210,14 @@ pub enum Command {
 }
 
 /// The subcommands, with their help texts.
-const COMMANDS: [(&str, &str); 6] = [
+const COMMANDS: [(&str, &str); 7] = [
     ("serve", SERVE),
     ("check", CHECK),
     ("run", RUN),
     ("keygen", KEYGEN),
     ("hash-password", HASH_PASSWORD),
     ("app-key", APP_KEY),
+    ("import-webhook", IMPORT_WEBHOOK),
 ];
 
 /// Parse `args` (without the program name).
@@ -243,6 +278,8 @@ struct Opts {
     workspace: Option<String>,
     member: Option<String>,
     function: Option<String>,
+    program_id: Option<String>,
+    write_secrets: Option<PathBuf>,
     positional: Vec<String>,
     /// `--help` or `--version` seen: print instead of running.
     early: Option<Command>,
@@ -296,6 +333,7 @@ fn parse_sub(p: &mut lexopt::Parser, sub: &str) -> Result<Command, Error> {
             no_positional(&o, sub)?;
             Ok(Command::HashPassword)
         }
+        "import-webhook" => import_webhook(o),
         _ => {
             no_positional(&o, sub)?;
             let need = |v: Option<String>, flag: &str| {
@@ -308,6 +346,28 @@ fn parse_sub(p: &mut lexopt::Parser, sub: &str) -> Result<Command, Error> {
             })
         }
     }
+}
+
+/// `trigd import-webhook FILE [--program-id N] [--write-secrets DIR]`.
+fn import_webhook(mut o: Opts) -> Result<Command, Error> {
+    let sub = "import-webhook";
+    if o.positional.len() != 1 {
+        return Err(bad(
+            sub,
+            "import-webhook needs one FILE (a hooks.json or hooks.yaml)".into(),
+        ));
+    }
+    let program_id = match o.program_id.as_deref() {
+        None => 900,
+        Some(v) => v
+            .parse()
+            .map_err(|_| bad(sub, format!("--program-id must be a number, got '{v}'")))?,
+    };
+    Ok(Command::ImportWebhook {
+        file: PathBuf::from(o.positional.remove(0)),
+        program_id,
+        write_secrets: o.write_secrets,
+    })
 }
 
 /// Read every remaining argument of `sub`: its options (an option another
@@ -324,6 +384,7 @@ fn options(p: &mut lexopt::Parser, sub: &str) -> Result<Opts, Error> {
                     | ("keygen", "name")
                     | ("keygen" | "app-key", "workspace")
                     | ("app-key", "member")
+                    | ("import-webhook", "program-id" | "write-secrets")
             )
         };
         match arg {
@@ -344,6 +405,8 @@ fn options(p: &mut lexopt::Parser, sub: &str) -> Result<Opts, Error> {
                     "function" => o.function = Some(v),
                     "name" => o.name = Some(v),
                     "workspace" => o.workspace = Some(v),
+                    "program-id" => o.program_id = Some(v),
+                    "write-secrets" => o.write_secrets = Some(PathBuf::from(v)),
                     _ => o.member = Some(v),
                 }
             }

@@ -28,8 +28,12 @@ pub fn check(path: &Path) -> Result<(), Error> {
     for w in &warnings {
         eprintln!("warning: {w}");
     }
+    let hooks = match cfg.hooks.by_id.len() {
+        0 if cfg.server.hooks_files.is_empty() => String::new(),
+        n => format!(", {}", count(n, "hook")),
+    };
     println!(
-        "ok: {}, {}{}",
+        "ok: {}, {}{hooks}{}",
         count(cfg.programs.len(), "program"),
         count(cfg.tools.len(), "tool"),
         if warnings.is_empty() {

@@ -10,11 +10,15 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::io::Read;
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 
 use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 use serde_json::{json, Map, Value};
+
+use crate::receive::signature::SigError;
 
 /// An HTTP method.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -254,6 +258,31 @@ pub struct Response {
     pub body: Vec<u8>,
     /// Run id to show in the access log, when the request made a run.
     pub run: Option<String>,
+    /// A body written as it is read (chunked), instead of `body`.
+    pub stream: Option<StreamBody>,
+}
+
+/// A response body produced while it is sent: the server copies it to the
+/// connection with chunked encoding, flushing each piece.
+#[derive(Clone)]
+pub struct StreamBody(Arc<Mutex<Option<Box<dyn Read + Send>>>>);
+
+impl StreamBody {
+    /// A body read from `r`.
+    pub fn new(r: impl Read + Send + 'static) -> StreamBody {
+        StreamBody(Arc::new(Mutex::new(Some(Box::new(r)))))
+    }
+
+    /// The reader (once).
+    pub fn take(&self) -> Option<Box<dyn Read + Send>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
+impl std::fmt::Debug for StreamBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StreamBody")
+    }
 }
 
 impl Response {
@@ -266,6 +295,7 @@ impl Response {
             headers: vec![("Content-Type".into(), "application/json".into())],
             body,
             run: None,
+            stream: None,
         }
     }
 
@@ -276,7 +306,24 @@ impl Response {
             headers: vec![("Content-Type".into(), content_type.into())],
             body: body.into(),
             run: None,
+            stream: None,
         }
+    }
+
+    /// A response whose body is read from `body` while it is sent.
+    pub fn streaming(
+        status: u16,
+        content_type: &str,
+        body: impl Read + Send + 'static,
+    ) -> Response {
+        let mut r = Response::text(status, content_type, Vec::new());
+        r.stream = Some(StreamBody::new(body));
+        r
+    }
+
+    /// The body as JSON (`Null` when it is not JSON).
+    pub fn json_body(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
     }
 
     /// Add a header.
@@ -374,6 +421,18 @@ pub enum ApiError {
         /// Run id.
         run: String,
     },
+    /// The sync run was cancelled (`POST /api/runs/<id>/cancel`).
+    RunCancelled {
+        /// Run id.
+        run: String,
+    },
+    /// Cancel of a run that has already ended.
+    RunEnded {
+        /// Run id.
+        run: String,
+        /// Its final state.
+        state: &'static str,
+    },
     /// No run slot or the queue is full.
     Busy {
         /// Seconds for `Retry-After`.
@@ -441,6 +500,28 @@ pub enum ApiError {
     },
     /// No such path.
     NotFound,
+    /// A signed endpoint's signature or token is missing (401), malformed,
+    /// wrong or outside its replay window (403).
+    Signature(crate::receive::signature::SigError),
+    /// The body is not what its `Content-Type` says (invalid JSON, XML,
+    /// multipart), or a value in it is not text.
+    InvalidPayload {
+        /// What is wrong (no body content quoted).
+        msg: String,
+    },
+    /// The endpoint reads its values from another kind of body.
+    UnsupportedMediaType {
+        /// What is expected and what came.
+        msg: String,
+    },
+    /// The endpoint's rule does not match the request: nothing ran. Not a
+    /// failure: answered with the trigger's `ignored_status`.
+    Ignored {
+        /// The status to answer with.
+        status: u16,
+        /// Where the rule failed (never an expected value or a secret).
+        reason: String,
+    },
     /// A bug: a handler panicked or an invariant broke.
     Internal,
 }
@@ -458,8 +539,14 @@ impl ApiError {
             ProgramNotFound | FunctionNotFound { .. } | RunNotFound | NotFound => 404,
             RunOnOtherInstance { .. } => 421,
             TriggerInactive { .. } | NoActiveTrigger => 409,
+            RunCancelled { .. } | RunEnded { .. } => 409,
             ConfigNotWritable { .. } | ConfigInvalid { .. } => 409,
             MethodNotAllowed { .. } => 405,
+            Ignored { status, .. } => *status,
+            Signature(SigError::Missing { .. }) => 401,
+            Signature(_) => 403,
+            InvalidPayload { .. } => 400,
+            UnsupportedMediaType { .. } => 415,
             RequestTimeout => 408,
             BadRequest => 400,
             UriTooLong => 414,
@@ -498,6 +585,8 @@ impl ApiError {
             RunFailed { .. } => "run_failed",
             RunTimeout { .. } => "run_timeout",
             RunInterrupted { .. } => "run_interrupted",
+            RunCancelled { .. } => "run_cancelled",
+            RunEnded { .. } => "run_ended",
             Busy { .. } => "busy",
             StorageUnavailable => "storage_unavailable",
             ShuttingDown => "shutting_down",
@@ -510,6 +599,13 @@ impl ApiError {
             HeadersTooLarge => "headers_too_large",
             PayloadTooLarge { .. } => "payload_too_large",
             NotFound => "not_found",
+            Ignored { .. } => "rules_not_matched",
+            Signature(SigError::Missing { .. }) => "signature_missing",
+            Signature(SigError::Malformed { .. }) => "signature_malformed",
+            Signature(SigError::Mismatch { .. }) => "signature_mismatch",
+            Signature(SigError::Expired { .. }) => "signature_expired",
+            InvalidPayload { .. } => "invalid_payload",
+            UnsupportedMediaType { .. } => "unsupported_media_type",
             Internal => "internal_error",
         }
     }
@@ -549,6 +645,8 @@ impl ApiError {
             },
             RunTimeout { .. } => "The program did not finish within its timeout and was stopped.".into(),
             RunInterrupted { .. } => "trigd is shutting down; the run was stopped before it finished.".into(),
+            RunCancelled { .. } => "The run was cancelled (POST /api/runs/<id>/cancel) before it finished.".into(),
+            RunEnded { state, .. } => format!("The run has already ended ({state}); only a queued or running run can be cancelled."),
             Busy { msg, .. } => msg.clone(),
             StorageUnavailable => "The run could not be recorded (state directory not writable or disk full), so it was not started. Retry later.".into(),
             ShuttingDown => "trigd is shutting down and accepts no new runs. Retry shortly.".into(),
@@ -561,6 +659,9 @@ impl ApiError {
             HeadersTooLarge => "The request headers are larger than the limit (max_header_bytes, at most 100 headers).".into(),
             PayloadTooLarge { limit } => format!("The request body is larger than the limit of {limit} bytes."),
             NotFound => "Not found.".into(),
+            Signature(e) => e.message(),
+            Ignored { .. } => "The request does not match this endpoint's rule, so nothing ran.".into(),
+            InvalidPayload { msg } | UnsupportedMediaType { msg } => msg.clone(),
             Internal => "Internal error. The server log has the details.".into(),
         }
     }
@@ -610,8 +711,12 @@ impl ApiError {
             RunOnOtherInstance { instance } => {
                 body.insert("Instance".into(), json!(instance));
             }
-            RunTimeout { run } | RunInterrupted { run } => {
+            RunTimeout { run } | RunInterrupted { run } | RunCancelled { run } => {
                 body.insert("Run".into(), json!(run));
+            }
+            RunEnded { run, state } => {
+                body.insert("Run".into(), json!(run));
+                body.insert("State".into(), json!(state));
             }
             Busy { retry_after, .. } | RateLimited { retry_after } => {
                 body.insert("RetryAfter".into(), json!(retry_after));
@@ -681,6 +786,12 @@ fn reason(status: u16) -> &'static str {
 
 impl From<ApiError> for Response {
     fn from(e: ApiError) -> Response {
+        if let ApiError::Ignored { status, reason } = &e {
+            // Not an error: no `Error` key, so clients that treat one as a
+            // failure do not.
+            let body = json!({"Ignored": e.message(), "Code": e.code(), "Reason": reason});
+            return Response::json(*status, &body);
+        }
         let mut body = Map::new();
         body.insert("Error".into(), json!(e.message()));
         body.insert("Code".into(), json!(e.code()));
@@ -689,7 +800,8 @@ impl From<ApiError> for Response {
         r.headers.extend(e.headers());
         if let ApiError::RunFailed { run, .. }
         | ApiError::RunTimeout { run }
-        | ApiError::RunInterrupted { run } = &e
+        | ApiError::RunInterrupted { run }
+        | ApiError::RunCancelled { run } = &e
         {
             r.run = Some(run.clone());
         }

@@ -25,6 +25,14 @@ pub fn warnings(cfg: &Config, path_env: &str) -> Vec<String> {
             }
         }
     }
+    for hook in cfg.hooks.by_id.values() {
+        let function = &hook.program.functions[0];
+        if let Some(Step::Command(argv)) = function.steps.first() {
+            if let Some(msg) = missing_command(argv, function, path_env) {
+                out.push(format!("hook \"{}\": execute-command: {msg}", hook.id));
+            }
+        }
+    }
     out
 }
 

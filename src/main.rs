@@ -22,12 +22,15 @@
 //! ```text
 //! authenticate a caller, rate limits, CSRF, logins   access/ (mod.rs, limiter.rs, csrf.rs, login.rs)
 //! sessions, application keys at rest                access/sessions.rs, access/app_keys.rs
-//! start a run, read and check its values            invoke/ (mod.rs, values.rs, answer.rs)
+//! start a run, read and check its values            invoke/ (mod.rs, values.rs, answer.rs, webhook.rs)
+//! webhooks: signatures, payloads, sources, rules    receive/ (signature.rs, payload.rs, values.rs, rules.rs)
 //! load and validate the config                      config/ (validate.rs → server.rs, program.rs, tools.rs)
 //! what an entry point takes (Endpoint)              config/endpoint.rs
 //! error codes and their JSON                        http.rs (ApiError)
 //! run slots, timeouts, child processes              runner/ (mod.rs, step.rs)
 //! run records, who started a run (Origin)           store.rs
+//! a run's kept output, following it, cancel         output.rs (the file), follow.rs (events), runs.rs (routes)
+//! the runs pages                                    ui/runs.rs
 //! pages (maud templates)                            ui/ (login, settings, endpoints, switch); view.rs is the endpoint view
 //! the public switch written to config.toml          ui/switch.rs, config/edit.rs
 //! instance names in run ids, readiness, draining    cluster.rs
@@ -48,14 +51,19 @@ mod commands;
 mod config;
 mod error;
 mod firststart;
+mod follow;
 mod http;
+mod import;
 mod invoke;
 mod lint;
 mod logging;
 mod metrics;
+mod output;
+mod receive;
 mod reload;
 mod routes;
 mod runner;
+mod runs;
 mod server;
 mod store;
 mod sys;
@@ -115,6 +123,11 @@ fn run(args: impl Iterator<Item = std::ffi::OsString>) -> Result<ExitCode, Error
             workspace,
             member,
         } => commands::app_key(&config, &workspace, &member)?,
+        Command::ImportWebhook {
+            file,
+            program_id,
+            write_secrets,
+        } => import::run(&file, program_id, write_secrets.as_deref())?,
         Command::Help(text) => print!("{text}"),
         Command::Version => println!("trigd {}", env!("CARGO_PKG_VERSION")),
     }

@@ -19,6 +19,9 @@ pub struct Metrics {
     http: Vec<AtomicU64>,
     /// Finished runs by (program id, outcome state).
     runs: Mutex<BTreeMap<(u64, &'static str), u64>>,
+    /// Webhook requests that did not run, by (tool, trigger, outcome):
+    /// `ignored` by rules, or the `Code` of a refused signature.
+    webhooks: Mutex<BTreeMap<(String, String, &'static str), u64>>,
     buckets: [AtomicU64; BUCKETS.len()],
     duration_count: AtomicU64,
     duration_sum_us: AtomicU64,
@@ -49,6 +52,7 @@ impl Default for Metrics {
         Metrics {
             http: (0..600).map(|_| AtomicU64::new(0)).collect(),
             runs: Mutex::new(BTreeMap::new()),
+            webhooks: Mutex::new(BTreeMap::new()),
             buckets: Default::default(),
             duration_count: AtomicU64::new(0),
             duration_sum_us: AtomicU64::new(0),
@@ -89,11 +93,23 @@ impl Metrics {
             .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
     }
 
+    /// Count one webhook request of `tool`'s `trigger` that did not run:
+    /// `outcome` is `ignored` or the `Code` of its refusal.
+    pub fn webhook(&self, tool: &str, trigger: &str, outcome: &'static str) {
+        *self
+            .webhooks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry((tool.to_string(), trigger.to_string(), outcome))
+            .or_default() += 1;
+    }
+
     /// The Prometheus text exposition.
     pub fn render(&self, g: &Gauges) -> String {
         let mut s = String::new();
         self.render_http(&mut s);
         self.render_runs(&mut s);
+        self.render_webhooks(&mut s);
         self.render_durations(&mut s);
         g.render(&mut s);
         self.render_switch_flips(&mut s);
@@ -134,6 +150,25 @@ impl Metrics {
         let _ = writeln!(s, "# TYPE trigd_runs_total counter");
         for ((p, o), n) in self.runs.lock().unwrap_or_else(|e| e.into_inner()).iter() {
             let _ = writeln!(s, "trigd_runs_total{{program=\"{p}\",outcome=\"{o}\"}} {n}");
+        }
+    }
+
+    fn render_webhooks(&self, s: &mut String) {
+        let _ = writeln!(
+            s,
+            "# HELP trigd_webhooks_not_run_total Webhook requests that ran nothing: ignored by rules, or refused (outcome = the error Code)."
+        );
+        let _ = writeln!(s, "# TYPE trigd_webhooks_not_run_total counter");
+        for ((tool, trigger, o), n) in self
+            .webhooks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            let _ = writeln!(
+                s,
+                "trigd_webhooks_not_run_total{{tool=\"{tool}\",trigger=\"{trigger}\",outcome=\"{o}\"}} {n}"
+            );
         }
     }
 
@@ -222,6 +257,8 @@ mod tests {
         m.http(200);
         m.http(503);
         m.run(3, "finished", Duration::from_millis(20));
+        m.webhook("gh", "push", "ignored");
+        m.webhook("gh", "push", "ignored");
         let g = Gauges {
             in_flight: 1,
             queued: 0,
@@ -241,6 +278,8 @@ mod tests {
         assert!(t.contains("trigd_run_duration_seconds_bucket{le=\"0.025\"} 1"));
         assert!(t.contains("trigd_reload_errors_total 1"));
         assert!(t.contains("trigd_open_connections 2"));
+        let w = "trigd_webhooks_not_run_total{tool=\"gh\",trigger=\"push\",outcome=\"ignored\"} 2";
+        assert!(t.contains(w), "{t}");
         assert!(t.contains("trigd_public_switch_flips_total{to=\"on\"} 0"));
         m.switch_flip(true);
         let t = m.render(&g);

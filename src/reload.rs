@@ -73,7 +73,7 @@ pub fn start(app: Arc<App>, config_path: PathBuf) -> Sender<Trigger> {
         .file_name()
         .map(|n| n.to_os_string());
     let mut watch_state = WatchState::new(&config_path, programs_name, tx.clone());
-    if watch_state.watch(&dirs_for(&config_path, &app.config().server.programs_dir)) {
+    if watch_state.watch(&dirs_for(&config_path, &app.config().server)) {
         // An edit made since the first load has no event: look once more.
         let _ = tx.send(Trigger::Changed);
     }
@@ -170,18 +170,25 @@ fn relevant(path: &Path, names: &[Option<OsString>; 2]) -> bool {
     if name.starts_with("..") {
         return true;
     }
-    !name.starts_with('.') && name.ends_with(".toml")
+    !name.starts_with('.')
+        && (name.ends_with(".toml") || config::hooks::is_hooks_name(Path::new(name.as_ref())))
 }
 
-/// Directories to watch for `cfg`: the config file's and the programs dir.
-fn dirs_for(config_path: &Path, programs_dir: &Path) -> Vec<PathBuf> {
+/// Directories to watch for `server`: the config file's, the programs dir
+/// and those of the hooks files.
+fn dirs_for(config_path: &Path, server: &config::Server) -> Vec<PathBuf> {
     let config_dir = config_path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     let mut dirs = vec![config_dir.to_path_buf()];
-    if programs_dir.is_dir() {
-        dirs.push(programs_dir.to_path_buf());
+    if server.programs_dir.is_dir() {
+        dirs.push(server.programs_dir.clone());
+    }
+    for dir in server.hooks_files.iter().filter_map(|f| f.parent()) {
+        if dir.is_dir() && !dirs.iter().any(|d| d == dir) {
+            dirs.push(dir.to_path_buf());
+        }
     }
     dirs
 }
@@ -198,7 +205,7 @@ fn reload_loop(
     while let Ok(first) = rx.recv() {
         let forced = wait_quiet(rx, first);
         reload_now(app, config_path, forced);
-        if ws.watch(&dirs_for(config_path, &app.config().server.programs_dir)) {
+        if ws.watch(&dirs_for(config_path, &app.config().server)) {
             let _ = again.send(Trigger::Changed);
         }
     }
@@ -238,6 +245,15 @@ fn wait_quiet(rx: &Receiver<Trigger>, first: Trigger) -> bool {
     }
 }
 
+/// Whether a secret file of a signature check now holds another secret.
+fn secret_files_changed(cfg: &config::Config) -> bool {
+    cfg.tools
+        .values()
+        .flat_map(|t| &t.triggers)
+        .flat_map(|t| t.receive.verifiers())
+        .any(|v| v.secret_file_changed())
+}
+
 /// Load everything and swap it in if it is valid and changed. With `forced`
 /// (SIGHUP) an unchanged config is still reported in the log.
 pub fn reload_now(app: &App, config_path: &Path, forced: bool) {
@@ -248,7 +264,14 @@ pub fn reload_now(app: &App, config_path: &Path, forced: bool) {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
     let started = Instant::now();
     let current = app.config();
-    match config::load_changed(config_path, &current) {
+    // Secret files are not part of the fingerprint: a changed one forces
+    // a full load.
+    let loaded = if secret_files_changed(&current) {
+        config::load(config_path).map(Some)
+    } else {
+        config::load_changed(config_path, &current)
+    };
+    match loaded {
         Ok(None) => {
             app.clear_reload_error();
             if forced {
@@ -377,6 +400,9 @@ mod tests {
         assert!(!relevant(Path::new("/x/programs/a.toml~"), c));
         assert!(!relevant(Path::new("/x/programs/a.toml.tmp"), c));
         assert!(!relevant(Path::new("/x/programs/notes.txt"), c));
+        assert!(relevant(Path::new("/x/hooks.json"), c));
+        assert!(relevant(Path::new("/x/hooks.yaml"), c));
+        assert!(!relevant(Path::new("/x/.hooks.json.swp"), c));
         assert!(
             !relevant(Path::new("/x/trigd-stderr"), c),
             "a log beside the config"

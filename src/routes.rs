@@ -10,7 +10,9 @@ use crate::api;
 use crate::app::App;
 use crate::cluster;
 use crate::http::{ApiError, Method, Request, Response};
+use crate::invoke::hooks;
 use crate::metrics::Gauges;
+use crate::runs;
 use crate::tools;
 use crate::ui;
 
@@ -23,6 +25,9 @@ pub fn handle(app: &App, req: &Request) -> Response {
     use Method::{Get, Head, Post, Put};
     let cfg = app.config();
     let segs: Vec<&str> = req.segments.iter().map(String::as_str).collect();
+    if let Some(id) = hook_id(&cfg.hooks.prefix, &segs) {
+        return hooks::call(app, &cfg, req, &id).unwrap_or_else(Response::from);
+    }
     let result = match (req.method, segs.as_slice()) {
         (Get | Head, ["healthz"]) => Ok(healthz(app)),
         (Get | Head, ["livez"]) => Ok(Response::json(200, &json!({ "Status": "alive" }))),
@@ -34,6 +39,12 @@ pub fn handle(app: &App, req: &Request) -> Response {
         }),
         (Get, ["api", "runs", id]) => api::run_status(app, &cfg, req, id),
         (_, ["api", "runs", _]) => Err(ApiError::MethodNotAllowed { allow: vec!["GET"] }),
+        (Get, ["api", "runs", id, "output"]) => runs::output(app, &cfg, req, id),
+        (_, ["api", "runs", _, "output"]) => Err(ApiError::MethodNotAllowed { allow: vec!["GET"] }),
+        (Post, ["api", "runs", id, "cancel"]) => runs::cancel(app, &cfg, req, id),
+        (_, ["api", "runs", _, "cancel"]) => Err(ApiError::MethodNotAllowed {
+            allow: vec!["POST"],
+        }),
         (Get, []) => ui::home(app, &cfg, req),
         (Get, ["login"]) => ui::login_form(app, &cfg, req),
         (Post, ["login"]) => ui::login(app, &cfg, req),
@@ -48,6 +59,13 @@ pub fn handle(app: &App, req: &Request) -> Response {
         (Post, ["workspaces", ws, "settings", "application-key"]) => {
             ui::regenerate(app, &cfg, req, ws)
         }
+        (Get, ["runs"]) => ui::runs_list(app, &cfg, req),
+        (Get, ["runs", id]) => ui::run_show(app, &cfg, req, id),
+        (Post, ["runs", id, "cancel"]) => ui::run_cancel(app, &cfg, req, id),
+        (_, ["runs"] | ["runs", _]) => Err(ApiError::MethodNotAllowed { allow: vec!["GET"] }),
+        (_, ["runs", _, "cancel"]) => Err(ApiError::MethodNotAllowed {
+            allow: vec!["POST"],
+        }),
         (Get | Head, ["static", name]) => ui::asset(name),
         (Get, ["tools", tool, "endpoints"]) if ui::wants_html(req) => {
             ui::endpoints(app, &cfg, req, tool)
@@ -80,6 +98,19 @@ pub fn handle(app: &App, req: &Request) -> Response {
         _ => Err(ApiError::NotFound),
     };
     result.unwrap_or_else(Response::from)
+}
+
+/// The hook id of a path under the hooks' URL prefix (the rest of the
+/// path, which may hold `/`), when hooks files are configured.
+fn hook_id(prefix: &[String], segs: &[&str]) -> Option<String> {
+    if prefix.is_empty() || segs.len() <= prefix.len() {
+        return None;
+    }
+    let (head, rest) = segs.split_at(prefix.len());
+    head.iter()
+        .zip(prefix)
+        .all(|(a, b)| a == b)
+        .then(|| rest.join("/"))
 }
 
 /// `GET /healthz`: readiness (200 `ok`, else 503 `draining` or

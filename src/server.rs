@@ -240,13 +240,29 @@ fn handle(app: &App, mut rq: tiny_http::Request) {
         started.elapsed().as_millis(),
         resp.run.as_deref().map(|r| format!(" run={r}")).unwrap_or_default()
     );
-    let mut out = tiny_http::Response::from_data(resp.body).with_status_code(resp.status);
-    for (k, v) in &resp.headers {
-        if let Ok(h) = tiny_http::Header::from_bytes(k.as_bytes(), v.as_bytes()) {
-            out.add_header(h);
+    let headers: Vec<tiny_http::Header> = resp
+        .headers
+        .iter()
+        .filter_map(|(k, v)| tiny_http::Header::from_bytes(k.as_bytes(), v.as_bytes()).ok())
+        .collect();
+    let sent = match resp.stream.as_ref().and_then(|s| s.take()) {
+        // No length: tiny_http sends it chunked, a chunk per piece read.
+        Some(body) => rq.respond(tiny_http::Response::new(
+            resp.status.into(),
+            headers,
+            body,
+            None,
+            None,
+        )),
+        None => {
+            let mut out = tiny_http::Response::from_data(resp.body).with_status_code(resp.status);
+            for h in headers {
+                out.add_header(h);
+            }
+            rq.respond(out)
         }
-    }
-    if let Err(e) = rq.respond(out) {
+    };
+    if let Err(e) = sent {
         log::debug!("client went away before the response: {e}");
     }
 }

@@ -26,6 +26,7 @@ use std::time::SystemTime;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::output;
 use crate::sys;
 
 /// The states of a run.
@@ -44,6 +45,8 @@ pub enum RunState {
     TimedOut,
     /// Cut off by a crash or a shutdown.
     Interrupted,
+    /// Stopped on request (`POST /api/runs/<id>/cancel`).
+    Cancelled,
 }
 
 impl RunState {
@@ -61,9 +64,26 @@ impl RunState {
             RunState::Failed => "failed",
             RunState::TimedOut => "timed_out",
             RunState::Interrupted => "interrupted",
+            RunState::Cancelled => "cancelled",
         }
     }
+
+    /// The state named `name` (as in JSON).
+    pub fn from_name(name: &str) -> Option<RunState> {
+        ALL_STATES.into_iter().find(|s| s.name() == name)
+    }
 }
+
+/// Every run state, in the order a run can reach them.
+pub const ALL_STATES: [RunState; 7] = [
+    RunState::Queued,
+    RunState::Running,
+    RunState::Finished,
+    RunState::Failed,
+    RunState::TimedOut,
+    RunState::Interrupted,
+    RunState::Cancelled,
+];
 
 /// Who started a run. In records and JSON it is one string, as it always
 /// was: `api_key:<name>`, `app_key:<member>`, `session:<user>`, `public` or
@@ -141,6 +161,10 @@ pub struct RunRecord {
     /// Who started it: `api_key:<name>`, `app_key:<member>`, `session:<user>`, `public`.
     #[serde(default)]
     pub by: Origin,
+    /// The tool environment that started it, `<tool>/<environment>`
+    /// (runs of a generated tool endpoint only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
     /// RFC 3339 time it was accepted.
     pub created_at: String,
     /// RFC 3339 time it started executing.
@@ -163,12 +187,46 @@ pub struct RunRecord {
     pub stdout: Option<String>,
 }
 
-/// Where the latest line of a run sits in the log.
-#[derive(Debug, Clone, Copy)]
+/// Where the latest line of a run sits in the log, and what the runs
+/// pages filter on.
+#[derive(Debug, Clone)]
 struct Entry {
     offset: u64,
     len: u32,
+    meta: Meta,
+}
+
+/// The fields of a run the runs pages filter on, kept in the index.
+#[derive(Debug, Clone)]
+struct Meta {
     program: u64,
+    state: RunState,
+    /// The tool's name, for runs of a tool endpoint.
+    tool: Option<Box<str>>,
+}
+
+impl Meta {
+    fn of(rec: &RunRecord) -> Meta {
+        Meta {
+            program: rec.program,
+            state: rec.state,
+            tool: rec
+                .tool
+                .as_deref()
+                .map(|t| t.split('/').next().unwrap_or(t).into()),
+        }
+    }
+}
+
+/// Which runs a runs page lists.
+#[derive(Debug, Clone, Default)]
+pub struct RunFilter {
+    /// Only runs of this program.
+    pub program: Option<u64>,
+    /// Only runs in this state.
+    pub state: Option<RunState>,
+    /// Only runs of this tool's endpoints.
+    pub tool: Option<String>,
 }
 
 /// A run id as stored in the index: the 16 bytes its 32 hex digits spell
@@ -208,6 +266,7 @@ struct Sync {
 /// The run log of one state dir.
 pub struct RunStore {
     path: PathBuf,
+    state_dir: PathBuf,
     retention: usize,
     log: Mutex<Log>,
     sync: Mutex<Sync>,
@@ -230,16 +289,16 @@ impl RunStore {
             r.error = Some("trigd stopped before the run finished".into());
         }
         let keep = records.len().saturating_sub(retention.max(1));
-        let lines: Vec<(RunId, u64, Vec<u8>)> = records[keep..]
+        let lines: Vec<(RunId, Meta, Vec<u8>)> = records[keep..]
             .iter()
-            .filter_map(|r| Some((run_id(&r.run)?, r.program, to_line(r))))
+            .filter_map(|r| Some((run_id(&r.run)?, Meta::of(r), to_line(r))))
             .collect();
         drop(records);
         let log = rewrite(&path, lines.len(), |f| {
             let mut entries = Vec::with_capacity(lines.len());
-            for (id, program, line) in &lines {
+            for (id, meta, line) in &lines {
                 f.write_all(line)?;
-                entries.push((*id, *program, line.len()));
+                entries.push((*id, meta.clone(), line.len()));
             }
             Ok(entries)
         })?;
@@ -249,8 +308,12 @@ impl RunStore {
             file: log.file.try_clone()?,
             synced: 0,
         };
+        output::sweep(state_dir, |name| {
+            run_id(name).is_some_and(|id| log.index.contains_key(&id))
+        });
         Ok(RunStore {
             path,
+            state_dir: state_dir.to_path_buf(),
             retention: retention.max(1),
             log: Mutex::new(log),
             sync: Mutex::new(sync),
@@ -282,7 +345,7 @@ impl RunStore {
             let entry = Entry {
                 offset,
                 len: line.len() as u32,
-                program: rec.program,
+                meta: Meta::of(rec),
             };
             if let Some(id) = run_id(&rec.run) {
                 if log.index.insert(id, entry).is_none() {
@@ -342,9 +405,14 @@ impl RunStore {
         while log.order.len() > self.retention {
             if let Some(id) = log.order.pop_front() {
                 log.index.remove(&id);
+                let _ = fs::remove_file(output::path(&self.state_dir, &hex::encode(id)));
             }
         }
-        let kept: Vec<(RunId, Entry)> = log.order.iter().map(|id| (*id, log.index[id])).collect();
+        let kept: Vec<(RunId, Entry)> = log
+            .order
+            .iter()
+            .map(|id| (*id, log.index[id].clone()))
+            .collect();
         let old = &log.file;
         let new = rewrite(&self.path, kept.len(), |f| {
             let mut buf = Vec::new();
@@ -353,7 +421,7 @@ impl RunStore {
                 buf.resize(e.len as usize, 0);
                 old.read_exact_at(&mut buf, e.offset)?;
                 f.write_all(&buf)?;
-                entries.push((*id, e.program, buf.len()));
+                entries.push((*id, e.meta.clone(), buf.len()));
             }
             Ok(entries)
         })?;
@@ -371,7 +439,7 @@ impl RunStore {
     /// instance name included).
     pub fn get(&self, id: &str) -> Option<RunRecord> {
         let log = lock(&self.log);
-        let e = *log.index.get(&run_id(id)?)?;
+        let e = log.index.get(&run_id(id)?)?;
         let mut buf = vec![0; e.len as usize];
         log.file.read_exact_at(&mut buf, e.offset).ok()?;
         serde_json::from_slice::<RunRecord>(&buf)
@@ -392,7 +460,56 @@ impl RunStore {
 
     /// The program id of run `id`, without reading the record.
     pub fn program_of(&self, id: &str) -> Option<u64> {
-        lock(&self.log).index.get(&run_id(id)?).map(|e| e.program)
+        lock(&self.log)
+            .index
+            .get(&run_id(id)?)
+            .map(|e| e.meta.program)
+    }
+
+    /// Where the output of run `id` is kept.
+    pub fn output_path(&self, id: &str) -> PathBuf {
+        output::path(&self.state_dir, output::hex_of(id))
+    }
+
+    /// A page of runs, newest first: those of programs `visible` lets
+    /// through that match `filter`, after skipping `skip` of them; at most
+    /// `take`, and whether more follow. The index is scanned in memory from
+    /// the newest run; only the records shown are read from disk.
+    pub fn list(
+        &self,
+        visible: impl Fn(u64) -> bool,
+        filter: &RunFilter,
+        skip: usize,
+        take: usize,
+    ) -> (Vec<RunRecord>, bool) {
+        let log = lock(&self.log);
+        let matches = |m: &Meta| {
+            visible(m.program)
+                && filter.program.is_none_or(|p| p == m.program)
+                && filter.state.is_none_or(|s| s == m.state)
+                && filter
+                    .tool
+                    .as_deref()
+                    .is_none_or(|t| m.tool.as_deref() == Some(t))
+        };
+        let mut hits = log
+            .order
+            .iter()
+            .rev()
+            .filter_map(|id| log.index.get(id))
+            .filter(|e| matches(&e.meta))
+            .skip(skip);
+        let mut page = Vec::with_capacity(take);
+        for e in hits.by_ref().take(take) {
+            let mut buf = vec![0; e.len as usize];
+            if log.file.read_exact_at(&mut buf, e.offset).is_ok() {
+                if let Ok(r) = serde_json::from_slice::<RunRecord>(&buf) {
+                    page.push(r);
+                }
+            }
+        }
+        let more = hits.next().is_some();
+        (page, more)
     }
 
     /// How many runs the log knows.
@@ -443,7 +560,7 @@ fn read_log(path: &Path) -> io::Result<Vec<RunRecord>> {
 fn rewrite(
     path: &Path,
     capacity: usize,
-    write: impl FnOnce(&mut File) -> io::Result<Vec<(RunId, u64, usize)>>,
+    write: impl FnOnce(&mut File) -> io::Result<Vec<(RunId, Meta, usize)>>,
 ) -> io::Result<Log> {
     let mut entries = Vec::new();
     write_atomic(path, |f| {
@@ -454,22 +571,23 @@ fn rewrite(
     let mut index = HashMap::with_capacity(capacity);
     let mut order = VecDeque::with_capacity(capacity);
     let mut offset = 0u64;
-    for (id, program, len) in &entries {
+    let lines = entries.len();
+    for (id, meta, len) in entries {
         let entry = Entry {
             offset,
-            len: *len as u32,
-            program: *program,
+            len: len as u32,
+            meta,
         };
-        index.insert(*id, entry);
-        order.push_back(*id);
-        offset += *len as u64;
+        index.insert(id, entry);
+        order.push_back(id);
+        offset += len as u64;
     }
     Ok(Log {
         file,
         len: offset,
         index,
         order,
-        lines: entries.len(),
+        lines,
         seq: 0,
     })
 }
@@ -548,6 +666,7 @@ mod tests {
             function: "f".into(),
             r#async: true,
             by: Origin::Cli,
+            tool: None,
             created_at: now_rfc3339(),
             started_at: None,
             finished_at: None,

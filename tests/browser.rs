@@ -518,3 +518,89 @@ fn newcomer_first_page_names_how_to_sign_in() {
     b.wait_for("button[data-copy=curl-0-0]");
     b.screenshot("00-first-start-endpoints");
 }
+
+#[test]
+#[ignore = "needs Chromium: cargo test -- --include-ignored (as .ci/run does)"]
+fn browser_run_page_follows_output_and_cancels() {
+    use crate::runs_output::group_members;
+    use crate::runs_pages::{run, start};
+    Browser::require();
+    let (dir, t) = start("browser_runs", "kill_grace = \"1s\"");
+    let b = Browser::start(&dir);
+    let base = format!("http://{}", t.addr);
+    let state = |id: &str| {
+        let r = t.get(&format!("/api/runs/{id}?api_key={}", crate::util::KEY));
+        r.ok()["State"].as_str().unwrap_or("").to_string()
+    };
+
+    b.go(&format!("{base}/runs"));
+    b.wait_for("#username");
+    b.type_into("#username", "alice");
+    b.type_into("#password", "alice-pw");
+    b.click("button[type=submit]");
+    b.wait_for("table.runs");
+
+    // Untrusted output shows as text.
+    let noisy = run(&t, 2, "noisy", "");
+    b.go(&format!("{base}/runs/{noisy}"));
+    b.wait_for("#output");
+    let out = b.text("#output");
+    assert!(out.contains("<script>alert(1)</script>"), "{out:?}");
+    assert!(
+        !out.contains('\u{1b}') && out.contains("red & more"),
+        "{out:?}"
+    );
+    b.screenshot("runs-01-untrusted-output");
+
+    // A run printing a line every 200 ms: lines appear while it runs, and
+    // the page ends by itself on the final state.
+    let ticks = run(&t, 2, "ticks", "&run_async=true");
+    b.go(&format!("{base}/runs/{ticks}"));
+    b.wait_for("pre[data-follow]");
+    assert!(
+        wait_until(Duration::from_secs(20), || b
+            .text("#output")
+            .contains("tick 2")),
+        "no live output: {:?}",
+        b.text("#output")
+    );
+    assert_eq!(
+        state(&ticks),
+        "running",
+        "the page showed lines before the end"
+    );
+    b.screenshot("runs-02-live-output");
+    assert!(
+        wait_until(Duration::from_secs(30), || b
+            .exists("#state.state-finished")),
+        "the page did not reach the final state"
+    );
+    assert!(b.text("#output").contains("tick 15"));
+    assert!(
+        !b.exists("pre[data-follow]"),
+        "a finished run is not followed"
+    );
+
+    // Cancel from the page: no process of the group is left.
+    let id = run(&t, 2, "stubborn", "&run_async=true");
+    t.wait_for(Duration::from_secs(20), "the run to start", || {
+        dir.read_opt("work/leader")
+            .is_some_and(|s| !s.trim().is_empty())
+    });
+    let leader: u32 = dir.read("work/leader").trim().parse().unwrap();
+    b.go(&format!("{base}/runs/{id}"));
+    b.wait_for("#cancel");
+    b.click("#cancel");
+    assert!(
+        wait_until(Duration::from_secs(30), || b
+            .exists("#state.state-cancelled")),
+        "the page does not show the cancel"
+    );
+    b.screenshot("runs-03-cancelled");
+    assert_eq!(state(&id), "cancelled");
+    assert!(
+        wait_until(Duration::from_secs(20), || group_members(leader).is_empty()),
+        "processes of the group left: {:?}",
+        group_members(leader)
+    );
+}

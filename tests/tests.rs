@@ -5,14 +5,18 @@ mod api; // POST /api: success shapes, every error row of the README, limits, in
 mod browser; // headless Chromium through chromedriver: login, application key, endpoint view, logout, public switch
 mod cli; // subcommands: check, keygen, hash-password, run, --help/--version, usage errors
 mod cluster; // several instances: run ids naming their instance, 421, readiness and draining, three instances behind HAProxy
+mod hooks_diff; // adnanh/webhook hooks files: the real webhook and trigd given the same file and requests
 mod limits; // connections, sizes, fairness, EMFILE, overload, crash, hostile programs, rate limits, users
 mod modules; // the module graph of src/ has no cycles
 mod newcomer; // a newcomer's first hour: relative commands, exact Results, failed stdout, check warnings, help, run wording
 mod openapi; // openapi.json against src/routes.rs and the error codes; GET /openapi.json
 mod reload; // hot reload: every edit style, ConfigMap symlink swap, invalid edits, SIGHUP, 10k files
 mod runs; // run records: GET /api/runs/<id>, output caps, crash recovery, SIGTERM, per-function concurrency
+mod runs_output; // kept output, following it (events, curl -N), streamed sync calls, cancel and its process group
+mod runs_pages; // the runs pages: list, filters, a run's page, untrusted output, the Cancel form, 100,000 runs
 mod switch; // the public switch flipped from trigd: HTTP operation, form, confirmation, config rewrite, read-only, admins, CSRF, races
 mod tools; // generated tool endpoints: environments, values by name, bearer app keys, User-Agent rule, endpoint view
 mod ui; // browser access over HTTP: login, throttle, sessions, CSRF, settings, escaping, headers
 mod util; // harness: per-test dirs, the trigd child process, one HTTP client (raw bytes too), polling, CLI runner
 mod vendor; // the patched tiny_http through its own API: a failed connection thread, default answers
+mod webhooks; // signed third-party webhooks: GitHub, GitLab, Stripe, Slack; payload kinds, value sources, rules, bad input

@@ -195,3 +195,91 @@ pub fn tool_values(data: &[u8]) {
         }
     }
 }
+
+/// A request body through `receive::payload::Payload::parse` (JSON, form,
+/// the hand-written multipart parser, XML) and every value source over it:
+/// line 1 is the Content-Type, the rest the body. No panic; an error names
+/// the kind and says something; a parsed body converts to JSON; a multipart
+/// body's fields are each a part of the body.
+pub fn payload(data: &[u8]) {
+    use receive::payload::{Kind, Payload};
+    use receive::values::{Incoming, JsonPath, Source, Whole};
+    let split = data.iter().position(|&b| b == b'\n').unwrap_or(data.len());
+    let ct = String::from_utf8_lossy(&data[..split]).into_owned();
+    let body = data.get(split + 1..).unwrap_or(&[]);
+    match Payload::parse(Some(&ct), body) {
+        Ok(p) => {
+            let _ = p.to_json();
+            if let Payload::Form(fields) = &p {
+                if Kind::of(Some(&ct)) == Kind::Multipart {
+                    for (_, v) in fields {
+                        assert!(v.len() <= body.len());
+                    }
+                }
+            }
+        }
+        Err(e) => assert!(!e.msg.is_empty()),
+    }
+    let headers = vec![("content-type".to_string(), ct)];
+    let inc = Incoming::new(&headers, &[], body, std::net::Ipv4Addr::LOCALHOST.into());
+    let path = JsonPath::parse("a.0.b").unwrap();
+    for s in [
+        Source::Json(path.clone()),
+        Source::Xml(path.clone()),
+        Source::Payload(path),
+        Source::Form("a".into()),
+        Source::Whole(Whole::Payload),
+        Source::BodyText,
+    ] {
+        if let Err(e) = inc.get(&s) {
+            assert!(!e.message().is_empty());
+        }
+    }
+}
+
+/// An adnanh/webhook hooks file (JSON or YAML) through
+/// `config::hooks::parse_file` and `config::compile_hook`, then a request
+/// (the part after the first NUL: Content-Type line, body) read and every
+/// compiled rule evaluated the webhook way. No panic; every error names
+/// something.
+pub fn hooks_file(data: &[u8]) {
+    let (file, req) = match data.iter().position(|&b| b == 0) {
+        Some(i) => (&data[..i], &data[i + 1..]),
+        None => (data, &[][..]),
+    };
+    let text = String::from_utf8_lossy(file);
+    let defs = match config::hooks::parse_file(&text) {
+        Ok(defs) => defs,
+        Err(e) => return assert!(!e.msg.is_empty()),
+    };
+    let split = req.iter().position(|&b| b == b'\n').unwrap_or(req.len());
+    let ct = String::from_utf8_lossy(&req[..split]).into_owned();
+    let body = req.get(split + 1..).unwrap_or(&[]);
+    let headers = vec![("content-type".to_string(), ct)];
+    let server = config::load_str(Path::new("config.toml"), "", &[])
+        .expect("an empty config loads")
+        .server;
+    for def in defs {
+        let Ok(def) = def else { continue };
+        let hook = match config::compile_hook(&def, Path::new("."), &server) {
+            Ok(h) => h,
+            Err(msg) => {
+                assert!(msg.contains("option"), "{msg}");
+                continue;
+            }
+        };
+        let remote = Some("127.0.0.1:1".parse().unwrap());
+        let Ok(mut wr) = receive::webhook::WebhookRequest::new(
+            "POST", remote, &headers, &[], body, hook.content_type.as_deref(), &[],
+        ) else {
+            continue;
+        };
+        wr.parse_json_params(&hook.json_params);
+        if let Some(rule) = &hook.rule {
+            let _ = wr.eval(rule, hook.soft_signatures);
+        }
+        for s in &hook.args {
+            let _ = wr.get(s);
+        }
+    }
+}

@@ -50,6 +50,13 @@ const TOKENS: &[&str] = &[
     "[[functions]]",
     "[functions.webhook]",
     "outputs = [",
+    "\r\n",
+    "--XyZ",
+    "Content-Disposition: form-data; name=",
+    "<a>",
+    "</a>",
+    "<![CDATA[",
+    "&amp;",
     "command = [",
     "steps = [",
     "{ call = ",
@@ -168,4 +175,14 @@ fn http_request() {
 #[test]
 fn tool_values() {
     run("tool_values", trigd_fuzz::tool_values);
+}
+
+#[test]
+fn payload() {
+    run("payload", trigd_fuzz::payload);
+}
+
+#[test]
+fn hooks_file() {
+    run("hooks_file", trigd_fuzz::hooks_file);
 }

@@ -16,11 +16,17 @@ use crate::http::Request;
 /// proxy) the right-most untrusted `X-Forwarded-For` entry; IPv6 reduced to
 /// its /64, IPv4-mapped IPv6 to IPv4. Without a known peer, 0.0.0.0.
 pub fn client_addr(server: &Server, req: &Request) -> IpAddr {
+    bucket(client_ip(server, req))
+}
+
+/// The client's own address: the peer, or (behind a trusted proxy) the
+/// right-most untrusted `X-Forwarded-For` entry. Without a known peer,
+/// 0.0.0.0.
+pub fn client_ip(server: &Server, req: &Request) -> IpAddr {
     let peer = req
         .remote
         .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |a| a.ip());
-    let ip = forwarded_client(peer, &server.trusted_proxies, req);
-    bucket(ip)
+    forwarded_client(peer, &server.trusted_proxies, req)
 }
 
 /// Walk `X-Forwarded-For` from the right while the hop is trusted.

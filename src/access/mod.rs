@@ -16,9 +16,12 @@ mod login;
 mod secret;
 mod sessions;
 
+use crate::receive::rules::unix_now;
+use crate::receive::signature::Verifier;
 use std::path::Path;
 
 pub use app_keys::AppKeys;
+pub use client::client_ip;
 pub use csrf::{check as check_csrf, Carrier};
 pub use secret::{random_hex, sha256};
 pub use sessions::{clear_cookie, set_cookie, Session};
@@ -102,6 +105,23 @@ impl Access {
         };
         self.limits.take_key(key)?;
         Ok(key)
+    }
+
+    /// Check a request's signature or token (a tool trigger's `verify`). A
+    /// client address over its failure budget is refused first, and a
+    /// refused signature counts as a failure, like a wrong key (guessing a
+    /// token is slow).
+    ///
+    /// # Errors
+    /// `rate_limited`; `signature_missing`, `signature_malformed`,
+    /// `signature_mismatch`, `signature_expired`.
+    pub fn signature(&self, cfg: &Config, req: &Request, v: &Verifier) -> Result<(), ApiError> {
+        let client = client::client_addr(&cfg.server, req);
+        self.limits.check_client(&cfg.server, client)?;
+        v.verify(&req.headers, &req.body, unix_now()).map_err(|e| {
+            self.limits.failed(&cfg.server, client);
+            ApiError::Signature(e)
+        })
     }
 
     /// Authenticate a member of `workspace`: a bearer application key when

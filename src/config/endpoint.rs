@@ -2,12 +2,15 @@
 //! a request must carry, how its values are read, and which function it
 //! runs with which variables. `invoke` takes a request through one.
 //!
-//! Every endpoint answers in the same shape today (the `POST /api` JSON);
-//! an endpoint with another answer shape gets a field here.
+//! Every endpoint answers in the run endpoint's JSON; an endpoint trigger
+//! with receive settings ([`Receive`]: signature, rule, value sources,
+//! answer shape) changes what its steps check and how its answer looks.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::http::Method;
+use crate::receive::Receive;
 
 /// One entry point.
 #[derive(Debug, Clone)]
@@ -22,6 +25,23 @@ pub struct Endpoint {
     pub target: Target,
     /// Variables given to the run (a tool environment's `vars`).
     pub vars: BTreeMap<String, String>,
+    /// Signature, rule, value sources and answer shape of a tool trigger
+    /// (the default: none of them).
+    pub receive: Arc<Receive>,
+    /// The tool trigger it serves (`None` for `POST /api`), as logs and
+    /// metrics name it.
+    pub trigger: Option<TriggerName>,
+}
+
+/// The names of the tool trigger an endpoint serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TriggerName {
+    /// The tool.
+    pub tool: String,
+    /// The environment.
+    pub environment: String,
+    /// The trigger.
+    pub trigger: String,
 }
 
 /// The credentials an endpoint takes.
@@ -72,6 +92,8 @@ impl Endpoint {
             values: Values::Positional,
             target: Target::Chosen,
             vars: BTreeMap::new(),
+            receive: Arc::default(),
+            trigger: None,
         }
     }
 }

@@ -13,8 +13,11 @@
 pub mod edit;
 mod endpoint;
 pub mod generated;
+mod hook_compile;
+pub mod hooks;
 mod program;
 mod raw;
+mod receive;
 mod server;
 mod stamp;
 mod tools;
@@ -27,7 +30,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use endpoint::{Credentials, Endpoint, Target, Values};
+pub use endpoint::{Credentials, Endpoint, Target, TriggerName, Values};
+#[cfg(fuzzing)] // fuzz/ (the hooks_file harness)
+pub use hook_compile::compile as compile_hook;
+pub use hook_compile::{known_status, Hook, Hooks};
 pub use stamp::Stamp;
 
 use crate::http::Method;
@@ -55,6 +61,8 @@ pub struct Config {
     pub workspaces: BTreeMap<String, Workspace>,
     /// Tools by name.
     pub tools: BTreeMap<String, Tool>,
+    /// Hooks of adnanh/webhook hooks files (`hooks_files`), by id.
+    pub hooks: Hooks,
     /// The run endpoint `POST /api`.
     pub run_endpoint: Endpoint,
     /// sha256 of `config.toml`'s text; with the [`Stamp`] of every program
@@ -134,6 +142,10 @@ pub struct Server {
     /// Directory of `app_keys.json`, which instances may share
     /// (`shared_state_dir`, default: `state_dir`; read only at start).
     pub shared_state_dir: PathBuf,
+    /// adnanh/webhook hooks files, resolved (`hooks_files`, default none).
+    pub hooks_files: Vec<PathBuf>,
+    /// URL prefix of their hooks (`hooks_url_prefix`, default `hooks`).
+    pub hooks_url_prefix: String,
 }
 
 /// A run-endpoint API key (`[[api_keys]]`). Only its hash is known.
@@ -222,6 +234,13 @@ pub struct Function {
     /// Numeric gid to run the steps as (`group`, or the primary group of
     /// `user`); `None`: trigd's own.
     pub group: Option<u32>,
+    /// Give each input to the steps as an environment variable of its name
+    /// (true for every program file; a hooks-file hook passes its
+    /// environment by name in the job's `vars` instead).
+    pub env_inputs: bool,
+    /// Send each step's stderr into its stdout, in the order written (a
+    /// hooks-file hook answers with the command's combined output).
+    pub combined_output: bool,
 }
 
 impl Function {
@@ -248,6 +267,10 @@ pub enum OutputMode {
     Text,
     /// The text split into lines: an array of strings.
     Lines,
+    /// The text exactly as printed (a hooks-file hook's answer); not
+    /// written in program files.
+    #[serde(skip)]
+    Raw,
 }
 
 /// What makes a function callable through `POST /api`: its
@@ -387,6 +410,9 @@ pub struct Trigger {
     pub program: u64,
     /// Function name; validated to exist in that program.
     pub function: String,
+    /// Verification, value sources, rule and answer shape (default: none,
+    /// values by output name, no rule, plain answer).
+    pub receive: Arc<crate::receive::Receive>,
 }
 
 /// A problem in a config or program file, with where it is.

@@ -261,6 +261,8 @@ fn function(
         api_trigger,
         user,
         group,
+        env_inputs: true,
+        combined_output: false,
     }
 }
 

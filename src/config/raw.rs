@@ -154,6 +154,11 @@ pub struct RawServer {
     pub drain_delay: Option<Spanned<RawDuration>>,
     /// `shared_state_dir`: where application keys live, shared by instances.
     pub shared_state_dir: Option<String>,
+    /// `hooks_files`: adnanh/webhook hooks files (JSON or YAML).
+    #[serde(default)]
+    pub hooks_files: Vec<Spanned<String>>,
+    /// `hooks_url_prefix`: the first path segment(s) of their URLs.
+    pub hooks_url_prefix: Option<Spanned<String>>,
 }
 
 /// A duration as written: integer seconds or text like `"1m30s"`.
@@ -300,6 +305,125 @@ pub struct RawTrigger {
     pub program: Spanned<i64>,
     /// `function` name.
     pub function: Spanned<String>,
+    /// `[tools.triggers.verify]`: the request's signature or token.
+    pub verify: Option<Spanned<RawVerify>>,
+    /// `[tools.triggers.values]`: output name → where its value comes from.
+    #[serde(default)]
+    pub values: BTreeMap<Spanned<String>, Spanned<RawSource>>,
+    /// `[tools.triggers.rule]`: when the request runs at all.
+    pub rule: Option<Spanned<RawRule>>,
+    /// `stdin`: `"body"` gives the raw body to every step on stdin.
+    pub stdin: Option<Spanned<String>>,
+    /// `[tools.triggers.response]`: the answer's shape.
+    pub response: Option<RawResponse>,
+}
+
+/// A signature or token check (`verify`, or a rule's `signature`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawVerify {
+    /// `scheme`: `hmac-sha1`, `hmac-sha256`, `hmac-sha512`, `token`,
+    /// `stripe` or `slack`.
+    pub scheme: Spanned<String>,
+    /// `header`; required for `hmac-*` and `token`.
+    pub header: Option<Spanned<String>>,
+    /// `prefix`, default none (`slack`: `v0=`).
+    pub prefix: Option<String>,
+    /// `encoding`: `hex` (default) or `base64`.
+    pub encoding: Option<Spanned<String>>,
+    /// `secret_env`: the environment variable holding the secret.
+    pub secret_env: Option<Spanned<String>>,
+    /// `secret_file`: the file holding the secret (relative to config.toml).
+    pub secret_file: Option<Spanned<String>>,
+    /// `tolerance` of `stripe` and `slack`, default 5m.
+    pub tolerance: Option<Spanned<RawDuration>>,
+}
+
+/// Where a value comes from: exactly one of the source keys, and for a
+/// value an optional `default`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSource {
+    /// `query` parameter name.
+    pub query: Option<Spanned<String>>,
+    /// `header` name.
+    pub header: Option<Spanned<String>>,
+    /// `form` field name.
+    pub form: Option<Spanned<String>>,
+    /// `json` path.
+    pub json: Option<Spanned<String>>,
+    /// `xml` path.
+    pub xml: Option<Spanned<String>>,
+    /// `whole`: `payload`, `headers` or `query`.
+    pub whole: Option<Spanned<String>>,
+    /// `payload` path (any body kind).
+    pub payload: Option<Spanned<String>>,
+    /// `literal` string.
+    pub literal: Option<Spanned<String>>,
+    /// `request`: `method` or `remote_addr`.
+    pub request: Option<Spanned<String>>,
+    /// `body`: `text` or `file`.
+    pub body: Option<Spanned<String>>,
+    /// `default` when the request does not carry the value.
+    pub default: Option<String>,
+}
+
+/// A rule: exactly one of `and`, `or`, `not`, `client_ip`, `signature`, or
+/// a source key with `equals` or `regex`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRule {
+    /// `and`: every rule matches.
+    pub and: Option<Vec<Spanned<RawRule>>>,
+    /// `or`: some rule matches.
+    pub or: Option<Vec<Spanned<RawRule>>>,
+    /// `not`: the rule does not match.
+    pub not: Option<Box<Spanned<RawRule>>>,
+    /// `query` parameter name.
+    pub query: Option<Spanned<String>>,
+    /// `header` name.
+    pub header: Option<Spanned<String>>,
+    /// `form` field name.
+    pub form: Option<Spanned<String>>,
+    /// `json` path.
+    pub json: Option<Spanned<String>>,
+    /// `xml` path.
+    pub xml: Option<Spanned<String>>,
+    /// `whole`: `payload`, `headers` or `query`.
+    pub whole: Option<Spanned<String>>,
+    /// `payload` path (any body kind).
+    pub payload: Option<Spanned<String>>,
+    /// `literal` string.
+    pub literal: Option<Spanned<String>>,
+    /// `request`: `method` or `remote_addr`.
+    pub request: Option<Spanned<String>>,
+    /// `body`: `text`.
+    pub body: Option<Spanned<String>>,
+    /// `equals`: the value must be this string.
+    pub equals: Option<Spanned<String>>,
+    /// `regex`: the value must match.
+    pub regex: Option<Spanned<String>>,
+    /// `client_ip`: address ranges the client must be in.
+    pub client_ip: Option<Spanned<Vec<Spanned<String>>>>,
+    /// `signature`: a check like `verify`.
+    pub signature: Option<Spanned<RawVerify>>,
+}
+
+/// `[tools.triggers.response]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawResponse {
+    /// `status` of a successful answer, default 200.
+    pub status: Option<Spanned<i64>>,
+    /// `headers` added to every answer.
+    #[serde(default)]
+    pub headers: BTreeMap<Spanned<String>, Spanned<String>>,
+    /// `output`: whether the run's output is in the answer, default true.
+    pub output: Option<bool>,
+    /// `run_async` by default, default false.
+    pub run_async: Option<bool>,
+    /// `ignored_status` of a request the rule ignores, default 200.
+    pub ignored_status: Option<Spanned<i64>>,
 }
 
 /// A program file.

@@ -107,6 +107,15 @@ pub fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) ->
         session_max: duration!(session_max, SESSION_MAX_SECS),
         auth_failures_per_minute: count!(auth_failures_per_minute, AUTH_FAILURES_PER_MINUTE, 0),
         trusted_proxies,
+        hooks_files: raw
+            .hooks_files
+            .iter()
+            .map(|f| resolve(dir, Path::new(f.get_ref())))
+            .collect(),
+        hooks_url_prefix: raw
+            .hooks_url_prefix
+            .as_ref()
+            .map_or_else(|| "hooks".to_string(), |p| p.get_ref().clone()),
     }
 }
 

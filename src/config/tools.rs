@@ -2,11 +2,14 @@
 //! each trigger generates in each environment.
 
 use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::Arc;
 
 use super::raw::{self, RawConfig};
 use super::types::{self, env_vars, workspace_ref, Errors, Known, Src};
 use super::{
-    Credentials, Endpoint, Environment, Target, Tool, Trigger, TriggerKind, Values, Workspace,
+    Credentials, Endpoint, Environment, Target, Tool, Trigger, TriggerKind, TriggerName, Values,
+    Workspace,
 };
 use crate::http::Method;
 
@@ -16,6 +19,7 @@ pub fn tools(
     raw: &RawConfig,
     wss: &BTreeMap<String, Workspace>,
     known: &Known,
+    dir: &Path,
     errs: &mut Errors,
 ) -> BTreeMap<String, Tool> {
     let mut seen = HashMap::new();
@@ -25,7 +29,7 @@ pub fn tools(
         errs.name(src, &t.name, &format!("{key}.name"), "tool");
         errs.unique(src, &mut seen, &t.name, &format!("{key}.name"), "tool");
         workspace_ref(src, &t.workspace, wss, format!("{key}.workspace"), errs);
-        let triggers = triggers(src, t, &key, known, errs);
+        let triggers = triggers(src, t, &key, known, dir, errs);
         let mut environments = BTreeMap::new();
         for (name, env) in &t.environments {
             let key = format!("{key}.environments.{}", name.get_ref());
@@ -33,6 +37,7 @@ pub fn tools(
             let vars = env_vars(src, &env.vars, &format!("{key}.vars"), errs);
             let name = name.get_ref().clone();
             let env = environment(
+                t.name.get_ref(),
                 name.clone(),
                 env.public,
                 vars,
@@ -61,6 +66,7 @@ fn triggers(
     t: &raw::RawTool,
     key: &str,
     known: &Known,
+    dir: &Path,
     errs: &mut Errors,
 ) -> Vec<Trigger> {
     let mut seen = HashMap::new();
@@ -100,6 +106,10 @@ fn triggers(
             );
             errs.at(src, tr.function.span(), format!("{key}.function"), msg);
         }
+        let outputs = program
+            .and_then(|p| p.function(tr.function.get_ref()))
+            .map(|f| f.inputs());
+        let receive = Arc::new(super::receive::receive(src, tr, &key, outputs, dir, errs));
         let (Ok(kind), Ok(method), Ok(program)) = (kind, method, u64::try_from(id)) else {
             continue;
         };
@@ -109,6 +119,7 @@ fn triggers(
             method,
             program,
             function: tr.function.get_ref().clone(),
+            receive,
         });
     }
     out
@@ -116,6 +127,7 @@ fn triggers(
 
 /// An environment with its endpoints, one per trigger.
 fn environment(
+    tool: &str,
     name: String,
     public: bool,
     vars: BTreeMap<String, String>,
@@ -145,6 +157,12 @@ fn environment(
                     function: t.function.clone(),
                 },
                 vars: vars.clone(),
+                receive: Arc::clone(&t.receive),
+                trigger: Some(TriggerName {
+                    tool: tool.to_string(),
+                    environment: name.clone(),
+                    trigger: t.name.clone(),
+                }),
             };
             (t.name.clone(), endpoint)
         })

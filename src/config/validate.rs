@@ -19,7 +19,7 @@ use std::time::SystemTime;
 use sha2::{Digest, Sha256};
 use toml::Spanned;
 
-use super::raw::{defaults, RawConfig};
+use super::raw::{self, defaults, RawConfig};
 use super::types::{
     self, config_dir, count, error, par_map, parse, workspace_ref, Errors, Known, Src,
 };
@@ -55,7 +55,7 @@ pub fn load_changed(path: &Path, current: &Config) -> Result<Option<Config>, Vec
         && files.errs.0.is_empty()
         && reused == files.programs.len()
         && reused == current.programs.len()
-        && sha256(&files.text) == current.fingerprint
+        && fingerprint(&files.text, &files.hooks) == current.fingerprint
     {
         return Ok(None);
     }
@@ -74,6 +74,8 @@ struct Files {
     text: String,
     raw: Option<RawConfig>,
     programs: Vec<(PathBuf, Source)>,
+    /// The hooks files (`hooks_files`), in their order.
+    hooks: Vec<(PathBuf, String)>,
     errs: Errors,
     complete: bool,
 }
@@ -151,14 +153,38 @@ fn read_programs_of(path: &Path, text: String, current: Option<&Config>) -> File
             }
         })
         .collect::<Vec<_>>();
+    let hooks = match &raw {
+        Some(raw) => read_hooks(path, &raw.server, &mut errs),
+        None => Vec::new(),
+    };
     Files {
         path: path.to_path_buf(),
         text,
         raw,
         programs,
+        hooks,
         errs,
         complete,
     }
+}
+
+/// The hooks files `hooks_files` names, read (an unreadable one is an
+/// error: a config whose hooks cannot be read is not served).
+fn read_hooks(path: &Path, raw: &raw::RawServer, errs: &mut Errors) -> Vec<(PathBuf, String)> {
+    let dir = config_dir(path);
+    let mut out = Vec::new();
+    for (i, f) in raw.hooks_files.iter().enumerate() {
+        let file = resolve(&dir, Path::new(f.get_ref()));
+        match std::fs::read_to_string(&file) {
+            Ok(text) => out.push((file, text)),
+            Err(e) => errs.0.push(error(
+                path,
+                &format!("server.hooks_files[{i}]"),
+                format!("cannot read hooks file {}: {e}", file.display()),
+            )),
+        }
+    }
+    out
 }
 
 /// For a config file that is not there: say where it was looked for and
@@ -205,6 +231,7 @@ pub fn load_str(
         text: config_text.to_string(),
         raw,
         programs,
+        hooks: Vec::new(),
         errs,
         complete: true,
     };
@@ -309,6 +336,7 @@ fn check(files: Files, current: Option<&Config>) -> Result<Config, Vec<ConfigErr
         text,
         raw,
         mut programs,
+        hooks: hook_files,
         mut errs,
         complete,
     } = files;
@@ -342,7 +370,17 @@ fn check(files: Files, current: Option<&Config>) -> Result<Config, Vec<ConfigErr
     let progs = program::load_programs(&sorted, &server, &workspaces, &mut known, &mut errs);
     known.programs = &progs;
     let api_keys = api_keys(&src, &raw, &workspaces, &mut errs);
-    let tools = tools::tools(&src, &raw, &workspaces, &known, &mut errs);
+    let tools = tools::tools(&src, &raw, &workspaces, &known, &dir, &mut errs);
+    let hooks = match raw.server.hooks_files.is_empty() {
+        true => super::Hooks::default(),
+        false => super::hook_compile::load(
+            &hook_files,
+            &server.hooks_url_prefix,
+            path,
+            &server,
+            &mut errs,
+        ),
+    };
     if !errs.0.is_empty() {
         let order = |f: &Path| sorted.iter().position(|p| p.0 == f).map_or(0, |i| i + 1);
         errs.0.sort_by_key(|e| (order(&e.file), e.line, e.col));
@@ -356,8 +394,9 @@ fn check(files: Files, current: Option<&Config>) -> Result<Config, Vec<ConfigErr
         users,
         workspaces,
         tools,
+        hooks,
         run_endpoint: Endpoint::run_endpoint(),
-        fingerprint: sha256(&text),
+        fingerprint: fingerprint(&text, &hook_files),
     })
 }
 
@@ -383,9 +422,22 @@ fn reread(programs: &mut Vec<(PathBuf, Source)>, errs: &mut Errors) {
     });
 }
 
-/// sha256 of `config.toml`'s text.
-fn sha256(text: &str) -> [u8; 32] {
-    Sha256::digest(text.as_bytes()).into()
+/// sha256 over `config.toml`'s text and the name and content of every
+/// hooks file (program files are told apart by their [`Stamp`]s).
+fn fingerprint(text: &str, hooks: &[(PathBuf, String)]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    let files = std::iter::once(("", text)).chain(
+        hooks
+            .iter()
+            .map(|(p, t)| (p.to_str().unwrap_or(""), t.as_str())),
+    );
+    for (name, content) in files {
+        for part in [name.as_bytes(), content.as_bytes()] {
+            h.update((part.len() as u64).to_le_bytes());
+            h.update(part);
+        }
+    }
+    h.finalize().into()
 }
 
 /// `[[users]]` by name.

@@ -397,6 +397,72 @@ fn load_reads_the_programs_dir() {
 }
 
 #[test]
+fn receive_settings_compile_with_secrets_from_env() {
+    // HOME is set in every test environment; its value stands in for a secret.
+    let home = std::env::var("HOME").unwrap_or_default();
+    assert!(!home.is_empty(), "HOME must be set for this test");
+    let text = format!(
+        "{CONFIG}{}",
+        r#"verify = { scheme = "slack", secret_env = "HOME" }
+values = { volume = { json = "a.0" }, label = { header = "X-Label", default = "none" } }
+rule = { not = { query = "dry", equals = "1" } }
+stdin = "body"
+response = { status = 202, headers = { X-A = "b" }, output = false, run_async = true, ignored_status = 204 }
+"#
+    );
+    let cfg = load_str(
+        Path::new("config.toml"),
+        &text,
+        &[(PathBuf::from("programs/backup.toml"), BACKUP.into())],
+    )
+    .unwrap();
+    let r = &cfg.tools["inventory"].triggers[0].receive;
+    let v = r.verify.as_ref().unwrap();
+    assert_eq!(v.header, "x-slack-signature");
+    assert_eq!(v.prefix, "v0=");
+    assert_eq!(
+        v.secret,
+        crate::receive::signature::Secret::new(home.into_bytes())
+    );
+    let values = r.values.as_ref().unwrap();
+    assert_eq!(values.len(), 2);
+    assert_eq!(
+        values[1].source,
+        crate::receive::values::Source::Header("x-label".into())
+    );
+    assert_eq!(values[1].default.as_deref(), Some("none"));
+    assert!(r.rule.is_some() && r.stdin_body);
+    assert_eq!((r.answer.status, r.answer.ignored_status), (202, 204));
+    assert!(!r.answer.output && r.answer.run_async);
+    assert_eq!(r.answer.headers, [("X-A".to_string(), "b".to_string())]);
+}
+
+#[test]
+fn receive_secrets_must_come_from_env_or_file_and_never_show() {
+    let text = format!(
+        "{CONFIG}{}",
+        r#"verify = { scheme = "hmac-sha256", header = "X-Sig", secret_env = "TRIGD_SURELY_UNSET_VAR_91f2" }
+rule = { signature = { scheme = "token", header = "X-T", secret_env = "HOME", secret_file = "x" } }
+"#
+    );
+    let errs = load_str(
+        Path::new("config.toml"),
+        &text,
+        &[(PathBuf::from("programs/backup.toml"), BACKUP.into())],
+    )
+    .unwrap_err();
+    let all: Vec<String> = errs.iter().map(ToString::to_string).collect();
+    let joined = all.join("\n");
+    assert!(joined.contains("tools[0].triggers[0].verify.secret_env: environment variable TRIGD_SURELY_UNSET_VAR_91f2 is not set or empty"), "{joined}");
+    assert!(
+        joined.contains("tools[0].triggers[0].rule.signature: give the secret as exactly one of"),
+        "{joined}"
+    );
+    let home = std::env::var("HOME").unwrap_or_default();
+    assert!(home.is_empty() || !joined.contains(&home), "{joined}");
+}
+
+#[test]
 fn admins_are_members_and_restrict_the_switch() {
     let users = "[[users]]\nname = \"alice\"\npassword = \"$argon2id$x\"\n\
                  [[users]]\nname = \"bob\"\npassword = \"$argon2id$x\"\n";

@@ -5,7 +5,11 @@
 
 use serde_json::{json, Value};
 
+use std::sync::mpsc;
+use std::thread;
+
 use crate::app::App;
+use crate::follow::{events, End, Follower};
 use crate::http::{ApiError, Response};
 use crate::runner::step::{Outcome, StepError};
 use crate::runner::{Job, RunError};
@@ -26,6 +30,47 @@ pub fn start(app: &App, job: Job, run_async: bool) -> Result<Response, ApiError>
     Ok(Response::json(200, &body).with_run(&id))
 }
 
+/// Start `job` as a sync run on a thread of its own and answer with its
+/// output as events (`follow.rs`), ending with the object the sync call
+/// would have answered, success or error.
+///
+/// # Errors
+/// `busy` and `shutting_down` as for a sync run, before anything is sent.
+pub fn start_streamed(app: &App, job: Job) -> Result<Response, ApiError> {
+    let run = app.runner.begin_sync(job).map_err(run_error)?;
+    let id = run.id().to_string();
+    let path = app.store.output_path(&id);
+    let (tx, rx) = mpsc::channel();
+    // A failed spawn drops the run, and its slot with it.
+    thread::Builder::new()
+        .name("run".into())
+        .spawn(move || {
+            let _ = tx.send(run.execute());
+        })
+        .map_err(|e| {
+            log::error!("cannot start a run thread: {e}");
+            ApiError::Internal
+        })?;
+    let run = id.clone();
+    let end: End = Box::new(move || match rx.try_recv() {
+        Ok(outcome) => Some(final_object(&run, outcome)),
+        Err(mpsc::TryRecvError::Empty) => None,
+        Err(mpsc::TryRecvError::Disconnected) => {
+            Some(Response::from(ApiError::Internal).json_body())
+        }
+    });
+    Ok(events(Follower::new(path, end)).with_run(&id))
+}
+
+/// The final object of a streamed sync call: the body the sync call
+/// would have answered, success or error.
+fn final_object(id: &str, outcome: Outcome) -> Value {
+    match finished_body(id, outcome) {
+        Ok(v) => v,
+        Err(e) => Response::from(e).json_body(),
+    }
+}
+
 /// The sync response body for a finished run, or the error for a failed one.
 ///
 /// # Errors
@@ -36,6 +81,7 @@ pub fn finished_body(id: &str, outcome: Outcome) -> Result<Value, ApiError> {
         None => Ok(json!({"Success": "Program finished.", "Result": outcome.result, "Run": id})),
         Some(StepError::TimedOut { .. }) => Err(ApiError::RunTimeout { run }),
         Some(StepError::Aborted { .. }) => Err(ApiError::RunInterrupted { run }),
+        Some(StepError::Cancelled { .. }) => Err(ApiError::RunCancelled { run }),
         Some(StepError::Spawn { step, message }) => Err(ApiError::RunFailed {
             run,
             step,
@@ -62,7 +108,7 @@ pub fn finished_body(id: &str, outcome: Outcome) -> Result<Value, ApiError> {
 }
 
 /// The answer to a run that was not started.
-fn run_error(e: RunError) -> ApiError {
+pub fn run_error(e: RunError) -> ApiError {
     let busy = |msg: String| ApiError::Busy {
         retry_after: 1,
         msg,

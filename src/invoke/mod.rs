@@ -2,20 +2,31 @@
 //! at config load) says what a request needs; [`invoke`] takes the request
 //! through it, one step per line:
 //!
-//! credentials → method → function → values → (rules) → start → answer
+//! credentials → method → signature → function → rule → values → start → answer
+//!
+//! The receive steps (signature, rule, sourced values, answer shape) are
+//! in `webhook.rs`; for an endpoint without receive settings they do
+//! nothing.
 //!
 //! `api.rs` (`POST /api`) and `tools.rs` (generated endpoints) are thin
 //! adapters that find the endpoint and call [`invoke`]; the same fault gets
 //! the same error on every path. `values.rs` reads and checks the values,
 //! `answer.rs` starts the run and shapes the answer.
+//!
+//! `hooks.rs` is the entry kind of adnanh/webhook hooks files: the same
+//! receive steps (sources, rule leaves, signature checks of `receive`), read
+//! the way webhook reads a request, the run put together by [`job`], and
+//! webhook's answer shape (its statuses and texts).
 
 mod answer;
+pub mod hooks;
 mod values;
+mod webhook;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-pub use answer::finished_body;
+pub use answer::{finished_body, run_error};
 pub use values::check_values;
 #[cfg(fuzzing)] // fuzz/src/lib.rs
 pub use values::named_values;
@@ -50,15 +61,28 @@ impl Caller<'_> {
 
 /// Take `req` through `endpoint`: check the credentials and the method,
 /// find the function, read and check the values, start the run (sync or
-/// async, `run_async`) and answer with the run endpoint's JSON.
+/// async, `run_async`) and answer with the run endpoint's JSON, shaped by
+/// the endpoint's receive settings (`webhook::answer`).
 ///
 /// # Errors
 /// Every error of the steps, in this order: credentials (see `access`),
-/// `method_not_allowed`, a body where none is read (`invalid_parameter`),
-/// the function (`invalid_program_id`,
-/// `program_not_found`, `function_not_found`, …), the values
-/// (`variables_mismatch`, `invalid_parameter`), `run_async`, and the run.
+/// `method_not_allowed`, the signature (`signature_*`), a body where none
+/// is read (`invalid_parameter`), the function (`invalid_program_id`,
+/// `program_not_found`, `function_not_found`, …), the rule (`Ignored`),
+/// the values (`invalid_payload`, `unsupported_media_type`,
+/// `variables_mismatch`, `invalid_parameter`), `run_async`, and the run.
 pub fn invoke(
+    app: &App,
+    cfg: &Arc<Config>,
+    req: &Request,
+    endpoint: &Endpoint,
+) -> Result<Response, ApiError> {
+    let result = steps(app, cfg, req, endpoint);
+    webhook::answer(app, endpoint, result)
+}
+
+/// The steps of [`invoke`] up to the run's answer.
+fn steps(
     app: &App,
     cfg: &Arc<Config>,
     req: &Request,
@@ -69,18 +93,40 @@ pub fn invoke(
         let allow = vec![endpoint.method.as_str()];
         return Err(ApiError::MethodNotAllowed { allow });
     }
+    let rcv = &endpoint.receive;
+    webhook::verify(app, cfg, rcv, req)?;
     values::reject_body(req, endpoint.values)?;
     let (program, function) = target(cfg, req, &endpoint.target, &caller)?;
-    let values = values::read(req, endpoint.values, function.inputs())?;
+    let mut inc = webhook::incoming(cfg, req);
+    webhook::rule(rcv, &inc)?;
+    let body_file = webhook::body_file(cfg, rcv, req)?;
+    inc.body_file = body_file.as_ref().map(|f| f.path().to_path_buf());
+    let values = match webhook::values(rcv, &inc, req, function.inputs())? {
+        Some(values) => values,
+        None => values::read(req, endpoint.values, function.inputs())?,
+    };
     check_values(&cfg.server, endpoint.values, function.inputs(), &values)?;
-    let run_async = parse_bool("run_async", req.query_one("run_async")?)?;
+    let run_async = match req.query_one("run_async")? {
+        None => rcv.answer.run_async,
+        raw => parse_bool("run_async", raw)?,
+    };
+    // The run endpoint may stream a sync run's output (`answer.rs`).
+    let mut stream = false;
     if endpoint.values == Values::Positional {
+        stream = parse_bool("stream", req.query_one("stream")?)? || wants_events(req);
         values::reject_unknown(req)?;
     }
-    // Rules (conditions on the request that must hold) go here, when an
-    // endpoint has them.
     let origin = caller.origin();
-    let job = job(cfg, program, function, values, &endpoint.vars, origin);
+    let mut job = job(cfg, program, function, values, &endpoint.vars, origin);
+    job.body_file = body_file;
+    job.stdin_body = rcv.stdin_body;
+    job.tool = endpoint
+        .trigger
+        .as_ref()
+        .map(|t| format!("{}/{}", t.tool, t.environment));
+    if stream && !run_async {
+        return answer::start_streamed(app, job);
+    }
     answer::start(app, job, run_async)
 }
 
@@ -199,7 +245,18 @@ pub fn job(
         values,
         vars: vars.clone(),
         by,
+        tool: None,
+        body_file: None,
+        stdin_body: false,
+        files: Vec::new(),
     }
+}
+
+/// Whether the client asks for Server-Sent Events (`Accept:
+/// text/event-stream`).
+pub fn wants_events(req: &Request) -> bool {
+    req.header("accept")
+        .is_some_and(|a| a.to_ascii_lowercase().contains("text/event-stream"))
 }
 
 #[cfg(test)]

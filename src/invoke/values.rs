@@ -10,12 +10,13 @@ use crate::config::{Server, Values};
 use crate::http::{ApiError, Request};
 
 /// The query parameters `POST /api` accepts.
-const PARAMS: [&str; 5] = [
+const PARAMS: [&str; 6] = [
     "api_key",
     "program_id",
     "variables",
     "function",
     "run_async",
+    "stream",
 ];
 
 /// Read the values of `req` for `inputs` from `source`.
@@ -36,18 +37,30 @@ pub fn read(req: &Request, source: Values, inputs: &[String]) -> Result<Vec<Stri
 /// `variables_mismatch` (with the inputs) for missing, extra, repeated or
 /// non-string values, or a body that is not a JSON object.
 pub fn named_values(req: &Request, inputs: &[String]) -> Result<Vec<String>, ApiError> {
+    named_values_from(&req.query, &req.body, inputs)
+}
+
+/// [`named_values`] over a query and a body (empty: no values from a body).
+///
+/// # Errors
+/// As [`named_values`].
+pub fn named_values_from(
+    query: &[(String, String)],
+    body: &[u8],
+    inputs: &[String],
+) -> Result<Vec<String>, ApiError> {
     let mismatch = |msg: String| ApiError::ValuesMismatch {
         msg,
         outputs: inputs.to_vec(),
     };
     let mut got: BTreeMap<String, String> = BTreeMap::new();
-    for (k, v) in req.query.iter().filter(|(k, _)| k != "run_async") {
+    for (k, v) in query.iter().filter(|(k, _)| k != "run_async") {
         if got.insert(k.clone(), v.clone()).is_some() {
             return Err(mismatch(format!("Value '{k}' is given more than once.")));
         }
     }
-    if !req.body.iter().all(u8::is_ascii_whitespace) {
-        let body: Value = serde_json::from_slice(&req.body)
+    if !body.iter().all(u8::is_ascii_whitespace) {
+        let body: Value = serde_json::from_slice(body)
             .map_err(|e| mismatch(format!("The body must be a JSON object of strings: {e}.")))?;
         let Value::Object(map) = body else {
             return Err(mismatch(

@@ -2,7 +2,7 @@
 //! printed so far while it still runs.
 //!
 //! The runner creates a [`RunHandle`] when a run starts executing and drops
-//! it when the run ends; [`Runner::handle`](super::Runner::handle) finds the
+//! it when the run ends; `Runner::handle` finds the
 //! handle of a live run by id. Stopping goes through the run's own
 //! [`AbortSignal`]: the step being executed gets SIGTERM on its process
 //! group, then SIGKILL after `kill_grace`, and the run ends as aborted.
@@ -11,6 +11,7 @@
 //! "everything after offset N" and learn when it fell behind.
 
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::sys::AbortSignal;
@@ -18,14 +19,7 @@ use crate::sys::AbortSignal;
 /// Bytes of each stream kept for followers.
 pub const LIVE_WINDOW: usize = 64 * 1024;
 
-/// Which output stream of a step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stream {
-    /// Standard output.
-    Stdout,
-    /// Standard error.
-    Stderr,
-}
+pub use crate::output::Stream;
 
 /// The last bytes of one stream, with the offset of the first kept byte.
 #[derive(Debug, Default)]
@@ -77,6 +71,7 @@ pub struct Chunk {
 #[derive(Debug)]
 pub struct RunHandle {
     abort: AbortSignal,
+    cancelled: AtomicBool,
     stdout: Mutex<Window>,
     stderr: Mutex<Window>,
 }
@@ -89,6 +84,7 @@ impl RunHandle {
     pub fn new() -> io::Result<RunHandle> {
         Ok(RunHandle {
             abort: AbortSignal::new()?,
+            cancelled: AtomicBool::new(false),
             stdout: Mutex::default(),
             stderr: Mutex::default(),
         })
@@ -98,6 +94,18 @@ impl RunHandle {
     /// and SIGKILL after `kill_grace`; no further step starts. Idempotent.
     pub fn abort(&self) {
         self.abort.trigger();
+    }
+
+    /// Stop the run on request: like [`RunHandle::abort`], and the run
+    /// ends `cancelled`.
+    pub fn cancel(&self) {
+        self.cancelled.store(true, Ordering::SeqCst);
+        self.abort();
+    }
+
+    /// Whether [`RunHandle::cancel`] was called.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::SeqCst)
     }
 
     /// The signal the executing steps poll.

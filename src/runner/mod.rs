@@ -31,6 +31,7 @@ use serde_json::Value;
 
 use crate::config::{Config, Program};
 use crate::metrics::Metrics;
+use crate::output::OutputFile;
 use crate::store::{new_run_id, now_rfc3339, Origin, RunRecord, RunState, RunStore};
 use handle::{RunHandle, Stream};
 use step::{Outcome, StepError};
@@ -51,6 +52,17 @@ pub struct Job {
     pub vars: BTreeMap<String, String>,
     /// Who started it, for the record; never a secret.
     pub by: Origin,
+    /// The tool environment it was started through, `<tool>/<environment>`.
+    pub tool: Option<String>,
+    /// The raw request body in a temporary file, kept until the job is
+    /// dropped (after the run), when the trigger reads it as a file.
+    pub body_file: Option<Arc<crate::receive::body_file::BodyFile>>,
+    /// Give `body_file` to every step on stdin (else stdin is empty).
+    pub stdin_body: bool,
+    /// Temporary files the run reads (a hook's `pass-file-to-command`),
+    /// removed when the job is dropped, after the run.
+    #[allow(dead_code)] // never read: held so that its Drop removes the files
+    pub files: Vec<crate::receive::body_file::BodyFile>,
 }
 
 impl Job {
@@ -96,6 +108,39 @@ pub enum RunError {
 struct Queued {
     rec: RunRecord,
     job: Job,
+}
+
+/// What [`Runner::cancel`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cancel {
+    /// The run was queued: it is recorded `cancelled` and will not start.
+    Dequeued,
+    /// The run is executing: it is being stopped and will end `cancelled`.
+    Stopping,
+    /// The run is neither queued nor executing here (it has ended).
+    NotActive,
+}
+
+/// A sync run holding its slot, not yet executed.
+pub struct SyncRun {
+    slot: Slot,
+    rec: RunRecord,
+    job: Job,
+}
+
+impl SyncRun {
+    /// The run's id.
+    pub fn id(&self) -> &str {
+        &self.rec.run
+    }
+
+    /// Execute the run, record it, and give the slot back.
+    pub fn execute(self) -> Outcome {
+        let SyncRun { slot, rec, job } = self;
+        let (_, outcome) = slot.runner.execute(rec, &job);
+        drop(slot);
+        outcome
+    }
 }
 
 /// Slot accounting; behind one mutex.
@@ -276,6 +321,18 @@ impl Runner {
     /// [`RunError::NoSlot`] or [`RunError::FunctionLimit`] when no slot (or
     /// no slot of the function) is free.
     pub fn run_sync(self: &Arc<Self>, job: Job) -> Result<(String, Outcome), RunError> {
+        let run = self.begin_sync(job)?;
+        let id = run.id().to_string();
+        Ok((id, run.execute()))
+    }
+
+    /// Take a slot for `job` as a sync run, to be executed with
+    /// [`SyncRun::execute`] (on whichever thread; a streamed sync call
+    /// executes it on its own thread while the caller follows the output).
+    ///
+    /// # Errors
+    /// As [`Runner::run_sync`].
+    pub fn begin_sync(self: &Arc<Self>, job: Job) -> Result<SyncRun, RunError> {
         let slot = {
             let mut s = lock(&self.slots);
             if s.closing {
@@ -294,10 +351,42 @@ impl Runner {
             Slot::take(self, &mut s, &job)
         };
         let rec = self.new_record(&job, false);
-        let id = rec.run.clone();
-        let (_, outcome) = self.execute(rec, &job);
-        drop(slot);
-        Ok((id, outcome))
+        Ok(SyncRun { slot, rec, job })
+    }
+
+    /// Stop run `id`: a queued run is taken off the queue and recorded
+    /// `cancelled` at once; a running one is stopped (SIGTERM to its
+    /// process group, SIGKILL after `kill_grace`) and ends `cancelled`.
+    pub fn cancel(&self, id: &str) -> Cancel {
+        // A run passes from recorded to queued or live without the
+        // record showing it: look again for a moment before giving up.
+        for _ in 0..50 {
+            let queued = {
+                let mut s = lock(&self.slots);
+                let i = s.queue.iter().position(|q| q.rec.run == id);
+                i.and_then(|i| s.queue.remove(i))
+            };
+            if let Some(mut q) = queued {
+                q.rec.state = RunState::Cancelled;
+                q.rec.finished_at = Some(now_rfc3339());
+                q.rec.error = Some("the run was cancelled before it started".into());
+                if let Some(store) = &self.store {
+                    if let Err(e) = store.append(&q.rec, true) {
+                        log::error!("run {id}: cannot record its cancel: {e}");
+                    }
+                }
+                self.metrics
+                    .run(q.rec.program, q.rec.state.name(), Duration::ZERO);
+                self.freed.notify_all();
+                return Cancel::Dequeued;
+            }
+            if let Some(h) = self.handle(id) {
+                h.cancel();
+                return Cancel::Stopping;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        Cancel::NotActive
     }
 
     /// Record `job` durably, then start it (or queue it) and return its id.
@@ -405,6 +494,7 @@ impl Runner {
             function: job.function.clone(),
             r#async: is_async,
             by: job.by.clone(),
+            tool: job.tool.clone(),
             created_at: now_rfc3339(),
             started_at: None,
             finished_at: None,
@@ -428,11 +518,22 @@ impl Runner {
         rec.state = RunState::Running;
         rec.started_at = Some(now_rfc3339());
         self.record(&rec);
+        log::info!("run {} started", rec.run);
         let started = Instant::now();
+        let output = self.output_file(&rec.run, job);
         let outcome = match self.register(&rec.run) {
-            Ok(live) => self.execute_with(job, &live.handle),
+            Ok(live) => {
+                let mut outcome = self.execute_with(job, &live.handle, output.as_ref());
+                if let Some(StepError::Aborted { step }) = outcome.error {
+                    if live.handle.is_cancelled() {
+                        outcome.error = Some(StepError::Cancelled { step });
+                    }
+                }
+                outcome
+            }
             Err(e) => no_handle(&e),
         };
+        drop(output);
         rec.finished_at = Some(now_rfc3339());
         rec.steps = outcome
             .steps
@@ -448,6 +549,7 @@ impl Runner {
                 rec.state = match e {
                     StepError::TimedOut { .. } => RunState::TimedOut,
                     StepError::Aborted { .. } => RunState::Interrupted,
+                    StepError::Cancelled { .. } => RunState::Cancelled,
                     _ => RunState::Failed,
                 };
                 rec.error = Some(describe(e));
@@ -471,14 +573,23 @@ impl Runner {
     /// uses this directly).
     pub fn execute_only(&self, job: &Job) -> Outcome {
         match RunHandle::new() {
-            Ok(handle) => self.execute_with(job, &handle),
+            Ok(handle) => self.execute_with(job, &handle, None),
             Err(e) => no_handle(&e),
         }
     }
 
+    /// The file that keeps the output of run `run` (none for `trigd run`,
+    /// or when it cannot be created: the run goes on without it).
+    fn output_file(&self, run: &str, job: &Job) -> Option<OutputFile> {
+        let path = self.store.as_ref()?.output_path(run);
+        OutputFile::create(&path, job.cfg.server.max_output_bytes)
+            .map_err(|e| log::error!("run {run}: cannot keep its output: {e}"))
+            .ok()
+    }
+
     /// Execute the job's function under `handle` (its stop signal and its
-    /// live output).
-    fn execute_with(&self, job: &Job, handle: &RunHandle) -> Outcome {
+    /// live output), keeping the output in `output`.
+    fn execute_with(&self, job: &Job, handle: &RunHandle, output: Option<&OutputFile>) -> Outcome {
         #[cfg(test)]
         tests::maybe_panic(job);
         let Some(function) = job.program.function(&job.function) else {
@@ -498,7 +609,12 @@ impl Runner {
                 self.children.fetch_sub(1, Ordering::Relaxed);
             }
         };
-        let on_output = |stream: Stream, data: &[u8]| handle.push(stream, data);
+        let on_output = |stream: Stream, data: &[u8]| {
+            handle.push(stream, data);
+            if let Some(out) = output {
+                out.push(stream, data);
+            }
+        };
         let ctx = step::Ctx {
             program: &job.program,
             vars: &job.vars,
@@ -508,6 +624,11 @@ impl Runner {
             deadline: Instant::now() + function.timeout,
             abort: handle.signal(),
             on_spawn: &on_spawn,
+            stdin: job
+                .body_file
+                .as_ref()
+                .filter(|_| job.stdin_body)
+                .map(|f| f.path()),
             on_output: &on_output,
         };
         step::run_function(&ctx, function, &job.values)
@@ -532,7 +653,6 @@ impl Runner {
 
     /// The handle of run `run` while it executes (`None` when it is queued,
     /// finished or unknown).
-    #[cfg_attr(not(test), allow(dead_code))] // cancelling and following a run start here
     pub fn handle(&self, run: &str) -> Option<Arc<RunHandle>> {
         lock(&self.live).runs.get(run).cloned()
     }
@@ -645,6 +765,7 @@ pub fn describe(e: &StepError) -> String {
         }
         StepError::TimedOut { step } => format!("step {step} did not finish within the timeout"),
         StepError::Aborted { step } => format!("step {step} was stopped: trigd shut down"),
+        StepError::Cancelled { step } => format!("step {step} was stopped: the run was cancelled"),
     }
 }
 
@@ -697,6 +818,10 @@ mod tests {
             values: Vec::new(),
             vars: BTreeMap::new(),
             by: Default::default(),
+            tool: None,
+            body_file: None,
+            stdin_body: false,
+            files: Vec::new(),
         }
     }
 
@@ -766,6 +891,42 @@ mod tests {
             r.wait_idle(Duration::from_secs(20)),
             "aborted run still holds its slot"
         );
+    }
+
+    #[test]
+    fn cancel_takes_a_queued_run_off_the_queue_and_stops_a_running_one() {
+        let r = runner();
+        let server = "max_concurrent_runs = 1\nkill_grace = \"1s\"";
+        let running = r.start_async(job(server, "sleep 30")).unwrap();
+        let queued = r.start_async(job(server, "echo never")).unwrap();
+        assert_eq!(r.queued(), 1);
+        assert_eq!(r.cancel(&queued), Cancel::Dequeued);
+        assert_eq!(r.queued(), 0);
+        let until = Instant::now() + Duration::from_secs(20);
+        while r.handle(&running).is_none() && Instant::now() < until {
+            thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(r.cancel(&running), Cancel::Stopping);
+        assert!(
+            r.wait_idle(Duration::from_secs(20)),
+            "the cancelled run did not end"
+        );
+        assert_eq!(r.cancel(&running), Cancel::NotActive);
+
+        // A sync run's outcome says it was cancelled.
+        let run = r.begin_sync(job(server, "sleep 30")).unwrap();
+        let id = run.id().to_string();
+        let r2 = Arc::clone(&r);
+        let canceller = thread::spawn(move || {
+            let until = Instant::now() + Duration::from_secs(20);
+            while r2.handle(&id).is_none() && Instant::now() < until {
+                thread::sleep(Duration::from_millis(10));
+            }
+            r2.cancel(&id)
+        });
+        let outcome = run.execute();
+        assert_eq!(canceller.join().unwrap(), Cancel::Stopping);
+        assert_eq!(outcome.error, Some(StepError::Cancelled { step: 0 }));
     }
 
     #[test]

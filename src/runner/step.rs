@@ -42,6 +42,9 @@ pub struct Ctx<'a> {
     /// Called with the process group id right after each spawn, and with
     /// `None` once it is reaped (the runner tracks live groups).
     pub on_spawn: &'a (dyn Fn(Option<u32>) + Sync),
+    /// A file every step reads as its stdin (opened afresh for each);
+    /// `None`: stdin is empty.
+    pub stdin: Option<&'a Path>,
     /// Called with every chunk read from a step's stdout or stderr, as it
     /// arrives (before any cap), for followers of the live run.
     pub on_output: &'a (dyn Fn(Stream, &[u8]) + Sync),
@@ -103,6 +106,13 @@ pub enum StepError {
     },
     /// trigd shut down while the step ran; the group was stopped.
     Aborted {
+        /// Index of the top-level step.
+        step: usize,
+    },
+    /// The run was cancelled while the step ran (or before it started);
+    /// the group was stopped. The runner turns `Aborted` into this when
+    /// the stop was a cancel.
+    Cancelled {
         /// Index of the top-level step.
         step: usize,
     },
@@ -234,6 +244,9 @@ fn run_step(
                 Ok(p) => p,
                 Err(message) => return (None, Err(Fail::Spawn(message))),
             };
+            if function.combined_output {
+                return combined(ctx, function, &program, args, values, deadline);
+            }
             run_process(
                 ctx, function, "command", &program, &argv0, &args, values, deadline,
             )
@@ -281,6 +294,38 @@ fn run_step(
             (Some(report), outcome)
         }
     }
+}
+
+/// Run `program` with its stderr sent into its stdout (`2>&1`, through an
+/// `exec` of `/bin/sh`, so the process is the program itself), for a
+/// function with `combined_output`.
+fn combined(
+    ctx: &Ctx<'_>,
+    function: &Function,
+    program: &Path,
+    args: Vec<String>,
+    values: &[String],
+    deadline: Instant,
+) -> (Option<StepReport>, Result<Value, Fail>) {
+    // The shell would report a missing program as its own failure (exit
+    // 127); it is a program that could not be started.
+    use std::os::unix::fs::PermissionsExt;
+    let runnable = std::fs::metadata(program)
+        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+    if !runnable {
+        let msg = format!("cannot start {}: not an executable file", program.display());
+        return (None, Err(Fail::Spawn(msg)));
+    }
+    let mut sh_args = vec![
+        "-c".to_string(),
+        "exec \"$0\" \"$@\" 2>&1".to_string(),
+        program.display().to_string(),
+    ];
+    sh_args.extend(args);
+    let sh = Path::new("/bin/sh");
+    run_process(
+        ctx, function, "command", sh, "sh", &sh_args, values, deadline,
+    )
 }
 
 /// The program to execute for `argv0`: a path with '/' resolves against
@@ -478,11 +523,18 @@ fn command(
         .env("PATH", ctx.path_env)
         .envs(&function.env)
         .envs(ctx.vars);
-    for (name, value) in function.inputs().iter().zip(values) {
-        cmd.env(name, value);
+    if function.env_inputs {
+        for (name, value) in function.inputs().iter().zip(values) {
+            cmd.env(name, value);
+        }
     }
+    let stdin = match ctx.stdin.map(std::fs::File::open) {
+        None => Stdio::null(),
+        Some(Ok(f)) => Stdio::from(f),
+        Some(Err(e)) => return Err(format!("cannot open the request body for stdin: {e}")),
+    };
     cmd.current_dir(&function.workdir)
-        .stdin(Stdio::null())
+        .stdin(stdin)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
@@ -551,7 +603,13 @@ fn outcome(
             exit_code,
             signal,
             stderr_tail: watched.stderr.text(),
-            stdout_tail: stdout_tail(&watched.stdout.kept),
+            // A function answering with its raw output (a hooks-file
+            // hook) keeps all of it, bounded by max_output_bytes.
+            stdout_tail: if output == OutputMode::Raw {
+                String::from_utf8_lossy(&watched.stdout.kept).into_owned()
+            } else {
+                stdout_tail(&watched.stdout.kept)
+            },
         }),
     }
 }
@@ -606,6 +664,9 @@ fn element(stdout: &[u8], mode: OutputMode) -> Result<Value, String> {
             format!("trigd: the step's stdout is not JSON ({e}), and the function says output = \"json\"")
         }),
         OutputMode::Text => Ok(Value::String(text())),
+        OutputMode::Raw => Ok(Value::String(
+            String::from_utf8_lossy(stdout).into_owned(),
+        )),
         OutputMode::Lines => {
             let t = text();
             let lines = if t.is_empty() { Vec::new() } else { t.split('\n').map(|l| Value::String(l.to_string())).collect() };

@@ -61,6 +61,8 @@ fn func(name: &str, inputs: &[&str], steps: Vec<Step>) -> Function {
         }),
         user: None,
         group: None,
+        env_inputs: true,
+        combined_output: false,
     }
 }
 
@@ -110,6 +112,7 @@ fn run_with(
         deadline: Instant::now() + opts.timeout,
         abort,
         on_spawn,
+        stdin: None,
         on_output: &|_, _| {},
     };
     let values: Vec<String> = values.iter().map(|s| s.to_string()).collect();

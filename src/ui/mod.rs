@@ -15,11 +15,13 @@
 
 mod endpoints;
 mod login;
+mod runs;
 mod settings;
 mod switch;
 
 pub use endpoints::endpoints;
 pub use login::{login, login_form, logout};
+pub use runs::{cancel as run_cancel, list as runs_list, show as run_show};
 pub use settings::{home, regenerate, settings};
 pub use switch::{post as switch_post, put as switch_put};
 
@@ -130,6 +132,7 @@ fn top_bar(s: &Session) -> Markup {
     html! {
         header class="bar" {
             a class="brand" href="/" { "trigd" }
+            a href="/runs" { "Runs" }
             span class="who" { "Signed in as " strong { (s.user) } }
             form method="post" action="/logout" {
                 (csrf_field(s))

@@ -25,17 +25,26 @@ pub struct Trigd {
     config: PathBuf,
     /// The server's stderr, appended to across restarts.
     pub stderr_log: PathBuf,
+    /// How long a start may take (reading a big state dir takes longer).
+    start_timeout: Duration,
 }
 
 impl Trigd {
     /// Start `trigd serve --config <dir>/config.toml --listen 127.0.0.1:0`
     /// and wait (bounded) for its first stdout line.
     pub fn start(dir: &TestDir) -> Trigd {
+        Trigd::start_within(dir, START_TIMEOUT)
+    }
+
+    /// [`Trigd::start`] with a start allowed to take up to `bound` (a state
+    /// dir with very many runs).
+    pub fn start_within(dir: &TestDir, bound: Duration) -> Trigd {
         let mut t = Trigd {
             child: None,
             addr: String::new(),
             config: dir.path("config.toml"),
             stderr_log: dir.path("stderr.log"),
+            start_timeout: bound,
         };
         t.spawn();
         t
@@ -72,13 +81,14 @@ impl Trigd {
             // Keep draining so that the server never blocks on a full pipe.
             let _ = io::copy(&mut r, &mut io::sink());
         });
-        let got = rx.recv_timeout(START_TIMEOUT);
+        let got = rx.recv_timeout(self.start_timeout);
         self.child = Some(child);
         let line = match got {
             Ok(Ok(line)) => line,
             Ok(Err(e)) => self.fail(format!("reading the server's stdout failed: {e}")),
             Err(_) => self.fail(format!(
-                "no `listening on` line on stdout within {START_TIMEOUT:?}"
+                "no `listening on` line on stdout within {:?}",
+                self.start_timeout
             )),
         };
         let addr = line

@@ -48,3 +48,53 @@ document.addEventListener("DOMContentLoaded", function () {
     b.addEventListener("click", function (ev) { copyFrom(ev.currentTarget); });
   }
 });
+
+// The run page: while the run is not over, its output element carries
+// `data-follow` (the URL of the run's output events). The output is read
+// again from the start and appended as text nodes (never as HTML), without
+// terminal escape sequences; at the end the page is loaded again to show
+// the final state, steps and Result.
+var ANSI = /\x1b\[[0-?]*[ -\/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]|[\x00-\x08\x0b-\x1f\x7f]/g;
+
+function followRun(pre) {
+  var url = pre.getAttribute("data-follow");
+  if (!url || !window.EventSource) {
+    return;
+  }
+  var source = new EventSource(url);
+  var first = true;
+  source.addEventListener("output", function (ev) {
+    var data = JSON.parse(ev.data);
+    if (first) {
+      pre.textContent = "";
+      first = false;
+    }
+    var text = document.createTextNode(String(data.Text).replace(ANSI, ""));
+    if (data.Stream === "stderr") {
+      var span = document.createElement("span");
+      span.className = "stderr";
+      span.appendChild(text);
+      pre.appendChild(span);
+    } else {
+      pre.appendChild(text);
+    }
+    pre.setAttribute("data-lines", String(pre.textContent.split("\n").length - 1));
+  });
+  source.addEventListener("end", function (ev) {
+    source.close();
+    var data = JSON.parse(ev.data);
+    var state = document.getElementById("state");
+    if (state && data.State) {
+      state.textContent = data.State;
+    }
+    pre.setAttribute("data-ended", "true");
+    window.location.reload();
+  });
+}
+
+document.addEventListener("DOMContentLoaded", function () {
+  var pre = document.querySelector("pre[data-follow]");
+  if (pre) {
+    followRun(pre);
+  }
+});

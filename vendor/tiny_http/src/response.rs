@@ -433,7 +433,10 @@ where
                 Some(TransferEncoding::Chunked) => {
                     use chunked_transfer::Encoder;
 
-                    let mut writer = Encoder::new(writer);
+                    // (trigd patch) each piece read is sent at once: a body
+                    // produced while it is sent (a followed run's output)
+                    // reaches the client as it is written.
+                    let mut writer = Encoder::with_flush_after_write(FlushEach(writer));
                     io::copy(&mut reader, &mut writer)?;
                 }
 
@@ -570,5 +573,21 @@ impl Clone for Response<io::Empty> {
             data_length: self.data_length,
             chunked_threshold: self.chunked_threshold,
         }
+    }
+}
+
+/// (trigd patch) A writer that flushes after every write, so that each
+/// chunk reaches the socket at once.
+struct FlushEach<W: Write>(W);
+
+impl<W: Write> Write for FlushEach<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.0.write(buf)?;
+        self.0.flush()?;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()
     }
 }

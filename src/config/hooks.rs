@@ -1,0 +1,446 @@
+//! adnanh/webhook hooks files (`[server] hooks_files`): reading the file as
+//! webhook does — YAML, which JSON is a subset of, into JSON values, then
+//! into typed hook definitions — with an error naming the file, the hook id
+//! and the option for anything trigd does not carry (an unknown option, a
+//! Go template, an unknown rule type or source).
+//!
+//! Owns: the file model ([`HookDef`], [`ArgDef`], [`RuleDef`], …) shared by
+//! loading (`hook_compile.rs` turns a definition into an endpoint) and by
+//! `trigd import-webhook` (which prints it as native TOML).
+
+use std::path::Path;
+
+use serde::{Deserialize, Deserializer};
+use serde_json::{Map, Number, Value};
+use yaml_rust2::{Yaml, YamlLoader};
+
+/// One hook as written in the file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct HookDef {
+    /// `id`: the last part of the URL.
+    #[serde(default, deserialize_with = "text")]
+    pub id: String,
+    /// `execute-command`.
+    #[serde(default, deserialize_with = "text")]
+    pub execute_command: String,
+    /// `command-working-directory`.
+    #[serde(default, deserialize_with = "text")]
+    pub command_working_directory: String,
+    /// `response-message`.
+    #[serde(default, deserialize_with = "text")]
+    pub response_message: String,
+    /// `response-headers`.
+    #[serde(default, deserialize_with = "list")]
+    pub response_headers: Vec<HeaderDef>,
+    /// `include-command-output-in-response`.
+    #[serde(default, deserialize_with = "flag")]
+    pub include_command_output_in_response: bool,
+    /// `include-command-output-in-response-on-error`.
+    #[serde(default, deserialize_with = "flag")]
+    pub include_command_output_in_response_on_error: bool,
+    /// `pass-environment-to-command`.
+    #[serde(default, deserialize_with = "list")]
+    pub pass_environment_to_command: Vec<ArgDef>,
+    /// `pass-arguments-to-command`.
+    #[serde(default, deserialize_with = "list")]
+    pub pass_arguments_to_command: Vec<ArgDef>,
+    /// `pass-file-to-command`.
+    #[serde(default, deserialize_with = "list")]
+    pub pass_file_to_command: Vec<ArgDef>,
+    /// `parse-parameters-as-json`.
+    #[serde(default, deserialize_with = "list")]
+    pub parse_parameters_as_json: Vec<ArgDef>,
+    /// `trigger-rule`.
+    #[serde(default)]
+    pub trigger_rule: Option<RuleDef>,
+    /// `trigger-rule-mismatch-http-response-code` (0: 200).
+    #[serde(default, deserialize_with = "int")]
+    pub trigger_rule_mismatch_http_response_code: i64,
+    /// `trigger-signature-soft-failures`.
+    #[serde(default, deserialize_with = "flag")]
+    pub trigger_signature_soft_failures: bool,
+    /// `incoming-payload-content-type`.
+    #[serde(default, deserialize_with = "text")]
+    pub incoming_payload_content_type: String,
+    /// `success-http-response-code` (0: 200).
+    #[serde(default, deserialize_with = "int")]
+    pub success_http_response_code: i64,
+    /// `http-methods` (empty: any).
+    #[serde(default, deserialize_with = "list")]
+    pub http_methods: Vec<String>,
+}
+
+/// A `{"name": …, "value": …}` of `response-headers`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeaderDef {
+    /// Header name.
+    #[serde(default, deserialize_with = "text")]
+    pub name: String,
+    /// Header value.
+    #[serde(default, deserialize_with = "text")]
+    pub value: String,
+}
+
+/// A reference to a request value (webhook's "argument").
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArgDef {
+    /// `source`: `header`, `url`/`query`, `payload`, `request`, `string`,
+    /// `raw-request-body`, `entire-payload`, `entire-query`, `entire-headers`.
+    #[serde(default, deserialize_with = "text")]
+    pub source: String,
+    /// `name`: key, dotted path, request field or the literal string.
+    #[serde(default, deserialize_with = "text")]
+    pub name: String,
+    /// `envname`: environment variable name.
+    #[serde(default, deserialize_with = "text")]
+    pub envname: String,
+    /// `base64decode` (files only).
+    #[serde(default, deserialize_with = "flag")]
+    pub base64decode: bool,
+}
+
+/// A rule: exactly one of its fields is used (the first set, in webhook's
+/// order and, or, not, match).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleDef {
+    /// `and`.
+    #[serde(default)]
+    pub and: Option<Vec<RuleDef>>,
+    /// `or`.
+    #[serde(default)]
+    pub or: Option<Vec<RuleDef>>,
+    /// `not`.
+    #[serde(default)]
+    pub not: Option<Box<RuleDef>>,
+    /// `match`.
+    #[serde(default, rename = "match")]
+    pub matches: Option<MatchDef>,
+}
+
+/// A `match` rule.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct MatchDef {
+    /// `type`.
+    #[serde(default, rename = "type", deserialize_with = "text")]
+    pub kind: String,
+    /// `regex`.
+    #[serde(default, deserialize_with = "text")]
+    pub regex: String,
+    /// `secret`.
+    #[serde(default, deserialize_with = "text")]
+    pub secret: String,
+    /// `value`.
+    #[serde(default, deserialize_with = "text")]
+    pub value: String,
+    /// `parameter`.
+    #[serde(default)]
+    pub parameter: ArgDef,
+    /// `ip-range`.
+    #[serde(default, deserialize_with = "text")]
+    pub ip_range: String,
+}
+
+/// A string field: a YAML scalar of any kind reads as its text (as
+/// webhook's YAML reader gives a number to a string field); null is "".
+fn text<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    Ok(match Value::deserialize(d)? {
+        Value::Null => String::new(),
+        Value::String(s) => s,
+        Value::Number(n) => n.to_string(),
+        Value::Bool(b) => b.to_string(),
+        other => {
+            let msg = format!("expected a string, found {other}");
+            return Err(serde::de::Error::custom(msg));
+        }
+    })
+}
+
+/// A boolean field: `true`/`false`, or YAML 1.1's `yes`/`no`/`on`/`off`
+/// (webhook's YAML reader takes those); null is false.
+fn flag<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    match Value::deserialize(d)? {
+        Value::Null => Ok(false),
+        Value::Bool(b) => Ok(b),
+        Value::String(s) => match s.as_str() {
+            "y" | "Y" | "yes" | "Yes" | "YES" | "on" | "On" | "ON" | "true" | "True" | "TRUE" => {
+                Ok(true)
+            }
+            "n" | "N" | "no" | "No" | "NO" | "off" | "Off" | "OFF" | "false" | "False"
+            | "FALSE" => Ok(false),
+            _ => Err(serde::de::Error::custom(format!(
+                "expected true or false, found \"{s}\""
+            ))),
+        },
+        other => Err(serde::de::Error::custom(format!(
+            "expected true or false, found {other}"
+        ))),
+    }
+}
+
+/// An integer field; null is 0.
+fn int<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+    match Value::deserialize(d)? {
+        Value::Null => Ok(0),
+        Value::Number(n) => n
+            .as_i64()
+            .ok_or_else(|| serde::de::Error::custom(format!("expected an integer, found {n}"))),
+        other => Err(serde::de::Error::custom(format!(
+            "expected an integer, found {other}"
+        ))),
+    }
+}
+
+/// A list field; null is empty.
+fn list<'de, D: Deserializer<'de>, T: serde::de::DeserializeOwned>(
+    d: D,
+) -> Result<Vec<T>, D::Error> {
+    match Value::deserialize(d)? {
+        Value::Null => Ok(Vec::new()),
+        v => serde_json::from_value(v).map_err(serde::de::Error::custom),
+    }
+}
+
+/// One hook of a file, or why it cannot be used.
+pub type Parsed = Result<HookDef, HookError>;
+
+/// A problem with one hook (or the whole file, without an id).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookError {
+    /// Position of the hook in the file, when the problem is in one.
+    pub index: Option<usize>,
+    /// Its id, when it has one.
+    pub id: Option<String>,
+    /// What is wrong, naming the option.
+    pub msg: String,
+}
+
+impl HookError {
+    /// The key for messages: `hooks[2] "deploy"`.
+    pub fn key(&self) -> String {
+        match (&self.index, &self.id) {
+            (Some(i), Some(id)) => format!("hooks[{i}] \"{id}\""),
+            (Some(i), None) => format!("hooks[{i}]"),
+            _ => String::new(),
+        }
+    }
+}
+
+/// Read the hooks of one file's text.
+///
+/// # Errors
+/// The file is not YAML/JSON or not a list of hooks (one error, no index).
+pub fn parse_file(text: &str) -> Result<Vec<Parsed>, HookError> {
+    let whole = |msg: String| HookError {
+        index: None,
+        id: None,
+        msg,
+    };
+    let docs = YamlLoader::load_from_str(text).map_err(|e| {
+        let m = e.marker();
+        whole(format!(
+            "line {}, column {}: not YAML or JSON: {}",
+            m.line(),
+            m.col() + 1,
+            e.info()
+        ))
+    })?;
+    let value = match docs.into_iter().next() {
+        None => return Ok(Vec::new()),
+        Some(doc) => to_json(doc).map_err(whole)?,
+    };
+    let items = match value {
+        Value::Null => Vec::new(),
+        Value::Array(items) => items,
+        _ => return Err(whole("a hooks file is a list of hooks".into())),
+    };
+    Ok(items.into_iter().enumerate().map(hook).collect())
+}
+
+/// One item of the list, typed.
+fn hook((index, v): (usize, Value)) -> Parsed {
+    let id = v.get("id").and_then(|i| match i {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    });
+    let err = |msg: String| HookError {
+        index: Some(index),
+        id: id.clone(),
+        msg,
+    };
+    if !v.is_object() {
+        return Err(err(
+            "a hook is an object with an id and an execute-command".into()
+        ));
+    }
+    if let Some(at) = template_at(&v, "") {
+        return Err(err(format!(
+            "option {at} holds a Go template ({{{{ … }}}}, webhook's -template); trigd reads hooks files as they are: write the value itself, or move to native config (trigd import-webhook) and use secret_env / secret_file"
+        )));
+    }
+    let def: HookDef = serde_json::from_value(v).map_err(|e| err(e.to_string()))?;
+    if def.id.is_empty() {
+        return Err(err("option id is missing or empty".into()));
+    }
+    if def.execute_command.is_empty() {
+        return Err(err("option execute-command is missing or empty".into()));
+    }
+    Ok(def)
+}
+
+/// The first option (dotted) whose text holds a Go template action.
+fn template_at(v: &Value, at: &str) -> Option<String> {
+    let join = |k: &str| {
+        if at.is_empty() {
+            k.to_string()
+        } else {
+            format!("{at}.{k}")
+        }
+    };
+    match v {
+        Value::String(s) => is_template(s).then(|| at.to_string()),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, x)| template_at(x, &format!("{at}[{i}]"))),
+        Value::Object(m) => m.iter().find_map(|(k, x)| template_at(x, &join(k))),
+        _ => None,
+    }
+}
+
+/// Whether `s` holds `{{ … }}` with a Go template action inside.
+fn is_template(s: &str) -> bool {
+    let mut rest = s;
+    while let Some(i) = rest.find("{{") {
+        let after = rest[i + 2..].trim_start_matches('-').trim_start();
+        let starts = [
+            ".",
+            "$",
+            "/*",
+            "getenv",
+            "cat",
+            "credential",
+            "if ",
+            "range ",
+            "with ",
+            "end",
+            "else",
+            "define ",
+            "template ",
+            "block ",
+            "printf",
+            "print ",
+            "js ",
+            "html ",
+            "urlquery ",
+            "index ",
+            "len ",
+        ];
+        if starts.iter().any(|p| after.starts_with(p)) && after.contains("}}") {
+            return true;
+        }
+        rest = &rest[i + 2..];
+    }
+    false
+}
+
+/// A YAML value as JSON (webhook reads YAML this way too).
+fn to_json(y: Yaml) -> Result<Value, String> {
+    Ok(match y {
+        Yaml::Null => Value::Null,
+        Yaml::Boolean(b) => Value::Bool(b),
+        Yaml::Integer(i) => Value::Number(i.into()),
+        Yaml::Real(r) => match serde_json::from_str::<Number>(&r) {
+            Ok(n) => Value::Number(n),
+            Err(_) => Value::String(r),
+        },
+        Yaml::String(s) => Value::String(s),
+        Yaml::Array(items) => {
+            Value::Array(items.into_iter().map(to_json).collect::<Result<_, _>>()?)
+        }
+        Yaml::Hash(h) => {
+            let mut m = Map::new();
+            for (k, v) in h {
+                let key = match k {
+                    Yaml::String(s) | Yaml::Real(s) => s,
+                    Yaml::Integer(i) => i.to_string(),
+                    Yaml::Boolean(b) => b.to_string(),
+                    _ => return Err("a mapping key must be a string".into()),
+                };
+                m.insert(key, to_json(v)?);
+            }
+            Value::Object(m)
+        }
+        Yaml::Alias(_) | Yaml::BadValue => return Err("unsupported YAML value (alias)".into()),
+    })
+}
+
+/// Whether `path` names a hooks file by its extension (`.json`, `.yaml`,
+/// `.yml`); both are read the same way, as webhook does.
+pub fn is_hooks_name(path: &Path) -> bool {
+    matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("json" | "yaml" | "yml")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_and_yaml_read_alike() {
+        let json = r#"[{"id": "a", "execute-command": "/bin/true", "http-methods": ["POST"],
+            "trigger-rule": {"match": {"type": "value", "value": 1, "parameter": {"source": "url", "name": "x"}}}}]"#;
+        let yaml = "- id: a\n  execute-command: /bin/true\n  http-methods: [POST]\n  trigger-rule:\n    match: {type: value, value: 1, parameter: {source: url, name: x}}\n";
+        for text in [json, yaml] {
+            let hooks = parse_file(text).unwrap();
+            let h = hooks[0].as_ref().unwrap();
+            assert_eq!(h.id, "a");
+            assert_eq!(h.http_methods, ["POST"]);
+            let m = h.trigger_rule.as_ref().unwrap().matches.as_ref().unwrap();
+            assert_eq!(m.value, "1", "a number reads as its text");
+        }
+    }
+
+    #[test]
+    fn webhook_lenient_json_is_read() {
+        // webhook's own test file: an `or` pair inside a list, trailing commas.
+        let text = r#"[{"id": "x", "execute-command": "/bin/true", "trigger-rule": {"and": [
+            "or": [{"match": {"type": "value", "value": "a", "parameter": {"source": "url", "name": "q"}}}],
+            {"match": {"type": "value", "value": "b", "parameter": {"source": "url", "name": "r"}}},
+        ],}}]"#;
+        let hooks = parse_file(text).unwrap();
+        let rule = hooks[0].as_ref().unwrap().trigger_rule.clone().unwrap();
+        let and = rule.and.unwrap();
+        assert!(and[0].or.is_some() && and[1].matches.is_some());
+    }
+
+    #[test]
+    fn unknown_options_and_templates_are_errors() {
+        let hooks =
+            parse_file(r#"[{"id": "a", "execute-command": "x", "respone-message": "typo"}]"#)
+                .unwrap();
+        let e = hooks[0].as_ref().unwrap_err();
+        assert!(e.msg.contains("respone-message"), "{e:?}");
+        assert_eq!(e.key(), "hooks[0] \"a\"");
+        let hooks = parse_file(
+            r#"[{"id": "t", "execute-command": "x", "trigger-rule": {"match": {"type": "value", "secret": "{{ getenv \"S\" }}"}}}]"#,
+        )
+        .unwrap();
+        let e = hooks[0].as_ref().unwrap_err();
+        assert!(
+            e.msg.contains("trigger-rule.match.secret") && e.msg.contains("Go template"),
+            "{e:?}"
+        );
+        assert!(parse_file("{\"id\": 1}").is_err());
+        assert!(parse_file("[").is_err());
+        assert!(parse_file("").unwrap().is_empty());
+        assert!(!is_template("{{name}} is not an action"));
+    }
+}

@@ -1,0 +1,212 @@
+//! Following a run's output as it is written: a reader that produces
+//! Server-Sent Events from the run's output file until the run has ended.
+//!
+//! The follower reads the file on disk from its own offset, one batch at a
+//! time ([`output::read_frames`]), and turns each frame into an event; it
+//! holds at most one batch however slow its reader is, and it never holds
+//! a run slot. When nothing new is on disk it asks `end` whether the run is
+//! over; once it is, it drains what is left and ends with an `end` event
+//! carrying the final object (the run record, or a sync call's answer).
+//!
+//! Events (each `data` is one line of JSON):
+//! - `output`: `{"Stream":"stdout"|"stderr","Text":"…"}`
+//! - `truncated`: `{"Stream":…}`, the stream passed `max_output_bytes`
+//! - `end`: the final object; the stream then closes.
+//!
+//! A comment line (`: keep-alive`) is sent after [`KEEP_ALIVE`] without
+//! events, so that a client that went away is noticed.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::PathBuf;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::http::Response;
+use crate::output::{self, Frame, Stream, Utf8Carry};
+
+/// How often the file is looked at while nothing new is in it.
+const POLL: Duration = Duration::from_millis(100);
+
+/// Silence after which a keep-alive comment is sent.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// The final object once the run is over, `None` while it is not.
+pub type End = Box<dyn FnMut() -> Option<Value> + Send>;
+
+/// An SSE body following one run's output file.
+pub struct Follower {
+    path: PathBuf,
+    file: Option<File>,
+    offset: u64,
+    out: Vec<u8>,
+    pos: usize,
+    text: [Utf8Carry; 2],
+    end: End,
+    last: Option<Value>,
+    done: bool,
+    quiet_since: Instant,
+}
+
+impl Follower {
+    /// Follow the output file at `path`; `end` says when the run is over.
+    pub fn new(path: PathBuf, end: End) -> Follower {
+        Follower {
+            path,
+            file: None,
+            offset: 0,
+            out: Vec::new(),
+            pos: 0,
+            text: Default::default(),
+            end,
+            last: None,
+            done: false,
+            quiet_since: Instant::now(),
+        }
+    }
+
+    /// Put the next events in `out`; false when there were none and the
+    /// caller should wait before asking again.
+    fn fill(&mut self) -> bool {
+        if self.pull() {
+            return true;
+        }
+        if let Some(last) = self.last.take() {
+            event(&mut self.out, "end", &last);
+            self.done = true;
+            return true;
+        }
+        // Once the run is over, everything it printed is on disk: pull
+        // once more before the end event.
+        self.last = (self.end)();
+        if self.last.is_some() {
+            return true;
+        }
+        if self.quiet_since.elapsed() >= KEEP_ALIVE {
+            self.out.extend_from_slice(b": keep-alive\n\n");
+            return true;
+        }
+        false
+    }
+
+    /// Turn the next batch of frames on disk into events; whether any.
+    fn pull(&mut self) -> bool {
+        if self.file.is_none() {
+            self.file = File::open(&self.path).ok();
+        }
+        let Some(file) = &self.file else {
+            return false;
+        };
+        let (frames, next) = output::read_frames(file, self.offset);
+        self.offset = next;
+        for f in &frames {
+            match f {
+                Frame::Data(s, data) => {
+                    let text = self.text[usize::from(*s == Stream::Stderr)].feed(data);
+                    if !text.is_empty() {
+                        let v = json!({"Stream": stream_name(*s), "Text": text});
+                        event(&mut self.out, "output", &v);
+                    }
+                }
+                Frame::Truncated(s) => {
+                    event(
+                        &mut self.out,
+                        "truncated",
+                        &json!({"Stream": stream_name(*s)}),
+                    );
+                }
+            }
+        }
+        !frames.is_empty()
+    }
+}
+
+impl Read for Follower {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            if self.pos < self.out.len() {
+                let n = buf.len().min(self.out.len() - self.pos);
+                buf[..n].copy_from_slice(&self.out[self.pos..self.pos + n]);
+                self.pos += n;
+                return Ok(n);
+            }
+            self.out.clear();
+            self.pos = 0;
+            if self.done {
+                return Ok(0);
+            }
+            if self.fill() {
+                self.quiet_since = Instant::now();
+            } else {
+                thread::sleep(POLL);
+            }
+        }
+    }
+}
+
+/// A `text/event-stream` response following a run.
+pub fn events(f: Follower) -> Response {
+    Response::streaming(200, "text/event-stream", f)
+        .with_header("Cache-Control", "no-store")
+        .with_header("X-Accel-Buffering", "no")
+}
+
+/// `stdout` or `stderr`.
+pub fn stream_name(s: Stream) -> &'static str {
+    match s {
+        Stream::Stdout => "stdout",
+        Stream::Stderr => "stderr",
+    }
+}
+
+fn event(out: &mut Vec<u8>, name: &str, data: &Value) {
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"\ndata: ");
+    // JSON text has no raw line breaks, so it is one `data` line.
+    out.extend_from_slice(&serde_json::to_vec(data).unwrap_or_default());
+    out.extend_from_slice(b"\n\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::output::OutputFile;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    #[test]
+    fn events_in_order_then_end() {
+        let d = std::env::temp_dir().join(format!("trigd-follow-{}", std::process::id()));
+        let p = output::path(&d, "f");
+        let out = OutputFile::create(&p, 100).unwrap();
+        out.push(Stream::Stdout, "a\n<b>\u{e9}".as_bytes());
+        out.push(Stream::Stderr, b"warn\n");
+        let over = Arc::new(AtomicBool::new(false));
+        let o2 = Arc::clone(&over);
+        let end: End = Box::new(move || {
+            o2.load(Ordering::SeqCst)
+                .then(|| json!({"State": "finished"}))
+        });
+        let mut f = Follower::new(p, end);
+        let mut buf = [0u8; 4096];
+        let n = f.read(&mut buf).unwrap();
+        let first = String::from_utf8_lossy(&buf[..n]).to_string();
+        assert_eq!(
+            first,
+            "event: output\ndata: {\"Stream\":\"stdout\",\"Text\":\"a\\n<b>\u{e9}\"}\n\n\
+             event: output\ndata: {\"Stream\":\"stderr\",\"Text\":\"warn\\n\"}\n\n"
+        );
+        out.push(Stream::Stdout, b"late\n");
+        over.store(true, Ordering::SeqCst);
+        let mut rest = String::new();
+        f.read_to_string(&mut rest).unwrap();
+        assert_eq!(
+            rest,
+            "event: output\ndata: {\"Stream\":\"stdout\",\"Text\":\"late\\n\"}\n\n\
+             event: end\ndata: {\"State\":\"finished\"}\n\n"
+        );
+    }
+}

@@ -1,0 +1,142 @@
+//! Receiving third-party webhooks: the building blocks that an endpoint
+//! takes a request through — verify its signature, decide from rules
+//! whether it runs, read values out of it — and the shape of its answer.
+//!
+//! Each block is plain data plus a pure function of the request, so any
+//! entry point (a tool's endpoint trigger, a webhook hooks file) compiles
+//! its configuration into a [`Receive`] once, at load, and calls the steps
+//! in order: [`signature`], then [`rules`], then [`values`].
+//!
+//! Rules come before values on purpose: a sender's other events (GitHub's
+//! `ping` has no `head_commit`) must be *ignored* by a rule, not refused
+//! because a value the run would need is absent.
+
+pub mod body_file;
+pub mod payload;
+pub mod rules;
+pub mod signature;
+pub mod values;
+pub mod webhook;
+
+use rules::Rule;
+use signature::Verifier;
+use values::{Incoming, Source, ValueError};
+
+/// How one trigger receives requests, compiled from its configuration.
+/// The default is today's behaviour: no verification, no rule, values by
+/// output name from the query and a flat JSON object body.
+#[derive(Debug, Clone, Default)]
+pub struct Receive {
+    /// Checked before anything else is read (`verify`).
+    pub verify: Option<Verifier>,
+    /// Where each output's value comes from, in output order (`values`);
+    /// `None`: by output name from the query and a flat JSON object.
+    pub values: Option<Vec<ValueSpec>>,
+    /// Must match, or the request is ignored (`rule`).
+    pub rule: Option<Rule>,
+    /// Give the raw body to every step on its stdin (`stdin = "body"`).
+    pub stdin_body: bool,
+    /// The answer's shape (`response`).
+    pub answer: Answer,
+}
+
+impl Receive {
+    /// Whether any receive setting is given (else the trigger behaves as
+    /// a plain generated endpoint).
+    pub fn is_configured(&self) -> bool {
+        self.verify.is_some() || self.values.is_some() || self.rule.is_some() || self.stdin_body
+    }
+
+    /// Every signature check of this trigger: `verify` and the rule's
+    /// `signature` leaves.
+    pub fn verifiers(&self) -> Vec<&Verifier> {
+        let mut out: Vec<&Verifier> = self.verify.iter().collect();
+        if let Some(rule) = &self.rule {
+            rule.verifiers(&mut out);
+        }
+        out
+    }
+
+    /// Whether a run needs the raw body in a temporary file.
+    pub fn needs_body_file(&self) -> bool {
+        self.stdin_body
+            || self
+                .values
+                .iter()
+                .flatten()
+                .any(|v| v.source == Source::BodyFile)
+    }
+}
+
+/// One output's source.
+#[derive(Debug, Clone)]
+pub struct ValueSpec {
+    /// The output name.
+    pub output: String,
+    /// Where the value comes from.
+    pub source: Source,
+    /// Used when the request does not carry the value; without it, a
+    /// missing value is a 400.
+    pub default: Option<String>,
+}
+
+/// Why values could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ValuesError {
+    /// The body is invalid or of the wrong kind.
+    Body(ValueError),
+    /// An output's value is absent and has no default.
+    Missing {
+        /// The output.
+        output: String,
+        /// Its source, described.
+        source: String,
+    },
+}
+
+/// Read every output's value, in order.
+///
+/// # Errors
+/// See [`ValuesError`].
+pub fn read_values(inc: &Incoming<'_>, specs: &[ValueSpec]) -> Result<Vec<String>, ValuesError> {
+    specs
+        .iter()
+        .map(|s| match inc.get(&s.source).map_err(ValuesError::Body)? {
+            Some(v) => Ok(v),
+            None => s.default.clone().ok_or_else(|| ValuesError::Missing {
+                output: s.output.clone(),
+                source: s.source.describe(),
+            }),
+        })
+        .collect()
+}
+
+/// The answer's shape for one trigger (`[tools.triggers.response]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    /// Status of a successful answer (`status`, default 200).
+    pub status: u16,
+    /// Extra headers on every answer of this trigger (`headers`).
+    pub headers: Vec<(String, String)>,
+    /// Whether the run's output (`Result`, and `Stderr` of a failed run)
+    /// is in the answer (`output`, default true).
+    pub output: bool,
+    /// Run asynchronously unless the request says `run_async=false`
+    /// (`run_async`, default false).
+    pub run_async: bool,
+    /// Status of the answer to a request the rule ignores
+    /// (`ignored_status`, default 200: senders retry other statuses).
+    pub ignored_status: u16,
+}
+
+impl Default for Answer {
+    fn default() -> Self {
+        Answer {
+            status: 200,
+            headers: Vec::new(),
+            output: true,
+            run_async: false,
+            ignored_status: 200,
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! Known vectors: GitHub's documented example, Slack's documented example,
+//! and values computed with `openssl dgst -hmac` (independent of this code).
+use super::*;
+
+const GH_SECRET: &str = "It's a Secret to Everybody";
+const GH_BODY: &[u8] = b"Hello, World!";
+const GH_256: &str = "757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17";
+const GH_1: &str = "01dc10d0c83e72ed246219cdd91669667fe2ca59";
+const GH_512_B64: &str =
+    "Ee01WmF+mBNOhCASp5RMz1nBAlbLGCNXvX46QgE/8Hw3b4wUz1zBkj2iC1HWQlay+4678QCqZ6YTJvYf6oERvA==";
+
+fn verifier(scheme: Scheme, header: &str, prefix: &str, secret: &str) -> Verifier {
+    Verifier {
+        scheme,
+        header: header.into(),
+        prefix: prefix.into(),
+        encoding: Encoding::Hex,
+        secret: Secret::new(secret.as_bytes().to_vec()),
+        tolerance: Duration::from_secs(300),
+        secret_file: None,
+    }
+}
+
+fn h(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn github_sha256_and_sha1() {
+    let v = verifier(
+        Scheme::Hmac(Algo::Sha256),
+        "x-hub-signature-256",
+        "sha256=",
+        GH_SECRET,
+    );
+    let ok = h(&[("x-hub-signature-256", &format!("sha256={GH_256}"))]);
+    assert_eq!(v.verify(&ok, GH_BODY, 0), Ok(()));
+    assert_eq!(
+        v.verify(&ok, b"Hello, World?", 0),
+        Err(SigError::Mismatch {
+            header: "x-hub-signature-256".into()
+        })
+    );
+    let v1 = verifier(
+        Scheme::Hmac(Algo::Sha1),
+        "x-hub-signature",
+        "sha1=",
+        GH_SECRET,
+    );
+    let ok1 = h(&[("x-hub-signature", &format!("sha1={GH_1}"))]);
+    assert_eq!(v1.verify(&ok1, GH_BODY, 0), Ok(()));
+    // Upper-case hex is accepted too.
+    let up = h(&[("x-hub-signature", &format!("sha1={}", GH_1.to_uppercase()))]);
+    assert_eq!(v1.verify(&up, GH_BODY, 0), Ok(()));
+}
+
+#[test]
+fn several_signatures_in_one_header() {
+    let v = verifier(Scheme::Hmac(Algo::Sha256), "x-sig", "sha256=", GH_SECRET);
+    let wrong = "0".repeat(64);
+    let both = h(&[(
+        "x-sig",
+        &format!("sha256={wrong}, sha1={GH_1}, sha256={GH_256}"),
+    )]);
+    assert_eq!(v.verify(&both, GH_BODY, 0), Ok(()));
+    let none = h(&[("x-sig", &format!("sha256={wrong},sha256={wrong}"))]);
+    assert!(matches!(
+        v.verify(&none, GH_BODY, 0),
+        Err(SigError::Mismatch { .. })
+    ));
+}
+
+#[test]
+fn base64_sha512() {
+    let mut v = verifier(Scheme::Hmac(Algo::Sha512), "x-sig", "", GH_SECRET);
+    v.encoding = Encoding::Base64;
+    assert_eq!(v.verify(&h(&[("x-sig", GH_512_B64)]), GH_BODY, 0), Ok(()));
+    let bad = h(&[("x-sig", "***")]);
+    assert!(matches!(
+        v.verify(&bad, GH_BODY, 0),
+        Err(SigError::Malformed { .. })
+    ));
+}
+
+#[test]
+fn missing_malformed_and_wrong_length() {
+    let v = verifier(
+        Scheme::Hmac(Algo::Sha256),
+        "x-hub-signature-256",
+        "sha256=",
+        GH_SECRET,
+    );
+    assert!(matches!(
+        v.verify(&[], GH_BODY, 0),
+        Err(SigError::Missing { .. })
+    ));
+    let empty = h(&[("x-hub-signature-256", "  ")]);
+    assert!(matches!(
+        v.verify(&empty, GH_BODY, 0),
+        Err(SigError::Missing { .. })
+    ));
+    // Like adnanh/webhook: a lone signature may come without the prefix.
+    let no_prefix = h(&[("x-hub-signature-256", GH_256)]);
+    assert_eq!(v.verify(&no_prefix, GH_BODY, 0), Ok(()));
+    let only_prefix = h(&[("x-hub-signature-256", "sha256=")]);
+    assert!(matches!(
+        v.verify(&only_prefix, GH_BODY, 0),
+        Err(SigError::Malformed { .. })
+    ));
+    let short = h(&[("x-hub-signature-256", &format!("sha256={}", &GH_256[..40]))]);
+    let err = v.verify(&short, GH_BODY, 0).unwrap_err();
+    assert!(
+        err.message().contains("wrong length: 20 bytes"),
+        "{}",
+        err.message()
+    );
+    let not_hex = h(&[("x-hub-signature-256", "sha256=zz")]);
+    assert!(v
+        .verify(&not_hex, GH_BODY, 0)
+        .unwrap_err()
+        .message()
+        .contains("not hexadecimal"));
+}
+
+#[test]
+fn token_is_compared_whole() {
+    let v = verifier(Scheme::Token, "x-gitlab-token", "", "s3cret-token");
+    assert_eq!(
+        v.verify(&h(&[("x-gitlab-token", "s3cret-token")]), b"", 0),
+        Ok(())
+    );
+    for wrong in ["s3cret-toke", "s3cret-token2", "S3CRET-TOKEN"] {
+        let r = v.verify(&h(&[("x-gitlab-token", wrong)]), b"", 0);
+        assert!(matches!(r, Err(SigError::Mismatch { .. })), "{wrong}");
+    }
+}
+
+#[test]
+fn stripe_signature_and_replay_window() {
+    let v = verifier(Scheme::Stripe, "stripe-signature", "", "whsec_test");
+    let sig = "c89214b5b5da833daed6f0b8c5bb6bd58cea9022bd80ccc78230f3942d632925";
+    let body = br#"{"id":"evt_1"}"#;
+    let hdr = h(&[("stripe-signature", &format!("t=1700000000,v1={sig},v0=abc"))]);
+    assert_eq!(v.verify(&hdr, body, 1_700_000_100), Ok(()));
+    assert_eq!(v.verify(&hdr, body, 1_699_999_800), Ok(()));
+    assert!(matches!(
+        v.verify(&hdr, body, 1_700_000_301),
+        Err(SigError::Expired { tolerance: 300, .. })
+    ));
+    // A changed timestamp breaks the signature (it is signed too).
+    let moved = h(&[("stripe-signature", &format!("t=1700000001,v1={sig}"))]);
+    assert!(matches!(
+        v.verify(&moved, body, 1_700_000_000),
+        Err(SigError::Mismatch { .. })
+    ));
+    let no_t = h(&[("stripe-signature", &format!("v1={sig}"))]);
+    assert!(matches!(
+        v.verify(&no_t, body, 0),
+        Err(SigError::Malformed { .. })
+    ));
+    let no_v1 = h(&[("stripe-signature", "t=1700000000")]);
+    assert!(matches!(
+        v.verify(&no_v1, body, 0),
+        Err(SigError::Malformed { .. })
+    ));
+}
+
+#[test]
+fn slack_documented_example() {
+    let body = "token=xyzz0WbapA4vBCDEFasx0q6G&team_id=T1DC2JH3J&team_domain=testteamnow&channel_id=G8PSS9T3V&channel_name=foobar&user_id=U2CERLKJA&user_name=roadrunner&command=%2Fwebhook-collect&text=&response_url=https%3A%2F%2Fhooks.slack.com%2Fcommands%2FT1DC2JH3J%2F397700885554%2F96rGlfmibIGlgcZRskXaIFfN&trigger_id=398738663015.47445629121.803a0bc887a14d10d2c447fce8b6703c";
+    let v = verifier(
+        Scheme::Slack,
+        "x-slack-signature",
+        "v0=",
+        "8f742231b10e8888abcd99yyyzzz85a5",
+    );
+    let sig = "v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503";
+    let hdr = h(&[("x-slack-signature", sig), (SLACK_TIMESTAMP, "1531420618")]);
+    assert_eq!(v.verify(&hdr, body.as_bytes(), 1_531_420_618), Ok(()));
+    assert!(matches!(
+        v.verify(&hdr, body.as_bytes(), 1_531_420_618 + 301),
+        Err(SigError::Expired { .. })
+    ));
+    let no_ts = h(&[("x-slack-signature", sig)]);
+    assert_eq!(
+        v.verify(&no_ts, body.as_bytes(), 0),
+        Err(SigError::Missing {
+            header: SLACK_TIMESTAMP.into()
+        })
+    );
+}
+
+#[test]
+fn messages_and_debug_hold_no_secret() {
+    let v = verifier(Scheme::Hmac(Algo::Sha256), "x-sig", "sha256=", GH_SECRET);
+    assert!(!format!("{v:?}").contains("Secret to"));
+    let sent = format!("sha256={}", "ab".repeat(32));
+    let err = v.verify(&h(&[("x-sig", &sent)]), GH_BODY, 0).unwrap_err();
+    assert!(!err.message().contains("abab"));
+    assert!(!err.message().contains(GH_256));
+}
+
+#[test]
+fn secret_files_lose_one_newline_and_changes_are_seen() {
+    let dir = std::env::temp_dir().join(format!("trigd-secret-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("s");
+    std::fs::write(&f, "abc\r\n").unwrap();
+    assert_eq!(Secret::from_file(&f).unwrap(), Secret::new(b"abc".to_vec()));
+    std::fs::write(&f, "\n").unwrap();
+    assert!(Secret::from_file(&f).unwrap_err().contains("is empty"));
+    std::fs::write(&f, "abc\n").unwrap();
+    let mut v = verifier(Scheme::Token, "x-t", "", "abc");
+    v.secret_file = Some(f.clone());
+    assert!(!v.secret_file_changed());
+    std::fs::write(&f, "abd\n").unwrap();
+    assert!(v.secret_file_changed());
+    std::fs::remove_file(&f).unwrap();
+    assert!(v.secret_file_changed());
+    let _ = std::fs::remove_dir_all(dir);
+}

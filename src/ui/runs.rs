@@ -1,0 +1,510 @@
+//! The runs pages: `GET /runs`, the runs of the programs in the signed-in
+//! member's workspaces (newest first, filtered by tool, program and state,
+//! paged), and `GET /runs/<id>`, one run with its steps, Result and output
+//! (followed live by `app.js` while the run is not over), with a Cancel
+//! form (`POST /runs/<id>/cancel`, CSRF token in the form).
+//!
+//! Program output is untrusted: it is escaped like every other value, and
+//! terminal escape sequences (ANSI colours) are removed ([`strip_ansi`]).
+
+use std::collections::BTreeSet;
+
+use maud::{html, Markup, PreEscaped};
+use serde_json::Value;
+
+use super::{
+    csrf_field, field, finish, form, html_response, login_required, page, redirect, top_bar,
+};
+use crate::access::{check_csrf, Carrier, Session, SignedIn};
+use crate::app::App;
+use crate::config::Config;
+use crate::follow;
+use crate::http::{percent_encode, ApiError, Request, Response};
+use crate::output::{self, Frame, Stream};
+use crate::runs;
+use crate::store::{Origin, RunFilter, RunRecord, RunState, ALL_STATES};
+
+/// Runs per page.
+pub const PAGE: usize = 50;
+
+/// Query parameters of `GET /runs`.
+const LIST_PARAMS: [&str; 4] = ["tool", "program", "state", "page"];
+
+/// The Content-Security-Policy of the page of a run that is not over: the
+/// one of every page, plus `connect-src 'self'` for its event stream.
+pub const CSP_FOLLOW: &str = "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; \
+                              connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+/// The signed-in user, or the answer for a request without a session.
+fn signed_in(app: &App, cfg: &Config, req: &Request, next: &str) -> Result<Session, Response> {
+    match app.access.session(cfg, req) {
+        Some(SignedIn { session, .. }) => Ok(session),
+        None => Err(login_required(req, next).unwrap_or_else(Response::from)),
+    }
+}
+
+/// The workspaces `user` is a member of.
+fn workspaces_of<'a>(cfg: &'a Config, user: &str) -> BTreeSet<&'a str> {
+    cfg.workspaces
+        .iter()
+        .filter(|(_, w)| w.members.iter().any(|m| m == user))
+        .map(|(n, _)| n.as_str())
+        .collect()
+}
+
+/// The filter and page of a `GET /runs` query.
+fn parse_filter(req: &Request) -> Result<(RunFilter, usize), ApiError> {
+    let bad = |name: &str, msg: String| ApiError::InvalidParameter {
+        name: name.into(),
+        msg,
+    };
+    if let Some((k, _)) = req
+        .query
+        .iter()
+        .find(|(k, _)| !LIST_PARAMS.contains(&k.as_str()))
+    {
+        let msg = format!(
+            "Unknown parameter '{k}'. Accepted: {}.",
+            LIST_PARAMS.join(", ")
+        );
+        return Err(bad(k, msg));
+    }
+    let nonempty = |name: &'static str| -> Result<Option<&str>, ApiError> {
+        Ok(req.query_one(name)?.filter(|v| !v.is_empty()))
+    };
+    let program = match nonempty("program")? {
+        Some(p) => Some(
+            p.parse()
+                .map_err(|_| bad("program", "program must be a program id.".into()))?,
+        ),
+        None => None,
+    };
+    let state = match nonempty("state")? {
+        Some(s) => Some(RunState::from_name(s).ok_or_else(|| {
+            let names: Vec<&str> = ALL_STATES.iter().map(|s| s.name()).collect();
+            bad(
+                "state",
+                format!("state must be one of {}.", names.join(", ")),
+            )
+        })?),
+        None => None,
+    };
+    let page = match nonempty("page")? {
+        Some(p) => p
+            .parse::<usize>()
+            .ok()
+            .filter(|p| *p < 100_000)
+            .ok_or_else(|| bad("page", "page must be a number from 0.".into()))?,
+        None => 0,
+    };
+    let tool = nonempty("tool")?.map(str::to_string);
+    Ok((
+        RunFilter {
+            program,
+            state,
+            tool,
+        },
+        page,
+    ))
+}
+
+/// `GET /runs`: the runs of the member's workspaces.
+///
+/// # Errors
+/// 401 for a non-browser client without a session; 400
+/// `invalid_parameter` for a bad filter.
+pub fn list(app: &App, cfg: &Config, req: &Request) -> Result<Response, ApiError> {
+    let s = match signed_in(app, cfg, req, "/runs") {
+        Ok(s) => s,
+        Err(r) => return Ok(r),
+    };
+    finish(req, list_page(app, cfg, req, &s))
+}
+
+fn list_page(app: &App, cfg: &Config, req: &Request, s: &Session) -> Result<Response, ApiError> {
+    let (filter, page_no) = parse_filter(req)?;
+    let wss = workspaces_of(cfg, &s.user);
+    let visible = |pid: u64| {
+        cfg.program(pid)
+            .and_then(|p| p.workspace.as_deref())
+            .is_some_and(|w| wss.contains(w))
+    };
+    let (runs, more) = app.store.list(visible, &filter, page_no * PAGE, PAGE);
+    let body = html! {
+        (top_bar(s))
+        main {
+            h1 { "Runs" }
+            (filter_form(cfg, &wss, &filter))
+            table class="runs" {
+                thead { tr {
+                    th { "Run" } th { "State" } th { "Program" } th { "Function" }
+                    th { "Origin" } th { "Started" } th { "Duration" }
+                } }
+                tbody {
+                    @for r in &runs { (list_row(cfg, r)) }
+                    @if runs.is_empty() {
+                        tr { td colspan="7" class="muted" { "No runs." } }
+                    }
+                }
+            }
+            (pager(req, page_no, more))
+        }
+    };
+    Ok(html_response(200, page("Runs", body)))
+}
+
+fn list_row(cfg: &Config, r: &RunRecord) -> Markup {
+    let program = cfg
+        .program(r.program)
+        .map_or_else(|| r.program.to_string(), |p| p.name.clone());
+    html! {
+        tr {
+            td { a href={ "/runs/" (percent_encode(&r.run)) } { code { (r.run) } } }
+            td { span class={ "state state-" (r.state.name()) } { (r.state.name()) } }
+            td { (program) }
+            td { (r.function) }
+            td { (origin(r)) }
+            td { (r.started_at.as_deref().unwrap_or(&r.created_at)) }
+            td { (duration(r)) }
+        }
+    }
+}
+
+/// Who started the run, and through which tool environment.
+fn origin(r: &RunRecord) -> String {
+    let by = String::from(r.by.clone());
+    match &r.tool {
+        Some(t) => format!("{by} via {t}"),
+        None => by,
+    }
+}
+
+fn filter_form(cfg: &Config, wss: &BTreeSet<&str>, f: &RunFilter) -> Markup {
+    let tools: Vec<&str> = cfg
+        .tools
+        .values()
+        .filter(|t| wss.contains(t.workspace.as_str()))
+        .map(|t| t.name.as_str())
+        .collect();
+    let programs: Vec<(u64, &str)> = cfg
+        .programs
+        .values()
+        .filter(|p| p.workspace.as_deref().is_some_and(|w| wss.contains(w)))
+        .map(|p| (p.id, p.name.as_str()))
+        .collect();
+    html! {
+        form method="get" action="/runs" class="filters" {
+            label { "Tool " select name="tool" {
+                option value="" selected[f.tool.is_none()] { "any tool" }
+                @for t in &tools {
+                    option value=(t) selected[f.tool.as_deref() == Some(*t)] { (t) }
+                }
+            } }
+            label { "Program " select name="program" {
+                option value="" selected[f.program.is_none()] { "any program" }
+                @for (id, name) in &programs {
+                    option value=(id) selected[f.program == Some(*id)] { (name) " (" (id) ")" }
+                }
+            } }
+            label { "State " select name="state" {
+                option value="" selected[f.state.is_none()] { "any state" }
+                @for st in ALL_STATES {
+                    option value=(st.name()) selected[f.state == Some(st)] { (st.name()) }
+                }
+            } }
+            button type="submit" { "Filter" }
+        }
+    }
+}
+
+/// Links to the newer and older pages, keeping the filter.
+fn pager(req: &Request, page_no: usize, more: bool) -> Markup {
+    let link = |p: usize| {
+        let mut q: String = req
+            .query
+            .iter()
+            .filter(|(k, _)| k != "page")
+            .map(|(k, v)| format!("{}={}&", percent_encode(k), percent_encode(v)))
+            .collect();
+        q.push_str(&format!("page={p}"));
+        format!("/runs?{q}")
+    };
+    html! {
+        nav class="pager" {
+            @if page_no > 0 { a href=(link(page_no - 1)) { "\u{2190} Newer" } }
+            " " span class="muted" { "page " (page_no + 1) } " "
+            @if more { a href=(link(page_no + 1)) { "Older \u{2192}" } }
+        }
+    }
+}
+
+/// The run `id` if the session's user may see it: a member of its
+/// program's workspace.
+fn visible_run(app: &App, cfg: &Config, s: &Session, id: &str) -> Result<RunRecord, ApiError> {
+    let rec = runs::record(app, cfg, id)?;
+    let ws = cfg
+        .program(rec.program)
+        .and_then(|p| p.workspace.as_deref());
+    match ws {
+        Some(ws) if workspaces_of(cfg, &s.user).contains(ws) => Ok(rec),
+        _ => Err(ApiError::RunNotFound),
+    }
+}
+
+/// `GET /runs/<id>`: one run.
+///
+/// # Errors
+/// 401 for a non-browser client without a session; 404 for a run the
+/// member may not see.
+pub fn show(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Response, ApiError> {
+    let next = format!("/runs/{}", percent_encode(id));
+    let s = match signed_in(app, cfg, req, &next) {
+        Ok(s) => s,
+        Err(r) => return Ok(r),
+    };
+    finish(
+        req,
+        visible_run(app, cfg, &s, id).map(|rec| run_page(app, cfg, &s, &rec)),
+    )
+}
+
+/// `POST /runs/<id>/cancel`: the Cancel button; back to the run's page.
+///
+/// # Errors
+/// 403 `csrf_rejected` without the session's token; 409 `run_ended`.
+pub fn cancel(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Response, ApiError> {
+    let next = format!("/runs/{}", percent_encode(id));
+    let s = match signed_in(app, cfg, req, &next) {
+        Ok(s) => s,
+        Err(r) => return Ok(r),
+    };
+    let inner = || {
+        let f = form(req)?;
+        check_csrf(cfg, req, Some(&s), Carrier::Form(field(&f, "csrf")))?;
+        let rec = visible_run(app, cfg, &s, id)?;
+        runs::stop(app, cfg, rec, &Origin::Session(s.user.clone()))?;
+        Ok(redirect(&next))
+    };
+    finish(req, inner())
+}
+
+fn run_page(app: &App, cfg: &Config, s: &Session, r: &RunRecord) -> Response {
+    let program = cfg.program(r.program).map_or_else(
+        || r.program.to_string(),
+        |p| format!("{} ({})", p.name, p.id),
+    );
+    let dash = "\u{2014}";
+    let live = !r.state.is_terminal();
+    let follow = live.then(|| format!("/api/runs/{}/output?follow=1", percent_encode(&r.run)));
+    let result = r
+        .result
+        .as_ref()
+        .map(|v| serde_json::to_string_pretty(&strip_value(v)).unwrap_or_default());
+    let body = html! {
+        (top_bar(s))
+        main {
+            p { a href="/runs" { "\u{2190} Runs" } }
+            h1 { "Run " code { (r.run) } }
+            p { "State: " span id="state" class={ "state state-" (r.state.name()) } { (r.state.name()) } }
+            @if live {
+                form method="post" action={ "/runs/" (percent_encode(&r.run)) "/cancel" } class="cancel" {
+                    (csrf_field(s))
+                    button type="submit" id="cancel" { "Cancel" }
+                }
+            }
+            dl class="facts" {
+                dt { "Program" } dd { (program) }
+                dt { "Function" } dd { (r.function) }
+                dt { "Origin" } dd { (origin(r)) }
+                dt { "Created" } dd { (r.created_at) }
+                dt { "Started" } dd { (r.started_at.as_deref().unwrap_or(dash)) }
+                dt { "Finished" } dd { (r.finished_at.as_deref().unwrap_or(dash)) }
+                dt { "Duration" } dd { (duration(r)) }
+                @if let Some(e) = &r.error { dt { "Error" } dd { (strip_ansi(e)) } }
+            }
+            h2 { "Steps" }
+            (steps_table(&r.steps))
+            @if let Some(text) = &result {
+                h2 { "Result" }
+                pre id="result" { (text) }
+            }
+            h2 { "Output" }
+            pre id="output" class="output" data-follow=[follow] {
+                (output_html(&app.store.output_path(&r.run)))
+            }
+        }
+    };
+    let mut resp = html_response(200, page("Run", body));
+    if live {
+        // The page's own script reads the run's events from this origin;
+        // everything else stays as on every page.
+        for (k, v) in &mut resp.headers {
+            if k == "Content-Security-Policy" {
+                *v = CSP_FOLLOW.to_string();
+            }
+        }
+    }
+    resp
+}
+
+fn steps_table(steps: &[Value]) -> Markup {
+    let num = |s: &Value, k: &str| {
+        s.get(k)
+            .and_then(Value::as_i64)
+            .map_or_else(|| "\u{2014}".to_string(), |n| n.to_string())
+    };
+    html! {
+        @if steps.is_empty() {
+            p class="muted" { "No step has run." }
+        } @else {
+            table class="steps" {
+                thead { tr {
+                    th { "Step" } th { "Kind" } th { "Exit code" } th { "Signal" } th { "Duration" }
+                } }
+                tbody {
+                    @for (i, s) in steps.iter().enumerate() {
+                        tr {
+                            td { (i) }
+                            td { (s.get("Kind").and_then(Value::as_str).unwrap_or("")) }
+                            td { (num(s, "ExitCode")) }
+                            td { (num(s, "Signal")) }
+                            td { (num(s, "DurationMs")) " ms" }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The kept output, interleaved as printed, stderr marked; escaped (by
+/// maud) and without terminal escape sequences.
+fn output_html(path: &std::path::Path) -> Markup {
+    let Ok(file) = std::fs::File::open(path) else {
+        return PreEscaped(String::new());
+    };
+    let mut out = String::new();
+    let mut text: [output::Utf8Carry; 2] = Default::default();
+    let mut offset = 0;
+    loop {
+        let (frames, next) = output::read_frames(&file, offset);
+        if frames.is_empty() {
+            return PreEscaped(out);
+        }
+        offset = next;
+        for f in frames {
+            let piece = match f {
+                Frame::Data(Stream::Stdout, d) => html! { (strip_ansi(&text[0].feed(&d))) },
+                Frame::Data(Stream::Stderr, d) => {
+                    html! { span class="stderr" { (strip_ansi(&text[1].feed(&d))) } }
+                }
+                Frame::Truncated(s) => html! {
+                    span class="note" { "[" (follow::stream_name(s)) " truncated at max_output_bytes]" } "\n"
+                },
+            };
+            out.push_str(&piece.into_string());
+        }
+    }
+}
+
+/// `s` without terminal escape sequences (CSI such as colours, OSC such as
+/// titles and links, and two-byte escapes) and without other control
+/// characters than newline and tab.
+pub fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut it = s.chars().peekable();
+    while let Some(c) = it.next() {
+        match c {
+            '\u{1b}' => match it.next() {
+                // CSI: parameters and intermediates, then one final byte.
+                Some('[') => {
+                    for c in it.by_ref() {
+                        if ('@'..='~').contains(&c) {
+                            break;
+                        }
+                    }
+                }
+                // OSC: up to BEL or ESC \.
+                Some(']') => {
+                    while let Some(c) = it.next() {
+                        if c == '\u{7}' || (c == '\u{1b}' && it.next_if_eq(&'\\').is_some()) {
+                            break;
+                        }
+                    }
+                }
+                _ => {}
+            },
+            '\n' | '\t' => out.push(c),
+            c if c.is_control() => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `v` with [`strip_ansi`] applied to every string in it.
+fn strip_value(v: &Value) -> Value {
+    match v {
+        Value::String(s) => Value::String(strip_ansi(s)),
+        Value::Array(a) => Value::Array(a.iter().map(strip_value).collect()),
+        Value::Object(o) => Value::Object(
+            o.iter()
+                .map(|(k, v)| (strip_ansi(k), strip_value(v)))
+                .collect(),
+        ),
+        v => v.clone(),
+    }
+}
+
+/// The run's duration, `1.234 s`, from its start to its end (or `—`).
+fn duration(r: &RunRecord) -> String {
+    let ms = |t: &Option<String>| t.as_deref().and_then(epoch_ms);
+    match (ms(&r.started_at), ms(&r.finished_at)) {
+        (Some(a), Some(b)) if b >= a => format!("{:.3} s", (b - a) as f64 / 1000.0),
+        _ => "\u{2014}".into(),
+    }
+}
+
+/// Milliseconds since the epoch of an RFC 3339 UTC time as trigd writes
+/// them (`2026-11-22T04:14:00.123Z`).
+fn epoch_ms(t: &str) -> Option<i64> {
+    let n = |a: usize, b: usize| t.get(a..b)?.parse::<i64>().ok();
+    if t.len() != 24 || !t.ends_with('Z') {
+        return None;
+    }
+    let (y, m, d) = (n(0, 4)?, n(5, 7)?, n(8, 10)?);
+    let (hh, mm, ss, ms) = (n(11, 13)?, n(14, 16)?, n(17, 19)?, n(20, 23)?);
+    // Days from civil (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(((days * 86_400 + hh * 3600 + mm * 60 + ss) * 1000) + ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ansi_sequences_and_controls_are_removed() {
+        assert_eq!(strip_ansi("\u{1b}[1;31mred\u{1b}[0m ok\n"), "red ok\n");
+        assert_eq!(strip_ansi("a\u{1b}]0;title\u{7}b"), "ab");
+        assert_eq!(strip_ansi("a\u{1b}]8;;http://x\u{1b}\\link"), "alink");
+        assert_eq!(strip_ansi("bell\u{7}\r\tx"), "bell\tx");
+        assert_eq!(strip_ansi("<script>"), "<script>", "escaping is separate");
+    }
+
+    #[test]
+    fn times_as_trigd_writes_them() {
+        assert_eq!(epoch_ms("1970-01-01T00:00:00.000Z"), Some(0));
+        assert_eq!(
+            epoch_ms("2026-11-22T04:20:34.567Z"),
+            Some(1_795_321_234_567)
+        );
+        assert_eq!(epoch_ms("2000-02-29T00:00:00.000Z"), Some(951_782_400_000));
+        assert_eq!(epoch_ms("yesterday"), None);
+    }
+}

@@ -1,0 +1,511 @@
+//! A run's kept output (`GET /api/runs/<id>/output`), followed while it is
+//! written (events over chunked HTTP, and `curl -N`), streamed sync calls,
+//! and cancel (`POST /api/runs/<id>/cancel`) with the process group checked
+//! in `/proc`.
+
+use std::fs;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::api::GATE;
+use crate::util::*;
+
+/// Program 3: `ticks` prints a line every 200 ms (ten lines); `noisy`
+/// prints untrusted text on both streams; `stubborn` ignores SIGTERM and
+/// leaves a grandchild in its group; `big` prints more than the bound.
+pub const TICKS: &str = r#"
+id = 3
+name = "ticks"
+
+[[functions]]
+name = "ticks"
+timeout = "60s"
+steps = [{ shell = 'for i in 1 2 3 4 5 6 7 8 9 10; do echo "tick $i"; sleep 0.2; done' }]
+[functions.webhook]
+
+[[functions]]
+name = "noisy"
+steps = [{ shell = 'printf "<script>alert(1)</script>\n\033[31mred\033[0m\n"; echo "to stderr" >&2' }]
+[functions.webhook]
+
+[[functions]]
+name = "stubborn"
+workdir = "../work"
+timeout = "120s"
+steps = [{ shell = 'trap "" TERM; sleep 300 & echo $! > grandchild; echo $$ > leader; echo started; wait' }]
+[functions.webhook]
+
+[[functions]]
+name = "big"
+steps = [{ shell = 'head -c 5000 /dev/zero | tr "\0" x; echo; echo err >&2' }]
+[functions.webhook]
+
+[[functions]]
+name = "flood"
+timeout = "60s"
+steps = [{ shell = 'head -c 33554432 /dev/zero | tr "\0" x >&2' }]
+[functions.webhook]
+"#;
+
+fn api(function: &str, extra: &str) -> String {
+    format!("/api?api_key={KEY}&program_id=3&function={function}{extra}")
+}
+
+fn output_url(id: &str, extra: &str) -> String {
+    format!("/api/runs/{id}/output?api_key={KEY}{extra}")
+}
+
+/// A response read as it arrives: the head, then the chunked body piece by
+/// piece.
+struct Stream {
+    r: BufReader<std::net::TcpStream>,
+    head: String,
+    body: Vec<u8>,
+}
+
+impl Stream {
+    fn open(t: &Trigd, method: &str, path: &str, headers: &str) -> Stream {
+        let mut s = connect(&t.addr);
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        let req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: 0\r\n{headers}\r\n",
+            t.addr
+        );
+        s.write_all(req.as_bytes()).unwrap();
+        let mut r = BufReader::new(s);
+        let mut head = String::new();
+        loop {
+            let mut line = String::new();
+            if r.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                break;
+            }
+            head.push_str(&line);
+        }
+        Stream {
+            r,
+            head,
+            body: Vec::new(),
+        }
+    }
+
+    /// Read one chunk; false at the end of the body.
+    fn chunk(&mut self) -> bool {
+        let mut size = String::new();
+        if self.r.read_line(&mut size).unwrap_or(0) == 0 {
+            return false;
+        }
+        let n = usize::from_str_radix(size.trim(), 16)
+            .unwrap_or_else(|_| panic!("bad chunk size {size:?}; head:\n{}", self.head));
+        let mut data = vec![0; n + 2];
+        self.r.read_exact(&mut data).unwrap();
+        self.body.extend_from_slice(&data[..n]);
+        n > 0
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// Read until the body holds `want`; whether it came before the end.
+    fn until(&mut self, want: &str) -> bool {
+        while !self.text().contains(want) {
+            if !self.chunk() {
+                return false;
+            }
+        }
+        true
+    }
+
+    fn read_to_end(&mut self) -> String {
+        while self.chunk() {}
+        self.text()
+    }
+}
+
+/// The `data` of the last `end` event of an event stream.
+fn end_event(body: &str) -> Value {
+    let data = body
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("event: end\ndata: "))
+        .last()
+        .unwrap_or_else(|| panic!("no end event in:\n{body}"));
+    serde_json::from_str(data).unwrap_or_else(|e| panic!("end data {data:?}: {e}"))
+}
+
+/// The text of every `output` event of `stream` in order.
+fn output_text(body: &str, stream: &str) -> String {
+    body.split("\n\n")
+        .filter_map(|e| e.strip_prefix("event: output\ndata: "))
+        .map(|d| serde_json::from_str::<Value>(d).unwrap())
+        .filter(|v| v["Stream"] == json!(stream))
+        .map(|v| v["Text"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+fn state(t: &Trigd, id: &str) -> Value {
+    t.get(&format!("/api/runs/{id}?api_key={KEY}")).ok()["State"].clone()
+}
+
+#[test]
+fn output_of_a_finished_run_is_kept_across_a_restart_and_bounded() {
+    let server = "max_output_bytes = 1000";
+    let (dir, mut t) = serve("output_kept", server, &[("ticks.toml", TICKS)]);
+    let r = t.post(&api("noisy", ""));
+    let id = r.run_id(&r.ok());
+    let r = t.post(&api("big", ""));
+    let big = r.run_id(&r.ok());
+    t.restart();
+    let r = t.get(&output_url(&id, ""));
+    let v = r.ok();
+    r.check_eq(&v["Run"], &json!(id), "Run");
+    r.check_eq(&v["State"], &json!("finished"), "State");
+    r.check_eq(
+        &v["Stdout"],
+        &json!("<script>alert(1)</script>\n\u{1b}[31mred\u{1b}[0m\n"),
+        "Stdout, as printed",
+    );
+    r.check_eq(&v["Stderr"], &json!("to stderr\n"), "Stderr");
+    r.check_eq(&v["StdoutTruncated"], &json!(false), "StdoutTruncated");
+    let file = dir.path(&format!("state/output/{}", id.rsplit('-').next().unwrap()));
+    r.check(file.exists(), format!("{} exists", file.display()));
+
+    let r = t.get(&output_url(&big, ""));
+    let v = r.ok();
+    r.check_eq(
+        &v["Stdout"].as_str().map(str::len),
+        &Some(1000),
+        "Stdout kept up to the bound",
+    );
+    r.check_eq(&v["StdoutTruncated"], &json!(true), "StdoutTruncated");
+    r.check_eq(&v["Stderr"], &json!("err\n"), "Stderr");
+    r.check_eq(&v["StderrTruncated"], &json!(false), "StderrTruncated");
+
+    // Bad inputs.
+    t.get(&format!("/api/runs/{id}/output"))
+        .err(401, "missing_api_key");
+    t.get(&format!("/api/runs/{id}/output?api_key={KEY_P2}"))
+        .err(404, "run_not_found");
+    t.get(&output_url(&id, "&follow=maybe"))
+        .err(400, "invalid_parameter");
+    t.get(&output_url(&id, "&colour=red"))
+        .err(400, "invalid_parameter");
+    let unknown = "0123456789abcdef0123456789abcdef";
+    t.get(&output_url(unknown, "")).err(404, "run_not_found");
+    t.post(&output_url(&id, "")).err(405, "method_not_allowed");
+}
+
+#[test]
+fn output_goes_with_its_run_under_run_retention() {
+    let (dir, mut t) = serve(
+        "output_retention",
+        "run_retention = 1",
+        &[("ticks.toml", TICKS)],
+    );
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let r = t.post(&api("noisy", ""));
+        ids.push(r.run_id(&r.ok()));
+    }
+    t.check(
+        fs::read_dir(dir.path("state/output")).unwrap().count() == 3,
+        "three runs, three output files",
+    );
+    t.restart();
+    let left: Vec<String> = fs::read_dir(dir.path("state/output"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    let newest = ids[2].rsplit('-').next().unwrap().to_string();
+    t.check(
+        left == vec![newest],
+        format!("only the kept run's output is left: {left:?}"),
+    );
+    t.get(&output_url(&ids[0], "")).err(404, "run_not_found");
+    t.get(&output_url(&ids[2], "")).ok();
+}
+
+#[test]
+fn a_followed_run_streams_lines_before_it_ends() {
+    let (_dir, t) = serve("output_follow", "", &[("ticks.toml", TICKS)]);
+    let r = t.post(&api("ticks", "&run_async=true"));
+    let id = r.run_id(&r.ok());
+    let mut s = Stream::open(&t, "GET", &output_url(&id, "&follow=1"), "");
+    assert!(s.head.starts_with("HTTP/1.1 200"), "{}", s.head);
+    assert!(s.head.contains("text/event-stream"), "{}", s.head);
+    assert!(s.until("tick 2"), "stream ended early: {}", s.text());
+    // The run prints ten lines 200 ms apart: it is still running now.
+    assert_eq!(
+        state(&t, &id),
+        json!("running"),
+        "lines arrive while it runs"
+    );
+    let body = s.read_to_end();
+    let end = end_event(&body);
+    assert_eq!(end["State"], json!("finished"), "{body}");
+    assert_eq!(end["Run"], json!(id));
+    let want: String = (1..=10).map(|i| format!("tick {i}\n")).collect();
+    assert_eq!(output_text(&body, "stdout"), want, "{body}");
+
+    // The same with Accept: text/event-stream, after the end: the whole
+    // output, then the end.
+    let mut s = Stream::open(
+        &t,
+        "GET",
+        &output_url(&id, ""),
+        "Accept: text/event-stream\r\n",
+    );
+    let body = s.read_to_end();
+    assert_eq!(output_text(&body, "stdout"), want);
+    assert_eq!(end_event(&body)["State"], json!("finished"));
+}
+
+#[test]
+fn curl_n_reads_lines_as_they_are_printed() {
+    let (_dir, t) = serve("output_curl", "", &[("ticks.toml", TICKS)]);
+    let r = t.post(&api("ticks", "&run_async=true"));
+    let id = r.run_id(&r.ok());
+    let url = format!("http://{}{}", t.addr, output_url(&id, "&follow=1"));
+    let mut curl = Command::new("curl")
+        .args(["-sN", "--max-time", "60", &url])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("curl is installed");
+    let mut lines = BufReader::new(curl.stdout.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        let first = line.contains("tick 1");
+        seen.push(line);
+        if first {
+            break;
+        }
+    }
+    assert!(seen.iter().any(|l| l.contains("tick 1")), "{seen:?}");
+    assert_eq!(
+        state(&t, &id),
+        json!("running"),
+        "curl saw a line before the end"
+    );
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    assert!(curl.wait().unwrap().success());
+    let last_data = rest.iter().rev().find(|l| l.starts_with("data: ")).unwrap();
+    let end: Value = serde_json::from_str(&last_data["data: ".len()..]).unwrap();
+    assert_eq!(end["State"], json!("finished"), "{rest:?}");
+    assert!(rest.iter().any(|l| l == "event: end"), "{rest:?}");
+}
+
+#[test]
+fn a_sync_call_can_stream_and_ends_with_the_sync_answer() {
+    let (_dir, t) = serve(
+        "output_sync_stream",
+        "",
+        &[("ticks.toml", TICKS), ("gate.toml", GATE)],
+    );
+    let mut s = Stream::open(&t, "POST", &api("ticks", "&stream=1"), "");
+    assert!(s.head.starts_with("HTTP/1.1 200"), "{}", s.head);
+    let id = s
+        .head
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("X-Run-Id: ")
+                .or_else(|| l.strip_prefix("x-run-id: "))
+        })
+        .map(|v| v.trim().to_string());
+    assert!(s.until("tick 1"), "{}", s.text());
+    if let Some(id) = &id {
+        assert_eq!(state(&t, id), json!("running"));
+    }
+    let body = s.read_to_end();
+    let end = end_event(&body);
+    let result: String = (1..=10)
+        .map(|i| format!("tick {i}"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert_eq!(end["Success"], json!("Program finished."), "{body}");
+    assert_eq!(end["Result"], json!([result]), "{body}");
+    assert!(is_run_id(end["Run"].as_str().unwrap_or("")), "{end}");
+
+    // Accept: text/event-stream asks the same; a failing run ends with the
+    // sync call's error object.
+    let mut s = Stream::open(
+        &t,
+        "POST",
+        &format!("/api?api_key={KEY}&program_id=1&function=quick"),
+        "Accept: text/event-stream\r\n",
+    );
+    let end = end_event(&s.read_to_end());
+    assert_eq!(end["Result"], json!(["quick"]));
+
+    // Without either, the seed's answer is unchanged.
+    let r = t.post(&api("noisy", ""));
+    r.check_eq(&r.ok()["Success"], &json!("Program finished."), "Success");
+    t.post(&api("noisy", "&stream=perhaps"))
+        .err(400, "invalid_parameter");
+}
+
+/// Process ids whose process group is `pgid`, from `/proc`.
+pub fn group_members(pgid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else {
+            continue;
+        };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        // state ppid pgrp …
+        if f.get(2) == Some(&pgid.to_string().as_str()) && !matches!(f[0], "Z" | "X") {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+#[test]
+fn cancel_stops_the_whole_group_and_a_finished_run_is_409() {
+    let server = "kill_grace = \"1s\"";
+    let (dir, t) = serve("cancel_http", server, &[("ticks.toml", TICKS)]);
+    let r = t.post(&api("stubborn", "&run_async=true"));
+    let id = r.run_id(&r.ok());
+    t.wait_for(WAIT, "the run to start its grandchild", || {
+        dir.read_opt("work/grandchild")
+            .is_some_and(|s| !s.trim().is_empty())
+            && dir
+                .read_opt("work/leader")
+                .is_some_and(|s| !s.trim().is_empty())
+    });
+    let leader: u32 = dir.read("work/leader").trim().parse().unwrap();
+    let grandchild: u32 = dir.read("work/grandchild").trim().parse().unwrap();
+    assert!(pid_alive(grandchild));
+    assert!(!group_members(leader).is_empty(), "the group runs");
+
+    t.get(&format!("/api/runs/{id}/cancel?api_key={KEY}"))
+        .err(405, "method_not_allowed");
+    t.post(&format!("/api/runs/{id}/cancel"))
+        .err(401, "missing_api_key");
+    t.post(&format!("/api/runs/{id}/cancel?api_key={KEY_P2}"))
+        .err(404, "run_not_found");
+    let r = t.post(&format!("/api/runs/{id}/cancel?api_key={KEY}"));
+    let v = r.ok();
+    r.check_eq(&v["State"], &json!("cancelled"), "State after the cancel");
+    r.check_eq(&v["Run"], &json!(id), "Run");
+    t.wait_for(WAIT, "no process of the group left", || {
+        group_members(leader).is_empty() && !pid_alive(grandchild)
+    });
+    let rec = t.get(&format!("/api/runs/{id}?api_key={KEY}")).ok();
+    assert_eq!(rec["State"], json!("cancelled"));
+    let out = t.get(&output_url(&id, "")).ok();
+    assert_eq!(
+        out["Stdout"],
+        json!("started\n"),
+        "output kept up to the cancel"
+    );
+
+    let r = t.post(&format!("/api/runs/{id}/cancel?api_key={KEY}"));
+    let v = r.err(409, "run_ended");
+    r.check_eq(&v["State"], &json!("cancelled"), "State in the 409");
+    let r = t.post(&api("noisy", ""));
+    let done = r.run_id(&r.ok());
+    let r = t.post(&format!("/api/runs/{done}/cancel?api_key={KEY}"));
+    r.check_eq(
+        &r.err(409, "run_ended")["State"],
+        &json!("finished"),
+        "State",
+    );
+}
+
+#[test]
+fn cancel_of_a_queued_run_and_of_a_sync_run() {
+    let server = "max_concurrent_runs = 1\nkill_grace = \"1s\"";
+    let progs = [("ticks.toml", TICKS), ("gate.toml", GATE)];
+    let (dir, t) = serve("cancel_queued", server, &progs);
+    let gate = format!("/api?api_key={KEY}&program_id=1&function=gate");
+    let r = t.post(&format!("{gate}&run_async=true"));
+    let first = r.run_id(&r.ok());
+    t.wait_for(WAIT, "the gate run to start", || dir.exists("work/started"));
+    let r = t.post(&format!("{gate}&run_async=true"));
+    let queued = r.run_id(&r.ok());
+    assert_eq!(state(&t, &queued), json!("queued"));
+    let r = t.post(&format!("/api/runs/{queued}/cancel?api_key={KEY}"));
+    r.check_eq(&r.ok()["State"], &json!("cancelled"), "State");
+    dir.write("work/release", "");
+    t.wait_for(WAIT, "the first run to finish", || {
+        state(&t, &first) == json!("finished")
+    });
+    assert_eq!(state(&t, &queued), json!("cancelled"));
+    let starts = dir.read("work/started").lines().count();
+    assert_eq!(starts, 1, "the cancelled run never started");
+
+    // A sync call whose run is cancelled answers 409 run_cancelled.
+    fs::remove_file(dir.path("work/release")).unwrap();
+    let c = t.client();
+    let caller = std::thread::spawn(move || c.post(&gate));
+    t.wait_for(WAIT, "the sync run to start", || {
+        dir.read("work/started").lines().count() == 2
+    });
+    let id = wait_running(&t);
+    t.post(&format!("/api/runs/{id}/cancel?api_key={KEY}")).ok();
+    let r = caller.join().unwrap();
+    let v = r.err(409, "run_cancelled");
+    r.check_eq(&v["Run"], &json!(id), "Run");
+}
+
+/// The id of the running run, from the `run=` of the access log.
+fn wait_running(t: &Trigd) -> String {
+    let mut id = String::new();
+    t.wait_for(WAIT, "a running run in the log", || {
+        let log = fs::read_to_string(&t.stderr_log).unwrap_or_default();
+        let found = log
+            .lines()
+            .filter_map(|l| l.split("run ").nth(1))
+            .filter_map(|r| r.split_whitespace().next())
+            .filter(|r| is_run_id(r))
+            .map(str::to_string)
+            .collect::<Vec<_>>();
+        match found.last() {
+            Some(r) if state(t, r) == json!("running") => {
+                id = r.clone();
+                true
+            }
+            _ => false,
+        }
+    });
+    id
+}
+
+#[test]
+fn a_stalled_follower_does_not_grow_memory() {
+    // 32 MiB on stderr (only a tail of stderr is held by the run itself),
+    // all of it kept on disk.
+    let server = "max_output_bytes = 67108864";
+    let (_dir, t) = serve("output_stalled", server, &[("ticks.toml", TICKS)]);
+    let before = vm_rss_kb(t.pid()).expect("RSS of trigd");
+    let r = t.post(&api("flood", "&run_async=true"));
+    let id = r.run_id(&r.ok());
+    // A follower that reads the head and then nothing.
+    let mut s = Stream::open(&t, "GET", &output_url(&id, "&follow=1"), "");
+    assert!(s.head.starts_with("HTTP/1.1 200"), "{}", s.head);
+    // The highest RSS seen while the run writes and the follower is stuck.
+    let mut peak = 0;
+    t.wait_for(WAIT, "the run to finish", || {
+        peak = peak.max(vm_rss_kb(t.pid()).unwrap_or(0));
+        state(&t, &id) == json!("finished")
+    });
+    peak = peak.max(vm_rss_kb(t.pid()).unwrap_or(0));
+    let grown = peak.saturating_sub(before);
+    assert!(
+        grown < 16 * 1024,
+        "RSS grew by {grown} kB with a stalled follower of 32 MiB of output"
+    );
+    // Reading on gets every byte, then the end.
+    let body = s.read_to_end();
+    assert_eq!(output_text(&body, "stderr").len(), 33_554_432);
+    assert_eq!(end_event(&body)["State"], json!("finished"));
+}
