@@ -327,6 +327,7 @@ fn program(d: &HookDef, cwd: &Option<PathBuf>, dir: &Path, server: &Server, n: u
         file: dir.to_path_buf(),
         functions: vec![function],
         stamp: None,
+        digest: 0,
     }
 }
 

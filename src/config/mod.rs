@@ -192,6 +192,9 @@ pub struct Program {
     pub functions: Vec<Function>,
     /// The file as it was read; `None`: read it again at the next reload.
     pub stamp: Option<Stamp>,
+    /// Hash of the file's text: a file read again with the same text
+    /// keeps this program.
+    pub digest: u64,
 }
 
 impl Program {

@@ -11,11 +11,11 @@ use std::sync::Arc;
 use toml::Spanned;
 
 use super::raw::{self, RawFunction, RawProgram, RawStep};
+use super::stamp::Source;
 use super::types::{
     config_dir, count, duration, env_vars, error, is_ident, par_map, parse, templates,
     workspace_ref, Errors, Known, Src,
 };
-use super::validate::Source;
 use super::{resolve, ApiTrigger, Function, Program, Server, Step, Workspace};
 
 /// Every program file, checked, by id. Files that are TOML but not valid
@@ -139,6 +139,7 @@ fn found<'a>(
     }
     let mut program = program(&src, &raw, server, &mut errs);
     program.stamp = stamp;
+    program.digest = super::stamp::digest(text);
     let found = Found {
         program: Arc::new(program),
         id: *raw.id.get_ref(),
@@ -210,6 +211,7 @@ fn program(src: &Src, raw: &RawProgram, server: &Server, errs: &mut Errors) -> P
         file: src.file.to_path_buf(),
         functions,
         stamp: None,
+        digest: 0,
     }
 }
 

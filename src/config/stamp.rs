@@ -1,16 +1,21 @@
-//! What a reload needs to know whether a program file changed without
-//! reading it: its [`Stamp`] (device, inode, size, modification and change
-//! times), taken with `fstat` on the open file before its content is read.
+//! Telling a changed program file from an unchanged one without parsing
+//! it: its [`Stamp`] (device, inode, size, modification and change times,
+//! taken with `fstat` on the open file before its content is read), the
+//! [`digest`] of its text, and a program file as found ([`Source`]).
 //!
 //! A file written in the same clock tick as it was read may keep the same
 //! times after a change (the kernel's file times advance by the tick, not
 //! the nanosecond), so such a file gets no stamp ([`Stamp::of`] returns
 //! `None`) and is read again at the next reload, as git does with its
-//! "racily clean" index entries.
+//! "racily clean" index entries; when its text is the same, its program is
+//! kept.
 
 use std::fs::Metadata;
 use std::os::unix::fs::MetadataExt;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::Program;
 
 /// Longer than a clock tick of any kernel (HZ ≥ 100 gives ≤ 10 ms): a
 /// change made after a read carries a change time later than the read's
@@ -51,6 +56,27 @@ impl Stamp {
             ctime: (meta.ctime(), meta.ctime_nsec()),
         }
     }
+}
+
+/// A hash of a program file's text, to tell a file read again unchanged
+/// (a touched file, one written just before it was read) from a changed one.
+pub fn digest(text: &str) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    std::hash::Hasher::write(&mut h, text.as_bytes());
+    std::hash::Hasher::finish(&h)
+}
+
+/// One program file found in the programs directory.
+pub enum Source {
+    /// Read now: its text, and its stamp when a later reload may trust it.
+    Text {
+        /// The content.
+        text: String,
+        /// See [`Stamp::of`].
+        stamp: Option<Stamp>,
+    },
+    /// Unchanged since the current snapshot loaded it.
+    Loaded(Arc<Program>),
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ use sha2::{Digest, Sha256};
 use toml::Spanned;
 
 use super::raw::{self, defaults, RawConfig};
+use super::stamp::{self, Source};
 use super::types::{
     self, config_dir, count, error, par_map, parse, workspace_ref, Errors, Known, Src,
 };
@@ -78,19 +79,6 @@ struct Files {
     hooks: Vec<(PathBuf, String)>,
     errs: Errors,
     complete: bool,
-}
-
-/// One program file found in the programs directory.
-pub(super) enum Source {
-    /// Read now: its text, and its stamp when a later reload may trust it.
-    Text {
-        /// The content.
-        text: String,
-        /// See [`Stamp::of`].
-        stamp: Option<Stamp>,
-    },
-    /// Unchanged since the current snapshot loaded it.
-    Loaded(Arc<Program>),
 }
 
 /// Read `config.toml` and the program files it points at; with `current`,
@@ -258,7 +246,6 @@ fn read_programs(dir: &Path, current: Option<&Config>) -> std::io::Result<ReadFi
     let loaded: HashMap<&OsStr, &Arc<Program>> = current
         .iter()
         .flat_map(|c| c.programs.values())
-        .filter(|p| p.stamp.is_some())
         .map(|p| (p.file.as_os_str(), p))
         .collect();
     let started = SystemTime::now();
@@ -269,8 +256,8 @@ fn read_programs(dir: &Path, current: Option<&Config>) -> std::io::Result<ReadFi
     Ok(read.into_iter().flatten().collect())
 }
 
-/// One program file: `loaded` when its stamp is unchanged, else its text.
-/// `None` when it is not a regular file (or is gone).
+/// One program file: `loaded` when its stamp is unchanged or its text is
+/// the same, else its text. `None` when it is not a regular file (or is gone).
 fn read_source(
     path: &Path,
     loaded: Option<&Arc<Program>>,
@@ -302,7 +289,10 @@ fn read_source(
         Err(e) => return Some(Err(e)),
     };
     let stamp = Stamp::of(&meta, started);
-    Some(read_to_end(&mut file, meta.len()).map(|text| Source::Text { text, stamp }))
+    Some(read_to_end(&mut file, meta.len()).map(|text| match loaded {
+        Some(p) if p.digest == stamp::digest(&text) => Source::Loaded(Arc::clone(p)),
+        _ => Source::Text { text, stamp },
+    }))
 }
 
 /// The rest of `file`, expected to be `len` bytes long, as UTF-8: two

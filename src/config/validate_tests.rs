@@ -532,6 +532,8 @@ fn a_reload_reads_only_the_files_that_changed() {
         second.programs[&3].stamp.is_none(),
         "just written: read again"
     );
+    let again = load_changed(&config, &second).unwrap();
+    assert!(again.is_none(), "read again, the same text: unchanged");
 
     // Rewritten in place, same size: the change time tells.
     settled(&write("b.toml", prog(2, "x")));

@@ -74,6 +74,7 @@ fn program(functions: Vec<Function>) -> Program {
         file: std::env::temp_dir().join("test.toml"),
         functions,
         stamp: None,
+        digest: 0,
     }
 }
 
