@@ -44,6 +44,6 @@ pub fn run_status(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Re
     if !visible {
         return Err(ApiError::RunNotFound);
     }
-    let body = serde_json::to_value(&rec).map_err(|_| ApiError::Internal)?;
+    let body = serde_json::to_value(rec.public()).map_err(|_| ApiError::Internal)?;
     Ok(Response::json(200, &body))
 }

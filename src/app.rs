@@ -1,6 +1,6 @@
 //! `App`: the state shared by every request — the current config snapshot,
-//! its generation, the last reload error, the run store, the runner, and
-//! the credentials and limits of `access`.
+//! its generation, the last reload error, the run store, the runner,
+//! idempotency keys, and the credentials and limits of `access`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use crate::access::Access;
 use crate::cluster::Readiness;
 use crate::config::Config;
+use crate::idempotency::Keys;
 use crate::runner::Runner;
 use crate::store::RunStore;
 
@@ -19,6 +20,8 @@ pub struct App {
     reload_errors: AtomicU64,
     /// The run log.
     pub store: Arc<RunStore>,
+    /// Idempotency keys.
+    pub idempotency: Keys,
     /// Application keys, sessions and rate limits.
     pub access: Access,
     /// Run slots and queue.
@@ -34,10 +37,16 @@ pub struct App {
 
 impl App {
     /// Shared state around a first config (generation 1).
-    pub fn new(config: Config, store: Arc<RunStore>, runner: Arc<Runner>) -> App {
+    pub fn new(
+        config: Config,
+        store: Arc<RunStore>,
+        runner: Arc<Runner>,
+        idempotency: Keys,
+    ) -> App {
         // Body files of runs cut off by a crash or kill -9.
         crate::receive::body_file::clean(&config.server.state_dir.join("bodies"));
         App {
+            idempotency,
             access: Access::open(&config.server.state_dir, &config.server.shared_state_dir),
             config: RwLock::new(Arc::new(config)),
             generation: AtomicU64::new(1),

@@ -440,8 +440,12 @@ pub enum ApiError {
         /// Why.
         msg: String,
     },
-    /// The run could not be recorded durably (state dir unwritable, disk full).
+    /// The run could not be recorded durably (state dir unwritable).
     StorageUnavailable,
+    /// The state dir's disk is full: no new run can be recorded.
+    DiskFull,
+    /// An `Idempotency-Key` already used for a different request.
+    IdempotencyMismatch,
     /// trigd is shutting down and accepts no new runs.
     ShuttingDown,
     /// Too many requests (failed logins, failed authentications of an
@@ -555,6 +559,8 @@ impl ApiError {
             RateLimited { .. } => 429,
             RunFailed { .. } | Internal => 500,
             Busy { .. } | StorageUnavailable | ShuttingDown | RunInterrupted { .. } => 503,
+            DiskFull => 503,
+            IdempotencyMismatch => 422,
             RunTimeout { .. } => 504,
         }
     }
@@ -589,6 +595,8 @@ impl ApiError {
             RunEnded { .. } => "run_ended",
             Busy { .. } => "busy",
             StorageUnavailable => "storage_unavailable",
+            DiskFull => "disk_full",
+            IdempotencyMismatch => "idempotency_key_reused",
             ShuttingDown => "shutting_down",
             RateLimited { .. } => "rate_limited",
             RunNotFound => "run_not_found",
@@ -648,7 +656,9 @@ impl ApiError {
             RunCancelled { .. } => "The run was cancelled (POST /api/runs/<id>/cancel) before it finished.".into(),
             RunEnded { state, .. } => format!("The run has already ended ({state}); only a queued or running run can be cancelled."),
             Busy { msg, .. } => msg.clone(),
-            StorageUnavailable => "The run could not be recorded (state directory not writable or disk full), so it was not started. Retry later.".into(),
+            StorageUnavailable => "The run could not be recorded (state directory not writable), so it was not started. Retry later.".into(),
+            DiskFull => "The disk of trigd's state directory is full, so no new run can be recorded and none is started. Runs already accepted are kept. Retry after Retry-After seconds.".into(),
+            IdempotencyMismatch => "This Idempotency-Key was already used for a different request (another program, trigger, function or values). Use a new key for a new request.".into(),
             ShuttingDown => "trigd is shutting down and accepts no new runs. Retry shortly.".into(),
             RateLimited { retry_after } => format!("Too many failed attempts. Wait {retry_after} seconds (Retry-After), then try again."),
             RunNotFound => "No run with this id is visible to this API key.".into(),
@@ -735,10 +745,22 @@ impl ApiError {
             ApiError::Unauthorized => {
                 vec![("WWW-Authenticate".into(), "Bearer realm=\"trigd\"".into())]
             }
-            ApiError::StorageUnavailable | ApiError::ShuttingDown => {
+            ApiError::StorageUnavailable | ApiError::ShuttingDown | ApiError::DiskFull => {
                 vec![("Retry-After".into(), "5".into())]
             }
             _ => Vec::new(),
+        }
+    }
+}
+
+impl ApiError {
+    /// The answer to a run that could not be recorded: `disk_full` when
+    /// the state dir's disk (or quota) is full, else `storage_unavailable`.
+    pub fn storage(err: &std::io::Error) -> ApiError {
+        log::error!("cannot record a run, so it is refused: {err}");
+        match err.raw_os_error() {
+            Some(libc::ENOSPC | libc::EDQUOT) => ApiError::DiskFull,
+            _ => ApiError::StorageUnavailable,
         }
     }
 }

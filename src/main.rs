@@ -13,8 +13,8 @@
 //! server::handle      tiny_http request → http::Request (bounded body), catch_unwind, access log
 //! routes::handle      one match on method and path → a handler
 //! api / tools         find the config::Endpoint (compiled at load) → invoke::invoke
-//! invoke::invoke      credentials (access) → method → function → values → (rules) → start → answer
-//! runner              slots and queue → runner::step runs the processes → store records the run
+//! invoke::invoke      credentials (access) → signature → function → rules → values → idempotency → start → answer
+//! runner              slots and the FIFO queue → runner::step runs the processes → store records the run
 //! ```
 //!
 //! Where each concern lives (one guess each):
@@ -27,8 +27,9 @@
 //! load and validate the config                      config/ (validate.rs → server.rs, program.rs, tools.rs)
 //! what an entry point takes (Endpoint)              config/endpoint.rs
 //! error codes and their JSON                        http.rs (ApiError)
-//! run slots, timeouts, child processes              runner/ (mod.rs, step.rs)
+//! run slots, the wait queue, child processes        runner/ (mod.rs, queue.rs, step.rs)
 //! run records, who started a run (Origin)           store.rs
+//! Idempotency-Key: keys at rest, answering repeats  idempotency.rs, replay.rs
 //! a run's kept output, following it, cancel         output.rs (the file), follow.rs (events), runs.rs (routes)
 //! the runs pages                                    ui/runs.rs
 //! pages (maud templates)                            ui/ (login, settings, endpoints, switch); view.rs is the endpoint view
@@ -53,6 +54,7 @@ mod error;
 mod firststart;
 mod follow;
 mod http;
+mod idempotency;
 mod import;
 mod invoke;
 mod lint;
@@ -61,6 +63,7 @@ mod metrics;
 mod output;
 mod receive;
 mod reload;
+mod replay;
 mod routes;
 mod runner;
 mod runs;

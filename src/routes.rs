@@ -132,6 +132,8 @@ fn healthz(app: &App) -> Response {
         "Tools": cfg.tools.len(),
         "RunsInFlight": app.runner.in_flight(),
         "RunsQueued": app.runner.queued(),
+        "StatesUnwritten": app.store.unwritten(),
+        "IdempotencyKeys": app.idempotency.len(),
         "LastReloadError": app.last_reload_error(),
     });
     let status = if ready == cluster::Readiness::Ready {

@@ -105,7 +105,7 @@ pub fn output(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Respon
         let store = std::sync::Arc::clone(&app.store);
         let run = rec.run.clone();
         let end: End = Box::new(move || match store.get(&run) {
-            Some(r) if r.state.is_terminal() => serde_json::to_value(r).ok(),
+            Some(r) if r.state.is_terminal() => serde_json::to_value(r.public()).ok(),
             Some(_) => None,
             // Removed under `run_retention` while followed.
             None => Some(json!({"Run": run, "Error": "The run's record is no longer kept."})),

@@ -22,11 +22,12 @@ use crate::app::App;
 use crate::config;
 use crate::error::Error;
 use crate::http::{ApiError, Request, Response};
+use crate::idempotency::Keys;
 use crate::metrics::Metrics;
 use crate::reload;
 use crate::routes;
 use crate::runner::Runner;
-use crate::store::RunStore;
+use crate::store::{RunRecord, RunStore};
 use crate::sys::{self, Signal};
 
 /// `trigd serve`: load, bind, print `listening on http://ADDR`, serve until
@@ -56,16 +57,36 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
         );
     }
     let state_dir = cfg.server.state_dir.clone();
-    let store =
-        RunStore::open(&state_dir, cfg.server.run_retention).map_err(|source| Error::Io {
-            path: state_dir.join("runs.log"),
-            source,
+    let retry = |r: &RunRecord| {
+        cfg.program(r.program)
+            .and_then(|p| p.function(&r.function))
+            .is_some_and(|f| f.retry_on_restart)
+    };
+    let (store, resumed) =
+        RunStore::open(&state_dir, cfg.server.run_retention, retry).map_err(|source| {
+            Error::Io {
+                path: state_dir.join("runs.log"),
+                source,
+            }
         })?;
     let store = Arc::new(store);
+    store.start_flusher();
     let runner = Runner::new(Some(Arc::clone(&store)), Arc::new(Metrics::default()));
     let grace = cfg.server.shutdown_grace;
     let nofile = sys::raise_nofile_limit();
-    let app = Arc::new(App::new(cfg, store, Arc::new(runner)));
+    let keys =
+        Keys::open(&state_dir, cfg.server.idempotency_window).map_err(|source| Error::Io {
+            path: state_dir.join("idempotency.log"),
+            source,
+        })?;
+    let app = Arc::new(App::new(cfg, store, Arc::new(runner), keys));
+    if !resumed.is_empty() {
+        log::info!(
+            "{} accepted runs did not start before trigd stopped; starting them in order",
+            resumed.len()
+        );
+        app.runner.resume(&app.config(), resumed);
+    }
     let in_flight = Arc::new(AtomicUsize::new(0));
     let handler: tiny_http::Handler = {
         let (app, in_flight) = (Arc::clone(&app), Arc::clone(&in_flight));

@@ -59,10 +59,13 @@ fn app(dir: &std::path::Path) -> App {
     let progs = vec![(dir.join("programs/deep.toml"), program)];
     let cfg = crate::config::load_str(&dir.join("config.toml"), &config, &progs)
         .unwrap_or_else(|e| panic!("{e:?}"));
-    let store = RunStore::open(&cfg.server.state_dir, cfg.server.run_retention).unwrap();
+    let (store, _) =
+        RunStore::open(&cfg.server.state_dir, cfg.server.run_retention, |_| false).unwrap();
     let store = Arc::new(store);
     let runner = Runner::new(Some(Arc::clone(&store)), Arc::new(Metrics::default()));
-    App::new(cfg, store, Arc::new(runner))
+    let keys = crate::idempotency::Keys::open(&cfg.server.state_dir, cfg.server.idempotency_window)
+        .unwrap();
+    App::new(cfg, store, Arc::new(runner), keys)
 }
 
 fn request(method: &str, target: &str, body: &str) -> Request {

@@ -10,18 +10,31 @@
 //! line is on disk (`fdatasync`). Concurrent durable appends share one sync
 //! (group commit): whoever syncs covers every line written before it.
 //!
-//! Start-up replays the log, skips a torn last line, marks runs that were
-//! `queued` or `running` as `interrupted`, and rewrites the file with the
-//! newest `run_retention` runs (atomic: temp file, fsync, rename). The same
-//! compaction runs again whenever the log holds about twice that many lines.
+//! A state change of a run already accepted ([`RunStore::record`]) that
+//! cannot be written (disk full) is kept in memory, served by
+//! [`RunStore::get`] meanwhile, and written again every half second until it
+//! is on disk: an accepted run never loses its end.
+//!
+//! A queued run's line carries its [`RunInput`] (values, environment), so
+//! that it can run after a restart; the input is dropped from the line that
+//! ends the run and never served.
+//!
+//! Start-up replays the log, skips a torn last line, keeps `queued` runs
+//! queued (and `running` ones whose function says `retry_on_restart`, which
+//! the caller decides) for the runner to start again in their original
+//! order, marks the other unfinished runs `interrupted`, and rewrites the
+//! file with the newest `run_retention` finished runs plus every unfinished
+//! one (atomic: temp file, fsync, rename). The same compaction runs again
+//! whenever the log holds about twice that many lines.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
-use std::time::SystemTime;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::thread;
+use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -185,6 +198,35 @@ pub struct RunRecord {
     /// The last 2 KiB of the failed step's stdout, when it printed any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdout: Option<String>,
+    /// What the run needs to execute, kept while it has not ended (never
+    /// served: [`RunRecord::public`] drops it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<RunInput>,
+}
+
+impl RunRecord {
+    /// The record as served: without its input.
+    pub fn public(mut self) -> RunRecord {
+        self.input = None;
+        self
+    }
+}
+
+/// The values and environment of a run, stored with it until it ends, so
+/// that an accepted run can execute after a restart.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct RunInput {
+    /// Values bound by position to the function's inputs.
+    #[serde(default)]
+    pub values: Vec<String>,
+    /// Tool environment variables (empty for `/api` runs).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub vars: BTreeMap<String, String>,
+    /// The run read its request body (or a hook's files) from temporary
+    /// files, which do not survive a restart.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub body: bool,
 }
 
 /// Where the latest line of a run sits in the log, and what the runs
@@ -215,6 +257,13 @@ impl Meta {
                 .as_deref()
                 .map(|t| t.split('/').next().unwrap_or(t).into()),
         }
+    }
+}
+
+impl Entry {
+    /// The run has not ended: compaction keeps it whatever its age.
+    fn live(&self) -> bool {
+        !self.meta.state.is_terminal()
     }
 }
 
@@ -253,6 +302,23 @@ struct Log {
     lines: usize,
     /// Sequence number of the last line written.
     seq: u64,
+    /// Runs in the index that have not ended.
+    live: usize,
+}
+
+impl Log {
+    /// Index a line just written at `offset`.
+    fn put(&mut self, id: RunId, entry: Entry) {
+        let live = entry.live();
+        match self.index.insert(id, entry) {
+            None => self.order.push_back(id),
+            Some(old) if old.live() => self.live -= 1,
+            Some(_) => {}
+        }
+        if live {
+            self.live += 1;
+        }
+    }
 }
 
 /// State of the group commit.
@@ -270,27 +336,52 @@ pub struct RunStore {
     retention: usize,
     log: Mutex<Log>,
     sync: Mutex<Sync>,
+    /// State changes not yet written (disk full), latest per run, in the
+    /// order they happened.
+    unwritten: Mutex<Vec<(RunId, RunRecord)>>,
 }
 
 impl RunStore {
     /// Open (creating) `state_dir/runs.log`, recover it, and compact it to
-    /// `retention` runs. Runs left `queued`/`running` become `interrupted`.
+    /// `retention` finished runs plus the unfinished ones. A `queued` run
+    /// stays queued, a `running` one is queued again when `retry` says so;
+    /// their ids come back in their original order, for the runner to
+    /// start. Every other unfinished run becomes `interrupted`.
     ///
     /// # Errors
     /// The state dir cannot be created or the log cannot be read or written.
-    pub fn open(state_dir: &Path, retention: usize) -> io::Result<RunStore> {
+    pub fn open(
+        state_dir: &Path,
+        retention: usize,
+        retry: impl Fn(&RunRecord) -> bool,
+    ) -> io::Result<(RunStore, Vec<String>)> {
         fs::create_dir_all(state_dir)?;
         let path = state_dir.join("runs.log");
         let mut records = read_log(&path)?;
         let now = now_rfc3339();
+        let mut resumed = Vec::new();
         for r in records.iter_mut().filter(|r| !r.state.is_terminal()) {
-            r.state = RunState::Interrupted;
-            r.finished_at = Some(now.clone());
-            r.error = Some("trigd stopped before the run finished".into());
+            let again = r.input.is_some() && (r.state == RunState::Queued || retry(r));
+            if again {
+                r.state = RunState::Queued;
+                r.started_at = None;
+                resumed.push(r.run.clone());
+            } else {
+                r.state = RunState::Interrupted;
+                r.finished_at = Some(now.clone());
+                r.error = Some("trigd stopped before the run finished".into());
+                r.input = None;
+            }
         }
-        let keep = records.len().saturating_sub(retention.max(1));
-        let lines: Vec<(RunId, Meta, Vec<u8>)> = records[keep..]
+        let finished = records.iter().filter(|r| r.state.is_terminal()).count();
+        let mut drop_finished = finished.saturating_sub(retention.max(1));
+        let lines: Vec<(RunId, Meta, Vec<u8>)> = records
             .iter()
+            .filter(|r| {
+                let old = r.state.is_terminal() && drop_finished > 0;
+                drop_finished -= usize::from(old);
+                !old
+            })
             .filter_map(|r| Some((run_id(&r.run)?, Meta::of(r), to_line(r))))
             .collect();
         drop(records);
@@ -311,13 +402,82 @@ impl RunStore {
         output::sweep(state_dir, |name| {
             run_id(name).is_some_and(|id| log.index.contains_key(&id))
         });
-        Ok(RunStore {
+        let store = RunStore {
             path,
             state_dir: state_dir.to_path_buf(),
             retention: retention.max(1),
             log: Mutex::new(log),
             sync: Mutex::new(sync),
-        })
+            unwritten: Mutex::new(Vec::new()),
+        };
+        Ok((store, resumed))
+    }
+
+    /// Start the thread that writes kept state changes once the disk takes
+    /// them again (it ends with the store).
+    pub fn start_flusher(self: &Arc<Self>) {
+        let weak: Weak<RunStore> = Arc::downgrade(self);
+        let spawned = thread::Builder::new()
+            .name("store-flush".into())
+            .spawn(move || loop {
+                thread::sleep(Duration::from_millis(500));
+                let Some(store) = weak.upgrade() else { return };
+                store.flush_unwritten();
+            });
+        if let Err(e) = spawned {
+            log::error!("cannot start the state flush thread: {e}");
+        }
+    }
+
+    /// Record a state change of an accepted run. When it cannot be written
+    /// now, it is kept, served by [`RunStore::get`], and written later.
+    pub fn record(&self, rec: &RunRecord) {
+        self.flush_unwritten();
+        let Some(id) = run_id(&rec.run) else { return };
+        let written = self.append(rec, false);
+        let mut u = lock(&self.unwritten);
+        // An older kept state of this run must never be written after
+        // this one.
+        u.retain(|(k, _)| *k != id);
+        if let Err(e) = written {
+            log::error!(
+                "run {}: cannot record state {} yet ({e}); kept in memory, retried every 0.5s",
+                rec.run,
+                rec.state.name()
+            );
+            u.push((id, rec.clone()));
+        }
+    }
+
+    /// [`RunStore::record`], then return once what was written is on disk
+    /// (a cancel that must hold after a crash).
+    pub fn record_synced(&self, rec: &RunRecord) {
+        self.record(rec);
+        let seq = lock(&self.log).seq;
+        if let Err(e) = self.sync_upto(seq) {
+            log::error!(
+                "run {}: cannot sync state {}: {e}",
+                rec.run,
+                rec.state.name()
+            );
+        }
+    }
+
+    /// Write the kept state changes, oldest first, until one fails.
+    fn flush_unwritten(&self) {
+        let mut u = lock(&self.unwritten);
+        while let Some((_, rec)) = u.first() {
+            if self.append(rec, false).is_err() {
+                return;
+            }
+            let (_, rec) = u.remove(0);
+            log::info!("run {}: state {} recorded", rec.run, rec.state.name());
+        }
+    }
+
+    /// State changes waiting for disk space.
+    pub fn unwritten(&self) -> usize {
+        lock(&self.unwritten).len()
     }
 
     /// Append the record's current state. With `durable`, return only after
@@ -348,17 +508,19 @@ impl RunStore {
                 meta: Meta::of(rec),
             };
             if let Some(id) = run_id(&rec.run) {
-                if log.index.insert(id, entry).is_none() {
-                    log.order.push_back(id);
-                }
+                log.put(id, entry);
             }
-            (log.seq, log.lines > 2 * self.retention + 64)
+            (log.seq, log.lines > 2 * (self.retention + log.live) + 64)
         };
         if durable {
             self.sync_upto(seq)?;
         }
         if compact {
-            self.compact()?;
+            // The line is written: a failed compaction (disk full) must
+            // not undo its acceptance; the next append tries again.
+            if let Err(e) = self.compact() {
+                log::warn!("cannot compact {}: {e}", self.path.display());
+            }
         }
         Ok(())
     }
@@ -402,17 +564,17 @@ impl RunStore {
     fn compact(&self) -> io::Result<()> {
         let mut s = lock(&self.sync);
         let mut log = lock(&self.log);
-        while log.order.len() > self.retention {
-            if let Some(id) = log.order.pop_front() {
-                log.index.remove(&id);
-                let _ = fs::remove_file(output::path(&self.state_dir, &hex::encode(id)));
-            }
-        }
-        let kept: Vec<(RunId, Entry)> = log
+        let finished = log.order.len() - log.live;
+        let mut excess = finished.saturating_sub(self.retention);
+        let (kept, dropped): (Vec<_>, Vec<_>) = log
             .order
             .iter()
             .map(|id| (*id, log.index[id].clone()))
-            .collect();
+            .partition(|(_, e)| {
+                let old = !e.live() && excess > 0;
+                excess -= usize::from(old);
+                !old
+            });
         let old = &log.file;
         let new = rewrite(&self.path, kept.len(), |f| {
             let mut buf = Vec::new();
@@ -425,6 +587,9 @@ impl RunStore {
             }
             Ok(entries)
         })?;
+        for (id, _) in &dropped {
+            let _ = fs::remove_file(output::path(&self.state_dir, &hex::encode(id)));
+        }
         // The rewrite is synced: everything written so far is on disk.
         let seq = log.seq;
         s.file = new.file.try_clone()?;
@@ -436,10 +601,15 @@ impl RunStore {
     }
 
     /// The record of run `id`, if it is known (the whole id must match,
-    /// instance name included).
+    /// instance name included): its latest state, also one still waiting
+    /// to be written.
     pub fn get(&self, id: &str) -> Option<RunRecord> {
+        let key = run_id(id)?;
+        if let Some((_, rec)) = lock(&self.unwritten).iter().find(|(k, _)| *k == key) {
+            return Some(rec.clone());
+        }
         let log = lock(&self.log);
-        let e = log.index.get(&run_id(id)?)?;
+        let e = log.index.get(&key)?;
         let mut buf = vec![0; e.len as usize];
         log.file.read_exact_at(&mut buf, e.offset).ok()?;
         serde_json::from_slice::<RunRecord>(&buf)
@@ -531,7 +701,8 @@ fn to_line(rec: &RunRecord) -> Vec<u8> {
     line
 }
 
-/// Read every record of the log, last line per id winning, oldest first.
+/// Read every record of the log, last line per id winning, in the order
+/// the runs were accepted (first line per id).
 /// Lines that do not parse (a torn last line) are skipped.
 fn read_log(path: &Path) -> io::Result<Vec<RunRecord>> {
     let file = match File::open(path) {
@@ -540,18 +711,20 @@ fn read_log(path: &Path) -> io::Result<Vec<RunRecord>> {
         Err(e) => return Err(e),
     };
     let mut pos: HashMap<String, usize> = HashMap::new();
-    let mut records: Vec<Option<RunRecord>> = Vec::new();
+    let mut records: Vec<RunRecord> = Vec::new();
     for line in BufReader::new(file).split(b'\n') {
         let Ok(rec) = serde_json::from_slice::<RunRecord>(&line?) else {
             continue;
         };
-        if let Some(&i) = pos.get(&rec.run) {
-            records[i] = None;
+        match pos.get(&rec.run) {
+            Some(&i) => records[i] = rec,
+            None => {
+                pos.insert(rec.run.clone(), records.len());
+                records.push(rec);
+            }
         }
-        pos.insert(rec.run.clone(), records.len());
-        records.push(Some(rec));
     }
-    Ok(records.into_iter().flatten().collect())
+    Ok(records)
 }
 
 /// Atomically replace the log with what `write` writes, and open it for
@@ -572,12 +745,14 @@ fn rewrite(
     let mut order = VecDeque::with_capacity(capacity);
     let mut offset = 0u64;
     let lines = entries.len();
+    let mut live = 0;
     for (id, meta, len) in entries {
         let entry = Entry {
             offset,
             len: len as u32,
             meta,
         };
+        live += usize::from(entry.live());
         index.insert(id, entry);
         order.push_back(id);
         offset += len as u64;
@@ -589,6 +764,7 @@ fn rewrite(
         order,
         lines,
         seq: 0,
+        live,
     })
 }
 
@@ -674,7 +850,12 @@ mod tests {
             result: None,
             error: None,
             stdout: None,
+            input: None,
         }
+    }
+
+    fn open(d: &Path, retention: usize) -> RunStore {
+        RunStore::open(d, retention, |_| false).unwrap().0
     }
 
     #[test]
@@ -690,7 +871,7 @@ mod tests {
     #[test]
     fn last_line_wins_and_survives_reopen() {
         let d = tmpdir("reopen");
-        let s = RunStore::open(&d, 100).unwrap();
+        let s = open(&d, 100);
         s.append(&rec("a", RunState::Queued), true).unwrap();
         s.append(&rec("b", RunState::Running), false).unwrap();
         let mut done = rec("a", RunState::Finished);
@@ -698,7 +879,7 @@ mod tests {
         s.append(&done, false).unwrap();
         assert_eq!(s.get(&id("a")).unwrap().state, RunState::Finished);
         drop(s);
-        let s = RunStore::open(&d, 100).unwrap();
+        let s = open(&d, 100);
         assert_eq!(
             s.get(&id("a")).unwrap().result,
             Some(serde_json::json!(["ok"]))
@@ -710,7 +891,7 @@ mod tests {
     #[test]
     fn torn_last_line_is_skipped() {
         let d = tmpdir("torn");
-        let s = RunStore::open(&d, 100).unwrap();
+        let s = open(&d, 100);
         s.append(&rec("a", RunState::Finished), true).unwrap();
         drop(s);
         let mut f = OpenOptions::new()
@@ -718,12 +899,12 @@ mod tests {
             .open(d.join("runs.log"))
             .unwrap();
         f.write_all(b"{\"Run\":\"b\",\"Sta").unwrap();
-        let s = RunStore::open(&d, 100).unwrap();
+        let s = open(&d, 100);
         assert!(s.get(&id("a")).is_some());
         assert!(s.get(&id("b")).is_none());
         s.append(&rec("c", RunState::Finished), true).unwrap();
         drop(s);
-        let s = RunStore::open(&d, 100).unwrap();
+        let s = open(&d, 100);
         assert!(
             s.get(&id("c")).is_some(),
             "a line after a torn one must stay readable"
@@ -731,9 +912,51 @@ mod tests {
     }
 
     #[test]
+    fn queued_runs_outlive_retention_and_come_back_in_order() {
+        let d = tmpdir("queued");
+        let s = open(&d, 5);
+        let input = Some(RunInput {
+            values: vec!["v".into()],
+            vars: BTreeMap::new(),
+            body: false,
+        });
+        let queued: Vec<RunRecord> = (0..50)
+            .map(|i| RunRecord {
+                input: input.clone(),
+                ..rec(&format!("q{i}"), RunState::Queued)
+            })
+            .collect();
+        for q in &queued {
+            s.append(q, true).unwrap();
+        }
+        // Many finished runs later (compactions included), none is lost.
+        for i in 0..300 {
+            s.append(&rec(&format!("f{i}"), RunState::Finished), false)
+                .unwrap();
+        }
+        let running = RunRecord {
+            input: input.clone(),
+            ..rec("q3", RunState::Running)
+        };
+        s.append(&running, false).unwrap();
+        drop(s);
+        let (s, resumed) = RunStore::open(&d, 5, |r| r.run == id("q3")).unwrap();
+        let want: Vec<String> = (0..50).map(|i| id(&format!("q{i}"))).collect();
+        assert_eq!(resumed, want, "queued runs in the order accepted");
+        let again = s.get(&id("q3")).unwrap();
+        assert_eq!(again.state, RunState::Queued);
+        assert_eq!(again.input, input);
+        assert!(s.len() <= 50 + 5, "{}", s.len());
+        drop(s);
+        let (s, resumed) = RunStore::open(&d, 5, |_| false).unwrap();
+        assert_eq!(resumed.len(), 50);
+        assert!(s.get(&id("f299")).is_some());
+    }
+
+    #[test]
     fn retention_bounds_the_log() {
         let d = tmpdir("retention");
-        let s = RunStore::open(&d, 10).unwrap();
+        let s = open(&d, 10);
         for i in 0..200 {
             s.append(&rec(&format!("r{i}"), RunState::Finished), false)
                 .unwrap();

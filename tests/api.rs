@@ -620,10 +620,10 @@ steps = [{ shell = "trap '' TERM; sleep 30 & echo $! > bg.pid; wait; wait" }]
 }
 
 #[test]
-fn busy_when_no_run_slot_is_503_with_retry_after() {
+fn sync_run_waits_queue_timeout_for_a_slot_then_503_busy_with_retry_after() {
     let (dir, t) = serve(
         "api_busy",
-        "max_concurrent_runs = 1",
+        "max_concurrent_runs = 1\nqueue_timeout = \"300ms\"",
         &[("gate.toml", GATE)],
     );
     let c = t.client();
@@ -632,8 +632,13 @@ fn busy_when_no_run_slot_is_503_with_retry_after() {
         dir.exists("work/started")
     });
     for extra in ["&function=quick", "&function=gate"] {
+        let asked = Instant::now();
         let r = t.post(&(api(KEY, "1") + extra));
         r.err(503, "busy");
+        r.check(
+            asked.elapsed() >= Duration::from_millis(300),
+            format!("refused after {:?}, before queue_timeout", asked.elapsed()),
+        );
         r.check(
             r.header("Retry-After")
                 .is_some_and(|h| h.trim().parse::<u64>().is_ok()),

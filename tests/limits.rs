@@ -842,6 +842,13 @@ outputs = ["v"]
     let accepted = accepted.lock().unwrap().clone();
     assert_eq!(accepted.len(), 200);
     t.restart();
+    // Runs still queued at the kill run after the restart.
+    t.wait_for(Duration::from_secs(50), "every accepted run to end", || {
+        accepted.keys().all(|id| {
+            let v = t.get(&format!("/api/runs/{id}?api_key={KEY}")).ok();
+            !["queued", "running"].contains(&v["State"].as_str().unwrap_or(""))
+        })
+    });
     let written: BTreeSet<String> = dir
         .read_opt("work/out.txt")
         .unwrap_or_default()
@@ -856,6 +863,11 @@ outputs = ["v"]
         r.check(
             ["finished", "failed", "timed_out", "interrupted"].contains(&state.as_str()),
             "after kill -9 and restart every accepted run is terminal or interrupted",
+        );
+        // At most the 4 runs executing at the kill are interrupted.
+        r.check(
+            state != "interrupted" || states.get("interrupted").copied().unwrap_or(0) < 4,
+            "more than 4 runs interrupted: queued runs must run after a restart",
         );
         if state == "finished" {
             r.check(

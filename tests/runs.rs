@@ -311,7 +311,7 @@ steps = [
 }
 
 #[test]
-fn kill9_then_restart_lists_every_accepted_run_as_interrupted() {
+fn kill9_then_restart_interrupts_running_runs_and_runs_queued_ones() {
     let (dir, mut t) = serve(
         "runs_kill9",
         "max_concurrent_runs = 2",
@@ -328,16 +328,22 @@ fn kill9_then_restart_lists_every_accepted_run_as_interrupted() {
     // Let the orphaned programs end.
     dir.write("work/release", "");
     t.restart();
-    // None of them could finish: the gate opened only after the kill.
-    for id in &ids {
+    // The two running ones could not finish: the gate opened only after
+    // the kill. The two queued ones run after the restart.
+    for id in &ids[..2] {
         let r = t.get(&run_url(id, KEY));
         let v = r.ok();
         r.check_eq(
             &v["State"],
             &json!("interrupted"),
-            "State, after kill -9 and restart, of a run accepted before",
+            "State, after kill -9 and restart, of a run that was running",
         );
         r.check(!v["Error"].is_null(), "an interrupted run has an Error");
+    }
+    for id in &ids[2..] {
+        let v = wait_state(&t, id, "finished");
+        assert_eq!(v["Result"], json!(["released"]), "{v}");
+        assert!(v.get("Input").is_none(), "the input is never served: {v}");
     }
     // The restarted server works.
     let r = t.post(&format!("/api?api_key={KEY}&program_id=1&function=quick"));

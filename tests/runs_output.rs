@@ -457,10 +457,16 @@ fn cancel_of_a_queued_run_and_of_a_sync_run() {
     r.check_eq(&v["Run"], &json!(id), "Run");
 }
 
-/// The id of the running run, from the `run=` of the access log.
+/// The id of the running run, from the server log.
 fn wait_running(t: &Trigd) -> String {
+    wait_logged(t, "running")
+}
+
+/// The id of the run last named in the server log (`run <id> started`,
+/// `run <id> waits for a slot`), once it is in `want` state.
+fn wait_logged(t: &Trigd, want: &str) -> String {
     let mut id = String::new();
-    t.wait_for(WAIT, "a running run in the log", || {
+    t.wait_for(WAIT, &format!("a {want} run in the log"), || {
         let log = fs::read_to_string(&t.stderr_log).unwrap_or_default();
         let found = log
             .lines()
@@ -470,7 +476,7 @@ fn wait_running(t: &Trigd) -> String {
             .map(str::to_string)
             .collect::<Vec<_>>();
         match found.last() {
-            Some(r) if state(t, r) == json!("running") => {
+            Some(r) if state(t, r) == json!(want) => {
                 id = r.clone();
                 true
             }
@@ -478,6 +484,59 @@ fn wait_running(t: &Trigd) -> String {
         }
     });
     id
+}
+
+#[test]
+fn cancelled_queued_runs_stay_cancelled_after_kill9_and_never_run() {
+    let server = "max_concurrent_runs = 1\nkill_grace = \"1s\"\nqueue_timeout = \"60s\"";
+    let progs = [("ticks.toml", TICKS), ("gate.toml", GATE)];
+    let (dir, mut t) = serve("cancel_queued_kill9", server, &progs);
+    let gate = format!("/api?api_key={KEY}&program_id=1&function=gate");
+    let r = t.post(&format!("{gate}&run_async=true"));
+    let first = r.run_id(&r.ok());
+    t.wait_for(WAIT, "the gate run to start", || dir.exists("work/started"));
+    // Behind it: an async run and a sync caller to cancel, an async run to keep.
+    let r = t.post(&format!("{gate}&run_async=true"));
+    let async_id = r.run_id(&r.ok());
+    let c = t.client();
+    let sync_url = gate.clone();
+    let caller = std::thread::spawn(move || c.post(&sync_url));
+    let sync_id = wait_logged(&t, "queued");
+    let r = t.post(&format!("{gate}&run_async=true"));
+    let kept = r.run_id(&r.ok());
+    let queued = |n: usize| t.get("/healthz").ok()["RunsQueued"] == json!(n);
+    t.wait_for(WAIT, "three runs waiting", || queued(3));
+    for id in [&async_id, &sync_id] {
+        let r = t.post(&format!("/api/runs/{id}/cancel?api_key={KEY}"));
+        r.check_eq(&r.ok()["State"], &json!("cancelled"), "State");
+    }
+    let r = caller.join().unwrap();
+    let v = r.err(409, "run_cancelled");
+    r.check_eq(&v["Run"], &json!(sync_id), "Run of the waiting sync caller");
+    assert!(queued(1), "only the kept run still waits");
+    assert_eq!(state(&t, &first), json!("running"), "the slot stays taken");
+
+    t.kill9();
+    // Let the orphaned gate program end.
+    dir.write("work/release", "");
+    t.restart();
+    t.wait_for(WAIT, "the kept run to run after the restart", || {
+        state(&t, &kept) == json!("finished")
+    });
+    assert_eq!(state(&t, &first), json!("interrupted"));
+    for id in [&async_id, &sync_id] {
+        assert_eq!(state(&t, id), json!("cancelled"), "{id} after kill -9");
+        let r = t.post(&format!("/api/runs/{id}/cancel?api_key={KEY}"));
+        r.err(409, "run_ended");
+    }
+    let starts = dir.read("work/started").lines().count();
+    assert_eq!(starts, 2, "only the first and the kept run ever started");
+    let out = t.get(&output_url(&kept, "")).ok();
+    assert_eq!(
+        out["Stdout"],
+        json!("released"),
+        "output of a resumed run is kept"
+    );
 }
 
 #[test]

@@ -10,6 +10,7 @@ mod limits; // connections, sizes, fairness, EMFILE, overload, crash, hostile pr
 mod modules; // the module graph of src/ has no cycles
 mod newcomer; // a newcomer's first hour: relative commands, exact Results, failed stdout, check warnings, help, run wording
 mod openapi; // openapi.json against src/routes.rs and the error codes; GET /openapi.json
+mod queue; // waiting for a slot, full queue, floods, idempotency keys, runs after a crash, full disk
 mod reload; // hot reload: every edit style, ConfigMap symlink swap, invalid edits, SIGHUP, 10k files
 mod runs; // run records: GET /api/runs/<id>, output caps, crash recovery, SIGTERM, per-function concurrency
 mod runs_output; // kept output, following it (events, curl -N), streamed sync calls, cancel and its process group

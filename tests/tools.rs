@@ -642,3 +642,38 @@ fn traversal_in_names_is_404_json() {
         }
     }
 }
+
+#[test]
+fn idempotency_key_on_a_generated_endpoint_runs_once_per_caller() {
+    let (dir, t) = start("tools_idempotency", "");
+    let (alice, bob) = (app_key(&dir, "ops", "alice"), app_key(&dir, "ops", "bob"));
+    let path = "/tools/inventory/production/record?tag=a";
+    let send = |key: &str, path: &str| {
+        let auth = bearer(key);
+        t.request(
+            "POST",
+            path,
+            &[("Authorization", &auth), UA, ("Idempotency-Key", "k-1")],
+            b"",
+        )
+    };
+    let first = send(&alice, path);
+    let run = first.run_id(&first.ok());
+    first.check_eq(first.header("Idempotent-Replayed"), None, "first answer");
+    let again = send(&alice, path);
+    again.check_eq(again.run_id(&again.ok()), run.clone(), "Run of the repeat");
+    again.check_eq(
+        again.header("Idempotent-Replayed"),
+        Some("true"),
+        "replay header",
+    );
+    // Keys are per credential: bob's k-1 is another key.
+    let other = send(&bob, path);
+    other.check(other.run_id(&other.ok()) != run, "bob's request runs");
+    // The same key with other values is refused.
+    send(&alice, "/tools/inventory/production/record?tag=b").err(422, "idempotency_key_reused");
+    assert!(
+        !dir.exists("work/out-b"),
+        "nothing ran for the refused request"
+    );
+}

@@ -319,6 +319,7 @@ fn program(d: &HookDef, cwd: &Option<PathBuf>, dir: &Path, server: &Server, n: u
         group: None,
         env_inputs: false,
         combined_output: true,
+        retry_on_restart: false,
     };
     Program {
         id: 0,

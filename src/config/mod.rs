@@ -87,8 +87,17 @@ pub struct Server {
     pub public_url: Option<String>,
     /// Runs executing at once, sync and async together (default 16).
     pub max_concurrent_runs: usize,
-    /// Async runs waiting for a slot (default 1000).
+    /// Runs waiting for a slot, sync and async together (default 100000).
     pub max_queued_runs: usize,
+    /// How long a sync run waits in the queue for a slot before it is
+    /// refused with `busy` (`queue_timeout`, default 30s).
+    pub queue_timeout: Duration,
+    /// How long an `Idempotency-Key` is remembered (`idempotency_window`,
+    /// default 24h).
+    pub idempotency_window: Duration,
+    /// Idempotency keys remembered at most; past it the oldest is forgotten
+    /// (`idempotency_max_keys`, default 100000).
+    pub idempotency_max_keys: usize,
     /// Default timeout of a function (`run_timeout`, default 60s).
     pub run_timeout: Duration,
     /// Time between SIGTERM and SIGKILL of a timed-out run (default 5s).
@@ -227,6 +236,9 @@ pub struct Function {
     pub workdir: PathBuf,
     /// At most this many runs of this function at once (`concurrency`).
     pub concurrency: Option<usize>,
+    /// Run again after a restart when trigd died while it ran
+    /// (`retry_on_restart`, default false).
+    pub retry_on_restart: bool,
     /// How each step's stdout becomes its Result element (`output`).
     pub output: OutputMode,
     /// The API trigger (`[functions.webhook]`), at most one.

@@ -259,6 +259,7 @@ fn function(
         env,
         workdir,
         concurrency,
+        retry_on_restart: f.retry_on_restart,
         output: f.output,
         api_trigger,
         user,

@@ -33,7 +33,13 @@ pub mod defaults {
     /// `max_concurrent_runs`.
     pub const MAX_CONCURRENT_RUNS: usize = 16;
     /// `max_queued_runs`.
-    pub const MAX_QUEUED_RUNS: usize = 1000;
+    pub const MAX_QUEUED_RUNS: usize = 100_000;
+    /// `queue_timeout`, in seconds.
+    pub const QUEUE_TIMEOUT_SECS: u64 = 30;
+    /// `idempotency_window`, in seconds (24 hours).
+    pub const IDEMPOTENCY_WINDOW_SECS: u64 = 24 * 3600;
+    /// `idempotency_max_keys`.
+    pub const IDEMPOTENCY_MAX_KEYS: usize = 100_000;
     /// `run_timeout`, in seconds.
     pub const RUN_TIMEOUT_SECS: u64 = 60;
     /// `kill_grace`, in seconds.
@@ -145,6 +151,12 @@ pub struct RawServer {
     pub session_max: Option<Spanned<RawDuration>>,
     /// `auth_failures_per_minute`.
     pub auth_failures_per_minute: Count,
+    /// `queue_timeout`.
+    pub queue_timeout: Option<Spanned<RawDuration>>,
+    /// `idempotency_window`.
+    pub idempotency_window: Option<Spanned<RawDuration>>,
+    /// `idempotency_max_keys`.
+    pub idempotency_max_keys: Count,
     /// `trusted_proxies`: IP addresses whose `X-Forwarded-For` is believed.
     #[serde(default)]
     pub trusted_proxies: Vec<Spanned<String>>,
@@ -463,6 +475,9 @@ pub struct RawFunction {
     pub workdir: Option<String>,
     /// `concurrency`, >= 1.
     pub concurrency: Option<Spanned<i64>>,
+    /// `retry_on_restart`, default false.
+    #[serde(default)]
+    pub retry_on_restart: bool,
     /// `output`: how stdout becomes a Result element (default `auto`).
     #[serde(default)]
     pub output: super::OutputMode,

@@ -106,6 +106,9 @@ pub fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) ->
         session_idle: duration!(session_idle, SESSION_IDLE_SECS),
         session_max: duration!(session_max, SESSION_MAX_SECS),
         auth_failures_per_minute: count!(auth_failures_per_minute, AUTH_FAILURES_PER_MINUTE, 0),
+        queue_timeout: duration!(queue_timeout, QUEUE_TIMEOUT_SECS),
+        idempotency_window: duration!(idempotency_window, IDEMPOTENCY_WINDOW_SECS),
+        idempotency_max_keys: count!(idempotency_max_keys, IDEMPOTENCY_MAX_KEYS, 1),
         trusted_proxies,
         hooks_files: raw
             .hooks_files

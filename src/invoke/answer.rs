@@ -12,13 +12,13 @@ use crate::app::App;
 use crate::follow::{events, End, Follower};
 use crate::http::{ApiError, Response};
 use crate::runner::step::{Outcome, StepError};
-use crate::runner::{Job, RunError};
+use crate::runner::{Job, RunError, SyncRun};
 
 /// Start `job` sync or async and build the response object.
 ///
 /// # Errors
-/// `busy`, `storage_unavailable`, `shutting_down`, and for sync runs
-/// `run_failed`, `run_timeout`, `run_interrupted`.
+/// `busy`, `disk_full`, `storage_unavailable`, `shutting_down`, and for sync runs
+/// `run_failed`, `run_timeout`, `run_interrupted`, `run_cancelled`.
 pub fn start(app: &App, job: Job, run_async: bool) -> Result<Response, ApiError> {
     if run_async {
         let id = app.runner.start_async(job).map_err(run_error)?;
@@ -32,25 +32,35 @@ pub fn start(app: &App, job: Job, run_async: bool) -> Result<Response, ApiError>
 
 /// Start `job` as a sync run on a thread of its own and answer with its
 /// output as events (`follow.rs`), ending with the object the sync call
-/// would have answered, success or error.
+/// would have answered, success or error. A run that waits for a slot
+/// does so before the answer starts.
 ///
 /// # Errors
-/// `busy` and `shutting_down` as for a sync run, before anything is sent.
+/// `busy`, `disk_full`, `storage_unavailable`, `shutting_down` and
+/// `run_cancelled` (cancelled while it waited) as for a sync run, before
+/// anything is sent.
 pub fn start_streamed(app: &App, job: Job) -> Result<Response, ApiError> {
-    let run = app.runner.begin_sync(job).map_err(run_error)?;
-    let id = run.id().to_string();
-    let path = app.store.output_path(&id);
+    let (run_tx, run_rx) = mpsc::channel::<SyncRun>();
     let (tx, rx) = mpsc::channel();
-    // A failed spawn drops the run, and its slot with it.
+    // The thread exists before the run takes a slot: a run never holds a
+    // slot with nobody to execute it.
     thread::Builder::new()
         .name("run".into())
         .spawn(move || {
-            let _ = tx.send(run.execute());
+            if let Ok(run) = run_rx.recv() {
+                let _ = tx.send(run.execute());
+            }
         })
         .map_err(|e| {
             log::error!("cannot start a run thread: {e}");
             ApiError::Internal
         })?;
+    let run = app.runner.begin_sync(job).map_err(run_error)?;
+    let id = run.id().to_string();
+    let path = app.store.output_path(&id);
+    if run_tx.send(run).is_err() {
+        return Err(ApiError::Internal);
+    }
     let run = id.clone();
     let end: End = Box::new(move || match rx.try_recv() {
         Ok(outcome) => Some(final_object(&run, outcome)),
@@ -109,24 +119,39 @@ pub fn finished_body(id: &str, outcome: Outcome) -> Result<Value, ApiError> {
 
 /// The answer to a run that was not started.
 pub fn run_error(e: RunError) -> ApiError {
-    let busy = |msg: String| ApiError::Busy {
-        retry_after: 1,
-        msg,
-    };
     match e {
-        RunError::NoSlot { slots } => busy(format!(
-            "All {slots} run slots are in use. Retry after Retry-After seconds."
-        )),
-        RunError::FunctionLimit { function, limit } => busy(format!(
-            "Function '{function}' already runs {limit} time(s), its concurrency limit. Retry later."
-        )),
-        RunError::QueueFull { queued } => busy(format!(
-            "All run slots are in use and the queue is full ({queued} runs). Retry later."
-        )),
-        RunError::Storage(err) => {
-            log::error!("cannot record an accepted run: {err}");
-            ApiError::StorageUnavailable
-        }
+        RunError::QueueFull {
+            queued,
+            retry_after,
+        } => ApiError::Busy {
+            retry_after,
+            msg: format!(
+                "All run slots are in use and the queue is full ({queued} runs). Retry after \
+                 Retry-After seconds."
+            ),
+        },
+        RunError::WaitedTooLong {
+            waited,
+            waiting,
+            retry_after,
+        } => ApiError::Busy {
+            retry_after,
+            msg: format!(
+                "No run slot came free within queue_timeout ({}); {waiting} runs are waiting. \
+                 Retry after Retry-After seconds.",
+                humanize(waited)
+            ),
+        },
+        RunError::Storage(err) => ApiError::storage(&err),
         RunError::ShuttingDown => ApiError::ShuttingDown,
+        RunError::Cancelled { run } => ApiError::RunCancelled { run },
+    }
+}
+
+/// A duration as written in the config: `300ms`, `30s`.
+fn humanize(d: std::time::Duration) -> String {
+    match d.subsec_millis() {
+        0 => format!("{}s", d.as_secs()),
+        _ => format!("{}ms", d.as_millis()),
     }
 }

@@ -8,6 +8,9 @@
 //! in `webhook.rs`; for an endpoint without receive settings they do
 //! nothing.
 //!
+//! With an `Idempotency-Key`, "start" goes through `replay::start_once`:
+//! at most one run per key, repeats answered with the original run.
+//!
 //! `api.rs` (`POST /api`) and `tools.rs` (generated endpoints) are thin
 //! adapters that find the endpoint and call [`invoke`]; the same fault gets
 //! the same error on every path. `values.rs` reads and checks the values,
@@ -35,6 +38,8 @@ use crate::access::Member;
 use crate::app::App;
 use crate::config::{ApiKey, Config, Credentials, Endpoint, Function, Program, Target, Values};
 use crate::http::{ApiError, Request, Response};
+use crate::idempotency;
+use crate::replay;
 use crate::runner::Job;
 use crate::store::Origin;
 
@@ -70,7 +75,9 @@ impl Caller<'_> {
 /// is read (`invalid_parameter`), the function (`invalid_program_id`,
 /// `program_not_found`, `function_not_found`, …), the rule (`Ignored`),
 /// the values (`invalid_payload`, `unsupported_media_type`,
-/// `variables_mismatch`, `invalid_parameter`), `run_async`, and the run.
+/// `variables_mismatch`, `invalid_parameter`), `run_async`, a bad or
+/// reused `Idempotency-Key` (`invalid_parameter`,
+/// `idempotency_key_reused`), and the run.
 pub fn invoke(
     app: &App,
     cfg: &Arc<Config>,
@@ -124,10 +131,20 @@ fn steps(
         .trigger
         .as_ref()
         .map(|t| format!("{}/{}", t.tool, t.environment));
-    if stream && !run_async {
-        return answer::start_streamed(app, job);
+    let start = |job| {
+        if stream && !run_async {
+            answer::start_streamed(app, job)
+        } else {
+            answer::start(app, job, run_async)
+        }
+    };
+    match idempotency::key_of(req)? {
+        Some(key) => {
+            let entry = format!("{}#{}", req.segments.join("/"), program.id);
+            replay::start_once(app, key, job, run_async, &entry, start)
+        }
+        None => start(job),
     }
-    answer::start(app, job, run_async)
 }
 
 /// Check the credentials an endpoint takes.
@@ -245,6 +262,7 @@ pub fn job(
         values,
         vars: vars.clone(),
         by,
+        id: None,
         tool: None,
         body_file: None,
         stdin_body: false,

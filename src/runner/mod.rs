@@ -1,29 +1,43 @@
-//! Where a run starts: run slots, the bounded async queue, and the run
-//! records written along the way.
+//! Where a run starts: run slots, the wait queue, and the run records
+//! written along the way.
 //!
-//! `max_concurrent_runs` slots are shared by sync and async runs. A sync run
-//! takes a free slot at once or is refused with `busy`, and executes on the
-//! caller's (HTTP worker's) thread. An async run is first recorded durably,
-//! then either started on a detached thread (a slot was free) or put in a
-//! queue of at most `max_queued_runs`; a finishing run hands its slot straight
-//! to the next runnable queued run, so no dispatcher thread is needed. A
-//! function's `concurrency = N` is honoured on top of the global slots.
+//! `max_concurrent_runs` slots are shared by sync and async runs. A run that
+//! finds no free slot (or its function at its `concurrency`) waits in one
+//! FIFO queue of at most `max_queued_runs` places, sync and async together,
+//! so neither kind can overtake the other. A sync run waits and executes on
+//! the caller's (HTTP worker's) thread (a streamed one executes on a thread
+//! of its own): while it waits it holds that thread and a [`Ticket`], no
+//! slot, is recorded `queued` under its id, and gives up after
+//! `queue_timeout`. An async run is
+//! first recorded durably, with its input, then started on a detached thread
+//! or queued: in memory a queued run is only its id and shared pointers
+//! ([`Queued`]); its values are read back from the run log when it starts.
 //!
-//! A taken slot is a [`Slot`] guard: it is given back when the guard is
-//! dropped, on every path out of a run, a panic included. Each executing
-//! run has a [`RunHandle`] (stop it, read its output so far), found by id
-//! with [`Runner::handle`].
+//! A run that ends hands its slot straight to the first runnable waiter (a
+//! sync ticket is woken, an async run continues on the same thread), so no
+//! dispatcher thread is needed. A [`SlotGuard`] frees or hands on the slot
+//! on every path, a panic included.
 //!
-//! The execution of one function (processes, timeouts, output) lives in
-//! [`step`].
+//! [`Runner::cancel`] takes a waiting run off the queue (it holds no slot,
+//! so nothing is freed) and records it `cancelled` (a waiting sync caller
+//! is woken and answered `run_cancelled`); a running one is stopped through
+//! its [`RunHandle`]. Every executed run keeps its output in the state dir
+//! (`output.rs`), whether it started at once, from the queue or after a
+//! restart.
+//!
+//! The queue's bookkeeping (slots, waiters, drain rate) lives in
+//! [`queue`]; the execution of one function (processes, timeouts, output)
+//! in [`step`].
 
 pub mod handle;
+mod queue;
 pub mod step;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::io;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -32,8 +46,9 @@ use serde_json::Value;
 use crate::config::{Config, Program};
 use crate::metrics::Metrics;
 use crate::output::OutputFile;
-use crate::store::{new_run_id, now_rfc3339, Origin, RunRecord, RunState, RunStore};
+use crate::store::{new_run_id, now_rfc3339, Origin, RunInput, RunRecord, RunState, RunStore};
 use handle::{RunHandle, Stream};
+use queue::{Drain, Queued, SlotKey, Slots, Ticket, Waiter};
 use step::{Outcome, StepError};
 
 /// Everything needed to execute one run, owned, so that a detached thread can
@@ -52,6 +67,9 @@ pub struct Job {
     pub vars: BTreeMap<String, String>,
     /// Who started it, for the record; never a secret.
     pub by: Origin,
+    /// The run id to use (chosen ahead by an idempotency key); `None`: a
+    /// new one.
+    pub id: Option<String>,
     /// The tool environment it was started through, `<tool>/<environment>`.
     pub tool: Option<String>,
     /// The raw request body in a temporary file, kept until the job is
@@ -66,54 +84,68 @@ pub struct Job {
 }
 
 impl Job {
-    fn slot_key(&self) -> (u64, String) {
+    fn slot_key(&self) -> SlotKey {
         (self.program.id, self.function.clone())
     }
 
     fn concurrency(&self) -> usize {
-        self.program
-            .function(&self.function)
-            .and_then(|f| f.concurrency)
-            .unwrap_or(usize::MAX)
+        concurrency(&self.program, &self.function)
     }
+}
+
+/// The program of a run of `function` of program `id` under `cfg`: a
+/// program file's, or a hooks-file hook's (program 0, function named like
+/// the hook). `None` when it is gone.
+fn program_of<'c>(cfg: &'c Config, id: u64, function: &str) -> Option<&'c Arc<Program>> {
+    let has = |p: &&Arc<Program>| p.function(function).is_some();
+    cfg.program(id).filter(has).or_else(|| {
+        let hook = cfg.hooks.by_id.get(function).filter(|_| id == 0)?;
+        Some(&hook.program).filter(has)
+    })
+}
+
+fn concurrency(program: &Program, function: &str) -> usize {
+    program
+        .function(function)
+        .and_then(|f| f.concurrency)
+        .unwrap_or(usize::MAX)
 }
 
 /// Why a run was not started. The HTTP layer words it.
 #[derive(Debug)]
 pub enum RunError {
-    /// Every one of the `slots` run slots is in use (sync run).
-    NoSlot {
-        /// `max_concurrent_runs`.
-        slots: usize,
-    },
-    /// The function already runs `limit` times, its `concurrency` (sync run).
-    FunctionLimit {
-        /// The function.
-        function: String,
-        /// Its `concurrency`.
-        limit: usize,
-    },
-    /// Every slot is in use and the queue holds `queued` runs, its limit
-    /// (async run).
+    /// Every slot is in use and the queue holds `queued` runs, its limit.
     QueueFull {
         /// `max_queued_runs`.
         queued: usize,
+        /// Seconds until a place is likely free, from the drain rate.
+        retry_after: u64,
+    },
+    /// A sync run waited `waited` (`queue_timeout`) and no slot came free.
+    WaitedTooLong {
+        /// `queue_timeout`.
+        waited: Duration,
+        /// Runs still waiting ahead of the next caller.
+        waiting: usize,
+        /// Seconds until a slot is likely free, from the drain rate.
+        retry_after: u64,
     },
     /// The accepted run could not be recorded durably.
     Storage(io::Error),
     /// trigd is shutting down.
     ShuttingDown,
-}
-
-struct Queued {
-    rec: RunRecord,
-    job: Job,
+    /// The sync run was cancelled while it waited for a slot.
+    Cancelled {
+        /// The run's id.
+        run: String,
+    },
 }
 
 /// What [`Runner::cancel`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Cancel {
-    /// The run was queued: it is recorded `cancelled` and will not start.
+    /// The run was waiting in the queue: it is off the queue, recorded
+    /// `cancelled`, and will not start (also not after a restart).
     Dequeued,
     /// The run is executing: it is being stopped and will end `cancelled`.
     Stopping,
@@ -121,9 +153,9 @@ pub enum Cancel {
     NotActive,
 }
 
-/// A sync run holding its slot, not yet executed.
+/// A sync run holding its slot, recorded `running`, not yet executed.
 pub struct SyncRun {
-    slot: Slot,
+    slot: SlotGuard,
     rec: RunRecord,
     job: Job,
 }
@@ -134,120 +166,55 @@ impl SyncRun {
         &self.rec.run
     }
 
-    /// Execute the run, record it, and give the slot back.
+    /// Execute the run, record it, and give the slot back (or hand it on).
     pub fn execute(self) -> Outcome {
         let SyncRun { slot, rec, job } = self;
-        let (_, outcome) = slot.runner.execute(rec, &job);
-        drop(slot);
+        let runner = Arc::clone(&slot.runner);
+        let (_, outcome) = runner.execute(rec, &job);
+        if let Some(q) = slot.finish() {
+            runner.spawn_worker(Work::Queued(q));
+        }
         outcome
     }
 }
 
-/// Slot accounting; behind one mutex.
-#[derive(Default)]
-struct Slots {
-    used: usize,
-    max: usize,
-    per_fn: HashMap<(u64, String), usize>,
-    queue: VecDeque<Queued>,
-    /// Queue places promised to runs being recorded right now.
-    reserved: usize,
-    /// No new runs are accepted (shutdown started).
-    closing: bool,
-    /// Queued runs are no longer started (the shutdown grace is over).
-    stopping: bool,
-}
-
-impl Slots {
-    fn fn_free(&self, job: &Job) -> bool {
-        self.per_fn.get(&job.slot_key()).copied().unwrap_or(0) < job.concurrency()
-    }
-
-    fn take(&mut self, job: &Job) {
-        self.used += 1;
-        *self.per_fn.entry(job.slot_key()).or_default() += 1;
-    }
-
-    fn release_key(&mut self, key: (u64, String)) {
-        if let Some(n) = self.per_fn.get_mut(&key) {
-            *n -= 1;
-            if *n == 0 {
-                self.per_fn.remove(&key);
-            }
-        }
-    }
-
-    /// Remove the first queued run whose function has room.
-    fn next_runnable(&mut self) -> Option<Queued> {
-        if self.stopping {
-            return None;
-        }
-        let i = self.queue.iter().position(|q| self.fn_free(&q.job))?;
-        self.queue.remove(i)
-    }
-}
-
-/// A taken run slot (the global one and the function's share). Dropping it
-/// gives both back, wakes [`Runner::wait_idle`] and starts the queued runs
-/// that now fit: a run that ends by a panic frees its slot like any other.
-struct Slot {
+/// A slot held by a run: dropped without [`SlotGuard::finish`] (a panic),
+/// it still frees or hands on the slot.
+struct SlotGuard {
     runner: Arc<Runner>,
-    /// The function whose share this slot holds; `None` once given back.
-    key: Option<(u64, String)>,
-    /// Start queued runs when dropped.
-    dispatch: bool,
+    key: Option<SlotKey>,
 }
 
-impl Slot {
-    /// Count a slot for `job` as taken; the caller holds the lock on `s`
-    /// and has checked that there is room.
-    fn take(runner: &Arc<Runner>, s: &mut Slots, job: &Job) -> Slot {
-        s.take(job);
-        Slot {
-            runner: Arc::clone(runner),
-            key: Some(job.slot_key()),
-            dispatch: true,
-        }
-    }
-
-    /// The run of this slot has ended: give the function's share back and
-    /// keep the slot for the next runnable queued run, if there is one
-    /// (and a reload did not lower the limit below the slots in use).
-    fn hand_on(&mut self) -> Option<Queued> {
-        let mut s = lock(&self.runner.slots);
-        if let Some(key) = self.key.take() {
-            s.release_key(key);
-        }
-        let next = if s.used <= s.max {
-            s.next_runnable()
-        } else {
-            None
-        };
-        if let Some(q) = &next {
-            *s.per_fn.entry(q.job.slot_key()).or_default() += 1;
-            self.key = Some(q.job.slot_key());
-        }
-        next
-    }
-
-    /// Give the slot back without starting queued runs.
-    fn give_back_quietly(mut self) {
-        self.dispatch = false;
+impl SlotGuard {
+    /// Give the slot up; an async run handed it comes back to be executed.
+    fn finish(mut self) -> Option<Queued> {
+        let key = self.key.take()?;
+        self.runner.release(&key)
     }
 }
 
-impl Drop for Slot {
+impl Drop for SlotGuard {
     fn drop(&mut self) {
-        {
-            let mut s = lock(&self.runner.slots);
-            if let Some(key) = self.key.take() {
-                s.release_key(key);
+        if let Some(key) = self.key.take() {
+            if let Some(q) = self.runner.release(&key) {
+                self.runner.spawn_worker(Work::Queued(q));
             }
-            s.used -= 1;
         }
-        self.runner.freed.notify_all();
-        if self.dispatch {
-            self.runner.dispatch();
+    }
+}
+
+/// What a run thread executes: a run accepted with a free slot, or one
+/// taken from the queue (read back from the log).
+enum Work {
+    Ready(Box<(RunRecord, Job)>),
+    Queued(Queued),
+}
+
+impl Work {
+    fn key(&self) -> SlotKey {
+        match self {
+            Work::Ready(b) => b.1.slot_key(),
+            Work::Queued(q) => q.key.clone(),
         }
     }
 }
@@ -293,6 +260,13 @@ pub struct Runner {
     slots: Mutex<Slots>,
     /// Signalled whenever `used` drops.
     freed: Condvar,
+    drain: Mutex<Drain>,
+    /// Queued runs kept whole in memory, by id: those of a runner without
+    /// a run log (nothing to read them back from) and those holding a
+    /// request body file.
+    unrecorded: Mutex<HashMap<String, (RunRecord, Job)>>,
+    /// Signalled whenever a run ends (the drain counter is its lock).
+    ended: Condvar,
     live: Mutex<Live>,
     path_env: String,
     children: AtomicUsize,
@@ -309,76 +283,200 @@ impl Runner {
             metrics,
             slots: Mutex::new(Slots::default()),
             freed: Condvar::new(),
+            drain: Mutex::new(Drain::new()),
+            unrecorded: Mutex::default(),
+            ended: Condvar::new(),
             live: Mutex::default(),
             path_env,
             children: AtomicUsize::new(0),
         }
     }
 
-    /// Run `job` now on this thread and return its id and outcome.
+    /// Run `job` on this thread, once a slot is free, and return its id and
+    /// outcome.
     ///
     /// # Errors
-    /// [`RunError::NoSlot`] or [`RunError::FunctionLimit`] when no slot (or
-    /// no slot of the function) is free.
+    /// As [`Runner::begin_sync`].
     pub fn run_sync(self: &Arc<Self>, job: Job) -> Result<(String, Outcome), RunError> {
         let run = self.begin_sync(job)?;
         let id = run.id().to_string();
         Ok((id, run.execute()))
     }
 
-    /// Take a slot for `job` as a sync run, to be executed with
-    /// [`SyncRun::execute`] (on whichever thread; a streamed sync call
-    /// executes it on its own thread while the caller follows the output).
+    /// Take a slot for `job` as a sync run, waiting in the queue for at
+    /// most `queue_timeout` (recorded `queued` meanwhile), and record it
+    /// `running`, to be executed with [`SyncRun::execute`] (on whichever
+    /// thread; a streamed sync call executes it on its own thread while
+    /// the caller follows the output).
     ///
     /// # Errors
-    /// As [`Runner::run_sync`].
-    pub fn begin_sync(self: &Arc<Self>, job: Job) -> Result<SyncRun, RunError> {
-        let slot = {
-            let mut s = lock(&self.slots);
-            if s.closing {
-                return Err(RunError::ShuttingDown);
-            }
-            s.max = job.cfg.server.max_concurrent_runs;
-            if s.used >= s.max {
-                return Err(RunError::NoSlot { slots: s.max });
-            }
-            if !s.fn_free(&job) {
-                return Err(RunError::FunctionLimit {
-                    function: job.function.clone(),
-                    limit: job.concurrency(),
-                });
-            }
-            Slot::take(self, &mut s, &job)
+    /// [`RunError::QueueFull`] when the queue is full,
+    /// [`RunError::WaitedTooLong`] when no slot came free within
+    /// `queue_timeout`, [`RunError::Cancelled`] when the run was cancelled
+    /// while it waited; [`RunError::Storage`] when the run cannot be
+    /// recorded (disk full): it is not started.
+    pub fn begin_sync(self: &Arc<Self>, mut job: Job) -> Result<SyncRun, RunError> {
+        let mut rec = self.new_record(&job, false);
+        job.id = Some(rec.run.clone());
+        let waited = self.acquire(&job, &rec)?;
+        let slot = SlotGuard {
+            runner: Arc::clone(self),
+            key: Some(job.slot_key()),
         };
-        let rec = self.new_record(&job, false);
+        rec.state = RunState::Running;
+        rec.started_at = Some(now_rfc3339());
+        if let Some(store) = &self.store {
+            if let Err(e) = store.append(&rec, false) {
+                if waited {
+                    let why = format!("the run could not be recorded ({e}); not run");
+                    self.end_unstarted(rec, RunState::Failed, &why, false);
+                }
+                return Err(RunError::Storage(e));
+            }
+        }
         Ok(SyncRun { slot, rec, job })
     }
 
-    /// Stop run `id`: a queued run is taken off the queue and recorded
-    /// `cancelled` at once; a running one is stopped (SIGTERM to its
+    /// Take a slot for the sync run `rec` of `job`, waiting in the queue
+    /// for at most `queue_timeout`; whether it waited.
+    fn acquire(self: &Arc<Self>, job: &Job, rec: &RunRecord) -> Result<bool, RunError> {
+        let (key, n) = (job.slot_key(), job.concurrency());
+        let server = &job.cfg.server;
+        let mut s = lock(&self.slots);
+        if s.closing {
+            return Err(RunError::ShuttingDown);
+        }
+        s.max = server.max_concurrent_runs;
+        let start = s.fill();
+        if !start.is_empty() {
+            drop(s);
+            start
+                .into_iter()
+                .for_each(|q| self.spawn_worker(Work::Queued(q)));
+            s = lock(&self.slots);
+        }
+        if s.slot_free(&key, n) {
+            s.take(&key);
+            return Ok(false);
+        }
+        if s.queue.len() + s.reserved >= server.max_queued_runs {
+            let waiting = s.queue.len();
+            drop(s);
+            return Err(RunError::QueueFull {
+                queued: server.max_queued_runs,
+                retry_after: self.retry_after(waiting),
+            });
+        }
+        let t = Arc::new(Ticket {
+            run: rec.run.clone(),
+            key,
+            concurrency: n,
+            granted: AtomicBool::new(false),
+            cancelled: AtomicBool::new(false),
+            wake: Condvar::new(),
+        });
+        s.queue.push_back(Waiter::Sync(Arc::clone(&t)));
+        let deadline = Instant::now() + server.queue_timeout;
+        drop(s);
+        // Recorded while it waits: listed, and found by a cancel. Only this
+        // thread writes its record until it runs.
+        self.record(rec);
+        log::info!("run {} waits for a slot", rec.run);
+        self.wait_in_queue(&t, rec, server.queue_timeout, deadline)
+            .map(|()| true)
+    }
+
+    /// Wait until ticket `t` (of run `rec`) is granted a slot, cancelled,
+    /// or stopped by shutdown, or `deadline` passes; a run that does not
+    /// start is recorded as such.
+    fn wait_in_queue(
+        &self,
+        t: &Arc<Ticket>,
+        rec: &RunRecord,
+        waited: Duration,
+        deadline: Instant,
+    ) -> Result<(), RunError> {
+        let mut s = lock(&self.slots);
+        loop {
+            if t.granted.load(Ordering::SeqCst) {
+                return Ok(());
+            }
+            if t.cancelled.load(Ordering::SeqCst) {
+                drop(s);
+                let why = "the run was cancelled before it started";
+                self.end_unstarted(rec.clone(), RunState::Cancelled, why, false);
+                return Err(RunError::Cancelled {
+                    run: rec.run.clone(),
+                });
+            }
+            if s.stopping {
+                s.remove_ticket(t);
+                drop(s);
+                let why = "trigd shut down before the run started";
+                self.end_unstarted(rec.clone(), RunState::Interrupted, why, false);
+                return Err(RunError::ShuttingDown);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                s.remove_ticket(t);
+                let waiting = s.queue.len();
+                drop(s);
+                let why = "no run slot came free within queue_timeout; not run";
+                self.end_unstarted(rec.clone(), RunState::Failed, why, false);
+                return Err(RunError::WaitedTooLong {
+                    waited,
+                    waiting,
+                    retry_after: self.retry_after(waiting),
+                });
+            }
+            s = t
+                .wake
+                .wait_timeout(s, deadline - now)
+                .map_or_else(|e| e.into_inner().0, |r| r.0);
+        }
+    }
+
+    /// Record `rec`, a run that ends without having started, as `state`
+    /// for reason `why` (`durable`: on disk before this returns).
+    fn end_unstarted(&self, mut rec: RunRecord, state: RunState, why: &str, durable: bool) {
+        rec.state = state;
+        rec.finished_at = Some(now_rfc3339());
+        rec.error = Some(why.into());
+        rec.input = None;
+        match &self.store {
+            Some(store) if durable => store.record_synced(&rec),
+            Some(store) => store.record(&rec),
+            None => {}
+        }
+        if state == RunState::Cancelled {
+            self.metrics.run(rec.program, state.name(), Duration::ZERO);
+        }
+        self.ended.notify_all();
+    }
+
+    /// Stop run `id`: a run waiting in the queue is taken off it (it holds
+    /// no slot: nothing is freed) and recorded `cancelled` (durably, so it
+    /// does not run at the next start; a waiting sync caller is answered
+    /// [`RunError::Cancelled`]); a running one is stopped (SIGTERM to its
     /// process group, SIGKILL after `kill_grace`) and ends `cancelled`.
     pub fn cancel(&self, id: &str) -> Cancel {
         // A run passes from recorded to queued or live without the
         // record showing it: look again for a moment before giving up.
         for _ in 0..50 {
-            let queued = {
-                let mut s = lock(&self.slots);
-                let i = s.queue.iter().position(|q| q.rec.run == id);
-                i.and_then(|i| s.queue.remove(i))
-            };
-            if let Some(mut q) = queued {
-                q.rec.state = RunState::Cancelled;
-                q.rec.finished_at = Some(now_rfc3339());
-                q.rec.error = Some("the run was cancelled before it started".into());
-                if let Some(store) = &self.store {
-                    if let Err(e) = store.append(&q.rec, true) {
-                        log::error!("run {id}: cannot record its cancel: {e}");
-                    }
+            let waiter = lock(&self.slots).remove_run(id);
+            match waiter {
+                Some(Waiter::Async(q)) => {
+                    self.cancel_queued(&q);
+                    return Cancel::Dequeued;
                 }
-                self.metrics
-                    .run(q.rec.program, q.rec.state.name(), Duration::ZERO);
-                self.freed.notify_all();
-                return Cancel::Dequeued;
+                Some(Waiter::Sync(t)) => {
+                    // Its caller records the cancel and answers it.
+                    t.cancelled.store(true, Ordering::SeqCst);
+                    t.wake.notify_one();
+                    self.freed.notify_all();
+                    return Cancel::Dequeued;
+                }
+                None => {}
             }
             if let Some(h) = self.handle(id) {
                 h.cancel();
@@ -389,106 +487,254 @@ impl Runner {
         Cancel::NotActive
     }
 
-    /// Record `job` durably, then start it (or queue it) and return its id.
+    /// Record the async run `q`, just taken off the queue, `cancelled`.
+    fn cancel_queued(&self, q: &Queued) {
+        // A run kept whole in memory (and its request body file) goes.
+        let kept = lock(&self.unrecorded).remove(&q.run).map(|(rec, _)| rec);
+        let rec = kept.or_else(|| self.store.as_ref()?.get(&q.run));
+        match rec {
+            Some(rec) => {
+                let why = "the run was cancelled before it started";
+                self.end_unstarted(rec, RunState::Cancelled, why, true);
+            }
+            None => log::error!("run {}: cancelled, but its record cannot be read", q.run),
+        }
+        self.freed.notify_all();
+    }
+
+    /// Wait until some run ends, at most `limit`.
+    pub fn wait_for_an_end(&self, limit: Duration) {
+        let d = lock(&self.drain);
+        let _ = self.ended.wait_timeout(d, limit);
+    }
+
+    /// Seconds until `waiting` runs have drained (`Retry-After`).
+    fn retry_after(&self, waiting: usize) -> u64 {
+        lock(&self.drain).retry_after(waiting)
+    }
+
+    /// Record `job` durably (with its input), then start it or queue it,
+    /// and return its id.
     ///
     /// # Errors
-    /// [`RunError::QueueFull`] when the queue is full, [`RunError::Storage`]
-    /// when the record cannot be written: nothing is accepted that is not
-    /// recorded.
+    /// [`RunError::QueueFull`] when no slot is free and the queue is full,
+    /// [`RunError::Storage`] when the record cannot be written: nothing is
+    /// accepted that is not recorded.
     pub fn start_async(self: &Arc<Self>, job: Job) -> Result<String, RunError> {
-        let slot = {
+        let (key, n) = (job.slot_key(), job.concurrency());
+        // Promise a slot or a queue place before the (slow) durable write,
+        // so that concurrent requests cannot overfill the queue.
+        let has_slot = {
             let mut s = lock(&self.slots);
             if s.closing {
                 return Err(RunError::ShuttingDown);
             }
             s.max = job.cfg.server.max_concurrent_runs;
             let max_queued = job.cfg.server.max_queued_runs;
-            if s.used < s.max && s.fn_free(&job) && s.queue.is_empty() {
-                Some(Slot::take(self, &mut s, &job))
+            if s.slot_free(&key, n) {
+                s.take(&key);
+                true
             } else if s.queue.len() + s.reserved < max_queued {
                 s.reserved += 1;
-                None
+                false
             } else {
-                return Err(RunError::QueueFull { queued: max_queued });
+                let waiting = s.queue.len();
+                drop(s);
+                return Err(RunError::QueueFull {
+                    queued: max_queued,
+                    retry_after: self.retry_after(waiting),
+                });
             }
         };
-        let rec = self.new_record(&job, true);
+        let mut rec = self.new_record(&job, true);
+        rec.input = Some(RunInput {
+            values: job.values.clone(),
+            vars: job.vars.clone(),
+            body: job.body_file.is_some() || !job.files.is_empty(),
+        });
+        let written = match &self.store {
+            Some(store) => store.append(&rec, true),
+            None => Ok(()),
+        };
         let id = rec.run.clone();
-        if let Some(store) = &self.store {
-            if let Err(e) = store.append(&rec, true) {
-                match slot {
-                    Some(slot) => slot.give_back_quietly(),
-                    None => lock(&self.slots).reserved -= 1,
+        if has_slot {
+            if let Err(e) = written {
+                if let Some(q) = self.release(&key) {
+                    self.spawn_worker(Work::Queued(q));
                 }
                 return Err(RunError::Storage(e));
             }
+            self.spawn_worker(Work::Ready(Box::new((rec, job))));
+            return Ok(id);
         }
-        match slot {
-            Some(slot) => self.spawn_worker(slot, Queued { rec, job }),
-            None => {
-                {
-                    let mut s = lock(&self.slots);
-                    s.reserved -= 1;
-                    s.queue.push_back(Queued { rec, job });
-                }
-                self.dispatch();
-            }
+        let mut s = lock(&self.slots);
+        s.reserved -= 1;
+        written.map_err(RunError::Storage)?;
+        s.queue.push_back(Waiter::Async(Queued {
+            run: rec.run.clone(),
+            program: Arc::clone(&job.program),
+            cfg: Arc::clone(&job.cfg),
+            key,
+            concurrency: n,
+        }));
+        // A request body (or a hook's file) in a temporary file lives as
+        // long as its job.
+        if self.store.is_none() || job.body_file.is_some() || !job.files.is_empty() {
+            lock(&self.unrecorded).insert(rec.run.clone(), (rec, job));
         }
+        // A slot may have come free while the run was being recorded.
+        let start = s.fill();
+        drop(s);
+        start
+            .into_iter()
+            .for_each(|q| self.spawn_worker(Work::Queued(q)));
         Ok(id)
     }
 
-    /// Start queued runs while slots are free.
-    fn dispatch(self: &Arc<Self>) {
-        loop {
-            let (slot, next) = {
-                let mut s = lock(&self.slots);
-                if s.used >= s.max {
-                    return;
-                }
-                let Some(q) = s.next_runnable() else { return };
-                (Slot::take(self, &mut s, &q.job), q)
+    /// Queue again, in this order and before anything new, the runs the
+    /// run log kept queued at start-up (see `RunStore::open`), and start
+    /// what the slots allow. A run whose program or function is gone from
+    /// `cfg` is recorded `failed`.
+    pub fn resume(self: &Arc<Self>, cfg: &Arc<Config>, ids: Vec<String>) {
+        let Some(store) = &self.store else { return };
+        let mut s = lock(&self.slots);
+        s.max = cfg.server.max_concurrent_runs;
+        for id in ids {
+            let Some(mut rec) = store.get(&id) else {
+                continue;
             };
-            self.spawn_worker(slot, next);
+            let body = rec.input.as_ref().is_some_and(|i| i.body);
+            match program_of(cfg, rec.program, &rec.function) {
+                Some(p) if !body => {
+                    s.queue.push_back(Waiter::Async(Queued {
+                        concurrency: concurrency(p, &rec.function),
+                        key: (rec.program, rec.function),
+                        run: rec.run,
+                        program: Arc::clone(p),
+                        cfg: Arc::clone(cfg),
+                    }));
+                }
+                _ => {
+                    rec.state = RunState::Failed;
+                    rec.finished_at = Some(now_rfc3339());
+                    rec.error = Some(if body {
+                        "its request body or files (temporary files) did not survive the restart"
+                            .into()
+                    } else {
+                        "its program or function no longer exists".into()
+                    });
+                    rec.input = None;
+                    store.record(&rec);
+                }
+            }
         }
+        let start = s.fill();
+        drop(s);
+        start
+            .into_iter()
+            .for_each(|q| self.spawn_worker(Work::Queued(q)));
+    }
+
+    /// Give up the slot of a run of `key`: handed to the next runnable
+    /// waiter or freed. An async run handed the slot comes back.
+    fn release(&self, key: &SlotKey) -> Option<Queued> {
+        let (next, freed) = lock(&self.slots).release(key);
+        if freed {
+            self.freed.notify_all();
+        }
+        next
     }
 
     /// Run `first` on a detached thread, then keep the slot for the next
-    /// runnable queued run until the queue has none.
-    fn spawn_worker(self: &Arc<Self>, slot: Slot, first: Queued) {
+    /// runnable async run handed to it, until none is.
+    fn spawn_worker(self: &Arc<Self>, first: Work) {
+        let key = first.key();
         let me = Arc::clone(self);
-        // The slot goes to the thread only once the thread exists, so that a
-        // failed spawn gives it back without starting the next queued run
-        // (which would fail the same way).
-        let (give, take) = mpsc::sync_channel::<Slot>(1);
         let spawned = thread::Builder::new().name("run".into()).spawn(move || {
-            let Ok(mut slot) = take.recv() else { return };
-            let mut cur = first;
-            loop {
-                me.execute(cur.rec, &cur.job);
-                match slot.hand_on() {
-                    Some(q) => cur = q,
-                    None => return,
-                }
+            let mut next = Some(first);
+            while let Some(work) = next.take() {
+                let slot = SlotGuard {
+                    runner: Arc::clone(&me),
+                    key: Some(work.key()),
+                };
+                me.run_work(work);
+                next = slot.finish().map(Work::Queued);
             }
         });
-        match spawned {
-            Ok(_) => {
-                if let Err(mpsc::SendError(slot)) = give.send(slot) {
-                    slot.give_back_quietly();
-                }
-            }
-            Err(e) => {
-                // The closure (and the run in it) is gone; the record stays
-                // `queued` on disk and becomes `interrupted` at the next start.
-                log::error!("cannot start a run thread: {e}");
-                slot.give_back_quietly();
+        if let Err(e) = spawned {
+            // The run is recorded `queued` on disk and runs at the next
+            // start; the slot goes on to the queue.
+            log::error!("cannot start a run thread: {e}");
+            if let Some(q) = self.release(&key) {
+                let mut s = lock(&self.slots);
+                s.release_fn(&q.key);
+                s.used -= 1;
+                s.queue.push_front(Waiter::Async(q));
             }
         }
+    }
+
+    /// Execute one async run, recording every state; a panic is recorded
+    /// as a failure.
+    fn run_work(&self, work: Work) {
+        let (mut rec, job) = match work {
+            Work::Ready(b) => *b,
+            Work::Queued(q) => match self.load(q) {
+                Some(x) => x,
+                None => return,
+            },
+        };
+        rec.state = RunState::Running;
+        rec.started_at = Some(now_rfc3339());
+        if let Some(store) = &self.store {
+            store.record(&rec);
+        }
+        let id = rec.run.clone();
+        let ran = catch_unwind(AssertUnwindSafe(|| self.execute(rec, &job)));
+        if ran.is_err() {
+            log::error!("run {id}: the run thread panicked");
+            if let Some(mut rec) = self.store.as_ref().and_then(|s| s.get(&id)) {
+                rec.state = RunState::Failed;
+                rec.error = Some("internal error; the server log has the details".into());
+                rec.input = None;
+                self.record(&rec);
+            }
+        }
+    }
+
+    /// The record and job of a queued run, read back from the run log.
+    fn load(&self, q: Queued) -> Option<(RunRecord, Job)> {
+        if let Some(kept) = lock(&self.unrecorded).remove(&q.run) {
+            return Some(kept);
+        }
+        let rec = self.store.as_ref()?.get(&q.run);
+        let Some(rec) = rec.filter(|r| r.state == RunState::Queued) else {
+            log::error!("run {}: its queued record cannot be read; not run", q.run);
+            return None;
+        };
+        let input = rec.input.clone().unwrap_or_default();
+        let job = Job {
+            cfg: q.cfg,
+            program: q.program,
+            function: q.key.1,
+            values: input.values,
+            vars: input.vars,
+            by: rec.by.clone(),
+            id: Some(rec.run.clone()),
+            tool: rec.tool.clone(),
+            body_file: None,
+            stdin_body: false,
+            files: Vec::new(),
+        };
+        Some((rec, job))
     }
 
     fn new_record(&self, job: &Job, is_async: bool) -> RunRecord {
         RunRecord {
-            run: new_run_id(&job.cfg.server.instance),
+            run: job
+                .id
+                .clone()
+                .unwrap_or_else(|| new_run_id(&job.cfg.server.instance)),
             state: RunState::Queued,
             program: job.program.id,
             function: job.function.clone(),
@@ -502,22 +748,21 @@ impl Runner {
             result: None,
             error: None,
             stdout: None,
+            input: None,
         }
     }
 
     fn record(&self, rec: &RunRecord) {
         if let Some(store) = &self.store {
-            if let Err(e) = store.append(rec, false) {
-                log::error!("run {}: cannot record state {:?}: {e}", rec.run, rec.state);
-            }
+            store.record(rec);
         }
     }
 
-    /// Execute the job's function, recording `running` and the end state.
+    /// Execute the job's function (its `running` state is recorded) and
+    /// record the end state. An async run of a `retry_on_restart` function
+    /// stopped by a shutdown is recorded `queued` again, to run at the next
+    /// start.
     fn execute(&self, mut rec: RunRecord, job: &Job) -> (RunRecord, Outcome) {
-        rec.state = RunState::Running;
-        rec.started_at = Some(now_rfc3339());
-        self.record(&rec);
         log::info!("run {} started", rec.run);
         let started = Instant::now();
         let output = self.output_file(&rec.run, job);
@@ -556,7 +801,22 @@ impl Runner {
                 rec.stdout = failed_stdout(e);
             }
         }
+        let retry = rec.state == RunState::Interrupted
+            && rec.input.is_some()
+            && job
+                .program
+                .function(&job.function)
+                .is_some_and(|f| f.retry_on_restart);
+        if retry {
+            rec.state = RunState::Queued;
+            (rec.started_at, rec.finished_at, rec.error, rec.stdout) = (None, None, None, None);
+            rec.steps.clear();
+        } else {
+            rec.input = None;
+        }
         self.record(&rec);
+        lock(&self.drain).tick();
+        self.ended.notify_all();
         self.metrics
             .run(rec.program, rec.state.name(), started.elapsed());
         log::info!(
@@ -672,26 +932,24 @@ impl Runner {
         self.children.load(Ordering::Relaxed)
     }
 
-    /// Stop accepting runs; give running and queued runs `grace` to
-    /// finish (queued runs still start as slots free up); then mark the
-    /// runs still queued `interrupted`, stop the process groups of running
-    /// ones (recorded `interrupted` too) and wait for them to be reaped.
+    /// Stop accepting runs; give running and waiting runs `grace` to
+    /// finish (waiting runs still start as slots free up). Then waiting
+    /// sync callers get `shutting_down`, async runs still queued stay
+    /// recorded `queued` (they run at the next start), and running runs'
+    /// process groups are stopped (recorded `interrupted`, or `queued`
+    /// again with `retry_on_restart`); wait for them to be reaped.
     pub fn shutdown(&self, grace: Duration) {
         lock(&self.slots).closing = true;
         if self.wait_idle(grace) {
             return;
         }
-        let dropped: Vec<Queued> = {
+        {
             let mut s = lock(&self.slots);
             s.stopping = true;
-            s.queue.drain(..).collect()
-        };
-        for mut q in dropped {
-            q.rec.state = RunState::Interrupted;
-            q.rec.finished_at = Some(now_rfc3339());
-            q.rec.error = Some("trigd shut down before the run started".into());
-            if let Some(store) = &self.store {
-                let _ = store.append(&q.rec, true);
+            for w in s.queue.drain(..) {
+                if let Waiter::Sync(t) = w {
+                    t.wake.notify_one();
+                }
             }
         }
         log::warn!("shutdown grace of {grace:?} passed; stopping the remaining runs");
@@ -774,186 +1032,5 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::panic::{catch_unwind, AssertUnwindSafe};
-    use std::path::PathBuf;
-
-    /// The function of a run that panics when it executes (a bug inside it).
-    const PANICS: &str = "panics";
-
-    /// A bug inside a run, where a test asks for one.
-    pub(super) fn maybe_panic(job: &Job) {
-        if job.function == PANICS {
-            panic!("a bug inside a run (test)");
-        }
-    }
-
-    /// A job whose run panics.
-    fn panicking(server: &str) -> Job {
-        job_of(PANICS, server, "true")
-    }
-
-    fn job(server: &str, script: &str) -> Job {
-        job_of("f", server, script)
-    }
-
-    /// A job of function `name`, whose one step runs `script`.
-    fn job_of(name: &str, server: &str, script: &str) -> Job {
-        let config = format!("[server]\n{server}\n");
-        let program = format!(
-            "id = 1\nname = \"p\"\n[[functions]]\nname = {name:?}\nsteps = [{{ shell = {script:?} }}]\n\
-             webhook = {{ active = true, outputs = [] }}\n"
-        );
-        let dir = std::env::temp_dir();
-        let progs = vec![(PathBuf::from("programs/p.toml"), program)];
-        let cfg = crate::config::load_str(&dir.join("config.toml"), &config, &progs)
-            .unwrap_or_else(|e| panic!("{e:?}"));
-        let cfg = Arc::new(cfg);
-        let program = Arc::clone(cfg.program(1).expect("program 1"));
-        Job {
-            cfg,
-            program,
-            function: name.into(),
-            values: Vec::new(),
-            vars: BTreeMap::new(),
-            by: Default::default(),
-            tool: None,
-            body_file: None,
-            stdin_body: false,
-            files: Vec::new(),
-        }
-    }
-
-    fn runner() -> Arc<Runner> {
-        Arc::new(Runner::new(None, Arc::new(Metrics::default())))
-    }
-
-    #[test]
-    fn a_panic_inside_a_run_gives_its_slot_back() {
-        let r = runner();
-        let j = panicking("max_concurrent_runs = 1");
-        let panicked = catch_unwind(AssertUnwindSafe(|| r.run_sync(j)));
-        assert!(panicked.is_err(), "the run should have panicked");
-        assert_eq!(r.in_flight(), 0, "the slot was not given back");
-        assert!(r.handle("any").is_none());
-        assert!(lock(&r.live).runs.is_empty(), "the run's handle was left");
-
-        // The only slot is free again: the next run starts and finishes.
-        let (id, outcome) = r
-            .run_sync(job("max_concurrent_runs = 1", "echo again"))
-            .unwrap_or_else(|e| panic!("next run refused: {e:?}"));
-        let hex = id.rsplit('-').next().unwrap_or("");
-        assert!(
-            hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit()),
-            "{id}"
-        );
-        assert_eq!(outcome.error, None);
-        assert_eq!(outcome.result, vec![Value::String("again".into())]);
-        assert_eq!(r.in_flight(), 0);
-    }
-
-    #[test]
-    fn a_panic_inside_an_async_run_gives_its_slot_to_the_queued_run() {
-        let r = runner();
-        let server = "max_concurrent_runs = 1";
-        r.start_async(panicking(server)).unwrap();
-        let next = r.start_async(job(server, "echo next")).unwrap();
-        // The queued run starts once the panicked one's slot is back, and
-        // ends: nothing executes or waits any more.
-        assert!(
-            r.wait_idle(Duration::from_secs(20)),
-            "slots in use {}, queued {}",
-            r.in_flight(),
-            r.queued()
-        );
-        assert!(r.handle(&next).is_none());
-        let (_, outcome) = r.run_sync(job(server, "echo free")).unwrap();
-        assert_eq!(outcome.result, vec![Value::String("free".into())]);
-    }
-
-    #[test]
-    fn a_busy_run_says_why_in_data() {
-        let r = runner();
-        let slow = job("max_concurrent_runs = 1", "sleep 30");
-        let r2 = Arc::clone(&r);
-        let id = r.start_async(slow).unwrap();
-        let until = Instant::now() + Duration::from_secs(20);
-        while r.handle(&id).is_none() && Instant::now() < until {
-            thread::sleep(Duration::from_millis(10));
-        }
-        match r2.run_sync(job("max_concurrent_runs = 1", "true")) {
-            Err(RunError::NoSlot { slots: 1 }) => {}
-            other => panic!("expected NoSlot, got {other:?}"),
-        }
-        r.handle(&id).expect("live run").abort();
-        assert!(
-            r.wait_idle(Duration::from_secs(20)),
-            "aborted run still holds its slot"
-        );
-    }
-
-    #[test]
-    fn cancel_takes_a_queued_run_off_the_queue_and_stops_a_running_one() {
-        let r = runner();
-        let server = "max_concurrent_runs = 1\nkill_grace = \"1s\"";
-        let running = r.start_async(job(server, "sleep 30")).unwrap();
-        let queued = r.start_async(job(server, "echo never")).unwrap();
-        assert_eq!(r.queued(), 1);
-        assert_eq!(r.cancel(&queued), Cancel::Dequeued);
-        assert_eq!(r.queued(), 0);
-        let until = Instant::now() + Duration::from_secs(20);
-        while r.handle(&running).is_none() && Instant::now() < until {
-            thread::sleep(Duration::from_millis(10));
-        }
-        assert_eq!(r.cancel(&running), Cancel::Stopping);
-        assert!(
-            r.wait_idle(Duration::from_secs(20)),
-            "the cancelled run did not end"
-        );
-        assert_eq!(r.cancel(&running), Cancel::NotActive);
-
-        // A sync run's outcome says it was cancelled.
-        let run = r.begin_sync(job(server, "sleep 30")).unwrap();
-        let id = run.id().to_string();
-        let r2 = Arc::clone(&r);
-        let canceller = thread::spawn(move || {
-            let until = Instant::now() + Duration::from_secs(20);
-            while r2.handle(&id).is_none() && Instant::now() < until {
-                thread::sleep(Duration::from_millis(10));
-            }
-            r2.cancel(&id)
-        });
-        let outcome = run.execute();
-        assert_eq!(canceller.join().unwrap(), Cancel::Stopping);
-        assert_eq!(outcome.error, Some(StepError::Cancelled { step: 0 }));
-    }
-
-    #[test]
-    fn the_handle_follows_output_and_aborts_the_run() {
-        let r = runner();
-        let script = "echo first; echo oops >&2; sleep 30; echo never";
-        let id = r
-            .start_async(job("max_concurrent_runs = 2", script))
-            .unwrap();
-        let until = Instant::now() + Duration::from_secs(20);
-        let mut seen = Vec::new();
-        while Instant::now() < until {
-            if let Some(h) = r.handle(&id) {
-                seen = h.output_since(Stream::Stdout, 0).data;
-                if seen == b"first\n" && h.output_since(Stream::Stderr, 0).data == b"oops\n" {
-                    break;
-                }
-            }
-            thread::sleep(Duration::from_millis(10));
-        }
-        assert_eq!(seen, b"first\n", "live stdout of the running step");
-        // `sleep 30` outlives the bound below unless the abort stops it.
-        r.handle(&id).expect("live run").abort();
-        assert!(
-            r.wait_idle(Duration::from_secs(20)),
-            "the aborted run did not end"
-        );
-        assert!(r.handle(&id).is_none(), "a finished run has no handle");
-    }
-}
+#[path = "tests.rs"]
+mod tests;

@@ -54,6 +54,7 @@ fn func(name: &str, inputs: &[&str], steps: Vec<Step>) -> Function {
         env: BTreeMap::new(),
         workdir: std::env::temp_dir(),
         concurrency: None,
+        retry_on_restart: false,
         output: Default::default(),
         api_trigger: Some(ApiTrigger {
             active: true,

@@ -1,0 +1,281 @@
+//! The runner: the queue's bookkeeping without threads (hand-on order,
+//! per-function limits, slots freed), then real runs: waiting in data, a
+//! runner without a run log, panics inside runs, the run handle.
+
+use super::*;
+
+fn ticket(program: u64, function: &str, concurrency: usize) -> Arc<Ticket> {
+    Arc::new(Ticket {
+        run: format!("{program}-{function}"),
+        key: (program, function.to_string()),
+        concurrency,
+        granted: AtomicBool::new(false),
+        cancelled: AtomicBool::new(false),
+        wake: Condvar::new(),
+    })
+}
+
+fn granted(t: &Arc<Ticket>) -> bool {
+    t.granted.load(Ordering::SeqCst)
+}
+
+#[test]
+fn a_freed_slot_goes_to_the_first_waiter_in_order() {
+    let mut s = Slots {
+        max: 1,
+        ..Slots::default()
+    };
+    let a = (1, "a".to_string());
+    s.take(&a);
+    let (first, second) = (ticket(1, "b", 9), ticket(1, "c", 9));
+    s.queue.push_back(Waiter::Sync(Arc::clone(&first)));
+    s.queue.push_back(Waiter::Sync(Arc::clone(&second)));
+    assert!(s.fill().is_empty() && !granted(&first), "no free slot yet");
+    let (next, freed) = s.release(&a);
+    assert!(next.is_none() && !freed, "the slot is handed on, not freed");
+    assert!(granted(&first) && !granted(&second));
+    assert_eq!(s.used, 1);
+    let (_, freed) = s.release(&(1, "b".to_string()));
+    assert!(!freed && granted(&second));
+    let (_, freed) = s.release(&(1, "c".to_string()));
+    assert!(freed, "nobody waits: the slot is freed");
+    assert_eq!((s.used, s.per_fn.len()), (0, 0));
+}
+
+#[test]
+fn a_function_at_its_limit_does_not_hold_up_the_others() {
+    let mut s = Slots {
+        max: 2,
+        ..Slots::default()
+    };
+    let a = (1, "a".to_string());
+    s.take(&a);
+    let (same, other) = (ticket(1, "a", 1), ticket(1, "b", 1));
+    s.queue.push_back(Waiter::Sync(Arc::clone(&same)));
+    s.queue.push_back(Waiter::Sync(Arc::clone(&other)));
+    assert!(s.fill().is_empty());
+    assert!(!granted(&same), "function a runs at its concurrency of 1");
+    assert!(
+        granted(&other),
+        "the free slot goes to the next runnable waiter"
+    );
+    let (_, freed) = s.release(&a);
+    assert!(!freed && granted(&same));
+    assert_eq!(s.used, 2);
+}
+
+#[test]
+fn a_stopping_queue_hands_nothing_on() {
+    let mut s = Slots {
+        max: 1,
+        ..Slots::default()
+    };
+    let a = (1, "a".to_string());
+    s.take(&a);
+    let t = ticket(1, "a", 9);
+    s.queue.push_back(Waiter::Sync(Arc::clone(&t)));
+    s.stopping = true;
+    let (_, freed) = s.release(&a);
+    assert!(freed && !granted(&t));
+}
+
+/// The function name of a run that panics when it executes (a bug inside
+/// it), for the tests below.
+const PANICS: &str = "panics";
+
+/// A bug inside a run, where a test asks for one.
+pub(super) fn maybe_panic(job: &Job) {
+    if job.function == PANICS {
+        panic!("a bug inside a run (test)");
+    }
+}
+
+/// A job of program 1, function `f`, running `script` in a shell.
+fn job(server: &str, script: &str) -> Job {
+    let config = format!("[server]\n{server}\n");
+    let program = format!(
+        "id = 1\nname = \"p\"\n[[functions]]\nname = \"f\"\nsteps = [{{ shell = {script:?} }}]\n\
+         webhook = {{ active = true, outputs = [] }}\n"
+    );
+    let dir = std::env::temp_dir();
+    let progs = vec![(std::path::PathBuf::from("programs/p.toml"), program)];
+    let cfg = crate::config::load_str(&dir.join("config.toml"), &config, &progs)
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    let cfg = Arc::new(cfg);
+    let program = Arc::clone(cfg.program(1).expect("program 1"));
+    Job {
+        cfg,
+        program,
+        function: "f".into(),
+        values: Vec::new(),
+        vars: BTreeMap::new(),
+        by: crate::store::Origin::Cli,
+        id: None,
+        tool: None,
+        body_file: None,
+        stdin_body: false,
+        files: Vec::new(),
+    }
+}
+
+#[test]
+fn without_a_run_log_queued_runs_still_run() {
+    let r = Arc::new(Runner::new(None, Arc::new(Metrics::default())));
+    let server = "max_concurrent_runs = 1";
+    r.start_async(job(server, "sleep 0.2")).unwrap();
+    r.start_async(job(server, "true")).unwrap();
+    assert_eq!(r.queued(), 1);
+    assert!(
+        r.wait_idle(Duration::from_secs(20)),
+        "queued {}",
+        r.queued()
+    );
+    let d = lock(&r.drain);
+    assert_eq!(d.cur + d.prev, 2, "both runs ended");
+}
+
+#[test]
+fn a_sync_run_waits_then_says_why_in_data() {
+    let r = Arc::new(Runner::new(None, Arc::new(Metrics::default())));
+    let server = "max_concurrent_runs = 1\nqueue_timeout = \"200ms\"";
+    r.start_async(job(server, "sleep 5")).unwrap();
+    match r.run_sync(job(server, "true")) {
+        Err(RunError::WaitedTooLong {
+            waited,
+            retry_after,
+            ..
+        }) => {
+            assert_eq!(waited, Duration::from_millis(200));
+            assert!(retry_after >= 1);
+        }
+        other => panic!("expected WaitedTooLong, got {other:?}"),
+    }
+    assert_eq!(r.queued(), 0, "the waiter left the queue");
+    r.shutdown(Duration::ZERO);
+    assert_eq!(r.in_flight(), 0);
+}
+
+/// [`job`], as one that panics inside.
+fn panicking(server: &str) -> Job {
+    Job {
+        function: PANICS.into(),
+        ..job(server, "true")
+    }
+}
+
+#[test]
+fn a_panic_inside_a_sync_run_hands_its_slot_to_the_next_waiter() {
+    let r = Arc::new(Runner::new(None, Arc::new(Metrics::default())));
+    let server = "max_concurrent_runs = 1\nqueue_timeout = \"20s\"";
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        r.run_sync(panicking(server))
+    }));
+    assert!(panicked.is_err(), "the run should have panicked");
+    assert_eq!(r.in_flight(), 0, "the slot was not given back");
+    let (_, outcome) = r.run_sync(job(server, "echo next")).unwrap();
+    assert_eq!(outcome.result, vec![serde_json::json!("next")]);
+}
+
+#[test]
+fn a_panic_inside_an_async_run_frees_its_slot_for_the_queued_run() {
+    let r = Arc::new(Runner::new(None, Arc::new(Metrics::default())));
+    let server = "max_concurrent_runs = 1";
+    r.start_async(panicking(server)).unwrap();
+    r.start_async(job(server, "true")).unwrap();
+    assert!(
+        r.wait_idle(Duration::from_secs(20)),
+        "in flight {}, queued {}",
+        r.in_flight(),
+        r.queued()
+    );
+    let (_, outcome) = r.run_sync(job(server, "echo free")).unwrap();
+    assert_eq!(outcome.result, vec![serde_json::json!("free")]);
+}
+
+#[test]
+fn the_handle_follows_output_and_aborts_the_run() {
+    let r = Arc::new(Runner::new(None, Arc::new(Metrics::default())));
+    let script = "echo first; echo oops >&2; sleep 30; echo never";
+    let id = r
+        .start_async(job("max_concurrent_runs = 2", script))
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(20);
+    let mut seen = Vec::new();
+    while Instant::now() < until {
+        if let Some(h) = r.handle(&id) {
+            seen = h.output_since(Stream::Stdout, 0).data;
+            if seen == b"first\n" && h.output_since(Stream::Stderr, 0).data == b"oops\n" {
+                break;
+            }
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(seen, b"first\n", "live stdout of the running step");
+    // `sleep 30` outlives the bound below unless the abort stops it.
+    r.handle(&id).expect("live run").abort();
+    assert!(
+        r.wait_idle(Duration::from_secs(20)),
+        "the aborted run did not end"
+    );
+    assert!(r.handle(&id).is_none(), "a finished run has no handle");
+}
+
+/// Wait (bounded) until run `id` executes.
+fn until_live(r: &Runner, id: &str) {
+    let until = Instant::now() + Duration::from_secs(20);
+    while r.handle(id).is_none() && Instant::now() < until {
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn cancel_takes_waiting_runs_off_the_queue_and_stops_a_running_one() {
+    let r = Arc::new(Runner::new(None, Arc::new(Metrics::default())));
+    let server = "max_concurrent_runs = 1\nkill_grace = \"1s\"\nqueue_timeout = \"60s\"";
+    let running = r.start_async(job(server, "sleep 30")).unwrap();
+    let queued = r.start_async(job(server, "echo never")).unwrap();
+    until_live(&r, &running);
+    // A sync caller waits behind the queued async run.
+    let r2 = Arc::clone(&r);
+    let waiter = thread::spawn(move || r2.run_sync(job(server, "echo never either")));
+    let until = Instant::now() + Duration::from_secs(20);
+    while r.queued() < 2 && Instant::now() < until {
+        thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(r.queued(), 2);
+    let sync_id = match &lock(&r.slots).queue[1] {
+        Waiter::Sync(t) => t.run.clone(),
+        Waiter::Async(_) => panic!("the sync caller should wait second"),
+    };
+    assert_eq!(r.cancel(&queued), Cancel::Dequeued);
+    assert_eq!(r.cancel(&sync_id), Cancel::Dequeued);
+    assert_eq!(r.queued(), 0);
+    assert_eq!(
+        r.in_flight(),
+        1,
+        "a queued cancel frees no slot it did not hold"
+    );
+    match waiter.join().unwrap() {
+        Err(RunError::Cancelled { run }) => assert_eq!(run, sync_id),
+        other => panic!("expected Cancelled, got {other:?}"),
+    }
+    assert_eq!(r.cancel(&running), Cancel::Stopping);
+    assert!(
+        r.wait_idle(Duration::from_secs(20)),
+        "the cancelled run did not end"
+    );
+    assert_eq!(r.cancel(&running), Cancel::NotActive);
+    assert_eq!(r.in_flight(), 0);
+
+    // A sync run's outcome says it was cancelled.
+    let run = r.begin_sync(job(server, "sleep 30")).unwrap();
+    let id = run.id().to_string();
+    let r2 = Arc::clone(&r);
+    let canceller = thread::spawn(move || {
+        until_live(&r2, &id);
+        r2.cancel(&id)
+    });
+    let outcome = run.execute();
+    assert_eq!(canceller.join().unwrap(), Cancel::Stopping);
+    assert_eq!(outcome.error, Some(StepError::Cancelled { step: 0 }));
+}

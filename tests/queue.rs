@@ -1,0 +1,609 @@
+//! Calls from cron and scripts: sync runs wait for a slot (bounded by
+//! `queue_timeout`), a full queue answers 503 with `Retry-After`, every
+//! request of a connection flood gets a complete answer, idempotency keys
+//! start one run per key (also across `kill -9`), accepted async runs run
+//! after a crash in their order, and a full state disk refuses new runs
+//! without losing accepted ones.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::api::GATE;
+use crate::util::*;
+
+fn api(extra: &str) -> String {
+    format!("/api?api_key={KEY}&program_id=1{extra}")
+}
+
+/// A program whose only function appends its value `v` to `work/ran`.
+const APPEND: &str = r#"
+id = 1
+name = "append"
+[[functions]]
+name = "append"
+workdir = "../work"
+steps = [{ shell = 'echo "$v" >> ran; sleep 0.2; printf "%s" "$v"' }]
+[functions.webhook]
+outputs = ["v"]
+"#;
+
+/// Lines of `work/ran`.
+fn ran(dir: &TestDir) -> Vec<String> {
+    dir.read_opt("work/ran")
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// A reply, or why the exchange failed.
+type Exchange = Result<Reply, String>;
+
+/// Run `n` requests over `conns` client threads released together; each
+/// reply (or the exchange's failure) in request order.
+fn burst(
+    t: &Trigd,
+    conns: usize,
+    n: usize,
+    req: impl Fn(usize) -> (String, Vec<(String, String)>) + Send + Sync + 'static,
+) -> Vec<Exchange> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let out: Arc<Mutex<Vec<Option<Exchange>>>> =
+        Arc::new(Mutex::new((0..n).map(|_| None).collect()));
+    let go = Arc::new(Barrier::new(conns));
+    let req = Arc::new(req);
+    let handles: Vec<_> = (0..conns)
+        .map(|_| {
+            let (c, next, out, go, req) = (
+                t.client(),
+                Arc::clone(&next),
+                Arc::clone(&out),
+                Arc::clone(&go),
+                Arc::clone(&req),
+            );
+            thread::spawn(move || {
+                go.wait();
+                loop {
+                    let i = next.fetch_add(1, Ordering::SeqCst);
+                    if i >= n {
+                        return;
+                    }
+                    let (path, headers) = req(i);
+                    let h: Vec<(&str, &str)> = headers
+                        .iter()
+                        .map(|(k, v)| (k.as_str(), v.as_str()))
+                        .collect();
+                    let r = c.try_request("POST", &path, &h, b"");
+                    out.lock().unwrap()[i] = Some(r);
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("client thread");
+    }
+    let v = std::mem::take(&mut *out.lock().unwrap());
+    v.into_iter()
+        .map(|r| r.expect("every request was sent"))
+        .collect()
+}
+
+#[test]
+fn sync_burst_of_200_over_64_connections_with_4_slots_all_succeed() {
+    let (dir, t) = serve(
+        "queue_sync_burst",
+        "max_concurrent_runs = 4\nmax_connections = 256\nqueue_timeout = \"50s\"",
+        &[(
+            "count.toml",
+            r#"
+id = 1
+name = "count"
+[[functions]]
+name = "count"
+workdir = "../work"
+steps = [{ shell = 'touch running/$$; ls running | wc -l >> counts; sleep 0.05; rm running/$$; printf ok' }]
+[functions.webhook]
+"#,
+        )],
+    );
+    dir.mkdir("work/running");
+    let replies = burst(&t, 64, 200, |_| (api(""), vec![]));
+    for r in &replies {
+        match r {
+            Ok(r) => {
+                r.check_eq(&r.ok()["Result"], &json!(["ok"]), "Result");
+            }
+            Err(e) => panic!("a request got no answer: {e}"),
+        }
+    }
+    let counts: Vec<usize> = dir
+        .read("work/counts")
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    assert_eq!(counts.len(), 200, "every request ran once");
+    let most = counts.iter().max().copied().unwrap_or(0);
+    assert!(most <= 4, "{most} runs at once with 4 slots");
+}
+
+#[test]
+fn queue_full_is_503_busy_with_retry_after_for_sync_and_async() {
+    let (dir, t) = serve(
+        "queue_full",
+        "max_concurrent_runs = 1\nmax_queued_runs = 2",
+        &[("gate.toml", GATE)],
+    );
+    // 30 at once, the slot free: exactly the slot and the 2 queue places
+    // are given (gate runs hold them until released).
+    let replies = burst(&t, 30, 30, |_| {
+        (api("&function=gate&run_async=true"), vec![])
+    });
+    let accepted = replies
+        .iter()
+        .filter(|r| r.as_ref().is_ok_and(|r| r.status == 200))
+        .count();
+    assert_eq!(accepted, 3, "accepted with 1 slot and 2 queue places");
+    t.wait_for(WAIT, "the gate run to start", || dir.exists("work/started"));
+    for extra in ["&function=quick&run_async=true", "&function=quick"] {
+        let r = t.post(&api(extra));
+        let v = r.err(503, "busy");
+        let after: u64 = r
+            .header("Retry-After")
+            .and_then(|h| h.trim().parse().ok())
+            .unwrap_or_else(|| r.fail("Retry-After with a number of seconds"));
+        r.check(after >= 1, "Retry-After is at least 1");
+        r.check_eq(&v["RetryAfter"], &json!(after), "RetryAfter field");
+    }
+    dir.write("work/release", "");
+    let h = t.get("/healthz");
+    h.ok();
+    t.wait_for(WAIT, "the queue to drain", || {
+        t.get("/healthz").ok()["RunsQueued"] == json!(0)
+    });
+}
+
+#[test]
+fn sync_run_waits_for_a_function_at_its_concurrency() {
+    let prog = r#"
+id = 1
+name = "one"
+[[functions]]
+name = "one"
+workdir = "../work"
+concurrency = 1
+steps = [{ shell = 'touch running/$$; ls running | wc -l >> counts; sleep 0.2; rm running/$$; printf ok' }]
+[functions.webhook]
+"#;
+    let (dir, t) = serve("queue_fn_concurrency", "", &[("one.toml", prog)]);
+    dir.mkdir("work/running");
+    let replies = burst(&t, 4, 4, |_| (api(""), vec![]));
+    for r in replies {
+        let r = r.unwrap_or_else(|e| panic!("{e}"));
+        r.check_eq(&r.ok()["Result"], &json!(["ok"]), "Result");
+    }
+    let counts = dir.read("work/counts");
+    assert!(counts.lines().all(|l| l.trim() == "1"), "{counts}");
+}
+
+/// The flood of the bug report: 200 async POSTs, each on a new connection
+/// with `Connection: close`, from 16 threads released together, 4 slots, a
+/// queue of 50 and a program that sleeps 1 s; 20 times over. Every request
+/// gets a complete answer: 200, or 503 `busy` with `Retry-After`.
+#[test]
+fn every_request_of_a_connection_flood_is_answered() {
+    let prog = r#"
+id = 1
+name = "sleep"
+[[functions]]
+name = "sleep"
+command = ["sleep", "1"]
+[functions.webhook]
+"#;
+    let (_dir, t) = serve(
+        "queue_flood",
+        "max_concurrent_runs = 4\nmax_queued_runs = 50\nauth_failures_per_minute = 0",
+        &[("sleep.toml", prog)],
+    );
+    let mut counts = [0usize; 2];
+    for round in 0..20 {
+        let replies = burst(&t, 16, 200, |_| (api("&run_async=true"), vec![]));
+        for r in replies {
+            let r = r.unwrap_or_else(|e| panic!("round {round}: a request got no answer: {e}"));
+            match r.status {
+                200 => counts[0] += 1,
+                503 => {
+                    r.err(503, "busy");
+                    r.check(r.header("Retry-After").is_some(), "Retry-After");
+                    counts[1] += 1;
+                }
+                s => r.fail(format!("round {round}: status {s}")),
+            }
+        }
+    }
+    eprintln!("flood: {} accepted, {} refused", counts[0], counts[1]);
+}
+
+#[test]
+fn the_same_idempotency_key_20_times_at_once_starts_one_run_also_after_kill9() {
+    let (dir, mut t) = serve("queue_idempotency", "", &[("append.toml", APPEND)]);
+    let send = |t: &Trigd| {
+        burst(t, 20, 20, |i| {
+            let extra = if i % 2 == 0 { "&run_async=true" } else { "" };
+            (
+                api(&format!("&variables=once{extra}")),
+                vec![("Idempotency-Key".into(), "nightly-2026-11-23".into())],
+            )
+        })
+    };
+    let first = send(&t);
+    let mut runs = BTreeSet::new();
+    for r in &first {
+        let r = r.as_ref().unwrap_or_else(|e| panic!("{e}"));
+        let v = r.ok();
+        runs.insert(r.run_id(&v));
+    }
+    assert_eq!(runs.len(), 1, "one run id for one key: {runs:?}");
+    let run = runs.into_iter().next().unwrap();
+    t.wait_for(WAIT, "the run to finish", || {
+        t.get(&format!("/api/runs/{run}?api_key={KEY}")).ok()["State"] == json!("finished")
+    });
+    assert_eq!(ran(&dir), ["once"], "the program ran once");
+    t.kill9();
+    t.restart();
+    for r in send(&t) {
+        let r = r.unwrap_or_else(|e| panic!("{e}"));
+        let v = r.ok();
+        r.check_eq(r.run_id(&v), run.clone(), "Run of a repeat after kill -9");
+        r.check_eq(&v["Result"], &json!(["once"]), "Result of the original");
+        r.check_eq(
+            r.header("Idempotent-Replayed"),
+            Some("true"),
+            "replay header",
+        );
+    }
+    assert_eq!(ran(&dir), ["once"], "nothing ran again after the restart");
+    // The same key with another request is refused; another key runs.
+    let other = api("&variables=twice");
+    let r = t.client().request(
+        "POST",
+        &other,
+        &[("Idempotency-Key", "nightly-2026-11-23")],
+        b"",
+    );
+    r.err(422, "idempotency_key_reused");
+    let r = t
+        .client()
+        .request("POST", &other, &[("Idempotency-Key", "nightly-2")], b"");
+    r.check_eq(&r.ok()["Result"], &json!(["twice"]), "a new key runs");
+    for bad in ["", &"x".repeat(256), "caf\u{e9}"] {
+        let r = t
+            .client()
+            .request("POST", &other, &[("Idempotency-Key", bad)], b"");
+        let v = r.err(400, "invalid_parameter");
+        r.check_eq(&v["Parameter"], &json!("Idempotency-Key"), "Parameter");
+    }
+    assert_eq!(ran(&dir), ["once", "twice"]);
+}
+
+#[test]
+fn kill9_with_100_queued_async_runs_runs_all_after_restart_in_order_once() {
+    let mut programs = APPEND.replace("sleep 0.2; ", "");
+    programs.push_str(
+        r#"
+[[functions]]
+name = "gate"
+workdir = "../work"
+timeout = "30s"
+steps = [{ shell = 'echo "$$" >> started; while [ ! -e release ]; do sleep 0.02; done' }]
+[functions.webhook]
+"#,
+    );
+    let (dir, mut t) = serve(
+        "queue_kill9_100",
+        "max_concurrent_runs = 1",
+        &[("append.toml", &programs)],
+    );
+    let gate = t.post(&api("&function=gate&run_async=true"));
+    let gate = gate.run_id(&gate.ok());
+    t.wait_for(WAIT, "the gate run to start", || dir.exists("work/started"));
+    let ids: Vec<String> = (0..100)
+        .map(|i| {
+            let r = t.post(&api(&format!(
+                "&function=append&run_async=true&variables={i}"
+            )));
+            r.run_id(&r.ok())
+        })
+        .collect();
+    t.kill9();
+    // Let the orphaned gate program end.
+    dir.write("work/release", "");
+    t.restart();
+    t.wait_for(
+        Duration::from_secs(50),
+        "100 runs after the restart",
+        || ran(&dir).len() >= 100,
+    );
+    for id in &ids {
+        let v = t.get(&format!("/api/runs/{id}?api_key={KEY}")).ok();
+        if v["State"] != json!("finished") {
+            t.wait_for(WAIT, "every resumed run to finish", || {
+                t.get(&format!("/api/runs/{id}?api_key={KEY}")).ok()["State"] == json!("finished")
+            });
+        }
+    }
+    let want: Vec<String> = (0..100).map(|i| i.to_string()).collect();
+    assert_eq!(ran(&dir), want, "each run once, in the order accepted");
+    let v = t.get(&format!("/api/runs/{gate}?api_key={KEY}")).ok();
+    assert_eq!(v["State"], json!("interrupted"), "{v}");
+}
+
+#[test]
+fn retry_on_restart_runs_an_interrupted_run_again() {
+    let prog = r#"
+id = 1
+name = "retry"
+[[functions]]
+name = "gate"
+workdir = "../work"
+retry_on_restart = true
+steps = [{ shell = 'echo "$$" >> started; while [ ! -e release ]; do sleep 0.02; done; printf done' }]
+[functions.webhook]
+"#;
+    let (dir, mut t) = serve("queue_retry", "", &[("retry.toml", prog)]);
+    let r = t.post(&api("&run_async=true"));
+    let id = r.run_id(&r.ok());
+    t.wait_for(WAIT, "the run to start", || dir.exists("work/started"));
+    t.kill9();
+    dir.write("work/release", "");
+    t.restart();
+    t.wait_for(WAIT, "the run to finish after the restart", || {
+        t.get(&format!("/api/runs/{id}?api_key={KEY}")).ok()["State"] == json!("finished")
+    });
+    let v = t.get(&format!("/api/runs/{id}?api_key={KEY}")).ok();
+    assert_eq!(v["Result"], json!(["done"]), "{v}");
+    assert_eq!(dir.read("work/started").lines().count(), 2, "started twice");
+}
+
+/// Mount a 4 MiB tmpfs on `path`; `false` (with a message) when this
+/// machine does not allow it, unless TRIGD_REQUIRE_TMPFS=1.
+fn mount_tmpfs(path: &std::path::Path) -> bool {
+    fs::create_dir_all(path).unwrap();
+    let ok = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"])
+        .arg(path)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        assert!(
+            std::env::var("TRIGD_REQUIRE_TMPFS").as_deref() != Ok("1"),
+            "cannot mount a tmpfs (TRIGD_REQUIRE_TMPFS=1): run the tests as root"
+        );
+        eprintln!("SKIPPED full_state_disk test: cannot mount a tmpfs (not root?)");
+    }
+    ok
+}
+
+/// Unmounts the tmpfs when the test ends, however it ends.
+struct Unmount(std::path::PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Fill the file system of `dir` to the last byte.
+fn fill(dir: &std::path::Path) {
+    let mut f = fs::File::create(dir.join("fill")).unwrap();
+    let block = vec![7u8; 64 << 10];
+    let mut size = block.len();
+    while size > 0 {
+        if std::io::Write::write_all(&mut f, &block[..size]).is_err() {
+            size /= 2;
+        }
+    }
+}
+
+#[test]
+fn full_state_disk_refuses_new_runs_loses_none_and_recovers() {
+    // The Result (5000 bytes) cannot fit in a tmpfs page left over.
+    let prog = r#"
+id = 1
+name = "big"
+[[functions]]
+name = "gate"
+workdir = "../work"
+steps = [{ shell = 'echo "$$" >> started; while [ ! -e release ]; do sleep 0.02; done; head -c 5000 /dev/zero | tr "\0" x' }]
+[functions.webhook]
+[[functions]]
+name = "quick"
+command = ["printf", "quick"]
+[functions.webhook]
+"#;
+    let dir = setup("queue_disk_full", "", &[("big.toml", prog)]);
+    let state = dir.path("state");
+    if !mount_tmpfs(&state) {
+        return;
+    }
+    let _unmount = Unmount(state.clone());
+    let mut t = Trigd::start(&dir);
+    let r = t.post(&api("&function=gate&run_async=true"));
+    let id = r.run_id(&r.ok());
+    t.wait_for(WAIT, "the run to start", || dir.exists("work/started"));
+    fill(&state);
+    // The last page of runs.log may hold a few more short lines; past
+    // them, every new run is refused.
+    for extra in ["&function=quick&run_async=true", "&function=quick"] {
+        let mut refused = false;
+        for _ in 0..40 {
+            let r = t.post(&api(extra));
+            if r.status == 200 {
+                continue;
+            }
+            r.err(503, "disk_full");
+            r.check(r.header("Retry-After").is_some(), "Retry-After");
+            refused = true;
+            break;
+        }
+        assert!(refused, "40 runs accepted on a full disk");
+    }
+    // The accepted run ends while the disk is full: its end is kept and
+    // served.
+    dir.write("work/release", "");
+    let status = |t: &Trigd| t.get(&format!("/api/runs/{id}?api_key={KEY}")).ok();
+    t.wait_for(WAIT, "the run to finish", || {
+        status(&t)["State"] == json!("finished")
+    });
+    let v: Value = t.get("/healthz").ok();
+    assert!(v["StatesUnwritten"].as_u64() >= Some(1), "{v}");
+    assert!(!fs::read_to_string(state.join("runs.log"))
+        .unwrap()
+        .contains("xxxxx"));
+    // Space returns: the kept state is written, new runs are accepted.
+    fs::remove_file(state.join("fill")).unwrap();
+    t.wait_for(WAIT, "the kept state to be written", || {
+        fs::read_to_string(state.join("runs.log")).is_ok_and(|s| s.contains("xxxxx"))
+    });
+    let r = t.post(&api("&function=quick"));
+    r.check_eq(
+        &r.ok()["Result"],
+        &json!(["quick"]),
+        "a run after space returned",
+    );
+    t.kill9();
+    t.restart();
+    let v = status(&t);
+    assert_eq!(v["State"], json!("finished"), "{v}");
+    assert_eq!(v["Result"][0].as_str().map(str::len), Some(5000));
+    drop(t);
+}
+
+#[test]
+fn sigterm_keeps_queued_runs_for_the_next_start() {
+    let mut programs = APPEND.replace("sleep 0.2; ", "");
+    programs.push_str(
+        r#"
+[[functions]]
+name = "gate"
+workdir = "../work"
+steps = [{ shell = 'echo "$$" >> started; while [ ! -e release ]; do sleep 0.02; done' }]
+[functions.webhook]
+"#,
+    );
+    let (dir, mut t) = serve(
+        "queue_sigterm",
+        "max_concurrent_runs = 1\nshutdown_grace = \"300ms\"\nkill_grace = \"1s\"",
+        &[("append.toml", &programs)],
+    );
+    let gate = t.post(&api("&function=gate&run_async=true"));
+    let gate = gate.run_id(&gate.ok());
+    t.wait_for(WAIT, "the gate run to start", || dir.exists("work/started"));
+    let ids: Vec<String> = (0..3)
+        .map(|i| {
+            let r = t.post(&api(&format!(
+                "&function=append&run_async=true&variables={i}"
+            )));
+            r.run_id(&r.ok())
+        })
+        .collect();
+    t.sigterm();
+    let status = t.wait_exit(Duration::from_secs(20));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "exit status {status:?}"
+    );
+    assert!(ran(&dir).is_empty(), "nothing queued ran during the stop");
+    t.restart();
+    t.wait_for(WAIT, "the queued runs after the restart", || {
+        ran(&dir).len() >= 3
+    });
+    assert_eq!(ran(&dir), ["0", "1", "2"]);
+    let v = t.get(&format!("/api/runs/{gate}?api_key={KEY}")).ok();
+    assert_eq!(v["State"], json!("interrupted"), "{v}");
+    for id in &ids {
+        t.wait_for(WAIT, "each queued run to finish", || {
+            t.get(&format!("/api/runs/{id}?api_key={KEY}")).ok()["State"] == json!("finished")
+        });
+    }
+}
+
+#[test]
+fn sync_and_async_runs_wait_in_one_fifo_queue() {
+    let mut programs = APPEND.replace("sleep 0.2; ", "");
+    programs.push_str(
+        r#"
+[[functions]]
+name = "gate"
+workdir = "../work"
+steps = [{ shell = 'echo "$$" >> started; while [ ! -e release ]; do sleep 0.02; done' }]
+[functions.webhook]
+"#,
+    );
+    let (dir, t) = serve(
+        "queue_fifo",
+        "max_concurrent_runs = 1",
+        &[("append.toml", &programs)],
+    );
+    t.post(&api("&function=gate&run_async=true")).ok();
+    t.wait_for(WAIT, "the gate run to start", || dir.exists("work/started"));
+    let queued = |n: usize| t.get("/healthz").ok()["RunsQueued"] == json!(n);
+    t.post(&api("&function=append&run_async=true&variables=a1"))
+        .ok();
+    let c = t.client();
+    let sync = thread::spawn(move || c.post(&api("&function=append&variables=s")));
+    t.wait_for(WAIT, "the sync run to wait in the queue", || queued(2));
+    t.post(&api("&function=append&run_async=true&variables=a2"))
+        .ok();
+    dir.write("work/release", "");
+    let r = sync.join().expect("sync client");
+    r.check_eq(&r.ok()["Result"], &json!(["s"]), "the sync run's Result");
+    t.wait_for(WAIT, "every run", || ran(&dir).len() >= 3);
+    assert_eq!(ran(&dir), ["a1", "s", "a2"], "runs in arrival order");
+}
+
+#[test]
+fn a_queued_hooks_file_run_runs_after_kill9() {
+    let mut programs = APPEND.replace("sleep 0.2; ", "");
+    programs.push_str(
+        r#"
+[[functions]]
+name = "gate"
+workdir = "../work"
+timeout = "30s"
+steps = [{ shell = 'echo "$$" >> started; while [ ! -e release ]; do sleep 0.02; done' }]
+[functions.webhook]
+"#,
+    );
+    let server = "max_concurrent_runs = 1\nhooks_files = [\"hooks.json\"]";
+    let dir = setup("queue_hook_kill9", server, &[("append.toml", &programs)]);
+    let hook = json!([{
+        "id": "note",
+        "execute-command": "/bin/sh",
+        "command-working-directory": dir.path_str("work"),
+        "pass-arguments-to-command": [
+            {"source": "string", "name": "-c"},
+            {"source": "string", "name": "echo hook >> ran"}
+        ]
+    }]);
+    dir.write("hooks.json", &hook.to_string());
+    let mut t = Trigd::start(&dir);
+    t.post(&api("&function=gate&run_async=true")).ok();
+    t.wait_for(WAIT, "the gate run to start", || dir.exists("work/started"));
+    let r = t.post("/hooks/note");
+    r.status_is(200);
+    let queued = t.get("/healthz").ok()["RunsQueued"].clone();
+    assert_eq!(queued, json!(1), "the hook's run waits behind the gate");
+    t.kill9();
+    dir.write("work/release", "");
+    t.restart();
+    t.wait_for(WAIT, "the hook's run after the restart", || {
+        ran(&dir) == ["hook"]
+    });
+}
