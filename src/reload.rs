@@ -17,9 +17,11 @@
 //! it is listening), and after any new watch the files are checked once more.
 //!
 //! The notify callback only sends on a channel. One reload thread waits for
-//! a quiet moment (debounce), then loads and validates **everything**; the
-//! new snapshot replaces the old one only when all of it is valid, and only
-//! when the content fingerprint changed. On error the last good config keeps
+//! a quiet moment (debounce), then loads and validates **everything**,
+//! reading again only the files that changed (`config::load_changed`: a
+//! program file whose device, inode, size and times are unchanged keeps
+//! its parsed program); the new snapshot replaces the old one only when
+//! all of it is valid, and only when something changed. On error the last good config keeps
 //! serving and the errors go to the log and `/healthz`.
 
 use std::ffi::OsString;
@@ -267,7 +269,7 @@ pub fn reload_now(app: &App, config_path: &Path, forced: bool) {
     let loaded = if secret_files_changed(&current) {
         config::load(config_path).map(Some)
     } else {
-        config::load_changed(config_path, &current.fingerprint)
+        config::load_changed(config_path, &current)
     };
     match loaded {
         Ok(None) => {
@@ -281,6 +283,7 @@ pub fn reload_now(app: &App, config_path: &Path, forced: bool) {
             keep_start_only(&current.server, &mut new.server);
             let (programs, tools) = (new.programs.len(), new.tools.len());
             app.set_config(new);
+            crate::sys::trim_heap();
             log::info!(
                 "reloaded: {programs} programs, {tools} tools (generation {}, {} ms)",
                 app.generation(),

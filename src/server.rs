@@ -41,6 +41,9 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
     let cores = thread::available_parallelism().map_or(2, |n| n.get());
     sys::limit_malloc_arenas(cores.max(2));
     let cfg = crate::firststart::load_for_serve(config_path, listen.as_deref())?;
+    // Parsing thousands of program files leaves freed memory in every
+    // thread's arena: give it back before serving.
+    sys::trim_heap();
     let addr = listen.unwrap_or_else(|| cfg.server.listen.clone());
     let listener = bind(&addr)?;
     let local = listener.local_addr().map_err(|source| Error::Bind {

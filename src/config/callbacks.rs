@@ -146,6 +146,17 @@ pub struct Callbacks {
     pub max_pending: usize,
 }
 
+impl Callbacks {
+    /// Whether a fixed callback URL checked against `self` would be checked
+    /// the same against `other` (allow lists and whether a secret is set):
+    /// a reload may then keep programs it parsed before.
+    pub fn checks_like(&self, other: &Callbacks) -> bool {
+        self.allow == other.allow
+            && self.allow_private == other.allow_private
+            && self.secret.is_some() == other.secret.is_some()
+    }
+}
+
 impl Default for Callbacks {
     fn default() -> Self {
         Callbacks {

@@ -330,6 +330,8 @@ fn program(d: &HookDef, cwd: &Option<PathBuf>, dir: &Path, server: &Server, n: u
         workspace: None,
         file: dir.to_path_buf(),
         functions: vec![function],
+        stamp: None,
+        digest: 0,
     }
 }
 

@@ -20,6 +20,7 @@ mod program;
 mod raw;
 mod receive;
 mod server;
+mod stamp;
 mod tools;
 mod types;
 mod validate;
@@ -34,6 +35,7 @@ pub use endpoint::{Credentials, Endpoint, Target, TriggerName, Values};
 #[cfg(fuzzing)] // fuzz/ (the hooks_file harness)
 pub use hook_compile::compile as compile_hook;
 pub use hook_compile::{known_status, Hook, Hooks};
+pub use stamp::Stamp;
 
 use crate::http::Method;
 
@@ -64,8 +66,8 @@ pub struct Config {
     pub hooks: Hooks,
     /// The run endpoint `POST /api`.
     pub run_endpoint: Endpoint,
-    /// sha256 over the names and contents of every file read, in a fixed
-    /// order; a reload whose fingerprint is unchanged is skipped.
+    /// sha256 of `config.toml`'s text; with the [`Stamp`] of every program
+    /// file, a reload that finds both unchanged is skipped.
     pub fingerprint: [u8; 32],
 }
 
@@ -203,6 +205,11 @@ pub struct Program {
     pub file: PathBuf,
     /// Functions in file order.
     pub functions: Vec<Function>,
+    /// The file as it was read; `None`: read it again at the next reload.
+    pub stamp: Option<Stamp>,
+    /// Hash of the file's text: a file read again with the same text
+    /// keeps this program.
+    pub digest: u64,
 }
 
 impl Program {

@@ -6,87 +6,147 @@
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use toml::Spanned;
 
 use super::raw::{self, RawFunction, RawProgram, RawStep};
+use super::stamp::Source;
 use super::types::{
-    config_dir, count, duration, env_vars, is_ident, par_map, parse, templates, workspace_ref,
-    Errors, Known, Src,
+    config_dir, count, duration, env_vars, error, is_ident, par_map, parse, templates,
+    workspace_ref, Errors, Known, Src,
 };
 use super::{resolve, ApiTrigger, Function, Program, Server, Step, Workspace};
 
 /// Every program file, checked, by id. Files that are TOML but not valid
 /// programs add their id to `known.broken`; unparsable ones clear
-/// `known.complete`.
+/// `known.complete`. Programs reused from the current snapshot are not
+/// checked again, only against the others (ids and names are unique).
 pub(super) fn load_programs(
-    files: &[&(PathBuf, String)],
+    files: &[&(PathBuf, Source)],
     server: &Server,
     wss: &BTreeMap<String, Workspace>,
     known: &mut Known,
     errs: &mut Errors,
-) -> BTreeMap<u64, Program> {
+) -> BTreeMap<u64, Arc<Program>> {
     let mut files_by_id: HashMap<u64, &Path> = HashMap::new();
-    let mut names: HashMap<String, String> = HashMap::new();
+    let mut names: HashMap<&str, &Path> = HashMap::new();
     let mut out = BTreeMap::new();
     // Parsing dominates the load of thousands of files: do it on every core.
-    let parsed = par_map(files, |(file, text)| {
-        let mut errs = Errors::default();
-        let raw = parse::<RawProgram>(&Src { file, text }, &mut errs);
-        (raw, errs)
+    let wss_known = known.workspaces_known.then_some(wss);
+    let found = par_map(files, |(file, source)| {
+        found(file, source, server, wss_known)
     });
-    for ((file, text), (raw, file_errs)) in files.iter().zip(parsed) {
-        let src = Src { file, text };
-        errs.0.extend(file_errs.0);
-        let Some(raw) = raw else {
-            note_broken(text, known);
-            continue;
+    for ((file, _), (found, file_errs)) in files.iter().zip(&found) {
+        errs.0.extend(file_errs.0.iter().cloned());
+        let f = match found {
+            Ok(f) => f,
+            Err(text) => {
+                note_broken(text, known);
+                continue;
+            }
         };
-        let id = u64::try_from(*raw.id.get_ref()).ok();
+        let at = |errs: &mut Errors, span: Option<&Range<usize>>, key: &str, msg: String| match (
+            f.text, span,
+        ) {
+            (Some(text), Some(span)) => errs.at(&Src { file, text }, span.clone(), key, msg),
+            _ => errs.0.push(error(file, key, msg)),
+        };
+        let id = u64::try_from(f.id).ok();
+        let id_span = f.spans.as_ref().map(|s| &s.0);
         match id.map(|id| files_by_id.get(&id).copied()) {
-            None => errs.at(
-                &src,
-                raw.id.span(),
+            None => at(
+                errs,
+                id_span,
                 "id",
-                "program id must be a non-negative integer",
+                "program id must be a non-negative integer".into(),
             ),
             Some(Some(first)) => {
                 let msg = format!(
                     "program id {} is used by both {} and {}",
-                    raw.id.get_ref(),
+                    f.id,
                     first.display(),
                     file.display()
                 );
-                errs.at(&src, raw.id.span(), "id", msg);
+                at(errs, id_span, "id", msg);
             }
             Some(None) => {}
         }
-        match names.get(raw.name.get_ref()) {
+        let name = f.program.name.as_str();
+        match names.get(name) {
             Some(first) => {
-                let name = raw.name.get_ref();
                 let msg = format!(
-                    "program name \"{name}\" is used by both {first} and {}",
+                    "program name \"{name}\" is used by both {} and {}",
+                    first.display(),
                     file.display()
                 );
-                errs.at(&src, raw.name.span(), "name", msg);
+                at(errs, f.spans.as_ref().map(|s| &s.1), "name", msg);
             }
             None => {
-                names.insert(raw.name.get_ref().clone(), file.display().to_string());
+                names.insert(name, file);
             }
         }
-        match &raw.workspace {
-            Some(ws) if known.workspaces_known => {
-                workspace_ref(&src, ws, wss, "workspace".into(), errs);
-            }
-            _ => {}
-        }
-        let program = program(&src, &raw, server, errs);
         if let Some(id) = id {
             files_by_id.entry(id).or_insert(file);
-            out.entry(id).or_insert(program);
+            out.entry(id).or_insert_with(|| Arc::clone(&f.program));
         }
     }
     out
+}
+
+/// One program file's program, with what the cross-file checks point at.
+struct Found<'a> {
+    program: Arc<Program>,
+    /// The id as written (it may be negative).
+    id: i64,
+    /// The text, and the spans of `id` and `name` in it; `None` for a
+    /// program reused unread.
+    text: Option<&'a str>,
+    spans: Option<(Range<usize>, Range<usize>)>,
+}
+
+/// Check one file on its own: the program, or the text of a file that is
+/// not one; with the errors found in it.
+fn found<'a>(
+    file: &'a Path,
+    source: &'a Source,
+    server: &Server,
+    wss: Option<&BTreeMap<String, Workspace>>,
+) -> (Result<Found<'a>, &'a str>, Errors) {
+    let mut errs = Errors::default();
+    let (text, stamp) = match source {
+        Source::Loaded(p) => {
+            let id = i64::try_from(p.id).unwrap_or(i64::MAX);
+            let (program, text, spans) = (Arc::clone(p), None, None);
+            return (
+                Ok(Found {
+                    program,
+                    id,
+                    text,
+                    spans,
+                }),
+                errs,
+            );
+        }
+        Source::Text { text, stamp } => (text.as_str(), *stamp),
+    };
+    let src = Src { file, text };
+    let Some(raw) = parse::<RawProgram>(&src, &mut errs) else {
+        return (Err(text), errs);
+    };
+    if let (Some(ws), Some(wss)) = (&raw.workspace, wss) {
+        workspace_ref(&src, ws, wss, "workspace".into(), &mut errs);
+    }
+    let mut program = program(&src, &raw, server, &mut errs);
+    program.stamp = stamp;
+    program.digest = super::stamp::digest(text);
+    let found = Found {
+        program: Arc::new(program),
+        id: *raw.id.get_ref(),
+        text: Some(text),
+        spans: Some((raw.id.span(), raw.name.span())),
+    };
+    (Ok(found), errs)
 }
 
 /// Remember what can be known about a program file that failed to load.
@@ -130,7 +190,7 @@ fn program(src: &Src, raw: &RawProgram, server: &Server, errs: &mut Errors) -> P
     }
     let dir = config_dir(src.file);
     let mut seen = HashMap::new();
-    let mut functions = Vec::new();
+    let mut functions = Vec::with_capacity(raw.functions.len());
     for (i, f) in raw.functions.iter().enumerate() {
         let key = format!("functions[{i}]");
         errs.name(src, &f.name, &format!("{key}.name"), "function");
@@ -150,6 +210,8 @@ fn program(src: &Src, raw: &RawProgram, server: &Server, errs: &mut Errors) -> P
         workspace: raw.workspace.as_ref().map(|w| w.get_ref().clone()),
         file: src.file.to_path_buf(),
         functions,
+        stamp: None,
+        digest: 0,
     }
 }
 

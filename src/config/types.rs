@@ -154,7 +154,8 @@ pub fn parse_template(s: &str, inputs: &[String]) -> Result<Template, TemplateEr
                 .position(|n| n == name)
                 .ok_or_else(|| (i, no_input(name, inputs)))?;
             if !lit.is_empty() {
-                pieces.push(Piece::Lit(std::mem::take(&mut lit)));
+                pieces.push(Piece::Lit(lit.as_str().into()));
+                lit.clear();
             }
             pieces.push(Piece::Var(index));
             i += name.len() + 2;
@@ -165,8 +166,10 @@ pub fn parse_template(s: &str, inputs: &[String]) -> Result<Template, TemplateEr
         }
     }
     if !lit.is_empty() {
-        pieces.push(Piece::Lit(lit));
+        pieces.push(Piece::Lit(lit.as_str().into()));
     }
+    // Kept for the life of the config: no spare capacity.
+    pieces.shrink_to_fit();
     Ok(Template(pieces))
 }
 
@@ -338,7 +341,7 @@ pub fn templates(
     inputs: &[String],
     errs: &mut Errors,
 ) -> Option<Vec<Template>> {
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(args.len());
     let mut ok = true;
     for (j, a) in args.iter().enumerate() {
         match parse_template(a.get_ref(), inputs) {
@@ -397,7 +400,7 @@ pub fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec
 /// What is known about the programs while checking references to them.
 pub struct Known<'a> {
     /// Programs loaded so far, by id.
-    pub programs: &'a BTreeMap<u64, Program>,
+    pub programs: &'a BTreeMap<u64, std::sync::Arc<Program>>,
     /// Ids of files that are valid TOML but not valid programs.
     pub broken: BTreeSet<u64>,
     /// False when some program file could not be read or parsed at all, so

@@ -9,19 +9,24 @@
 //! `toml::Spanned` fields; keys are written like `functions[1].webhook`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ffi::OsStr;
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use sha2::{Digest, Sha256};
 use toml::Spanned;
 
 use super::callbacks::{self, Callbacks};
 use super::raw::{self, defaults, RawConfig};
+use super::stamp::{self, Source};
 use super::types::{
     self, config_dir, count, error, par_map, parse, workspace_ref, Errors, Known, Src,
 };
 use super::{generated, program, server, tools};
-use super::{resolve, ApiKey, Config, ConfigError, Endpoint, User, Workspace};
+use super::{resolve, ApiKey, Config, ConfigError, Endpoint, Program, Stamp, User, Workspace};
 
 /// Load `config.toml` at `path` and every `*.toml` in its programs dir,
 /// validate everything, and return the snapshot or every error found.
@@ -29,40 +34,57 @@ use super::{resolve, ApiKey, Config, ConfigError, Endpoint, User, Workspace};
 /// # Errors
 /// Every problem found, each with file, line, column and key.
 pub fn load(path: &Path) -> Result<Config, Vec<ConfigError>> {
-    let files = read_all(path)?;
-    check(path, &files)
+    check(read_all(path, None)?, None)
 }
 
-/// Like [`load`], but when every file reads fine and the content
-/// fingerprint equals `current`, return `Ok(None)` without parsing: a
-/// reload of an unchanged set of files costs only the reads and one hash.
+/// Like [`load`], but reusing what `current` loaded: a program file whose
+/// [`Stamp`] is unchanged is not read again, and when neither `config.toml`
+/// nor any program file changed the answer is `Ok(None)` without parsing
+/// anything. A reload of one changed file among thousands reads and parses
+/// that file only; the rest costs a `stat` per file and the cross-file
+/// checks (ids, names, tools).
 ///
 /// # Errors
-/// As [`load`].
-pub fn load_changed(path: &Path, current: &[u8; 32]) -> Result<Option<Config>, Vec<ConfigError>> {
-    let files = read_all(path)?;
-    if files.complete && files.errs.0.is_empty() {
-        let mut sorted: Vec<&(PathBuf, String)> = files.programs.iter().collect();
-        sorted.sort_by(|a, b| a.0.cmp(&b.0));
-        if fingerprint(path, &files.text, &sorted, &files.hooks) == *current {
-            return Ok(None);
-        }
+/// As [`load`], with the positions a full load gives.
+pub fn load_changed(path: &Path, current: &Config) -> Result<Option<Config>, Vec<ConfigError>> {
+    let files = read_all(path, Some(current))?;
+    let reused = files
+        .programs
+        .iter()
+        .filter(|(_, s)| matches!(s, Source::Loaded(_)))
+        .count();
+    if files.complete
+        && files.errs.0.is_empty()
+        && reused == files.programs.len()
+        && reused == current.programs.len()
+        && fingerprint(&files.text, &files.hooks) == current.fingerprint
+    {
+        return Ok(None);
     }
-    check(path, &files).map(Some)
+    match check(files, Some(current)) {
+        Ok(cfg) => Ok(Some(cfg)),
+        // Errors in or between reused files have no position: say them as
+        // a full load does.
+        Err(_) if reused > 0 => load(path).map(Some),
+        Err(errs) => Err(errs),
+    }
 }
 
 /// Everything [`load`] reads, with the read errors so far.
 struct Files {
+    path: PathBuf,
     text: String,
-    programs: Vec<(PathBuf, String)>,
+    raw: Option<RawConfig>,
+    programs: Vec<(PathBuf, Source)>,
     /// The hooks files (`hooks_files`), in their order.
     hooks: Vec<(PathBuf, String)>,
     errs: Errors,
     complete: bool,
 }
 
-/// Read `config.toml` and the program files it points at.
-fn read_all(path: &Path) -> Result<Files, Vec<ConfigError>> {
+/// Read `config.toml` and the program files it points at; with `current`,
+/// program files whose stamp is unchanged are taken from it.
+fn read_all(path: &Path, current: Option<&Config>) -> Result<Files, Vec<ConfigError>> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         let hint = missing_config_hint(path, &e);
         vec![error(
@@ -71,7 +93,7 @@ fn read_all(path: &Path) -> Result<Files, Vec<ConfigError>> {
             format!("cannot read {}: {e}{hint}", path.display()),
         )]
     })?;
-    Ok(read_programs_of(path, text))
+    Ok(read_programs_of(path, text, current))
 }
 
 /// Like [`load`], with `text` standing for the content of `path` (the
@@ -80,24 +102,24 @@ fn read_all(path: &Path) -> Result<Files, Vec<ConfigError>> {
 /// # Errors
 /// As [`load`].
 pub fn load_text(path: &Path, text: String) -> Result<Config, Vec<ConfigError>> {
-    let files = read_programs_of(path, text);
-    check(path, &files)
+    check(read_programs_of(path, text, None), None)
 }
 
-/// The program files that `text`, the content of `path`, points at.
-fn read_programs_of(path: &Path, text: String) -> Files {
-    let raw = raw::parse::<RawConfig>(&text).unwrap_or_default();
-    let dir_value = raw.server.programs_dir.as_ref();
+/// `config.toml` parsed, and the program files that `text`, the content of
+/// `path`, points at.
+fn read_programs_of(path: &Path, text: String, current: Option<&Config>) -> Files {
+    let mut errs = Errors::default();
+    let src = Src {
+        file: path,
+        text: &text,
+    };
+    let raw = parse::<RawConfig>(&src, &mut errs);
+    let dir_value = raw.as_ref().and_then(|r| r.server.programs_dir.as_ref());
     let rel = dir_value.map_or(defaults::PROGRAMS_DIR, |d| d.get_ref());
     let dir = resolve(&config_dir(path), Path::new(rel));
-    let mut errs = Errors::default();
     let mut complete = true;
-    let programs = read_programs(&dir).unwrap_or_else(|e| {
+    let programs = read_programs(&dir, current).unwrap_or_else(|e| {
         let msg = format!("cannot read programs directory {}: {e}", dir.display());
-        let src = Src {
-            file: path,
-            text: &text,
-        };
         match dir_value {
             Some(v) => errs.at(&src, v.span(), "server.programs_dir", msg),
             None => errs.0.push(error(path, "server.programs_dir", msg)),
@@ -107,8 +129,8 @@ fn read_programs_of(path: &Path, text: String) -> Files {
     });
     let programs = programs
         .into_iter()
-        .filter_map(|(file, text)| match text {
-            Ok(text) => Some((file, text)),
+        .filter_map(|(file, source)| match source {
+            Ok(source) => Some((file, source)),
             Err(e) => {
                 errs.0.push(error(
                     &file,
@@ -120,9 +142,14 @@ fn read_programs_of(path: &Path, text: String) -> Files {
             }
         })
         .collect::<Vec<_>>();
-    let hooks = read_hooks(path, &raw.server, &mut errs);
+    let hooks = match &raw {
+        Some(raw) => read_hooks(path, &raw.server, &mut errs),
+        None => Vec::new(),
+    };
     Files {
+        path: path.to_path_buf(),
         text,
+        raw,
         programs,
         hooks,
         errs,
@@ -174,48 +201,160 @@ pub fn load_str(
     config_text: &str,
     programs: &[(PathBuf, String)],
 ) -> Result<Config, Vec<ConfigError>> {
+    let mut errs = Errors::default();
+    let src = Src {
+        file: path,
+        text: config_text,
+    };
+    let raw = parse::<RawConfig>(&src, &mut errs);
+    let mut programs: Vec<(PathBuf, Source)> = programs
+        .iter()
+        .map(|(p, t)| {
+            let (text, stamp) = (t.clone(), None);
+            (p.clone(), Source::Text { text, stamp })
+        })
+        .collect();
+    programs.sort_by(|a, b| a.0.cmp(&b.0));
     let files = Files {
+        path: path.to_path_buf(),
         text: config_text.to_string(),
-        programs: programs.to_vec(),
+        raw,
+        programs,
         hooks: Vec::new(),
-        errs: Errors::default(),
+        errs,
         complete: true,
     };
-    check(path, &files)
+    check(files, None)
 }
 
 /// Program files in `dir`: every `*.toml` directly inside whose name does not
-/// start with `.`, sorted by name, each with its content or read error.
-type ReadFiles = Vec<(PathBuf, std::io::Result<String>)>;
+/// start with `.`, sorted by name, each as read or taken from `current`.
+type ReadFiles = Vec<(PathBuf, std::io::Result<Source>)>;
 
-fn read_programs(dir: &Path) -> std::io::Result<ReadFiles> {
+fn read_programs(dir: &Path, current: Option<&Config>) -> std::io::Result<ReadFiles> {
     let mut names = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or(".");
-        if !name.starts_with('.') && name.ends_with(".toml") && path.is_file() {
+        if !name.starts_with('.') && name.ends_with(".toml") {
             names.push(path);
         }
     }
-    names.sort();
-    Ok(par_map(&names, |p| (p.clone(), std::fs::read_to_string(p))))
+    // One directory: comparing the bytes orders as `Path` does, without
+    // splitting every path into components.
+    names.sort_unstable_by(|a, b| a.as_os_str().cmp(b.as_os_str()));
+    // Keyed by the bytes: hashing a `Path` splits it into components.
+    let loaded: HashMap<&OsStr, &Arc<Program>> = current
+        .iter()
+        .flat_map(|c| c.programs.values())
+        .map(|p| (p.file.as_os_str(), p))
+        .collect();
+    let started = SystemTime::now();
+    let read = par_map(&names, |p| {
+        let source = read_source(p, loaded.get(p.as_os_str()).copied(), started)?;
+        Some((p.clone(), source))
+    });
+    Ok(read.into_iter().flatten().collect())
 }
 
-/// The shared core of [`load`] and [`load_str`].
-fn check(path: &Path, files: &Files) -> Result<Config, Vec<ConfigError>> {
-    let (text, programs, complete) = (&files.text, &files.programs, files.complete);
-    let mut errs = Errors(files.errs.0.clone());
+/// One program file: `loaded` when its stamp is unchanged or its text is
+/// the same, else its text. `None` when it is not a regular file (or is gone).
+fn read_source(
+    path: &Path,
+    loaded: Option<&Arc<Program>>,
+    started: SystemTime,
+) -> Option<std::io::Result<Source>> {
+    if let Some(p) = loaded {
+        match std::fs::metadata(path) {
+            Ok(m) if m.is_file() && Some(Stamp::now(&m)) == p.stamp => {
+                return Some(Ok(Source::Loaded(Arc::clone(p))));
+            }
+            Ok(m) if !m.is_file() => return None,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+            _ => {}
+        }
+    }
+    // O_NONBLOCK: a FIFO named `x.toml` must not block the open.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path);
+    let mut file = match file {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => return Some(Err(e)),
+    };
+    let meta = match file.metadata() {
+        Ok(m) if !m.is_file() => return None,
+        Ok(m) => m,
+        Err(e) => return Some(Err(e)),
+    };
+    let stamp = Stamp::of(&meta, started);
+    Some(read_to_end(&mut file, meta.len()).map(|text| match loaded {
+        Some(p) if p.digest == stamp::digest(&text) => Source::Loaded(Arc::clone(p)),
+        _ => Source::Text { text, stamp },
+    }))
+}
+
+/// The rest of `file`, expected to be `len` bytes long, as UTF-8: two
+/// `read`s for a file that did not grow (`read_to_string` would ask the
+/// size again with `statx` and `lseek`).
+fn read_to_end(file: &mut std::fs::File, len: u64) -> std::io::Result<String> {
+    let mut buf = vec![0; usize::try_from(len).unwrap_or(0) + 1];
+    let mut n = 0;
+    loop {
+        match file.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+        if n == buf.len() {
+            buf.resize(n * 2, 0);
+        }
+    }
+    buf.truncate(n);
+    String::from_utf8(buf)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error()))
+}
+
+/// The shared core of [`load`] and [`load_str`]; with `current`, reused
+/// programs stay only when what every program depends on in `config.toml`
+/// (the programs dir, `run_timeout`, the workspaces, the callback allow
+/// lists) is unchanged.
+fn check(files: Files, current: Option<&Config>) -> Result<Config, Vec<ConfigError>> {
+    let Files {
+        path,
+        text,
+        raw,
+        mut programs,
+        hooks: hook_files,
+        mut errs,
+        complete,
+    } = files;
+    let path = path.as_path();
     let dir = config_dir(path);
-    let src = Src { file: path, text };
-    let parsed = parse::<RawConfig>(&src, &mut errs);
-    let workspaces_known = parsed.is_some();
-    let raw = parsed.unwrap_or_default();
+    let src = Src {
+        file: path,
+        text: &text,
+    };
+    let workspaces_known = raw.is_some();
+    let raw = raw.unwrap_or_default();
     let mut server = server::server(&src, &raw.server, &dir, &mut errs);
     server.callbacks = Arc::new(callbacks::callbacks(&src, &raw.callbacks, &dir, &mut errs));
     let users = users(&src, &raw, &server.state_dir, &mut errs);
     let workspaces = workspaces(&src, &raw, &users, &mut errs);
-    let mut sorted: Vec<&(PathBuf, String)> = programs.iter().collect();
-    sorted.sort_by(|a, b| a.0.cmp(&b.0));
+    let same_context = current.is_some_and(|c| {
+        workspaces_known
+            && c.server.programs_dir == server.programs_dir
+            && c.server.run_timeout == server.run_timeout
+            && c.workspaces.keys().eq(workspaces.keys())
+            && c.server.callbacks.checks_like(&server.callbacks)
+    });
+    if !same_context {
+        reread(&mut programs, &mut errs);
+    }
+    let sorted: Vec<&(PathBuf, Source)> = programs.iter().collect();
     let mut known = Known {
         programs: &BTreeMap::new(),
         broken: BTreeSet::new(),
@@ -230,7 +369,7 @@ fn check(path: &Path, files: &Files) -> Result<Config, Vec<ConfigError>> {
     let hooks = match raw.server.hooks_files.is_empty() {
         true => super::Hooks::default(),
         false => super::hook_compile::load(
-            &files.hooks,
+            &hook_files,
             &server.hooks_url_prefix,
             path,
             &server,
@@ -242,35 +381,52 @@ fn check(path: &Path, files: &Files) -> Result<Config, Vec<ConfigError>> {
         errs.0.sort_by_key(|e| (order(&e.file), e.line, e.col));
         return Err(errs.0);
     }
-    let fingerprint = fingerprint(path, text, &sorted, &files.hooks);
-    let programs = progs.into_iter().map(|(id, p)| (id, Arc::new(p))).collect();
     Ok(Config {
         path: path.to_path_buf(),
         server,
-        programs,
+        programs: progs,
         api_keys,
         users,
         workspaces,
         tools,
         hooks,
         run_endpoint: Endpoint::run_endpoint(),
-        fingerprint,
+        fingerprint: fingerprint(&text, &hook_files),
     })
 }
 
-/// sha256 over the name and content of every file, config first.
-fn fingerprint(
-    path: &Path,
-    text: &str,
-    programs: &[&(PathBuf, String)],
-    hooks: &[(PathBuf, String)],
-) -> [u8; 32] {
+/// Read again every program file that was taken from the current snapshot.
+fn reread(programs: &mut Vec<(PathBuf, Source)>, errs: &mut Errors) {
+    let started = SystemTime::now();
+    programs.retain_mut(|(file, source)| {
+        if !matches!(source, Source::Loaded(_)) {
+            return true;
+        }
+        match read_source(file, None, started) {
+            Some(Ok(s)) => {
+                *source = s;
+                true
+            }
+            Some(Err(e)) => {
+                let msg = format!("cannot read {}: {e}", file.display());
+                errs.0.push(error(file, "", msg));
+                false
+            }
+            None => false,
+        }
+    });
+}
+
+/// sha256 over `config.toml`'s text and the name and content of every
+/// hooks file (program files are told apart by their [`Stamp`]s).
+fn fingerprint(text: &str, hooks: &[(PathBuf, String)]) -> [u8; 32] {
     let mut h = Sha256::new();
-    let files = std::iter::once((path, text))
-        .chain(programs.iter().map(|(p, t)| (p.as_path(), t.as_str())))
-        .chain(hooks.iter().map(|(p, t)| (p.as_path(), t.as_str())));
-    for (file, content) in files {
-        let name = file.to_string_lossy();
+    let files = std::iter::once(("", text)).chain(
+        hooks
+            .iter()
+            .map(|(p, t)| (p.to_str().unwrap_or(""), t.as_str())),
+    );
+    for (name, content) in files {
         for part in [name.as_bytes(), content.as_bytes()] {
             h.update((part.len() as u64).to_le_bytes());
             h.update(part);

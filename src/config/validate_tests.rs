@@ -162,8 +162,8 @@ fn full_example_loads() {
     let again = run(CONFIG, &[("programs/backup.toml", BACKUP)]).unwrap();
     assert_eq!(c.fingerprint, again.fingerprint);
     let other = run(
-        CONFIG,
-        &[("programs/backup.toml", &BACKUP.replace("hi", "ho"))],
+        &format!("{CONFIG}\n# a comment\n"),
+        &[("programs/backup.toml", BACKUP)],
     )
     .unwrap();
     assert_ne!(c.fingerprint, other.fingerprint);
@@ -488,4 +488,75 @@ fn admins_are_members_and_restrict_the_switch() {
         !ws("locked").may_flip("alice"),
         "admins = [] locks the switch"
     );
+}
+
+/// Wait (bounded by the clock) until `file` was changed longer ago than
+/// a clock tick, so that a stamp of it can be trusted.
+fn settled(file: &Path) {
+    let changed = std::fs::metadata(file).unwrap().modified().unwrap();
+    let until = changed + Duration::from_millis(60);
+    while std::time::SystemTime::now() < until {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_reload_reads_only_the_files_that_changed() {
+    let dir = std::env::temp_dir().join(format!("trigd-reuse-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("programs")).unwrap();
+    let config = dir.join("config.toml");
+    std::fs::write(&config, "").unwrap();
+    let prog = |id: u64, name: &str| {
+        format!("id = {id}\nname = \"{name}\"\n[[functions]]\nname = \"f\"\ncommand = [\"/bin/true\"]\n")
+    };
+    let write = |file: &str, text: String| {
+        let path = dir.join("programs").join(file);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    write("a.toml", prog(1, "a"));
+    settled(&write("b.toml", prog(2, "b")));
+    let first = load(&config).unwrap();
+    assert!(first.programs.values().all(|p| p.stamp.is_some()));
+    assert!(
+        load_changed(&config, &first).unwrap().is_none(),
+        "unchanged"
+    );
+
+    write("c.toml", prog(3, "c"));
+    let second = load_changed(&config, &first).unwrap().expect("a new file");
+    assert!(Arc::ptr_eq(&first.programs[&1], &second.programs[&1]));
+    assert!(Arc::ptr_eq(&first.programs[&2], &second.programs[&2]));
+    assert!(
+        second.programs[&3].stamp.is_none(),
+        "just written: read again"
+    );
+    let again = load_changed(&config, &second).unwrap();
+    assert!(again.is_none(), "read again, the same text: unchanged");
+
+    // Rewritten in place, same size: the change time tells.
+    settled(&write("b.toml", prog(2, "x")));
+    let third = load_changed(&config, &second).unwrap().expect("b changed");
+    assert_eq!(third.programs[&2].name, "x");
+    assert!(Arc::ptr_eq(&second.programs[&1], &third.programs[&1]));
+
+    // An error found in a reused file is located as a full load locates it.
+    write("0.toml", prog(2, "zero"));
+    let errs = load_changed(&config, &third).unwrap_err();
+    let e = errs.iter().find(|e| e.file.ends_with("b.toml")).unwrap();
+    assert_eq!((e.line, e.key.as_str()), (1, "id"), "{errs:?}");
+    std::fs::remove_file(dir.join("programs/0.toml")).unwrap();
+
+    // config.toml changing run_timeout re-reads every program.
+    std::fs::write(&config, "[server]\nrun_timeout = \"5s\"\n").unwrap();
+    let fourth = load_changed(&config, &third)
+        .unwrap()
+        .expect("config changed");
+    assert!(!Arc::ptr_eq(&third.programs[&1], &fourth.programs[&1]));
+    assert_eq!(
+        fourth.programs[&1].functions[0].timeout,
+        Duration::from_secs(5)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -75,6 +75,8 @@ fn program(functions: Vec<Function>) -> Program {
         workspace: None,
         file: std::env::temp_dir().join("test.toml"),
         functions,
+        stamp: None,
+        digest: 0,
     }
 }
 

@@ -1,0 +1,101 @@
+//! Telling a changed program file from an unchanged one without parsing
+//! it: its [`Stamp`] (device, inode, size, modification and change times,
+//! taken with `fstat` on the open file before its content is read), the
+//! [`digest`] of its text, and a program file as found ([`Source`]).
+//!
+//! A file written in the same clock tick as it was read may keep the same
+//! times after a change (the kernel's file times advance by the tick, not
+//! the nanosecond), so such a file gets no stamp ([`Stamp::of`] returns
+//! `None`) and is read again at the next reload, as git does with its
+//! "racily clean" index entries; when its text is the same, its program is
+//! kept.
+
+use std::fs::Metadata;
+use std::os::unix::fs::MetadataExt;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::Program;
+
+/// Longer than a clock tick of any kernel (HZ ≥ 100 gives ≤ 10 ms): a
+/// change made after a read carries a change time later than the read's
+/// start minus this.
+const RACY: Duration = Duration::from_millis(50);
+
+/// The identity and times of one file's content as it was read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Stamp {
+    /// The stamp of a file read after `read_started`, or `None` when it
+    /// changed too shortly before to be told apart from a later change.
+    pub fn of(meta: &Metadata, read_started: SystemTime) -> Option<Stamp> {
+        let ctime = UNIX_EPOCH.checked_add(Duration::new(
+            u64::try_from(meta.ctime()).ok()?,
+            u32::try_from(meta.ctime_nsec()).ok()?,
+        ))?;
+        if ctime + RACY >= read_started {
+            return None;
+        }
+        Some(Stamp::now(meta))
+    }
+
+    /// The stamp of `meta` as it is, to compare with a recorded one.
+    pub fn now(meta: &Metadata) -> Stamp {
+        Stamp {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+}
+
+/// A hash of a program file's text, to tell a file read again unchanged
+/// (a touched file, one written just before it was read) from a changed one.
+pub fn digest(text: &str) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    std::hash::Hasher::write(&mut h, text.as_bytes());
+    std::hash::Hasher::finish(&h)
+}
+
+/// One program file found in the programs directory.
+pub enum Source {
+    /// Read now: its text, and its stamp when a later reload may trust it.
+    Text {
+        /// The content.
+        text: String,
+        /// See [`Stamp::of`].
+        stamp: Option<Stamp>,
+    },
+    /// Unchanged since the current snapshot loaded it.
+    Loaded(Arc<Program>),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_changed_just_before_reading_has_no_stamp() {
+        let dir = std::env::temp_dir().join(format!("trigd-stamp-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("a.toml");
+        std::fs::write(&file, "x").unwrap();
+        let meta = std::fs::metadata(&file).unwrap();
+        assert_eq!(Stamp::of(&meta, SystemTime::now()), None);
+        let later = SystemTime::now() + Duration::from_secs(1);
+        assert_eq!(Stamp::of(&meta, later), Some(Stamp::now(&meta)));
+        std::fs::write(&file, "yy").unwrap();
+        let changed = Stamp::now(&std::fs::metadata(&file).unwrap());
+        assert_ne!(Some(changed), Stamp::of(&meta, later), "rewritten in place");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
