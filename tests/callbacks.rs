@@ -750,6 +750,30 @@ fn a_reload_that_narrows_the_allow_list_stops_pending_deliveries() {
     );
 }
 
+#[test]
+fn a_reload_that_narrows_the_allow_list_rechecks_unchanged_programs() {
+    // The program file does not change: a reload that reuses programs whose
+    // files are unchanged must still check their fixed callbacks again.
+    let dir = setup_cb(
+        "cb-reload-fixed",
+        &[],
+        &[("p.toml", &program(Some("http://127.0.0.1:9/done")))],
+    );
+    let t = Trigd::start(&dir);
+    let text = dir.read("config.toml").replace(
+        r#"allow = ["127.0.0.1"]"#,
+        r#"allow = ["hooks.example.com"]"#,
+    );
+    dir.write("config.toml", &text);
+    t.wait_for(WAIT, "the refused reload", || {
+        t.get("/healthz").json()["LastReloadError"]
+            .as_str()
+            .is_some_and(|e| e.contains("callback"))
+    });
+    let h = t.get("/healthz").json();
+    t.check(h["Generation"] == 1, format!("still the first config: {h}"));
+}
+
 /// Make a private CA and a certificate for `localhost` it signed, with the
 /// openssl command; the CA's PEM path.
 fn private_ca(dir: &TestDir) -> String {
