@@ -36,6 +36,8 @@
 //! the public switch written to config.toml          ui/switch.rs, config/edit.rs
 //! instance names in run ids, readiness, draining    cluster.rs
 //! completion callbacks (signed, retried, spooled)   callback/ (mod.rs, send.rs, spool.rs, record.rs)
+//! address ranges (client rules, allow_private)      cidr.rs
+//! reload reusing unchanged program files            config/stamp.rs
 //! hot reload                                        reload.rs
 //! command line                                      cli.rs (parsing), commands.rs (subcommands)
 //! warnings of `trigd check`                         lint.rs
@@ -48,6 +50,7 @@ mod access;
 mod api;
 mod app;
 mod callback;
+mod cidr;
 mod cli;
 mod cluster;
 mod commands;

@@ -19,6 +19,8 @@ use rustls_pki_types::CertificateDer;
 use toml::Spanned;
 use url::Url;
 
+use crate::cidr::Cidr;
+
 use super::raw::{RawCallbacks, RawDuration};
 use super::resolve;
 use super::types::{count, duration, Errors, Src};
@@ -69,55 +71,6 @@ pub enum Allow {
     Host(String),
     /// URLs whose normalised text starts with this normalised prefix.
     Prefix(String),
-}
-
-/// An address block of `allow_private`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cidr {
-    addr: IpAddr,
-    bits: u8,
-}
-
-impl Cidr {
-    /// Parse `10.0.0.0/8`, `::1/128` or a single address.
-    ///
-    /// # Errors
-    /// A sentence when it is neither.
-    pub fn parse(s: &str) -> Result<Cidr, String> {
-        let bad = || format!("\"{s}\" is not an address or an address block like \"10.0.0.0/8\"");
-        let (a, bits) = match s.split_once('/') {
-            Some((a, b)) => (a, Some(b.parse::<u8>().map_err(|_| bad())?)),
-            None => (s, None),
-        };
-        let addr: IpAddr = a.trim().parse().map_err(|_| bad())?;
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        let bits = bits.unwrap_or(max);
-        if bits > max {
-            return Err(bad());
-        }
-        Ok(Cidr { addr, bits })
-    }
-
-    /// Whether `ip` lies in the block.
-    pub fn contains(&self, ip: IpAddr) -> bool {
-        match (self.addr, ip.to_canonical()) {
-            (IpAddr::V4(a), IpAddr::V4(b)) => prefix_eq(&a.octets(), &b.octets(), self.bits),
-            (IpAddr::V6(a), IpAddr::V6(b)) => prefix_eq(&a.octets(), &b.octets(), self.bits),
-            _ => false,
-        }
-    }
-}
-
-fn prefix_eq(a: &[u8], b: &[u8], bits: u8) -> bool {
-    let (full, rest) = (usize::from(bits / 8), bits % 8);
-    if a[..full] != b[..full] {
-        return false;
-    }
-    if rest == 0 {
-        return true;
-    }
-    let mask = 0xffu8 << (8 - rest);
-    a[full] & mask == b[full] & mask
 }
 
 /// The validated `[callbacks]` settings.

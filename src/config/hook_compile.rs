@@ -17,8 +17,9 @@ use regex_lite::Regex;
 use super::hooks::{parse_file, ArgDef, HookDef, HookError, MatchDef, RuleDef};
 use super::types::{error, Errors};
 use super::{resolve, ApiTrigger, Function, OutputMode, Piece, Program, Server, Step, Template};
+use crate::cidr::Cidr;
 use crate::http::Method;
-use crate::receive::rules::{Cidr, Leaf, Rule};
+use crate::receive::rules::{Leaf, Rule};
 use crate::receive::signature::{Algo, Encoding, Scheme, Secret, Verifier};
 use crate::receive::values::{JsonPath, RequestField, Source, Whole};
 
