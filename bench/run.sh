@@ -361,7 +361,7 @@ EOF
 printf '#!/bin/sh\necho run >> %s\n' "$WORK/idem-trigd.out" >"$TD/once.sh"
 chmod +x "$TD/once.sh"
 cat >"$TD/programs/once.toml" <<EOF
-id = 4
+id = 5
 name = "once"
 
 [[functions]]
@@ -520,7 +520,7 @@ case_request none
 # trigd only (webhook has no idempotency keys): one Idempotency-Key sent by
 # 8 connections for SECS: the first request runs the program, every other
 # one is answered from the original run. Runs executed = lines appended.
-T_ONCE="/api?api_key=$KEY&program_id=4"
+T_ONCE="/api?api_key=$KEY&program_id=5"
 if ! ((SKIP_TRIGD)); then
     log "case idem8: one Idempotency-Key, 8 connections, ${SECS}s, $ROUNDS rounds"
     for ((r = 1; r <= ROUNDS; r++)); do
