@@ -742,7 +742,7 @@ log "case tools: $NTOOLS tools x 3 environments, $START_TRIALS trials each"
 TT=$WORK/tools-trigd
 TW=$WORK/tools-webhook
 mkdir -p "$TT/programs" "$TW"
-cp "$TD/programs/true.toml" "$TT/programs/"
+cp "$TD/programs/true.toml" "$TD/programs/github.toml" "$TT/programs/"
 awk -v n="$NTOOLS" -v base="$TD/config.toml" -v cfg="$TT/config.toml" -v hooks="$TW/hooks.json" 'BEGIN {
     while ((getline line < base) > 0) print line > cfg
     printf "\n[[workspaces]]\nname = \"ws\"\n" > cfg
