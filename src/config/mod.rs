@@ -16,6 +16,7 @@ mod endpoint;
 pub mod generated;
 mod hook_compile;
 pub mod hooks;
+mod named;
 mod program;
 mod raw;
 mod receive;
@@ -35,6 +36,7 @@ pub use endpoint::{Credentials, Endpoint, Target, TriggerName, Values};
 #[cfg(fuzzing)] // fuzz/ (the hooks_file harness)
 pub use hook_compile::compile as compile_hook;
 pub use hook_compile::{known_status, Hook, Hooks};
+pub use named::Named;
 pub use stamp::Stamp;
 
 use crate::http::Method;
@@ -394,7 +396,7 @@ pub struct Tool {
     /// Owning workspace.
     pub workspace: String,
     /// Environments by name (appear in URLs).
-    pub environments: BTreeMap<String, Environment>,
+    pub environments: Named<Environment>,
     /// Endpoint triggers in file order.
     pub triggers: Vec<Trigger>,
 }
@@ -411,7 +413,7 @@ pub struct Environment {
     pub credentials: Credentials,
     /// Its endpoints by trigger name, compiled from the tool's triggers
     /// (each carries the environment's `vars`).
-    pub endpoints: BTreeMap<String, Endpoint>,
+    pub endpoints: Named<Endpoint>,
 }
 
 /// The kinds of tool trigger.

@@ -32,7 +32,7 @@ pub fn tools(
         errs.unique(src, &mut seen, &t.name, &format!("{key}.name"), "tool");
         workspace_ref(src, &t.workspace, wss, format!("{key}.workspace"), errs);
         let triggers = triggers(src, t, &key, known, cb, dir, errs);
-        let mut environments = BTreeMap::new();
+        let mut environments = Vec::with_capacity(t.environments.len());
         for (name, env) in &t.environments {
             let key = format!("{key}.environments.{}", name.get_ref());
             errs.name(src, name, &key, "environment");
@@ -46,7 +46,7 @@ pub fn tools(
                 t.workspace.get_ref(),
                 &triggers,
             );
-            environments.insert(name, env);
+            environments.push((name, env));
         }
         let (name, workspace) = (t.name.get_ref().clone(), t.workspace.get_ref().clone());
         out.insert(
@@ -54,7 +54,7 @@ pub fn tools(
             Tool {
                 name,
                 workspace,
-                environments,
+                environments: environments.into_iter().collect(),
                 triggers,
             },
         );
