@@ -16,13 +16,22 @@
 //! watches are in place before `start` returns (so before the server says
 //! it is listening), and after any new watch the files are checked once more.
 //!
-//! The notify callback only sends on a channel. One reload thread waits for
-//! a quiet moment (debounce), then loads and validates **everything**,
-//! reading again only the files that changed (`config::load_changed`: a
-//! program file whose device, inode, size and times are unchanged keeps
-//! its parsed program); the new snapshot replaces the old one only when
-//! all of it is valid, and only when something changed. On error the last good config keeps
-//! serving and the errors go to the log and `/healthz`.
+//! The notify callback notes the paths it was told about ([`Changes`]) and
+//! wakes the reload thread. That thread waits for a quiet moment
+//! (debounce), then loads and validates **everything**, reading again only
+//! the files that changed (`config::load_changed`): when the events named
+//! only program files (and `config.toml` or a hooks file, which are read
+//! at every reload anyway), only those program files are looked at — the
+//! programs directory is not listed and the other files are not `stat`ed,
+//! so a reload costs in proportion to the change. When the events cannot
+//! vouch for that — an overflow of the event queue, a watcher error, a
+//! directory renamed or replaced, a `..data` symlink swapped, SIGHUP, a
+//! new watch, a reload refused before — the directory is listed and every
+//! file `stat`ed (one whose device, inode, size and times are unchanged
+//! keeps its parsed program). The new snapshot replaces the old one only
+//! when all of it is valid, and only when something changed. On error the
+//! last good config keeps serving and the errors go to the log and
+//! `/healthz`.
 
 use std::ffi::OsString;
 use std::fs;
@@ -62,6 +71,27 @@ pub enum Trigger {
     Signal,
 }
 
+/// What the watcher reported since the reload thread last looked.
+#[derive(Debug, Default)]
+struct Changes {
+    /// The paths named by events that can change the config.
+    paths: Vec<PathBuf>,
+    /// An event named no path (a queue overflow, a watcher error), or a
+    /// change may have been missed (a new watch): look at every file.
+    everything: bool,
+}
+
+/// [`Changes`] as the watcher's callback and the reload thread share them.
+type SharedChanges = Arc<Mutex<Changes>>;
+
+/// Note that every file must be looked at.
+fn note_everything(changes: &SharedChanges) {
+    changes
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .everything = true;
+}
+
 /// Start the watcher and the reload thread; returns the sender that SIGHUP
 /// uses. If watching fails (no inotify), reload still works by SIGHUP.
 pub fn start(app: Arc<App>, config_path: PathBuf) -> Sender<Trigger> {
@@ -72,15 +102,27 @@ pub fn start(app: Arc<App>, config_path: PathBuf) -> Sender<Trigger> {
         .programs_dir
         .file_name()
         .map(|n| n.to_os_string());
-    let mut watch_state = WatchState::new(&config_path, programs_name, tx.clone());
+    let changes = SharedChanges::default();
+    let mut watch_state = WatchState::new(
+        &config_path,
+        programs_name,
+        tx.clone(),
+        Arc::clone(&changes),
+    );
     if watch_state.watch(&dirs_for(&config_path, &app.config().server)) {
         // An edit made since the first load has no event: look once more.
+        note_everything(&changes);
         let _ = tx.send(Trigger::Changed);
     }
     let again = tx.clone();
-    let spawned = thread::Builder::new()
-        .name("reload".into())
-        .spawn(move || reload_loop(&app, &config_path, &rx, &again, watch_state));
+    let spawned = thread::Builder::new().name("reload".into()).spawn(move || {
+        let reloader = Reloader {
+            app: &app,
+            config_path: &config_path,
+            changes,
+        };
+        reloader.run(&rx, &again, watch_state);
+    });
     if let Err(e) = spawned {
         log::error!("cannot start the reload thread: {e}; hot reload is off");
     }
@@ -95,16 +137,23 @@ struct WatchState {
 }
 
 impl WatchState {
-    fn new(config_path: &Path, programs_name: Option<OsString>, tx: Sender<Trigger>) -> WatchState {
+    fn new(
+        config_path: &Path,
+        programs_name: Option<OsString>,
+        tx: Sender<Trigger>,
+        changes: SharedChanges,
+    ) -> WatchState {
         let config_name = config_path.file_name().map(|n| n.to_os_string());
         let names = [config_name, programs_name];
         let handler = move |res: notify::Result<Event>| match res {
-            Ok(ev) if ev.paths.is_empty() || ev.paths.iter().any(|p| relevant(p, &names)) => {
-                let _ = tx.send(trigger_of(&ev.kind));
+            Ok(ev) => {
+                if note(&changes, &ev, &names) {
+                    let _ = tx.send(trigger_of(&ev.kind));
+                }
             }
-            Ok(_) => {}
             Err(e) => {
                 log::warn!("file watcher: {e}; reloading to be safe");
+                note_everything(&changes);
                 let _ = tx.send(Trigger::Changed);
             }
         };
@@ -149,6 +198,19 @@ impl WatchState {
     }
 }
 
+/// Note what `ev` changed; returns whether it can change the config.
+fn note(changes: &SharedChanges, ev: &Event, names: &[Option<OsString>; 2]) -> bool {
+    let everything = ev.paths.is_empty() || ev.need_rescan();
+    let mut paths = ev.paths.iter().filter(|p| relevant(p, names)).peekable();
+    if !everything && paths.peek().is_none() {
+        return false;
+    }
+    let mut changes = changes.lock().unwrap_or_else(PoisonError::into_inner);
+    changes.everything |= everything;
+    changes.paths.extend(paths.cloned());
+    true
+}
+
 /// The (device, inode) `dir` resolves to, following symlinks.
 fn identity(dir: &Path) -> Option<(u64, u64)> {
     fs::metadata(dir).ok().map(|m| (m.dev(), m.ino()))
@@ -174,14 +236,18 @@ fn relevant(path: &Path, names: &[Option<OsString>; 2]) -> bool {
         && (name.ends_with(".toml") || config::hooks::is_hooks_name(Path::new(name.as_ref())))
 }
 
+/// The directory of `config_path` as watched (events name paths in it).
+fn watched_config_dir(config_path: &Path) -> &Path {
+    config_path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
 /// Directories to watch for `server`: the config file's, the programs dir
 /// and those of the hooks files.
 fn dirs_for(config_path: &Path, server: &config::Server) -> Vec<PathBuf> {
-    let config_dir = config_path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let mut dirs = vec![config_dir.to_path_buf()];
+    let mut dirs = vec![watched_config_dir(config_path).to_path_buf()];
     if server.programs_dir.is_dir() {
         dirs.push(server.programs_dir.clone());
     }
@@ -193,22 +259,68 @@ fn dirs_for(config_path: &Path, server: &config::Server) -> Vec<PathBuf> {
     dirs
 }
 
-/// Reload after each burst of events, then update the watches; `again`
-/// asks for one more check after a new watch.
-fn reload_loop(
-    app: &App,
-    config_path: &Path,
-    rx: &Receiver<Trigger>,
-    again: &Sender<Trigger>,
-    mut ws: WatchState,
-) {
-    while let Ok(first) = rx.recv() {
-        let forced = wait_quiet(rx, first);
-        reload_now(app, config_path, forced);
-        if ws.watch(&dirs_for(config_path, &app.config().server)) {
-            let _ = again.send(Trigger::Changed);
+/// The reload thread's view: the server, its config file and what the
+/// watcher reported.
+struct Reloader<'a> {
+    app: &'a App,
+    config_path: &'a Path,
+    changes: SharedChanges,
+}
+
+impl Reloader<'_> {
+    /// Reload after each burst of events, then update the watches; `again`
+    /// asks for one more check after a new watch.
+    fn run(&self, rx: &Receiver<Trigger>, again: &Sender<Trigger>, mut ws: WatchState) {
+        while let Ok(first) = rx.recv() {
+            let forced = wait_quiet(rx, first);
+            // Taken before the files are read: what changes from now on is
+            // noted for the next reload, which its event asks for.
+            let changes =
+                std::mem::take(&mut *self.changes.lock().unwrap_or_else(PoisonError::into_inner));
+            let cfg = self.app.config();
+            let only = (!forced && !changes.everything)
+                .then(|| program_paths(changes.paths, self.config_path, &cfg.server))
+                .flatten();
+            drop(cfg);
+            reload(self.app, self.config_path, forced, only.as_deref());
+            if ws.watch(&dirs_for(self.config_path, &self.app.config().server)) {
+                note_everything(&self.changes);
+                let _ = again.send(Trigger::Changed);
+            }
         }
     }
+}
+
+/// The program files among `paths` when the others are all files read at
+/// every reload anyway (`config.toml`, the hooks files); `None` when some
+/// path may stand for more than itself (the programs directory, a
+/// `..data` symlink, a file beside `config.toml`) and every file must be
+/// looked at.
+fn program_paths(
+    paths: Vec<PathBuf>,
+    config_path: &Path,
+    server: &config::Server,
+) -> Option<Vec<PathBuf>> {
+    let config_dir = watched_config_dir(config_path);
+    let programs_dir = server.programs_dir.as_path();
+    if programs_dir == config_dir {
+        return None;
+    }
+    let is_config =
+        |p: &Path| p.parent() == Some(config_dir) && p.file_name() == config_path.file_name();
+    let mut out = Vec::with_capacity(paths.len());
+    for path in paths {
+        if is_config(&path) || server.hooks_files.contains(&path) {
+            continue;
+        }
+        let name = path.file_name().map(|n| n.to_string_lossy());
+        let program = name.is_some_and(|n| !n.starts_with('.') && n.ends_with(".toml"));
+        if path.parent() != Some(programs_dir) || !program {
+            return None;
+        }
+        out.push(path);
+    }
+    Some(out)
 }
 
 /// Whether an event ends a change ([`Trigger::Settled`]) or may be
@@ -257,6 +369,14 @@ fn secret_files_changed(cfg: &config::Config) -> bool {
 /// Load everything and swap it in if it is valid and changed. With `forced`
 /// (SIGHUP) an unchanged config is still reported in the log.
 pub fn reload_now(app: &App, config_path: &Path, forced: bool) {
+    reload(app, config_path, forced, None);
+}
+
+/// [`reload_now`]; with `only`, the program files that changed since the
+/// current snapshot was loaded (the rest are not looked at), unless the
+/// last reload was refused: the files it found wrong are in no snapshot,
+/// so every file is looked at again.
+fn reload(app: &App, config_path: &Path, forced: bool, only: Option<&[PathBuf]>) {
     // One reload at a time: the watcher, SIGHUP and the public switch may all
     // reload, and a reload that read the files earlier must not swap in its
     // older snapshot after one that read them later.
@@ -269,7 +389,8 @@ pub fn reload_now(app: &App, config_path: &Path, forced: bool) {
     let loaded = if secret_files_changed(&current) {
         config::load(config_path).map(Some)
     } else {
-        config::load_changed(config_path, &current)
+        let only = only.filter(|_| app.last_reload_error().is_none());
+        config::load_changed(config_path, &current, only)
     };
     match loaded {
         Ok(None) => {

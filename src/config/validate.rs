@@ -44,10 +44,21 @@ pub fn load(path: &Path) -> Result<Config, Vec<ConfigError>> {
 /// that file only; the rest costs a `stat` per file and the cross-file
 /// checks (ids, names, tools).
 ///
+/// With `changed` (the paths a file watcher reported), only those entries
+/// of the programs directory are looked at: the directory is not listed
+/// and the other files are not `stat`ed, so the rest costs only the
+/// cross-file checks. The caller vouches that nothing else in the
+/// directory changed since `current` was loaded; a `config.toml` that now
+/// names another programs directory still lists it.
+///
 /// # Errors
 /// As [`load`], with the positions a full load gives.
-pub fn load_changed(path: &Path, current: &Config) -> Result<Option<Config>, Vec<ConfigError>> {
-    let files = read_all(path, Some(current))?;
+pub fn load_changed(
+    path: &Path,
+    current: &Config,
+    changed: Option<&[PathBuf]>,
+) -> Result<Option<Config>, Vec<ConfigError>> {
+    let files = read_all(path, Some((current, changed)))?;
     let reused = files
         .programs
         .iter()
@@ -82,9 +93,13 @@ struct Files {
     complete: bool,
 }
 
+/// What a reload knows: the current snapshot, and the program files that
+/// may have changed since it was loaded (`None`: any of them).
+type Current<'a> = Option<(&'a Config, Option<&'a [PathBuf]>)>;
+
 /// Read `config.toml` and the program files it points at; with `current`,
 /// program files whose stamp is unchanged are taken from it.
-fn read_all(path: &Path, current: Option<&Config>) -> Result<Files, Vec<ConfigError>> {
+fn read_all(path: &Path, current: Current) -> Result<Files, Vec<ConfigError>> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         let hint = missing_config_hint(path, &e);
         vec![error(
@@ -107,7 +122,7 @@ pub fn load_text(path: &Path, text: String) -> Result<Config, Vec<ConfigError>> 
 
 /// `config.toml` parsed, and the program files that `text`, the content of
 /// `path`, points at.
-fn read_programs_of(path: &Path, text: String, current: Option<&Config>) -> Files {
+fn read_programs_of(path: &Path, text: String, current: Current) -> Files {
     let mut errs = Errors::default();
     let src = Src {
         file: path,
@@ -118,7 +133,13 @@ fn read_programs_of(path: &Path, text: String, current: Option<&Config>) -> File
     let rel = dir_value.map_or(defaults::PROGRAMS_DIR, |d| d.get_ref());
     let dir = resolve(&config_dir(path), Path::new(rel));
     let mut complete = true;
-    let programs = read_programs(&dir, current).unwrap_or_else(|e| {
+    let programs = match current {
+        Some((cur, Some(changed))) if cur.server.programs_dir == dir => {
+            Ok(read_listed(&dir, cur, changed))
+        }
+        _ => read_programs(&dir, current.map(|c| c.0)),
+    };
+    let programs = programs.unwrap_or_else(|e| {
         let msg = format!("cannot read programs directory {}: {e}", dir.display());
         match dir_value {
             Some(v) => errs.at(&src, v.span(), "server.programs_dir", msg),
@@ -235,8 +256,7 @@ fn read_programs(dir: &Path, current: Option<&Config>) -> std::io::Result<ReadFi
     let mut names = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or(".");
-        if !name.starts_with('.') && name.ends_with(".toml") {
+        if is_program_file(&path) {
             names.push(path);
         }
     }
@@ -255,6 +275,53 @@ fn read_programs(dir: &Path, current: Option<&Config>) -> std::io::Result<ReadFi
         Some((p.clone(), source))
     });
     Ok(read.into_iter().flatten().collect())
+}
+
+/// Whether `path` names a program file: `*.toml`, not starting with `.`.
+fn is_program_file(path: &Path) -> bool {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or(".");
+    !name.starts_with('.') && name.ends_with(".toml")
+}
+
+/// What [`read_programs`] would find in `dir` when only the entries at
+/// `changed` differ from what `current` loaded: `current`'s program files,
+/// each reused without a system call, and those at `changed` (with any
+/// that had no trusted stamp) looked at again — new, changed or gone.
+fn read_listed(dir: &Path, current: &Config, changed: &[PathBuf]) -> ReadFiles {
+    // (file, its program in `current`, whether to look at it again)
+    let mut files: Vec<(PathBuf, Option<&Arc<Program>>, bool)> = current
+        .programs
+        .values()
+        .map(|p| (p.file.clone(), Some(p), p.stamp.is_none()))
+        .collect();
+    files.sort_unstable_by(|a, b| a.0.as_os_str().cmp(b.0.as_os_str()));
+    let known = files.len();
+    for path in changed {
+        if path.parent() != Some(dir) || !is_program_file(path) {
+            continue;
+        }
+        let at = files[..known].binary_search_by(|f| f.0.as_os_str().cmp(path.as_os_str()));
+        match at {
+            Ok(i) => files[i].2 = true,
+            Err(_) if !files[known..].iter().any(|f| f.0 == *path) => {
+                files.push((path.clone(), None, true));
+            }
+            Err(_) => {}
+        }
+    }
+    // Stable and nearly sorted: the new files at the end are merged in.
+    files.sort_by(|a, b| a.0.as_os_str().cmp(b.0.as_os_str()));
+    let started = SystemTime::now();
+    files
+        .into_iter()
+        .filter_map(|(file, loaded, again)| match (loaded, again) {
+            (Some(p), false) => Some((file, Ok(Source::Loaded(Arc::clone(p))))),
+            _ => {
+                let source = read_source(&file, loaded, started)?;
+                Some((file, source))
+            }
+        })
+        .collect()
 }
 
 /// One program file: `loaded` when its stamp is unchanged or its text is

@@ -520,37 +520,41 @@ fn a_reload_reads_only_the_files_that_changed() {
     let first = load(&config).unwrap();
     assert!(first.programs.values().all(|p| p.stamp.is_some()));
     assert!(
-        load_changed(&config, &first).unwrap().is_none(),
+        load_changed(&config, &first, None).unwrap().is_none(),
         "unchanged"
     );
 
     write("c.toml", prog(3, "c"));
-    let second = load_changed(&config, &first).unwrap().expect("a new file");
+    let second = load_changed(&config, &first, None)
+        .unwrap()
+        .expect("a new file");
     assert!(Arc::ptr_eq(&first.programs[&1], &second.programs[&1]));
     assert!(Arc::ptr_eq(&first.programs[&2], &second.programs[&2]));
     assert!(
         second.programs[&3].stamp.is_none(),
         "just written: read again"
     );
-    let again = load_changed(&config, &second).unwrap();
+    let again = load_changed(&config, &second, None).unwrap();
     assert!(again.is_none(), "read again, the same text: unchanged");
 
     // Rewritten in place, same size: the change time tells.
     settled(&write("b.toml", prog(2, "x")));
-    let third = load_changed(&config, &second).unwrap().expect("b changed");
+    let third = load_changed(&config, &second, None)
+        .unwrap()
+        .expect("b changed");
     assert_eq!(third.programs[&2].name, "x");
     assert!(Arc::ptr_eq(&second.programs[&1], &third.programs[&1]));
 
     // An error found in a reused file is located as a full load locates it.
     write("0.toml", prog(2, "zero"));
-    let errs = load_changed(&config, &third).unwrap_err();
+    let errs = load_changed(&config, &third, None).unwrap_err();
     let e = errs.iter().find(|e| e.file.ends_with("b.toml")).unwrap();
     assert_eq!((e.line, e.key.as_str()), (1, "id"), "{errs:?}");
     std::fs::remove_file(dir.join("programs/0.toml")).unwrap();
 
     // config.toml changing run_timeout re-reads every program.
     std::fs::write(&config, "[server]\nrun_timeout = \"5s\"\n").unwrap();
-    let fourth = load_changed(&config, &third)
+    let fourth = load_changed(&config, &third, None)
         .unwrap()
         .expect("config changed");
     assert!(!Arc::ptr_eq(&third.programs[&1], &fourth.programs[&1]));
