@@ -59,6 +59,11 @@ const QUIET: Duration = Duration::from_millis(3);
 /// A burst of events delays a reload at most this long.
 const MAX_DELAY: Duration = Duration::from_millis(100);
 
+/// Paths noted for one reload at most; past it (a burst of writes during
+/// a long reload) the next reload looks at every file instead, and the
+/// list takes no more memory.
+const MAX_PATHS: usize = 10_000;
+
 /// Why the reload thread wakes up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Trigger {
@@ -207,7 +212,15 @@ fn note(changes: &SharedChanges, ev: &Event, names: &[Option<OsString>; 2]) -> b
     }
     let mut changes = changes.lock().unwrap_or_else(PoisonError::into_inner);
     changes.everything |= everything;
-    changes.paths.extend(paths.cloned());
+    if !changes.everything {
+        changes.paths.extend(paths.cloned());
+    }
+    if changes.paths.len() > MAX_PATHS {
+        changes.everything = true;
+    }
+    if changes.everything {
+        changes.paths = Vec::new();
+    }
     true
 }
 
@@ -320,6 +333,9 @@ fn program_paths(
         }
         out.push(path);
     }
+    // A file written is named by several events (create, write, close).
+    out.sort_unstable();
+    out.dedup();
     Some(out)
 }
 
@@ -386,10 +402,16 @@ fn reload(app: &App, config_path: &Path, forced: bool, only: Option<&[PathBuf]>)
     let current = app.config();
     // Secret files are not part of the fingerprint: a changed one forces
     // a full load.
-    let loaded = if secret_files_changed(&current) {
+    let secrets = secret_files_changed(&current);
+    let only = only.filter(|_| !secrets && app.last_reload_error().is_none());
+    let looked_at = match only {
+        Some([_]) => "the 1 program file the watcher named".into(),
+        Some(paths) => format!("the {} program files the watcher named", paths.len()),
+        None => "every program file".into(),
+    };
+    let loaded = if secrets {
         config::load(config_path).map(Some)
     } else {
-        let only = only.filter(|_| app.last_reload_error().is_none());
         config::load_changed(config_path, &current, only)
     };
     match loaded {
@@ -406,7 +428,8 @@ fn reload(app: &App, config_path: &Path, forced: bool, only: Option<&[PathBuf]>)
             app.set_config(new);
             crate::sys::trim_heap();
             log::info!(
-                "reloaded: {programs} programs, {tools} tools (generation {}, {} ms)",
+                "reloaded: {programs} programs, {tools} tools (generation {}, {} ms; \
+                 looked at {looked_at})",
                 app.generation(),
                 started.elapsed().as_millis()
             );

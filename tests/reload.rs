@@ -1,8 +1,9 @@
 //! Hot reload (README, "Hot reload") against the running binary: every way an operator or
 //! a tool edits the files (in place, rename over, delete and create, new and
 //! removed files, config edits, a Kubernetes ConfigMap symlink swap), editor
-//! files that must not count, invalid edits that must change nothing, SIGHUP,
-//! runs in progress, and a reload of 10,000 program files under traffic.
+//! files that must not count, invalid edits that must change nothing, reloads
+//! that look only at the files the watcher named, SIGHUP, runs in progress,
+//! and a reload of 10,000 program files under traffic.
 
 use std::fs::{self, OpenOptions};
 use std::io::Write;
@@ -395,6 +396,93 @@ fn dangling_reference_changes_nothing() {
         ("config.toml", &text),
         &[&at, "tools[0].triggers[0].program", "program 9"],
     );
+}
+
+// ---------------------------------------------------------------------------
+// Reloads that look only at the files the watcher named.
+
+/// Wait until `rel` changed longer ago than trigd's window for files
+/// written while read (50 ms): a load then trusts its times.
+fn wait_settled(dir: &TestDir, rel: &str) {
+    let ctime = |m: &fs::Metadata| {
+        std::time::UNIX_EPOCH
+            + Duration::new(m.ctime() as u64, m.ctime_nsec() as u32)
+            + Duration::from_millis(100)
+    };
+    let meta = fs::metadata(dir.path(rel)).expect("stat");
+    assert!(
+        wait_until(LIVE, || std::time::SystemTime::now() > ctime(&meta)),
+        "the clock does not move"
+    );
+}
+
+#[test]
+fn a_reload_looks_only_at_the_files_the_watcher_named() {
+    let dir = setup("reload_partial", "", &[("a.toml", &prog(1, "one"))]);
+    // b.toml is a second name of a file outside the watched directories:
+    // an edit through that other name makes no event in programs/.
+    dir.write("elsewhere/b.toml", &prog(2, "two"));
+    fs::hard_link(dir.path("elsewhere/b.toml"), dir.path("programs/b.toml")).expect("link");
+    wait_settled(&dir, "programs/b.toml");
+    let t = Trigd::start(&dir);
+    wait_served(&t, 2, Ok("two"));
+
+    // A new program, written twice in a row: the last text is served.
+    dir.write("programs/c.toml", &prog(3, "c1"));
+    write_in_place(&dir, "programs/c.toml", &prog(3, "c2"));
+    wait_served(&t, 3, Ok("c2"));
+    wait_no_reload_error(&t);
+
+    // b edited where no event reaches trigd, then a deleted: the reload
+    // looks at a only, so b keeps the program it had.
+    write_in_place(&dir, "elsewhere/b.toml", &prog(2, "changed"));
+    fs::remove_file(dir.path("programs/a.toml")).expect("remove");
+    wait_served(&t, 1, Err("program_not_found"));
+    assert_eq!(served(&t, 2), Ok("two".to_string()), "b was not looked at");
+    assert_eq!(served(&t, 3), Ok("c2".to_string()));
+    assert!(
+        log_has(&t, "looked at the 1 program file the watcher named"),
+        "the log names what a reload looked at"
+    );
+
+    // SIGHUP looks at every file.
+    sighup(&t);
+    wait_served(&t, 2, Ok("changed"));
+    assert!(log_has(&t, "looked at every program file"));
+    assert_eq!(health(&t)["Programs"], json!(2));
+}
+
+#[test]
+fn renames_into_and_out_of_the_programs_dir_are_served() {
+    let (dir, t) = serve("reload_rename_in_out", "", &[("a.toml", &prog(1, "one"))]);
+    wait_served(&t, 1, Ok("one"));
+    dir.write("outside/b.toml", &prog(2, "two"));
+    fs::rename(dir.path("outside/b.toml"), dir.path("programs/b.toml")).expect("rename in");
+    wait_served(&t, 2, Ok("two"));
+    fs::rename(dir.path("programs/a.toml"), dir.path("outside/a.toml")).expect("rename out");
+    wait_served(&t, 1, Err("program_not_found"));
+    // Renamed to a name that is not a program file's (a backup), and back.
+    fs::rename(dir.path("programs/b.toml"), dir.path("programs/b.toml~")).expect("rename");
+    wait_served(&t, 2, Err("program_not_found"));
+    fs::rename(dir.path("programs/b.toml~"), dir.path("programs/b.toml")).expect("rename");
+    wait_served(&t, 2, Ok("two"));
+    wait_no_reload_error(&t);
+    assert_eq!(health(&t)["Programs"], json!(1));
+}
+
+#[test]
+fn a_programs_dir_replaced_by_another_is_listed_again() {
+    let (dir, t) = serve("reload_dir_replaced", "", &[("a.toml", &prog(1, "one"))]);
+    wait_served(&t, 1, Ok("one"));
+    dir.write("next/b.toml", &prog(2, "two"));
+    fs::rename(dir.path("programs"), dir.path("previous")).expect("rename away");
+    fs::rename(dir.path("next"), dir.path("programs")).expect("rename in");
+    wait_served(&t, 2, Ok("two"));
+    wait_served(&t, 1, Err("program_not_found"));
+    // The new directory is watched: a file added to it is served.
+    dir.write("programs/c.toml", &prog(3, "three"));
+    wait_served(&t, 3, Ok("three"));
+    wait_no_reload_error(&t);
 }
 
 // ---------------------------------------------------------------------------

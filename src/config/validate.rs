@@ -34,7 +34,7 @@ use super::{resolve, ApiKey, Config, ConfigError, Endpoint, Program, Stamp, User
 /// # Errors
 /// Every problem found, each with file, line, column and key.
 pub fn load(path: &Path) -> Result<Config, Vec<ConfigError>> {
-    check(read_all(path, None)?, None)
+    check(read_all(path)?, None)
 }
 
 /// Like [`load`], but reusing what `current` loaded: a program file whose
@@ -58,20 +58,29 @@ pub fn load_changed(
     current: &Config,
     changed: Option<&[PathBuf]>,
 ) -> Result<Option<Config>, Vec<ConfigError>> {
-    let files = read_all(path, Some((current, changed)))?;
+    let text = read_config(path)?;
+    let now = Some((current, changed));
+    let mut scanned = None;
+    if same_config(&text, current) {
+        // The programs directory is the current one: when no program file
+        // changed either, nothing needs parsing (not even `config.toml`,
+        // whose document takes many times its size while it is parsed).
+        let found = scan(&current.server.programs_dir, now);
+        let all_reused = |f: &ReadFiles| {
+            f.len() == current.programs.len()
+                && f.iter().all(|(_, s)| matches!(s, Ok(Source::Loaded(_))))
+        };
+        if found.as_ref().is_ok_and(all_reused) {
+            return Ok(None);
+        }
+        scanned = Some(found);
+    }
+    let files = read_programs_of(path, text, now, scanned);
     let reused = files
         .programs
         .iter()
         .filter(|(_, s)| matches!(s, Source::Loaded(_)))
         .count();
-    if files.complete
-        && files.errs.0.is_empty()
-        && reused == files.programs.len()
-        && reused == current.programs.len()
-        && fingerprint(&files.text, &files.hooks) == current.fingerprint
-    {
-        return Ok(None);
-    }
     match check(files, Some(current)) {
         Ok(cfg) => Ok(Some(cfg)),
         // Errors in or between reused files have no position: say them as
@@ -97,18 +106,43 @@ struct Files {
 /// may have changed since it was loaded (`None`: any of them).
 type Current<'a> = Option<(&'a Config, Option<&'a [PathBuf]>)>;
 
-/// Read `config.toml` and the program files it points at; with `current`,
-/// program files whose stamp is unchanged are taken from it.
-fn read_all(path: &Path, current: Current) -> Result<Files, Vec<ConfigError>> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
+/// Read `config.toml` and the program files it points at.
+fn read_all(path: &Path) -> Result<Files, Vec<ConfigError>> {
+    Ok(read_programs_of(path, read_config(path)?, None, None))
+}
+
+/// The text of `config.toml`.
+fn read_config(path: &Path) -> Result<String, Vec<ConfigError>> {
+    std::fs::read_to_string(path).map_err(|e| {
         let hint = missing_config_hint(path, &e);
         vec![error(
             path,
             "",
             format!("cannot read {}: {e}{hint}", path.display()),
         )]
-    })?;
-    Ok(read_programs_of(path, text, current))
+    })
+}
+
+/// Whether `text` (of `config.toml`) and the hooks files are what
+/// `current` was loaded from.
+fn same_config(text: &str, current: &Config) -> bool {
+    let hooks: std::io::Result<Vec<(PathBuf, String)>> = current
+        .server
+        .hooks_files
+        .iter()
+        .map(|f| Ok((f.clone(), std::fs::read_to_string(f)?)))
+        .collect();
+    hooks.is_ok_and(|h| fingerprint(text, &h) == current.fingerprint)
+}
+
+/// The program files in `dir` (see [`read_programs`] and [`read_listed`]).
+fn scan(dir: &Path, current: Current) -> std::io::Result<ReadFiles> {
+    match current {
+        Some((cur, Some(changed))) if cur.server.programs_dir == dir => {
+            Ok(read_listed(dir, cur, changed))
+        }
+        _ => read_programs(dir, current.map(|c| c.0)),
+    }
 }
 
 /// Like [`load`], with `text` standing for the content of `path` (the
@@ -117,12 +151,18 @@ fn read_all(path: &Path, current: Current) -> Result<Files, Vec<ConfigError>> {
 /// # Errors
 /// As [`load`].
 pub fn load_text(path: &Path, text: String) -> Result<Config, Vec<ConfigError>> {
-    check(read_programs_of(path, text, None), None)
+    check(read_programs_of(path, text, None, None), None)
 }
 
 /// `config.toml` parsed, and the program files that `text`, the content of
-/// `path`, points at.
-fn read_programs_of(path: &Path, text: String, current: Current) -> Files {
+/// `path`, points at (`scanned`: already found in the programs directory
+/// `current` names, which `text` names too).
+fn read_programs_of(
+    path: &Path,
+    text: String,
+    current: Current,
+    scanned: Option<std::io::Result<ReadFiles>>,
+) -> Files {
     let mut errs = Errors::default();
     let src = Src {
         file: path,
@@ -133,12 +173,7 @@ fn read_programs_of(path: &Path, text: String, current: Current) -> Files {
     let rel = dir_value.map_or(defaults::PROGRAMS_DIR, |d| d.get_ref());
     let dir = resolve(&config_dir(path), Path::new(rel));
     let mut complete = true;
-    let programs = match current {
-        Some((cur, Some(changed))) if cur.server.programs_dir == dir => {
-            Ok(read_listed(&dir, cur, changed))
-        }
-        _ => read_programs(&dir, current.map(|c| c.0)),
-    };
+    let programs = scanned.unwrap_or_else(|| scan(&dir, current));
     let programs = programs.unwrap_or_else(|e| {
         let msg = format!("cannot read programs directory {}: {e}", dir.display());
         match dir_value {
@@ -295,18 +330,18 @@ fn read_listed(dir: &Path, current: &Config, changed: &[PathBuf]) -> ReadFiles {
         .map(|p| (p.file.clone(), Some(p), p.stamp.is_none()))
         .collect();
     files.sort_unstable_by(|a, b| a.0.as_os_str().cmp(b.0.as_os_str()));
+    // A file written is named by several events (create, write, close).
+    let mut look: Vec<&PathBuf> = changed
+        .iter()
+        .filter(|p| p.parent() == Some(dir) && is_program_file(p))
+        .collect();
+    look.sort_unstable_by(|a, b| a.as_os_str().cmp(b.as_os_str()));
+    look.dedup();
     let known = files.len();
-    for path in changed {
-        if path.parent() != Some(dir) || !is_program_file(path) {
-            continue;
-        }
-        let at = files[..known].binary_search_by(|f| f.0.as_os_str().cmp(path.as_os_str()));
-        match at {
+    for path in look {
+        match files[..known].binary_search_by(|f| f.0.as_os_str().cmp(path.as_os_str())) {
             Ok(i) => files[i].2 = true,
-            Err(_) if !files[known..].iter().any(|f| f.0 == *path) => {
-                files.push((path.clone(), None, true));
-            }
-            Err(_) => {}
+            Err(_) => files.push((path.clone(), None, true)),
         }
     }
     // Stable and nearly sorted: the new files at the end are merged in.

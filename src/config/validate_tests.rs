@@ -564,3 +564,82 @@ fn a_reload_reads_only_the_files_that_changed() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_reload_told_which_files_changed_looks_at_those_only() {
+    let dir = std::env::temp_dir().join(format!("trigd-named-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let programs = dir.join("programs");
+    std::fs::create_dir_all(&programs).unwrap();
+    let config = dir.join("config.toml");
+    std::fs::write(&config, "").unwrap();
+    let prog = |id: u64, name: &str| {
+        format!("id = {id}\nname = \"{name}\"\n[[functions]]\nname = \"f\"\ncommand = [\"/bin/true\"]\n")
+    };
+    let write = |file: &str, text: String| {
+        let path = programs.join(file);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let a = write("a.toml", prog(1, "a"));
+    let b = write("b.toml", prog(2, "b"));
+    settled(&write("c.toml", prog(3, "c")));
+    let first = load(&config).unwrap();
+    assert!(first.programs.values().all(|p| p.stamp.is_some()));
+
+    // Nothing named, nothing changed.
+    assert!(load_changed(&config, &first, Some(&[])).unwrap().is_none());
+
+    // b changed, d is new, c is gone, but only d and c are named: b keeps
+    // the program it had (its file is not even looked at), d is served,
+    // c is dropped; names outside the programs dir or not of program files
+    // are passed over.
+    settled(&write("b.toml", prog(2, "b2")));
+    let d = write("d.toml", prog(4, "d"));
+    let c = programs.join("c.toml");
+    std::fs::remove_file(&c).unwrap();
+    let named = [
+        d.clone(),
+        c.clone(),
+        d.clone(),
+        programs.join(".d.toml.swp"),
+        dir.join("a.toml"),
+    ];
+    let second = load_changed(&config, &first, Some(&named))
+        .unwrap()
+        .expect("d new, c gone");
+    assert_eq!(
+        second.programs.keys().copied().collect::<Vec<_>>(),
+        [1, 2, 4]
+    );
+    assert!(Arc::ptr_eq(&first.programs[&1], &second.programs[&1]));
+    assert!(Arc::ptr_eq(&first.programs[&2], &second.programs[&2]));
+    assert_eq!(second.programs[&2].name, "b", "b was not named");
+    assert_eq!(second.programs[&4].file, d);
+
+    // Named now: b's change is seen; the unnamed a is still not looked at
+    // (its deletion is not seen either).
+    std::fs::remove_file(&a).unwrap();
+    let third = load_changed(&config, &second, Some(std::slice::from_ref(&b)))
+        .unwrap()
+        .expect("b changed");
+    assert_eq!(third.programs[&2].name, "b2");
+    assert!(Arc::ptr_eq(&second.programs[&1], &third.programs[&1]));
+
+    // A full scan (nothing named) finds what the names left out.
+    let fourth = load_changed(&config, &third, None)
+        .unwrap()
+        .expect("a gone");
+    assert_eq!(fourth.programs.keys().copied().collect::<Vec<_>>(), [2, 4]);
+
+    // A config.toml naming another programs directory lists that one,
+    // whatever the names say.
+    std::fs::create_dir_all(dir.join("other")).unwrap();
+    std::fs::write(dir.join("other/e.toml"), prog(5, "e")).unwrap();
+    std::fs::write(&config, "[server]\nprograms_dir = \"other\"\n").unwrap();
+    let fifth = load_changed(&config, &fourth, Some(&[]))
+        .unwrap()
+        .expect("programs dir moved");
+    assert_eq!(fifth.programs.keys().copied().collect::<Vec<_>>(), [5]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
