@@ -417,6 +417,10 @@ fn reload(app: &App, config_path: &Path, forced: bool, only: Option<&[PathBuf]>)
     match loaded {
         Ok(None) => {
             app.clear_reload_error();
+            if only.is_none() {
+                // Listing and `stat`ing every file allocated a path each.
+                crate::sys::trim_heap();
+            }
             if forced {
                 log::info!("reload: configuration unchanged");
             }

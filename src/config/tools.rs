@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use super::callbacks::{self, Callbacks};
 use super::raw::{self, RawConfig};
@@ -13,6 +13,7 @@ use super::{
     Workspace,
 };
 use crate::http::Method;
+use crate::receive::{Answer, Receive};
 
 /// `[[tools]]` by name.
 pub fn tools(
@@ -73,7 +74,7 @@ fn triggers(
     errs: &mut Errors,
 ) -> Vec<Trigger> {
     let mut seen = HashMap::new();
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(t.triggers.len());
     for (j, tr) in t.triggers.iter().enumerate() {
         let key = format!("{key}.triggers[{j}]");
         let kind = types::parse_trigger_kind(tr.kind.get_ref())
@@ -126,7 +127,7 @@ fn triggers(
         let outputs = program
             .and_then(|p| p.function(tr.function.get_ref()))
             .map(|f| f.inputs());
-        let receive = Arc::new(super::receive::receive(src, tr, &key, outputs, dir, errs));
+        let receive = shared(super::receive::receive(src, tr, &key, outputs, dir, errs));
         let (Ok(kind), Ok(method), Ok(program)) = (kind, method, u64::try_from(id)) else {
             continue;
         };
@@ -142,6 +143,16 @@ fn triggers(
         });
     }
     out
+}
+
+/// `receive` in an `Arc`; the plain one (no receive settings, the default
+/// answer), which most triggers have, is one `Arc` for all of them.
+fn shared(receive: Receive) -> Arc<Receive> {
+    static PLAIN: OnceLock<Arc<Receive>> = OnceLock::new();
+    if receive.is_configured() || receive.answer != Answer::default() {
+        return Arc::new(receive);
+    }
+    Arc::clone(PLAIN.get_or_init(|| Arc::new(receive)))
 }
 
 /// An environment with its endpoints, one per trigger.
