@@ -34,7 +34,44 @@ use super::{resolve, ApiKey, Config, ConfigError, Endpoint, Program, Stamp, User
 /// # Errors
 /// Every problem found, each with file, line, column and key.
 pub fn load(path: &Path) -> Result<Config, Vec<ConfigError>> {
-    check(read_all(path)?, None)
+    check_apart(read_all(path)?)
+}
+
+/// A `config.toml` at least this long is checked on a thread of its own.
+const CHECK_APART: usize = 64 * 1024;
+
+/// [`check`] `files`; for a long `config.toml`, on a thread of its own.
+///
+/// While `config.toml` is parsed, its TOML document takes many times the
+/// size of the text (7.5 MB for 240 KB of 1,000 tools), and the parsed
+/// structs stay until the check ends. Built on the same thread, the config
+/// that stays would be scattered among them, and the pages it shares with
+/// freed memory stay in RSS (`malloc_trim` gives back only whole free
+/// pages). Another thread is served by another malloc arena (glibc), so
+/// the config is built there in one piece and what the parse used is freed
+/// whole, here.
+fn check_apart(files: Files) -> Result<Config, Vec<ConfigError>> {
+    if files.text.len() < CHECK_APART {
+        return check(files, None);
+    }
+    let files = std::sync::Mutex::new(Some(files));
+    let take = || files.lock().ok().and_then(|mut f| f.take());
+    let apart = std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("load".into())
+            .spawn_scoped(scope, || take().map(|f| check(f, None)))
+            .ok()
+            .map(|h| h.join())
+    });
+    match apart {
+        Some(Ok(Some(done))) => done,
+        Some(Err(panic)) => std::panic::resume_unwind(panic),
+        // No thread: check here.
+        _ => match take() {
+            Some(f) => check(f, None),
+            None => unreachable!("the files were checked or are still here"),
+        },
+    }
 }
 
 /// Like [`load`], but reusing what `current` loaded: a program file whose
@@ -168,7 +205,7 @@ fn read_programs_of(
         file: path,
         text: &text,
     };
-    let raw = parse_config(&src, &mut errs);
+    let raw = parse::<RawConfig>(&src, &mut errs);
     let dir_value = raw.as_ref().and_then(|r| r.server.programs_dir.as_ref());
     let rel = dir_value.map_or(defaults::PROGRAMS_DIR, |d| d.get_ref());
     let dir = resolve(&config_dir(path), Path::new(rel));
@@ -210,39 +247,6 @@ fn read_programs_of(
         hooks,
         errs,
         complete,
-    }
-}
-
-/// A `config.toml` at least this long is parsed on a thread of its own.
-const PARSE_APART: usize = 64 * 1024;
-
-/// `config.toml` parsed. While it is parsed, its TOML document takes many
-/// times the size of the text (7.5 MB for a 240 KB file of 1,000 tools),
-/// and the config built from it stays: parsed on the same thread, what
-/// stays ends up scattered among the freed document, and the pages stay
-/// in RSS (`malloc_trim` gives back only whole free pages). A long text is
-/// therefore parsed on a thread of its own, which glibc serves from
-/// another malloc arena, so the document is freed there in one piece.
-fn parse_config(src: &Src, errs: &mut Errors) -> Option<RawConfig> {
-    if src.text.len() < PARSE_APART {
-        return parse::<RawConfig>(src, errs);
-    }
-    let apart = std::thread::scope(|scope| {
-        let parsing = std::thread::Builder::new()
-            .name("parse".into())
-            .spawn_scoped(scope, || {
-                let mut errs = Errors::default();
-                (parse::<RawConfig>(src, &mut errs), errs)
-            })
-            .ok()?;
-        parsing.join().ok()
-    });
-    match apart {
-        Some((raw, found)) => {
-            errs.0.extend(found.0);
-            raw
-        }
-        None => parse::<RawConfig>(src, errs),
     }
 }
 
