@@ -304,34 +304,39 @@ impl Reloader<'_> {
     }
 }
 
-/// The program files among `paths` when the others are all files read at
-/// every reload anyway (`config.toml`, the hooks files); `None` when some
-/// path may stand for more than itself (the programs directory, a
-/// `..data` symlink, a file beside `config.toml`) and every file must be
-/// looked at.
+/// The program files among `paths` (as the programs directory names them)
+/// when the others are all files read at every reload anyway
+/// (`config.toml`, the hooks files); `None` when some path may stand for
+/// more than itself (the programs directory, a `..data` symlink, a file
+/// beside `config.toml`) and every file must be looked at.
 fn program_paths(
     paths: Vec<PathBuf>,
     config_path: &Path,
     server: &config::Server,
 ) -> Option<Vec<PathBuf>> {
-    let config_dir = watched_config_dir(config_path);
-    let programs_dir = server.programs_dir.as_path();
+    // The watcher names paths under the absolute form of what it watches.
+    let cwd = std::env::current_dir().ok()?;
+    let abs = |p: &Path| cwd.join(p);
+    let config_dir = abs(watched_config_dir(config_path));
+    let programs_dir = abs(&server.programs_dir);
     if programs_dir == config_dir {
         return None;
     }
-    let is_config =
-        |p: &Path| p.parent() == Some(config_dir) && p.file_name() == config_path.file_name();
+    let is_config = |p: &Path| {
+        p.parent() == Some(config_dir.as_path()) && p.file_name() == config_path.file_name()
+    };
     let mut out = Vec::with_capacity(paths.len());
     for path in paths {
-        if is_config(&path) || server.hooks_files.contains(&path) {
+        if is_config(&path) || server.hooks_files.iter().any(|h| abs(h) == path) {
             continue;
         }
-        let name = path.file_name().map(|n| n.to_string_lossy());
-        let program = name.is_some_and(|n| !n.starts_with('.') && n.ends_with(".toml"));
-        if path.parent() != Some(programs_dir) || !program {
+        let name = path.file_name()?;
+        let lossy = name.to_string_lossy();
+        let program = !lossy.starts_with('.') && lossy.ends_with(".toml");
+        if path.parent() != Some(programs_dir.as_path()) || !program {
             return None;
         }
-        out.push(path);
+        out.push(server.programs_dir.join(name));
     }
     // A file written is named by several events (create, write, close).
     out.sort_unstable();
@@ -535,6 +540,50 @@ mod tests {
                 "shutdown_grace"
             ]
         );
+    }
+
+    #[test]
+    fn event_paths_name_program_files_however_the_config_was_named() {
+        let cwd = std::env::current_dir().unwrap();
+        let config = Path::new("cfg/config.toml");
+        let server = crate::config::load_str(config, "", &[]).unwrap().server;
+        let named = |rel: &[&str]| {
+            let paths = rel.iter().map(|r| cwd.join(r)).collect();
+            program_paths(paths, config, &server)
+        };
+        let a = PathBuf::from("cfg/programs/a.toml");
+        assert_eq!(named(&[]), Some(vec![]));
+        assert_eq!(
+            named(&[
+                "cfg/programs/a.toml",
+                "cfg/config.toml",
+                "cfg/programs/a.toml"
+            ]),
+            Some(vec![a.clone()]),
+            "as the programs directory names them, once"
+        );
+        let abs = crate::config::load_str(&cwd.join(config), "", &[])
+            .unwrap()
+            .server;
+        let paths = vec![cwd.join("cfg/programs/a.toml")];
+        assert_eq!(
+            program_paths(paths.clone(), &cwd.join(config), &abs),
+            Some(paths)
+        );
+        for everything in [
+            "cfg/programs",
+            "cfg/..data",
+            "cfg/other.toml",
+            "cfg/programs/sub/a.toml",
+            "cfg/programs/hooks.json",
+            "elsewhere/a.toml",
+        ] {
+            assert_eq!(
+                named(&["cfg/programs/a.toml", everything]),
+                None,
+                "{everything}"
+            );
+        }
     }
 
     #[test]
