@@ -29,9 +29,9 @@ pub(super) fn load_programs(
     known: &mut Known,
     errs: &mut Errors,
 ) -> BTreeMap<u64, Arc<Program>> {
-    let mut files_by_id: HashMap<u64, &Path> = HashMap::new();
-    let mut names: HashMap<&str, &Path> = HashMap::new();
-    let mut out = BTreeMap::new();
+    let mut names: HashMap<&str, &Path> = HashMap::with_capacity(files.len());
+    // By id, the first program with it (whose `file` a duplicate names).
+    let mut out: BTreeMap<u64, Arc<Program>> = BTreeMap::new();
     // Parsing dominates the load of thousands of files: do it on every core.
     let wss_known = known.workspaces_known.then_some(wss);
     let found = par_map(files, |(file, source)| {
@@ -54,7 +54,7 @@ pub(super) fn load_programs(
         };
         let id = u64::try_from(f.id).ok();
         let id_span = f.spans.as_ref().map(|s| &s.0);
-        match id.map(|id| files_by_id.get(&id).copied()) {
+        match id.map(|id| out.get(&id).map(|p| p.file.as_path())) {
             None => at(
                 errs,
                 id_span,
@@ -87,7 +87,6 @@ pub(super) fn load_programs(
             }
         }
         if let Some(id) = id {
-            files_by_id.entry(id).or_insert(file);
             out.entry(id).or_insert_with(|| Arc::clone(&f.program));
         }
     }

@@ -384,16 +384,19 @@ fn read_listed(dir: &Path, current: &Config, changed: &[PathBuf]) -> ReadFiles {
     // Stable and nearly sorted: the new files at the end are merged in.
     files.sort_by(|a, b| a.0.as_os_str().cmp(b.0.as_os_str()));
     let started = SystemTime::now();
-    files
-        .into_iter()
-        .filter_map(|(file, loaded, again)| match (loaded, again) {
-            (Some(p), false) => Some((file, Ok(Source::Loaded(Arc::clone(p))))),
-            _ => {
-                let source = read_source(&file, loaded, started)?;
-                Some((file, source))
-            }
-        })
-        .collect()
+    let mut out = Vec::with_capacity(files.len());
+    out.extend(
+        files
+            .into_iter()
+            .filter_map(|(file, loaded, again)| match (loaded, again) {
+                (Some(p), false) => Some((file, Ok(Source::Loaded(Arc::clone(p))))),
+                _ => {
+                    let source = read_source(&file, loaded, started)?;
+                    Some((file, source))
+                }
+            }),
+    );
+    out
 }
 
 /// One program file: `loaded` when its stamp is unchanged or its text is
