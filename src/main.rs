@@ -27,7 +27,7 @@
 //! load and validate the config                      config/ (validate.rs → server.rs, program.rs, tools.rs)
 //! what an entry point takes (Endpoint)              config/endpoint.rs
 //! error codes and their JSON                        http.rs (ApiError)
-//! run slots, the wait queue, child processes        runner/ (mod.rs, queue.rs, step.rs)
+//! run slots, the wait queue, child processes        runner/ (mod.rs, queue.rs, step.rs; handle.rs: stop, wake followers)
 //! run records, who started a run (Origin)           store.rs
 //! Idempotency-Key: keys at rest, answering repeats  idempotency.rs, replay.rs
 //! a run's kept output, following it, cancel         output.rs (the file), follow.rs (events), runs.rs (routes)
