@@ -100,13 +100,18 @@ fn children_of(ppid: u32) -> Vec<(u32, char, String)> {
     out
 }
 
-/// Pids whose command line contains `marker`.
-fn procs_with(marker: &str) -> Vec<u32> {
+/// Live processes of session `sid` (a server started with
+/// [`Trigd::start_own_session`] and its descendants) whose command line
+/// contains `marker`.
+fn session_procs_with(sid: u32, marker: &str) -> Vec<u32> {
     let mut out = Vec::new();
     for e in fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
             continue;
         };
+        if session_of(pid) != Some(sid) {
+            continue;
+        }
         if let Ok(cmd) = fs::read(format!("/proc/{pid}/cmdline")) {
             let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
             if cmd.contains(marker) && pid_alive(pid) {
@@ -1000,7 +1005,7 @@ fn async_run_is_refused_when_the_state_dir_is_gone_or_readonly() {
 #[test]
 fn hostile_programs_are_killed_with_their_group_and_leave_no_zombie_or_fd() {
     let _g = heavy();
-    let (_dir, t) = serve(
+    let dir = setup(
         "limits_hostile",
         "kill_grace = \"300ms\"\nmax_concurrent_runs = 8",
         &[(
@@ -1034,6 +1039,9 @@ command = ["true"]
 "#,
         )],
     );
+    // Only this server's descendants count, whatever else runs on the
+    // machine (the same test in another checkout, say).
+    let t = Trigd::start_own_session(&dir);
     let pid = t.pid();
     let hostile = ["ignore_term", "forker", "closer"];
     let handles: Vec<_> = hostile
@@ -1048,11 +1056,15 @@ command = ["true"]
         let r = h.join().expect("client");
         r.err(504, "run_timeout");
     }
-    // Everything those runs started is gone, grandchildren included.
-    let leftovers = |m: &str| procs_with(m);
+    // Everything those runs started is gone, grandchildren included. Their
+    // group got SIGKILL before the answer; a killed process still takes a
+    // moment to die on a busy machine, far less than the 31 s it would
+    // otherwise sleep.
+    let leftovers = |m: &str| session_procs_with(pid, m);
     for m in ["sleep 31.41", "sleep 31.42", "sleep 31.43"] {
+        let gone = wait_until(Duration::from_secs(10), || leftovers(m).is_empty());
         t.check(
-            leftovers(m).is_empty(),
+            gone,
             format!("processes of `{m}` survive the timeout: {:?}", leftovers(m)),
         );
     }
