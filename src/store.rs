@@ -585,7 +585,7 @@ impl RunStore {
     /// offsets stay valid); only the lines appended since, the rename and
     /// the swap of the index happen under them. Holding the locks for the
     /// whole rewrite stalled every run for tens of milliseconds each time
-    /// the log doubled (`bench/README.md`, "Where the time goes").
+    /// the log doubled (`bench/README.md`, "The sync tail").
     /// The dropped runs' output files are removed after the locks are
     /// released.
     fn compact(&self) -> io::Result<()> {
