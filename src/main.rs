@@ -58,6 +58,7 @@ mod config;
 mod error;
 mod firststart;
 mod follow;
+mod hooks;
 mod http;
 mod idempotency;
 mod import;
