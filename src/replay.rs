@@ -79,7 +79,9 @@ fn wait_bound(job: &Job) -> Duration {
 
 /// Whether a run was started for this answer (then the key stays).
 fn ran(answer: &Result<Response, ApiError>) -> bool {
-    answer.as_ref().map_or_else(ApiError::is_run_outcome, |_| true)
+    answer
+        .as_ref()
+        .map_or_else(ApiError::is_run_outcome, |_| true)
 }
 
 fn still_waiting() -> ApiError {

@@ -588,7 +588,10 @@ mod tests {
         };
         assert_eq!(values.file_dir, Path::new("/etc/trigd/work"));
         assert_eq!(h.methods, Methods::Set(vec![Method::Post]));
-        assert_eq!((answer.success, h.receive.answer.ignored_status), (200, 403));
+        assert_eq!(
+            (answer.success, h.receive.answer.ignored_status),
+            (200, 403)
+        );
         assert_eq!(values.env[0].0, "HOOK_a.b");
         assert_eq!(values.files[0].env, "HOOK_DATA");
         let bare = compile_one(r#""trigger-rule": {}"#).unwrap();

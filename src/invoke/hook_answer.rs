@@ -61,7 +61,9 @@ pub fn render(h: &HookAnswer, result: Result<Response, ApiError>) -> Result<Resp
     }
     // A `Content-Type` among them replaces the one guessed from the body.
     for (name, value) in &h.headers {
-        answer.headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+        answer
+            .headers
+            .retain(|(n, _)| !n.eq_ignore_ascii_case(name));
         answer.headers.push((name.clone(), value.clone()));
     }
     Ok(answer)

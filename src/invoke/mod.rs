@@ -44,8 +44,7 @@ use crate::access::Member;
 use crate::app::App;
 use crate::callback::{self, record::Source};
 use crate::config::{
-    ApiKey, Config, Credentials, Dialect, Endpoint, Entry, Function, Program, Shape, Target,
-    Values,
+    ApiKey, Config, Credentials, Dialect, Endpoint, Entry, Function, Program, Shape, Target, Values,
 };
 use crate::http::{ApiError, Request, Response};
 use crate::idempotency;
@@ -130,7 +129,14 @@ fn steps(
         values::reject_unknown(req)?;
     }
     let callbacks = callbacks(cfg, req, endpoint, function, &caller)?;
-    let mut job = job(cfg, program, function, made.values, &made.vars, caller.origin());
+    let mut job = job(
+        cfg,
+        program,
+        function,
+        made.values,
+        &made.vars,
+        caller.origin(),
+    );
     job.files = made.files;
     job.body_file = body_file;
     job.stdin_body = rcv.stdin_body;

@@ -9,11 +9,11 @@ use std::collections::BTreeMap;
 use base64::Engine as _;
 use serde_json::Value;
 
-use super::read::Read;
-use super::webhook;
+use super::read::{body_error, Read};
 use crate::config::{Endpoint, HookValues, Server, Values};
 use crate::http::{ApiError, Request};
 use crate::receive::body_file::BodyFile;
+use crate::receive::{read_values, Receive, ValuesError};
 
 /// The query parameters `POST /api` accepts.
 const PARAMS: [&str; 7] = [
@@ -57,7 +57,7 @@ pub fn make(
     let values = match &endpoint.values {
         Values::Hook(h) => return Ok(hook(h, read)),
         Values::Positional => req.query_all("variables").map(str::to_string).collect(),
-        Values::ByName => match webhook::values(&endpoint.receive, read, req, inputs)? {
+        Values::ByName => match sourced(&endpoint.receive, read, req, inputs)? {
             Some(values) => values,
             None => named_values(req, inputs)?,
         },
@@ -69,6 +69,39 @@ pub fn make(
         files: Vec::new(),
         request: Vec::new(),
     })
+}
+
+/// The values from the trigger's sources (`values`); `None` when the
+/// endpoint reads values its own way. A trigger with other receive
+/// settings but no `values` takes values by name from the query only: its
+/// body is the sender's payload.
+///
+/// # Errors
+/// `invalid_payload`, `unsupported_media_type`, and `variables_mismatch`
+/// for a value the request does not carry.
+fn sourced(
+    rcv: &Receive,
+    read: &Read<'_>,
+    req: &Request,
+    inputs: &[String],
+) -> Result<Option<Vec<String>>, ApiError> {
+    match &rcv.values {
+        Some(specs) => read_values(|s| read.get(s), specs)
+            .map(Some)
+            .map_err(|e| values_error(e, inputs)),
+        None if rcv.is_configured() => named_values_from(&req.query, b"", inputs).map(Some),
+        None => Ok(None),
+    }
+}
+
+fn values_error(e: ValuesError, inputs: &[String]) -> ApiError {
+    match e {
+        ValuesError::Body(e) => body_error(e),
+        ValuesError::Missing { output, source } => ApiError::ValuesMismatch {
+            msg: format!("Value '{output}' ({source}) is not in the request."),
+            outputs: inputs.to_vec(),
+        },
+    }
 }
 
 /// A hook's values as webhook passes them: each argument (a missing one

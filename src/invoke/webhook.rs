@@ -1,9 +1,9 @@
 //! The steps a tool trigger with receive settings adds to [`invoke`]
-//! (see `receive`): the signature right after the endpoint's credentials,
-//! the values from their sources, the raw body in a file; and the
-//! accounting and shape of every answer in [`answer`] (the rule is
-//! `read.rs`'s). For an endpoint without receive settings every step here
-//! is a no-op.
+//! (see `receive`): the signature right after the endpoint's credentials
+//! and the raw body in a file; and the accounting and shape of every
+//! answer in [`answer`] (the rule is `read.rs`'s, the values from their
+//! sources `values.rs`'s). For an endpoint without receive settings every
+//! step here is a no-op.
 //!
 //! [`invoke`]: super::invoke
 
@@ -12,12 +12,11 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::hook_answer;
-use super::read::{body_error, Read};
 use crate::app::App;
 use crate::config::{Config, Endpoint, Entry, Shape};
 use crate::http::{ApiError, Request, Response};
 use crate::receive::body_file::BodyFile;
-use crate::receive::{read_values, Answer, Receive, ValuesError};
+use crate::receive::{Answer, Receive};
 
 /// Check the request's signature or token (`verify`).
 ///
@@ -50,41 +49,6 @@ pub fn body_file(
             log::error!("cannot write the request body under {}: {e}", dir.display());
             Err(ApiError::StorageUnavailable)
         }
-    }
-}
-
-/// The values from the trigger's sources (`values`); `None` when the
-/// endpoint reads values its own way. A trigger with other receive
-/// settings but no `values` takes values by name from the query only: its
-/// body is the sender's payload.
-///
-/// # Errors
-/// `invalid_payload`, `unsupported_media_type`, and `variables_mismatch`
-/// for a value the request does not carry.
-pub fn values(
-    rcv: &Receive,
-    read: &Read<'_>,
-    req: &Request,
-    inputs: &[String],
-) -> Result<Option<Vec<String>>, ApiError> {
-    match &rcv.values {
-        Some(specs) => read_values(|s| read.get(s), specs)
-            .map(Some)
-            .map_err(|e| values_error(e, inputs)),
-        None if rcv.is_configured() => {
-            super::values::named_values_from(&req.query, b"", inputs).map(Some)
-        }
-        None => Ok(None),
-    }
-}
-
-fn values_error(e: ValuesError, inputs: &[String]) -> ApiError {
-    match e {
-        ValuesError::Body(e) => body_error(e),
-        ValuesError::Missing { output, source } => ApiError::ValuesMismatch {
-            msg: format!("Value '{output}' ({source}) is not in the request."),
-            outputs: inputs.to_vec(),
-        },
     }
 }
 
