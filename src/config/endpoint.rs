@@ -16,9 +16,9 @@
 //! | logs and metrics | [`Entry`] | `/api`, a tool trigger, a hook |
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::hook_compile::{HookAnswer, HookValues};
 use super::Program;
 use crate::http::Method;
 use crate::receive::values::Source;
@@ -186,6 +186,48 @@ pub enum Shape {
     Run,
     /// webhook's plain texts and statuses.
     Webhook(Arc<HookAnswer>),
+}
+
+/// How a hook makes the values of its run (its [`Values::Hook`]; compiled in `hook_compile.rs`).
+#[derive(Debug)]
+pub struct HookValues {
+    /// `pass-arguments-to-command`, in order.
+    pub args: Vec<Source>,
+    /// `pass-environment-to-command`: variable name and source.
+    pub env: Vec<(String, Source)>,
+    /// `pass-file-to-command`.
+    pub files: Vec<HookFile>,
+    /// Directory the files go to (`command-working-directory`, else the
+    /// system's temporary directory).
+    pub file_dir: PathBuf,
+}
+
+/// One `pass-file-to-command` entry.
+#[derive(Debug)]
+pub struct HookFile {
+    /// Environment variable that gets the file's path.
+    pub env: String,
+    /// What goes in the file.
+    pub source: Source,
+    /// `base64decode`.
+    pub base64: bool,
+}
+
+/// How a hook answers (its [`Shape::Webhook`]: webhook's texts and
+/// options; the status of a rule that does not match is the endpoint's
+/// `receive.answer.ignored_status`).
+#[derive(Debug, Clone, Default)]
+pub struct HookAnswer {
+    /// `response-message` (without `include-command-output-in-response`).
+    pub message: String,
+    /// `response-headers`, on a request that matched.
+    pub headers: Vec<(String, String)>,
+    /// `success-http-response-code` when it is a known status, else 200.
+    pub success: u16,
+    /// `include-command-output-in-response`: wait and answer the output.
+    pub output: bool,
+    /// `include-command-output-in-response-on-error`.
+    pub output_on_error: bool,
 }
 
 impl Endpoint {

@@ -19,8 +19,9 @@ use regex_lite::Regex;
 use super::hooks::{parse_file, ArgDef, HookDef, HookError, MatchDef, RuleDef};
 use super::types::{error, Errors};
 use super::{
-    resolve, ApiTrigger, Credentials, Dialect, Endpoint, Entry, Function, Methods, OutputMode,
-    Piece, Program, Server, Shape, Step, Target, Template, Values, WebhookReading,
+    resolve, ApiTrigger, Credentials, Dialect, Endpoint, Entry, Function, HookAnswer, HookFile,
+    HookValues, Methods, OutputMode, Piece, Program, Server, Shape, Step, Target, Template, Values,
+    WebhookReading,
 };
 use crate::cidr::Cidr;
 use crate::http::Method;
@@ -46,48 +47,6 @@ impl Hooks {
             _ => None,
         }
     }
-}
-
-/// How a hook makes the values of its run (its [`Values::Hook`]).
-#[derive(Debug)]
-pub struct HookValues {
-    /// `pass-arguments-to-command`, in order.
-    pub args: Vec<Source>,
-    /// `pass-environment-to-command`: variable name and source.
-    pub env: Vec<(String, Source)>,
-    /// `pass-file-to-command`.
-    pub files: Vec<HookFile>,
-    /// Directory the files go to (`command-working-directory`, else the
-    /// system's temporary directory).
-    pub file_dir: PathBuf,
-}
-
-/// One `pass-file-to-command` entry.
-#[derive(Debug)]
-pub struct HookFile {
-    /// Environment variable that gets the file's path.
-    pub env: String,
-    /// What goes in the file.
-    pub source: Source,
-    /// `base64decode`.
-    pub base64: bool,
-}
-
-/// How a hook answers (its [`Shape::Webhook`]: webhook's texts and
-/// options; the status of a rule that does not match is the endpoint's
-/// `receive.answer.ignored_status`).
-#[derive(Debug, Clone, Default)]
-pub struct HookAnswer {
-    /// `response-message` (without `include-command-output-in-response`).
-    pub message: String,
-    /// `response-headers`, on a request that matched.
-    pub headers: Vec<(String, String)>,
-    /// `success-http-response-code` when it is a known status, else 200.
-    pub success: u16,
-    /// `include-command-output-in-response`: wait and answer the output.
-    pub output: bool,
-    /// `include-command-output-in-response-on-error`.
-    pub output_on_error: bool,
 }
 
 /// First path segments trigd serves itself: a prefix must not start so.

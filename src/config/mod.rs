@@ -32,12 +32,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use endpoint::{
-    Credentials, Dialect, Endpoint, Entry, Methods, Shape, Target, TriggerName, Values,
-    WebhookReading,
+    Credentials, Dialect, Endpoint, Entry, HookAnswer, HookFile, HookValues, Methods, Shape,
+    Target, TriggerName, Values, WebhookReading,
 };
 #[cfg(fuzzing)] // fuzz/ (the hooks_file harness)
 pub use hook_compile::compile as compile_hook;
-pub use hook_compile::{known_status, HookAnswer, HookValues, Hooks};
+pub use hook_compile::{known_status, Hooks};
 pub use stamp::Stamp;
 
 use crate::http::Method;
