@@ -4,6 +4,7 @@
 //! every endpoint; or a hook's arguments, environment and files, made as
 //! webhook makes them.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use base64::Engine as _;
@@ -29,11 +30,11 @@ const PARAMS: [&str; 7] = [
 /// What the values step makes for a run: its values (by input position),
 /// its variables, the files it reads, and what else of the request the
 /// run gets (for an `Idempotency-Key`'s fingerprint).
-pub struct Made {
+pub struct Made<'e> {
     /// The values, one per input.
     pub values: Vec<String>,
-    /// The run's variables: the endpoint's, a hook's environment.
-    pub vars: BTreeMap<String, String>,
+    /// The run's variables: the endpoint's, or a hook's environment.
+    pub vars: Cow<'e, BTreeMap<String, String>>,
     /// A hook's `pass-file-to-command` files, removed after the run.
     pub files: Vec<BodyFile>,
     /// `NAME=value` of every variable and file taken from the request.
@@ -47,13 +48,13 @@ pub struct Made {
 /// Those of [`named_values`], the receive sources
 /// (`invalid_payload`, `unsupported_media_type`, `variables_mismatch`) and
 /// [`check_values`]. A hook's values are never refused (see [`hook`]).
-pub fn make(
+pub fn make<'e>(
     server: &Server,
     req: &Request,
-    endpoint: &Endpoint,
+    endpoint: &'e Endpoint,
     read: &Read<'_>,
     inputs: &[String],
-) -> Result<Made, ApiError> {
+) -> Result<Made<'e>, ApiError> {
     let values = match &endpoint.values {
         Values::Hook(h) => return Ok(hook(h, read)),
         Values::Positional => req.query_all("variables").map(str::to_string).collect(),
@@ -65,7 +66,7 @@ pub fn make(
     check_values(server, &endpoint.values, inputs, &values)?;
     Ok(Made {
         values,
-        vars: endpoint.vars.clone(),
+        vars: Cow::Borrowed(&endpoint.vars),
         files: Vec::new(),
         request: Vec::new(),
     })
@@ -108,18 +109,19 @@ fn values_error(e: ValuesError, inputs: &[String]) -> ApiError {
 /// is empty), each environment variable and file (a missing one is left
 /// out; a file that cannot be written is logged and left out). No size
 /// limit but the body's (`max_body_bytes`), as in webhook.
-fn hook(h: &HookValues, read: &Read<'_>) -> Made {
+fn hook(h: &HookValues, read: &Read<'_>) -> Made<'static> {
     let get = |s| read.get(s).ok().flatten();
+    let mut vars = BTreeMap::new();
     let mut made = Made {
         values: h.args.iter().map(|s| get(s).unwrap_or_default()).collect(),
-        vars: BTreeMap::new(),
+        vars: Cow::Owned(BTreeMap::new()),
         files: Vec::new(),
         request: Vec::new(),
     };
     for (name, s) in &h.env {
         if let Some(v) = get(s) {
             made.request.push(format!("{name}={v}"));
-            made.vars.insert(name.clone(), v);
+            vars.insert(name.clone(), v);
         }
     }
     for f in &h.files {
@@ -134,8 +136,7 @@ fn hook(h: &HookValues, read: &Read<'_>) -> Made {
         };
         match BodyFile::write_named(&h.file_dir, &f.env, &data) {
             Ok(file) => {
-                made.vars
-                    .insert(f.env.clone(), file.path().display().to_string());
+                vars.insert(f.env.clone(), file.path().display().to_string());
                 made.files.push(file);
             }
             Err(e) => log::error!(
@@ -144,6 +145,7 @@ fn hook(h: &HookValues, read: &Read<'_>) -> Made {
             ),
         }
     }
+    made.vars = Cow::Owned(vars);
     made
 }
 
