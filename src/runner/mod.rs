@@ -102,8 +102,8 @@ impl Job {
 fn program_of<'c>(cfg: &'c Config, id: u64, function: &str) -> Option<&'c Arc<Program>> {
     let has = |p: &&Arc<Program>| p.function(function).is_some();
     cfg.program(id).filter(has).or_else(|| {
-        let hook = cfg.hooks.by_id.get(function).filter(|_| id == 0)?;
-        Some(&hook.program).filter(has)
+        let hook = cfg.hooks.program(function).filter(|_| id == 0)?;
+        Some(hook).filter(has)
     })
 }
 
