@@ -235,7 +235,7 @@ fn run_local(
             })?,
         None => invoke::select_function(program, None)?,
     };
-    invoke::check_values(&cfg.server, Values::Positional, function.inputs(), &values)?;
+    invoke::check_values(&cfg.server, &Values::Positional, function.inputs(), &values)?;
     let runner = Runner::new(None, Default::default());
     let job = invoke::job(
         cfg,

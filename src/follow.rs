@@ -8,6 +8,11 @@
 //! over; once it is, it drains what is left and ends with an `end` event
 //! carrying the final object (the run record, or a sync call's answer).
 //!
+//! While the run executes, the follower waits on the run's handle
+//! ([`RunHandle::wait_output`]) for its next write or its end. Before the
+//! run starts (queued) and in the moment between the handle's close and
+//! the end being visible to `end`, it looks again every [`POLL`].
+//!
 //! Events (each `data` is one line of JSON):
 //! - `output`: `{"Stream":"stdout"|"stderr","Text":"…"}`
 //! - `truncated`: `{"Stream":…}`, the stream passed `max_output_bytes`
@@ -19,6 +24,7 @@
 use std::fs::File;
 use std::io::{self, Read};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -26,8 +32,9 @@ use serde_json::{json, Value};
 
 use crate::http::Response;
 use crate::output::{self, Frame, Stream, Utf8Carry};
+use crate::runner::handle::RunHandle;
 
-/// How often the file is looked at while nothing new is in it.
+/// How often the follower looks again while the run has no handle.
 const POLL: Duration = Duration::from_millis(100);
 
 /// Silence after which a keep-alive comment is sent.
@@ -35,6 +42,40 @@ const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// The final object once the run is over, `None` while it is not.
 pub type End = Box<dyn FnMut() -> Option<Value> + Send>;
+
+/// The handle of the followed run while it executes (`Runner::handle`).
+pub type Live = Box<dyn FnMut() -> Option<Arc<RunHandle>> + Send>;
+
+/// What the follower waits on when nothing new is on disk.
+struct Wake {
+    find: Live,
+    handle: Option<Arc<RunHandle>>,
+    /// The handle was closed: the run has ended.
+    closed: bool,
+}
+
+impl Wake {
+    /// The handle's write count, to note before reading the file (0 while
+    /// there is no handle).
+    fn seen(&mut self) -> u64 {
+        if self.handle.is_none() && !self.closed {
+            self.handle = (self.find)();
+        }
+        self.handle.as_ref().map_or(0, |h| h.writes())
+    }
+
+    /// Wait at most `timeout` for output written after `seen`.
+    fn wait(&mut self, seen: u64, timeout: Duration) {
+        if let Some(h) = &self.handle {
+            if h.wait_output(seen, timeout) {
+                return;
+            }
+            self.handle = None;
+            self.closed = true;
+        }
+        thread::sleep(POLL.min(timeout));
+    }
+}
 
 /// An SSE body following one run's output file.
 pub struct Follower {
@@ -45,14 +86,17 @@ pub struct Follower {
     pos: usize,
     text: [Utf8Carry; 2],
     end: End,
+    wake: Wake,
     last: Option<Value>,
     done: bool,
     quiet_since: Instant,
+    keep_alive: Duration,
 }
 
 impl Follower {
-    /// Follow the output file at `path`; `end` says when the run is over.
-    pub fn new(path: PathBuf, end: End) -> Follower {
+    /// Follow the output file at `path`; `end` says when the run is over,
+    /// `live` finds its handle while it executes.
+    pub fn new(path: PathBuf, end: End, live: Live) -> Follower {
         Follower {
             path,
             file: None,
@@ -61,9 +105,15 @@ impl Follower {
             pos: 0,
             text: Default::default(),
             end,
+            wake: Wake {
+                find: live,
+                handle: None,
+                closed: false,
+            },
             last: None,
             done: false,
             quiet_since: Instant::now(),
+            keep_alive: KEEP_ALIVE,
         }
     }
 
@@ -84,7 +134,7 @@ impl Follower {
         if self.last.is_some() {
             return true;
         }
-        if self.quiet_since.elapsed() >= KEEP_ALIVE {
+        if self.quiet_since.elapsed() >= self.keep_alive {
             self.out.extend_from_slice(b": keep-alive\n\n");
             return true;
         }
@@ -137,10 +187,14 @@ impl Read for Follower {
             if self.done {
                 return Ok(0);
             }
+            // Noted before the file is read: a write after the read wakes
+            // the wait below.
+            let seen = self.wake.seen();
             if self.fill() {
                 self.quiet_since = Instant::now();
             } else {
-                thread::sleep(POLL);
+                let quiet = self.keep_alive.saturating_sub(self.quiet_since.elapsed());
+                self.wake.wait(seen, quiet);
             }
         }
     }
@@ -190,7 +244,7 @@ mod tests {
             o2.load(Ordering::SeqCst)
                 .then(|| json!({"State": "finished"}))
         });
-        let mut f = Follower::new(p, end);
+        let mut f = Follower::new(p, end, Box::new(|| None));
         let mut buf = [0u8; 4096];
         let n = f.read(&mut buf).unwrap();
         let first = String::from_utf8_lossy(&buf[..n]).to_string();
@@ -208,5 +262,46 @@ mod tests {
             "event: output\ndata: {\"Stream\":\"stdout\",\"Text\":\"late\\n\"}\n\n\
              event: end\ndata: {\"State\":\"finished\"}\n\n"
         );
+    }
+
+    #[test]
+    fn a_follower_wakes_on_the_handle_not_on_a_clock() {
+        let d = std::env::temp_dir().join(format!("trigd-follow-live-{}", std::process::id()));
+        let p = output::path(&d, "g");
+        let out = OutputFile::create(&p, 100).unwrap();
+        let h = Arc::new(RunHandle::new().unwrap());
+        let h2 = Arc::clone(&h);
+        let over = Arc::new(AtomicBool::new(false));
+        let o2 = Arc::clone(&over);
+        let end: End = Box::new(move || o2.load(Ordering::SeqCst).then(|| json!({})));
+        let mut f = Follower::new(p, end, Box::new(move || Some(Arc::clone(&h2))));
+        // No keep-alive for an hour: only the handle can wake the follower
+        // in time for the bounded waits below.
+        f.keep_alive = Duration::from_secs(3600);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            loop {
+                let n = f.read(&mut buf).unwrap();
+                tx.send(String::from_utf8_lossy(&buf[..n]).to_string())
+                    .unwrap();
+                if n == 0 {
+                    break;
+                }
+            }
+        });
+        let bound = Duration::from_secs(60);
+        for line in ["one", "two"] {
+            out.push(Stream::Stdout, format!("{line}\n").as_bytes());
+            h.wrote();
+            let got = rx.recv_timeout(bound).expect("the write woke the follower");
+            assert!(got.contains(&format!("\"{line}\\n\"")), "{got}");
+        }
+        over.store(true, Ordering::SeqCst);
+        h.close();
+        let got = rx.recv_timeout(bound).expect("the close woke the follower");
+        assert_eq!(got, "event: end\ndata: {}\n\n");
+        assert_eq!(rx.recv_timeout(bound).unwrap(), "");
+        reader.join().unwrap();
     }
 }

@@ -534,11 +534,30 @@ pub enum ApiError {
         /// Where the rule failed (never an expected value or a secret).
         reason: String,
     },
+    /// The endpoint's rule could not be evaluated (read the webhook way: a
+    /// signature that does not match): nothing ran. Only hooks of hooks
+    /// files meet it, answered with webhook's text.
+    RuleError {
+        /// What failed (never a value or a secret).
+        reason: String,
+    },
     /// A bug: a handler panicked or an invariant broke.
     Internal,
 }
 
 impl ApiError {
+    /// Whether this is the outcome of a run that was started (it failed,
+    /// timed out, was interrupted or cancelled), as opposed to a refusal.
+    pub fn is_run_outcome(&self) -> bool {
+        matches!(
+            self,
+            ApiError::RunFailed { .. }
+                | ApiError::RunTimeout { .. }
+                | ApiError::RunInterrupted { .. }
+                | ApiError::RunCancelled { .. }
+        )
+    }
+
     /// The HTTP status.
     pub fn status(&self) -> u16 {
         use ApiError::*;
@@ -557,6 +576,7 @@ impl ApiError {
             ConfigNotWritable { .. } | ConfigInvalid { .. } => 409,
             MethodNotAllowed { .. } => 405,
             Ignored { status, .. } => *status,
+            RuleError { .. } => 500,
             Signature(SigError::Missing { .. }) => 401,
             Signature(_) => 403,
             InvalidPayload { .. } => 400,
@@ -620,6 +640,7 @@ impl ApiError {
             CallbackRefused { .. } => "callback_refused",
             NotFound => "not_found",
             Ignored { .. } => "rules_not_matched",
+            RuleError { .. } => "rule_error",
             Signature(SigError::Missing { .. }) => "signature_missing",
             Signature(SigError::Malformed { .. }) => "signature_malformed",
             Signature(SigError::Mismatch { .. }) => "signature_mismatch",
@@ -685,6 +706,7 @@ impl ApiError {
             NotFound => "Not found.".into(),
             Signature(e) => e.message(),
             Ignored { .. } => "The request does not match this endpoint's rule, so nothing ran.".into(),
+            RuleError { reason } => format!("The endpoint's rule could not be evaluated ({reason}), so nothing ran."),
             InvalidPayload { msg } | UnsupportedMediaType { msg } => msg.clone(),
             Internal => "Internal error. The server log has the details.".into(),
         }

@@ -166,13 +166,18 @@ pub fn key_of(req: &Request) -> Result<Option<&str>, ApiError> {
     Ok(Some(key))
 }
 
-/// The fingerprint of a request: its entry point (`api/<program>` or
-/// `tool/<tool>/<env>/<trigger>`), function and values.
-pub fn fingerprint(origin: &str, function: &str, values: &[String]) -> Hash {
+/// The fingerprint of a request: its entry point (its path and program),
+/// function and values (and what else the run takes from the request: a
+/// hook's environment and files).
+pub fn fingerprint<'v>(
+    origin: &'v str,
+    function: &'v str,
+    values: impl IntoIterator<Item = &'v String>,
+) -> Hash {
     let mut h = Sha256::new();
     for part in [origin, function]
         .into_iter()
-        .chain(values.iter().map(String::as_str))
+        .chain(values.into_iter().map(String::as_str))
     {
         h.update((part.len() as u64).to_le_bytes());
         h.update(part.as_bytes());

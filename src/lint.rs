@@ -25,11 +25,13 @@ pub fn warnings(cfg: &Config, path_env: &str) -> Vec<String> {
             }
         }
     }
-    for hook in cfg.hooks.by_id.values() {
-        let function = &hook.program.functions[0];
+    for id in cfg.hooks.by_id.keys() {
+        let Some(function) = cfg.hooks.program(id).and_then(|p| p.functions.first()) else {
+            continue;
+        };
         if let Some(Step::Command(argv)) = function.steps.first() {
             if let Some(msg) = missing_command(argv, function, path_env) {
-                out.push(format!("hook \"{}\": execute-command: {msg}", hook.id));
+                out.push(format!("hook \"{id}\": execute-command: {msg}"));
             }
         }
     }

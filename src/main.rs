@@ -12,8 +12,8 @@
 //! ```text
 //! server::handle      tiny_http request → http::Request (bounded body), catch_unwind, access log
 //! routes::handle      one match on method and path → a handler
-//! api / tools         find the config::Endpoint (compiled at load) → invoke::invoke
-//! invoke::invoke      credentials (access) → signature → function → rules → values → callbacks → idempotency → start → answer
+//! api / tools / hooks find the config::Endpoint (compiled at load) → invoke::invoke
+//! invoke::invoke      credentials (access) → method → signature → function → read → rule → values → callbacks → idempotency → start → answer
 //! runner              slots and the FIFO queue → runner::step runs the processes → store records the run
 //! ```
 //!
@@ -22,12 +22,14 @@
 //! ```text
 //! authenticate a caller, rate limits, CSRF, logins   access/ (mod.rs, limiter.rs, csrf.rs, login.rs)
 //! sessions, application keys at rest                access/sessions.rs, access/app_keys.rs
-//! start a run, read and check its values            invoke/ (mod.rs, values.rs, answer.rs, webhook.rs)
+//! start a run, read and check its values            invoke/ (mod.rs, read.rs, values.rs, answer.rs, webhook.rs)
 //! webhooks: signatures, payloads, sources, rules    receive/ (signature.rs, payload.rs, values.rs, rules.rs)
+//! adnanh/webhook hooks files                        config/hooks.rs (the file), config/hook_compile.rs (→ Endpoint),
+//!                                                   receive/webhook.rs (webhook's reading), invoke/hook_answer.rs (its answers)
 //! load and validate the config                      config/ (validate.rs → server.rs, program.rs, tools.rs)
-//! what an entry point takes (Endpoint)              config/endpoint.rs
+//! what an entry point takes, kind by kind (Endpoint) config/endpoint.rs
 //! error codes and their JSON                        http.rs (ApiError)
-//! run slots, the wait queue, child processes        runner/ (mod.rs, queue.rs, step.rs)
+//! run slots, the wait queue, child processes        runner/ (mod.rs, queue.rs, step.rs; handle.rs: stop, wake followers)
 //! run records, who started a run (Origin)           store.rs
 //! Idempotency-Key: keys at rest, answering repeats  idempotency.rs, replay.rs
 //! a run's kept output, following it, cancel         output.rs (the file), follow.rs (events), runs.rs (routes)
@@ -58,6 +60,7 @@ mod config;
 mod error;
 mod firststart;
 mod follow;
+mod hooks;
 mod http;
 mod idempotency;
 mod import;

@@ -414,7 +414,17 @@ fn reload(app: &App, config_path: &Path, forced: bool, only: Option<&[PathBuf]>)
         Some(paths) => format!("the {} program files the watcher named", paths.len()),
         None => "every program file".into(),
     };
-    let loaded = if secrets {
+    let loaded = if is_empty_file(config_path) {
+        Err(vec![config::ConfigError {
+            file: config_path.to_path_buf(),
+            line: 0,
+            col: 0,
+            key: String::new(),
+            msg: "the file is empty (a save in progress?): not swapped in for a running \
+                  server, whose keys, users and tools it would drop"
+                .into(),
+        }])
+    } else if secrets {
         config::load(config_path).map(Some)
     } else {
         config::load_changed(config_path, &current, only)
@@ -457,6 +467,13 @@ fn reload(app: &App, config_path: &Path, forced: bool, only: Option<&[PathBuf]>)
             );
         }
     }
+}
+
+/// Whether `path` is an empty file: what a writer that truncates and then
+/// writes leaves between the two. It would load as a valid config with no
+/// keys, users or tools.
+fn is_empty_file(path: &Path) -> bool {
+    fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() == 0)
 }
 
 /// Settings read only at start: say so when they change.

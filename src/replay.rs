@@ -18,20 +18,24 @@ use crate::store::{RunRecord, RunState};
 pub const REPLAYED: &str = "Idempotent-Replayed";
 
 /// Start `job` once per `key` of its caller (with `start`, which starts
-/// a run now); see the module docs.
+/// a run now); see the module docs. `(origin, taken)` tell the request
+/// apart besides the job's function and values: its entry point, and
+/// what else the run takes from it (`NAME=value` of a hook's environment
+/// and files).
 ///
 /// # Errors
 /// `idempotency_key_reused` for the key of another request; `busy` when
-/// the original did not settle in time; the errors of `api::start`.
+/// the original did not settle in time; the errors of `start`.
 pub fn start_once(
     app: &App,
     key: &str,
     mut job: Job,
     run_async: bool,
-    origin: &str,
+    (origin, taken): (&str, &[String]),
     start: impl FnOnce(Job) -> Result<Response, ApiError>,
 ) -> Result<Response, ApiError> {
-    let request = idempotency::fingerprint(origin, &job.function, &job.values);
+    let values = job.values.iter().chain(taken);
+    let request = idempotency::fingerprint(origin, &job.function, values);
     let server = &job.cfg.server;
     let policy = Policy {
         window: server.idempotency_window,
@@ -75,16 +79,9 @@ fn wait_bound(job: &Job) -> Duration {
 
 /// Whether a run was started for this answer (then the key stays).
 fn ran(answer: &Result<Response, ApiError>) -> bool {
-    match answer {
-        Ok(_) => true,
-        Err(e) => matches!(
-            e,
-            ApiError::RunFailed { .. }
-                | ApiError::RunTimeout { .. }
-                | ApiError::RunInterrupted { .. }
-                | ApiError::RunCancelled { .. }
-        ),
-    }
+    answer
+        .as_ref()
+        .map_or_else(ApiError::is_run_outcome, |_| true)
 }
 
 fn still_waiting() -> ApiError {

@@ -12,7 +12,7 @@ use crate::access;
 use crate::app::App;
 use crate::cluster;
 use crate::config::Config;
-use crate::follow::{self, End, Follower};
+use crate::follow::{self, End, Follower, Live};
 use crate::http::{ApiError, Request, Response};
 use crate::invoke;
 use crate::output;
@@ -110,7 +110,10 @@ pub fn output(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Respon
             // Removed under `run_retention` while followed.
             None => Some(json!({"Run": run, "Error": "The run's record is no longer kept."})),
         });
-        return Ok(follow::events(Follower::new(path, end)));
+        let runner = std::sync::Arc::clone(&app.runner);
+        let run = rec.run.clone();
+        let live: Live = Box::new(move || runner.handle(&run));
+        return Ok(follow::events(Follower::new(path, end, live)));
     }
     let w = output::read_whole(&path);
     Ok(Response::json(

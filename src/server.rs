@@ -45,77 +45,12 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
     // thread's arena: give it back before serving.
     sys::trim_heap();
     let addr = listen.unwrap_or_else(|| cfg.server.listen.clone());
-    let listener = bind(&addr)?;
-    let local = listener.local_addr().map_err(|source| Error::Bind {
-        addr: addr.clone(),
-        source,
-    })?;
-    if !local.ip().is_loopback() {
-        log::warn!(
-            "listening on {local}, a non-loopback address, without TLS: API keys, passwords \
-             and results cross the network in clear. Put a TLS-terminating proxy in front \
-             (and list it in [server] trusted_proxies) or listen on 127.0.0.1."
-        );
-    }
-    let state_dir = cfg.server.state_dir.clone();
-    let retry = |r: &RunRecord| {
-        cfg.program(r.program)
-            .and_then(|p| p.function(&r.function))
-            .is_some_and(|f| f.retry_on_restart)
-    };
-    let (store, resumed) =
-        RunStore::open(&state_dir, cfg.server.run_retention, retry).map_err(|source| {
-            Error::Io {
-                path: state_dir.join("runs.log"),
-                source,
-            }
-        })?;
-    let store = Arc::new(store);
-    store.start_flusher();
-    let runner = Runner::new(Some(Arc::clone(&store)), Arc::new(Metrics::default()));
-    let interrupted = store.interrupted_at_open().to_vec();
-    let callbacks = callback::Service::start(
-        &state_dir,
-        Arc::clone(&store),
-        &cfg.server.callbacks,
-        &interrupted,
-    )
-    .map_err(|source| Error::Io {
-        path: state_dir.join("callbacks"),
-        source,
-    })?;
-    runner.attach_callbacks(callbacks);
+    let (listener, local) = listen_on(&addr)?;
     let grace = cfg.server.shutdown_grace;
     let nofile = sys::raise_nofile_limit();
-    let keys =
-        Keys::open(&state_dir, cfg.server.idempotency_window).map_err(|source| Error::Io {
-            path: state_dir.join("idempotency.log"),
-            source,
-        })?;
-    let app = Arc::new(App::new(cfg, store, Arc::new(runner), keys));
-    if !resumed.is_empty() {
-        log::info!(
-            "{} accepted runs did not start before trigd stopped; starting them in order",
-            resumed.len()
-        );
-        app.runner.resume(&app.config(), resumed);
-    }
+    let app = open_app(cfg)?;
     let in_flight = Arc::new(AtomicUsize::new(0));
-    let handler: tiny_http::Handler = {
-        let (app, in_flight) = (Arc::clone(&app), Arc::clone(&in_flight));
-        Arc::new(move |rq| {
-            in_flight.fetch_add(1, Ordering::SeqCst);
-            handle(&app, rq);
-            in_flight.fetch_sub(1, Ordering::SeqCst);
-        })
-    };
-    let server = tiny_http::Server::from_listener_with_handler(
-        listener,
-        limits(&app.config().server),
-        handler,
-    )
-    .map_err(|e| Error::Other(format!("cannot start the HTTP server: {e}")))?;
-    let _ = app.connections.set(server.open_connections_counter());
+    let server = start_http(&app, listener, &in_flight)?;
     let reload = reload::start(Arc::clone(&app), config_path.to_path_buf());
     println!("listening on http://{local}");
     let _ = io::stdout().flush();
@@ -136,6 +71,89 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
     }
     log::info!("stopped");
     Ok(())
+}
+
+/// Bind `addr`; the listener and its local address. Warns about a
+/// non-loopback address (no TLS).
+fn listen_on(addr: &str) -> Result<(TcpListener, SocketAddr), Error> {
+    let listener = bind(addr)?;
+    let local = listener.local_addr().map_err(|source| Error::Bind {
+        addr: addr.to_string(),
+        source,
+    })?;
+    if !local.ip().is_loopback() {
+        log::warn!(
+            "listening on {local}, a non-loopback address, without TLS: API keys, passwords \
+             and results cross the network in clear. Put a TLS-terminating proxy in front \
+             (and list it in [server] trusted_proxies) or listen on 127.0.0.1."
+        );
+    }
+    Ok((listener, local))
+}
+
+/// Open the state under `cfg` (run store, callbacks, idempotency keys)
+/// and start the accepted runs that had not started before the last stop.
+fn open_app(cfg: config::Config) -> Result<Arc<App>, Error> {
+    let state_dir = cfg.server.state_dir.clone();
+    let io_error = |file: &str| {
+        let path = state_dir.join(file);
+        move |source| Error::Io { path, source }
+    };
+    let retry = |r: &RunRecord| {
+        cfg.program(r.program)
+            .and_then(|p| p.function(&r.function))
+            .is_some_and(|f| f.retry_on_restart)
+    };
+    let (store, resumed) = RunStore::open(&state_dir, cfg.server.run_retention, retry)
+        .map_err(io_error("runs.log"))?;
+    let store = Arc::new(store);
+    store.start_flusher();
+    let runner = Runner::new(Some(Arc::clone(&store)), Arc::new(Metrics::default()));
+    let interrupted = store.interrupted_at_open().to_vec();
+    let callbacks = callback::Service::start(
+        &state_dir,
+        Arc::clone(&store),
+        &cfg.server.callbacks,
+        &interrupted,
+    )
+    .map_err(io_error("callbacks"))?;
+    runner.attach_callbacks(callbacks);
+    let keys = Keys::open(&state_dir, cfg.server.idempotency_window)
+        .map_err(io_error("idempotency.log"))?;
+    let app = Arc::new(App::new(cfg, store, Arc::new(runner), keys));
+    if !resumed.is_empty() {
+        log::info!(
+            "{} accepted runs did not start before trigd stopped; starting them in order",
+            resumed.len()
+        );
+        app.runner.resume(&app.config(), resumed);
+    }
+    Ok(app)
+}
+
+/// Serve `listener`: each request is answered on its connection's thread
+/// ([`handle`]), counted in `in_flight` while it is.
+fn start_http(
+    app: &Arc<App>,
+    listener: TcpListener,
+    in_flight: &Arc<AtomicUsize>,
+) -> Result<tiny_http::Server, Error> {
+    let handler: tiny_http::Handler = {
+        let (app, in_flight) = (Arc::clone(app), Arc::clone(in_flight));
+        Arc::new(move |rq| {
+            in_flight.fetch_add(1, Ordering::SeqCst);
+            handle(&app, rq);
+            in_flight.fetch_sub(1, Ordering::SeqCst);
+        })
+    };
+    let server = tiny_http::Server::from_listener_with_handler(
+        listener,
+        limits(&app.config().server),
+        handler,
+    )
+    .map_err(|e| Error::Other(format!("cannot start the HTTP server: {e}")))?;
+    let _ = app.connections.set(server.open_connections_counter());
+    Ok(server)
 }
 
 /// The first step of a graceful stop: for `drain_delay`, `/healthz`

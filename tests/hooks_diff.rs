@@ -674,6 +674,13 @@ fn cases() -> Vec<Case> {
             true,
         ),
         case("unknown hook", "/hooks/nope", &[], "", false),
+        case(
+            "an Idempotency-Key (webhook ignores it): the first request answers alike",
+            "/hooks/async?who=key",
+            &[("Idempotency-Key", "diff-1"), ("X-Trace", "t-2")],
+            "",
+            true,
+        ),
     ];
     let mut get = case("method not allowed", "/hooks/github", &[], "", false);
     get.method = "GET";

@@ -100,13 +100,18 @@ fn children_of(ppid: u32) -> Vec<(u32, char, String)> {
     out
 }
 
-/// Pids whose command line contains `marker`.
-fn procs_with(marker: &str) -> Vec<u32> {
+/// Live processes of session `sid` (a server started with
+/// [`Trigd::start_own_session`] and its descendants) whose command line
+/// contains `marker`.
+fn session_procs_with(sid: u32, marker: &str) -> Vec<u32> {
     let mut out = Vec::new();
     for e in fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
             continue;
         };
+        if session_of(pid) != Some(sid) {
+            continue;
+        }
         if let Ok(cmd) = fs::read(format!("/proc/{pid}/cmdline")) {
             let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
             if cmd.contains(marker) && pid_alive(pid) {
@@ -582,6 +587,65 @@ fn keep_alive_connections_are_served_fairly_with_two_workers() {
     t.check(p < Duration::from_secs(2), format!("p99 {p:?} >= 2s"));
 }
 
+/// Threads of process `pid` now (`/proc/<pid>/task`).
+fn threads(pid: u32) -> usize {
+    fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count())
+}
+
+/// The thread count of an idle server once it holds still: the same over
+/// 20 readings 50 ms apart (bounded).
+fn steady_threads(t: &Trigd) -> usize {
+    let (mut last, mut same) = (0, 0);
+    let steady = wait_until(Duration::from_secs(60), || {
+        let now = threads(t.pid());
+        same = if now == last { same + 1 } else { 0 };
+        last = now;
+        thread::sleep(Duration::from_millis(30));
+        same >= 20
+    });
+    t.check(steady, format!("thread count never settled (last {last})"));
+    last
+}
+
+#[test]
+fn workers_threads_are_kept_ready_at_idle_and_after_a_burst() {
+    let _g = heavy();
+    let (_d2, two) = serve("limits_workers2", "workers = 2", &[]);
+    let (_d10, ten) = serve("limits_workers10", "workers = 10", &[]);
+    let (idle2, idle10) = (steady_threads(&two), steady_threads(&ten));
+    eprintln!("idle threads: workers = 2: {idle2}, workers = 10: {idle10}");
+    // Everything else the two servers run is the same.
+    assert_eq!(idle10 - idle2, 8, "workers is the number of idle threads");
+
+    // A burst: 12 connections held open at once, one thread each.
+    const CONNS: usize = 12;
+    let conns: Vec<_> = (0..CONNS)
+        .map(|_| {
+            let s = connect(&two.addr);
+            let mut w = s.try_clone().unwrap();
+            let mut r = BufReader::new(s);
+            write!(w, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+            let reply = read_reply(&mut r).unwrap_or_else(|e| two.fail(e));
+            assert_eq!(reply.status, 200);
+            r
+        })
+        .collect();
+    let grown = wait_until(Duration::from_secs(30), || {
+        threads(two.pid()) >= idle2 - 2 + CONNS
+    });
+    two.check(grown, format!("{} threads", threads(two.pid())));
+    drop(conns);
+    // Threads beyond `workers` leave after 5 s without work; `workers`
+    // of them stay.
+    let shrunk = wait_until(Duration::from_secs(60), || threads(two.pid()) <= idle2);
+    two.check(shrunk, format!("{} threads", threads(two.pid())));
+    let back = steady_threads(&two);
+    assert_eq!(
+        back, idle2,
+        "after the burst the idle threads are `workers` again"
+    );
+}
+
 // ---------------------------------------------------------------------------
 // (4) Descriptor exhaustion
 
@@ -941,7 +1005,7 @@ fn async_run_is_refused_when_the_state_dir_is_gone_or_readonly() {
 #[test]
 fn hostile_programs_are_killed_with_their_group_and_leave_no_zombie_or_fd() {
     let _g = heavy();
-    let (_dir, t) = serve(
+    let dir = setup(
         "limits_hostile",
         "kill_grace = \"300ms\"\nmax_concurrent_runs = 8",
         &[(
@@ -975,6 +1039,9 @@ command = ["true"]
 "#,
         )],
     );
+    // Only this server's descendants count, whatever else runs on the
+    // machine (the same test in another checkout, say).
+    let t = Trigd::start_own_session(&dir);
     let pid = t.pid();
     let hostile = ["ignore_term", "forker", "closer"];
     let handles: Vec<_> = hostile
@@ -989,11 +1056,15 @@ command = ["true"]
         let r = h.join().expect("client");
         r.err(504, "run_timeout");
     }
-    // Everything those runs started is gone, grandchildren included.
-    let leftovers = |m: &str| procs_with(m);
+    // Everything those runs started is gone, grandchildren included. Their
+    // group got SIGKILL before the answer; a killed process still takes a
+    // moment to die on a busy machine, far less than the 31 s it would
+    // otherwise sleep.
+    let leftovers = |m: &str| session_procs_with(pid, m);
     for m in ["sleep 31.41", "sleep 31.42", "sleep 31.43"] {
+        let gone = wait_until(Duration::from_secs(10), || leftovers(m).is_empty());
         t.check(
-            leftovers(m).is_empty(),
+            gone,
             format!("processes of `{m}` survive the timeout: {:?}", leftovers(m)),
         );
     }

@@ -398,6 +398,36 @@ fn dangling_reference_changes_nothing() {
     );
 }
 
+#[test]
+fn an_emptied_config_file_is_not_swapped_in() {
+    // What a writer that truncates and then writes leaves in between: as a
+    // config it is valid, with no keys, users or tools.
+    let (dir, t) = serve("reload_empty", "", &[("a.toml", &prog(1, "one"))]);
+    wait_served(&t, 1, Ok("one"));
+    let g = generation(&t);
+    dir.write("config.toml", "");
+    let mut last = Value::Null;
+    let refused = wait_until(LIVE, || {
+        last = health(&t);
+        let err = last["LastReloadError"].as_str().unwrap_or_default();
+        err.contains("config.toml: the file is empty")
+    });
+    t.check(
+        refused,
+        format!("no reload error for an empty config.toml: {last}"),
+    );
+    assert_eq!(last["Generation"], json!(g), "{last}");
+    assert_eq!(
+        served(&t, 1),
+        Ok("one".to_string()),
+        "the API key still works"
+    );
+    // The same text again: nothing changed, the error goes.
+    dir.write("config.toml", &config(""));
+    wait_no_reload_error(&t);
+    assert_eq!(generation(&t), g);
+}
+
 // ---------------------------------------------------------------------------
 // Reloads that look only at the files the watcher named.
 

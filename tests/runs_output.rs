@@ -339,7 +339,7 @@ fn a_sync_call_can_stream_and_ends_with_the_sync_answer() {
     let end = end_event(&s.read_to_end());
     assert_eq!(end["Result"], json!(["quick"]));
 
-    // Without either, the seed's answer is unchanged.
+    // Without either, the run endpoint's JSON answer is unchanged.
     let r = t.post(&api("noisy", ""));
     r.check_eq(&r.ok()["Success"], &json!("Program finished."), "Success");
     t.post(&api("noisy", "&stream=perhaps"))

@@ -268,17 +268,22 @@ pub fn hooks_file(data: &[u8]) {
                 continue;
             }
         };
+        let (config::Dialect::Webhook(reading), config::Values::Hook(values)) =
+            (&hook.dialect, &hook.values)
+        else {
+            panic!("a hook is read the webhook way and makes a hook's values");
+        };
         let remote = Some("127.0.0.1:1".parse().unwrap());
         let Ok(mut wr) = receive::webhook::WebhookRequest::new(
-            "POST", remote, &headers, &[], body, hook.content_type.as_deref(), &[],
+            "POST", remote, &headers, &[], body, reading.content_type.as_deref(), &[],
         ) else {
             continue;
         };
-        wr.parse_json_params(&hook.json_params);
-        if let Some(rule) = &hook.rule {
-            let _ = wr.eval(rule, hook.soft_signatures);
+        wr.parse_json_params(&reading.json_params);
+        if let Some(rule) = &hook.receive.rule {
+            let _ = wr.eval(rule, reading.soft_signatures);
         }
-        for s in &hook.args {
+        for s in &values.args {
             let _ = wr.get(s);
         }
     }

@@ -1,25 +1,39 @@
-//! Entry points as compiled at load: an [`Endpoint`] says which credentials
-//! a request must carry, how its values are read, and which function it
-//! runs with which variables. `invoke` takes a request through one.
+//! Entry points as compiled at load: an [`Endpoint`] says which methods and
+//! credentials a request must carry, how the request is read, how the
+//! run's values are made, which function it runs and how it answers.
+//! `invoke` takes a request through one, whatever its kind: `POST /api`,
+//! a generated tool endpoint (with or without receive settings) or a
+//! hook of a hooks file. What differs between kinds is data here, each
+//! difference an enum that one step of `invoke` matches on:
 //!
-//! Every endpoint answers in the run endpoint's JSON; an endpoint trigger
-//! with receive settings ([`Receive`]: signature, rule, value sources,
-//! answer shape) changes what its steps check and how its answer looks.
+//! | step | enum | kinds |
+//! |---|---|---|
+//! | method | [`Methods`] | one, a set (`http-methods`), any |
+//! | reading the request | [`Dialect`] | trigd's own, adnanh/webhook's |
+//! | values | [`Values`] | positional, by name (or from `receive` sources), a hook's arguments, environment and files |
+//! | function | [`Target`] | chosen by the request, fixed, the endpoint's own program |
+//! | answer | [`Shape`] | the run endpoint's JSON, webhook's texts and statuses |
+//! | logs and metrics | [`Entry`] | `/api`, a tool trigger, a hook |
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 
+use super::Program;
 use crate::http::Method;
+use crate::receive::values::Source;
 use crate::receive::Receive;
 
 /// One entry point.
 #[derive(Debug, Clone)]
 pub struct Endpoint {
-    /// The method it serves.
-    pub method: Method,
+    /// The methods it serves.
+    pub methods: Methods,
     /// Which credentials it takes.
     pub credentials: Credentials,
-    /// How the values are read.
+    /// How the request is read for rules and values.
+    pub dialect: Dialect,
+    /// How the values are made.
     pub values: Values,
     /// Which function it runs.
     pub target: Target,
@@ -31,12 +45,69 @@ pub struct Endpoint {
     /// Whether a caller may name a callback URL (a trigger's
     /// `request_callbacks`; on `POST /api` the API key decides).
     pub request_callbacks: bool,
-    /// Signature, rule, value sources and answer shape of a tool trigger
-    /// (the default: none of them).
+    /// Signature, rule, value sources and the native answer's shape of a
+    /// tool trigger (the default: none of them); a hook's rule and
+    /// mismatch status.
     pub receive: Arc<Receive>,
-    /// The tool trigger it serves (`None` for `POST /api`), as logs and
-    /// metrics name it.
-    pub trigger: Option<TriggerName>,
+    /// How it answers.
+    pub shape: Shape,
+    /// What it is, as logs, metrics and run records name it.
+    pub entry: Entry,
+}
+
+/// The methods an endpoint serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Methods {
+    /// One (an endpoint trigger's `method`, `POST /api`).
+    One(Method),
+    /// Several (a hook's `http-methods`).
+    Set(Vec<Method>),
+    /// Any (a hook without `http-methods`).
+    Any,
+}
+
+impl Methods {
+    /// Whether `m` is served.
+    pub fn allows(&self, m: Method) -> bool {
+        match self {
+            Methods::One(one) => *one == m,
+            Methods::Set(set) => set.contains(&m),
+            Methods::Any => true,
+        }
+    }
+
+    /// The methods served, for an `Allow` header.
+    pub fn allow(&self) -> Vec<&'static str> {
+        match self {
+            Methods::One(one) => vec![one.as_str()],
+            Methods::Set(set) => set.iter().map(|m| m.as_str()).collect(),
+            Methods::Any => Vec::new(),
+        }
+    }
+}
+
+/// How a request is read for rules and values.
+#[derive(Debug, Clone)]
+pub enum Dialect {
+    /// trigd's own (`receive::values::Incoming`): the body parsed by its
+    /// `Content-Type`, a body that does not parse an error, the client
+    /// address behind trusted proxies.
+    Native,
+    /// adnanh/webhook's (`receive::webhook::WebhookRequest`): a body that
+    /// does not parse is no payload, values printed as Go prints them,
+    /// webhook's rule outcomes.
+    Webhook(WebhookReading),
+}
+
+/// The options of webhook's way of reading a request.
+#[derive(Debug, Clone, Default)]
+pub struct WebhookReading {
+    /// `incoming-payload-content-type`, when set.
+    pub content_type: Option<String>,
+    /// `parse-parameters-as-json`.
+    pub json_params: Vec<Source>,
+    /// `trigger-signature-soft-failures`.
+    pub soft_signatures: bool,
 }
 
 /// The names of the tool trigger an endpoint serves.
@@ -48,6 +119,17 @@ pub struct TriggerName {
     pub environment: String,
     /// The trigger.
     pub trigger: String,
+}
+
+/// What an endpoint is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    /// `POST /api`.
+    Api,
+    /// A tool trigger in one environment.
+    Tool(TriggerName),
+    /// A hook of a hooks file, by id.
+    Hook(String),
 }
 
 /// The credentials an endpoint takes.
@@ -64,18 +146,22 @@ pub enum Credentials {
     Public,
 }
 
-/// Where the values of a run come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How the values of a run are made.
+#[derive(Debug, Clone)]
 pub enum Values {
     /// Repeated `variables` query parameters, by position.
     Positional,
     /// One value per input, by name, from the query and/or a JSON object
-    /// body.
+    /// body — or from the trigger's `receive` sources when it has any.
     ByName,
+    /// A hook's `pass-arguments-to-command` (a missing value is empty),
+    /// `pass-environment-to-command` and `pass-file-to-command` (a missing
+    /// value is left out), as webhook passes them.
+    Hook(Arc<HookValues>),
 }
 
 /// The function an endpoint runs.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum Target {
     /// Chosen by the request (`program_id` and `function`), within the API
     /// key's scope, among functions with an active API trigger.
@@ -87,21 +173,78 @@ pub enum Target {
         /// Function name.
         function: String,
     },
+    /// The first function of a program compiled with the endpoint (a
+    /// hook's one-function program, which no program file holds).
+    Own(Arc<Program>),
+}
+
+/// How an endpoint answers.
+#[derive(Debug, Clone)]
+pub enum Shape {
+    /// The run endpoint's JSON (`"Program started."`, `"Program
+    /// finished."`, `Code` errors), shaped by `receive.answer`.
+    Run,
+    /// webhook's plain texts and statuses.
+    Webhook(Arc<HookAnswer>),
+}
+
+/// How a hook makes the values of its run (its [`Values::Hook`]; compiled in `hook_compile.rs`).
+#[derive(Debug)]
+pub struct HookValues {
+    /// `pass-arguments-to-command`, in order.
+    pub args: Vec<Source>,
+    /// `pass-environment-to-command`: variable name and source.
+    pub env: Vec<(String, Source)>,
+    /// `pass-file-to-command`.
+    pub files: Vec<HookFile>,
+    /// Directory the files go to (`command-working-directory`, else the
+    /// system's temporary directory).
+    pub file_dir: PathBuf,
+}
+
+/// One `pass-file-to-command` entry.
+#[derive(Debug)]
+pub struct HookFile {
+    /// Environment variable that gets the file's path.
+    pub env: String,
+    /// What goes in the file.
+    pub source: Source,
+    /// `base64decode`.
+    pub base64: bool,
+}
+
+/// How a hook answers (its [`Shape::Webhook`]: webhook's texts and
+/// options; the status of a rule that does not match is the endpoint's
+/// `receive.answer.ignored_status`).
+#[derive(Debug, Clone, Default)]
+pub struct HookAnswer {
+    /// `response-message` (without `include-command-output-in-response`).
+    pub message: String,
+    /// `response-headers`, on a request that matched.
+    pub headers: Vec<(String, String)>,
+    /// `success-http-response-code` when it is a known status, else 200.
+    pub success: u16,
+    /// `include-command-output-in-response`: wait and answer the output.
+    pub output: bool,
+    /// `include-command-output-in-response-on-error`.
+    pub output_on_error: bool,
 }
 
 impl Endpoint {
     /// `POST /api`.
     pub fn run_endpoint() -> Endpoint {
         Endpoint {
-            method: Method::Post,
+            methods: Methods::One(Method::Post),
             credentials: Credentials::ApiKey,
+            dialect: Dialect::Native,
             values: Values::Positional,
             target: Target::Chosen,
             vars: BTreeMap::new(),
             callback: None,
             request_callbacks: false,
             receive: Arc::default(),
-            trigger: None,
+            shape: Shape::Run,
+            entry: Entry::Api,
         }
     }
 }

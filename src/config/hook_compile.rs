@@ -1,8 +1,10 @@
 //! Hook definitions (`hooks.rs`) → endpoints: each adnanh/webhook hook
-//! becomes a [`Hook`] — the receive steps it takes a request through
-//! (value sources, a rule tree of the same [`Rule`] leaves native triggers
-//! use, the HMAC checks of `signature.rs`), its answer shape, and a
-//! one-function program that the runner runs like any other.
+//! becomes an [`Endpoint`] like every other entry point — public, read the
+//! webhook way ([`Dialect::Webhook`]), a rule tree of the same [`Rule`]
+//! leaves native triggers use (the HMAC checks of `signature.rs`), its
+//! arguments, environment and files ([`Values::Hook`]), a one-function
+//! program of its own ([`Target::Own`]) that the runner runs like any
+//! other, and webhook's answer ([`Shape::Webhook`]).
 //!
 //! Everything is checked here, once: a source, rule type, range or regex
 //! that webhook would only trip over per request is a load error naming the
@@ -16,79 +18,35 @@ use regex_lite::Regex;
 
 use super::hooks::{parse_file, ArgDef, HookDef, HookError, MatchDef, RuleDef};
 use super::types::{error, Errors};
-use super::{resolve, ApiTrigger, Function, OutputMode, Piece, Program, Server, Step, Template};
+use super::{
+    resolve, ApiTrigger, Credentials, Dialect, Endpoint, Entry, Function, HookAnswer, HookFile,
+    HookValues, Methods, OutputMode, Piece, Program, Server, Shape, Step, Target, Template, Values,
+    WebhookReading,
+};
 use crate::cidr::Cidr;
 use crate::http::Method;
 use crate::receive::rules::{Leaf, Rule};
 use crate::receive::signature::{Algo, Encoding, Scheme, Secret, Verifier};
 use crate::receive::values::{JsonPath, RequestField, Source, Whole};
+use crate::receive::Receive;
 
 /// The hooks of every `hooks_files` entry, served under one URL prefix.
 #[derive(Debug, Default)]
 pub struct Hooks {
     /// Path segments before the hook id (`hooks_url_prefix`, split at `/`).
     pub prefix: Vec<String>,
-    /// Hooks by id.
-    pub by_id: BTreeMap<String, Arc<Hook>>,
+    /// Hooks by id, each compiled into the endpoint it is.
+    pub by_id: BTreeMap<String, Endpoint>,
 }
 
-/// One hook of a hooks file, compiled.
-#[derive(Debug)]
-pub struct Hook {
-    /// The id: the URL is `/<prefix>/<id>`.
-    pub id: String,
-    /// Methods allowed (`http-methods`); empty: any.
-    pub methods: Vec<Method>,
-    /// `incoming-payload-content-type`, when set.
-    pub content_type: Option<String>,
-    /// `parse-parameters-as-json`.
-    pub json_params: Vec<Source>,
-    /// `trigger-rule`.
-    pub rule: Option<Rule>,
-    /// `trigger-signature-soft-failures`.
-    pub soft_signatures: bool,
-    /// `pass-arguments-to-command`, in order.
-    pub args: Vec<Source>,
-    /// `pass-environment-to-command`: variable name and source.
-    pub env: Vec<(String, Source)>,
-    /// `pass-file-to-command`.
-    pub files: Vec<HookFile>,
-    /// Directory the files go to (`command-working-directory`, else the
-    /// system's temporary directory).
-    pub file_dir: PathBuf,
-    /// The answer's shape.
-    pub answer: HookAnswer,
-    /// The program run: one function named like the hook, whose inputs
-    /// are the arguments.
-    pub program: Arc<Program>,
-}
-
-/// One `pass-file-to-command` entry.
-#[derive(Debug)]
-pub struct HookFile {
-    /// Environment variable that gets the file's path.
-    pub env: String,
-    /// What goes in the file.
-    pub source: Source,
-    /// `base64decode`.
-    pub base64: bool,
-}
-
-/// How a hook answers (webhook's texts and options).
-#[derive(Debug, Clone, Default)]
-pub struct HookAnswer {
-    /// `response-message` (without `include-command-output-in-response`).
-    pub message: String,
-    /// `response-headers`, on a request that matched.
-    pub headers: Vec<(String, String)>,
-    /// `success-http-response-code`, when it is a known status.
-    pub success: Option<u16>,
-    /// `trigger-rule-mismatch-http-response-code`, when a known status.
-    pub mismatch: Option<u16>,
-    /// `include-command-output-in-response`: wait and answer the output.
-    pub output: bool,
-    /// `include-command-output-in-response-on-error`.
-    pub output_on_error: bool,
+impl Hooks {
+    /// The one-function program of hook `id`.
+    pub fn program(&self, id: &str) -> Option<&Arc<Program>> {
+        match &self.by_id.get(id)?.target {
+            Target::Own(program) => Some(program),
+            _ => None,
+        }
+    }
 }
 
 /// First path segments trigd serves itself: a prefix must not start so.
@@ -123,7 +81,7 @@ pub(super) fn load(
         errs.0.push(error(config, "server.hooks_url_prefix", msg));
     }
     let dir = super::types::config_dir(config);
-    let mut by_id: BTreeMap<String, Arc<Hook>> = BTreeMap::new();
+    let mut by_id: BTreeMap<String, Endpoint> = BTreeMap::new();
     for (file, text) in files {
         let defs = match parse_file(text) {
             Ok(defs) => defs,
@@ -133,18 +91,19 @@ pub(super) fn load(
             }
         };
         for (i, def) in defs.into_iter().enumerate() {
-            let compiled =
-                def.and_then(|d| compile(&d, &dir, server).map_err(|msg| herr(i, &d, msg)));
+            let compiled = def.and_then(|d| match compile(&d, &dir, server) {
+                Ok(endpoint) => Ok((d.id, endpoint)),
+                Err(msg) => Err(herr(i, &d, msg)),
+            });
             match compiled {
-                Ok(h) if by_id.contains_key(&h.id) => {
+                Ok((id, _)) if by_id.contains_key(&id) => {
                     let msg = format!(
-                        "hook id \"{}\" is already defined (ids are unique across hooks files)",
-                        h.id
+                        "hook id \"{id}\" is already defined (ids are unique across hooks files)"
                     );
                     errs.0.push(error(file, &format!("hooks[{i}]"), msg));
                 }
-                Ok(h) => {
-                    by_id.insert(h.id.clone(), Arc::new(h));
+                Ok((id, endpoint)) => {
+                    by_id.insert(id, endpoint);
                 }
                 Err(e) => errs.0.push(error(file, &e.key(), e.msg)),
             }
@@ -164,11 +123,61 @@ fn herr(i: usize, d: &HookDef, msg: String) -> HookError {
     }
 }
 
-/// One hook definition → [`Hook`].
+/// One hook definition → its [`Endpoint`]: public, webhook's reading,
+/// its values, its own program, webhook's answer.
 ///
 /// # Errors
 /// A sentence naming the option that cannot be served.
-pub fn compile(d: &HookDef, dir: &Path, server: &Server) -> Result<Hook, String> {
+pub fn compile(d: &HookDef, dir: &Path, server: &Server) -> Result<Endpoint, String> {
+    let json_params = d
+        .parse_parameters_as_json
+        .iter()
+        .enumerate()
+        .map(|(i, a)| json_param(a, &format!("parse-parameters-as-json[{i}]")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let rule = match &d.trigger_rule {
+        Some(r) => Some(rule(r, "trigger-rule", 0)?.unwrap_or_else(never)),
+        None => None,
+    };
+    let cwd = (!d.command_working_directory.is_empty())
+        .then(|| resolve(dir, Path::new(&d.command_working_directory)));
+    let values = values(d, cwd.clone().unwrap_or_else(std::env::temp_dir))?;
+    let program = program(d, &cwd, dir, server, values.args.len());
+    let mut receive = Receive {
+        rule,
+        ..Receive::default()
+    };
+    receive.answer.ignored_status =
+        known_status(d.trigger_rule_mismatch_http_response_code).unwrap_or(200);
+    let methods = methods(d)?;
+    Ok(Endpoint {
+        methods: if methods.is_empty() {
+            Methods::Any
+        } else {
+            Methods::Set(methods)
+        },
+        credentials: Credentials::Public,
+        dialect: Dialect::Webhook(WebhookReading {
+            content_type: (!d.incoming_payload_content_type.is_empty())
+                .then(|| d.incoming_payload_content_type.clone()),
+            json_params,
+            soft_signatures: d.trigger_signature_soft_failures,
+        }),
+        values: Values::Hook(Arc::new(values)),
+        target: Target::Own(Arc::new(program)),
+        vars: BTreeMap::new(),
+        // A hooks-file hook has no completion callback (the file format
+        // has none).
+        callback: None,
+        request_callbacks: false,
+        receive: Arc::new(receive),
+        shape: Shape::Webhook(Arc::new(answer(d)?)),
+        entry: Entry::Hook(d.id.clone()),
+    })
+}
+
+/// The arguments, environment and files of a hook.
+fn values(d: &HookDef, file_dir: PathBuf) -> Result<HookValues, String> {
     let args = d
         .pass_arguments_to_command
         .iter()
@@ -199,33 +208,11 @@ pub fn compile(d: &HookDef, dir: &Path, server: &Server) -> Result<Hook, String>
             base64: a.base64decode,
         });
     }
-    let json_params = d
-        .parse_parameters_as_json
-        .iter()
-        .enumerate()
-        .map(|(i, a)| json_param(a, &format!("parse-parameters-as-json[{i}]")))
-        .collect::<Result<Vec<_>, _>>()?;
-    let rule = match &d.trigger_rule {
-        Some(r) => Some(rule(r, "trigger-rule", 0)?.unwrap_or_else(never)),
-        None => None,
-    };
-    let cwd = (!d.command_working_directory.is_empty())
-        .then(|| resolve(dir, Path::new(&d.command_working_directory)));
-    let program = program(d, &cwd, dir, server, args.len());
-    Ok(Hook {
-        id: d.id.clone(),
-        methods: methods(d)?,
-        content_type: (!d.incoming_payload_content_type.is_empty())
-            .then(|| d.incoming_payload_content_type.clone()),
-        json_params,
-        rule,
-        soft_signatures: d.trigger_signature_soft_failures,
+    Ok(HookValues {
         args,
         env,
         files,
-        file_dir: cwd.unwrap_or_else(std::env::temp_dir),
-        answer: answer(d)?,
-        program: Arc::new(program),
+        file_dir,
     })
 }
 
@@ -271,8 +258,7 @@ fn answer(d: &HookDef) -> Result<HookAnswer, String> {
     Ok(HookAnswer {
         message: d.response_message.clone(),
         headers,
-        success: known_status(d.success_http_response_code),
-        mismatch: known_status(d.trigger_rule_mismatch_http_response_code),
+        success: known_status(d.success_http_response_code).unwrap_or(200),
         output: d.include_command_output_in_response,
         output_on_error: d.include_command_output_in_response_on_error,
     })
@@ -487,7 +473,7 @@ mod tests {
             .server
     }
 
-    fn compile_one(json: &str) -> Result<Hook, String> {
+    fn compile_one(json: &str) -> Result<Endpoint, String> {
         let text = format!(r#"[{{"id": "h", "execute-command": "run.sh", {json}}}]"#);
         let def = parse_file(&text).unwrap().remove(0).unwrap();
         compile(&def, Path::new("/etc/trigd"), &server())
@@ -544,7 +530,10 @@ mod tests {
     #[test]
     fn commands_names_and_statuses() {
         let h = compile_one(r#""command-working-directory": "work", "success-http-response-code": 299, "trigger-rule-mismatch-http-response-code": 403, "http-methods": [" post"], "pass-environment-to-command": [{"source": "payload", "name": "a.b"}], "pass-file-to-command": [{"source": "payload", "name": "data"}]"#).unwrap();
-        let f = &h.program.functions[0];
+        let Target::Own(program) = &h.target else {
+            panic!()
+        };
+        let f = &program.functions[0];
         let Step::Command(argv) = &f.steps[0] else {
             panic!()
         };
@@ -553,13 +542,23 @@ mod tests {
             Template(vec![Piece::Lit("/etc/trigd/work/run.sh".into())])
         );
         assert_eq!(f.workdir, Path::new("/etc/trigd/work"));
-        assert_eq!(h.file_dir, Path::new("/etc/trigd/work"));
-        assert_eq!(h.methods, [Method::Post]);
-        assert_eq!((h.answer.success, h.answer.mismatch), (None, Some(403)));
-        assert_eq!(h.env[0].0, "HOOK_a.b");
-        assert_eq!(h.files[0].env, "HOOK_DATA");
+        let (Values::Hook(values), Shape::Webhook(answer)) = (&h.values, &h.shape) else {
+            panic!()
+        };
+        assert_eq!(values.file_dir, Path::new("/etc/trigd/work"));
+        assert_eq!(h.methods, Methods::Set(vec![Method::Post]));
+        assert_eq!(
+            (answer.success, h.receive.answer.ignored_status),
+            (200, 403)
+        );
+        assert_eq!(values.env[0].0, "HOOK_a.b");
+        assert_eq!(values.files[0].env, "HOOK_DATA");
         let bare = compile_one(r#""trigger-rule": {}"#).unwrap();
-        let Step::Command(argv) = &bare.program.functions[0].steps[0] else {
+        assert_eq!(bare.methods, Methods::Any);
+        let Target::Own(program) = &bare.target else {
+            panic!()
+        };
+        let Step::Command(argv) = &program.functions[0].steps[0] else {
             panic!()
         };
         assert_eq!(
@@ -568,7 +567,7 @@ mod tests {
             "a bare name is looked up in PATH"
         );
         assert!(
-            matches!(bare.rule, Some(Rule::Or(ref v)) if v.is_empty()),
+            matches!(bare.receive.rule, Some(Rule::Or(ref v)) if v.is_empty()),
             "an empty rule never matches"
         );
         assert_eq!(known_status(418), Some(418));

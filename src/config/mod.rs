@@ -32,10 +32,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use endpoint::{Credentials, Endpoint, Target, TriggerName, Values};
+pub use endpoint::{
+    Credentials, Dialect, Endpoint, Entry, HookAnswer, HookFile, HookValues, Methods, Shape,
+    Target, TriggerName, Values, WebhookReading,
+};
 #[cfg(fuzzing)] // fuzz/ (the hooks_file harness)
 pub use hook_compile::compile as compile_hook;
-pub use hook_compile::{known_status, Hook, Hooks};
+pub use hook_compile::{known_status, Hooks};
 pub use named::Named;
 pub use stamp::Stamp;
 

@@ -9,8 +9,8 @@ use super::callbacks::{self, Callbacks};
 use super::raw::{self, RawConfig};
 use super::types::{self, env_vars, workspace_ref, Errors, Known, Src};
 use super::{
-    Credentials, Endpoint, Environment, Target, Tool, Trigger, TriggerKind, TriggerName, Values,
-    Workspace,
+    Credentials, Dialect, Endpoint, Entry, Environment, Methods, Shape, Target, Tool, Trigger,
+    TriggerKind, TriggerName, Values, Workspace,
 };
 use crate::http::Method;
 use crate::receive::{Answer, Receive};
@@ -179,8 +179,9 @@ fn environment(
                 TriggerKind::Endpoint => Values::ByName,
             };
             let endpoint = Endpoint {
-                method: t.method,
+                methods: Methods::One(t.method),
                 credentials: credentials.clone(),
+                dialect: Dialect::Native,
                 values,
                 target: Target::Fixed {
                     program: t.program,
@@ -190,7 +191,8 @@ fn environment(
                 callback: t.callback.clone(),
                 request_callbacks: t.request_callbacks,
                 receive: Arc::clone(&t.receive),
-                trigger: Some(TriggerName {
+                shape: Shape::Run,
+                entry: Entry::Tool(TriggerName {
                     tool: tool.to_string(),
                     environment: name.clone(),
                     trigger: t.name.clone(),

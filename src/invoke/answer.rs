@@ -9,7 +9,7 @@ use std::sync::mpsc;
 use std::thread;
 
 use crate::app::App;
-use crate::follow::{events, End, Follower};
+use crate::follow::{events, End, Follower, Live};
 use crate::http::{ApiError, Response};
 use crate::runner::step::{Outcome, StepError};
 use crate::runner::{Job, RunError, SyncRun};
@@ -69,7 +69,10 @@ pub fn start_streamed(app: &App, job: Job) -> Result<Response, ApiError> {
             Some(Response::from(ApiError::Internal).json_body())
         }
     });
-    Ok(events(Follower::new(path, end)).with_run(&id))
+    let runner = std::sync::Arc::clone(&app.runner);
+    let run = id.clone();
+    let live: Live = Box::new(move || runner.handle(&run));
+    Ok(events(Follower::new(path, end, live)).with_run(&id))
 }
 
 /// The final object of a streamed sync call: the body the sync call

@@ -2,34 +2,40 @@
 //! at config load) says what a request needs; [`invoke`] takes the request
 //! through it, one step per line:
 //!
-//! credentials → method → signature → function → rule → values → callbacks → start → answer
+//! credentials → method → signature → body refusal → function → read →
+//! rule → values → callbacks → idempotency → start → answer
 //!
-//! The receive steps (signature, rule, sourced values, answer shape) are
-//! in `webhook.rs`; for an endpoint without receive settings they do
-//! nothing.
+//! Every entry point is such an endpoint: `POST /api` (`api.rs`), each
+//! generated tool endpoint (`tools.rs`), and each hook of an
+//! adnanh/webhook hooks file (`hooks.rs`); those are thin adapters that
+//! find the endpoint and call [`invoke`]. What differs between them is
+//! data on the endpoint, matched once per step: the methods
+//! ([`Methods`](crate::config::Methods)), how the request is read for the
+//! rule and the values (`read.rs`, by its
+//! [`Dialect`](crate::config::Dialect)), how values are made (`values.rs`,
+//! by its [`Values`]), which function runs ([`Target`]) and the answer's
+//! shape (`webhook.rs`, by its [`Shape`]: the run endpoint's JSON, or
+//! webhook's texts in `hook_answer.rs`). The same fault gets the same
+//! error on every path; only its wording is the shape's.
 //!
-//! With an `Idempotency-Key`, "start" goes through `replay::start_once`:
-//! at most one run per key, repeats answered with the original run.
-//!
-//! `api.rs` (`POST /api`) and `tools.rs` (generated endpoints) are thin
-//! adapters that find the endpoint and call [`invoke`]; the same fault gets
-//! the same error on every path. `values.rs` reads and checks the values,
-//! `answer.rs` starts the run and shapes the answer.
-//!
-//! `hooks.rs` is the entry kind of adnanh/webhook hooks files: the same
-//! receive steps (sources, rule leaves, signature checks of `receive`), read
-//! the way webhook reads a request, the run put together by [`job`], and
-//! webhook's answer shape (its statuses and texts).
+//! The receive steps of a tool trigger (signature, sourced values, body
+//! file, the answer's status and headers) are in `webhook.rs`; for an
+//! endpoint without receive settings they do nothing. With an
+//! `Idempotency-Key`, "start" goes through `replay::start_once`: at most
+//! one run per key, repeats answered with the original run. `answer.rs`
+//! starts the run and writes the run endpoint's answer.
 
 mod answer;
-pub mod hooks;
+mod hook_answer;
+mod read;
 mod values;
 mod webhook;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-pub use answer::{finished_body, run_error};
+pub use answer::finished_body;
+pub use hook_answer::{text as hook_text, NOT_FOUND as HOOK_NOT_FOUND};
 pub use values::check_values;
 #[cfg(fuzzing)] // fuzz/src/lib.rs
 pub use values::named_values;
@@ -37,12 +43,15 @@ pub use values::named_values;
 use crate::access::Member;
 use crate::app::App;
 use crate::callback::{self, record::Source};
-use crate::config::{ApiKey, Config, Credentials, Endpoint, Function, Program, Target, Values};
+use crate::config::{
+    ApiKey, Config, Credentials, Dialect, Endpoint, Entry, Function, Program, Shape, Target, Values,
+};
 use crate::http::{ApiError, Request, Response};
 use crate::idempotency;
 use crate::replay;
 use crate::runner::Job;
 use crate::store::Origin;
+use read::Read;
 
 /// Who is calling, once their credentials are checked.
 pub enum Caller<'a> {
@@ -66,19 +75,21 @@ impl Caller<'_> {
 }
 
 /// Take `req` through `endpoint`: check the credentials and the method,
-/// find the function, read and check the values, start the run (sync or
-/// async, `run_async`) and answer with the run endpoint's JSON, shaped by
-/// the endpoint's receive settings (`webhook::answer`).
+/// find the function, read the request, evaluate the rule, make and check
+/// the values, start the run (sync or async) and answer in the endpoint's
+/// shape (`webhook::answer`).
 ///
 /// # Errors
 /// Every error of the steps, in this order: credentials (see `access`),
 /// `method_not_allowed`, the signature (`signature_*`), a body where none
 /// is read (`invalid_parameter`), the function (`invalid_program_id`,
-/// `program_not_found`, `function_not_found`, …), the rule (`Ignored`),
-/// the values (`invalid_payload`, `unsupported_media_type`,
+/// `program_not_found`, `function_not_found`, …), a body that cannot be
+/// read (`invalid_payload`), the rule (`Ignored`, `rule_error`), the
+/// values (`invalid_payload`, `unsupported_media_type`,
 /// `variables_mismatch`, `invalid_parameter`), `run_async`, a bad or
 /// reused `Idempotency-Key` (`invalid_parameter`,
-/// `idempotency_key_reused`), and the run.
+/// `idempotency_key_reused`), and the run. A hook answers most of them in
+/// webhook's words (`hook_answer.rs`).
 pub fn invoke(
     app: &App,
     cfg: &Arc<Config>,
@@ -97,43 +108,42 @@ fn steps(
     endpoint: &Endpoint,
 ) -> Result<Response, ApiError> {
     let caller = authenticate(app, cfg, req, &endpoint.credentials)?;
-    if req.method != endpoint.method {
-        let allow = vec![endpoint.method.as_str()];
+    if !endpoint.methods.allows(req.method) {
+        let allow = endpoint.methods.allow();
         return Err(ApiError::MethodNotAllowed { allow });
     }
     let rcv = &endpoint.receive;
     webhook::verify(app, cfg, rcv, req)?;
-    values::reject_body(req, endpoint.values)?;
+    values::reject_body(req, &endpoint.values)?;
     let (program, function) = target(cfg, req, &endpoint.target, &caller)?;
-    let mut inc = webhook::incoming(cfg, req);
-    webhook::rule(rcv, &inc)?;
+    let mut read = Read::new(cfg, req, &endpoint.dialect)?;
+    read.rule(rcv)?;
     let body_file = webhook::body_file(cfg, rcv, req)?;
-    inc.body_file = body_file.as_ref().map(|f| f.path().to_path_buf());
-    let values = match webhook::values(rcv, &inc, req, function.inputs())? {
-        Some(values) => values,
-        None => values::read(req, endpoint.values, function.inputs())?,
-    };
-    check_values(&cfg.server, endpoint.values, function.inputs(), &values)?;
-    let run_async = match req.query_one("run_async")? {
-        None => rcv.answer.run_async,
-        raw => parse_bool("run_async", raw)?,
-    };
+    read.set_body_file(body_file.as_ref().map(|f| f.path().to_path_buf()));
+    let made = values::make(&cfg.server, req, endpoint, &read, function.inputs())?;
+    let run_async = run_async(req, endpoint)?;
     // The run endpoint may stream a sync run's output (`answer.rs`).
     let mut stream = false;
-    if endpoint.values == Values::Positional {
+    if matches!(endpoint.values, Values::Positional) {
         stream = parse_bool("stream", req.query_one("stream")?)? || wants_events(req);
         values::reject_unknown(req)?;
     }
     let callbacks = callbacks(cfg, req, endpoint, function, &caller)?;
-    let origin = caller.origin();
-    let mut job = job(cfg, program, function, values, &endpoint.vars, origin);
+    let mut job = job(
+        cfg,
+        program,
+        function,
+        made.values,
+        &made.vars,
+        caller.origin(),
+    );
+    job.files = made.files;
     job.body_file = body_file;
     job.stdin_body = rcv.stdin_body;
     job.callbacks = callbacks;
-    job.tool = endpoint
-        .trigger
-        .as_ref()
-        .map(|t| format!("{}/{}", t.tool, t.environment));
+    if let Entry::Tool(t) = &endpoint.entry {
+        job.tool = Some(format!("{}/{}", t.tool, t.environment));
+    }
     let start = |job| {
         if stream && !run_async {
             answer::start_streamed(app, job)
@@ -144,9 +154,27 @@ fn steps(
     match idempotency::key_of(req)? {
         Some(key) => {
             let entry = format!("{}#{}", req.segments.join("/"), program.id);
-            replay::start_once(app, key, job, run_async, &entry, start)
+            let request = (entry.as_str(), made.request.as_slice());
+            replay::start_once(app, key, job, run_async, request, start)
         }
         None => start(job),
+    }
+}
+
+/// Whether the run is async: a hook's without
+/// `include-command-output-in-response` (webhook waits for the command
+/// only to answer its output); else `run_async`, by default the trigger's
+/// `response.run_async`.
+///
+/// # Errors
+/// `invalid_parameter` for a bad `run_async`.
+fn run_async(req: &Request, endpoint: &Endpoint) -> Result<bool, ApiError> {
+    match &endpoint.shape {
+        Shape::Webhook(h) => Ok(!h.output),
+        Shape::Run => match req.query_one("run_async")? {
+            None => Ok(endpoint.receive.answer.run_async),
+            raw => parse_bool("run_async", raw),
+        },
     }
 }
 
@@ -173,7 +201,7 @@ pub fn authenticate<'c>(
 fn target<'c>(
     cfg: &'c Config,
     req: &Request,
-    target: &Target,
+    target: &'c Target,
     caller: &Caller,
 ) -> Result<(&'c Arc<Program>, &'c Function), ApiError> {
     match target {
@@ -182,6 +210,7 @@ fn target<'c>(
             let f = p.function(function).ok_or(ApiError::NotFound)?;
             Ok((p, f))
         }
+        Target::Own(p) => Ok((p, p.functions.first().ok_or(ApiError::Internal)?)),
         Target::Chosen => {
             let p = program_param(cfg, req.query_one("program_id")?)?;
             if let Caller::ApiKey(key) = caller {
@@ -276,7 +305,8 @@ pub fn job(
 
 /// The run's completion callbacks: the function's, the endpoint's, and the
 /// one the request names (`callback` on `POST /api`, `Trigd-Callback`
-/// anywhere) where the key or the trigger allows it.
+/// anywhere it is read natively: a hook's request is the sender's) where
+/// the key or the trigger allows it.
 ///
 /// # Errors
 /// `callback_not_permitted`, `callback_refused`.
@@ -291,14 +321,20 @@ fn callbacks(
         Caller::ApiKey(key) => key.request_callbacks,
         _ => endpoint.request_callbacks,
     };
-    let query = endpoint.values == Values::Positional;
+    let requested = match endpoint.dialect {
+        Dialect::Native => {
+            let query = matches!(endpoint.values, Values::Positional);
+            callback::requested(req, query)?
+        }
+        Dialect::Webhook(_) => None,
+    };
     callback::targets(
         &cfg.server.callbacks,
         &[
             (function.callback.as_ref(), Source::Function),
             (endpoint.callback.as_ref(), Source::Trigger),
         ],
-        callback::requested(req, query)?,
+        requested,
         permitted,
     )
 }

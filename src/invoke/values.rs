@@ -1,13 +1,20 @@
-//! The values of a run: read by position (`variables`) or by name (query
-//! and JSON object body), then checked against the function's inputs and
-//! the size limits, the same way for every endpoint.
+//! The values of a run: read by position (`variables`), by name (query
+//! and JSON object body) or from a trigger's receive sources, then checked
+//! against the function's inputs and the size limits, the same way for
+//! every endpoint; or a hook's arguments, environment and files, made as
+//! webhook makes them.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
+use base64::Engine as _;
 use serde_json::Value;
 
-use crate::config::{Server, Values};
+use super::read::{body_error, Read};
+use crate::config::{Endpoint, HookValues, Server, Values};
 use crate::http::{ApiError, Request};
+use crate::receive::body_file::BodyFile;
+use crate::receive::{read_values, Receive, ValuesError};
 
 /// The query parameters `POST /api` accepts.
 const PARAMS: [&str; 7] = [
@@ -20,15 +27,126 @@ const PARAMS: [&str; 7] = [
     "stream",
 ];
 
-/// Read the values of `req` for `inputs` from `source`.
+/// What the values step makes for a run: its values (by input position),
+/// its variables, the files it reads, and what else of the request the
+/// run gets (for an `Idempotency-Key`'s fingerprint).
+pub struct Made<'e> {
+    /// The values, one per input.
+    pub values: Vec<String>,
+    /// The run's variables: the endpoint's, or a hook's environment.
+    pub vars: Cow<'e, BTreeMap<String, String>>,
+    /// A hook's `pass-file-to-command` files, removed after the run.
+    pub files: Vec<BodyFile>,
+    /// `NAME=value` of every variable and file taken from the request.
+    pub request: Vec<String>,
+}
+
+/// The values step: make the values of `req` for `inputs` the way the
+/// endpoint's [`Values`] says, and check them.
 ///
 /// # Errors
-/// For [`Values::ByName`], those of [`named_values`].
-pub fn read(req: &Request, source: Values, inputs: &[String]) -> Result<Vec<String>, ApiError> {
-    match source {
-        Values::Positional => Ok(req.query_all("variables").map(str::to_string).collect()),
-        Values::ByName => named_values(req, inputs),
+/// Those of [`named_values`], the receive sources
+/// (`invalid_payload`, `unsupported_media_type`, `variables_mismatch`) and
+/// [`check_values`]. A hook's values are never refused (see [`hook`]).
+pub fn make<'e>(
+    server: &Server,
+    req: &Request,
+    endpoint: &'e Endpoint,
+    read: &Read<'_>,
+    inputs: &[String],
+) -> Result<Made<'e>, ApiError> {
+    let values = match &endpoint.values {
+        Values::Hook(h) => return Ok(hook(h, read)),
+        Values::Positional => req.query_all("variables").map(str::to_string).collect(),
+        Values::ByName => match sourced(&endpoint.receive, read, req, inputs)? {
+            Some(values) => values,
+            None => named_values(req, inputs)?,
+        },
+    };
+    check_values(server, &endpoint.values, inputs, &values)?;
+    Ok(Made {
+        values,
+        vars: Cow::Borrowed(&endpoint.vars),
+        files: Vec::new(),
+        request: Vec::new(),
+    })
+}
+
+/// The values from the trigger's sources (`values`); `None` when the
+/// endpoint reads values its own way. A trigger with other receive
+/// settings but no `values` takes values by name from the query only: its
+/// body is the sender's payload.
+///
+/// # Errors
+/// `invalid_payload`, `unsupported_media_type`, and `variables_mismatch`
+/// for a value the request does not carry.
+fn sourced(
+    rcv: &Receive,
+    read: &Read<'_>,
+    req: &Request,
+    inputs: &[String],
+) -> Result<Option<Vec<String>>, ApiError> {
+    match &rcv.values {
+        Some(specs) => read_values(|s| read.get(s), specs)
+            .map(Some)
+            .map_err(|e| values_error(e, inputs)),
+        None if rcv.is_configured() => named_values_from(&req.query, b"", inputs).map(Some),
+        None => Ok(None),
     }
+}
+
+fn values_error(e: ValuesError, inputs: &[String]) -> ApiError {
+    match e {
+        ValuesError::Body(e) => body_error(e),
+        ValuesError::Missing { output, source } => ApiError::ValuesMismatch {
+            msg: format!("Value '{output}' ({source}) is not in the request."),
+            outputs: inputs.to_vec(),
+        },
+    }
+}
+
+/// A hook's values as webhook passes them: each argument (a missing one
+/// is empty), each environment variable and file (a missing one is left
+/// out; a file that cannot be written is logged and left out). No size
+/// limit but the body's (`max_body_bytes`), as in webhook.
+fn hook(h: &HookValues, read: &Read<'_>) -> Made<'static> {
+    let get = |s| read.get(s).ok().flatten();
+    let mut vars = BTreeMap::new();
+    let mut made = Made {
+        values: h.args.iter().map(|s| get(s).unwrap_or_default()).collect(),
+        vars: Cow::Owned(BTreeMap::new()),
+        files: Vec::new(),
+        request: Vec::new(),
+    };
+    for (name, s) in &h.env {
+        if let Some(v) = get(s) {
+            made.request.push(format!("{name}={v}"));
+            vars.insert(name.clone(), v);
+        }
+    }
+    for f in &h.files {
+        let Some(v) = get(&f.source) else { continue };
+        made.request.push(format!("{}={v}", f.env));
+        let data = if f.base64 {
+            base64::engine::general_purpose::STANDARD
+                .decode(v.as_bytes())
+                .unwrap_or_default()
+        } else {
+            v.into_bytes()
+        };
+        match BodyFile::write_named(&h.file_dir, &f.env, &data) {
+            Ok(file) => {
+                vars.insert(f.env.clone(), file.path().display().to_string());
+                made.files.push(file);
+            }
+            Err(e) => log::error!(
+                "cannot write a hook's file in {}: {e}",
+                h.file_dir.display()
+            ),
+        }
+    }
+    made.vars = Cow::Owned(vars);
+    made
 }
 
 /// Collect one string per input, by name, from the query and a JSON object
@@ -101,7 +219,7 @@ pub fn named_values_from(
 /// values by name).
 pub fn check_values(
     server: &Server,
-    source: Values,
+    source: &Values,
     inputs: &[String],
     values: &[String],
 ) -> Result<(), ApiError> {
@@ -123,7 +241,9 @@ pub fn check_values(
                 "variables".to_string(),
                 format!("Value {} (output '{}')", i + 1, inputs[i]),
             ),
-            Values::ByName => (inputs[i].clone(), format!("Value '{}'", inputs[i])),
+            Values::ByName | Values::Hook(_) => {
+                (inputs[i].clone(), format!("Value '{}'", inputs[i]))
+            }
         };
         let msg = format!("{value} {what}");
         ApiError::InvalidParameter { name, msg }
@@ -149,8 +269,8 @@ pub fn check_values(
 ///
 /// # Errors
 /// `invalid_parameter` (`Parameter`: `body`).
-pub fn reject_body(req: &Request, source: Values) -> Result<(), ApiError> {
-    if source != Values::Positional || req.body.is_empty() {
+pub fn reject_body(req: &Request, source: &Values) -> Result<(), ApiError> {
+    if !matches!(source, Values::Positional) || req.body.is_empty() {
         return Ok(());
     }
     Err(ApiError::InvalidParameter {
@@ -204,7 +324,7 @@ mod tests {
         let inputs = ["a".to_string(), "b".to_string()];
         let values = ["x".to_string(), "long".to_string()];
         for (source, param) in [(Values::Positional, "variables"), (Values::ByName, "b")] {
-            match check_values(&server, source, &inputs, &values).unwrap_err() {
+            match check_values(&server, &source, &inputs, &values).unwrap_err() {
                 ApiError::InvalidParameter { name, msg } => {
                     assert_eq!(name, param);
                     assert!(msg.contains("'b'") && msg.contains("3 bytes"), "{msg}");

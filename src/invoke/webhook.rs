@@ -1,9 +1,9 @@
 //! The steps a tool trigger with receive settings adds to [`invoke`]
-//! (see `receive`): the signature right after the endpoint's credentials,
-//! the rule before anything is read for the run, the values from their
-//! sources, the raw body in a file; and the answer's shape and accounting
-//! in [`answer`]. For an endpoint without receive settings every step here
-//! is a no-op.
+//! (see `receive`): the signature right after the endpoint's credentials
+//! and the raw body in a file; and the accounting and shape of every
+//! answer in [`answer`] (the rule is `read.rs`'s, the values from their
+//! sources `values.rs`'s). For an endpoint without receive settings every
+//! step here is a no-op.
 //!
 //! [`invoke`]: super::invoke
 
@@ -11,14 +11,12 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::access::client_ip;
+use super::hook_answer;
 use crate::app::App;
-use crate::config::{Config, Endpoint};
+use crate::config::{Config, Endpoint, Entry, Shape};
 use crate::http::{ApiError, Request, Response};
 use crate::receive::body_file::BodyFile;
-use crate::receive::rules::Verdict;
-use crate::receive::values::{Incoming, ValueError};
-use crate::receive::{read_values, Answer, Receive, ValuesError};
+use crate::receive::{Answer, Receive};
 
 /// Check the request's signature or token (`verify`).
 ///
@@ -29,31 +27,6 @@ pub fn verify(app: &App, cfg: &Config, rcv: &Receive, req: &Request) -> Result<(
     match &rcv.verify {
         Some(v) => app.access.signature(cfg, req, v),
         None => Ok(()),
-    }
-}
-
-/// The request as value sources and rules see it.
-pub fn incoming<'a>(cfg: &Config, req: &'a Request) -> Incoming<'a> {
-    let client = client_ip(&cfg.server, req);
-    let mut inc = Incoming::new(&req.headers, &req.query, &req.body, client);
-    inc.method = req.method.as_str();
-    inc
-}
-
-/// Evaluate the rule (`rule`).
-///
-/// # Errors
-/// `rules_not_matched` with the trigger's `ignored_status` when it does
-/// not match; `invalid_payload` / `unsupported_media_type` when a source
-/// cannot read the body.
-pub fn rule(rcv: &Receive, inc: &Incoming<'_>) -> Result<(), ApiError> {
-    let Some(rule) = &rcv.rule else { return Ok(()) };
-    match rule.eval(inc).map_err(body_error)? {
-        Verdict::Match => Ok(()),
-        Verdict::NoMatch(reason) => Err(ApiError::Ignored {
-            status: rcv.answer.ignored_status,
-            reason,
-        }),
     }
 }
 
@@ -79,82 +52,48 @@ pub fn body_file(
     }
 }
 
-/// The values from the trigger's sources (`values`); `None` when the
-/// endpoint reads values its own way. A trigger with other receive
-/// settings but no `values` takes values by name from the query only: its
-/// body is the sender's payload.
+/// Account for and shape the answer, by the endpoint's [`Shape`]. A
+/// request of a tool trigger with receive settings, or of a hook, that ran
+/// nothing is logged and counted in `trigd_webhooks_not_run_total`
+/// (`tool="hooks"` for a hook). The run endpoint's answer of a tool
+/// trigger with receive settings gets the trigger's success status, extra
+/// headers, and without `output` no `Result` (nor a failed run's
+/// `Stderr`); a hook's is said as webhook says it (`hook_answer`); other
+/// endpoints' are untouched.
 ///
 /// # Errors
-/// `invalid_payload`, `unsupported_media_type`, and `variables_mismatch`
-/// for a value the request does not carry.
-pub fn values(
-    rcv: &Receive,
-    inc: &Incoming<'_>,
-    req: &Request,
-    inputs: &[String],
-) -> Result<Option<Vec<String>>, ApiError> {
-    match &rcv.values {
-        Some(specs) => read_values(inc, specs)
-            .map(Some)
-            .map_err(|e| values_error(e, inputs)),
-        None if rcv.is_configured() => {
-            super::values::named_values_from(&req.query, b"", inputs).map(Some)
-        }
-        None => Ok(None),
-    }
-}
-
-fn body_error(e: ValueError) -> ApiError {
-    match e {
-        ValueError::WrongType { .. } => ApiError::UnsupportedMediaType { msg: e.message() },
-        _ => ApiError::InvalidPayload { msg: e.message() },
-    }
-}
-
-fn values_error(e: ValuesError, inputs: &[String]) -> ApiError {
-    match e {
-        ValuesError::Body(e) => body_error(e),
-        ValuesError::Missing { output, source } => ApiError::ValuesMismatch {
-            msg: format!("Value '{output}' ({source}) is not in the request."),
-            outputs: inputs.to_vec(),
-        },
-    }
-}
-
-/// Account for and shape the answer of a tool trigger's endpoint: a
-/// request that ran nothing is logged and counted in
-/// `trigd_webhooks_not_run_total`; the answer gets the trigger's success
-/// status, extra headers, and without `output` no `Result` (nor a failed
-/// run's `Stderr`). An endpoint without receive settings is untouched.
-///
-/// # Errors
-/// `result`'s, for an endpoint without receive settings.
+/// `result`'s, for an endpoint without receive settings; trigd's own
+/// refusals for a hook.
 pub fn answer(
     app: &App,
     endpoint: &Endpoint,
     result: Result<Response, ApiError>,
 ) -> Result<Response, ApiError> {
     let rcv = &endpoint.receive;
-    let Some(name) = endpoint.trigger.as_ref().filter(|_| rcv.is_configured()) else {
-        return result;
+    let (label, trigger) = match &endpoint.entry {
+        Entry::Tool(t) if rcv.is_configured() => (t.tool.as_str(), t.trigger.as_str()),
+        Entry::Hook(id) => ("hooks", id.as_str()),
+        _ => return result,
     };
-    let (tool, env, trigger) = (&name.tool, &name.environment, &name.trigger);
+    let name = || match &endpoint.entry {
+        Entry::Tool(t) => format!("webhook {}/{}/{}", t.tool, t.environment, t.trigger),
+        _ => format!("hook {trigger}"),
+    };
     match &result {
         Err(ApiError::Ignored { reason, .. }) => {
-            log::info!("webhook {tool}/{env}/{trigger} ignored: {reason}");
-            app.runner.metrics.webhook(tool, trigger, "ignored");
+            log::info!("{} ignored: {reason}", name());
+            app.runner.metrics.webhook(label, trigger, "ignored");
         }
         Err(e) if refused_before_run(e) => {
-            log::warn!(
-                "webhook {tool}/{env}/{trigger} refused: {}: {}",
-                e.code(),
-                e.message()
-            );
-            app.runner.metrics.webhook(tool, trigger, e.code());
+            log::warn!("{} refused: {}: {}", name(), e.code(), e.message());
+            app.runner.metrics.webhook(label, trigger, e.code());
         }
         _ => {}
     }
-    Ok(shape(&rcv.answer, result))
+    match &endpoint.shape {
+        Shape::Run => Ok(shape(&rcv.answer, result)),
+        Shape::Webhook(h) => hook_answer::render(h, result),
+    }
 }
 
 /// Whether `e` refused the request itself (signature, body, values), as
@@ -163,6 +102,7 @@ fn refused_before_run(e: &ApiError) -> bool {
     matches!(
         e,
         ApiError::Signature(_)
+            | ApiError::RuleError { .. }
             | ApiError::RateLimited { .. }
             | ApiError::InvalidPayload { .. }
             | ApiError::UnsupportedMediaType { .. }

@@ -20,7 +20,7 @@ pub mod webhook;
 
 use rules::Rule;
 use signature::Verifier;
-use values::{Incoming, Source, ValueError};
+use values::{Source, ValueError};
 
 /// How one trigger receives requests, compiled from its configuration.
 /// The default is today's behaviour: no verification, no rule, values by
@@ -94,14 +94,18 @@ pub enum ValuesError {
     },
 }
 
-/// Read every output's value, in order.
+/// Read every output's value, in order, with `get` (a request's reading,
+/// such as [`values::Incoming::get`]).
 ///
 /// # Errors
 /// See [`ValuesError`].
-pub fn read_values(inc: &Incoming<'_>, specs: &[ValueSpec]) -> Result<Vec<String>, ValuesError> {
+pub fn read_values(
+    get: impl Fn(&Source) -> Result<Option<String>, ValueError>,
+    specs: &[ValueSpec],
+) -> Result<Vec<String>, ValuesError> {
     specs
         .iter()
-        .map(|s| match inc.get(&s.source).map_err(ValuesError::Body)? {
+        .map(|s| match get(&s.source).map_err(ValuesError::Body)? {
             Some(v) => Ok(v),
             None => s.default.clone().ok_or_else(|| ValuesError::Missing {
                 output: s.output.clone(),

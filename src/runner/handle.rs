@@ -1,69 +1,35 @@
-//! The handle of one executing run: stop it, and read the output it has
-//! printed so far while it still runs.
+//! The handle of one executing run: stop it, and wait for the output it
+//! prints while it still runs.
 //!
-//! The runner creates a [`RunHandle`] when a run starts executing and drops
-//! it when the run ends; `Runner::handle` finds the
+//! The runner creates a [`RunHandle`] when a run starts executing and
+//! closes it when the run's end is recorded; `Runner::handle` finds the
 //! handle of a live run by id. Stopping goes through the run's own
 //! [`AbortSignal`]: the step being executed gets SIGTERM on its process
 //! group, then SIGKILL after `kill_grace`, and the run ends as aborted.
-//! Output is kept as a window of the last [`LIVE_WINDOW`] bytes of each
-//! stream, addressed by absolute byte offsets, so a follower can ask for
-//! "everything after offset N" and learn when it fell behind.
+//!
+//! Live output is a notification, not a copy: the bytes go to the run's
+//! output file (`output.rs`), and the handle counts the writes. A follower
+//! (`follow.rs`) notes the count, reads the file from its own offset, and
+//! when there is nothing new waits on the handle for the next write or the
+//! run's end. The handle holds no output, so a slow follower cannot make
+//! it grow.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::Duration;
 
 use crate::sys::AbortSignal;
 
-/// Bytes of each stream kept for followers.
-pub const LIVE_WINDOW: usize = 64 * 1024;
-
 pub use crate::output::Stream;
 
-/// The last bytes of one stream, with the offset of the first kept byte.
+/// What followers wait for.
 #[derive(Debug, Default)]
-struct Window {
-    /// Bytes written to the stream so far (the offset just past `buf`).
-    total: u64,
-    buf: Vec<u8>,
-}
-
-impl Window {
-    fn push(&mut self, data: &[u8]) {
-        self.total = self.total.saturating_add(data.len() as u64);
-        let data = &data[data.len().saturating_sub(LIVE_WINDOW)..];
-        self.buf.extend_from_slice(data);
-        // Trim in batches so the copy is amortised.
-        if self.buf.len() >= 2 * LIVE_WINDOW {
-            let excess = self.buf.len() - LIVE_WINDOW;
-            self.buf.drain(..excess);
-        }
-    }
-
-    fn since(&self, offset: u64) -> Chunk {
-        let kept = self.buf.len().min(LIVE_WINDOW);
-        let first = self.total - kept as u64;
-        let from = offset.clamp(first, self.total);
-        let skip = usize::try_from(from - first).unwrap_or(kept);
-        Chunk {
-            from,
-            data: self.buf[self.buf.len() - kept + skip..].to_vec(),
-            next: self.total,
-        }
-    }
-}
-
-/// Bytes of a stream from a follower's offset on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Chunk {
-    /// Offset of the first byte of `data`; greater than the offset asked
-    /// for when those bytes have left the window.
-    pub from: u64,
-    /// The bytes.
-    pub data: Vec<u8>,
-    /// The offset to ask for next.
-    pub next: u64,
+struct Written {
+    /// Output writes so far.
+    count: u64,
+    /// The run's end is recorded: nothing more will be written.
+    closed: bool,
 }
 
 /// One executing run, shared by the thread executing it and anyone who
@@ -72,8 +38,8 @@ pub struct Chunk {
 pub struct RunHandle {
     abort: AbortSignal,
     cancelled: AtomicBool,
-    stdout: Mutex<Window>,
-    stderr: Mutex<Window>,
+    written: Mutex<Written>,
+    changed: Condvar,
 }
 
 impl RunHandle {
@@ -85,8 +51,8 @@ impl RunHandle {
         Ok(RunHandle {
             abort: AbortSignal::new()?,
             cancelled: AtomicBool::new(false),
-            stdout: Mutex::default(),
-            stderr: Mutex::default(),
+            written: Mutex::default(),
+            changed: Condvar::new(),
         })
     }
 
@@ -113,23 +79,36 @@ impl RunHandle {
         &self.abort
     }
 
-    /// Record bytes the run printed on `stream`.
-    pub(super) fn push(&self, stream: Stream, data: &[u8]) {
-        lock(self.window(stream)).push(data);
+    /// The run wrote output (already in its output file): wake followers.
+    /// Called by the runner as it writes.
+    pub(crate) fn wrote(&self) {
+        lock(&self.written).count += 1;
+        self.changed.notify_all();
     }
 
-    /// What the run has printed on `stream` from `offset` on (as far as the
-    /// window still holds it).
-    #[cfg_attr(not(test), allow(dead_code))] // the follower of a live run is its caller
-    pub fn output_since(&self, stream: Stream, offset: u64) -> Chunk {
-        lock(self.window(stream)).since(offset)
+    /// The run's end is recorded: wake followers for the last time.
+    /// Called by the runner.
+    pub(crate) fn close(&self) {
+        lock(&self.written).closed = true;
+        self.changed.notify_all();
     }
 
-    fn window(&self, stream: Stream) -> &Mutex<Window> {
-        match stream {
-            Stream::Stdout => &self.stdout,
-            Stream::Stderr => &self.stderr,
-        }
+    /// Output writes so far. A follower notes this before it reads the
+    /// output file, then passes it to [`RunHandle::wait_output`].
+    pub fn writes(&self) -> u64 {
+        lock(&self.written).count
+    }
+
+    /// Wait at most `timeout` for a write after the first `seen` ones, or
+    /// for the run's end; false once the run has ended (waiting again
+    /// returns at once).
+    pub fn wait_output(&self, seen: u64, timeout: Duration) -> bool {
+        let w = lock(&self.written);
+        let (w, _) = self
+            .changed
+            .wait_timeout_while(w, timeout, |w| w.count == seen && !w.closed)
+            .unwrap_or_else(|e| e.into_inner());
+        !w.closed
     }
 }
 
@@ -140,32 +119,26 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
+    use std::thread;
 
     #[test]
-    fn follower_reads_from_its_offset_and_learns_what_it_missed() {
-        let h = RunHandle::new().unwrap();
-        h.push(Stream::Stdout, b"hello ");
-        h.push(Stream::Stdout, b"world");
-        let c = h.output_since(Stream::Stdout, 0);
-        assert_eq!(
-            (c.from, c.data.as_slice(), c.next),
-            (0, &b"hello world"[..], 11)
-        );
-        let c = h.output_since(Stream::Stdout, 6);
-        assert_eq!(c.data, b"world");
-        assert_eq!(h.output_since(Stream::Stdout, 11).data, b"");
-        assert_eq!(h.output_since(Stream::Stderr, 0).next, 0);
-
-        // Past the window, the oldest bytes are gone and `from` says so.
-        let big = vec![b'x'; 3 * LIVE_WINDOW];
-        h.push(Stream::Stdout, &big);
-        h.push(Stream::Stdout, b"end");
-        let c = h.output_since(Stream::Stdout, 0);
-        let total = 11 + big.len() as u64 + 3;
-        assert_eq!(c.next, total);
-        assert_eq!(c.from, total - LIVE_WINDOW as u64);
-        assert_eq!(c.data.len(), LIVE_WINDOW);
-        assert!(c.data.ends_with(b"xend"));
+    fn a_waiting_follower_wakes_on_a_write_and_on_the_end() {
+        let h = Arc::new(RunHandle::new().unwrap());
+        // Nothing new: the wait times out and the run is still on.
+        assert!(h.wait_output(0, Duration::from_millis(1)));
+        let seen = h.writes();
+        let writer = Arc::clone(&h);
+        let t = thread::spawn(move || writer.wrote());
+        // An hour-long wait that only a write can end in time.
+        assert!(h.wait_output(seen, Duration::from_secs(3600)));
+        t.join().unwrap();
+        assert_eq!(h.writes(), seen + 1);
+        let closer = Arc::clone(&h);
+        let t = thread::spawn(move || closer.close());
+        assert!(!h.wait_output(h.writes(), Duration::from_secs(3600)));
+        t.join().unwrap();
+        assert!(!h.wait_output(h.writes(), Duration::from_secs(3600)));
     }
 
     #[test]

@@ -83,7 +83,6 @@ pub struct Job {
     pub stdin_body: bool,
     /// Temporary files the run reads (a hook's `pass-file-to-command`),
     /// removed when the job is dropped, after the run.
-    #[allow(dead_code)] // never read: held so that its Drop removes the files
     pub files: Vec<crate::receive::body_file::BodyFile>,
 }
 
@@ -103,8 +102,8 @@ impl Job {
 fn program_of<'c>(cfg: &'c Config, id: u64, function: &str) -> Option<&'c Arc<Program>> {
     let has = |p: &&Arc<Program>| p.function(function).is_some();
     cfg.program(id).filter(has).or_else(|| {
-        let hook = cfg.hooks.by_id.get(function).filter(|_| id == 0)?;
-        Some(&hook.program).filter(has)
+        let hook = cfg.hooks.program(function).filter(|_| id == 0)?;
+        Some(hook).filter(has)
     })
 }
 
@@ -231,16 +230,26 @@ struct Live {
     aborting: bool,
 }
 
-/// Keeps a run's handle in [`Live`] while it executes.
+/// Keeps a run's handle in [`Live`] while it executes; dropped, also
+/// closes the handle (followers learn that the run has ended).
 struct Registered<'a> {
     runner: &'a Runner,
     run: String,
     handle: Arc<RunHandle>,
 }
 
+impl Registered<'_> {
+    /// Make the run unfindable (it is no longer stoppable); the handle
+    /// stays open for those who hold it.
+    fn unlist(&self) {
+        lock(&self.runner.live).runs.remove(&self.run);
+    }
+}
+
 impl Drop for Registered<'_> {
     fn drop(&mut self) {
-        lock(&self.runner.live).runs.remove(&self.run);
+        self.unlist();
+        self.handle.close();
     }
 }
 
@@ -790,14 +799,13 @@ impl Runner {
     }
 
     /// Execute the job's function (its `running` state is recorded) and
-    /// record the end state. An async run of a `retry_on_restart` function
-    /// stopped by a shutdown is recorded `queued` again, to run at the next
-    /// start.
+    /// record the end state ([`Runner::record_outcome`]).
     fn execute(&self, mut rec: RunRecord, job: &Job) -> (RunRecord, Outcome) {
         log::info!("run {} started", rec.run);
         let started = Instant::now();
         let output = self.output_file(&rec.run, job);
-        let outcome = match self.register(&rec.run) {
+        let live = self.register(&rec.run);
+        let outcome = match &live {
             Ok(live) => {
                 let mut outcome = self.execute_with(job, &live.handle, output.as_ref());
                 if let Some(StepError::Aborted { step }) = outcome.error {
@@ -807,9 +815,34 @@ impl Runner {
                 }
                 outcome
             }
-            Err(e) => no_handle(&e),
+            Err(e) => no_handle(e),
         };
         drop(output);
+        // No cancel finds the run once its end is being recorded; followers
+        // waiting on the handle learn of the end once it is recorded.
+        if let Ok(live) = &live {
+            live.unlist();
+        }
+        self.record_outcome(&mut rec, job, &outcome);
+        drop(live);
+        lock(&self.drain).tick();
+        self.ended.notify_all();
+        self.metrics
+            .run(rec.program, rec.state.name(), started.elapsed());
+        log::info!(
+            "run {} {}/{} {}",
+            rec.run,
+            rec.program,
+            rec.function,
+            rec.state.name()
+        );
+        (rec, outcome)
+    }
+
+    /// Record the end state of `rec` from `outcome`. An async run of a
+    /// `retry_on_restart` function stopped by a shutdown is recorded
+    /// `queued` again, to run at the next start.
+    fn record_outcome(&self, rec: &mut RunRecord, job: &Job, outcome: &Outcome) {
         rec.finished_at = Some(now_rfc3339());
         rec.steps = outcome
             .steps
@@ -842,23 +875,11 @@ impl Runner {
             rec.state = RunState::Queued;
             (rec.started_at, rec.finished_at, rec.error, rec.stdout) = (None, None, None, None);
             rec.steps.clear();
-            self.record(&rec);
+            self.record(rec);
         } else {
             rec.input = None;
-            self.record_end(&mut rec, false);
+            self.record_end(rec, false);
         }
-        lock(&self.drain).tick();
-        self.ended.notify_all();
-        self.metrics
-            .run(rec.program, rec.state.name(), started.elapsed());
-        log::info!(
-            "run {} {}/{} {}",
-            rec.run,
-            rec.program,
-            rec.function,
-            rec.state.name()
-        );
-        (rec, outcome)
     }
 
     /// Execute the job's function without slots or records (`trigd run`
@@ -902,10 +923,10 @@ impl Runner {
             }
         };
         let on_output = |stream: Stream, data: &[u8]| {
-            handle.push(stream, data);
             if let Some(out) = output {
                 out.push(stream, data);
             }
+            handle.wrote();
         };
         let ctx = step::Ctx {
             program: &job.program,

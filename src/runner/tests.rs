@@ -200,25 +200,25 @@ fn the_handle_follows_output_and_aborts_the_run() {
     let id = r
         .start_async(job("max_concurrent_runs = 2", script))
         .unwrap();
+    until_live(&r, &id);
+    let h = r.handle(&id).expect("live run");
+    // Two writes, one per stream; each wakes a waiting follower.
     let until = Instant::now() + Duration::from_secs(20);
-    let mut seen = Vec::new();
-    while Instant::now() < until {
-        if let Some(h) = r.handle(&id) {
-            seen = h.output_since(Stream::Stdout, 0).data;
-            if seen == b"first\n" && h.output_since(Stream::Stderr, 0).data == b"oops\n" {
-                break;
-            }
-        }
-        thread::sleep(Duration::from_millis(10));
+    while h.writes() < 2 && Instant::now() < until {
+        h.wait_output(h.writes(), Duration::from_secs(1));
     }
-    assert_eq!(seen, b"first\n", "live stdout of the running step");
+    assert!(h.writes() >= 2, "live output of the running step");
     // `sleep 30` outlives the bound below unless the abort stops it.
-    r.handle(&id).expect("live run").abort();
+    h.abort();
     assert!(
         r.wait_idle(Duration::from_secs(20)),
         "the aborted run did not end"
     );
     assert!(r.handle(&id).is_none(), "a finished run has no handle");
+    assert!(
+        !h.wait_output(h.writes(), Duration::from_secs(20)),
+        "a finished run's handle is closed"
+    );
 }
 
 /// Wait (bounded) until run `id` executes.

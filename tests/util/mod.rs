@@ -136,6 +136,14 @@ pub fn vars(values: &[&str]) -> String {
         .collect()
 }
 
+/// The session id of process `pid` (`None`: gone).
+pub fn session_of(pid: u32) -> Option<u32> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // state ppid pgrp session …
+    rest.split_whitespace().nth(3)?.parse().ok()
+}
+
 /// Whether process `pid` exists and is not a zombie.
 pub fn pid_alive(pid: u32) -> bool {
     match fs::read_to_string(format!("/proc/{pid}/stat")) {

@@ -6,6 +6,7 @@ use std::fmt::Display;
 use std::fs::{self, OpenOptions};
 use std::io::{self, BufRead, BufReader};
 use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
@@ -29,6 +30,8 @@ pub struct Trigd {
     env: Vec<(String, String)>,
     /// How long a start may take (reading a big state dir takes longer).
     start_timeout: Duration,
+    /// The server leads a session of its own ([`Trigd::start_own_session`]).
+    own_session: bool,
 }
 
 impl Trigd {
@@ -51,6 +54,7 @@ impl Trigd {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             start_timeout: START_TIMEOUT,
+            own_session: false,
         };
         t.spawn();
         t
@@ -66,6 +70,26 @@ impl Trigd {
             stderr_log: dir.path("stderr.log"),
             env: Vec::new(),
             start_timeout: bound,
+            own_session: false,
+        };
+        t.spawn();
+        t
+    }
+
+    /// Like [`Trigd::start`], with the server leading a session of its
+    /// own (kept across restarts): its descendants, orphans reparented
+    /// away from it included, are the processes whose session id is its
+    /// pid ([`session_of`]); no other process on the machine has that
+    /// session id while it lives.
+    pub fn start_own_session(dir: &TestDir) -> Trigd {
+        let mut t = Trigd {
+            child: None,
+            addr: String::new(),
+            config: dir.path("config.toml"),
+            stderr_log: dir.path("stderr.log"),
+            env: Vec::new(),
+            start_timeout: START_TIMEOUT,
+            own_session: true,
         };
         t.spawn();
         t
@@ -90,6 +114,18 @@ impl Trigd {
             cmd.env("RUST_LOG", "info");
         }
         cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
+        if self.own_session {
+            // SAFETY: setsid is async-signal-safe; nothing else runs
+            // between fork and exec.
+            unsafe {
+                cmd.pre_exec(|| {
+                    if libc::setsid() < 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
         let mut child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("cannot spawn {BIN}: {e}"));

@@ -133,55 +133,25 @@ pub fn new_request<R, W>(
     version: HTTPVersion,
     headers: Vec<Header>,
     remote_addr: Option<SocketAddr>,
-    mut source_data: R,
+    source_data: R,
     writer: W,
 ) -> Result<Request, RequestCreationError>
 where
     R: Read + Send + 'static,
     W: Write + Send + 'static,
 {
-    // finding the transfer-encoding header
-    let transfer_encoding = headers
-        .iter()
-        .find(|h: &&Header| h.field.equiv("Transfer-Encoding"))
-        .map(|h| h.value.clone());
-
-    // finding the content-length header
-    let content_length = if transfer_encoding.is_some() {
-        // if transfer-encoding is specified, the Content-Length
-        // header must be ignored (RFC2616 #4.4)
+    // if transfer-encoding is specified, the Content-Length header must be
+    // ignored (RFC2616 #4.4)
+    let chunked = header(&headers, "Transfer-Encoding").is_some();
+    let content_length = if chunked {
         None
     } else {
-        headers
-            .iter()
-            .find(|h: &&Header| h.field.equiv("Content-Length"))
-            .and_then(|h| FromStr::from_str(h.value.as_str()).ok())
+        header(&headers, "Content-Length").and_then(|v| FromStr::from_str(v).ok())
     };
-
-    // true if the client sent a `Expect: 100-continue` header
-    let expects_continue = {
-        match headers
-            .iter()
-            .find(|h: &&Header| h.field.equiv("Expect"))
-            .map(|h| h.value.as_str())
-        {
-            None => false,
-            Some(v) if v.eq_ignore_ascii_case("100-continue") => true,
-            _ => return Err(RequestCreationError::ExpectationFailed),
-        }
-    };
-
+    let expects_continue = expects_continue(&headers)?;
     // true if the client sent a `Connection: upgrade` header
-    let connection_upgrade = {
-        match headers
-            .iter()
-            .find(|h: &&Header| h.field.equiv("Connection"))
-            .map(|h| h.value.as_str())
-        {
-            Some(v) if v.to_ascii_lowercase().contains("upgrade") => true,
-            _ => false,
-        }
-    };
+    let connection_upgrade = header(&headers, "Connection")
+        .is_some_and(|v| v.to_ascii_lowercase().contains("upgrade"));
 
     // we wrap `source_data` around a reading whose nature depends on the transfer-encoding and
     // content-length headers
@@ -189,33 +159,8 @@ where
         // if we have a `Connection: upgrade`, always keeping the whole reader
         Box::new(source_data) as Box<dyn Read + Send + 'static>
     } else if let Some(content_length) = content_length {
-        if content_length == 0 {
-            Box::new(io::empty()) as Box<dyn Read + Send + 'static>
-        } else if content_length <= 1024 && !expects_continue {
-            // if the content-length is small enough, we just read everything into a buffer
-
-            let mut buffer = vec![0; content_length];
-            let mut offset = 0;
-
-            while offset != content_length {
-                let read = source_data.read(&mut buffer[offset..])?;
-                if read == 0 {
-                    // the socket returned EOF, but we were before the expected content-length
-                    // aborting
-                    let info = "Connection has been closed before we received enough data";
-                    let err = IoError::new(ErrorKind::ConnectionAborted, info);
-                    return Err(RequestCreationError::CreationIoError(err));
-                }
-
-                offset += read;
-            }
-
-            Box::new(Cursor::new(buffer)) as Box<dyn Read + Send + 'static>
-        } else {
-            let (data_reader, _) = EqualReader::new(source_data, content_length); // TODO:
-            Box::new(FusedReader::new(data_reader)) as Box<dyn Read + Send + 'static>
-        }
-    } else if transfer_encoding.is_some() {
+        sized_body(source_data, content_length, expects_continue)?
+    } else if chunked {
         // if a transfer-encoding was specified, then "chunked" is ALWAYS applied
         // over the message (RFC2616 #3.6)
         Box::new(FusedReader::new(Decoder::new(source_data))) as Box<dyn Read + Send + 'static>
@@ -239,6 +184,66 @@ where
         must_send_continue: expects_continue,
         notify_when_responded: None,
     })
+}
+
+/// The value of the first header called `name` (case-insensitive).
+fn header<'h>(headers: &'h [Header], name: &'static str) -> Option<&'h str> {
+    headers
+        .iter()
+        .find(|h| h.field.equiv(name))
+        .map(|h| h.value.as_str())
+}
+
+/// Whether the client sent `Expect: 100-continue`; any other expectation
+/// cannot be met.
+fn expects_continue(headers: &[Header]) -> Result<bool, RequestCreationError> {
+    match header(headers, "Expect") {
+        None => Ok(false),
+        Some(v) if v.eq_ignore_ascii_case("100-continue") => Ok(true),
+        _ => Err(RequestCreationError::ExpectationFailed),
+    }
+}
+
+/// The reader of a body of `content_length` bytes.
+fn sized_body<R>(
+    mut source_data: R,
+    content_length: usize,
+    expects_continue: bool,
+) -> Result<Box<dyn Read + Send + 'static>, RequestCreationError>
+where
+    R: Read + Send + 'static,
+{
+    if content_length == 0 {
+        Ok(Box::new(io::empty()))
+    } else if content_length <= 1024 && !expects_continue {
+        // if the content-length is small enough, we just read everything into a buffer
+        let buffer = read_small_body(&mut source_data, content_length)?;
+        Ok(Box::new(Cursor::new(buffer)))
+    } else {
+        let (data_reader, _) = EqualReader::new(source_data, content_length); // TODO:
+        Ok(Box::new(FusedReader::new(data_reader)))
+    }
+}
+
+/// Read exactly `content_length` bytes of body.
+fn read_small_body<R: Read>(
+    source_data: &mut R,
+    content_length: usize,
+) -> Result<Vec<u8>, RequestCreationError> {
+    let mut buffer = vec![0; content_length];
+    let mut offset = 0;
+    while offset != content_length {
+        let read = source_data.read(&mut buffer[offset..])?;
+        if read == 0 {
+            // the socket returned EOF, but we were before the expected content-length
+            // aborting
+            let info = "Connection has been closed before we received enough data";
+            let err = IoError::new(ErrorKind::ConnectionAborted, info);
+            return Err(RequestCreationError::CreationIoError(err));
+        }
+        offset += read;
+    }
+    Ok(buffer)
 }
 
 impl Request {
@@ -338,9 +343,7 @@ impl Request {
     /// # Example
     ///
     /// ```no_run
-    /// # extern crate rustc_serialize;
     /// # extern crate tiny_http;
-    /// # use rustc_serialize::json::Json;
     /// # use std::io::Read;
     /// # fn get_content_type(_: &tiny_http::Request) -> &'static str { "" }
     /// # fn main() {
@@ -350,7 +353,6 @@ impl Request {
     /// if get_content_type(&request) == "application/json" {
     ///     let mut content = String::new();
     ///     request.as_reader().read_to_string(&mut content).unwrap();
-    ///     let json: Json = content.parse().unwrap();
     /// }
     /// # }
     /// ```

@@ -109,6 +109,84 @@ where
     Ok(())
 }
 
+/// The body reader and its length. If the transfer encoding is identity,
+/// the content length must be known; therefore if we don't know it, we
+/// buffer the entire response first here. While this is an expensive
+/// operation, it is only ever needed for clients using HTTP 1.0.
+fn sized_reader<'r, R: Read + 'r>(
+    mut reader: R,
+    data_length: Option<usize>,
+    transfer_encoding: Option<TransferEncoding>,
+) -> IoResult<(Box<dyn Read + 'r>, Option<usize>)> {
+    Ok(match (data_length, transfer_encoding) {
+        (Some(l), _) => (Box::new(reader), Some(l)),
+        (None, Some(TransferEncoding::Identity)) => {
+            let mut buf = Vec::new();
+            reader.read_to_end(&mut buf)?;
+            let l = buf.len();
+            (Box::new(Cursor::new(buf)), Some(l))
+        }
+        _ => (Box::new(reader), None),
+    })
+}
+
+/// The header that frames the body: `Transfer-Encoding: chunked` or
+/// `Content-Length`.
+fn framing_header(
+    transfer_encoding: Option<TransferEncoding>,
+    data_length: Option<usize>,
+) -> Option<Header> {
+    match transfer_encoding {
+        Some(TransferEncoding::Chunked) => {
+            Some(Header::from_bytes(&b"Transfer-Encoding"[..], &b"chunked"[..]).unwrap())
+        }
+        Some(TransferEncoding::Identity) => {
+            assert!(data_length.is_some());
+            let data_length = data_length.unwrap();
+            Some(
+                Header::from_bytes(
+                    &b"Content-Length"[..],
+                    format!("{}", data_length).as_bytes(),
+                )
+                .unwrap(),
+            )
+        }
+        _ => None,
+    }
+}
+
+/// Send the body in `transfer_encoding`.
+fn write_body<W: Write>(
+    reader: &mut dyn Read,
+    mut writer: W,
+    transfer_encoding: Option<TransferEncoding>,
+    data_length: Option<usize>,
+) -> IoResult<()> {
+    match transfer_encoding {
+        Some(TransferEncoding::Chunked) => {
+            use chunked_transfer::Encoder;
+
+            // (trigd patch) each piece read is sent at once: a body
+            // produced while it is sent (a followed run's output)
+            // reaches the client as it is written.
+            let mut writer = Encoder::with_flush_after_write(FlushEach(writer));
+            io::copy(reader, &mut writer)?;
+        }
+
+        Some(TransferEncoding::Identity) => {
+            assert!(data_length.is_some());
+            let data_length = data_length.unwrap();
+
+            if data_length >= 1 {
+                io::copy(reader, &mut writer)?;
+            }
+        }
+
+        _ => (),
+    }
+    Ok(())
+}
+
 fn choose_transfer_encoding(
     status_code: StatusCode,
     request_headers: &[Header],
@@ -348,6 +426,46 @@ where
             self.chunked_threshold(),
         ));
 
+        self.add_default_headers();
+        if let Some(upgrade) = upgrade {
+            self.add_upgrade_headers(upgrade);
+            transfer_encoding = None;
+        }
+
+        let (mut reader, data_length) =
+            sized_reader(self.reader, self.data_length, transfer_encoding)?;
+
+        // checking whether to ignore the body of the response
+        let do_not_send_body = do_not_send_body
+            || match self.status_code.0 {
+                // status code 1xx, 204 and 304 MUST not include a body
+                100..=199 | 204 | 304 => true,
+                _ => false,
+            };
+
+        // preparing headers for transfer
+        if let Some(h) = framing_header(transfer_encoding, data_length) {
+            self.headers.push(h);
+        }
+
+        // sending headers
+        write_message_header(
+            writer.by_ref(),
+            &http_version,
+            &self.status_code,
+            &self.headers,
+        )?;
+
+        // sending the body
+        if !do_not_send_body {
+            write_body(&mut reader, writer, transfer_encoding, data_length)?;
+        }
+
+        Ok(())
+    }
+
+    /// Add `Date` and `Server` unless the headers have them.
+    fn add_default_headers(&mut self) {
         // add `Date` if not in the headers
         if !self.headers.iter().any(|h| h.field.equiv("Date")) {
             self.headers.insert(0, build_date_header());
@@ -360,100 +478,18 @@ where
                 Header::from_bytes(&b"Server"[..], &b"tiny-http (Rust)"[..]).unwrap(),
             );
         }
+    }
 
-        // handling upgrade
-        if let Some(upgrade) = upgrade {
-            self.headers.insert(
-                0,
-                Header::from_bytes(&b"Upgrade"[..], upgrade.as_bytes()).unwrap(),
-            );
-            self.headers.insert(
-                0,
-                Header::from_bytes(&b"Connection"[..], &b"upgrade"[..]).unwrap(),
-            );
-            transfer_encoding = None;
-        }
-
-        // if the transfer encoding is identity, the content length must be known ; therefore if
-        // we don't know it, we buffer the entire response first here
-        // while this is an expensive operation, it is only ever needed for clients using HTTP 1.0
-        let (mut reader, data_length): (Box<dyn Read>, _) =
-            match (self.data_length, transfer_encoding) {
-                (Some(l), _) => (Box::new(self.reader), Some(l)),
-                (None, Some(TransferEncoding::Identity)) => {
-                    let mut buf = Vec::new();
-                    self.reader.read_to_end(&mut buf)?;
-                    let l = buf.len();
-                    (Box::new(Cursor::new(buf)), Some(l))
-                }
-                _ => (Box::new(self.reader), None),
-            };
-
-        // checking whether to ignore the body of the response
-        let do_not_send_body = do_not_send_body
-            || match self.status_code.0 {
-                // status code 1xx, 204 and 304 MUST not include a body
-                100..=199 | 204 | 304 => true,
-                _ => false,
-            };
-
-        // preparing headers for transfer
-        match transfer_encoding {
-            Some(TransferEncoding::Chunked) => self
-                .headers
-                .push(Header::from_bytes(&b"Transfer-Encoding"[..], &b"chunked"[..]).unwrap()),
-
-            Some(TransferEncoding::Identity) => {
-                assert!(data_length.is_some());
-                let data_length = data_length.unwrap();
-
-                self.headers.push(
-                    Header::from_bytes(
-                        &b"Content-Length"[..],
-                        format!("{}", data_length).as_bytes(),
-                    )
-                    .unwrap(),
-                )
-            }
-
-            _ => (),
-        };
-
-        // sending headers
-        write_message_header(
-            writer.by_ref(),
-            &http_version,
-            &self.status_code,
-            &self.headers,
-        )?;
-
-        // sending the body
-        if !do_not_send_body {
-            match transfer_encoding {
-                Some(TransferEncoding::Chunked) => {
-                    use chunked_transfer::Encoder;
-
-                    // (trigd patch) each piece read is sent at once: a body
-                    // produced while it is sent (a followed run's output)
-                    // reaches the client as it is written.
-                    let mut writer = Encoder::with_flush_after_write(FlushEach(writer));
-                    io::copy(&mut reader, &mut writer)?;
-                }
-
-                Some(TransferEncoding::Identity) => {
-                    assert!(data_length.is_some());
-                    let data_length = data_length.unwrap();
-
-                    if data_length >= 1 {
-                        io::copy(&mut reader, &mut writer)?;
-                    }
-                }
-
-                _ => (),
-            }
-        }
-
-        Ok(())
+    /// Add the headers of a protocol upgrade to `upgrade`.
+    fn add_upgrade_headers(&mut self, upgrade: &str) {
+        self.headers.insert(
+            0,
+            Header::from_bytes(&b"Upgrade"[..], upgrade.as_bytes()).unwrap(),
+        );
+        self.headers.insert(
+            0,
+            Header::from_bytes(&b"Connection"[..], &b"upgrade"[..]).unwrap(),
+        );
     }
 
     /// Retrieves the current value of the `Response` status code

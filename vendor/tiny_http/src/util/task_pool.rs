@@ -37,18 +37,35 @@ struct Sharing {
 
 struct Registration<'a> {
     nb: &'a AtomicUsize,
+    // (trigd patch) already unregistered by `leave_above`
+    left: bool,
 }
 
 impl<'a> Registration<'a> {
     fn new(nb: &'a AtomicUsize) -> Registration<'a> {
         nb.fetch_add(1, Ordering::Release);
-        Registration { nb }
+        Registration { nb, left: false }
+    }
+
+    /// (trigd patch) Unregister now if more than `min` are registered,
+    ///  deciding and counting in one step; whether it did. Threads that
+    ///  time out together cannot all leave: `min` of them stay.
+    fn leave_above(&mut self, min: usize) -> bool {
+        self.left = self
+            .nb
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n > min).then(|| n - 1)
+            })
+            .is_ok();
+        self.left
     }
 }
 
 impl<'a> Drop for Registration<'a> {
     fn drop(&mut self) {
-        self.nb.fetch_sub(1, Ordering::Release);
+        if !self.left {
+            self.nb.fetch_sub(1, Ordering::Release);
+        }
     }
 }
 
@@ -103,7 +120,7 @@ impl TaskPool {
         let stack_size = self.sharing.stack_size;
         let spawned = thread::Builder::new().stack_size(stack_size).spawn(move || {
             let sharing = sharing;
-            let _active_guard = Registration::new(&sharing.active_tasks);
+            let mut active_guard = Registration::new(&sharing.active_tasks);
 
             if let Some(mut f) = initial_fn {
                 f();
@@ -134,7 +151,14 @@ impl TaskPool {
                                 !waitres.timed_out()
                             };
 
-                        if !received && todo.is_empty() {
+                        // (trigd patch) only while more than `min_threads`
+                        //  threads are active (upstream: every thread that
+                        //  timed out left, so after a burst the pool fell
+                        //  below `min_threads`, often to none)
+                        if !received
+                            && todo.is_empty()
+                            && active_guard.leave_above(sharing.min_threads)
+                        {
                             return;
                         }
                     }

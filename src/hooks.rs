@@ -1,0 +1,25 @@
+//! `ANY /<hooks_url_prefix>/<id>`: the hooks of adnanh/webhook hooks files
+//! (`[server] hooks_files`). Each hook is an endpoint compiled at load
+//! (`config/hook_compile.rs`) and goes through `invoke` like every other
+//! run request; its endpoint reads the request the webhook way and answers
+//! as webhook 2.8 answers (`invoke/hook_answer.rs`).
+
+use std::sync::Arc;
+
+use crate::app::App;
+use crate::config::Config;
+use crate::http::{ApiError, Request, Response};
+use crate::invoke::{hook_text, invoke, HOOK_NOT_FOUND};
+
+/// Call hook `id`.
+///
+/// # Errors
+/// Those of `invoke::invoke` that a hook does not say in webhook's words:
+/// trigd's own limits (`busy`, `shutting_down`, `storage_unavailable`,
+/// `disk_full`) and a bad or reused `Idempotency-Key`.
+pub fn call(app: &App, cfg: &Arc<Config>, req: &Request, id: &str) -> Result<Response, ApiError> {
+    match cfg.hooks.by_id.get(id) {
+        Some(endpoint) => invoke(app, cfg, req, endpoint),
+        None => Ok(hook_text(404, HOOK_NOT_FOUND)),
+    }
+}
