@@ -284,6 +284,7 @@ pub fn reload_now(app: &App, config_path: &Path, forced: bool) {
             let (programs, tools) = (new.programs.len(), new.tools.len());
             app.set_config(new);
             crate::sys::trim_heap();
+            crate::sys::unmap_clean_code();
             log::info!(
                 "reloaded: {programs} programs, {tools} tools (generation {}, {} ms)",
                 app.generation(),

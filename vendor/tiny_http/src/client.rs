@@ -2,7 +2,7 @@ use ascii::AsciiString;
 
 use std::io::Error as IoError;
 use std::io::Result as IoResult;
-use std::io::{BufReader, BufWriter, ErrorKind, Read};
+use std::io::{BufRead, BufReader, BufWriter, ErrorKind, Read};
 
 use std::net::SocketAddr;
 use std::str::FromStr;
@@ -212,37 +212,51 @@ impl ClientConnection {
     fn read_next_line(&mut self, max: usize, request_line: bool) -> IoResult<Option<AsciiString>> {
         let mut buf: Vec<u8> = Vec::new();
         let mut prev_byte_was_cr = false;
-
+        // (trigd patch) scan the buffered bytes in place: reading them one
+        //  `read` call at a time through the reader layers was a third of
+        //  the instructions of a short request
+        let reader = self.next_header_source.get_mut();
         loop {
             if buf.len() > max {
                 return Ok(None);
             }
-            let byte = self.next_header_source.by_ref().bytes().next();
-
-            let byte = match byte {
-                Some(b) => b?,
-                None => return Err(IoError::new(ErrorKind::ConnectionAborted, "Unexpected EOF")),
+            let chunk = match reader.fill_buf() {
+                Ok([]) => return Err(IoError::new(ErrorKind::ConnectionAborted, "Unexpected EOF")),
+                Ok(chunk) => chunk,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
             };
-
-            if byte == b'\n' && prev_byte_was_cr {
-                buf.pop(); // removing the '\r'
-                if !request_line {
-                    // (trigd patch) a header byte outside ASCII (obs-text,
-                    //  e.g. UTF-8) becomes DEL instead of dropping the
-                    //  connection unanswered: the application sees a value
-                    //  that is not printable ASCII and can answer it
-                    for b in buf.iter_mut().filter(|b| !b.is_ascii()) {
-                        *b = 0x7f;
-                    }
+            let mut used = 0;
+            let mut ended = false;
+            for &byte in chunk {
+                if buf.len() > max {
+                    break;
                 }
-                return AsciiString::from_ascii(buf)
-                    .map(Some)
-                    .map_err(|_| IoError::new(ErrorKind::InvalidInput, "Header is not in ASCII"));
+                used += 1;
+                if byte == b'\n' && prev_byte_was_cr {
+                    ended = true;
+                    break;
+                }
+                prev_byte_was_cr = byte == b'\r';
+                buf.push(byte);
             }
-
-            prev_byte_was_cr = byte == b'\r';
-
-            buf.push(byte);
+            reader.consume(used);
+            if !ended {
+                continue;
+            }
+            buf.pop(); // removing the '\r'
+            if !request_line {
+                // (trigd patch) a header byte outside ASCII (obs-text,
+                //  e.g. UTF-8) becomes DEL instead of dropping the
+                //  connection unanswered: the application sees a value
+                //  that is not printable ASCII and can answer it
+                for b in buf.iter_mut().filter(|b| !b.is_ascii()) {
+                    *b = 0x7f;
+                }
+            }
+            return AsciiString::from_ascii(buf)
+                .map(Some)
+                .map_err(|_| IoError::new(ErrorKind::InvalidInput, "Header is not in ASCII"));
         }
     }
 
