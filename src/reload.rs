@@ -208,6 +208,9 @@ fn reload_loop(
         if ws.watch(&dirs_for(config_path, &app.config().server)) {
             let _ = again.send(Trigger::Changed);
         }
+        // The code a reload ran (the TOML parser, the checks) is not
+        // needed until the next one (bench/README.md, "Where the time goes").
+        crate::sys::unmap_clean_code();
     }
 }
 
@@ -284,7 +287,6 @@ pub fn reload_now(app: &App, config_path: &Path, forced: bool) {
             let (programs, tools) = (new.programs.len(), new.tools.len());
             app.set_config(new);
             crate::sys::trim_heap();
-            crate::sys::unmap_clean_code();
             log::info!(
                 "reloaded: {programs} programs, {tools} tools (generation {}, {} ms)",
                 app.generation(),

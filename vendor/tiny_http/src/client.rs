@@ -226,25 +226,31 @@ impl ClientConnection {
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
             };
-            let mut used = 0;
-            let mut ended = false;
-            for &byte in chunk {
-                if buf.len() > max {
-                    break;
+            // at most what keeps the line within `max + 1` bytes
+            let room = (max - buf.len()).saturating_add(1);
+            let window = &chunk[..chunk.len().min(room)];
+            let mut from = 0;
+            let end = loop {
+                let Some(at) = window[from..].iter().position(|&b| b == b'\n') else {
+                    break None;
+                };
+                let i = from + at;
+                let cr = if i == 0 { prev_byte_was_cr } else { window[i - 1] == b'\r' };
+                if cr {
+                    break Some(i);
                 }
-                used += 1;
-                if byte == b'\n' && prev_byte_was_cr {
-                    ended = true;
-                    break;
-                }
-                prev_byte_was_cr = byte == b'\r';
-                buf.push(byte);
-            }
-            reader.consume(used);
-            if !ended {
+                from = i + 1;
+            };
+            let Some(i) = end else {
+                buf.extend_from_slice(window);
+                prev_byte_was_cr = window.last() == Some(&b'\r');
+                let n = window.len();
+                reader.consume(n);
                 continue;
-            }
-            buf.pop(); // removing the '\r'
+            };
+            buf.extend_from_slice(&window[..i]);
+            reader.consume(i + 1);
+            buf.pop(); // removing the '\r' (perhaps from the previous chunk)
             if !request_line {
                 // (trigd patch) a header byte outside ASCII (obs-text,
                 //  e.g. UTF-8) becomes DEL instead of dropping the
