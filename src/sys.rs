@@ -424,13 +424,23 @@ pub fn trim_heap() {
 /// pages are exactly the file's, so nothing is lost (a relocated page,
 /// copied on write, makes its mapping count as anonymous and keeps it).
 pub fn unmap_clean_code() -> u64 {
-    let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
+    use std::io::BufRead;
+    // Read a line at a time: the whole file (about 1 KiB per mapping)
+    // would stay in the heap's free memory.
+    let Ok(smaps) = std::fs::File::open("/proc/self/smaps") else {
         return 0;
     };
+    let mut smaps = io::BufReader::with_capacity(4096, smaps);
+    let mut line = String::with_capacity(256);
     let mut dropped = 0;
     let mut candidate: Option<(usize, usize)> = None;
     let mut rss = 0;
-    for line in smaps.lines() {
+    loop {
+        line.clear();
+        if !matches!(smaps.read_line(&mut line), Ok(n) if n > 0) {
+            break;
+        }
+        let line = line.trim_end();
         if let Some(range) = mapping_range(line) {
             candidate = range;
             continue;

@@ -79,7 +79,11 @@ fn echo_server() -> (tiny_http::Server, String) {
     let addr = listener.local_addr().unwrap().to_string();
     let handler: tiny_http::Handler = Arc::new(|rq: tiny_http::Request| {
         let mut seen = vec![rq.url().to_string()];
-        seen.extend(rq.headers().iter().map(|h| format!("{}={}", h.field, h.value)));
+        seen.extend(
+            rq.headers()
+                .iter()
+                .map(|h| format!("{}={}", h.field, h.value)),
+        );
         let _ = rq.respond(tiny_http::Response::from_string(seen.join("|")));
     });
     let limits = tiny_http::ServerLimits {
