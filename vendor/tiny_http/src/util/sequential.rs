@@ -180,16 +180,10 @@ impl<R: Read + Send> SequentialReader<R> {
 }
 
 impl<R: Read + Send> Read for SequentialReader<R> {
+    // (trigd patch) through `get_mut`: the reader is kept in `self` before
+    //  it is used, so a panic while reading still hands it to the next one
     fn read(&mut self, buf: &mut [u8]) -> IoResult<usize> {
-        let mut reader = match self.inner {
-            SequentialReaderInner::MyTurn(ref mut reader) => return reader.read(buf),
-            SequentialReaderInner::Waiting(ref mut recv) => recv.recv(),
-            SequentialReaderInner::Empty => unreachable!(),
-        };
-
-        let result = reader.read(buf);
-        self.inner = SequentialReaderInner::MyTurn(reader);
-        result
+        self.get_mut().read(buf)
     }
 }
 
