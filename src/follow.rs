@@ -235,7 +235,7 @@ mod tests {
     fn events_in_order_then_end() {
         let d = std::env::temp_dir().join(format!("trigd-follow-{}", std::process::id()));
         let p = output::path(&d, "f");
-        let out = OutputFile::create(&p, 100).unwrap();
+        let out = OutputFile::new(&p, 100);
         out.push(Stream::Stdout, "a\n<b>\u{e9}".as_bytes());
         out.push(Stream::Stderr, b"warn\n");
         let over = Arc::new(AtomicBool::new(false));
@@ -268,7 +268,7 @@ mod tests {
     fn a_follower_wakes_on_the_handle_not_on_a_clock() {
         let d = std::env::temp_dir().join(format!("trigd-follow-live-{}", std::process::id()));
         let p = output::path(&d, "g");
-        let out = OutputFile::create(&p, 100).unwrap();
+        let out = OutputFile::new(&p, 100);
         let h = Arc::new(RunHandle::new().unwrap());
         let h2 = Arc::clone(&h);
         let over = Arc::new(AtomicBool::new(false));

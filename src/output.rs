@@ -8,7 +8,11 @@
 //! `max_output_bytes` and the rest of that stream was not kept. A frame cut
 //! off by a crash is ignored by readers.
 //!
-//! The runner writes the file while the run executes ([`OutputFile`]);
+//! The runner writes the file while the run executes ([`OutputFile`]),
+//! creating it with the run's first output: a run that printed nothing has
+//! no file, which every reader takes as empty output (creating a file for
+//! each run and removing it with the record was a tenth of trigd's work on
+//! a sync run of a silent program).
 //! readers ([`read_frames`]) read it from any offset, so a follower only
 //! ever holds one batch in memory, however far behind it is. The run store
 //! removes the file together with the run's record (`run_retention`).
@@ -77,7 +81,9 @@ struct Kept {
 
 #[derive(Debug)]
 struct Writer {
-    file: File,
+    path: PathBuf,
+    /// Created at the first output.
+    file: Option<File>,
     kept: [Kept; 2],
     failed: bool,
 }
@@ -91,29 +97,18 @@ pub struct OutputFile {
 }
 
 impl OutputFile {
-    /// Create (truncating) the output file at `path`, keeping at most `max`
-    /// bytes of each stream.
-    ///
-    /// # Errors
-    /// The file cannot be created.
-    pub fn create(path: &Path, max: usize) -> io::Result<OutputFile> {
-        if let Some(d) = path.parent() {
-            fs::create_dir_all(d)?;
-        }
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(path)?;
-        Ok(OutputFile {
+    /// The output file at `path`, keeping at most `max` bytes of each
+    /// stream; the file is created (truncating) at the first output.
+    pub fn new(path: &Path, max: usize) -> OutputFile {
+        OutputFile {
             max,
             w: Mutex::new(Writer {
-                file,
+                path: path.to_path_buf(),
+                file: None,
                 kept: [Kept::default(); 2],
                 failed: false,
             }),
-        })
+        }
     }
 
     /// Append what the run printed on `stream`, up to the stream's bound;
@@ -140,11 +135,35 @@ impl OutputFile {
             bytes: k.bytes + take,
             truncated,
         };
-        if let Err(e) = w.file.write_all(&buf) {
-            log::error!("cannot keep a run's output: {e}");
+        if let Err(e) = w.write(&buf) {
+            log::error!("cannot keep a run's output in {}: {e}", w.path.display());
             w.failed = true;
         }
     }
+}
+
+impl Writer {
+    /// Append `buf`, creating the file first if this is the first output.
+    fn write(&mut self, buf: &[u8]) -> io::Result<()> {
+        let file = match &mut self.file {
+            Some(f) => f,
+            None => self.file.insert(create(&self.path)?),
+        };
+        file.write_all(buf)
+    }
+}
+
+/// Create (truncating) the output file at `path`, and its directory.
+fn create(path: &Path) -> io::Result<File> {
+    if let Some(d) = path.parent() {
+        fs::create_dir_all(d)?;
+    }
+    OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
 }
 
 fn frame(buf: &mut Vec<u8>, tag: u8, data: &[u8]) {
@@ -297,7 +316,7 @@ mod tests {
     fn frames_keep_order_and_truncation() {
         let d = tmp("frames");
         let p = path(&d, "ab");
-        let out = OutputFile::create(&p, 5).unwrap();
+        let out = OutputFile::new(&p, 5);
         out.push(Stream::Stdout, b"one\n");
         out.push(Stream::Stderr, b"err\n");
         out.push(Stream::Stdout, b"two\n");

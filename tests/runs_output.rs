@@ -568,3 +568,37 @@ fn a_stalled_follower_does_not_grow_memory() {
     assert_eq!(output_text(&body, "stderr").len(), 33_554_432);
     assert_eq!(end_event(&body)["State"], json!("finished"));
 }
+
+#[test]
+fn a_run_that_prints_nothing_keeps_empty_output_without_a_file() {
+    const SILENT: &str = r#"
+id = 7
+name = "silent"
+
+[[functions]]
+name = "run"
+command = ["/bin/true"]
+[functions.webhook]
+"#;
+    let (dir, t) = serve("output_silent", "", &[("silent.toml", SILENT)]);
+    let r = t.post(&format!("/api?api_key={KEY}&program_id=7"));
+    let id = r.run_id(&r.ok());
+    let r = t.get(&format!("/api/runs/{id}/output?api_key={KEY}"));
+    let v = r.ok();
+    r.check_eq(&v["State"], &json!("finished"), "State");
+    r.check_eq(&v["Stdout"], &json!(""), "Stdout");
+    r.check_eq(&v["Stderr"], &json!(""), "Stderr");
+    let file = dir.path(&format!("state/output/{}", id.rsplit('-').next().unwrap()));
+    r.check(
+        !file.exists(),
+        format!("{} was not created", file.display()),
+    );
+    // Following it gives its end at once.
+    let r = t.get(&format!("/api/runs/{id}/output?api_key={KEY}&follow=1"));
+    r.status_is(200);
+    let text = r.text();
+    r.check(
+        text.starts_with("event: end\n") && text.matches("event: ").count() == 1,
+        format!("only the end event: {text}"),
+    );
+}

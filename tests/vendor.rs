@@ -71,3 +71,57 @@ fn without_answers_of_its_own_a_refused_request_gets_an_empty_body() {
     // Within the limits, the handler answers on the connection's thread.
     send_raw(&addr, b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n").status_is(200);
 }
+
+/// A server on a free loopback port whose answer is what it read of each
+/// request: the URL, then each header as `name=value`, separated by `|`.
+fn echo_server() -> (tiny_http::Server, String) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let handler: tiny_http::Handler = Arc::new(|rq: tiny_http::Request| {
+        let mut seen = vec![rq.url().to_string()];
+        seen.extend(
+            rq.headers()
+                .iter()
+                .map(|h| format!("{}={}", h.field, h.value)),
+        );
+        let _ = rq.respond(tiny_http::Response::from_string(seen.join("|")));
+    });
+    let limits = tiny_http::ServerLimits {
+        socket_timeout: Duration::from_secs(10),
+        ..Default::default()
+    };
+    let server = tiny_http::Server::from_listener_with_handler(listener, limits, handler).unwrap();
+    (server, addr)
+}
+
+#[test]
+fn request_heads_are_read_alike_in_one_piece_and_a_byte_at_a_time() {
+    let (_server, addr) = echo_server();
+    let heads = [
+        "GET /a?x=1 HTTP/1.1\r\nHost: h\r\nX-Empty:\r\n\r\n",
+        // A CR alone stays in the value; only CR LF ends a line.
+        "GET /b HTTP/1.1\r\nX-Cr: 1\r2\r\nX-Last: z\r\n\r\n",
+        "GET /c HTTP/1.1\r\nConnection: close\r\n\r\n",
+    ];
+    let want = [
+        "/a?x=1|Host=h|X-Empty=",
+        "/b|X-Cr=1\r2|X-Last=z",
+        "/c|Connection=close",
+    ];
+    // All three requests in one write (read out of one buffer), then the
+    // same bytes one write each (every line cut at every byte, CR LF too).
+    let all: Vec<u8> = heads.concat().into_bytes();
+    for pieces in [vec![all.clone()], all.iter().map(|b| vec![*b]).collect()] {
+        let mut s = connect(&addr);
+        s.set_nodelay(true).unwrap();
+        for piece in &pieces {
+            s.write_all(piece).unwrap();
+        }
+        let mut r = std::io::BufReader::new(s);
+        for w in want {
+            let reply = read_reply(&mut r).unwrap();
+            reply.status_is(200);
+            reply.check_eq(reply.text().as_str(), w, "what the server read");
+        }
+    }
+}

@@ -891,13 +891,12 @@ impl Runner {
         }
     }
 
-    /// The file that keeps the output of run `run` (none for `trigd run`,
-    /// or when it cannot be created: the run goes on without it).
+    /// The file that keeps the output of run `run` (none for `trigd run`;
+    /// created at the first output, and when it cannot be, the run goes on
+    /// without it).
     fn output_file(&self, run: &str, job: &Job) -> Option<OutputFile> {
         let path = self.store.as_ref()?.output_path(run);
-        OutputFile::create(&path, job.cfg.server.max_output_bytes)
-            .map_err(|e| log::error!("run {run}: cannot keep its output: {e}"))
-            .ok()
+        Some(OutputFile::new(&path, job.cfg.server.max_output_bytes))
     }
 
     /// Execute the job's function under `handle` (its stop signal and its

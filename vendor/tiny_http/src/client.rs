@@ -2,7 +2,7 @@ use ascii::AsciiString;
 
 use std::io::Error as IoError;
 use std::io::Result as IoResult;
-use std::io::{BufReader, BufWriter, ErrorKind, Read};
+use std::io::{BufRead, BufReader, BufWriter, ErrorKind, Read};
 
 use std::net::SocketAddr;
 use std::str::FromStr;
@@ -212,37 +212,57 @@ impl ClientConnection {
     fn read_next_line(&mut self, max: usize, request_line: bool) -> IoResult<Option<AsciiString>> {
         let mut buf: Vec<u8> = Vec::new();
         let mut prev_byte_was_cr = false;
-
+        // (trigd patch) scan the buffered bytes in place: reading them one
+        //  `read` call at a time through the reader layers was a third of
+        //  the instructions of a short request
+        let reader = self.next_header_source.get_mut();
         loop {
             if buf.len() > max {
                 return Ok(None);
             }
-            let byte = self.next_header_source.by_ref().bytes().next();
-
-            let byte = match byte {
-                Some(b) => b?,
-                None => return Err(IoError::new(ErrorKind::ConnectionAborted, "Unexpected EOF")),
+            let chunk = match reader.fill_buf() {
+                Ok([]) => return Err(IoError::new(ErrorKind::ConnectionAborted, "Unexpected EOF")),
+                Ok(chunk) => chunk,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
             };
-
-            if byte == b'\n' && prev_byte_was_cr {
-                buf.pop(); // removing the '\r'
-                if !request_line {
-                    // (trigd patch) a header byte outside ASCII (obs-text,
-                    //  e.g. UTF-8) becomes DEL instead of dropping the
-                    //  connection unanswered: the application sees a value
-                    //  that is not printable ASCII and can answer it
-                    for b in buf.iter_mut().filter(|b| !b.is_ascii()) {
-                        *b = 0x7f;
-                    }
+            // at most what keeps the line within `max + 1` bytes
+            let room = (max - buf.len()).saturating_add(1);
+            let window = &chunk[..chunk.len().min(room)];
+            let mut from = 0;
+            let end = loop {
+                let Some(at) = window[from..].iter().position(|&b| b == b'\n') else {
+                    break None;
+                };
+                let i = from + at;
+                let cr = if i == 0 { prev_byte_was_cr } else { window[i - 1] == b'\r' };
+                if cr {
+                    break Some(i);
                 }
-                return AsciiString::from_ascii(buf)
-                    .map(Some)
-                    .map_err(|_| IoError::new(ErrorKind::InvalidInput, "Header is not in ASCII"));
+                from = i + 1;
+            };
+            let Some(i) = end else {
+                buf.extend_from_slice(window);
+                prev_byte_was_cr = window.last() == Some(&b'\r');
+                let n = window.len();
+                reader.consume(n);
+                continue;
+            };
+            buf.extend_from_slice(&window[..i]);
+            reader.consume(i + 1);
+            buf.pop(); // removing the '\r' (perhaps from the previous chunk)
+            if !request_line {
+                // (trigd patch) a header byte outside ASCII (obs-text,
+                //  e.g. UTF-8) becomes DEL instead of dropping the
+                //  connection unanswered: the application sees a value
+                //  that is not printable ASCII and can answer it
+                for b in buf.iter_mut().filter(|b| !b.is_ascii()) {
+                    *b = 0x7f;
+                }
             }
-
-            prev_byte_was_cr = byte == b'\r';
-
-            buf.push(byte);
+            return AsciiString::from_ascii(buf)
+                .map(Some)
+                .map_err(|_| IoError::new(ErrorKind::InvalidInput, "Header is not in ASCII"));
         }
     }
 

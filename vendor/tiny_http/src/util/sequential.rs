@@ -1,9 +1,7 @@
 use std::io::Result as IoResult;
 use std::io::{Read, Write};
 
-use std::sync::mpsc::channel;
-use std::sync::mpsc::{Receiver, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use std::mem;
 
@@ -19,7 +17,7 @@ where
     R: Read + Send,
 {
     First(R),
-    NotFirst(Receiver<R>),
+    NotFirst(Arc<Handoff<R>>),
 }
 
 pub struct SequentialReader<R>
@@ -27,7 +25,7 @@ where
     R: Read + Send,
 {
     inner: SequentialReaderInner<R>,
-    next: Sender<R>,
+    next: Arc<Handoff<R>>,
 }
 
 enum SequentialReaderInner<R>
@@ -35,7 +33,7 @@ where
     R: Read + Send,
 {
     MyTurn(R),
-    Waiting(Receiver<R>),
+    Waiting(Arc<Handoff<R>>),
     Empty,
 }
 
@@ -44,16 +42,68 @@ where
     W: Write + Send,
 {
     writer: Arc<Mutex<W>>,
-    next_trigger: Option<Receiver<()>>,
+    next_trigger: Option<Arc<Handoff<()>>>,
 }
 
 pub struct SequentialWriter<W>
 where
     W: Write + Send,
 {
-    trigger: Option<Receiver<()>>,
+    trigger: Option<Arc<Handoff<()>>>,
     writer: Arc<Mutex<W>>,
-    on_finish: Sender<()>,
+    on_finish: Arc<Handoff<()>>,
+}
+
+/// (trigd patch) A value handed from one request's reader (or writer) to
+/// the next one's. Upstream used a `std::sync::mpsc` channel, which
+/// allocates several blocks per request (one cache-aligned and zeroed);
+/// this is one small allocation, and waking happens only when the next
+/// one is already waiting (no system call otherwise).
+struct Handoff<T> {
+    state: Mutex<HandoffState<T>>,
+    ready: Condvar,
+}
+
+struct HandoffState<T> {
+    value: Option<T>,
+    waiting: bool,
+}
+
+impl<T> Handoff<T> {
+    fn new() -> Arc<Handoff<T>> {
+        Arc::new(Handoff {
+            state: Mutex::new(HandoffState {
+                value: None,
+                waiting: false,
+            }),
+            ready: Condvar::new(),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HandoffState<T>> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn send(&self, value: T) {
+        let mut state = self.lock();
+        state.value = Some(value);
+        if state.waiting {
+            drop(state);
+            self.ready.notify_one();
+        }
+    }
+
+    fn recv(&self) -> T {
+        let mut state = self.lock();
+        loop {
+            if let Some(value) = state.value.take() {
+                state.waiting = false;
+                return value;
+            }
+            state.waiting = true;
+            state = self.ready.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+    }
 }
 
 impl<R: Read + Send> SequentialReaderBuilder<R> {
@@ -77,9 +127,12 @@ impl<R: Read + Send> Iterator for SequentialReaderBuilder<R> {
     type Item = SequentialReader<R>;
 
     fn next(&mut self) -> Option<SequentialReader<R>> {
-        let (tx, rx) = channel();
+        let tx = Handoff::new();
 
-        let inner = mem::replace(&mut self.inner, SequentialReaderBuilderInner::NotFirst(rx));
+        let inner = mem::replace(
+            &mut self.inner,
+            SequentialReaderBuilderInner::NotFirst(Arc::clone(&tx)),
+        );
 
         match inner {
             SequentialReaderBuilderInner::First(reader) => Some(SequentialReader {
@@ -98,8 +151,8 @@ impl<R: Read + Send> Iterator for SequentialReaderBuilder<R> {
 impl<W: Write + Send> Iterator for SequentialWriterBuilder<W> {
     type Item = SequentialWriter<W>;
     fn next(&mut self) -> Option<SequentialWriter<W>> {
-        let (tx, rx) = channel();
-        let mut next_next_trigger = Some(rx);
+        let tx = Handoff::new();
+        let mut next_next_trigger = Some(Arc::clone(&tx));
         ::std::mem::swap(&mut next_next_trigger, &mut self.next_trigger);
 
         Some(SequentialWriter {
@@ -110,24 +163,34 @@ impl<W: Write + Send> Iterator for SequentialWriterBuilder<W> {
     }
 }
 
-impl<R: Read + Send> Read for SequentialReader<R> {
-    fn read(&mut self, buf: &mut [u8]) -> IoResult<usize> {
-        let mut reader = match self.inner {
-            SequentialReaderInner::MyTurn(ref mut reader) => return reader.read(buf),
-            SequentialReaderInner::Waiting(ref mut recv) => recv.recv().unwrap(),
-            SequentialReaderInner::Empty => unreachable!(),
-        };
+impl<R: Read + Send> SequentialReader<R> {
+    /// (trigd patch) The underlying reader, once it is this reader's turn
+    /// (waiting for the previous reader as `read` does), so that a caller
+    /// can use its `BufRead` side instead of reading a byte per call.
+    pub fn get_mut(&mut self) -> &mut R {
+        if let SequentialReaderInner::Waiting(ref mut recv) = self.inner {
+            let reader = recv.recv();
+            self.inner = SequentialReaderInner::MyTurn(reader);
+        }
+        match self.inner {
+            SequentialReaderInner::MyTurn(ref mut reader) => reader,
+            _ => unreachable!(),
+        }
+    }
+}
 
-        let result = reader.read(buf);
-        self.inner = SequentialReaderInner::MyTurn(reader);
-        result
+impl<R: Read + Send> Read for SequentialReader<R> {
+    // (trigd patch) through `get_mut`: the reader is kept in `self` before
+    //  it is used, so a panic while reading still hands it to the next one
+    fn read(&mut self, buf: &mut [u8]) -> IoResult<usize> {
+        self.get_mut().read(buf)
     }
 }
 
 impl<W: Write + Send> Write for SequentialWriter<W> {
     fn write(&mut self, buf: &[u8]) -> IoResult<usize> {
         if let Some(v) = self.trigger.as_mut() {
-            v.recv().unwrap()
+            v.recv()
         }
         self.trigger = None;
 
@@ -136,7 +199,7 @@ impl<W: Write + Send> Write for SequentialWriter<W> {
 
     fn flush(&mut self) -> IoResult<()> {
         if let Some(v) = self.trigger.as_mut() {
-            v.recv().unwrap()
+            v.recv()
         }
         self.trigger = None;
 
@@ -153,11 +216,11 @@ where
 
         match inner {
             SequentialReaderInner::MyTurn(reader) => {
-                self.next.send(reader).ok();
+                self.next.send(reader);
             }
             SequentialReaderInner::Waiting(recv) => {
-                let reader = recv.recv().unwrap();
-                self.next.send(reader).ok();
+                let reader = recv.recv();
+                self.next.send(reader);
             }
             SequentialReaderInner::Empty => (),
         }
@@ -169,6 +232,6 @@ where
     W: Write + Send,
 {
     fn drop(&mut self) {
-        self.on_finish.send(()).ok();
+        self.on_finish.send(());
     }
 }
