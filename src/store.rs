@@ -643,9 +643,7 @@ impl RunStore {
             dropped
         };
         drop((moved, kept));
-        for id in &dropped {
-            let _ = fs::remove_file(output::path(&self.state_dir, &hex::encode(id)));
-        }
+        remove_outputs(&self.state_dir, dropped);
         sys::trim_heap();
         Ok(())
     }
@@ -863,6 +861,34 @@ fn reindex(
     log.lines = kept + (log.lines - snap.lines);
     log.len = base + (log.len - snap.len);
     dropped
+}
+
+/// Remove the output files of the runs a compaction dropped, on a thread
+/// of its own and a batch at a time. Every run that prints creates its
+/// file in the same directory: thousands of unlinks in one go held those
+/// creates up for tens of milliseconds (`bench/README.md`, "The sync
+/// tail"). A file left behind by a crash meanwhile is removed at the next
+/// start (`output::sweep`).
+fn remove_outputs(state_dir: &Path, dropped: Vec<RunId>) {
+    if dropped.is_empty() {
+        return;
+    }
+    let dir = state_dir.to_path_buf();
+    let spawned = thread::Builder::new()
+        .name("output-remove".into())
+        .spawn(move || {
+            for batch in dropped.chunks(64) {
+                for id in batch {
+                    let _ = fs::remove_file(output::path(&dir, &hex::encode(id)));
+                }
+                thread::sleep(Duration::from_millis(1));
+            }
+        });
+    if let Err(e) = spawned {
+        log::warn!(
+            "cannot start a thread to remove old output files ({e}); they go at the next start"
+        );
+    }
 }
 
 /// Append bytes `from..to` of `src` to `dst`, a bounded chunk at a time.
