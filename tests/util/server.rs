@@ -44,18 +44,11 @@ impl Trigd {
     /// Like [`Trigd::start`], with extra environment variables (kept across
     /// restarts).
     pub fn start_env(dir: &TestDir, env: &[(&str, &str)]) -> Trigd {
-        let mut t = Trigd {
-            child: None,
-            addr: String::new(),
-            config: dir.path("config.toml"),
-            stderr_log: dir.path("stderr.log"),
-            env: env
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            start_timeout: START_TIMEOUT,
-            own_session: false,
-        };
+        let mut t = Trigd::unstarted(dir);
+        t.env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         t.spawn();
         t
     }
@@ -63,15 +56,8 @@ impl Trigd {
     /// [`Trigd::start`] with a start allowed to take up to `bound` (a state
     /// dir with very many runs).
     pub fn start_within(dir: &TestDir, bound: Duration) -> Trigd {
-        let mut t = Trigd {
-            child: None,
-            addr: String::new(),
-            config: dir.path("config.toml"),
-            stderr_log: dir.path("stderr.log"),
-            env: Vec::new(),
-            start_timeout: bound,
-            own_session: false,
-        };
+        let mut t = Trigd::unstarted(dir);
+        t.start_timeout = bound;
         t.spawn();
         t
     }
@@ -82,17 +68,23 @@ impl Trigd {
     /// pid ([`session_of`]); no other process on the machine has that
     /// session id while it lives.
     pub fn start_own_session(dir: &TestDir) -> Trigd {
-        let mut t = Trigd {
+        let mut t = Trigd::unstarted(dir);
+        t.own_session = true;
+        t.spawn();
+        t
+    }
+
+    /// The server of `dir` with the default settings, not started yet.
+    fn unstarted(dir: &TestDir) -> Trigd {
+        Trigd {
             child: None,
             addr: String::new(),
             config: dir.path("config.toml"),
             stderr_log: dir.path("stderr.log"),
             env: Vec::new(),
             start_timeout: START_TIMEOUT,
-            own_session: true,
-        };
-        t.spawn();
-        t
+            own_session: false,
+        }
     }
 
     fn spawn(&mut self) {
