@@ -171,20 +171,31 @@ impl Request {
     }
 
     /// The path and query as they may appear in a log: values of
-    /// `api_key` replaced, so that no secret reaches a log line.
-    pub fn log_target(&self) -> String {
-        let mut s = self.path.clone();
-        for (i, (k, v)) in self.query.iter().enumerate() {
-            s.push(if i == 0 { '?' } else { '&' });
-            s.push_str(&percent_encode(k));
-            s.push('=');
+    /// `api_key` replaced, so that no secret reaches a log line. Written
+    /// as it is formatted (no allocation).
+    pub fn log_target(&self) -> LogTarget<'_> {
+        LogTarget(self)
+    }
+}
+
+/// A request's path and query for a log line ([`Request::log_target`]):
+/// each query pair percent-encoded again, `api_key`'s value `[redacted]`.
+pub struct LogTarget<'a>(&'a Request);
+
+impl fmt::Display for LogTarget<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0.path)?;
+        for (i, (k, v)) in self.0.query.iter().enumerate() {
+            f.write_str(if i == 0 { "?" } else { "&" })?;
+            fmt::Display::fmt(&utf8_percent_encode(k, NOT_UNRESERVED), f)?;
+            f.write_str("=")?;
             if k == "api_key" {
-                s.push_str("[redacted]");
+                f.write_str("[redacted]")?;
             } else {
-                s.push_str(&percent_encode(v));
+                fmt::Display::fmt(&utf8_percent_encode(v, NOT_UNRESERVED), f)?;
             }
         }
-        s
+        Ok(())
     }
 }
 
@@ -216,6 +227,9 @@ pub fn form_pairs(text: &str) -> Result<Vec<(String, String)>, String> {
 /// Decode `%XX` escapes (and `+` as space when `plus` is set). `None` for a
 /// malformed escape or a result that is not UTF-8.
 fn percent_decode(s: &str, plus: bool) -> Option<String> {
+    if !s.contains('%') && !(plus && s.contains('+')) {
+        return Some(s.to_string()); // nothing to decode (most names and values)
+    }
     let b = s.as_bytes();
     let malformed = b.iter().enumerate().any(|(i, &c)| {
         c == b'%'
@@ -226,7 +240,8 @@ fn percent_decode(s: &str, plus: bool) -> Option<String> {
     if malformed {
         return None;
     }
-    let s: Cow<str> = if plus {
+    // One allocation for the result (two when `+` must become a space).
+    let s: Cow<str> = if plus && s.contains('+') {
         s.replace('+', " ").into()
     } else {
         s.into()
@@ -652,15 +667,15 @@ impl ApiError {
     }
 
     /// A sentence a person can act on.
-    pub fn message(&self) -> String {
+    pub fn message(&self) -> Cow<'static, str> {
         use ApiError::*;
         match self {
             MissingApiKey => "An API key is required: pass api_key=<key> in the query string or an 'Authorization: Bearer <key>' header.".into(),
             InvalidApiKey => "The API key is not valid. Check it, or create one with 'trigd keygen'.".into(),
             InvalidProgramId => "program_id is required and must be a non-negative integer.".into(),
             ProgramNotFound => "No program with this program_id is available to this API key.".into(),
-            FunctionNotFound { name, .. } => format!("The program has no function '{name}'. See Functions for the ones you can run."),
-            TriggerInactive { name } => format!("Function '{name}' has no active webhook trigger, so it cannot be run over HTTP."),
+            FunctionNotFound { name, .. } => format!("The program has no function '{name}'. See Functions for the ones you can run.").into(),
+            TriggerInactive { name } => format!("Function '{name}' has no active webhook trigger, so it cannot be run over HTTP.").into(),
             FunctionRequired { .. } => "This program has several functions with webhook triggers: name one with function=<name> (see Functions).".into(),
             NoActiveTrigger => "No function of this program has an active webhook trigger.".into(),
             VariablesMismatch { outputs, got } => format!(
@@ -668,46 +683,47 @@ impl ApiError {
                 outputs.len(),
                 if outputs.len() == 1 { "" } else { "s" },
                 outputs.join(", ")
-            ),
-            InvalidParameter { msg, .. } | ValuesMismatch { msg, .. } => msg.clone(),
+            )
+            .into(),
+            InvalidParameter { msg, .. } | ValuesMismatch { msg, .. } => msg.clone().into(),
             Unauthorized => "Authentication required: send 'Authorization: Bearer <application key>' (see your workspace settings, item \"Application Key\") or log in.".into(),
             Forbidden => "These credentials do not belong to a member of this tool's workspace.".into(),
             UserAgentRequired => "Requests with a bearer key must send a User-Agent header (printable ASCII, not empty), e.g. 'User-Agent: my-script/1.0'.".into(),
             CsrfRejected => "Request refused as possibly cross-site: with a session cookie, a request that changes something must come from a trigd page (same origin) or send the page's X-CSRF-Token header. Scripts should use 'Authorization: Bearer <application key>' instead.".into(),
             LoginFailed => "Wrong user name or password.".into(),
             AdminRequired => "Only the workspace's admins may change the public switch of its tools (see `admins` of the workspace in config.toml).".into(),
-            ConfigNotWritable { reason } => format!("The public switch cannot be changed from trigd: {reason}. Change `public` in the config file instead."),
-            ConfigInvalid { msg } => format!("Nothing was changed: {msg}."),
-            MethodNotAllowed { allow } => format!("Method not allowed here; use {}.", allow.join(" or ")),
+            ConfigNotWritable { reason } => format!("The public switch cannot be changed from trigd: {reason}. Change `public` in the config file instead.").into(),
+            ConfigInvalid { msg } => format!("Nothing was changed: {msg}.").into(),
+            MethodNotAllowed { allow } => format!("Method not allowed here; use {}.", allow.join(" or ")).into(),
             RunFailed { step, exit_code, signal, .. } => match (exit_code, signal) {
-                (Some(c), _) => format!("The program failed: step {step} exited with status {c}."),
-                (None, Some(s)) => format!("The program failed: step {step} was killed by signal {s}."),
-                (None, None) => format!("The program failed: step {step} could not be started."),
+                (Some(c), _) => format!("The program failed: step {step} exited with status {c}.").into(),
+                (None, Some(s)) => format!("The program failed: step {step} was killed by signal {s}.").into(),
+                (None, None) => format!("The program failed: step {step} could not be started.").into(),
             },
             RunTimeout { .. } => "The program did not finish within its timeout and was stopped.".into(),
             RunInterrupted { .. } => "trigd is shutting down; the run was stopped before it finished.".into(),
             RunCancelled { .. } => "The run was cancelled (POST /api/runs/<id>/cancel) before it finished.".into(),
-            RunEnded { state, .. } => format!("The run has already ended ({state}); only a queued or running run can be cancelled."),
-            Busy { msg, .. } => msg.clone(),
+            RunEnded { state, .. } => format!("The run has already ended ({state}); only a queued or running run can be cancelled.").into(),
+            Busy { msg, .. } => msg.clone().into(),
             StorageUnavailable => "The run could not be recorded (state directory not writable), so it was not started. Retry later.".into(),
             DiskFull => "The disk of trigd's state directory is full, so no new run can be recorded and none is started. Runs already accepted are kept. Retry after Retry-After seconds.".into(),
             IdempotencyMismatch => "This Idempotency-Key was already used for a different request (another program, trigger, function or values). Use a new key for a new request.".into(),
             ShuttingDown => "trigd is shutting down and accepts no new runs. Retry shortly.".into(),
-            RateLimited { retry_after } => format!("Too many failed attempts. Wait {retry_after} seconds (Retry-After), then try again."),
+            RateLimited { retry_after } => format!("Too many failed attempts. Wait {retry_after} seconds (Retry-After), then try again.").into(),
             RunNotFound => "No run with this id is visible to this API key.".into(),
-            RunOnOtherInstance { instance } => format!("This run belongs to trigd instance '{instance}', not to this one; ask that instance (a load balancer routes /api/runs/{instance}-… there while it is up)."),
+            RunOnOtherInstance { instance } => format!("This run belongs to trigd instance '{instance}', not to this one; ask that instance (a load balancer routes /api/runs/{instance}-… there while it is up).").into(),
             RequestTimeout => "The request was not received in time (request_timeout); send the whole body promptly.".into(),
             BadRequest => "The request is not valid HTTP/1.1.".into(),
             UriTooLong => "The request line (method and URL) is longer than the limit (max_url_bytes).".into(),
             HeadersTooLarge => "The request headers are larger than the limit (max_header_bytes, at most 100 headers).".into(),
-            PayloadTooLarge { limit } => format!("The request body is larger than the limit of {limit} bytes."),
+            PayloadTooLarge { limit } => format!("The request body is larger than the limit of {limit} bytes.").into(),
             CallbackNotPermitted => "This request names a callback URL, which this key or trigger may not do (the config needs request_callbacks = true).".into(),
-            CallbackRefused { msg } => format!("The callback URL is refused: {msg}."),
+            CallbackRefused { msg } => format!("The callback URL is refused: {msg}.").into(),
             NotFound => "Not found.".into(),
-            Signature(e) => e.message(),
+            Signature(e) => e.message().into(),
             Ignored { .. } => "The request does not match this endpoint's rule, so nothing ran.".into(),
-            RuleError { reason } => format!("The endpoint's rule could not be evaluated ({reason}), so nothing ran."),
-            InvalidPayload { msg } | UnsupportedMediaType { msg } => msg.clone(),
+            RuleError { reason } => format!("The endpoint's rule could not be evaluated ({reason}), so nothing ran.").into(),
+            InvalidPayload { msg } | UnsupportedMediaType { msg } => msg.clone().into(),
             Internal => "Internal error. The server log has the details.".into(),
         }
     }
@@ -851,10 +867,14 @@ impl From<ApiError> for Response {
             return Response::json(*status, &body);
         }
         let mut body = Map::new();
-        body.insert("Error".into(), json!(e.message()));
-        body.insert("Code".into(), json!(e.code()));
         e.extra(&mut body);
-        let mut r = Response::json(e.status(), &Value::Object(body));
+        let mut r = if body.is_empty() {
+            plain_error(e.status(), e.code(), &e.message())
+        } else {
+            body.insert("Error".into(), json!(e.message()));
+            body.insert("Code".into(), json!(e.code()));
+            Response::json(e.status(), &Value::Object(body))
+        };
         r.headers.extend(e.headers());
         if let ApiError::RunFailed { run, .. }
         | ApiError::RunTimeout { run }
@@ -867,9 +887,52 @@ impl From<ApiError> for Response {
     }
 }
 
+/// The JSON answer of an error with no fields besides `Code` and `Error`,
+/// written directly: the same bytes as [`Response::json`] of that object
+/// (keys in order, strings escaped by serde_json), without building it.
+fn plain_error(status: u16, code: &str, message: &str) -> Response {
+    let mut body = Vec::with_capacity(code.len() + message.len() + 24);
+    body.extend_from_slice(b"{\"Code\":");
+    let _ = serde_json::to_writer(&mut body, code);
+    body.extend_from_slice(b",\"Error\":");
+    let _ = serde_json::to_writer(&mut body, message);
+    body.extend_from_slice(b"}\n");
+    Response {
+        status,
+        headers: vec![("Content-Type".into(), "application/json".into())],
+        body,
+        run: None,
+        stream: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn plain_errors_are_the_bytes_of_their_json_object() {
+        let errors = [
+            ApiError::InvalidApiKey,
+            ApiError::MissingApiKey,
+            ApiError::NotFound,
+            ApiError::InvalidPayload {
+                msg: "a \"quoted\" \\ line\nand\u{1} more, ü".into(),
+            },
+        ];
+        for e in errors {
+            let r = Response::from(e.clone());
+            let object = json!({"Error": e.message(), "Code": e.code()});
+            let mut expected = serde_json::to_vec(&object).unwrap();
+            expected.push(b'\n');
+            assert_eq!(
+                String::from_utf8_lossy(&r.body),
+                String::from_utf8_lossy(&expected)
+            );
+            assert_eq!(r.status, e.status());
+            assert_eq!(r.content_type(), "application/json");
+        }
+    }
 
     #[test]
     fn query_keeps_order_and_repeats() {
@@ -920,9 +983,19 @@ mod tests {
     #[test]
     fn log_target_redacts_api_key() {
         let r = Request::new("POST", "/api?api_key=s3cret&program_id=1").unwrap();
-        let t = r.log_target();
+        let t = r.log_target().to_string();
         assert!(!t.contains("s3cret"), "{t}");
         assert!(t.contains("program_id=1"));
+        // Every api_key (repeated, its name escaped), the rest encoded again.
+        let r = Request::new(
+            "POST",
+            "/api?api_key=s3cret&program_id=1&api%5Fkey=s%33cret&v=a%20b+c%2F%C3%BC&api_key",
+        )
+        .unwrap();
+        assert_eq!(
+            r.log_target().to_string(),
+            "/api?api_key=[redacted]&program_id=1&api_key=[redacted]&v=a%20b%20c%2F%C3%BC&api_key=[redacted]"
+        );
     }
 
     #[test]

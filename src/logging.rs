@@ -10,9 +10,15 @@
 //! empty. At low load every line is written at once; under load lines go out
 //! in batches. The buffer is bounded: past [`MAX_BUFFER`] (stderr blocked),
 //! lines are counted and dropped, and the count is logged when it drains.
+//!
+//! A line costs no allocation: it is formatted into a buffer its thread
+//! keeps, and the shared buffer and the one being written are swapped, not
+//! reallocated (both are kept while small).
 
+use std::cell::RefCell;
 use std::fmt::Write as _;
 use std::sync::{Mutex, MutexGuard};
+use std::time::SystemTime;
 
 use log::{Log, Metadata, Record};
 
@@ -21,6 +27,14 @@ use crate::sys;
 
 /// Buffered bytes past which lines are dropped.
 const MAX_BUFFER: usize = 1 << 20;
+
+/// Capacity a kept buffer (a thread's line, the spare batch) may keep.
+const KEEP: usize = 1 << 16;
+
+thread_local! {
+    /// The line this thread is formatting.
+    static LINE: RefCell<String> = const { RefCell::new(String::new()) };
+}
 
 /// Filters with env_logger's `RUST_LOG` rules, writes lines to stderr.
 struct StderrLog {
@@ -32,6 +46,8 @@ struct StderrLog {
 #[derive(Default)]
 struct Sink {
     buf: Vec<u8>,
+    /// The buffer of the last batch written, empty, for the next swap.
+    spare: Vec<u8>,
     /// A thread is writing: it will pick up what is appended meanwhile.
     writing: bool,
     dropped: u64,
@@ -64,14 +80,20 @@ impl StderrLog {
                 sink.buf.extend_from_slice(note.as_bytes());
                 sink.dropped = 0;
             }
-            let batch = std::mem::take(&mut sink.buf);
-            if batch.is_empty() {
+            if sink.buf.is_empty() {
                 sink.writing = false;
                 return;
             }
+            let spare = std::mem::take(&mut sink.spare);
+            let mut batch = std::mem::replace(&mut sink.buf, spare);
             drop(sink);
             sys::write_stderr(&batch);
+            batch.clear();
+            if batch.capacity() > KEEP {
+                batch = Vec::new();
+            }
             sink = self.lock();
+            sink.spare = batch;
         }
     }
 }
@@ -85,16 +107,32 @@ impl Log for StderrLog {
         if !self.filter.matches(record) {
             return;
         }
-        let mut line = String::with_capacity(160);
-        let _ = writeln!(
-            line,
-            "[{} {:<5} {}] {}",
-            now_rfc3339(),
-            record.level(),
-            record.target(),
-            record.args()
-        );
-        self.emit(line.as_bytes());
+        let format = |line: &mut String| {
+            let _ = writeln!(
+                line,
+                "[{} {:<5} {}] {}",
+                humantime::format_rfc3339_millis(SystemTime::now()),
+                record.level(),
+                record.target(),
+                record.args()
+            );
+        };
+        // A line whose arguments log while formatted gets a buffer of its own.
+        LINE.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut line) => {
+                line.clear();
+                format(&mut line);
+                self.emit(line.as_bytes());
+                if line.capacity() > KEEP {
+                    *line = String::new();
+                }
+            }
+            Err(_) => {
+                let mut line = String::with_capacity(160);
+                format(&mut line);
+                self.emit(line.as_bytes());
+            }
+        });
     }
 
     fn flush(&self) {}

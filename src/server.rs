@@ -9,8 +9,9 @@
 //! [`routes::handle`] inside `catch_unwind` so that a bug answers 500
 //! instead of killing the server, logs, and responds.
 
+use std::fmt;
 use std::io::{self, Read, Write};
-use std::net::{Ipv6Addr, SocketAddr, TcpListener, ToSocketAddrs};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener, ToSocketAddrs};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -263,59 +264,108 @@ fn resolve(addr: &str) -> io::Result<Vec<SocketAddr>> {
 fn handle(app: &App, mut rq: tiny_http::Request) {
     let started = Instant::now();
     let max_body = app.config().server.max_body_bytes;
-    let (target, resp) = match read_request(&mut rq, max_body) {
-        Ok(req) if app.closing.load(Ordering::SeqCst) => {
-            (req.log_target(), ApiError::ShuttingDown.into())
-        }
+    let (req, resp) = match read_request(&mut rq, max_body) {
+        Ok(req) if app.closing.load(Ordering::SeqCst) => (Ok(req), ApiError::ShuttingDown.into()),
         Ok(req) => {
             let resp =
                 catch_unwind(AssertUnwindSafe(|| routes::handle(app, &req))).unwrap_or_else(|_| {
                     log::error!("handler panicked on {} {}", req.method, req.path);
                     ApiError::Internal.into()
                 });
-            (req.log_target(), resp)
+            (Ok(req), resp)
         }
-        Err(e) => (
-            rq.url().split('?').next().unwrap_or("").to_string(),
-            e.into(),
-        ),
+        Err(e) => (Err(()), Response::from(e)),
     };
     app.runner.metrics.http(resp.status);
-    let remote = rq
-        .remote_addr()
-        .map_or_else(|| "-".to_string(), |a| a.ip().to_string());
     log::info!(
         target: "access",
-        "{remote} {} {target} {} {}ms{}",
+        "{} {} {} {} {}ms{}",
+        Remote(rq.remote_addr()),
         rq.method(),
+        Target(req.as_ref().ok(), rq.url()),
         resp.status,
         started.elapsed().as_millis(),
-        resp.run.as_deref().map(|r| format!(" run={r}")).unwrap_or_default()
+        RunNote(resp.run.as_deref())
     );
-    let headers: Vec<tiny_http::Header> = resp
-        .headers
-        .iter()
-        .filter_map(|(k, v)| tiny_http::Header::from_bytes(k.as_bytes(), v.as_bytes()).ok())
-        .collect();
+    drop(req);
     let sent = match resp.stream.as_ref().and_then(|s| s.take()) {
         // No length: tiny_http sends it chunked, a chunk per piece read.
-        Some(body) => rq.respond(tiny_http::Response::new(
-            resp.status.into(),
-            headers,
-            body,
-            None,
-            None,
-        )),
-        None => {
-            let mut out = tiny_http::Response::from_data(resp.body).with_status_code(resp.status);
-            for h in headers {
-                out.add_header(h);
-            }
-            rq.respond(out)
+        Some(body) => {
+            let headers: Vec<tiny_http::Header> = resp
+                .headers
+                .iter()
+                .filter_map(|(k, v)| tiny_http::Header::from_bytes(k.as_bytes(), v.as_bytes()).ok())
+                .collect();
+            rq.respond(tiny_http::Response::new(
+                resp.status.into(),
+                headers,
+                body,
+                None,
+                None,
+            ))
         }
+        None => rq.respond_bytes(resp.status, &resp.headers, resp.body),
     };
     if let Err(e) = sent {
         log::debug!("client went away before the response: {e}");
+    }
+}
+
+/// The peer's address in an access-log line (`-` when unknown).
+struct Remote<'a>(Option<&'a SocketAddr>);
+
+impl fmt::Display for Remote<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0.map(SocketAddr::ip) {
+            // The digits put together here: `Ipv4Addr`'s `Display` costs
+            // more than the rest of the line.
+            Some(IpAddr::V4(ip)) => {
+                let mut text = [0u8; 15];
+                let mut len = 0;
+                for (i, octet) in ip.octets().into_iter().enumerate() {
+                    if i > 0 {
+                        text[len] = b'.';
+                        len += 1;
+                    }
+                    let digits = [octet / 100, octet / 10 % 10, octet % 10];
+                    let skip = if octet >= 100 { 0 } else if octet >= 10 { 1 } else { 2 };
+                    for d in &digits[skip..] {
+                        text[len] = b'0' + d;
+                        len += 1;
+                    }
+                }
+                f.write_str(std::str::from_utf8(&text[..len]).unwrap_or("-"))
+            }
+            Some(ip) => fmt::Display::fmt(&ip, f),
+            None => f.write_str("-"),
+        }
+    }
+}
+
+/// The target in an access-log line: the request's, `api_key` redacted
+/// ([`Request::log_target`]), or for a request that could not be read, the
+/// raw path without its query (which is never logged).
+struct Target<'a>(Option<&'a Request>, &'a str);
+
+impl fmt::Display for Target<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(req) => fmt::Display::fmt(&req.log_target(), f),
+            None => f.write_str(self.1.split('?').next().unwrap_or("")),
+        }
+    }
+}
+
+/// ` run=<id>` at the end of an access-log line, for a request that made
+/// a run.
+struct RunNote<'a>(Option<&'a str>);
+
+impl fmt::Display for RunNote<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(run) => write!(f, " run={run}"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -323,14 +373,14 @@ fn handle(app: &App, mut rq: tiny_http::Request) {
 /// `max_body` bytes of body.
 fn read_request(rq: &mut tiny_http::Request, max_body: usize) -> Result<Request, ApiError> {
     let mut req = Request::new(rq.method().as_str(), rq.url())?;
+    // Moved, not copied: the names lower-cased in place.
     req.headers = rq
-        .headers()
-        .iter()
+        .take_headers()
+        .into_iter()
         .map(|h| {
-            (
-                h.field.as_str().as_str().to_ascii_lowercase(),
-                h.value.as_str().to_string(),
-            )
+            let mut name = h.field.into_string();
+            name.make_ascii_lowercase();
+            (name, h.value.into())
         })
         .collect();
     req.remote = rq.remote_addr().copied();

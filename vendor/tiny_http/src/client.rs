@@ -1,5 +1,3 @@
-use ascii::AsciiString;
-
 use std::io::Error as IoError;
 use std::io::Result as IoResult;
 use std::io::{BufRead, BufReader, BufWriter, ErrorKind, Read};
@@ -37,6 +35,8 @@ pub struct ClientConnection {
     deadline: Arc<Mutex<Deadline>>,
     // (trigd patch) the bodies of the answers to refused requests
     refusals: Arc<Refusals>,
+    // (trigd patch) the line of the head being read, kept from line to line
+    line: Vec<u8>,
 
     // set to true if we know that the previous request is the last one
     no_more_requests: bool,
@@ -168,6 +168,7 @@ impl ClientConnection {
             limits,
             deadline,
             refusals,
+            line: Vec::new(),
         }
     }
 
@@ -208,9 +209,11 @@ impl ClientConnection {
     /// Reads until `CRLF` is reached. The next read will start
     ///  at the first byte of the new line.
     ///
-    /// (trigd patch) At most `max` bytes: past that, `Ok(None)`.
-    fn read_next_line(&mut self, max: usize, request_line: bool) -> IoResult<Option<AsciiString>> {
-        let mut buf: Vec<u8> = Vec::new();
+    /// (trigd patch) At most `max` bytes: past that, `Ok(None)`. The line
+    ///  (ASCII) is left in `self.line`, which is kept from line to line.
+    fn read_next_line(&mut self, max: usize, request_line: bool) -> IoResult<Option<()>> {
+        let buf = &mut self.line;
+        buf.clear();
         let mut prev_byte_was_cr = false;
         // (trigd patch) scan the buffered bytes in place: reading them one
         //  `read` call at a time through the reader layers was a third of
@@ -260,9 +263,10 @@ impl ClientConnection {
                     *b = 0x7f;
                 }
             }
-            return AsciiString::from_ascii(buf)
-                .map(Some)
-                .map_err(|_| IoError::new(ErrorKind::InvalidInput, "Header is not in ASCII"));
+            if !buf.is_ascii() {
+                return Err(IoError::new(ErrorKind::InvalidInput, "Header is not in ASCII"));
+            }
+            return Ok(Some(()));
         }
     }
 
@@ -273,10 +277,10 @@ impl ClientConnection {
         let mut head_bytes = 0;
         loop {
             let left = limits.max_header_bytes.saturating_sub(head_bytes);
-            let line = self
-                .read_next_line(left, false)
+            self.read_next_line(left, false)
                 .map_err(ReadError::ReadIoError)?
                 .ok_or(ReadError::TooLarge(431))?;
+            let line = ascii_line(&self.line);
             head_bytes += line.len() + 2;
 
             if line.is_empty() {
@@ -285,7 +289,7 @@ impl ClientConnection {
             if headers.len() >= limits.max_headers {
                 return Err(ReadError::TooLarge(431));
             }
-            headers.push(match FromStr::from_str(line.as_str().trim()) {
+            headers.push(match FromStr::from_str(line.trim()) {
                 // TODO: remove this conversion
                 Ok(h) => h,
                 _ => return Err(ReadError::WrongHeader(version.clone())),
@@ -305,8 +309,7 @@ impl ClientConnection {
         let (method, path, version, headers) = {
             // reading the request line
             let (method, path, version) = {
-                let line = self
-                    .read_next_line(limits.max_request_line, true)
+                self.read_next_line(limits.max_request_line, true)
                     .map_err(|e| match e.kind() {
                         // (trigd patch) a non-ASCII request line is a 400
                         ErrorKind::InvalidInput => ReadError::WrongRequestLine,
@@ -314,13 +317,15 @@ impl ClientConnection {
                     })?
                     .ok_or(ReadError::TooLarge(414))?;
 
-                parse_request_line(
-                    line.as_str().trim(), // TODO: remove this conversion
-                )?
+                parse_request_line(ascii_line(&self.line).trim())?
             };
 
             // getting all headers
             let headers = self.read_headers(&version)?;
+            // (trigd patch) a long head's line buffer is not kept
+            if self.line.capacity() > 4096 {
+                self.line = Vec::new();
+            }
 
             (method, path, version, headers)
         };
@@ -438,6 +443,11 @@ impl Iterator for ClientConnection {
             return Some(rq);
         }
     }
+}
+
+/// (trigd patch) A line `read_next_line` left: ASCII, so always text.
+fn ascii_line(line: &[u8]) -> &str {
+    std::str::from_utf8(line).unwrap_or("")
 }
 
 /// Parses a "HTTP/1.1" string.

@@ -218,6 +218,11 @@ impl HeaderField {
         &self.0
     }
 
+    /// (trigd patch) The name as a `String`, without copying it.
+    pub fn into_string(self) -> String {
+        self.0.into()
+    }
+
     pub fn equiv(&self, other: &'static str) -> bool {
         other.eq_ignore_ascii_case(self.as_str().as_str())
     }

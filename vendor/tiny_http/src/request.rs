@@ -1,6 +1,7 @@
 use std::io::Error as IoError;
 use std::io::{self, Cursor, ErrorKind, Read, Write};
 
+use std::cell::RefCell;
 use std::fmt;
 use std::net::SocketAddr;
 use std::str::FromStr;
@@ -271,6 +272,18 @@ impl Request {
         &self.headers
     }
 
+    /// (trigd patch) Moves the headers out of the request, without
+    ///  copying them, except `TE`, which the response still reads to choose
+    ///  its transfer encoding: [`Request::headers`] then lists only those.
+    pub fn take_headers(&mut self) -> Vec<Header> {
+        let mut all = std::mem::take(&mut self.headers);
+        if all.iter().any(|h| h.field.equiv("TE")) {
+            self.headers = all.iter().filter(|h| h.field.equiv("TE")).cloned().collect();
+            all.retain(|h| !h.field.equiv("TE"));
+        }
+        all
+    }
+
     /// Returns the HTTP version of the request.
     #[inline]
     pub fn http_version(&self) -> &HTTPVersion {
@@ -440,6 +453,71 @@ impl Request {
             sender.send(()).unwrap();
         }
         res
+    }
+
+    /// (trigd patch) Sends a response whose body is in memory: the same
+    ///  bytes as `respond(Response::from_data(body))` with `status` and the
+    ///  `headers` that `Header::from_bytes` accepts, but put together in one
+    ///  buffer the thread keeps and written at once, without a `Header` per
+    ///  line. A response that would be sent another way (chunked, or with a
+    ///  header `Response::add_header` treats specially) goes through
+    ///  `respond`.
+    pub fn respond_bytes<K, V>(
+        mut self,
+        status: u16,
+        headers: &[(K, V)],
+        body: Vec<u8>,
+    ) -> Result<(), IoError>
+    where
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
+        thread_local! {
+            static OUT: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+        }
+        /// Capacity the kept buffer may keep between responses.
+        const KEEP: usize = 8192;
+        let head_only = self.method == Method::Head;
+        let sent = OUT.with(|cell| {
+            let mut out = cell.try_borrow_mut().ok()?;
+            out.clear();
+            let composed = crate::response::compose_in_memory(
+                &mut out,
+                &self.http_version,
+                &self.headers,
+                head_only,
+                status,
+                headers,
+                &body,
+            );
+            let result = composed.then(|| {
+                let mut writer = self.extract_writer_impl();
+                Self::ignore_client_closing_errors(writer.write_all(&out))
+                    .and_then(|()| Self::ignore_client_closing_errors(writer.flush()))
+            });
+            if out.capacity() > KEEP {
+                *out = Vec::new();
+            }
+            result
+        });
+        match sent {
+            Some(result) => {
+                if let Some(sender) = self.notify_when_responded.take() {
+                    sender.send(()).unwrap();
+                }
+                result
+            }
+            None => {
+                let mut response = Response::from_data(body).with_status_code(status);
+                for (k, v) in headers {
+                    let (k, v) = (k.as_ref().as_bytes(), v.as_ref().as_bytes());
+                    if let Ok(h) = Header::from_bytes(k, v) {
+                        response.add_header(h);
+                    }
+                }
+                self.respond(response)
+            }
+        }
     }
 
     fn respond_impl<R>(&mut self, response: Response<R>) -> Result<(), IoError>

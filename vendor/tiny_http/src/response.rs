@@ -1,5 +1,6 @@
 use crate::common::{HTTPVersion, Header, StatusCode};
 use httpdate::HttpDate;
+use std::cell::Cell;
 use std::cmp::Ordering;
 use std::sync::mpsc::Receiver;
 
@@ -72,8 +73,118 @@ impl FromStr for TransferEncoding {
 
 /// Builds a Date: header with the current date.
 fn build_date_header() -> Header {
-    let d = HttpDate::from(SystemTime::now());
-    Header::from_bytes(&b"Date"[..], &d.to_string().into_bytes()[..]).unwrap()
+    let mut value = Vec::with_capacity(29);
+    push_date(&mut value);
+    Header::from_bytes(&b"Date"[..], value).unwrap()
+}
+
+/// (trigd patch) Append the current date as a `Date` header value. It is
+///  formatted once a second on each thread, not for every response.
+fn push_date(out: &mut Vec<u8>) {
+    use std::convert::TryFrom;
+    thread_local! {
+        static DATE: Cell<(u64, [u8; 29])> = const { Cell::new((u64::MAX, [0; 29])) };
+    }
+    let now = SystemTime::now();
+    let secs = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    DATE.with(|cell| {
+        let (at, cached) = cell.get();
+        if at == secs {
+            out.extend_from_slice(&cached);
+            return;
+        }
+        let text = HttpDate::from(now).to_string();
+        out.extend_from_slice(text.as_bytes());
+        if let Ok(bytes) = <[u8; 29]>::try_from(text.as_bytes()) {
+            cell.set((secs, bytes));
+        }
+    });
+}
+
+/// (trigd patch) Append the decimal digits of `n`.
+fn push_decimal(out: &mut Vec<u8>, mut n: usize) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
+/// (trigd patch) Put a whole response whose body is in memory into `out`:
+///  exactly the bytes `Response::from_data(body)` with `status` and
+///  `headers` would be printed as by `raw_print` (status line, `Server`,
+///  `Date`, the headers, `Content-Length`, the body), without building a
+///  `Header` per line. `false` (and `out` untouched) when that response
+///  would take another way there: a body sent chunked (32 KiB and more,
+///  or a `TE` header in the request), or a header that `add_header`
+///  drops, rewrites or rejects (not ASCII, `Connection`, `Content-Length`,
+///  a second `Content-Type`, ...).
+pub(crate) fn compose_in_memory<K: AsRef<str>, V: AsRef<str>>(
+    out: &mut Vec<u8>,
+    http_version: &HTTPVersion,
+    request_headers: &[Header],
+    do_not_send_body: bool,
+    status: u16,
+    headers: &[(K, V)],
+    body: &[u8],
+) -> bool {
+    if body.len() >= 32768 || request_headers.iter().any(|h| h.field.equiv("TE")) {
+        return false;
+    }
+    let special = ["Connection", "Trailer", "Transfer-Encoding", "Upgrade", "Content-Length"];
+    let (mut date, mut server, mut content_type) = (false, false, 0);
+    for (k, v) in headers {
+        let (k, v) = (k.as_ref(), v.as_ref());
+        if !k.is_ascii() || !v.is_ascii() || special.iter().any(|s| s.eq_ignore_ascii_case(k)) {
+            return false;
+        }
+        date |= k.eq_ignore_ascii_case("Date");
+        server |= k.eq_ignore_ascii_case("Server");
+        content_type += usize::from(k.eq_ignore_ascii_case("Content-Type"));
+    }
+    if content_type > 1 {
+        return false;
+    }
+    let status_code = StatusCode(status);
+    out.extend_from_slice(b"HTTP/");
+    push_decimal(out, http_version.0.into());
+    out.push(b'.');
+    push_decimal(out, http_version.1.into());
+    out.push(b' ');
+    push_decimal(out, status.into());
+    out.push(b' ');
+    out.extend_from_slice(status_code.default_reason_phrase().as_bytes());
+    out.extend_from_slice(b"\r\n");
+    if !server {
+        out.extend_from_slice(b"Server: tiny-http (Rust)\r\n");
+    }
+    if !date {
+        out.extend_from_slice(b"Date: ");
+        push_date(out);
+        out.extend_from_slice(b"\r\n");
+    }
+    for (k, v) in headers {
+        out.extend_from_slice(k.as_ref().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(v.as_ref().as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"Content-Length: ");
+    push_decimal(out, body.len());
+    out.extend_from_slice(b"\r\n\r\n");
+    let no_body = do_not_send_body || matches!(status, 100..=199 | 204 | 304);
+    if !no_body {
+        out.extend_from_slice(body);
+    }
+    true
 }
 
 fn write_message_header<W>(
