@@ -182,20 +182,30 @@ impl Request {
 /// each query pair percent-encoded again, `api_key`'s value `[redacted]`.
 pub struct LogTarget<'a>(&'a Request);
 
-impl fmt::Display for LogTarget<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0.path)?;
+impl LogTarget<'_> {
+    /// Write the target to `out`.
+    ///
+    /// # Errors
+    /// Those of `out`.
+    pub fn write_to(&self, out: &mut impl fmt::Write) -> fmt::Result {
+        out.write_str(&self.0.path)?;
         for (i, (k, v)) in self.0.query.iter().enumerate() {
-            f.write_str(if i == 0 { "?" } else { "&" })?;
-            fmt::Display::fmt(&utf8_percent_encode(k, NOT_UNRESERVED), f)?;
-            f.write_str("=")?;
+            out.write_str(if i == 0 { "?" } else { "&" })?;
+            utf8_percent_encode(k, NOT_UNRESERVED).try_for_each(|p| out.write_str(p))?;
+            out.write_str("=")?;
             if k == "api_key" {
-                f.write_str("[redacted]")?;
+                out.write_str("[redacted]")?;
             } else {
-                fmt::Display::fmt(&utf8_percent_encode(v, NOT_UNRESERVED), f)?;
+                utf8_percent_encode(v, NOT_UNRESERVED).try_for_each(|p| out.write_str(p))?;
             }
         }
         Ok(())
+    }
+}
+
+impl fmt::Display for LogTarget<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.write_to(f)
     }
 }
 
@@ -227,7 +237,8 @@ pub fn form_pairs(text: &str) -> Result<Vec<(String, String)>, String> {
 /// Decode `%XX` escapes (and `+` as space when `plus` is set). `None` for a
 /// malformed escape or a result that is not UTF-8.
 fn percent_decode(s: &str, plus: bool) -> Option<String> {
-    if !s.contains('%') && !(plus && s.contains('+')) {
+    let escaped = s.contains('%') || (plus && s.contains('+'));
+    if !escaped {
         return Some(s.to_string()); // nothing to decode (most names and values)
     }
     let b = s.as_bytes();

@@ -9,7 +9,7 @@
 //! [`routes::handle`] inside `catch_unwind` so that a bug answers 500
 //! instead of killing the server, logs, and responds.
 
-use std::fmt;
+use std::fmt::Write as _;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener, ToSocketAddrs};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -25,6 +25,7 @@ use crate::config;
 use crate::error::Error;
 use crate::http::{ApiError, Request, Response};
 use crate::idempotency::Keys;
+use crate::logging;
 use crate::metrics::Metrics;
 use crate::reload;
 use crate::routes;
@@ -277,16 +278,24 @@ fn handle(app: &App, mut rq: tiny_http::Request) {
         Err(e) => (Err(()), Response::from(e)),
     };
     app.runner.metrics.http(resp.status);
-    log::info!(
-        target: "access",
-        "{} {} {} {} {}ms{}",
-        Remote(rq.remote_addr()),
-        rq.method(),
-        Target(req.as_ref().ok(), rq.url()),
-        resp.status,
-        started.elapsed().as_millis(),
-        RunNote(resp.run.as_deref())
-    );
+    logging::access(|line| {
+        push_remote(line, rq.remote_addr());
+        line.push(' ');
+        line.push_str(rq.method().as_str());
+        line.push(' ');
+        match &req {
+            Ok(req) => {
+                let _ = req.log_target().write_to(line);
+            }
+            // The query of a request that could not be read is not logged.
+            Err(()) => line.push_str(rq.url().split('?').next().unwrap_or("")),
+        }
+        let _ = write!(line, " {} {}ms", resp.status, started.elapsed().as_millis());
+        if let Some(run) = &resp.run {
+            line.push_str(" run=");
+            line.push_str(run);
+        }
+    });
     drop(req);
     let sent = match resp.stream.as_ref().and_then(|s| s.take()) {
         // No length: tiny_http sends it chunked, a chunk per piece read.
@@ -311,61 +320,29 @@ fn handle(app: &App, mut rq: tiny_http::Request) {
     }
 }
 
-/// The peer's address in an access-log line (`-` when unknown).
-struct Remote<'a>(Option<&'a SocketAddr>);
-
-impl fmt::Display for Remote<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0.map(SocketAddr::ip) {
-            // The digits put together here: `Ipv4Addr`'s `Display` costs
-            // more than the rest of the line.
-            Some(IpAddr::V4(ip)) => {
-                let mut text = [0u8; 15];
-                let mut len = 0;
-                for (i, octet) in ip.octets().into_iter().enumerate() {
-                    if i > 0 {
-                        text[len] = b'.';
-                        len += 1;
-                    }
-                    let digits = [octet / 100, octet / 10 % 10, octet % 10];
-                    let skip = if octet >= 100 { 0 } else if octet >= 10 { 1 } else { 2 };
-                    for d in &digits[skip..] {
-                        text[len] = b'0' + d;
-                        len += 1;
-                    }
+/// Append the peer's address for an access-log line (`-` when unknown).
+/// An IPv4 address's digits are put together here: `Ipv4Addr`'s `Display`
+/// cost more than the rest of the line.
+fn push_remote(line: &mut String, remote: Option<&SocketAddr>) {
+    match remote.map(SocketAddr::ip) {
+        Some(IpAddr::V4(ip)) => {
+            for (i, octet) in ip.octets().into_iter().enumerate() {
+                if i > 0 {
+                    line.push('.');
                 }
-                f.write_str(std::str::from_utf8(&text[..len]).unwrap_or("-"))
+                if octet >= 100 {
+                    line.push(char::from(b'0' + octet / 100));
+                }
+                if octet >= 10 {
+                    line.push(char::from(b'0' + octet / 10 % 10));
+                }
+                line.push(char::from(b'0' + octet % 10));
             }
-            Some(ip) => fmt::Display::fmt(&ip, f),
-            None => f.write_str("-"),
         }
-    }
-}
-
-/// The target in an access-log line: the request's, `api_key` redacted
-/// ([`Request::log_target`]), or for a request that could not be read, the
-/// raw path without its query (which is never logged).
-struct Target<'a>(Option<&'a Request>, &'a str);
-
-impl fmt::Display for Target<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            Some(req) => fmt::Display::fmt(&req.log_target(), f),
-            None => f.write_str(self.1.split('?').next().unwrap_or("")),
+        Some(ip) => {
+            let _ = write!(line, "{ip}");
         }
-    }
-}
-
-/// ` run=<id>` at the end of an access-log line, for a request that made
-/// a run.
-struct RunNote<'a>(Option<&'a str>);
-
-impl fmt::Display for RunNote<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            Some(run) => write!(f, " run={run}"),
-            None => Ok(()),
-        }
+        None => line.push('-'),
     }
 }
 
@@ -412,6 +389,26 @@ mod stack_tests;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn access_lines_name_the_peer_as_display_does() {
+        for ip in [
+            "0.0.0.0",
+            "127.0.0.1",
+            "10.2.30.255",
+            "100.9.99.200",
+            "::1",
+            "2001:db8::7",
+        ] {
+            let addr = SocketAddr::new(ip.parse().unwrap(), 80);
+            let mut line = String::new();
+            push_remote(&mut line, Some(&addr));
+            assert_eq!(line, addr.ip().to_string());
+        }
+        let mut line = String::new();
+        push_remote(&mut line, None);
+        assert_eq!(line, "-");
+    }
 
     #[test]
     fn resolves_without_the_c_resolver() {

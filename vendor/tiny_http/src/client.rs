@@ -238,7 +238,11 @@ impl ClientConnection {
                     break None;
                 };
                 let i = from + at;
-                let cr = if i == 0 { prev_byte_was_cr } else { window[i - 1] == b'\r' };
+                let cr = if i == 0 {
+                    prev_byte_was_cr
+                } else {
+                    window[i - 1] == b'\r'
+                };
                 if cr {
                     break Some(i);
                 }
@@ -264,7 +268,10 @@ impl ClientConnection {
                 }
             }
             if !buf.is_ascii() {
-                return Err(IoError::new(ErrorKind::InvalidInput, "Header is not in ASCII"));
+                return Err(IoError::new(
+                    ErrorKind::InvalidInput,
+                    "Header is not in ASCII",
+                ));
             }
             return Ok(Some(()));
         }
@@ -492,4 +499,3 @@ mod test {
         assert!(super::parse_request_line("qsd qsd qsd").is_err());
     }
 }
-

@@ -151,8 +151,8 @@ where
     };
     let expects_continue = expects_continue(&headers)?;
     // true if the client sent a `Connection: upgrade` header
-    let connection_upgrade = header(&headers, "Connection")
-        .is_some_and(|v| v.to_ascii_lowercase().contains("upgrade"));
+    let connection_upgrade =
+        header(&headers, "Connection").is_some_and(|v| v.to_ascii_lowercase().contains("upgrade"));
 
     // we wrap `source_data` around a reading whose nature depends on the transfer-encoding and
     // content-length headers
@@ -278,7 +278,11 @@ impl Request {
     pub fn take_headers(&mut self) -> Vec<Header> {
         let mut all = std::mem::take(&mut self.headers);
         if all.iter().any(|h| h.field.equiv("TE")) {
-            self.headers = all.iter().filter(|h| h.field.equiv("TE")).cloned().collect();
+            self.headers = all
+                .iter()
+                .filter(|h| h.field.equiv("TE"))
+                .cloned()
+                .collect();
             all.retain(|h| !h.field.equiv("TE"));
         }
         all

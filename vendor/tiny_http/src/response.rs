@@ -139,7 +139,13 @@ pub(crate) fn compose_in_memory<K: AsRef<str>, V: AsRef<str>>(
     if body.len() >= 32768 || request_headers.iter().any(|h| h.field.equiv("TE")) {
         return false;
     }
-    let special = ["Connection", "Trailer", "Transfer-Encoding", "Upgrade", "Content-Length"];
+    let special = [
+        "Connection",
+        "Trailer",
+        "Transfer-Encoding",
+        "Upgrade",
+        "Content-Length",
+    ];
     let (mut date, mut server, mut content_type) = (false, false, 0);
     for (k, v) in headers {
         let (k, v) = (k.as_ref(), v.as_ref());
@@ -739,5 +745,171 @@ impl<W: Write> Write for FlushEach<W> {
 
     fn flush(&mut self) -> io::Result<()> {
         self.0.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bytes `raw_print` sends for `from_data(body)` with `status` and
+    ///  `headers`, and those `compose_in_memory` puts together (if it
+    ///  takes the response), with the dates masked.
+    fn both(
+        version: HTTPVersion,
+        request: &[(&str, &str)],
+        head_only: bool,
+        status: u16,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> (String, Option<String>) {
+        let request: Vec<Header> = request
+            .iter()
+            .map(|(k, v)| Header::from_bytes(k.as_bytes(), v.as_bytes()).unwrap())
+            .collect();
+        let mut response = Response::from_data(body.to_vec()).with_status_code(status);
+        for (k, v) in headers {
+            if let Ok(h) = Header::from_bytes(k.as_bytes(), v.as_bytes()) {
+                response.add_header(h);
+            }
+        }
+        let mut printed = Vec::new();
+        response
+            .raw_print(&mut printed, version.clone(), &request, head_only, None)
+            .unwrap();
+        let mut composed = Vec::new();
+        let taken = compose_in_memory(
+            &mut composed,
+            &version,
+            &request,
+            head_only,
+            status,
+            headers,
+            body,
+        );
+        let mask = |b: &[u8]| {
+            let text = String::from_utf8_lossy(b).into_owned();
+            match text.find("Date: ") {
+                Some(at) if !text[at..].starts_with("Date: then") => {
+                    let end = at + text[at..].find("\r\n").unwrap();
+                    format!("{}Date: X{}", &text[..at], &text[end..])
+                }
+                _ => text,
+            }
+        };
+        (mask(&printed), taken.then(|| mask(&composed)))
+    }
+
+    #[test]
+    fn responses_in_memory_are_the_bytes_raw_print_sends() {
+        let v11 = HTTPVersion(1, 1);
+        let json = [("Content-Type", "application/json")];
+        let cases: Vec<(
+            HTTPVersion,
+            Vec<(&str, &str)>,
+            bool,
+            u16,
+            Vec<(&str, &str)>,
+            Vec<u8>,
+        )> = vec![
+            (
+                v11.clone(),
+                vec![],
+                false,
+                401,
+                json.to_vec(),
+                b"{\"Code\":\"x\"}\n".to_vec(),
+            ),
+            (
+                HTTPVersion(1, 0),
+                vec![],
+                false,
+                200,
+                json.to_vec(),
+                b"ok".to_vec(),
+            ),
+            (
+                v11.clone(),
+                vec![],
+                true,
+                200,
+                json.to_vec(),
+                b"not sent".to_vec(),
+            ),
+            (v11.clone(), vec![], false, 204, vec![], b"".to_vec()),
+            (v11.clone(), vec![], false, 304, vec![], b"x".to_vec()),
+            (
+                v11.clone(),
+                vec![],
+                false,
+                405,
+                vec![("Allow", "POST"), ("Content-Type", "a/b")],
+                vec![],
+            ),
+            (
+                v11.clone(),
+                vec![],
+                false,
+                200,
+                vec![("Server", "me"), ("Date", "then")],
+                b"x".to_vec(),
+            ),
+            (
+                v11.clone(),
+                vec![],
+                false,
+                200,
+                vec![("X-Empty", "")],
+                vec![b'y'; 32767],
+            ),
+        ];
+        for (version, request, head_only, status, headers, body) in cases {
+            let (printed, composed) = both(version, &request, head_only, status, &headers, &body);
+            assert_eq!(
+                composed.as_deref(),
+                Some(printed.as_str()),
+                "{status} {headers:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn responses_sent_another_way_are_left_to_raw_print() {
+        let v11 = HTTPVersion(1, 1);
+        let big = vec![b'x'; 32768];
+        let te = [("TE", "chunked")];
+        let refused: Vec<(Vec<(&str, &str)>, Vec<(&str, &str)>, &[u8])> = vec![
+            (vec![], vec![], &big),
+            (te.to_vec(), vec![], b"x"),
+            (vec![], vec![("Connection", "close")], b"x"),
+            (vec![], vec![("content-length", "3")], b"x"),
+            (vec![], vec![("Transfer-Encoding", "chunked")], b"x"),
+            (
+                vec![],
+                vec![("Content-Type", "a"), ("Content-Type", "b")],
+                b"x",
+            ),
+            (vec![], vec![("X-Name", "caf\u{e9}")], b"x"),
+        ];
+        for (request, headers, body) in refused {
+            let (_, composed) = both(v11.clone(), &request, false, 200, &headers, body);
+            assert_eq!(composed, None, "{request:?} {headers:?}");
+        }
+    }
+
+    #[test]
+    fn the_date_is_a_date() {
+        let mut a = Vec::new();
+        push_date(&mut a);
+        let mut b = Vec::new();
+        push_date(&mut b);
+        let text = String::from_utf8(a.clone()).unwrap();
+        assert!(text.ends_with(" GMT") && text.len() == 29, "{text}");
+        assert_eq!(b.len(), 29, "the cached date is as long");
+        let mut n = Vec::new();
+        push_decimal(&mut n, 0);
+        n.push(b' ');
+        push_decimal(&mut n, 1234567);
+        assert_eq!(n, b"0 1234567");
     }
 }
