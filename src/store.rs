@@ -576,9 +576,9 @@ impl RunStore {
     }
 
     /// Rewrite the log with the newest `retention` finished runs plus every
-    /// unfinished one, streaming each kept line from the old file to the
-    /// new one (nothing is re-parsed and at most one line is in memory),
-    /// then give freed memory back.
+    /// unfinished one, copying each kept line from the old file to the
+    /// new one through a [`Window`] (nothing is re-parsed; at most a window
+    /// and a write buffer are in memory), then give freed memory back.
     ///
     /// Appends go on meanwhile: the kept lines are copied and synced
     /// without holding the log's locks (the old file only grows, so their
@@ -918,7 +918,8 @@ impl<'f> Window<'f> {
     /// The `len` bytes at `offset` (which end at or before `end`).
     fn line(&mut self, offset: u64, len: u32) -> io::Result<&[u8]> {
         let len = len as usize;
-        let held = offset >= self.start && offset + len as u64 <= self.start + self.buf.len() as u64;
+        let held =
+            offset >= self.start && offset + len as u64 <= self.start + self.buf.len() as u64;
         if !held {
             let room = usize::try_from(self.end.saturating_sub(offset)).unwrap_or(usize::MAX);
             self.buf.resize(room.min(WINDOW).max(len), 0);

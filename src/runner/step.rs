@@ -8,8 +8,8 @@
 //! Does not own: slots, queues, run records (see `runner/mod.rs`).
 
 use std::collections::BTreeMap;
-use std::io::{self, Read};
 use std::fs::File;
+use std::io::{self, Read};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -486,7 +486,12 @@ fn run_process(
     };
     let pipes = match Pipes::attach(&mut cmd) {
         Ok(pipes) => pipes,
-        Err(err) => return (None, Err(Fail::Spawn(format!("cannot create pipes: {err}")))),
+        Err(err) => {
+            return (
+                None,
+                Err(Fail::Spawn(format!("cannot create pipes: {err}"))),
+            )
+        }
     };
     let spawned = cmd.spawn();
     // The command holds the child's ends of the pipes: only `pipes` may.
