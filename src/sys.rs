@@ -24,14 +24,7 @@ pub struct AbortSignal {
 impl AbortSignal {
     /// Create the pipe.
     pub fn new() -> io::Result<AbortSignal> {
-        let mut fds: [libc::c_int; 2] = [-1, -1];
-        // SAFETY: `fds` is a valid, writable array of two c_ints, as pipe2 requires.
-        let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: pipe2 succeeded, so both fds are open and owned by nobody else.
-        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let (read, write) = pipe()?;
         Ok(AbortSignal {
             read,
             write: Mutex::new(Some(write)),
@@ -59,6 +52,18 @@ impl AbortSignal {
     pub fn fd(&self) -> RawFd {
         self.read.as_raw_fd()
     }
+}
+
+/// A pipe, both ends close-on-exec: (read end, write end).
+pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds: [libc::c_int; 2] = [-1, -1];
+    // SAFETY: `fds` is a valid, writable array of two c_ints, as pipe2 requires.
+    let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: pipe2 succeeded, so both fds are open and owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
 /// Send `sig` (e.g. `libc::SIGTERM`) to the process group `pgid`; errors

@@ -50,7 +50,7 @@ use crate::metrics::Metrics;
 use crate::output::OutputFile;
 use crate::store::{new_run_id, now_rfc3339, Origin, RunInput, RunRecord, RunState, RunStore};
 use handle::{RunHandle, Stream};
-use queue::{Drain, Queued, SlotKey, Slots, Ticket, Waiter};
+use queue::{Drain, Granted, Queued, SlotKey, Slots, Ticket, Waiter};
 use step::{Outcome, StepError};
 
 /// Everything needed to execute one run, owned, so that a detached thread can
@@ -365,9 +365,7 @@ impl Runner {
         let start = s.fill();
         if !start.is_empty() {
             drop(s);
-            start
-                .into_iter()
-                .for_each(|q| self.spawn_worker(Work::Queued(q)));
+            self.start_granted(start);
             s = lock(&self.slots);
         }
         if s.slot_free(&key, n) {
@@ -622,9 +620,7 @@ impl Runner {
         // A slot may have come free while the run was being recorded.
         let start = s.fill();
         drop(s);
-        start
-            .into_iter()
-            .for_each(|q| self.spawn_worker(Work::Queued(q)));
+        self.start_granted(start);
         Ok(id)
     }
 
@@ -667,19 +663,27 @@ impl Runner {
         }
         let start = s.fill();
         drop(s);
-        start
-            .into_iter()
-            .for_each(|q| self.spawn_worker(Work::Queued(q)));
+        self.start_granted(start);
     }
 
     /// Give up the slot of a run of `key`: handed to the next runnable
     /// waiter or freed. An async run handed the slot comes back.
     fn release(&self, key: &SlotKey) -> Option<Queued> {
+        // The slots lock is released at the end of this statement, before
+        // a sync caller handed the slot is woken.
         let (next, freed) = lock(&self.slots).release(key);
         if freed {
             self.freed.notify_all();
         }
-        next
+        wake(next?)
+    }
+
+    /// Wake the sync callers and start the async runs handed slots (the
+    /// slots lock is not held).
+    fn start_granted(self: &Arc<Self>, granted: Vec<Granted>) {
+        for q in granted.into_iter().filter_map(wake) {
+            self.spawn_worker(Work::Queued(q));
+        }
     }
 
     /// Run `first` on a detached thread, then keep the slot for the next
@@ -1031,6 +1035,18 @@ impl Runner {
                 .map_or_else(|e| e.into_inner().0, |r| r.0);
         }
         true
+    }
+}
+
+/// Wake a sync caller handed a slot; an async run handed one comes back,
+/// to be started. Called without the slots lock.
+fn wake(granted: Granted) -> Option<Queued> {
+    match granted {
+        Granted::Sync(t) => {
+            t.wake.notify_one();
+            None
+        }
+        Granted::Async(q) => Some(q),
     }
 }
 

@@ -59,6 +59,15 @@ impl Waiter {
     }
 }
 
+/// A waiter just handed a slot: a sync caller to wake, or an async run to
+/// start. The caller wakes a sync caller only once it has released the
+/// slots lock: woken under it, the caller would take the CPU only to
+/// block on the lock, and wait to be scheduled a second time.
+pub(super) enum Granted {
+    Sync(Arc<Ticket>),
+    Async(Queued),
+}
+
 /// Slot accounting; behind one mutex. Invariant at every unlock: no
 /// runnable waiter while a slot is free.
 #[derive(Default)]
@@ -110,40 +119,40 @@ impl Slots {
         self.queue.remove(i)
     }
 
-    /// Give a slot already counted in `used` to `w`: a sync waiter is
-    /// woken, an async run comes back to be started.
-    pub(super) fn grant(&mut self, w: Waiter) -> Option<Queued> {
+    /// Give a slot already counted in `used` to `w` (a sync waiter is
+    /// marked granted); it comes back to be woken or started.
+    pub(super) fn grant(&mut self, w: Waiter) -> Granted {
         *self.per_fn.entry(w.key().0.clone()).or_default() += 1;
         match w {
             Waiter::Sync(t) => {
                 t.granted.store(true, Ordering::SeqCst);
-                t.wake.notify_one();
-                None
+                Granted::Sync(t)
             }
-            Waiter::Async(q) => Some(q),
+            Waiter::Async(q) => Granted::Async(q),
         }
     }
 
     /// Hand free slots to runnable waiters (after a reload raised the
-    /// limit); the async runs to start.
-    pub(super) fn fill(&mut self) -> Vec<Queued> {
+    /// limit); the waiters to wake or start.
+    pub(super) fn fill(&mut self) -> Vec<Granted> {
         let mut start = Vec::new();
         while self.used < self.max {
             let Some(w) = self.next_runnable() else { break };
             self.used += 1;
-            start.extend(self.grant(w));
+            start.push(self.grant(w));
         }
         start
     }
 
-    /// A run of `key` ended: hand its slot to the next runnable waiter, or
-    /// free it (then `true`). An async run handed the slot comes back.
-    pub(super) fn release(&mut self, key: &SlotKey) -> (Option<Queued>, bool) {
+    /// A run of `key` ended: hand its slot to the next runnable waiter
+    /// (which comes back, to be woken or started), or free it (then
+    /// `true`).
+    pub(super) fn release(&mut self, key: &SlotKey) -> (Option<Granted>, bool) {
         self.release_fn(key);
         // Hand the slot on, unless a reload lowered the limit.
         if self.used <= self.max {
             if let Some(w) = self.next_runnable() {
-                return (self.grant(w), false);
+                return (Some(self.grant(w)), false);
             }
         }
         self.used -= 1;

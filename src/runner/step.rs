@@ -8,8 +8,9 @@
 //! Does not own: slots, queues, run records (see `runner/mod.rs`).
 
 use std::collections::BTreeMap;
+use std::fs::File;
 use std::io::{self, Read};
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
@@ -483,13 +484,25 @@ fn run_process(
         Ok(cmd) => cmd,
         Err(message) => return (None, Err(Fail::Spawn(message))),
     };
-    let mut child = match cmd.spawn() {
+    let pipes = match Pipes::attach(&mut cmd) {
+        Ok(pipes) => pipes,
+        Err(err) => {
+            return (
+                None,
+                Err(Fail::Spawn(format!("cannot create pipes: {err}"))),
+            )
+        }
+    };
+    let spawned = cmd.spawn();
+    // The command holds the child's ends of the pipes: only `pipes` may.
+    drop(cmd);
+    let mut child = match spawned {
         Ok(child) => child,
         Err(err) => return (None, Err(Fail::Spawn(spawn_error(function, program, &err)))),
     };
     let pid = child.id();
     (ctx.on_spawn)(Some(pid));
-    let watched = supervise(ctx, &mut child, deadline);
+    let watched = supervise(ctx, &child, pipes, deadline);
     let status = child.wait();
     (ctx.on_spawn)(None);
 
@@ -539,8 +552,6 @@ fn command(
     };
     cmd.current_dir(&function.workdir)
         .stdin(stdin)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
         .process_group(0);
     // Only when configured: setting an id moves std off its posix_spawn
     // path onto fork/exec.
@@ -735,11 +746,50 @@ fn no_pidfd() -> bool {
     false
 }
 
+/// A step's stdout and stderr pipes as trigd holds them: the read ends,
+/// and trigd's own copies of the write ends, kept open until the main
+/// process has exited.
+///
+/// Without those copies the child's exit woke the supervisor twice: first
+/// when the exit closed the last write end (halfway through the exit: the
+/// woken supervisor took the CPU, and the child, not yet reapable, then
+/// waited for its turn behind every other runnable task), then once it
+/// had exited. Now only the exit wakes it (`bench/README.md`, "Sync runs
+/// at 32 connections").
+struct Pipes {
+    stdout: File,
+    stderr: File,
+    /// Dropped (closed) once the main process has exited: the pipes then
+    /// reach EOF when every process that inherited them has closed them.
+    writers: Option<[OwnedFd; 2]>,
+}
+
+impl Pipes {
+    /// Create the two pipes and give `cmd` the child's ends as its stdout
+    /// and stderr (trigd's copies stay open while the command lives).
+    fn attach(cmd: &mut Command) -> io::Result<Pipes> {
+        let (out_r, out_w) = sys::pipe()?;
+        let (err_r, err_w) = sys::pipe()?;
+        cmd.stdout(Stdio::from(out_w.try_clone()?))
+            .stderr(Stdio::from(err_w.try_clone()?));
+        for fd in [&out_r, &err_r] {
+            // Without O_NONBLOCK a read still cannot block: it only follows a
+            // readiness report, and each pipe has one reader.
+            let _ = sys::set_nonblocking(fd.as_raw_fd());
+        }
+        Ok(Pipes {
+            stdout: File::from(out_r),
+            stderr: File::from(err_r),
+            writers: Some([out_w, err_w]),
+        })
+    }
+}
+
 /// Read stdout and stderr until the child has exited and both pipes are at
 /// EOF, enforcing the deadline and the abort signal. Leaves the child
 /// exited but unreaped; its group has been sent SIGKILL.
-fn supervise(ctx: &Ctx<'_>, child: &mut Child, deadline: Instant) -> Watched {
-    let mut sv = Supervisor::new(ctx, child, deadline);
+fn supervise(ctx: &Ctx<'_>, child: &Child, pipes: Pipes, deadline: Instant) -> Watched {
+    let mut sv = Supervisor::new(ctx, child, pipes, deadline);
     let mut buf = vec![0u8; FIRST_READ];
     loop {
         let now = Instant::now();
@@ -766,9 +816,11 @@ struct Supervisor<'c, 'a> {
     ctx: &'c Ctx<'a>,
     pid: u32,
     deadline: Instant,
-    stdout: Option<std::process::ChildStdout>,
-    stderr: Option<std::process::ChildStderr>,
-    pidfd: Option<std::os::fd::OwnedFd>,
+    stdout: Option<File>,
+    stderr: Option<File>,
+    /// trigd's copies of the pipes' write ends, until the main process exits.
+    writers: Option<[OwnedFd; 2]>,
+    pidfd: Option<OwnedFd>,
     w: Watched,
     /// The main process has exited (and its group was sent SIGKILL).
     exited: bool,
@@ -778,21 +830,8 @@ struct Supervisor<'c, 'a> {
 }
 
 impl<'c, 'a> Supervisor<'c, 'a> {
-    fn new(ctx: &'c Ctx<'a>, child: &mut Child, deadline: Instant) -> Self {
+    fn new(ctx: &'c Ctx<'a>, child: &Child, pipes: Pipes, deadline: Instant) -> Self {
         let pid = child.id();
-        let stdout = child.stdout.take();
-        let stderr = child.stderr.take();
-        for fd in [
-            stdout.as_ref().map(|p| p.as_raw_fd()),
-            stderr.as_ref().map(|p| p.as_raw_fd()),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            // Without O_NONBLOCK a read still cannot block: it only follows a
-            // readiness report, and each pipe has one reader.
-            let _ = sys::set_nonblocking(fd);
-        }
         let pidfd = if no_pidfd() {
             None
         } else {
@@ -802,8 +841,9 @@ impl<'c, 'a> Supervisor<'c, 'a> {
             ctx,
             pid,
             deadline,
-            stdout,
-            stderr,
+            stdout: Some(pipes.stdout),
+            stderr: Some(pipes.stderr),
+            writers: pipes.writers,
             pidfd,
             w: Watched {
                 stdout: Capture::new(ctx.max_output_bytes),
@@ -917,6 +957,9 @@ impl<'c, 'a> Supervisor<'c, 'a> {
         };
         if !self.exited && now_exited {
             self.exited = true;
+            // Nothing more comes from the main process: EOF once every
+            // process that inherited the pipes has closed them.
+            self.writers = None;
             // The unreaped main process still holds the pgid, so this
             // cannot hit a recycled group.
             sys::kill_group(self.pid, libc::SIGKILL);

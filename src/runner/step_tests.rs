@@ -727,3 +727,31 @@ fn no_fd_leak_over_200_runs() {
     }
     assert_eq!(fd_count(), before);
 }
+
+#[test]
+fn pipes_end_only_when_trigd_drops_its_write_ends() {
+    let _g = shared();
+    let mut cmd = Command::new("/bin/sh");
+    cmd.args(["-c", "echo out; echo err >&2"]);
+    let mut pipes = Pipes::attach(&mut cmd).unwrap();
+    let mut child = cmd.spawn().unwrap();
+    drop(cmd);
+    let until = Instant::now() + Duration::from_secs(10);
+    while !sys::exited_nowait(child.id()) {
+        assert!(Instant::now() < until, "the child did not exit");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The child has exited and closed its ends; trigd's copies keep the
+    // pipes open: what it wrote is there, then no EOF (a hangup here
+    // would wake the supervisor before the child can be reaped).
+    let mut buf = [0u8; 64];
+    assert_eq!(pipes.stdout.read(&mut buf).unwrap(), 4);
+    assert_eq!(&buf[..4], b"out\n");
+    let pending = pipes.stdout.read(&mut buf).unwrap_err();
+    assert_eq!(pending.kind(), io::ErrorKind::WouldBlock);
+    pipes.writers = None;
+    assert_eq!(pipes.stdout.read(&mut buf).unwrap(), 0);
+    assert_eq!(pipes.stderr.read(&mut buf).unwrap(), 4);
+    assert_eq!(pipes.stderr.read(&mut buf).unwrap(), 0);
+    assert!(child.wait().unwrap().success());
+}

@@ -19,6 +19,11 @@ fn granted(t: &Arc<Ticket>) -> bool {
     t.granted.load(Ordering::SeqCst)
 }
 
+/// Whether `g` hands the slot to the sync caller of ticket `t`.
+fn to_caller(g: &Option<Granted>, t: &Arc<Ticket>) -> bool {
+    matches!(g, Some(Granted::Sync(x)) if Arc::ptr_eq(x, t))
+}
+
 #[test]
 fn a_freed_slot_goes_to_the_first_waiter_in_order() {
     let mut s = Slots {
@@ -32,11 +37,13 @@ fn a_freed_slot_goes_to_the_first_waiter_in_order() {
     s.queue.push_back(Waiter::Sync(Arc::clone(&second)));
     assert!(s.fill().is_empty() && !granted(&first), "no free slot yet");
     let (next, freed) = s.release(&a);
-    assert!(next.is_none() && !freed, "the slot is handed on, not freed");
+    assert!(!freed, "the slot is handed on, not freed");
+    // The caller comes back to be woken once the slots lock is released.
+    assert!(to_caller(&next, &first), "handed to the first waiter");
     assert!(granted(&first) && !granted(&second));
     assert_eq!(s.used, 1);
-    let (_, freed) = s.release(&(1, "b".to_string()));
-    assert!(!freed && granted(&second));
+    let (next, freed) = s.release(&(1, "b".to_string()));
+    assert!(!freed && granted(&second) && to_caller(&next, &second));
     let (_, freed) = s.release(&(1, "c".to_string()));
     assert!(freed, "nobody waits: the slot is freed");
     assert_eq!((s.used, s.per_fn.len()), (0, 0));
@@ -53,7 +60,9 @@ fn a_function_at_its_limit_does_not_hold_up_the_others() {
     let (same, other) = (ticket(1, "a", 1), ticket(1, "b", 1));
     s.queue.push_back(Waiter::Sync(Arc::clone(&same)));
     s.queue.push_back(Waiter::Sync(Arc::clone(&other)));
-    assert!(s.fill().is_empty());
+    let filled = s.fill();
+    assert_eq!(filled.len(), 1);
+    assert!(to_caller(&filled.into_iter().next(), &other));
     assert!(!granted(&same), "function a runs at its concurrency of 1");
     assert!(
         granted(&other),
