@@ -100,7 +100,7 @@ name = "gate"
 name = "gate"
 workdir = "../work"
 timeout = "30s"
-steps = [{ shell = 'echo "$$" >> started; while [ ! -e release ]; do sleep 0.02; done; printf released' }]
+steps = [{ shell = 'echo "$$" >> started; while [ ! -e release ] && [ -e "$PWD" ]; do sleep 0.02; done; printf released' }]
 [functions.webhook]
 
 [[functions]]

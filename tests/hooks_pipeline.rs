@@ -24,7 +24,7 @@ exit 0
 const GATE: &str = r#"#!/bin/sh
 d="$(dirname "$0")"
 : > "$d/started"
-while [ ! -e "$d/release" ]; do sleep 0.05; done
+while [ ! -e "$d/release" ] && [ -e "$d" ]; do sleep 0.05; done
 echo released
 "#;
 

@@ -301,7 +301,7 @@ fn kill9_with_100_queued_async_runs_runs_all_after_restart_in_order_once() {
 name = "gate"
 workdir = "../work"
 timeout = "30s"
-steps = [{ shell = 'echo "$$" >> started; while [ ! -e release ]; do sleep 0.02; done' }]
+steps = [{ shell = 'echo "$$" >> started; while [ ! -e release ] && [ -e "$PWD" ]; do sleep 0.02; done' }]
 [functions.webhook]
 "#,
     );
@@ -353,7 +353,7 @@ name = "retry"
 name = "gate"
 workdir = "../work"
 retry_on_restart = true
-steps = [{ shell = 'echo "$$" >> started; while [ ! -e release ]; do sleep 0.02; done; printf done' }]
+steps = [{ shell = 'echo "$$" >> started; while [ ! -e release ] && [ -e "$PWD" ]; do sleep 0.02; done; printf done' }]
 [functions.webhook]
 "#;
     let (dir, mut t) = serve("queue_retry", "", &[("retry.toml", prog)]);
@@ -420,7 +420,7 @@ name = "big"
 [[functions]]
 name = "gate"
 workdir = "../work"
-steps = [{ shell = 'echo "$$" >> started; while [ ! -e release ]; do sleep 0.02; done; head -c 5000 /dev/zero | tr "\0" x' }]
+steps = [{ shell = 'echo "$$" >> started; while [ ! -e release ] && [ -e "$PWD" ]; do sleep 0.02; done; head -c 5000 /dev/zero | tr "\0" x' }]
 [functions.webhook]
 [[functions]]
 name = "quick"
@@ -493,7 +493,7 @@ fn sigterm_keeps_queued_runs_for_the_next_start() {
 [[functions]]
 name = "gate"
 workdir = "../work"
-steps = [{ shell = 'echo "$$" >> started; while [ ! -e release ]; do sleep 0.02; done' }]
+steps = [{ shell = 'echo "$$" >> started; while [ ! -e release ] && [ -e "$PWD" ]; do sleep 0.02; done' }]
 [functions.webhook]
 "#,
     );
@@ -542,7 +542,7 @@ fn sync_and_async_runs_wait_in_one_fifo_queue() {
 [[functions]]
 name = "gate"
 workdir = "../work"
-steps = [{ shell = 'echo "$$" >> started; while [ ! -e release ]; do sleep 0.02; done' }]
+steps = [{ shell = 'echo "$$" >> started; while [ ! -e release ] && [ -e "$PWD" ]; do sleep 0.02; done' }]
 [functions.webhook]
 "#,
     );
@@ -577,7 +577,7 @@ fn a_queued_hooks_file_run_runs_after_kill9() {
 name = "gate"
 workdir = "../work"
 timeout = "30s"
-steps = [{ shell = 'echo "$$" >> started; while [ ! -e release ]; do sleep 0.02; done' }]
+steps = [{ shell = 'echo "$$" >> started; while [ ! -e release ] && [ -e "$PWD" ]; do sleep 0.02; done' }]
 [functions.webhook]
 "#,
     );

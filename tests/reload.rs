@@ -555,14 +555,14 @@ name = "f"
 workdir = "../work"
 timeout = "20s"
 steps = [
-  { shell = 'touch started; while [ ! -e release ]; do sleep 0.02; done; echo old-1' },
+  { shell = 'touch started; while [ ! -e release ] && [ -e "$PWD" ]; do sleep 0.02; done; echo old-1' },
   { shell = 'echo old-2' },
 ]
 [functions.webhook]
 "#;
     let new = old
         .replace(
-            "touch started; while [ ! -e release ]; do sleep 0.02; done; echo old-1",
+            "touch started; while [ ! -e release ] && [ -e \"$PWD\" ]; do sleep 0.02; done; echo old-1",
             "echo new-1",
         )
         .replace("old-2", "new-2");
