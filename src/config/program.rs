@@ -192,14 +192,9 @@ fn program(src: &Src, raw: &RawProgram, server: &Server, errs: &mut Errors) -> P
     let mut functions = Vec::with_capacity(raw.functions.len());
     for (i, f) in raw.functions.iter().enumerate() {
         let key = format!("functions[{i}]");
-        errs.name(src, &f.name, &format!("{key}.name"), "function");
-        errs.unique(
-            src,
-            &mut seen,
-            &f.name,
-            &format!("{key}.name"),
-            "function name",
-        );
+        let name_key = format!("{key}.name");
+        errs.name(src, &f.name, &name_key, "function");
+        errs.unique(src, &mut seen, &f.name, &name_key, "function name");
         functions.push(function(src, f, &key, &inputs, &dir, server, errs));
     }
     cycles(src, raw, errs);

@@ -606,27 +606,66 @@ pub struct ParseError {
     pub syntax: bool,
 }
 
-/// Parse `text` into `T`. A duplicate `webhook` key gets [`ONE_WEBHOOK`].
+/// Parse `text` into `T`. A duplicate `webhook` key gets [`ONE_WEBHOOK`];
+/// other duplicate keys are named, and a duplicate table header is pointed
+/// at from its `[`.
 ///
 /// # Errors
 /// The first syntax or shape error of the text.
 pub fn parse<T: DeserializeOwned>(text: &str) -> Result<T, ParseError> {
     toml::from_str(text).map_err(|e| {
         let syntax = text.parse::<toml::Table>().is_err();
+        let mut span = e.span();
         let message = e.message().trim_end().replace('\n', "; ");
-        let message = if message.contains("duplicate key `webhook`") {
-            ONE_WEBHOOK.to_string()
-        } else if message.is_empty() {
+        // `id = 1.5.3`: "invalid float, expected nothing".
+        let message = match message.strip_suffix(", expected nothing") {
+            Some(m) => m.to_string(),
+            None => message,
+        };
+        let message = if message == "duplicate key" {
+            let key = span.clone().and_then(|s| text.get(s)).unwrap_or_default();
+            span = span.map(|s| header_start(text, s.start)..s.end);
+            if key.trim_matches(['"', '\'']) == "webhook" {
+                ONE_WEBHOOK.to_string()
+            } else {
+                format!("duplicate key `{key}`")
+            }
+        } else if message.is_empty() || missing_value(text, &message, span.as_ref()) {
             "invalid TOML syntax (a missing value or quote?)".to_string()
         } else {
             message
         };
         ParseError {
-            span: e.span(),
+            span,
             message,
             syntax,
         }
     })
+}
+
+/// Whether `message` is the parser's complaint about an unquoted string
+/// where nothing at all follows the `=` on the line (`id = `).
+fn missing_value(text: &str, message: &str, span: Option<&Range<usize>>) -> bool {
+    let rest = span.and_then(|s| text.get(s.start..)).unwrap_or_default();
+    let rest = rest.split('\n').next().unwrap_or_default().trim_start();
+    message.starts_with("string values must be quoted")
+        && (rest.is_empty() || rest.starts_with('#'))
+}
+
+/// The offset of the `[` opening the table header that byte `at` is in, or
+/// `at` when its line is not a header.
+fn header_start(text: &str, at: usize) -> usize {
+    let line = text
+        .get(..at)
+        .and_then(|t| t.rfind('\n'))
+        .map_or(0, |i| i + 1);
+    let indent = text[line..].len() - text[line..].trim_start_matches([' ', '\t']).len();
+    let start = line + indent;
+    if text[start..].starts_with('[') {
+        start
+    } else {
+        at
+    }
 }
 
 /// A generic TOML tree with spans, used only to name the key at an error
@@ -684,28 +723,29 @@ impl<'de> Deserialize<'de> for Node {
 /// value containing it, or, when `text` is not valid TOML, the table header
 /// in effect there (`functions[1].webhook`).
 pub fn key_at(text: &str, offset: usize) -> String {
-    let Ok(root) = toml::from_str::<Node>(text) else {
-        return header_at(text, offset);
-    };
-    let mut path = String::new();
-    let mut node = &root;
-    loop {
-        let next = match node {
-            Node::Table(entries) => entries.iter().find_map(|(k, v)| {
-                let hit = k.span().contains(&offset) || v.span().contains(&offset);
-                hit.then(|| (dotted(&path, k.get_ref()), v.get_ref()))
-            }),
-            Node::Array(items) => items.iter().enumerate().find_map(|(i, v)| {
-                v.span()
-                    .contains(&offset)
-                    .then(|| (format!("{path}[{i}]"), v.get_ref()))
-            }),
-            Node::Leaf => None,
-        };
-        match next {
-            Some((p, n)) => (path, node) = (p, n),
-            None => return path,
-        }
+    match toml::from_str::<Node>(text) {
+        Ok(root) => path_in(&root, "", offset).unwrap_or_default(),
+        Err(_) => header_at(text, offset),
+    }
+}
+
+/// The path below `node` (at `path`) of the innermost key or value whose
+/// span holds `offset`. A table's span is its header only (its keys may be
+/// anywhere in the text), so every branch is searched, deepest hit first.
+fn path_in(node: &Node, path: &str, offset: usize) -> Option<String> {
+    match node {
+        Node::Table(entries) => entries.iter().find_map(|(k, v)| {
+            let here = dotted(path, k.get_ref());
+            path_in(v.get_ref(), &here, offset).or_else(|| {
+                (k.span().contains(&offset) || v.span().contains(&offset)).then_some(here)
+            })
+        }),
+        Node::Array(items) => items.iter().enumerate().find_map(|(i, v)| {
+            let here = format!("{path}[{i}]");
+            path_in(v.get_ref(), &here, offset)
+                .or_else(|| v.span().contains(&offset).then_some(here))
+        }),
+        Node::Leaf => None,
     }
 }
 
@@ -766,5 +806,39 @@ mod tests {
         assert_eq!(key_at(text, at), "functions[1]");
         let text = "[server]\nworkers = \n";
         assert_eq!(key_at(text, text.len() - 1), "server");
+    }
+
+    #[test]
+    fn key_of_a_shape_error_is_found_below_a_table_header() {
+        // A table's span is its header: its keys are searched all the same.
+        let text = "[server]\nworkers = 2\nlisten = 1\n[[api_keys]]\nname = 3\n";
+        assert_eq!(key_at(text, text.find("1\n").unwrap()), "server.listen");
+        assert_eq!(key_at(text, text.find("3\n").unwrap()), "api_keys[0].name");
+        assert_eq!(key_at(text, 1), "server");
+    }
+
+    #[test]
+    fn parse_errors_are_named_and_placed() {
+        let e = |text: &str| {
+            let e = parse::<toml::Table>(text).unwrap_err();
+            (e.span.map(|s| s.start), e.message)
+        };
+        let dup = "[a]\nx = 1\n[a]\n";
+        assert_eq!(
+            e(dup),
+            (Some(10), "duplicate key `a`".into()),
+            "from the `[`"
+        );
+        assert_eq!(e("x = 1\nx = 2\n"), (Some(6), "duplicate key `x`".into()));
+        let webhook = "[f.webhook]\n[f.webhook]\n";
+        assert_eq!(e(webhook), (Some(12), ONE_WEBHOOK.into()));
+        let missing = "invalid TOML syntax (a missing value or quote?)";
+        assert_eq!(e("id = \n").1, missing);
+        assert_eq!(e("id = # none\n").1, missing);
+        assert_eq!(
+            e("id = x\n").1,
+            "string values must be quoted, expected literal string"
+        );
+        assert_eq!(e("id = 1.5.3\n").1, "invalid float");
     }
 }

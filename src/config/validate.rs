@@ -102,6 +102,9 @@ pub fn load_changed(
         // The programs directory is the current one: when no program file
         // changed either, nothing needs parsing (not even `config.toml`,
         // whose document takes many times its size while it is parsed).
+        if changed.is_none() && programs_unchanged(current) {
+            return Ok(None);
+        }
         let found = scan(&current.server.programs_dir, now);
         let all_reused = |f: &ReadFiles| {
             f.len() == current.programs.len()
@@ -125,6 +128,40 @@ pub fn load_changed(
         Err(_) if reused > 0 => load(path).map(Some),
         Err(errs) => Err(errs),
     }
+}
+
+/// Whether the programs directory holds exactly the program files of
+/// `current`, each with its [`Stamp`] unchanged: the directory listed and
+/// every file `stat`ed, without keeping anything per file (the check after
+/// the first watches, at start-up, runs beside the first requests).
+fn programs_unchanged(current: &Config) -> bool {
+    let mut stamps: Vec<(&OsStr, Stamp)> = Vec::with_capacity(current.programs.len());
+    for p in current.programs.values() {
+        match p.stamp {
+            Some(stamp) => stamps.push((p.file.as_os_str(), stamp)),
+            None => return false,
+        }
+    }
+    stamps.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    let Ok(entries) = std::fs::read_dir(&current.server.programs_dir) else {
+        return false;
+    };
+    let mut seen = 0;
+    for entry in entries {
+        let Ok(entry) = entry else { return false };
+        let path = entry.path();
+        if !is_program_file(&path) {
+            continue;
+        }
+        let Ok(i) = stamps.binary_search_by(|(f, _)| (*f).cmp(path.as_os_str())) else {
+            return false;
+        };
+        match std::fs::metadata(&path) {
+            Ok(m) if m.is_file() && Stamp::now(&m) == stamps[i].1 => seen += 1,
+            _ => return false,
+        }
+    }
+    seen == stamps.len()
 }
 
 /// Everything [`load`] reads, with the read errors so far.
@@ -438,11 +475,15 @@ fn read_source(
     }))
 }
 
-/// The rest of `file`, expected to be `len` bytes long, as UTF-8: two
-/// `read`s for a file that did not grow (`read_to_string` would ask the
-/// size again with `statx` and `lseek`).
+/// The rest of `file`, expected to be `len` bytes long, as UTF-8: one
+/// `read` for a file that did not change size (`read_to_string` would ask
+/// the size again with `statx` and `lseek`, and read once more for the end).
+/// A read of a regular file that returns fewer bytes than asked for has
+/// reached its end; one that returns exactly `len` of the `len + 1` asked
+/// for is the whole file `fstat` measured.
 fn read_to_end(file: &mut std::fs::File, len: u64) -> std::io::Result<String> {
-    let mut buf = vec![0; usize::try_from(len).unwrap_or(0) + 1];
+    let len = usize::try_from(len).unwrap_or(0);
+    let mut buf = vec![0; len + 1];
     let mut n = 0;
     loop {
         match file.read(&mut buf[n..]) {
@@ -450,6 +491,9 @@ fn read_to_end(file: &mut std::fs::File, len: u64) -> std::io::Result<String> {
             Ok(k) => n += k,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
+        }
+        if n == len {
+            break;
         }
         if n == buf.len() {
             buf.resize(n * 2, 0);

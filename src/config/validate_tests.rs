@@ -562,6 +562,14 @@ fn a_reload_reads_only_the_files_that_changed() {
         fourth.programs[&1].functions[0].timeout,
         Duration::from_secs(5)
     );
+
+    // A file gone is told from the listing.
+    std::fs::remove_file(dir.join("programs/c.toml")).unwrap();
+    let fifth = load_changed(&config, &fourth, None)
+        .unwrap()
+        .expect("c.toml gone");
+    assert_eq!(fifth.programs.len(), 2);
+    assert!(load_changed(&config, &fifth, None).unwrap().is_none());
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
