@@ -213,6 +213,19 @@ start_webhook() {
 # status PID -> "VmRSS_kB VmHWM_kB"
 mem_of() { awk '/^VmRSS:/ {r=$2} /^VmHWM:/ {h=$2} END {print r+0, h+0}' "/proc/$1/status"; }
 
+# settle_mem PID NAME: VmRSS and VmHWM 1 s after the first 200, into rss_NAME
+# and hwm_NAME. The figure at the first 200 catches the start-up's garbage
+# in flight (trigd's check of the watched files, webhook's unswept heap):
+# it moved the ratio between 0.63x and 0.83x from run to run; the settled
+# figure is what the server keeps while it serves.
+settle_mem() {
+    snooze 1
+    local v h
+    read -r v h < <(mem_of "$1")
+    add "rss_$2" "$v"
+    add "hwm_$2" "$h"
+}
+
 # ---------------------------------------------------------------- wrk
 # run_wrk OUTFILE CONNS SECONDS URL EXPECT_STATUS [HEADER]
 #  -> WR_RPS (responses with EXPECT_STATUS per second), WR_P50 WR_P99 (ms),
@@ -677,13 +690,15 @@ for ((k = 1; k <= START_TRIALS; k++)); do
             start_trigd "$BT"
             hz=$(curl -s "http://127.0.0.1:$T_PORT/healthz")
             [[ $hz =~ \"Programs\":\ *$NPROGRAMS[,}] ]] || log "  warning: trigd /healthz after start-up: $hz"
-            ((k == 1)) && { read -r v h < <(mem_of "$T_PID"); add rss_big.trigd "$v"; }
+            read -r v h < <(mem_of "$T_PID"); add rss_big0.trigd "$v"
+            settle_mem "$T_PID" big.trigd
             stop_pid "$T_PID"; forget_pid "$T_PID"
         else
             start_webhook "$BW"
             http_status POST "$W_PORT" "/hooks/h$NPROGRAMS"
             [[ $HTTP_STATUS == 200 ]] || log "  warning: webhook /hooks/h$NPROGRAMS gave $HTTP_STATUS"
-            ((k == 1)) && { read -r v h < <(mem_of "$W_PID"); add rss_big.webhook "$v"; }
+            read -r v h < <(mem_of "$W_PID"); add rss_big0.webhook "$v"
+            settle_mem "$W_PID" big.webhook
             stop_pid "$W_PID"; forget_pid "$W_PID"
         fi
         add "start.$side" "$(calc "$STARTUP_US / 1000")"
@@ -898,7 +913,11 @@ t=$(tm hwm_load.trigd); w=$(med hwm_load.webhook)
 row "memory" "VmHWM after load, KiB" "$(fmt "$t" %.0f)" "$(fmt "$w" %.0f)" "$(fmt "$(ratio "$t" "$w")" %.2f×)" "" ""
 t=$(tm rss_big.trigd); w=$(med rss_big.webhook)
 verdict "$(passif le "$(ratio "$t" "$w")" 0.8)"
-row "memory" "VmRSS with $NPROGRAMS programs/hooks, KiB" "$(fmt "$t" %.0f)" "$(fmt "$w" %.0f)" "$(fmt "$(ratio "$t" "$w")" %.2f×)" "≤ 0.80× webhook" "$V"
+row "memory" "VmRSS with $NPROGRAMS programs/hooks, 1 s after the first 200, KiB" "$(fmt "$t" %.0f)" "$(fmt "$w" %.0f)" "$(fmt "$(ratio "$t" "$w")" %.2f×)" "≤ 0.80× webhook" "$V"
+t=$(tm rss_big0.trigd); w=$(med rss_big0.webhook)
+row "memory" "VmRSS with $NPROGRAMS programs/hooks, at the first 200, KiB" "$(fmt "$t" %.0f)" "$(fmt "$w" %.0f)" "$(fmt "$(ratio "$t" "$w")" %.2f×)" "" ""
+t=$(tm hwm_big.trigd); w=$(med hwm_big.webhook)
+row "memory" "VmHWM (peak) with $NPROGRAMS programs/hooks, KiB" "$(fmt "$t" %.0f)" "$(fmt "$w" %.0f)" "$(fmt "$(ratio "$t" "$w")" %.2f×)" "" ""
 tsize=nan
 [[ -x $TRIGD ]] && ! ((SKIP_TRIGD)) && tsize=$(stat -c %s "$TRIGD")
 wsize=$(stat -c %s "$(command -v webhook)")
