@@ -1,4 +1,5 @@
-//! The only module with `unsafe`: process groups, signals, poll, rlimits.
+//! The only module with `unsafe`: process groups, signals, poll, rlimits,
+//! and opening or `stat`ing a directory's entry by its descriptor.
 //! Each unsafe block carries a `// SAFETY:` comment.
 #![allow(unsafe_code)]
 
@@ -443,6 +444,69 @@ pub fn may_write(path: &std::path::Path) -> io::Result<()> {
     } else {
         Err(io::Error::last_os_error())
     }
+}
+
+/// Open `name`, one entry of the directory `dir`, for reading:
+/// close-on-exec and non-blocking (a FIFO named like a program file must
+/// not block the open). Relative to `dir`'s descriptor the kernel walks one
+/// path component instead of the whole path.
+pub fn open_in(dir: &std::fs::File, name: &std::ffi::OsStr) -> io::Result<std::fs::File> {
+    let name = c_name(name)?;
+    let flags = libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK;
+    // SAFETY: `dir` is an open descriptor borrowed for the call and `name`
+    // a NUL-terminated string that outlives it.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: openat succeeded, so `fd` is open and owned by nobody else.
+    Ok(std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
+/// What `fstatat` reports of `name`, one entry of the directory `dir`
+/// (symbolic links followed, as `std::fs::metadata` does).
+#[derive(Debug, Clone, Copy)]
+pub struct EntryStat {
+    /// Whether it is a regular file.
+    pub is_file: bool,
+    /// Device number.
+    pub dev: u64,
+    /// Inode number.
+    pub ino: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// Modification time (seconds, nanoseconds).
+    pub mtime: (i64, i64),
+    /// Status change time (seconds, nanoseconds).
+    pub ctime: (i64, i64),
+}
+
+/// `fstatat(dir, name)`: see [`EntryStat`].
+pub fn stat_in(dir: &std::fs::File, name: &std::ffi::OsStr) -> io::Result<EntryStat> {
+    let name = c_name(name)?;
+    // SAFETY: an all-zero `stat` is a valid value of this plain C struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `dir` is an open descriptor, `name` NUL-terminated and `st`
+    // a writable `stat` for the duration of the call.
+    let rc = unsafe { libc::fstatat(dir.as_raw_fd(), name.as_ptr(), &mut st, 0) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(EntryStat {
+        is_file: st.st_mode & libc::S_IFMT == libc::S_IFREG,
+        dev: st.st_dev,
+        ino: st.st_ino,
+        size: u64::try_from(st.st_size).unwrap_or(0),
+        mtime: (st.st_mtime, st.st_mtime_nsec),
+        ctime: (st.st_ctime, st.st_ctime_nsec),
+    })
+}
+
+/// `name` as a C string; a name holding a NUL byte cannot name a file.
+fn c_name(name: &std::ffi::OsStr) -> io::Result<std::ffi::CString> {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(name.as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "file name holds a NUL byte"))
 }
 
 #[cfg(test)]

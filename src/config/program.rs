@@ -222,14 +222,17 @@ fn function(
     let api_trigger = api_trigger(src, f, key, errs);
     let own = raw_inputs(f);
     let steps = steps(src, f, key, (&own, inputs), errs);
-    let timeout = duration(
-        src,
-        f.timeout.as_ref(),
-        &format!("{key}.timeout"),
-        server.run_timeout,
-        errs,
-    );
-    let env = env_vars(src, &f.env, &format!("{key}.env"), errs);
+    // The keys of optional fields are formatted only when the field is
+    // given: with thousands of functions, formatting them all shows.
+    let timeout = f.timeout.as_ref().map_or(server.run_timeout, |t| {
+        let key = format!("{key}.timeout");
+        duration(src, Some(t), &key, server.run_timeout, errs)
+    });
+    let env = if f.env.is_empty() {
+        BTreeMap::new()
+    } else {
+        env_vars(src, &f.env, &format!("{key}.env"), errs)
+    };
     let workdir = f
         .workdir
         .as_deref()
@@ -245,13 +248,10 @@ fn function(
         )
     });
     let (user, group) = identity(src, f, key, errs);
-    let callback = super::callbacks::fixed(
-        src,
-        &server.callbacks,
-        f.callback.as_ref(),
-        &format!("{key}.callback"),
-        errs,
-    );
+    let callback = f.callback.as_ref().and_then(|url| {
+        let key = format!("{key}.callback");
+        super::callbacks::fixed(src, &server.callbacks, Some(url), &key, errs)
+    });
     let name = f.name.get_ref().clone();
     Function {
         name,

@@ -56,6 +56,18 @@ impl Stamp {
             ctime: (meta.ctime(), meta.ctime_nsec()),
         }
     }
+
+    /// The stamp of a directory entry as `fstatat` found it, to compare
+    /// with a recorded one.
+    pub fn of_entry(st: &crate::sys::EntryStat) -> Stamp {
+        Stamp {
+            dev: st.dev,
+            ino: st.ino,
+            size: st.size,
+            mtime: st.mtime,
+            ctime: st.ctime,
+        }
+    }
 }
 
 /// A hash of a program file's text, to tell a file read again unchanged
@@ -96,6 +108,31 @@ mod tests {
         std::fs::write(&file, "yy").unwrap();
         let changed = Stamp::now(&std::fs::metadata(&file).unwrap());
         assert_ne!(Some(changed), Stamp::of(&meta, later), "rewritten in place");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_stamp_by_the_directory_equals_the_stamp_by_path() {
+        let dir = std::env::temp_dir().join(format!("trigd-stamp-at-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("b.toml");
+        std::fs::write(&file, "id = 1").unwrap();
+        let dir_fd = std::fs::File::open(&dir).unwrap();
+        let name = std::ffi::OsStr::new("b.toml");
+        let st = crate::sys::stat_in(&dir_fd, name).unwrap();
+        assert!(st.is_file);
+        let by_path = Stamp::now(&std::fs::metadata(&file).unwrap());
+        assert_eq!(Stamp::of_entry(&st), by_path);
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut crate::sys::open_in(&dir_fd, name).unwrap(), &mut text)
+            .unwrap();
+        assert_eq!(text, "id = 1");
+        let sub = crate::sys::stat_in(&dir_fd, std::ffi::OsStr::new(".")).unwrap();
+        assert!(!sub.is_file, "a directory is not a file");
+        let gone = crate::sys::open_in(&dir_fd, std::ffi::OsStr::new("gone.toml")).unwrap_err();
+        assert_eq!(gone.kind(), std::io::ErrorKind::NotFound);
+        let nul = crate::sys::stat_in(&dir_fd, std::ffi::OsStr::new("a\0b")).unwrap_err();
+        assert_eq!(nul.kind(), std::io::ErrorKind::InvalidInput);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -143,7 +143,8 @@ fn programs_unchanged(current: &Config) -> bool {
         }
     }
     stamps.sort_unstable_by(|a, b| a.0.cmp(b.0));
-    let Ok(entries) = std::fs::read_dir(&current.server.programs_dir) else {
+    let dir = &current.server.programs_dir;
+    let (Ok(entries), Ok(dir_fd)) = (std::fs::read_dir(dir), std::fs::File::open(dir)) else {
         return false;
     };
     let mut seen = 0;
@@ -156,8 +157,9 @@ fn programs_unchanged(current: &Config) -> bool {
         let Ok(i) = stamps.binary_search_by(|(f, _)| (*f).cmp(path.as_os_str())) else {
             return false;
         };
-        match std::fs::metadata(&path) {
-            Ok(m) if m.is_file() && Stamp::now(&m) == stamps[i].1 => seen += 1,
+        // By the directory's descriptor: one path component walked.
+        match crate::sys::stat_in(&dir_fd, &entry.file_name()) {
+            Ok(st) if st.is_file && Stamp::of_entry(&st) == stamps[i].1 => seen += 1,
             _ => return false,
         }
     }
@@ -378,9 +380,13 @@ fn read_programs(dir: &Path, current: Option<&Config>) -> std::io::Result<ReadFi
         .flat_map(|c| c.programs.values())
         .map(|p| (p.file.as_os_str(), p))
         .collect();
+    // Each file opened by its name in the directory: one path component
+    // walked by the kernel instead of the whole path (by path without it).
+    let dir_fd = std::fs::File::open(dir).ok();
     let started = SystemTime::now();
     let read = par_map(&names, |p| {
-        let source = read_source(p, loaded.get(p.as_os_str()).copied(), started)?;
+        let loaded = loaded.get(p.as_os_str()).copied();
+        let source = read_source(p, dir_fd.as_ref(), loaded, started)?;
         Some((p.clone(), source))
     });
     Ok(read.into_iter().flatten().collect())
@@ -428,7 +434,7 @@ fn read_listed(dir: &Path, current: &Config, changed: &[PathBuf]) -> ReadFiles {
             .filter_map(|(file, loaded, again)| match (loaded, again) {
                 (Some(p), false) => Some((file, Ok(Source::Loaded(Arc::clone(p))))),
                 _ => {
-                    let source = read_source(&file, loaded, started)?;
+                    let source = read_source(&file, None, loaded, started)?;
                     Some((file, source))
                 }
             }),
@@ -438,8 +444,11 @@ fn read_listed(dir: &Path, current: &Config, changed: &[PathBuf]) -> ReadFiles {
 
 /// One program file: `loaded` when its stamp is unchanged or its text is
 /// the same, else its text. `None` when it is not a regular file (or is gone).
+/// With `dir`, an open descriptor of the directory holding `path`, the file
+/// is opened by its name in it.
 fn read_source(
     path: &Path,
+    dir: Option<&std::fs::File>,
     loaded: Option<&Arc<Program>>,
     started: SystemTime,
 ) -> Option<std::io::Result<Source>> {
@@ -454,10 +463,13 @@ fn read_source(
         }
     }
     // O_NONBLOCK: a FIFO named `x.toml` must not block the open.
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path);
+    let file = match (dir, path.file_name()) {
+        (Some(dir), Some(name)) => crate::sys::open_in(dir, name),
+        _ => std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path),
+    };
     let mut file = match file {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
@@ -588,7 +600,7 @@ fn reread(programs: &mut Vec<(PathBuf, Source)>, errs: &mut Errors) {
         if !matches!(source, Source::Loaded(_)) {
             return true;
         }
-        match read_source(file, None, started) {
+        match read_source(file, None, None, started) {
             Some(Ok(s)) => {
                 *source = s;
                 true
