@@ -316,6 +316,11 @@ impl Response {
     pub fn json(status: u16, value: &Value) -> Response {
         let mut body = serde_json::to_vec(value).unwrap_or_default();
         body.push(b'\n');
+        Response::json_bytes(status, body)
+    }
+
+    /// A JSON response whose body is already serialized.
+    fn json_bytes(status: u16, body: Vec<u8>) -> Response {
         Response {
             status,
             headers: vec![("Content-Type".into(), "application/json".into())],
@@ -908,13 +913,7 @@ fn plain_error(status: u16, code: &str, message: &str) -> Response {
     body.extend_from_slice(b",\"Error\":");
     let _ = serde_json::to_writer(&mut body, message);
     body.extend_from_slice(b"}\n");
-    Response {
-        status,
-        headers: vec![("Content-Type".into(), "application/json".into())],
-        body,
-        run: None,
-        stream: None,
-    }
+    Response::json_bytes(status, body)
 }
 
 #[cfg(test)]
