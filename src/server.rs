@@ -42,6 +42,7 @@ use crate::sys::{self, Signal};
 pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
     let cores = thread::available_parallelism().map_or(2, |n| n.get());
     sys::limit_malloc_arenas(cores.max(2));
+    sys::fix_malloc_thresholds();
     let cfg = crate::firststart::load_for_serve(config_path, listen.as_deref())?;
     // Parsing thousands of program files leaves freed memory in every
     // thread's arena: give it back before serving.

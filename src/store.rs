@@ -325,6 +325,32 @@ impl Log {
     }
 }
 
+/// When to give freed memory back after a burst of runs: every run
+/// accepted, started and ended writes a line of the log, so its sequence
+/// number is the runs' activity clock. A burst leaves memory free in the
+/// allocator (the queued runs, their records, the threads' buffers) that it
+/// keeps for reuse; once a tick passes with no line written after some
+/// were, [`Quiet::tick`] says to trim, once per quiet spell.
+#[derive(Debug, Default)]
+struct Quiet {
+    /// The sequence number seen at the last tick.
+    seen: u64,
+    /// The sequence number at the last trim.
+    trimmed: u64,
+}
+
+impl Quiet {
+    /// One tick with the log at `seq`: whether to trim now.
+    fn tick(&mut self, seq: u64) -> bool {
+        let due = seq == self.seen && seq != self.trimmed;
+        if due {
+            self.trimmed = seq;
+        }
+        self.seen = seq;
+        due
+    }
+}
+
 /// State of the group commit.
 struct Sync {
     /// A handle on the current file for `fdatasync`.
@@ -426,15 +452,24 @@ impl RunStore {
     }
 
     /// Start the thread that writes kept state changes once the disk takes
-    /// them again (it ends with the store).
+    /// them again (it ends with the store), and gives freed memory back to
+    /// the system once runs have been quiet for a tick ([`Quiet`]).
     pub fn start_flusher(self: &Arc<Self>) {
         let weak: Weak<RunStore> = Arc::downgrade(self);
         let spawned = thread::Builder::new()
             .name("store-flush".into())
-            .spawn(move || loop {
-                thread::sleep(Duration::from_millis(500));
-                let Some(store) = weak.upgrade() else { return };
-                store.flush_unwritten();
+            .spawn(move || {
+                let mut quiet = Quiet::default();
+                loop {
+                    thread::sleep(Duration::from_millis(500));
+                    let Some(store) = weak.upgrade() else { return };
+                    store.flush_unwritten();
+                    let seq = lock(&store.log).seq;
+                    drop(store);
+                    if quiet.tick(seq) {
+                        sys::trim_heap();
+                    }
+                }
             });
         if let Err(e) = spawned {
             log::error!("cannot start the state flush thread: {e}");
@@ -1058,6 +1093,25 @@ mod tests {
         let d = std::env::temp_dir().join(format!("trigd-store-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&d);
         d
+    }
+
+    #[test]
+    fn memory_is_trimmed_once_per_quiet_spell_after_activity() {
+        let mut q = Quiet::default();
+        // Nothing written yet: nothing to give back.
+        assert!(!q.tick(0));
+        assert!(!q.tick(0));
+        // Lines written during the last tick: still busy.
+        assert!(!q.tick(5));
+        assert!(!q.tick(900));
+        // A tick without a line: trim, once.
+        assert!(q.tick(900));
+        assert!(!q.tick(900));
+        assert!(!q.tick(900));
+        // The next burst, then quiet again.
+        assert!(!q.tick(901));
+        assert!(q.tick(901));
+        assert!(!q.tick(901));
     }
 
     /// A run id (32 hex digits) made from a short test name.
