@@ -434,10 +434,12 @@ pub fn limit_malloc_arenas(n: usize) {
 pub const MALLOC_THRESHOLD: usize = 128 * 1024;
 
 /// Keep glibc's mmap and trim thresholds at [`MALLOC_THRESHOLD`]. By
-/// default glibc raises both after a large block is freed (up to 32 and 64
-/// MiB): once the run queue's buffer (2.5 MiB at 32,000 waiting runs) had
-/// been freed, a second arena kept 7-10 MiB it did not use, which
-/// `malloc_trim` cannot give back (it trims only the main arena's top).
+/// default glibc raises the mmap threshold to the size of each large block
+/// freed (up to 32 MiB) and the trim threshold to twice that: after a burst
+/// of async runs had freed the run queue's and the run index's old buffers
+/// (1-2.5 MiB each), the second arena held 7-10 MiB resident with 4.3 MiB
+/// in use, and `malloc_trim` does not give back the free top of an arena
+/// other than the main one (`bench/README.md`, "Memory after load").
 pub fn fix_malloc_thresholds() {
     let n = libc::c_int::try_from(MALLOC_THRESHOLD).unwrap_or(libc::c_int::MAX);
     // SAFETY: mallopt changes allocator settings; called before the
