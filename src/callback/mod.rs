@@ -30,7 +30,7 @@ use std::fmt::Write as _;
 use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, RwLock};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -104,7 +104,16 @@ pub struct Chain(VecDeque<u64>);
 /// Settings in use, replaced on reload.
 struct Settings {
     cb: Arc<Callbacks>,
-    tls: Arc<rustls::ClientConfig>,
+    /// Built at the first delivery: a server that sends no callback never
+    /// runs (nor maps the pages of) the TLS set-up.
+    tls: OnceLock<Arc<rustls::ClientConfig>>,
+}
+
+impl Settings {
+    fn tls(&self) -> &Arc<rustls::ClientConfig> {
+        self.tls
+            .get_or_init(|| send::tls_config(&self.cb.extra_roots))
+    }
 }
 
 /// Deliveries waiting for their time.
@@ -358,7 +367,7 @@ impl Service {
         let first = *p.first_attempt_ms.get_or_insert_with(unix_ms);
         let (at, start) = (now_rfc3339(), Instant::now());
         let n = p.delivery.attempt_count.saturating_add(1);
-        let outcome = send::attempt(&s.cb, &s.tls, &p, n);
+        let outcome = send::attempt(&s.cb, s.tls(), &p, n);
         let (status, error) = match &outcome {
             Outcome::Delivered(c) => (Some(*c), None),
             Outcome::Retry(c, e) | Outcome::Failed(c, e) => (*c, e.clone()),
@@ -516,7 +525,7 @@ impl Service {
 fn settings(cb: &Arc<Callbacks>) -> Settings {
     Settings {
         cb: Arc::clone(cb),
-        tls: send::tls_config(&cb.extra_roots),
+        tls: OnceLock::new(),
     }
 }
 
