@@ -731,13 +731,14 @@ fn no_fd_leak_over_200_runs() {
 #[test]
 fn pipes_end_only_when_trigd_drops_its_write_ends() {
     let _g = shared();
-    let mut cmd = Command::new("/bin/sh");
-    cmd.args(["-c", "echo out; echo err >&2"]);
-    let mut pipes = Pipes::attach(&mut cmd).unwrap();
-    let mut child = cmd.spawn().unwrap();
-    drop(cmd);
+    let argv = ["sh", "-c", "echo out; echo err >&2"];
+    let exec = sys::Exec::new(Path::new("/bin/sh"), argv, [], Path::new("/")).unwrap();
+    let mut pipes = Pipes::new().unwrap();
+    let child = pipes
+        .spawn(&exec, &Stdin::Null(dev_null().unwrap()))
+        .unwrap();
     let until = Instant::now() + Duration::from_secs(10);
-    while !sys::exited_nowait(child.id()) {
+    while !sys::exited_nowait(child.pid) {
         assert!(Instant::now() < until, "the child did not exit");
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -752,7 +753,7 @@ fn pipes_end_only_when_trigd_drops_its_write_ends() {
     pipes.writers = None;
     assert_eq!(read_to_eof(&mut pipes.stdout), b"");
     assert_eq!(read_to_eof(&mut pipes.stderr), b"err\n");
-    assert!(child.wait().unwrap().success());
+    assert!(sys::wait_child(child.pid).unwrap().success());
 }
 
 /// Read a non-blocking pipe until EOF (bounded). EOF may come a moment
