@@ -589,10 +589,9 @@ impl Exec {
         };
     }
 
-    /// Start the program with `stdio` as its descriptors 0, 1 and 2, in a
-    /// process group of its own, with an empty signal mask and every
-    /// signal's disposition at its default; no other descriptor of trigd's
-    /// reaches it (trigd opens all of them close-on-exec).
+    /// Start the program with `stdio` as its descriptors 0, 1 and 2 and no
+    /// other, in a process group of its own, with an empty signal mask and
+    /// every signal's disposition at its default.
     ///
     /// The child is made with `clone(CLONE_VM | CLONE_VFORK)` on a small
     /// stack in this function's frame: no stack is mapped and unmapped per
@@ -825,7 +824,8 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
 }
 
 /// What the child does, in the order of `std::process`'s own fork path:
-/// descriptors, ids, directory, process group, signals, `execve`. Returns
+/// descriptors (and no others), ids, directory, process group, signals,
+/// `execve`. Returns
 /// only on failure.
 ///
 /// # Safety
@@ -840,6 +840,15 @@ unsafe fn child_steps(a: &ChildArgs) -> Result<(), libc::c_int> {
             raw_result(libc::syscall(libc::SYS_dup3, fd, target as RawFd, 0))?;
         }
     }
+    // Nothing beyond stdio, also not a descriptor trigd inherited without
+    // close-on-exec. A kernel before 5.9 lacks close_range: trigd's own
+    // descriptors are close-on-exec all the same.
+    let _ = libc::syscall(
+        libc::SYS_close_range,
+        3 as libc::c_uint,
+        libc::c_uint::MAX,
+        0 as libc::c_uint,
+    );
     if a.ids.drop_groups {
         // As std: a failure here (no CAP_SETGID) is left to the setuid.
         let _ = libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>());
@@ -878,6 +887,18 @@ unsafe fn child_steps(a: &ChildArgs) -> Result<(), libc::c_int> {
     ))?;
     raw_result(libc::syscall(libc::SYS_execve, a.program, a.argv, a.envp))?;
     Ok(())
+}
+
+/// A duplicate of `fd` without close-on-exec, as a descriptor trigd
+/// inherited from whoever started it may be (for tests of what a child
+/// inherits).
+#[cfg(test)]
+pub fn dup_inheritable(fd: BorrowedFd<'_>) -> OwnedFd {
+    // SAFETY: dup of a borrowed, open descriptor; no memory is passed.
+    let new = unsafe { libc::dup(fd.as_raw_fd()) };
+    assert!(new >= 0, "dup: {}", io::Error::last_os_error());
+    // SAFETY: dup succeeded, so `new` is open and owned by nobody else.
+    unsafe { OwnedFd::from_raw_fd(new) }
 }
 
 #[cfg(test)]
