@@ -334,8 +334,8 @@ fn combined(
 }
 
 /// The program to execute for `argv0`: a path with '/' resolves against
-/// `workdir`; a bare name is looked up in `path_env` (done here rather than
-/// by the spawn, so std stays on its posix_spawn path). The path is made
+/// `workdir`; a bare name is looked up in `path_env` (done here: the spawn
+/// takes a path and searches nothing). The path is made
 /// absolute: the spawn changes into `workdir` before it executes the
 /// program, so a relative one would be resolved against `workdir` twice.
 pub fn resolve_program(argv0: &str, path_env: &str, workdir: &Path) -> Result<PathBuf, String> {
