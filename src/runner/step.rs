@@ -10,11 +10,11 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -334,8 +334,8 @@ fn combined(
 }
 
 /// The program to execute for `argv0`: a path with '/' resolves against
-/// `workdir`; a bare name is looked up in `path_env` (done here rather than
-/// by the spawn, so std stays on its posix_spawn path). The path is made
+/// `workdir`; a bare name is looked up in `path_env` (done here: the spawn
+/// takes a path and searches nothing). The path is made
 /// absolute: the spawn changes into `workdir` before it executes the
 /// program, so a relative one would be resolved against `workdir` twice.
 pub fn resolve_program(argv0: &str, path_env: &str, workdir: &Path) -> Result<PathBuf, String> {
@@ -480,11 +480,11 @@ fn run_process(
         return (None, Err(Fail::TimedOut));
     }
     let start = Instant::now();
-    let mut cmd = match command(ctx, function, program, argv0, args, values) {
-        Ok(cmd) => cmd,
+    let (exec, stdin) = match command(ctx, function, program, argv0, args, values) {
+        Ok(prepared) => prepared,
         Err(message) => return (None, Err(Fail::Spawn(message))),
     };
-    let pipes = match Pipes::attach(&mut cmd) {
+    let pipes = match Pipes::new() {
         Ok(pipes) => pipes,
         Err(err) => {
             return (
@@ -493,17 +493,15 @@ fn run_process(
             )
         }
     };
-    let spawned = cmd.spawn();
-    // The command holds the child's ends of the pipes: only `pipes` may.
-    drop(cmd);
-    let mut child = match spawned {
+    let spawned = match pipes.spawn(&exec, &stdin) {
         Ok(child) => child,
         Err(err) => return (None, Err(Fail::Spawn(spawn_error(function, program, &err)))),
     };
-    let pid = child.id();
-    (ctx.on_spawn)(Some(pid));
-    let watched = supervise(ctx, &child, pipes, deadline);
-    let status = child.wait();
+    drop(stdin);
+    (ctx.on_spawn)(Some(spawned.pid));
+    let pidfd = if no_pidfd() { None } else { spawned.pidfd };
+    let watched = supervise(ctx, spawned.pid, pidfd, pipes, deadline);
+    let status = sys::wait_child(spawned.pid);
     (ctx.on_spawn)(None);
 
     let (exit_code, signal) = match &status {
@@ -522,9 +520,36 @@ fn run_process(
     (Some(report), outcome(watched, status, function.output))
 }
 
+/// A step's stdin: the request body's file, or `/dev/null`.
+enum Stdin {
+    File(File),
+    Null(BorrowedFd<'static>),
+}
+
+impl Stdin {
+    fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Stdin::File(f) => f.as_fd(),
+            Stdin::Null(fd) => *fd,
+        }
+    }
+}
+
+/// `/dev/null`, opened once for every step without a request body.
+fn dev_null() -> io::Result<BorrowedFd<'static>> {
+    static NULL: OnceLock<OwnedFd> = OnceLock::new();
+    if let Some(fd) = NULL.get() {
+        return Ok(fd.as_fd());
+    }
+    let file = File::open("/dev/null")?;
+    // A racing thread may have set it first; its descriptor is kept.
+    Ok(NULL.get_or_init(|| file.into()).as_fd())
+}
+
 /// The command of one step: a clean environment (PATH, the function's
-/// `env`, the tool `vars`, the inputs by name), the workdir, its own process
-/// group, and the configured user and group.
+/// `env`, the tool `vars`, the inputs by name; a later one of the same
+/// name wins), the workdir, and the configured user and group; and its
+/// stdin.
 fn command(
     ctx: &Ctx<'_>,
     function: &Function,
@@ -532,40 +557,28 @@ fn command(
     argv0: &str,
     args: &[String],
     values: &[String],
-) -> Result<Command, String> {
-    let mut cmd = Command::new(program);
-    cmd.arg0(argv0)
-        .args(args)
-        .env_clear()
-        .env("PATH", ctx.path_env)
-        .envs(&function.env)
-        .envs(ctx.vars);
+) -> Result<(sys::Exec, Stdin), String> {
+    let mut env: BTreeMap<&str, &str> = BTreeMap::new();
+    env.insert("PATH", ctx.path_env);
+    let vars = function.env.iter().chain(ctx.vars);
+    env.extend(vars.map(|(k, v)| (k.as_str(), v.as_str())));
     if function.env_inputs {
-        for (name, value) in function.inputs().iter().zip(values) {
-            cmd.env(name, value);
-        }
+        let inputs = function.inputs().iter().zip(values);
+        env.extend(inputs.map(|(k, v)| (k.as_str(), v.as_str())));
     }
-    let stdin = match ctx.stdin.map(std::fs::File::open) {
-        None => Stdio::null(),
-        Some(Ok(f)) => Stdio::from(f),
-        Some(Err(e)) => return Err(format!("cannot open the request body for stdin: {e}")),
-    };
-    cmd.current_dir(&function.workdir)
-        .stdin(stdin)
-        .process_group(0);
-    // Only when configured: setting an id moves std off its posix_spawn
-    // path onto fork/exec.
+    let argv = std::iter::once(argv0).chain(args.iter().map(String::as_str));
+    let mut exec = sys::Exec::new(program, argv, env, &function.workdir)
+        .map_err(|e| format!("cannot start {}: {e}", program.display()))?;
     if function.user.is_some() || function.group.is_some() {
         may_switch(function)?;
-        if let Some(gid) = function.group {
-            cmd.gid(gid);
-        }
-        if let Some(uid) = function.user {
-            // As root, std also drops the supplementary groups (setgroups).
-            cmd.uid(uid);
-        }
+        exec.ids(function.group, function.user);
     }
-    Ok(cmd)
+    let stdin = match ctx.stdin.map(File::open) {
+        None => dev_null().map(Stdin::Null),
+        Some(file) => file.map(Stdin::File),
+    }
+    .map_err(|e| format!("cannot open the request body for stdin: {e}"))?;
+    Ok((exec, stdin))
 }
 
 /// The message of a failed spawn, naming the workdir when it is the cause.
@@ -746,11 +759,11 @@ fn no_pidfd() -> bool {
     false
 }
 
-/// A step's stdout and stderr pipes as trigd holds them: the read ends,
-/// and trigd's own copies of the write ends, kept open until the main
-/// process has exited.
+/// A step's stdout and stderr pipes: the read ends, and the write ends,
+/// which the child gets as its descriptors 1 and 2 and trigd keeps open
+/// until the main process has exited.
 ///
-/// Without those copies the child's exit woke the supervisor twice: first
+/// Without trigd's write ends the child's exit woke the supervisor twice: first
 /// when the exit closed the last write end (halfway through the exit: the
 /// woken supervisor took the CPU, and the child, not yet reapable, then
 /// waited for its turn behind every other runnable task), then once it
@@ -765,13 +778,10 @@ struct Pipes {
 }
 
 impl Pipes {
-    /// Create the two pipes and give `cmd` the child's ends as its stdout
-    /// and stderr (trigd's copies stay open while the command lives).
-    fn attach(cmd: &mut Command) -> io::Result<Pipes> {
+    /// Create the two pipes.
+    fn new() -> io::Result<Pipes> {
         let (out_r, out_w) = sys::pipe()?;
         let (err_r, err_w) = sys::pipe()?;
-        cmd.stdout(Stdio::from(out_w.try_clone()?))
-            .stderr(Stdio::from(err_w.try_clone()?));
         for fd in [&out_r, &err_r] {
             // Without O_NONBLOCK a read still cannot block: it only follows a
             // readiness report, and each pipe has one reader.
@@ -783,13 +793,28 @@ impl Pipes {
             writers: Some([out_w, err_w]),
         })
     }
+
+    /// Start `exec` with `stdin` and the pipes' write ends as its stdio.
+    fn spawn(&self, exec: &sys::Exec, stdin: &Stdin) -> io::Result<sys::Spawned> {
+        let [out, err] = self
+            .writers
+            .as_ref()
+            .ok_or_else(|| io::Error::from(io::ErrorKind::BrokenPipe))?;
+        exec.spawn([stdin.fd(), out.as_fd(), err.as_fd()])
+    }
 }
 
 /// Read stdout and stderr until the child has exited and both pipes are at
 /// EOF, enforcing the deadline and the abort signal. Leaves the child
 /// exited but unreaped; its group has been sent SIGKILL.
-fn supervise(ctx: &Ctx<'_>, child: &Child, pipes: Pipes, deadline: Instant) -> Watched {
-    let mut sv = Supervisor::new(ctx, child, pipes, deadline);
+fn supervise(
+    ctx: &Ctx<'_>,
+    pid: u32,
+    pidfd: Option<OwnedFd>,
+    pipes: Pipes,
+    deadline: Instant,
+) -> Watched {
+    let mut sv = Supervisor::new(ctx, pid, pidfd, pipes, deadline);
     let mut buf = vec![0u8; FIRST_READ];
     loop {
         let now = Instant::now();
@@ -830,13 +855,13 @@ struct Supervisor<'c, 'a> {
 }
 
 impl<'c, 'a> Supervisor<'c, 'a> {
-    fn new(ctx: &'c Ctx<'a>, child: &Child, pipes: Pipes, deadline: Instant) -> Self {
-        let pid = child.id();
-        let pidfd = if no_pidfd() {
-            None
-        } else {
-            sys::pidfd_open(pid)
-        };
+    fn new(
+        ctx: &'c Ctx<'a>,
+        pid: u32,
+        pidfd: Option<OwnedFd>,
+        pipes: Pipes,
+        deadline: Instant,
+    ) -> Self {
         Supervisor {
             ctx,
             pid,

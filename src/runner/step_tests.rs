@@ -619,11 +619,38 @@ fn spawn_errors() {
     );
     match &out.error {
         Some(StepError::Spawn { step: 0, message }) => {
-            assert!(message.contains("/nonexistent/trigd-bin"), "{message}");
+            assert_eq!(
+                message,
+                "cannot start /nonexistent/trigd-bin: No such file or directory (os error 2)"
+            );
         }
         other => panic!("{other:?}"),
     }
     assert!(out.steps.is_empty());
+    let plain = tmp("not-executable");
+    std::fs::write(&plain, "#!/bin/sh\necho never\n").unwrap();
+    let out = run1(vec![cmd(&[plain.to_str().unwrap()], &[])], &Opts::default());
+    match &out.error {
+        Some(StepError::Spawn { step: 0, message }) => {
+            let want = format!(
+                "cannot start {}: Permission denied (os error 13)",
+                plain.display()
+            );
+            assert_eq!(message, &want);
+        }
+        other => panic!("{other:?}"),
+    }
+    let _ = std::fs::remove_file(&plain);
+    let out = run1(vec![cmd(&["/bin/echo", "a\0b"], &[])], &Opts::default());
+    match &out.error {
+        Some(StepError::Spawn { step: 0, message }) => {
+            assert_eq!(
+                message,
+                "cannot start /bin/echo: nul byte found in provided data"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
     let out = run1(
         vec![sh("true"), cmd(&["trigd-no-such-cmd"], &[])],
         &Opts::default(),
@@ -637,14 +664,23 @@ fn spawn_errors() {
     let mut f = func("f", &[], vec![sh("true")]);
     f.workdir = PathBuf::from("/nonexistent/trigd-dir");
     let out = run(&program(vec![f]), "f", &[], &Opts::default());
-    assert!(matches!(out.error, Some(StepError::Spawn { step: 0, .. })));
+    match &out.error {
+        Some(StepError::Spawn { step: 0, message }) => {
+            assert_eq!(
+                message,
+                "cannot start /bin/sh: No such file or directory (os error 2) \
+                 (workdir /nonexistent/trigd-dir is not a directory)"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]
 fn steps_get_clean_signal_state() {
     let _g = shared();
     // trigd blocks TERM/INT/HUP in every thread; steps must not inherit
-    // that, nor std's ignored SIGPIPE.
+    // that, nor std's ignored SIGPIPE, nor any handler (std's SIGSEGV).
     let out = std::thread::spawn(|| {
         sys::block_signals();
         run1(
@@ -656,15 +692,55 @@ fn steps_get_clean_signal_state() {
     .unwrap();
     assert_eq!(out.error, None);
     let text = out.result[0].as_str().unwrap().to_string();
+    assert_eq!(text.lines().count(), 2, "{text}");
     for line in text.lines() {
-        let (name, mask) = line.split_once(':').unwrap();
-        let mask = u64::from_str_radix(mask.trim(), 16).unwrap();
-        if name == "SigBlk" {
-            assert_eq!(mask, 0, "{text}");
-        } else {
-            assert_eq!(mask & (1 << (libc::SIGPIPE - 1)), 0, "{text}");
-        }
+        let (_, mask) = line.split_once(':').unwrap();
+        assert_eq!(u64::from_str_radix(mask.trim(), 16).unwrap(), 0, "{text}");
     }
+}
+
+#[test]
+fn steps_get_only_stdio_and_their_own_process_group() {
+    let _g = shared();
+    // A descriptor trigd inherited without close-on-exec stays with trigd.
+    let inherited = sys::dup_inheritable(std::io::stderr().as_fd());
+    let script = "ls /proc/$$/fd; cut -d' ' -f1,5,6 /proc/$$/stat";
+    let out = run1(vec![sh(script)], &Opts::default());
+    drop(inherited);
+    assert_eq!(out.error, None);
+    let text = out.result[0].as_str().unwrap().to_string();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[..3], ["0", "1", "2"], "{text}");
+    assert_eq!(lines.len(), 4, "{text}");
+    // pid, process group, session: its own group, in trigd's session.
+    let ids: Vec<u32> = lines[3].split(' ').map(|n| n.parse().unwrap()).collect();
+    assert_eq!(ids[0], ids[1], "{text}");
+    let own_session = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let own_session: u32 = own_session
+        .rsplit(')')
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(4)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(ids[2], own_session, "{text}");
+}
+
+#[test]
+fn a_step_reads_dev_null_without_a_request_body() {
+    let _g = shared();
+    let out = run1(
+        vec![
+            sh("readlink /proc/$$/fd/0; wc -c"),
+            sh("readlink /proc/$$/fd/0"),
+        ],
+        &Opts::default(),
+    );
+    assert_eq!(out.error, None);
+    assert_eq!(out.result[0], "/dev/null\n0");
+    assert_eq!(out.result[1], "/dev/null");
 }
 
 #[test]
@@ -709,6 +785,9 @@ fn no_fd_leak_over_200_runs() {
         vec![sh("echo out; echo err >&2"), sh("exit 1")],
     )]);
     let timeout_prog = program(vec![func("f", &[], vec![sh("sleep 100")])]);
+    let mut f = func("f", &[], vec![sh("true")]);
+    f.workdir = PathBuf::from("/nonexistent/trigd-dir");
+    let failing_prog = program(vec![f]);
     let opts = Opts {
         timeout: Duration::from_millis(30),
         grace: Duration::from_millis(10),
@@ -721,6 +800,9 @@ fn no_fd_leak_over_200_runs() {
         let out = run(&prog, "f", &[], &Opts::default());
         assert!(matches!(out.error, Some(StepError::Failed { step: 1, .. })));
         if i % 20 == 0 {
+            // A child that fails before its exec is reaped, its pidfd closed.
+            let out = run(&failing_prog, "f", &[], &opts);
+            assert!(matches!(out.error, Some(StepError::Spawn { step: 0, .. })));
             let out = run(&timeout_prog, "f", &[], &opts);
             assert_eq!(out.error, Some(StepError::TimedOut { step: 0 }));
         }
@@ -731,13 +813,14 @@ fn no_fd_leak_over_200_runs() {
 #[test]
 fn pipes_end_only_when_trigd_drops_its_write_ends() {
     let _g = shared();
-    let mut cmd = Command::new("/bin/sh");
-    cmd.args(["-c", "echo out; echo err >&2"]);
-    let mut pipes = Pipes::attach(&mut cmd).unwrap();
-    let mut child = cmd.spawn().unwrap();
-    drop(cmd);
+    let argv = ["sh", "-c", "echo out; echo err >&2"];
+    let exec = sys::Exec::new(Path::new("/bin/sh"), argv, [], Path::new("/")).unwrap();
+    let mut pipes = Pipes::new().unwrap();
+    let child = pipes
+        .spawn(&exec, &Stdin::Null(dev_null().unwrap()))
+        .unwrap();
     let until = Instant::now() + Duration::from_secs(10);
-    while !sys::exited_nowait(child.id()) {
+    while !sys::exited_nowait(child.pid) {
         assert!(Instant::now() < until, "the child did not exit");
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -752,7 +835,7 @@ fn pipes_end_only_when_trigd_drops_its_write_ends() {
     pipes.writers = None;
     assert_eq!(read_to_eof(&mut pipes.stdout), b"");
     assert_eq!(read_to_eof(&mut pipes.stderr), b"err\n");
-    assert!(child.wait().unwrap().success());
+    assert!(sys::wait_child(child.pid).unwrap().success());
 }
 
 /// Read a non-blocking pipe until EOF (bounded). EOF may come a moment
