@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # bench/run.sh — trigd vs adnanh/webhook on this machine, on loopback only.
 #
-#   bench/run.sh            full run (~5 min + the release build), writes bench/RESULTS.md
+#   bench/run.sh            full run (~5 min + the static build), writes bench/RESULTS.md
 #   bench/run.sh --quick    smoke run (~1 min), writes bench/RESULTS.quick.md
 #
 # What each case measures and every knob: bench/README.md.
 # Installs webhook, wrk (and cc, curl) with apt-get when missing, builds trigd
-# with `cargo build --release`, starts both servers on 127.0.0.1 with equivalent
-# definitions, drives them with wrk interleaved A/B/A/B, prints a table of
-# medians and ratios. Stops only the processes it started (PIDs tracked, trap EXIT).
+# with `cargo static` (the statically linked binary operators run), starts
+# both servers on 127.0.0.1 with equivalent definitions, drives them with wrk
+# interleaved A/B/A/B, prints a table of medians and ratios. Stops only the processes it started (PIDs tracked, trap EXIT).
 set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -142,7 +142,10 @@ install_missing() {
 }
 
 # ---------------------------------------------------------------- servers
-TRIGD=${BENCH_TRIGD:-$ROOT/target/release/trigd} # BENCH_TRIGD: use this binary, skip the build
+# The static build is the one shipped: measure it, not the dynamic release
+# build (they start steps differently in std, which once made the static one
+# twice as slow without the bench noticing).
+TRIGD=${BENCH_TRIGD:-$ROOT/target/x86_64-unknown-linux-gnu/release/trigd} # BENCH_TRIGD: use this binary, skip the build
 
 # start_trigd DIR -> T_PID T_PORT STARTUP_US (exec to first 200 from /healthz)
 # Its stdout and stderr go to DIR.trigd.out and DIR.trigd.err, beside DIR and
@@ -276,9 +279,9 @@ elif [[ -n ${BENCH_TRIGD:-} ]]; then
     [[ -x $TRIGD ]] || die "BENCH_TRIGD=$TRIGD is not executable"
     log "using $TRIGD (no build)"
 else
-    log "building trigd (cargo build --release)"
-    (cd "$ROOT" && cargo build --release) >"$WORK/build.log" 2>&1 ||
-        { tail -30 "$WORK/build.log" >&2; die "cargo build --release failed (log above)"; }
+    log "building trigd (cargo static)"
+    (cd "$ROOT" && cargo static) >"$WORK/build.log" 2>&1 ||
+        { tail -30 "$WORK/build.log" >&2; die "cargo static failed (log above)"; }
     [[ -x $TRIGD ]] || die "no $TRIGD after the build"
 fi
 
@@ -958,7 +961,7 @@ TCOMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
     echo
     echo "Machine: $(nproc) CPUs, ${CPU:-unknown CPU}, Linux $(uname -r); $(date -u '+%Y-%m-%d %H:%M UTC');" \
         "load average at start $LOAD_START; open files limit (ulimit -n) $(ulimit -n)."
-    echo "trigd $TCOMMIT (release build), $(webhook -version 2>&1 | head -1), $(wrk -v 2>&1 | head -1 | cut -d' ' -f1-2)."
+    echo "trigd $TCOMMIT ($( [[ -n ${BENCH_TRIGD:-} ]] && echo "$TRIGD" || echo "static build, \`cargo static\`")), $(webhook -version 2>&1 | head -1), $(wrk -v 2>&1 | head -1 | cut -d' ' -f1-2)."
     echo "Settings: $SECS s per measurement, $ROUNDS interleaved rounds (A/B/A/B) per case, async ${ASYNC_SECS}s x $ASYNC_ROUNDS," \
         "$NPROGRAMS programs for start-up ($START_TRIALS trials), $RELOAD_TRIALS reloads;" \
         "figures are medians over rounds. trigd max_concurrent_runs = $MAX_RUNS, workers = 8.$( ((QUICK)) && echo ' QUICK smoke run: not a measurement.')"
