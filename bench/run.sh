@@ -8,7 +8,8 @@
 # Installs webhook, wrk (and cc, curl) with apt-get when missing, builds trigd
 # with `cargo static` (the statically linked binary operators run), starts
 # both servers on 127.0.0.1 with equivalent definitions, drives them with wrk
-# interleaved A/B/A/B, prints a table of medians and ratios. Stops only the processes it started (PIDs tracked, trap EXIT).
+# interleaved A/B/A/B, prints a table of medians and ratios. Stops only the
+# processes it started (PIDs tracked, trap EXIT).
 set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
