@@ -89,6 +89,15 @@ pub enum Source {
     },
     /// Unchanged since the current snapshot loaded it.
     Loaded(Arc<Program>),
+    /// Read and checked on its own by the thread that read it (a load
+    /// with no current snapshot): its text, for the positions of the
+    /// cross-file checks, and what the check found.
+    Checked {
+        /// The content.
+        text: String,
+        /// The program or the errors of this file alone.
+        checked: Box<super::program::Checked>,
+    },
 }
 
 #[cfg(test)]
