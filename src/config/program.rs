@@ -11,7 +11,7 @@ use std::sync::Arc;
 use toml::Spanned;
 
 use super::raw::{self, RawFunction, RawProgram, RawStep};
-use super::stamp::Source;
+use super::stamp::{Checked, Source};
 use super::types::{
     config_dir, count, duration, env_vars, error, is_ident, par_map, parse, templates,
     workspace_ref, Errors, Known, Src,
@@ -112,17 +112,6 @@ struct Found<'a> {
     spans: Option<(Range<usize>, Range<usize>)>,
 }
 
-/// One program file checked on its own, before the cross-file checks:
-/// done by the thread that read it when a load has no current snapshot
-/// (`Source::Checked`), else here.
-pub struct Checked {
-    /// The program, its id as written (it may be negative) and the spans
-    /// of `id` and `name`; `None` when the file is not a program.
-    program: Option<(Arc<Program>, i64, (Range<usize>, Range<usize>))>,
-    /// The errors found in this file alone.
-    errs: Errors,
-}
-
 /// Check the program file `file` holding `text` on its own; `stamp` is
 /// kept in its program. `wss`: the workspaces, when they are known.
 pub fn check_one(
@@ -177,10 +166,13 @@ fn found<'a>(
         Source::Checked { text, checked } => {
             let Checked { program, errs } = &**checked;
             let errs = Errors(errs.0.clone());
-            (text, Checked {
-                program: program.clone(),
-                errs,
-            })
+            (
+                text,
+                Checked {
+                    program: program.clone(),
+                    errs,
+                },
+            )
         }
     };
     let Checked { program, errs } = checked;
