@@ -161,6 +161,7 @@ start_trigd() {
     T_PID=$!
     PIDS+=("$T_PID")
     deadline=$((t0 + 60000000))
+    # The port is known only from the listening line.
     while :; do
         if [[ -s $out ]]; then
             IFS= read -r line <"$out" || true
@@ -181,6 +182,46 @@ start_trigd() {
     done
     now_us
     STARTUP_US=$((NOW_US - t0))
+}
+
+# start_timed SIDE DIR -> PID PORT STARTUP_US: the start-up trials. SIDE is
+# trigd (DIR/config.toml) or webhook (DIR/hooks.json). Both are started
+# alike, on a free port chosen here, and timed alike: from just before the
+# fork to the first 200 (trigd GET /healthz, webhook GET /), polling only
+# that (no wait for trigd's listening line first, which would add a second
+# polling interval to trigd's figure alone).
+start_timed() {
+    local side=$1 dir=$2 try port t0 deadline
+    for ((try = 0; try < 10; try++)); do
+        port=$((20000 + RANDOM % 40000))
+        port_open "$port" && continue
+        now_us; t0=$NOW_US
+        if [[ $side == trigd ]]; then
+            "$TRIGD" serve --config "$dir/config.toml" --listen "127.0.0.1:$port" \
+                >"$dir.trigd.out" 2>"$dir.trigd.err" &
+        else
+            (cd "$dir" && exec webhook -hooks "$dir/hooks.json" -ip 127.0.0.1 -port "$port") \
+                >"$dir/webhook.out" 2>"$dir/webhook.err" &
+        fi
+        PID=$!
+        PIDS+=("$PID")
+        deadline=$((t0 + 60000000))
+        while :; do
+            http_status GET "$port" "$([[ $side == trigd ]] && echo /healthz || echo /)"
+            if [[ $HTTP_STATUS == 200 ]] && kill -0 "$PID" 2>/dev/null; then
+                now_us
+                STARTUP_US=$((NOW_US - t0))
+                PORT=$port
+                return 0
+            fi
+            kill -0 "$PID" 2>/dev/null || break # lost the port race: try another
+            now_us; ((NOW_US < deadline)) || die "$side not answering within 60 s"
+            snooze 0.001
+        done
+        wait "$PID" 2>/dev/null || true
+        forget_pid "$PID"
+    done
+    die "$side did not start in $dir: $(tail -5 "$dir.trigd.err" "$dir/webhook.err" 2>/dev/null)"
 }
 
 # start_webhook DIR [ARGS...] -> W_PID W_PORT STARTUP_US (exec to first 200 from GET /)
@@ -687,24 +728,46 @@ awk -v n="$NPROGRAMS" -v dir="$BT/programs" -v hooks="$BW/hooks.json" 'BEGIN {
     }
     printf "]\n" > hooks
 }'
+# trigd serving the webhook's own hooks file (hooks_files): one file of
+# $NPROGRAMS hooks, as webhook reads it, beside the per-file figure.
+BH=$WORK/big-trigd-hooks
+mkdir -p "$BH/programs"
+{ printf '%s\n' "$BASE_CONFIG" | sed '/^\[\[api_keys\]\]/,$d'
+  printf 'hooks_files = ["%s"]\n\n' "$BW/hooks.json"
+  printf '%s\n' "$BASE_CONFIG" | sed -n '/^\[\[api_keys\]\]/,$p'; } >"$BH/config.toml"
+START_SIDES=("${SIDES[@]}")
+((SKIP_TRIGD)) || START_SIDES+=(trigd-hooks)
 for ((k = 1; k <= START_TRIALS; k++)); do
-    for side in "${SIDES[@]}"; do
-        if [[ $side == trigd ]]; then
+    for side in "${START_SIDES[@]}"; do
+        case $side in
+        trigd)
             rm -rf "$BT/state"
-            start_trigd "$BT"
+            start_timed trigd "$BT"
+            T_PID=$PID T_PORT=$PORT
             hz=$(curl -s "http://127.0.0.1:$T_PORT/healthz")
             [[ $hz =~ \"Programs\":\ *$NPROGRAMS[,}] ]] || log "  warning: trigd /healthz after start-up: $hz"
             read -r v h < <(mem_of "$T_PID"); add rss_big0.trigd "$v"
             settle_mem "$T_PID" big.trigd
             stop_pid "$T_PID"; forget_pid "$T_PID"
-        else
-            start_webhook "$BW"
+            ;;
+        trigd-hooks)
+            rm -rf "$BH/state"
+            start_timed trigd "$BH"
+            http_status POST "$PORT" "/hooks/h$NPROGRAMS"
+            [[ $HTTP_STATUS == 200 ]] || log "  warning: trigd (hooks file) /hooks/h$NPROGRAMS gave $HTTP_STATUS"
+            settle_mem "$PID" big.trigd-hooks
+            stop_pid "$PID"; forget_pid "$PID"
+            ;;
+        webhook)
+            start_timed webhook "$BW"
+            W_PID=$PID W_PORT=$PORT
             http_status POST "$W_PORT" "/hooks/h$NPROGRAMS"
             [[ $HTTP_STATUS == 200 ]] || log "  warning: webhook /hooks/h$NPROGRAMS gave $HTTP_STATUS"
             read -r v h < <(mem_of "$W_PID"); add rss_big0.webhook "$v"
             settle_mem "$W_PID" big.webhook
             stop_pid "$W_PID"; forget_pid "$W_PID"
-        fi
+            ;;
+        esac
         add "start.$side" "$(calc "$STARTUP_US / 1000")"
         log "  $side trial $k: $(calc "$STARTUP_US / 1000") ms"
     done
@@ -788,13 +851,15 @@ for ((k = 1; k <= START_TRIALS; k++)); do
     for side in "${SIDES[@]}"; do
         if [[ $side == trigd ]]; then
             rm -rf "$TT/state"
-            start_trigd "$TT"
+            start_timed trigd "$TT"
+            T_PID=$PID T_PORT=$PORT
             http_status POST "$T_PORT" "/tools/t$NTOOLS/prod/run"
             [[ $HTTP_STATUS == 200 ]] || log "  warning: trigd /tools/t$NTOOLS/prod/run gave $HTTP_STATUS"
             ((k == 1)) && { read -r v h < <(mem_of "$T_PID"); add rss_tools.trigd "$v"; }
             stop_pid "$T_PID"; forget_pid "$T_PID"
         else
-            start_webhook "$TW"
+            start_timed webhook "$TW"
+            W_PID=$PID W_PORT=$PORT
             http_status POST "$W_PORT" "/hooks/t$NTOOLS-e3-run"
             [[ $HTTP_STATUS == 200 ]] || log "  warning: webhook /hooks/t$NTOOLS-e3-run gave $HTTP_STATUS"
             ((k == 1)) && { read -r v h < <(mem_of "$W_PID"); add rss_tools.webhook "$v"; }
@@ -931,6 +996,10 @@ t=$(tm start.trigd); w=$(med start.webhook)
 verdict "$(passif le "$(ratio "$t" "$w")" 0.8)"
 row "start-up, $NPROGRAMS programs/hooks" "ms to first 200" "$(fmt "$t" %.1f)" "$(fmt "$w" %.1f)" "$(fmt "$(ratio "$t" "$w")" %.2f×)" \
     "≤ 0.80× webhook" "$V"
+t=$(tm start.trigd-hooks)
+row "start-up, the same hooks file of $NPROGRAMS hooks (trigd hooks_files)" "ms to first 200" "$(fmt "$t" %.1f)" "$(fmt "$w" %.1f)" "$(fmt "$(ratio "$t" "$w")" %.2f×)" "" ""
+t=$(tm rss_big.trigd-hooks); w=$(med rss_big.webhook)
+row "memory" "VmRSS with the same hooks file of $NPROGRAMS hooks, 1 s after the first 200, KiB" "$(fmt "$t" %.0f)" "$(fmt "$w" %.0f)" "$(fmt "$(ratio "$t" "$w")" %.2f×)" "" ""
 t=$(tm reload.trigd); w=$(med reload.webhook)
 verdict "$(passif eval 'le "$t" 300 && lt "$t" "$w"')"
 row "reload: new program / hook" "ms to first 200" "$(fmt "$t" %.1f)" "$(fmt "$w" %.1f)" "$(fmt "$(ratio "$t" "$w")" %.2f×)" \

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use toml::Spanned;
 
 use super::raw::{self, RawFunction, RawProgram, RawStep};
-use super::stamp::Source;
+use super::stamp::{Checked, Source};
 use super::types::{
     config_dir, count, duration, env_vars, error, is_ident, par_map, parse, templates,
     workspace_ref, Errors, Known, Src,
@@ -34,9 +34,17 @@ pub(super) fn load_programs(
     let mut out: BTreeMap<u64, Arc<Program>> = BTreeMap::new();
     // Parsing dominates the load of thousands of files: do it on every core.
     let wss_known = known.workspaces_known.then_some(wss);
-    let found = par_map(files, |(file, source)| {
-        found(file, source, server, wss_known)
-    });
+    let unchecked = files.iter().any(|(_, s)| matches!(s, Source::Text { .. }));
+    let found: Vec<_> = match unchecked {
+        true => par_map(files, |(file, source)| {
+            found(file, source, server, wss_known)
+        }),
+        // Checked by the threads that read them: nothing left to spread.
+        false => files
+            .iter()
+            .map(|(file, source)| found(file, source, server, wss_known))
+            .collect(),
+    };
     for ((file, _), (found, file_errs)) in files.iter().zip(&found) {
         errs.0.extend(file_errs.0.iter().cloned());
         let f = match found {
@@ -104,6 +112,36 @@ struct Found<'a> {
     spans: Option<(Range<usize>, Range<usize>)>,
 }
 
+/// Check the program file `file` holding `text` on its own; `stamp` is
+/// kept in its program. `wss`: the workspaces, when they are known.
+pub fn check_one(
+    file: &Path,
+    text: &str,
+    stamp: Option<super::Stamp>,
+    server: &Server,
+    wss: Option<&BTreeMap<String, Workspace>>,
+) -> Checked {
+    let mut errs = Errors::default();
+    let src = Src { file, text };
+    let Some(raw) = parse::<RawProgram>(&src, &mut errs) else {
+        return Checked {
+            program: None,
+            errs,
+        };
+    };
+    if let (Some(ws), Some(wss)) = (&raw.workspace, wss) {
+        workspace_ref(&src, ws, wss, "workspace".into(), &mut errs);
+    }
+    let mut program = program(&src, &raw, server, &mut errs);
+    program.stamp = stamp;
+    program.digest = super::stamp::digest(text);
+    let spans = (raw.id.span(), raw.name.span());
+    Checked {
+        program: Some((Arc::new(program), *raw.id.get_ref(), spans)),
+        errs,
+    }
+}
+
 /// Check one file on its own: the program, or the text of a file that is
 /// not one; with the errors found in it.
 fn found<'a>(
@@ -112,40 +150,39 @@ fn found<'a>(
     server: &Server,
     wss: Option<&BTreeMap<String, Workspace>>,
 ) -> (Result<Found<'a>, &'a str>, Errors) {
-    let mut errs = Errors::default();
-    let (text, stamp) = match source {
+    let (text, checked) = match source {
         Source::Loaded(p) => {
             let id = i64::try_from(p.id).unwrap_or(i64::MAX);
             let (program, text, spans) = (Arc::clone(p), None, None);
-            return (
-                Ok(Found {
-                    program,
-                    id,
-                    text,
-                    spans,
-                }),
-                errs,
-            );
+            let found = Found {
+                program,
+                id,
+                text,
+                spans,
+            };
+            return (Ok(found), Errors::default());
         }
-        Source::Text { text, stamp } => (text.as_str(), *stamp),
+        Source::Text { text, stamp } => (text, check_one(file, text, *stamp, server, wss)),
+        Source::Checked { text, checked } => {
+            let Checked { program, errs } = &**checked;
+            let errs = Errors(errs.0.clone());
+            (
+                text,
+                Checked {
+                    program: program.clone(),
+                    errs,
+                },
+            )
+        }
     };
-    let src = Src { file, text };
-    let Some(raw) = parse::<RawProgram>(&src, &mut errs) else {
-        return (Err(text), errs);
-    };
-    if let (Some(ws), Some(wss)) = (&raw.workspace, wss) {
-        workspace_ref(&src, ws, wss, "workspace".into(), &mut errs);
-    }
-    let mut program = program(&src, &raw, server, &mut errs);
-    program.stamp = stamp;
-    program.digest = super::stamp::digest(text);
-    let found = Found {
-        program: Arc::new(program),
-        id: *raw.id.get_ref(),
-        text: Some(text),
-        spans: Some((raw.id.span(), raw.name.span())),
-    };
-    (Ok(found), errs)
+    let Checked { program, errs } = checked;
+    let found = program.map(|(program, id, spans)| Found {
+        program,
+        id,
+        text: Some(text.as_str()),
+        spans: Some(spans),
+    });
+    (found.ok_or(text.as_str()), errs)
 }
 
 /// Remember what can be known about a program file that failed to load.

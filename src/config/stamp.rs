@@ -15,6 +15,9 @@ use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use std::ops::Range;
+
+use super::types::Errors;
 use super::Program;
 
 /// Longer than a clock tick of any kernel (HZ ≥ 100 gives ≤ 10 ms): a
@@ -89,6 +92,29 @@ pub enum Source {
     },
     /// Unchanged since the current snapshot loaded it.
     Loaded(Arc<Program>),
+    /// Read and checked on its own by the thread that read it (a load
+    /// with no current snapshot): its text, for the positions of the
+    /// cross-file checks, and what the check found.
+    Checked {
+        /// The content.
+        text: String,
+        /// The program or the errors of this file alone.
+        checked: Box<Checked>,
+    },
+}
+
+/// A program as [`Checked`] found it: the program, its id as written (it
+/// may be negative) and the spans of `id` and `name` in its text.
+pub type Found = (Arc<Program>, i64, (Range<usize>, Range<usize>));
+
+/// One program file checked on its own, before the cross-file checks:
+/// by the thread that read it when a load has no current snapshot
+/// ([`Source::Checked`]), else while the programs are checked together.
+pub struct Checked {
+    /// The program; `None` when the file is not a program.
+    pub program: Option<Found>,
+    /// The errors found in this file alone.
+    pub errs: Errors,
 }
 
 #[cfg(test)]

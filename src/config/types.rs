@@ -12,6 +12,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use toml::Spanned;
@@ -376,25 +378,55 @@ pub fn config_dir(path: &Path) -> PathBuf {
     }
 }
 
-/// `items.iter().map(f).collect()`, on as many threads as there are cores
-/// (in contiguous chunks, so the order is kept). Small inputs stay on the
-/// calling thread.
+/// `items.iter().map(f).collect()`, on as many threads as there are cores,
+/// the calling thread among them. Each thread takes the next block of
+/// [`PAR_BLOCK`] items until none is left, so a thread the scheduler holds
+/// back (another process on its core) leaves its share to the others
+/// instead of making every thread wait for it; the results are put back in
+/// the order of `items`. Small inputs stay on the calling thread.
 pub fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = cores();
     if threads < 2 || items.len() < 64 {
         return items.iter().map(f).collect();
     }
-    let chunk = items.len().div_ceil(threads);
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = items
-            .chunks(chunk)
-            .map(|part| scope.spawn(|| part.iter().map(&f).collect::<Vec<R>>()))
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-            .collect()
-    })
+    let next = AtomicUsize::new(0);
+    let work = || {
+        let mut done: Vec<(usize, Vec<R>)> = Vec::new();
+        loop {
+            let start = next.fetch_add(PAR_BLOCK, Ordering::Relaxed);
+            let Some(block) = items.get(start..items.len().min(start + PAR_BLOCK)) else {
+                return done;
+            };
+            if block.is_empty() {
+                return done;
+            }
+            done.push((start, block.iter().map(&f).collect()));
+        }
+    };
+    let mut blocks = std::thread::scope(|scope| {
+        let helpers: Vec<_> = (1..threads).map(|_| scope.spawn(work)).collect();
+        let mut blocks = work();
+        for h in helpers {
+            blocks.extend(h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)));
+        }
+        blocks
+    });
+    blocks.sort_unstable_by_key(|b| b.0);
+    let mut out = Vec::with_capacity(items.len());
+    out.extend(blocks.into_iter().flat_map(|b| b.1));
+    out
+}
+
+/// Items a thread of [`par_map`] takes at a time: small enough that the
+/// threads end within a few files of each other, large enough that taking
+/// one costs nothing next to its files.
+const PAR_BLOCK: usize = 32;
+
+/// The cores this process may run on (at least 1), asked once: the
+/// standard library reads the cgroup's CPU quota files at every call.
+pub fn cores() -> usize {
+    static CORES: OnceLock<usize> = OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 /// What is known about the programs while checking references to them.

@@ -26,7 +26,9 @@ use super::types::{
     self, config_dir, count, error, par_map, parse, workspace_ref, Errors, Known, Src,
 };
 use super::{generated, program, server, tools};
-use super::{resolve, ApiKey, Config, ConfigError, Endpoint, Program, Stamp, User, Workspace};
+use super::{
+    resolve, ApiKey, Config, ConfigError, Endpoint, Program, Server, Stamp, User, Workspace,
+};
 
 /// Load `config.toml` at `path` and every `*.toml` in its programs dir,
 /// validate everything, and return the snapshot or every error found.
@@ -105,7 +107,7 @@ pub fn load_changed(
         if changed.is_none() && programs_unchanged(current) {
             return Ok(None);
         }
-        let found = scan(&current.server.programs_dir, now);
+        let found = scan(&current.server.programs_dir, now, None);
         let all_reused = |f: &ReadFiles| {
             f.len() == current.programs.len()
                 && f.iter().all(|(_, s)| matches!(s, Ok(Source::Loaded(_))))
@@ -171,6 +173,9 @@ struct Files {
     path: PathBuf,
     text: String,
     raw: Option<RawConfig>,
+    /// What `config.toml` says that the program files are checked
+    /// against, when it was worked out before reading them.
+    context: Option<Context>,
     programs: Vec<(PathBuf, Source)>,
     /// The hooks files (`hooks_files`), in their order.
     hooks: Vec<(PathBuf, String)>,
@@ -212,12 +217,12 @@ fn same_config(text: &str, current: &Config) -> bool {
 }
 
 /// The program files in `dir` (see [`read_programs`] and [`read_listed`]).
-fn scan(dir: &Path, current: Current) -> std::io::Result<ReadFiles> {
+fn scan(dir: &Path, current: Current, context: Option<&Context>) -> std::io::Result<ReadFiles> {
     match current {
         Some((cur, Some(changed))) if cur.server.programs_dir == dir => {
             Ok(read_listed(dir, cur, changed))
         }
-        _ => read_programs(dir, current.map(|c| c.0)),
+        _ => read_programs(dir, current.map(|c| c.0), context),
     }
 }
 
@@ -249,7 +254,12 @@ fn read_programs_of(
     let rel = dir_value.map_or(defaults::PROGRAMS_DIR, |d| d.get_ref());
     let dir = resolve(&config_dir(path), Path::new(rel));
     let mut complete = true;
-    let programs = scanned.unwrap_or_else(|| scan(&dir, current));
+    // With no current snapshot every file is read and checked: each by
+    // the thread that reads it, against what `config.toml` says.
+    let context = current
+        .is_none()
+        .then(|| context(&src, raw.as_ref(), &config_dir(path)));
+    let programs = scanned.unwrap_or_else(|| scan(&dir, current, context.as_ref()));
     let programs = programs.unwrap_or_else(|e| {
         let msg = format!("cannot read programs directory {}: {e}", dir.display());
         match dir_value {
@@ -282,6 +292,7 @@ fn read_programs_of(
         path: path.to_path_buf(),
         text,
         raw,
+        context,
         programs,
         hooks,
         errs,
@@ -351,6 +362,7 @@ pub fn load_str(
         path: path.to_path_buf(),
         text: config_text.to_string(),
         raw,
+        context: None,
         programs,
         hooks: Vec::new(),
         errs,
@@ -363,7 +375,11 @@ pub fn load_str(
 /// start with `.`, sorted by name, each as read or taken from `current`.
 type ReadFiles = Vec<(PathBuf, std::io::Result<Source>)>;
 
-fn read_programs(dir: &Path, current: Option<&Config>) -> std::io::Result<ReadFiles> {
+fn read_programs(
+    dir: &Path,
+    current: Option<&Config>,
+    context: Option<&Context>,
+) -> std::io::Result<ReadFiles> {
     let mut names = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
@@ -384,9 +400,17 @@ fn read_programs(dir: &Path, current: Option<&Config>) -> std::io::Result<ReadFi
     // walked by the kernel instead of the whole path (by path without it).
     let dir_fd = std::fs::File::open(dir).ok();
     let started = SystemTime::now();
+    let wss = context.and_then(Context::workspaces);
     let read = par_map(&names, |p| {
         let loaded = loaded.get(p.as_os_str()).copied();
-        let source = read_source(p, dir_fd.as_ref(), loaded, started)?;
+        let source = match read_source(p, dir_fd.as_ref(), loaded, started)? {
+            Ok(Source::Text { text, stamp }) if context.is_some() => {
+                let server = &context?.server;
+                let checked = Box::new(program::check_one(p, &text, stamp, server, wss));
+                Ok(Source::Checked { text, checked })
+            }
+            other => other,
+        };
         Some((p.clone(), source))
     });
     Ok(read.into_iter().flatten().collect())
@@ -525,6 +549,7 @@ fn check(files: Files, current: Option<&Config>) -> Result<Config, Vec<ConfigErr
         path,
         text,
         raw,
+        context: worked_out,
         mut programs,
         hooks: hook_files,
         mut errs,
@@ -537,11 +562,15 @@ fn check(files: Files, current: Option<&Config>) -> Result<Config, Vec<ConfigErr
         text: &text,
     };
     let workspaces_known = raw.is_some();
+    let Context {
+        server,
+        users,
+        workspaces,
+        errs: context_errs,
+        ..
+    } = worked_out.unwrap_or_else(|| context(&src, raw.as_ref(), &dir));
+    errs.0.extend(context_errs.0);
     let raw = raw.unwrap_or_default();
-    let mut server = server::server(&src, &raw.server, &dir, &mut errs);
-    server.callbacks = Arc::new(callbacks::callbacks(&src, &raw.callbacks, &dir, &mut errs));
-    let users = users(&src, &raw, &server.state_dir, &mut errs);
-    let workspaces = workspaces(&src, &raw, &users, &mut errs);
     let same_context = current.is_some_and(|c| {
         workspaces_known
             && c.server.programs_dir == server.programs_dir
@@ -591,6 +620,45 @@ fn check(files: Files, current: Option<&Config>) -> Result<Config, Vec<ConfigErr
         run_endpoint: Endpoint::run_endpoint(),
         fingerprint: fingerprint(&text, &hook_files),
     })
+}
+
+/// What the program files are checked against, from `config.toml` alone:
+/// the `[server]` settings (with `[callbacks]`), the users and the
+/// workspaces, with the errors found in them. `raw`: `None` when
+/// `config.toml` does not parse (every setting takes its default, and no
+/// workspace is known).
+struct Context {
+    server: Server,
+    users: BTreeMap<String, User>,
+    workspaces: BTreeMap<String, Workspace>,
+    /// Whether `config.toml` parsed, so that its workspaces are known.
+    known: bool,
+    errs: Errors,
+}
+
+impl Context {
+    /// The workspaces a program may name, when they are known.
+    fn workspaces(&self) -> Option<&BTreeMap<String, Workspace>> {
+        self.known.then_some(&self.workspaces)
+    }
+}
+
+/// Work out the [`Context`] of `config.toml` (`src`, parsed into `raw`).
+fn context(src: &Src, raw: Option<&RawConfig>, dir: &Path) -> Context {
+    let mut errs = Errors::default();
+    let default = RawConfig::default();
+    let r = raw.unwrap_or(&default);
+    let mut server = server::server(src, &r.server, dir, &mut errs);
+    server.callbacks = Arc::new(callbacks::callbacks(src, &r.callbacks, dir, &mut errs));
+    let users = users(src, r, &server.state_dir, &mut errs);
+    let workspaces = workspaces(src, r, &users, &mut errs);
+    Context {
+        server,
+        users,
+        workspaces,
+        known: raw.is_some(),
+        errs,
+    }
 }
 
 /// Read again every program file that was taken from the current snapshot.
