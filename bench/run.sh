@@ -184,14 +184,15 @@ start_trigd() {
     STARTUP_US=$((NOW_US - t0))
 }
 
-# start_timed SIDE DIR -> PID PORT STARTUP_US: the start-up trials. SIDE is
-# trigd (DIR/config.toml) or webhook (DIR/hooks.json). Both are started
-# alike, on a free port chosen here, and timed alike: from just before the
-# fork to the first 200 (trigd GET /healthz, webhook GET /), polling only
-# that (no wait for trigd's listening line first, which would add a second
-# polling interval to trigd's figure alone).
+# start_timed SIDE DIR [ARGS...] -> PID PORT STARTUP_US: SIDE is trigd
+# (DIR/config.toml) or webhook (DIR/hooks.json, ARGS added to its command
+# line). Both are started alike, on a free port chosen here, and timed alike:
+# from just before the fork to the first 200 (trigd GET /healthz, webhook
+# GET /), polling only that (no wait for trigd's listening line first, which
+# would add a second polling interval to trigd's figure alone).
 start_timed() {
     local side=$1 dir=$2 try port t0 deadline
+    shift 2
     for ((try = 0; try < 10; try++)); do
         port=$((20000 + RANDOM % 40000))
         port_open "$port" && continue
@@ -200,7 +201,7 @@ start_timed() {
             "$TRIGD" serve --config "$dir/config.toml" --listen "127.0.0.1:$port" \
                 >"$dir.trigd.out" 2>"$dir.trigd.err" &
         else
-            (cd "$dir" && exec webhook -hooks "$dir/hooks.json" -ip 127.0.0.1 -port "$port") \
+            (cd "$dir" && exec webhook -hooks "$dir/hooks.json" -ip 127.0.0.1 -port "$port" "$@") \
                 >"$dir/webhook.out" 2>"$dir/webhook.err" &
         fi
         PID=$!
@@ -226,33 +227,10 @@ start_timed() {
 
 # start_webhook DIR [ARGS...] -> W_PID W_PORT STARTUP_US (exec to first 200 from GET /)
 start_webhook() {
-    local dir=$1 try port t0 deadline
+    local dir=$1
     shift
-    for ((try = 0; try < 10; try++)); do
-        port=$((20000 + RANDOM % 40000))
-        port_open "$port" && continue
-        now_us; t0=$NOW_US
-        (cd "$dir" && exec webhook -hooks "$dir/hooks.json" -ip 127.0.0.1 -port "$port" "$@") \
-            >"$dir/webhook.out" 2>"$dir/webhook.err" &
-        W_PID=$!
-        PIDS+=("$W_PID")
-        deadline=$((t0 + 60000000))
-        while :; do
-            http_status GET "$port" /
-            if [[ $HTTP_STATUS == 200 ]] && kill -0 "$W_PID" 2>/dev/null; then
-                now_us
-                STARTUP_US=$((NOW_US - t0))
-                W_PORT=$port
-                return 0
-            fi
-            kill -0 "$W_PID" 2>/dev/null || break # lost the port race: try another
-            now_us; ((NOW_US < deadline)) || die "webhook not answering within 60 s"
-            snooze 0.001
-        done
-        wait "$W_PID" 2>/dev/null || true
-        forget_pid "$W_PID"
-    done
-    die "webhook did not start: $(tail -5 "$dir/webhook.err" 2>/dev/null)"
+    start_timed webhook "$dir" "$@"
+    W_PID=$PID W_PORT=$PORT
 }
 
 # status PID -> "VmRSS_kB VmHWM_kB"
