@@ -750,6 +750,12 @@ thread_local! {
 }
 
 #[cfg(test)]
+thread_local! {
+    /// `poll` calls made by [`Supervisor::poll_and_read`] on this thread.
+    static POLLS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+#[cfg(test)]
 fn no_pidfd() -> bool {
     NO_PIDFD.with(|c| c.get())
 }
@@ -780,13 +786,10 @@ struct Pipes {
 impl Pipes {
     /// Create the two pipes.
     fn new() -> io::Result<Pipes> {
-        let (out_r, out_w) = sys::pipe()?;
-        let (err_r, err_w) = sys::pipe()?;
-        for fd in [&out_r, &err_r] {
-            // Without O_NONBLOCK a read still cannot block: it only follows a
-            // readiness report, and each pipe has one reader.
-            let _ = sys::set_nonblocking(fd.as_raw_fd());
-        }
+        // The read ends are non-blocking: after the exit they are read
+        // without a readiness report first (`Supervisor::read_after_exit`).
+        let (out_r, out_w) = sys::pipe_nonblocking_reader()?;
+        let (err_r, err_w) = sys::pipe_nonblocking_reader()?;
         Ok(Pipes {
             stdout: File::from(out_r),
             stderr: File::from(err_r),
@@ -954,28 +957,12 @@ impl<'c, 'a> Supervisor<'c, 'a> {
         if self.w.stop.is_none() {
             fds.push(pollfd(self.ctx.abort.fd()));
         }
+        #[cfg(test)]
+        POLLS.with(|c| c.set(c.get() + 1));
         sys::poll(&mut fds, self.timeout(now))?;
 
         let ready = |i: Option<usize>| i.is_some_and(|i| fds[i].revents != 0);
-        let (w, on_output) = (&mut self.w, self.ctx.on_output);
-        if let (true, Some(pipe)) = (ready(out_i), self.stdout.as_mut()) {
-            let mut sink = |d: &[u8]| {
-                on_output(Stream::Stdout, d);
-                w.stdout.push(d);
-            };
-            if !read_ready(pipe, &mut sink, buf) {
-                self.stdout = None;
-            }
-        }
-        if let (true, Some(pipe)) = (ready(err_i), self.stderr.as_mut()) {
-            let mut sink = |d: &[u8]| {
-                on_output(Stream::Stderr, d);
-                w.stderr.push(d);
-            };
-            if !read_ready(pipe, &mut sink, buf) {
-                self.stderr = None;
-            }
-        }
+        self.read_pipes(ready(out_i), ready(err_i), buf);
         let now_exited = match pid_i {
             Some(i) => fds[i].revents != 0,
             None => !self.exited && sys::exited_nowait(self.pid),
@@ -988,8 +975,41 @@ impl<'c, 'a> Supervisor<'c, 'a> {
             // The unreaped main process still holds the pgid, so this
             // cannot hit a recycled group.
             sys::kill_group(self.pid, libc::SIGKILL);
+            self.read_after_exit(buf);
         }
         Ok(())
+    }
+
+    /// Right after the exit: read both pipes once without polling first.
+    /// Without a process left holding them (the common case) they are at
+    /// EOF now, and the supervision ends without another `poll`.
+    fn read_after_exit(&mut self, buf: &mut Vec<u8>) {
+        let (out, err) = (self.stdout.is_some(), self.stderr.is_some());
+        self.read_pipes(out, err, buf);
+    }
+
+    /// Read what is ready on the pipes marked ready; a pipe at EOF (or
+    /// broken) is closed.
+    fn read_pipes(&mut self, out_ready: bool, err_ready: bool, buf: &mut Vec<u8>) {
+        let (w, on_output) = (&mut self.w, self.ctx.on_output);
+        if let (true, Some(pipe)) = (out_ready, self.stdout.as_mut()) {
+            let mut sink = |d: &[u8]| {
+                on_output(Stream::Stdout, d);
+                w.stdout.push(d);
+            };
+            if !read_ready(pipe, &mut sink, buf) {
+                self.stdout = None;
+            }
+        }
+        if let (true, Some(pipe)) = (err_ready, self.stderr.as_mut()) {
+            let mut sink = |d: &[u8]| {
+                on_output(Stream::Stderr, d);
+                w.stderr.push(d);
+            };
+            if !read_ready(pipe, &mut sink, buf) {
+                self.stderr = None;
+            }
+        }
     }
 }
 

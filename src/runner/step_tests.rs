@@ -857,3 +857,39 @@ fn read_to_eof(pipe: &mut std::fs::File) -> Vec<u8> {
         }
     }
 }
+
+#[test]
+fn a_silent_step_is_supervised_with_one_poll() {
+    let _g = shared();
+    // The exit is seen by the first poll; the pipes are then read at once
+    // (at EOF) instead of being polled again.
+    POLLS.with(|c| c.set(0));
+    let out = run1(vec![cmd(&["/bin/true"], &[])], &Opts::default());
+    assert_eq!(out.error, None);
+    assert_eq!(POLLS.with(std::cell::Cell::get), 1);
+    // Output written just before the exit is still read whole.
+    let out = run1(
+        vec![sh("printf '[1,2]'; printf oops >&2")],
+        &Opts::default(),
+    );
+    assert_eq!(out.error, None);
+    assert_eq!(out.result, vec![serde_json::json!([1, 2])]);
+}
+
+#[test]
+fn only_trigds_read_ends_are_non_blocking() {
+    let pipes = Pipes::new().unwrap();
+    // The status flags, from the "flags:" line (octal) of its fdinfo.
+    let flags = |fd: std::os::fd::RawFd| {
+        let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap();
+        let octal = info.lines().find_map(|l| l.strip_prefix("flags:")).unwrap();
+        i32::from_str_radix(octal.trim(), 8).unwrap()
+    };
+    for r in [&pipes.stdout, &pipes.stderr] {
+        assert_ne!(flags(r.as_raw_fd()) & libc::O_NONBLOCK, 0);
+    }
+    for w in pipes.writers.as_ref().unwrap() {
+        // The child's stdout and stderr block, as a program expects.
+        assert_eq!(flags(w.as_raw_fd()) & libc::O_NONBLOCK, 0);
+    }
+}
