@@ -320,7 +320,7 @@ impl Response {
     }
 
     /// A JSON response whose body is already serialized.
-    fn json_bytes(status: u16, body: Vec<u8>) -> Response {
+    pub(crate) fn json_bytes(status: u16, body: Vec<u8>) -> Response {
         Response {
             status,
             headers: vec![("Content-Type".into(), "application/json".into())],
