@@ -683,9 +683,16 @@ fn element(stdout: &[u8], mode: OutputMode) -> Result<Value, String> {
         }
         Ok(v)
     };
+    // Only an object or an array is kept as JSON by `auto`: other output
+    // is not parsed (a failed parse formats an error message, which was
+    // most of the cost of a silent step's element).
+    let may_be_container = || {
+        let first = stdout.iter().find(|b| !b.is_ascii_whitespace());
+        matches!(first, Some(b'{' | b'['))
+    };
     match mode {
-        OutputMode::Auto => Ok(match parsed() {
-            Ok(v @ (Value::Object(_) | Value::Array(_))) => v,
+        OutputMode::Auto => Ok(match may_be_container().then(parsed) {
+            Some(Ok(v @ (Value::Object(_) | Value::Array(_)))) => v,
             _ => Value::String(text()),
         }),
         OutputMode::Json => parsed().map_err(|e| {

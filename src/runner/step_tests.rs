@@ -893,3 +893,25 @@ fn only_trigds_read_ends_are_non_blocking() {
         assert_eq!(flags(w.as_raw_fd()) & libc::O_NONBLOCK, 0);
     }
 }
+
+#[test]
+fn auto_output_keeps_only_objects_and_arrays_as_json() {
+    let auto = |s: &str| element(s.as_bytes(), OutputMode::Auto).unwrap();
+    assert_eq!(auto(" \n\t[1, 2]\n"), serde_json::json!([1, 2]));
+    assert_eq!(auto("\r\n{\"a\": null}"), serde_json::json!({"a": null}));
+    for text in [
+        "",
+        "\n",
+        "null",
+        "42",
+        "\"s\"",
+        "{not json",
+        "[1,",
+        "\u{c}[1]",
+    ] {
+        let kept = text.strip_suffix('\n').unwrap_or(text);
+        assert_eq!(auto(text), Value::String(kept.into()), "{text:?}");
+    }
+    let deep = format!("{}{}", "[".repeat(100), "]".repeat(100));
+    assert_eq!(auto(&deep), Value::String(deep.clone()));
+}
