@@ -8,10 +8,11 @@
 //!
 //! It is used only where it cannot break a build: the static build
 //! (`+crt-static`) for x86_64 Linux GNU by a Rust whose default linker
-//! there is LLD (1.90 and later, with its `rust-lld`), and only when the file exists. Names the
-//! linker does not find (the file made from older code) are skipped
-//! without a warning. `TRIGD_LINK_MAP=PATH` also asks for a link map, which
-//! `link/order-symbols.sh` reads to map traced addresses back to functions.
+//! there is its bundled LLD (1.90 and later), and only when the file
+//! exists. Names the linker does not find (the file made from older code)
+//! are skipped without a warning. `TRIGD_LINK_MAP=PATH` also asks for a
+//! link map, which `link/order-symbols.sh` reads to map traced addresses
+//! back to functions.
 
 use std::env;
 use std::path::Path;
