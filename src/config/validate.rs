@@ -427,8 +427,9 @@ fn read_programs(
         let source = match read_source(&p, dir_fd.as_ref(), loaded, started)? {
             Ok(Source::Text { text, stamp }) if context.is_some() => {
                 let server = &context?.server;
-                let checked = Box::new(program::check_one(&p, &text, stamp, server, wss));
-                Ok(Source::Checked { text, checked })
+                // The text is freed here, on the thread that read it.
+                let checked = program::check_one(&p, &text, stamp, server, wss);
+                Ok(Source::Checked(Box::new(checked)))
             }
             other => other,
         };
