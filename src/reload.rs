@@ -170,6 +170,10 @@ pub fn start(app: Arc<App>, config_path: PathBuf, watch: Option<Watch>) -> Sende
     }
     let again = tx.clone();
     let spawned = thread::Builder::new().name("reload".into()).spawn(move || {
+        // What the first load freed: given back here, off the path of the
+        // first requests (`malloc_trim` of the heap of thousands of
+        // program files takes milliseconds).
+        crate::sys::trim_heap();
         let reloader = Reloader {
             app: &app,
             config_path: &config_path,
@@ -200,7 +204,10 @@ impl WatchState {
         let config_name = config_path.file_name().map(|n| n.to_os_string());
         let handler = move |res: notify::Result<Event>| match res {
             Ok(ev) => {
-                let names = [config_name.as_deref(), programs_name.get().map(|n| n.as_os_str())];
+                let names = [
+                    config_name.as_deref(),
+                    programs_name.get().map(|n| n.as_os_str()),
+                ];
                 if note(&changes, &ev, names) {
                     let _ = tx.send(trigger_of(&ev.kind));
                 }
@@ -654,7 +661,10 @@ mod tests {
 
     #[test]
     fn editor_files_are_ignored() {
-        let c = [Some(OsStr::new("config.toml")), Some(OsStr::new("programs"))];
+        let c = [
+            Some(OsStr::new("config.toml")),
+            Some(OsStr::new("programs")),
+        ];
         assert!(relevant(Path::new("/x/config.toml"), c));
         assert!(relevant(Path::new("/x/programs/a.toml"), c));
         assert!(relevant(Path::new("/x/..data"), c));

@@ -67,8 +67,8 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
         }
     })?;
     // Parsing thousands of program files leaves freed memory in every
-    // thread's arena: give it back before serving.
-    sys::trim_heap();
+    // thread's arena: the reload thread gives it back as it starts, while
+    // the first requests are answered (`reload::start`).
     let addr = listen.unwrap_or_else(|| cfg.server.listen.clone());
     let (listener, local) = listen_on(&addr, early)?;
     let grace = cfg.server.shutdown_grace;

@@ -661,6 +661,26 @@ mod tests {
     }
 
     #[test]
+    fn par_feed_maps_every_item_and_stops_at_an_error() {
+        let produce = |n: usize| {
+            move |give: &mut dyn FnMut(usize)| {
+                (0..n).for_each(&mut *give);
+                Ok::<(), String>(())
+            }
+        };
+        for n in [0, 1, PAR_BLOCK, 10 * PAR_BLOCK + 5] {
+            let mut got = par_feed(produce(n), |i| i * 2).unwrap();
+            got.sort_unstable();
+            assert_eq!(got, (0..n).map(|i| i * 2).collect::<Vec<_>>(), "{n} items");
+        }
+        let failing = |give: &mut dyn FnMut(usize)| {
+            (0..3 * PAR_BLOCK).for_each(&mut *give);
+            Err("listing failed".to_string())
+        };
+        assert_eq!(par_feed(failing, |i| i), Err("listing failed".into()));
+    }
+
+    #[test]
     fn line_cols() {
         let text = "ab\ncdé\nf";
         assert_eq!(line_col(text, 0), (1, 1));

@@ -55,10 +55,7 @@ pub enum Before<'a> {
 ///
 /// # Errors
 /// As [`load`].
-pub fn load_first(
-    path: &Path,
-    before: &mut dyn FnMut(Before),
-) -> Result<Config, Vec<ConfigError>> {
+pub fn load_first(path: &Path, before: &mut dyn FnMut(Before)) -> Result<Config, Vec<ConfigError>> {
     before(Before::Config);
     let text = read_config(path)?;
     check_apart(read_programs_of(path, text, None, None, Some(before)))
