@@ -2,19 +2,18 @@
 //! durations, names and identifiers, sha256 hex, HTTP methods, `{name}`
 //! templates, byte offset → line/column, [`Errors`], the located error
 //! list that `validate.rs` fills, and what the validators share: [`parse`],
-//! [`Known`] programs, [`workspace_ref`], [`config_dir`], [`par_map`] and
-//! [`par_feed`].
+//! [`Known`] programs, [`workspace_ref`], [`config_dir`] and [`par_map`].
 //!
 //! The parsers are pure and return a human sentence on error; [`Errors`]
 //! attaches the file, position and key. Templates report the byte offset of
 //! the problem inside the string so the column can point at the offending
 //! brace, not just at the start of the string.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, OnceLock, PoisonError};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use toml::Spanned;
@@ -418,83 +417,6 @@ pub fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec
     out
 }
 
-/// Like [`par_map`] over the items `produce` gives (to the function it is
-/// handed), without waiting for the last: each block of [`PAR_BLOCK`] goes
-/// to the other threads as soon as it is complete, and the calling thread
-/// helps once `produce` is done. The threads start with the first full
-/// block (fewer items stay on the calling thread). The results come in no
-/// particular order. When `produce` fails, the blocks not yet taken are
-/// dropped and its error is returned.
-///
-/// # Errors
-/// The error of `produce`.
-pub fn par_feed<T: Send, R: Send, E>(
-    produce: impl FnOnce(&mut dyn FnMut(T)) -> Result<(), E>,
-    f: impl Fn(T) -> R + Sync,
-) -> Result<Vec<R>, E> {
-    let queue = Mutex::new(Fed {
-        blocks: VecDeque::new(),
-        done: false,
-    });
-    let ready = Condvar::new();
-    let lock = || queue.lock().unwrap_or_else(PoisonError::into_inner);
-    let take = || {
-        let mut q = lock();
-        loop {
-            if let Some(block) = q.blocks.pop_front() {
-                return Some(block);
-            }
-            if q.done {
-                return None;
-            }
-            q = ready.wait(q).unwrap_or_else(PoisonError::into_inner);
-        }
-    };
-    let work = || {
-        let mut out = Vec::new();
-        while let Some(block) = take() {
-            out.extend(block.into_iter().map(&f));
-        }
-        out
-    };
-    std::thread::scope(|scope| {
-        let mut helpers = Vec::new();
-        let mut block = Vec::new();
-        let produced = produce(&mut |item| {
-            block.push(item);
-            if block.len() < PAR_BLOCK || cores() < 2 {
-                return;
-            }
-            if helpers.is_empty() {
-                helpers.extend((1..cores()).map(|_| scope.spawn(work)));
-            }
-            lock().blocks.push_back(std::mem::take(&mut block));
-            ready.notify_one();
-        });
-        {
-            let mut q = lock();
-            match produced {
-                Ok(()) => q.blocks.push_back(block),
-                Err(_) => q.blocks.clear(),
-            }
-            q.done = true;
-        }
-        ready.notify_all();
-        let mut out = work();
-        for h in helpers {
-            out.extend(h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)));
-        }
-        produced.map(|()| out)
-    })
-}
-
-/// The blocks [`par_feed`] has produced and no thread has taken yet.
-struct Fed<T> {
-    blocks: VecDeque<Vec<T>>,
-    /// No more blocks will come.
-    done: bool,
-}
-
 /// Items a thread of [`par_map`] takes at a time: small enough that the
 /// threads end within a few files of each other, large enough that taking
 /// one costs nothing next to its files.
@@ -658,26 +580,6 @@ mod tests {
             .unwrap_err()
             .1
             .contains("no inputs"));
-    }
-
-    #[test]
-    fn par_feed_maps_every_item_and_stops_at_an_error() {
-        let produce = |n: usize| {
-            move |give: &mut dyn FnMut(usize)| {
-                (0..n).for_each(&mut *give);
-                Ok::<(), String>(())
-            }
-        };
-        for n in [0, 1, PAR_BLOCK, 10 * PAR_BLOCK + 5] {
-            let mut got = par_feed(produce(n), |i| i * 2).unwrap();
-            got.sort_unstable();
-            assert_eq!(got, (0..n).map(|i| i * 2).collect::<Vec<_>>(), "{n} items");
-        }
-        let failing = |give: &mut dyn FnMut(usize)| {
-            (0..3 * PAR_BLOCK).for_each(&mut *give);
-            Err("listing failed".to_string())
-        };
-        assert_eq!(par_feed(failing, |i| i), Err("listing failed".into()));
     }
 
     #[test]

@@ -23,7 +23,7 @@ use super::callbacks::{self, Callbacks};
 use super::raw::{self, defaults, RawConfig};
 use super::stamp::{self, Source};
 use super::types::{
-    self, config_dir, count, error, par_feed, parse, workspace_ref, Errors, Known, Src,
+    self, config_dir, count, error, par_map, parse, workspace_ref, Errors, Known, Src,
 };
 use super::{generated, program, server, tools};
 use super::{
@@ -419,35 +419,32 @@ fn read_programs(
     let dir_fd = std::fs::File::open(dir).ok();
     let started = SystemTime::now();
     let wss = context.and_then(Context::workspaces);
-    let read_one = |p: PathBuf| {
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if is_program_file(&path) {
+            names.push(path);
+        }
+    }
+    // One directory: comparing the bytes orders as `Path` does, without
+    // splitting every path into components. Read in this order, the
+    // programs lie in memory in the order a reload walks them (handing
+    // the listing to the readers as it came, in the directory's order,
+    // made no start faster and a reload among 10,000 files 5 ms slower).
+    names.sort_unstable_by(|a, b| a.as_os_str().cmp(b.as_os_str()));
+    let read = par_map(&names, |p| {
         let loaded = loaded.get(p.as_os_str()).copied();
-        let source = match read_source(&p, dir_fd.as_ref(), loaded, started)? {
+        let source = match read_source(p, dir_fd.as_ref(), loaded, started)? {
             Ok(Source::Text { text, stamp }) if context.is_some() => {
-                let server = &context?.server;
                 // The text is freed here, on the thread that read it.
-                let checked = program::check_one(&p, &text, stamp, server, wss);
+                let checked = program::check_one(p, &text, stamp, &context?.server, wss);
                 Ok(Source::Checked(Box::new(checked)))
             }
             other => other,
         };
-        Some((p, source))
-    };
-    // The files of the listing's first entries are read while the rest
-    // is still being listed.
-    let list = |give: &mut dyn FnMut(PathBuf)| -> std::io::Result<()> {
-        for entry in std::fs::read_dir(dir)? {
-            let path = entry?.path();
-            if is_program_file(&path) {
-                give(path);
-            }
-        }
-        Ok(())
-    };
-    let mut read: ReadFiles = par_feed(list, read_one)?.into_iter().flatten().collect();
-    // One directory: comparing the bytes orders as `Path` does, without
-    // splitting every path into components.
-    read.sort_unstable_by(|a, b| a.0.as_os_str().cmp(b.0.as_os_str()));
-    Ok(read)
+        Some((p.clone(), source))
+    });
+    Ok(read.into_iter().flatten().collect())
 }
 
 /// Whether `path` names a program file: `*.toml`, not starting with `.`.
