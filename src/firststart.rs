@@ -15,11 +15,16 @@ use crate::error::Error;
 /// Load the config at `path` for `serve`; first give every user with
 /// `password = "generate"` and no stored hash a new password, printed once
 /// on stderr (`listen`, the address about to be served, is named there).
+/// `before` is told what each load reads next ([`config::load_first`]).
 ///
 /// # Errors
 /// The config does not load, or the state dir cannot be written.
-pub fn load_for_serve(path: &Path, listen: Option<&str>) -> Result<Config, Error> {
-    let cfg = config::load(path).map_err(Error::Config)?;
+pub fn load_for_serve(
+    path: &Path,
+    listen: Option<&str>,
+    before: &mut dyn FnMut(config::Before),
+) -> Result<Config, Error> {
+    let cfg = config::load_first(path, before).map_err(Error::Config)?;
     let pending: Vec<String> = cfg
         .users
         .values()
@@ -50,5 +55,5 @@ pub fn load_for_serve(path: &Path, listen: Option<&str>) -> Result<Config, Error
         lines.join("\n"),
         file.display()
     );
-    config::load(path).map_err(Error::Config)
+    config::load_first(path, before).map_err(Error::Config)
 }

@@ -12,9 +12,10 @@
 //! deleted and made again) is watched anew; one that did not move keeps its
 //! watch, since re-adding it would open a gap in which events are lost.
 //!
-//! No edit may fall between reading the files and watching them: the first
-//! watches are in place before `start` returns (so before the server says
-//! it is listening), and after any new watch the files are checked once more.
+//! No edit may fall between reading the files and watching them: at start
+//! each directory is watched before its files are read ([`Watch`]), so an
+//! edit made after a read has an event and the files need no second look;
+//! after any new watch at a reload the files are checked once more.
 //!
 //! The notify callback notes the paths it was told about ([`Changes`]) and
 //! wakes the reload thread. That thread waits for a quiet moment
@@ -33,12 +34,12 @@
 //! last good config keeps serving and the errors go to the log and
 //! `/healthz`.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -97,30 +98,82 @@ fn note_everything(changes: &SharedChanges) {
         .everything = true;
 }
 
-/// Start the watcher and the reload thread; returns the sender that SIGHUP
-/// uses. If watching fails (no inotify), reload still works by SIGHUP.
-pub fn start(app: Arc<App>, config_path: PathBuf) -> Sender<Trigger> {
-    let (tx, rx) = mpsc::channel();
-    let programs_name = app
-        .config()
-        .server
-        .programs_dir
-        .file_name()
-        .map(|n| n.to_os_string());
-    let changes = SharedChanges::default();
-    let mut watch_state = WatchState::new(
-        &config_path,
+/// The file watcher of a server, set up before its first load reads
+/// anything: the directory of `config.toml` is watched before it is read
+/// ([`Watch::new`]), the programs directory and those of the hooks files
+/// before they are listed and read ([`Watch::add`]). An edit made after a
+/// file was read then always has an event, so the files need no second
+/// look once the server runs. What the events of the load report is
+/// reloaded once [`start`] runs.
+pub struct Watch {
+    state: WatchState,
+    tx: Sender<Trigger>,
+    rx: Receiver<Trigger>,
+    changes: SharedChanges,
+    /// The name of the programs directory, once `config.toml` says it.
+    programs_name: Arc<OnceLock<OsString>>,
+}
+
+impl Watch {
+    /// Watch the directory of `config_path`.
+    pub fn new(config_path: &Path) -> Watch {
+        let (tx, rx) = mpsc::channel();
+        let changes = SharedChanges::default();
+        let programs_name = Arc::default();
+        let mut state = WatchState::new(
+            config_path,
+            Arc::clone(&programs_name),
+            tx.clone(),
+            Arc::clone(&changes),
+        );
+        state.watch(&[watched_config_dir(config_path).to_path_buf()]);
+        Watch {
+            state,
+            tx,
+            rx,
+            changes,
+            programs_name,
+        }
+    }
+
+    /// Watch the directories `server` names as well: the programs
+    /// directory and those of the hooks files.
+    pub fn add(&mut self, config_path: &Path, server: &config::Server) {
+        if let Some(name) = server.programs_dir.file_name() {
+            let _ = self.programs_name.set(name.to_os_string());
+        }
+        self.state.watch(&dirs_for(config_path, server));
+    }
+}
+
+/// Start the reload thread; returns the sender that SIGHUP uses. `watch`:
+/// the watcher set up before the configuration was loaded; without it
+/// (or when a watched directory now resolves to another one) the files
+/// are looked at once more, as an edit since the load has no event. If
+/// watching fails (no inotify), reload still works by SIGHUP.
+pub fn start(app: Arc<App>, config_path: PathBuf, watch: Option<Watch>) -> Sender<Trigger> {
+    let fresh = watch.is_none();
+    let Watch {
+        state: mut watch_state,
+        tx,
+        rx,
+        changes,
         programs_name,
-        tx.clone(),
-        Arc::clone(&changes),
-    );
-    if watch_state.watch(&dirs_for(&config_path, &app.config().server)) {
-        // An edit made since the first load has no event: look once more.
+    } = watch.unwrap_or_else(|| Watch::new(&config_path));
+    if let Some(name) = app.config().server.programs_dir.file_name() {
+        let _ = programs_name.set(name.to_os_string());
+    }
+    let added = watch_state.watch(&dirs_for(&config_path, &app.config().server));
+    if fresh || added {
         note_everything(&changes);
         let _ = tx.send(Trigger::Changed);
     }
     let again = tx.clone();
     let spawned = thread::Builder::new().name("reload".into()).spawn(move || {
+        // What the first load freed: given back here, off the path of the
+        // first requests (`malloc_trim` of the heap of thousands of
+        // program files takes milliseconds).
+        crate::sys::trim_heap();
         let reloader = Reloader {
             app: &app,
             config_path: &config_path,
@@ -144,15 +197,18 @@ struct WatchState {
 impl WatchState {
     fn new(
         config_path: &Path,
-        programs_name: Option<OsString>,
+        programs_name: Arc<OnceLock<OsString>>,
         tx: Sender<Trigger>,
         changes: SharedChanges,
     ) -> WatchState {
         let config_name = config_path.file_name().map(|n| n.to_os_string());
-        let names = [config_name, programs_name];
         let handler = move |res: notify::Result<Event>| match res {
             Ok(ev) => {
-                if note(&changes, &ev, &names) {
+                let names = [
+                    config_name.as_deref(),
+                    programs_name.get().map(|n| n.as_os_str()),
+                ];
+                if note(&changes, &ev, names) {
                     let _ = tx.send(trigger_of(&ev.kind));
                 }
             }
@@ -204,7 +260,7 @@ impl WatchState {
 }
 
 /// Note what `ev` changed; returns whether it can change the config.
-fn note(changes: &SharedChanges, ev: &Event, names: &[Option<OsString>; 2]) -> bool {
+fn note(changes: &SharedChanges, ev: &Event, names: [Option<&OsStr>; 2]) -> bool {
     let everything = ev.paths.is_empty() || ev.need_rescan();
     let mut paths = ev.paths.iter().filter(|p| relevant(p, names)).peekable();
     if !everything && paths.peek().is_none() {
@@ -234,11 +290,11 @@ fn identity(dir: &Path) -> Option<(u64, u64)> {
 /// symlink of a ConfigMap. Editor swap and backup files (`.x.swp`, `x~`,
 /// `x.tmp`, vim's `4913`) and anything else (a log file kept beside the
 /// config) are not.
-fn relevant(path: &Path, names: &[Option<OsString>; 2]) -> bool {
+fn relevant(path: &Path, names: [Option<&OsStr>; 2]) -> bool {
     let Some(name) = path.file_name() else {
         return true;
     };
-    if names.iter().flatten().any(|n| n == name) {
+    if names.iter().flatten().any(|n| *n == name) {
         return true;
     }
     let name = name.to_string_lossy();
@@ -605,7 +661,10 @@ mod tests {
 
     #[test]
     fn editor_files_are_ignored() {
-        let c = &[Some("config.toml".into()), Some("programs".into())];
+        let c = [
+            Some(OsStr::new("config.toml")),
+            Some(OsStr::new("programs")),
+        ];
         assert!(relevant(Path::new("/x/config.toml"), c));
         assert!(relevant(Path::new("/x/programs/a.toml"), c));
         assert!(relevant(Path::new("/x/..data"), c));

@@ -41,20 +41,42 @@ use crate::sys::{self, Signal};
 /// cannot be opened.
 pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
     let cores = thread::available_parallelism().map_or(2, |n| n.get());
-    sys::limit_malloc_arenas(cores.max(2));
+    // One arena per core for the threads that read the program files, and
+    // one for the file watcher's thread, which starts before them: with
+    // one arena per core in all, a reading thread would share the main
+    // thread's arena and wait on its lock (bench/README.md, "Round five").
+    sys::limit_malloc_arenas(cores.max(2) + 1);
     sys::fix_malloc_thresholds();
-    let cfg = crate::firststart::load_for_serve(config_path, listen.as_deref())?;
+    let (mut watch, mut early) = (None, None);
+    let cfg = crate::firststart::load_for_serve(config_path, listen.as_deref(), &mut |before| {
+        match before {
+            config::Before::Config => {
+                watch.get_or_insert_with(|| reload::Watch::new(config_path));
+            }
+            config::Before::Files(server) => {
+                if let Some(w) = watch.as_mut() {
+                    w.add(config_path, server);
+                }
+                // Bound while the program files are read: a request
+                // waits in the listen backlog until the first load is
+                // done (nothing is accepted before), instead of being
+                // refused.
+                let addr = listen.as_ref().unwrap_or(&server.listen);
+                early.get_or_insert_with(|| (addr.clone(), bind(addr)));
+            }
+        }
+    })?;
     // Parsing thousands of program files leaves freed memory in every
-    // thread's arena: give it back before serving.
-    sys::trim_heap();
+    // thread's arena: the reload thread gives it back as it starts, while
+    // the first requests are answered (`reload::start`).
     let addr = listen.unwrap_or_else(|| cfg.server.listen.clone());
-    let (listener, local) = listen_on(&addr)?;
+    let (listener, local) = listen_on(&addr, early)?;
     let grace = cfg.server.shutdown_grace;
     let nofile = sys::raise_nofile_limit();
     let app = open_app(cfg)?;
     let in_flight = Arc::new(AtomicUsize::new(0));
     let server = start_http(&app, listener, &in_flight)?;
-    let reload = reload::start(Arc::clone(&app), config_path.to_path_buf());
+    let reload = reload::start(Arc::clone(&app), config_path.to_path_buf(), watch);
     println!("listening on http://{local}");
     let _ = io::stdout().flush();
     log::info!("listening on http://{local} (open files limit {nofile})");
@@ -76,10 +98,17 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
     Ok(())
 }
 
-/// Bind `addr`; the listener and its local address. Warns about a
-/// non-loopback address (no TLS).
-fn listen_on(addr: &str) -> Result<(TcpListener, SocketAddr), Error> {
-    let listener = bind(addr)?;
+/// Bind `addr`, unless `early` bound it already (the address it was given,
+/// and what binding it gave); the listener and its local address. Warns
+/// about a non-loopback address (no TLS).
+fn listen_on(
+    addr: &str,
+    early: Option<(String, Result<TcpListener, Error>)>,
+) -> Result<(TcpListener, SocketAddr), Error> {
+    let listener = match early {
+        Some((bound, Ok(listener))) if bound == addr => listener,
+        _ => bind(addr)?,
+    };
     let local = listener.local_addr().map_err(|source| Error::Bind {
         addr: addr.to_string(),
         source,

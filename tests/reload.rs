@@ -105,6 +105,99 @@ fn log_has(t: &Trigd, needle: &str) -> bool {
     fs::read_to_string(&t.stderr_log).is_ok_and(|s| s.contains(needle))
 }
 
+/// An edit made while the server starts, after it read the file and
+/// before it answers, is served: the edit must not fall between the read
+/// and the watch. The hooks file, read after the program files, is a FIFO,
+/// so the server waits there, with `a.toml` read, until the test has
+/// edited `a.toml` (and put a regular hooks file in the FIFO's place for
+/// the reloads that follow).
+#[test]
+fn an_edit_while_the_server_starts_is_served() {
+    let dir = setup(
+        "reload_edit_at_start",
+        "hooks_files = [\"hooks.json\"]",
+        &[("a.toml", &prog(1, "one"))],
+    );
+    let hooks = r#"[{"id": "h", "execute-command": "/bin/true"}]"#;
+    let fifo = std::ffi::CString::new(dir.path_str("hooks.json")).expect("path");
+    // SAFETY: a NUL-terminated path that outlives the call.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0, "mkfifo");
+    let t = thread::scope(|scope| {
+        let starting = scope.spawn(|| Trigd::start(&dir));
+        // Opening the FIFO for writing waits until the server opens it for
+        // reading: the program files are read by then.
+        let mut pipe = OpenOptions::new()
+            .write(true)
+            .open(dir.path("hooks.json"))
+            .expect("open the FIFO");
+        write_in_place(&dir, "programs/a.toml", &prog(1, "two"));
+        dir.write("hooks.tmp", hooks);
+        fs::rename(dir.path("hooks.tmp"), dir.path("hooks.json")).expect("rename");
+        pipe.write_all(hooks.as_bytes()).expect("write the FIFO");
+        drop(pipe);
+        starting.join().expect("the server starts")
+    });
+    wait_served(&t, 1, Ok("two"));
+    wait_no_reload_error(&t);
+}
+
+/// A request sent while the server reads its program files waits for the
+/// load and is answered from the loaded config: the port is bound before
+/// the files are read (a client is not refused), and nothing is answered
+/// before they are loaded. The server waits at the hooks file, a FIFO read
+/// after the program files, until the request has been sent.
+#[test]
+fn a_request_during_the_first_load_waits_for_it() {
+    let dir = setup(
+        "start_request_waits",
+        "hooks_files = [\"hooks.json\"]",
+        &[("a.toml", &prog(1, "one"))],
+    );
+    let fifo = std::ffi::CString::new(dir.path_str("hooks.json")).expect("path");
+    // SAFETY: a NUL-terminated path that outlives the call.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0, "mkfifo");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let log = fs::File::create(dir.path("stderr.log")).expect("log");
+    let child = Command::new(BIN)
+        .args(["serve", "--config", &dir.path_str("config.toml")])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn trigd");
+    let _server = KillOnDrop(child);
+    let mut pipe = OpenOptions::new()
+        .write(true)
+        .open(dir.path("hooks.json"))
+        .expect("open the FIFO");
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", port))
+        .expect("the port is bound while the program files are read");
+    conn.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .expect("send");
+    let hooks = r#"[{"id": "h", "execute-command": "/bin/true"}]"#;
+    dir.write("hooks.tmp", hooks);
+    fs::rename(dir.path("hooks.tmp"), dir.path("hooks.json")).expect("rename");
+    pipe.write_all(hooks.as_bytes()).expect("write the FIFO");
+    drop(pipe);
+    let reply = read_reply(&mut std::io::BufReader::new(conn)).expect("an answer");
+    let v = reply.ok();
+    assert_eq!(v["Programs"], json!(1), "{v}");
+    assert_eq!(v["Generation"], json!(1), "{v}");
+}
+
+/// A child process killed (and reaped) when dropped.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[test]
 fn in_place_write_is_served() {
     let (dir, t) = serve("reload_in_place", "", &[("a.toml", &prog(1, "one"))]);

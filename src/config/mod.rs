@@ -46,7 +46,7 @@ use crate::http::Method;
 
 #[cfg(any(test, fuzzing))] // fuzz/ (cargo-fuzz sets cfg fuzzing)
 pub use validate::load_str;
-pub use validate::{load, load_changed, load_text};
+pub use validate::{load, load_changed, load_first, load_text, Before};
 
 /// One loaded configuration: server settings, programs, keys, users,
 /// workspaces and tools.

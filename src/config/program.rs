@@ -11,9 +11,9 @@ use std::sync::Arc;
 use toml::Spanned;
 
 use super::raw::{self, RawFunction, RawProgram, RawStep};
-use super::stamp::{Checked, Source};
+use super::stamp::{Checked, Pos, Source};
 use super::types::{
-    config_dir, count, duration, env_vars, error, is_ident, par_map, parse, templates,
+    config_dir, count, duration, env_vars, error, is_ident, line_col, par_map, parse, templates,
     workspace_ref, Errors, Known, Src,
 };
 use super::{resolve, ApiTrigger, Function, Program, Server, Step, Workspace};
@@ -49,19 +49,19 @@ pub(super) fn load_programs(
         errs.0.extend(file_errs.0.iter().cloned());
         let f = match found {
             Ok(f) => f,
-            Err(text) => {
-                note_broken(text, known);
+            Err(id) => {
+                note_broken(*id, known);
                 continue;
             }
         };
-        let at = |errs: &mut Errors, span: Option<&Range<usize>>, key: &str, msg: String| match (
-            f.text, span,
-        ) {
-            (Some(text), Some(span)) => errs.at(&Src { file, text }, span.clone(), key, msg),
-            _ => errs.0.push(error(file, key, msg)),
+        let at = |errs: &mut Errors, pos: Option<Pos>, key: &str, msg: String| {
+            let (line, col) = pos.unwrap_or((0, 0));
+            let mut e = error(file, key, msg);
+            (e.line, e.col) = (line, col);
+            errs.0.push(e);
         };
         let id = u64::try_from(f.id).ok();
-        let id_span = f.spans.as_ref().map(|s| &s.0);
+        let id_span = f.at.map(|a| a.0);
         match id.map(|id| out.get(&id).map(|p| p.file.as_path())) {
             None => at(
                 errs,
@@ -88,7 +88,7 @@ pub(super) fn load_programs(
                     first.display(),
                     file.display()
                 );
-                at(errs, f.spans.as_ref().map(|s| &s.1), "name", msg);
+                at(errs, f.at.map(|a| a.1), "name", msg);
             }
             None => {
                 names.insert(name, file);
@@ -102,14 +102,13 @@ pub(super) fn load_programs(
 }
 
 /// One program file's program, with what the cross-file checks point at.
-struct Found<'a> {
+struct Found {
     program: Arc<Program>,
     /// The id as written (it may be negative).
     id: i64,
-    /// The text, and the spans of `id` and `name` in it; `None` for a
-    /// program reused unread.
-    text: Option<&'a str>,
-    spans: Option<(Range<usize>, Range<usize>)>,
+    /// Where `id` and `name` are in the file; `None` for a program reused
+    /// unread.
+    at: Option<(Pos, Pos)>,
 }
 
 /// Check the program file `file` holding `text` on its own; `stamp` is
@@ -127,6 +126,7 @@ pub fn check_one(
         return Checked {
             program: None,
             errs,
+            broken_id: broken_id(text),
         };
     };
     if let (Some(ws), Some(wss)) = (&raw.workspace, wss) {
@@ -135,63 +135,63 @@ pub fn check_one(
     let mut program = program(&src, &raw, server, &mut errs);
     program.stamp = stamp;
     program.digest = super::stamp::digest(text);
-    let spans = (raw.id.span(), raw.name.span());
+    let at = |span: Range<usize>| line_col(text, span.start);
+    let at = (at(raw.id.span()), at(raw.name.span()));
     Checked {
-        program: Some((Arc::new(program), *raw.id.get_ref(), spans)),
+        program: Some((Arc::new(program), *raw.id.get_ref(), at)),
         errs,
+        broken_id: None,
     }
 }
 
-/// Check one file on its own: the program, or the text of a file that is
-/// not one; with the errors found in it.
-fn found<'a>(
-    file: &'a Path,
-    source: &'a Source,
+/// Check one file on its own: the program, or for a file that is not
+/// one what its text says of its id ([`Checked::broken_id`]); with the
+/// errors found in it.
+fn found(
+    file: &Path,
+    source: &Source,
     server: &Server,
     wss: Option<&BTreeMap<String, Workspace>>,
-) -> (Result<Found<'a>, &'a str>, Errors) {
-    let (text, checked) = match source {
+) -> (Result<Found, Option<u64>>, Errors) {
+    let checked = match source {
         Source::Loaded(p) => {
             let id = i64::try_from(p.id).unwrap_or(i64::MAX);
-            let (program, text, spans) = (Arc::clone(p), None, None);
-            let found = Found {
-                program,
-                id,
-                text,
-                spans,
-            };
-            return (Ok(found), Errors::default());
+            let (program, at) = (Arc::clone(p), None);
+            return (Ok(Found { program, id, at }), Errors::default());
         }
-        Source::Text { text, stamp } => (text, check_one(file, text, *stamp, server, wss)),
-        Source::Checked { text, checked } => {
-            let Checked { program, errs } = &**checked;
-            let errs = Errors(errs.0.clone());
-            (
-                text,
-                Checked {
-                    program: program.clone(),
-                    errs,
-                },
-            )
-        }
+        Source::Text { text, stamp } => check_one(file, text, *stamp, server, wss),
+        Source::Checked(checked) => Checked {
+            program: checked.program.clone(),
+            errs: Errors(checked.errs.0.clone()),
+            broken_id: checked.broken_id,
+        },
     };
-    let Checked { program, errs } = checked;
-    let found = program.map(|(program, id, spans)| Found {
+    let Checked {
+        program,
+        errs,
+        broken_id,
+    } = checked;
+    let found = program.map(|(program, id, at)| Found {
         program,
         id,
-        text: Some(text.as_str()),
-        spans: Some(spans),
+        at: Some(at),
     });
-    (found.ok_or(text.as_str()), errs)
+    (found.ok_or(broken_id), errs)
 }
 
-/// Remember what can be known about a program file that failed to load.
-fn note_broken(text: &str, known: &mut Known) {
+/// The id a program file that does not load gives anyway: a TOML file
+/// with a non-negative integer `id`.
+fn broken_id(text: &str) -> Option<u64> {
     let id = text
         .parse::<toml::Table>()
         .ok()
         .and_then(|t| t.get("id")?.as_integer());
-    match id.and_then(|id| u64::try_from(id).ok()) {
+    id.and_then(|id| u64::try_from(id).ok())
+}
+
+/// Remember what can be known about a program file that failed to load.
+fn note_broken(id: Option<u64>, known: &mut Known) {
+    match id {
         Some(id) => {
             known.broken.insert(id);
         }

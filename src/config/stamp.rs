@@ -15,8 +15,6 @@ use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use std::ops::Range;
-
 use super::types::Errors;
 use super::Program;
 
@@ -93,19 +91,18 @@ pub enum Source {
     /// Unchanged since the current snapshot loaded it.
     Loaded(Arc<Program>),
     /// Read and checked on its own by the thread that read it (a load
-    /// with no current snapshot): its text, for the positions of the
-    /// cross-file checks, and what the check found.
-    Checked {
-        /// The content.
-        text: String,
-        /// The program or the errors of this file alone.
-        checked: Box<Checked>,
-    },
+    /// with no current snapshot), which also freed its text: what the
+    /// check found.
+    Checked(Box<Checked>),
 }
 
+/// A line and column (1-based) in a program file.
+pub type Pos = (usize, usize);
+
 /// A program as [`Checked`] found it: the program, its id as written (it
-/// may be negative) and the spans of `id` and `name` in its text.
-pub type Found = (Arc<Program>, i64, (Range<usize>, Range<usize>));
+/// may be negative) and where `id` and `name` are in its text (what the
+/// cross-file checks point at).
+pub type Found = (Arc<Program>, i64, (Pos, Pos));
 
 /// One program file checked on its own, before the cross-file checks:
 /// by the thread that read it when a load has no current snapshot
@@ -115,6 +112,10 @@ pub struct Checked {
     pub program: Option<Found>,
     /// The errors found in this file alone.
     pub errs: Errors,
+    /// For a file that is not a program: the id its text gives anyway,
+    /// when it is TOML with a non-negative integer `id` (so that a
+    /// reference to it is not reported as dangling).
+    pub broken_id: Option<u64>,
 }
 
 #[cfg(test)]

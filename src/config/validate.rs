@@ -39,6 +39,28 @@ pub fn load(path: &Path) -> Result<Config, Vec<ConfigError>> {
     check_apart(read_all(path)?)
 }
 
+/// What a server's first load ([`load_first`]) is about to read.
+pub enum Before<'a> {
+    /// `config.toml`.
+    Config,
+    /// The programs directory and the hooks files that `config.toml`
+    /// names, with its `[server]` settings (only when they have no error:
+    /// otherwise the load fails anyway).
+    Files(&'a Server),
+}
+
+/// Like [`load`], telling `before` what is read next, before it is read:
+/// a server watches each directory then, so that an edit made after the
+/// read always has an event.
+///
+/// # Errors
+/// As [`load`].
+pub fn load_first(path: &Path, before: &mut dyn FnMut(Before)) -> Result<Config, Vec<ConfigError>> {
+    before(Before::Config);
+    let text = read_config(path)?;
+    check_apart(read_programs_of(path, text, None, None, Some(before)))
+}
+
 /// A `config.toml` at least this long is checked on a thread of its own.
 const CHECK_APART: usize = 64 * 1024;
 
@@ -117,7 +139,7 @@ pub fn load_changed(
         }
         scanned = Some(found);
     }
-    let files = read_programs_of(path, text, now, scanned);
+    let files = read_programs_of(path, text, now, scanned, None);
     let reused = files
         .programs
         .iter()
@@ -189,7 +211,7 @@ type Current<'a> = Option<(&'a Config, Option<&'a [PathBuf]>)>;
 
 /// Read `config.toml` and the program files it points at.
 fn read_all(path: &Path) -> Result<Files, Vec<ConfigError>> {
-    Ok(read_programs_of(path, read_config(path)?, None, None))
+    Ok(read_programs_of(path, read_config(path)?, None, None, None))
 }
 
 /// The text of `config.toml`.
@@ -232,17 +254,18 @@ fn scan(dir: &Path, current: Current, context: Option<&Context>) -> std::io::Res
 /// # Errors
 /// As [`load`].
 pub fn load_text(path: &Path, text: String) -> Result<Config, Vec<ConfigError>> {
-    check(read_programs_of(path, text, None, None), None)
+    check(read_programs_of(path, text, None, None, None), None)
 }
 
 /// `config.toml` parsed, and the program files that `text`, the content of
 /// `path`, points at (`scanned`: already found in the programs directory
-/// `current` names, which `text` names too).
+/// `current` names, which `text` names too; `before`: see [`load_first`]).
 fn read_programs_of(
     path: &Path,
     text: String,
     current: Current,
     scanned: Option<std::io::Result<ReadFiles>>,
+    before: Option<&mut dyn FnMut(Before)>,
 ) -> Files {
     let mut errs = Errors::default();
     let src = Src {
@@ -259,6 +282,11 @@ fn read_programs_of(
     let context = current
         .is_none()
         .then(|| context(&src, raw.as_ref(), &config_dir(path)));
+    if let (Some(before), Some(c)) = (before, &context) {
+        if c.known && c.errs.0.is_empty() {
+            before(Before::Files(&c.server));
+        }
+    }
     let programs = scanned.unwrap_or_else(|| scan(&dir, current, context.as_ref()));
     let programs = programs.unwrap_or_else(|e| {
         let msg = format!("cannot read programs directory {}: {e}", dir.display());
@@ -380,16 +408,6 @@ fn read_programs(
     current: Option<&Config>,
     context: Option<&Context>,
 ) -> std::io::Result<ReadFiles> {
-    let mut names = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
-        if is_program_file(&path) {
-            names.push(path);
-        }
-    }
-    // One directory: comparing the bytes orders as `Path` does, without
-    // splitting every path into components.
-    names.sort_unstable_by(|a, b| a.as_os_str().cmp(b.as_os_str()));
     // Keyed by the bytes: hashing a `Path` splits it into components.
     let loaded: HashMap<&OsStr, &Arc<Program>> = current
         .iter()
@@ -401,13 +419,26 @@ fn read_programs(
     let dir_fd = std::fs::File::open(dir).ok();
     let started = SystemTime::now();
     let wss = context.and_then(Context::workspaces);
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if is_program_file(&path) {
+            names.push(path);
+        }
+    }
+    // One directory: comparing the bytes orders as `Path` does, without
+    // splitting every path into components. Read in this order, the
+    // programs lie in memory in the order a reload walks them (handing
+    // the listing to the readers as it came, in the directory's order,
+    // made no start faster and a reload among 10,000 files 5 ms slower).
+    names.sort_unstable_by(|a, b| a.as_os_str().cmp(b.as_os_str()));
     let read = par_map(&names, |p| {
         let loaded = loaded.get(p.as_os_str()).copied();
         let source = match read_source(p, dir_fd.as_ref(), loaded, started)? {
             Ok(Source::Text { text, stamp }) if context.is_some() => {
-                let server = &context?.server;
-                let checked = Box::new(program::check_one(p, &text, stamp, server, wss));
-                Ok(Source::Checked { text, checked })
+                // The text is freed here, on the thread that read it.
+                let checked = program::check_one(p, &text, stamp, &context?.server, wss);
+                Ok(Source::Checked(Box::new(checked)))
             }
             other => other,
         };
