@@ -13,6 +13,8 @@
 set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=bench/trigd-config.sh
+source "$BENCH_DIR/trigd-config.sh"
 ROOT=$(cd "$BENCH_DIR/.." && pwd)
 
 usage() {
@@ -312,22 +314,7 @@ SHA=$(printf '%s' "$KEY" | sha256sum | cut -d' ' -f1)
 
 # ---- trigd definitions
 TD=$WORK/trigd
-mkdir -p "$TD/programs"
-BASE_CONFIG=$(cat <<EOF
-[server]
-listen = "127.0.0.1:0"
-workers = 8
-max_concurrent_runs = $MAX_RUNS
-shutdown_grace = "2s"
-# The peer has no failed-authentication limit: the rejected case would
-# otherwise turn every later request from 127.0.0.1 into 429.
-auth_failures_per_minute = 0
-
-[[api_keys]]
-name = "bench"
-sha256 = "$SHA"
-EOF
-)
+BASE_CONFIG=$(trigd_base_config "$SHA" "$MAX_RUNS")
 # The signed-webhook cases: a GitHub push (tests/data/github-push.json),
 # HMAC-SHA256 in X-Hub-Signature-256, one rule (X-GitHub-Event = push), /bin/true.
 PUSH=$ROOT/tests/data/github-push.json
@@ -336,79 +323,8 @@ printf '%s\n' "$GH_SECRET" >"$WORK/github-secret"
 GH_SIG=$(openssl dgst -sha256 -hmac "$GH_SECRET" <"$PUSH" | sed 's/^.* //')
 GH_BAD=$(printf '0%.0s' {1..64})
 GH_HEADERS=$'Content-Type: application/json\nX-GitHub-Event: push\nX-Hub-Signature-256: sha256='
-{
-    printf '%s\n' "$BASE_CONFIG"
-    cat <<EOF
-
-[[workspaces]]
-name = "bench"
-
-[[tools]]
-name = "bench"
-workspace = "bench"
-[tools.environments.prod]
-public = true
-
-[[tools.triggers]]
-kind = "endpoint"
-name = "github"
-program = 4
-function = "run"
-verify = { scheme = "hmac-sha256", header = "X-Hub-Signature-256", prefix = "sha256=", secret_file = "$WORK/github-secret" }
-rule = { header = "X-GitHub-Event", equals = "push" }
-EOF
-} >"$TD/config.toml"
-cat >"$TD/programs/true.toml" <<'EOF'
-id = 1
-name = "true"
-
-[[functions]]
-name = "run"
-command = ["/bin/true"]
-[functions.webhook]
-EOF
-cat >"$TD/programs/echo.toml" <<'EOF'
-id = 2
-name = "echo"
-
-[[functions]]
-name = "run"
-command = ["/bin/echo", "{a}", "{b}"]
-[functions.webhook]
-outputs = ["a", "b"]
-EOF
-cat >"$TD/programs/github.toml" <<'EOF'
-id = 4
-name = "github"
-
-[[functions]]
-name = "run"
-command = ["/bin/true"]
-webhook = { active = false }
-EOF
-printf '#!/bin/sh\necho run >> %s\n' "$WORK/async-trigd.out" >"$TD/append.sh"
-chmod +x "$TD/append.sh"
-cat >"$TD/programs/async.toml" <<EOF
-id = 3
-name = "async"
-
-[[functions]]
-name = "run"
-command = ["$TD/append.sh"]
-[functions.webhook]
-EOF
-
-printf '#!/bin/sh\necho run >> %s\n' "$WORK/idem-trigd.out" >"$TD/once.sh"
-chmod +x "$TD/once.sh"
-cat >"$TD/programs/once.toml" <<EOF
-id = 5
-name = "once"
-
-[[functions]]
-name = "run"
-command = ["$TD/once.sh"]
-[functions.webhook]
-EOF
+write_trigd_config "$TD" "$SHA" "$MAX_RUNS" "$WORK/github-secret" \
+    "$WORK/async-trigd.out" "$WORK/idem-trigd.out"
 
 # ---- webhook definitions (same programs)
 WD=$WORK/webhook

@@ -36,50 +36,11 @@ TRIGD_LINK_MAP=$MAP cargo static
 [[ -s $MAP ]] || { echo "order-symbols.sh: no link map: is the static build linked by LLD?" >&2; exit 1; }
 
 # ---- the configuration bench/run.sh measures idle memory with
-mkdir -p "$WORK/cfg/programs"
+# shellcheck source=bench/trigd-config.sh
+source "$ROOT/bench/trigd-config.sh"
 printf 'secret\n' >"$WORK/secret"
-cat >"$WORK/cfg/config.toml" <<EOF
-[server]
-listen = "127.0.0.1:0"
-workers = 8
-max_concurrent_runs = 16
-shutdown_grace = "2s"
-auth_failures_per_minute = 0
-
-[[api_keys]]
-name = "order"
-sha256 = "$(printf 'order-key' | sha256sum | cut -d' ' -f1)"
-
-[[workspaces]]
-name = "order"
-
-[[tools]]
-name = "order"
-workspace = "order"
-[tools.environments.prod]
-public = true
-
-[[tools.triggers]]
-kind = "endpoint"
-name = "github"
-program = 4
-function = "run"
-verify = { scheme = "hmac-sha256", header = "X-Hub-Signature-256", prefix = "sha256=", secret_file = "$WORK/secret" }
-rule = { header = "X-GitHub-Event", equals = "push" }
-EOF
-program() { # ID NAME COMMAND [TOML LINES...]
-    local file=$WORK/cfg/programs/$2.toml
-    printf 'id = %s\nname = "%s"\n\n[[functions]]\nname = "run"\ncommand = %s\n' "$1" "$2" "$3" >"$file"
-    shift 3
-    printf '%s\n' "$@" >>"$file"
-}
-printf '#!/bin/sh\necho run >> %s\n' "$WORK/append.out" >"$WORK/append.sh"
-chmod +x "$WORK/append.sh"
-program 1 true '["/bin/true"]' '[functions.webhook]'
-program 2 echo '["/bin/echo", "{a}", "{b}"]' '[functions.webhook]' 'outputs = ["a", "b"]'
-program 3 async "[\"$WORK/append.sh\"]" '[functions.webhook]'
-program 4 github '["/bin/true"]' 'webhook = { active = false }'
-program 5 once "[\"$WORK/append.sh\"]" '[functions.webhook]'
+write_trigd_config "$WORK/cfg" "$(printf 'order-key' | sha256sum | cut -d' ' -f1)" 16 \
+    "$WORK/secret" "$WORK/append.out" "$WORK/once.out"
 
 # ---- the traced runs (three: threads interleave differently each time)
 trace() { # N: one run, its superblocks in $WORK/trace.N
