@@ -27,10 +27,10 @@ import sys
 LINE = re.compile(r'^\s*([0-9a-f]+)\s+([0-9a-f]+)\s+([0-9a-f]+)\s+(\d+)\s(\s*)(.*)$')
 RUST_SECTION = re.compile(r':\(\.text\.(?:(?:unlikely|hot|startup|exit)\.)?(_[ZR]\w*[^)]*)\)$')
 LIBC_VARIANT = re.compile(r'libc\.a\(([a-z0-9_]+)-[\w-]*?(?:sse|avx|evex|erms|rtm|movbe)[\w-]*\.o\)')
-# (prefix of a function valgrind runs, prefix of the functions a real CPU
-# may run instead)
 # libc string functions run natively but not under valgrind (the vDSO lookup)
 NATIVE_LIBC = ['strcmp']
+# (prefix of a function valgrind runs, prefix of the functions a real CPU
+# may run instead)
 DISPATCH = [
     ('_ZN4sha26sha256', '_ZN4sha26sha2563x86'),
     ('_ZN4sha26sha512', '_ZN4sha26sha5123x86'),
