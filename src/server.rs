@@ -40,7 +40,7 @@ use crate::sys::{self, Signal};
 /// The config does not load, the address cannot be bound, or the state dir
 /// cannot be opened.
 pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
-    let cores = thread::available_parallelism().map_or(2, |n| n.get());
+    let cores = sys::cores();
     // One arena per core for the threads that read the program files, and
     // one for the file watcher's thread, which starts before them: with
     // one arena per core in all, a reading thread would share the main

@@ -935,6 +935,13 @@ pub fn dup_inheritable(fd: BorrowedFd<'_>) -> OwnedFd {
     unsafe { OwnedFd::from_raw_fd(new) }
 }
 
+/// The cores this process may run on (at least 1), asked once: the
+/// standard library reads the cgroup's CPU quota files at every call.
+pub fn cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,7 +13,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use toml::Spanned;
@@ -385,7 +384,7 @@ pub fn config_dir(path: &Path) -> PathBuf {
 /// instead of making every thread wait for it; the results are put back in
 /// the order of `items`. Small inputs stay on the calling thread.
 pub fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    let threads = cores();
+    let threads = crate::sys::cores();
     if threads < 2 || items.len() < 64 {
         return items.iter().map(f).collect();
     }
@@ -394,12 +393,10 @@ pub fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec
         let mut done: Vec<(usize, Vec<R>)> = Vec::new();
         loop {
             let start = next.fetch_add(PAR_BLOCK, Ordering::Relaxed);
-            let Some(block) = items.get(start..items.len().min(start + PAR_BLOCK)) else {
-                return done;
-            };
-            if block.is_empty() {
+            if start >= items.len() {
                 return done;
             }
+            let block = &items[start..items.len().min(start + PAR_BLOCK)];
             done.push((start, block.iter().map(&f).collect()));
         }
     };
@@ -421,13 +418,6 @@ pub fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec
 /// threads end within a few files of each other, large enough that taking
 /// one costs nothing next to its files.
 const PAR_BLOCK: usize = 32;
-
-/// The cores this process may run on (at least 1), asked once: the
-/// standard library reads the cgroup's CPU quota files at every call.
-pub fn cores() -> usize {
-    static CORES: OnceLock<usize> = OnceLock::new();
-    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-}
 
 /// What is known about the programs while checking references to them.
 pub struct Known<'a> {

@@ -610,6 +610,14 @@ fn on_spawn_brackets_each_process() {
     assert!(log[0].is_some() && log[1].is_none() && log[2].is_some() && log[3].is_none());
 }
 
+/// The message of the spawn error `out` ended with at step `step`.
+fn spawn_message(out: &Outcome, step: usize) -> &str {
+    match &out.error {
+        Some(StepError::Spawn { step: s, message }) if *s == step => message,
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn spawn_errors() {
     let _g = shared();
@@ -617,63 +625,39 @@ fn spawn_errors() {
         vec![cmd(&["/nonexistent/trigd-bin"], &[])],
         &Opts::default(),
     );
-    match &out.error {
-        Some(StepError::Spawn { step: 0, message }) => {
-            assert_eq!(
-                message,
-                "cannot start /nonexistent/trigd-bin: No such file or directory (os error 2)"
-            );
-        }
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(
+        spawn_message(&out, 0),
+        "cannot start /nonexistent/trigd-bin: No such file or directory (os error 2)"
+    );
     assert!(out.steps.is_empty());
     let plain = tmp("not-executable");
     std::fs::write(&plain, "#!/bin/sh\necho never\n").unwrap();
     let out = run1(vec![cmd(&[plain.to_str().unwrap()], &[])], &Opts::default());
-    match &out.error {
-        Some(StepError::Spawn { step: 0, message }) => {
-            let want = format!(
-                "cannot start {}: Permission denied (os error 13)",
-                plain.display()
-            );
-            assert_eq!(message, &want);
-        }
-        other => panic!("{other:?}"),
-    }
+    let want = format!(
+        "cannot start {}: Permission denied (os error 13)",
+        plain.display()
+    );
+    assert_eq!(spawn_message(&out, 0), want);
     let _ = std::fs::remove_file(&plain);
     let out = run1(vec![cmd(&["/bin/echo", "a\0b"], &[])], &Opts::default());
-    match &out.error {
-        Some(StepError::Spawn { step: 0, message }) => {
-            assert_eq!(
-                message,
-                "cannot start /bin/echo: nul byte found in provided data"
-            );
-        }
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(
+        spawn_message(&out, 0),
+        "cannot start /bin/echo: nul byte found in provided data"
+    );
     let out = run1(
         vec![sh("true"), cmd(&["trigd-no-such-cmd"], &[])],
         &Opts::default(),
     );
-    match &out.error {
-        Some(StepError::Spawn { step: 1, message }) => {
-            assert!(message.contains("trigd-no-such-cmd"), "{message}");
-        }
-        other => panic!("{other:?}"),
-    }
+    let message = spawn_message(&out, 1);
+    assert!(message.contains("trigd-no-such-cmd"), "{message}");
     let mut f = func("f", &[], vec![sh("true")]);
     f.workdir = PathBuf::from("/nonexistent/trigd-dir");
     let out = run(&program(vec![f]), "f", &[], &Opts::default());
-    match &out.error {
-        Some(StepError::Spawn { step: 0, message }) => {
-            assert_eq!(
-                message,
-                "cannot start /bin/sh: No such file or directory (os error 2) \
-                 (workdir /nonexistent/trigd-dir is not a directory)"
-            );
-        }
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(
+        spawn_message(&out, 0),
+        "cannot start /bin/sh: No such file or directory (os error 2) \
+         (workdir /nonexistent/trigd-dir is not a directory)"
+    );
 }
 
 #[test]
