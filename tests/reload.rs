@@ -105,6 +105,14 @@ fn log_has(t: &Trigd, needle: &str) -> bool {
     fs::read_to_string(&t.stderr_log).is_ok_and(|s| s.contains(needle))
 }
 
+/// Make `name` in `dir` a FIFO: a server reading it waits there until a
+/// writer comes.
+fn make_fifo(dir: &TestDir, name: &str) {
+    let fifo = std::ffi::CString::new(dir.path_str(name)).expect("path");
+    // SAFETY: a NUL-terminated path that outlives the call.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0, "mkfifo");
+}
+
 /// An edit made while the server starts, after it read the file and
 /// before it answers, is served: the edit must not fall between the read
 /// and the watch. The hooks file, read after the program files, is a FIFO,
@@ -119,9 +127,7 @@ fn an_edit_while_the_server_starts_is_served() {
         &[("a.toml", &prog(1, "one"))],
     );
     let hooks = r#"[{"id": "h", "execute-command": "/bin/true"}]"#;
-    let fifo = std::ffi::CString::new(dir.path_str("hooks.json")).expect("path");
-    // SAFETY: a NUL-terminated path that outlives the call.
-    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0, "mkfifo");
+    make_fifo(&dir, "hooks.json");
     let t = thread::scope(|scope| {
         let starting = scope.spawn(|| Trigd::start(&dir));
         // Opening the FIFO for writing waits until the server opens it for
@@ -153,9 +159,7 @@ fn a_request_during_the_first_load_waits_for_it() {
         "hooks_files = [\"hooks.json\"]",
         &[("a.toml", &prog(1, "one"))],
     );
-    let fifo = std::ffi::CString::new(dir.path_str("hooks.json")).expect("path");
-    // SAFETY: a NUL-terminated path that outlives the call.
-    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0, "mkfifo");
+    make_fifo(&dir, "hooks.json");
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
