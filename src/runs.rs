@@ -17,7 +17,7 @@ use crate::http::{ApiError, Request, Response};
 use crate::invoke;
 use crate::output;
 use crate::runner::Cancel;
-use crate::store::{Origin, RunRecord};
+use crate::store::{Origin, RunRecord, RunState};
 
 /// Query parameters of the output endpoint.
 const OUTPUT_PARAMS: [&str; 2] = ["api_key", "follow"];
@@ -147,10 +147,14 @@ pub fn cancel(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Respon
 }
 
 /// Stop the run of `rec` and wait (at most its kill grace and a little
-/// more) until it has ended; its record then.
+/// more) until it has ended; its record then. The answer is read from the
+/// record: a cancel that was accepted ends the run `cancelled` (the runner
+/// decides a cancel and the run's end under one lock), and one that came
+/// too late is `run_ended` with the state the run really ended in.
 ///
 /// # Errors
-/// 409 `run_ended` for a run that has already ended.
+/// 409 `run_ended` for a run that has already ended, or that ended before
+/// the cancel reached it.
 pub fn stop(app: &App, cfg: &Config, rec: RunRecord, by: &Origin) -> Result<RunRecord, ApiError> {
     let ended = |r: &RunRecord| ApiError::RunEnded {
         run: r.run.clone(),
@@ -159,16 +163,27 @@ pub fn stop(app: &App, cfg: &Config, rec: RunRecord, by: &Origin) -> Result<RunR
     if rec.state.is_terminal() {
         return Err(ended(&rec));
     }
-    log::info!("run {} cancelled by {}", rec.run, String::from(by.clone()));
-    if app.runner.cancel(&rec.run) == Cancel::NotActive {
-        let now = app.store.get(&rec.run).unwrap_or(rec);
-        return Err(ended(&now));
-    }
     let deadline = Instant::now() + cfg.server.kill_grace + Duration::from_secs(10);
+    let mut accepted = false;
     loop {
+        // A run between the queue and its start is not found for a moment:
+        // ask again until its record says it has ended.
+        if !accepted {
+            accepted = app.runner.cancel(&rec.run) != Cancel::NotActive;
+            if accepted {
+                log::info!("run {} cancelled by {}", rec.run, String::from(by.clone()));
+            }
+        }
         let now = app.store.get(&rec.run).unwrap_or_else(|| rec.clone());
-        if now.state.is_terminal() || Instant::now() >= deadline {
+        let over = now.state.is_terminal();
+        if over && (!accepted || now.state != RunState::Cancelled) {
+            return Err(ended(&now));
+        }
+        if over || (accepted && Instant::now() >= deadline) {
             return Ok(now);
+        }
+        if Instant::now() >= deadline {
+            return Err(ended(&now));
         }
         std::thread::sleep(Duration::from_millis(20));
     }

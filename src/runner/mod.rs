@@ -253,6 +253,23 @@ impl Drop for Registered<'_> {
     }
 }
 
+/// Make `outcome` that of a cancelled run: the cancel was accepted before
+/// its end was decided, so it ends `cancelled` even when its last step
+/// exited on its own meanwhile.
+fn cancelled(outcome: &mut Outcome) {
+    let step = match &outcome.error {
+        Some(
+            StepError::Spawn { step, .. }
+            | StepError::Failed { step, .. }
+            | StepError::TimedOut { step }
+            | StepError::Aborted { step }
+            | StepError::Cancelled { step },
+        ) => *step,
+        None => outcome.steps.len().saturating_sub(1),
+    };
+    outcome.error = Some(StepError::Cancelled { step });
+}
+
 /// The outcome of a run whose handle could not be created.
 fn no_handle(e: &io::Error) -> Outcome {
     Outcome {
@@ -514,8 +531,12 @@ impl Runner {
                 None => {}
             }
             if let Some(h) = self.handle(id) {
-                h.cancel();
-                return Cancel::Stopping;
+                // Refused once the run's end is decided: it ended.
+                return if h.cancel() {
+                    Cancel::Stopping
+                } else {
+                    Cancel::NotActive
+                };
             }
             thread::sleep(Duration::from_millis(10));
         }
@@ -812,21 +833,21 @@ impl Runner {
         let outcome = match &live {
             Ok(live) => {
                 let mut outcome = self.execute_with(job, &live.handle, output.as_ref());
-                if let Some(StepError::Aborted { step }) = outcome.error {
-                    if live.handle.is_cancelled() {
-                        outcome.error = Some(StepError::Cancelled { step });
-                    }
+                // The end is decided here, under the handle's lock: a
+                // cancel accepted before this wins, whatever the steps
+                // did; one after it is refused (`run_ended`).
+                if live.handle.end() {
+                    cancelled(&mut outcome);
                 }
+                // No cancel finds the run once its end is being recorded;
+                // followers waiting on the handle learn of the end once it
+                // is recorded.
+                live.unlist();
                 outcome
             }
             Err(e) => no_handle(e),
         };
         drop(output);
-        // No cancel finds the run once its end is being recorded; followers
-        // waiting on the handle learn of the end once it is recorded.
-        if let Ok(live) = &live {
-            live.unlist();
-        }
         self.record_outcome(&mut rec, job, &outcome);
         drop(live);
         lock(&self.drain).tick();
