@@ -95,7 +95,7 @@ pub fn handle(app: &App, req: &Request) -> Response {
         (_, ["workspaces", _, "settings", "application-key"]) => Err(ApiError::MethodNotAllowed {
             allow: vec!["POST"],
         }),
-        _ => Err(ApiError::NotFound),
+        _ => ui::not_found(req),
     };
     result.unwrap_or_else(Response::from)
 }

@@ -132,7 +132,9 @@ fn open_app(cfg: config::Config) -> Result<Arc<App>, Error> {
         move |source| Error::Io { path, source }
     };
     let retry = |r: &RunRecord| {
-        cfg.program(r.program)
+        r.owner
+            .program()
+            .and_then(|id| cfg.program(id))
             .and_then(|p| p.function(&r.function))
             .is_some_and(|f| f.retry_on_restart)
     };

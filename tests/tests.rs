@@ -15,8 +15,8 @@ mod openapi; // openapi.json against src/routes.rs and the error codes; GET /ope
 mod queue; // waiting for a slot, full queue, floods, idempotency keys, runs after a crash, full disk
 mod reload; // hot reload: every edit style, ConfigMap symlink swap, invalid edits, SIGHUP, 10k files
 mod runs; // run records: GET /api/runs/<id>, output caps, crash recovery, SIGTERM, per-function concurrency
-mod runs_output; // kept output, following it (events, curl -N), streamed sync calls, cancel and its process group
 mod runs_access; // who may read, follow and cancel a run (hook runs, auth before lookup), cancel racing the end, metrics labels, the demo Runs page
+mod runs_output; // kept output, following it (events, curl -N), streamed sync calls, cancel and its process group
 mod runs_pages; // the runs pages: list, filters, a run's page, untrusted output, the Cancel form, 100,000 runs
 mod switch; // the public switch flipped from trigd: HTTP operation, form, confirmation, config rewrite, read-only, admins, CSRF, races
 mod tools; // generated tool endpoints: environments, values by name, bearer app keys, User-Agent rule, endpoint view

@@ -319,6 +319,7 @@ fn program(d: &HookDef, cwd: &Option<PathBuf>, dir: &Path, server: &Server, n: u
         functions: vec![function],
         stamp: None,
         digest: 0,
+        hook: true,
     }
 }
 

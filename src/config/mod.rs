@@ -43,6 +43,7 @@ pub use named::Named;
 pub use stamp::Stamp;
 
 use crate::http::Method;
+use crate::store::Owner;
 
 #[cfg(any(test, fuzzing))] // fuzz/ (cargo-fuzz sets cfg fuzzing)
 pub use validate::load_str;
@@ -195,6 +196,12 @@ impl ApiKey {
             .is_none_or(|ids| ids.contains(&program.id));
         ws_ok && id_ok
     }
+
+    /// Whether the key has no scope (`workspace` and `programs` unset):
+    /// only such a key may read, follow and cancel hook runs.
+    pub fn is_unscoped(&self) -> bool {
+        self.workspace.is_none() && self.programs.is_none()
+    }
 }
 
 /// A program file: an id and its functions.
@@ -215,9 +222,21 @@ pub struct Program {
     /// Hash of the file's text: a file read again with the same text
     /// keeps this program.
     pub digest: u64,
+    /// A hooks-file hook's one-function program: its runs are the hook's
+    /// ([`Owner::Hook`]), not a program id's (`id` is not a program id).
+    pub hook: bool,
 }
 
 impl Program {
+    /// Who owns this program's runs.
+    pub fn owner(&self) -> Owner {
+        if self.hook {
+            Owner::Hook
+        } else {
+            Owner::Program(self.id)
+        }
+    }
+
     /// The function called `name`.
     pub fn function(&self, name: &str) -> Option<&Function> {
         self.functions.iter().find(|f| f.name == name)

@@ -48,7 +48,9 @@ use crate::callback::Service as Callbacks;
 use crate::config::{Config, Program};
 use crate::metrics::Metrics;
 use crate::output::OutputFile;
-use crate::store::{new_run_id, now_rfc3339, Origin, RunInput, RunRecord, RunState, RunStore};
+use crate::store::{
+    new_run_id, now_rfc3339, Origin, Owner, RunInput, RunRecord, RunState, RunStore,
+};
 use handle::{RunHandle, Stream};
 use queue::{Drain, Granted, Queued, SlotKey, Slots, Ticket, Waiter};
 use step::{Outcome, StepError};
@@ -88,7 +90,7 @@ pub struct Job {
 
 impl Job {
     fn slot_key(&self) -> SlotKey {
-        (self.program.id, self.function.clone())
+        (self.program.owner(), self.function.clone())
     }
 
     fn concurrency(&self) -> usize {
@@ -96,15 +98,15 @@ impl Job {
     }
 }
 
-/// The program of a run of `function` of program `id` under `cfg`: a
-/// program file's, or a hooks-file hook's (program 0, function named like
-/// the hook). `None` when it is gone.
-fn program_of<'c>(cfg: &'c Config, id: u64, function: &str) -> Option<&'c Arc<Program>> {
-    let has = |p: &&Arc<Program>| p.function(function).is_some();
-    cfg.program(id).filter(has).or_else(|| {
-        let hook = cfg.hooks.program(function).filter(|_| id == 0)?;
-        Some(hook).filter(has)
-    })
+/// The program of a run of `function` of `owner` under `cfg`: a program
+/// file's, or a hooks-file hook's (its one function named like the hook).
+/// `None` when it is gone.
+fn program_of<'c>(cfg: &'c Config, owner: Owner, function: &str) -> Option<&'c Arc<Program>> {
+    let program = match owner {
+        Owner::Program(id) => cfg.program(id),
+        Owner::Hook => cfg.hooks.program(function),
+    };
+    program.filter(|p| p.function(function).is_some())
 }
 
 fn concurrency(program: &Program, function: &str) -> usize {
@@ -501,7 +503,8 @@ impl Runner {
         rec.input = None;
         self.record_end(&mut rec, durable);
         if state == RunState::Cancelled {
-            self.metrics.run(rec.program, state.name(), Duration::ZERO);
+            self.metrics
+                .run(rec.owner, &rec.function, state.name(), Duration::ZERO);
         }
         self.ended.notify_all();
     }
@@ -658,11 +661,11 @@ impl Runner {
                 continue;
             };
             let body = rec.input.as_ref().is_some_and(|i| i.body);
-            match program_of(cfg, rec.program, &rec.function) {
+            match program_of(cfg, rec.owner, &rec.function) {
                 Some(p) if !body => {
                     s.queue.push_back(Waiter::Async(Queued {
                         concurrency: concurrency(p, &rec.function),
-                        key: (rec.program, rec.function),
+                        key: (rec.owner, rec.function),
                         run: rec.run,
                         program: Arc::clone(p),
                         cfg: Arc::clone(cfg),
@@ -800,7 +803,7 @@ impl Runner {
                 .clone()
                 .unwrap_or_else(|| new_run_id(&job.cfg.server.instance)),
             state: RunState::Queued,
-            program: job.program.id,
+            owner: job.program.owner(),
             function: job.function.clone(),
             r#async: is_async,
             by: job.by.clone(),
@@ -852,12 +855,16 @@ impl Runner {
         drop(live);
         lock(&self.drain).tick();
         self.ended.notify_all();
-        self.metrics
-            .run(rec.program, rec.state.name(), started.elapsed());
+        self.metrics.run(
+            rec.owner,
+            &rec.function,
+            rec.state.name(),
+            started.elapsed(),
+        );
         log::info!(
             "run {} {}/{} {}",
             rec.run,
-            rec.program,
+            rec.owner,
             rec.function,
             rec.state.name()
         );

@@ -77,6 +77,7 @@ fn program(functions: Vec<Function>) -> Program {
         functions,
         stamp: None,
         digest: 0,
+        hook: false,
     }
 }
 

@@ -7,7 +7,7 @@ use super::*;
 fn ticket(program: u64, function: &str, concurrency: usize) -> Arc<Ticket> {
     Arc::new(Ticket {
         run: format!("{program}-{function}"),
-        key: (program, function.to_string()),
+        key: (Owner::Program(program), function.to_string()),
         concurrency,
         granted: AtomicBool::new(false),
         cancelled: AtomicBool::new(false),

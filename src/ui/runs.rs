@@ -23,7 +23,7 @@ use crate::follow;
 use crate::http::{percent_encode, ApiError, Request, Response};
 use crate::output::{self, Frame, Stream};
 use crate::runs;
-use crate::store::{Origin, RunFilter, RunRecord, RunState, ALL_STATES};
+use crate::store::{Origin, Owner, RunFilter, RunRecord, RunState, ALL_STATES};
 
 /// Runs per page.
 pub const PAGE: usize = 50;
@@ -125,8 +125,11 @@ pub fn list(app: &App, cfg: &Config, req: &Request) -> Result<Response, ApiError
 fn list_page(app: &App, cfg: &Config, req: &Request, s: &Session) -> Result<Response, ApiError> {
     let (filter, page_no) = parse_filter(req)?;
     let wss = workspaces_of(cfg, &s.user);
-    let visible = |pid: u64| {
-        cfg.program(pid)
+    // A hooks-file hook's run belongs to no workspace: never listed here.
+    let visible = |owner: Owner| {
+        owner
+            .program()
+            .and_then(|id| cfg.program(id))
             .and_then(|p| p.workspace.as_deref())
             .is_some_and(|w| wss.contains(w))
     };
@@ -155,9 +158,12 @@ fn list_page(app: &App, cfg: &Config, req: &Request, s: &Session) -> Result<Resp
 }
 
 fn list_row(cfg: &Config, r: &RunRecord) -> Markup {
-    let program = cfg
-        .program(r.program)
-        .map_or_else(|| r.program.to_string(), |p| p.name.clone());
+    let program = match r.owner {
+        Owner::Program(id) => cfg
+            .program(id)
+            .map_or_else(|| id.to_string(), |p| p.name.clone()),
+        Owner::Hook => format!("hook {}", r.function),
+    };
     html! {
         tr {
             td { a href={ "/runs/" (percent_encode(&r.run)) } { code { (r.run) } } }
@@ -243,8 +249,10 @@ fn pager(req: &Request, page_no: usize, more: bool) -> Markup {
 /// program's workspace.
 fn visible_run(app: &App, cfg: &Config, s: &Session, id: &str) -> Result<RunRecord, ApiError> {
     let rec = runs::record(app, cfg, id)?;
-    let ws = cfg
-        .program(rec.program)
+    let ws = rec
+        .owner
+        .program()
+        .and_then(|id| cfg.program(id))
         .and_then(|p| p.workspace.as_deref());
     match ws {
         Some(ws) if workspaces_of(cfg, &s.user).contains(ws) => Ok(rec),
@@ -290,10 +298,12 @@ pub fn cancel(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Respon
 }
 
 fn run_page(app: &App, cfg: &Config, s: &Session, r: &RunRecord) -> Response {
-    let program = cfg.program(r.program).map_or_else(
-        || r.program.to_string(),
-        |p| format!("{} ({})", p.name, p.id),
-    );
+    let program = match r.owner {
+        Owner::Program(id) => cfg
+            .program(id)
+            .map_or_else(|| id.to_string(), |p| format!("{} ({})", p.name, p.id)),
+        Owner::Hook => format!("hook {}", r.function),
+    };
     let dash = "\u{2014}";
     let live = !r.state.is_terminal();
     let follow = live.then(|| format!("/api/runs/{}/output?follow=1", percent_encode(&r.run)));
