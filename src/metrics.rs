@@ -309,7 +309,12 @@ mod tests {
             "finished",
             Duration::from_millis(20),
         );
-        m.run(Owner::Hook, "a\"b\\c\nd", "failed", Duration::ZERO);
+        m.run(
+            Owner::Hook,
+            "a\"b\\c\nd",
+            "failed",
+            Duration::from_millis(20),
+        );
         m.webhook("gh", "push", "ignored");
         m.webhook("gh", "push", "ignored");
         let g = Gauges {
@@ -330,7 +335,7 @@ mod tests {
         let hook = r#"trigd_runs_total{hook="a\"b\\c\nd",outcome="failed"} 1"#;
         assert!(t.contains(hook), "{t}");
         assert!(t.contains("trigd_run_duration_seconds_bucket{le=\"0.01\"} 0"));
-        assert!(t.contains("trigd_run_duration_seconds_bucket{le=\"0.025\"} 1"));
+        assert!(t.contains("trigd_run_duration_seconds_bucket{le=\"0.025\"} 2"));
         assert!(t.contains("trigd_reload_errors_total 1"));
         assert!(t.contains("trigd_open_connections 2"));
         let w = "trigd_webhooks_not_run_total{tool=\"gh\",trigger=\"push\",outcome=\"ignored\"} 2";

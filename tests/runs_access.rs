@@ -130,11 +130,11 @@ fn hook_run(t: &Trigd, hook: &str) -> String {
         id = t
             .stderr_tail()
             .lines()
+            .rev()
             .filter(|l| l.contains(&needle))
             .filter_map(|l| l.split(" run=").nth(1))
             .map(|r| r.split_whitespace().next().unwrap_or("").to_string())
-            .filter(|r| is_run_id(r))
-            .last();
+            .find(|r| is_run_id(r));
         id.is_some()
     });
     if !logged {

@@ -246,7 +246,7 @@ mod tests {
     fn ticket(n: usize) -> Arc<Ticket> {
         Arc::new(Ticket {
             run: format!("{n:032x}"),
-            key: (1, "run".into()),
+            key: (Owner::Program(1), "run".into()),
             concurrency: usize::MAX,
             granted: AtomicBool::new(false),
             cancelled: AtomicBool::new(false),
