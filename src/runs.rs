@@ -227,15 +227,14 @@ pub fn stop(app: &App, cfg: &Config, rec: RunRecord, by: &Origin) -> Result<RunR
             }
         }
         let now = app.store.get(&rec.run).unwrap_or_else(|| rec.clone());
-        let over = now.state.is_terminal();
-        if over && (!accepted || now.state != RunState::Cancelled) {
-            return Err(ended(&now));
-        }
-        if over || (accepted && Instant::now() >= deadline) {
-            return Ok(now);
+        if now.state.is_terminal() {
+            let cancelled = accepted && now.state == RunState::Cancelled;
+            return if cancelled { Ok(now) } else { Err(ended(&now)) };
         }
         if Instant::now() >= deadline {
-            return Err(ended(&now));
+            // Still stopping (202); or never found live, which only a run
+            // stuck between the queue and its start could be.
+            return if accepted { Ok(now) } else { Err(ended(&now)) };
         }
         std::thread::sleep(Duration::from_millis(20));
     }
