@@ -13,6 +13,8 @@
 pub mod callbacks;
 pub mod edit;
 mod endpoint;
+pub mod file;
+pub mod yaml;
 pub mod generated;
 mod hook_compile;
 pub mod hooks;
