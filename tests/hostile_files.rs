@@ -56,7 +56,11 @@ fn hostile_hooks() -> Vec<(&'static str, String, Vec<&'static str>)> {
         "}".repeat(60)
     );
     vec![
-        ("billion laughs", laughs(), vec!["hooks.yaml:4:12: ", "aliases"]),
+        (
+            "billion laughs",
+            laughs(),
+            vec!["hooks.yaml:4:12: ", "aliases"],
+        ),
         (
             "YAML nested 5,000 deep",
             format!("{}x\n", "- ".repeat(5000)),
@@ -85,7 +89,11 @@ fn hostile_hooks() -> Vec<(&'static str, String, Vec<&'static str>)> {
         (
             "a file over the size bound",
             format!("[{}]", " ".repeat(MAX_FILE)),
-            vec!["config.toml:2:16: ", "server.hooks_files[0]", "larger than 1 MiB"],
+            vec![
+                "config.toml:2:16: ",
+                "server.hooks_files[0]",
+                "larger than 1 MiB",
+            ],
         ),
     ]
 }
@@ -170,7 +178,11 @@ fn check_capped(config: &str) -> (Option<i32>, String) {
 #[track_caller]
 fn check_refuses(dir: &TestDir, what: &str, want: &[&str]) {
     let (code, stderr) = check_capped(&dir.path_str("config.toml"));
-    assert_eq!(code, Some(1), "{what}: trigd check exit code; stderr:\n{stderr}");
+    assert_eq!(
+        code,
+        Some(1),
+        "{what}: trigd check exit code; stderr:\n{stderr}"
+    );
     for w in want {
         assert!(stderr.contains(w), "{what}: stderr lacks {w:?}:\n{stderr}");
     }
@@ -178,7 +190,11 @@ fn check_refuses(dir: &TestDir, what: &str, want: &[&str]) {
 
 #[test]
 fn hostile_hooks_files_leave_the_server_serving_the_last_good_hooks() {
-    let dir = setup("hostile_hooks_reload", "hooks_files = [\"hooks.yaml\"]", &[]);
+    let dir = setup(
+        "hostile_hooks_reload",
+        "hooks_files = [\"hooks.yaml\"]",
+        &[],
+    );
     dir.write("hooks.yaml", &hook("h", "one"));
     let t = Trigd::start_capped(&dir, CAP);
     wait_hook(&t, "h", "one");
@@ -290,7 +306,11 @@ fn hostile_toml_files_leave_the_server_serving_the_last_good_config() {
         wait_reload_error(&t, what, &want);
         served(&t);
         check_refuses(&dir, what, &want);
-        let good = if rel == "config.toml" { config("") } else { prog.to_string() };
+        let good = if rel == "config.toml" {
+            config("")
+        } else {
+            prog.to_string()
+        };
         swap(&dir, rel, &good);
         let mut last = Value::Null;
         t.wait_for(WAIT, &format!("{what}: the error to clear"), || {
@@ -322,4 +342,22 @@ fn hook_ids_no_url_can_name_are_refused_and_the_rest_served() {
     wait_reload_error(&t, "unreachable ids", &want);
     wait_hook(&t, "x%20y", "xy");
     check_refuses(&dir, "unreachable ids", &want);
+}
+
+#[test]
+fn a_secret_file_that_never_ends_is_refused() {
+    let dir = setup("hostile_secret", "", &[]);
+    dir.append(
+        "config.toml",
+        "\n[callbacks]\nsecret_file = \"/dev/zero\"\n",
+    );
+    check_refuses(
+        &dir,
+        "secret_file = /dev/zero",
+        &[
+            "config.toml:",
+            "callbacks.secret_file",
+            "larger than 64 KiB",
+        ],
+    );
 }

@@ -66,6 +66,29 @@ pub fn read_to_end(file: &mut File, len: u64) -> io::Result<String> {
     String::from_utf8(buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.utf8_error()))
 }
 
+/// The largest secret file (`secret_file`): a secret is a few dozen bytes.
+pub const MAX_SECRET_BYTES: u64 = 64 << 10;
+
+/// The content of the secret file at `path`, at most [`MAX_SECRET_BYTES`]
+/// (`secret_file = "/dev/zero"` must not fill memory).
+///
+/// # Errors
+/// The file cannot be opened or read, or is too big.
+pub fn read_secret(path: &Path) -> io::Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    File::open(path)?
+        .take(MAX_SECRET_BYTES + 1)
+        .read_to_end(&mut buf)?;
+    if buf.len() as u64 > MAX_SECRET_BYTES {
+        let msg = format!(
+            "the file is larger than {} KiB, the limit of a secret file",
+            MAX_SECRET_BYTES >> 10
+        );
+        return Err(io::Error::new(io::ErrorKind::InvalidData, msg));
+    }
+    Ok(buf)
+}
+
 /// Whether `text` is longer than a file may be (text that did not come
 /// from [`read_text`]: an edit checked before it is written, a fuzz input).
 pub fn over_limit(text: &str) -> bool {
@@ -104,5 +127,11 @@ mod tests {
         let mut f = File::open(&over).unwrap();
         assert!(read_to_end(&mut f, 10).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_secret_file_is_bounded() {
+        let e = read_secret(Path::new("/dev/zero")).unwrap_err();
+        assert!(e.to_string().contains("larger than 64 KiB"), "{e}");
     }
 }

@@ -19,9 +19,9 @@ use regex_lite::Regex;
 use super::hooks::{parse_file, ArgDef, HookDef, HookError, MatchDef, RuleDef, MAX_HOOKS};
 use super::types::{error, Errors};
 use super::{
-    resolve, ApiTrigger, ConfigError, Credentials, Dialect, Endpoint, Entry, Function, HookAnswer, HookFile,
-    HookValues, Methods, OutputMode, Piece, Program, Server, Shape, Step, Target, Template, Values,
-    WebhookReading,
+    resolve, ApiTrigger, ConfigError, Credentials, Dialect, Endpoint, Entry, Function, HookAnswer,
+    HookFile, HookValues, Methods, OutputMode, Piece, Program, Server, Shape, Step, Target,
+    Template, Values, WebhookReading,
 };
 use crate::cidr::Cidr;
 use crate::http::Method;

@@ -550,10 +550,12 @@ fn read_source(
         Err(e) => return Some(Err(e)),
     };
     let stamp = Stamp::of(&meta, started);
-    Some(file::read_to_end(&mut file, meta.len()).map(|text| match loaded {
-        Some(p) if p.digest == stamp::digest(&text) => Source::Loaded(Arc::clone(p)),
-        _ => Source::Text { text, stamp },
-    }))
+    Some(
+        file::read_to_end(&mut file, meta.len()).map(|text| match loaded {
+            Some(p) if p.digest == stamp::digest(&text) => Source::Loaded(Arc::clone(p)),
+            _ => Source::Text { text, stamp },
+        }),
+    )
 }
 
 /// The shared core of [`load`] and [`load_str`]; with `current`, reused

@@ -124,8 +124,7 @@ fn drain(parser: &mut Parser<std::str::Chars>) -> Result<(), YamlError> {
 fn alias(at: Pos) -> YamlError {
     YamlError {
         at,
-        msg: "YAML aliases (*name) are not supported: write the value out where it is used"
-            .into(),
+        msg: "YAML aliases (*name) are not supported: write the value out where it is used".into(),
     }
 }
 
@@ -241,8 +240,18 @@ fn tagged(v: String, suffix: &str) -> Yaml {
 fn is_float(v: &str) -> bool {
     matches!(
         v,
-        ".inf" | ".Inf" | ".INF" | "+.inf" | "+.Inf" | "+.INF" | "-.inf" | "-.Inf" | "-.INF"
-            | ".nan" | ".NaN" | ".NAN"
+        ".inf"
+            | ".Inf"
+            | ".INF"
+            | "+.inf"
+            | "+.Inf"
+            | "+.INF"
+            | "-.inf"
+            | "-.Inf"
+            | "-.INF"
+            | ".nan"
+            | ".NaN"
+            | ".NAN"
     ) || (v.bytes().any(|b| b.is_ascii_digit()) && v.parse::<f64>().is_ok())
 }
 
@@ -297,10 +306,22 @@ mod tests {
         assert!(parse(&ok).is_ok());
         let deep = format!("{}x", "- ".repeat(5000));
         let e = err(&deep);
-        assert_eq!(e.at, Pos { line: 1, col: 2 * MAX_DEPTH + 1 });
+        assert_eq!(
+            e.at,
+            Pos {
+                line: 1,
+                col: 2 * MAX_DEPTH + 1
+            }
+        );
         assert!(e.msg.contains("deeper than 128"), "{e:?}");
         let json = format!("{}{}", "[".repeat(MAX_DEPTH + 1), "]".repeat(MAX_DEPTH + 1));
-        assert_eq!(err(&json).at, Pos { line: 1, col: MAX_DEPTH + 1 });
+        assert_eq!(
+            err(&json).at,
+            Pos {
+                line: 1,
+                col: MAX_DEPTH + 1
+            }
+        );
         // Past the scanner's own bound, in the same words.
         let e = err(&"[".repeat(5000));
         assert!(e.msg.contains("deeper than 128"), "{e:?}");
@@ -309,7 +330,10 @@ mod tests {
     #[test]
     fn bad_keys_and_tags_are_located() {
         let e = err("a: 1\n[b]: 2\n");
-        assert_eq!((e.at.line, e.msg.as_str()), (2, "a mapping key must be a string"));
+        assert_eq!(
+            (e.at.line, e.msg.as_str()),
+            (2, "a mapping key must be a string")
+        );
         assert_eq!(err("a: !!int x").at, Pos { line: 1, col: 10 });
         assert!(err("a: [").msg.starts_with("not YAML or JSON"));
     }
