@@ -8,6 +8,7 @@ mod cli; // subcommands: check, keygen, hash-password, run, --help/--version, us
 mod cluster; // several instances: run ids naming their instance, 421, readiness and draining, three instances behind HAProxy
 mod hooks_diff; // adnanh/webhook hooks files: the real webhook and trigd given the same file and requests
 mod hooks_pipeline; // a hook through the one pipeline: Idempotency-Key, busy, storage_unavailable, shutting_down
+mod hostile_files; // config and hooks files that try to take the server down: alias bombs, deep nesting, huge files, unreachable hook ids
 mod limits; // connections, sizes, fairness, EMFILE, overload, crash, hostile programs, rate limits, users
 mod modules; // the module graph of src/ has no cycles
 mod newcomer; // a newcomer's first hour: relative commands, exact Results, failed stdout, check warnings, help, run wording

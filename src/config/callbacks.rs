@@ -335,7 +335,11 @@ fn secret(src: &Src, raw: &RawCallbacks, dir: &Path, errs: &mut Errors) -> Optio
         }
         (None, Some(f)) => {
             let path = resolve(dir, Path::new(f.get_ref()));
-            let v = std::fs::read_to_string(&path)
+            let v = super::file::read_secret(&path)
+                .and_then(|b| {
+                    String::from_utf8(b)
+                        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+                })
                 .map_err(|e| format!("cannot read the secret file {}: {e}", path.display()));
             (v, f.span(), "callbacks.secret_file")
         }

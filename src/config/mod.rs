@@ -13,6 +13,7 @@
 pub mod callbacks;
 pub mod edit;
 mod endpoint;
+pub mod file;
 pub mod generated;
 mod hook_compile;
 pub mod hooks;
@@ -25,6 +26,7 @@ mod stamp;
 mod tools;
 mod types;
 mod validate;
+pub mod yaml;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;

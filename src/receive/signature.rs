@@ -39,8 +39,8 @@ impl Secret {
     /// # Errors
     /// The file cannot be read, or holds nothing.
     pub fn from_file(path: &Path) -> Result<Secret, String> {
-        let mut b =
-            std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let mut b = crate::config::file::read_secret(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         if b.ends_with(b"\n") {
             b.pop();
             if b.ends_with(b"\r") {
