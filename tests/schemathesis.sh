@@ -50,7 +50,43 @@ sed -i "s|^password = \"generate\"|password = \"$hash\"|" "$dir/config.toml"
 # the limiter would answer 429 to everything after the first 30.
 sed -i 's|^# auth_failures_per_minute = 30 .*|auth_failures_per_minute = 0|' "$dir/config.toml"
 sed -i 's|^\[server\]$|[server]\nhooks_files = ["hooks.json"]|' "$dir/config.toml"
+# The demo user sees the runs of program 1 (the Runs pages).
+grep -q '^workspace' "$dir/programs/hello.toml" ||
+  sed -i 's|^name = "hello"$|name = "hello"\nworkspace = "demo"|' "$dir/programs/hello.toml"
 cat >>"$dir/config.toml" <<'EOF'
+
+# An endpoint for every other method, its value from the query or a default.
+[[tools.triggers]]
+kind = "endpoint"
+name = "get"
+method = "GET"
+program = 1
+function = "greet"
+values = { name = { query = "name", default = "none" } }
+
+[[tools.triggers]]
+kind = "endpoint"
+name = "put"
+method = "PUT"
+program = 1
+function = "greet"
+values = { name = { query = "name", default = "none" } }
+
+[[tools.triggers]]
+kind = "endpoint"
+name = "patch"
+method = "PATCH"
+program = 1
+function = "greet"
+values = { name = { query = "name", default = "none" } }
+
+[[tools.triggers]]
+kind = "endpoint"
+name = "delete"
+method = "DELETE"
+program = 1
+function = "greet"
+values = { name = { query = "name", default = "none" } }
 
 # A signed endpoint (GitHub's HMAC) beside the demo tool's.
 [[tools.triggers]]
@@ -109,10 +145,6 @@ curl -sS -o /dev/null "$base/hooks/hello?name=x"
 cat >"$dir/schemathesis.toml" <<EOF
 headers = { X-CSRF-Token = "$csrf" }
 
-# trigd deletes nothing over HTTP: DELETE calls a tool trigger or a hook.
-[checks]
-use_after_free.enabled = false
-
 [generation]
 max-examples = ${ST_EXAMPLES:-20}
 
@@ -127,7 +159,7 @@ run = { values = ["$run1", "$run2"] }
 hook = { values = ["hello", "output", "ruled"] }
 tool = { values = ["demo"] }
 env = { values = ["sandbox", "production"] }
-trigger = { values = ["hello", "github"] }
+trigger = { values = ["hello", "github", "get", "put", "patch", "delete"] }
 ws = { values = ["demo"] }
 
 [parameters]
@@ -167,10 +199,14 @@ include-operation-id = "logout"
 enabled = false
 EOF
 
+# Every check but use_after_free: trigd deletes nothing over HTTP (a DELETE
+# calls a tool trigger or a hook, which answer as before). One worker: the
+# run is reproducible from its seed, and CPython 3.11's ast module (used by
+# Hypothesis to describe strategies) fails now and then in parallel threads.
 cd "$dir"
 set +e
 "$st" --config-file "$dir/schemathesis.toml" run "$repo/openapi.json" --url "$base" \
-  --checks all --seed "${ST_SEED:-1}" --workers 2 \
+  --checks all --exclude-checks use_after_free --seed "${ST_SEED:-1}" --workers 1 \
   --report junit,ndjson --report-dir "$dir/report" "$@"
 status=$?
 set -e
