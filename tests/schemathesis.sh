@@ -55,14 +55,14 @@ grep -q '^workspace' "$dir/programs/hello.toml" ||
   sed -i 's|^name = "hello"$|name = "hello"\nworkspace = "demo"|' "$dir/programs/hello.toml"
 cat >>"$dir/config.toml" <<'EOF'
 
-# An endpoint for every other method, its value from the query or a default.
+# An endpoint for every other method (the value by name, from the query or
+# a JSON object body).
 [[tools.triggers]]
 kind = "endpoint"
 name = "get"
 method = "GET"
 program = 1
 function = "greet"
-values = { name = { query = "name", default = "none" } }
 
 [[tools.triggers]]
 kind = "endpoint"
@@ -70,7 +70,6 @@ name = "put"
 method = "PUT"
 program = 1
 function = "greet"
-values = { name = { query = "name", default = "none" } }
 
 [[tools.triggers]]
 kind = "endpoint"
@@ -78,7 +77,6 @@ name = "patch"
 method = "PATCH"
 program = 1
 function = "greet"
-values = { name = { query = "name", default = "none" } }
 
 [[tools.triggers]]
 kind = "endpoint"
@@ -86,7 +84,6 @@ name = "delete"
 method = "DELETE"
 program = 1
 function = "greet"
-values = { name = { query = "name", default = "none" } }
 
 # A signed endpoint (GitHub's HMAC) beside the demo tool's.
 [[tools.triggers]]
