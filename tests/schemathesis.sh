@@ -46,10 +46,15 @@ hash="$(printf '%s' "$password" | "$trigd" hash-password)"
 
 # The shipped demo password is made at first start; a known one here.
 sed -i "s|^password = \"generate\"|password = \"$hash\"|" "$dir/config.toml"
+grep -qF "$hash" "$dir/config.toml" || {
+  echo "config.toml has no user with password = \"generate\" to sign in as" >&2
+  exit 1
+}
 # Generated requests fail authentication on purpose, many times a minute;
 # the limiter would answer 429 to everything after the first 30.
-sed -i 's|^# auth_failures_per_minute = 30 .*|auth_failures_per_minute = 0|' "$dir/config.toml"
-sed -i 's|^\[server\]$|[server]\nhooks_files = ["hooks.json"]|' "$dir/config.toml"
+sed -i '/^#\? *auth_failures_per_minute/d' "$dir/config.toml"
+sed -i 's|^\[server\]$|[server]\nhooks_files = ["hooks.json"]\nauth_failures_per_minute = 0|' \
+  "$dir/config.toml"
 # The demo user sees the runs of program 1 (the Runs pages).
 grep -q '^workspace' "$dir/programs/hello.toml" ||
   sed -i 's|^name = "hello"$|name = "hello"\nworkspace = "demo"|' "$dir/programs/hello.toml"
