@@ -11,6 +11,21 @@ use crate::config::Config;
 use crate::http::{ApiError, Request, Response};
 use crate::invoke::{hook_text, invoke, HOOK_NOT_FOUND};
 
+/// Whether the request target `target` (as sent, not decoded) lies under
+/// the hooks' URL prefix `prefix` (empty: no hooks files). A path there that
+/// cannot be read as a hook id (an encoded `/`, a `.` or `..` segment) is
+/// still answered in webhook's words, [`not_found`].
+pub fn under_prefix(prefix: &[String], target: &str) -> bool {
+    let path = target.split('?').next().unwrap_or_default();
+    let mut segs = path.split('/').filter(|s| !s.is_empty());
+    !prefix.is_empty() && prefix.iter().all(|p| segs.next() == Some(p.as_str()))
+}
+
+/// webhook's answer to a path that names no hook.
+pub fn not_found() -> Response {
+    hook_text(404, HOOK_NOT_FOUND)
+}
+
 /// Call hook `id`.
 ///
 /// # Errors
@@ -20,6 +35,6 @@ use crate::invoke::{hook_text, invoke, HOOK_NOT_FOUND};
 pub fn call(app: &App, cfg: &Arc<Config>, req: &Request, id: &str) -> Result<Response, ApiError> {
     match cfg.hooks.by_id.get(id) {
         Some(endpoint) => invoke(app, cfg, req, endpoint),
-        None => Ok(hook_text(404, HOOK_NOT_FOUND)),
+        None => Ok(not_found()),
     }
 }

@@ -46,6 +46,7 @@ pub fn handle(app: &App, req: &Request) -> Response {
             allow: vec!["POST"],
         }),
         (Get, []) => ui::home(app, &cfg, req),
+        (_, []) => Err(ApiError::MethodNotAllowed { allow: vec!["GET"] }),
         (Get, ["login"]) => ui::login_form(app, &cfg, req),
         (Post, ["login"]) => ui::login(app, &cfg, req),
         (_, ["login"]) => Err(ApiError::MethodNotAllowed {
@@ -101,9 +102,11 @@ pub fn handle(app: &App, req: &Request) -> Response {
 }
 
 /// The hook id of a path under the hooks' URL prefix (the rest of the
-/// path, which may hold `/`), when hooks files are configured.
+/// path, which may hold `/`; empty for the prefix itself, which names no
+/// hook and is answered `Hook not found.` as webhook does), when hooks
+/// files are configured.
 fn hook_id(prefix: &[String], segs: &[&str]) -> Option<String> {
-    if prefix.is_empty() || segs.len() <= prefix.len() {
+    if prefix.is_empty() || segs.len() < prefix.len() {
         return None;
     }
     let (head, rest) = segs.split_at(prefix.len());

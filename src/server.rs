@@ -23,6 +23,7 @@ use crate::app::App;
 use crate::callback;
 use crate::config;
 use crate::error::Error;
+use crate::hooks;
 use crate::http::{ApiError, Request, Response};
 use crate::idempotency::Keys;
 use crate::logging;
@@ -306,6 +307,9 @@ fn handle(app: &App, mut rq: tiny_http::Request) {
                     ApiError::Internal.into()
                 });
             (Ok(req), resp)
+        }
+        Err(ApiError::NotFound) if hooks::under_prefix(&app.config().hooks.prefix, rq.url()) => {
+            (Err(()), hooks::not_found())
         }
         Err(e) => (Err(()), Response::from(e)),
     };

@@ -86,10 +86,10 @@ impl Caller<'_> {
 /// `program_not_found`, `function_not_found`, …), a body that cannot be
 /// read (`invalid_payload`), the rule (`Ignored`, `rule_error`), the
 /// values (`invalid_payload`, `unsupported_media_type`,
-/// `variables_mismatch`, `invalid_parameter`), `run_async`, a bad or
-/// reused `Idempotency-Key` (`invalid_parameter`,
-/// `idempotency_key_reused`), and the run. A hook answers most of them in
-/// webhook's words (`hook_answer.rs`).
+/// `variables_mismatch`, `invalid_parameter`), `run_async`, a reused
+/// `Idempotency-Key` (`idempotency_key_reused`), and the run; a malformed
+/// `Idempotency-Key` (`invalid_parameter`) right after the signature. A
+/// hook answers most of them in webhook's words (`hook_answer.rs`).
 pub fn invoke(
     app: &App,
     cfg: &Arc<Config>,
@@ -114,6 +114,9 @@ fn steps(
     }
     let rcv = &endpoint.receive;
     webhook::verify(app, cfg, rcv, req)?;
+    // Before the rule: an ignored request with a malformed key is refused
+    // like any other (the README's promise for the header).
+    let key = idempotency::key_of(req)?;
     values::reject_body(req, &endpoint.values)?;
     let (program, function) = target(cfg, req, &endpoint.target, &caller)?;
     let mut read = Read::new(cfg, req, &endpoint.dialect)?;
@@ -151,7 +154,7 @@ fn steps(
             answer::start(app, job, run_async)
         }
     };
-    match idempotency::key_of(req)? {
+    match key {
         Some(key) => {
             let entry = format!("{}#{}", req.segments.join("/"), program.id);
             let request = (entry.as_str(), made.request.as_slice());

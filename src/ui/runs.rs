@@ -53,6 +53,13 @@ fn workspaces_of<'a>(cfg: &'a Config, user: &str) -> BTreeSet<&'a str> {
         .collect()
 }
 
+/// A number of 1 to `max` ASCII digits (no sign: what openapi.json's
+/// pattern says), which fits a `u64` for `max` up to 19.
+fn digits(s: &str, max: usize) -> Option<u64> {
+    let plain = !s.is_empty() && s.len() <= max && s.bytes().all(|b| b.is_ascii_digit());
+    plain.then(|| s.parse().ok()).flatten()
+}
+
 /// The filter and page of a `GET /runs` query.
 fn parse_filter(req: &Request) -> Result<(RunFilter, usize), ApiError> {
     let bad = |name: &str, msg: String| ApiError::InvalidParameter {
@@ -75,8 +82,7 @@ fn parse_filter(req: &Request) -> Result<(RunFilter, usize), ApiError> {
     };
     let program = match nonempty("program")? {
         Some(p) => Some(
-            p.parse()
-                .map_err(|_| bad("program", "program must be a program id.".into()))?,
+            digits(p, 19).ok_or_else(|| bad("program", "program must be a program id.".into()))?,
         ),
         None => None,
     };
@@ -91,11 +97,9 @@ fn parse_filter(req: &Request) -> Result<(RunFilter, usize), ApiError> {
         None => None,
     };
     let page = match nonempty("page")? {
-        Some(p) => p
-            .parse::<usize>()
-            .ok()
-            .filter(|p| *p < 100_000)
-            .ok_or_else(|| bad("page", "page must be a number from 0.".into()))?,
+        Some(p) => digits(p, 5)
+            .and_then(|p| usize::try_from(p).ok())
+            .ok_or_else(|| bad("page", "page must be a number from 0 to 99999.".into()))?,
         None => 0,
     };
     let tool = nonempty("tool")?.map(str::to_string);
