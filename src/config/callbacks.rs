@@ -83,6 +83,9 @@ pub struct Callbacks {
     /// The signing secret; `None` when neither `secret_env` nor
     /// `secret_file` is set (then no callback may be configured).
     pub secret: Option<Secret>,
+    /// The file the secret was read from (`secret_file`), watched for a
+    /// rotation.
+    pub secret_file: Option<std::path::PathBuf>,
     /// Certificates from `ca_file`, trusted besides the bundled roots.
     pub extra_roots: Vec<CertificateDer<'static>>,
     /// Time one attempt may take, connection included.
@@ -100,6 +103,17 @@ pub struct Callbacks {
 }
 
 impl Callbacks {
+    /// Whether the secret file now holds another secret than the one in
+    /// use (or cannot be read): the config must be loaded again. (A
+    /// comparison with trigd's own file, not with a request: no need for
+    /// constant time.)
+    pub fn secret_file_changed(&self) -> bool {
+        let in_use = self.secret.as_ref().map(Secret::bytes);
+        self.secret_file.as_ref().is_some_and(|p| {
+            std::fs::read_to_string(p).map_or(true, |v| Some(v.trim().as_bytes()) != in_use)
+        })
+    }
+
     /// Whether a fixed callback URL checked against `self` would be checked
     /// the same against `other` (allow lists and whether a secret is set):
     /// a reload may then keep programs it parsed before.
@@ -116,6 +130,7 @@ impl Default for Callbacks {
             allow: Vec::new(),
             allow_private: Vec::new(),
             secret: None,
+            secret_file: None,
             extra_roots: Vec::new(),
             timeout: Duration::from_secs(defaults::TIMEOUT_SECS),
             retry_for: Duration::from_secs(defaults::RETRY_FOR_SECS),
@@ -260,6 +275,10 @@ pub(super) fn callbacks(src: &Src, raw: &RawCallbacks, dir: &Path, errs: &mut Er
         allow: allow_list(src, &raw.allow, errs),
         allow_private: private_list(src, &raw.allow_private, errs),
         secret: secret(src, raw, dir, errs),
+        secret_file: raw
+            .secret_file
+            .as_ref()
+            .map(|f| resolve(dir, Path::new(f.get_ref()))),
         extra_roots: ca_file(src, raw.ca_file.as_ref(), dir, errs),
         timeout,
         retry_for,
