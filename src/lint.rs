@@ -42,9 +42,10 @@ pub fn warnings(cfg: &Config, path_env: &str) -> Vec<String> {
 /// webhook's own hint for an `execute-command` holding a space (it is
 /// one file name, never split into arguments).
 fn space_hint(argv: &[crate::config::Template]) -> &'static str {
-    let spaced = argv
-        .first()
-        .is_some_and(|t| t.0.iter().any(|p| matches!(p, Piece::Lit(s) if s.contains(' '))));
+    let spaced = argv.first().is_some_and(|t| {
+        t.0.iter()
+            .any(|p| matches!(p, Piece::Lit(s) if s.contains(' ')))
+    });
     if spaced {
         "; it holds a space, and is one file name: use 'pass-arguments-to-command' to specify args"
     } else {

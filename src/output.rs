@@ -225,7 +225,12 @@ impl Writer {
         let fits = |o: &Open| o.stream == stream && o.len <= MAX_FRAME - n;
         let mut buf = Vec::with_capacity(data.len() + HEAD as usize);
         match self.open.filter(fits) {
-            Some(o) => self.open = Some(Open { len: o.len + n, ..o }),
+            Some(o) => {
+                self.open = Some(Open {
+                    len: o.len + n,
+                    ..o
+                })
+            }
             None => {
                 self.close()?;
                 self.open = Some(Open {
@@ -483,7 +488,13 @@ mod tests {
             ]
         );
         let len = fs::metadata(&p).unwrap().len();
-        assert_eq!(end, Pos { frame: len, done: 0 });
+        assert_eq!(
+            end,
+            Pos {
+                frame: len,
+                done: 0
+            }
+        );
         assert_eq!(read_frames(&f, end).0, vec![]);
         let w = read_whole(&p);
         assert_eq!(
@@ -521,7 +532,10 @@ mod tests {
         assert_eq!(size, 10_000 + 2 + 3 * HEAD, "three frames' headers only");
         let w = read_whole(&p);
         assert_eq!(&w.stdout[..10_000], &data[..]);
-        assert_eq!((&w.stdout[10_000..], w.stderr.as_slice()), (&b"z"[..], &b"!"[..]));
+        assert_eq!(
+            (&w.stdout[10_000..], w.stderr.as_slice()),
+            (&b"z"[..], &b"!"[..])
+        );
     }
 
     #[test]
@@ -552,7 +566,10 @@ mod tests {
         let (frames, _) = read_frames(&f, at);
         assert_eq!(frames, vec![Frame::Data(Stream::Stdout, b"g".to_vec())]);
         let w = read_whole(&p);
-        assert_eq!((w.stdout.as_slice(), w.stderr.as_slice()), (&b"abcdefg"[..], &b"x"[..]));
+        assert_eq!(
+            (w.stdout.as_slice(), w.stderr.as_slice()),
+            (&b"abcdefg"[..], &b"x"[..])
+        );
     }
 
     #[test]
@@ -564,7 +581,10 @@ mod tests {
         // open one cut off by a crash.
         fs::write(&p, [b'o', 0, 0, 0, 1, b'a', b'q', 0, 0, 0, 0, b'b', b'c']).unwrap();
         let w = read_whole(&p);
-        assert_eq!((w.stdout.as_slice(), w.stderr.as_slice()), (&b"a"[..], &b"bc"[..]));
+        assert_eq!(
+            (w.stdout.as_slice(), w.stderr.as_slice()),
+            (&b"a"[..], &b"bc"[..])
+        );
     }
 
     #[test]

@@ -1,7 +1,10 @@
 //! Hot reload: watch the config, rebuild everything, swap it in whole.
 //!
 //! We watch **directories**, never single files: the directory holding
-//! `config.toml` and the programs directory. An inotify watch on a file
+//! `config.toml`, the programs directory, those of the hooks files and
+//! those of the secret files (a rotated secret is applied without SIGHUP;
+//! an event there matters only when it names a secret file or a `..data`
+//! link). An inotify watch on a file
 //! follows the inode, so an editor that saves by writing a new file and
 //! renaming it over the old one (vim, `sed -i`), or a `git pull` that deletes
 //! and recreates files, leaves a file watch on a dead inode — the failure
@@ -230,7 +233,10 @@ impl WatchState {
                     programs_name.get().map(|n| n.as_os_str()),
                 ];
                 let secrets = secrets.lock().unwrap_or_else(PoisonError::into_inner);
-                let is_secret = |p: &Path| p.file_name().is_some_and(|n| secrets.iter().any(|s| s == n));
+                let is_secret = |p: &Path| {
+                    p.file_name()
+                        .is_some_and(|n| secrets.iter().any(|s| s == n))
+                };
                 if note(&changes, &ev, |p| relevant(p, names) || is_secret(p)) {
                     let _ = tx.send(trigger_of(&ev.kind));
                 }
@@ -258,12 +264,22 @@ impl WatchState {
     /// what the new watches may have let pass unseen.
     fn watch_config(&mut self, config_path: &Path, cfg: &config::Config) -> Missed {
         let files = secret_files(cfg);
-        let names = files.iter().filter_map(|f| f.file_name()).map(OsStr::to_os_string);
-        *self.secret_names.lock().unwrap_or_else(PoisonError::into_inner) = names.collect();
+        let names = files
+            .iter()
+            .filter_map(|f| f.file_name())
+            .map(OsStr::to_os_string);
+        *self
+            .secret_names
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = names.collect();
         let main = dirs_for(config_path, &cfg.server);
         let mut all = main.clone();
         for dir in files.iter().filter_map(|f| f.parent()) {
-            let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+            let dir = if dir.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                dir
+            };
             if dir.is_dir() && !all.iter().any(|d| d == dir) {
                 all.push(dir.to_path_buf());
             }

@@ -1040,7 +1040,11 @@ fn hooks_files_reload_and_refuse_what_they_cannot_serve() {
     check.code_is(1);
     let all = format!("{}{}", check.stdout, check.stderr);
     check.check(
-        all.contains("config.toml:3:") && all.matches("server.hooks_http_methods[1]: \"FETCH\" is not a method").count() == 1,
+        all.contains("config.toml:3:")
+            && all
+                .matches("server.hooks_http_methods[1]: \"FETCH\" is not a method")
+                .count()
+                == 1,
         "a bad default method, once",
     );
     dir.write("config.toml", &config("hooks_files = [\"nope.json\"]"));
@@ -1098,7 +1102,9 @@ fn trigd_log_match(desc: &str) -> Option<&'static str> {
 /// `trigd check` gives webhook's advice for the hook `warn-on-space`.
 fn check_warns_of_space(dir: &TestDir) -> bool {
     let check = trigd(&["check", "--config", &dir.path_str("config.toml")], None);
-    check.stderr.contains("hook \"warn-on-space\": execute-command:")
+    check
+        .stderr
+        .contains("hook \"warn-on-space\": execute-command:")
         && check
             .stderr
             .contains("use 'pass-arguments-to-command' to specify args")
@@ -1130,7 +1136,10 @@ fn start_pair(file: &str, methods: &[&str]) -> Pair {
     assert!(status.is_ok_and(|s| s.success()));
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/webhook-2.8.0");
     let tmpl = std::fs::read_to_string(src.join(format!("{file}.tmpl"))).unwrap();
-    dir.write(file, &tmpl.replace("{{ .Hookecho }}", &dir.path_str("hookecho")));
+    dir.write(
+        file,
+        &tmpl.replace("{{ .Hookecho }}", &dir.path_str("hookecho")),
+    );
     let port = free_port();
     let log = std::fs::File::create(dir.path("webhook.log")).unwrap();
     let mut cmd = Command::new("webhook");
@@ -1221,16 +1230,27 @@ fn check_case(pair: &Pair, file: &str, c: &HandlerCase) -> Vec<String> {
     let mut problems = Vec::new();
     let at = format!("{}@{file} (id {})", c.desc, c.id);
     if !answers_as_table(c, &webhook) {
-        problems.push(format!("{at}: webhook does not give the table's answer {} {:?}: {webhook:?}", c.resp_status, c.resp_body));
+        problems.push(format!(
+            "{at}: webhook does not give the table's answer {} {:?}: {webhook:?}",
+            c.resp_status, c.resp_body
+        ));
     }
     if !answers_as_table(c, &trigd) {
-        problems.push(format!("{at}: trigd does not give the table's answer {} {:?}: {trigd:?}", c.resp_status, c.resp_body));
+        problems.push(format!(
+            "{at}: trigd does not give the table's answer {} {:?}: {trigd:?}",
+            c.resp_status, c.resp_body
+        ));
     }
     if webhook != trigd {
-        problems.push(format!("{at}: the answers differ:\n  webhook: {webhook:?}\n  trigd:   {trigd:?}"));
+        problems.push(format!(
+            "{at}: the answers differ:\n  webhook: {webhook:?}\n  trigd:   {trigd:?}"
+        ));
     }
     if !c.log_match.is_empty() && !log_matches(&wh_log, c.log_match) {
-        problems.push(format!("{at}: webhook's log does not match {:?}", c.log_match));
+        problems.push(format!(
+            "{at}: webhook's log does not match {:?}",
+            c.log_match
+        ));
     }
     if let Some(pattern) = trigd_log_match(c.desc) {
         if !log_matches(&pair.trigd.stderr_log, pattern) {

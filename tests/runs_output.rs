@@ -628,7 +628,10 @@ fn output_written_a_byte_at_a_time_is_kept_at_about_its_size() {
     let body = Stream::open(&t, "GET", &url, "").read_to_end();
     assert_eq!(end_event(&body)["State"], json!("finished"), "{body}");
     let want = "x".repeat(10_000);
-    assert!(output_text(&body, "stdout") == want, "followed output differs");
+    assert!(
+        output_text(&body, "stdout") == want,
+        "followed output differs"
+    );
     let v = t.get(&format!("/api/runs/{id}/output?api_key={KEY}")).ok();
     assert!(v["Stdout"] == json!(want), "kept output differs");
     let file = dir.path(&format!("state/output/{}", id.rsplit('-').next().unwrap()));

@@ -916,7 +916,8 @@ fn a_rotated_secret_file_is_picked_up_by_hot_reload() {
             ("X-Gitlab-Event", "Push Hook"),
         ];
         let body = br#"{"project":{"path_with_namespace":"a/b"}}"#;
-        t.request("POST", "/tools/hooks/prod/gitlab", &h, body).status
+        t.request("POST", "/tools/hooks/prod/gitlab", &h, body)
+            .status
     };
     let token = |trigger: &str, token: &str| {
         let path = format!("/tools/hooks/prod/{trigger}");
@@ -935,10 +936,14 @@ fn a_rotated_secret_file_is_picked_up_by_hot_reload() {
 
     // secrets/ (not a directory trigd watched before): by rename, in place.
     replace_by_rename(&dir, "secrets/gitlab", "gl-token-renamed-1\n");
-    picked_up("secrets/ by rename", &|| gitlab("gl-token-renamed-1") == 200);
+    picked_up("secrets/ by rename", &|| {
+        gitlab("gl-token-renamed-1") == 200
+    });
     assert_eq!(gitlab(GITLAB_TOKEN), 403, "the old token is refused");
     dir.write("secrets/gitlab", "gl-token-in-place-2\n");
-    picked_up("secrets/ in place", &|| gitlab("gl-token-in-place-2") == 200);
+    picked_up("secrets/ in place", &|| {
+        gitlab("gl-token-in-place-2") == 200
+    });
     assert_eq!(gitlab("gl-token-renamed-1"), 403);
 
     // Beside config.toml: by rename, in place.
@@ -954,11 +959,17 @@ fn a_rotated_secret_file_is_picked_up_by_hot_reload() {
 
     // A Kubernetes Secret's ..data swap.
     k8s_swap(&dir, "..2026_02", "k8s-token-1-swapped");
-    picked_up("a ..data swap", &|| token("k8s", "k8s-token-1-swapped") == 200);
+    picked_up("a ..data swap", &|| {
+        token("k8s", "k8s-token-1-swapped") == 200
+    });
     assert_eq!(token("k8s", "k8s-token-0-77ee"), 403);
 
     let log = t.stderr_tail();
-    for secret in ["gl-token-renamed-1", "beside-token-2-in-place", "k8s-token-1-swapped"] {
+    for secret in [
+        "gl-token-renamed-1",
+        "beside-token-2-in-place",
+        "k8s-token-1-swapped",
+    ] {
         assert!(!log.contains(secret), "a secret in the log:\n{log}");
     }
 }

@@ -231,26 +231,15 @@ fn unreachable(ip: IpAddr) -> Option<&'static str> {
 /// IPv4-translated (`::ffff:0:0:0/96`) and the IPv4-compatible form.
 fn embedded_v4(a: Ipv6Addr) -> Option<Ipv4Addr> {
     let s = a.segments();
-    let low = Ipv4Addr::new(
-        (s[6] >> 8) as u8,
-        s[6] as u8,
-        (s[7] >> 8) as u8,
-        s[7] as u8,
-    );
+    let low = Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
     if (s[0] == 0x64 && s[1] == 0xff9b && (s[2..6] == [0; 4] || s[2] == 1))
         || (s[..4] == [0; 4] && s[4] == 0xffff && s[5] == 0)
         || (s[..6] == [0; 6] && !a.is_unspecified() && !a.is_loopback())
     {
         return Some(low);
     }
-    (s[0] == 0x2002).then(|| {
-        Ipv4Addr::new(
-            (s[1] >> 8) as u8,
-            s[1] as u8,
-            (s[2] >> 8) as u8,
-            s[2] as u8,
-        )
-    })
+    (s[0] == 0x2002)
+        .then(|| Ipv4Addr::new((s[1] >> 8) as u8, s[1] as u8, (s[2] >> 8) as u8, s[2] as u8))
 }
 
 /// What kind of non-public address `ip` is, if it is one: an IPv4
@@ -559,16 +548,33 @@ mod tests {
         ] {
             assert!(special(a.parse().unwrap()).is_some(), "{a}");
         }
-        for a in ["8.8.8.8", "1.1.1.1", "2606:4700::1111", "64:ff9b::808:808", "2002:808:808::1"] {
+        for a in [
+            "8.8.8.8",
+            "1.1.1.1",
+            "2606:4700::1111",
+            "64:ff9b::808:808",
+            "2002:808:808::1",
+        ] {
             assert!(special(a.parse().unwrap()).is_none(), "{a}");
         }
         // Unreachable whatever allow_private says: the IPv4-compatible form.
         let all = settings(&[Allow::Prefix("http://".into())], &["0.0.0.0/0", "::/0"]);
-        for u in ["http://[::127.0.0.1]/", "http://[::8.8.8.8]/", "http://[::7f00:1]:9/x"] {
+        for u in [
+            "http://[::127.0.0.1]/",
+            "http://[::8.8.8.8]/",
+            "http://[::7f00:1]:9/x",
+        ] {
             let e = all.check_url(u).unwrap_err();
             assert!(e.contains("IPv4-compatible"), "{u}: {e}");
         }
-        for u in ["http://[::ffff:127.0.0.1]/", "http://[::]/", "http://0x7f.1/", "http://2130706433/", "http://127.1/", "http://[64:ff9b::7f00:1]/"] {
+        for u in [
+            "http://[::ffff:127.0.0.1]/",
+            "http://[::]/",
+            "http://0x7f.1/",
+            "http://2130706433/",
+            "http://127.1/",
+            "http://[64:ff9b::7f00:1]/",
+        ] {
             let e = settings(&[Allow::Prefix("http://".into())], &[]).check_url(u);
             assert!(e.is_err(), "{u} accepted");
         }

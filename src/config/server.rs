@@ -176,7 +176,12 @@ fn hooks_http_methods(src: &Src, raw: &[Spanned<String>], errs: &mut Errors) -> 
                     "\"{}\" is not a method trigd serves (GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS)",
                     m.get_ref()
                 );
-                errs.at(src, m.span(), format!("server.hooks_http_methods[{i}]"), msg);
+                errs.at(
+                    src,
+                    m.span(),
+                    format!("server.hooks_http_methods[{i}]"),
+                    msg,
+                );
             }
             method => out.push(method),
         }
