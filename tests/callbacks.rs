@@ -554,6 +554,36 @@ fn pending_deliveries_survive_kill9() {
 }
 
 #[test]
+fn a_rotated_signing_secret_file_is_picked_up_by_hot_reload() {
+    let rx = Receiver::start(Receiver::bind(), |_| Answer::Status(204));
+    let fixed = rx.url("/fixed");
+    let dir = setup_cb("cb-rotate", &[], &[("p.toml", &program(Some(&fixed)))]);
+    let t = Trigd::start(&dir);
+    let rotated = "cb-rotated-secret-0a9b8c7d6e5f";
+    // Beside config.toml, replaced by rename as a deploy tool does.
+    dir.write("cb.secret.new", &format!("{rotated}\n"));
+    std::fs::rename(dir.path("cb.secret.new"), dir.path("cb.secret")).unwrap();
+    let signed_with_new = wait_until(WAIT, || {
+        let run = start_run(&t, KEY, "ok", &vars(&["x"]), None);
+        wait_delivery(&t, &run, 0, "delivered");
+        let got = rx.got();
+        got.iter()
+            .rev()
+            .find(|g| g.header("trigd-run") == run)
+            .is_some_and(|g| signature_ok(g, rotated))
+    });
+    t.check(
+        signed_with_new,
+        "deliveries are signed with the rotated secret",
+    );
+    no_secret_logged(&t, &dir);
+    t.check(
+        !dir.read("stderr.log").contains(rotated),
+        "the new secret is not logged",
+    );
+}
+
+#[test]
 fn callback_urls_outside_the_allow_list_are_refused() {
     // Fixed URL: a config load error, with its place.
     let dir = setup_cb(
