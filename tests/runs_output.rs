@@ -602,3 +602,42 @@ command = ["/bin/true"]
         format!("only the end event: {text}"),
     );
 }
+
+/// Program 4: `bytes` writes 10,000 bytes to stdout one `printf` (one
+/// `write`) at a time.
+const BYTES: &str = r#"
+id = 4
+name = "bytes"
+
+[[functions]]
+name = "bytes"
+timeout = "120s"
+steps = [{ shell = 'i=0; while [ $i -lt 10000 ]; do printf x; i=$((i+1)); done' }]
+[functions.webhook]
+"#;
+
+#[test]
+fn output_written_a_byte_at_a_time_is_kept_at_about_its_size() {
+    let (dir, t) = serve("output_bytes", "", &[("bytes.toml", BYTES)]);
+    let r = t.post(&format!(
+        "/api?api_key={KEY}&program_id=4&function=bytes&run_async=true"
+    ));
+    let id = r.run_id(&r.ok());
+    // Followed while it is written, then read whole: every byte, once.
+    let url = format!("/api/runs/{id}/output?api_key={KEY}&follow=1");
+    let body = Stream::open(&t, "GET", &url, "").read_to_end();
+    assert_eq!(end_event(&body)["State"], json!("finished"), "{body}");
+    let want = "x".repeat(10_000);
+    assert!(
+        output_text(&body, "stdout") == want,
+        "followed output differs"
+    );
+    let v = t.get(&format!("/api/runs/{id}/output?api_key={KEY}")).ok();
+    assert!(v["Stdout"] == json!(want), "kept output differs");
+    let file = dir.path(&format!("state/output/{}", id.rsplit('-').next().unwrap()));
+    let size = fs::metadata(&file).unwrap().len();
+    assert!(
+        size <= 10_000 * 5 / 4 + 64,
+        "the output file takes {size} bytes for 10,000 bytes of output"
+    );
+}

@@ -168,7 +168,11 @@ pub fn compile(d: &HookDef, dir: &Path, server: &Server) -> Result<Endpoint, Str
     };
     receive.answer.ignored_status =
         known_status(d.trigger_rule_mismatch_http_response_code).unwrap_or(200);
-    let methods = methods(d)?;
+    let mut methods = methods(&d.http_methods, "http-methods")?;
+    if methods.is_empty() {
+        // webhook's -http-methods: the default of a hook without its own.
+        methods.clone_from(&server.hooks_http_methods);
+    }
     Ok(Endpoint {
         methods: if methods.is_empty() {
             Methods::Any
@@ -235,12 +239,14 @@ fn values(d: &HookDef, file_dir: PathBuf) -> Result<HookValues, String> {
     })
 }
 
-fn methods(d: &HookDef) -> Result<Vec<Method>, String> {
+/// Methods as written (any case, spaces around) → [`Method`]s; `option`
+/// names the list in the error.
+fn methods(list: &[String], option: &str) -> Result<Vec<Method>, String> {
     let mut out = Vec::new();
-    for (i, m) in d.http_methods.iter().enumerate() {
+    for (i, m) in list.iter().enumerate() {
         match Method::parse(m.trim()) {
             Method::Other => {
-                return Err(format!("option http-methods[{i}]: \"{m}\" is not a method trigd serves (GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS)"))
+                return Err(format!("option {option}[{i}]: \"{m}\" is not a method trigd serves (GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS)"))
             }
             method => out.push(method),
         }

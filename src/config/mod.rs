@@ -166,6 +166,10 @@ pub struct Server {
     pub hooks_files: Vec<PathBuf>,
     /// URL prefix of their hooks (`hooks_url_prefix`, default `hooks`).
     pub hooks_url_prefix: String,
+    /// Methods a hook without `http-methods` accepts
+    /// (`hooks_http_methods`, webhook's `-http-methods`; default none:
+    /// any).
+    pub hooks_http_methods: Vec<crate::http::Method>,
 }
 
 /// A run-endpoint API key (`[[api_keys]]`). Only its hash is known.

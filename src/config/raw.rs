@@ -174,6 +174,9 @@ pub struct RawServer {
     pub hooks_files: Vec<Spanned<String>>,
     /// `hooks_url_prefix`: the first path segment(s) of their URLs.
     pub hooks_url_prefix: Option<Spanned<String>>,
+    /// `hooks_http_methods`: methods of a hook without `http-methods`.
+    #[serde(default)]
+    pub hooks_http_methods: Vec<Spanned<String>>,
 }
 
 /// `[callbacks]` as written.

@@ -435,7 +435,7 @@ fn output_html(path: &std::path::Path) -> Markup {
     };
     let mut out = String::new();
     let mut text: [output::Utf8Carry; 2] = Default::default();
-    let mut offset = 0;
+    let mut offset = output::Pos::default();
     loop {
         let (frames, next) = output::read_frames(&file, offset);
         if frames.is_empty() {
