@@ -12,6 +12,8 @@
 //! because a value the run would need is absent.
 
 pub mod body_file;
+pub mod json;
+pub mod multipart;
 pub mod payload;
 pub mod rules;
 pub mod signature;
