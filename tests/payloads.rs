@@ -311,9 +311,12 @@ fn a_form_value_not_utf8_and_names_given_twice_are_refused() {
 fn json_form_and_multipart_bounds() {
     let (_dir, t) = start("payloads_bounds", "");
     let deep = format!("{}{}", "[".repeat(101), "]".repeat(101));
-    for path in ["/tools/t/prod/json", "/tools/t/prod/named", "/hooks/xml"] {
+    for path in ["/tools/t/prod/json", "/hooks/xml"] {
         post(&t, path, "application/json", deep.as_bytes()).err(413, "payload_too_complex");
     }
+    // Values by name must be strings: a deep body is simply not that.
+    let r = post(&t, "/tools/t/prod/named", "application/json", deep.as_bytes());
+    r.err(400, "variables_mismatch");
     let fields = "command=a&".repeat(1001);
     let form = "application/x-www-form-urlencoded";
     post(&t, "/tools/t/prod/form", form, fields.as_bytes()).err(413, "payload_too_complex");

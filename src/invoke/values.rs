@@ -201,20 +201,11 @@ pub fn named_values_from(
         }
     }
     if !body.iter().all(u8::is_ascii_whitespace) {
-        match json::check(body, true, false) {
-            Err(JsonError::Duplicate(k)) => {
-                let k = payload::shown(&k);
-                return Err(mismatch(format!("Value '{k}' is given more than once.")));
-            }
-            Err(JsonError::TooDeep) => {
-                return Err(ApiError::PayloadTooComplex {
-                    msg: format!(
-                        "The JSON request body is nested deeper than {} arrays and objects.",
-                        payload::MAX_DEPTH
-                    ),
-                })
-            }
-            _ => {}
+        // A key twice is refused like a query name twice; any other fault
+        // (too deep included: values must be strings) is serde_json's.
+        if let Err(JsonError::Duplicate(k)) = json::check(body, true, false) {
+            let k = payload::shown(&k);
+            return Err(mismatch(format!("Value '{k}' is given more than once.")));
         }
         let body: Value = serde_json::from_slice(body)
             .map_err(|e| mismatch(format!("The body must be a JSON object of strings: {e}.")))?;
