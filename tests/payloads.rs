@@ -315,7 +315,12 @@ fn json_form_and_multipart_bounds() {
         post(&t, path, "application/json", deep.as_bytes()).err(413, "payload_too_complex");
     }
     // Values by name must be strings: a deep body is simply not that.
-    let r = post(&t, "/tools/t/prod/named", "application/json", deep.as_bytes());
+    let r = post(
+        &t,
+        "/tools/t/prod/named",
+        "application/json",
+        deep.as_bytes(),
+    );
     r.err(400, "variables_mismatch");
     let fields = "command=a&".repeat(1001);
     let form = "application/x-www-form-urlencoded";

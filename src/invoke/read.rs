@@ -27,8 +27,9 @@ impl<'a> Read<'a> {
     /// Read `req` in `dialect`.
     ///
     /// # Errors
-    /// `invalid_payload` for a multipart body webhook cannot parse (trigd's
-    /// own reading parses the body lazily, when a source needs it).
+    /// `invalid_payload` for a multipart body webhook cannot parse,
+    /// `payload_too_complex` for one over a bound (other bodies are parsed
+    /// lazily, when a rule or a source first needs them, in both readings).
     pub fn new(cfg: &Config, req: &'a Request, dialect: &Dialect) -> Result<Read<'a>, ApiError> {
         match dialect {
             Dialect::Native => {
