@@ -1,5 +1,5 @@
 //! JSON bodies checked before they are used: nesting at most
-//! [`MAX_DEPTH`](super::payload::MAX_DEPTH) arrays and objects, and — read
+//! [`MAX_DEPTH`](super::shape::MAX_DEPTH) arrays and objects, and — read
 //! natively — no object with the same key twice.
 //!
 //! Owns: the one pass that checks both, without building a tree (serde
@@ -15,7 +15,7 @@ use std::fmt;
 
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use super::payload::MAX_DEPTH;
+use super::shape::MAX_DEPTH;
 
 /// What is wrong with a JSON body.
 #[derive(Debug, Clone, PartialEq, Eq)]

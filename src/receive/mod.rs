@@ -16,6 +16,7 @@ pub mod json;
 pub mod multipart;
 pub mod payload;
 pub mod rules;
+pub mod shape;
 pub mod signature;
 pub mod values;
 pub mod webhook;

@@ -7,7 +7,7 @@
 //! by `--`, a space, a tab, CR, LF or the end.
 //!
 //! Owns: finding the parts and their headers, and the bounds on them
-//! ([`MAX_FIELDS`](super::payload::MAX_FIELDS) parts,
+//! ([`MAX_FIELDS`](super::shape::MAX_FIELDS) parts,
 //! [`MAX_PART_HEADER_BYTES`] of headers a part). Hand-written (~100
 //! lines over a body already in memory and bounded): the maintained Rust
 //! multipart parsers are async (`multer`), the blocking `multipart` crate
@@ -15,7 +15,7 @@
 
 use memchr::memmem::Finder;
 
-use super::payload::{Kind, PayloadError, Why, MAX_FIELDS};
+use super::shape::{Kind, PayloadError, Why, MAX_FIELDS};
 
 /// Most bytes of one part's header section (Go allows more in total, but
 /// a form field's headers are a line or two).

@@ -23,66 +23,10 @@
 use quick_xml::events::{BytesStart, Event};
 use serde_json::{Map, Value};
 
-/// Deepest nesting accepted: XML elements, JSON arrays and objects.
-pub const MAX_DEPTH: usize = 100;
-/// Most elements in one XML document.
-pub const MAX_ELEMENTS: usize = 50_000;
-/// Most attributes on one XML element.
-pub const MAX_ATTRIBUTES: usize = 100;
-/// Most fields of a form body (urlencoded pairs, multipart parts).
-pub const MAX_FIELDS: usize = 1_000;
-
 pub use super::multipart::Part;
-
-/// The kind of body, from its `Content-Type`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// `application/json` or `*/*+json`.
-    Json,
-    /// `application/x-www-form-urlencoded`.
-    Form,
-    /// `multipart/form-data`.
-    Multipart,
-    /// `application/xml`, `text/xml` or `*/*+xml`.
-    Xml,
-    /// Anything else, or no `Content-Type`.
-    Other,
-}
-
-impl Kind {
-    /// The kind named by a `Content-Type` value.
-    pub fn of(content_type: Option<&str>) -> Kind {
-        let Some(ct) = content_type else {
-            return Kind::Other;
-        };
-        let essence = ct
-            .split(';')
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_ascii_lowercase();
-        match essence.as_str() {
-            "application/json" => Kind::Json,
-            "application/x-www-form-urlencoded" => Kind::Form,
-            "multipart/form-data" => Kind::Multipart,
-            "application/xml" | "text/xml" => Kind::Xml,
-            e if e.ends_with("+json") => Kind::Json,
-            e if e.ends_with("+xml") => Kind::Xml,
-            _ => Kind::Other,
-        }
-    }
-
-    /// How the kind is named in messages.
-    pub fn name(self) -> &'static str {
-        match self {
-            Kind::Json => "JSON",
-            Kind::Form => "form (application/x-www-form-urlencoded)",
-            Kind::Multipart => "multipart/form-data",
-            Kind::Xml => "XML",
-            Kind::Other => "other",
-        }
-    }
-}
+pub use super::shape::{
+    Kind, PayloadError, Why, MAX_ATTRIBUTES, MAX_DEPTH, MAX_ELEMENTS, MAX_FIELDS,
+};
 
 /// A parsed body.
 #[derive(Debug, Clone, PartialEq)]
@@ -96,26 +40,6 @@ pub enum Payload {
     Xml(Value),
     /// Not parsed (another media type, or an empty body).
     Raw,
-}
-
-/// Why a body could not be parsed. Messages quote no body content.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PayloadError {
-    /// The kind the body claimed (or was expected) to be.
-    pub kind: Kind,
-    /// What is wrong, with a position where the parser gives one.
-    pub msg: String,
-    /// Whether the body is invalid or over a bound.
-    pub why: Why,
-}
-
-/// The two ways a body is refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Why {
-    /// Not what its `Content-Type` says (`invalid_payload`).
-    Invalid,
-    /// Over one of this module's bounds (`payload_too_complex`).
-    Bound,
 }
 
 impl Payload {
