@@ -2,8 +2,8 @@
 //! (`application/x-www-form-urlencoded` or `multipart/form-data`), XML, or
 //! raw bytes.
 //!
-//! Owns: recognising the media type, parsing, the bounds on a body's
-//! shape and the errors that say what is wrong with a body. The body is
+//! Owns: parsing a body of each kind into a [`Payload`] (XML and
+//! urlencoded forms here) within the bounds of `shape.rs`. The body is
 //! already bounded by `max_body_bytes` when it gets here; its nesting
 //! ([`MAX_DEPTH`]), XML elements ([`MAX_ELEMENTS`]) and attributes
 //! ([`MAX_ATTRIBUTES`]), form fields and parts ([`MAX_FIELDS`]) are bounded
