@@ -15,7 +15,7 @@
 //! signature in a header first refuses a bad request before its body is
 //! parsed. A multipart body is parsed at once, as webhook does, because
 //! webhook answers one it cannot parse before any rule. A body over one of
-//! the payload bounds (`payload.rs`) is refused ([`Fault::TooComplex`]),
+//! the payload bounds (`shape.rs`) is refused ([`Fault::TooComplex`]),
 //! where webhook would spend what it takes.
 
 use std::cell::OnceCell;
@@ -38,7 +38,7 @@ pub enum Fault {
     Signature,
     /// Anything else (an error).
     Other(String),
-    /// The body is over a bound of `payload.rs` (trigd's refusal,
+    /// The body is over a bound of `shape.rs` (trigd's refusal,
     /// `payload_too_complex`).
     TooComplex(String),
 }
