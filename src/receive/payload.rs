@@ -192,70 +192,102 @@ struct Open {
 
 /// Parse XML into the JSON tree described in the module docs.
 fn xml_to_json(body: &[u8]) -> Result<Value, PayloadError> {
-    let invalid = |msg: String| PayloadError {
-        kind: Kind::Xml,
-        msg,
-        why: Why::Invalid,
-    };
     let mut reader = quick_xml::Reader::from_reader(body);
     reader.config_mut().trim_text(true);
-    let mut stack: Vec<Open> = Vec::new();
-    let mut root: Option<Value> = None;
-    let mut elements = 0;
+    let mut tree = Tree::default();
     loop {
         let at = reader.buffer_position();
         let event = reader
             .read_event()
-            .map_err(|e| invalid(format!("invalid XML at byte {at}: {e}")))?;
-        let empty = matches!(event, Event::Empty(_));
+            .map_err(|e| xml_invalid(format!("invalid XML at byte {at}: {e}")))?;
+        if matches!(event, Event::Eof) {
+            return tree.finish();
+        }
+        tree.take(event)?;
+    }
+}
+
+fn xml_invalid(msg: String) -> PayloadError {
+    PayloadError {
+        kind: Kind::Xml,
+        msg,
+        why: Why::Invalid,
+    }
+}
+
+/// An XML document read so far: its open elements, the root once closed,
+/// and how many elements it has.
+#[derive(Default)]
+struct Tree {
+    stack: Vec<Open>,
+    root: Option<Value>,
+    elements: usize,
+}
+
+impl Tree {
+    /// Add one event of the document.
+    fn take(&mut self, event: Event<'_>) -> Result<(), PayloadError> {
         match event {
-            Event::Start(e) | Event::Empty(e) => {
-                elements += 1;
-                if elements > MAX_ELEMENTS || stack.len() >= MAX_DEPTH {
-                    return Err(PayloadError {
-                        kind: Kind::Xml,
-                        msg: format!(
-                            "XML over {MAX_ELEMENTS} elements or nested deeper than {MAX_DEPTH}"
-                        ),
-                        why: Why::Bound,
-                    });
-                }
-                let element = open(&e)?;
-                if empty {
-                    close(&mut stack, &mut root, element).map_err(invalid)?;
-                } else {
-                    stack.push(element);
-                }
+            Event::Start(e) => {
+                let element = self.open(&e)?;
+                self.stack.push(element);
+            }
+            Event::Empty(e) => {
+                let element = self.open(&e)?;
+                self.close(element)?;
             }
             Event::End(_) => {
-                let done = stack
+                let done = self
+                    .stack
                     .pop()
-                    .ok_or_else(|| invalid("invalid XML: unbalanced end tag".into()))?;
-                close(&mut stack, &mut root, done).map_err(invalid)?;
+                    .ok_or_else(|| xml_invalid("invalid XML: unbalanced end tag".into()))?;
+                self.close(done)?;
             }
             Event::Text(t) => {
                 let text = t
                     .unescape()
-                    .map_err(|e| invalid(format!("invalid XML text: {e}")))?;
-                if let Some(top) = stack.last_mut() {
-                    top.text.push_str(&text);
-                }
+                    .map_err(|e| xml_invalid(format!("invalid XML text: {e}")))?;
+                self.text(&text);
             }
-            Event::CData(c) => {
-                if let Some(top) = stack.last_mut() {
-                    top.text.push_str(&String::from_utf8_lossy(&c));
-                }
-            }
-            Event::Eof => break,
+            Event::CData(c) => self.text(&String::from_utf8_lossy(&c)),
             _ => {}
         }
+        Ok(())
     }
-    if !stack.is_empty() {
-        return Err(invalid(
-            "invalid XML: the document ends inside an element".into(),
-        ));
+
+    /// A new element, within [`MAX_ELEMENTS`] and [`MAX_DEPTH`].
+    fn open(&mut self, e: &BytesStart<'_>) -> Result<Open, PayloadError> {
+        self.elements += 1;
+        if self.elements > MAX_ELEMENTS || self.stack.len() >= MAX_DEPTH {
+            return Err(PayloadError {
+                kind: Kind::Xml,
+                msg: format!("XML over {MAX_ELEMENTS} elements or nested deeper than {MAX_DEPTH}"),
+                why: Why::Bound,
+            });
+        }
+        open(e)
     }
-    root.ok_or_else(|| invalid("invalid XML: no root element".into()))
+
+    fn close(&mut self, done: Open) -> Result<(), PayloadError> {
+        close(&mut self.stack, &mut self.root, done).map_err(xml_invalid)
+    }
+
+    fn text(&mut self, text: &str) {
+        if let Some(top) = self.stack.last_mut() {
+            top.text.push_str(text);
+        }
+    }
+
+    /// The tree of a document that has ended.
+    fn finish(self) -> Result<Value, PayloadError> {
+        if !self.stack.is_empty() {
+            return Err(xml_invalid(
+                "invalid XML: the document ends inside an element".into(),
+            ));
+        }
+        self.root
+            .ok_or_else(|| xml_invalid("invalid XML: no root element".into()))
+    }
 }
 
 /// An element's name and attributes (at most [`MAX_ATTRIBUTES`]; of one
