@@ -1076,12 +1076,6 @@ esac
 exit 0
 "#;
 
-/// Cases that fail on this branch only because the multipart parser fix
-/// (branch h-payload: part lines ending in `\n` instead of `\r\n`) is not
-/// merged yet: their failures are printed, not failed. A listed case that
-/// passes fails the test, so that the list is emptied at the merge.
-const NEEDS_PAYLOAD_FIX: &[&str] = &["multipart"];
-
 /// What trigd (at `RUST_LOG=debug`, as webhook runs with `-debug`) logs
 /// where webhook's log matches the case's `logMatch`, in trigd's words: a
 /// rule not satisfied (webhook names the missing parameter, or the
@@ -1281,7 +1275,6 @@ fn check_case(pair: &Pair, file: &str, c: &HandlerCase) -> Vec<String> {
 #[ignore = "needs the Debian `webhook` package; run with --include-ignored"]
 fn webhooks_own_handler_tests_pass_on_webhook_and_trigd() {
     let mut problems = Vec::new();
-    let mut expected = Vec::new();
     let mut runs = 0;
     for file in ["hooks.json", "hooks.yaml"] {
         let mut pairs: Vec<(Vec<&str>, Pair)> = Vec::new();
@@ -1291,27 +1284,11 @@ fn webhooks_own_handler_tests_pass_on_webhook_and_trigd() {
                 pairs.push((methods.clone(), start_pair(file, &methods)));
             }
             let pair = &pairs.iter().find(|(m, _)| *m == methods).unwrap().1;
-            let found = check_case(pair, file, c);
             runs += 1;
-            if !NEEDS_PAYLOAD_FIX.contains(&c.desc) {
-                problems.extend(found);
-            } else if found.is_empty() {
-                problems.push(format!(
-                    "{}@{file} passes now: remove it from NEEDS_PAYLOAD_FIX",
-                    c.desc
-                ));
-            } else {
-                expected.extend(found);
-            }
+            problems.extend(check_case(pair, file, c));
         }
     }
     assert_eq!(runs, 2 * HANDLER_TESTS.len());
-    if !expected.is_empty() {
-        eprintln!(
-            "NEEDS_PAYLOAD_FIX (fails until branch h-payload is merged):\n{}",
-            expected.join("\n")
-        );
-    }
     assert!(
         problems.is_empty(),
         "{} problems in {runs} case runs:\n{}",

@@ -84,12 +84,13 @@ impl Caller<'_> {
 /// `method_not_allowed`, the signature (`signature_*`), a body where none
 /// is read (`invalid_parameter`), the function (`invalid_program_id`,
 /// `program_not_found`, `function_not_found`, …), a body that cannot be
-/// read (`invalid_payload`), the rule (`Ignored`, `rule_error`), the
-/// values (`invalid_payload`, `unsupported_media_type`,
-/// `variables_mismatch`, `invalid_parameter`), `run_async`, a reused
-/// `Idempotency-Key` (`idempotency_key_reused`), and the run; a malformed
-/// `Idempotency-Key` (`invalid_parameter`) right after the signature. A
-/// hook answers most of them in webhook's words (`hook_answer.rs`).
+/// read (`invalid_payload`, `payload_too_complex`), the rule (`Ignored`,
+/// `rule_error`), the values (`invalid_payload`, `payload_too_complex`,
+/// `unsupported_media_type`, `variables_mismatch`, `invalid_parameter`),
+/// `run_async`, a reused `Idempotency-Key` (`idempotency_key_reused`), and
+/// the run; a malformed `Idempotency-Key` (`invalid_parameter`) right after
+/// the signature. A hook answers most of them in webhook's words
+/// (`hook_answer.rs`).
 pub fn invoke(
     app: &App,
     cfg: &Arc<Config>,
