@@ -699,3 +699,54 @@ fn waiting_requests_hold_their_values_not_their_bodies() {
         ),
     );
 }
+
+#[test]
+fn sync_runs_waiting_past_max_waiting_bytes_are_503_busy() {
+    // One slot; the second run waits holding 60,000 bytes of values; a
+    // third would make 120,000, past max_waiting_bytes.
+    let dir = setup(
+        "queue_waiting_bytes",
+        "max_concurrent_runs = 1\nqueue_timeout = \"120s\"\nmax_waiting_bytes = 100000",
+        &[("hold.toml", HOLD)],
+    );
+    dir.append("config.toml", HOLD_TOOL);
+    let t = Trigd::start(&dir);
+    let value = |c: char| c.to_string().repeat(60_000);
+    let send = |v: String| {
+        let c = t.client();
+        thread::spawn(move || {
+            let body = serde_json::to_vec(&json!({ "v": v })).unwrap();
+            let json = [("Content-Type", "application/json")];
+            c.try_request("POST", "/tools/mem/open/hold", &json, &body)
+        })
+    };
+    let first = send(value('a'));
+    t.wait_for(WAIT, "the first run to start", || {
+        dir.exists("work/started")
+    });
+    let second = send(value('b'));
+    t.wait_for(WAIT, "the second run to wait", || {
+        t.get("/healthz").ok()["RunsQueued"] == json!(1)
+    });
+    let body = serde_json::to_vec(&json!({ "v": value('c') })).unwrap();
+    let json = [("Content-Type", "application/json")];
+    let r = t.request("POST", "/tools/mem/open/hold", &json, &body);
+    let v = r.err(503, "busy");
+    let after: u64 = r
+        .header("Retry-After")
+        .and_then(|h| h.trim().parse().ok())
+        .unwrap_or_else(|| r.fail("Retry-After with a number of seconds"));
+    r.check_eq(&v["RetryAfter"], &json!(after), "RetryAfter field");
+    r.check(
+        v["Error"]
+            .as_str()
+            .is_some_and(|e| e.contains("max_waiting_bytes")),
+        "the answer names max_waiting_bytes",
+    );
+    dir.write("work/release", "");
+    for (h, c) in [(first, 'a'), (second, 'b')] {
+        let r = h.join().expect("client thread");
+        let r = r.unwrap_or_else(|e| t.fail(format!("a request got no answer: {e}")));
+        r.check_eq(&r.ok()["Result"], &json!([value(c)]), "Result");
+    }
+}

@@ -94,6 +94,14 @@ impl Job {
     fn concurrency(&self) -> usize {
         concurrency(&self.program, &self.function)
     }
+
+    /// Bytes of request data this job holds in memory while it waits:
+    /// its values and variables (its body and parsed payload are gone).
+    fn held_bytes(&self) -> usize {
+        let values: usize = self.values.iter().map(String::len).sum();
+        let vars: usize = self.vars.iter().map(|(k, v)| k.len() + v.len()).sum();
+        values + vars
+    }
 }
 
 /// The program of a run of `function` of program `id` under `cfg`: a
@@ -122,6 +130,14 @@ pub enum RunError {
         /// `max_queued_runs`.
         queued: usize,
         /// Seconds until a place is likely free, from the drain rate.
+        retry_after: u64,
+    },
+    /// Every slot is in use and the sync runs waiting for one hold
+    /// `budget` bytes of values or more with this one (`max_waiting_bytes`).
+    WaitingBytesFull {
+        /// `max_waiting_bytes`.
+        budget: usize,
+        /// Seconds until a slot is likely free, from the drain rate.
         retry_after: u64,
     },
     /// A sync run waited `waited` (`queue_timeout`) and no slot came free.
@@ -283,6 +299,9 @@ pub struct Runner {
     live: Mutex<Live>,
     path_env: String,
     children: AtomicUsize,
+    /// Bytes of values held by the sync runs waiting for a slot
+    /// (bounded by `max_waiting_bytes`); added to under the slots lock.
+    waiting_bytes: AtomicUsize,
     callbacks: OnceLock<Arc<Callbacks>>,
 }
 
@@ -303,6 +322,7 @@ impl Runner {
             live: Mutex::default(),
             path_env,
             children: AtomicUsize::new(0),
+            waiting_bytes: AtomicUsize::new(0),
             callbacks: OnceLock::new(),
         }
     }
@@ -326,6 +346,8 @@ impl Runner {
     ///
     /// # Errors
     /// [`RunError::QueueFull`] when the queue is full,
+    /// [`RunError::WaitingBytesFull`] when the waiting sync runs would hold
+    /// more than `max_waiting_bytes` of values with this one,
     /// [`RunError::WaitedTooLong`] when no slot came free within
     /// `queue_timeout`, [`RunError::Cancelled`] when the run was cancelled
     /// while it waited; [`RunError::Storage`] when the run cannot be
@@ -380,6 +402,16 @@ impl Runner {
                 retry_after: self.retry_after(waiting),
             });
         }
+        let held = job.held_bytes();
+        if self.waiting_bytes.load(Ordering::SeqCst) + held > server.max_waiting_bytes {
+            let waiting = s.queue.len();
+            drop(s);
+            return Err(RunError::WaitingBytesFull {
+                budget: server.max_waiting_bytes,
+                retry_after: self.retry_after(waiting),
+            });
+        }
+        self.waiting_bytes.fetch_add(held, Ordering::SeqCst);
         let t = Arc::new(Ticket {
             run: rec.run.clone(),
             key,
@@ -395,8 +427,9 @@ impl Runner {
         // thread writes its record until it runs.
         self.record(rec);
         log::info!("run {} waits for a slot", rec.run);
-        self.wait_in_queue(&t, rec, server.queue_timeout, deadline)
-            .map(|()| true)
+        let waited = self.wait_in_queue(&t, rec, server.queue_timeout, deadline);
+        self.waiting_bytes.fetch_sub(held, Ordering::SeqCst);
+        waited.map(|()| true)
     }
 
     /// Wait until ticket `t` (of run `rec`) is granted a slot, cancelled,
