@@ -1561,3 +1561,138 @@ command = ["true"]
         out.check(out.stderr.contains(key), format!("an error names {key}"));
     }
 }
+
+// ---------------------------------------------------------------------------
+// Log volume
+
+/// Lines of the server's log so far.
+fn log_lines(t: &Trigd) -> Vec<String> {
+    fs::read_to_string(&t.stderr_log)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn a_sync_run_writes_one_line_and_an_async_run_one_more_at_info() {
+    let (_dir, t) = serve("limits_log_runs", "", &[("echo.toml", ECHO)]);
+    let before = log_lines(&t).len();
+    let n = 20;
+    let mut ids = Vec::new();
+    for _ in 0..n {
+        let r = t.post(&format!("/api?api_key={KEY}&program_id=1"));
+        ids.push(r.run_id(&r.ok()));
+    }
+    // One access line per request: it names the run, answered at its end.
+    t.wait_for(WAIT, "an access line per run", || {
+        log_lines(&t).len() >= before + n
+    });
+    let lines = log_lines(&t)[before..].to_vec();
+    t.check(
+        lines.len() == n,
+        format!(
+            "{n} sync runs wrote {} lines:\n{}",
+            lines.len(),
+            lines.join("\n")
+        ),
+    );
+    for id in &ids {
+        let of_run = lines.iter().filter(|l| l.contains(id.as_str())).count();
+        t.check(of_run == 1, format!("run {id}: {of_run} lines"));
+    }
+    // An async run: the access line of its request, and its end.
+    let r = t.post(&format!("/api?api_key={KEY}&program_id=1&run_async=true"));
+    let id = r.run_id(&r.ok());
+    t.wait_for(WAIT, "the async run's end in the log", || {
+        log_lines(&t)
+            .iter()
+            .any(|l| l.contains(&id) && l.contains(" finished in "))
+    });
+    let of_run: Vec<String> = log_lines(&t)
+        .into_iter()
+        .filter(|l| l.contains(&id))
+        .collect();
+    t.check(
+        of_run.len() == 2,
+        format!(
+            "async run {id}: {} lines:\n{}",
+            of_run.len(),
+            of_run.join("\n")
+        ),
+    );
+}
+
+/// A public trigger whose requests must carry a GitHub signature.
+const SIGNED_TOOL: &str = r#"
+[[tools]]
+name = "hooks"
+workspace = "ops"
+[tools.environments.prod]
+public = true
+
+[[tools.triggers]]
+kind = "endpoint"
+name = "github"
+program = 1
+function = "echo"
+[tools.triggers.verify]
+scheme = "hmac-sha256"
+header = "X-Hub-Signature-256"
+prefix = "sha256="
+secret_file = "secrets/github"
+"#;
+
+#[test]
+fn repeated_refused_signatures_write_one_warn_line() {
+    // Not slowed by the failed-authentication limit: a sender with many
+    // addresses is not.
+    let server = "auth_failures_per_minute = 0";
+    let dir = setup_with(
+        "limits_log_refusals",
+        server,
+        SIGNED_TOOL,
+        &[("echo.toml", ECHO)],
+    );
+    dir.mkdir("secrets");
+    dir.write("secrets/github", "s3cret");
+    let t = Trigd::start(&dir);
+    let n = 50;
+    for i in 0..n {
+        let sig = format!("sha256={}", "0".repeat(64));
+        let missing = i % 2 == 0;
+        let headers: Vec<(&str, &str)> = if missing {
+            vec![("Content-Type", "application/json")]
+        } else {
+            vec![
+                ("Content-Type", "application/json"),
+                ("X-Hub-Signature-256", &sig),
+            ]
+        };
+        let r = t.request("POST", "/tools/hooks/prod/github", &headers, b"{}");
+        r.check(
+            matches!(r.status, 401 | 403),
+            format!("a bad signature is refused, got {}", r.status),
+        );
+    }
+    t.wait_for(WAIT, "the access lines of the refusals", || {
+        log_lines(&t)
+            .iter()
+            .filter(|l| l.contains("/tools/hooks/prod/github"))
+            .count()
+            >= n
+    });
+    let warns: Vec<String> = log_lines(&t)
+        .into_iter()
+        .filter(|l| l.contains("WARN") && l.contains("refused"))
+        .collect();
+    // One per reason (missing, mismatch) in the interval.
+    t.check(
+        warns.len() == 2,
+        format!(
+            "{n} refusals wrote {} WARN lines:\n{}",
+            warns.len(),
+            warns.join("\n")
+        ),
+    );
+}

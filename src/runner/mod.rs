@@ -186,10 +186,16 @@ impl SyncRun {
     }
 
     /// Execute the run, record it, and give the slot back (or hand it on).
+    /// Its end is logged at `info`.
     pub fn execute(self) -> Outcome {
+        self.execute_logging_end(log::Level::Info)
+    }
+
+    /// [`SyncRun::execute`], logging the run's end at `end`.
+    fn execute_logging_end(self, end: log::Level) -> Outcome {
         let SyncRun { slot, rec, job } = self;
         let runner = Arc::clone(&slot.runner);
-        let (_, outcome) = runner.execute(rec, &job);
+        let (_, outcome) = runner.execute(rec, &job, end);
         if let Some(q) = slot.finish() {
             runner.spawn_worker(Work::Queued(q));
         }
@@ -335,7 +341,9 @@ impl Runner {
     pub fn run_sync(self: &Arc<Self>, job: Job) -> Result<(String, Outcome), RunError> {
         let run = self.begin_sync(job)?;
         let id = run.id().to_string();
-        Ok((id, run.execute()))
+        // Answered at its end: the request's access line, written then,
+        // is the run's line at `info` (it names the run and its status).
+        Ok((id, run.execute_logging_end(log::Level::Debug)))
     }
 
     /// Take a slot for `job` as a sync run, waiting in the queue for at
@@ -426,7 +434,7 @@ impl Runner {
         // Recorded while it waits: listed, and found by a cancel. Only this
         // thread writes its record until it runs.
         self.record(rec);
-        log::info!("run {} waits for a slot", rec.run);
+        log::debug!("run {} waits for a slot", rec.run);
         let waited = self.wait_in_queue(&t, rec, server.queue_timeout, deadline);
         self.waiting_bytes.fetch_sub(held, Ordering::SeqCst);
         waited.map(|()| true)
@@ -764,7 +772,9 @@ impl Runner {
             store.record(&rec);
         }
         let id = rec.run.clone();
-        let ran = catch_unwind(AssertUnwindSafe(|| self.execute(rec, &job)));
+        let ran = catch_unwind(AssertUnwindSafe(|| {
+            self.execute(rec, &job, log::Level::Info)
+        }));
         if ran.is_err() {
             log::error!("run {id}: the run thread panicked");
             if let Some(mut rec) = self.store.as_ref().and_then(|s| s.get(&id)) {
@@ -837,8 +847,8 @@ impl Runner {
 
     /// Execute the job's function (its `running` state is recorded) and
     /// record the end state ([`Runner::record_outcome`]).
-    fn execute(&self, mut rec: RunRecord, job: &Job) -> (RunRecord, Outcome) {
-        log::info!("run {} started", rec.run);
+    fn execute(&self, mut rec: RunRecord, job: &Job, end: log::Level) -> (RunRecord, Outcome) {
+        log::debug!("run {} started", rec.run);
         let started = Instant::now();
         let output = self.output_file(&rec.run, job);
         let live = self.register(&rec.run);
@@ -866,12 +876,14 @@ impl Runner {
         self.ended.notify_all();
         self.metrics
             .run(rec.program, rec.state.name(), started.elapsed());
-        log::info!(
-            "run {} {}/{} {}",
+        log::log!(
+            end,
+            "run {} {}/{} {} in {}ms",
             rec.run,
             rec.program,
             rec.function,
-            rec.state.name()
+            rec.state.name(),
+            started.elapsed().as_millis()
         );
         (rec, outcome)
     }
