@@ -687,8 +687,14 @@ fn waiting_requests_hold_their_values_not_their_bodies() {
         r.check_eq(&r.ok()["Result"], &json!([format!("value-{i}")]), "Result");
     }
     let grown_mib = waiting.saturating_sub(idle) / 1024;
+    // The peak while the bodies were read and parsed, for the figures.
+    let status = fs::read_to_string(format!("/proc/{}/status", t.pid())).unwrap_or_default();
+    let peak = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .unwrap_or("");
     println!(
-        "VmRSS idle {idle} kB, with {} waiting {waiting} kB (+{grown_mib} MiB)",
+        "VmRSS idle {idle} kB, with {} waiting {waiting} kB (+{grown_mib} MiB); {peak}",
         n - 1
     );
     t.check(

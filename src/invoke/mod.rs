@@ -27,6 +27,7 @@
 
 mod answer;
 mod hook_answer;
+mod parse_limit;
 mod read;
 mod values;
 mod webhook;
@@ -52,10 +53,6 @@ use crate::replay;
 use crate::runner::Job;
 use crate::store::Origin;
 use read::Read;
-
-/// Bodies from this size on are followed by a `malloc_trim` once the
-/// values are made: their parsed tree took about ten times as much.
-const TRIM_AFTER_BODY: usize = 256 << 10;
 
 /// Who is calling, once their credentials are checked.
 pub enum Caller<'a> {
@@ -120,6 +117,7 @@ fn steps(
     webhook::verify(app, cfg, rcv, req)?;
     values::reject_body(req, &endpoint.values)?;
     let (program, function) = target(cfg, req, &endpoint.target, &caller)?;
+    let parse = parse_limit::permit(req.body.len());
     let mut read = Read::new(cfg, req, &endpoint.dialect)?;
     read.rule(rcv)?;
     let body_file = webhook::body_file(cfg, rcv, req)?;
@@ -149,15 +147,10 @@ fn steps(
         job.tool = Some(format!("{}/{}", t.tool, t.environment));
     }
     // A run may wait for a slot: it keeps its values only, not the
-    // parsed payload (about ten times the body) nor the body. The pages
-    // of a large payload's tree go back to the system at once: freed,
-    // they would stay in the thread's malloc arena.
+    // parsed payload (about ten times the body) nor the body.
     drop(read);
-    let large = req.body.len() >= TRIM_AFTER_BODY;
-    req.body = Vec::new();
-    if large {
-        crate::sys::trim_heap();
-    }
+    let_go_of_body(req);
+    drop(parse);
     let start = |job| {
         if stream && !run_async {
             answer::start_streamed(app, job)
@@ -172,6 +165,17 @@ fn steps(
             replay::start_once(app, key, job, run_async, request, start)
         }
         None => start(job),
+    }
+}
+
+/// Free the body of `req`, whose values are made. The pages of a large
+/// payload's tree (freed with its `Read`) go back to the system at once:
+/// freed, they would stay in the thread's malloc arena.
+fn let_go_of_body(req: &mut Request) {
+    let large = req.body.len() >= parse_limit::LARGE_BODY;
+    req.body = Vec::new();
+    if large {
+        crate::sys::trim_heap();
     }
 }
 
