@@ -219,11 +219,15 @@ static REPEATS: Mutex<Option<HashMap<String, Repeat>>> = Mutex::new(None);
 /// first of `kind` in each [`REPEAT_INTERVAL`] is written at `warn`, with
 /// the number of its repeats left out since the last one written; the
 /// repeats go to `debug`. Senders thus cannot drive the log's volume.
-pub fn warn_repeated(kind: &str, line: std::fmt::Arguments<'_>) {
+/// `target` is the log target of the line (the caller's module).
+pub fn warn_repeated(target: &str, kind: &str, line: std::fmt::Arguments<'_>) {
     match repeats_left_out(kind, Instant::now()) {
-        Some(0) => log::warn!("{line}"),
-        Some(n) => log::warn!("{line} ({n} more like it since the last such line, at debug)"),
-        None => log::debug!("{line}"),
+        Some(0) => log::warn!(target: target, "{line}"),
+        Some(n) => log::warn!(
+            target: target,
+            "{line} ({n} more like it since the last such line, at debug)"
+        ),
+        None => log::debug!(target: target, "{line}"),
     }
 }
 

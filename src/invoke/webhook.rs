@@ -90,6 +90,7 @@ pub fn answer(
             let name = name();
             let kind = format!("{name} {}", e.code());
             logging::warn_repeated(
+                module_path!(),
                 &kind,
                 format_args!("{name} refused: {}: {}", e.code(), e.message()),
             );
