@@ -15,7 +15,7 @@ use crate::runs::{self, Takes};
 ///
 /// # Errors
 /// Those of `invoke::invoke`.
-pub fn run(app: &App, cfg: &Arc<Config>, req: &Request) -> Result<Response, ApiError> {
+pub fn run(app: &App, cfg: &Arc<Config>, req: &mut Request) -> Result<Response, ApiError> {
     invoke(app, cfg, req, &cfg.run_endpoint)
 }
 

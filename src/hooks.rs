@@ -32,7 +32,12 @@ pub fn not_found() -> Response {
 /// Those of `invoke::invoke` that a hook does not say in webhook's words:
 /// trigd's own limits (`busy`, `shutting_down`, `storage_unavailable`,
 /// `disk_full`) and a bad or reused `Idempotency-Key`.
-pub fn call(app: &App, cfg: &Arc<Config>, req: &Request, id: &str) -> Result<Response, ApiError> {
+pub fn call(
+    app: &App,
+    cfg: &Arc<Config>,
+    req: &mut Request,
+    id: &str,
+) -> Result<Response, ApiError> {
     match cfg.hooks.by_id.get(id) {
         Some(endpoint) => invoke(app, cfg, req, endpoint),
         None => Ok(not_found()),

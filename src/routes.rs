@@ -21,7 +21,7 @@ use crate::ui;
 pub const OPENAPI: &str = include_str!("../openapi.json");
 
 /// Answer one request.
-pub fn handle(app: &App, req: &Request) -> Response {
+pub fn handle(app: &App, req: &mut Request) -> Response {
     use Method::{Get, Head, Post, Put};
     let cfg = app.config();
     let segs: Vec<&str> = req.segments.iter().map(String::as_str).collect();
@@ -81,7 +81,11 @@ pub fn handle(app: &App, req: &Request) -> Response {
         (_, ["tools", _, "environments", _, "public"]) => Err(ApiError::MethodNotAllowed {
             allow: vec!["PUT", "POST"],
         }),
-        (_, ["tools", tool, env, trigger]) => tools::call(app, &cfg, req, [tool, env, trigger]),
+        (_, ["tools", tool, env, trigger]) => {
+            // Owned, so that the run may let go of the request's body.
+            let names = [tool, env, trigger].map(|s| s.to_string());
+            tools::call(app, &cfg, req, names)
+        }
         (
             _,
             ["healthz" | "livez" | "metrics" | "openapi.json"]

@@ -300,9 +300,9 @@ fn handle(app: &App, mut rq: tiny_http::Request) {
     let max_body = app.config().server.max_body_bytes;
     let (req, resp) = match read_request(&mut rq, max_body) {
         Ok(req) if app.closing.load(Ordering::SeqCst) => (Ok(req), ApiError::ShuttingDown.into()),
-        Ok(req) => {
-            let resp =
-                catch_unwind(AssertUnwindSafe(|| routes::handle(app, &req))).unwrap_or_else(|_| {
+        Ok(mut req) => {
+            let resp = catch_unwind(AssertUnwindSafe(|| routes::handle(app, &mut req)))
+                .unwrap_or_else(|_| {
                     log::error!("handler panicked on {} {}", req.method, req.path);
                     ApiError::Internal.into()
                 });

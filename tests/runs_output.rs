@@ -425,7 +425,9 @@ fn cancel_stops_the_whole_group_and_a_finished_run_is_409() {
 fn cancel_of_a_queued_run_and_of_a_sync_run() {
     let server = "max_concurrent_runs = 1\nkill_grace = \"1s\"";
     let progs = [("ticks.toml", TICKS), ("gate.toml", GATE)];
-    let (dir, t) = serve("cancel_queued", server, &progs);
+    let dir = setup("cancel_queued", server, &progs);
+    // The run ids are read from the `run <id> started` lines (debug).
+    let t = Trigd::start_env(&dir, &[("RUST_LOG", RUNNER_DEBUG)]);
     let gate = format!("/api?api_key={KEY}&program_id=1&function=gate");
     let r = t.post(&format!("{gate}&run_async=true"));
     let first = r.run_id(&r.ok());
@@ -456,6 +458,10 @@ fn cancel_of_a_queued_run_and_of_a_sync_run() {
     let v = r.err(409, "run_cancelled");
     r.check_eq(&v["Run"], &json!(id), "Run");
 }
+
+/// The log filter that writes `run <id> started` and `run <id> waits for
+/// a slot` (`debug` lines).
+const RUNNER_DEBUG: &str = "info,trigd::runner=debug";
 
 /// The id of the running run, from the server log.
 fn wait_running(t: &Trigd) -> String {
@@ -490,7 +496,8 @@ fn wait_logged(t: &Trigd, want: &str) -> String {
 fn cancelled_queued_runs_stay_cancelled_after_kill9_and_never_run() {
     let server = "max_concurrent_runs = 1\nkill_grace = \"1s\"\nqueue_timeout = \"60s\"";
     let progs = [("ticks.toml", TICKS), ("gate.toml", GATE)];
-    let (dir, mut t) = serve("cancel_queued_kill9", server, &progs);
+    let dir = setup("cancel_queued_kill9", server, &progs);
+    let mut t = Trigd::start_env(&dir, &[("RUST_LOG", RUNNER_DEBUG)]);
     let gate = format!("/api?api_key={KEY}&program_id=1&function=gate");
     let r = t.post(&format!("{gate}&run_async=true"));
     let first = r.run_id(&r.ok());

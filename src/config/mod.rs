@@ -121,6 +121,10 @@ pub struct Server {
     pub max_variable_bytes: usize,
     /// Maximum request body size in bytes (default 1 MiB).
     pub max_body_bytes: usize,
+    /// Bytes of values (and variables) that the sync runs waiting for a
+    /// slot may hold in all; a run that would pass it is refused with
+    /// `busy` (`max_waiting_bytes`, default 64 MiB).
+    pub max_waiting_bytes: usize,
     /// Run records kept in the state dir (default 10000).
     pub run_retention: usize,
     /// Open HTTP connections at most; past it a connection gets 503 at once

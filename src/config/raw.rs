@@ -56,6 +56,8 @@ pub mod defaults {
     pub const MAX_VARIABLE_BYTES: usize = 64 << 10;
     /// `max_body_bytes`.
     pub const MAX_BODY_BYTES: usize = 1 << 20;
+    /// `max_waiting_bytes`.
+    pub const MAX_WAITING_BYTES: usize = 64 << 20;
     /// `run_retention`.
     pub const RUN_RETENTION: usize = 10_000;
     /// `max_connections`.
@@ -136,6 +138,8 @@ pub struct RawServer {
     pub max_variable_bytes: Count,
     /// `max_body_bytes`.
     pub max_body_bytes: Count,
+    /// `max_waiting_bytes`.
+    pub max_waiting_bytes: Count,
     /// `run_retention`.
     pub run_retention: Count,
     /// `max_connections`.

@@ -99,6 +99,7 @@ pub fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) ->
         max_variables: count!(max_variables, MAX_VARIABLES, 1),
         max_variable_bytes: count!(max_variable_bytes, MAX_VARIABLE_BYTES, 1),
         max_body_bytes: count!(max_body_bytes, MAX_BODY_BYTES, 1),
+        max_waiting_bytes: count!(max_waiting_bytes, MAX_WAITING_BYTES, 1),
         run_retention: count!(run_retention, RUN_RETENTION, 1),
         max_connections: count!(max_connections, MAX_CONNECTIONS, 1),
         request_timeout: duration!(request_timeout, REQUEST_TIMEOUT_SECS),

@@ -96,6 +96,14 @@ impl Job {
     fn concurrency(&self) -> usize {
         concurrency(&self.program, &self.function)
     }
+
+    /// Bytes of request data this job holds in memory while it waits:
+    /// its values and variables (its body and parsed payload are gone).
+    fn held_bytes(&self) -> usize {
+        let values: usize = self.values.iter().map(String::len).sum();
+        let vars: usize = self.vars.iter().map(|(k, v)| k.len() + v.len()).sum();
+        values + vars
+    }
 }
 
 /// The program of a run of `function` of `owner` under `cfg`: a program
@@ -124,6 +132,14 @@ pub enum RunError {
         /// `max_queued_runs`.
         queued: usize,
         /// Seconds until a place is likely free, from the drain rate.
+        retry_after: u64,
+    },
+    /// Every slot is in use and the sync runs waiting for one hold
+    /// `budget` bytes of values or more with this one (`max_waiting_bytes`).
+    WaitingBytesFull {
+        /// `max_waiting_bytes`.
+        budget: usize,
+        /// Seconds until a slot is likely free, from the drain rate.
         retry_after: u64,
     },
     /// A sync run waited `waited` (`queue_timeout`) and no slot came free.
@@ -172,10 +188,16 @@ impl SyncRun {
     }
 
     /// Execute the run, record it, and give the slot back (or hand it on).
+    /// Its end is logged at `info`.
     pub fn execute(self) -> Outcome {
+        self.execute_logging_end(log::Level::Info)
+    }
+
+    /// [`SyncRun::execute`], logging the run's end at `end`.
+    fn execute_logging_end(self, end: log::Level) -> Outcome {
         let SyncRun { slot, rec, job } = self;
         let runner = Arc::clone(&slot.runner);
-        let (_, outcome) = runner.execute(rec, &job);
+        let (_, outcome) = runner.execute(rec, &job, end);
         if let Some(q) = slot.finish() {
             runner.spawn_worker(Work::Queued(q));
         }
@@ -302,6 +324,9 @@ pub struct Runner {
     live: Mutex<Live>,
     path_env: String,
     children: AtomicUsize,
+    /// Bytes of values held by the sync runs waiting for a slot
+    /// (bounded by `max_waiting_bytes`); added to under the slots lock.
+    waiting_bytes: AtomicUsize,
     callbacks: OnceLock<Arc<Callbacks>>,
 }
 
@@ -322,6 +347,7 @@ impl Runner {
             live: Mutex::default(),
             path_env,
             children: AtomicUsize::new(0),
+            waiting_bytes: AtomicUsize::new(0),
             callbacks: OnceLock::new(),
         }
     }
@@ -334,7 +360,9 @@ impl Runner {
     pub fn run_sync(self: &Arc<Self>, job: Job) -> Result<(String, Outcome), RunError> {
         let run = self.begin_sync(job)?;
         let id = run.id().to_string();
-        Ok((id, run.execute()))
+        // Answered at its end: the request's access line, written then,
+        // is the run's line at `info` (it names the run and its status).
+        Ok((id, run.execute_logging_end(log::Level::Debug)))
     }
 
     /// Take a slot for `job` as a sync run, waiting in the queue for at
@@ -345,6 +373,8 @@ impl Runner {
     ///
     /// # Errors
     /// [`RunError::QueueFull`] when the queue is full,
+    /// [`RunError::WaitingBytesFull`] when the waiting sync runs would hold
+    /// more than `max_waiting_bytes` of values with this one,
     /// [`RunError::WaitedTooLong`] when no slot came free within
     /// `queue_timeout`, [`RunError::Cancelled`] when the run was cancelled
     /// while it waited; [`RunError::Storage`] when the run cannot be
@@ -399,6 +429,16 @@ impl Runner {
                 retry_after: self.retry_after(waiting),
             });
         }
+        let held = job.held_bytes();
+        if self.waiting_bytes.load(Ordering::SeqCst) + held > server.max_waiting_bytes {
+            let waiting = s.queue.len();
+            drop(s);
+            return Err(RunError::WaitingBytesFull {
+                budget: server.max_waiting_bytes,
+                retry_after: self.retry_after(waiting),
+            });
+        }
+        self.waiting_bytes.fetch_add(held, Ordering::SeqCst);
         let t = Arc::new(Ticket {
             run: rec.run.clone(),
             key,
@@ -413,9 +453,10 @@ impl Runner {
         // Recorded while it waits: listed, and found by a cancel. Only this
         // thread writes its record until it runs.
         self.record(rec);
-        log::info!("run {} waits for a slot", rec.run);
-        self.wait_in_queue(&t, rec, server.queue_timeout, deadline)
-            .map(|()| true)
+        log::debug!("run {} waits for a slot", rec.run);
+        let waited = self.wait_in_queue(&t, rec, server.queue_timeout, deadline);
+        self.waiting_bytes.fetch_sub(held, Ordering::SeqCst);
+        waited.map(|()| true)
     }
 
     /// Wait until ticket `t` (of run `rec`) is granted a slot, cancelled,
@@ -755,7 +796,9 @@ impl Runner {
             store.record(&rec);
         }
         let id = rec.run.clone();
-        let ran = catch_unwind(AssertUnwindSafe(|| self.execute(rec, &job)));
+        let ran = catch_unwind(AssertUnwindSafe(|| {
+            self.execute(rec, &job, log::Level::Info)
+        }));
         if ran.is_err() {
             log::error!("run {id}: the run thread panicked");
             if let Some(mut rec) = self.store.as_ref().and_then(|s| s.get(&id)) {
@@ -828,8 +871,8 @@ impl Runner {
 
     /// Execute the job's function (its `running` state is recorded) and
     /// record the end state ([`Runner::record_outcome`]).
-    fn execute(&self, mut rec: RunRecord, job: &Job) -> (RunRecord, Outcome) {
-        log::info!("run {} started", rec.run);
+    fn execute(&self, mut rec: RunRecord, job: &Job, end: log::Level) -> (RunRecord, Outcome) {
+        log::debug!("run {} started", rec.run);
         let started = Instant::now();
         let output = self.output_file(&rec.run, job);
         let live = self.register(&rec.run);
@@ -861,12 +904,14 @@ impl Runner {
             rec.state.name(),
             started.elapsed(),
         );
-        log::info!(
-            "run {} {}/{} {}",
+        log::log!(
+            end,
+            "run {} {}/{} {} in {}ms",
             rec.run,
             rec.owner,
             rec.function,
-            rec.state.name()
+            rec.state.name(),
+            started.elapsed().as_millis()
         );
         (rec, outcome)
     }
