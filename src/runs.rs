@@ -60,7 +60,13 @@ pub fn authenticate<'c>(
     if req.bearer().is_none() && req.header("cookie").is_none() {
         return Err(ApiError::MissingApiKey);
     }
-    Ok(Asker::User(app.access.user(cfg, req)?))
+    match app.access.user(cfg, req) {
+        Ok(user) => Ok(Asker::User(user)),
+        // A bearer that is neither kind of key: the status endpoint's
+        // answer, so that the three answer one wrong key alike.
+        Err(ApiError::Unauthorized) if req.bearer().is_some() => Err(ApiError::InvalidApiKey),
+        Err(e) => Err(e),
+    }
 }
 
 /// The record of run `id` if the request may see it, and who is asking
