@@ -757,16 +757,10 @@ fn sync_runs_waiting_past_max_waiting_bytes_are_503_busy() {
     }
 }
 
-/// The public tool trigger of [`HOLD`] with the body on stdin, async: a
-/// queued run of it is kept whole in memory (its temporary body file
-/// lives as long as its job).
-const HOLD_STDIN_TOOL: &str = r#"
-[[tools]]
-name = "mem"
-workspace = "ops"
-[tools.environments.open]
-public = true
-
+/// A trigger of [`HOLD_TOOL`]'s tool (appended after it): `hold` with the
+/// body on stdin, async. A queued run of it is kept whole in memory (its
+/// temporary body file lives as long as its job).
+const HELD_TRIGGER: &str = r#"
 [[tools.triggers]]
 kind = "endpoint"
 name = "held"
@@ -791,7 +785,8 @@ fn async_runs_queued_in_memory_count_against_max_waiting_bytes() {
         "max_concurrent_runs = 1\nmax_waiting_bytes = 100000",
         &[("hold.toml", HOLD)],
     );
-    dir.append("config.toml", HOLD_STDIN_TOOL);
+    dir.append("config.toml", HOLD_TOOL);
+    dir.append("config.toml", HELD_TRIGGER);
     let t = Trigd::start(&dir);
     let send = |c: char| {
         let body = serde_json::to_vec(&json!({ "v": c.to_string().repeat(30_000) })).unwrap();
