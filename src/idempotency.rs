@@ -35,7 +35,8 @@ pub const HEADER: &str = "idempotency-key";
 /// Longest key accepted, in bytes.
 const MAX_KEY_BYTES: usize = 255;
 
-type Hash = [u8; 32];
+/// The sha256 fingerprint of a request ([`fingerprint`]).
+pub type Hash = [u8; 32];
 
 /// One remembered key.
 #[derive(Debug, Clone)]

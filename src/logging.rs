@@ -150,11 +150,35 @@ impl Log for StderrLog {
                 record.target(),
                 record.args()
             );
+            escape_controls(line);
             true
         });
     }
 
     fn flush(&self) {}
+}
+
+/// `line` (ending in its newline) with every other control character
+/// escaped (`\n`, `\r`, `\u{1b}`; a tab stays): a message may quote what a
+/// client sent (a query name that decodes to a newline, say), which must
+/// neither forge a log line of its own nor drive a terminal. The log is
+/// one line per message.
+fn escape_controls(line: &mut String) {
+    let body = line.strip_suffix('\n').unwrap_or(line);
+    let bad = |c: char| c.is_control() && c != '\t';
+    if !body.chars().any(bad) {
+        return;
+    }
+    let mut out = String::with_capacity(line.len() + 16);
+    for c in body.chars() {
+        if bad(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out.push('\n');
+    *line = out;
 }
 
 /// The logger [`init`] installed.
@@ -262,6 +286,16 @@ fn repeats_left_out(kind: &str, now: Instant) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_characters_inside_a_line_are_escaped() {
+        let mut line = "a\nWARN forged\r\u{1b}[31m\tb\u{85}\n".to_string();
+        escape_controls(&mut line);
+        assert_eq!(line, "a\\nWARN forged\\r\\u{1b}[31m\tb\\u{85}\n");
+        let mut plain = "plain é\n".to_string();
+        escape_controls(&mut plain);
+        assert_eq!(plain, "plain é\n");
+    }
 
     #[test]
     fn a_repeated_warning_is_written_once_an_interval_with_its_count() {

@@ -18,10 +18,10 @@ use crate::store::{RunRecord, RunState};
 pub const REPLAYED: &str = "Idempotent-Replayed";
 
 /// Start `job` once per `key` of its caller (with `start`, which starts
-/// a run now); see the module docs. `(origin, taken)` tell the request
-/// apart besides the job's function and values: its entry point, and
-/// what else the run takes from it (`NAME=value` of a hook's environment
-/// and files).
+/// a run now); see the module docs. `request` is the request's
+/// [`idempotency::fingerprint`], taken before the run may wait for a slot
+/// (so that what it was made of, a hook's file contents say, need not be
+/// held while it waits).
 ///
 /// # Errors
 /// `idempotency_key_reused` for the key of another request; `busy` when
@@ -31,11 +31,9 @@ pub fn start_once(
     key: &str,
     mut job: Job,
     run_async: bool,
-    (origin, taken): (&str, &[String]),
+    request: idempotency::Hash,
     start: impl FnOnce(Job) -> Result<Response, ApiError>,
 ) -> Result<Response, ApiError> {
-    let values = job.values.iter().chain(taken);
-    let request = idempotency::fingerprint(origin, &job.function, values);
     let server = &job.cfg.server;
     let policy = Policy {
         window: server.idempotency_window,

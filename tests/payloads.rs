@@ -4,8 +4,8 @@
 //! (method, signature) come before any parsing, signature headers list at
 //! most 16 entries, a form value that is not UTF-8 and a name given twice
 //! (query, form, JSON key) are refused, a multipart body with LF line ends
-//! is read as Go reads it, and a hook's values are bounded by
-//! `max_variable_bytes`.
+//! is read as Go reads it, a hook's values are bounded by
+//! `max_variable_bytes`, and a name a client sent cannot forge a log line.
 
 use hmac::{Hmac, Mac};
 
@@ -81,6 +81,13 @@ name = "query"
 program = 1
 function = "one"
 values = { a = { query = "x" } }
+
+[[tools.triggers]]
+kind = "endpoint"
+name = "ruled"
+program = 1
+function = "one"
+rule = { client_ip = ["0.0.0.0/0", "::/0"] }
 "#;
 
 const HOOKS: &str = r#"[
@@ -370,4 +377,28 @@ fn a_hook_value_over_max_variable_bytes_is_refused() {
     );
     let v = r.err(400, "invalid_parameter");
     assert_eq!(v["Parameter"], "pass-arguments-to-command[0]", "{v}");
+}
+
+#[test]
+fn a_name_a_client_sent_cannot_forge_a_log_line() {
+    // A refused webhook is logged with its message, which names the
+    // unknown value: here a query name that decodes to a newline and a
+    // line of the attacker's own.
+    let (dir, t) = start("payloads_log_forging", "");
+    let path = "/tools/t/prod/ruled?a=1&x%0A%5B2026-01-01T00:00:00.000Z%20WARN%20%20forged%5D=1";
+    t.request("POST", path, &[], b"")
+        .err(400, "variables_mismatch");
+    let log = || dir.read("stderr.log");
+    t.wait_for(WAIT, "the refusal's log line", || {
+        log().contains("refused: variables_mismatch")
+    });
+    let log = log();
+    t.check(
+        !log.lines().any(|l| l.starts_with("[2026-01-01")),
+        "a line of the client's own in the log",
+    );
+    t.check(
+        log.contains("x\\n[2026-01-01"),
+        "the newline written escaped",
+    );
 }

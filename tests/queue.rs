@@ -756,3 +756,68 @@ fn sync_runs_waiting_past_max_waiting_bytes_are_503_busy() {
         r.check_eq(&r.ok()["Result"], &json!([value(c)]), "Result");
     }
 }
+
+/// A trigger of [`HOLD_TOOL`]'s tool (appended after it): `hold` with the
+/// body on stdin, async. A queued run of it is kept whole in memory (its
+/// temporary body file lives as long as its job).
+const HELD_TRIGGER: &str = r#"
+[[tools.triggers]]
+kind = "endpoint"
+name = "held"
+method = "POST"
+program = 1
+function = "hold"
+stdin = "body"
+[tools.triggers.values]
+v = { json = "v" }
+[tools.triggers.response]
+run_async = true
+"#;
+
+#[test]
+fn async_runs_queued_in_memory_count_against_max_waiting_bytes() {
+    // One slot, 100,000 bytes. A queued run with a value of 30,000 bytes
+    // holds 60,000 (the value in its job and in its record's copy); a
+    // second one would pass the bound, until the first has started and
+    // given its bytes back (round 2).
+    let dir = setup(
+        "queue_waiting_async",
+        "max_concurrent_runs = 1\nmax_waiting_bytes = 100000",
+        &[("hold.toml", HOLD)],
+    );
+    dir.append("config.toml", HOLD_TOOL);
+    dir.append("config.toml", HELD_TRIGGER);
+    let t = Trigd::start(&dir);
+    let send = |c: char| {
+        let body = serde_json::to_vec(&json!({ "v": c.to_string().repeat(30_000) })).unwrap();
+        let json = [("Content-Type", "application/json")];
+        t.request("POST", "/tools/mem/open/held", &json, &body)
+    };
+    let started = || {
+        dir.read_opt("work/started")
+            .map_or(0, |s| s.lines().count())
+    };
+    let idle = || {
+        let h = t.get("/healthz").ok();
+        h["RunsQueued"] == json!(0) && h["RunsInFlight"] == json!(0)
+    };
+    for round in 1..=2 {
+        send('a').ok();
+        t.wait_for(WAIT, "the first run to start", || {
+            started() == 2 * round - 1
+        });
+        send('b').ok();
+        let v = send('c').err(503, "busy");
+        t.check(
+            v["Error"]
+                .as_str()
+                .is_some_and(|e| e.contains("max_waiting_bytes")),
+            "the answer names max_waiting_bytes",
+        );
+        dir.write("work/release", "");
+        t.wait_for(WAIT, "both runs to end", || {
+            started() == 2 * round && idle()
+        });
+        fs::remove_file(dir.path_str("work/release")).expect("remove release");
+    }
+}

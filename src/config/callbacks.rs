@@ -110,7 +110,11 @@ impl Callbacks {
     pub fn secret_file_changed(&self) -> bool {
         let in_use = self.secret.as_ref().map(Secret::bytes);
         self.secret_file.as_ref().is_some_and(|p| {
-            let text = read_bounded(p).ok().and_then(|b| String::from_utf8(b).ok());
+            // A file over the bound (`/dev/zero`) cannot be read: changed,
+            // and the load that follows reports it.
+            let text = super::file::read_secret(p)
+                .ok()
+                .and_then(|b| String::from_utf8(b).ok());
             text.is_none_or(|v| Some(v.trim().as_bytes()) != in_use)
         })
     }
@@ -368,22 +372,6 @@ fn private_list(src: &Src, raw: &[Spanned<String>], errs: &mut Errors) -> Vec<Ci
         }
     }
     out
-}
-
-/// Longest secret file re-read to look for a rotation: a file replaced by
-/// something endless (`/dev/zero`) is read this far and counts as changed
-/// (then the load that follows reports it).
-const MAX_SECRET_FILE: u64 = 64 * 1024;
-
-/// The file at `p`, at most [`MAX_SECRET_FILE`] bytes (and one more, so
-/// that a longer one differs from any secret in use).
-fn read_bounded(p: &Path) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    let mut out = Vec::new();
-    std::fs::File::open(p)?
-        .take(MAX_SECRET_FILE + 1)
-        .read_to_end(&mut out)?;
-    Ok(out)
 }
 
 /// The secret from `secret_env` or `secret_file` (exactly one; surrounding

@@ -151,6 +151,7 @@ fn steps(
     if let Entry::Tool(t) = &endpoint.entry {
         job.tool = Some(format!("{}/{}", t.tool, t.environment));
     }
+    let key = key.map(|k| (k, fingerprint(req, program.id, &job, made.request)));
     // A run may wait for a slot: it keeps its values only, not the
     // parsed payload (about ten times the body) nor the body.
     drop(read);
@@ -164,13 +165,19 @@ fn steps(
         }
     };
     match key {
-        Some(key) => {
-            let entry = format!("{}#{}", req.segments.join("/"), program.id);
-            let request = (entry.as_str(), made.request.as_slice());
-            replay::start_once(app, &key, job, run_async, request, start)
-        }
+        Some((key, request)) => replay::start_once(app, &key, job, run_async, request, start),
         None => start(job),
     }
+}
+
+/// The `Idempotency-Key` fingerprint of `req` for `job` of program `id`,
+/// with `taken`, what else the run takes from the request. Taken before
+/// the run may wait for a slot, and `taken` dropped: it can hold a hook's
+/// file contents (up to the body's size), which `max_waiting_bytes` does
+/// not count.
+fn fingerprint(req: &Request, id: u64, job: &Job, taken: Vec<String>) -> idempotency::Hash {
+    let entry = format!("{}#{id}", req.segments.join("/"));
+    idempotency::fingerprint(&entry, &job.function, job.values.iter().chain(&taken))
 }
 
 /// Free the body of `req`, whose values are made. The pages of a large

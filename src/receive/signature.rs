@@ -10,9 +10,10 @@
 //!
 //! Every comparison is constant-time: HMACs with `subtle` (the MAC is
 //! computed once per check, then compared with each of the at most
-//! [`MAX_SIGNATURES`] signatures of a header), tokens by comparing their sha256 digests with `subtle`, so neither the
-//! content nor the length of the secret leaks through timing. No error
-//! message ever contains the secret, the expected signature or the one sent.
+//! [`MAX_SIGNATURES`] signatures of a header), tokens by comparing their
+//! sha256 digests with `subtle`, so neither the content nor the length of
+//! the secret leaks through timing. No error message ever contains the
+//! secret, the expected signature or the one sent.
 
 use std::fmt;
 use std::path::{Path, PathBuf};

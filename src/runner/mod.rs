@@ -104,6 +104,19 @@ impl Job {
         let vars: usize = self.vars.iter().map(|(k, v)| k.len() + v.len()).sum();
         values + vars
     }
+
+    /// Whether a queued async run of this job is kept whole in memory
+    /// (`Runner::unrecorded`): its temporary files live as long as the job,
+    /// and without a run log there is nowhere else to keep it.
+    fn kept_in_memory(&self, stored: bool) -> bool {
+        !stored || self.body_file.is_some() || !self.files.is_empty()
+    }
+
+    /// Bytes a queued async run kept in memory holds: the job's values and
+    /// variables, and the copy of them in its record's `Input`.
+    fn kept_bytes(&self) -> usize {
+        2 * self.held_bytes()
+    }
 }
 
 /// The program of a run of `function` of `owner` under `cfg`: a program
@@ -134,7 +147,7 @@ pub enum RunError {
         /// Seconds until a place is likely free, from the drain rate.
         retry_after: u64,
     },
-    /// Every slot is in use and the sync runs waiting for one hold
+    /// Every slot is in use and the runs waiting for one in memory hold
     /// `budget` bytes of values or more with this one (`max_waiting_bytes`).
     WaitingBytesFull {
         /// `max_waiting_bytes`.
@@ -324,8 +337,9 @@ pub struct Runner {
     live: Mutex<Live>,
     path_env: String,
     children: AtomicUsize,
-    /// Bytes of values held by the sync runs waiting for a slot
-    /// (bounded by `max_waiting_bytes`); added to under the slots lock.
+    /// Bytes of values held in memory by the runs waiting for a slot: sync
+    /// runs, and async runs kept whole in memory (bounded by
+    /// `max_waiting_bytes`); added to under the slots lock.
     waiting_bytes: AtomicUsize,
     callbacks: OnceLock<Arc<Callbacks>>,
 }
@@ -587,10 +601,19 @@ impl Runner {
         Cancel::NotActive
     }
 
+    /// The queued async run `run` kept whole in memory, taken out (its
+    /// bytes no longer count against `max_waiting_bytes`).
+    fn take_unrecorded(&self, run: &str) -> Option<(RunRecord, Job)> {
+        let kept = lock(&self.unrecorded).remove(run)?;
+        self.waiting_bytes
+            .fetch_sub(kept.1.kept_bytes(), Ordering::SeqCst);
+        Some(kept)
+    }
+
     /// Record the async run `q`, just taken off the queue, `cancelled`.
     fn cancel_queued(&self, q: &Queued) {
         // A run kept whole in memory (and its request body file) goes.
-        let kept = lock(&self.unrecorded).remove(&q.run).map(|(rec, _)| rec);
+        let kept = self.take_unrecorded(&q.run).map(|(rec, _)| rec);
         let rec = kept.or_else(|| self.store.as_ref()?.get(&q.run));
         match rec {
             Some(rec) => {
@@ -613,39 +636,61 @@ impl Runner {
         lock(&self.drain).retry_after(waiting)
     }
 
+    /// Take a slot for the async `job` (true), or else a queue place
+    /// (false), for which it holds `held` bytes of `max_waiting_bytes`.
+    ///
+    /// # Errors
+    /// As [`Runner::start_async`], but storage.
+    fn reserve(&self, job: &Job, key: &SlotKey, n: usize, held: usize) -> Result<bool, RunError> {
+        let mut s = lock(&self.slots);
+        if s.closing {
+            return Err(RunError::ShuttingDown);
+        }
+        s.max = job.cfg.server.max_concurrent_runs;
+        let max_queued = job.cfg.server.max_queued_runs;
+        if s.slot_free(key, n) {
+            s.take(key);
+            return Ok(true);
+        }
+        let waiting = s.queue.len();
+        let queue_full = waiting + s.reserved >= max_queued;
+        // A run that waits in memory counts like a waiting sync run.
+        let budget = job.cfg.server.max_waiting_bytes;
+        if !queue_full && self.waiting_bytes.load(Ordering::SeqCst) + held <= budget {
+            self.waiting_bytes.fetch_add(held, Ordering::SeqCst);
+            s.reserved += 1;
+            return Ok(false);
+        }
+        drop(s);
+        let retry_after = self.retry_after(waiting);
+        Err(match queue_full {
+            true => RunError::QueueFull {
+                queued: max_queued,
+                retry_after,
+            },
+            false => RunError::WaitingBytesFull {
+                budget,
+                retry_after,
+            },
+        })
+    }
+
     /// Record `job` durably (with its input), then start it or queue it,
     /// and return its id.
     ///
     /// # Errors
     /// [`RunError::QueueFull`] when no slot is free and the queue is full,
-    /// [`RunError::Storage`] when the record cannot be written: nothing is
-    /// accepted that is not recorded.
+    /// [`RunError::WaitingBytesFull`] when it would wait kept in memory
+    /// (a request body or a hook's file in a temporary file, or no run log)
+    /// past `max_waiting_bytes`, [`RunError::Storage`] when the record
+    /// cannot be written: nothing is accepted that is not recorded.
     pub fn start_async(self: &Arc<Self>, job: Job) -> Result<String, RunError> {
         let (key, n) = (job.slot_key(), job.concurrency());
+        let in_memory = job.kept_in_memory(self.store.is_some());
+        let held = if in_memory { job.kept_bytes() } else { 0 };
         // Promise a slot or a queue place before the (slow) durable write,
         // so that concurrent requests cannot overfill the queue.
-        let has_slot = {
-            let mut s = lock(&self.slots);
-            if s.closing {
-                return Err(RunError::ShuttingDown);
-            }
-            s.max = job.cfg.server.max_concurrent_runs;
-            let max_queued = job.cfg.server.max_queued_runs;
-            if s.slot_free(&key, n) {
-                s.take(&key);
-                true
-            } else if s.queue.len() + s.reserved < max_queued {
-                s.reserved += 1;
-                false
-            } else {
-                let waiting = s.queue.len();
-                drop(s);
-                return Err(RunError::QueueFull {
-                    queued: max_queued,
-                    retry_after: self.retry_after(waiting),
-                });
-            }
-        };
+        let has_slot = self.reserve(&job, &key, n, held)?;
         let mut rec = self.new_record(&job, true);
         rec.input = Some(RunInput {
             values: job.values.clone(),
@@ -669,7 +714,10 @@ impl Runner {
         }
         let mut s = lock(&self.slots);
         s.reserved -= 1;
-        written.map_err(RunError::Storage)?;
+        if let Err(e) = written {
+            self.waiting_bytes.fetch_sub(held, Ordering::SeqCst);
+            return Err(RunError::Storage(e));
+        }
         s.queue.push_back(Waiter::Async(Queued {
             run: rec.run.clone(),
             program: Arc::clone(&job.program),
@@ -679,7 +727,7 @@ impl Runner {
         }));
         // A request body (or a hook's file) in a temporary file lives as
         // long as its job.
-        if self.store.is_none() || job.body_file.is_some() || !job.files.is_empty() {
+        if in_memory {
             lock(&self.unrecorded).insert(rec.run.clone(), (rec, job));
         }
         // A slot may have come free while the run was being recorded.
@@ -812,7 +860,7 @@ impl Runner {
 
     /// The record and job of a queued run, read back from the run log.
     fn load(&self, q: Queued) -> Option<(RunRecord, Job)> {
-        if let Some(kept) = lock(&self.unrecorded).remove(&q.run) {
+        if let Some(kept) = self.take_unrecorded(&q.run) {
             return Some(kept);
         }
         let rec = self.store.as_ref()?.get(&q.run);

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use crate::config::{Config, Program};
 use crate::store::Owner;
 
-/// Program id and function name: the unit of `concurrency`.
+/// Owner (a program, or the hooks) and function name (for a hook, its
+/// id): the unit of `concurrency`.
 pub(super) type SlotKey = (Owner, String);
 
 /// An async run waiting in the queue: its record (with its input) is on
