@@ -186,3 +186,23 @@ fn payload() {
 fn hooks_file() {
     run("hooks_file", trigd_fuzz::hooks_file);
 }
+
+#[test]
+fn hooks_yaml() {
+    run("hooks_yaml", trigd_fuzz::hooks_yaml);
+}
+
+#[test]
+fn xml_payload() {
+    run("xml_payload", trigd_fuzz::xml_payload);
+}
+
+#[test]
+fn multipart_payload() {
+    run("multipart_payload", trigd_fuzz::multipart_payload);
+}
+
+#[test]
+fn signature_header() {
+    run("signature_header", trigd_fuzz::signature_header);
+}
