@@ -129,7 +129,24 @@ fn mutate(rng: &mut StdRng, input: &[u8], pool: &[Vec<u8>]) -> Vec<u8> {
     v
 }
 
+/// Cap this process's address space at 4 GiB (once), so that an input
+/// that expands without bound (an alias bomb) fails the test, as
+/// libFuzzer's `-rss_limit_mb` fails the fuzz target, instead of taking
+/// the machine's memory.
+fn cap_memory() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let cap = libc::rlimit {
+            rlim_cur: 4 << 30,
+            rlim_max: 4 << 30,
+        };
+        // SAFETY: setrlimit reads the struct given; no memory is shared.
+        unsafe { libc::setrlimit(libc::RLIMIT_AS, &cap) };
+    });
+}
+
 fn run(target: &str, harness: fn(&[u8])) {
+    cap_memory();
     let iters: usize = std::env::var("FUZZ_ITERS")
         .ok()
         .and_then(|s| s.parse().ok())
