@@ -23,13 +23,7 @@ def write(target, name, data):
         f.write(data if isinstance(data, bytes) else data.encode())
 
 
-def hooks_yaml():
-    t = "hooks_yaml"
-    for name in ("hooks_json", "hooks_yaml"):
-        with open(os.path.join("seeds", "hooks_file", name), "rb") as f:
-            write(t, name, f.read().split(b"\0")[0])
-    # Ordinary anchors, aliases and a merge key, as an operator writes them.
-    write(t, "anchors", """\
+ANCHORS = """\
 - &base
   id: deploy
   execute-command: /bin/true
@@ -43,8 +37,20 @@ def hooks_yaml():
 - id: deploy-3
   execute-command: /bin/true
   trigger-rule: {and: [{match: *m}, {not: {match: *m}}]}
-""")
-    # Billion laughs: 8 levels of 9 aliases (9^8 = 43 M scalars), 970 bytes.
+"""
+
+
+def hooks_yaml():
+    t = "hooks_yaml"
+    for name in ("hooks_json", "hooks_yaml"):
+        with open(os.path.join("seeds", "hooks_file", name), "rb") as f:
+            write(t, name, f.read().split(b"\0")[0])
+    # Ordinary anchors, aliases and a merge key, as an operator writes them
+    # (also a hooks_file seed, with a request).
+    write(t, "anchors", ANCHORS)
+    write("hooks_file", "hooks_anchors", ANCHORS + "\0application/json\n{\"ref\": \"main\"}")
+    # Billion laughs: 8 levels of 9 aliases (9^8 = 43 M scalars) in 414 bytes
+    # (issue 27's file was 970 bytes: longer names).
     lines = ['- &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
     for i in range(1, 9):
         lines.append(f"- &a{i} [" + ",".join([f"*a{i-1}"] * 9) + "]")

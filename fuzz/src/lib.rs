@@ -248,9 +248,9 @@ pub fn hooks_file(data: &[u8]) {
         None => (data, &[][..]),
     };
     let text = String::from_utf8_lossy(file);
-    let defs = match config::hooks::parse_file(&text) {
+    let defs = match adapt::hooks_file(&text) {
         Ok(defs) => defs,
-        Err(e) => return assert!(!e.msg.is_empty()),
+        Err(msg) => return assert!(!msg.is_empty()),
     };
     let split = req.iter().position(|&b| b == b'\n').unwrap_or(req.len());
     let ct = String::from_utf8_lossy(&req[..split]).into_owned();
