@@ -81,7 +81,7 @@ impl Wake {
 pub struct Follower {
     path: PathBuf,
     file: Option<File>,
-    offset: u64,
+    offset: output::Pos,
     out: Vec<u8>,
     pos: usize,
     text: [Utf8Carry; 2],
@@ -100,7 +100,7 @@ impl Follower {
         Follower {
             path,
             file: None,
-            offset: 0,
+            offset: output::Pos::default(),
             out: Vec::new(),
             pos: 0,
             text: Default::default(),

@@ -11,15 +11,35 @@ use crate::config::Config;
 use crate::http::{ApiError, Request, Response};
 use crate::invoke::{hook_text, invoke, HOOK_NOT_FOUND};
 
+/// Whether the request target `target` (as sent, not decoded) lies under
+/// the hooks' URL prefix `prefix` (empty: no hooks files). A path there that
+/// cannot be read as a hook id (an encoded `/`, a `.` or `..` segment) is
+/// still answered in webhook's words, [`not_found`].
+pub fn under_prefix(prefix: &[String], target: &str) -> bool {
+    let path = target.split('?').next().unwrap_or_default();
+    let mut segs = path.split('/').filter(|s| !s.is_empty());
+    !prefix.is_empty() && prefix.iter().all(|p| segs.next() == Some(p.as_str()))
+}
+
+/// webhook's answer to a path that names no hook.
+pub fn not_found() -> Response {
+    hook_text(404, HOOK_NOT_FOUND)
+}
+
 /// Call hook `id`.
 ///
 /// # Errors
 /// Those of `invoke::invoke` that a hook does not say in webhook's words:
 /// trigd's own limits (`busy`, `shutting_down`, `storage_unavailable`,
 /// `disk_full`) and a bad or reused `Idempotency-Key`.
-pub fn call(app: &App, cfg: &Arc<Config>, req: &Request, id: &str) -> Result<Response, ApiError> {
+pub fn call(
+    app: &App,
+    cfg: &Arc<Config>,
+    req: &mut Request,
+    id: &str,
+) -> Result<Response, ApiError> {
     match cfg.hooks.by_id.get(id) {
         Some(endpoint) => invoke(app, cfg, req, endpoint),
-        None => Ok(hook_text(404, HOOK_NOT_FOUND)),
+        None => Ok(not_found()),
     }
 }

@@ -552,6 +552,12 @@ pub enum ApiError {
         /// What is wrong (no body content quoted).
         msg: String,
     },
+    /// The body's shape is over a bound (nesting, XML elements or
+    /// attributes, form fields, multipart parts or part headers).
+    PayloadTooComplex {
+        /// Which bound (no body content quoted).
+        msg: String,
+    },
     /// The endpoint reads its values from another kind of body.
     UnsupportedMediaType {
         /// What is expected and what came.
@@ -611,6 +617,7 @@ impl ApiError {
             Signature(SigError::Missing { .. }) => 401,
             Signature(_) => 403,
             InvalidPayload { .. } => 400,
+            PayloadTooComplex { .. } => 413,
             UnsupportedMediaType { .. } => 415,
             RequestTimeout => 408,
             BadRequest => 400,
@@ -677,6 +684,7 @@ impl ApiError {
             Signature(SigError::Mismatch { .. }) => "signature_mismatch",
             Signature(SigError::Expired { .. }) => "signature_expired",
             InvalidPayload { .. } => "invalid_payload",
+            PayloadTooComplex { .. } => "payload_too_complex",
             UnsupportedMediaType { .. } => "unsupported_media_type",
             Internal => "internal_error",
         }
@@ -740,6 +748,7 @@ impl ApiError {
             Ignored { .. } => "The request does not match this endpoint's rule, so nothing ran.".into(),
             RuleError { reason } => format!("The endpoint's rule could not be evaluated ({reason}), so nothing ran.").into(),
             InvalidPayload { msg } | UnsupportedMediaType { msg } => msg.clone().into(),
+            PayloadTooComplex { msg } => format!("{msg} (See \"Inputs and their bounds\" in the README.)").into(),
             Internal => "Internal error. The server log has the details.".into(),
         }
     }

@@ -10,7 +10,8 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use crate::config::hooks::{parse_file, ArgDef, HookDef, MatchDef, RuleDef};
+use crate::config::file;
+use crate::config::hooks::{parse_file, ArgDef, HookDef, HookError, MatchDef, RuleDef};
 use crate::error::Error;
 
 /// The line between the config.toml part and the program file.
@@ -32,7 +33,7 @@ pub struct Imported {
 /// # Errors
 /// The file cannot be read or parsed, or a secret cannot be written.
 pub fn run(file: &Path, program_id: u64, write_secrets: Option<&Path>) -> Result<(), Error> {
-    let text = std::fs::read_to_string(file)
+    let text = file::read_text(file)
         .map_err(|e| Error::Other(format!("cannot read {}: {e}", file.display())))?;
     let imported = import(&text, &file.display().to_string(), program_id)?;
     for w in &imported.warnings {
@@ -77,8 +78,8 @@ fn write(dir: &Path, secrets: &[(String, String)]) -> Result<(), Error> {
 /// # Errors
 /// The file is not a hooks file, or one of its hooks cannot be read.
 pub fn import(text: &str, file: &str, program_id: u64) -> Result<Imported, Error> {
-    let bad = |m: String| Error::Other(format!("{file}: {m}"));
-    let defs = parse_file(text).map_err(|e| bad(e.msg))?;
+    let located = |e: HookError| Error::Other(e.in_file(file));
+    let defs = parse_file(text).map_err(located)?;
     let mut out = Imported {
         toml: String::new(),
         warnings: Vec::new(),
@@ -87,7 +88,7 @@ pub fn import(text: &str, file: &str, program_id: u64) -> Result<Imported, Error
     let mut triggers = String::new();
     let mut functions = String::new();
     for d in defs {
-        let d = d.map_err(|e| bad(format!("{}: {}", e.key(), e.msg)))?;
+        let d = d.map_err(located)?;
         let mut h = HookOut {
             id: &d.id,
             name: name_of(&d.id),

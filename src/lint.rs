@@ -31,11 +31,26 @@ pub fn warnings(cfg: &Config, path_env: &str) -> Vec<String> {
         };
         if let Some(Step::Command(argv)) = function.steps.first() {
             if let Some(msg) = missing_command(argv, function, path_env) {
-                out.push(format!("hook \"{id}\": execute-command: {msg}"));
+                let hint = space_hint(argv);
+                out.push(format!("hook \"{id}\": execute-command: {msg}{hint}"));
             }
         }
     }
     out
+}
+
+/// webhook's own hint for an `execute-command` holding a space (it is
+/// one file name, never split into arguments).
+fn space_hint(argv: &[crate::config::Template]) -> &'static str {
+    let spaced = argv.first().is_some_and(|t| {
+        t.0.iter()
+            .any(|p| matches!(p, Piece::Lit(s) if s.contains(' ')))
+    });
+    if spaced {
+        "; it holds a space, and is one file name: use 'pass-arguments-to-command' to specify args"
+    } else {
+        ""
+    }
 }
 
 fn at(program: &Program, function: &Function, step: usize) -> String {

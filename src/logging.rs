@@ -16,14 +16,23 @@
 //! reallocated (both are kept while small).
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::{Mutex, MutexGuard, OnceLock};
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 use log::{Level, Log, Metadata, Record};
 
 use crate::store::now_rfc3339;
 use crate::sys;
+
+/// A warning a client can cause (a refused signature) is written once per
+/// kind in this interval; the repeats go to `debug`.
+pub const REPEAT_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Kinds of repeated warnings remembered at most (they come from the
+/// config: endpoints × codes); past it the table starts afresh.
+const MAX_REPEAT_KINDS: usize = 4096;
 
 /// Buffered bytes past which lines are dropped.
 const MAX_BUFFER: usize = 1 << 20;
@@ -195,4 +204,77 @@ pub fn init() {
     let sink = Mutex::new(Sink::default());
     let logger = LOGGER.get_or_init(|| StderrLog { filter, sink });
     let _ = log::set_logger(logger);
+}
+
+/// The last warning of one kind written, and the repeats left out since.
+struct Repeat {
+    written: Instant,
+    left_out: u64,
+}
+
+/// Kinds of repeated warnings, by kind.
+static REPEATS: Mutex<Option<HashMap<String, Repeat>>> = Mutex::new(None);
+
+/// A warning that senders can repeat at will (a refused signature): the
+/// first of `kind` in each [`REPEAT_INTERVAL`] is written at `warn`, with
+/// the number of its repeats left out since the last one written; the
+/// repeats go to `debug`. Senders thus cannot drive the log's volume.
+/// `target` is the log target of the line (the caller's module).
+pub fn warn_repeated(target: &str, kind: &str, line: std::fmt::Arguments<'_>) {
+    match repeats_left_out(kind, Instant::now()) {
+        Some(0) => log::warn!(target: target, "{line}"),
+        Some(n) => log::warn!(
+            target: target,
+            "{line} ({n} more like it since the last such line, at debug)"
+        ),
+        None => log::debug!(target: target, "{line}"),
+    }
+}
+
+/// Whether a warning of `kind` at `now` is written: `Some(repeats left
+/// out since the last one written)`, or `None` (a repeat, left out).
+fn repeats_left_out(kind: &str, now: Instant) -> Option<u64> {
+    let mut table = REPEATS.lock().unwrap_or_else(|e| e.into_inner());
+    let table = table.get_or_insert_with(HashMap::new);
+    if let Some(r) = table.get_mut(kind) {
+        if now.duration_since(r.written) < REPEAT_INTERVAL {
+            r.left_out += 1;
+            return None;
+        }
+        let n = r.left_out;
+        *r = Repeat {
+            written: now,
+            left_out: 0,
+        };
+        return Some(n);
+    }
+    if table.len() >= MAX_REPEAT_KINDS {
+        table.clear();
+    }
+    let first = Repeat {
+        written: now,
+        left_out: 0,
+    };
+    table.insert(kind.to_string(), first);
+    Some(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_repeated_warning_is_written_once_an_interval_with_its_count() {
+        let t0 = Instant::now();
+        let kind = "test: a kind of its own";
+        assert_eq!(repeats_left_out(kind, t0), Some(0));
+        for i in 1..=5 {
+            let at = t0 + Duration::from_secs(i);
+            assert_eq!(repeats_left_out(kind, at), None);
+        }
+        assert_eq!(repeats_left_out("test: another kind", t0), Some(0));
+        let next = t0 + REPEAT_INTERVAL;
+        assert_eq!(repeats_left_out(kind, next), Some(5));
+        assert_eq!(repeats_left_out(kind, next), None);
+    }
 }

@@ -2,23 +2,35 @@
 //! `GET /metrics`. Lock-free atomics on the request path; one small mutex
 //! for the per-program run counts.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::store::Owner;
+
 /// Upper bounds (seconds) of the run duration histogram buckets.
 const BUCKETS: [f64; 12] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0,
 ];
 
+/// Whose ended runs a `trigd_runs_total` line counts.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum RunLabel {
+    /// A program, by id (`program="<id>"`).
+    Program(u64),
+    /// A hooks-file hook, by id (`hook="<id>"`).
+    Hook(String),
+}
+
 /// Process-wide metrics.
 pub struct Metrics {
     /// HTTP responses by status code (index = status).
     http: Vec<AtomicU64>,
-    /// Finished runs by (program id, outcome state).
-    runs: Mutex<BTreeMap<(u64, &'static str), u64>>,
+    /// Finished runs by (program or hook, outcome state).
+    runs: Mutex<BTreeMap<(RunLabel, &'static str), u64>>,
     /// Webhook requests that did not run, by (tool, trigger, outcome):
     /// `ignored` by rules, or the `Code` of a refused signature.
     webhooks: Mutex<BTreeMap<(String, String, &'static str), u64>>,
@@ -74,13 +86,18 @@ impl Metrics {
         self.switch_flips[usize::from(on)].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Count one ended run of `program` with `outcome` (a state name).
-    pub fn run(&self, program: u64, outcome: &'static str, took: Duration) {
+    /// Count one ended run of `function` of `owner` with `outcome` (a
+    /// state name).
+    pub fn run(&self, owner: Owner, function: &str, outcome: &'static str, took: Duration) {
+        let label = match owner {
+            Owner::Program(id) => RunLabel::Program(id),
+            Owner::Hook => RunLabel::Hook(function.to_string()),
+        };
         *self
             .runs
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .entry((program, outcome))
+            .entry((label, outcome))
             .or_default() += 1;
         let secs = took.as_secs_f64();
         for (b, c) in BUCKETS.iter().zip(&self.buckets) {
@@ -124,7 +141,11 @@ impl Metrics {
         );
         for (to, c) in ["off", "on"].iter().zip(&self.switch_flips) {
             let n = c.load(Ordering::Relaxed);
-            let _ = writeln!(s, "trigd_public_switch_flips_total{{to=\"{to}\"}} {n}");
+            let _ = writeln!(
+                s,
+                "trigd_public_switch_flips_total{{to=\"{}\"}} {n}",
+                label(to)
+            );
         }
     }
 
@@ -145,11 +166,15 @@ impl Metrics {
     fn render_runs(&self, s: &mut String) {
         let _ = writeln!(
             s,
-            "# HELP trigd_runs_total Ended runs by program and outcome."
+            "# HELP trigd_runs_total Ended runs by program (or hooks-file hook) and outcome."
         );
         let _ = writeln!(s, "# TYPE trigd_runs_total counter");
-        for ((p, o), n) in self.runs.lock().unwrap_or_else(|e| e.into_inner()).iter() {
-            let _ = writeln!(s, "trigd_runs_total{{program=\"{p}\",outcome=\"{o}\"}} {n}");
+        for ((who, o), n) in self.runs.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            let who = match who {
+                RunLabel::Program(p) => format!("program=\"{p}\""),
+                RunLabel::Hook(h) => format!("hook=\"{}\"", label(h)),
+            };
+            let _ = writeln!(s, "trigd_runs_total{{{who},outcome=\"{}\"}} {n}", label(o));
         }
     }
 
@@ -167,7 +192,10 @@ impl Metrics {
         {
             let _ = writeln!(
                 s,
-                "trigd_webhooks_not_run_total{{tool=\"{tool}\",trigger=\"{trigger}\",outcome=\"{o}\"}} {n}"
+                "trigd_webhooks_not_run_total{{tool=\"{}\",trigger=\"{}\",outcome=\"{}\"}} {n}",
+                label(tool),
+                label(trigger),
+                label(o)
             );
         }
     }
@@ -191,6 +219,25 @@ impl Metrics {
         let _ = writeln!(s, "trigd_run_duration_seconds_sum {sum}");
         let _ = writeln!(s, "trigd_run_duration_seconds_count {count}");
     }
+}
+
+/// `value` as a label value of the Prometheus text format: backslash,
+/// double quote and line feed escaped (`\\`, `\"`, `\n`), so that any hook
+/// id or trigger name keeps the exposition parseable.
+pub fn label(value: &str) -> Cow<'_, str> {
+    if !value.contains(['\\', '"', '\n']) {
+        return Cow::Borrowed(value);
+    }
+    let mut out = String::with_capacity(value.len() + 8);
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
 }
 
 impl Gauges {
@@ -256,7 +303,18 @@ mod tests {
         m.http(200);
         m.http(200);
         m.http(503);
-        m.run(3, "finished", Duration::from_millis(20));
+        m.run(
+            Owner::Program(3),
+            "f",
+            "finished",
+            Duration::from_millis(20),
+        );
+        m.run(
+            Owner::Hook,
+            "a\"b\\c\nd",
+            "failed",
+            Duration::from_millis(20),
+        );
         m.webhook("gh", "push", "ignored");
         m.webhook("gh", "push", "ignored");
         let g = Gauges {
@@ -274,8 +332,10 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("trigd_runs_total{program=\"3\",outcome=\"finished\"} 1"));
+        let hook = r#"trigd_runs_total{hook="a\"b\\c\nd",outcome="failed"} 1"#;
+        assert!(t.contains(hook), "{t}");
         assert!(t.contains("trigd_run_duration_seconds_bucket{le=\"0.01\"} 0"));
-        assert!(t.contains("trigd_run_duration_seconds_bucket{le=\"0.025\"} 1"));
+        assert!(t.contains("trigd_run_duration_seconds_bucket{le=\"0.025\"} 2"));
         assert!(t.contains("trigd_reload_errors_total 1"));
         assert!(t.contains("trigd_open_connections 2"));
         let w = "trigd_webhooks_not_run_total{tool=\"gh\",trigger=\"push\",outcome=\"ignored\"} 2";

@@ -8,6 +8,18 @@
 //! `max_output_bytes` and the rest of that stream was not kept. A frame cut
 //! off by a crash is ignored by readers.
 //!
+//! The last frame may be open: tag `p` (stdout) or `q` (stderr), its
+//! length field not set, its bytes running to the end of the file. The
+//! writer appends each new piece of the same stream to it, header-free, so
+//! a program that writes one byte at a time costs one byte a byte, not six;
+//! a frame costs its 5 header bytes only at a switch between stdout and
+//! stderr (or past [`MAX_FRAME`]). Before it appends another frame the
+//! writer closes the open one: the length first, then the tag (one byte,
+//! so a reader sees it open or closed, never half of it). A reader trusts
+//! the bytes it read of an open frame only if the tag is still open after
+//! it read them ([`read_frames`]). Files written before open frames
+//! existed hold closed frames only, and read the same.
+//!
 //! The runner writes the file while the run executes ([`OutputFile`]),
 //! creating it with the run's first output: a run that printed nothing has
 //! no file, which every reader takes as empty output (creating a file for
@@ -23,9 +35,12 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-/// Largest frame a reader accepts (the runner writes at most one read of a
-/// pipe per frame); a longer length means a damaged file.
+/// Largest frame a reader accepts (the writer closes an open frame before
+/// it grows past it); a longer length means a damaged file.
 const MAX_FRAME: u32 = 1 << 20;
+
+/// Length of a frame header: tag and length.
+const HEAD: u64 = 5;
 
 /// Bytes of frame data [`read_frames`] returns at most per call.
 pub const BATCH: usize = 64 * 1024;
@@ -72,6 +87,49 @@ fn tag(stream: Stream, truncated: bool) -> u8 {
     }
 }
 
+/// The tag of an open frame of `stream`.
+fn open_tag(stream: Stream) -> u8 {
+    match stream {
+        Stream::Stdout => b'p',
+        Stream::Stderr => b'q',
+    }
+}
+
+/// What a tag byte says: the stream, and whether the frame is open or a
+/// truncation mark; `None` for no tag (a damaged file).
+fn parse_tag(t: u8) -> Option<(Stream, Kind)> {
+    Some(match t {
+        b'o' => (Stream::Stdout, Kind::Data),
+        b'e' => (Stream::Stderr, Kind::Data),
+        b'O' => (Stream::Stdout, Kind::Truncated),
+        b'E' => (Stream::Stderr, Kind::Truncated),
+        b'p' => (Stream::Stdout, Kind::Open),
+        b'q' => (Stream::Stderr, Kind::Open),
+        _ => return None,
+    })
+}
+
+/// The kind of a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Closed: its length is in its header.
+    Data,
+    /// Open: its bytes run to the end of the file.
+    Open,
+    /// A truncation mark.
+    Truncated,
+}
+
+/// The frame open at the end of the file, being appended to.
+#[derive(Debug, Clone, Copy)]
+struct Open {
+    stream: Stream,
+    /// Offset of its header.
+    at: u64,
+    /// Its data bytes so far.
+    len: u32,
+}
+
 /// Per-stream accounting of the writer.
 #[derive(Debug, Default, Clone, Copy)]
 struct Kept {
@@ -84,6 +142,10 @@ struct Writer {
     path: PathBuf,
     /// Created at the first output.
     file: Option<File>,
+    /// The file's length.
+    end: u64,
+    /// The last frame, while it is open.
+    open: Option<Open>,
     kept: [Kept; 2],
     failed: bool,
 }
@@ -105,6 +167,8 @@ impl OutputFile {
             w: Mutex::new(Writer {
                 path: path.to_path_buf(),
                 file: None,
+                end: 0,
+                open: None,
                 kept: [Kept::default(); 2],
                 failed: false,
             }),
@@ -123,19 +187,12 @@ impl OutputFile {
         }
         let room = self.max - k.bytes;
         let take = data.len().min(room);
-        let mut buf = Vec::with_capacity(take + 10);
-        if take > 0 {
-            frame(&mut buf, tag(stream, false), &data[..take]);
-        }
         let truncated = take < data.len();
-        if truncated {
-            frame(&mut buf, tag(stream, true), &[]);
-        }
         w.kept[i] = Kept {
             bytes: k.bytes + take,
             truncated,
         };
-        if let Err(e) = w.write(&buf) {
+        if let Err(e) = w.append(stream, &data[..take], truncated) {
             log::error!("cannot keep a run's output in {}: {e}", w.path.display());
             w.failed = true;
         }
@@ -143,13 +200,68 @@ impl OutputFile {
 }
 
 impl Writer {
-    /// Append `buf`, creating the file first if this is the first output.
-    fn write(&mut self, buf: &[u8]) -> io::Result<()> {
-        let file = match &mut self.file {
-            Some(f) => f,
-            None => self.file.insert(create(&self.path)?),
+    /// Append `data` of `stream`, then, with `truncated`, the stream's
+    /// truncation mark (after closing the open frame).
+    fn append(&mut self, stream: Stream, data: &[u8], truncated: bool) -> io::Result<()> {
+        if self.file.is_none() {
+            self.file = Some(create(&self.path)?);
+        }
+        for piece in data.chunks(MAX_FRAME as usize) {
+            self.append_data(stream, piece)?;
+        }
+        if truncated {
+            self.close()?;
+            let mut buf = Vec::with_capacity(HEAD as usize);
+            frame(&mut buf, tag(stream, true), &[]);
+            self.write(&buf)?;
+        }
+        Ok(())
+    }
+
+    /// Append `data` (at most [`MAX_FRAME`] bytes) to the open frame when
+    /// it is of `stream` and has room; else close it and open another.
+    fn append_data(&mut self, stream: Stream, data: &[u8]) -> io::Result<()> {
+        let n = data.len() as u32;
+        let fits = |o: &Open| o.stream == stream && o.len <= MAX_FRAME - n;
+        let mut buf = Vec::with_capacity(data.len() + HEAD as usize);
+        match self.open.filter(fits) {
+            Some(o) => {
+                self.open = Some(Open {
+                    len: o.len + n,
+                    ..o
+                })
+            }
+            None => {
+                self.close()?;
+                self.open = Some(Open {
+                    stream,
+                    at: self.end,
+                    len: n,
+                });
+                frame(&mut buf, open_tag(stream), &[]);
+            }
+        }
+        buf.extend_from_slice(data);
+        self.write(&buf)
+    }
+
+    /// Close the open frame, if any: its length, then its tag.
+    fn close(&mut self) -> io::Result<()> {
+        let (Some(o), Some(file)) = (self.open.take(), &self.file) else {
+            return Ok(());
         };
-        file.write_all(buf)
+        file.write_all_at(&o.len.to_be_bytes(), o.at + 1)?;
+        file.write_all_at(&[tag(o.stream, false)], o.at)
+    }
+
+    /// Append `buf` at the end of the file.
+    fn write(&mut self, buf: &[u8]) -> io::Result<()> {
+        let Some(file) = &mut self.file else {
+            return Ok(());
+        };
+        file.write_all(buf)?;
+        self.end += buf.len() as u64;
+        Ok(())
     }
 }
 
@@ -172,41 +284,84 @@ fn frame(buf: &mut Vec<u8>, tag: u8, data: &[u8]) {
     buf.extend_from_slice(data);
 }
 
-/// The complete frames of `file` from `offset` on, at most about
-/// [`BATCH`] bytes of them, and the offset after the last one returned.
-/// A frame cut off at the end (being written, or torn by a crash) is left
+/// Where a reader of an output file is: at the frame starting at `frame`,
+/// of which it has read `done` data bytes (an open frame grows).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Pos {
+    frame: u64,
+    done: u64,
+}
+
+/// The frames of `file` from `pos` on, at most about [`BATCH`] bytes of
+/// them, and the position after them: complete frames, and of an open
+/// frame the bytes written so far (the rest comes at the next call). A
+/// frame cut off at the end (being written, or torn by a crash) is left
 /// for the next call.
-pub fn read_frames(file: &File, offset: u64) -> (Vec<Frame>, u64) {
+pub fn read_frames(file: &File, pos: Pos) -> (Vec<Frame>, Pos) {
     let mut frames = Vec::new();
-    let mut at = offset;
+    let mut pos = pos;
     let mut size = 0usize;
     while size < BATCH {
-        let mut head = [0u8; 5];
-        if file.read_exact_at(&mut head, at).is_err() {
+        let mut head = [0u8; HEAD as usize];
+        if file.read_exact_at(&mut head, pos.frame).is_err() {
             break;
+        }
+        let Some((stream, kind)) = parse_tag(head[0]) else {
+            break;
+        };
+        if kind == Kind::Open {
+            match read_open(file, pos, head[0], BATCH - size) {
+                Some(data) if data.is_empty() => break,
+                Some(data) => {
+                    size += data.len();
+                    pos.done += data.len() as u64;
+                    frames.push(Frame::Data(stream, data));
+                    continue;
+                }
+                // Closed meanwhile: read it as a closed frame.
+                None => continue,
+            }
         }
         let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]);
-        let stream = match head[0] {
-            b'o' | b'O' => Stream::Stdout,
-            b'e' | b'E' => Stream::Stderr,
-            _ => break,
+        if len > MAX_FRAME || u64::from(len) < pos.done {
+            break;
+        }
+        let mut data = vec![0u8; (u64::from(len) - pos.done) as usize];
+        if file
+            .read_exact_at(&mut data, pos.frame + HEAD + pos.done)
+            .is_err()
+        {
+            break;
+        }
+        let whole = pos.done == 0;
+        pos = Pos {
+            frame: pos.frame + HEAD + u64::from(len),
+            done: 0,
         };
-        if len > MAX_FRAME {
-            break;
+        size += data.len() + HEAD as usize;
+        match kind {
+            Kind::Truncated => frames.push(Frame::Truncated(stream)),
+            _ if data.is_empty() && !whole => {}
+            _ => frames.push(Frame::Data(stream, data)),
         }
-        let mut data = vec![0u8; len as usize];
-        if file.read_exact_at(&mut data, at + 5).is_err() {
-            break;
-        }
-        at += 5 + u64::from(len);
-        size += data.len() + 5;
-        frames.push(if head[0].is_ascii_uppercase() {
-            Frame::Truncated(stream)
-        } else {
-            Frame::Data(stream, data)
-        });
     }
-    (frames, at)
+    (frames, pos)
+}
+
+/// The bytes of the open frame at `pos` past those read (at most `max`),
+/// if the frame is still open once they are read (`tag` is its open tag):
+/// only then are they all its own, since the writer closes a frame before
+/// it appends anything after it. `None`: it was closed meanwhile.
+fn read_open(file: &File, pos: Pos, tag: u8, max: usize) -> Option<Vec<u8>> {
+    let from = pos.frame + HEAD + pos.done;
+    let end = file.metadata().map_or(from, |m| m.len());
+    let n = end.saturating_sub(from).min(max.max(1) as u64) as usize;
+    let mut data = vec![0u8; n];
+    let got = file.read_at(&mut data, from).unwrap_or(0);
+    data.truncate(got);
+    let mut now = [0u8; 1];
+    file.read_exact_at(&mut now, pos.frame).ok()?;
+    (now[0] == tag).then_some(data)
 }
 
 /// The whole kept output of a run, each stream apart.
@@ -229,7 +384,7 @@ pub fn read_whole(path: &Path) -> Whole {
     let Ok(file) = File::open(path) else {
         return w;
     };
-    let mut offset = 0;
+    let mut offset = Pos::default();
     loop {
         let (frames, next) = read_frames(&file, offset);
         if frames.is_empty() {
@@ -322,7 +477,7 @@ mod tests {
         out.push(Stream::Stdout, b"two\n");
         out.push(Stream::Stdout, b"three\n");
         let f = File::open(&p).unwrap();
-        let (frames, end) = read_frames(&f, 0);
+        let (frames, end) = read_frames(&f, Pos::default());
         assert_eq!(
             frames,
             vec![
@@ -332,7 +487,14 @@ mod tests {
                 Frame::Truncated(Stream::Stdout),
             ]
         );
-        assert_eq!(end, fs::metadata(&p).unwrap().len());
+        let len = fs::metadata(&p).unwrap().len();
+        assert_eq!(
+            end,
+            Pos {
+                frame: len,
+                done: 0
+            }
+        );
         assert_eq!(read_frames(&f, end).0, vec![]);
         let w = read_whole(&p);
         assert_eq!(
@@ -352,7 +514,77 @@ mod tests {
         let p = d.join("x");
         fs::write(&p, [b'o', 0, 0, 0, 4, b'a', b'b']).unwrap();
         let f = File::open(&p).unwrap();
-        assert_eq!(read_frames(&f, 0), (vec![], 0));
+        assert_eq!(read_frames(&f, Pos::default()), (vec![], Pos::default()));
+    }
+
+    #[test]
+    fn one_byte_at_a_time_costs_a_byte_a_byte() {
+        let d = tmp("bytes");
+        let p = path(&d, "b");
+        let out = OutputFile::new(&p, 1 << 20);
+        let data: Vec<u8> = (0..10_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+        for b in &data {
+            out.push(Stream::Stdout, std::slice::from_ref(b));
+        }
+        out.push(Stream::Stderr, b"!");
+        out.push(Stream::Stdout, b"z");
+        let size = fs::metadata(&p).unwrap().len();
+        assert_eq!(size, 10_000 + 2 + 3 * HEAD, "three frames' headers only");
+        let w = read_whole(&p);
+        assert_eq!(&w.stdout[..10_000], &data[..]);
+        assert_eq!(
+            (&w.stdout[10_000..], w.stderr.as_slice()),
+            (&b"z"[..], &b"!"[..])
+        );
+    }
+
+    #[test]
+    fn a_reader_follows_an_open_frame_as_it_grows_and_closes() {
+        let d = tmp("grow");
+        let p = path(&d, "g");
+        let out = OutputFile::new(&p, 100);
+        out.push(Stream::Stdout, b"ab");
+        let f = File::open(&p).unwrap();
+        let (frames, at) = read_frames(&f, Pos::default());
+        assert_eq!(frames, vec![Frame::Data(Stream::Stdout, b"ab".to_vec())]);
+        assert_eq!(read_frames(&f, at).0, vec![], "nothing new yet");
+        out.push(Stream::Stdout, b"cd");
+        let (frames, at) = read_frames(&f, at);
+        assert_eq!(frames, vec![Frame::Data(Stream::Stdout, b"cd".to_vec())]);
+        out.push(Stream::Stdout, b"ef");
+        out.push(Stream::Stderr, b"x");
+        let (frames, at) = read_frames(&f, at);
+        assert_eq!(
+            frames,
+            vec![
+                Frame::Data(Stream::Stdout, b"ef".to_vec()),
+                Frame::Data(Stream::Stderr, b"x".to_vec())
+            ]
+        );
+        // Closed after it was read whole: no empty piece.
+        out.push(Stream::Stdout, b"g");
+        let (frames, _) = read_frames(&f, at);
+        assert_eq!(frames, vec![Frame::Data(Stream::Stdout, b"g".to_vec())]);
+        let w = read_whole(&p);
+        assert_eq!(
+            (w.stdout.as_slice(), w.stderr.as_slice()),
+            (&b"abcdefg"[..], &b"x"[..])
+        );
+    }
+
+    #[test]
+    fn an_open_frame_left_by_a_crash_runs_to_the_end() {
+        let d = tmp("crash");
+        fs::create_dir_all(&d).unwrap();
+        let p = d.join("x");
+        // A closed frame (as files written before open frames), then an
+        // open one cut off by a crash.
+        fs::write(&p, [b'o', 0, 0, 0, 1, b'a', b'q', 0, 0, 0, 0, b'b', b'c']).unwrap();
+        let w = read_whole(&p);
+        assert_eq!(
+            (w.stdout.as_slice(), w.stderr.as_slice()),
+            (&b"a"[..], &b"bc"[..])
+        );
     }
 
     #[test]

@@ -1,7 +1,10 @@
 //! Hot reload: watch the config, rebuild everything, swap it in whole.
 //!
 //! We watch **directories**, never single files: the directory holding
-//! `config.toml` and the programs directory. An inotify watch on a file
+//! `config.toml`, the programs directory, those of the hooks files and
+//! those of the secret files (a rotated secret is applied without SIGHUP;
+//! an event there matters only when it names a secret file or a `..data`
+//! link). An inotify watch on a file
 //! follows the inode, so an editor that saves by writing a new file and
 //! renaming it over the old one (vim, `sed -i`), or a `git pull` that deletes
 //! and recreates files, leaves a file watch on a dead inode — the failure
@@ -90,6 +93,11 @@ struct Changes {
 /// [`Changes`] as the watcher's callback and the reload thread share them.
 type SharedChanges = Arc<Mutex<Changes>>;
 
+/// The names of the secret files the config reads, as the watcher's
+/// callback and the reload thread share them: an event naming one is
+/// relevant in any watched directory.
+type SecretNames = Arc<Mutex<Vec<OsString>>>;
+
 /// Note that every file must be looked at.
 fn note_everything(changes: &SharedChanges) {
     changes
@@ -163,9 +171,11 @@ pub fn start(app: Arc<App>, config_path: PathBuf, watch: Option<Watch>) -> Sende
     if let Some(name) = app.config().server.programs_dir.file_name() {
         let _ = programs_name.set(name.to_os_string());
     }
-    let added = watch_state.watch(&dirs_for(&config_path, &app.config().server));
-    if fresh || added {
+    let missed = watch_state.watch_config(&config_path, &app.config());
+    if fresh || missed == Missed::Everything {
         note_everything(&changes);
+    }
+    if fresh || missed != Missed::Nothing {
         let _ = tx.send(Trigger::Changed);
     }
     let again = tx.clone();
@@ -192,6 +202,18 @@ pub fn start(app: Arc<App>, config_path: PathBuf, watch: Option<Watch>) -> Sende
 struct WatchState {
     watcher: Option<RecommendedWatcher>,
     watched: Vec<(PathBuf, Option<(u64, u64)>)>,
+    secret_names: SecretNames,
+}
+
+/// What a change of watches may have let pass unseen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Missed {
+    /// Nothing: no watch was added.
+    Nothing,
+    /// A change to a secret file: only the directory of one was added.
+    Secrets,
+    /// Any change: a directory of config, programs or hooks was added.
+    Everything,
 }
 
 impl WatchState {
@@ -202,13 +224,20 @@ impl WatchState {
         changes: SharedChanges,
     ) -> WatchState {
         let config_name = config_path.file_name().map(|n| n.to_os_string());
+        let secret_names = SecretNames::default();
+        let secrets = Arc::clone(&secret_names);
         let handler = move |res: notify::Result<Event>| match res {
             Ok(ev) => {
                 let names = [
                     config_name.as_deref(),
                     programs_name.get().map(|n| n.as_os_str()),
                 ];
-                if note(&changes, &ev, names) {
+                let secrets = secrets.lock().unwrap_or_else(PoisonError::into_inner);
+                let is_secret = |p: &Path| {
+                    p.file_name()
+                        .is_some_and(|n| secrets.iter().any(|s| s == n))
+                };
+                if note(&changes, &ev, |p| relevant(p, names) || is_secret(p)) {
                     let _ = tx.send(trigger_of(&ev.kind));
                 }
             }
@@ -224,22 +253,61 @@ impl WatchState {
         WatchState {
             watcher,
             watched: Vec::new(),
+            secret_names,
+        }
+    }
+
+    /// Watch the directories `cfg` needs: those of [`dirs_for`], and the
+    /// directory of each secret file (wherever it is: a rotation, by
+    /// rename or in place, is then an event naming the file, and a
+    /// Kubernetes Secret's `..data` swap one naming `..data`). Returns
+    /// what the new watches may have let pass unseen.
+    fn watch_config(&mut self, config_path: &Path, cfg: &config::Config) -> Missed {
+        let files = secret_files(cfg);
+        let names = files
+            .iter()
+            .filter_map(|f| f.file_name())
+            .map(OsStr::to_os_string);
+        *self
+            .secret_names
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = names.collect();
+        let main = dirs_for(config_path, &cfg.server);
+        let mut all = main.clone();
+        for dir in files.iter().filter_map(|f| f.parent()) {
+            let dir = if dir.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                dir
+            };
+            if dir.is_dir() && !all.iter().any(|d| d == dir) {
+                all.push(dir.to_path_buf());
+            }
+        }
+        let added = self.watch(&all);
+        if added.iter().any(|d| main.contains(d)) {
+            Missed::Everything
+        } else if added.is_empty() {
+            Missed::Nothing
+        } else {
+            Missed::Secrets
         }
     }
 
     /// Watch exactly `dirs`. A directory that still resolves to the same
     /// inode keeps its watch; one that moved (a swapped symlink) or is new
-    /// is watched anew. Returns whether a watch was added: changes made
-    /// before it existed were not seen, so the caller checks once more.
-    fn watch(&mut self, dirs: &[PathBuf]) -> bool {
+    /// is watched anew. Returns the directories whose watch was added:
+    /// changes made before it existed were not seen, so the caller checks
+    /// once more.
+    fn watch(&mut self, dirs: &[PathBuf]) -> Vec<PathBuf> {
         let Some(w) = self.watcher.as_mut() else {
-            return false;
+            return Vec::new();
         };
         let wanted: Vec<_> = dirs.iter().map(|d| (d.clone(), identity(d))).collect();
         for old in self.watched.iter().filter(|old| !wanted.contains(old)) {
             let _ = w.unwatch(&old.0);
         }
-        let mut added = false;
+        let mut added = Vec::new();
         let mut now = Vec::with_capacity(wanted.len());
         for entry in wanted {
             if self.watched.contains(&entry) {
@@ -248,7 +316,7 @@ impl WatchState {
             }
             match w.watch(&entry.0, RecursiveMode::NonRecursive) {
                 Ok(()) => {
-                    added = true;
+                    added.push(entry.0.clone());
                     now.push(entry);
                 }
                 Err(e) => log::warn!("cannot watch {}: {e}", entry.0.display()),
@@ -260,9 +328,9 @@ impl WatchState {
 }
 
 /// Note what `ev` changed; returns whether it can change the config.
-fn note(changes: &SharedChanges, ev: &Event, names: [Option<&OsStr>; 2]) -> bool {
+fn note(changes: &SharedChanges, ev: &Event, relevant: impl Fn(&Path) -> bool) -> bool {
     let everything = ev.paths.is_empty() || ev.need_rescan();
-    let mut paths = ev.paths.iter().filter(|p| relevant(p, names)).peekable();
+    let mut paths = ev.paths.iter().filter(|p| relevant(p)).peekable();
     if !everything && paths.peek().is_none() {
         return false;
     }
@@ -352,9 +420,15 @@ impl Reloader<'_> {
                 .flatten();
             drop(cfg);
             reload(self.app, self.config_path, forced, only.as_deref());
-            if ws.watch(&dirs_for(self.config_path, &self.app.config().server)) {
-                note_everything(&self.changes);
-                let _ = again.send(Trigger::Changed);
+            match ws.watch_config(self.config_path, &self.app.config()) {
+                Missed::Nothing => {}
+                Missed::Secrets => {
+                    let _ = again.send(Trigger::Changed);
+                }
+                Missed::Everything => {
+                    note_everything(&self.changes);
+                    let _ = again.send(Trigger::Changed);
+                }
             }
         }
     }
@@ -434,13 +508,33 @@ fn wait_quiet(rx: &Receiver<Trigger>, first: Trigger) -> bool {
     }
 }
 
-/// Whether a secret file of a signature check now holds another secret.
+/// Whether a secret file (of a signature check, or `[callbacks]`'s) now
+/// holds another secret.
 fn secret_files_changed(cfg: &config::Config) -> bool {
-    cfg.tools
+    cfg.server.callbacks.secret_file_changed()
+        || cfg
+            .tools
+            .values()
+            .flat_map(|t| &t.triggers)
+            .flat_map(|t| t.receive.verifiers())
+            .any(|v| v.secret_file_changed())
+}
+
+/// Every secret file `cfg` reads: each signature check's and
+/// `[callbacks]`'s.
+fn secret_files(cfg: &config::Config) -> Vec<PathBuf> {
+    let checks = cfg
+        .tools
         .values()
         .flat_map(|t| &t.triggers)
         .flat_map(|t| t.receive.verifiers())
-        .any(|v| v.secret_file_changed())
+        .filter_map(|v| v.secret_file.clone());
+    let mut files: Vec<PathBuf> = checks
+        .chain(cfg.server.callbacks.secret_file.clone())
+        .collect();
+    files.sort_unstable();
+    files.dedup();
+    files
 }
 
 /// Load everything and swap it in if it is valid and changed. With `forced`

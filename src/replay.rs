@@ -45,7 +45,7 @@ pub fn start_once(
     let deadline = Instant::now() + wait_bound(&job);
     let scope = String::from(job.by.clone());
     loop {
-        let known = |id: &str| app.store.program_of(id).is_some();
+        let known = |id: &str| app.store.owner_of(id).is_some();
         match app.idempotency.claim(policy, &scope, key, request, known)? {
             Claim::New(held) => {
                 job.id = Some(held.run.clone());
@@ -103,7 +103,7 @@ fn repeat(
     deadline: Instant,
 ) -> Option<Result<Response, ApiError>> {
     // Wait until the original is recorded, or gives the key back.
-    while app.store.program_of(run).is_none() {
+    while app.store.owner_of(run).is_none() {
         match app
             .idempotency
             .pending(scope, key, run, Duration::from_millis(50))
@@ -111,7 +111,7 @@ fn repeat(
             None => return None,
             // Started long ago, and dropped from the run log since
             // (`run_retention`): it is not run again.
-            Some(false) if app.store.program_of(run).is_none() => {
+            Some(false) if app.store.owner_of(run).is_none() => {
                 return Some(Err(ApiError::RunNotFound))
             }
             Some(_) if Instant::now() >= deadline => return Some(Err(still_waiting())),

@@ -21,7 +21,7 @@ use crate::ui;
 pub const OPENAPI: &str = include_str!("../openapi.json");
 
 /// Answer one request.
-pub fn handle(app: &App, req: &Request) -> Response {
+pub fn handle(app: &App, req: &mut Request) -> Response {
     use Method::{Get, Head, Post, Put};
     let cfg = app.config();
     let segs: Vec<&str> = req.segments.iter().map(String::as_str).collect();
@@ -46,6 +46,7 @@ pub fn handle(app: &App, req: &Request) -> Response {
             allow: vec!["POST"],
         }),
         (Get, []) => ui::home(app, &cfg, req),
+        (_, []) => Err(ApiError::MethodNotAllowed { allow: vec!["GET"] }),
         (Get, ["login"]) => ui::login_form(app, &cfg, req),
         (Post, ["login"]) => ui::login(app, &cfg, req),
         (_, ["login"]) => Err(ApiError::MethodNotAllowed {
@@ -80,7 +81,11 @@ pub fn handle(app: &App, req: &Request) -> Response {
         (_, ["tools", _, "environments", _, "public"]) => Err(ApiError::MethodNotAllowed {
             allow: vec!["PUT", "POST"],
         }),
-        (_, ["tools", tool, env, trigger]) => tools::call(app, &cfg, req, [tool, env, trigger]),
+        (_, ["tools", tool, env, trigger]) => {
+            // Owned, so that the run may let go of the request's body.
+            let names = [tool, env, trigger].map(|s| s.to_string());
+            tools::call(app, &cfg, req, names)
+        }
         (
             _,
             ["healthz" | "livez" | "metrics" | "openapi.json"]
@@ -95,15 +100,17 @@ pub fn handle(app: &App, req: &Request) -> Response {
         (_, ["workspaces", _, "settings", "application-key"]) => Err(ApiError::MethodNotAllowed {
             allow: vec!["POST"],
         }),
-        _ => Err(ApiError::NotFound),
+        _ => ui::not_found(req),
     };
     result.unwrap_or_else(Response::from)
 }
 
 /// The hook id of a path under the hooks' URL prefix (the rest of the
-/// path, which may hold `/`), when hooks files are configured.
+/// path, which may hold `/`; empty for the prefix itself, which names no
+/// hook and is answered `Hook not found.` as webhook does), when hooks
+/// files are configured.
 fn hook_id(prefix: &[String], segs: &[&str]) -> Option<String> {
-    if prefix.is_empty() || segs.len() <= prefix.len() {
+    if prefix.is_empty() || segs.len() < prefix.len() {
         return None;
     }
     let (head, rest) = segs.split_at(prefix.len());

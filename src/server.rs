@@ -23,6 +23,7 @@ use crate::app::App;
 use crate::callback;
 use crate::config;
 use crate::error::Error;
+use crate::hooks;
 use crate::http::{ApiError, Request, Response};
 use crate::idempotency::Keys;
 use crate::logging;
@@ -132,7 +133,9 @@ fn open_app(cfg: config::Config) -> Result<Arc<App>, Error> {
         move |source| Error::Io { path, source }
     };
     let retry = |r: &RunRecord| {
-        cfg.program(r.program)
+        r.owner
+            .program()
+            .and_then(|id| cfg.program(id))
             .and_then(|p| p.function(&r.function))
             .is_some_and(|f| f.retry_on_restart)
     };
@@ -297,13 +300,16 @@ fn handle(app: &App, mut rq: tiny_http::Request) {
     let max_body = app.config().server.max_body_bytes;
     let (req, resp) = match read_request(&mut rq, max_body) {
         Ok(req) if app.closing.load(Ordering::SeqCst) => (Ok(req), ApiError::ShuttingDown.into()),
-        Ok(req) => {
-            let resp =
-                catch_unwind(AssertUnwindSafe(|| routes::handle(app, &req))).unwrap_or_else(|_| {
+        Ok(mut req) => {
+            let resp = catch_unwind(AssertUnwindSafe(|| routes::handle(app, &mut req)))
+                .unwrap_or_else(|_| {
                     log::error!("handler panicked on {} {}", req.method, req.path);
                     ApiError::Internal.into()
                 });
             (Ok(req), resp)
+        }
+        Err(ApiError::NotFound) if hooks::under_prefix(&app.config().hooks.prefix, rq.url()) => {
+            (Err(()), hooks::not_found())
         }
         Err(e) => (Err(()), Response::from(e)),
     };

@@ -85,7 +85,7 @@ fn request(method: &str, target: &str, body: &str) -> Request {
 fn deepest_requests(app: &App) {
     let run = routes::handle(
         app,
-        &request("POST", &format!("/api?api_key={KEY}&program_id=1"), ""),
+        &mut request("POST", &format!("/api?api_key={KEY}&program_id=1"), ""),
     );
     // serde_json parsed the output to its deepest, then the element stayed
     // text: deeper than a Result element may be.
@@ -95,7 +95,7 @@ fn deepest_requests(app: &App) {
 
     let login = routes::handle(
         app,
-        &request("POST", "/login", "username=alice&password=pw"),
+        &mut request("POST", "/login", "username=alice&password=pw"),
     );
     assert!(
         matches!(login.status, 200 | 303),

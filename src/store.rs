@@ -157,6 +157,82 @@ impl From<String> for Origin {
     }
 }
 
+/// Whose run it is: a program's, or a hooks-file hook's (the hook id is
+/// the record's `Function`). Who may see a run follows from it (`runs.rs`).
+///
+/// In JSON: `"Owner": "program", "Program": <id>` or `"Owner": "hook"`. A
+/// record written before `Owner` existed is its `Program`'s, except
+/// `"Program": 0`, which hook runs were then recorded under: it is read as
+/// a hook's, the safe side (only unscoped API keys see hook runs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(from = "OwnerFields", into = "OwnerFields")]
+pub enum Owner {
+    /// A program file's program, by id.
+    Program(u64),
+    /// A hooks-file hook (`hooks_files`).
+    Hook,
+}
+
+impl Owner {
+    /// The program id, for a program's run.
+    pub fn program(self) -> Option<u64> {
+        match self {
+            Owner::Program(id) => Some(id),
+            Owner::Hook => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Owner {
+    /// The program id, or `hook` (log lines: `<owner>/<function>`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Owner::Program(id) => write!(f, "{id}"),
+            Owner::Hook => f.write_str("hook"),
+        }
+    }
+}
+
+/// [`Owner`] as the fields of a record.
+#[derive(Serialize, Deserialize)]
+struct OwnerFields {
+    #[serde(rename = "Owner", default, skip_serializing_if = "Option::is_none")]
+    kind: Option<OwnerKind>,
+    #[serde(rename = "Program", default, skip_serializing_if = "Option::is_none")]
+    program: Option<u64>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum OwnerKind {
+    Program,
+    Hook,
+}
+
+impl From<OwnerFields> for Owner {
+    fn from(f: OwnerFields) -> Owner {
+        match (f.kind, f.program) {
+            (Some(OwnerKind::Program), Some(id)) => Owner::Program(id),
+            // Before `Owner`: program 0 was where hook runs were recorded.
+            (None, Some(id)) if id != 0 => Owner::Program(id),
+            _ => Owner::Hook,
+        }
+    }
+}
+
+impl From<Owner> for OwnerFields {
+    fn from(o: Owner) -> OwnerFields {
+        let kind = match o {
+            Owner::Program(_) => OwnerKind::Program,
+            Owner::Hook => OwnerKind::Hook,
+        };
+        OwnerFields {
+            kind: Some(kind),
+            program: o.program(),
+        }
+    }
+}
+
 /// One run, as stored and as served by `GET /api/runs/<id>`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
@@ -165,9 +241,10 @@ pub struct RunRecord {
     pub run: String,
     /// Current state.
     pub state: RunState,
-    /// Program id.
-    pub program: u64,
-    /// Function name.
+    /// Whose run it is (`Owner`, and `Program` for a program's run).
+    #[serde(flatten)]
+    pub owner: Owner,
+    /// Function name (for a hook's run: the hook id).
     pub function: String,
     /// Whether it was started with `run_async`.
     #[serde(default)]
@@ -245,7 +322,7 @@ struct Entry {
 /// The fields of a run the runs pages filter on, kept in the index.
 #[derive(Debug, Clone)]
 struct Meta {
-    program: u64,
+    owner: Owner,
     state: RunState,
     /// The tool's name, for runs of a tool endpoint.
     tool: Option<Box<str>>,
@@ -254,7 +331,7 @@ struct Meta {
 impl Meta {
     fn of(rec: &RunRecord) -> Meta {
         Meta {
-            program: rec.program,
+            owner: rec.owner,
             state: rec.state,
             tool: rec
                 .tool
@@ -717,12 +794,12 @@ impl RunStore {
         self.check_path(&lock(&self.log).file)
     }
 
-    /// The program id of run `id`, without reading the record.
-    pub fn program_of(&self, id: &str) -> Option<u64> {
+    /// The owner of run `id`, without reading the record.
+    pub fn owner_of(&self, id: &str) -> Option<Owner> {
         lock(&self.log)
             .index
             .get(&run_id(id)?)
-            .map(|e| e.meta.program)
+            .map(|e| e.meta.owner)
     }
 
     /// Where the output of run `id` is kept.
@@ -730,21 +807,21 @@ impl RunStore {
         output::path(&self.state_dir, output::hex_of(id))
     }
 
-    /// A page of runs, newest first: those of programs `visible` lets
+    /// A page of runs, newest first: those of owners `visible` lets
     /// through that match `filter`, after skipping `skip` of them; at most
     /// `take`, and whether more follow. The index is scanned in memory from
     /// the newest run; only the records shown are read from disk.
     pub fn list(
         &self,
-        visible: impl Fn(u64) -> bool,
+        visible: impl Fn(Owner) -> bool,
         filter: &RunFilter,
         skip: usize,
         take: usize,
     ) -> (Vec<RunRecord>, bool) {
         let log = lock(&self.log);
         let matches = |m: &Meta| {
-            visible(m.program)
-                && filter.program.is_none_or(|p| p == m.program)
+            visible(m.owner)
+                && filter.program.is_none_or(|p| m.owner == Owner::Program(p))
                 && filter.state.is_none_or(|s| s == m.state)
                 && filter
                     .tool
@@ -1114,6 +1191,33 @@ mod tests {
         assert!(!q.tick(901));
     }
 
+    #[test]
+    fn the_owner_round_trips_and_old_program_0_records_are_hook_runs() {
+        let line = |o: Owner| {
+            let mut r = rec("owner", RunState::Finished);
+            r.owner = o;
+            String::from_utf8(to_line(&r)).unwrap()
+        };
+        let hook = line(Owner::Hook);
+        assert!(hook.contains(r#""Owner":"hook""#) && !hook.contains("Program"));
+        let zero = line(Owner::Program(0));
+        assert!(zero.contains(r#""Owner":"program","Program":0"#), "{zero}");
+        for o in [Owner::Hook, Owner::Program(0), Owner::Program(7)] {
+            let back: RunRecord = serde_json::from_str(&line(o)).unwrap();
+            assert_eq!(back.owner, o);
+        }
+        // Lines written before `Owner`: program 0 was the hook runs' place.
+        let old = |program: u64| {
+            let text = format!(
+                r#"{{"Run":"{}","State":"finished","Program":{program},"Function":"deploy","CreatedAt":"x"}}"#,
+                id("old")
+            );
+            serde_json::from_str::<RunRecord>(&text).unwrap().owner
+        };
+        assert_eq!(old(0), Owner::Hook);
+        assert_eq!(old(3), Owner::Program(3));
+    }
+
     /// A run id (32 hex digits) made from a short test name.
     fn id(name: &str) -> String {
         format!("{:0>32}", hex::encode(name))
@@ -1123,7 +1227,7 @@ mod tests {
         RunRecord {
             run: id(name),
             state,
-            program: 1,
+            owner: Owner::Program(1),
             function: "f".into(),
             r#async: true,
             by: Origin::Cli,

@@ -23,13 +23,13 @@ use crate::view::ToolView;
 pub fn call(
     app: &App,
     cfg: &Arc<Config>,
-    req: &Request,
-    names: [&str; 3],
+    req: &mut Request,
+    names: [String; 3],
 ) -> Result<Response, ApiError> {
     let [tool, env, trigger] = names;
-    let tool = cfg.tools.get(tool).ok_or(ApiError::NotFound)?;
-    let env = tool.environments.get(env).ok_or(ApiError::NotFound)?;
-    match env.endpoints.get(trigger) {
+    let tool = cfg.tools.get(&tool).ok_or(ApiError::NotFound)?;
+    let env = tool.environments.get(&env).ok_or(ApiError::NotFound)?;
+    match env.endpoints.get(&trigger) {
         Some(endpoint) => invoke(app, cfg, req, endpoint),
         None => {
             authenticate(app, cfg, req, &env.credentials)?;

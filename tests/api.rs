@@ -758,7 +758,7 @@ fn error_bodies_are_json_objects_with_error_and_code() {
         ),
         ("POST", api(KEY, "7"), 404, "program_not_found"),
         ("GET", "/nope".to_string(), 404, "not_found"),
-        ("GET", "/".to_string(), 404, "not_found"),
+        ("GET", "/".to_string(), 401, "unauthorized"),
         ("POST", "/api/nope".to_string(), 404, "not_found"),
         (
             "GET",

@@ -482,7 +482,7 @@ fn browser_public_switch_through_confirmation() {
 
 /// The shipped `config.toml` and `programs/`, copied into `dir` (so the
 /// state dir starts empty, as on a fresh clone).
-fn shipped_setup(dir: &TestDir) {
+pub fn shipped_setup(dir: &TestDir) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let config = fs::read_to_string(root.join("config.toml")).expect("shipped config.toml");
     dir.write("config.toml", &config);
@@ -497,7 +497,7 @@ fn shipped_setup(dir: &TestDir) {
 }
 
 /// The generated password that the first start printed on stderr.
-fn first_start_password(dir: &TestDir, user: &str) -> String {
+pub fn first_start_password(dir: &TestDir, user: &str) -> String {
     let log = dir.read("stderr.log");
     let prefix = format!("user: {user}   password: ");
     log.lines()

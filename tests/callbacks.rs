@@ -554,6 +554,36 @@ fn pending_deliveries_survive_kill9() {
 }
 
 #[test]
+fn a_rotated_signing_secret_file_is_picked_up_by_hot_reload() {
+    let rx = Receiver::start(Receiver::bind(), |_| Answer::Status(204));
+    let fixed = rx.url("/fixed");
+    let dir = setup_cb("cb-rotate", &[], &[("p.toml", &program(Some(&fixed)))]);
+    let t = Trigd::start(&dir);
+    let rotated = "cb-rotated-secret-0a9b8c7d6e5f";
+    // Beside config.toml, replaced by rename as a deploy tool does.
+    dir.write("cb.secret.new", &format!("{rotated}\n"));
+    std::fs::rename(dir.path("cb.secret.new"), dir.path("cb.secret")).unwrap();
+    let signed_with_new = wait_until(WAIT, || {
+        let run = start_run(&t, KEY, "ok", &vars(&["x"]), None);
+        wait_delivery(&t, &run, 0, "delivered");
+        let got = rx.got();
+        got.iter()
+            .rev()
+            .find(|g| g.header("trigd-run") == run)
+            .is_some_and(|g| signature_ok(g, rotated))
+    });
+    t.check(
+        signed_with_new,
+        "deliveries are signed with the rotated secret",
+    );
+    no_secret_logged(&t, &dir);
+    t.check(
+        !dir.read("stderr.log").contains(rotated),
+        "the new secret is not logged",
+    );
+}
+
+#[test]
 fn callback_urls_outside_the_allow_list_are_refused() {
     // Fixed URL: a config load error, with its place.
     let dir = setup_cb(
@@ -622,6 +652,43 @@ fn callback_urls_outside_the_allow_list_are_refused() {
     );
     t.check(rec["Callbacks"][0]["AttemptCount"] == 1, format!("{rec}"));
     t.check(rx.got().is_empty(), "nothing reached the receiver");
+}
+
+#[test]
+fn ipv6_spellings_of_ipv4_addresses_are_refused_at_load() {
+    // Each URL's host is in the allow list, and 127.0.0.1 in
+    // allow_private: an IPv4 address written as IPv6 is judged as that
+    // IPv4 address, and the deprecated IPv4-compatible form (which no
+    // network routes: every delivery would fail) is refused outright.
+    let allow = r#"["[::7f00:1]", "[::808:808]", "[::ffff:a00:1]", "[::]", "[64:ff9b::a00:1]", "[2002:a9fe:a9fe::1]"]"#;
+    for (url, why) in [
+        ("http://[::127.0.0.1]:9/x", "IPv4-compatible"),
+        ("http://[::8.8.8.8]/x", "IPv4-compatible"),
+        ("http://[::ffff:10.0.0.1]/x", "a private address"),
+        ("http://[::]/x", "not a unicast address"),
+        ("http://[64:ff9b::10.0.0.1]/x", "a private address"),
+        ("http://[2002:a9fe:a9fe::1]/x", "a link-local address"),
+    ] {
+        let dir = setup_cb(
+            "cb-ipv6-spellings",
+            &[("allow", allow)],
+            &[("p.toml", &program(Some(url)))],
+        );
+        let out = trigd(&["check", "--config", &dir.path_str("config.toml")], None);
+        out.code_is(1);
+        out.check(
+            out.stderr.contains("functions[0].callback") && out.stderr.contains(why),
+            format!("{url}: refused as {why}"),
+        );
+    }
+    // The IPv4-mapped spelling of an allowed private address is that
+    // address: allowed.
+    let dir = setup_cb(
+        "cb-ipv6-mapped-ok",
+        &[("allow", r#"["[::ffff:7f00:1]"]"#)],
+        &[("p.toml", &program(Some("http://[::ffff:127.0.0.1]:9/x")))],
+    );
+    trigd(&["check", "--config", &dir.path_str("config.toml")], None).code_is(0);
 }
 
 #[test]

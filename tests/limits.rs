@@ -523,6 +523,107 @@ fn a_stalled_head_is_408_and_an_idle_keep_alive_connection_closes_silently() {
     );
 }
 
+/// The descriptors of `pid` open on the server end of the TCP connection
+/// whose client port is `client_port` (tiny_http holds two: the reader and
+/// the writer).
+fn server_fds_of(pid: u32, client_port: u16) -> BTreeSet<u64> {
+    let tcp = fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    let want = format!(":{client_port:04X}");
+    let inode = tcp.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.len() > 9 && f[2].ends_with(&want)).then(|| f[9].to_string())
+    });
+    let Some(inode) = inode else {
+        return BTreeSet::new();
+    };
+    let link = format!("socket:[{inode}]");
+    fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.flatten()
+                .filter(|e| fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy() == link))
+                .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The thread of `pid` blocked in a system call whose first argument is
+/// one of `fds` (a read of the connection), with its count of voluntary
+/// context switches.
+fn thread_blocked_on(pid: u32, fds: &BTreeSet<u64>) -> Option<(String, u64)> {
+    for task in fs::read_dir(format!("/proc/{pid}/task")).ok()?.flatten() {
+        let dir = task.path();
+        let call = fs::read_to_string(dir.join("syscall")).unwrap_or_default();
+        let fd = call
+            .split_whitespace()
+            .nth(1)
+            .and_then(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).ok());
+        if fd.is_some_and(|fd| fds.contains(&fd)) {
+            let status = fs::read_to_string(dir.join("status")).unwrap_or_default();
+            let switches = status
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|v| v.trim().parse().ok())?;
+            return Some((task.file_name().to_string_lossy().into_owned(), switches));
+        }
+    }
+    None
+}
+
+/// The state letter of process `pid` (`R`, `S`, `T`, …).
+fn proc_state(pid: u32) -> char {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rfind(')')
+        .and_then(|i| stat[i + 1..].split_whitespace().next())
+        .and_then(|s| s.chars().next())
+        .unwrap_or('?')
+}
+
+#[test]
+fn a_body_read_woken_by_a_signal_is_still_answered() {
+    // A socket with a receive timeout fails a blocked read with EINTR when
+    // its thread is woken by any signal, even one then ignored: SIGCHLD
+    // queued while the thread that spawned a child blocks signals (the
+    // soak's two unanswered requests with a JSON body), or a stop and
+    // continue (a debugger, `docker pause`), which this test uses because
+    // it can be timed exactly. The small body is read while the head is
+    // taken; an EINTR there closed the connection without an answer.
+    let (_dir, t) = serve("limits_eintr_body", "", &[]);
+    let pid = t.pid();
+    let mut s = connect(&t.addr);
+    let port = s.local_addr().unwrap().port();
+    let mut blocked = None;
+    t.wait_for(WAIT, "the connection's thread waiting for a head", || {
+        blocked = thread_blocked_on(pid, &server_fds_of(pid, port));
+        blocked.is_some()
+    });
+    let (tid, idle_switches) = blocked.unwrap_or_default();
+    let body = br#"{"name": "x"}"#;
+    let head = format!(
+        "POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    // The head read returned and the same thread waits again, now for
+    // the body.
+    let fds = server_fds_of(pid, port);
+    t.wait_for(WAIT, "the connection's thread waiting for the body", || {
+        thread_blocked_on(pid, &fds).is_some_and(|(id, n)| id == tid && n > idle_switches)
+    });
+    unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+    let stopped = wait_until(WAIT, || proc_state(pid) == 'T');
+    unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+    t.check(stopped, "the server did not stop on SIGSTOP");
+    s.write_all(body).unwrap();
+    let reply = read_reply(&mut BufReader::new(s));
+    let reply = reply.unwrap_or_else(|e| t.fail(format!("no answer after stop and continue: {e}")));
+    t.check(
+        reply.status != 0,
+        format!("no status after stop and continue: {}", reply.text()),
+    );
+}
+
 // ---------------------------------------------------------------------------
 // (3) Keep-alive fairness
 
@@ -1459,4 +1560,143 @@ command = ["true"]
     ] {
         out.check(out.stderr.contains(key), format!("an error names {key}"));
     }
+}
+
+// ---------------------------------------------------------------------------
+// Log volume
+
+/// Lines of the server's log so far.
+fn log_lines(t: &Trigd) -> Vec<String> {
+    fs::read_to_string(&t.stderr_log)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn a_sync_run_writes_one_line_and_an_async_run_one_more_at_info() {
+    let (_dir, t) = serve("limits_log_runs", "", &[("echo.toml", ECHO)]);
+    let before = log_lines(&t).len();
+    let n = 20;
+    let mut ids = Vec::new();
+    for _ in 0..n {
+        let r = t.post(&format!("/api?api_key={KEY}&program_id=1"));
+        ids.push(r.run_id(&r.ok()));
+    }
+    // One access line per request: it names the run, answered at its end.
+    t.wait_for(WAIT, "an access line per run", || {
+        log_lines(&t).len() >= before + n
+    });
+    let lines = log_lines(&t)[before..].to_vec();
+    t.check(
+        lines.len() == n,
+        format!(
+            "{n} sync runs wrote {} lines:\n{}",
+            lines.len(),
+            lines.join("\n")
+        ),
+    );
+    for id in &ids {
+        let of_run = lines.iter().filter(|l| l.contains(id.as_str())).count();
+        t.check(of_run == 1, format!("run {id}: {of_run} lines"));
+    }
+    // An async run: the access line of its request, and its end.
+    let r = t.post(&format!("/api?api_key={KEY}&program_id=1&run_async=true"));
+    let id = r.run_id(&r.ok());
+    t.wait_for(WAIT, "the async run's end in the log", || {
+        log_lines(&t)
+            .iter()
+            .any(|l| l.contains(&id) && l.contains(" finished in "))
+    });
+    let of_run: Vec<String> = log_lines(&t)
+        .into_iter()
+        .filter(|l| l.contains(&id))
+        .collect();
+    t.check(
+        of_run.len() == 2,
+        format!(
+            "async run {id}: {} lines:\n{}",
+            of_run.len(),
+            of_run.join("\n")
+        ),
+    );
+}
+
+/// A public trigger whose requests must carry a GitHub signature.
+const SIGNED_TOOL: &str = r#"
+[[tools]]
+name = "hooks"
+workspace = "ops"
+[tools.environments.prod]
+public = true
+
+[[tools.triggers]]
+kind = "endpoint"
+name = "github"
+program = 1
+function = "echo"
+[tools.triggers.verify]
+scheme = "hmac-sha256"
+header = "X-Hub-Signature-256"
+prefix = "sha256="
+secret_file = "secrets/github"
+"#;
+
+#[test]
+fn repeated_refused_signatures_write_one_warn_line() {
+    // Not slowed by the failed-authentication limit: a sender with many
+    // addresses is not.
+    let server = "auth_failures_per_minute = 0";
+    let dir = setup_with(
+        "limits_log_refusals",
+        server,
+        SIGNED_TOOL,
+        &[("echo.toml", ECHO)],
+    );
+    dir.mkdir("secrets");
+    dir.write("secrets/github", "s3cret");
+    let t = Trigd::start(&dir);
+    let n = 50;
+    for i in 0..n {
+        let sig = format!("sha256={}", "0".repeat(64));
+        let missing = i % 2 == 0;
+        let headers: Vec<(&str, &str)> = if missing {
+            vec![("Content-Type", "application/json")]
+        } else {
+            vec![
+                ("Content-Type", "application/json"),
+                ("X-Hub-Signature-256", &sig),
+            ]
+        };
+        let r = t.request("POST", "/tools/hooks/prod/github", &headers, b"{}");
+        r.check(
+            matches!(r.status, 401 | 403),
+            format!("a bad signature is refused, got {}", r.status),
+        );
+    }
+    t.wait_for(WAIT, "the access lines of the refusals", || {
+        log_lines(&t)
+            .iter()
+            .filter(|l| l.contains("/tools/hooks/prod/github"))
+            .count()
+            >= n
+    });
+    let warns: Vec<String> = log_lines(&t)
+        .into_iter()
+        .filter(|l| l.contains("WARN") && l.contains("refused"))
+        .collect();
+    t.check(
+        warns.iter().all(|l| l.contains("trigd::invoke::webhook]")),
+        format!("the lines keep the webhook's target:\n{}", warns.join("\n")),
+    );
+    // One per reason (missing, mismatch) in the interval.
+    t.check(
+        warns.len() == 2,
+        format!(
+            "{n} refusals wrote {} WARN lines:\n{}",
+            warns.len(),
+            warns.join("\n")
+        ),
+    );
 }

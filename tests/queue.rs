@@ -607,3 +607,152 @@ steps = [{ shell = 'echo "$$" >> started; while [ ! -e release ] && [ -e "$PWD" 
         ran(&dir) == ["hook"]
     });
 }
+
+/// Program 1 of the memory test: `hold` takes `v`, waits for
+/// `work/release` (bounded by its timeout) and prints `v`.
+const HOLD: &str = r#"
+id = 1
+name = "hold"
+[[functions]]
+name = "hold"
+workdir = "../work"
+timeout = "120s"
+steps = [{ shell = 'echo "$$" >> started; while [ ! -e release ] && [ -e "$PWD" ]; do sleep 0.02; done; printf "%s" "$v"' }]
+[functions.webhook]
+outputs = ["v"]
+"#;
+
+/// A public tool trigger taking `v` from a JSON body.
+const HOLD_TOOL: &str = r#"
+[[tools]]
+name = "mem"
+workspace = "ops"
+[tools.environments.open]
+public = true
+
+[[tools.triggers]]
+kind = "endpoint"
+name = "hold"
+method = "POST"
+program = 1
+function = "hold"
+[tools.triggers.values]
+v = { json = "v" }
+"#;
+
+/// A JSON body of about 1 MiB: `v` and some 170,000 small numbers, whose
+/// parsed tree costs about ten times the text.
+fn big_json(v: &str) -> Vec<u8> {
+    let mut body = format!("{{\"v\":\"{v}\",\"pad\":[");
+    let mut i = 0u32;
+    while body.len() < (1 << 20) - 16 {
+        body.push_str(&format!("{},", 10_000 + i % 90_000));
+        i += 1;
+    }
+    body.push_str("0]}");
+    body.into_bytes()
+}
+
+#[test]
+fn waiting_requests_hold_their_values_not_their_bodies() {
+    // 24 requests of 1 MiB of JSON, one run slot: 23 wait. Each kept its
+    // body and parsed tree while it waited (~11 MiB a request).
+    let dir = setup(
+        "queue_memory",
+        "max_concurrent_runs = 1\nqueue_timeout = \"120s\"",
+        &[("hold.toml", HOLD)],
+    );
+    dir.append("config.toml", HOLD_TOOL);
+    let t = Trigd::start(&dir);
+    let idle = vm_rss_kb(t.pid()).unwrap_or(0);
+    let n = 24;
+    let handles: Vec<_> = (0..n)
+        .map(|i| {
+            let c = t.client();
+            thread::spawn(move || {
+                let body = big_json(&format!("value-{i}"));
+                let json = [("Content-Type", "application/json")];
+                c.try_request("POST", "/tools/mem/open/hold", &json, &body)
+            })
+        })
+        .collect();
+    t.wait_for(Duration::from_secs(120), "one run and 23 waiting", || {
+        dir.exists("work/started") && t.get("/healthz").ok()["RunsQueued"] == json!(n - 1)
+    });
+    let waiting = vm_rss_kb(t.pid()).unwrap_or(u64::MAX);
+    dir.write("work/release", "");
+    for (i, h) in handles.into_iter().enumerate() {
+        let r = h.join().expect("client thread");
+        let r = r.unwrap_or_else(|e| t.fail(format!("request {i} got no answer: {e}")));
+        r.check_eq(&r.ok()["Result"], &json!([format!("value-{i}")]), "Result");
+    }
+    let grown_mib = waiting.saturating_sub(idle) / 1024;
+    // The peak while the bodies were read and parsed, for the figures.
+    let status = fs::read_to_string(format!("/proc/{}/status", t.pid())).unwrap_or_default();
+    let peak = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .unwrap_or("");
+    println!(
+        "VmRSS idle {idle} kB, with {} waiting {waiting} kB (+{grown_mib} MiB); {peak}",
+        n - 1
+    );
+    t.check(
+        grown_mib < 64,
+        format!(
+            "{} waiting 1 MiB requests grew VmRSS by {grown_mib} MiB",
+            n - 1
+        ),
+    );
+}
+
+#[test]
+fn sync_runs_waiting_past_max_waiting_bytes_are_503_busy() {
+    // One slot; the second run waits holding 60,000 bytes of values; a
+    // third would make 120,000, past max_waiting_bytes.
+    let dir = setup(
+        "queue_waiting_bytes",
+        "max_concurrent_runs = 1\nqueue_timeout = \"120s\"\nmax_waiting_bytes = 100000",
+        &[("hold.toml", HOLD)],
+    );
+    dir.append("config.toml", HOLD_TOOL);
+    let t = Trigd::start(&dir);
+    let value = |c: char| c.to_string().repeat(60_000);
+    let send = |v: String| {
+        let c = t.client();
+        thread::spawn(move || {
+            let body = serde_json::to_vec(&json!({ "v": v })).unwrap();
+            let json = [("Content-Type", "application/json")];
+            c.try_request("POST", "/tools/mem/open/hold", &json, &body)
+        })
+    };
+    let first = send(value('a'));
+    t.wait_for(WAIT, "the first run to start", || {
+        dir.exists("work/started")
+    });
+    let second = send(value('b'));
+    t.wait_for(WAIT, "the second run to wait", || {
+        t.get("/healthz").ok()["RunsQueued"] == json!(1)
+    });
+    let body = serde_json::to_vec(&json!({ "v": value('c') })).unwrap();
+    let json = [("Content-Type", "application/json")];
+    let r = t.request("POST", "/tools/mem/open/hold", &json, &body);
+    let v = r.err(503, "busy");
+    let after: u64 = r
+        .header("Retry-After")
+        .and_then(|h| h.trim().parse().ok())
+        .unwrap_or_else(|| r.fail("Retry-After with a number of seconds"));
+    r.check_eq(&v["RetryAfter"], &json!(after), "RetryAfter field");
+    r.check(
+        v["Error"]
+            .as_str()
+            .is_some_and(|e| e.contains("max_waiting_bytes")),
+        "the answer names max_waiting_bytes",
+    );
+    dir.write("work/release", "");
+    for (h, c) in [(first, 'a'), (second, 'b')] {
+        let r = h.join().expect("client thread");
+        let r = r.unwrap_or_else(|e| t.fail(format!("a request got no answer: {e}")));
+        r.check_eq(&r.ok()["Result"], &json!([value(c)]), "Result");
+    }
+}

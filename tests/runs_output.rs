@@ -425,7 +425,9 @@ fn cancel_stops_the_whole_group_and_a_finished_run_is_409() {
 fn cancel_of_a_queued_run_and_of_a_sync_run() {
     let server = "max_concurrent_runs = 1\nkill_grace = \"1s\"";
     let progs = [("ticks.toml", TICKS), ("gate.toml", GATE)];
-    let (dir, t) = serve("cancel_queued", server, &progs);
+    let dir = setup("cancel_queued", server, &progs);
+    // The run ids are read from the `run <id> started` lines (debug).
+    let t = Trigd::start_env(&dir, &[("RUST_LOG", RUNNER_DEBUG)]);
     let gate = format!("/api?api_key={KEY}&program_id=1&function=gate");
     let r = t.post(&format!("{gate}&run_async=true"));
     let first = r.run_id(&r.ok());
@@ -456,6 +458,10 @@ fn cancel_of_a_queued_run_and_of_a_sync_run() {
     let v = r.err(409, "run_cancelled");
     r.check_eq(&v["Run"], &json!(id), "Run");
 }
+
+/// The log filter that writes `run <id> started` and `run <id> waits for
+/// a slot` (`debug` lines).
+const RUNNER_DEBUG: &str = "info,trigd::runner=debug";
 
 /// The id of the running run, from the server log.
 fn wait_running(t: &Trigd) -> String {
@@ -490,7 +496,8 @@ fn wait_logged(t: &Trigd, want: &str) -> String {
 fn cancelled_queued_runs_stay_cancelled_after_kill9_and_never_run() {
     let server = "max_concurrent_runs = 1\nkill_grace = \"1s\"\nqueue_timeout = \"60s\"";
     let progs = [("ticks.toml", TICKS), ("gate.toml", GATE)];
-    let (dir, mut t) = serve("cancel_queued_kill9", server, &progs);
+    let dir = setup("cancel_queued_kill9", server, &progs);
+    let mut t = Trigd::start_env(&dir, &[("RUST_LOG", RUNNER_DEBUG)]);
     let gate = format!("/api?api_key={KEY}&program_id=1&function=gate");
     let r = t.post(&format!("{gate}&run_async=true"));
     let first = r.run_id(&r.ok());
@@ -600,5 +607,44 @@ command = ["/bin/true"]
     r.check(
         text.starts_with("event: end\n") && text.matches("event: ").count() == 1,
         format!("only the end event: {text}"),
+    );
+}
+
+/// Program 4: `bytes` writes 10,000 bytes to stdout one `printf` (one
+/// `write`) at a time.
+const BYTES: &str = r#"
+id = 4
+name = "bytes"
+
+[[functions]]
+name = "bytes"
+timeout = "120s"
+steps = [{ shell = 'i=0; while [ $i -lt 10000 ]; do printf x; i=$((i+1)); done' }]
+[functions.webhook]
+"#;
+
+#[test]
+fn output_written_a_byte_at_a_time_is_kept_at_about_its_size() {
+    let (dir, t) = serve("output_bytes", "", &[("bytes.toml", BYTES)]);
+    let r = t.post(&format!(
+        "/api?api_key={KEY}&program_id=4&function=bytes&run_async=true"
+    ));
+    let id = r.run_id(&r.ok());
+    // Followed while it is written, then read whole: every byte, once.
+    let url = format!("/api/runs/{id}/output?api_key={KEY}&follow=1");
+    let body = Stream::open(&t, "GET", &url, "").read_to_end();
+    assert_eq!(end_event(&body)["State"], json!("finished"), "{body}");
+    let want = "x".repeat(10_000);
+    assert!(
+        output_text(&body, "stdout") == want,
+        "followed output differs"
+    );
+    let v = t.get(&format!("/api/runs/{id}/output?api_key={KEY}")).ok();
+    assert!(v["Stdout"] == json!(want), "kept output differs");
+    let file = dir.path(&format!("state/output/{}", id.rsplit('-').next().unwrap()));
+    let size = fs::metadata(&file).unwrap().len();
+    assert!(
+        size <= 10_000 * 5 / 4 + 64,
+        "the output file takes {size} bytes for 10,000 bytes of output"
     );
 }

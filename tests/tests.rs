@@ -8,13 +8,16 @@ mod cli; // subcommands: check, keygen, hash-password, run, --help/--version, us
 mod cluster; // several instances: run ids naming their instance, 421, readiness and draining, three instances behind HAProxy
 mod hooks_diff; // adnanh/webhook hooks files: the real webhook and trigd given the same file and requests
 mod hooks_pipeline; // a hook through the one pipeline: Idempotency-Key, busy, storage_unavailable, shutting_down
+mod hostile_files; // config and hooks files that try to take the server down: alias bombs, deep nesting, huge files, unreachable hook ids
 mod limits; // connections, sizes, fairness, EMFILE, overload, crash, hostile programs, rate limits, users
 mod modules; // the module graph of src/ has no cycles
 mod newcomer; // a newcomer's first hour: relative commands, exact Results, failed stdout, check warnings, help, run wording
 mod openapi; // openapi.json against src/routes.rs and the error codes; GET /openapi.json
+mod payloads; // hostile bodies: XML/JSON/form/multipart bounds, cheap checks first, signature entries, names twice, LF multipart, hook value bounds
 mod queue; // waiting for a slot, full queue, floods, idempotency keys, runs after a crash, full disk
 mod reload; // hot reload: every edit style, ConfigMap symlink swap, invalid edits, SIGHUP, 10k files
 mod runs; // run records: GET /api/runs/<id>, output caps, crash recovery, SIGTERM, per-function concurrency
+mod runs_access; // who may read, follow and cancel a run (hook runs, auth before lookup), cancel racing the end, metrics labels, the demo Runs page
 mod runs_output; // kept output, following it (events, curl -N), streamed sync calls, cancel and its process group
 mod runs_pages; // the runs pages: list, filters, a run's page, untrusted output, the Cancel form, 100,000 runs
 mod switch; // the public switch flipped from trigd: HTTP operation, form, confirmation, config rewrite, read-only, admins, CSRF, races

@@ -268,7 +268,7 @@ fn pages_redirect_to_login_and_back() {
     r.check_eq(r.header("location"), Some("/login?next=%2F"), "Location");
     // API clients get JSON errors instead.
     t.get("/workspaces/ops/settings").err(401, "unauthorized");
-    t.get("/").err(404, "not_found");
+    t.get("/").err(401, "unauthorized");
     t.request("PUT", "/login", &[], b"")
         .err(405, "method_not_allowed");
     t.get("/logout").err(405, "method_not_allowed");

@@ -829,8 +829,8 @@ fn a_rotated_secret_file_takes_effect_on_sighup() {
         t.request("POST", "/tools/hooks/prod/gitlab", &h, body)
     };
     result(&send(GITLAB_TOKEN));
-    // The secret file is outside the watched directories: only SIGHUP (or
-    // any other reload) sees the change, and then loads everything.
+    // SIGHUP applies it too (the watcher may be first: either way the
+    // change is seen and everything is loaded again).
     dir.write("secrets/gitlab", "gl-token-rotated-5b1c\n");
     let st = std::process::Command::new("kill")
         .args(["-HUP", &t.pid().to_string()])
@@ -844,6 +844,134 @@ fn a_rotated_secret_file_takes_effect_on_sighup() {
     );
     send(GITLAB_TOKEN).err(403, "signature_mismatch");
     assert!(!dir.read("stderr.log").contains("gl-token-rotated-5b1c"));
+}
+
+/// Triggers whose token is in a file beside config.toml and in a
+/// Kubernetes-style Secret directory (`token` → `..data/token`, `..data`
+/// → a timestamped directory).
+const MORE_TOKENS: &str = r#"
+[[tools.triggers]]
+kind = "endpoint"
+name = "beside"
+program = 1
+function = "one"
+verify = { scheme = "token", header = "X-Token", secret_file = "github.secret" }
+values = { a = { header = "X-Token" } }
+
+[[tools.triggers]]
+kind = "endpoint"
+name = "k8s"
+program = 1
+function = "one"
+verify = { scheme = "token", header = "X-Token", secret_file = "k8s/token" }
+values = { a = { header = "X-Token" } }
+"#;
+
+/// Replace `rel` as an editor or a deploy tool does: write a new file
+/// beside it, then rename it over the old one.
+fn replace_by_rename(dir: &TestDir, rel: &str, text: &str) {
+    let tmp = format!("{rel}.new");
+    dir.write(&tmp, text);
+    std::fs::rename(dir.path(&tmp), dir.path(rel)).unwrap();
+}
+
+/// Swap a Kubernetes-style Secret directory to `version` holding `token`,
+/// as the kubelet does: a new timestamped directory, a `..data_tmp`
+/// symlink to it renamed over `..data`.
+fn k8s_swap(dir: &TestDir, version: &str, token: &str) {
+    use std::os::unix::fs::symlink;
+    dir.write(&format!("k8s/{version}/token"), token);
+    let tmp = dir.path("k8s/..data_tmp");
+    symlink(version, &tmp).unwrap();
+    std::fs::rename(&tmp, dir.path("k8s/..data")).unwrap();
+}
+
+#[test]
+fn a_rotated_secret_file_is_picked_up_by_hot_reload() {
+    // Refused tokens while polling must not trip the failed-auth limit.
+    let dir = setup(
+        "webhooks_rotate_watch",
+        "auth_failures_per_minute = 0",
+        &[("hooks.toml", PROGRAM)],
+    );
+    dir.append("config.toml", TOOL);
+    dir.append("config.toml", MORE_TOKENS);
+    for (f, s) in [
+        ("github", GITHUB_SECRET),
+        ("gitlab", GITLAB_TOKEN),
+        ("stripe", STRIPE_SECRET),
+        ("slack", SLACK_SECRET),
+        ("rule", RULE_TOKEN),
+    ] {
+        dir.write(&format!("secrets/{f}"), &format!("{s}\n"));
+    }
+    dir.write("github.secret", "beside-token-0-c41d\n");
+    k8s_swap(&dir, "..2026_01", "k8s-token-0-77ee");
+    std::os::unix::fs::symlink("..data/token", dir.path("k8s/token")).unwrap();
+    let t = Trigd::start(&dir);
+    let gitlab = |token: &str| {
+        let h = [
+            ("Content-Type", "application/json"),
+            ("X-Gitlab-Token", token),
+            ("X-Gitlab-Event", "Push Hook"),
+        ];
+        let body = br#"{"project":{"path_with_namespace":"a/b"}}"#;
+        t.request("POST", "/tools/hooks/prod/gitlab", &h, body)
+            .status
+    };
+    let token = |trigger: &str, token: &str| {
+        let path = format!("/tools/hooks/prod/{trigger}");
+        t.request("POST", &path, &[("X-Token", token)], b"").status
+    };
+    let picked_up = |what: &str, ok: &dyn Fn() -> bool| {
+        assert!(
+            wait_until(WAIT, ok),
+            "{what}: the new secret was not picked up\n{}",
+            t.stderr_tail()
+        );
+    };
+    assert_eq!(gitlab(GITLAB_TOKEN), 200);
+    assert_eq!(token("beside", "beside-token-0-c41d"), 200);
+    assert_eq!(token("k8s", "k8s-token-0-77ee"), 200);
+
+    // secrets/ (not a directory trigd watched before): by rename, in place.
+    replace_by_rename(&dir, "secrets/gitlab", "gl-token-renamed-1\n");
+    picked_up("secrets/ by rename", &|| {
+        gitlab("gl-token-renamed-1") == 200
+    });
+    assert_eq!(gitlab(GITLAB_TOKEN), 403, "the old token is refused");
+    dir.write("secrets/gitlab", "gl-token-in-place-2\n");
+    picked_up("secrets/ in place", &|| {
+        gitlab("gl-token-in-place-2") == 200
+    });
+    assert_eq!(gitlab("gl-token-renamed-1"), 403);
+
+    // Beside config.toml: by rename, in place.
+    replace_by_rename(&dir, "github.secret", "beside-token-1-renamed\n");
+    picked_up("beside config.toml by rename", &|| {
+        token("beside", "beside-token-1-renamed") == 200
+    });
+    dir.write("github.secret", "beside-token-2-in-place\n");
+    picked_up("beside config.toml in place", &|| {
+        token("beside", "beside-token-2-in-place") == 200
+    });
+    assert_eq!(token("beside", "beside-token-1-renamed"), 403);
+
+    // A Kubernetes Secret's ..data swap.
+    k8s_swap(&dir, "..2026_02", "k8s-token-1-swapped");
+    picked_up("a ..data swap", &|| {
+        token("k8s", "k8s-token-1-swapped") == 200
+    });
+    assert_eq!(token("k8s", "k8s-token-0-77ee"), 403);
+
+    let log = t.stderr_tail();
+    for secret in [
+        "gl-token-renamed-1",
+        "beside-token-2-in-place",
+        "k8s-token-1-swapped",
+    ] {
+        assert!(!log.contains(secret), "a secret in the log:\n{log}");
+    }
 }
 
 #[test]

@@ -60,6 +60,62 @@ impl Member {
     }
 }
 
+/// A person authenticated by [`Access::user`], not yet checked against a
+/// workspace.
+#[derive(Debug, Clone)]
+pub enum User {
+    /// A bearer application key: its member, in its one workspace.
+    AppKey {
+        /// The member's user name.
+        member: String,
+        /// The workspace the key was made in.
+        workspace: String,
+    },
+    /// A browser session (the CSRF rule is checked by
+    /// [`User::member_of`]).
+    Session(Session),
+}
+
+impl User {
+    /// This person as a member of `workspace`.
+    ///
+    /// # Errors
+    /// 403 `forbidden` for someone who is not a member (or an application
+    /// key of another workspace); 403 `csrf_rejected` for a session
+    /// request failing the CSRF rule (see `csrf.rs`).
+    pub fn member_of(
+        self,
+        cfg: &Config,
+        req: &Request,
+        workspace: &str,
+    ) -> Result<Member, ApiError> {
+        match self {
+            User::Session(s) => {
+                if !is_member(cfg, workspace, &s.user) {
+                    return Err(ApiError::Forbidden);
+                }
+                check_csrf(cfg, req, Some(&s), Carrier::Headers)?;
+                Ok(Member {
+                    user: s.user,
+                    bearer: false,
+                })
+            }
+            User::AppKey {
+                member,
+                workspace: ws,
+            } => {
+                if ws != workspace || !is_member(cfg, workspace, &member) {
+                    return Err(ApiError::Forbidden);
+                }
+                Ok(Member {
+                    user: member,
+                    bearer: true,
+                })
+            }
+        }
+    }
+}
+
 /// A browser's current session and the token of its cookie.
 pub struct SignedIn {
     /// The cookie's token (needed to end the session).
@@ -129,25 +185,27 @@ impl Access {
     /// cookie, which must pass the CSRF rule.
     ///
     /// # Errors
+    /// Those of [`Access::user`] and [`User::member_of`].
+    pub fn member(&self, cfg: &Config, req: &Request, workspace: &str) -> Result<Member, ApiError> {
+        self.user(cfg, req)?.member_of(cfg, req, workspace)
+    }
+
+    /// Authenticate a person, whatever their workspace: a bearer
+    /// application key when an `Authorization: Bearer` header is present,
+    /// else the session cookie. A bearer that is no application key counts
+    /// as a failed authentication of the client address.
+    ///
+    /// # Errors
     /// 429 `rate_limited` for an address past its failed authentications;
     /// 403 `user_agent_required` for a bearer request without a valid
     /// User-Agent; 401 `unauthorized` without credentials, with an unknown
-    /// key or an expired session; 403 `forbidden` for valid credentials of
-    /// someone who is not a member; 403 `csrf_rejected` (see `csrf.rs`).
-    pub fn member(&self, cfg: &Config, req: &Request, workspace: &str) -> Result<Member, ApiError> {
+    /// key or an expired session.
+    pub fn user(&self, cfg: &Config, req: &Request) -> Result<User, ApiError> {
         let client = client::client_addr(&cfg.server, req);
         self.limits.check_client(&cfg.server, client)?;
         let Some(token) = req.bearer() else {
             let s = self.session(cfg, req).ok_or(ApiError::Unauthorized)?;
-            if !is_member(cfg, workspace, &s.session.user) {
-                return Err(ApiError::Forbidden);
-            }
-            check_csrf(cfg, req, Some(&s.session), Carrier::Headers)?;
-            let user = s.session.user;
-            return Ok(Member {
-                user,
-                bearer: false,
-            });
+            return Ok(User::Session(s.session));
         };
         if !valid_user_agent(req.header("user-agent")) {
             return Err(ApiError::UserAgentRequired);
@@ -156,12 +214,9 @@ impl Access {
             self.limits.failed(&cfg.server, client); // a bad key counts against the address
             return Err(ApiError::Unauthorized);
         };
-        if info.workspace != workspace || !is_member(cfg, workspace, &info.member) {
-            return Err(ApiError::Forbidden);
-        }
-        Ok(Member {
-            user: info.member,
-            bearer: true,
+        Ok(User::AppKey {
+            member: info.member,
+            workspace: info.workspace,
         })
     }
 

@@ -36,6 +36,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::config::callbacks::Callbacks;
 use crate::http::{ApiError, Request};
+use crate::metrics::label;
 use crate::store::{now_rfc3339, RunRecord, RunStore};
 use record::{Attempt, DeliveryState, Source, Target};
 use send::Outcome;
@@ -502,7 +503,11 @@ impl Service {
             ("dropped", &st.dropped),
         ] {
             let n = c.load(Ordering::Relaxed);
-            let _ = writeln!(s, "trigd_callback_deliveries_total{{outcome=\"{o}\"}} {n}");
+            let _ = writeln!(
+                s,
+                "trigd_callback_deliveries_total{{outcome=\"{}\"}} {n}",
+                label(o)
+            );
         }
         let _ = writeln!(s, "# HELP trigd_callback_attempts_total Callback attempts by result.\n# TYPE trigd_callback_attempts_total counter");
         for (r, c) in [
@@ -511,7 +516,11 @@ impl Service {
             ("failed", &st.attempts_failed),
         ] {
             let n = c.load(Ordering::Relaxed);
-            let _ = writeln!(s, "trigd_callback_attempts_total{{result=\"{r}\"}} {n}");
+            let _ = writeln!(
+                s,
+                "trigd_callback_attempts_total{{result=\"{}\"}} {n}",
+                label(r)
+            );
         }
         let _ = writeln!(
             s,

@@ -83,6 +83,9 @@ pub struct Callbacks {
     /// The signing secret; `None` when neither `secret_env` nor
     /// `secret_file` is set (then no callback may be configured).
     pub secret: Option<Secret>,
+    /// The file the secret was read from (`secret_file`), watched for a
+    /// rotation.
+    pub secret_file: Option<std::path::PathBuf>,
     /// Certificates from `ca_file`, trusted besides the bundled roots.
     pub extra_roots: Vec<CertificateDer<'static>>,
     /// Time one attempt may take, connection included.
@@ -100,6 +103,18 @@ pub struct Callbacks {
 }
 
 impl Callbacks {
+    /// Whether the secret file now holds another secret than the one in
+    /// use (or cannot be read): the config must be loaded again. (A
+    /// comparison with trigd's own file, not with a request: no need for
+    /// constant time.)
+    pub fn secret_file_changed(&self) -> bool {
+        let in_use = self.secret.as_ref().map(Secret::bytes);
+        self.secret_file.as_ref().is_some_and(|p| {
+            let text = read_bounded(p).ok().and_then(|b| String::from_utf8(b).ok());
+            text.is_none_or(|v| Some(v.trim().as_bytes()) != in_use)
+        })
+    }
+
     /// Whether a fixed callback URL checked against `self` would be checked
     /// the same against `other` (allow lists and whether a secret is set):
     /// a reload may then keep programs it parsed before.
@@ -116,6 +131,7 @@ impl Default for Callbacks {
             allow: Vec::new(),
             allow_private: Vec::new(),
             secret: None,
+            secret_file: None,
             extra_roots: Vec::new(),
             timeout: Duration::from_secs(defaults::TIMEOUT_SECS),
             retry_for: Duration::from_secs(defaults::RETRY_FOR_SECS),
@@ -174,6 +190,9 @@ impl Callbacks {
     /// A sentence naming the address and why it is refused.
     pub fn check_address(&self, ip: IpAddr) -> Result<(), String> {
         let ip = ip.to_canonical();
+        if let Some(why) = unreachable(ip) {
+            return Err(format!("address {ip} is {why}"));
+        }
         if self.allow_private.iter().any(|c| c.contains(ip)) {
             return Ok(());
         }
@@ -195,7 +214,38 @@ fn host_ip(url: &Url) -> Option<IpAddr> {
     }
 }
 
-/// What kind of non-public address `ip` is, if it is one.
+/// Why no connection to `ip` can work, whatever `allow_private` says: a
+/// deprecated IPv4-compatible IPv6 address (`::a.b.c.d`, RFC 4291 2.5.5.1),
+/// which URL parsers accept and no network routes.
+fn unreachable(ip: IpAddr) -> Option<&'static str> {
+    let IpAddr::V6(a) = ip else { return None };
+    let s = a.segments();
+    let compatible = s[..6] == [0; 6] && !a.is_unspecified() && !a.is_loopback();
+    compatible.then_some(
+        "a deprecated IPv4-compatible IPv6 address (::a.b.c.d), which no network routes; \
+         write the IPv4 address itself",
+    )
+}
+
+/// The IPv4 address carried inside an IPv6 one that reaches it:
+/// NAT64 (`64:ff9b::/96`, `64:ff9b:1::/48`), 6to4 (`2002::/16`), SIIT's
+/// IPv4-translated (`::ffff:0:0:0/96`) and the IPv4-compatible form.
+fn embedded_v4(a: Ipv6Addr) -> Option<Ipv4Addr> {
+    let s = a.segments();
+    let low = Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
+    if (s[0] == 0x64 && s[1] == 0xff9b && (s[2..6] == [0; 4] || s[2] == 1))
+        || (s[..4] == [0; 4] && s[4] == 0xffff && s[5] == 0)
+        || (s[..6] == [0; 6] && !a.is_unspecified() && !a.is_loopback())
+    {
+        return Some(low);
+    }
+    (s[0] == 0x2002)
+        .then(|| Ipv4Addr::new((s[1] >> 8) as u8, s[1] as u8, (s[2] >> 8) as u8, s[2] as u8))
+}
+
+/// What kind of non-public address `ip` is, if it is one: an IPv4
+/// address in any IPv6 spelling (mapped, compatible, NAT64, 6to4) is
+/// judged as that IPv4 address.
 pub fn special(ip: IpAddr) -> Option<&'static str> {
     match ip.to_canonical() {
         IpAddr::V4(a) => special_v4(a),
@@ -232,8 +282,10 @@ fn special_v6(a: Ipv6Addr) -> Option<&'static str> {
         Some("not a unicast address")
     } else if s0 == 0x2001 && a.segments()[1] == 0x0db8 {
         Some("a documentation address")
+    } else if s0 & 0xffc0 == 0xfec0 {
+        Some("a site-local address")
     } else {
-        None
+        embedded_v4(a).and_then(special_v4)
     }
 }
 
@@ -260,6 +312,10 @@ pub(super) fn callbacks(src: &Src, raw: &RawCallbacks, dir: &Path, errs: &mut Er
         allow: allow_list(src, &raw.allow, errs),
         allow_private: private_list(src, &raw.allow_private, errs),
         secret: secret(src, raw, dir, errs),
+        secret_file: raw
+            .secret_file
+            .as_ref()
+            .map(|f| resolve(dir, Path::new(f.get_ref()))),
         extra_roots: ca_file(src, raw.ca_file.as_ref(), dir, errs),
         timeout,
         retry_for,
@@ -314,6 +370,22 @@ fn private_list(src: &Src, raw: &[Spanned<String>], errs: &mut Errors) -> Vec<Ci
     out
 }
 
+/// Longest secret file re-read to look for a rotation: a file replaced by
+/// something endless (`/dev/zero`) is read this far and counts as changed
+/// (then the load that follows reports it).
+const MAX_SECRET_FILE: u64 = 64 * 1024;
+
+/// The file at `p`, at most [`MAX_SECRET_FILE`] bytes (and one more, so
+/// that a longer one differs from any secret in use).
+fn read_bounded(p: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    std::fs::File::open(p)?
+        .take(MAX_SECRET_FILE + 1)
+        .read_to_end(&mut out)?;
+    Ok(out)
+}
+
 /// The secret from `secret_env` or `secret_file` (exactly one; surrounding
 /// white space dropped). Errors never show the secret.
 fn secret(src: &Src, raw: &RawCallbacks, dir: &Path, errs: &mut Errors) -> Option<Secret> {
@@ -335,7 +407,11 @@ fn secret(src: &Src, raw: &RawCallbacks, dir: &Path, errs: &mut Errors) -> Optio
         }
         (None, Some(f)) => {
             let path = resolve(dir, Path::new(f.get_ref()));
-            let v = std::fs::read_to_string(&path)
+            let v = super::file::read_secret(&path)
+                .and_then(|b| {
+                    String::from_utf8(b)
+                        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+                })
                 .map_err(|e| format!("cannot read the secret file {}: {e}", path.display()));
             (v, f.span(), "callbacks.secret_file")
         }
@@ -483,11 +559,45 @@ mod tests {
             "fe80::1",
             "::ffff:10.0.0.1",
             "::",
+            "::127.0.0.1",
+            "::ffff:0:127.0.0.1",
+            "64:ff9b::127.0.0.1",
+            "64:ff9b:1::a00:1",
+            "2002:7f00:1::1",
+            "2002:a9fe:a9fe::1",
+            "fec0::1",
         ] {
             assert!(special(a.parse().unwrap()).is_some(), "{a}");
         }
-        for a in ["8.8.8.8", "1.1.1.1", "2606:4700::1111"] {
+        for a in [
+            "8.8.8.8",
+            "1.1.1.1",
+            "2606:4700::1111",
+            "64:ff9b::808:808",
+            "2002:808:808::1",
+        ] {
             assert!(special(a.parse().unwrap()).is_none(), "{a}");
+        }
+        // Unreachable whatever allow_private says: the IPv4-compatible form.
+        let all = settings(&[Allow::Prefix("http://".into())], &["0.0.0.0/0", "::/0"]);
+        for u in [
+            "http://[::127.0.0.1]/",
+            "http://[::8.8.8.8]/",
+            "http://[::7f00:1]:9/x",
+        ] {
+            let e = all.check_url(u).unwrap_err();
+            assert!(e.contains("IPv4-compatible"), "{u}: {e}");
+        }
+        for u in [
+            "http://[::ffff:127.0.0.1]/",
+            "http://[::]/",
+            "http://0x7f.1/",
+            "http://2130706433/",
+            "http://127.1/",
+            "http://[64:ff9b::7f00:1]/",
+        ] {
+            let e = settings(&[Allow::Prefix("http://".into())], &[]).check_url(u);
+            assert!(e.is_err(), "{u} accepted");
         }
     }
 

@@ -101,7 +101,7 @@ fn check_target(p: &Path, what: &str) -> Result<(), String> {
 pub fn set_public(path: &Path, tool: &str, env: &str, public: bool) -> Result<Flip, EditError> {
     let _guard = EDIT.lock().unwrap_or_else(|e| e.into_inner());
     let real = writable(path).map_err(EditError::NotWritable)?;
-    let text = fs::read_to_string(&real)
+    let text = super::file::read_text(&real)
         .map_err(|e| EditError::NotWritable(format!("{} cannot be read: {e}", real.display())))?;
     let (edited, old) = edit_text(&text, tool, env, public).map_err(EditError::Invalid)?;
     if old == public {

@@ -16,12 +16,12 @@ use std::sync::Arc;
 
 use regex_lite::Regex;
 
-use super::hooks::{parse_file, ArgDef, HookDef, HookError, MatchDef, RuleDef};
+use super::hooks::{parse_file, ArgDef, HookDef, HookError, MatchDef, RuleDef, MAX_HOOKS};
 use super::types::{error, Errors};
 use super::{
-    resolve, ApiTrigger, Credentials, Dialect, Endpoint, Entry, Function, HookAnswer, HookFile,
-    HookValues, Methods, OutputMode, Piece, Program, Server, Shape, Step, Target, Template, Values,
-    WebhookReading,
+    resolve, ApiTrigger, ConfigError, Credentials, Dialect, Endpoint, Entry, Function, HookAnswer,
+    HookFile, HookValues, Methods, OutputMode, Piece, Program, Server, Shape, Step, Target,
+    Template, Values, WebhookReading,
 };
 use crate::cidr::Cidr;
 use crate::http::Method;
@@ -82,30 +82,38 @@ pub(super) fn load(
     }
     let dir = super::types::config_dir(config);
     let mut by_id: BTreeMap<String, Endpoint> = BTreeMap::new();
+    let mut count = 0;
     for (file, text) in files {
         let defs = match parse_file(text) {
             Ok(defs) => defs,
             Err(e) => {
-                errs.0.push(error(file, "", e.msg));
+                errs.0.push(located(file, e));
                 continue;
             }
         };
+        count += defs.len();
+        if count > MAX_HOOKS {
+            let msg = format!("the hooks files hold more than {MAX_HOOKS} hooks together");
+            errs.0.push(error(file, "", msg));
+            break;
+        }
         for (i, def) in defs.into_iter().enumerate() {
             let compiled = def.and_then(|d| match compile(&d, &dir, server) {
-                Ok(endpoint) => Ok((d.id, endpoint)),
+                Ok(endpoint) => Ok((d, endpoint)),
                 Err(msg) => Err(herr(i, &d, msg)),
             });
             match compiled {
-                Ok((id, _)) if by_id.contains_key(&id) => {
+                Ok((d, _)) if by_id.contains_key(&d.id) => {
                     let msg = format!(
-                        "hook id \"{id}\" is already defined (ids are unique across hooks files)"
+                        "hook id \"{}\" is already defined (ids are unique across hooks files)",
+                        d.id
                     );
-                    errs.0.push(error(file, &format!("hooks[{i}]"), msg));
+                    errs.0.push(located(file, herr(i, &d, msg)));
                 }
-                Ok((id, endpoint)) => {
-                    by_id.insert(id, endpoint);
+                Ok((d, endpoint)) => {
+                    by_id.insert(d.id, endpoint);
                 }
-                Err(e) => errs.0.push(error(file, &e.key(), e.msg)),
+                Err(e) => errs.0.push(located(file, e)),
             }
         }
     }
@@ -117,10 +125,21 @@ pub(super) fn load(
 
 fn herr(i: usize, d: &HookDef, msg: String) -> HookError {
     HookError {
+        at: Some(d.at),
         index: Some(i),
         id: Some(d.id.clone()),
         msg,
     }
+}
+
+/// `e` of hooks file `file` as a load error at its line and column.
+fn located(file: &Path, e: HookError) -> ConfigError {
+    let key = e.key();
+    let mut out = error(file, &key, e.msg);
+    if let Some(at) = e.at {
+        (out.line, out.col) = (at.line, at.col);
+    }
+    out
 }
 
 /// One hook definition → its [`Endpoint`]: public, webhook's reading,
@@ -149,7 +168,11 @@ pub fn compile(d: &HookDef, dir: &Path, server: &Server) -> Result<Endpoint, Str
     };
     receive.answer.ignored_status =
         known_status(d.trigger_rule_mismatch_http_response_code).unwrap_or(200);
-    let methods = methods(d)?;
+    let mut methods = methods(&d.http_methods, "http-methods")?;
+    if methods.is_empty() {
+        // webhook's -http-methods: the default of a hook without its own.
+        methods.clone_from(&server.hooks_http_methods);
+    }
     Ok(Endpoint {
         methods: if methods.is_empty() {
             Methods::Any
@@ -216,12 +239,14 @@ fn values(d: &HookDef, file_dir: PathBuf) -> Result<HookValues, String> {
     })
 }
 
-fn methods(d: &HookDef) -> Result<Vec<Method>, String> {
+/// Methods as written (any case, spaces around) → [`Method`]s; `option`
+/// names the list in the error.
+fn methods(list: &[String], option: &str) -> Result<Vec<Method>, String> {
     let mut out = Vec::new();
-    for (i, m) in d.http_methods.iter().enumerate() {
+    for (i, m) in list.iter().enumerate() {
         match Method::parse(m.trim()) {
             Method::Other => {
-                return Err(format!("option http-methods[{i}]: \"{m}\" is not a method trigd serves (GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS)"))
+                return Err(format!("option {option}[{i}]: \"{m}\" is not a method trigd serves (GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS)"))
             }
             method => out.push(method),
         }
@@ -319,6 +344,7 @@ fn program(d: &HookDef, cwd: &Option<PathBuf>, dir: &Path, server: &Server, n: u
         functions: vec![function],
         stamp: None,
         digest: 0,
+        hook: true,
     }
 }
 

@@ -11,8 +11,10 @@
 use std::path::Path;
 
 use serde::{Deserialize, Deserializer};
-use serde_json::{Map, Number, Value};
-use yaml_rust2::{Yaml, YamlLoader};
+use serde_json::Value;
+
+use super::file;
+use super::yaml::{self, Pos};
 
 /// One hook as written in the file.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -69,6 +71,9 @@ pub struct HookDef {
     /// `http-methods` (empty: any).
     #[serde(default, deserialize_with = "list")]
     pub http_methods: Vec<String>,
+    /// Where the hook starts in its file (not an option).
+    #[serde(skip)]
+    pub at: Pos,
 }
 
 /// A `{"name": …, "value": …}` of `response-headers`.
@@ -205,12 +210,20 @@ fn list<'de, D: Deserializer<'de>, T: serde::de::DeserializeOwned>(
     }
 }
 
+/// The most hooks trigd serves from its hooks files, all together (and
+/// so in one file): every hook is an endpoint and a program kept in memory,
+/// and every broken one an error line.
+pub const MAX_HOOKS: usize = 10_000;
+
 /// One hook of a file, or why it cannot be used.
 pub type Parsed = Result<HookDef, HookError>;
 
 /// A problem with one hook (or the whole file, without an id).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HookError {
+    /// Where in the file: the hook's start, or the place of a problem with
+    /// the whole file (`None`: the file as a whole, e.g. too big).
+    pub at: Option<Pos>,
     /// Position of the hook in the file, when the problem is in one.
     pub index: Option<usize>,
     /// Its id, when it has one.
@@ -228,47 +241,74 @@ impl HookError {
             _ => String::new(),
         }
     }
+
+    /// The error as a load error says it: `hooks.yaml:3:3: hooks[1]
+    /// "typo": unknown field …`.
+    pub fn in_file(&self, file: &str) -> String {
+        let mut out = file.to_string();
+        if let Some(at) = self.at {
+            out.push_str(&format!(":{}:{}", at.line, at.col));
+        }
+        let key = self.key();
+        if !key.is_empty() {
+            out.push_str(&format!(": {key}"));
+        }
+        format!("{out}: {}", self.msg)
+    }
 }
 
-/// Read the hooks of one file's text.
+/// Read the hooks of one file's text: the entry point of loading, of
+/// `trigd import-webhook` and of the `hooks_file` fuzz target. Bounded
+/// whatever the text: at most [`file::MAX_FILE_BYTES`], no alias, lists
+/// and mappings nested at most [`yaml::MAX_DEPTH`] deep, at most
+/// [`MAX_HOOKS`] hooks.
 ///
 /// # Errors
-/// The file is not YAML/JSON or not a list of hooks (one error, no index).
+/// The file is too big, not YAML/JSON or not a list of hooks (one error,
+/// no index, located when it can be).
 pub fn parse_file(text: &str) -> Result<Vec<Parsed>, HookError> {
-    let whole = |msg: String| HookError {
+    let whole = |at: Option<Pos>, msg: String| HookError {
+        at,
         index: None,
         id: None,
         msg,
     };
-    let docs = YamlLoader::load_from_str(text).map_err(|e| {
-        let m = e.marker();
-        whole(format!(
-            "line {}, column {}: not YAML or JSON: {}",
-            m.line(),
-            m.col() + 1,
-            e.info()
-        ))
-    })?;
-    let value = match docs.into_iter().next() {
+    if file::over_limit(text) {
+        return Err(whole(None, file::too_big_msg()));
+    }
+    let doc = match yaml::parse(text).map_err(|e| whole(Some(e.at), e.msg))? {
         None => return Ok(Vec::new()),
-        Some(doc) => to_json(doc).map_err(whole)?,
+        Some(doc) => doc,
     };
-    let items = match value {
+    let items = match doc.value {
         Value::Null => Vec::new(),
         Value::Array(items) => items,
-        _ => return Err(whole("a hooks file is a list of hooks".into())),
+        _ => {
+            let msg = "a hooks file is a list of hooks".into();
+            return Err(whole(Some(Pos { line: 1, col: 1 }), msg));
+        }
     };
-    Ok(items.into_iter().enumerate().map(hook).collect())
+    if let Some(at) = doc.items.get(MAX_HOOKS) {
+        let msg = format!("a hooks file holds at most {MAX_HOOKS} hooks");
+        return Err(whole(Some(*at), msg));
+    }
+    Ok(items
+        .into_iter()
+        .zip(doc.items)
+        .enumerate()
+        .map(|(i, (v, at))| hook(i, v, at))
+        .collect())
 }
 
-/// One item of the list, typed.
-fn hook((index, v): (usize, Value)) -> Parsed {
+/// Item `index` of the list, starting at `at`, typed.
+fn hook(index: usize, v: Value, at: Pos) -> Parsed {
     let id = v.get("id").and_then(|i| match i {
         Value::String(s) => Some(s.clone()),
         Value::Number(n) => Some(n.to_string()),
         _ => None,
     });
     let err = |msg: String| HookError {
+        at: Some(at),
         index: Some(index),
         id: id.clone(),
         msg,
@@ -283,14 +323,33 @@ fn hook((index, v): (usize, Value)) -> Parsed {
             "option {at} holds a Go template ({{{{ … }}}}, webhook's -template); trigd reads hooks files as they are: write the value itself, or move to native config (trigd import-webhook) and use secret_env / secret_file"
         )));
     }
-    let def: HookDef = serde_json::from_value(v).map_err(|e| err(e.to_string()))?;
+    let mut def: HookDef = serde_json::from_value(v).map_err(|e| err(e.to_string()))?;
     if def.id.is_empty() {
         return Err(err("option id is missing or empty".into()));
+    }
+    if let Some(why) = unreachable_id(&def.id) {
+        return Err(err(format!(
+            "option id \"{}\" can never be reached at /<hooks_url_prefix>/<id>: {why}",
+            def.id
+        )));
     }
     if def.execute_command.is_empty() {
         return Err(err("option execute-command is missing or empty".into()));
     }
+    def.at = at;
     Ok(def)
+}
+
+/// Why no request path can name hook `id`, if none can: the router drops
+/// empty path segments and answers 404 to a `.` or `..` segment (as
+/// webhook's Go router cleans them away), and joins the rest with `/`.
+/// Any other character is reachable, percent-encoded when it must be.
+fn unreachable_id(id: &str) -> Option<&'static str> {
+    id.split('/').find_map(|seg| match seg {
+        "" => Some("it has an empty segment (a leading, trailing or doubled \"/\")"),
+        "." | ".." => Some("it has a \".\" or \"..\" segment"),
+        _ => None,
+    })
 }
 
 /// The first option (dotted) whose text holds a Go template action.
@@ -347,37 +406,6 @@ fn is_template(s: &str) -> bool {
         rest = &rest[i + 2..];
     }
     false
-}
-
-/// A YAML value as JSON (webhook reads YAML this way too).
-fn to_json(y: Yaml) -> Result<Value, String> {
-    Ok(match y {
-        Yaml::Null => Value::Null,
-        Yaml::Boolean(b) => Value::Bool(b),
-        Yaml::Integer(i) => Value::Number(i.into()),
-        Yaml::Real(r) => match serde_json::from_str::<Number>(&r) {
-            Ok(n) => Value::Number(n),
-            Err(_) => Value::String(r),
-        },
-        Yaml::String(s) => Value::String(s),
-        Yaml::Array(items) => {
-            Value::Array(items.into_iter().map(to_json).collect::<Result<_, _>>()?)
-        }
-        Yaml::Hash(h) => {
-            let mut m = Map::new();
-            for (k, v) in h {
-                let key = match k {
-                    Yaml::String(s) | Yaml::Real(s) => s,
-                    Yaml::Integer(i) => i.to_string(),
-                    Yaml::Boolean(b) => b.to_string(),
-                    _ => return Err("a mapping key must be a string".into()),
-                };
-                m.insert(key, to_json(v)?);
-            }
-            Value::Object(m)
-        }
-        Yaml::Alias(_) | Yaml::BadValue => return Err("unsupported YAML value (alias)".into()),
-    })
 }
 
 /// Whether `path` names a hooks file by its extension (`.json`, `.yaml`,
@@ -442,5 +470,35 @@ mod tests {
         assert!(parse_file("[").is_err());
         assert!(parse_file("").unwrap().is_empty());
         assert!(!is_template("{{name}} is not an action"));
+    }
+
+    #[test]
+    fn ids_no_path_can_name_are_refused_and_others_kept() {
+        for id in ["..", ".", "a//b", "/a", "a/", "a/./b", "a/../b", "/"] {
+            let text = format!(r#"[{{"id": "{id}", "execute-command": "x"}}]"#);
+            let e = parse_file(&text).unwrap().remove(0).unwrap_err();
+            assert!(e.msg.contains("can never be reached"), "{id}: {e:?}");
+            assert_eq!(e.at, Some(Pos { line: 1, col: 2 }), "{id}");
+        }
+        // As webhook serves them (percent-encoded where they must be).
+        for id in ["a/b", "...", ".a", "a b", "x?y#z", "%41", "é"] {
+            let text = format!(r#"[{{"id": "{id}", "execute-command": "x"}}]"#);
+            let def = parse_file(&text).unwrap().remove(0).unwrap();
+            assert_eq!(def.id, id);
+        }
+    }
+
+    #[test]
+    fn errors_name_the_line_and_column() {
+        let text = "- id: a\n  execute-command: x\n- id: b\n  execute-comand: x\n";
+        let hooks = parse_file(text).unwrap();
+        assert_eq!(hooks[0].as_ref().unwrap().at, Pos { line: 1, col: 3 });
+        let e = hooks[1].as_ref().unwrap_err();
+        assert_eq!(e.in_file("h.yaml").split(": ").next(), Some("h.yaml:3:3"));
+        let e = parse_file("- id: a\n  x: &y 1\n  z: *y\n").unwrap_err();
+        assert_eq!(e.in_file("h.yaml").split(": ").next(), Some("h.yaml:3:6"));
+        let big = format!("[{}]", " ".repeat(file::MAX_FILE_BYTES as usize));
+        let e = parse_file(&big).unwrap_err();
+        assert_eq!((e.at, e.msg.contains("larger than 1 MiB")), (None, true));
     }
 }

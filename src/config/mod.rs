@@ -13,6 +13,7 @@
 pub mod callbacks;
 pub mod edit;
 mod endpoint;
+pub mod file;
 pub mod generated;
 mod hook_compile;
 pub mod hooks;
@@ -25,6 +26,7 @@ mod stamp;
 mod tools;
 mod types;
 mod validate;
+pub mod yaml;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
@@ -43,6 +45,7 @@ pub use named::Named;
 pub use stamp::Stamp;
 
 use crate::http::Method;
+use crate::store::Owner;
 
 #[cfg(any(test, fuzzing))] // fuzz/ (cargo-fuzz sets cfg fuzzing)
 pub use validate::load_str;
@@ -118,6 +121,10 @@ pub struct Server {
     pub max_variable_bytes: usize,
     /// Maximum request body size in bytes (default 1 MiB).
     pub max_body_bytes: usize,
+    /// Bytes of values (and variables) that the sync runs waiting for a
+    /// slot may hold in all; a run that would pass it is refused with
+    /// `busy` (`max_waiting_bytes`, default 64 MiB).
+    pub max_waiting_bytes: usize,
     /// Run records kept in the state dir (default 10000).
     pub run_retention: usize,
     /// Open HTTP connections at most; past it a connection gets 503 at once
@@ -163,6 +170,10 @@ pub struct Server {
     pub hooks_files: Vec<PathBuf>,
     /// URL prefix of their hooks (`hooks_url_prefix`, default `hooks`).
     pub hooks_url_prefix: String,
+    /// Methods a hook without `http-methods` accepts
+    /// (`hooks_http_methods`, webhook's `-http-methods`; default none:
+    /// any).
+    pub hooks_http_methods: Vec<crate::http::Method>,
 }
 
 /// A run-endpoint API key (`[[api_keys]]`). Only its hash is known.
@@ -195,6 +206,12 @@ impl ApiKey {
             .is_none_or(|ids| ids.contains(&program.id));
         ws_ok && id_ok
     }
+
+    /// Whether the key has no scope (`workspace` and `programs` unset):
+    /// only such a key may read, follow and cancel hook runs.
+    pub fn is_unscoped(&self) -> bool {
+        self.workspace.is_none() && self.programs.is_none()
+    }
 }
 
 /// A program file: an id and its functions.
@@ -215,9 +232,21 @@ pub struct Program {
     /// Hash of the file's text: a file read again with the same text
     /// keeps this program.
     pub digest: u64,
+    /// A hooks-file hook's one-function program: its runs are the hook's
+    /// ([`Owner::Hook`]), not a program id's (`id` is not a program id).
+    pub hook: bool,
 }
 
 impl Program {
+    /// Who owns this program's runs.
+    pub fn owner(&self) -> Owner {
+        if self.hook {
+            Owner::Hook
+        } else {
+            Owner::Program(self.id)
+        }
+    }
+
     /// The function called `name`.
     pub fn function(&self, name: &str) -> Option<&Function> {
         self.functions.iter().find(|f| f.name == name)

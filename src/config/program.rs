@@ -243,6 +243,7 @@ fn program(src: &Src, raw: &RawProgram, server: &Server, errs: &mut Errors) -> P
         functions,
         stamp: None,
         digest: 0,
+        hook: false,
     }
 }
 

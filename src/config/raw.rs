@@ -56,6 +56,8 @@ pub mod defaults {
     pub const MAX_VARIABLE_BYTES: usize = 64 << 10;
     /// `max_body_bytes`.
     pub const MAX_BODY_BYTES: usize = 1 << 20;
+    /// `max_waiting_bytes`.
+    pub const MAX_WAITING_BYTES: usize = 64 << 20;
     /// `run_retention`.
     pub const RUN_RETENTION: usize = 10_000;
     /// `max_connections`.
@@ -136,6 +138,8 @@ pub struct RawServer {
     pub max_variable_bytes: Count,
     /// `max_body_bytes`.
     pub max_body_bytes: Count,
+    /// `max_waiting_bytes`.
+    pub max_waiting_bytes: Count,
     /// `run_retention`.
     pub run_retention: Count,
     /// `max_connections`.
@@ -174,6 +178,9 @@ pub struct RawServer {
     pub hooks_files: Vec<Spanned<String>>,
     /// `hooks_url_prefix`: the first path segment(s) of their URLs.
     pub hooks_url_prefix: Option<Spanned<String>>,
+    /// `hooks_http_methods`: methods of a hook without `http-methods`.
+    #[serde(default)]
+    pub hooks_http_methods: Vec<Spanned<String>>,
 }
 
 /// `[callbacks]` as written.

@@ -10,6 +10,7 @@ use toml::Spanned;
 use super::raw::{self, defaults, RawDuration};
 use super::types::{count, duration, Errors, Src};
 use super::{resolve, Server};
+use crate::http::Method;
 
 /// Reads the settings of one `[server]` table, recording errors.
 struct Reader<'a, 'e> {
@@ -54,6 +55,7 @@ pub fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) ->
     let trusted_proxies = trusted_proxies(src, &raw.trusted_proxies, errs);
     let instance = instance(src, raw.instance.as_ref(), errs);
     let drain_delay = drain_delay(src, raw, errs);
+    let hooks_http_methods = hooks_http_methods(src, &raw.hooks_http_methods, errs);
     let mut r = Reader { src, errs };
     // The key in errors is the field's name, so the two cannot drift apart.
     macro_rules! count {
@@ -97,6 +99,7 @@ pub fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) ->
         max_variables: count!(max_variables, MAX_VARIABLES, 1),
         max_variable_bytes: count!(max_variable_bytes, MAX_VARIABLE_BYTES, 1),
         max_body_bytes: count!(max_body_bytes, MAX_BODY_BYTES, 1),
+        max_waiting_bytes: count!(max_waiting_bytes, MAX_WAITING_BYTES, 1),
         run_retention: count!(run_retention, RUN_RETENTION, 1),
         max_connections: count!(max_connections, MAX_CONNECTIONS, 1),
         request_timeout: duration!(request_timeout, REQUEST_TIMEOUT_SECS),
@@ -120,6 +123,7 @@ pub fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) ->
             .hooks_url_prefix
             .as_ref()
             .map_or_else(|| "hooks".to_string(), |p| p.get_ref().clone()),
+        hooks_http_methods,
     }
 }
 
@@ -160,6 +164,30 @@ fn public_url(src: &Src, raw: &raw::RawServer, errs: &mut Errors) {
             errs.at(src, url.span(), "server.public_url", msg);
         }
     }
+}
+
+/// `hooks_http_methods`: each a method trigd serves, in any case, spaces
+/// around allowed (webhook's `-http-methods`).
+fn hooks_http_methods(src: &Src, raw: &[Spanned<String>], errs: &mut Errors) -> Vec<Method> {
+    let mut out = Vec::new();
+    for (i, m) in raw.iter().enumerate() {
+        match Method::parse(m.get_ref().trim()) {
+            Method::Other => {
+                let msg = format!(
+                    "\"{}\" is not a method trigd serves (GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS)",
+                    m.get_ref()
+                );
+                errs.at(
+                    src,
+                    m.span(),
+                    format!("server.hooks_http_methods[{i}]"),
+                    msg,
+                );
+            }
+            method => out.push(method),
+        }
+    }
+    out
 }
 
 /// `trusted_proxies`: each an IP address.

@@ -10,7 +10,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ffi::OsStr;
-use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -25,7 +24,7 @@ use super::stamp::{self, Source};
 use super::types::{
     self, config_dir, count, error, par_map, parse, workspace_ref, Errors, Known, Src,
 };
-use super::{generated, program, server, tools};
+use super::{file, generated, program, server, tools};
 use super::{
     resolve, ApiKey, Config, ConfigError, Endpoint, Program, Server, Stamp, User, Workspace,
 };
@@ -216,7 +215,7 @@ fn read_all(path: &Path) -> Result<Files, Vec<ConfigError>> {
 
 /// The text of `config.toml`.
 fn read_config(path: &Path) -> Result<String, Vec<ConfigError>> {
-    std::fs::read_to_string(path).map_err(|e| {
+    file::read_text(path).map_err(|e| {
         let hint = missing_config_hint(path, &e);
         vec![error(
             path,
@@ -233,7 +232,7 @@ fn same_config(text: &str, current: &Config) -> bool {
         .server
         .hooks_files
         .iter()
-        .map(|f| Ok((f.clone(), std::fs::read_to_string(f)?)))
+        .map(|f| Ok((f.clone(), file::read_text(f)?)))
         .collect();
     hooks.is_ok_and(|h| fingerprint(text, &h) == current.fingerprint)
 }
@@ -313,7 +312,7 @@ fn read_programs_of(
         })
         .collect::<Vec<_>>();
     let hooks = match &raw {
-        Some(raw) => read_hooks(path, &raw.server, &mut errs),
+        Some(raw) => read_hooks(&src, &raw.server, &mut errs),
         None => Vec::new(),
     };
     Files {
@@ -329,19 +328,34 @@ fn read_programs_of(
 }
 
 /// The hooks files `hooks_files` names, read (an unreadable one is an
-/// error: a config whose hooks cannot be read is not served).
-fn read_hooks(path: &Path, raw: &raw::RawServer, errs: &mut Errors) -> Vec<(PathBuf, String)> {
-    let dir = config_dir(path);
+/// error: a config whose hooks cannot be read is not served), together at
+/// most [`file::MAX_FILE_BYTES`] (the same file named again and again
+/// must not multiply it).
+fn read_hooks(src: &Src, raw: &raw::RawServer, errs: &mut Errors) -> Vec<(PathBuf, String)> {
+    let dir = config_dir(src.file);
     let mut out = Vec::new();
+    let mut total = 0;
     for (i, f) in raw.hooks_files.iter().enumerate() {
+        let key = format!("server.hooks_files[{i}]");
         let file = resolve(&dir, Path::new(f.get_ref()));
-        match std::fs::read_to_string(&file) {
-            Ok(text) => out.push((file, text)),
-            Err(e) => errs.0.push(error(
-                path,
-                &format!("server.hooks_files[{i}]"),
-                format!("cannot read hooks file {}: {e}", file.display()),
-            )),
+        match file::read_text(&file) {
+            Ok(text) if total + text.len() as u64 > file::MAX_FILE_BYTES => {
+                let msg = format!(
+                    "cannot read hooks file {}: the hooks files are together larger than {} MiB",
+                    file.display(),
+                    file::MAX_FILE_BYTES >> 20
+                );
+                errs.at(src, f.span(), key, msg);
+                break;
+            }
+            Ok(text) => {
+                total += text.len() as u64;
+                out.push((file, text));
+            }
+            Err(e) => {
+                let msg = format!("cannot read hooks file {}: {e}", file.display());
+                errs.at(src, f.span(), key, msg);
+            }
         }
     }
     out
@@ -536,39 +550,12 @@ fn read_source(
         Err(e) => return Some(Err(e)),
     };
     let stamp = Stamp::of(&meta, started);
-    Some(read_to_end(&mut file, meta.len()).map(|text| match loaded {
-        Some(p) if p.digest == stamp::digest(&text) => Source::Loaded(Arc::clone(p)),
-        _ => Source::Text { text, stamp },
-    }))
-}
-
-/// The rest of `file`, expected to be `len` bytes long, as UTF-8: one
-/// `read` for a file that did not change size (`read_to_string` would ask
-/// the size again with `statx` and `lseek`, and read once more for the end).
-/// A read of a regular file that returns fewer bytes than asked for has
-/// reached its end; one that returns exactly `len` of the `len + 1` asked
-/// for is the whole file `fstat` measured.
-fn read_to_end(file: &mut std::fs::File, len: u64) -> std::io::Result<String> {
-    let len = usize::try_from(len).unwrap_or(0);
-    let mut buf = vec![0; len + 1];
-    let mut n = 0;
-    loop {
-        match file.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-        if n == len {
-            break;
-        }
-        if n == buf.len() {
-            buf.resize(n * 2, 0);
-        }
-    }
-    buf.truncate(n);
-    String::from_utf8(buf)
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error()))
+    Some(
+        file::read_to_end(&mut file, meta.len()).map(|text| match loaded {
+            Some(p) if p.digest == stamp::digest(&text) => Source::Loaded(Arc::clone(p)),
+            _ => Source::Text { text, stamp },
+        }),
+    )
 }
 
 /// The shared core of [`load`] and [`load_str`]; with `current`, reused

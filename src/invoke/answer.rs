@@ -152,6 +152,16 @@ pub fn run_error(e: RunError) -> ApiError {
                  Retry-After seconds."
             ),
         },
+        RunError::WaitingBytesFull {
+            budget,
+            retry_after,
+        } => ApiError::Busy {
+            retry_after,
+            msg: format!(
+                "All run slots are in use and the runs waiting for one hold the most values \
+                 allowed ({budget} bytes, max_waiting_bytes). Retry after Retry-After seconds."
+            ),
+        },
         RunError::WaitedTooLong {
             waited,
             waiting,

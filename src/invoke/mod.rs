@@ -27,6 +27,7 @@
 
 mod answer;
 mod hook_answer;
+mod parse_limit;
 mod read;
 mod values;
 mod webhook;
@@ -84,16 +85,17 @@ impl Caller<'_> {
 /// `method_not_allowed`, the signature (`signature_*`), a body where none
 /// is read (`invalid_parameter`), the function (`invalid_program_id`,
 /// `program_not_found`, `function_not_found`, …), a body that cannot be
-/// read (`invalid_payload`), the rule (`Ignored`, `rule_error`), the
-/// values (`invalid_payload`, `unsupported_media_type`,
-/// `variables_mismatch`, `invalid_parameter`), `run_async`, a bad or
-/// reused `Idempotency-Key` (`invalid_parameter`,
-/// `idempotency_key_reused`), and the run. A hook answers most of them in
-/// webhook's words (`hook_answer.rs`).
+/// read (`invalid_payload`, `payload_too_complex`), the rule (`Ignored`,
+/// `rule_error`), the values (`invalid_payload`, `payload_too_complex`,
+/// `unsupported_media_type`, `variables_mismatch`, `invalid_parameter`),
+/// `run_async`, a reused `Idempotency-Key` (`idempotency_key_reused`), and
+/// the run; a malformed `Idempotency-Key` (`invalid_parameter`) right after
+/// the signature. A hook answers most of them in webhook's words
+/// (`hook_answer.rs`).
 pub fn invoke(
     app: &App,
     cfg: &Arc<Config>,
-    req: &Request,
+    req: &mut Request,
     endpoint: &Endpoint,
 ) -> Result<Response, ApiError> {
     let result = steps(app, cfg, req, endpoint);
@@ -104,7 +106,7 @@ pub fn invoke(
 fn steps(
     app: &App,
     cfg: &Arc<Config>,
-    req: &Request,
+    req: &mut Request,
     endpoint: &Endpoint,
 ) -> Result<Response, ApiError> {
     let caller = authenticate(app, cfg, req, &endpoint.credentials)?;
@@ -114,8 +116,13 @@ fn steps(
     }
     let rcv = &endpoint.receive;
     webhook::verify(app, cfg, rcv, req)?;
+    // Before the rule: an ignored request with a malformed key is refused
+    // like any other (the README's promise for the header).
+    // Owned: the body is let go of below, while the key is still needed.
+    let key = idempotency::key_of(req)?.map(str::to_owned);
     values::reject_body(req, &endpoint.values)?;
     let (program, function) = target(cfg, req, &endpoint.target, &caller)?;
+    let parse = parse_limit::permit(req.body.len());
     let mut read = Read::new(cfg, req, &endpoint.dialect)?;
     read.rule(rcv)?;
     let body_file = webhook::body_file(cfg, rcv, req)?;
@@ -144,6 +151,11 @@ fn steps(
     if let Entry::Tool(t) = &endpoint.entry {
         job.tool = Some(format!("{}/{}", t.tool, t.environment));
     }
+    // A run may wait for a slot: it keeps its values only, not the
+    // parsed payload (about ten times the body) nor the body.
+    drop(read);
+    let_go_of_body(req);
+    drop(parse);
     let start = |job| {
         if stream && !run_async {
             answer::start_streamed(app, job)
@@ -151,13 +163,24 @@ fn steps(
             answer::start(app, job, run_async)
         }
     };
-    match idempotency::key_of(req)? {
+    match key {
         Some(key) => {
             let entry = format!("{}#{}", req.segments.join("/"), program.id);
             let request = (entry.as_str(), made.request.as_slice());
-            replay::start_once(app, key, job, run_async, request, start)
+            replay::start_once(app, &key, job, run_async, request, start)
         }
         None => start(job),
+    }
+}
+
+/// Free the body of `req`, whose values are made. The pages of a large
+/// payload's tree (freed with its `Read`) go back to the system at once:
+/// freed, they would stay in the thread's malloc arena.
+fn let_go_of_body(req: &mut Request) {
+    let large = req.body.len() >= parse_limit::LARGE_BODY;
+    req.body = Vec::new();
+    if large {
+        crate::sys::trim_heap();
     }
 }
 

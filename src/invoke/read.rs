@@ -8,9 +8,10 @@ use std::path::PathBuf;
 use crate::access::client_ip;
 use crate::config::{Config, Dialect};
 use crate::http::{ApiError, Request};
+use crate::receive::payload::{Kind, PayloadError, Why};
 use crate::receive::rules::Verdict;
 use crate::receive::values::{Incoming, Source, ValueError};
-use crate::receive::webhook::{Fault, WebhookRequest};
+use crate::receive::webhook::{BodyError, Fault, WebhookRequest};
 use crate::receive::Receive;
 
 /// One request, read in an endpoint's dialect.
@@ -26,8 +27,9 @@ impl<'a> Read<'a> {
     /// Read `req` in `dialect`.
     ///
     /// # Errors
-    /// `invalid_payload` for a multipart body webhook cannot parse (trigd's
-    /// own reading parses the body lazily, when a source needs it).
+    /// `invalid_payload` for a multipart body webhook cannot parse,
+    /// `payload_too_complex` for one over a bound (other bodies are parsed
+    /// lazily, when a rule or a source first needs them, in both readings).
     pub fn new(cfg: &Config, req: &'a Request, dialect: &Dialect) -> Result<Read<'a>, ApiError> {
         match dialect {
             Dialect::Native => {
@@ -54,8 +56,13 @@ impl<'a> Read<'a> {
                     w.content_type.as_deref(),
                     &json_parts,
                 )
-                .map_err(|_| ApiError::InvalidPayload {
-                    msg: "The multipart body cannot be parsed.".into(),
+                .map_err(|e| match e {
+                    BodyError::Multipart => ApiError::InvalidPayload {
+                        msg: "The multipart body cannot be parsed.".into(),
+                    },
+                    BodyError::TooComplex(msg) => ApiError::PayloadTooComplex {
+                        msg: format!("The multipart request body is over a bound: {msg}."),
+                    },
                 })?;
                 wr.parse_json_params(&w.json_params);
                 Ok(Read::Webhook(wr, w.soft_signatures))
@@ -84,6 +91,7 @@ impl<'a> Read<'a> {
                 Verdict::NoMatch(reason) => Err(ignored(reason)),
             },
             Read::Webhook(wr, soft) => match wr.eval(rule, *soft) {
+                (_, Some(Fault::TooComplex(msg))) => Err(too_complex(msg)),
                 (_, Some(Fault::Signature)) => Err(ApiError::RuleError {
                     reason: "a signature does not match".into(),
                 }),
@@ -101,7 +109,14 @@ impl<'a> Read<'a> {
     pub fn get(&self, src: &Source) -> Result<Option<String>, ValueError> {
         match self {
             Read::Native(inc) => inc.get(src),
-            Read::Webhook(wr, _) => Ok(wr.get(src).ok()),
+            Read::Webhook(wr, _) => match wr.get(src) {
+                Err(Fault::TooComplex(msg)) => Err(ValueError::Payload(PayloadError {
+                    kind: Kind::of(Some(wr.content_type())),
+                    msg,
+                    why: Why::Bound,
+                })),
+                got => Ok(got.ok()),
+            },
         }
     }
 
@@ -114,10 +129,24 @@ impl<'a> Read<'a> {
     }
 }
 
+/// A body over a bound, read the webhook way.
+fn too_complex(msg: String) -> ApiError {
+    ApiError::PayloadTooComplex {
+        msg: format!("The request body is over a bound: {msg}."),
+    }
+}
+
 /// A body a source cannot read, as the caller is told.
 pub fn body_error(e: ValueError) -> ApiError {
-    match e {
+    match &e {
         ValueError::WrongType { .. } => ApiError::UnsupportedMediaType { msg: e.message() },
+        ValueError::Payload(p) if p.why == Why::Bound => {
+            ApiError::PayloadTooComplex { msg: e.message() }
+        }
+        ValueError::Repeated { name, .. } => ApiError::InvalidParameter {
+            name: name.clone(),
+            msg: e.message(),
+        },
         _ => ApiError::InvalidPayload { msg: e.message() },
     }
 }

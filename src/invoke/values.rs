@@ -14,6 +14,8 @@ use super::read::{body_error, Read};
 use crate::config::{Endpoint, HookValues, Server, Values};
 use crate::http::{ApiError, Request};
 use crate::receive::body_file::BodyFile;
+use crate::receive::json::{self, JsonError};
+use crate::receive::payload;
 use crate::receive::{read_values, Receive, ValuesError};
 
 /// The query parameters `POST /api` accepts.
@@ -47,7 +49,8 @@ pub struct Made<'e> {
 /// # Errors
 /// Those of [`named_values`], the receive sources
 /// (`invalid_payload`, `unsupported_media_type`, `variables_mismatch`) and
-/// [`check_values`]. A hook's values are never refused (see [`hook`]).
+/// [`check_values`]. A hook's values are refused only over a bound (see
+/// [`hook`]).
 pub fn make<'e>(
     server: &Server,
     req: &Request,
@@ -56,7 +59,7 @@ pub fn make<'e>(
     inputs: &[String],
 ) -> Result<Made<'e>, ApiError> {
     let values = match &endpoint.values {
-        Values::Hook(h) => return Ok(hook(h, read)),
+        Values::Hook(h) => return hook(server, h, read),
         Values::Positional => req.query_all("variables").map(str::to_string).collect(),
         Values::ByName => match sourced(&endpoint.receive, read, req, inputs)? {
             Some(values) => values,
@@ -107,25 +110,44 @@ fn values_error(e: ValuesError, inputs: &[String]) -> ApiError {
 
 /// A hook's values as webhook passes them: each argument (a missing one
 /// is empty), each environment variable and file (a missing one is left
-/// out; a file that cannot be written is logged and left out). No size
-/// limit but the body's (`max_body_bytes`), as in webhook.
-fn hook(h: &HookValues, read: &Read<'_>) -> Made<'static> {
-    let get = |s| read.get(s).ok().flatten();
+/// out; a file that cannot be written is logged and left out). An argument
+/// or a variable is bounded by `max_variable_bytes` like every other value
+/// (webhook has no bound: the kernel's 128 KiB per string would fail the
+/// run); a file's content by the body's `max_body_bytes` only.
+///
+/// # Errors
+/// `invalid_parameter` for a value over `max_variable_bytes`;
+/// `payload_too_complex` for a body over a bound.
+fn hook(server: &Server, h: &HookValues, read: &Read<'_>) -> Result<Made<'static>, ApiError> {
+    let get = |s| read.get(s).map_err(body_error);
+    let max = server.max_variable_bytes;
+    let bounded = |name: String, v: Option<String>| match v {
+        Some(v) if v.len() > max => Err(ApiError::InvalidParameter {
+            msg: format!("Value '{name}' is longer than the limit of {max} bytes."),
+            name,
+        }),
+        v => Ok(v),
+    };
     let mut vars = BTreeMap::new();
     let mut made = Made {
-        values: h.args.iter().map(|s| get(s).unwrap_or_default()).collect(),
+        values: Vec::new(),
         vars: Cow::Owned(BTreeMap::new()),
         files: Vec::new(),
         request: Vec::new(),
     };
+    for (i, s) in h.args.iter().enumerate() {
+        let name = format!("pass-arguments-to-command[{i}]");
+        made.values
+            .push(bounded(name, get(s)?)?.unwrap_or_default());
+    }
     for (name, s) in &h.env {
-        if let Some(v) = get(s) {
+        if let Some(v) = bounded(name.clone(), get(s)?)? {
             made.request.push(format!("{name}={v}"));
             vars.insert(name.clone(), v);
         }
     }
     for f in &h.files {
-        let Some(v) = get(&f.source) else { continue };
+        let Some(v) = get(&f.source)? else { continue };
         made.request.push(format!("{}={v}", f.env));
         let data = if f.base64 {
             base64::engine::general_purpose::STANDARD
@@ -146,7 +168,7 @@ fn hook(h: &HookValues, read: &Read<'_>) -> Made<'static> {
         }
     }
     made.vars = Cow::Owned(vars);
-    made
+    Ok(made)
 }
 
 /// Collect one string per input, by name, from the query and a JSON object
@@ -179,6 +201,12 @@ pub fn named_values_from(
         }
     }
     if !body.iter().all(u8::is_ascii_whitespace) {
+        // A key twice is refused like a query name twice; any other fault
+        // (too deep included: values must be strings) is serde_json's.
+        if let Err(JsonError::Duplicate(k)) = json::check(body, true, false) {
+            let k = payload::shown(&k);
+            return Err(mismatch(format!("Value '{k}' is given more than once.")));
+        }
         let body: Value = serde_json::from_slice(body)
             .map_err(|e| mismatch(format!("The body must be a JSON object of strings: {e}.")))?;
         let Value::Object(map) = body else {

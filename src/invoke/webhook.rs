@@ -15,6 +15,7 @@ use super::hook_answer;
 use crate::app::App;
 use crate::config::{Config, Endpoint, Entry, Shape};
 use crate::http::{ApiError, Request, Response};
+use crate::logging;
 use crate::receive::body_file::BodyFile;
 use crate::receive::{Answer, Receive};
 
@@ -85,7 +86,14 @@ pub fn answer(
             app.runner.metrics.webhook(label, trigger, "ignored");
         }
         Err(e) if refused_before_run(e) => {
-            log::warn!("{} refused: {}: {}", name(), e.code(), e.message());
+            // A sender decides how often this happens: summarised.
+            let name = name();
+            let kind = format!("{name} {}", e.code());
+            logging::warn_repeated(
+                module_path!(),
+                &kind,
+                format_args!("{name} refused: {}: {}", e.code(), e.message()),
+            );
             app.runner.metrics.webhook(label, trigger, e.code());
         }
         _ => {}

@@ -12,8 +12,11 @@
 //! because a value the run would need is absent.
 
 pub mod body_file;
+pub mod json;
+pub mod multipart;
 pub mod payload;
 pub mod rules;
+pub mod shape;
 pub mod signature;
 pub mod values;
 pub mod webhook;

@@ -2,10 +2,13 @@
 //! (`application/x-www-form-urlencoded` or `multipart/form-data`), XML, or
 //! raw bytes.
 //!
-//! Owns: recognising the media type, parsing, and the errors that say what
-//! is wrong with a body. The body is already bounded by `max_body_bytes`
-//! when it gets here; nesting is bounded too ([`MAX_DEPTH`]), so a hostile
-//! body costs at most linear work and memory.
+//! Owns: parsing a body of each kind into a [`Payload`] (XML and
+//! urlencoded forms here) within the bounds of `shape.rs`. The body is
+//! already bounded by `max_body_bytes` when it gets here; its nesting
+//! ([`MAX_DEPTH`]), XML elements ([`MAX_ELEMENTS`]) and attributes
+//! ([`MAX_ATTRIBUTES`]), form fields and parts ([`MAX_FIELDS`]) are bounded
+//! too, and every parser is linear, so a hostile body costs at most linear
+//! work and memory ([`Why::Bound`] says a bound was hit).
 //!
 //! XML becomes a JSON tree the way adnanh/webhook's XML support reads it:
 //! the root element is the one key of the top object; an element with
@@ -14,66 +17,16 @@
 //! only text is that text. So `order.item.0.-sku` reads
 //! `<order><item sku="a"/><item sku="b"/></order>`.
 //!
-//! multipart/form-data is parsed here by hand (~50 lines over a body that is
-//! already in memory and bounded): the maintained Rust multipart parsers are
-//! async (`multer`), and the blocking `multipart` crate is unmaintained.
+//! multipart/form-data is read in `multipart.rs`, JSON checked in
+//! `json.rs` (depth; natively, a key twice in an object is refused).
 
 use quick_xml::events::{BytesStart, Event};
 use serde_json::{Map, Value};
 
-/// Deepest nesting of XML elements accepted (JSON has serde_json's own
-/// recursion limit of 128).
-pub const MAX_DEPTH: usize = 128;
-
-/// The kind of body, from its `Content-Type`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// `application/json` or `*/*+json`.
-    Json,
-    /// `application/x-www-form-urlencoded`.
-    Form,
-    /// `multipart/form-data`.
-    Multipart,
-    /// `application/xml`, `text/xml` or `*/*+xml`.
-    Xml,
-    /// Anything else, or no `Content-Type`.
-    Other,
-}
-
-impl Kind {
-    /// The kind named by a `Content-Type` value.
-    pub fn of(content_type: Option<&str>) -> Kind {
-        let Some(ct) = content_type else {
-            return Kind::Other;
-        };
-        let essence = ct
-            .split(';')
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_ascii_lowercase();
-        match essence.as_str() {
-            "application/json" => Kind::Json,
-            "application/x-www-form-urlencoded" => Kind::Form,
-            "multipart/form-data" => Kind::Multipart,
-            "application/xml" | "text/xml" => Kind::Xml,
-            e if e.ends_with("+json") => Kind::Json,
-            e if e.ends_with("+xml") => Kind::Xml,
-            _ => Kind::Other,
-        }
-    }
-
-    /// How the kind is named in messages.
-    pub fn name(self) -> &'static str {
-        match self {
-            Kind::Json => "JSON",
-            Kind::Form => "form (application/x-www-form-urlencoded)",
-            Kind::Multipart => "multipart/form-data",
-            Kind::Xml => "XML",
-            Kind::Other => "other",
-        }
-    }
-}
+pub use super::multipart::Part;
+pub use super::shape::{
+    Kind, PayloadError, Why, MAX_ATTRIBUTES, MAX_DEPTH, MAX_ELEMENTS, MAX_FIELDS,
+};
 
 /// A parsed body.
 #[derive(Debug, Clone, PartialEq)]
@@ -89,15 +42,6 @@ pub enum Payload {
     Raw,
 }
 
-/// Why a body could not be parsed. Messages quote no body content.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PayloadError {
-    /// The kind the body claimed (or was expected) to be.
-    pub kind: Kind,
-    /// What is wrong, with a position where the parser gives one.
-    pub msg: String,
-}
-
 impl Payload {
     /// Parse `body` as `content_type` says. An empty body is [`Payload::Raw`].
     ///
@@ -105,26 +49,15 @@ impl Payload {
     /// A body that is not what its `Content-Type` says.
     pub fn parse(content_type: Option<&str>, body: &[u8]) -> Result<Payload, PayloadError> {
         let kind = Kind::of(content_type);
-        let err = |msg: String| PayloadError { kind, msg };
         if body.iter().all(u8::is_ascii_whitespace) {
             return Ok(Payload::Raw);
         }
         match kind {
-            Kind::Json => serde_json::from_slice(body)
-                .map(Payload::Json)
-                .map_err(|e| err(format!("invalid JSON: {e}"))),
-            Kind::Form => Ok(Payload::Form(
-                form_urlencoded::parse(body)
-                    .map(|(k, v)| (k.into_owned(), v.into_owned().into_bytes()))
-                    .collect(),
-            )),
-            Kind::Multipart => {
-                let boundary = content_type.and_then(boundary).ok_or_else(|| {
-                    err("multipart/form-data without a boundary parameter".into())
-                })?;
-                multipart(body, &boundary).map(Payload::Form).map_err(err)
-            }
-            Kind::Xml => xml_to_json(body).map(Payload::Xml).map_err(err),
+            Kind::Json => json(body).map(Payload::Json),
+            Kind::Form => form(body).map(Payload::Form),
+            Kind::Multipart => super::multipart::parse(content_type.unwrap_or(""), body)
+                .map(|ps| Payload::Form(ps.into_iter().map(|p| (p.name, p.data)).collect())),
+            Kind::Xml => xml_to_json(body).map(Payload::Xml),
             Kind::Other => Ok(Payload::Raw),
         }
     }
@@ -165,109 +98,89 @@ fn push_repeat(map: &mut Map<String, Value>, k: &str, v: Value) {
     }
 }
 
-/// The `boundary` parameter of a multipart `Content-Type`.
-fn boundary(ct: &str) -> Option<String> {
-    ct.split(';').skip(1).find_map(|p| {
-        let (k, v) = p.trim().split_once('=')?;
-        let v = v.trim().trim_matches('"');
-        (k.trim().eq_ignore_ascii_case("boundary") && !v.is_empty()).then(|| v.to_string())
+/// A JSON body, natively: within [`MAX_DEPTH`], no key twice in an object.
+fn json(body: &[u8]) -> Result<Value, PayloadError> {
+    use super::json::JsonError;
+    let (msg, why) = match super::json::check(body, true, false) {
+        Ok(()) => {
+            return serde_json::from_slice(body).map_err(|e| PayloadError {
+                kind: Kind::Json,
+                msg: format!("invalid JSON: {e}"),
+                why: Why::Invalid,
+            })
+        }
+        Err(JsonError::Invalid(e)) => (format!("invalid JSON: {e}"), Why::Invalid),
+        Err(JsonError::Duplicate(k)) => (
+            format!("an object has the key '{}' twice", shown(&k)),
+            Why::Invalid,
+        ),
+        Err(JsonError::TooDeep) => (
+            format!("JSON nested deeper than {MAX_DEPTH} arrays and objects"),
+            Why::Bound,
+        ),
+    };
+    Err(PayloadError {
+        kind: Kind::Json,
+        msg,
+        why,
     })
 }
 
-/// The parts of a multipart/form-data body (RFC 7578): name and content.
-fn multipart(body: &[u8], boundary: &str) -> Result<Vec<(String, Vec<u8>)>, String> {
-    Ok(parts_of(body, boundary)?
-        .into_iter()
-        .map(|p| (p.name, p.data))
-        .collect())
+/// A key as a message shows it: at most 64 characters, controls escaped.
+pub fn shown(key: &str) -> String {
+    let cut: String = key.chars().take(64).collect();
+    let more = if cut.len() < key.len() { "…" } else { "" };
+    format!("{}{more}", cut.escape_default())
 }
 
-/// One part of a multipart/form-data body.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Part {
-    /// `name` of its `Content-Disposition`.
-    pub name: String,
-    /// Whether it is a file (its `Content-Disposition` has a `filename`).
-    pub file: bool,
-    /// Its `Content-Type` header, when it has one.
-    pub content_type: Option<String>,
-    /// Its content.
-    pub data: Vec<u8>,
-}
-
-/// The parts of a multipart/form-data body with `content_type` (which
-/// holds the boundary).
-///
-/// # Errors
-/// No boundary, or a body that is not multipart.
-pub fn parts(content_type: &str, body: &[u8]) -> Result<Vec<Part>, String> {
-    let boundary =
-        boundary(content_type).ok_or("multipart/form-data without a boundary parameter")?;
-    parts_of(body, &boundary)
-}
-
-fn parts_of(body: &[u8], boundary: &str) -> Result<Vec<Part>, String> {
-    let delim = format!("--{boundary}");
-    let finder = memchr::memmem::Finder::new(delim.as_bytes());
-    let starts: Vec<usize> = finder.find_iter(body).collect();
-    if starts.is_empty() {
-        return Err("multipart body without its boundary".into());
-    }
+/// The pairs of an urlencoded body (`+` is a space, `%XX` a byte), each
+/// name and value UTF-8, at most [`MAX_FIELDS`].
+fn form(body: &[u8]) -> Result<Vec<(String, Vec<u8>)>, PayloadError> {
+    let err = |msg: String, why| PayloadError {
+        kind: Kind::Form,
+        msg,
+        why,
+    };
     let mut fields = Vec::new();
-    for pair in starts.windows(2) {
-        let part = &body[pair[0] + delim.len()..pair[1]];
-        let part = part
-            .strip_prefix(b"\r\n")
-            .ok_or("a multipart boundary line must end with CRLF")?;
-        // Content ends with the CRLF that precedes the next delimiter.
-        let part = part
-            .strip_suffix(b"\r\n")
-            .ok_or("a multipart part must end with CRLF")?;
-        let split = memchr::memmem::find(part, b"\r\n\r\n")
-            .ok_or("a multipart part has no blank line after its headers")?;
-        let head = std::str::from_utf8(&part[..split])
-            .map_err(|_| "multipart part headers are not UTF-8")?;
-        let name = head
-            .split("\r\n")
-            .find_map(disposition_name)
-            .ok_or("a multipart part has no Content-Disposition: form-data; name=\"…\"")?;
-        let lines = || head.split("\r\n");
-        let file = lines().any(|l| {
-            let l = l.to_ascii_lowercase();
-            l.starts_with("content-disposition:") && l.contains("filename=")
-        });
-        let content_type = lines().find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.trim()
-                .eq_ignore_ascii_case("content-type")
-                .then(|| v.trim().to_string())
-        });
-        fields.push(Part {
-            name,
-            file,
-            content_type,
-            data: part[split + 4..].to_vec(),
-        });
-    }
-    let last = starts[starts.len() - 1];
-    if !body[last + delim.len()..].starts_with(b"--") {
-        return Err("multipart body without its closing boundary".into());
+    for pair in body.split(|&b| b == b'&').filter(|p| !p.is_empty()) {
+        if fields.len() == MAX_FIELDS {
+            return Err(err(format!("more than {MAX_FIELDS} fields"), Why::Bound));
+        }
+        let eq = memchr::memchr(b'=', pair).unwrap_or(pair.len());
+        let name = decoded(&pair[..eq]);
+        let value = decoded(pair.get(eq + 1..).unwrap_or_default());
+        let name = String::from_utf8(name).map_err(|_| {
+            err(
+                format!("field {} has a name that is not UTF-8", fields.len() + 1),
+                Why::Invalid,
+            )
+        })?;
+        if std::str::from_utf8(&value).is_err() {
+            let msg = format!("the value of field '{}' is not UTF-8", shown(&name));
+            return Err(err(msg, Why::Invalid));
+        }
+        fields.push((name, value));
     }
     Ok(fields)
 }
 
-/// `name` of a `Content-Disposition: form-data; name="x"` header line.
-fn disposition_name(line: &str) -> Option<String> {
-    let (k, v) = line.split_once(':')?;
-    if !k.trim().eq_ignore_ascii_case("content-disposition") {
-        return None;
-    }
-    v.split(';').skip(1).find_map(|p| {
-        let (k, v) = p.trim().split_once('=')?;
-        k.trim()
-            .eq_ignore_ascii_case("name")
-            .then(|| v.trim().trim_matches('"').to_string())
-    })
+/// One urlencoded name or value, decoded to bytes.
+fn decoded(raw: &[u8]) -> Vec<u8> {
+    let plus: Vec<u8> = raw
+        .iter()
+        .map(|&b| if b == b'+' { b' ' } else { b })
+        .collect();
+    percent_encoding::percent_decode(&plus).collect()
+}
+
+/// The parts of a multipart/form-data body with `content_type` (which
+/// holds the boundary); see `multipart.rs`.
+///
+/// # Errors
+/// No boundary, a body that is not multipart, or one over a bound.
+#[cfg_attr(not(fuzzing), allow(dead_code))] // a stable entry for fuzz/
+pub fn parts(content_type: &str, body: &[u8]) -> Result<Vec<Part>, String> {
+    super::multipart::parse(content_type, body).map_err(|e| e.msg)
 }
 
 /// One open element while reading XML.
@@ -278,64 +191,128 @@ struct Open {
 }
 
 /// Parse XML into the JSON tree described in the module docs.
-fn xml_to_json(body: &[u8]) -> Result<Value, String> {
+fn xml_to_json(body: &[u8]) -> Result<Value, PayloadError> {
     let mut reader = quick_xml::Reader::from_reader(body);
     reader.config_mut().trim_text(true);
-    let mut stack: Vec<Open> = Vec::new();
-    let mut root: Option<Value> = None;
-    let mut buf = Vec::new();
+    let mut tree = Tree::default();
     loop {
         let at = reader.buffer_position();
         let event = reader
-            .read_event_into(&mut buf)
-            .map_err(|e| format!("invalid XML at byte {at}: {e}"))?;
-        match event {
-            Event::Start(e) => {
-                if stack.len() >= MAX_DEPTH {
-                    return Err(format!("XML nested deeper than {MAX_DEPTH} elements"));
-                }
-                stack.push(open(&e)?);
-            }
-            Event::Empty(e) => {
-                let done = open(&e)?;
-                close(&mut stack, &mut root, done)?;
-            }
-            Event::End(_) => {
-                let done = stack.pop().ok_or("invalid XML: unbalanced end tag")?;
-                close(&mut stack, &mut root, done)?;
-            }
-            Event::Text(t) => {
-                let text = t.unescape().map_err(|e| format!("invalid XML text: {e}"))?;
-                if let Some(top) = stack.last_mut() {
-                    top.text.push_str(&text);
-                }
-            }
-            Event::CData(c) => {
-                if let Some(top) = stack.last_mut() {
-                    top.text.push_str(&String::from_utf8_lossy(&c));
-                }
-            }
-            Event::Eof => break,
-            _ => {}
+            .read_event()
+            .map_err(|e| xml_invalid(format!("invalid XML at byte {at}: {e}")))?;
+        if matches!(event, Event::Eof) {
+            return tree.finish();
         }
-        buf.clear();
+        tree.take(event)?;
     }
-    if !stack.is_empty() {
-        return Err("invalid XML: the document ends inside an element".into());
-    }
-    root.ok_or_else(|| "invalid XML: no root element".into())
 }
 
-/// An element's name and attributes.
-fn open(e: &BytesStart<'_>) -> Result<Open, String> {
+fn xml_invalid(msg: String) -> PayloadError {
+    PayloadError {
+        kind: Kind::Xml,
+        msg,
+        why: Why::Invalid,
+    }
+}
+
+/// An XML document read so far: its open elements, the root once closed,
+/// and how many elements it has.
+#[derive(Default)]
+struct Tree {
+    stack: Vec<Open>,
+    root: Option<Value>,
+    elements: usize,
+}
+
+impl Tree {
+    /// Add one event of the document.
+    fn take(&mut self, event: Event<'_>) -> Result<(), PayloadError> {
+        match event {
+            Event::Start(e) => {
+                let element = self.open(&e)?;
+                self.stack.push(element);
+            }
+            Event::Empty(e) => {
+                let element = self.open(&e)?;
+                self.close(element)?;
+            }
+            Event::End(_) => {
+                let done = self
+                    .stack
+                    .pop()
+                    .ok_or_else(|| xml_invalid("invalid XML: unbalanced end tag".into()))?;
+                self.close(done)?;
+            }
+            Event::Text(t) => {
+                let text = t
+                    .unescape()
+                    .map_err(|e| xml_invalid(format!("invalid XML text: {e}")))?;
+                self.text(&text);
+            }
+            Event::CData(c) => self.text(&String::from_utf8_lossy(&c)),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// A new element, within [`MAX_ELEMENTS`] and [`MAX_DEPTH`].
+    fn open(&mut self, e: &BytesStart<'_>) -> Result<Open, PayloadError> {
+        self.elements += 1;
+        if self.elements > MAX_ELEMENTS || self.stack.len() >= MAX_DEPTH {
+            return Err(PayloadError {
+                kind: Kind::Xml,
+                msg: format!("XML over {MAX_ELEMENTS} elements or nested deeper than {MAX_DEPTH}"),
+                why: Why::Bound,
+            });
+        }
+        open(e)
+    }
+
+    fn close(&mut self, done: Open) -> Result<(), PayloadError> {
+        close(&mut self.stack, &mut self.root, done).map_err(xml_invalid)
+    }
+
+    fn text(&mut self, text: &str) {
+        if let Some(top) = self.stack.last_mut() {
+            top.text.push_str(text);
+        }
+    }
+
+    /// The tree of a document that has ended.
+    fn finish(self) -> Result<Value, PayloadError> {
+        if !self.stack.is_empty() {
+            return Err(xml_invalid(
+                "invalid XML: the document ends inside an element".into(),
+            ));
+        }
+        self.root
+            .ok_or_else(|| xml_invalid("invalid XML: no root element".into()))
+    }
+}
+
+/// An element's name and attributes (at most [`MAX_ATTRIBUTES`]; of one
+/// name twice, the last).
+fn open(e: &BytesStart<'_>) -> Result<Open, PayloadError> {
+    let err = |msg: String, why| PayloadError {
+        kind: Kind::Xml,
+        msg,
+        why,
+    };
     let name = String::from_utf8_lossy(e.name().as_ref()).into_owned();
     let mut map = Map::new();
-    for a in e.attributes() {
-        let a = a.map_err(|e| format!("invalid XML attribute: {e}"))?;
+    // quick-xml's duplicate check compares each attribute with every
+    // earlier one (quadratic: 111,847 attributes took 8 s); the map keeps
+    // the last of a name instead, in linear time.
+    for (n, a) in e.attributes().with_checks(false).enumerate() {
+        if n == MAX_ATTRIBUTES {
+            let msg = format!("an XML element has more than {MAX_ATTRIBUTES} attributes");
+            return Err(err(msg, Why::Bound));
+        }
+        let a = a.map_err(|e| err(format!("invalid XML attribute: {e}"), Why::Invalid))?;
         let key = format!("-{}", String::from_utf8_lossy(a.key.as_ref()));
         let value = a
             .unescape_value()
-            .map_err(|e| format!("invalid XML attribute value: {e}"))?;
+            .map_err(|e| err(format!("invalid XML attribute value: {e}"), Why::Invalid))?;
         map.insert(key, Value::String(value.into_owned()));
     }
     Ok(Open {
@@ -453,6 +430,39 @@ mod tests {
         }
         let deep = format!("{}{}", "<a>".repeat(200), "</a>".repeat(200));
         let e = Payload::parse(Some("text/xml"), deep.as_bytes()).unwrap_err();
-        assert!(e.msg.contains("deeper"), "{}", e.msg);
+        assert!(e.msg.contains("deeper") && e.why == Why::Bound, "{}", e.msg);
+    }
+
+    /// The issue's body: 1 MiB, 111,847 attributes on one element (8 s of
+    /// CPU with quick-xml's quadratic duplicate check) is refused at the
+    /// bound; an element at the bound, with a name twice, reads the last.
+    #[test]
+    fn xml_bounds_attributes_and_elements() {
+        let attrs: String = (0..111_847).map(|i| format!(" a{i}=\"\"")).collect();
+        let bomb = format!("<r{attrs}/>");
+        let e = Payload::parse(Some("application/xml"), bomb.as_bytes()).unwrap_err();
+        assert_eq!(e.why, Why::Bound, "{}", e.msg);
+        assert!(e.msg.contains("more than 100 attributes"), "{}", e.msg);
+        let attrs: String = (0..MAX_ATTRIBUTES - 1)
+            .map(|i| format!(" a{i}=\"{i}\""))
+            .collect();
+        let fits = format!("<r{attrs} a0=\"last\"/>");
+        let p = Payload::parse(Some("application/xml"), fits.as_bytes()).unwrap();
+        assert_eq!(p.to_json()["r"]["-a0"], "last");
+        let many = format!("<r>{}</r>", "<e/>".repeat(MAX_ELEMENTS));
+        let e = Payload::parse(Some("application/xml"), many.as_bytes()).unwrap_err();
+        assert_eq!(e.why, Why::Bound, "{}", e.msg);
+        let fits = format!("<r>{}</r>", "<e/>".repeat(MAX_ELEMENTS - 1));
+        assert!(Payload::parse(Some("application/xml"), fits.as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn json_depth_and_duplicate_keys() {
+        let deep = format!("{}{}", "[".repeat(MAX_DEPTH + 1), "]".repeat(MAX_DEPTH + 1));
+        let e = Payload::parse(Some("application/json"), deep.as_bytes()).unwrap_err();
+        assert_eq!(e.why, Why::Bound, "{}", e.msg);
+        let e = Payload::parse(Some("application/json"), br#"{"k":1,"k":2}"#).unwrap_err();
+        assert_eq!(e.why, Why::Invalid);
+        assert!(e.msg.contains("'k' twice"), "{}", e.msg);
     }
 }

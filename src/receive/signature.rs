@@ -8,8 +8,9 @@
 //! Does not own: where the secret comes from (`config` resolves it at load)
 //! or the HTTP answer (see [`SigError`]'s users).
 //!
-//! Every comparison is constant-time: HMACs through `Mac::verify_slice`,
-//! tokens by comparing their sha256 digests with `subtle`, so neither the
+//! Every comparison is constant-time: HMACs with `subtle` (the MAC is
+//! computed once per check, then compared with each of the at most
+//! [`MAX_SIGNATURES`] signatures of a header), tokens by comparing their sha256 digests with `subtle`, so neither the
 //! content nor the length of the secret leaks through timing. No error
 //! message ever contains the secret, the expected signature or the one sent.
 
@@ -39,8 +40,8 @@ impl Secret {
     /// # Errors
     /// The file cannot be read, or holds nothing.
     pub fn from_file(path: &Path) -> Result<Secret, String> {
-        let mut b =
-            std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let mut b = crate::config::file::read_secret(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         if b.ends_with(b"\n") {
             b.pop();
             if b.ends_with(b"\r") {
@@ -90,24 +91,44 @@ impl Algo {
         }
     }
 
-    /// Whether `sig` is the HMAC of `parts` (concatenated) under `key`.
-    fn verify(self, key: &[u8], parts: &[&[u8]], sig: &[u8]) -> bool {
-        fn check<M: Mac + hmac::digest::KeyInit>(key: &[u8], parts: &[&[u8]], sig: &[u8]) -> bool {
+    /// The HMAC of `parts` (concatenated) under `key`. Computed once per
+    /// check however many signatures a header lists (see [`MAX_SIGNATURES`]).
+    fn mac(self, key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
+        fn run<M: Mac + hmac::digest::KeyInit>(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
+            // HMAC takes a key of any length: `new_from_slice` cannot fail.
             let Ok(mut mac) = <M as hmac::digest::KeyInit>::new_from_slice(key) else {
-                return false;
+                return Vec::new();
             };
             for p in parts {
                 mac.update(p);
             }
-            mac.verify_slice(sig).is_ok()
+            mac.finalize().into_bytes().to_vec()
         }
+        #[cfg(test)]
+        tests::MACS.with(|n| n.set(n.get() + 1));
         match self {
-            Algo::Sha1 => check::<Hmac<Sha1>>(key, parts, sig),
-            Algo::Sha256 => check::<Hmac<Sha256>>(key, parts, sig),
-            Algo::Sha512 => check::<Hmac<Sha512>>(key, parts, sig),
+            Algo::Sha1 => run::<Hmac<Sha1>>(key, parts),
+            Algo::Sha256 => run::<Hmac<Sha256>>(key, parts),
+            Algo::Sha512 => run::<Hmac<Sha512>>(key, parts),
         }
     }
+
+    /// Whether `sig` is the HMAC of `parts` (concatenated) under `key`.
+    fn verify(self, key: &[u8], parts: &[&[u8]], sig: &[u8]) -> bool {
+        same(&self.mac(key, parts), sig)
+    }
 }
+
+/// Equal bytes, compared in constant time (the length is public: every
+/// digest of one algorithm has the same).
+fn same(mac: &[u8], sig: &[u8]) -> bool {
+    !mac.is_empty() && mac.len() == sig.len() && bool::from(mac.ct_eq(sig))
+}
+
+/// Most signatures one header may list (comma-separated entries, Stripe's
+/// `t=` included). GitHub sends one, a rotating sender two; more is refused
+/// as `signature_malformed` before any HMAC is computed.
+pub const MAX_SIGNATURES: usize = 16;
 
 /// How the signature bytes are written in the header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -283,16 +304,38 @@ impl Verifier {
     /// The signatures in `value`, as adnanh/webhook reads them: one value
     /// loses `prefix` when it has it; of comma-separated values, those with
     /// the prefix count, without it.
-    fn candidates<'a>(&self, value: &'a str) -> Vec<&'a str> {
-        let parts: Vec<&str> = value.split(',').map(str::trim).collect();
+    ///
+    /// # Errors
+    /// `Malformed` for more than [`MAX_SIGNATURES`] entries.
+    fn candidates<'a>(&self, value: &'a str) -> Result<Vec<&'a str>, SigError> {
+        let parts = self.entries(value)?;
         if parts.len() == 1 {
             let one = parts[0];
-            return vec![one.strip_prefix(self.prefix.as_str()).unwrap_or(one)];
+            return Ok(vec![one.strip_prefix(self.prefix.as_str()).unwrap_or(one)]);
         }
-        parts
+        Ok(parts
             .iter()
             .filter_map(|p| p.strip_prefix(self.prefix.as_str()))
-            .collect()
+            .collect())
+    }
+
+    /// The comma-separated entries of a header, trimmed.
+    ///
+    /// # Errors
+    /// `Malformed` for more than [`MAX_SIGNATURES`] entries (the rest of
+    /// the header is not even split).
+    fn entries<'a>(&self, value: &'a str) -> Result<Vec<&'a str>, SigError> {
+        let parts: Vec<&str> = value
+            .split(',')
+            .map(str::trim)
+            .take(MAX_SIGNATURES + 1)
+            .collect();
+        if parts.len() > MAX_SIGNATURES {
+            return Err(self.malformed(format!(
+                "more than {MAX_SIGNATURES} comma-separated entries"
+            )));
+        }
+        Ok(parts)
     }
 
     /// Decode one signature and check its length.
@@ -327,13 +370,16 @@ impl Verifier {
         }
         let mut first_error = None;
         let mut any_well_formed = false;
+        let mut mac = None;
+        let mut matched = false;
         for sig in sigs {
             match self.decode(algo, sig) {
                 Ok(bytes) => {
                     any_well_formed = true;
-                    if algo.verify(&self.secret.0, parts, &bytes) {
-                        return Ok(());
-                    }
+                    let mac = mac.get_or_insert_with(|| algo.mac(&self.secret.0, parts));
+                    // Every entry is compared (no early exit), so the time
+                    // does not say which one matched.
+                    matched |= same(mac, &bytes);
                 }
                 Err(e) => {
                     first_error.get_or_insert(e);
@@ -341,13 +387,14 @@ impl Verifier {
             }
         }
         match first_error {
+            _ if matched => Ok(()),
             Some(e) if !any_well_formed => Err(e),
             _ => Err(self.mismatch()),
         }
     }
 
     fn hmac(&self, algo: Algo, value: &str, body: &[u8]) -> Result<(), SigError> {
-        self.any_matches(algo, &self.candidates(value), &[body])
+        self.any_matches(algo, &self.candidates(value)?, &[body])
     }
 
     fn token(&self, value: &str) -> Result<(), SigError> {
@@ -368,8 +415,8 @@ impl Verifier {
     fn stripe(&self, value: &str, body: &[u8], now: u64) -> Result<(), SigError> {
         let mut t = None;
         let mut sigs = Vec::new();
-        for item in value.split(',') {
-            match item.trim().split_once('=') {
+        for item in self.entries(value)? {
+            match item.split_once('=') {
                 Some(("t", v)) => t = Some(v),
                 Some(("v1", v)) => sigs.push(v),
                 _ => {}
@@ -403,7 +450,7 @@ impl Verifier {
             header: SLACK_TIMESTAMP.to_string(),
             why: "not a number of seconds".into(),
         })?;
-        let sigs = self.candidates(value);
+        let sigs = self.candidates(value)?;
         self.any_matches(Algo::Sha256, &sigs, &[b"v0:", t.as_bytes(), b":", body])?;
         self.fresh(ts, now)
     }

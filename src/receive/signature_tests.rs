@@ -1,6 +1,18 @@
 //! Known vectors: GitHub's documented example, Slack's documented example,
 //! and values computed with `openssl dgst -hmac` (independent of this code).
 use super::*;
+use std::cell::Cell;
+
+thread_local! {
+    /// HMACs computed on this thread (by `Algo::mac`).
+    pub static MACS: Cell<usize> = const { Cell::new(0) };
+}
+
+fn macs_during(f: impl FnOnce()) -> usize {
+    let before = MACS.with(Cell::get);
+    f();
+    MACS.with(Cell::get) - before
+}
 
 const GH_SECRET: &str = "It's a Secret to Everybody";
 const GH_BODY: &[u8] = b"Hello, World!";
@@ -221,4 +233,49 @@ fn secret_files_lose_one_newline_and_changes_are_seen() {
     std::fs::remove_file(&f).unwrap();
     assert!(v.secret_file_changed());
     let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn many_signatures_cost_one_mac_and_too_many_are_refused() {
+    let v = verifier(
+        Scheme::Hmac(Algo::Sha256),
+        "x-hub-signature-256",
+        "sha256=",
+        GH_SECRET,
+    );
+    let wrong = format!("sha256={}", "0".repeat(64));
+    let mut list = vec![wrong.as_str(); MAX_SIGNATURES - 1];
+    let good = format!("sha256={GH_256}");
+    list.push(&good);
+    let hs = h(&[("x-hub-signature-256", &list.join(","))]);
+    assert_eq!(
+        macs_during(|| assert_eq!(v.verify(&hs, GH_BODY, 0), Ok(()))),
+        1
+    );
+    let bad = h(&[(
+        "x-hub-signature-256",
+        &list[..MAX_SIGNATURES - 1].join(", "),
+    )]);
+    let n = macs_during(|| {
+        assert!(matches!(
+            v.verify(&bad, GH_BODY, 0),
+            Err(SigError::Mismatch { .. })
+        ))
+    });
+    assert_eq!(n, 1);
+    // One entry over the bound: refused before any HMAC.
+    let over = vec![good.as_str(); MAX_SIGNATURES + 1].join(",");
+    let hs = h(&[("x-hub-signature-256", &over)]);
+    let n = macs_during(|| match v.verify(&hs, GH_BODY, 0) {
+        Err(SigError::Malformed { why, .. }) => assert!(why.contains("more than 16"), "{why}"),
+        other => panic!("{other:?}"),
+    });
+    assert_eq!(n, 0);
+    let s = verifier(Scheme::Stripe, "stripe-signature", "", "whsec");
+    let t = format!("t=1,{}", vec!["v1=00"; MAX_SIGNATURES].join(","));
+    let hs = h(&[("stripe-signature", &t)]);
+    assert!(matches!(
+        s.verify(&hs, b"{}", 1),
+        Err(SigError::Malformed { .. })
+    ));
 }

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 
 use serde_json::{Map, Value};
 
-use super::payload::{Kind, Payload, PayloadError};
+use super::payload::{Kind, Payload, PayloadError, Why};
 
 /// A dotted path into a JSON (or XML-as-JSON) tree: `commits.0.id`. A
 /// segment that is a number indexes an array, and names a key otherwise.
@@ -86,11 +86,13 @@ pub const CREDENTIAL_HEADERS: [&str; 3] = ["authorization", "cookie", "proxy-aut
 /// Where a value comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
-    /// A query parameter (the first, when repeated).
+    /// A query parameter (refused when repeated: which one counts would
+    /// depend on who reads the request).
     Query(String),
     /// A header, by lower-case name (the first, when repeated).
     Header(String),
-    /// A form field of an urlencoded or multipart body.
+    /// A form field of an urlencoded or multipart body (refused when
+    /// repeated, like a query parameter).
     Form(String),
     /// A path into a JSON body.
     Json(JsonPath),
@@ -160,12 +162,24 @@ pub enum ValueError {
         /// The source.
         source: String,
     },
+    /// A value read by name is in the request more than once.
+    Repeated {
+        /// The source.
+        source: String,
+        /// The parameter or field name.
+        name: String,
+    },
 }
 
 impl ValueError {
     /// A sentence for the caller.
     pub fn message(&self) -> String {
         match self {
+            ValueError::Payload(e) if e.why == Why::Bound => format!(
+                "The {} request body is over a bound: {}.",
+                e.kind.name(),
+                e.msg
+            ),
             ValueError::Payload(e) => format!(
                 "The request body is not valid {}: {}.",
                 e.kind.name(),
@@ -183,6 +197,9 @@ impl ValueError {
                 )
             }
             ValueError::NotText { source } => format!("The value of {source} is not UTF-8 text."),
+            ValueError::Repeated { source, .. } => format!(
+                "The request has {source} more than once; send it once (which one counts would depend on who reads the request)."
+            ),
         }
     }
 }
@@ -262,17 +279,13 @@ impl<'a> Incoming<'a> {
     /// The body is invalid, of another kind than the source needs, or not
     /// text where text is needed.
     pub fn get(&self, source: &Source) -> Result<Option<String>, ValueError> {
-        let first = |pairs: &[(String, String)], n: &str| {
-            pairs.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone())
-        };
         Ok(match source {
-            Source::Query(n) => first(self.query, n),
+            Source::Query(n) => only(self.query.iter().map(|(k, v)| (k, v.as_bytes())), n, source)?,
             Source::Header(n) => first(self.headers, n),
             Source::Form(n) => match self.payload_of(Kind::Form)? {
-                Some(Payload::Form(fields)) => match fields.iter().find(|(k, _)| k == n) {
-                    Some((_, v)) => Some(text(v, source)?),
-                    None => None,
-                },
+                Some(Payload::Form(fields)) => {
+                    only(fields.iter().map(|(k, v)| (k, v.as_slice())), n, source)?
+                }
                 _ => None,
             },
             Source::Payload(path) => path.get(&self.payload()?.to_json()).map(as_text),
@@ -333,6 +346,33 @@ pub fn as_text(v: &Value) -> String {
         Value::String(s) => s.clone(),
         other => other.to_string(),
     }
+}
+
+/// The first value named `n` (headers: a repeated header is legitimate).
+fn first(pairs: &[(String, String)], n: &str) -> Option<String> {
+    pairs.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone())
+}
+
+/// The one value named `n` among `pairs`, as text.
+///
+/// # Errors
+/// `Repeated` when `n` is there twice; `NotText` when it is not UTF-8.
+fn only<'p>(
+    mut pairs: impl Iterator<Item = (&'p String, &'p [u8])>,
+    n: &str,
+    source: &Source,
+) -> Result<Option<String>, ValueError> {
+    let mut named = pairs.by_ref().filter(|(k, _)| *k == n);
+    let Some((_, v)) = named.next() else {
+        return Ok(None);
+    };
+    if named.next().is_some() {
+        return Err(ValueError::Repeated {
+            source: source.describe(),
+            name: n.to_string(),
+        });
+    }
+    text(v, source).map(Some)
 }
 
 fn text(bytes: &[u8], source: &Source) -> Result<String, ValueError> {
@@ -427,12 +467,10 @@ mod tests {
         ];
         let q = [("token", "t1"), ("token", "t2")];
         let body = "text=deploy+now&user=ann";
-        assert_eq!(
-            get(&h, &q, body, Source::Query("token".into()))
-                .unwrap()
-                .unwrap(),
-            "t1"
-        );
+        assert!(matches!(
+            get(&h, &q, body, Source::Query("token".into())),
+            Err(ValueError::Repeated { name, .. }) if name == "token"
+        ));
         assert_eq!(
             get(&h, &q, body, Source::Header("x-event".into()))
                 .unwrap()
@@ -486,5 +524,29 @@ mod tests {
         let xml = "<alert><status>firing</status><labels><l>a</l><l>b</l></labels></alert>";
         let src = Source::Xml(JsonPath::parse("alert.labels.l.1").unwrap());
         assert_eq!(get(&x, &[], xml, src).unwrap().unwrap(), "b");
+    }
+
+    #[test]
+    fn repeated_non_utf8_duplicate_and_over_bound_bodies() {
+        let form = [("content-type", "application/x-www-form-urlencoded")];
+        let text = Source::Form("text".into());
+        let e = get(&form, &[], "text=caf%E9", text.clone()).unwrap_err();
+        assert!(e.message().contains("not UTF-8"), "{}", e.message());
+        assert!(matches!(e, ValueError::Payload(ref p) if p.why == Why::Invalid));
+        let e = get(&form, &[], "text=a&other=1&text=b", text.clone()).unwrap_err();
+        assert!(matches!(e, ValueError::Repeated { .. }), "{e:?}");
+        assert_eq!(
+            get(&form, &[], "text=caf%C3%A9", text).unwrap().unwrap(),
+            "café"
+        );
+        let j = [("content-type", "application/json")];
+        let e = get(&j, &[], r#"{"a":{"b":1,"b":2}}"#, json("a.b")).unwrap_err();
+        assert!(e.message().contains("key 'b' twice"), "{}", e.message());
+        let many = "x=1&".repeat(crate::receive::payload::MAX_FIELDS + 1);
+        let e = get(&form, &[], &many, Source::Form("x".into())).unwrap_err();
+        assert!(
+            matches!(e, ValueError::Payload(ref p) if p.why == Why::Bound),
+            "{e:?}"
+        );
     }
 }

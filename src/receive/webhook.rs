@@ -9,12 +9,22 @@
 //! Owns: [`WebhookRequest`], [`Fault`] and [`go_json`]. The sources,
 //! rules and signature checks are the native ones (`values`, `rules`,
 //! `signature`); this module only reads them the way webhook does.
+//!
+//! Unlike webhook, a JSON, XML or urlencoded body is parsed only when the
+//! rule or a value first reads the payload: a rule that checks a
+//! signature in a header first refuses a bad request before its body is
+//! parsed. A multipart body is parsed at once, as webhook does, because
+//! webhook answers one it cannot parse before any rule. A body over one of
+//! the payload bounds (`shape.rs`) is refused ([`Fault::TooComplex`]),
+//! where webhook would spend what it takes.
 
+use std::cell::OnceCell;
 use std::net::SocketAddr;
 
 use serde_json::{Map, Value};
 
-use super::payload::{self, Payload};
+use super::json::{self, JsonError};
+use super::payload::{self, Payload, Why};
 use super::rules::{unix_now, Leaf, Rule};
 use super::values::{RequestField, Source, Whole};
 
@@ -28,6 +38,9 @@ pub enum Fault {
     Signature,
     /// Anything else (an error).
     Other(String),
+    /// The body is over a bound of `shape.rs` (trigd's refusal,
+    /// `payload_too_complex`).
+    TooComplex(String),
 }
 
 /// The request as a hooks-file hook reads it.
@@ -38,14 +51,24 @@ pub struct WebhookRequest<'a> {
     headers: &'a [(String, String)],
     go_headers: Value,
     query: Value,
-    /// The parsed payload; `Null` when the body was not parsed (webhook's
-    /// nil map).
-    payload: Value,
+    /// The body's `Content-Type` (the hook's, else the request's).
+    content_type: String,
+    /// The parsed payload, on first use; `Null` when the body does not
+    /// parse (webhook's nil map).
+    payload: OnceCell<Result<Value, Fault>>,
+    /// `parse-parameters-as-json` names in the payload, applied when it
+    /// is parsed.
+    json_payload_params: Vec<String>,
 }
 
-/// The multipart body could not be parsed (webhook answers 500).
-#[derive(Debug)]
-pub struct MultipartError;
+/// Why a request cannot be read at all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BodyError {
+    /// The multipart body could not be parsed (webhook answers 500).
+    Multipart,
+    /// The multipart body is over a bound (`payload_too_complex`).
+    TooComplex(String),
+}
 
 impl<'a> WebhookRequest<'a> {
     /// Read a request: `headers` with lower-case names, decoded `query`
@@ -54,7 +77,7 @@ impl<'a> WebhookRequest<'a> {
     /// of one of those names is read as JSON).
     ///
     /// # Errors
-    /// A multipart body that is not valid.
+    /// A multipart body that is not valid or is over a bound.
     pub fn new(
         method: &'a str,
         remote: Option<SocketAddr>,
@@ -63,7 +86,7 @@ impl<'a> WebhookRequest<'a> {
         body: &'a [u8],
         content_type: Option<&str>,
         json_parts: &[String],
-    ) -> Result<WebhookRequest<'a>, MultipartError> {
+    ) -> Result<WebhookRequest<'a>, BodyError> {
         let mut go_headers = Map::new();
         // Go keeps Host and Transfer-Encoding out of a request's headers.
         for (k, v) in headers
@@ -87,8 +110,37 @@ impl<'a> WebhookRequest<'a> {
             query: Value::Object(first_values(
                 query.iter().map(|(k, v)| (k.as_str(), v.as_str())),
             )),
-            payload: parse_payload(&ct, body, json_parts)?,
+            payload: match ct.starts_with("multipart/form-data;") {
+                true => OnceCell::from(Ok(multipart(&ct, body, json_parts)?)),
+                false => OnceCell::new(),
+            },
+            content_type: ct,
+            json_payload_params: Vec::new(),
         })
+    }
+
+    /// The payload, parsed on first use (with the `parse-parameters-as-json`
+    /// names in it applied).
+    ///
+    /// # Errors
+    /// [`Fault::TooComplex`] for a body over a bound.
+    fn payload(&self) -> Result<&Value, Fault> {
+        let parsed = self.payload.get_or_init(|| {
+            let mut tree = parse_payload(&self.content_type, self.body)?;
+            for name in &self.json_payload_params {
+                let text = get_parameter(name, &tree).map(go_string);
+                if let Some(obj) = text.ok().and_then(|t| json_object(&t)) {
+                    replace_parameter(name, &mut tree, obj);
+                }
+            }
+            Ok(tree)
+        });
+        parsed.as_ref().map_err(Clone::clone)
+    }
+
+    /// The body's `Content-Type` (the hook's, else the request's).
+    pub fn content_type(&self) -> &str {
+        &self.content_type
     }
 
     /// The value of `src` as webhook passes it to a command.
@@ -100,12 +152,12 @@ impl<'a> WebhookRequest<'a> {
         match src {
             Source::Header(n) => node(&canonical(n), &self.go_headers),
             Source::Query(n) => node(n, &self.query),
-            Source::Payload(p) => node(&p.to_string(), &self.payload),
+            Source::Payload(p) => node(&p.to_string(), self.payload()?),
             Source::Literal(s) => Ok(s.clone()),
             Source::BodyText => Ok(String::from_utf8_lossy(self.body).into_owned()),
             Source::Request(RequestField::Method) => Ok(self.method.to_string()),
             Source::Request(RequestField::RemoteAddr) => Ok(self.remote.clone()),
-            Source::Whole(Whole::Payload) => Ok(go_json(&self.payload)),
+            Source::Whole(Whole::Payload) => Ok(go_json(self.payload()?)),
             Source::Whole(Whole::Headers) => Ok(go_json(&self.go_headers)),
             Source::Whole(Whole::Query) => Ok(go_json(&self.query)),
             other => Err(Fault::Other(format!(
@@ -116,21 +168,30 @@ impl<'a> WebhookRequest<'a> {
     }
 
     /// `parse-parameters-as-json`: each value that is a JSON object replaces
-    /// the text it was read from (other values stay as they are).
+    /// the text it was read from (other values stay as they are). Names in
+    /// the payload are applied when it is parsed.
     pub fn parse_json_params(&mut self, params: &[Source]) {
         for src in params {
-            let Ok(text) = self.get(src) else { continue };
-            let mut de = serde_json::Deserializer::from_str(&text).into_iter::<Value>();
-            let Some(Ok(obj @ Value::Object(_))) = de.next() else {
-                continue;
-            };
             let (tree, key) = match src {
                 Source::Header(n) => (&mut self.go_headers, canonical(n)),
                 Source::Query(n) => (&mut self.query, n.clone()),
-                Source::Payload(p) => (&mut self.payload, p.to_string()),
+                Source::Payload(p) => {
+                    let name = p.to_string();
+                    match self.payload.get_mut() {
+                        Some(Ok(tree)) => (tree, name),
+                        Some(Err(_)) => continue,
+                        None => {
+                            self.json_payload_params.push(name);
+                            continue;
+                        }
+                    }
+                }
                 _ => continue,
             };
-            replace_parameter(&key, tree, obj);
+            let text = get_parameter(&key, tree).map(go_string);
+            if let Some(obj) = text.ok().and_then(|t| json_object(&t)) {
+                replace_parameter(&key, tree, obj);
+            }
         }
     }
 
@@ -229,32 +290,52 @@ fn client_ip(remote: &str) -> Option<std::net::IpAddr> {
         .or_else(|| remote.trim_matches(['[', ']', ' ']).parse().ok())
 }
 
-/// The payload webhook reads from `body` with Content-Type `ct`: `Null`
-/// when it reads none.
-fn parse_payload(ct: &str, body: &[u8], json_parts: &[String]) -> Result<Value, MultipartError> {
-    if ct.starts_with("multipart/form-data;") {
-        return multipart(ct, body, json_parts);
+/// The first JSON value of `text`, when it is an object.
+fn json_object(text: &str) -> Option<Value> {
+    let mut de = serde_json::Deserializer::from_str(text).into_iter::<Value>();
+    match de.next() {
+        Some(Ok(obj @ Value::Object(_))) => Some(obj),
+        _ => None,
     }
-    Ok(if ct.contains("json") {
+}
+
+/// The payload webhook reads from a body (not multipart) with
+/// Content-Type `ct`: `Null` when it reads none.
+///
+/// # Errors
+/// [`Fault::TooComplex`] for a body over a bound.
+fn parse_payload(ct: &str, body: &[u8]) -> Result<Value, Fault> {
+    if ct.contains("json") {
         json_payload(body)
     } else if ct.contains("x-www-form-urlencoded") {
-        form(body).map_or(Value::Null, Value::Object)
+        Ok(form(body)?.map_or(Value::Null, Value::Object))
     } else if ct.contains("xml") {
         match Payload::parse(Some("application/xml"), body) {
-            Ok(Payload::Xml(v @ Value::Object(_))) => v,
-            _ => Value::Null,
+            Ok(Payload::Xml(v @ Value::Object(_))) => Ok(v),
+            Err(e) if e.why == Why::Bound => Err(Fault::TooComplex(e.msg)),
+            _ => Ok(Value::Null),
         }
     } else {
-        Value::Null
-    })
+        Ok(Value::Null)
+    }
 }
 
 /// A JSON body: an object, or an array under `root`; only the first value
-/// is read (text after it is ignored, as Go's decoder does).
-fn json_payload(body: &[u8]) -> Value {
+/// is read (text after it is ignored, as Go's decoder does; of a key
+/// given twice, the last counts, as in Go).
+///
+/// # Errors
+/// [`Fault::TooComplex`] past [`payload::MAX_DEPTH`].
+fn json_payload(body: &[u8]) -> Result<Value, Fault> {
+    if json::check(body, false, true) == Err(JsonError::TooDeep) {
+        return Err(Fault::TooComplex(format!(
+            "JSON nested deeper than {} arrays and objects",
+            payload::MAX_DEPTH
+        )));
+    }
     let first = body.iter().find(|b| !b.is_ascii_whitespace());
     let mut values = serde_json::Deserializer::from_slice(body).into_iter::<Value>();
-    match (first, values.next()) {
+    Ok(match (first, values.next()) {
         (Some(b'['), Some(Ok(v))) => {
             let mut m = Map::new();
             m.insert("root".into(), v);
@@ -262,24 +343,36 @@ fn json_payload(body: &[u8]) -> Value {
         }
         (_, Some(Ok(v @ Value::Object(_)))) => v,
         _ => Value::Null,
-    }
+    })
 }
 
 /// An urlencoded body, first value of each name; `None` when any pair is
 /// malformed (webhook then has no payload at all).
-fn form(body: &[u8]) -> Option<Map<String, Value>> {
-    let text = std::str::from_utf8(body).ok()?;
+///
+/// # Errors
+/// [`Fault::TooComplex`] for more than [`payload::MAX_FIELDS`] fields.
+fn form(body: &[u8]) -> Result<Option<Map<String, Value>>, Fault> {
+    let Ok(text) = std::str::from_utf8(body) else {
+        return Ok(None);
+    };
     let mut pairs = Vec::new();
     for pair in text.split('&').filter(|p| !p.is_empty()) {
+        if pairs.len() == payload::MAX_FIELDS {
+            let n = payload::MAX_FIELDS;
+            return Err(Fault::TooComplex(format!("more than {n} form fields")));
+        }
         if pair.contains(';') {
-            return None;
+            return Ok(None);
         }
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        pairs.push((unescape(k)?, unescape(v)?));
+        let (Some(k), Some(v)) = (unescape(k), unescape(v)) else {
+            return Ok(None);
+        };
+        pairs.push((k, v));
     }
-    Some(first_values(
+    Ok(Some(first_values(
         pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-    ))
+    )))
 }
 
 /// Go's `url.QueryUnescape`: `+` is a space, `%XX` a byte; anything else
@@ -306,8 +399,11 @@ fn unescape(s: &str) -> Option<String> {
 /// A multipart body: every non-file field's first value, and file parts
 /// that are JSON (by part `Content-Type` or a `parse-parameters-as-json`
 /// name) as their object.
-fn multipart(ct: &str, body: &[u8], json_parts: &[String]) -> Result<Value, MultipartError> {
-    let parts = payload::parts(ct, body).map_err(|_| MultipartError)?;
+fn multipart(ct: &str, body: &[u8], json_parts: &[String]) -> Result<Value, BodyError> {
+    let parts = super::multipart::parse(ct, body).map_err(|e| match e.why {
+        Why::Bound => BodyError::TooComplex(e.msg),
+        Why::Invalid => BodyError::Multipart,
+    })?;
     let mut m = Map::new();
     for p in parts.iter().filter(|p| !p.file) {
         let v = Value::String(String::from_utf8_lossy(&p.data).into_owned());

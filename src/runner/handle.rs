@@ -15,7 +15,6 @@
 //! it grow.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -32,12 +31,22 @@ struct Written {
     closed: bool,
 }
 
+/// Whether a cancel was accepted and whether the run's end is decided:
+/// both under one lock, so that a cancel is accepted exactly when the run
+/// will end `cancelled` (a cancel racing the run's own end never answers
+/// "cancelled" for a run recorded `finished`).
+#[derive(Debug, Default)]
+struct Fate {
+    cancelled: bool,
+    ended: bool,
+}
+
 /// One executing run, shared by the thread executing it and anyone who
 /// wants to stop or follow it.
 #[derive(Debug)]
 pub struct RunHandle {
     abort: AbortSignal,
-    cancelled: AtomicBool,
+    fate: Mutex<Fate>,
     written: Mutex<Written>,
     changed: Condvar,
 }
@@ -50,7 +59,7 @@ impl RunHandle {
     pub fn new() -> io::Result<RunHandle> {
         Ok(RunHandle {
             abort: AbortSignal::new()?,
-            cancelled: AtomicBool::new(false),
+            fate: Mutex::default(),
             written: Mutex::default(),
             changed: Condvar::new(),
         })
@@ -63,15 +72,26 @@ impl RunHandle {
     }
 
     /// Stop the run on request: like [`RunHandle::abort`], and the run
-    /// ends `cancelled`.
-    pub fn cancel(&self) {
-        self.cancelled.store(true, Ordering::SeqCst);
+    /// ends `cancelled`, whatever its steps do meanwhile. False, and
+    /// nothing done, once the run's end is decided ([`RunHandle::end`]).
+    pub fn cancel(&self) -> bool {
+        let mut fate = lock(&self.fate);
+        if fate.ended {
+            return false;
+        }
+        fate.cancelled = true;
+        drop(fate);
         self.abort();
+        true
     }
 
-    /// Whether [`RunHandle::cancel`] was called.
-    pub fn is_cancelled(&self) -> bool {
-        self.cancelled.load(Ordering::SeqCst)
+    /// Decide the run's end: no cancel is accepted from now on. Whether
+    /// one was (the run then ends `cancelled`). Called by the runner once
+    /// the steps are over, before the end state is chosen.
+    pub(super) fn end(&self) -> bool {
+        let mut fate = lock(&self.fate);
+        fate.ended = true;
+        fate.cancelled
     }
 
     /// The signal the executing steps poll.
@@ -139,6 +159,18 @@ mod tests {
         assert!(!h.wait_output(h.writes(), Duration::from_secs(3600)));
         t.join().unwrap();
         assert!(!h.wait_output(h.writes(), Duration::from_secs(3600)));
+    }
+
+    #[test]
+    fn a_cancel_is_accepted_only_before_the_end_is_decided() {
+        let h = RunHandle::new().unwrap();
+        assert!(h.cancel());
+        assert!(h.signal().is_triggered());
+        assert!(h.end(), "the accepted cancel decides the end");
+        let late = RunHandle::new().unwrap();
+        assert!(!late.end());
+        assert!(!late.cancel(), "a cancel after the end is refused");
+        assert!(!late.signal().is_triggered());
     }
 
     #[test]

@@ -48,7 +48,9 @@ use crate::callback::Service as Callbacks;
 use crate::config::{Config, Program};
 use crate::metrics::Metrics;
 use crate::output::OutputFile;
-use crate::store::{new_run_id, now_rfc3339, Origin, RunInput, RunRecord, RunState, RunStore};
+use crate::store::{
+    new_run_id, now_rfc3339, Origin, Owner, RunInput, RunRecord, RunState, RunStore,
+};
 use handle::{RunHandle, Stream};
 use queue::{Drain, Granted, Queued, SlotKey, Slots, Ticket, Waiter};
 use step::{Outcome, StepError};
@@ -88,23 +90,31 @@ pub struct Job {
 
 impl Job {
     fn slot_key(&self) -> SlotKey {
-        (self.program.id, self.function.clone())
+        (self.program.owner(), self.function.clone())
     }
 
     fn concurrency(&self) -> usize {
         concurrency(&self.program, &self.function)
     }
+
+    /// Bytes of request data this job holds in memory while it waits:
+    /// its values and variables (its body and parsed payload are gone).
+    fn held_bytes(&self) -> usize {
+        let values: usize = self.values.iter().map(String::len).sum();
+        let vars: usize = self.vars.iter().map(|(k, v)| k.len() + v.len()).sum();
+        values + vars
+    }
 }
 
-/// The program of a run of `function` of program `id` under `cfg`: a
-/// program file's, or a hooks-file hook's (program 0, function named like
-/// the hook). `None` when it is gone.
-fn program_of<'c>(cfg: &'c Config, id: u64, function: &str) -> Option<&'c Arc<Program>> {
-    let has = |p: &&Arc<Program>| p.function(function).is_some();
-    cfg.program(id).filter(has).or_else(|| {
-        let hook = cfg.hooks.program(function).filter(|_| id == 0)?;
-        Some(hook).filter(has)
-    })
+/// The program of a run of `function` of `owner` under `cfg`: a program
+/// file's, or a hooks-file hook's (its one function named like the hook).
+/// `None` when it is gone.
+fn program_of<'c>(cfg: &'c Config, owner: Owner, function: &str) -> Option<&'c Arc<Program>> {
+    let program = match owner {
+        Owner::Program(id) => cfg.program(id),
+        Owner::Hook => cfg.hooks.program(function),
+    };
+    program.filter(|p| p.function(function).is_some())
 }
 
 fn concurrency(program: &Program, function: &str) -> usize {
@@ -122,6 +132,14 @@ pub enum RunError {
         /// `max_queued_runs`.
         queued: usize,
         /// Seconds until a place is likely free, from the drain rate.
+        retry_after: u64,
+    },
+    /// Every slot is in use and the sync runs waiting for one hold
+    /// `budget` bytes of values or more with this one (`max_waiting_bytes`).
+    WaitingBytesFull {
+        /// `max_waiting_bytes`.
+        budget: usize,
+        /// Seconds until a slot is likely free, from the drain rate.
         retry_after: u64,
     },
     /// A sync run waited `waited` (`queue_timeout`) and no slot came free.
@@ -170,10 +188,16 @@ impl SyncRun {
     }
 
     /// Execute the run, record it, and give the slot back (or hand it on).
+    /// Its end is logged at `info`.
     pub fn execute(self) -> Outcome {
+        self.execute_logging_end(log::Level::Info)
+    }
+
+    /// [`SyncRun::execute`], logging the run's end at `end`.
+    fn execute_logging_end(self, end: log::Level) -> Outcome {
         let SyncRun { slot, rec, job } = self;
         let runner = Arc::clone(&slot.runner);
-        let (_, outcome) = runner.execute(rec, &job);
+        let (_, outcome) = runner.execute(rec, &job, end);
         if let Some(q) = slot.finish() {
             runner.spawn_worker(Work::Queued(q));
         }
@@ -253,6 +277,23 @@ impl Drop for Registered<'_> {
     }
 }
 
+/// Make `outcome` that of a cancelled run: the cancel was accepted before
+/// its end was decided, so it ends `cancelled` even when its last step
+/// exited on its own meanwhile.
+fn cancelled(outcome: &mut Outcome) {
+    let step = match &outcome.error {
+        Some(
+            StepError::Spawn { step, .. }
+            | StepError::Failed { step, .. }
+            | StepError::TimedOut { step }
+            | StepError::Aborted { step }
+            | StepError::Cancelled { step },
+        ) => *step,
+        None => outcome.steps.len().saturating_sub(1),
+    };
+    outcome.error = Some(StepError::Cancelled { step });
+}
+
 /// The outcome of a run whose handle could not be created.
 fn no_handle(e: &io::Error) -> Outcome {
     Outcome {
@@ -283,6 +324,9 @@ pub struct Runner {
     live: Mutex<Live>,
     path_env: String,
     children: AtomicUsize,
+    /// Bytes of values held by the sync runs waiting for a slot
+    /// (bounded by `max_waiting_bytes`); added to under the slots lock.
+    waiting_bytes: AtomicUsize,
     callbacks: OnceLock<Arc<Callbacks>>,
 }
 
@@ -303,6 +347,7 @@ impl Runner {
             live: Mutex::default(),
             path_env,
             children: AtomicUsize::new(0),
+            waiting_bytes: AtomicUsize::new(0),
             callbacks: OnceLock::new(),
         }
     }
@@ -315,7 +360,9 @@ impl Runner {
     pub fn run_sync(self: &Arc<Self>, job: Job) -> Result<(String, Outcome), RunError> {
         let run = self.begin_sync(job)?;
         let id = run.id().to_string();
-        Ok((id, run.execute()))
+        // Answered at its end: the request's access line, written then,
+        // is the run's line at `info` (it names the run and its status).
+        Ok((id, run.execute_logging_end(log::Level::Debug)))
     }
 
     /// Take a slot for `job` as a sync run, waiting in the queue for at
@@ -326,6 +373,8 @@ impl Runner {
     ///
     /// # Errors
     /// [`RunError::QueueFull`] when the queue is full,
+    /// [`RunError::WaitingBytesFull`] when the waiting sync runs would hold
+    /// more than `max_waiting_bytes` of values with this one,
     /// [`RunError::WaitedTooLong`] when no slot came free within
     /// `queue_timeout`, [`RunError::Cancelled`] when the run was cancelled
     /// while it waited; [`RunError::Storage`] when the run cannot be
@@ -380,6 +429,16 @@ impl Runner {
                 retry_after: self.retry_after(waiting),
             });
         }
+        let held = job.held_bytes();
+        if self.waiting_bytes.load(Ordering::SeqCst) + held > server.max_waiting_bytes {
+            let waiting = s.queue.len();
+            drop(s);
+            return Err(RunError::WaitingBytesFull {
+                budget: server.max_waiting_bytes,
+                retry_after: self.retry_after(waiting),
+            });
+        }
+        self.waiting_bytes.fetch_add(held, Ordering::SeqCst);
         let t = Arc::new(Ticket {
             run: rec.run.clone(),
             key,
@@ -394,9 +453,10 @@ impl Runner {
         // Recorded while it waits: listed, and found by a cancel. Only this
         // thread writes its record until it runs.
         self.record(rec);
-        log::info!("run {} waits for a slot", rec.run);
-        self.wait_in_queue(&t, rec, server.queue_timeout, deadline)
-            .map(|()| true)
+        log::debug!("run {} waits for a slot", rec.run);
+        let waited = self.wait_in_queue(&t, rec, server.queue_timeout, deadline);
+        self.waiting_bytes.fetch_sub(held, Ordering::SeqCst);
+        waited.map(|()| true)
     }
 
     /// Wait until ticket `t` (of run `rec`) is granted a slot, cancelled,
@@ -484,7 +544,8 @@ impl Runner {
         rec.input = None;
         self.record_end(&mut rec, durable);
         if state == RunState::Cancelled {
-            self.metrics.run(rec.program, state.name(), Duration::ZERO);
+            self.metrics
+                .run(rec.owner, &rec.function, state.name(), Duration::ZERO);
         }
         self.ended.notify_all();
     }
@@ -514,8 +575,12 @@ impl Runner {
                 None => {}
             }
             if let Some(h) = self.handle(id) {
-                h.cancel();
-                return Cancel::Stopping;
+                // Refused once the run's end is decided: it ended.
+                return if h.cancel() {
+                    Cancel::Stopping
+                } else {
+                    Cancel::NotActive
+                };
             }
             thread::sleep(Duration::from_millis(10));
         }
@@ -637,11 +702,11 @@ impl Runner {
                 continue;
             };
             let body = rec.input.as_ref().is_some_and(|i| i.body);
-            match program_of(cfg, rec.program, &rec.function) {
+            match program_of(cfg, rec.owner, &rec.function) {
                 Some(p) if !body => {
                     s.queue.push_back(Waiter::Async(Queued {
                         concurrency: concurrency(p, &rec.function),
-                        key: (rec.program, rec.function),
+                        key: (rec.owner, rec.function),
                         run: rec.run,
                         program: Arc::clone(p),
                         cfg: Arc::clone(cfg),
@@ -731,7 +796,9 @@ impl Runner {
             store.record(&rec);
         }
         let id = rec.run.clone();
-        let ran = catch_unwind(AssertUnwindSafe(|| self.execute(rec, &job)));
+        let ran = catch_unwind(AssertUnwindSafe(|| {
+            self.execute(rec, &job, log::Level::Info)
+        }));
         if ran.is_err() {
             log::error!("run {id}: the run thread panicked");
             if let Some(mut rec) = self.store.as_ref().and_then(|s| s.get(&id)) {
@@ -779,7 +846,7 @@ impl Runner {
                 .clone()
                 .unwrap_or_else(|| new_run_id(&job.cfg.server.instance)),
             state: RunState::Queued,
-            program: job.program.id,
+            owner: job.program.owner(),
             function: job.function.clone(),
             r#async: is_async,
             by: job.by.clone(),
@@ -804,41 +871,47 @@ impl Runner {
 
     /// Execute the job's function (its `running` state is recorded) and
     /// record the end state ([`Runner::record_outcome`]).
-    fn execute(&self, mut rec: RunRecord, job: &Job) -> (RunRecord, Outcome) {
-        log::info!("run {} started", rec.run);
+    fn execute(&self, mut rec: RunRecord, job: &Job, end: log::Level) -> (RunRecord, Outcome) {
+        log::debug!("run {} started", rec.run);
         let started = Instant::now();
         let output = self.output_file(&rec.run, job);
         let live = self.register(&rec.run);
         let outcome = match &live {
             Ok(live) => {
                 let mut outcome = self.execute_with(job, &live.handle, output.as_ref());
-                if let Some(StepError::Aborted { step }) = outcome.error {
-                    if live.handle.is_cancelled() {
-                        outcome.error = Some(StepError::Cancelled { step });
-                    }
+                // The end is decided here, under the handle's lock: a
+                // cancel accepted before this wins, whatever the steps
+                // did; one after it is refused (`run_ended`).
+                if live.handle.end() {
+                    cancelled(&mut outcome);
                 }
+                // No cancel finds the run once its end is being recorded;
+                // followers waiting on the handle learn of the end once it
+                // is recorded.
+                live.unlist();
                 outcome
             }
             Err(e) => no_handle(e),
         };
         drop(output);
-        // No cancel finds the run once its end is being recorded; followers
-        // waiting on the handle learn of the end once it is recorded.
-        if let Ok(live) = &live {
-            live.unlist();
-        }
         self.record_outcome(&mut rec, job, &outcome);
         drop(live);
         lock(&self.drain).tick();
         self.ended.notify_all();
-        self.metrics
-            .run(rec.program, rec.state.name(), started.elapsed());
-        log::info!(
-            "run {} {}/{} {}",
+        self.metrics.run(
+            rec.owner,
+            &rec.function,
+            rec.state.name(),
+            started.elapsed(),
+        );
+        log::log!(
+            end,
+            "run {} {}/{} {} in {}ms",
             rec.run,
-            rec.program,
+            rec.owner,
             rec.function,
-            rec.state.name()
+            rec.state.name(),
+            started.elapsed().as_millis()
         );
         (rec, outcome)
     }

@@ -10,9 +10,10 @@ use std::sync::{Arc, Condvar};
 use std::time::{Duration, Instant};
 
 use crate::config::{Config, Program};
+use crate::store::Owner;
 
 /// Program id and function name: the unit of `concurrency`.
-pub(super) type SlotKey = (u64, String);
+pub(super) type SlotKey = (Owner, String);
 
 /// An async run waiting in the queue: its record (with its input) is on
 /// disk, so memory holds only what finds it again.
@@ -245,7 +246,7 @@ mod tests {
     fn ticket(n: usize) -> Arc<Ticket> {
         Arc::new(Ticket {
             run: format!("{n:032x}"),
-            key: (1, "run".into()),
+            key: (Owner::Program(1), "run".into()),
             concurrency: usize::MAX,
             granted: AtomicBool::new(false),
             cancelled: AtomicBool::new(false),

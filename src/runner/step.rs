@@ -250,10 +250,17 @@ fn run_step(
                 Err(message) => return (None, Err(Fail::Spawn(message))),
             };
             if function.combined_output {
-                return combined(ctx, function, &program, args, values, deadline);
+                return combined(ctx, function, &program, &argv0, &args, values, deadline);
             }
             run_process(
-                ctx, function, "command", &program, &argv0, &args, values, deadline,
+                ctx,
+                function,
+                Kind::Command,
+                &program,
+                &argv0,
+                &args,
+                values,
+                deadline,
             )
         }
         Step::Shell(script) => {
@@ -261,7 +268,7 @@ fn run_step(
             run_process(
                 ctx,
                 function,
-                "shell",
+                Kind::Shell,
                 Path::new("/bin/sh"),
                 "sh",
                 &args,
@@ -301,19 +308,22 @@ fn run_step(
     }
 }
 
-/// Run `program` with its stderr sent into its stdout (`2>&1`, through an
-/// `exec` of `/bin/sh`, so the process is the program itself), for a
-/// function with `combined_output`.
+/// Run `program` with its stderr sent into its stdout (`2>&1`: one pipe
+/// is both), for a function with `combined_output` (a hook's command).
+/// Without a shell in between: sh drops environment variables whose
+/// names it cannot hold, such as webhook's `HOOK_head_commit.timestamp`.
+#[allow(clippy::too_many_arguments)]
 fn combined(
     ctx: &Ctx<'_>,
     function: &Function,
     program: &Path,
-    args: Vec<String>,
+    argv0: &str,
+    args: &[String],
     values: &[String],
     deadline: Instant,
 ) -> (Option<StepReport>, Result<Value, Fail>) {
-    // The shell would report a missing program as its own failure (exit
-    // 127); it is a program that could not be started.
+    // Refused alike whether it is missing or not executable (webhook's
+    // users read this message in the run record).
     use std::os::unix::fs::PermissionsExt;
     let runnable = std::fs::metadata(program)
         .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
@@ -321,16 +331,37 @@ fn combined(
         let msg = format!("cannot start {}: not an executable file", program.display());
         return (None, Err(Fail::Spawn(msg)));
     }
-    let mut sh_args = vec![
-        "-c".to_string(),
-        "exec \"$0\" \"$@\" 2>&1".to_string(),
-        program.display().to_string(),
-    ];
-    sh_args.extend(args);
-    let sh = Path::new("/bin/sh");
     run_process(
-        ctx, function, "command", sh, "sh", &sh_args, values, deadline,
+        ctx,
+        function,
+        Kind::Combined,
+        program,
+        argv0,
+        args,
+        values,
+        deadline,
     )
+}
+
+/// What kind of process a step starts.
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    /// The command, its stdout and stderr apart.
+    Command,
+    /// The command, its stderr into its stdout.
+    Combined,
+    /// `sh -c` of a script.
+    Shell,
+}
+
+impl Kind {
+    /// The step's `kind` in the run record.
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Command | Kind::Combined => "command",
+            Kind::Shell => "shell",
+        }
+    }
 }
 
 /// The program to execute for `argv0`: a path with '/' resolves against
@@ -466,7 +497,7 @@ struct Watched {
 fn run_process(
     ctx: &Ctx<'_>,
     function: &Function,
-    kind: &'static str,
+    kind: Kind,
     program: &Path,
     argv0: &str,
     args: &[String],
@@ -493,7 +524,7 @@ fn run_process(
             )
         }
     };
-    let spawned = match pipes.spawn(&exec, &stdin) {
+    let spawned = match pipes.spawn(&exec, &stdin, kind == Kind::Combined) {
         Ok(child) => child,
         Err(err) => return (None, Err(Fail::Spawn(spawn_error(function, program, &err)))),
     };
@@ -509,7 +540,7 @@ fn run_process(
         Err(_) => (None, None),
     };
     let report = StepReport {
-        kind,
+        kind: kind.name(),
         exit_code,
         signal,
         stdout_truncated: watched.stdout.truncated,
@@ -804,12 +835,15 @@ impl Pipes {
         })
     }
 
-    /// Start `exec` with `stdin` and the pipes' write ends as its stdio.
-    fn spawn(&self, exec: &sys::Exec, stdin: &Stdin) -> io::Result<sys::Spawned> {
+    /// Start `exec` with `stdin` and the pipes' write ends as its stdio;
+    /// `combined`: stdout's pipe is its stderr too (stderr's pipe then
+    /// has no writer but trigd's copy, and reads empty).
+    fn spawn(&self, exec: &sys::Exec, stdin: &Stdin, combined: bool) -> io::Result<sys::Spawned> {
         let [out, err] = self
             .writers
             .as_ref()
             .ok_or_else(|| io::Error::from(io::ErrorKind::BrokenPipe))?;
+        let err = if combined { out } else { err };
         exec.spawn([stdin.fd(), out.as_fd(), err.as_fd()])
     }
 }

@@ -77,6 +77,7 @@ fn program(functions: Vec<Function>) -> Program {
         functions,
         stamp: None,
         digest: 0,
+        hook: false,
     }
 }
 
@@ -801,7 +802,7 @@ fn pipes_end_only_when_trigd_drops_its_write_ends() {
     let exec = sys::Exec::new(Path::new("/bin/sh"), argv, [], Path::new("/")).unwrap();
     let mut pipes = Pipes::new().unwrap();
     let child = pipes
-        .spawn(&exec, &Stdin::Null(dev_null().unwrap()))
+        .spawn(&exec, &Stdin::Null(dev_null().unwrap()), false)
         .unwrap();
     let until = Instant::now() + Duration::from_secs(10);
     while !sys::exited_nowait(child.pid) {

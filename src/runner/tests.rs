@@ -7,7 +7,7 @@ use super::*;
 fn ticket(program: u64, function: &str, concurrency: usize) -> Arc<Ticket> {
     Arc::new(Ticket {
         run: format!("{program}-{function}"),
-        key: (program, function.to_string()),
+        key: (Owner::Program(program), function.to_string()),
         concurrency,
         granted: AtomicBool::new(false),
         cancelled: AtomicBool::new(false),
@@ -30,7 +30,7 @@ fn a_freed_slot_goes_to_the_first_waiter_in_order() {
         max: 1,
         ..Slots::default()
     };
-    let a = (1, "a".to_string());
+    let a = (Owner::Program(1), "a".to_string());
     s.take(&a);
     let (first, second) = (ticket(1, "b", 9), ticket(1, "c", 9));
     s.queue.push_back(Waiter::Sync(Arc::clone(&first)));
@@ -42,9 +42,9 @@ fn a_freed_slot_goes_to_the_first_waiter_in_order() {
     assert!(to_caller(&next, &first), "handed to the first waiter");
     assert!(granted(&first) && !granted(&second));
     assert_eq!(s.used, 1);
-    let (next, freed) = s.release(&(1, "b".to_string()));
+    let (next, freed) = s.release(&(Owner::Program(1), "b".to_string()));
     assert!(!freed && granted(&second) && to_caller(&next, &second));
-    let (_, freed) = s.release(&(1, "c".to_string()));
+    let (_, freed) = s.release(&(Owner::Program(1), "c".to_string()));
     assert!(freed, "nobody waits: the slot is freed");
     assert_eq!((s.used, s.per_fn.len()), (0, 0));
 }
@@ -55,7 +55,7 @@ fn a_function_at_its_limit_does_not_hold_up_the_others() {
         max: 2,
         ..Slots::default()
     };
-    let a = (1, "a".to_string());
+    let a = (Owner::Program(1), "a".to_string());
     s.take(&a);
     let (same, other) = (ticket(1, "a", 1), ticket(1, "b", 1));
     s.queue.push_back(Waiter::Sync(Arc::clone(&same)));
@@ -79,7 +79,7 @@ fn a_stopping_queue_hands_nothing_on() {
         max: 1,
         ..Slots::default()
     };
-    let a = (1, "a".to_string());
+    let a = (Owner::Program(1), "a".to_string());
     s.take(&a);
     let t = ticket(1, "a", 9);
     s.queue.push_back(Waiter::Sync(Arc::clone(&t)));

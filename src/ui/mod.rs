@@ -99,6 +99,19 @@ fn finish(req: &Request, r: Result<Response, ApiError>) -> Result<Response, ApiE
     }
 }
 
+/// The answer to a path no route serves: `404 not_found`, as a page in
+/// the UI's style for a browser (`Accept: text/html`), JSON otherwise.
+///
+/// # Errors
+/// `not_found` for clients that do not ask for HTML.
+pub fn not_found(req: &Request) -> Result<Response, ApiError> {
+    if wants_html(req) {
+        let msg = "There is no page at this address.";
+        return Ok(error_page(&ApiError::NotFound, msg));
+    }
+    Err(ApiError::NotFound)
+}
+
 /// An HTML page for `e` with `msg`, keeping the error's status and headers.
 fn error_page(e: &ApiError, msg: &str) -> Response {
     let json: Response = e.clone().into();

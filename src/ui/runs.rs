@@ -23,7 +23,7 @@ use crate::follow;
 use crate::http::{percent_encode, ApiError, Request, Response};
 use crate::output::{self, Frame, Stream};
 use crate::runs;
-use crate::store::{Origin, RunFilter, RunRecord, RunState, ALL_STATES};
+use crate::store::{Origin, Owner, RunFilter, RunRecord, RunState, ALL_STATES};
 
 /// Runs per page.
 pub const PAGE: usize = 50;
@@ -53,6 +53,13 @@ fn workspaces_of<'a>(cfg: &'a Config, user: &str) -> BTreeSet<&'a str> {
         .collect()
 }
 
+/// A number of 1 to `max` ASCII digits (no sign: what openapi.json's
+/// pattern says), which fits a `u64` for `max` up to 19.
+fn digits(s: &str, max: usize) -> Option<u64> {
+    let plain = !s.is_empty() && s.len() <= max && s.bytes().all(|b| b.is_ascii_digit());
+    plain.then(|| s.parse().ok()).flatten()
+}
+
 /// The filter and page of a `GET /runs` query.
 fn parse_filter(req: &Request) -> Result<(RunFilter, usize), ApiError> {
     let bad = |name: &str, msg: String| ApiError::InvalidParameter {
@@ -75,8 +82,7 @@ fn parse_filter(req: &Request) -> Result<(RunFilter, usize), ApiError> {
     };
     let program = match nonempty("program")? {
         Some(p) => Some(
-            p.parse()
-                .map_err(|_| bad("program", "program must be a program id.".into()))?,
+            digits(p, 19).ok_or_else(|| bad("program", "program must be a program id.".into()))?,
         ),
         None => None,
     };
@@ -91,11 +97,9 @@ fn parse_filter(req: &Request) -> Result<(RunFilter, usize), ApiError> {
         None => None,
     };
     let page = match nonempty("page")? {
-        Some(p) => p
-            .parse::<usize>()
-            .ok()
-            .filter(|p| *p < 100_000)
-            .ok_or_else(|| bad("page", "page must be a number from 0.".into()))?,
+        Some(p) => digits(p, 5)
+            .and_then(|p| usize::try_from(p).ok())
+            .ok_or_else(|| bad("page", "page must be a number from 0 to 99999.".into()))?,
         None => 0,
     };
     let tool = nonempty("tool")?.map(str::to_string);
@@ -125,8 +129,11 @@ pub fn list(app: &App, cfg: &Config, req: &Request) -> Result<Response, ApiError
 fn list_page(app: &App, cfg: &Config, req: &Request, s: &Session) -> Result<Response, ApiError> {
     let (filter, page_no) = parse_filter(req)?;
     let wss = workspaces_of(cfg, &s.user);
-    let visible = |pid: u64| {
-        cfg.program(pid)
+    // A hooks-file hook's run belongs to no workspace: never listed here.
+    let visible = |owner: Owner| {
+        owner
+            .program()
+            .and_then(|id| cfg.program(id))
             .and_then(|p| p.workspace.as_deref())
             .is_some_and(|w| wss.contains(w))
     };
@@ -155,9 +162,12 @@ fn list_page(app: &App, cfg: &Config, req: &Request, s: &Session) -> Result<Resp
 }
 
 fn list_row(cfg: &Config, r: &RunRecord) -> Markup {
-    let program = cfg
-        .program(r.program)
-        .map_or_else(|| r.program.to_string(), |p| p.name.clone());
+    let program = match r.owner {
+        Owner::Program(id) => cfg
+            .program(id)
+            .map_or_else(|| id.to_string(), |p| p.name.clone()),
+        Owner::Hook => format!("hook {}", r.function),
+    };
     html! {
         tr {
             td { a href={ "/runs/" (percent_encode(&r.run)) } { code { (r.run) } } }
@@ -243,8 +253,10 @@ fn pager(req: &Request, page_no: usize, more: bool) -> Markup {
 /// program's workspace.
 fn visible_run(app: &App, cfg: &Config, s: &Session, id: &str) -> Result<RunRecord, ApiError> {
     let rec = runs::record(app, cfg, id)?;
-    let ws = cfg
-        .program(rec.program)
+    let ws = rec
+        .owner
+        .program()
+        .and_then(|id| cfg.program(id))
         .and_then(|p| p.workspace.as_deref());
     match ws {
         Some(ws) if workspaces_of(cfg, &s.user).contains(ws) => Ok(rec),
@@ -290,10 +302,12 @@ pub fn cancel(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Respon
 }
 
 fn run_page(app: &App, cfg: &Config, s: &Session, r: &RunRecord) -> Response {
-    let program = cfg.program(r.program).map_or_else(
-        || r.program.to_string(),
-        |p| format!("{} ({})", p.name, p.id),
-    );
+    let program = match r.owner {
+        Owner::Program(id) => cfg
+            .program(id)
+            .map_or_else(|| id.to_string(), |p| format!("{} ({})", p.name, p.id)),
+        Owner::Hook => format!("hook {}", r.function),
+    };
     let dash = "\u{2014}";
     let live = !r.state.is_terminal();
     let follow = live.then(|| format!("/api/runs/{}/output?follow=1", percent_encode(&r.run)));
@@ -421,7 +435,7 @@ fn output_html(path: &std::path::Path) -> Markup {
     };
     let mut out = String::new();
     let mut text: [output::Utf8Carry; 2] = Default::default();
-    let mut offset = 0;
+    let mut offset = output::Pos::default();
     loop {
         let (frames, next) = output::read_frames(&file, offset);
         if frames.is_empty() {

@@ -16,13 +16,10 @@ use crate::http::{percent_encode, ApiError, Request, Response};
 /// `GET /`: the signed-in user's workspaces and their tools.
 ///
 /// # Errors
-/// 404 `not_found` for a non-browser client without a session (`/` is not
-/// part of the API).
+/// 401 `unauthorized` for a non-browser client without a session, as on
+/// every other page (a browser is sent to the sign-in page).
 pub fn home(app: &App, cfg: &Config, req: &Request) -> Result<Response, ApiError> {
     let Some(SignedIn { session: s, .. }) = app.access.session(cfg, req) else {
-        if !wants_html(req) {
-            return Err(ApiError::NotFound);
-        }
         return login_required(req, "/");
     };
     let mine: Vec<&String> = cfg

@@ -32,6 +32,8 @@ pub struct Trigd {
     start_timeout: Duration,
     /// The server leads a session of its own ([`Trigd::start_own_session`]).
     own_session: bool,
+    /// `RLIMIT_AS` of the server ([`Trigd::start_capped`]).
+    mem_cap: Option<u64>,
 }
 
 impl Trigd {
@@ -74,6 +76,17 @@ impl Trigd {
         t
     }
 
+    /// Like [`Trigd::start`], with the server's address space capped at
+    /// `bytes` (`RLIMIT_AS`, kept across restarts), as an operator's
+    /// systemd `MemoryMax` would cap it: an input that makes it allocate
+    /// without bound aborts it at once instead of slowing the test down.
+    pub fn start_capped(dir: &TestDir, bytes: u64) -> Trigd {
+        let mut t = Trigd::unstarted(dir);
+        t.mem_cap = Some(bytes);
+        t.spawn();
+        t
+    }
+
     /// The server of `dir` with the default settings, not started yet.
     fn unstarted(dir: &TestDir) -> Trigd {
         Trigd {
@@ -84,6 +97,7 @@ impl Trigd {
             env: Vec::new(),
             start_timeout: START_TIMEOUT,
             own_session: false,
+            mem_cap: None,
         }
     }
 
@@ -112,6 +126,21 @@ impl Trigd {
             unsafe {
                 cmd.pre_exec(|| {
                     if libc::setsid() < 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        if let Some(bytes) = self.mem_cap {
+            let lim = libc::rlimit {
+                rlim_cur: bytes,
+                rlim_max: bytes,
+            };
+            // SAFETY: setrlimit is async-signal-safe; `lim` is a copy.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::setrlimit(libc::RLIMIT_AS, &lim) < 0 {
                         return Err(io::Error::last_os_error());
                     }
                     Ok(())

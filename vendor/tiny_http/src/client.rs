@@ -103,38 +103,57 @@ pub struct DeadlineReader<R> {
 
 impl<R: Read> Read for DeadlineReader<R> {
     fn read(&mut self, buf: &mut [u8]) -> IoResult<usize> {
-        {
-            let mut d = self.deadline.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(t) = d.armed.take() {
-                d.at = Some(Instant::now() + t);
-                d.started = false;
-            }
-            if d.at.is_some_and(|at| Instant::now() >= at) {
-                return Err(IoError::new(ErrorKind::TimedOut, "request took too long"));
+        loop {
+            self.check()?;
+            match self.inner.read(buf) {
+                Ok(n) => {
+                    if n > 0 {
+                        let mut d = self.deadline.lock().unwrap_or_else(|e| e.into_inner());
+                        d.started = true;
+                    }
+                    return Ok(n);
+                }
+                // (trigd patch) a socket with a receive timeout fails a
+                //  blocked read with EINTR whenever the thread is woken
+                //  by a signal, even one that is then ignored (SIGCHLD
+                //  queued while the thread that spawned a child blocks
+                //  signals; SIGSTOP/SIGCONT). Some readers above (the
+                //  small body read of `new_request`, `EqualReader`'s
+                //  drop) gave up on it and the connection closed with
+                //  no answer: read again, within the same deadline.
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(self.timeout_in_request(e)),
             }
         }
-        match self.inner.read(buf) {
-            Ok(n) => {
-                if n > 0 {
-                    let mut d = self.deadline.lock().unwrap_or_else(|e| e.into_inner());
-                    d.started = true;
-                }
-                Ok(n)
-            }
-            // (trigd patch) the socket timeout fired (EAGAIN) in the middle
-            //  of a request: report it as the request's timeout, so the
-            //  client gets 408 instead of a silent close. An idle
-            //  keep-alive connection (nothing of a request yet) still
-            //  closes silently.
-            Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::TimedOut => {
-                let d = self.deadline.lock().unwrap_or_else(|e| e.into_inner());
-                if d.started {
-                    Err(IoError::new(ErrorKind::TimedOut, "request took too long"))
-                } else {
-                    Err(e)
-                }
-            }
-            Err(e) => Err(e),
+    }
+}
+
+impl<R> DeadlineReader<R> {
+    /// (trigd patch) Start the deadline if it was just armed; fail with
+    ///  `TimedOut` once it has passed.
+    fn check(&self) -> IoResult<()> {
+        let mut d = self.deadline.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(t) = d.armed.take() {
+            d.at = Some(Instant::now() + t);
+            d.started = false;
+        }
+        if d.at.is_some_and(|at| Instant::now() >= at) {
+            return Err(IoError::new(ErrorKind::TimedOut, "request took too long"));
+        }
+        Ok(())
+    }
+
+    /// (trigd patch) the socket timeout fired (EAGAIN) in the middle of a
+    ///  request: report it as the request's timeout, so the client gets
+    ///  408 instead of a silent close. An idle keep-alive connection
+    ///  (nothing of a request yet) still closes silently.
+    fn timeout_in_request(&self, e: IoError) -> IoError {
+        let timed_out = e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::TimedOut;
+        let d = self.deadline.lock().unwrap_or_else(|e| e.into_inner());
+        if timed_out && d.started {
+            IoError::new(ErrorKind::TimedOut, "request took too long")
+        } else {
+            e
         }
     }
 }

@@ -1,0 +1,137 @@
+//! Reading the files a config is made of (`config.toml`, `programs/*.toml`,
+//! the hooks files), bounded: a file over [`MAX_FILE_BYTES`] is refused
+//! before its content is held in memory, whatever the file is (one that
+//! grows while it is read, a symlink to a huge file), so that no file can
+//! make a load, a reload or `trigd check` exhaust memory.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::Path;
+
+/// The largest file a config is read from: every file of a real config
+/// is far smaller (a hooks file of 100 hooks is ~50 KB). The parsers hold
+/// up to ~80 bytes per byte of a hostile file (a TOML array of 500,000
+/// empty arrays; a JSON hooks file, whose tokens yaml-rust2 keeps until
+/// its outer `[` closes), so this bounds a load at ~100 MiB.
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
+
+/// The text of the file at `path`, at most [`MAX_FILE_BYTES`].
+///
+/// # Errors
+/// The file cannot be opened or read, is not UTF-8, or is too big
+/// ([`too_big`]).
+pub fn read_text(path: &Path) -> io::Result<String> {
+    let mut file = File::open(path)?;
+    let len = file.metadata().map_or(0, |m| m.len());
+    read_to_end(&mut file, len)
+}
+
+/// The rest of `file`, expected to be `len` bytes long, as UTF-8, and at
+/// most [`MAX_FILE_BYTES`]: one `read` for a file that did not change size
+/// (`read_to_string` would ask the size again with `statx` and `lseek`,
+/// and read once more for the end). A read of a regular file that returns
+/// fewer bytes than asked for has reached its end; one that returns
+/// exactly `len` of the `len + 1` asked for is the whole file `fstat`
+/// measured.
+///
+/// # Errors
+/// As [`read_text`].
+pub fn read_to_end(file: &mut File, len: u64) -> io::Result<String> {
+    if len > MAX_FILE_BYTES {
+        return Err(too_big());
+    }
+    // Never more than one byte past the bound, whatever the file does.
+    let mut file = file.take(MAX_FILE_BYTES + 1);
+    let len = usize::try_from(len).unwrap_or(0);
+    let mut buf = vec![0; len + 1];
+    let mut n = 0;
+    loop {
+        match file.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+        if n == len {
+            break;
+        }
+        if n == buf.len() {
+            buf.resize(n * 2, 0);
+        }
+    }
+    if n as u64 > MAX_FILE_BYTES {
+        return Err(too_big());
+    }
+    buf.truncate(n);
+    String::from_utf8(buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.utf8_error()))
+}
+
+/// The largest secret file (`secret_file`): a secret is a few dozen bytes.
+pub const MAX_SECRET_BYTES: u64 = 64 << 10;
+
+/// The content of the secret file at `path`, at most [`MAX_SECRET_BYTES`]
+/// (`secret_file = "/dev/zero"` must not fill memory).
+///
+/// # Errors
+/// The file cannot be opened or read, or is too big.
+pub fn read_secret(path: &Path) -> io::Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    File::open(path)?
+        .take(MAX_SECRET_BYTES + 1)
+        .read_to_end(&mut buf)?;
+    if buf.len() as u64 > MAX_SECRET_BYTES {
+        let msg = format!(
+            "the file is larger than {} KiB, the limit of a secret file",
+            MAX_SECRET_BYTES >> 10
+        );
+        return Err(io::Error::new(io::ErrorKind::InvalidData, msg));
+    }
+    Ok(buf)
+}
+
+/// Whether `text` is longer than a file may be (text that did not come
+/// from [`read_text`]: an edit checked before it is written, a fuzz input).
+pub fn over_limit(text: &str) -> bool {
+    text.len() as u64 > MAX_FILE_BYTES
+}
+
+/// The error of a file over [`MAX_FILE_BYTES`].
+pub fn too_big() -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, too_big_msg())
+}
+
+/// What is wrong with a file over [`MAX_FILE_BYTES`].
+pub fn too_big_msg() -> String {
+    format!(
+        "the file is larger than {} MiB, the limit of a config, program or hooks file",
+        MAX_FILE_BYTES >> 20
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_over_the_bound_is_refused_and_one_at_it_is_read() {
+        let dir = std::env::temp_dir().join(format!("trigd-file-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let at = dir.join("at.toml");
+        std::fs::write(&at, vec![b'#'; MAX_FILE_BYTES as usize]).unwrap();
+        assert_eq!(read_text(&at).unwrap().len() as u64, MAX_FILE_BYTES);
+        let over = dir.join("over.toml");
+        std::fs::write(&over, vec![b'#'; MAX_FILE_BYTES as usize + 1]).unwrap();
+        let e = read_text(&over).unwrap_err();
+        assert!(e.to_string().contains("larger than 1 MiB"), "{e}");
+        // A length that lies (a file that grew since `fstat`): still bounded.
+        let mut f = File::open(&over).unwrap();
+        assert!(read_to_end(&mut f, 10).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_secret_file_is_bounded() {
+        let e = read_secret(Path::new("/dev/zero")).unwrap_err();
+        assert!(e.to_string().contains("larger than 64 KiB"), "{e}");
+    }
+}
