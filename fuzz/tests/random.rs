@@ -129,7 +129,24 @@ fn mutate(rng: &mut StdRng, input: &[u8], pool: &[Vec<u8>]) -> Vec<u8> {
     v
 }
 
+/// Cap this process's address space at 4 GiB (once), so that an input
+/// that expands without bound (an alias bomb) fails the test, as
+/// libFuzzer's `-rss_limit_mb` fails the fuzz target, instead of taking
+/// the machine's memory.
+fn cap_memory() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let cap = libc::rlimit {
+            rlim_cur: 4 << 30,
+            rlim_max: 4 << 30,
+        };
+        // SAFETY: setrlimit reads the struct given; no memory is shared.
+        unsafe { libc::setrlimit(libc::RLIMIT_AS, &cap) };
+    });
+}
+
 fn run(target: &str, harness: fn(&[u8])) {
+    cap_memory();
     let iters: usize = std::env::var("FUZZ_ITERS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -185,4 +202,24 @@ fn payload() {
 #[test]
 fn hooks_file() {
     run("hooks_file", trigd_fuzz::hooks_file);
+}
+
+#[test]
+fn hooks_yaml() {
+    run("hooks_yaml", trigd_fuzz::hooks_yaml);
+}
+
+#[test]
+fn xml_payload() {
+    run("xml_payload", trigd_fuzz::xml_payload);
+}
+
+#[test]
+fn multipart_payload() {
+    run("multipart_payload", trigd_fuzz::multipart_payload);
+}
+
+#[test]
+fn signature_header() {
+    run("signature_header", trigd_fuzz::signature_header);
 }

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Build every fuzz target and run each, from its seeds, for a short bounded
+# time, so that the targets cannot rot unnoticed (issue 27 point 11). Run by
+# .ci/run; runs by hand too: `bash fuzz/ci.sh` (FUZZ_SECONDS=60 for longer).
+#
+# Limits (libFuzzer's): -max_total_time=$FUZZ_SECONDS a target, -timeout=1
+# (an input taking over 1 s fails), -rss_limit_mb=256 (also each single
+# allocation). Every target runs even when one fails; the script fails at
+# the end naming them, and each failing input is in artifacts/<target>/.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+CARGO_FUZZ_VERSION=0.13.2
+SECONDS_EACH=${FUZZ_SECONDS:-20}
+
+if ! cargo fuzz --version 2>/dev/null | grep -qF "$CARGO_FUZZ_VERSION"; then
+  cargo install cargo-fuzz --locked --version "$CARGO_FUZZ_VERSION"
+fi
+
+# cargo-fuzz passes -Z flags (the sanitizer): the nightly toolchain when it
+# is installed, else the stable one told to accept them (it ships the
+# sanitizer runtime too).
+toolchain=()
+if rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
+  toolchain=(+nightly)
+else
+  export RUSTC_BOOTSTRAP=1
+fi
+
+start=$SECONDS
+cargo "${toolchain[@]}" fuzz build
+echo "fuzz: built every target in $((SECONDS - start)) s"
+
+corpus=$(mktemp -d)
+trap 'rm -rf "$corpus"' EXIT
+failed=()
+for t in $(cargo "${toolchain[@]}" fuzz list); do
+  mkdir -p "$corpus/$t" "artifacts/$t"
+  echo "fuzz: $t for ${SECONDS_EACH} s"
+  if ! target/x86_64-unknown-linux-gnu/release/"$t" "$corpus/$t" "seeds/$t" \
+    -max_total_time="$SECONDS_EACH" -rss_limit_mb=256 -timeout=1 \
+    -artifact_prefix="artifacts/$t/" -print_final_stats=1 2>"$corpus/$t.log"; then
+    failed+=("$t")
+    tail -n 40 "$corpus/$t.log"
+  fi
+  grep -E '^stat::number_of_executed_units|^Done|^#[0-9]+.*DONE' "$corpus/$t.log" || true
+done
+echo "fuzz: $((SECONDS - start)) s in all"
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "fuzz: FAILED: ${failed[*]} (inputs in fuzz/artifacts/)" >&2
+  exit 1
+fi
