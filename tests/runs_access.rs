@@ -325,6 +325,17 @@ fn a_bad_credential_is_401_then_429_on_status_output_and_cancel_alike() {
                 b"",
             )
             .err(401, "invalid_api_key");
+            // Without a User-Agent too: a wrong key is a wrong key.
+            t.request(
+                method,
+                &format!("/api/runs/{id}{tail}"),
+                &[
+                    ("Authorization", "Bearer not-a-key"),
+                    ("X-Forwarded-For", "10.9.9.8"),
+                ],
+                b"",
+            )
+            .err(401, "invalid_api_key");
         }
         let mut statuses = Vec::new();
         for i in 0..40 {

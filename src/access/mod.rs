@@ -197,9 +197,9 @@ impl Access {
     ///
     /// # Errors
     /// 429 `rate_limited` for an address past its failed authentications;
-    /// 403 `user_agent_required` for a bearer request without a valid
-    /// User-Agent; 401 `unauthorized` without credentials, with an unknown
-    /// key or an expired session.
+    /// 401 `unauthorized` without credentials, with an unknown key or an
+    /// expired session; 403 `user_agent_required` for a valid bearer key
+    /// sent without a valid User-Agent.
     pub fn user(&self, cfg: &Config, req: &Request) -> Result<User, ApiError> {
         let client = client::client_addr(&cfg.server, req);
         self.limits.check_client(&cfg.server, client)?;
@@ -207,13 +207,15 @@ impl Access {
             let s = self.session(cfg, req).ok_or(ApiError::Unauthorized)?;
             return Ok(User::Session(s.session));
         };
-        if !valid_user_agent(req.header("user-agent")) {
-            return Err(ApiError::UserAgentRequired);
-        }
+        // The key before the User-Agent: a wrong key is a failed
+        // authentication (counted, 401) however the request is dressed.
         let Some(info) = self.app_keys.lookup(token) else {
             self.limits.failed(&cfg.server, client); // a bad key counts against the address
             return Err(ApiError::Unauthorized);
         };
+        if !valid_user_agent(req.header("user-agent")) {
+            return Err(ApiError::UserAgentRequired);
+        }
         Ok(User::AppKey {
             member: info.member,
             workspace: info.workspace,
