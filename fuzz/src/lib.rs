@@ -454,9 +454,13 @@ fn fields_of(data: &[u8]) -> Vec<(String, Vec<u8>)> {
     let mut items = data.split(|&b| b == 0);
     let mut out = Vec::new();
     while let (Some(n), Some(v)) = (items.next(), items.next()) {
+        // At most 256 characters: a name of a long input could otherwise
+        // pass the parser's bound on a part's headers (8 KiB), which is
+        // refused on purpose.
         let name: String = String::from_utf8_lossy(n)
             .chars()
             .filter(|c| c.is_ascii_alphanumeric() || "_-.".contains(*c))
+            .take(256)
             .collect();
         if !name.is_empty() && out.len() < 32 {
             out.push((name, v.to_vec()));
