@@ -339,3 +339,83 @@ fn usage_errors_exit_2_with_usage_on_stderr() {
         out.check(out.stdout.is_empty(), "nothing on stdout");
     }
 }
+
+/// `count` declares its outputs the old way: an inactive webhook table.
+const OLD_OUTPUTS: &str = r#"id = 20
+name = "old"
+
+[[functions]]
+name = "count"
+command = ["printf", "%s", "{text}"]
+webhook = { active = false, outputs = ["text"] }
+"#;
+
+/// The same function, the new way.
+const NEW_OUTPUTS: &str = r#"id = 21
+name = "new"
+
+[[functions]]
+name = "count"
+outputs = ["text"]
+command = ["printf", "%s", "{text}"]
+"#;
+
+/// Outputs on the function and in the Webhook Trigger (line 8), not the same.
+const BOTH_OUTPUTS: &str = r#"id = 22
+name = "both"
+
+[[functions]]
+name = "count"
+outputs = ["text"]
+command = ["printf", "%s", "{text}"]
+webhook = { outputs = ["text", "more"] }
+"#;
+
+#[test]
+fn check_names_function_outputs_for_an_inactive_webhook_table() {
+    let dir = setup("cli_check_outputs", "", &[("old.toml", OLD_OUTPUTS)]);
+    let out = trigd(&["check", "--config", &dir.path_str("config.toml")], None);
+    out.code_is(0);
+    out.check_eq(
+        out.stdout.trim_end(),
+        "ok: 1 program, 0 tools, 1 warning",
+        "the old form loads, with a warning",
+    );
+    out.check(
+        out.stderr.contains("old.toml: function `count`:")
+            && out
+                .stderr
+                .contains(r#"write `outputs = ["text"]` on the function"#),
+        "the warning names the file, the function and the new form",
+    );
+    // The run binds to the same outputs as before.
+    let cfg = dir.path_str("config.toml");
+    let run = trigd(
+        &["run", "20", "--config", &cfg, "--function", "count", "hi"],
+        None,
+    );
+    run.code_is(0);
+    run.check_eq(&run.json()["Result"], &json!(["hi"]), "Result");
+    let dir = setup("cli_check_outputs_new", "", &[("new.toml", NEW_OUTPUTS)]);
+    let out = trigd(&["check", "--config", &dir.path_str("config.toml")], None);
+    out.code_is(0);
+    out.check_eq(
+        out.stdout.trim_end(),
+        "ok: 1 program, 0 tools",
+        "no warning",
+    );
+}
+
+#[test]
+fn outputs_given_twice_and_different_are_a_located_error() {
+    let dir = setup("cli_check_outputs_both", "", &[("both.toml", BOTH_OUTPUTS)]);
+    let out = trigd(&["check", "--config", &dir.path_str("config.toml")], None);
+    out.code_is(1);
+    let (line, _, key, msg) = located(&out, "both.toml");
+    out.check_eq(line, 8, "the error points at the webhook's outputs");
+    out.check_eq(key.as_str(), "functions[0].webhook.outputs", "key");
+    out.check(
+        msg.contains("`outputs = [...]` on the function"),
+        "the message names the function-level form",
+    );
+}

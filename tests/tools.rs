@@ -677,3 +677,62 @@ fn idempotency_key_on_a_generated_endpoint_runs_once_per_caller() {
         "nothing ran for the refused request"
     );
 }
+
+// ---------------------------------------------------------------------------
+// Outputs without a webhook table
+
+/// Program 4: `greet` declares its outputs on the function and has no
+/// Webhook Trigger; `echo` declares them on the function and keeps an
+/// active Webhook Trigger without outputs of its own.
+const OUTPUTS: &str = r#"
+id = 4
+name = "outs"
+
+[[functions]]
+name = "greet"
+outputs = ["who", "how"]
+steps = [{ shell = 'printf "%s %s" "$how" "$who"' }]
+
+[[functions]]
+name = "echo"
+outputs = ["text"]
+command = ["printf", "<%s>", "{text}"]
+[functions.webhook]
+"#;
+
+#[test]
+fn function_level_outputs_serve_every_trigger_without_a_webhook_table() {
+    let dir = TestDir::new("tools_function_outputs");
+    let config = format!(
+        "{}\n[[tools]]\nname = \"hello\"\nworkspace = \"ops\"\n[tools.environments.main]\npublic = true\n\
+         [[tools.triggers]]\nkind = \"endpoint\"\nname = \"greet\"\nmethod = \"POST\"\n\
+         program = 4\nfunction = \"greet\"\n",
+        config("")
+    );
+    dir.write("config.toml", &config);
+    dir.write("programs/outs.toml", OUTPUTS);
+    let t = Trigd::start(&dir);
+    let r = t.post("/tools/hello/main/greet?who=you&how=hi");
+    r.check_eq(result(&r), json!(["hi you"]), "values bind by name");
+    let r = t.post("/tools/hello/main/greet?who=you");
+    r.err(400, "variables_mismatch");
+    // Without a Webhook Trigger, POST /api does not reach `greet`...
+    let api = |query: &str| {
+        let auth = bearer(KEY);
+        t.request(
+            "POST",
+            &format!("/api?program_id=4{query}"),
+            &[("Authorization", &auth)],
+            b"",
+        )
+    };
+    api(&format!("&function=greet{}", vars(&["a", "b"]))).err(409, "trigger_inactive");
+    // ...and `echo`'s trigger takes the function's outputs by position.
+    let r = api(&format!("&function=echo{}", vars(&["x y"])));
+    r.check_eq(
+        result(&r),
+        json!(["<x y>"]),
+        "POST /api binds to the outputs",
+    );
+    api(&format!("&function=echo{}", vars(&["a", "b"]))).err(400, "variables_mismatch");
+}

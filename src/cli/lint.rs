@@ -13,6 +13,10 @@ pub fn warnings(cfg: &Config, path_env: &str) -> Vec<String> {
     let mut out = Vec::new();
     for program in cfg.programs.values() {
         for function in &program.functions {
+            if let Some(msg) = outputs_only_trigger(function) {
+                let file = program.file.display();
+                out.push(format!("{file}: function `{}`: {msg}", function.name));
+            }
             for (i, step) in function.steps.iter().enumerate() {
                 let found = match step {
                     Step::Command(argv) => missing_command(argv, function, path_env),
@@ -51,6 +55,23 @@ fn space_hint(argv: &[crate::config::Template]) -> &'static str {
     } else {
         ""
     }
+}
+
+/// An inactive `[functions.webhook]` table written only to declare the
+/// function's outputs (the old form): the function-level `outputs` says
+/// it without a Webhook Trigger.
+fn outputs_only_trigger(function: &Function) -> Option<String> {
+    let t = function.webhook_trigger.as_ref()?;
+    if t.active || !t.lists_outputs {
+        return None;
+    }
+    let list: Vec<String> = function.outputs.iter().map(|o| format!("{o:?}")).collect();
+    Some(format!(
+        "an inactive webhook table only declares its outputs: write `outputs = [{}]` on the \
+         function and remove `webhook = {{ active = false, ... }}` (the Webhook Trigger is \
+         what POST /api calls)",
+        list.join(", ")
+    ))
 }
 
 fn at(program: &Program, function: &Function, step: usize) -> String {

@@ -247,11 +247,11 @@ impl Program {
         self.functions.iter().find(|f| f.name == name)
     }
 
-    /// Functions whose API trigger is active, in file order.
+    /// Functions whose Webhook Trigger is active, in file order.
     pub fn triggered(&self) -> impl Iterator<Item = &Function> {
         self.functions
             .iter()
-            .filter(|f| f.api_trigger.as_ref().is_some_and(|w| w.active))
+            .filter(|f| f.webhook_trigger.as_ref().is_some_and(|w| w.active))
     }
 }
 
@@ -276,8 +276,13 @@ pub struct Function {
     pub retry_on_restart: bool,
     /// How each step's stdout becomes its Result element (`output`).
     pub output: OutputMode,
-    /// The API trigger (`[functions.webhook]`), at most one.
-    pub api_trigger: Option<ApiTrigger>,
+    /// The names the caller's values bind to, by position, for every
+    /// trigger: the function's `outputs`, else its Webhook Trigger's (an
+    /// inactive trigger still declares them), else none.
+    pub outputs: Vec<String>,
+    /// The Webhook Trigger (`[functions.webhook]`), at most one: what
+    /// makes the function callable through `POST /api`.
+    pub webhook_trigger: Option<WebhookTrigger>,
     /// Numeric uid to run the steps as (`user`, resolved at load time);
     /// `None`: trigd's own.
     pub user: Option<u32>,
@@ -297,12 +302,10 @@ pub struct Function {
 }
 
 impl Function {
-    /// The names the caller's values bind to, by position: the API
-    /// trigger's outputs (an inactive trigger still declares them), or none.
+    /// The names the caller's values bind to, by position
+    /// ([`Function::outputs`]).
     pub fn inputs(&self) -> &[String] {
-        self.api_trigger
-            .as_ref()
-            .map_or(&[], |w| w.outputs.as_slice())
+        &self.outputs
     }
 }
 
@@ -326,14 +329,17 @@ pub enum OutputMode {
     Raw,
 }
 
-/// What makes a function callable through `POST /api`: its
-/// `[functions.webhook]` table.
+/// The seed's Webhook Trigger, what makes a function callable through
+/// `POST /api`: its `[functions.webhook]` table. Its outputs are the
+/// function's ([`Function::outputs`]).
 #[derive(Debug)]
-pub struct ApiTrigger {
+pub struct WebhookTrigger {
     /// Whether the run endpoint may start this function (default true).
     pub active: bool,
-    /// Ordered output names; each is an identifier `[A-Za-z_][A-Za-z0-9_]*`.
-    pub outputs: Vec<String>,
+    /// Whether the table itself lists `outputs` (the seed's form; an
+    /// inactive table that only does that gets a `trigd check` warning
+    /// naming the function-level `outputs`).
+    pub lists_outputs: bool,
 }
 
 /// One step of a function.

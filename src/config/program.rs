@@ -1,5 +1,5 @@
 //! Program files → [`Program`]s: identity (id, name, workspace), functions,
-//! API triggers (`[functions.webhook]`), steps with their `{name}` templates, and `call`
+//! Webhook Triggers (`[functions.webhook]`), outputs, steps with their `{name}` templates, and `call`
 //! references (missing functions, argument counts, cycles). Called by
 //! `validate` for every file; errors are collected, never fatal.
 
@@ -16,7 +16,7 @@ use super::types::{
     config_dir, count, duration, env_vars, error, is_ident, line_col, par_map, parse, templates,
     workspace_ref, Errors, Known, Src,
 };
-use super::{resolve, ApiTrigger, Function, Program, Server, Step, Workspace};
+use super::{resolve, Function, Program, Server, Step, WebhookTrigger, Workspace};
 
 /// Every program file, checked, by id. Files that are TOML but not valid
 /// programs add their id to `known.broken`; unparsable ones clear
@@ -199,13 +199,28 @@ fn note_broken(id: Option<u64>, known: &mut Known) {
     }
 }
 
-/// The names a function's values bind to, as written (first webhook only).
-fn raw_inputs(f: &RawFunction) -> Vec<String> {
-    let w = f.webhook.as_ref().and_then(|w| match w.get_ref() {
+/// The first `[functions.webhook]` table as written (a second is an error).
+fn raw_trigger(f: &RawFunction) -> Option<&raw::RawWebhook> {
+    f.webhook.as_ref().and_then(|w| match w.get_ref() {
         raw::WebhookSlot::One(w) => Some(w),
         raw::WebhookSlot::Many(all) => all.first().map(|w| w.get_ref()),
-    });
-    w.map(|w| w.outputs.iter().map(|o| o.get_ref().clone()).collect())
+    })
+}
+
+/// The function's outputs as written, with their key: the function's
+/// `outputs`, else its Webhook Trigger's.
+fn raw_outputs<'a>(f: &'a RawFunction, key: &str) -> Option<(&'a [Spanned<String>], String)> {
+    if let Some(o) = &f.outputs {
+        return Some((o.get_ref(), format!("{key}.outputs")));
+    }
+    let o = raw_trigger(f)?.outputs.as_ref()?;
+    Some((o.get_ref(), format!("{key}.webhook.outputs")))
+}
+
+/// The names a function's values bind to, as written.
+fn raw_inputs(f: &RawFunction) -> Vec<String> {
+    raw_outputs(f, "")
+        .map(|(o, _)| o.iter().map(|o| o.get_ref().clone()).collect())
         .unwrap_or_default()
 }
 
@@ -257,7 +272,8 @@ fn function(
     server: &Server,
     errs: &mut Errors,
 ) -> Function {
-    let api_trigger = api_trigger(src, f, key, errs);
+    let webhook_trigger = webhook_trigger(src, f, key, errs);
+    let outputs = outputs(src, f, key, errs);
     let own = raw_inputs(f);
     let steps = steps(src, f, key, (&own, inputs), errs);
     // The keys of optional fields are formatted only when the field is
@@ -300,7 +316,8 @@ fn function(
         concurrency,
         retry_on_restart: f.retry_on_restart,
         output: f.output,
-        api_trigger,
+        outputs,
+        webhook_trigger,
         user,
         group,
         callback,
@@ -375,23 +392,52 @@ fn identity(
     (user, group)
 }
 
-/// The API trigger (`[functions.webhook]`): at most one; outputs are
-/// unique identifiers.
-fn api_trigger(src: &Src, f: &RawFunction, key: &str, errs: &mut Errors) -> Option<ApiTrigger> {
+/// The Webhook Trigger (`[functions.webhook]`): at most one.
+fn webhook_trigger(
+    src: &Src,
+    f: &RawFunction,
+    key: &str,
+    errs: &mut Errors,
+) -> Option<WebhookTrigger> {
     let slot = f.webhook.as_ref()?;
-    let key = format!("{key}.webhook");
-    let w = match slot.get_ref() {
-        raw::WebhookSlot::One(w) => w,
-        raw::WebhookSlot::Many(all) => {
-            if let Some(second) = all.get(1) {
-                errs.at(src, second.span(), &key, raw::ONE_WEBHOOK);
-            }
-            all.first()?.get_ref()
+    if let raw::WebhookSlot::Many(all) = slot.get_ref() {
+        if let Some(second) = all.get(1) {
+            errs.at(
+                src,
+                second.span(),
+                format!("{key}.webhook"),
+                raw::ONE_WEBHOOK,
+            );
         }
+    }
+    let w = raw_trigger(f)?;
+    Some(WebhookTrigger {
+        active: w.active,
+        lists_outputs: w.outputs.is_some(),
+    })
+}
+
+/// The function's outputs (`outputs`, else `[functions.webhook]`'s):
+/// unique identifiers. Given in both places, they must be the same list.
+fn outputs(src: &Src, f: &RawFunction, key: &str, errs: &mut Errors) -> Vec<String> {
+    let Some((list, okey)) = raw_outputs(f, key) else {
+        return Vec::new();
     };
+    let names = |l: &[Spanned<String>]| l.iter().map(|o| o.get_ref().clone()).collect::<Vec<_>>();
+    let in_trigger = raw_trigger(f).and_then(|w| w.outputs.as_ref());
+    if let (Some(own), Some(theirs)) = (&f.outputs, in_trigger) {
+        if names(own.get_ref()) != names(theirs.get_ref()) {
+            let msg = format!(
+                "the Webhook Trigger's outputs differ from the function's `outputs` ({}): \
+                 declare them once, as `outputs = [...]` on the function",
+                names(own.get_ref()).join(", ")
+            );
+            errs.at(src, theirs.span(), format!("{key}.webhook.outputs"), msg);
+        }
+    }
     let mut seen = HashMap::new();
-    for (j, o) in w.outputs.iter().enumerate() {
-        let okey = format!("{key}.outputs[{j}]");
+    for (j, o) in list.iter().enumerate() {
+        let okey = format!("{okey}[{j}]");
         if is_ident(o.get_ref()) {
             errs.unique(src, &mut seen, o, &okey, "output");
         } else {
@@ -402,11 +448,7 @@ fn api_trigger(src: &Src, f: &RawFunction, key: &str, errs: &mut Errors) -> Opti
             errs.at(src, o.span(), okey, msg);
         }
     }
-    let outputs = w.outputs.iter().map(|o| o.get_ref().clone()).collect();
-    Some(ApiTrigger {
-        active: w.active,
-        outputs,
-    })
+    names(list)
 }
 
 /// The function's own inputs and every function's inputs.

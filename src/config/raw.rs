@@ -532,7 +532,10 @@ pub struct RawFunction {
     pub user: Option<Spanned<RawId>>,
     /// `group`: name or numeric gid to run the steps as (trigd as root).
     pub group: Option<Spanned<RawId>>,
-    /// `[functions.webhook]`.
+    /// `outputs`: the names the caller's values bind to, by position, for
+    /// every trigger (the Webhook Trigger's, tool triggers').
+    pub outputs: Option<Spanned<Vec<Spanned<String>>>>,
+    /// `[functions.webhook]`: the Webhook Trigger.
     pub webhook: Option<Spanned<WebhookSlot>>,
     /// `callback`: a URL called when a run of this function ends.
     pub callback: Option<Spanned<String>>,
@@ -552,16 +555,16 @@ pub struct RawStep {
     pub args: Option<Spanned<Vec<Spanned<String>>>>,
 }
 
-/// `[functions.webhook]`.
+/// `[functions.webhook]`: the Webhook Trigger.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawWebhook {
     /// `active`, default true.
     #[serde(default = "yes")]
     pub active: bool,
-    /// `outputs`.
-    #[serde(default)]
-    pub outputs: Vec<Spanned<String>>,
+    /// `outputs`: the function's outputs as the seed declares them (a
+    /// function-level `outputs` says the same for every trigger).
+    pub outputs: Option<Spanned<Vec<Spanned<String>>>>,
 }
 
 fn yes() -> bool {

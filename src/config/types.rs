@@ -183,7 +183,8 @@ fn ident_in_braces(s: &str) -> Option<&str> {
 
 fn no_input(name: &str, inputs: &[String]) -> String {
     let known = if inputs.is_empty() {
-        "this function has no inputs (declare them as [functions.webhook] outputs)".to_string()
+        "this function has no inputs (declare them as `outputs = [...]` on the function)"
+            .to_string()
     } else {
         format!("its inputs are [{}]", inputs.join(", "))
     };

@@ -139,7 +139,7 @@ fn full_example_loads() {
         (function.as_str(), args[1].0.as_slice()),
         ("snapshot", &[Piece::Var(0)][..])
     );
-    assert!(!all.api_trigger.as_ref().unwrap().active);
+    assert!(!all.webhook_trigger.as_ref().unwrap().active);
     assert_eq!(p.triggered().count(), 1);
     let key = &c.api_keys[&[0xab; 32]];
     assert!(key.name == "cron" && key.may_access(p));

@@ -259,8 +259,8 @@ fn program_param<'a>(cfg: &'a Config, raw: Option<&str>) -> Result<&'a Arc<Progr
     cfg.program(id).ok_or(ApiError::ProgramNotFound)
 }
 
-/// Choose the function: the named one (which must have an active API
-/// trigger), or the only triggered one.
+/// Choose the function: the named one (which must have an active
+/// Webhook Trigger), or the only triggered one.
 ///
 /// # Errors
 /// `function_not_found`, `trigger_inactive`, `function_required`,
@@ -272,7 +272,7 @@ pub fn select_function<'a>(p: &'a Program, name: Option<&str>) -> Result<&'a Fun
             name: name.to_string(),
             functions: triggered(),
         })?;
-        return match &f.api_trigger {
+        return match &f.webhook_trigger {
             Some(t) if t.active => Ok(f),
             _ => Err(ApiError::TriggerInactive {
                 name: name.to_string(),

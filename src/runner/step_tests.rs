@@ -1,7 +1,7 @@
 //! Unit tests of the step runner (kept apart from the code for size).
 
 use super::*;
-use crate::config::{ApiTrigger, Piece, Template};
+use crate::config::{Piece, Template, WebhookTrigger};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{RwLock, RwLockReadGuard};
 
@@ -56,9 +56,10 @@ fn func(name: &str, inputs: &[&str], steps: Vec<Step>) -> Function {
         concurrency: None,
         retry_on_restart: false,
         output: Default::default(),
-        api_trigger: Some(ApiTrigger {
+        outputs: inputs.iter().map(|s| s.to_string()).collect(),
+        webhook_trigger: Some(WebhookTrigger {
             active: true,
-            outputs: inputs.iter().map(|s| s.to_string()).collect(),
+            lists_outputs: false,
         }),
         user: None,
         group: None,

@@ -23,9 +23,9 @@ use crate::compat::webhook::file::{
 use crate::config::types::{error, Errors};
 use crate::config::Hooks;
 use crate::config::{
-    resolve, ApiTrigger, ConfigError, Credentials, Dialect, Endpoint, Entry, Function, HookAnswer,
-    HookFile, HookValues, Methods, OutputMode, Piece, Program, Server, Shape, Step, Target,
-    Template, Values, WebhookReading,
+    resolve, ConfigError, Credentials, Dialect, Endpoint, Entry, Function, HookAnswer, HookFile,
+    HookValues, Methods, OutputMode, Piece, Program, Server, Shape, Step, Target, Template, Values,
+    WebhookReading,
 };
 use crate::http::Method;
 use crate::receive::rules::{Leaf, Rule};
@@ -307,10 +307,8 @@ fn program(d: &HookDef, cwd: &Option<PathBuf>, dir: &Path, server: &Server, n: u
         workdir: cwd.clone().unwrap_or_else(|| dir.to_path_buf()),
         concurrency: None,
         output: OutputMode::Raw,
-        api_trigger: Some(ApiTrigger {
-            active: false,
-            outputs: inputs,
-        }),
+        outputs: inputs,
+        webhook_trigger: None,
         user: None,
         group: None,
         env_inputs: false,

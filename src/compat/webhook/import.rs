@@ -345,11 +345,9 @@ impl HookOut<'_> {
         };
         let _ = writeln!(f, "workdir = {}", q(&workdir));
         let outs: Vec<String> = outputs.iter().map(|o| q(o)).collect();
-        let _ = writeln!(
-            f,
-            "webhook = {{ active = false, outputs = [{}] }}",
-            outs.join(", ")
-        );
+        // Outputs on the function, no Webhook Trigger: only the tool
+        // trigger reaches it, not `POST /api`.
+        let _ = writeln!(f, "outputs = [{}]", outs.join(", "));
         f
     }
 
