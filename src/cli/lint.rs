@@ -29,32 +29,8 @@ pub fn warnings(cfg: &Config, path_env: &str) -> Vec<String> {
             }
         }
     }
-    for id in cfg.hooks.by_id.keys() {
-        let Some(function) = cfg.hooks.program(id).and_then(|p| p.functions.first()) else {
-            continue;
-        };
-        if let Some(Step::Command(argv)) = function.steps.first() {
-            if let Some(msg) = missing_command(argv, function, path_env) {
-                let hint = space_hint(argv);
-                out.push(format!("hook \"{id}\": execute-command: {msg}{hint}"));
-            }
-        }
-    }
+    out.extend(crate::compat::webhook::lint::warnings(cfg, path_env));
     out
-}
-
-/// webhook's own hint for an `execute-command` holding a space (it is
-/// one file name, never split into arguments).
-fn space_hint(argv: &[crate::config::Template]) -> &'static str {
-    let spaced = argv.first().is_some_and(|t| {
-        t.0.iter()
-            .any(|p| matches!(p, Piece::Lit(s) if s.contains(' ')))
-    });
-    if spaced {
-        "; it holds a space, and is one file name: use 'pass-arguments-to-command' to specify args"
-    } else {
-        ""
-    }
 }
 
 /// An inactive `[functions.webhook]` table written only to declare the
@@ -84,7 +60,7 @@ fn at(program: &Program, function: &Function, step: usize) -> String {
 
 /// A command whose program (written without placeholders) is not an
 /// executable file where a run will look for it.
-fn missing_command(
+pub fn missing_command(
     argv: &[crate::config::Template],
     function: &Function,
     path_env: &str,

@@ -2,26 +2,27 @@
 //! credentials a request must carry, how the request is read, how the
 //! run's values are made, which function it runs and how it answers.
 //! `invoke` takes a request through one, whatever its kind: `POST /api`,
-//! a generated tool endpoint (with or without receive settings) or a
-//! hook of a hooks file. What differs between kinds is data here, each
+//! a generated tool endpoint (with or without signed-endpoint settings) or
+//! a hook of a hooks file. What differs between kinds is data here, each
 //! difference an enum that one step of `invoke` matches on:
 //!
 //! | step | enum | kinds |
 //! |---|---|---|
 //! | method | [`Methods`] | one, a set (`http-methods`), any |
-//! | reading the request | [`Dialect`] | trigd's own, adnanh/webhook's |
-//! | values | [`Values`] | positional, by name (or from `receive` sources), a hook's arguments, environment and files |
+//! | reading, values, answer | [`Dialect`] | trigd's own, a hooks file's (`compat::webhook::Hook`) |
+//! | values, natively | [`Values`] | positional, by name (or from `receive` sources) |
 //! | function | [`Target`] | chosen by the request, fixed, the endpoint's own program |
-//! | answer | [`Shape`] | the run endpoint's JSON, webhook's texts and statuses |
 //! | logs and metrics | [`Entry`] | `/api`, a tool trigger, a hook |
+//!
+//! A hooks-file hook differs in one place: its [`Dialect::HooksFile`]
+//! carries everything adnanh/webhook-specific, and each step that reads
+//! it has one match arm that calls into `compat/webhook/`.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::Program;
 use crate::http::Method;
-use crate::receive::values::Source;
 use crate::receive::Receive;
 
 /// One entry point.
@@ -31,9 +32,11 @@ pub struct Endpoint {
     pub methods: Methods,
     /// Which credentials it takes.
     pub credentials: Credentials,
-    /// How the request is read for rules and values.
+    /// How the request is read for rules and values, the values made and
+    /// the answer said: natively, or a hooks file's way.
     pub dialect: Dialect,
-    /// How the values are made.
+    /// How the values are made, natively (a hooks-file hook's are its
+    /// dialect's).
     pub values: Values,
     /// Which function it runs.
     pub target: Target,
@@ -46,11 +49,9 @@ pub struct Endpoint {
     /// `request_callbacks`; on `POST /api` the API key decides).
     pub request_callbacks: bool,
     /// Signature, rule, value sources and the native answer's shape of a
-    /// tool trigger (the default: none of them); a hook's rule and
-    /// mismatch status.
+    /// signed endpoint (a tool trigger with those settings; the default:
+    /// none of them); a hook's rule and mismatch status.
     pub receive: Arc<Receive>,
-    /// How it answers.
-    pub shape: Shape,
     /// What it is, as logs, metrics and run records name it.
     pub entry: Entry,
 }
@@ -86,28 +87,19 @@ impl Methods {
     }
 }
 
-/// How a request is read for rules and values.
+/// How a request is read for rules and values, its values made and its
+/// answer said.
 #[derive(Debug, Clone)]
 pub enum Dialect {
     /// trigd's own (`receive::values::Incoming`): the body parsed by its
     /// `Content-Type`, a body that does not parse an error, the client
-    /// address behind trusted proxies.
+    /// address behind trusted proxies; values as [`Values`] says; the run
+    /// endpoint's JSON answer, shaped by `receive.answer`.
     Native,
-    /// adnanh/webhook's (`receive::webhook::WebhookRequest`): a body that
-    /// does not parse is no payload, values printed as Go prints them,
-    /// webhook's rule outcomes.
-    Webhook(WebhookReading),
-}
-
-/// The options of webhook's way of reading a request.
-#[derive(Debug, Clone, Default)]
-pub struct WebhookReading {
-    /// `incoming-payload-content-type`, when set.
-    pub content_type: Option<String>,
-    /// `parse-parameters-as-json`.
-    pub json_params: Vec<Source>,
-    /// `trigger-signature-soft-failures`.
-    pub soft_signatures: bool,
+    /// A hook of an adnanh/webhook hooks file: read, valued and answered
+    /// as webhook does (`compat/webhook/`). The only variant outside
+    /// `compat/` that carries a compat value.
+    HooksFile(Arc<crate::compat::webhook::Hook>),
 }
 
 /// The names of the tool trigger an endpoint serves.
@@ -153,18 +145,16 @@ pub enum Values {
     Positional,
     /// One value per input, by name, from the query and/or a JSON object
     /// body — or from the trigger's `receive` sources when it has any.
+    /// (A hooks-file hook's endpoint says `ByName`: it takes no
+    /// positional `variables`; its dialect makes its values.)
     ByName,
-    /// A hook's `pass-arguments-to-command` (a missing value is empty),
-    /// `pass-environment-to-command` and `pass-file-to-command` (a missing
-    /// value is left out), as webhook passes them.
-    Hook(Arc<HookValues>),
 }
 
 /// The function an endpoint runs.
 #[derive(Debug, Clone)]
 pub enum Target {
     /// Chosen by the request (`program_id` and `function`), within the API
-    /// key's scope, among functions with an active API trigger.
+    /// key's scope, among functions with an active Webhook Trigger.
     Chosen,
     /// Always this one.
     Fixed {
@@ -176,58 +166,6 @@ pub enum Target {
     /// The first function of a program compiled with the endpoint (a
     /// hook's one-function program, which no program file holds).
     Own(Arc<Program>),
-}
-
-/// How an endpoint answers.
-#[derive(Debug, Clone)]
-pub enum Shape {
-    /// The run endpoint's JSON (`"Program started."`, `"Program
-    /// finished."`, `Code` errors), shaped by `receive.answer`.
-    Run,
-    /// webhook's plain texts and statuses.
-    Webhook(Arc<HookAnswer>),
-}
-
-/// How a hook makes the values of its run (its [`Values::Hook`]; compiled in `compat/webhook/compile.rs`).
-#[derive(Debug)]
-pub struct HookValues {
-    /// `pass-arguments-to-command`, in order.
-    pub args: Vec<Source>,
-    /// `pass-environment-to-command`: variable name and source.
-    pub env: Vec<(String, Source)>,
-    /// `pass-file-to-command`.
-    pub files: Vec<HookFile>,
-    /// Directory the files go to (`command-working-directory`, else the
-    /// system's temporary directory).
-    pub file_dir: PathBuf,
-}
-
-/// One `pass-file-to-command` entry.
-#[derive(Debug)]
-pub struct HookFile {
-    /// Environment variable that gets the file's path.
-    pub env: String,
-    /// What goes in the file.
-    pub source: Source,
-    /// `base64decode`.
-    pub base64: bool,
-}
-
-/// How a hook answers (its [`Shape::Webhook`]: webhook's texts and
-/// options; the status of a rule that does not match is the endpoint's
-/// `receive.answer.ignored_status`).
-#[derive(Debug, Clone, Default)]
-pub struct HookAnswer {
-    /// `response-message` (without `include-command-output-in-response`).
-    pub message: String,
-    /// `response-headers`, on a request that matched.
-    pub headers: Vec<(String, String)>,
-    /// `success-http-response-code` when it is a known status, else 200.
-    pub success: u16,
-    /// `include-command-output-in-response`: wait and answer the output.
-    pub output: bool,
-    /// `include-command-output-in-response-on-error`.
-    pub output_on_error: bool,
 }
 
 impl Endpoint {
@@ -243,27 +181,7 @@ impl Endpoint {
             callback: None,
             request_callbacks: false,
             receive: Arc::default(),
-            shape: Shape::Run,
             entry: Entry::Api,
-        }
-    }
-}
-
-/// The hooks of every `hooks_files` entry, served under one URL prefix.
-#[derive(Debug, Default)]
-pub struct Hooks {
-    /// Path segments before the hook id (`hooks_url_prefix`, split at `/`).
-    pub prefix: Vec<String>,
-    /// Hooks by id, each compiled into the endpoint it is.
-    pub by_id: BTreeMap<String, Endpoint>,
-}
-
-impl Hooks {
-    /// The one-function program of hook `id`.
-    pub fn program(&self, id: &str) -> Option<&Arc<Program>> {
-        match &self.by_id.get(id)?.target {
-            Target::Own(program) => Some(program),
-            _ => None,
         }
     }
 }

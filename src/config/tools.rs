@@ -9,7 +9,7 @@ use super::callbacks::{self, Callbacks};
 use super::raw::{self, RawConfig};
 use super::types::{self, env_vars, workspace_ref, Errors, Known, Src};
 use super::{
-    Credentials, Dialect, Endpoint, Entry, Environment, Methods, Shape, Target, Tool, Trigger,
+    Credentials, Dialect, Endpoint, Entry, Environment, Methods, Target, Tool, Trigger,
     TriggerKind, TriggerName, Values, Workspace,
 };
 use crate::http::Method;
@@ -191,7 +191,6 @@ fn environment(
                 callback: t.callback.clone(),
                 request_callbacks: t.request_callbacks,
                 receive: Arc::clone(&t.receive),
-                shape: Shape::Run,
                 entry: Entry::Tool(TriggerName {
                     tool: tool.to_string(),
                     environment: name.clone(),

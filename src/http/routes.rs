@@ -6,7 +6,6 @@ use std::sync::atomic::Ordering;
 
 use serde_json::json;
 
-use crate::compat::webhook as hooks;
 use crate::http::api;
 use crate::http::app::App;
 use crate::http::metrics::Gauges;
@@ -24,10 +23,11 @@ pub const OPENAPI: &str = include_str!("../../openapi.json");
 pub fn handle(app: &App, req: &mut Request) -> Response {
     use Method::{Get, Head, Post, Put};
     let cfg = app.config();
-    let segs: Vec<&str> = req.segments.iter().map(String::as_str).collect();
-    if let Some(id) = hook_id(&cfg.hooks.prefix, &segs) {
-        return hooks::call(app, &cfg, req, &id).unwrap_or_else(Response::from);
+    // Paths under the hooks files' URL prefix are theirs (`compat/`).
+    if let Some(answer) = crate::compat::webhook::route(app, &cfg, req) {
+        return answer;
     }
+    let segs: Vec<&str> = req.segments.iter().map(String::as_str).collect();
     let result = match (req.method, segs.as_slice()) {
         (Get | Head, ["healthz"]) => Ok(healthz(app)),
         (Get | Head, ["livez"]) => Ok(Response::json(200, &json!({ "Status": "alive" }))),
@@ -103,21 +103,6 @@ pub fn handle(app: &App, req: &mut Request) -> Response {
         _ => ui::not_found(req),
     };
     result.unwrap_or_else(Response::from)
-}
-
-/// The hook id of a path under the hooks' URL prefix (the rest of the
-/// path, which may hold `/`; empty for the prefix itself, which names no
-/// hook and is answered `Hook not found.` as webhook does), when hooks
-/// files are configured.
-fn hook_id(prefix: &[String], segs: &[&str]) -> Option<String> {
-    if prefix.is_empty() || segs.len() < prefix.len() {
-        return None;
-    }
-    let (head, rest) = segs.split_at(prefix.len());
-    head.iter()
-        .zip(prefix)
-        .all(|(a, b)| a == b)
-        .then(|| rest.join("/"))
 }
 
 /// `GET /healthz`: readiness (200 `ok`, else 503 `draining` or

@@ -20,7 +20,6 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::cli::error::Error;
-use crate::compat::webhook as hooks;
 use crate::config;
 use crate::config::reload;
 use crate::http::app::App;
@@ -309,8 +308,10 @@ fn handle(app: &App, mut rq: tiny_http::Request) {
                 });
             (Ok(req), resp)
         }
-        Err(ApiError::NotFound) if hooks::under_prefix(&app.config().hooks.prefix, rq.url()) => {
-            (Err(()), hooks::not_found())
+        Err(ApiError::NotFound)
+            if crate::compat::webhook::under_prefix(&app.config(), rq.url()) =>
+        {
+            (Err(()), crate::compat::webhook::not_found())
         }
         Err(e) => (Err(()), Response::from(e)),
     };

@@ -28,20 +28,20 @@
 mod answer;
 mod parse_limit;
 mod read;
+mod signed;
 mod values;
-mod webhook;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-pub use crate::compat::webhook::answer::{text as hook_text, NOT_FOUND as HOOK_NOT_FOUND};
 pub use answer::finished_body;
 pub use values::check_values;
 pub use values::named_values;
+pub use values::Made;
 
 use crate::access::Member;
 use crate::config::{
-    ApiKey, Config, Credentials, Dialect, Endpoint, Entry, Function, Program, Shape, Target, Values,
+    ApiKey, Config, Credentials, Dialect, Endpoint, Entry, Function, Program, Target, Values,
 };
 use crate::http::app::App;
 use crate::http::{ApiError, Request, Response};
@@ -97,7 +97,7 @@ pub fn invoke(
     endpoint: &Endpoint,
 ) -> Result<Response, ApiError> {
     let result = steps(app, cfg, req, endpoint);
-    webhook::answer(app, endpoint, result)
+    signed::answer(app, endpoint, result)
 }
 
 /// The steps of [`invoke`] up to the run's answer.
@@ -113,7 +113,7 @@ fn steps(
         return Err(ApiError::MethodNotAllowed { allow });
     }
     let rcv = &endpoint.receive;
-    webhook::verify(app, cfg, rcv, req)?;
+    signed::verify(app, cfg, rcv, req)?;
     // Before the rule: an ignored request with a malformed key is refused
     // like any other (the README's promise for the header).
     // Owned: the body is let go of below, while the key is still needed.
@@ -123,7 +123,7 @@ fn steps(
     let parse = parse_limit::permit(req.body.len());
     let mut read = Read::new(cfg, req, &endpoint.dialect)?;
     read.rule(rcv)?;
-    let body_file = webhook::body_file(cfg, rcv, req)?;
+    let body_file = signed::body_file(cfg, rcv, req)?;
     read.set_body_file(body_file.as_ref().map(|f| f.path().to_path_buf()));
     let made = values::make(&cfg.server, req, endpoint, &read, function.inputs())?;
     let run_async = run_async(req, endpoint)?;
@@ -189,17 +189,16 @@ fn let_go_of_body(req: &mut Request) {
     }
 }
 
-/// Whether the run is async: a hook's without
-/// `include-command-output-in-response` (webhook waits for the command
-/// only to answer its output); else `run_async`, by default the trigger's
+/// Whether the run is async: a hooks-file hook's says so itself
+/// (`Hook::run_async`); else `run_async`, by default the trigger's
 /// `response.run_async`.
 ///
 /// # Errors
 /// `invalid_parameter` for a bad `run_async`.
 fn run_async(req: &Request, endpoint: &Endpoint) -> Result<bool, ApiError> {
-    match &endpoint.shape {
-        Shape::Webhook(h) => Ok(!h.output),
-        Shape::Run => match req.query_one("run_async")? {
+    match &endpoint.dialect {
+        Dialect::HooksFile(h) => Ok(h.run_async()),
+        Dialect::Native => match req.query_one("run_async")? {
             None => Ok(endpoint.receive.answer.run_async),
             raw => parse_bool("run_async", raw),
         },
@@ -354,7 +353,7 @@ fn callbacks(
             let query = matches!(endpoint.values, Values::Positional);
             callback::requested(req, query)?
         }
-        Dialect::Webhook(_) => None,
+        Dialect::HooksFile(_) => None,
     };
     callback::targets(
         &cfg.server.callbacks,

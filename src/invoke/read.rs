@@ -1,15 +1,15 @@
 //! The request as rules and value sources see it, read in the endpoint's
-//! [`Dialect`]: trigd's own ([`Incoming`]) or adnanh/webhook's
-//! ([`WebhookRequest`]). The rule step and every value read go through
-//! [`Read`], so each step of `invoke` is written once for both.
+//! [`Dialect`]: trigd's own ([`Incoming`]) or a hooks-file hook's
+//! (`compat::webhook::read::HookRead`). The rule step and every value read
+//! go through [`Read`], so each step of `invoke` is written once for both.
 
 use std::path::PathBuf;
 
 use crate::access::client_ip;
-use crate::compat::webhook::receive::{BodyError, Fault, WebhookRequest};
+use crate::compat::webhook::read::HookRead;
 use crate::config::{Config, Dialect};
 use crate::http::{ApiError, Request};
-use crate::receive::payload::{Kind, PayloadError, Why};
+use crate::receive::payload::Why;
 use crate::receive::rules::Verdict;
 use crate::receive::values::{Incoming, Source, ValueError};
 use crate::receive::Receive;
@@ -18,18 +18,16 @@ use crate::receive::Receive;
 pub enum Read<'a> {
     /// trigd's own reading.
     Native(Incoming<'a>),
-    /// adnanh/webhook's reading, and whether a failed signature in an
-    /// `or` is only a non-match (`trigger-signature-soft-failures`).
-    Webhook(WebhookRequest<'a>, bool),
+    /// A hooks-file hook's (adnanh/webhook's) reading.
+    HooksFile(HookRead<'a>),
 }
 
 impl<'a> Read<'a> {
     /// Read `req` in `dialect`.
     ///
     /// # Errors
-    /// `invalid_payload` for a multipart body webhook cannot parse,
-    /// `payload_too_complex` for one over a bound (other bodies are parsed
-    /// lazily, when a rule or a source first needs them, in both readings).
+    /// A hooks-file hook's (`HookRead::new`); natively none: a body is
+    /// parsed lazily, when a rule or a source first needs it.
     pub fn new(cfg: &Config, req: &'a Request, dialect: &Dialect) -> Result<Read<'a>, ApiError> {
         match dialect {
             Dialect::Native => {
@@ -38,35 +36,7 @@ impl<'a> Read<'a> {
                 inc.method = req.method.as_str();
                 Ok(Read::Native(inc))
             }
-            Dialect::Webhook(w) => {
-                let json_parts: Vec<String> = w
-                    .json_params
-                    .iter()
-                    .filter_map(|s| match s {
-                        Source::Payload(p) => Some(p.to_string()),
-                        _ => None,
-                    })
-                    .collect();
-                let mut wr = WebhookRequest::new(
-                    req.method.as_str(),
-                    req.remote,
-                    &req.headers,
-                    &req.query,
-                    &req.body,
-                    w.content_type.as_deref(),
-                    &json_parts,
-                )
-                .map_err(|e| match e {
-                    BodyError::Multipart => ApiError::InvalidPayload {
-                        msg: "The multipart body cannot be parsed.".into(),
-                    },
-                    BodyError::TooComplex(msg) => ApiError::PayloadTooComplex {
-                        msg: format!("The multipart request body is over a bound: {msg}."),
-                    },
-                })?;
-                wr.parse_json_params(&w.json_params);
-                Ok(Read::Webhook(wr, w.soft_signatures))
-            }
+            Dialect::HooksFile(h) => Ok(Read::HooksFile(HookRead::new(req, &h.reading)?)),
         }
     }
 
@@ -75,48 +45,30 @@ impl<'a> Read<'a> {
     /// # Errors
     /// `rules_not_matched` with `receive.answer.ignored_status` when it
     /// does not match. Natively, `invalid_payload` /
-    /// `unsupported_media_type` when a source cannot read the body; read
-    /// the webhook way, `rule_error` when a value cannot be evaluated (a
-    /// signature that does not match), as webhook tells it from a
-    /// non-match.
+    /// `unsupported_media_type` when a source cannot read the body; a
+    /// hooks-file hook's as `HookRead::rule` says.
     pub fn rule(&self, rcv: &Receive) -> Result<(), ApiError> {
         let Some(rule) = &rcv.rule else { return Ok(()) };
-        let ignored = |reason: String| ApiError::Ignored {
-            status: rcv.answer.ignored_status,
-            reason,
-        };
         match self {
             Read::Native(inc) => match rule.eval(inc).map_err(body_error)? {
                 Verdict::Match => Ok(()),
-                Verdict::NoMatch(reason) => Err(ignored(reason)),
-            },
-            Read::Webhook(wr, soft) => match wr.eval(rule, *soft) {
-                (_, Some(Fault::TooComplex(msg))) => Err(too_complex(msg)),
-                (_, Some(Fault::Signature)) => Err(ApiError::RuleError {
-                    reason: "a signature does not match".into(),
+                Verdict::NoMatch(reason) => Err(ApiError::Ignored {
+                    status: rcv.answer.ignored_status,
+                    reason,
                 }),
-                (_, Some(Fault::Other(reason))) => Err(ApiError::RuleError { reason }),
-                (false, _) => Err(ignored("the trigger rule was not satisfied".into())),
-                (true, _) => Ok(()),
             },
+            Read::HooksFile(hook) => hook.rule(rcv),
         }
     }
 
     /// The value of `src`: `None` when the request does not carry it.
     ///
     /// # Errors
-    /// Natively, a body that cannot be read for it.
+    /// A body that cannot be read for it.
     pub fn get(&self, src: &Source) -> Result<Option<String>, ValueError> {
         match self {
             Read::Native(inc) => inc.get(src),
-            Read::Webhook(wr, _) => match wr.get(src) {
-                Err(Fault::TooComplex(msg)) => Err(ValueError::Payload(PayloadError {
-                    kind: Kind::of(Some(wr.content_type())),
-                    msg,
-                    why: Why::Bound,
-                })),
-                got => Ok(got.ok()),
-            },
+            Read::HooksFile(hook) => hook.get(src),
         }
     }
 
@@ -126,13 +78,6 @@ impl<'a> Read<'a> {
         if let Read::Native(inc) = self {
             inc.body_file = path;
         }
-    }
-}
-
-/// A body over a bound, read the webhook way.
-fn too_complex(msg: String) -> ApiError {
-    ApiError::PayloadTooComplex {
-        msg: format!("The request body is over a bound: {msg}."),
     }
 }
 

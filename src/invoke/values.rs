@@ -1,21 +1,21 @@
 //! The values of a run: read by position (`variables`), by name (query
 //! and JSON object body) or from a trigger's receive sources, then checked
 //! against the function's inputs and the size limits, the same way for
-//! every endpoint; or a hook's arguments, environment and files, made as
-//! webhook makes them.
+//! every endpoint (a hooks-file hook's arguments, environment and files
+//! are made in `compat/webhook/values.rs`).
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use base64::Engine as _;
 use serde_json::Value;
 
 use super::read::{body_error, Read};
-use crate::config::{Endpoint, HookValues, Server, Values};
+use crate::config::{Dialect, Endpoint, Server, Values};
 use crate::http::{ApiError, Request};
 use crate::receive::body_file::BodyFile;
 use crate::receive::json::{self, JsonError};
 use crate::receive::payload;
+use crate::receive::values::Source;
 use crate::receive::{read_values, Receive, ValuesError};
 
 /// The query parameters `POST /api` accepts.
@@ -49,8 +49,8 @@ pub struct Made<'e> {
 /// # Errors
 /// Those of [`named_values`], the receive sources
 /// (`invalid_payload`, `unsupported_media_type`, `variables_mismatch`) and
-/// [`check_values`]. A hook's values are refused only over a bound (see
-/// [`hook`]).
+/// [`check_values`]; a hooks-file hook's, only over a bound
+/// (`compat::webhook::values::make`).
 pub fn make<'e>(
     server: &Server,
     req: &Request,
@@ -58,8 +58,11 @@ pub fn make<'e>(
     read: &Read<'_>,
     inputs: &[String],
 ) -> Result<Made<'e>, ApiError> {
+    if let Dialect::HooksFile(h) = &endpoint.dialect {
+        let get = |s: &Source| read.get(s).map_err(body_error);
+        return crate::compat::webhook::values::make(server, &h.values, get);
+    }
     let values = match &endpoint.values {
-        Values::Hook(h) => return hook(server, h, read),
         Values::Positional => req.query_all("variables").map(str::to_string).collect(),
         Values::ByName => match sourced(&endpoint.receive, read, req, inputs)? {
             Some(values) => values,
@@ -106,69 +109,6 @@ fn values_error(e: ValuesError, inputs: &[String]) -> ApiError {
             outputs: inputs.to_vec(),
         },
     }
-}
-
-/// A hook's values as webhook passes them: each argument (a missing one
-/// is empty), each environment variable and file (a missing one is left
-/// out; a file that cannot be written is logged and left out). An argument
-/// or a variable is bounded by `max_variable_bytes` like every other value
-/// (webhook has no bound: the kernel's 128 KiB per string would fail the
-/// run); a file's content by the body's `max_body_bytes` only.
-///
-/// # Errors
-/// `invalid_parameter` for a value over `max_variable_bytes`;
-/// `payload_too_complex` for a body over a bound.
-fn hook(server: &Server, h: &HookValues, read: &Read<'_>) -> Result<Made<'static>, ApiError> {
-    let get = |s| read.get(s).map_err(body_error);
-    let max = server.max_variable_bytes;
-    let bounded = |name: String, v: Option<String>| match v {
-        Some(v) if v.len() > max => Err(ApiError::InvalidParameter {
-            msg: format!("Value '{name}' is longer than the limit of {max} bytes."),
-            name,
-        }),
-        v => Ok(v),
-    };
-    let mut vars = BTreeMap::new();
-    let mut made = Made {
-        values: Vec::new(),
-        vars: Cow::Owned(BTreeMap::new()),
-        files: Vec::new(),
-        request: Vec::new(),
-    };
-    for (i, s) in h.args.iter().enumerate() {
-        let name = format!("pass-arguments-to-command[{i}]");
-        made.values
-            .push(bounded(name, get(s)?)?.unwrap_or_default());
-    }
-    for (name, s) in &h.env {
-        if let Some(v) = bounded(name.clone(), get(s)?)? {
-            made.request.push(format!("{name}={v}"));
-            vars.insert(name.clone(), v);
-        }
-    }
-    for f in &h.files {
-        let Some(v) = get(&f.source)? else { continue };
-        made.request.push(format!("{}={v}", f.env));
-        let data = if f.base64 {
-            base64::engine::general_purpose::STANDARD
-                .decode(v.as_bytes())
-                .unwrap_or_default()
-        } else {
-            v.into_bytes()
-        };
-        match BodyFile::write_named(&h.file_dir, &f.env, &data) {
-            Ok(file) => {
-                vars.insert(f.env.clone(), file.path().display().to_string());
-                made.files.push(file);
-            }
-            Err(e) => log::error!(
-                "cannot write a hook's file in {}: {e}",
-                h.file_dir.display()
-            ),
-        }
-    }
-    made.vars = Cow::Owned(vars);
-    Ok(made)
 }
 
 /// Collect one string per input, by name, from the query and a JSON object
@@ -269,9 +209,7 @@ pub fn check_values(
                 "variables".to_string(),
                 format!("Value {} (output '{}')", i + 1, inputs[i]),
             ),
-            Values::ByName | Values::Hook(_) => {
-                (inputs[i].clone(), format!("Value '{}'", inputs[i]))
-            }
+            Values::ByName => (inputs[i].clone(), format!("Value '{}'", inputs[i])),
         };
         let msg = format!("{value} {what}");
         ApiError::InvalidParameter { name, msg }

@@ -1,15 +1,15 @@
-//! The answer of a hooks-file hook ([`Shape::Webhook`]): the outcome of
+//! The answer of a hooks-file hook ([`Dialect::HooksFile`]): the outcome of
 //! `invoke`'s steps — the run endpoint's answer, or the error of the step
 //! that stopped — said as webhook 2.8 says it, in plain text with its
 //! statuses (Go's content sniffing for the type). trigd's own limits
 //! (`busy`, `shutting_down`, `storage_unavailable`, `disk_full`, an
 //! `Idempotency-Key` refused) keep trigd's JSON error.
 //!
-//! [`Shape::Webhook`]: crate::config::Shape::Webhook
+//! [`Dialect::HooksFile`]: crate::config::Dialect::HooksFile
 
 use serde_json::Value;
 
-use crate::config::HookAnswer;
+use super::HookAnswer;
 use crate::http::{ApiError, Response};
 use crate::runs::replay::REPLAYED;
 

@@ -1,10 +1,10 @@
 //! Hook definitions (`file.rs`) → endpoints: each adnanh/webhook hook
 //! becomes an [`Endpoint`] like every other entry point — public, read the
-//! webhook way ([`Dialect::Webhook`]), a rule tree of the same [`Rule`]
-//! leaves native triggers use (the HMAC checks of `signature.rs`), its
-//! arguments, environment and files ([`Values::Hook`]), a one-function
-//! program of its own ([`Target::Own`]) that the runner runs like any
-//! other, and webhook's answer ([`Shape::Webhook`]).
+//! webhook way, with its arguments, environment and files, and webhook's
+//! answer (all three in the one [`Hook`] its [`Dialect::HooksFile`]
+//! carries), a rule tree of the same [`Rule`] leaves signed endpoints use
+//! (the HMAC checks of `signature.rs`), and a one-function program of its
+//! own ([`Target::Own`]) that the runner runs like any other.
 //!
 //! Everything is checked here, once: a source, rule type, range or regex
 //! that webhook would only trip over per request is a load error naming the
@@ -16,16 +16,15 @@ use std::sync::Arc;
 
 use regex_lite::Regex;
 
+use super::{Hook, HookAnswer, HookFile, HookValues, Hooks, Reading};
 use crate::access::cidr::Cidr;
 use crate::compat::webhook::file::{
     parse_file, ArgDef, HookDef, HookError, MatchDef, RuleDef, MAX_HOOKS,
 };
 use crate::config::types::{error, Errors};
-use crate::config::Hooks;
 use crate::config::{
-    resolve, ConfigError, Credentials, Dialect, Endpoint, Entry, Function, HookAnswer, HookFile,
-    HookValues, Methods, OutputMode, Piece, Program, Server, Shape, Step, Target, Template, Values,
-    WebhookReading,
+    resolve, ConfigError, Credentials, Dialect, Endpoint, Entry, Function, Methods, OutputMode,
+    Piece, Program, Server, Step, Target, Template, Values,
 };
 use crate::http::Method;
 use crate::receive::rules::{Leaf, Rule};
@@ -164,13 +163,18 @@ pub fn compile(d: &HookDef, dir: &Path, server: &Server) -> Result<Endpoint, Str
             Methods::Set(methods)
         },
         credentials: Credentials::Public,
-        dialect: Dialect::Webhook(WebhookReading {
-            content_type: (!d.incoming_payload_content_type.is_empty())
-                .then(|| d.incoming_payload_content_type.clone()),
-            json_params,
-            soft_signatures: d.trigger_signature_soft_failures,
-        }),
-        values: Values::Hook(Arc::new(values)),
+        dialect: Dialect::HooksFile(Arc::new(Hook {
+            reading: Reading {
+                content_type: (!d.incoming_payload_content_type.is_empty())
+                    .then(|| d.incoming_payload_content_type.clone()),
+                json_params,
+                soft_signatures: d.trigger_signature_soft_failures,
+            },
+            values,
+            answer: answer(d)?,
+        })),
+        // No positional `variables`: the dialect makes the values.
+        values: Values::ByName,
         target: Target::Own(Arc::new(program)),
         vars: BTreeMap::new(),
         // A hooks-file hook has no completion callback (the file format
@@ -178,7 +182,6 @@ pub fn compile(d: &HookDef, dir: &Path, server: &Server) -> Result<Endpoint, Str
         callback: None,
         request_callbacks: false,
         receive: Arc::new(receive),
-        shape: Shape::Webhook(Arc::new(answer(d)?)),
         entry: Entry::Hook(d.id.clone()),
     })
 }
@@ -550,9 +553,10 @@ mod tests {
             Template(vec![Piece::Lit("/etc/trigd/work/run.sh".into())])
         );
         assert_eq!(f.workdir, Path::new("/etc/trigd/work"));
-        let (Values::Hook(values), Shape::Webhook(answer)) = (&h.values, &h.shape) else {
+        let Dialect::HooksFile(hook) = &h.dialect else {
             panic!()
         };
+        let (values, answer) = (&hook.values, &hook.answer);
         assert_eq!(values.file_dir, Path::new("/etc/trigd/work"));
         assert_eq!(h.methods, Methods::Set(vec![Method::Post]));
         assert_eq!(

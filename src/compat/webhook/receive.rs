@@ -6,7 +6,7 @@
 //! with the dots wins, values printed as Go prints them, and its rule
 //! outcome: a missing value is no match, a failed signature an error.
 //!
-//! Owns: [`WebhookRequest`], [`Fault`] and [`go_json`]. The sources,
+//! Owns: [`HookRequest`], [`Fault`] and [`go_json`]. The sources,
 //! rules and signature checks are the native ones (`values`, `rules`,
 //! `signature`); this module only reads them the way webhook does.
 //!
@@ -44,7 +44,7 @@ pub enum Fault {
 }
 
 /// The request as a hooks-file hook reads it.
-pub struct WebhookRequest<'a> {
+pub struct HookRequest<'a> {
     method: &'a str,
     remote: String,
     body: &'a [u8],
@@ -70,7 +70,7 @@ pub enum BodyError {
     TooComplex(String),
 }
 
-impl<'a> WebhookRequest<'a> {
+impl<'a> HookRequest<'a> {
     /// Read a request: `headers` with lower-case names, decoded `query`
     /// pairs, the peer address, and the hook's `incoming-payload-content-type`
     /// and `parse-parameters-as-json` payload names (a multipart file part
@@ -86,7 +86,7 @@ impl<'a> WebhookRequest<'a> {
         body: &'a [u8],
         content_type: Option<&str>,
         json_parts: &[String],
-    ) -> Result<WebhookRequest<'a>, BodyError> {
+    ) -> Result<HookRequest<'a>, BodyError> {
         let mut go_headers = Map::new();
         // Go keeps Host and Transfer-Encoding out of a request's headers.
         for (k, v) in headers
@@ -103,7 +103,7 @@ impl<'a> WebhookRequest<'a> {
                 crate::receive::signature::header(headers, "content-type").map(str::to_string)
             })
             .unwrap_or_default();
-        Ok(WebhookRequest {
+        Ok(HookRequest {
             method,
             remote: remote.map_or_else(String::new, |a| a.to_string()),
             body,
@@ -585,13 +585,13 @@ mod tests {
     use super::*;
     use crate::receive::values::JsonPath;
 
-    fn req<'a>(h: &'a [(String, String)], body: &'a [u8]) -> WebhookRequest<'a> {
+    fn req<'a>(h: &'a [(String, String)], body: &'a [u8]) -> HookRequest<'a> {
         let q = vec![
             ("q".to_string(), "1".to_string()),
             ("q".to_string(), "2".to_string()),
         ];
         let remote = Some("10.1.2.3:4567".parse().unwrap());
-        WebhookRequest::new("POST", remote, h, &q, body, None, &[]).unwrap()
+        HookRequest::new("POST", remote, h, &q, body, None, &[]).unwrap()
     }
 
     fn pairs(p: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -655,7 +655,7 @@ mod tests {
         assert_eq!(r.get(&payload("root.1")).unwrap(), "2");
         let h = pairs(&[("content-type", "multipart/form-data; boundary=x")]);
         let q = Vec::new();
-        assert!(WebhookRequest::new("POST", None, &h, &q, b"nope", None, &[]).is_err());
+        assert!(HookRequest::new("POST", None, &h, &q, b"nope", None, &[]).is_err());
     }
 
     #[test]

@@ -11,8 +11,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::compat::webhook::answer as hook_answer;
-use crate::config::{Config, Endpoint, Entry, Shape};
+use crate::config::{Config, Dialect, Endpoint, Entry};
 use crate::http::app::App;
 use crate::http::logging;
 use crate::http::{ApiError, Request, Response};
@@ -98,9 +97,9 @@ pub fn answer(
         }
         _ => {}
     }
-    match &endpoint.shape {
-        Shape::Run => Ok(shape(&rcv.answer, result)),
-        Shape::Webhook(h) => hook_answer::render(h, result),
+    match &endpoint.dialect {
+        Dialect::Native => Ok(shape(&rcv.answer, result)),
+        Dialect::HooksFile(h) => crate::compat::webhook::answer::render(&h.answer, result),
     }
 }
 

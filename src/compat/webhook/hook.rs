@@ -1,0 +1,104 @@
+//! What a hooks-file hook is once compiled (`compile.rs`): the endpoint's
+//! one compat value ([`Hook`], carried by
+//! [`Dialect::HooksFile`](crate::config::Dialect::HooksFile)), and every
+//! hook of the configured hooks files ([`Hooks`]).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::config::{Endpoint, Program, Target};
+use crate::receive::values::Source;
+
+/// How one hook reads its request, makes its values and answers: the
+/// parts of a hook `invoke` does not do the native way.
+#[derive(Debug)]
+pub struct Hook {
+    /// How its request is read (`receive.rs`, `read.rs`).
+    pub reading: Reading,
+    /// How its values are made (`values.rs`).
+    pub values: HookValues,
+    /// How it answers (`answer.rs`).
+    pub answer: HookAnswer,
+}
+
+/// The options of adnanh/webhook's way of reading a request.
+#[derive(Debug, Clone, Default)]
+pub struct Reading {
+    /// `incoming-payload-content-type`, when set.
+    pub content_type: Option<String>,
+    /// `parse-parameters-as-json`.
+    pub json_params: Vec<Source>,
+    /// `trigger-signature-soft-failures`.
+    pub soft_signatures: bool,
+}
+
+/// How a hook makes the values of its run.
+#[derive(Debug)]
+pub struct HookValues {
+    /// `pass-arguments-to-command`, in order.
+    pub args: Vec<Source>,
+    /// `pass-environment-to-command`: variable name and source.
+    pub env: Vec<(String, Source)>,
+    /// `pass-file-to-command`.
+    pub files: Vec<HookFile>,
+    /// Directory the files go to (`command-working-directory`, else the
+    /// system's temporary directory).
+    pub file_dir: PathBuf,
+}
+
+/// One `pass-file-to-command` entry.
+#[derive(Debug)]
+pub struct HookFile {
+    /// Environment variable that gets the file's path.
+    pub env: String,
+    /// What goes in the file.
+    pub source: Source,
+    /// `base64decode`.
+    pub base64: bool,
+}
+
+/// How a hook answers: adnanh/webhook's texts and options (the status of
+/// a rule that does not match is the endpoint's
+/// `receive.answer.ignored_status`).
+#[derive(Debug, Clone, Default)]
+pub struct HookAnswer {
+    /// `response-message` (without `include-command-output-in-response`).
+    pub message: String,
+    /// `response-headers`, on a request that matched.
+    pub headers: Vec<(String, String)>,
+    /// `success-http-response-code` when it is a known status, else 200.
+    pub success: u16,
+    /// `include-command-output-in-response`: wait and answer the output.
+    pub output: bool,
+    /// `include-command-output-in-response-on-error`.
+    pub output_on_error: bool,
+}
+
+impl Hook {
+    /// Whether its run is async: without
+    /// `include-command-output-in-response` (webhook waits for the
+    /// command only to answer its output).
+    pub fn run_async(&self) -> bool {
+        !self.answer.output
+    }
+}
+
+/// The hooks of every `hooks_files` entry, served under one URL prefix.
+#[derive(Debug, Default)]
+pub struct Hooks {
+    /// Path segments before the hook id (`hooks_url_prefix`, split at `/`).
+    pub prefix: Vec<String>,
+    /// Hooks by id, each compiled into the endpoint it is.
+    pub by_id: BTreeMap<String, Endpoint>,
+}
+
+impl Hooks {
+    /// The one-function program of hook `id`.
+    pub fn program(&self, id: &str) -> Option<&Arc<Program>> {
+        match &self.by_id.get(id)?.target {
+            Target::Own(program) => Some(program),
+            _ => None,
+        }
+    }
+}
