@@ -288,3 +288,164 @@ fn src_has_no_module_cycles() {
         cycles.join("\n")
     );
 }
+
+/// Where code outside `src/compat/` may know adnanh/webhook's hooks files
+/// (`compat`, `Dialect::HooksFile`, `cfg.hooks`, the `hooks_*` server
+/// settings), and how many times: removing compatibility is
+/// `src/compat/`, the `HooksFile` variant with one arm per pipeline stage,
+/// and these sites (src/compat/mod.rs says the same). The count is of
+/// words in code, comments and tests left out.
+const COMPAT_SITES: &[(&str, usize, &str)] = &[
+    ("lib.rs", 1, "pub mod compat"),
+    (
+        "config/endpoint.rs",
+        2,
+        "Dialect::HooksFile(Arc<compat::webhook::Hook>): the one variant",
+    ),
+    (
+        "config/mod.rs",
+        4,
+        "Config.hooks, and Server's hooks_files, hooks_url_prefix, hooks_http_methods",
+    ),
+    (
+        "config/raw.rs",
+        3,
+        "the three [server] hooks_* TOML keys (public)",
+    ),
+    ("config/server.rs", 10, "validation of the hooks_* settings"),
+    (
+        "config/validate.rs",
+        7,
+        "read the hooks files, compile::load (stage: load)",
+    ),
+    (
+        "config/reload.rs",
+        3,
+        "a hooks file's change triggers a reload (stage: reload)",
+    ),
+    (
+        "http/routes.rs",
+        1,
+        "compat::webhook::route (stage: URL table)",
+    ),
+    (
+        "http/server.rs",
+        2,
+        "an unreadable path under the prefix: webhook's 404",
+    ),
+    (
+        "invoke/read.rs",
+        6,
+        "Read::HooksFile: new, rule, get (stage: read)",
+    ),
+    (
+        "invoke/values.rs",
+        2,
+        "compat::webhook::values::make (stage: values)",
+    ),
+    (
+        "invoke/mod.rs",
+        2,
+        "run_async and no Trigd-Callback (stage: start)",
+    ),
+    (
+        "invoke/signed.rs",
+        2,
+        "compat::webhook::answer::render (stage: answer)",
+    ),
+    (
+        "runner/mod.rs",
+        1,
+        "a hook run's program, by id (cfg.hooks)",
+    ),
+    (
+        "cli/mod.rs",
+        2,
+        "import-webhook; its help names hooks_files",
+    ),
+    (
+        "cli/lint.rs",
+        1,
+        "compat::webhook::lint::warnings (stage: check)",
+    ),
+    ("cli/commands.rs", 2, "`trigd check` counts the hooks"),
+];
+
+/// Occurrences of the words that know hooks files in `code`.
+fn compat_words(code: &str) -> usize {
+    let words = [
+        "compat",
+        "HooksFile",
+        "hooks_files",
+        "hooks_url_prefix",
+        "hooks_http_methods",
+    ];
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut n = 0;
+    for w in words {
+        for (i, _) in code.match_indices(w) {
+            let before = code[..i].chars().next_back();
+            let after = code[i + w.len()..].chars().next();
+            if !before.is_some_and(ident) && !after.is_some_and(ident) {
+                n += 1;
+            }
+        }
+    }
+    n + code.matches(".hooks.").count() + code.matches(".hooks\n").count()
+}
+
+/// Code of `path` without comments and without its test module.
+fn code_of(path: &Path) -> String {
+    let text = fs::read_to_string(path).unwrap();
+    let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or("");
+    code.lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Every `.rs` file under `dir`, relative to `root`, but `compat/` and
+/// `*_tests.rs`.
+fn files_outside_compat(root: &Path, dir: &Path, out: &mut Vec<String>) {
+    for e in fs::read_dir(dir).unwrap() {
+        let path = e.unwrap().path();
+        let rel = path
+            .strip_prefix(root)
+            .unwrap()
+            .to_string_lossy()
+            .to_string();
+        if path.is_dir() {
+            if rel != "compat" {
+                files_outside_compat(root, &path, out);
+            }
+        } else if rel.ends_with(".rs") && !rel.ends_with("_tests.rs") {
+            out.push(rel);
+        }
+    }
+}
+
+#[test]
+fn compat_is_known_only_at_the_documented_sites() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    files_outside_compat(&root, &root, &mut files);
+    files.sort();
+    let mut over = Vec::new();
+    for rel in &files {
+        let n = compat_words(&code_of(&root.join(rel)));
+        let allowed = COMPAT_SITES
+            .iter()
+            .find(|(f, _, _)| f == rel)
+            .map_or(0, |(_, max, _)| *max);
+        if n > allowed {
+            over.push(format!("{rel}: {n} (allowed {allowed})"));
+        }
+    }
+    assert!(
+        over.is_empty(),
+        "code outside src/compat/ knows hooks files beyond the documented sites \
+         (COMPAT_SITES here, src/compat/mod.rs): move it into src/compat/webhook/ \
+         or document the site:\n{}",
+        over.join("\n")
+    );
+}

@@ -29,7 +29,8 @@ pub fn warnings(cfg: &Config, path_env: &str) -> Vec<String> {
             }
         }
     }
-    out.extend(crate::compat::webhook::lint::warnings(cfg, path_env));
+    let missing = |argv: &[_], f: &Function| missing_command(argv, f, path_env);
+    out.extend(crate::compat::webhook::lint::warnings(cfg, missing));
     out
 }
 
@@ -60,7 +61,7 @@ fn at(program: &Program, function: &Function, step: usize) -> String {
 
 /// A command whose program (written without placeholders) is not an
 /// executable file where a run will look for it.
-pub fn missing_command(
+fn missing_command(
     argv: &[crate::config::Template],
     function: &Function,
     path_env: &str,

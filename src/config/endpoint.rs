@@ -185,3 +185,25 @@ impl Endpoint {
         }
     }
 }
+
+/// The hooks of every `hooks_files` entry, served under one URL prefix
+/// (compiled by `compat::webhook::compile`; kept here, beside
+/// [`Endpoint`], so that the config holds them without depending on
+/// `compat`'s code).
+#[derive(Debug, Default)]
+pub struct Hooks {
+    /// Path segments before the hook id (`hooks_url_prefix`, split at `/`).
+    pub prefix: Vec<String>,
+    /// Hooks by id, each compiled into the endpoint it is.
+    pub by_id: BTreeMap<String, Endpoint>,
+}
+
+impl Hooks {
+    /// The one-function program of hook `id`.
+    pub fn program(&self, id: &str) -> Option<&Arc<Program>> {
+        match &self.by_id.get(id)?.target {
+            Target::Own(program) => Some(program),
+            _ => None,
+        }
+    }
+}

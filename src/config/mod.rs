@@ -33,7 +33,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use endpoint::{Credentials, Dialect, Endpoint, Entry, Methods, Target, TriggerName, Values};
+pub use endpoint::{
+    Credentials, Dialect, Endpoint, Entry, Hooks, Methods, Target, TriggerName, Values,
+};
 pub use named::Named;
 pub use stamp::Stamp;
 
@@ -63,7 +65,7 @@ pub struct Config {
     /// Tools by name.
     pub tools: BTreeMap<String, Tool>,
     /// Hooks of adnanh/webhook hooks files (`hooks_files`), by id.
-    pub hooks: crate::compat::webhook::Hooks,
+    pub hooks: Hooks,
     /// The run endpoint `POST /api`.
     pub run_endpoint: Endpoint,
     /// sha256 of `config.toml`'s text; with the [`Stamp`] of every program

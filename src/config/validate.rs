@@ -611,7 +611,7 @@ fn check(files: Files, current: Option<&Config>) -> Result<Config, Vec<ConfigErr
     let api_keys = api_keys(&src, &raw, &workspaces, cb, &mut errs);
     let tools = tools::tools(&src, &raw, &workspaces, &known, cb, &dir, &mut errs);
     let hooks = match raw.server.hooks_files.is_empty() {
-        true => crate::compat::webhook::Hooks::default(),
+        true => super::Hooks::default(),
         false => crate::compat::webhook::compile::load(
             &hook_files,
             &server.hooks_url_prefix,

@@ -37,7 +37,6 @@ use std::sync::Arc;
 pub use answer::finished_body;
 pub use values::check_values;
 pub use values::named_values;
-pub use values::Made;
 
 use crate::access::Member;
 use crate::config::{

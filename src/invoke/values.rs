@@ -60,7 +60,13 @@ pub fn make<'e>(
 ) -> Result<Made<'e>, ApiError> {
     if let Dialect::HooksFile(h) = &endpoint.dialect {
         let get = |s: &Source| read.get(s).map_err(body_error);
-        return crate::compat::webhook::values::make(server, &h.values, get);
+        let m = crate::compat::webhook::values::make(server, &h.values, get)?;
+        return Ok(Made {
+            values: m.values,
+            vars: Cow::Owned(m.vars),
+            files: m.files,
+            request: m.request,
+        });
     }
     let values = match &endpoint.values {
         Values::Positional => req.query_all("variables").map(str::to_string).collect(),

@@ -16,15 +16,15 @@ use std::sync::Arc;
 
 use regex_lite::Regex;
 
-use super::{Hook, HookAnswer, HookFile, HookValues, Hooks, Reading};
+use super::{Hook, HookAnswer, HookFile, HookValues, Reading};
 use crate::access::cidr::Cidr;
 use crate::compat::webhook::file::{
     parse_file, ArgDef, HookDef, HookError, MatchDef, RuleDef, MAX_HOOKS,
 };
 use crate::config::types::{error, Errors};
 use crate::config::{
-    resolve, ConfigError, Credentials, Dialect, Endpoint, Entry, Function, Methods, OutputMode,
-    Piece, Program, Server, Step, Target, Template, Values,
+    resolve, ConfigError, Credentials, Dialect, Endpoint, Entry, Function, Hooks, Methods,
+    OutputMode, Piece, Program, Server, Step, Target, Template, Values,
 };
 use crate::http::Method;
 use crate::receive::rules::{Leaf, Rule};

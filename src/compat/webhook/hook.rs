@@ -1,13 +1,10 @@
 //! What a hooks-file hook is once compiled (`compile.rs`): the endpoint's
 //! one compat value ([`Hook`], carried by
-//! [`Dialect::HooksFile`](crate::config::Dialect::HooksFile)), and every
-//! hook of the configured hooks files ([`Hooks`]).
+//! [`Dialect::HooksFile`](crate::config::Dialect::HooksFile)). It depends
+//! on nothing in `config`, so that `config` may hold it.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
 
-use crate::config::{Endpoint, Program, Target};
 use crate::receive::values::Source;
 
 /// How one hook reads its request, makes its values and answers: the
@@ -81,24 +78,5 @@ impl Hook {
     /// command only to answer its output).
     pub fn run_async(&self) -> bool {
         !self.answer.output
-    }
-}
-
-/// The hooks of every `hooks_files` entry, served under one URL prefix.
-#[derive(Debug, Default)]
-pub struct Hooks {
-    /// Path segments before the hook id (`hooks_url_prefix`, split at `/`).
-    pub prefix: Vec<String>,
-    /// Hooks by id, each compiled into the endpoint it is.
-    pub by_id: BTreeMap<String, Endpoint>,
-}
-
-impl Hooks {
-    /// The one-function program of hook `id`.
-    pub fn program(&self, id: &str) -> Option<&Arc<Program>> {
-        match &self.by_id.get(id)?.target {
-            Target::Own(program) => Some(program),
-            _ => None,
-        }
     }
 }

@@ -17,7 +17,7 @@ pub mod read;
 pub mod receive;
 pub mod values;
 
-pub use hook::{Hook, HookAnswer, HookFile, HookValues, Hooks, Reading};
+pub use hook::{Hook, HookAnswer, HookFile, HookValues, Reading};
 
 use std::sync::Arc;
 

@@ -2,7 +2,6 @@
 //! as adnanh/webhook passes them (`invoke`'s values step calls [`make`]
 //! for a hook).
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use base64::Engine as _;
@@ -10,9 +9,21 @@ use base64::Engine as _;
 use super::HookValues;
 use crate::config::Server;
 use crate::http::ApiError;
-use crate::invoke::Made;
 use crate::receive::body_file::BodyFile;
 use crate::receive::values::Source;
+
+/// What a hook's values step makes (`invoke::Made`'s parts).
+#[derive(Default)]
+pub struct Made {
+    /// `pass-arguments-to-command`, by position.
+    pub values: Vec<String>,
+    /// `pass-environment-to-command`, and each file's path.
+    pub vars: BTreeMap<String, String>,
+    /// `pass-file-to-command` files, removed after the run.
+    pub files: Vec<BodyFile>,
+    /// `NAME=value` of every variable and file taken from the request.
+    pub request: Vec<String>,
+}
 
 /// A hook's values as webhook passes them: each argument (a missing one
 /// is empty), each environment variable and file (a missing one is left
@@ -28,7 +39,7 @@ pub fn make(
     server: &Server,
     h: &HookValues,
     get: impl Fn(&Source) -> Result<Option<String>, ApiError>,
-) -> Result<Made<'static>, ApiError> {
+) -> Result<Made, ApiError> {
     let max = server.max_variable_bytes;
     let bounded = |name: String, v: Option<String>| match v {
         Some(v) if v.len() > max => Err(ApiError::InvalidParameter {
@@ -37,13 +48,7 @@ pub fn make(
         }),
         v => Ok(v),
     };
-    let mut vars = BTreeMap::new();
-    let mut made = Made {
-        values: Vec::new(),
-        vars: Cow::Owned(BTreeMap::new()),
-        files: Vec::new(),
-        request: Vec::new(),
-    };
+    let mut made = Made::default();
     for (i, s) in h.args.iter().enumerate() {
         let name = format!("pass-arguments-to-command[{i}]");
         made.values
@@ -52,7 +57,7 @@ pub fn make(
     for (name, s) in &h.env {
         if let Some(v) = bounded(name.clone(), get(s)?)? {
             made.request.push(format!("{name}={v}"));
-            vars.insert(name.clone(), v);
+            made.vars.insert(name.clone(), v);
         }
     }
     for f in &h.files {
@@ -67,7 +72,8 @@ pub fn make(
         };
         match BodyFile::write_named(&h.file_dir, &f.env, &data) {
             Ok(file) => {
-                vars.insert(f.env.clone(), file.path().display().to_string());
+                made.vars
+                    .insert(f.env.clone(), file.path().display().to_string());
                 made.files.push(file);
             }
             Err(e) => log::error!(
@@ -76,6 +82,5 @@ pub fn make(
             ),
         }
     }
-    made.vars = Cow::Owned(vars);
     Ok(made)
 }
