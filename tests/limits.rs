@@ -1687,8 +1687,11 @@ fn repeated_refused_signatures_write_one_warn_line() {
         .filter(|l| l.contains("WARN") && l.contains("refused"))
         .collect();
     t.check(
-        warns.iter().all(|l| l.contains("trigd::invoke::webhook]")),
-        format!("the lines keep the webhook's target:\n{}", warns.join("\n")),
+        warns.iter().all(|l| l.contains("trigd::invoke::signed]")),
+        format!(
+            "the lines keep the signed endpoints' target:\n{}",
+            warns.join("\n")
+        ),
     );
     // One per reason (missing, mismatch) in the interval.
     t.check(

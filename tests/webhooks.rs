@@ -384,7 +384,7 @@ fn events_the_rule_does_not_match_are_ignored_logged_and_counted() {
     assert_eq!(runs_of_program_1(&t), 0);
     let log = dir.read("stderr.log");
     assert!(
-        log.contains("webhook hooks/prod/github ignored: rule.and[0]"),
+        log.contains("signed endpoint hooks/prod/github ignored: rule.and[0]"),
         "{log}"
     );
     no_secret_logged(&dir);

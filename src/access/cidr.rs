@@ -1,5 +1,5 @@
 //! Address ranges (`10.0.0.0/8`, `2001:db8::/32`, or one address): the
-//! client-address rules of webhooks and hooks files, and the private
+//! client-address rules of signed endpoints and hooks files, and the private
 //! addresses that completion callbacks may reach.
 
 use std::net::IpAddr;

@@ -77,7 +77,7 @@ trigd run — run one function of a program here, without a server
 Usage: trigd run PROGRAM [VALUE...] [--config PATH] [--function F]
 
 PROGRAM is a program's name or id. Each VALUE binds by position to the
-function's webhook outputs, as `variables` do over HTTP. Prints the same JSON
+function's outputs, as `variables` do over HTTP. Prints the same JSON
 as `POST /api` (without a `Run` id: the run is not recorded, the state dir
 may belong to a running server); exits 0 when the run finished, 1 otherwise.
 Put VALUEs starting with `-` after `--`.

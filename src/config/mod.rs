@@ -25,7 +25,6 @@ mod stamp;
 mod tools;
 pub mod types;
 mod validate;
-pub mod yaml;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;

@@ -64,7 +64,7 @@ pub fn is_name(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
-/// Whether `s` is an identifier `[A-Za-z_][A-Za-z0-9_]*` (webhook outputs,
+/// Whether `s` is an identifier `[A-Za-z_][A-Za-z0-9_]*` (outputs,
 /// environment variable names, placeholder names).
 pub fn is_ident(s: &str) -> bool {
     let mut bytes = s.bytes();

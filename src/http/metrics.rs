@@ -31,9 +31,10 @@ pub struct Metrics {
     http: Vec<AtomicU64>,
     /// Finished runs by (program or hook, outcome state).
     runs: Mutex<BTreeMap<(RunLabel, &'static str), u64>>,
-    /// Webhook requests that did not run, by (tool, trigger, outcome):
+    /// Requests of signed endpoints and hooks-file hooks that did not
+    /// run, by (tool, trigger, outcome):
     /// `ignored` by rules, or the `Code` of a refused signature.
-    webhooks: Mutex<BTreeMap<(String, String, &'static str), u64>>,
+    not_run: Mutex<BTreeMap<(String, String, &'static str), u64>>,
     buckets: [AtomicU64; BUCKETS.len()],
     duration_count: AtomicU64,
     duration_sum_us: AtomicU64,
@@ -64,7 +65,7 @@ impl Default for Metrics {
         Metrics {
             http: (0..600).map(|_| AtomicU64::new(0)).collect(),
             runs: Mutex::new(BTreeMap::new()),
-            webhooks: Mutex::new(BTreeMap::new()),
+            not_run: Mutex::new(BTreeMap::new()),
             buckets: Default::default(),
             duration_count: AtomicU64::new(0),
             duration_sum_us: AtomicU64::new(0),
@@ -110,11 +111,12 @@ impl Metrics {
             .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
     }
 
-    /// Count one webhook request of `tool`'s `trigger` that did not run:
+    /// Count one request of `tool`'s `trigger` (a signed endpoint, or
+    /// `hooks` and a hook id) that did not run:
     /// `outcome` is `ignored` or the `Code` of its refusal.
-    pub fn webhook(&self, tool: &str, trigger: &str, outcome: &'static str) {
+    pub fn not_run(&self, tool: &str, trigger: &str, outcome: &'static str) {
         *self
-            .webhooks
+            .not_run
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .entry((tool.to_string(), trigger.to_string(), outcome))
@@ -126,7 +128,7 @@ impl Metrics {
         let mut s = String::new();
         self.render_http(&mut s);
         self.render_runs(&mut s);
-        self.render_webhooks(&mut s);
+        self.render_not_run(&mut s);
         self.render_durations(&mut s);
         g.render(&mut s);
         self.render_switch_flips(&mut s);
@@ -178,14 +180,14 @@ impl Metrics {
         }
     }
 
-    fn render_webhooks(&self, s: &mut String) {
+    fn render_not_run(&self, s: &mut String) {
         let _ = writeln!(
             s,
-            "# HELP trigd_webhooks_not_run_total Webhook requests that ran nothing: ignored by rules, or refused (outcome = the error Code)."
+            "# HELP trigd_webhooks_not_run_total Requests of signed endpoints and hooks-file hooks that ran nothing: ignored by rules, or refused (outcome = the error Code)."
         );
         let _ = writeln!(s, "# TYPE trigd_webhooks_not_run_total counter");
         for ((tool, trigger, o), n) in self
-            .webhooks
+            .not_run
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
@@ -315,8 +317,8 @@ mod tests {
             "failed",
             Duration::from_millis(20),
         );
-        m.webhook("gh", "push", "ignored");
-        m.webhook("gh", "push", "ignored");
+        m.not_run("gh", "push", "ignored");
+        m.not_run("gh", "push", "ignored");
         let g = Gauges {
             in_flight: 1,
             queued: 0,

@@ -579,9 +579,10 @@ pub enum ApiError {
         /// Where the rule failed (never an expected value or a secret).
         reason: String,
     },
-    /// The endpoint's rule could not be evaluated (read the webhook way: a
-    /// signature that does not match): nothing ran. Only hooks of hooks
-    /// files meet it, answered with webhook's text.
+    /// A hooks-file hook's rule could not be evaluated (read as
+    /// adnanh/webhook reads it: a signature that does not match): nothing
+    /// ran. Only hooks of hooks files meet it, answered with webhook's
+    /// text.
     RuleError {
         /// What failed (never a value or a secret).
         reason: String,

@@ -14,13 +14,13 @@
 //! rule and the values (`read.rs`, by its
 //! [`Dialect`](crate::config::Dialect)), how values are made (`values.rs`,
 //! by its [`Values`]), which function runs ([`Target`]) and the answer's
-//! shape (`webhook.rs`, by its [`Shape`]: the run endpoint's JSON, or
+//! shape (`signed.rs`: the run endpoint's JSON, or for a hooks-file hook
 //! webhook's texts in `compat/webhook/answer.rs`). The same fault gets the same
 //! error on every path; only its wording is the shape's.
 //!
-//! The receive steps of a tool trigger (signature, sourced values, body
-//! file, the answer's status and headers) are in `webhook.rs`; for an
-//! endpoint without receive settings they do nothing. With an
+//! The steps of a signed endpoint (a tool trigger with receive settings:
+//! signature, sourced values, body file, the answer's status and headers)
+//! are in `signed.rs`; for an endpoint without them they do nothing. With an
 //! `Idempotency-Key`, "start" goes through `replay::start_once`: at most
 //! one run per key, repeats answered with the original run. `answer.rs`
 //! starts the run and writes the run endpoint's answer.
@@ -75,7 +75,7 @@ impl Caller<'_> {
 /// Take `req` through `endpoint`: check the credentials and the method,
 /// find the function, read the request, evaluate the rule, make and check
 /// the values, start the run (sync or async) and answer in the endpoint's
-/// shape (`webhook::answer`).
+/// shape (`signed::answer`).
 ///
 /// # Errors
 /// Every error of the steps, in this order: credentials (see `access`),

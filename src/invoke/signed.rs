@@ -1,7 +1,7 @@
-//! The steps a tool trigger with receive settings adds to [`invoke`]
-//! (see `receive`): the signature right after the endpoint's credentials
-//! and the raw body in a file; and the accounting and shape of every
-//! answer in [`answer`] (the rule is `read.rs`'s, the values from their
+//! The steps a *signed endpoint* (a tool trigger with receive settings:
+//! GitHub, Stripe, Slack… requests) adds to [`invoke`] (see `receive`):
+//! the signature right after the endpoint's credentials and the raw body
+//! in a file; and the accounting and shape of every answer in [`answer`] (the rule is `read.rs`'s, the values from their
 //! sources `values.rs`'s). For an endpoint without receive settings every
 //! step here is a no-op.
 //!
@@ -52,14 +52,14 @@ pub fn body_file(
     }
 }
 
-/// Account for and shape the answer, by the endpoint's [`Shape`]. A
-/// request of a tool trigger with receive settings, or of a hook, that ran
-/// nothing is logged and counted in `trigd_webhooks_not_run_total`
-/// (`tool="hooks"` for a hook). The run endpoint's answer of a tool
-/// trigger with receive settings gets the trigger's success status, extra
-/// headers, and without `output` no `Result` (nor a failed run's
-/// `Stderr`); a hook's is said as webhook says it (`hook_answer`); other
-/// endpoints' are untouched.
+/// Account for and shape the answer, by the endpoint's [`Dialect`]. A
+/// request of a signed endpoint, or of a hooks-file hook, that ran nothing
+/// is logged and counted in `trigd_webhooks_not_run_total` (a public name:
+/// `tool="hooks"` for a hook). A signed endpoint's answer gets the
+/// trigger's success status, extra headers, and without `output` no
+/// `Result` (nor a failed run's `Stderr`); a hook's is said as
+/// adnanh/webhook says it (`compat::webhook::answer`); other endpoints'
+/// are untouched.
 ///
 /// # Errors
 /// `result`'s, for an endpoint without receive settings; trigd's own
@@ -76,13 +76,13 @@ pub fn answer(
         _ => return result,
     };
     let name = || match &endpoint.entry {
-        Entry::Tool(t) => format!("webhook {}/{}/{}", t.tool, t.environment, t.trigger),
+        Entry::Tool(t) => format!("signed endpoint {}/{}/{}", t.tool, t.environment, t.trigger),
         _ => format!("hook {trigger}"),
     };
     match &result {
         Err(ApiError::Ignored { reason, .. }) => {
             log::info!("{} ignored: {reason}", name());
-            app.runner.metrics.webhook(label, trigger, "ignored");
+            app.runner.metrics.not_run(label, trigger, "ignored");
         }
         Err(e) if refused_before_run(e) => {
             // A sender decides how often this happens: summarised.
@@ -93,7 +93,7 @@ pub fn answer(
                 &kind,
                 format_args!("{name} refused: {}: {}", e.code(), e.message()),
             );
-            app.runner.metrics.webhook(label, trigger, e.code());
+            app.runner.metrics.not_run(label, trigger, e.code());
         }
         _ => {}
     }

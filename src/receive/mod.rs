@@ -1,9 +1,11 @@
-//! Receiving third-party webhooks: the building blocks that an endpoint
+//! *Signed endpoints*: requests from third parties (GitHub, Stripe, Slack…),
+//! signed or carrying a token. The building blocks that an endpoint
 //! takes a request through — verify its signature, decide from rules
 //! whether it runs, read values out of it — and the shape of its answer.
 //!
 //! Each block is plain data plus a pure function of the request, so any
-//! entry point (a tool's endpoint trigger, a webhook hooks file) compiles
+//! entry point (a tool's endpoint trigger, a hook of an adnanh/webhook
+//! hooks file) compiles
 //! its configuration into a [`Receive`] once, at load, and calls the steps
 //! in order: [`signature`], then [`rules`], then [`values`].
 //!

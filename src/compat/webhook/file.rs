@@ -13,8 +13,8 @@ use std::path::Path;
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
+use super::yaml::{self, Pos};
 use crate::config::file;
-use crate::config::yaml::{self, Pos};
 
 /// One hook as written in the file.
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -16,6 +16,7 @@ pub mod lint;
 pub mod read;
 pub mod receive;
 pub mod values;
+pub mod yaml;
 
 pub use hook::{Hook, HookAnswer, HookFile, HookValues, Reading};
 
