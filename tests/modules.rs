@@ -300,28 +300,28 @@ const COMPAT_SITES: &[(&str, usize, &str)] = &[
     (
         "config/endpoint.rs",
         2,
-        "Dialect::HooksFile(Arc<compat::webhook::Hook>): the one variant",
+        "Dialect::HooksFile(Arc<compat::webhook::Hook>)",
     ),
     (
         "config/mod.rs",
-        4,
-        "Config.hooks, and Server's hooks_files, hooks_url_prefix, hooks_http_methods",
+        1,
+        "Server.hooks: compat::webhook::Settings",
     ),
+    ("config/raw.rs", 3, "the three [server] hooks_* TOML keys"),
     (
-        "config/raw.rs",
-        3,
-        "the three [server] hooks_* TOML keys (public)",
+        "config/server.rs",
+        1,
+        "compat::webhook::settings (stage: load)",
     ),
-    ("config/server.rs", 10, "validation of the hooks_* settings"),
     (
         "config/validate.rs",
-        7,
-        "read the hooks files, compile::load (stage: load)",
+        6,
+        "read hooks files, compile::load (stage: load)",
     ),
     (
         "config/reload.rs",
         3,
-        "a hooks file's change triggers a reload (stage: reload)",
+        "hooks files' changes reload (stage: reload)",
     ),
     (
         "http/routes.rs",
@@ -331,7 +331,7 @@ const COMPAT_SITES: &[(&str, usize, &str)] = &[
     (
         "http/server.rs",
         2,
-        "an unreadable path under the prefix: webhook's 404",
+        "a path under the prefix it cannot read: 404",
     ),
     (
         "invoke/read.rs",
@@ -341,17 +341,17 @@ const COMPAT_SITES: &[(&str, usize, &str)] = &[
     (
         "invoke/values.rs",
         2,
-        "compat::webhook::values::make (stage: values)",
+        "compat::webhook::values (stage: values)",
     ),
     (
         "invoke/mod.rs",
         2,
-        "run_async and no Trigd-Callback (stage: start)",
+        "run_async, no Trigd-Callback (stage: start)",
     ),
     (
         "invoke/signed.rs",
         2,
-        "compat::webhook::answer::render (stage: answer)",
+        "compat::webhook::answer (stage: answer)",
     ),
     (
         "runner/mod.rs",
@@ -363,11 +363,7 @@ const COMPAT_SITES: &[(&str, usize, &str)] = &[
         2,
         "import-webhook; its help names hooks_files",
     ),
-    (
-        "cli/lint.rs",
-        1,
-        "compat::webhook::lint::warnings (stage: check)",
-    ),
+    ("cli/lint.rs", 1, "compat::webhook::lint (stage: check)"),
     ("cli/commands.rs", 2, "`trigd check` counts the hooks"),
 ];
 

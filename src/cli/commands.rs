@@ -29,7 +29,7 @@ pub fn check(path: &Path) -> Result<(), Error> {
         eprintln!("warning: {w}");
     }
     let hooks = match cfg.hooks.by_id.len() {
-        0 if cfg.server.hooks_files.is_empty() => String::new(),
+        0 if cfg.server.hooks.files.is_empty() => String::new(),
         n => format!(", {}", count(n, "hook")),
     };
     println!(

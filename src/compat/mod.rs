@@ -24,9 +24,11 @@
 //!    run's program, `cfg.hooks`).
 //! 4. Delete the data the config holds for it: `config::Hooks` (beside
 //!    `Endpoint`, so that `config` does not depend on this code) and
-//!    `Config::hooks`, and the `[server]` keys `hooks_files`,
-//!    `hooks_url_prefix`, `hooks_http_methods` (`config/raw.rs`,
-//!    `config/server.rs`, `Server`).
+//!    `Config::hooks`; `Server::hooks` (a [`webhook::Settings`]) and its
+//!    one call in `config/server.rs`; the three `[server]` keys
+//!    `hooks_files`, `hooks_url_prefix`, `hooks_http_methods` in
+//!    `config/raw.rs` (the TOML schema: `RawServer` denies unknown keys, so
+//!    they cannot move without a second parse).
 //!
 //! What stays: a run record's owner kind `hook` (`state`'s `Owner::Hook`,
 //! the metrics' `hook` label, `config::Entry::Hook`): records already on

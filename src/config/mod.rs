@@ -17,7 +17,7 @@ pub mod file;
 pub mod generated;
 mod named;
 mod program;
-mod raw;
+pub(crate) mod raw;
 mod receive;
 pub mod reload;
 mod server;
@@ -159,14 +159,9 @@ pub struct Server {
     /// Directory of `app_keys.json`, which instances may share
     /// (`shared_state_dir`, default: `state_dir`; read only at start).
     pub shared_state_dir: PathBuf,
-    /// adnanh/webhook hooks files, resolved (`hooks_files`, default none).
-    pub hooks_files: Vec<PathBuf>,
-    /// URL prefix of their hooks (`hooks_url_prefix`, default `hooks`).
-    pub hooks_url_prefix: String,
-    /// Methods a hook without `http-methods` accepts
-    /// (`hooks_http_methods`, webhook's `-http-methods`; default none:
-    /// any).
-    pub hooks_http_methods: Vec<crate::http::Method>,
+    /// adnanh/webhook hooks files: `hooks_files`, `hooks_url_prefix`,
+    /// `hooks_http_methods`.
+    pub hooks: crate::compat::webhook::Settings,
 }
 
 /// A run-endpoint API key (`[[api_keys]]`). Only its hash is known.

@@ -389,7 +389,7 @@ fn dirs_for(config_path: &Path, server: &config::Server) -> Vec<PathBuf> {
     if server.programs_dir.is_dir() {
         dirs.push(server.programs_dir.clone());
     }
-    for dir in server.hooks_files.iter().filter_map(|f| f.parent()) {
+    for dir in server.hooks.files.iter().filter_map(|f| f.parent()) {
         if dir.is_dir() && !dirs.iter().any(|d| d == dir) {
             dirs.push(dir.to_path_buf());
         }
@@ -458,7 +458,7 @@ fn program_paths(
     };
     let mut out = Vec::with_capacity(paths.len());
     for path in paths {
-        if is_config(&path) || server.hooks_files.iter().any(|h| abs(h) == path) {
+        if is_config(&path) || server.hooks.files.iter().any(|h| abs(h) == path) {
             continue;
         }
         let name = path.file_name()?;

@@ -10,7 +10,6 @@ use toml::Spanned;
 use super::raw::{self, defaults, RawDuration};
 use super::types::{count, duration, Errors, Src};
 use super::{resolve, Server};
-use crate::http::Method;
 
 /// Reads the settings of one `[server]` table, recording errors.
 struct Reader<'a, 'e> {
@@ -55,7 +54,7 @@ pub fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) ->
     let trusted_proxies = trusted_proxies(src, &raw.trusted_proxies, errs);
     let instance = instance(src, raw.instance.as_ref(), errs);
     let drain_delay = drain_delay(src, raw, errs);
-    let hooks_http_methods = hooks_http_methods(src, &raw.hooks_http_methods, errs);
+    let hooks = crate::compat::webhook::settings::settings(src, raw, dir, errs);
     let mut r = Reader { src, errs };
     // The key in errors is the field's name, so the two cannot drift apart.
     macro_rules! count {
@@ -114,16 +113,7 @@ pub fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) ->
         idempotency_max_keys: count!(idempotency_max_keys, IDEMPOTENCY_MAX_KEYS, 1),
         trusted_proxies,
         callbacks: Default::default(),
-        hooks_files: raw
-            .hooks_files
-            .iter()
-            .map(|f| resolve(dir, Path::new(f.get_ref())))
-            .collect(),
-        hooks_url_prefix: raw
-            .hooks_url_prefix
-            .as_ref()
-            .map_or_else(|| "hooks".to_string(), |p| p.get_ref().clone()),
-        hooks_http_methods,
+        hooks,
     }
 }
 
@@ -164,30 +154,6 @@ fn public_url(src: &Src, raw: &raw::RawServer, errs: &mut Errors) {
             errs.at(src, url.span(), "server.public_url", msg);
         }
     }
-}
-
-/// `hooks_http_methods`: each a method trigd serves, in any case, spaces
-/// around allowed (webhook's `-http-methods`).
-fn hooks_http_methods(src: &Src, raw: &[Spanned<String>], errs: &mut Errors) -> Vec<Method> {
-    let mut out = Vec::new();
-    for (i, m) in raw.iter().enumerate() {
-        match Method::parse(m.get_ref().trim()) {
-            Method::Other => {
-                let msg = format!(
-                    "\"{}\" is not a method trigd serves (GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS)",
-                    m.get_ref()
-                );
-                errs.at(
-                    src,
-                    m.span(),
-                    format!("server.hooks_http_methods[{i}]"),
-                    msg,
-                );
-            }
-            method => out.push(method),
-        }
-    }
-    out
 }
 
 /// `trusted_proxies`: each an IP address.

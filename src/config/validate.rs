@@ -230,7 +230,8 @@ fn read_config(path: &Path) -> Result<String, Vec<ConfigError>> {
 fn same_config(text: &str, current: &Config) -> bool {
     let hooks: std::io::Result<Vec<(PathBuf, String)>> = current
         .server
-        .hooks_files
+        .hooks
+        .files
         .iter()
         .map(|f| Ok((f.clone(), file::read_text(f)?)))
         .collect();
@@ -614,7 +615,7 @@ fn check(files: Files, current: Option<&Config>) -> Result<Config, Vec<ConfigErr
         true => super::Hooks::default(),
         false => crate::compat::webhook::compile::load(
             &hook_files,
-            &server.hooks_url_prefix,
+            &server.hooks.url_prefix,
             path,
             &server,
             &mut errs,

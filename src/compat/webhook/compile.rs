@@ -154,7 +154,7 @@ pub fn compile(d: &HookDef, dir: &Path, server: &Server) -> Result<Endpoint, Str
     let mut methods = methods(&d.http_methods, "http-methods")?;
     if methods.is_empty() {
         // webhook's -http-methods: the default of a hook without its own.
-        methods.clone_from(&server.hooks_http_methods);
+        methods.clone_from(&server.hooks.http_methods);
     }
     Ok(Endpoint {
         methods: if methods.is_empty() {

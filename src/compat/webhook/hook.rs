@@ -5,7 +5,22 @@
 
 use std::path::PathBuf;
 
+use crate::http::Method;
+
 use crate::receive::values::Source;
+
+/// The `[server]` settings of hooks files, resolved (`settings.rs`).
+#[derive(Debug, Clone, Default)]
+pub struct Settings {
+    /// The hooks files (`hooks_files`, default none), resolved against the
+    /// config's directory.
+    pub files: Vec<PathBuf>,
+    /// URL prefix of their hooks (`hooks_url_prefix`, default `hooks`).
+    pub url_prefix: String,
+    /// Methods of a hook without `http-methods` (`hooks_http_methods`,
+    /// webhook's `-http-methods`; default none: any method).
+    pub http_methods: Vec<Method>,
+}
 
 /// How one hook reads its request, makes its values and answers: the
 /// parts of a hook `invoke` does not do the native way.

@@ -15,10 +15,11 @@ pub mod import;
 pub mod lint;
 pub mod read;
 pub mod receive;
+pub mod settings;
 pub mod values;
 pub mod yaml;
 
-pub use hook::{Hook, HookAnswer, HookFile, HookValues, Reading};
+pub use hook::{Hook, HookAnswer, HookFile, HookValues, Reading, Settings};
 
 use std::sync::Arc;
 
