@@ -26,13 +26,14 @@
 //! the server, the URL table, logs, metrics           http/ (server.rs, routes.rs, logging.rs, metrics.rs, app.rs)
 //! authenticate a caller, rate limits, CSRF, logins   access/ (mod.rs, limiter.rs, csrf.rs, login.rs, cidr.rs)
 //! load and validate the config, hot reload           config/ (validate.rs, endpoint.rs, reload.rs, stamp.rs)
-//! start a run, read and check its values            invoke/ (mod.rs, read.rs, values.rs, answer.rs)
-//! signed endpoints: signatures, payloads, rules      receive/ (signature.rs, payload.rs, values.rs, rules.rs)
+//! start a run, read and check its values            invoke/ (mod.rs, read.rs, values.rs, signed.rs, answer.rs)
+//! signed endpoints (GitHub, Stripe… requests):       receive/ (signature.rs, payload.rs, values.rs, rules.rs)
+//!   signatures, payloads, rules
 //! a run once accepted: status, output, follow,      runs/ (mod.rs, output.rs, follow.rs, replay.rs,
 //!   cancel, Idempotency-Key, callbacks, instances     idempotency.rs, callback/, cluster.rs)
 //! run slots, the wait queue, child processes        runner/ (mod.rs, queue.rs, step.rs, handle.rs)
 //! what is kept in the state directory               state/
-//! adnanh/webhook hooks files, import-webhook        compat/webhook/
+//! adnanh/webhook hooks files, import-webhook        compat/webhook/ (what removing it takes: compat/mod.rs)
 //! the browser pages (maud templates)                ui/ (login, settings, endpoints, runs, switch, view)
 //! the only unsafe code                              sys/
 //! ```

@@ -261,13 +261,12 @@ pub fn hooks_file(data: &[u8]) {
                 continue;
             }
         };
-        let (config::Dialect::Webhook(reading), config::Values::Hook(values)) =
-            (&hook.dialect, &hook.values)
-        else {
-            panic!("a hook is read the webhook way and makes a hook's values");
+        let config::Dialect::HooksFile(h) = &hook.dialect else {
+            panic!("a hook carries its hooks-file dialect");
         };
+        let (reading, values) = (&h.reading, &h.values);
         let remote = Some("127.0.0.1:1".parse().unwrap());
-        let Ok(mut wr) = compat::webhook::receive::WebhookRequest::new(
+        let Ok(mut wr) = compat::webhook::receive::HookRequest::new(
             "POST",
             remote,
             &headers,
