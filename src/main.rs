@@ -78,6 +78,7 @@ mod runs;
 mod server;
 mod store;
 mod sys;
+mod time;
 mod tools;
 mod ui;
 mod view;

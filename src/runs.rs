@@ -229,7 +229,7 @@ pub fn stop(app: &App, cfg: &Config, rec: RunRecord, by: &Origin) -> Result<RunR
         if !accepted {
             accepted = app.runner.cancel(&rec.run) != Cancel::NotActive;
             if accepted {
-                log::info!("run {} cancelled by {}", rec.run, String::from(by.clone()));
+                log::info!("run {} cancelled by {by}", rec.run);
             }
         }
         let now = app.store.get(&rec.run).unwrap_or_else(|| rec.clone());

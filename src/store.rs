@@ -34,7 +34,7 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -42,6 +42,7 @@ use serde_json::Value;
 use crate::callback::record::Delivery;
 use crate::output;
 use crate::sys;
+use crate::time::Time;
 
 /// The states of a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -125,13 +126,8 @@ pub enum Origin {
 impl From<Origin> for String {
     fn from(o: Origin) -> String {
         match o {
-            Origin::ApiKey(n) => format!("api_key:{n}"),
-            Origin::AppKey(n) => format!("app_key:{n}"),
-            Origin::Session(n) => format!("session:{n}"),
-            Origin::Public => "public".into(),
-            Origin::Cli => "cli".into(),
-            Origin::Unknown => String::new(),
             Origin::Other(s) => s,
+            o => o.to_string(),
         }
     }
 }
@@ -155,6 +151,107 @@ impl From<String> for Origin {
             _ => Origin::Other(s),
         }
     }
+}
+
+impl std::fmt::Display for Origin {
+    /// The origin as in JSON (`api_key:<name>`, `public`, ...).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::ApiKey(n) => write!(f, "api_key:{n}"),
+            Origin::AppKey(n) => write!(f, "app_key:{n}"),
+            Origin::Session(n) => write!(f, "session:{n}"),
+            Origin::Public => f.write_str("public"),
+            Origin::Cli => f.write_str("cli"),
+            Origin::Unknown => Ok(()),
+            Origin::Other(s) => f.write_str(s),
+        }
+    }
+}
+
+/// The tool environment a run was started through. In JSON one string,
+/// `<tool>/<environment>` (neither name holds a `/`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub struct ToolEnv {
+    /// The tool's name.
+    pub tool: String,
+    /// The environment's name.
+    pub environment: String,
+}
+
+impl std::fmt::Display for ToolEnv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.tool, self.environment)
+    }
+}
+
+impl From<ToolEnv> for String {
+    fn from(t: ToolEnv) -> String {
+        t.to_string()
+    }
+}
+
+impl TryFrom<String> for ToolEnv {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<ToolEnv, String> {
+        match s.split_once('/') {
+            Some((tool, env)) => Ok(ToolEnv {
+                tool: tool.into(),
+                environment: env.into(),
+            }),
+            None => Err(format!("tool {s:?} is not <tool>/<environment>")),
+        }
+    }
+}
+
+/// What a step was, as its report in the run record says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepKind {
+    /// A command, started directly.
+    Command,
+    /// A `shell` script, started with `sh -c`.
+    Shell,
+    /// A `call` of another function of the program.
+    Call,
+}
+
+impl StepKind {
+    /// The snake_case name, as in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            StepKind::Command => "command",
+            StepKind::Shell => "shell",
+            StepKind::Call => "call",
+        }
+    }
+}
+
+/// How one step ended, as stored in the run record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct StepReport {
+    /// `command`, `shell` or `call`.
+    pub kind: StepKind,
+    /// Exit code, when the process exited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// Signal number, when the process was killed by one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    /// stdout passed `max_output_bytes`; the rest was read and discarded.
+    #[serde(default)]
+    pub stdout_truncated: bool,
+    /// stderr passed `max_output_bytes`; the rest was read and discarded.
+    #[serde(default)]
+    pub stderr_truncated: bool,
+    /// Wall time of the step in milliseconds.
+    #[serde(default)]
+    pub duration_ms: u64,
+    /// For a `call` step: the called function's steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps: Option<Vec<StepReport>>,
 }
 
 /// Whose run it is: a program's, or a hooks-file hook's (the hook id is
@@ -255,18 +352,18 @@ pub struct RunRecord {
     /// The tool environment that started it, `<tool>/<environment>`
     /// (runs of a generated tool endpoint only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool: Option<String>,
-    /// RFC 3339 time it was accepted.
-    pub created_at: String,
-    /// RFC 3339 time it started executing.
+    pub tool: Option<ToolEnv>,
+    /// When it was accepted.
+    pub created_at: Time,
+    /// When it started executing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub started_at: Option<String>,
-    /// RFC 3339 time it ended.
+    pub started_at: Option<Time>,
+    /// When it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub finished_at: Option<String>,
+    pub finished_at: Option<Time>,
     /// Per-step reports (exit code, truncation, duration).
     #[serde(default)]
-    pub steps: Vec<Value>,
+    pub steps: Vec<StepReport>,
     /// The Result array, when finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<Value>,
@@ -333,10 +430,7 @@ impl Meta {
         Meta {
             owner: rec.owner,
             state: rec.state,
-            tool: rec
-                .tool
-                .as_deref()
-                .map(|t| t.split('/').next().unwrap_or(t).into()),
+            tool: rec.tool.as_ref().map(|t| t.tool.as_str().into()),
         }
     }
 }
@@ -469,7 +563,7 @@ impl RunStore {
         fs::create_dir_all(state_dir)?;
         let path = state_dir.join("runs.log");
         let mut records = read_log(&path)?;
-        let now = now_rfc3339();
+        let now = Time::now();
         let mut resumed = Vec::new();
         let mut interrupted = Vec::new();
         for r in records.iter_mut().filter(|r| !r.state.is_terminal()) {
@@ -481,7 +575,7 @@ impl RunStore {
             } else {
                 interrupted.push(r.run.clone());
                 r.state = RunState::Interrupted;
-                r.finished_at = Some(now.clone());
+                r.finished_at = Some(now);
                 r.error = Some("trigd stopped before the run finished".into());
                 r.input = None;
             }
@@ -1145,16 +1239,6 @@ pub fn write_atomic(
     sync_dir(path)
 }
 
-/// Now as RFC 3339 UTC with milliseconds, e.g. `2026-11-22T04:14:00.123Z`.
-pub fn now_rfc3339() -> String {
-    rfc3339(SystemTime::now())
-}
-
-/// `t` as RFC 3339 UTC with milliseconds.
-pub fn rfc3339(t: SystemTime) -> String {
-    humantime::format_rfc3339_millis(t).to_string()
-}
-
 /// A new random run id of `instance`: its name, `-`, then 128 bits as 32
 /// lower-case hex characters (see `cluster.rs`).
 pub fn new_run_id(instance: &str) -> String {
@@ -1209,7 +1293,7 @@ mod tests {
         // Lines written before `Owner`: program 0 was the hook runs' place.
         let old = |program: u64| {
             let text = format!(
-                r#"{{"Run":"{}","State":"finished","Program":{program},"Function":"deploy","CreatedAt":"x"}}"#,
+                r#"{{"Run":"{}","State":"finished","Program":{program},"Function":"deploy","CreatedAt":"2026-01-01T00:00:00.000Z"}}"#,
                 id("old")
             );
             serde_json::from_str::<RunRecord>(&text).unwrap().owner
@@ -1232,7 +1316,7 @@ mod tests {
             r#async: true,
             by: Origin::Cli,
             tool: None,
-            created_at: now_rfc3339(),
+            created_at: Time::now(),
             started_at: None,
             finished_at: None,
             steps: vec![],
@@ -1246,16 +1330,6 @@ mod tests {
 
     fn open(d: &Path, retention: usize) -> RunStore {
         RunStore::open(d, retention, |_| false).unwrap().0
-    }
-
-    #[test]
-    fn rfc3339_known_dates() {
-        use std::time::UNIX_EPOCH;
-        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
-        let t = UNIX_EPOCH + Duration::from_millis(1_795_321_234_567);
-        assert_eq!(rfc3339(t), "2026-11-22T04:20:34.567Z");
-        let leap = UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
-        assert_eq!(rfc3339(leap), "2000-02-29T00:00:00.000Z");
     }
 
     #[test]

@@ -51,7 +51,7 @@ use crate::http::{ApiError, Request, Response};
 use crate::idempotency;
 use crate::replay;
 use crate::runner::Job;
-use crate::store::Origin;
+use crate::store::{Origin, ToolEnv};
 use read::Read;
 
 /// Who is calling, once their credentials are checked.
@@ -149,7 +149,10 @@ fn steps(
     job.stdin_body = rcv.stdin_body;
     job.callbacks = callbacks;
     if let Entry::Tool(t) = &endpoint.entry {
-        job.tool = Some(format!("{}/{}", t.tool, t.environment));
+        job.tool = Some(ToolEnv {
+            tool: t.tool.clone(),
+            environment: t.environment.clone(),
+        });
     }
     let key = key.map(|k| (k, fingerprint(req, program.id, &job, made.request)));
     // A run may wait for a slot: it keeps its values only, not the

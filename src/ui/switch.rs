@@ -239,7 +239,6 @@ fn flip(
     public: bool,
     by: Origin,
 ) -> Result<Flip, ApiError> {
-    let by = String::from(by);
     let f = edit::set_public(&cfg.path, &tool.name, env, public).map_err(|e| match e {
         EditError::NotWritable(reason) => ApiError::ConfigNotWritable { reason },
         EditError::Invalid(msg) => ApiError::ConfigInvalid { msg },
