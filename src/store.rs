@@ -229,26 +229,30 @@ impl StepKind {
 }
 
 /// How one step ended, as stored in the run record.
+///
+/// The fields are in alphabetical order on purpose: that is the order in
+/// which earlier versions wrote them (through a JSON map), in `runs.log`
+/// and in callback bodies, and serde writes them in declaration order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct StepReport {
-    /// `command`, `shell` or `call`.
-    pub kind: StepKind,
-    /// Exit code, when the process exited.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub exit_code: Option<i32>,
-    /// Signal number, when the process was killed by one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub signal: Option<i32>,
-    /// stdout passed `max_output_bytes`; the rest was read and discarded.
-    #[serde(default)]
-    pub stdout_truncated: bool,
-    /// stderr passed `max_output_bytes`; the rest was read and discarded.
-    #[serde(default)]
-    pub stderr_truncated: bool,
     /// Wall time of the step in milliseconds.
     #[serde(default)]
     pub duration_ms: u64,
+    /// Exit code, when the process exited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// `command`, `shell` or `call`.
+    pub kind: StepKind,
+    /// Signal number, when the process was killed by one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    /// stderr passed `max_output_bytes`; the rest was read and discarded.
+    #[serde(default)]
+    pub stderr_truncated: bool,
+    /// stdout passed `max_output_bytes`; the rest was read and discarded.
+    #[serde(default)]
+    pub stdout_truncated: bool,
     /// For a `call` step: the called function's steps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub steps: Option<Vec<StepReport>>,
@@ -1300,6 +1304,31 @@ mod tests {
         };
         assert_eq!(old(0), Owner::Hook);
         assert_eq!(old(3), Owner::Program(3));
+    }
+
+    /// Every line 2207e7f wrote (before the record was typed: times as
+    /// strings, steps as JSON maps) reads into a typed record and is
+    /// written back byte for byte: step fields, times, owner, origin, tool,
+    /// callbacks and input all keep their format and order.
+    #[test]
+    fn lines_written_by_2207e7f_read_and_write_back_the_same() {
+        let old = include_str!("../tests/data/state-2207e7f/runs.log");
+        for line in old.lines() {
+            let rec: RunRecord = serde_json::from_str(line).unwrap();
+            assert_eq!(
+                String::from_utf8(to_line(&rec)).unwrap(),
+                format!("{line}\n")
+            );
+        }
+        for part in [
+            r#""Kind":"call""#,
+            r#""Signal":9"#,
+            r#""Tool":"#,
+            r#""At":"#,
+            r#""Input":"#,
+        ] {
+            assert!(old.contains(part), "the old log has {part}");
+        }
     }
 
     /// A run id (32 hex digits) made from a short test name.
