@@ -989,9 +989,14 @@ fn read_log(path: &Path) -> io::Result<Vec<RunRecord>> {
     };
     let mut pos: HashMap<String, usize> = HashMap::new();
     let mut records: Vec<RunRecord> = Vec::new();
-    for line in BufReader::new(file).split(b'\n') {
-        let Ok(rec) = serde_json::from_slice::<RunRecord>(&line?) else {
-            continue;
+    let mut skipped = Skipped::default();
+    for (n, line) in BufReader::new(file).split(b'\n').enumerate() {
+        let rec = match serde_json::from_slice::<RunRecord>(&line?) {
+            Ok(rec) => rec,
+            Err(e) => {
+                skipped.note(n + 1, e);
+                continue;
+            }
         };
         match pos.get(&rec.run) {
             Some(&i) => records[i] = rec,
@@ -1001,7 +1006,34 @@ fn read_log(path: &Path) -> io::Result<Vec<RunRecord>> {
             }
         }
     }
+    skipped.report(path);
     Ok(records)
+}
+
+/// The lines of the log that did not parse when it was read: a torn last
+/// line after a crash, or a line edited by hand. They are skipped; the
+/// count and the first one's error are logged.
+#[derive(Default)]
+struct Skipped {
+    count: usize,
+    first: Option<(usize, serde_json::Error)>,
+}
+
+impl Skipped {
+    fn note(&mut self, line: usize, e: serde_json::Error) {
+        self.count += 1;
+        self.first.get_or_insert((line, e));
+    }
+
+    fn report(self, path: &Path) {
+        if let Some((line, e)) = self.first {
+            log::warn!(
+                "{}: {} line(s) that do not read as a run skipped (the first, line {line}: {e})",
+                path.display(),
+                self.count
+            );
+        }
+    }
 }
 
 /// Where the log stood when a compaction began.
@@ -1329,6 +1361,37 @@ mod tests {
         ] {
             assert!(old.contains(part), "the old log has {part}");
         }
+    }
+
+    /// Lines a typed record refuses (a time that is not one, a step kind
+    /// this version does not know, steps nested past serde_json's depth
+    /// limit) are skipped at open, without a panic; the lines around them
+    /// load.
+    #[test]
+    fn lines_with_bad_fields_are_skipped_and_the_others_load() {
+        let d = tmpdir("bad-fields");
+        fs::create_dir_all(&d).unwrap();
+        let good = |name: &str| String::from_utf8(to_line(&rec(name, RunState::Finished))).unwrap();
+        let bad_time = good("t").replace(
+            &rec("t", RunState::Finished).created_at.to_string(),
+            "yesterday",
+        );
+        let steps = r#""Steps":[{"DurationMs":1,"Kind":"teleport","StderrTruncated":false,"StdoutTruncated":false}]"#;
+        let bad_kind = good("k").replace(r#""Steps":[]"#, steps);
+        let deep = format!(
+            r#"{{"Run":"{}","State":"finished","Function":"f","CreatedAt":"2026-01-01T00:00:00.000Z","Steps":[{}1{}]}}"#,
+            id("deep"),
+            r#"{"Kind":"call","Steps":["#.repeat(10_000),
+            "]}".repeat(10_000)
+        ) + "\n";
+        let text = [good("a"), bad_time, bad_kind, deep, good("b")].concat();
+        fs::write(d.join("runs.log"), text).unwrap();
+        let s = open(&d, 100);
+        assert!(s.get(&id("a")).is_some() && s.get(&id("b")).is_some());
+        for name in ["t", "k", "deep"] {
+            assert!(s.get(&id(name)).is_none(), "{name}");
+        }
+        assert_eq!(s.len(), 2);
     }
 
     /// A run id (32 hex digits) made from a short test name.
