@@ -43,13 +43,15 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::callback::record::{waiting, Target};
-use crate::callback::Service as Callbacks;
 use crate::config::{Config, Program};
-use crate::metrics::Metrics;
-use crate::output::OutputFile;
-use crate::store::{new_run_id, Origin, Owner, RunInput, RunRecord, RunState, RunStore, ToolEnv};
-use crate::time::Time;
+use crate::http::metrics::Metrics;
+use crate::runs::callback::record::{waiting, Target};
+use crate::runs::callback::Service as Callbacks;
+use crate::runs::output::OutputFile;
+use crate::state::store::{
+    new_run_id, Origin, Owner, RunInput, RunRecord, RunState, RunStore, ToolEnv,
+};
+use crate::state::time::Time;
 use handle::{RunHandle, Stream};
 use queue::{Drain, Granted, Queued, SlotKey, Slots, Ticket, Waiter};
 use step::{Outcome, StepError};

@@ -1,0 +1,184 @@
+//! The `Callbacks` member of a run record: one entry per callback URL of the
+//! run, with its delivery id, its attempts and its state. Plain data, so
+//! that the run log can hold it without knowing how deliveries work.
+
+use serde::{Deserialize, Serialize};
+
+use crate::state::time::Time;
+
+/// Attempts kept in a record (the most recent ones); `AttemptCount` counts
+/// them all.
+pub const ATTEMPTS_KEPT: usize = 20;
+
+/// Where a callback URL came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// The function's `callback`.
+    Function,
+    /// The tool trigger's `callback`.
+    Trigger,
+    /// The request's `callback` parameter or `Trigd-Callback` header.
+    Request,
+}
+
+impl Source {
+    /// The snake_case name, as in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Source::Function => "function",
+            Source::Trigger => "trigger",
+            Source::Request => "request",
+        }
+    }
+}
+
+/// A callback URL of a run, known when the run is accepted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// The checked, normalised URL.
+    pub url: String,
+    /// Where it came from.
+    pub source: Source,
+}
+
+/// How far a delivery got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryState {
+    /// The run has not ended yet.
+    Waiting,
+    /// The run ended; the delivery is on disk, being attempted.
+    Pending,
+    /// A 2xx answer was received.
+    Delivered,
+    /// Given up: a 4xx answer (not 408/429), a refused address, the retry
+    /// time used up, or no room in the backlog.
+    Failed,
+}
+
+impl DeliveryState {
+    /// Whether nothing more will happen to the delivery.
+    pub fn is_final(self) -> bool {
+        matches!(self, DeliveryState::Delivered | DeliveryState::Failed)
+    }
+
+    /// The snake_case name, as in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            DeliveryState::Waiting => "waiting",
+            DeliveryState::Pending => "pending",
+            DeliveryState::Delivered => "delivered",
+            DeliveryState::Failed => "failed",
+        }
+    }
+}
+
+/// One attempt: when, and the HTTP status or the error.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Attempt {
+    /// When the attempt started.
+    pub at: Time,
+    /// The receiver's HTTP status, when it answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// What went wrong, when it did not answer (or was not called).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// How long the attempt took, in milliseconds.
+    pub duration_ms: u64,
+}
+
+/// One callback of a run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Delivery {
+    /// Delivery id (32 hex digits), sent as `Trigd-Delivery`; the same on
+    /// every attempt, so a receiver can drop duplicates.
+    pub delivery: String,
+    /// The URL called.
+    pub url: String,
+    /// Where the URL came from.
+    pub source: Source,
+    /// How far it got.
+    pub state: DeliveryState,
+    /// Attempts made (all of them).
+    #[serde(default)]
+    pub attempt_count: u32,
+    /// The last [`ATTEMPTS_KEPT`] attempts, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<Attempt>,
+    /// Why it failed, when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Delivery {
+    /// A delivery for `target` with a new random id, waiting for the run to
+    /// end.
+    pub fn new(target: &Target) -> Delivery {
+        Delivery {
+            delivery: hex::encode(rand::random::<[u8; 16]>()),
+            url: target.url.clone(),
+            source: target.source,
+            state: DeliveryState::Waiting,
+            attempt_count: 0,
+            attempts: Vec::new(),
+            error: None,
+        }
+    }
+
+    /// Note one more attempt, keeping only the newest [`ATTEMPTS_KEPT`].
+    pub fn push_attempt(&mut self, a: Attempt) {
+        self.attempt_count = self.attempt_count.saturating_add(1);
+        self.attempts.push(a);
+        if self.attempts.len() > ATTEMPTS_KEPT {
+            let extra = self.attempts.len() - ATTEMPTS_KEPT;
+            self.attempts.drain(..extra);
+        }
+    }
+}
+
+/// The deliveries of a run about to be accepted, one per target (equal URLs
+/// once).
+pub fn waiting(targets: &[Target]) -> Vec<Delivery> {
+    let mut out: Vec<Delivery> = Vec::new();
+    for t in targets {
+        if !out.iter().any(|d| d.url == t.url) {
+            out.push(Delivery::new(t));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attempts_are_bounded_and_counted() {
+        let t = Target {
+            url: "https://a.example/".into(),
+            source: Source::Function,
+        };
+        let mut d = Delivery::new(&t);
+        for i in 0..(ATTEMPTS_KEPT + 5) {
+            d.push_attempt(Attempt {
+                at: format!("2026-01-01T00:00:{i:02}.000Z").parse().unwrap(),
+                status: Some(503),
+                error: None,
+                duration_ms: 1,
+            });
+        }
+        assert_eq!(d.attempt_count as usize, ATTEMPTS_KEPT + 5);
+        assert_eq!(d.attempts.len(), ATTEMPTS_KEPT);
+        assert_eq!(d.attempts[0].at.to_string(), "2026-01-01T00:00:05.000Z");
+        let two = waiting(&[t.clone(), t.clone()]);
+        assert_eq!(two.len(), 1);
+        assert_eq!(two[0].delivery.len(), 32);
+        let json = serde_json::to_value(&two[0]).unwrap();
+        assert_eq!(json["State"], "waiting");
+        assert_eq!(json["Source"], "function");
+    }
+}

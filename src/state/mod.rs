@@ -1,0 +1,4 @@
+//! Everything trigd keeps: the state directory.
+
+pub mod store;
+pub mod time;
