@@ -49,7 +49,7 @@ use crate::runner::Job;
 use crate::runs::callback::{self, record::Source};
 use crate::runs::idempotency;
 use crate::runs::replay;
-use crate::state::store::{Origin, ToolEnv};
+use crate::state::record::{Origin, ToolEnv};
 use read::Read;
 
 /// Who is calling, once their credentials are checked.

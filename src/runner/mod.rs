@@ -48,9 +48,8 @@ use crate::http::metrics::Metrics;
 use crate::runs::callback::record::{waiting, Target};
 use crate::runs::callback::Service as Callbacks;
 use crate::runs::output::OutputFile;
-use crate::state::store::{
-    new_run_id, Origin, Owner, RunInput, RunRecord, RunState, RunStore, ToolEnv,
-};
+use crate::state::record::{Origin, Owner, RunInput, RunRecord, RunState, ToolEnv};
+use crate::state::store::{new_run_id, RunStore};
 use crate::state::time::Time;
 use handle::{RunHandle, Stream};
 use queue::{Drain, Granted, Queued, SlotKey, Slots, Ticket, Waiter};

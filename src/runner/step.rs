@@ -21,7 +21,7 @@ use serde_json::Value;
 
 use super::handle::Stream;
 use crate::config::{self, Function, OutputMode, Program, Step};
-use crate::state::store::{StepKind, StepReport};
+use crate::state::record::{StepKind, StepReport};
 use crate::sys::{self, AbortSignal};
 
 /// What a function run may use, fixed for the whole run.

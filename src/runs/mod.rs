@@ -23,7 +23,7 @@ use crate::http::app::App;
 use crate::http::{ApiError, Request, Response};
 use crate::invoke;
 use crate::runner::Cancel;
-use crate::state::store::{Origin, Owner, RunRecord, RunState};
+use crate::state::record::{Origin, Owner, RunRecord, RunState};
 use follow::{End, Follower, Live};
 
 /// Query parameters of the output endpoint.

@@ -12,7 +12,7 @@ use crate::http::app::App;
 use crate::http::{ApiError, Response};
 use crate::runner::Job;
 use crate::runs::idempotency::{self, Claim, Policy};
-use crate::state::store::{RunRecord, RunState};
+use crate::state::record::{RunRecord, RunState};
 
 /// The response header marking an answer to a repeat.
 pub const REPLAYED: &str = "Idempotent-Replayed";

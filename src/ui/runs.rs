@@ -23,7 +23,8 @@ use crate::runs;
 use crate::runs::callback::record::Delivery;
 use crate::runs::follow;
 use crate::runs::output::{self, Frame, Stream};
-use crate::state::store::{Origin, Owner, RunFilter, RunRecord, RunState, StepReport, ALL_STATES};
+use crate::state::record::{Origin, Owner, RunRecord, RunState, StepReport, ALL_STATES};
+use crate::state::store::RunFilter;
 
 /// Runs per page.
 pub const PAGE: usize = 50;

@@ -22,7 +22,7 @@ use crate::config::reload;
 use crate::config::{Config, Tool};
 use crate::http::app::App;
 use crate::http::{percent_encode, ApiError, Request, Response};
-use crate::state::store::Origin;
+use crate::state::record::Origin;
 use crate::ui::view::ToolView;
 
 /// Who looks at the endpoint view, for its switch controls.
