@@ -62,7 +62,7 @@ fn latest_lines(log: &str) -> String {
     }
     ids.iter()
         .map(|id| {
-            let last = log.lines().filter(|l| l[8..].starts_with(id)).last();
+            let last = log.lines().rfind(|l| l[8..].starts_with(id));
             format!("{}\n", last.unwrap())
         })
         .collect()
