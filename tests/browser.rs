@@ -19,7 +19,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::ui::{start, UA};
-use crate::util::{wait_until, Client, TestDir, Trigd};
+use crate::util::{wait_until, Client, Explain, TestDir, Trigd};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";

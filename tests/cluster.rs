@@ -12,20 +12,17 @@
 use std::collections::BTreeMap;
 use std::env;
 use std::fs;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-
-use argon2::password_hash::{PasswordHasher, SaltString};
-use argon2::{Algorithm, Argon2, Params, Version};
 
 use crate::util::*;
 
@@ -314,15 +311,7 @@ impl Node {
             .stderr(log)
             .spawn()
             .expect("spawn trigd");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        thread::spawn(move || {
-            let mut r = BufReader::new(stdout);
-            let mut line = String::new();
-            let _ = tx.send(r.read_line(&mut line).map(|_| line));
-            let _ = std::io::copy(&mut r, &mut std::io::sink());
-        });
-        let line = rx.recv_timeout(Duration::from_secs(15));
+        let line = first_line(child.stdout.take().unwrap()).recv_timeout(Duration::from_secs(15));
         self.child = Some(child);
         match line {
             Ok(Ok(l)) if l.starts_with("listening on") => {}
@@ -373,16 +362,6 @@ impl Drop for Node {
     fn drop(&mut self) {
         self.kill9();
     }
-}
-
-/// An argon2id hash of `password` with tiny parameters (fast to verify).
-fn cheap_hash(password: &str) -> String {
-    let params = Params::new(8, 1, 1, None).expect("valid argon2 params");
-    let salt = SaltString::encode_b64(b"trigd-test-salt!").expect("salt");
-    Argon2::new(Algorithm::Argon2id, Version::V0x13, params)
-        .hash_password(password.as_bytes(), &salt)
-        .expect("hash")
-        .to_string()
 }
 
 /// [`config`] plus user alice (password `alice-pw`) in workspace `ops` and

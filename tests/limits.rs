@@ -11,12 +11,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Barrier, Mutex, MutexGuard};
+use std::sync::{Arc, Barrier, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -185,14 +185,7 @@ impl Launched {
         }
         let mut child = cmd.spawn().expect("spawn sh");
         let out = child.stdout.take().expect("piped");
-        let (tx, rx) = mpsc::channel();
-        thread::spawn(move || {
-            let mut r = BufReader::new(out);
-            let mut line = String::new();
-            let _ = tx.send(r.read_line(&mut line).map(|_| line));
-            let _ = std::io::copy(&mut r, &mut std::io::sink());
-        });
-        let line = match rx.recv_timeout(Duration::from_secs(10)) {
+        let line = match first_line(out).recv_timeout(Duration::from_secs(10)) {
             Ok(Ok(l)) => l,
             other => {
                 let _ = child.kill();
@@ -1014,12 +1007,7 @@ outputs = ["v"]
             !["queued", "running"].contains(&v["State"].as_str().unwrap_or(""))
         })
     });
-    let written: BTreeSet<String> = dir
-        .read_opt("work/out.txt")
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_string)
-        .collect();
+    let written: BTreeSet<String> = dir.lines("work/out.txt").into_iter().collect();
     let mut states: BTreeMap<String, usize> = BTreeMap::new();
     for (id, value) in &accepted {
         let r = t.get(&format!("/api/runs/{id}?api_key={KEY}"));

@@ -109,7 +109,7 @@ fn hook_server(name: &str, programs: &[(&str, &str)]) -> (TestDir, Trigd) {
     let dir = setup(name, "hooks_files = [\"hooks.json\"]", programs);
     let users = format!(
         "\n[[users]]\nname = \"alice\"\npassword = \"{}\"\n",
-        crate::ui::cheap_hash("alice-pw")
+        cheap_hash("alice-pw")
     );
     let cfg = dir.read("config.toml").replace(
         "members = []\n\n[[workspaces]]\nname = \"dev\"",

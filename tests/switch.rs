@@ -10,7 +10,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 
 use crate::ui::{cookie, login, ui_config, HTML, UA};
-use crate::util::{Reply, TestDir, Trigd};
+use crate::util::{Explain, Reply, TestDir, Trigd};
 
 const PROGRAM: &str = r#"id = 1
 name = "inv"

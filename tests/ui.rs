@@ -4,10 +4,7 @@
 
 use std::time::Duration;
 
-use argon2::password_hash::{PasswordHasher, SaltString};
-use argon2::{Algorithm, Argon2, Params, Version};
-
-use crate::util::{wait_until, Reply, TestDir, Trigd};
+use crate::util::{cheap_hash, wait_until, Explain, Reply, TestDir, Trigd};
 
 /// The CSP every page must carry.
 pub const CSP: &str = "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; \
@@ -20,17 +17,6 @@ const VIEW: &str = "/tools/inventory/endpoints";
 pub const HTML: (&str, &str) = ("Accept", "text/html,application/xhtml+xml;q=0.9,*/*;q=0.8");
 /// A User-Agent for bearer requests.
 pub const UA: (&str, &str) = ("User-Agent", "trigd-tests/1.0");
-
-/// An argon2id hash of `password` with tiny parameters: the server
-/// verifies with the parameters in the hash, so tests stay fast.
-pub fn cheap_hash(password: &str) -> String {
-    let params = Params::new(8, 1, 1, None).expect("valid argon2 params");
-    let salt = SaltString::encode_b64(b"trigd-test-salt!").expect("salt");
-    Argon2::new(Algorithm::Argon2id, Version::V0x13, params)
-        .hash_password(password.as_bytes(), &salt)
-        .expect("hash")
-        .to_string()
-}
 
 /// A config with users alice (ops), bob (dev), carol and dave (no
 /// workspace), each with password `<name>-pw`; tool `inventory` in `ops`
