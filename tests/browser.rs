@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::ui::{start, UA};
+use crate::ui::{list_with_key, start};
 use crate::util::{wait_until, Client, Explain, TestDir, Trigd};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
@@ -282,16 +282,9 @@ fn base64_decode(s: &str) -> Vec<u8> {
     out
 }
 
-/// Call the protected endpoint with an application key.
+/// Call the protected endpoint with an application key; the status.
 fn call_with_key(t: &Trigd, key: &str) -> u16 {
-    let auth = format!("Bearer {key}");
-    t.request(
-        "GET",
-        "/tools/inventory/production/list",
-        &[("Authorization", auth.as_str()), UA],
-        b"",
-    )
-    .status
+    list_with_key(t, key).status
 }
 
 /// The port chromedriver announces on stdout ("… started successfully on

@@ -167,13 +167,7 @@ fn serve_with_an_invalid_config_exits_1() {
 fn keygen_output_pasted_into_config_works() {
     let out = trigd(&["keygen", "--name", "x"], None);
     out.code_is(0);
-    let key = out
-        .stderr
-        .lines()
-        .find(|l| l.starts_with("tk_"))
-        .unwrap_or_else(|| out.fail("no key line on stderr"))
-        .trim()
-        .to_string();
+    let key = out.printed_key();
     out.check(
         key.len() >= 20 && !key.contains(char::is_whitespace),
         "a long key without spaces",
@@ -202,13 +196,7 @@ fn keygen_output_pasted_into_config_works() {
         scoped.stdout.contains("workspace = \"ops\""),
         "workspace line",
     );
-    let scoped_key = scoped
-        .stderr
-        .lines()
-        .find(|l| l.starts_with("tk_"))
-        .unwrap_or_else(|| scoped.fail("no key line on stderr"))
-        .trim()
-        .to_string();
+    let scoped_key = scoped.printed_key();
 
     let dir = setup("cli_keygen", "", &[("ok.toml", OK), ("ops.toml", OPS)]);
     let text = format!("{}\n{}\n{}", config(""), out.stdout, scoped.stdout);

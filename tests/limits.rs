@@ -927,11 +927,7 @@ fn overload_is_answered_busy_and_never_runs_more_than_the_slots() {
         format!("{} accepted, {refused} refused", accepted.len()),
     );
     for id in &accepted {
-        let mut state = Value::Null;
-        t.wait_for(WAIT, &format!("run {id} to finish"), || {
-            state = t.get(&format!("/api/runs/{id}?api_key={KEY}")).ok()["State"].clone();
-            state == json!("finished")
-        });
+        wait_run_state(&t, id, "finished");
     }
     stop.store(true, Ordering::SeqCst);
     let max = sampler.join().unwrap();
@@ -1003,7 +999,7 @@ outputs = ["v"]
     // Runs still queued at the kill run after the restart.
     t.wait_for(Duration::from_secs(50), "every accepted run to end", || {
         accepted.keys().all(|id| {
-            let v = t.get(&format!("/api/runs/{id}?api_key={KEY}")).ok();
+            let v = run_record(&t, id);
             !["queued", "running"].contains(&v["State"].as_str().unwrap_or(""))
         })
     });

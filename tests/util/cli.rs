@@ -42,6 +42,17 @@ impl Output {
         self
     }
 
+    /// The key `trigd keygen` printed: its `tk_…` line on stderr.
+    #[track_caller]
+    pub fn printed_key(&self) -> String {
+        self.stderr
+            .lines()
+            .find(|l| l.starts_with("tk_"))
+            .unwrap_or_else(|| self.fail("no key line on stderr"))
+            .trim()
+            .to_string()
+    }
+
     /// stdout as JSON.
     #[track_caller]
     pub fn json(&self) -> Value {
