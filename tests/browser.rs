@@ -162,13 +162,19 @@ impl Browser {
             .to_string()
     }
 
+    /// Ask `endpoint` (`/element` or `/elements`) for what `css` selects.
+    #[track_caller]
+    fn select(&self, endpoint: &str, css: &str) -> Value {
+        self.call(
+            "POST",
+            &self.s(endpoint),
+            Some(json!({"using": "css selector", "value": css})),
+        )
+    }
+
     #[track_caller]
     fn find(&self, css: &str) -> String {
-        let v = self.call(
-            "POST",
-            &self.s("/element"),
-            Some(json!({"using": "css selector", "value": css})),
-        );
+        let v = self.select("/element", css);
         v[ELEMENT]
             .as_str()
             .unwrap_or_else(|| panic!("no element {css:?}: {v}"))
@@ -177,12 +183,9 @@ impl Browser {
 
     #[track_caller]
     fn exists(&self, css: &str) -> bool {
-        let v = self.call(
-            "POST",
-            &self.s("/elements"),
-            Some(json!({"using": "css selector", "value": css})),
-        );
-        v.as_array().is_some_and(|a| !a.is_empty())
+        self.select("/elements", css)
+            .as_array()
+            .is_some_and(|a| !a.is_empty())
     }
 
     #[track_caller]

@@ -3,17 +3,8 @@
 
 use serde_json::json;
 
+use crate::api::OK;
 use crate::util::*;
-
-const OK: &str = r#"
-id = 1
-name = "ok"
-
-[[functions]]
-name = "ok"
-command = ["printf", "ok"]
-[functions.webhook]
-"#;
 
 const ECHO: &str = r#"
 id = 2

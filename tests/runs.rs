@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::api::GATE;
+use crate::api::{GATE, IN_OPS};
 use crate::util::*;
 
 fn run_url(id: &str, key: &str) -> String {
@@ -163,16 +163,6 @@ command = ["sleep", "30"]
 
 #[test]
 fn run_status_needs_access_to_the_program() {
-    let in_ops = r#"
-id = 2
-name = "in-ops"
-workspace = "ops"
-
-[[functions]]
-name = "f"
-command = ["printf", "ops"]
-[functions.webhook]
-"#;
     let plain = r#"
 id = 1
 name = "plain"
@@ -185,7 +175,7 @@ command = ["printf", "plain"]
     let (_dir, t) = serve(
         "runs_access",
         "",
-        &[("plain.toml", plain), ("ops.toml", in_ops)],
+        &[("plain.toml", plain), ("ops.toml", IN_OPS)],
     );
     let r = t.post(&format!("/api?api_key={KEY}&program_id=1"));
     let plain_id = r.run_id(&r.ok());
