@@ -3,7 +3,7 @@
 
 use serde_json::json;
 
-use crate::api::OK;
+use crate::api::{IN_OPS, OK};
 use crate::util::*;
 
 const ECHO: &str = r#"
@@ -15,17 +15,6 @@ name = "echo"
 command = ["printf", "%s|%s", "{a}", "{b}"]
 [functions.webhook]
 outputs = ["a", "b"]
-"#;
-
-const OPS: &str = r#"
-id = 3
-name = "in-ops"
-workspace = "ops"
-
-[[functions]]
-name = "f"
-command = ["printf", "ops"]
-[functions.webhook]
 "#;
 
 /// An unknown field on line 3.
@@ -189,7 +178,7 @@ fn keygen_output_pasted_into_config_works() {
     );
     let scoped_key = scoped.printed_key();
 
-    let dir = setup("cli_keygen", "", &[("ok.toml", OK), ("ops.toml", OPS)]);
+    let dir = setup("cli_keygen", "", &[("ok.toml", OK), ("ops.toml", IN_OPS)]);
     let text = format!("{}\n{}\n{}", config(""), out.stdout, scoped.stdout);
     dir.write("config.toml", &text);
     let t = Trigd::start(&dir);
@@ -199,7 +188,7 @@ fn keygen_output_pasted_into_config_works() {
         &json!(["ok"]),
         "Result with the generated key",
     );
-    t.post(&format!("/api?api_key={}&program_id=3", enc(&scoped_key)))
+    t.post(&format!("/api?api_key={}&program_id=2", enc(&scoped_key)))
         .ok();
     t.post(&format!("/api?api_key={}&program_id=1", enc(&scoped_key)))
         .err(404, "program_not_found");
