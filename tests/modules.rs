@@ -83,7 +83,7 @@ fn read_tree(dir: &Path, prefix: &[String], has_lib: bool, out: &mut Vec<Source>
             "main" if root_file && has_lib => None,
             "lib" | "main" if root_file => Some(Vec::new()),
             "mod" => Some(prefix.to_vec()),
-            _ => Some([prefix, &[name.clone()]].concat()),
+            _ => Some([prefix, std::slice::from_ref(&name)].concat()),
         };
         let text = fs::read_to_string(&path).unwrap();
         let code = code_of(&text);
