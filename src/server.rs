@@ -41,13 +41,7 @@ use crate::sys::{self, Signal};
 /// The config does not load, the address cannot be bound, or the state dir
 /// cannot be opened.
 pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
-    let cores = sys::cores();
-    // One arena per core for the threads that read the program files, and
-    // one for the file watcher's thread, which starts before them: with
-    // one arena per core in all, a reading thread would share the main
-    // thread's arena and wait on its lock (bench/README.md, "Round five").
-    sys::limit_malloc_arenas(cores.max(2) + 1);
-    sys::fix_malloc_thresholds();
+    sys::tune_malloc(sys::cores());
     let (mut watch, mut early) = (None, None);
     let cfg = crate::firststart::load_for_serve(config_path, listen.as_deref(), &mut |before| {
         match before {

@@ -20,7 +20,7 @@ pub use spawn::{wait_child, Exec, Spawned};
 /// that [`AbortSignal::trigger`] makes readable for every poller at once
 /// (nobody reads it, so it stays readable). One descriptor: the pipe it
 /// was before took two, and three system calls per run to create and
-/// close (`bench/README.md`, "Round six").
+/// close.
 #[derive(Debug)]
 pub struct AbortSignal {
     /// The eventfd; polled, written once by `trigger`, never read.
@@ -436,37 +436,33 @@ pub fn trim_heap() {
     unsafe { libc::malloc_trim(0) };
 }
 
-/// Cap glibc's malloc arenas at `n`. By default every thread that
-/// allocates may get an arena of its own (up to 8 per core); with a thread
-/// per connection, memory freed in one arena is not reused by the others
-/// and RSS crept up with every run served (7 MB to 24 MB over 20,000 sync
-/// runs). One arena per core keeps RSS flat at no measurable cost.
-pub fn limit_malloc_arenas(n: usize) {
-    let n = libc::c_int::try_from(n).unwrap_or(libc::c_int::MAX);
-    // SAFETY: mallopt changes an allocator setting; called before the
-    // server's threads start.
-    unsafe { libc::mallopt(libc::M_ARENA_MAX, n) };
-}
-
-/// Size from which glibc's malloc maps a block of its own (returned to the
-/// system when freed), and free space at the top of an arena above which
-/// a free gives memory back: glibc's own starting value for both.
-pub const MALLOC_THRESHOLD: usize = 128 * 1024;
-
-/// Keep glibc's mmap and trim thresholds at [`MALLOC_THRESHOLD`]. By
-/// default glibc raises the mmap threshold to the size of each large block
-/// freed (up to 32 MiB) and the trim threshold to twice that: after a burst
-/// of async runs had freed the run queue's and the run index's old buffers
-/// (1-2.5 MiB each), the second arena held 7-10 MiB resident with 4.3 MiB
-/// in use, and `malloc_trim` does not give back the free top of an arena
-/// other than the main one (`bench/README.md`, "Memory after load").
-pub fn fix_malloc_thresholds() {
-    let n = libc::c_int::try_from(MALLOC_THRESHOLD).unwrap_or(libc::c_int::MAX);
+/// Set glibc's malloc for a server with a thread per connection: at most
+/// one arena per core plus one (the file watcher's thread starts before
+/// the threads that read the program files, which then each get one), and
+/// the mmap and trim thresholds kept at glibc's starting 128 KiB. By
+/// default every thread may get an arena of its own (up to 8 per core),
+/// memory freed in one is not reused by the others, and glibc raises both
+/// thresholds to the size of each large block freed (up to 32 MiB), so
+/// free memory stays resident; `malloc_trim` does not give back the free
+/// top of an arena other than the main one.
+///
+/// The figure that keeps it: VmRSS of trigd after 4 interleaved rounds of
+/// 5 s of sync `/bin/true` at 8 connections (about 40,000 runs), on the
+/// 2-core bench VM: 7,428 KiB with both settings, 7,720 without the arena
+/// cap, 11,240 without the thresholds, 17,488 with glibc's defaults
+/// (bench/run.sh's target after load is ≤ 0.10× webhook's, which holds
+/// 150-175 MiB). Re-measure: build once without this call and run
+/// `bench/ab.sh -c true8 -r 4 tuned=OLD default=NEW`; compare the column
+/// "VmRSS at end".
+pub fn tune_malloc(cores: usize) {
+    let arenas = libc::c_int::try_from(cores.max(2) + 1).unwrap_or(libc::c_int::MAX);
+    let threshold: libc::c_int = 128 * 1024;
     // SAFETY: mallopt changes allocator settings; called before the
     // server's threads start.
     unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, n);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, n);
+        libc::mallopt(libc::M_ARENA_MAX, arenas);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, threshold);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, threshold);
     }
 }
 
@@ -623,4 +619,3 @@ mod tests {
         assert!(raise_nofile_limit() > 0);
     }
 }
-
