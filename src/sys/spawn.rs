@@ -124,7 +124,11 @@ impl Exec {
     }
 }
 
-#[cfg(any(test, trigd_std_spawn, not(all(target_os = "linux", target_arch = "x86_64"))))]
+#[cfg(any(
+    test,
+    trigd_std_spawn,
+    not(all(target_os = "linux", target_arch = "x86_64"))
+))]
 impl Exec {
     /// Start the program as [`Exec::spawn`] does, with
     /// `std::process::Command`: the same argv, environment, directory,
@@ -186,7 +190,11 @@ impl Exec {
 /// made close-on-exec (not closed: std's own error pipe to the parent
 /// must stay open until the exec), no signal blocked (std 1.95 leaves the
 /// forking thread's mask), `reset` back at their default.
-#[cfg(any(test, trigd_std_spawn, not(all(target_os = "linux", target_arch = "x86_64"))))]
+#[cfg(any(
+    test,
+    trigd_std_spawn,
+    not(all(target_os = "linux", target_arch = "x86_64"))
+))]
 fn clean_child(reset: &[libc::c_int]) -> io::Result<()> {
     // SAFETY: close_range, sigemptyset, sigprocmask and signal are
     // async-signal-safe; the set is a local, fully initialised by
@@ -212,7 +220,11 @@ fn clean_child(reset: &[libc::c_int]) -> io::Result<()> {
     Ok(())
 }
 
-#[cfg(any(test, trigd_std_spawn, not(all(target_os = "linux", target_arch = "x86_64"))))]
+#[cfg(any(
+    test,
+    trigd_std_spawn,
+    not(all(target_os = "linux", target_arch = "x86_64"))
+))]
 /// The signals ignored in trigd (std's SIGPIPE, any ignored by whoever
 /// started trigd), read once: a child gets them back at their default.
 /// (Handlers need no reset: `execve` resets them.)
@@ -265,7 +277,11 @@ pub fn wait_child(pid: u32) -> io::Result<std::process::ExitStatus> {
     }
 }
 
-
-#[cfg(all(test, target_os = "linux", target_arch = "x86_64", not(trigd_std_spawn)))]
+#[cfg(all(
+    test,
+    target_os = "linux",
+    target_arch = "x86_64",
+    not(trigd_std_spawn)
+))]
 #[path = "spawn_tests.rs"]
 mod tests;

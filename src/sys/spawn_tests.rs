@@ -124,8 +124,14 @@ fn the_clone_and_std_start_the_same_process() {
             assert!(clone.contains(w), "{w:?} not in {clone}");
         }
         if let Some(id) = ids {
-            assert!(clone.contains(&format!("Uid: {id}\t{id}\t{id}\t{id}\n")), "{clone}");
-            assert!(clone.contains(&format!("Gid: {id}\t{id}\t{id}\t{id}\n")), "{clone}");
+            assert!(
+                clone.contains(&format!("Uid: {id}\t{id}\t{id}\t{id}\n")),
+                "{clone}"
+            );
+            assert!(
+                clone.contains(&format!("Gid: {id}\t{id}\t{id}\t{id}\n")),
+                "{clone}"
+            );
             assert!(clone.contains("Groups: \n"), "{clone}");
         }
     }
@@ -144,7 +150,9 @@ fn the_clone_and_std_fail_alike() {
     let nul = std::fs::File::open("/dev/null").unwrap();
     let stdio = || [nul.as_fd(), nul.as_fd(), nul.as_fd()];
     for exec in [missing, bad_dir, not_exec] {
-        let clone = crate::sys::vfork::spawn(&exec, stdio()).map(|_| ()).unwrap_err();
+        let clone = crate::sys::vfork::spawn(&exec, stdio())
+            .map(|_| ())
+            .unwrap_err();
         let std = exec.spawn_std(stdio()).map(|_| ()).unwrap_err();
         assert_eq!(clone.raw_os_error(), std.raw_os_error(), "{clone} / {std}");
         assert!(clone.raw_os_error().is_some(), "{clone}");
@@ -153,7 +161,9 @@ fn the_clone_and_std_fail_alike() {
     // kernel cannot run fails with the clone, std runs it with /bin/sh.
     std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o755)).unwrap();
     let script = Exec::new(&plain, ["x"], [], &dir).unwrap();
-    let clone = crate::sys::vfork::spawn(&script, stdio()).map(|_| ()).unwrap_err();
+    let clone = crate::sys::vfork::spawn(&script, stdio())
+        .map(|_| ())
+        .unwrap_err();
     assert_eq!(clone.raw_os_error(), Some(libc::ENOEXEC), "{clone}");
     let std = script.spawn_std(stdio()).unwrap();
     assert_eq!(wait_child(std.pid).unwrap().code(), Some(0));

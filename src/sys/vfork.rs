@@ -267,4 +267,3 @@ unsafe fn child_steps(a: &ChildArgs) -> Result<(), libc::c_int> {
     raw_result(libc::syscall(libc::SYS_execve, a.program, a.argv, a.envp))?;
     Ok(())
 }
-
