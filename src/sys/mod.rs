@@ -14,7 +14,45 @@ mod spawn;
 #[cfg(all(target_os = "linux", target_arch = "x86_64", not(trigd_std_spawn)))]
 mod vfork;
 
-pub use spawn::{wait_child, Exec, Spawned};
+pub use spawn::{Exec, Spawned};
+
+/// The ids a child switches to before it runs its program.
+#[derive(Debug, Clone, Copy, Default)]
+struct Ids {
+    gid: Option<u32>,
+    uid: Option<u32>,
+    /// Drop the supplementary groups (`setgroups(0)`): switching the uid as root.
+    /// (Read by `vfork` only: `std::process::Command::uid` drops them
+    /// itself.)
+    #[cfg_attr(
+        not(all(target_os = "linux", target_arch = "x86_64", not(trigd_std_spawn))),
+        allow(dead_code)
+    )]
+    drop_groups: bool,
+}
+
+/// Wait for the child `pid` to exit and reap it (`waitpid`, retried on
+/// EINTR).
+///
+/// # Errors
+/// `waitpid` failed (not our child, or reaped already).
+pub fn wait_child(pid: u32) -> io::Result<std::process::ExitStatus> {
+    use std::os::unix::process::ExitStatusExt;
+    let pid =
+        libc::pid_t::try_from(pid).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    loop {
+        let mut status: libc::c_int = 0;
+        // SAFETY: `status` is a valid, writable c_int.
+        let rc = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if rc == pid {
+            return Ok(std::process::ExitStatus::from_raw(status));
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+}
 
 /// A one-shot "stop now" flag that can also be `poll`ed: an `eventfd`
 /// that [`AbortSignal::trigger`] makes readable for every poller at once

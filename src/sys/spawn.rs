@@ -1,36 +1,23 @@
 //! Starting a step's process: [`Exec`] prepares everything the child
 //! needs, [`Exec::spawn`] starts it (the one door: `sys/vfork.rs` on
-//! x86_64 Linux, `std::process::Command` elsewhere), [`wait_child`] reaps it.
+//! x86_64 Linux, `std::process::Command` elsewhere), `sys::wait_child` reaps it.
 
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{BorrowedFd, OwnedFd};
 
+use super::Ids;
+
 /// A program to start with [`Exec::spawn`]: everything the child needs,
 /// prepared (as C strings and pointer arrays) before the child exists, so
 /// the child itself only makes system calls.
 pub struct Exec {
-    pub(super) program: CString,
+    program: CString,
     /// argv: the strings, and the NULL-terminated pointer array into them.
-    pub(super) argv: Vec<CString>,
-    pub(super) envp: Vec<CString>,
-    pub(super) dir: CString,
-    pub(super) ids: Ids,
-}
-
-/// The ids a child switches to before it runs its program.
-#[derive(Debug, Clone, Copy, Default)]
-pub(super) struct Ids {
-    pub(super) gid: Option<u32>,
-    pub(super) uid: Option<u32>,
-    /// Drop the supplementary groups (`setgroups(0)`): switching the uid as root.
-    /// (Read by `sys/vfork.rs` only: `std::process::Command::uid` drops
-    /// them itself.)
-    #[cfg_attr(
-        not(all(target_os = "linux", target_arch = "x86_64", not(trigd_std_spawn))),
-        allow(dead_code)
-    )]
-    pub(super) drop_groups: bool,
+    argv: Vec<CString>,
+    envp: Vec<CString>,
+    dir: CString,
+    ids: Ids,
 }
 
 /// A NUL byte in a program path, argument, variable or directory: such a
@@ -118,9 +105,23 @@ impl Exec {
     /// is reaped.
     pub fn spawn(&self, stdio: [BorrowedFd<'_>; 3]) -> io::Result<Spawned> {
         #[cfg(all(target_os = "linux", target_arch = "x86_64", not(trigd_std_spawn)))]
-        return super::vfork::spawn(self, stdio);
+        return self.spawn_clone(stdio);
         #[cfg(not(all(target_os = "linux", target_arch = "x86_64", not(trigd_std_spawn))))]
         return self.spawn_std(stdio);
+    }
+
+    /// Start the program with `sys/vfork.rs`'s clone.
+    #[cfg(all(target_os = "linux", target_arch = "x86_64", not(trigd_std_spawn)))]
+    fn spawn_clone(&self, stdio: [BorrowedFd<'_>; 3]) -> io::Result<Spawned> {
+        let (pid, pidfd) = super::vfork::spawn(
+            &self.program,
+            &self.argv,
+            &self.envp,
+            &self.dir,
+            self.ids,
+            stdio,
+        )?;
+        Ok(Spawned { pid, pidfd })
     }
 }
 
@@ -252,29 +253,6 @@ pub struct Spawned {
     /// Readable once it has exited; `None` on a kernel without `CLONE_PIDFD`
     /// and `pidfd_open` (before 5.3).
     pub pidfd: Option<OwnedFd>,
-}
-
-/// Wait for the child `pid` to exit and reap it (`waitpid`, retried on
-/// EINTR).
-///
-/// # Errors
-/// `waitpid` failed (not our child, or reaped already).
-pub fn wait_child(pid: u32) -> io::Result<std::process::ExitStatus> {
-    use std::os::unix::process::ExitStatusExt;
-    let pid =
-        libc::pid_t::try_from(pid).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    loop {
-        let mut status: libc::c_int = 0;
-        // SAFETY: `status` is a valid, writable c_int.
-        let rc = unsafe { libc::waitpid(pid, &mut status, 0) };
-        if rc == pid {
-            return Ok(std::process::ExitStatus::from_raw(status));
-        }
-        let err = io::Error::last_os_error();
-        if err.kind() != io::ErrorKind::Interrupted {
-            return Err(err);
-        }
-    }
 }
 
 #[cfg(all(

@@ -6,6 +6,7 @@ use std::io::Read;
 use std::os::fd::AsFd;
 
 use super::*;
+use crate::sys::wait_child;
 
 /// A shell script printing what a child gets from the spawn: argv (with
 /// argv[0]), environment, working directory, ids and groups, signal mask
@@ -50,7 +51,7 @@ fn run(exec: &Exec, clone: bool) -> (String, Option<i32>) {
     let inherited = crate::sys::dup_inheritable(std::io::stderr().as_fd());
     let stdio = [null.as_fd(), write.as_fd(), write.as_fd()];
     let spawned = if clone {
-        crate::sys::vfork::spawn(exec, stdio)
+        exec.spawn_clone(stdio)
     } else {
         exec.spawn_std(stdio)
     }
@@ -150,9 +151,7 @@ fn the_clone_and_std_fail_alike() {
     let nul = std::fs::File::open("/dev/null").unwrap();
     let stdio = || [nul.as_fd(), nul.as_fd(), nul.as_fd()];
     for exec in [missing, bad_dir, not_exec] {
-        let clone = crate::sys::vfork::spawn(&exec, stdio())
-            .map(|_| ())
-            .unwrap_err();
+        let clone = exec.spawn_clone(stdio()).map(|_| ()).unwrap_err();
         let std = exec.spawn_std(stdio()).map(|_| ()).unwrap_err();
         assert_eq!(clone.raw_os_error(), std.raw_os_error(), "{clone} / {std}");
         assert!(clone.raw_os_error().is_some(), "{clone}");
@@ -161,9 +160,7 @@ fn the_clone_and_std_fail_alike() {
     // kernel cannot run fails with the clone, std runs it with /bin/sh.
     std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o755)).unwrap();
     let script = Exec::new(&plain, ["x"], [], &dir).unwrap();
-    let clone = crate::sys::vfork::spawn(&script, stdio())
-        .map(|_| ())
-        .unwrap_err();
+    let clone = script.spawn_clone(stdio()).map(|_| ()).unwrap_err();
     assert_eq!(clone.raw_os_error(), Some(libc::ENOEXEC), "{clone}");
     let std = script.spawn_std(stdio()).unwrap();
     assert_eq!(wait_child(std.pid).unwrap().code(), Some(0));

@@ -1,34 +1,40 @@
-//! The x86_64 Linux spawner behind [`Exec::spawn`]: `clone(CLONE_VM |
+//! The x86_64 Linux spawner behind `Exec::spawn`: `clone(CLONE_VM |
 //! CLONE_VFORK | CLONE_PIDFD)` on a small stack in the caller's frame,
 //! the child making only raw system calls until `execve`. Written for the
 //! x86_64 kernel's `struct sigaction` and 8-byte signal set; every other
-//! target uses `std::process::Command` (see [`Exec::spawn`] for the
+//! target uses `std::process::Command` (see `Exec::spawn` for the
 //! figure that keeps this file).
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicI32, Ordering};
 
-use super::spawn::{Exec, Ids, Spawned};
-use super::{pidfd_open, wait_child};
+use super::{pidfd_open, wait_child, Ids};
 
-/// Start `exec` (see [`Exec::spawn`]): no stack is mapped and unmapped per
+/// Start `program` (see `Exec::spawn`): no stack is mapped and unmapped per
 /// child (glibc's `posix_spawn` does, under the address-space lock that
 /// every thread of trigd shares), the pidfd comes from the clone
 /// (`CLONE_PIDFD`), and the child resets only the signals whose
 /// disposition is not the default (glibc's queries and resets all 64).
-pub(super) fn spawn(exec: &Exec, stdio: [BorrowedFd<'_>; 3]) -> io::Result<Spawned> {
-    let argv = nul_terminated(&exec.argv);
-    let envp = nul_terminated(&exec.envp);
+pub(super) fn spawn(
+    program: &CStr,
+    argv: &[CString],
+    envp: &[CString],
+    dir: &CStr,
+    ids: Ids,
+    stdio: [BorrowedFd<'_>; 3],
+) -> io::Result<(u32, Option<OwnedFd>)> {
+    let argv = nul_terminated(argv);
+    let envp = nul_terminated(envp);
     let reset = reset_signals();
     let mut child = ChildArgs {
-        program: exec.program.as_ptr(),
+        program: program.as_ptr(),
         argv: argv.as_ptr(),
         envp: envp.as_ptr(),
-        dir: exec.dir.as_ptr(),
+        dir: dir.as_ptr(),
         stdio: stdio.map(|fd| fd.as_raw_fd()),
-        ids: exec.ids,
+        ids,
         reset: reset.as_ptr(),
         reset_len: reset.len(),
         errno: AtomicI32::new(0),
@@ -41,7 +47,7 @@ pub(super) fn spawn(exec: &Exec, stdio: [BorrowedFd<'_>; 3]) -> io::Result<Spawn
         let _ = wait_child(pid);
         return Err(io::Error::from_raw_os_error(errno));
     }
-    Ok(Spawned { pid, pidfd })
+    Ok((pid, pidfd))
 }
 
 /// Pointers to `strings` followed by NULL, as `execve` takes them.
