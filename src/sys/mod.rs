@@ -54,6 +54,12 @@ pub fn wait_child(pid: u32) -> io::Result<std::process::ExitStatus> {
     }
 }
 
+/// Tests that spawn take it shared; a test that counts this process's
+/// descriptors takes it exclusive, so no other test's pipes are open
+/// while it counts.
+#[cfg(test)]
+pub static SPAWN_LOCK: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
 /// A one-shot "stop now" flag that can also be `poll`ed: an `eventfd`
 /// that [`AbortSignal::trigger`] makes readable for every poller at once
 /// (nobody reads it, so it stays readable). One descriptor: the pipe it
@@ -610,6 +616,8 @@ mod tests {
 
     #[test]
     fn abort_signal_wakes_pollers_once() {
+        // Opens descriptors: not while a test counts them.
+        let _g = SPAWN_LOCK.read().unwrap_or_else(|e| e.into_inner());
         let a = AbortSignal::new().unwrap();
         assert!(!a.is_triggered());
         let mut fds = [libc::pollfd {
@@ -627,6 +635,8 @@ mod tests {
 
     #[test]
     fn abort_signal_is_an_eventfd() {
+        // Opens descriptors: not while a test counts them.
+        let _g = SPAWN_LOCK.read().unwrap_or_else(|e| e.into_inner());
         let a = AbortSignal::new().unwrap();
         // One descriptor, an eventfd (the pipe it was took two, and three
         // system calls per run).
@@ -644,6 +654,8 @@ mod tests {
 
     #[test]
     fn user_and_group_lookups() {
+        // Opens descriptors: not while a test counts them.
+        let _g = SPAWN_LOCK.read().unwrap_or_else(|e| e.into_inner());
         assert_eq!(user_by_name("root"), Some((0, 0)));
         assert_eq!(primary_group_of(0), Some(0));
         assert_eq!(group_by_name("root"), Some(0));

@@ -91,6 +91,9 @@ fn shared_dir(test: &str) -> std::path::PathBuf {
 
 #[test]
 fn the_clone_and_std_start_the_same_process() {
+    let _g = crate::sys::SPAWN_LOCK
+        .read()
+        .unwrap_or_else(|e| e.into_inner());
     let dir = shared_dir("same");
     // In a thread of its own: trigd's signal mask (TERM/INT/HUP blocked)
     // must not reach the child; std's ignored SIGPIPE must not either.
@@ -140,6 +143,9 @@ fn the_clone_and_std_start_the_same_process() {
 
 #[test]
 fn the_clone_and_std_fail_alike() {
+    let _g = crate::sys::SPAWN_LOCK
+        .read()
+        .unwrap_or_else(|e| e.into_inner());
     use std::os::unix::fs::PermissionsExt;
     let dir = shared_dir("fail");
     let plain = dir.join("plain");
