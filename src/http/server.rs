@@ -31,7 +31,8 @@ use crate::http::{ApiError, Request, Response};
 use crate::runner::Runner;
 use crate::runs::callback;
 use crate::runs::idempotency::Keys;
-use crate::state::store::{RunRecord, RunStore};
+use crate::state::record::RunRecord;
+use crate::state::store::RunStore;
 use crate::sys::{self, Signal};
 
 /// `trigd serve`: load, bind, print `listening on http://ADDR`, serve until
