@@ -42,6 +42,7 @@
 //! reload reusing unchanged program files            config/stamp.rs
 //! hot reload                                        reload.rs
 //! command line                                      cli.rs (parsing), commands.rs (subcommands)
+//! man pages, shell completions                      generate/ (from cli.rs and config/reference.rs)
 //! warnings of `trigd check`                         lint.rs
 //! generated passwords at first start                firststart.rs, config/generated.rs
 //! the only unsafe code                              sys.rs
@@ -60,6 +61,7 @@ mod config;
 mod error;
 mod firststart;
 mod follow;
+mod generate;
 mod hooks;
 mod http;
 mod idempotency;
@@ -139,8 +141,9 @@ fn run(args: impl Iterator<Item = std::ffi::OsString>) -> Result<ExitCode, Error
             program_id,
             write_secrets,
         } => import::run(&file, program_id, write_secrets.as_deref())?,
+        Command::Generate(kind) => print!("{}", generate::text(&kind)),
         Command::Help(text) => print!("{text}"),
-        Command::Version => println!("trigd {}", env!("CARGO_PKG_VERSION")),
+        Command::Version => println!("{}", cli::version_text()),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -21,6 +21,7 @@ mod named;
 mod program;
 mod raw;
 mod receive;
+pub mod reference;
 mod server;
 mod stamp;
 mod tools;
