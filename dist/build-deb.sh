@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the Debian package of trigd (docs/packaging.md):
-#   dist/build-deb.sh        → target/x86_64-unknown-linux-gnu/debian/trigd_<version>-1_amd64.deb
+#   dist/build-deb.sh        → target/debian/trigd_<version>-1_amd64.deb
 # Needs cargo-deb (`cargo install cargo-deb --locked`). The static binary is
 # built by `cargo static` (nothing to do when it is up to date); the man
 # pages and completions are printed by that binary (`trigd generate`), so

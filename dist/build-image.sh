@@ -19,7 +19,7 @@ revision=$("$bin" --version | sed -n 's/.*(commit \([^,)]*\).*/\1/p')
 ctx=target/image
 rm -rf "$ctx"
 root=$ctx/rootfs
-mkdir -p "$root/usr/bin" "$root/etc/ssl/certs" "$root/etc/trigd" "$ctx/state"
+mkdir -p "$root/usr/bin" "$root/etc/ssl/certs" "$root/etc/trigd" "$root/var/lib" "$ctx/state"
 install -m 0755 "$bin" "$root/usr/bin/trigd"
 # For programs that call out over TLS; trigd itself bundles its roots.
 install -m 0644 /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/"
@@ -30,9 +30,16 @@ printf 'root:x:0:0:root:/root:/sbin/nologin\ntrigd:x:65532:65532:trigd:/var/lib/
 printf 'root:x:0:\ntrigd:x:65532:\n' > "$root/etc/group"
 # Temporary files of programs.
 install -d -m 1777 "$root/tmp"
-chmod 0700 "$ctx/state"
+# One tar, owners set here (no root needed to build): root's files, then
+# the state dir as the image user's, mode 0700.
+tar=(tar --sort=name --mtime=@0 --numeric-owner)
+"${tar[@]}" --owner=0 --group=0 -C "$root" -cf "$ctx/rootfs.tar" .
+"${tar[@]}" --owner=65532 --group=65532 --mode=0700 -C "$ctx" \
+    --transform 's|^state|./var/lib/trigd|' -rf "$ctx/rootfs.tar" state
+rm -rf "$root" "$ctx/state"
 
-buildah build --layers=false -f dist/Containerfile \
+# --timestamp 0: the same files give the same image.
+buildah build --layers=false --timestamp 0 -f dist/Containerfile \
     --build-arg VERSION="$version" --build-arg REVISION="$revision" \
     -t "localhost/trigd:$version" "$ctx"
 if [ -n "$archive" ]; then

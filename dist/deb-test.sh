@@ -24,7 +24,7 @@ trap cleanup EXIT
 
 step "build the package"
 dist/build-deb.sh >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; fail "dist/build-deb.sh"; }
-deb=$(ls -t target/x86_64-unknown-linux-gnu/debian/trigd_*_amd64.deb | head -n 1)
+deb=$(ls -t target/debian/trigd_*_amd64.deb | head -n 1)
 echo "$deb ($(stat -c %s "$deb") bytes)"
 dpkg --purge trigd >/dev/null 2>&1 || true
 
@@ -116,7 +116,8 @@ fi
 dist/build-image.sh --archive target/trigd-image.tar >"$tmp/image.log" 2>&1 || { cat "$tmp/image.log"; fail "dist/build-image.sh"; }
 image=$(tail -n 1 "$tmp/image.log")
 ls -l target/trigd-image.tar
-buildah inspect --type image --format '{{json .OCIv1.Config}}' "$image" | tee "$tmp/config.json"; echo
+buildah inspect --type image "$image" | python3 -c 'import json, sys
+print(json.dumps(json.load(sys.stdin)["OCIv1"]["config"], separators=(",", ":")))' | tee "$tmp/config.json"
 grep -q '"User":"65532:65532"' "$tmp/config.json" || fail "image user"
 grep -q '"/var/lib/trigd":{}' "$tmp/config.json" || fail "image volume"
 grep -q '"Entrypoint":\["/usr/bin/trigd"\]' "$tmp/config.json" || fail "image entrypoint"
