@@ -36,7 +36,7 @@ fn modules(dir: &Path, prefix: &[String], out: &mut BTreeMap<Vec<String>, String
             .collect::<Vec<_>>()
             .join("\n");
         let mut m = prefix.to_vec();
-        if !matches!(name.as_str(), "mod" | "main") {
+        if !matches!(name.as_str(), "mod" | "main" | "lib") {
             m.push(name);
         }
         out.insert(m, code);

@@ -1,5 +1,5 @@
 //! `openapi.json` against the code: every route of the URL table in
-//! `src/routes.rs` is described, every path described is routed, every
+//! `src/http/routes.rs` is described, every path described is routed, every
 //! error code trigd can send is in the `Code` enum, and `GET /openapi.json`
 //! serves the document byte for byte.
 
@@ -36,7 +36,7 @@ struct Route {
 
 /// The arms `(METHODS, [SEGMENTS]) =>` of `routes::handle`.
 fn routes() -> Vec<Route> {
-    let text = repo_file("src/routes.rs");
+    let text = repo_file("src/http/routes.rs");
     let mut out = Vec::new();
     for line in text.lines().map(str::trim) {
         // `(METHODS, [SEGMENTS])` then an optional guard, then `=>`.
@@ -79,7 +79,7 @@ fn routes() -> Vec<Route> {
     }
     assert!(
         out.len() >= 7,
-        "too few routes found in src/routes.rs: {out:?}"
+        "too few routes found in src/http/routes.rs: {out:?}"
     );
     out
 }
@@ -148,13 +148,13 @@ fn every_described_path_is_routed() {
     for path in doc["paths"].as_object().unwrap().keys() {
         // Hooks files are routed before the table, under a configured prefix.
         if path == "/hooks/{id}" {
-            assert!(repo_file("src/routes.rs").contains("hooks::call("));
+            assert!(repo_file("src/http/routes.rs").contains("hooks::call("));
             continue;
         }
         let shape = shape_of(path);
         assert!(
             routes.iter().any(|r| matches(&r.shape, &shape)),
-            "openapi.json describes {path}, which src/routes.rs does not route"
+            "openapi.json describes {path}, which src/http/routes.rs does not route"
         );
     }
 }
@@ -163,7 +163,7 @@ fn every_described_path_is_routed() {
 /// too).
 fn codes_in_source() -> BTreeSet<String> {
     let mut codes = BTreeSet::new();
-    let http = repo_file("src/http.rs");
+    let http = repo_file("src/http/mod.rs");
     let start = http.find("pub fn code(&self)").expect("ApiError::code");
     let end = start + http[start..].find("\n    }\n").expect("end of code()");
     for line in http[start..end].lines() {

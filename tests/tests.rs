@@ -12,7 +12,7 @@ mod hostile_files; // config and hooks files that try to take the server down: a
 mod limits; // connections, sizes, fairness, EMFILE, overload, crash, hostile programs, rate limits, users
 mod modules; // the module graph of src/ has no cycles
 mod newcomer; // a newcomer's first hour: relative commands, exact Results, failed stdout, check warnings, help, run wording
-mod openapi; // openapi.json against src/routes.rs and the error codes; GET /openapi.json
+mod openapi; // openapi.json against src/http/routes.rs and the error codes; GET /openapi.json
 mod payloads; // hostile bodies: XML/JSON/form/multipart bounds, cheap checks first, signature entries, names twice, LF multipart, hook value bounds
 mod queue; // waiting for a slot, full queue, floods, idempotency keys, runs after a crash, full disk
 mod reload; // hot reload: every edit style, ConfigMap symlink swap, invalid edits, SIGHUP, 10k files

@@ -1,12 +1,5 @@
-//! Fuzz harnesses for trigd's parsers, over trigd's own sources.
-//!
-//! trigd is a binary crate, so there is no library to link against. This
-//! crate stands in for `src/main.rs`: `build.rs` lists the modules that
-//! `main.rs` declares, each with a `#[path]` to the real file, so
-//! `crate::config`, `crate::http`, … resolve exactly as in trigd and nothing
-//! is copied. trigd itself only had to expose two private items (see
-//! README.md): `config::load_str` and `invoke::named_values`, both under
-//! `cfg(fuzzing)`.
+//! Fuzz harnesses for trigd's parsers, linked against the `trigd` library
+//! (`trigd::config::load_str`, `trigd::invoke::named_values`, …).
 //!
 //! Each harness takes arbitrary bytes, must never panic, and asserts the
 //! parser's invariants. The `fuzz_targets/` binaries feed them from
@@ -15,7 +8,7 @@
 #![allow(dead_code, unused_imports, clippy::all)]
 #![deny(unsafe_code)]
 
-include!(concat!(env!("OUT_DIR"), "/trigd_modules.rs"));
+use trigd::{compat, config, http, invoke, receive};
 
 use std::path::{Path, PathBuf};
 
@@ -238,7 +231,7 @@ pub fn payload(data: &[u8]) {
 }
 
 /// An adnanh/webhook hooks file (JSON or YAML) through
-/// `config::hooks::parse_file` and `config::compile_hook`, then a request
+/// `compat::webhook::file::parse_file` and `compat::webhook::compile::compile`, then a request
 /// (the part after the first NUL: Content-Type line, body) read and every
 /// compiled rule evaluated the webhook way. No panic; every error names
 /// something.
@@ -261,7 +254,7 @@ pub fn hooks_file(data: &[u8]) {
         .server;
     for def in defs {
         let Ok(def) = def else { continue };
-        let hook = match config::compile_hook(&def, Path::new("."), &server) {
+        let hook = match compat::webhook::compile::compile(&def, Path::new("."), &server) {
             Ok(h) => h,
             Err(msg) => {
                 assert!(msg.contains("option"), "{msg}");
@@ -274,7 +267,7 @@ pub fn hooks_file(data: &[u8]) {
             panic!("a hook is read the webhook way and makes a hook's values");
         };
         let remote = Some("127.0.0.1:1".parse().unwrap());
-        let Ok(mut wr) = receive::webhook::WebhookRequest::new(
+        let Ok(mut wr) = compat::webhook::receive::WebhookRequest::new(
             "POST",
             remote,
             &headers,
@@ -305,9 +298,9 @@ pub mod adapt {
 
     use serde_json::Value;
 
-    use crate::config::hooks::{self, Parsed};
-    use crate::receive::payload::{self, Part, Payload};
-    use crate::receive::signature::{Encoding, Scheme, Secret, SigError, Verifier};
+    use trigd::compat::webhook::file::{self as hooks, Parsed};
+    use trigd::receive::payload::{self, Part, Payload};
+    use trigd::receive::signature::{Encoding, Scheme, Secret, SigError, Verifier};
 
     /// Whether multipart bodies whose lines end in a bare `\n` must parse
     /// like their CRLF form (Go's mime/multipart does, and so does
@@ -376,7 +369,7 @@ pub mod adapt {
 
     /// trigd's own `Trigd-Signature` of a callback body.
     pub fn trigd_signature(secret: &[u8], t: u64, body: &[u8]) -> String {
-        crate::callback::send::signature(secret, t, body)
+        trigd::runs::callback::send::signature(secret, t, body)
     }
 }
 

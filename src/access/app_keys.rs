@@ -22,7 +22,7 @@ use std::sync::{Mutex, MutexGuard};
 use serde::{Deserialize, Serialize};
 
 use super::secret::{random_hex, sha256};
-use crate::store::now_rfc3339;
+use crate::state::store::now_rfc3339;
 use crate::sys;
 
 /// What is stored for one member's key in one workspace.
@@ -160,7 +160,7 @@ fn read_file(path: &Path) -> io::Result<BTreeMap<String, KeyInfo>> {
 /// Replace the file atomically (see `store::write_atomic`), mode 0600.
 fn write_file(path: &Path, all: &BTreeMap<String, KeyInfo>) -> io::Result<()> {
     let bytes = serde_json::to_vec_pretty(all).map_err(io::Error::other)?;
-    crate::store::write_atomic(path, |f| f.write_all(&bytes))
+    crate::state::store::write_atomic(path, |f| f.write_all(&bytes))
 }
 
 #[cfg(test)]

@@ -8,6 +8,8 @@
 //! lookup's timing depends only on the hash, which an attacker cannot steer
 //! toward a stored one, so it leaks nothing about the key.
 
+pub mod cidr;
+
 mod app_keys;
 mod client;
 mod csrf;
@@ -28,7 +30,7 @@ pub use sessions::{clear_cookie, set_cookie, Session};
 
 use crate::config::{ApiKey, Config};
 use crate::http::{ApiError, Request};
-use crate::store::Origin;
+use crate::state::store::Origin;
 use limiter::Limits;
 use sessions::Sessions;
 

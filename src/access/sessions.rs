@@ -202,7 +202,7 @@ fn now_ms() -> u64 {
 /// Replace the file atomically (see `store::write_atomic`), mode 0600.
 fn write_file(path: &Path, all: &HashMap<String, Record>) -> io::Result<()> {
     let bytes = serde_json::to_vec(all).map_err(io::Error::other)?;
-    crate::store::write_atomic(path, |f| f.write_all(&bytes))
+    crate::state::store::write_atomic(path, |f| f.write_all(&bytes))
 }
 
 // ---------------------------------------------------------------------------

@@ -19,7 +19,7 @@ use rustls_pki_types::CertificateDer;
 use toml::Spanned;
 use url::Url;
 
-use crate::cidr::Cidr;
+use crate::access::cidr::Cidr;
 
 use super::raw::{RawCallbacks, RawDuration};
 use super::resolve;

@@ -25,7 +25,7 @@ use std::sync::Mutex;
 
 use toml_edit::{DocumentMut, Item, TableLike, Value};
 
-use crate::store;
+use crate::state::store;
 use crate::sys;
 
 /// Serializes edits of the config file within this process.

@@ -188,7 +188,7 @@ pub enum Shape {
     Webhook(Arc<HookAnswer>),
 }
 
-/// How a hook makes the values of its run (its [`Values::Hook`]; compiled in `hook_compile.rs`).
+/// How a hook makes the values of its run (its [`Values::Hook`]; compiled in `compat/webhook/compile.rs`).
 #[derive(Debug)]
 pub struct HookValues {
     /// `pass-arguments-to-command`, in order.
@@ -245,6 +245,25 @@ impl Endpoint {
             receive: Arc::default(),
             shape: Shape::Run,
             entry: Entry::Api,
+        }
+    }
+}
+
+/// The hooks of every `hooks_files` entry, served under one URL prefix.
+#[derive(Debug, Default)]
+pub struct Hooks {
+    /// Path segments before the hook id (`hooks_url_prefix`, split at `/`).
+    pub prefix: Vec<String>,
+    /// Hooks by id, each compiled into the endpoint it is.
+    pub by_id: BTreeMap<String, Endpoint>,
+}
+
+impl Hooks {
+    /// The one-function program of hook `id`.
+    pub fn program(&self, id: &str) -> Option<&Arc<Program>> {
+        match &self.by_id.get(id)?.target {
+            Target::Own(program) => Some(program),
+            _ => None,
         }
     }
 }

@@ -15,17 +15,16 @@ pub mod edit;
 mod endpoint;
 pub mod file;
 pub mod generated;
-mod hook_compile;
-pub mod hooks;
 mod named;
 mod program;
 mod raw;
 mod receive;
 pub mod reference;
+pub mod reload;
 mod server;
 mod stamp;
 mod tools;
-mod types;
+pub mod types;
 mod validate;
 pub mod yaml;
 
@@ -36,19 +35,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use endpoint::{
-    Credentials, Dialect, Endpoint, Entry, HookAnswer, HookFile, HookValues, Methods, Shape,
+    Credentials, Dialect, Endpoint, Entry, HookAnswer, HookFile, HookValues, Hooks, Methods, Shape,
     Target, TriggerName, Values, WebhookReading,
 };
-#[cfg(fuzzing)] // fuzz/ (the hooks_file harness)
-pub use hook_compile::compile as compile_hook;
-pub use hook_compile::{known_status, Hooks};
 pub use named::Named;
 pub use stamp::Stamp;
 
 use crate::http::Method;
-use crate::store::Owner;
+use crate::state::store::Owner;
 
-#[cfg(any(test, fuzzing))] // fuzz/ (cargo-fuzz sets cfg fuzzing)
 pub use validate::load_str;
 pub use validate::{load, load_changed, load_first, load_text, Before};
 

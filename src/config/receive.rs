@@ -16,7 +16,7 @@ use toml::Spanned;
 
 use super::raw::{RawResponse, RawRule, RawSource, RawTrigger, RawVerify};
 use super::types::{duration, Errors, Src};
-use crate::cidr::Cidr;
+use crate::access::cidr::Cidr;
 use crate::receive::rules::{Leaf, Rule};
 use crate::receive::signature::{Algo, Encoding, Scheme, Secret, Verifier};
 use crate::receive::values::{JsonPath, RequestField, Source, Whole};

@@ -143,9 +143,9 @@ fn drain_delay(src: &Src, raw: &raw::RawServer, errs: &mut Errors) -> Duration {
 /// `instance`: a valid instance name, or the one derived from the host name.
 fn instance(src: &Src, raw: Option<&Spanned<String>>, errs: &mut Errors) -> String {
     let Some(name) = raw else {
-        return crate::cluster::default_name();
+        return crate::runs::cluster::default_name();
     };
-    if !crate::cluster::valid_name(name.get_ref()) {
+    if !crate::runs::cluster::valid_name(name.get_ref()) {
         errs.at(
             src,
             name.span(),

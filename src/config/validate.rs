@@ -380,7 +380,6 @@ fn missing_config_hint(path: &Path, e: &std::io::Error) -> String {
 ///
 /// # Errors
 /// Every problem found, each with file, line, column and key.
-#[cfg(any(test, fuzzing))] // unit tests and fuzz/
 pub fn load_str(
     path: &Path,
     config_text: &str,
@@ -613,7 +612,7 @@ fn check(files: Files, current: Option<&Config>) -> Result<Config, Vec<ConfigErr
     let tools = tools::tools(&src, &raw, &workspaces, &known, cb, &dir, &mut errs);
     let hooks = match raw.server.hooks_files.is_empty() {
         true => super::Hooks::default(),
-        false => super::hook_compile::load(
+        false => crate::compat::webhook::compile::load(
             &hook_files,
             &server.hooks_url_prefix,
             path,

@@ -8,11 +8,11 @@ use serde_json::{json, Value};
 use std::sync::mpsc;
 use std::thread;
 
-use crate::app::App;
-use crate::follow::{events, End, Follower, Live};
+use crate::http::app::App;
 use crate::http::{ApiError, Response};
 use crate::runner::step::{Outcome, StepError};
 use crate::runner::{Job, RunError, SyncRun};
+use crate::runs::follow::{events, End, Follower, Live};
 
 /// Start `job` sync or async and build the response object.
 ///

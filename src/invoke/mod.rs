@@ -7,7 +7,7 @@
 //!
 //! Every entry point is such an endpoint: `POST /api` (`api.rs`), each
 //! generated tool endpoint (`tools.rs`), and each hook of an
-//! adnanh/webhook hooks file (`hooks.rs`); those are thin adapters that
+//! adnanh/webhook hooks file (`compat/webhook/`); those are thin adapters that
 //! find the endpoint and call [`invoke`]. What differs between them is
 //! data on the endpoint, matched once per step: the methods
 //! ([`Methods`](crate::config::Methods)), how the request is read for the
@@ -15,7 +15,7 @@
 //! [`Dialect`](crate::config::Dialect)), how values are made (`values.rs`,
 //! by its [`Values`]), which function runs ([`Target`]) and the answer's
 //! shape (`webhook.rs`, by its [`Shape`]: the run endpoint's JSON, or
-//! webhook's texts in `hook_answer.rs`). The same fault gets the same
+//! webhook's texts in `compat/webhook/answer.rs`). The same fault gets the same
 //! error on every path; only its wording is the shape's.
 //!
 //! The receive steps of a tool trigger (signature, sourced values, body
@@ -26,7 +26,6 @@
 //! starts the run and writes the run endpoint's answer.
 
 mod answer;
-mod hook_answer;
 mod parse_limit;
 mod read;
 mod values;
@@ -35,23 +34,22 @@ mod webhook;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+pub use crate::compat::webhook::answer::{text as hook_text, NOT_FOUND as HOOK_NOT_FOUND};
 pub use answer::finished_body;
-pub use hook_answer::{text as hook_text, NOT_FOUND as HOOK_NOT_FOUND};
 pub use values::check_values;
-#[cfg(fuzzing)] // fuzz/src/lib.rs
 pub use values::named_values;
 
 use crate::access::Member;
-use crate::app::App;
-use crate::callback::{self, record::Source};
 use crate::config::{
     ApiKey, Config, Credentials, Dialect, Endpoint, Entry, Function, Program, Shape, Target, Values,
 };
+use crate::http::app::App;
 use crate::http::{ApiError, Request, Response};
-use crate::idempotency;
-use crate::replay;
 use crate::runner::Job;
-use crate::store::Origin;
+use crate::runs::callback::{self, record::Source};
+use crate::runs::idempotency;
+use crate::runs::replay;
+use crate::state::store::Origin;
 use read::Read;
 
 /// Who is calling, once their credentials are checked.
@@ -91,7 +89,7 @@ impl Caller<'_> {
 /// `run_async`, a reused `Idempotency-Key` (`idempotency_key_reused`), and
 /// the run; a malformed `Idempotency-Key` (`invalid_parameter`) right after
 /// the signature. A hook answers most of them in webhook's words
-/// (`hook_answer.rs`).
+/// (`compat/webhook/answer.rs`).
 pub fn invoke(
     app: &App,
     cfg: &Arc<Config>,

@@ -6,12 +6,12 @@
 use std::path::PathBuf;
 
 use crate::access::client_ip;
+use crate::compat::webhook::receive::{BodyError, Fault, WebhookRequest};
 use crate::config::{Config, Dialect};
 use crate::http::{ApiError, Request};
 use crate::receive::payload::{Kind, PayloadError, Why};
 use crate::receive::rules::Verdict;
 use crate::receive::values::{Incoming, Source, ValueError};
-use crate::receive::webhook::{BodyError, Fault, WebhookRequest};
 use crate::receive::Receive;
 
 /// One request, read in an endpoint's dialect.

@@ -11,11 +11,11 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::hook_answer;
-use crate::app::App;
+use crate::compat::webhook::answer as hook_answer;
 use crate::config::{Config, Endpoint, Entry, Shape};
+use crate::http::app::App;
+use crate::http::logging;
 use crate::http::{ApiError, Request, Response};
-use crate::logging;
 use crate::receive::body_file::BodyFile;
 use crate::receive::{Answer, Receive};
 

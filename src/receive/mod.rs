@@ -19,7 +19,6 @@ pub mod rules;
 pub mod shape;
 pub mod signature;
 pub mod values;
-pub mod webhook;
 
 use rules::Rule;
 use signature::Verifier;

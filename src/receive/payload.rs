@@ -178,7 +178,6 @@ fn decoded(raw: &[u8]) -> Vec<u8> {
 ///
 /// # Errors
 /// No boundary, a body that is not multipart, or one over a bound.
-#[cfg_attr(not(fuzzing), allow(dead_code))] // a stable entry for fuzz/
 pub fn parts(content_type: &str, body: &[u8]) -> Result<Vec<Part>, String> {
     super::multipart::parse(content_type, body).map_err(|e| e.msg)
 }

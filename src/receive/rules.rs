@@ -13,7 +13,7 @@ use regex_lite::Regex;
 
 use super::signature::Verifier;
 use super::values::{Incoming, Source, ValueError};
-use crate::cidr::Cidr;
+use crate::access::cidr::Cidr;
 
 /// A rule tree, compiled at config load.
 #[derive(Debug, Clone)]

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use crate::sys::AbortSignal;
 
-pub use crate::output::Stream;
+pub use crate::runs::output::Stream;
 
 /// What followers wait for.
 #[derive(Debug, Default)]

@@ -43,12 +43,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::callback::record::{waiting, Target};
-use crate::callback::Service as Callbacks;
 use crate::config::{Config, Program};
-use crate::metrics::Metrics;
-use crate::output::OutputFile;
-use crate::store::{
+use crate::http::metrics::Metrics;
+use crate::runs::callback::record::{waiting, Target};
+use crate::runs::callback::Service as Callbacks;
+use crate::runs::output::OutputFile;
+use crate::state::store::{
     new_run_id, now_rfc3339, Origin, Owner, RunInput, RunRecord, RunState, RunStore,
 };
 use handle::{RunHandle, Stream};

@@ -10,10 +10,10 @@ use serde_json::{Map, Value};
 
 use super::switch::{self, Controls, Viewer};
 use super::{finish, html_response, login_required, page, top_bar};
-use crate::app::App;
 use crate::config::Config;
+use crate::http::app::App;
 use crate::http::{percent_encode, ApiError, Method, Request, Response};
-use crate::view::{Access, EndpointView, EnvironmentView, ToolView};
+use crate::ui::view::{Access, EndpointView, EnvironmentView, ToolView};
 
 /// `GET /tools/<tool>/endpoints` for browsers: environments with their
 /// public switch, endpoints with method, URL, access and a curl command.

@@ -6,8 +6,8 @@ use serde_json::json;
 
 use super::{field, finish, form, html_response, no_store, page, redirect, safe_next, wants_html};
 use crate::access::{check_csrf, clear_cookie, set_cookie, Carrier};
-use crate::app::App;
 use crate::config::Config;
+use crate::http::app::App;
 use crate::http::{ApiError, Request, Response};
 
 /// `GET /login`: the login form (or, when already signed in, on to `next`).

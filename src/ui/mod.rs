@@ -13,6 +13,8 @@
 //! ([`wants_html`]): browsers get pages, redirects to the login form and
 //! HTML error pages; every other client gets the JSON errors of `http.rs`.
 
+pub mod view;
+
 mod endpoints;
 mod login;
 mod runs;

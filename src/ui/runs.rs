@@ -16,14 +16,14 @@ use super::{
     csrf_field, field, finish, form, html_response, login_required, page, redirect, top_bar,
 };
 use crate::access::{check_csrf, Carrier, Session, SignedIn};
-use crate::app::App;
-use crate::callback::record::Delivery;
 use crate::config::Config;
-use crate::follow;
+use crate::http::app::App;
 use crate::http::{percent_encode, ApiError, Request, Response};
-use crate::output::{self, Frame, Stream};
 use crate::runs;
-use crate::store::{Origin, Owner, RunFilter, RunRecord, RunState, ALL_STATES};
+use crate::runs::callback::record::Delivery;
+use crate::runs::follow;
+use crate::runs::output::{self, Frame, Stream};
+use crate::state::store::{Origin, Owner, RunFilter, RunRecord, RunState, ALL_STATES};
 
 /// Runs per page.
 pub const PAGE: usize = 50;

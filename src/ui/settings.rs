@@ -9,8 +9,8 @@ use super::{
     top_bar, wants_html,
 };
 use crate::access::{check_csrf, is_member, Carrier, Session, SignedIn};
-use crate::app::App;
 use crate::config::Config;
+use crate::http::app::App;
 use crate::http::{percent_encode, ApiError, Request, Response};
 
 /// `GET /`: the signed-in user's workspaces and their tools.

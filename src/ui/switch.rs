@@ -17,13 +17,13 @@ use serde_json::{json, Value};
 
 use super::{field, finish, form, html_response, login_required, page, redirect, top_bar};
 use crate::access::{check_csrf, is_member, Carrier, Session};
-use crate::app::App;
 use crate::config::edit::{self, EditError, Flip};
+use crate::config::reload;
 use crate::config::{Config, Tool};
+use crate::http::app::App;
 use crate::http::{percent_encode, ApiError, Request, Response};
-use crate::reload;
-use crate::store::Origin;
-use crate::view::ToolView;
+use crate::state::store::Origin;
+use crate::ui::view::ToolView;
 
 /// Who looks at the endpoint view, for its switch controls.
 pub enum Viewer<'a> {

@@ -1,0 +1,131 @@
+//! `App`: the state shared by every request — the current config snapshot,
+//! its generation, the last reload error, the run store, the runner,
+//! idempotency keys, and the credentials and limits of `access`.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+
+use crate::access::Access;
+use crate::config::Config;
+use crate::runner::Runner;
+use crate::runs::cluster::Readiness;
+use crate::runs::idempotency::Keys;
+use crate::state::store::RunStore;
+
+/// Shared server state.
+pub struct App {
+    config: RwLock<Arc<Config>>,
+    generation: AtomicU64,
+    last_reload_error: Mutex<Option<String>>,
+    reload_errors: AtomicU64,
+    /// The run log.
+    pub store: Arc<RunStore>,
+    /// Idempotency keys.
+    pub idempotency: Keys,
+    /// Application keys, sessions and rate limits.
+    pub access: Access,
+    /// Run slots and queue.
+    pub runner: Arc<Runner>,
+    /// Open HTTP connections (set once the listener exists).
+    pub connections: OnceLock<Arc<AtomicUsize>>,
+    /// Set once shutdown starts: workers stop taking requests.
+    pub closing: AtomicBool,
+    /// Set at SIGTERM for `drain_delay` before `closing`: requests are
+    /// still served, `/healthz` answers 503 so the balancer stops sending.
+    pub draining: AtomicBool,
+}
+
+impl App {
+    /// Shared state around a first config (generation 1).
+    pub fn new(
+        config: Config,
+        store: Arc<RunStore>,
+        runner: Arc<Runner>,
+        idempotency: Keys,
+    ) -> App {
+        // Body files of runs cut off by a crash or kill -9.
+        crate::receive::body_file::clean(&config.server.state_dir.join("bodies"));
+        App {
+            idempotency,
+            access: Access::open(&config.server.state_dir, &config.server.shared_state_dir),
+            config: RwLock::new(Arc::new(config)),
+            generation: AtomicU64::new(1),
+            last_reload_error: Mutex::new(None),
+            reload_errors: AtomicU64::new(0),
+            store,
+            runner,
+            connections: OnceLock::new(),
+            closing: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
+        }
+    }
+
+    /// The current config snapshot. Take it once per request and pass it on.
+    pub fn config(&self) -> Arc<Config> {
+        Arc::clone(&self.config.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Swap in a new config and clear the reload error.
+    pub fn set_config(&self, config: Config) {
+        if let Some(cb) = self.runner.callbacks() {
+            cb.configure(&config.server.callbacks);
+        }
+        *self.config.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(config);
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        *self
+            .last_reload_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// Record why the last reload was refused.
+    pub fn set_reload_error(&self, error: String) {
+        self.reload_errors.fetch_add(1, Ordering::Relaxed);
+        *self
+            .last_reload_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(error);
+    }
+
+    /// Forget the last reload error (the files are valid again).
+    pub fn clear_reload_error(&self) {
+        *self
+            .last_reload_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// Successful reloads and refused reloads since start.
+    pub fn reload_counts(&self) -> (u64, u64) {
+        (
+            self.generation() - 1,
+            self.reload_errors.load(Ordering::Relaxed),
+        )
+    }
+
+    /// The generation of the current config: 1 at start, +1 per reload.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    /// Why the last reload was refused, if it was.
+    pub fn last_reload_error(&self) -> Option<String> {
+        self.last_reload_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Whether this instance should get traffic now. The config is always
+    /// loaded once the server answers (a refused reload keeps the last good
+    /// one); the state dir is checked by opening `runs.log` for writing.
+    pub fn readiness(&self) -> Readiness {
+        if self.draining.load(Ordering::SeqCst) || self.closing.load(Ordering::SeqCst) {
+            return Readiness::Draining;
+        }
+        match self.store.check_writable() {
+            Ok(()) => Readiness::Ready,
+            Err(e) => Readiness::NotReady(format!("state dir not writable: {e}")),
+        }
+    }
+}

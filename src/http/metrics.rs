@@ -1,0 +1,352 @@
+//! Counters and a run-duration histogram, rendered as Prometheus text for
+//! `GET /metrics`. Lock-free atomics on the request path; one small mutex
+//! for the per-program run counts.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::state::store::Owner;
+
+/// Upper bounds (seconds) of the run duration histogram buckets.
+const BUCKETS: [f64; 12] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0,
+];
+
+/// Whose ended runs a `trigd_runs_total` line counts.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum RunLabel {
+    /// A program, by id (`program="<id>"`).
+    Program(u64),
+    /// A hooks-file hook, by id (`hook="<id>"`).
+    Hook(String),
+}
+
+/// Process-wide metrics.
+pub struct Metrics {
+    /// HTTP responses by status code (index = status).
+    http: Vec<AtomicU64>,
+    /// Finished runs by (program or hook, outcome state).
+    runs: Mutex<BTreeMap<(RunLabel, &'static str), u64>>,
+    /// Webhook requests that did not run, by (tool, trigger, outcome):
+    /// `ignored` by rules, or the `Code` of a refused signature.
+    webhooks: Mutex<BTreeMap<(String, String, &'static str), u64>>,
+    buckets: [AtomicU64; BUCKETS.len()],
+    duration_count: AtomicU64,
+    duration_sum_us: AtomicU64,
+    /// Public switches flipped from trigd: [to off, to on].
+    switch_flips: [AtomicU64; 2],
+}
+
+/// Gauges read at render time.
+pub struct Gauges {
+    /// Runs executing now.
+    pub in_flight: usize,
+    /// Async runs waiting.
+    pub queued: usize,
+    /// Child processes alive.
+    pub children: usize,
+    /// Open HTTP connections.
+    pub connections: usize,
+    /// Successful reloads.
+    pub reloads: u64,
+    /// Refused reloads.
+    pub reload_errors: u64,
+    /// Config generation.
+    pub generation: u64,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            http: (0..600).map(|_| AtomicU64::new(0)).collect(),
+            runs: Mutex::new(BTreeMap::new()),
+            webhooks: Mutex::new(BTreeMap::new()),
+            buckets: Default::default(),
+            duration_count: AtomicU64::new(0),
+            duration_sum_us: AtomicU64::new(0),
+            switch_flips: Default::default(),
+        }
+    }
+}
+
+impl Metrics {
+    /// Count one HTTP response.
+    pub fn http(&self, status: u16) {
+        if let Some(c) = self.http.get(usize::from(status)) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Count one public switch flipped from trigd to `on`.
+    pub fn switch_flip(&self, on: bool) {
+        self.switch_flips[usize::from(on)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Count one ended run of `function` of `owner` with `outcome` (a
+    /// state name).
+    pub fn run(&self, owner: Owner, function: &str, outcome: &'static str, took: Duration) {
+        let label = match owner {
+            Owner::Program(id) => RunLabel::Program(id),
+            Owner::Hook => RunLabel::Hook(function.to_string()),
+        };
+        *self
+            .runs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry((label, outcome))
+            .or_default() += 1;
+        let secs = took.as_secs_f64();
+        for (b, c) in BUCKETS.iter().zip(&self.buckets) {
+            if secs <= *b {
+                c.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.duration_count.fetch_add(1, Ordering::Relaxed);
+        self.duration_sum_us
+            .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// Count one webhook request of `tool`'s `trigger` that did not run:
+    /// `outcome` is `ignored` or the `Code` of its refusal.
+    pub fn webhook(&self, tool: &str, trigger: &str, outcome: &'static str) {
+        *self
+            .webhooks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry((tool.to_string(), trigger.to_string(), outcome))
+            .or_default() += 1;
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self, g: &Gauges) -> String {
+        let mut s = String::new();
+        self.render_http(&mut s);
+        self.render_runs(&mut s);
+        self.render_webhooks(&mut s);
+        self.render_durations(&mut s);
+        g.render(&mut s);
+        self.render_switch_flips(&mut s);
+        s
+    }
+
+    fn render_switch_flips(&self, s: &mut String) {
+        let _ = writeln!(
+            s,
+            "# HELP trigd_public_switch_flips_total Public switches flipped from trigd (browser or HTTP), by new state.\n\
+             # TYPE trigd_public_switch_flips_total counter"
+        );
+        for (to, c) in ["off", "on"].iter().zip(&self.switch_flips) {
+            let n = c.load(Ordering::Relaxed);
+            let _ = writeln!(
+                s,
+                "trigd_public_switch_flips_total{{to=\"{}\"}} {n}",
+                label(to)
+            );
+        }
+    }
+
+    fn render_http(&self, s: &mut String) {
+        let _ = writeln!(
+            s,
+            "# HELP trigd_http_requests_total HTTP responses by status code."
+        );
+        let _ = writeln!(s, "# TYPE trigd_http_requests_total counter");
+        for (status, c) in self.http.iter().enumerate() {
+            let n = c.load(Ordering::Relaxed);
+            if n > 0 {
+                let _ = writeln!(s, "trigd_http_requests_total{{status=\"{status}\"}} {n}");
+            }
+        }
+    }
+
+    fn render_runs(&self, s: &mut String) {
+        let _ = writeln!(
+            s,
+            "# HELP trigd_runs_total Ended runs by program (or hooks-file hook) and outcome."
+        );
+        let _ = writeln!(s, "# TYPE trigd_runs_total counter");
+        for ((who, o), n) in self.runs.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            let who = match who {
+                RunLabel::Program(p) => format!("program=\"{p}\""),
+                RunLabel::Hook(h) => format!("hook=\"{}\"", label(h)),
+            };
+            let _ = writeln!(s, "trigd_runs_total{{{who},outcome=\"{}\"}} {n}", label(o));
+        }
+    }
+
+    fn render_webhooks(&self, s: &mut String) {
+        let _ = writeln!(
+            s,
+            "# HELP trigd_webhooks_not_run_total Webhook requests that ran nothing: ignored by rules, or refused (outcome = the error Code)."
+        );
+        let _ = writeln!(s, "# TYPE trigd_webhooks_not_run_total counter");
+        for ((tool, trigger, o), n) in self
+            .webhooks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            let _ = writeln!(
+                s,
+                "trigd_webhooks_not_run_total{{tool=\"{}\",trigger=\"{}\",outcome=\"{}\"}} {n}",
+                label(tool),
+                label(trigger),
+                label(o)
+            );
+        }
+    }
+
+    fn render_durations(&self, s: &mut String) {
+        let _ = writeln!(s, "# HELP trigd_run_duration_seconds Run duration.");
+        let _ = writeln!(s, "# TYPE trigd_run_duration_seconds histogram");
+        for (b, c) in BUCKETS.iter().zip(&self.buckets) {
+            let _ = writeln!(
+                s,
+                "trigd_run_duration_seconds_bucket{{le=\"{b}\"}} {}",
+                c.load(Ordering::Relaxed)
+            );
+        }
+        let count = self.duration_count.load(Ordering::Relaxed);
+        let _ = writeln!(
+            s,
+            "trigd_run_duration_seconds_bucket{{le=\"+Inf\"}} {count}"
+        );
+        let sum = self.duration_sum_us.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = writeln!(s, "trigd_run_duration_seconds_sum {sum}");
+        let _ = writeln!(s, "trigd_run_duration_seconds_count {count}");
+    }
+}
+
+/// `value` as a label value of the Prometheus text format: backslash,
+/// double quote and line feed escaped (`\\`, `\"`, `\n`), so that any hook
+/// id or trigger name keeps the exposition parseable.
+pub fn label(value: &str) -> Cow<'_, str> {
+    if !value.contains(['\\', '"', '\n']) {
+        return Cow::Borrowed(value);
+    }
+    let mut out = String::with_capacity(value.len() + 8);
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+impl Gauges {
+    /// One `HELP`, `TYPE` and value line per gauge.
+    fn render(&self, s: &mut String) {
+        let gauges = [
+            (
+                "trigd_runs_in_flight",
+                "gauge",
+                "Runs executing now.",
+                self.in_flight as u64,
+            ),
+            (
+                "trigd_runs_queued",
+                "gauge",
+                "Async runs waiting for a slot.",
+                self.queued as u64,
+            ),
+            (
+                "trigd_child_processes",
+                "gauge",
+                "Step processes alive now.",
+                self.children as u64,
+            ),
+            (
+                "trigd_open_connections",
+                "gauge",
+                "Open HTTP connections.",
+                self.connections as u64,
+            ),
+            (
+                "trigd_config_generation",
+                "gauge",
+                "Generation of the served config.",
+                self.generation,
+            ),
+            (
+                "trigd_reloads_total",
+                "counter",
+                "Successful config reloads.",
+                self.reloads,
+            ),
+            (
+                "trigd_reload_errors_total",
+                "counter",
+                "Refused config reloads.",
+                self.reload_errors,
+            ),
+        ];
+        for (name, kind, help, v) in gauges {
+            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counts_and_histogram() {
+        let m = Metrics::default();
+        m.http(200);
+        m.http(200);
+        m.http(503);
+        m.run(
+            Owner::Program(3),
+            "f",
+            "finished",
+            Duration::from_millis(20),
+        );
+        m.run(
+            Owner::Hook,
+            "a\"b\\c\nd",
+            "failed",
+            Duration::from_millis(20),
+        );
+        m.webhook("gh", "push", "ignored");
+        m.webhook("gh", "push", "ignored");
+        let g = Gauges {
+            in_flight: 1,
+            queued: 0,
+            children: 1,
+            connections: 2,
+            reloads: 2,
+            reload_errors: 1,
+            generation: 3,
+        };
+        let t = m.render(&g);
+        assert!(
+            t.contains("trigd_http_requests_total{status=\"200\"} 2"),
+            "{t}"
+        );
+        assert!(t.contains("trigd_runs_total{program=\"3\",outcome=\"finished\"} 1"));
+        let hook = r#"trigd_runs_total{hook="a\"b\\c\nd",outcome="failed"} 1"#;
+        assert!(t.contains(hook), "{t}");
+        assert!(t.contains("trigd_run_duration_seconds_bucket{le=\"0.01\"} 0"));
+        assert!(t.contains("trigd_run_duration_seconds_bucket{le=\"0.025\"} 2"));
+        assert!(t.contains("trigd_reload_errors_total 1"));
+        assert!(t.contains("trigd_open_connections 2"));
+        let w = "trigd_webhooks_not_run_total{tool=\"gh\",trigger=\"push\",outcome=\"ignored\"} 2";
+        assert!(t.contains(w), "{t}");
+        assert!(t.contains("trigd_public_switch_flips_total{to=\"on\"} 0"));
+        m.switch_flip(true);
+        let t = m.render(&g);
+        assert!(
+            t.contains("trigd_public_switch_flips_total{to=\"on\"} 1"),
+            "{t}"
+        );
+        assert!(t.contains("trigd_public_switch_flips_total{to=\"off\"} 0"));
+    }
+}

@@ -1,0 +1,174 @@
+//! The URL table: one `match` on method and path segments. This is the only
+//! file that knows URL shapes; handlers get their path parameters already
+//! split out.
+
+use std::sync::atomic::Ordering;
+
+use serde_json::json;
+
+use crate::compat::webhook as hooks;
+use crate::http::api;
+use crate::http::app::App;
+use crate::http::metrics::Gauges;
+use crate::http::tools;
+use crate::http::{ApiError, Method, Request, Response};
+use crate::runs;
+use crate::runs::cluster;
+use crate::ui;
+
+/// The OpenAPI 3.0 description of every route below, served at
+/// `GET /openapi.json`.
+pub const OPENAPI: &str = include_str!("../../openapi.json");
+
+/// Answer one request.
+pub fn handle(app: &App, req: &mut Request) -> Response {
+    use Method::{Get, Head, Post, Put};
+    let cfg = app.config();
+    let segs: Vec<&str> = req.segments.iter().map(String::as_str).collect();
+    if let Some(id) = hook_id(&cfg.hooks.prefix, &segs) {
+        return hooks::call(app, &cfg, req, &id).unwrap_or_else(Response::from);
+    }
+    let result = match (req.method, segs.as_slice()) {
+        (Get | Head, ["healthz"]) => Ok(healthz(app)),
+        (Get | Head, ["livez"]) => Ok(Response::json(200, &json!({ "Status": "alive" }))),
+        (Get | Head, ["metrics"]) => Ok(metrics(app)),
+        (Get | Head, ["openapi.json"]) => Ok(Response::text(200, "application/json", OPENAPI)),
+        (Post, ["api"]) => api::run(app, &cfg, req),
+        (_, ["api"]) => Err(ApiError::MethodNotAllowed {
+            allow: vec!["POST"],
+        }),
+        (Get, ["api", "runs", id]) => api::run_status(app, &cfg, req, id),
+        (_, ["api", "runs", _]) => Err(ApiError::MethodNotAllowed { allow: vec!["GET"] }),
+        (Get, ["api", "runs", id, "output"]) => runs::output(app, &cfg, req, id),
+        (_, ["api", "runs", _, "output"]) => Err(ApiError::MethodNotAllowed { allow: vec!["GET"] }),
+        (Post, ["api", "runs", id, "cancel"]) => runs::cancel(app, &cfg, req, id),
+        (_, ["api", "runs", _, "cancel"]) => Err(ApiError::MethodNotAllowed {
+            allow: vec!["POST"],
+        }),
+        (Get, []) => ui::home(app, &cfg, req),
+        (_, []) => Err(ApiError::MethodNotAllowed { allow: vec!["GET"] }),
+        (Get, ["login"]) => ui::login_form(app, &cfg, req),
+        (Post, ["login"]) => ui::login(app, &cfg, req),
+        (_, ["login"]) => Err(ApiError::MethodNotAllowed {
+            allow: vec!["GET", "POST"],
+        }),
+        (Post, ["logout"]) => ui::logout(app, &cfg, req),
+        (_, ["logout"]) => Err(ApiError::MethodNotAllowed {
+            allow: vec!["POST"],
+        }),
+        (Get, ["workspaces", ws, "settings"]) => ui::settings(app, &cfg, req, ws),
+        (Post, ["workspaces", ws, "settings", "application-key"]) => {
+            ui::regenerate(app, &cfg, req, ws)
+        }
+        (Get, ["runs"]) => ui::runs_list(app, &cfg, req),
+        (Get, ["runs", id]) => ui::run_show(app, &cfg, req, id),
+        (Post, ["runs", id, "cancel"]) => ui::run_cancel(app, &cfg, req, id),
+        (_, ["runs"] | ["runs", _]) => Err(ApiError::MethodNotAllowed { allow: vec!["GET"] }),
+        (_, ["runs", _, "cancel"]) => Err(ApiError::MethodNotAllowed {
+            allow: vec!["POST"],
+        }),
+        (Get | Head, ["static", name]) => ui::asset(name),
+        (Get, ["tools", tool, "endpoints"]) if ui::wants_html(req) => {
+            ui::endpoints(app, &cfg, req, tool)
+        }
+        (Get | Head, ["tools", tool, "endpoints"]) => tools::view(app, &cfg, req, tool),
+        (Put, ["tools", tool, "environments", env, "public"]) => {
+            ui::switch_put(app, &cfg, req, [tool, env])
+        }
+        (Post, ["tools", tool, "environments", env, "public"]) => {
+            ui::switch_post(app, &cfg, req, [tool, env])
+        }
+        (_, ["tools", _, "environments", _, "public"]) => Err(ApiError::MethodNotAllowed {
+            allow: vec!["PUT", "POST"],
+        }),
+        (_, ["tools", tool, env, trigger]) => {
+            // Owned, so that the run may let go of the request's body.
+            let names = [tool, env, trigger].map(|s| s.to_string());
+            tools::call(app, &cfg, req, names)
+        }
+        (
+            _,
+            ["healthz" | "livez" | "metrics" | "openapi.json"]
+            | ["static", _]
+            | ["tools", _, "endpoints"],
+        ) => Err(ApiError::MethodNotAllowed {
+            allow: vec!["GET", "HEAD"],
+        }),
+        (_, ["workspaces", _, "settings"]) => {
+            Err(ApiError::MethodNotAllowed { allow: vec!["GET"] })
+        }
+        (_, ["workspaces", _, "settings", "application-key"]) => Err(ApiError::MethodNotAllowed {
+            allow: vec!["POST"],
+        }),
+        _ => ui::not_found(req),
+    };
+    result.unwrap_or_else(Response::from)
+}
+
+/// The hook id of a path under the hooks' URL prefix (the rest of the
+/// path, which may hold `/`; empty for the prefix itself, which names no
+/// hook and is answered `Hook not found.` as webhook does), when hooks
+/// files are configured.
+fn hook_id(prefix: &[String], segs: &[&str]) -> Option<String> {
+    if prefix.is_empty() || segs.len() < prefix.len() {
+        return None;
+    }
+    let (head, rest) = segs.split_at(prefix.len());
+    head.iter()
+        .zip(prefix)
+        .all(|(a, b)| a == b)
+        .then(|| rest.join("/"))
+}
+
+/// `GET /healthz`: readiness (200 `ok`, else 503 `draining` or
+/// `not_ready` with the `Reason`), with the config generation and counts.
+fn healthz(app: &App) -> Response {
+    let cfg = app.config();
+    let ready = app.readiness();
+    let reason = match &ready {
+        cluster::Readiness::NotReady(why) => Some(why.clone()),
+        _ => None,
+    };
+    let body = json!({
+        "Status": ready.status(),
+        "Ready": ready == cluster::Readiness::Ready,
+        "Reason": reason,
+        "Instance": cfg.server.instance,
+        "Generation": app.generation(),
+        "Programs": cfg.programs.len(),
+        "Tools": cfg.tools.len(),
+        "RunsInFlight": app.runner.in_flight(),
+        "RunsQueued": app.runner.queued(),
+        "StatesUnwritten": app.store.unwritten(),
+        "IdempotencyKeys": app.idempotency.count(),
+        "LastReloadError": app.last_reload_error(),
+    });
+    let status = if ready == cluster::Readiness::Ready {
+        200
+    } else {
+        503
+    };
+    Response::json(status, &body)
+}
+
+/// `GET /metrics`: Prometheus text.
+fn metrics(app: &App) -> Response {
+    let (reloads, reload_errors) = app.reload_counts();
+    let g = Gauges {
+        in_flight: app.runner.in_flight(),
+        queued: app.runner.queued(),
+        children: app.runner.children(),
+        connections: app
+            .connections
+            .get()
+            .map_or(0, |c| c.load(Ordering::Relaxed)),
+        reloads,
+        reload_errors,
+        generation: app.generation(),
+    };
+    let mut text = app.runner.metrics.render(&g);
+    if let Some(cb) = app.runner.callbacks() {
+        text.push_str(&cb.render_metrics());
+    }
+    Response::text(200, "text/plain; version=0.0.4", text)
+}

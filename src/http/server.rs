@@ -1,0 +1,461 @@
+//! The HTTP server: a tiny_http listener, one access-log line per request,
+//! and the shutdown sequence.
+//!
+//! Every open connection has a thread of its own in the (patched)
+//! tiny_http, bounded by `max_connections`, and its requests are answered on
+//! that thread: no request crosses threads, which was the largest cost per
+//! request (two context switches). [`handle`] converts a tiny_http request
+//! into a plain [`Request`] (body bounded by `max_body_bytes`), calls
+//! [`routes::handle`] inside `catch_unwind` so that a bug answers 500
+//! instead of killing the server, logs, and responds.
+
+use std::fmt::Write as _;
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener, ToSocketAddrs};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::cli::error::Error;
+use crate::compat::webhook as hooks;
+use crate::config;
+use crate::config::reload;
+use crate::http::app::App;
+use crate::http::logging;
+use crate::http::metrics::Metrics;
+use crate::http::routes;
+use crate::http::{ApiError, Request, Response};
+use crate::runner::Runner;
+use crate::runs::callback;
+use crate::runs::idempotency::Keys;
+use crate::state::store::{RunRecord, RunStore};
+use crate::sys::{self, Signal};
+
+/// `trigd serve`: load, bind, print `listening on http://ADDR`, serve until
+/// SIGTERM/SIGINT, then shut down gracefully.
+///
+/// # Errors
+/// The config does not load, the address cannot be bound, or the state dir
+/// cannot be opened.
+pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
+    let cores = sys::cores();
+    // One arena per core for the threads that read the program files, and
+    // one for the file watcher's thread, which starts before them: with
+    // one arena per core in all, a reading thread would share the main
+    // thread's arena and wait on its lock (bench/README.md, "Round five").
+    sys::limit_malloc_arenas(cores.max(2) + 1);
+    sys::fix_malloc_thresholds();
+    let (mut watch, mut early) = (None, None);
+    let cfg =
+        crate::cli::firststart::load_for_serve(config_path, listen.as_deref(), &mut |before| {
+            match before {
+                config::Before::Config => {
+                    watch.get_or_insert_with(|| reload::Watch::new(config_path));
+                }
+                config::Before::Files(server) => {
+                    if let Some(w) = watch.as_mut() {
+                        w.add(config_path, server);
+                    }
+                    // Bound while the program files are read: a request
+                    // waits in the listen backlog until the first load is
+                    // done (nothing is accepted before), instead of being
+                    // refused.
+                    let addr = listen.as_ref().unwrap_or(&server.listen);
+                    early.get_or_insert_with(|| (addr.clone(), bind(addr)));
+                }
+            }
+        })?;
+    // Parsing thousands of program files leaves freed memory in every
+    // thread's arena: the reload thread gives it back as it starts, while
+    // the first requests are answered (`reload::start`).
+    let addr = listen.unwrap_or_else(|| cfg.server.listen.clone());
+    let (listener, local) = listen_on(&addr, early)?;
+    let grace = cfg.server.shutdown_grace;
+    let nofile = sys::raise_nofile_limit();
+    let app = open_app(cfg)?;
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let server = start_http(&app, listener, &in_flight)?;
+    let reload = reload::start(Arc::clone(&app), config_path.to_path_buf(), watch);
+    println!("listening on http://{local}");
+    let _ = io::stdout().flush();
+    log::info!("listening on http://{local} (open files limit {nofile})");
+    while sys::wait_signal() == Signal::Hup {
+        log::info!("SIGHUP: reloading the configuration");
+        let _ = reload.send(reload::Trigger::Signal);
+    }
+    drain(&app, &reload);
+    log::info!("shutting down: waiting up to {grace:?} for runs to finish");
+    app.closing.store(true, Ordering::SeqCst);
+    drop(server); // closes the listener: no new connections
+    app.runner.shutdown(grace);
+    // Let the requests whose runs just ended write their responses.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while in_flight.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(10));
+    }
+    log::info!("stopped");
+    Ok(())
+}
+
+/// Bind `addr`, unless `early` bound it already (the address it was given,
+/// and what binding it gave); the listener and its local address. Warns
+/// about a non-loopback address (no TLS).
+fn listen_on(
+    addr: &str,
+    early: Option<(String, Result<TcpListener, Error>)>,
+) -> Result<(TcpListener, SocketAddr), Error> {
+    let listener = match early {
+        Some((bound, Ok(listener))) if bound == addr => listener,
+        _ => bind(addr)?,
+    };
+    let local = listener.local_addr().map_err(|source| Error::Bind {
+        addr: addr.to_string(),
+        source,
+    })?;
+    if !local.ip().is_loopback() {
+        log::warn!(
+            "listening on {local}, a non-loopback address, without TLS: API keys, passwords \
+             and results cross the network in clear. Put a TLS-terminating proxy in front \
+             (and list it in [server] trusted_proxies) or listen on 127.0.0.1."
+        );
+    }
+    Ok((listener, local))
+}
+
+/// Open the state under `cfg` (run store, callbacks, idempotency keys)
+/// and start the accepted runs that had not started before the last stop.
+fn open_app(cfg: config::Config) -> Result<Arc<App>, Error> {
+    let state_dir = cfg.server.state_dir.clone();
+    let io_error = |file: &str| {
+        let path = state_dir.join(file);
+        move |source| Error::Io { path, source }
+    };
+    let retry = |r: &RunRecord| {
+        r.owner
+            .program()
+            .and_then(|id| cfg.program(id))
+            .and_then(|p| p.function(&r.function))
+            .is_some_and(|f| f.retry_on_restart)
+    };
+    let (store, resumed) = RunStore::open(&state_dir, cfg.server.run_retention, retry)
+        .map_err(io_error("runs.log"))?;
+    let store = Arc::new(store);
+    store.start_flusher();
+    let runner = Runner::new(Some(Arc::clone(&store)), Arc::new(Metrics::default()));
+    let interrupted = store.interrupted_at_open().to_vec();
+    let callbacks = callback::Service::start(
+        &state_dir,
+        Arc::clone(&store),
+        &cfg.server.callbacks,
+        &interrupted,
+    )
+    .map_err(io_error("callbacks"))?;
+    runner.attach_callbacks(callbacks);
+    let keys = Keys::open(&state_dir, cfg.server.idempotency_window)
+        .map_err(io_error("idempotency.log"))?;
+    let app = Arc::new(App::new(cfg, store, Arc::new(runner), keys));
+    if !resumed.is_empty() {
+        log::info!(
+            "{} accepted runs did not start before trigd stopped; starting them in order",
+            resumed.len()
+        );
+        app.runner.resume(&app.config(), resumed);
+    }
+    Ok(app)
+}
+
+/// Serve `listener`: each request is answered on its connection's thread
+/// ([`handle`]), counted in `in_flight` while it is.
+fn start_http(
+    app: &Arc<App>,
+    listener: TcpListener,
+    in_flight: &Arc<AtomicUsize>,
+) -> Result<tiny_http::Server, Error> {
+    let handler: tiny_http::Handler = {
+        let (app, in_flight) = (Arc::clone(app), Arc::clone(in_flight));
+        Arc::new(move |rq| {
+            in_flight.fetch_add(1, Ordering::SeqCst);
+            handle(&app, rq);
+            in_flight.fetch_sub(1, Ordering::SeqCst);
+        })
+    };
+    let server = tiny_http::Server::from_listener_with_handler(
+        listener,
+        limits(&app.config().server),
+        handler,
+    )
+    .map_err(|e| Error::Other(format!("cannot start the HTTP server: {e}")))?;
+    let _ = app.connections.set(server.open_connections_counter());
+    Ok(server)
+}
+
+/// The first step of a graceful stop: for `drain_delay`, `/healthz`
+/// answers 503 `draining` while every request is still served, so that a
+/// balancer checking it stops sending before the listener closes. A second
+/// SIGTERM or SIGINT ends the wait early; SIGHUP still reloads.
+fn drain(app: &App, reload: &mpsc::Sender<reload::Trigger>) {
+    let delay = app.config().server.drain_delay;
+    if delay.is_zero() {
+        return;
+    }
+    log::info!("draining: /healthz answers 503 for {delay:?}, then trigd stops accepting");
+    app.draining.store(true, Ordering::SeqCst);
+    let deadline = Instant::now() + delay;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match sys::wait_signal_timeout(left) {
+            None => return,
+            Some(Signal::Hup) => {
+                let _ = reload.send(reload::Trigger::Signal);
+            }
+            Some(_) => {
+                log::info!("second stop signal: ending the drain early");
+                return;
+            }
+        }
+    }
+}
+
+/// Stack of each connection thread, which reads requests and answers
+/// them: sync runs, argon2 logins and JSON results included. Measured need
+/// of the deepest of these (a sync run printing the deepest JSON serde_json
+/// accepts, then a login): 45-48 KiB in a release build, 257-264 KiB in a
+/// debug build; `server_stack_tests.rs` checks that half of this suffices.
+/// Only the pages a thread touches take memory.
+pub const CONNECTION_STACK: usize = 1024 * 1024;
+
+/// Connection and request bounds for the (patched) tiny_http, with the
+/// answers it gives by itself taken from [`ApiError`].
+fn limits(s: &config::Server) -> tiny_http::ServerLimits {
+    let overload = ApiError::Busy {
+        retry_after: 1,
+        msg: "Too many open connections. Retry shortly.".into(),
+    };
+    let body = |e: ApiError| Response::from(e).body;
+    tiny_http::ServerLimits {
+        min_threads: s.workers,
+        max_connections: s.max_connections,
+        head: tiny_http::HeadLimits {
+            max_request_line: s.max_url_bytes,
+            max_header_bytes: s.max_header_bytes,
+            max_headers: 100,
+            timeout: s.request_timeout,
+        },
+        socket_timeout: s.request_timeout,
+        overload_response: Response::from(overload).to_raw(),
+        thread_stack: CONNECTION_STACK,
+        refusals: tiny_http::Refusals {
+            content_type: Response::from(ApiError::BadRequest)
+                .content_type()
+                .to_string(),
+            bad_request: body(ApiError::BadRequest),
+            request_timeout: body(ApiError::RequestTimeout),
+            uri_too_long: body(ApiError::UriTooLong),
+            headers_too_large: body(ApiError::HeadersTooLarge),
+        },
+    }
+}
+
+/// Resolve and bind `addr` (`host:port`).
+fn bind(addr: &str) -> Result<TcpListener, Error> {
+    let err = |source| Error::Bind {
+        addr: addr.to_string(),
+        source,
+    };
+    let addrs = resolve(addr).map_err(err)?;
+    TcpListener::bind(&addrs[..]).map_err(err)
+}
+
+/// The socket addresses of `host:port`. IP literals, `localhost` and an
+/// empty host (all interfaces) are resolved here, without the C resolver: a
+/// static glibc binary cannot load NSS modules, so `getaddrinfo` may fail
+/// on a host without a matching glibc. Other names go to the resolver.
+fn resolve(addr: &str) -> io::Result<Vec<SocketAddr>> {
+    if let Ok(a) = addr.parse::<SocketAddr>() {
+        return Ok(vec![a]);
+    }
+    let bad = || {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "expected HOST:PORT, e.g. 127.0.0.1:8080",
+        )
+    };
+    let (host, port) = addr.rsplit_once(':').ok_or_else(bad)?;
+    let port: u16 = port.parse().map_err(|_| bad())?;
+    match host {
+        "" | "*" => Ok(vec![SocketAddr::from(([0, 0, 0, 0], port))]),
+        h if h.eq_ignore_ascii_case("localhost") => Ok(vec![
+            SocketAddr::from(([127, 0, 0, 1], port)),
+            SocketAddr::from((Ipv6Addr::LOCALHOST, port)),
+        ]),
+        _ => Ok(addr.to_socket_addrs()?.collect()),
+    }
+}
+
+/// Answer one request and write its access-log line.
+fn handle(app: &App, mut rq: tiny_http::Request) {
+    let started = Instant::now();
+    let max_body = app.config().server.max_body_bytes;
+    let (req, resp) = match read_request(&mut rq, max_body) {
+        Ok(req) if app.closing.load(Ordering::SeqCst) => (Ok(req), ApiError::ShuttingDown.into()),
+        Ok(mut req) => {
+            let resp = catch_unwind(AssertUnwindSafe(|| routes::handle(app, &mut req)))
+                .unwrap_or_else(|_| {
+                    log::error!("handler panicked on {} {}", req.method, req.path);
+                    ApiError::Internal.into()
+                });
+            (Ok(req), resp)
+        }
+        Err(ApiError::NotFound) if hooks::under_prefix(&app.config().hooks.prefix, rq.url()) => {
+            (Err(()), hooks::not_found())
+        }
+        Err(e) => (Err(()), Response::from(e)),
+    };
+    app.runner.metrics.http(resp.status);
+    logging::access(|line| {
+        push_remote(line, rq.remote_addr());
+        line.push(' ');
+        line.push_str(rq.method().as_str());
+        line.push(' ');
+        match &req {
+            Ok(req) => {
+                let _ = req.log_target().write_to(line);
+            }
+            // The query of a request that could not be read is not logged.
+            Err(()) => line.push_str(rq.url().split('?').next().unwrap_or("")),
+        }
+        let _ = write!(line, " {} {}ms", resp.status, started.elapsed().as_millis());
+        if let Some(run) = &resp.run {
+            line.push_str(" run=");
+            line.push_str(run);
+        }
+    });
+    drop(req);
+    let sent = match resp.stream.as_ref().and_then(|s| s.take()) {
+        // No length: tiny_http sends it chunked, a chunk per piece read.
+        Some(body) => {
+            let headers: Vec<tiny_http::Header> = resp
+                .headers
+                .iter()
+                .filter_map(|(k, v)| tiny_http::Header::from_bytes(k.as_bytes(), v.as_bytes()).ok())
+                .collect();
+            rq.respond(tiny_http::Response::new(
+                resp.status.into(),
+                headers,
+                body,
+                None,
+                None,
+            ))
+        }
+        None => rq.respond_bytes(resp.status, &resp.headers, resp.body),
+    };
+    if let Err(e) = sent {
+        log::debug!("client went away before the response: {e}");
+    }
+}
+
+/// Append the peer's address for an access-log line (`-` when unknown).
+/// An IPv4 address's digits are put together here: `Ipv4Addr`'s `Display`
+/// cost more than the rest of the line.
+fn push_remote(line: &mut String, remote: Option<&SocketAddr>) {
+    match remote.map(SocketAddr::ip) {
+        Some(IpAddr::V4(ip)) => {
+            for (i, octet) in ip.octets().into_iter().enumerate() {
+                if i > 0 {
+                    line.push('.');
+                }
+                if octet >= 100 {
+                    line.push(char::from(b'0' + octet / 100));
+                }
+                if octet >= 10 {
+                    line.push(char::from(b'0' + octet / 10 % 10));
+                }
+                line.push(char::from(b'0' + octet % 10));
+            }
+        }
+        Some(ip) => {
+            let _ = write!(line, "{ip}");
+        }
+        None => line.push('-'),
+    }
+}
+
+/// Convert a tiny_http request into a [`Request`], reading at most
+/// `max_body` bytes of body.
+fn read_request(rq: &mut tiny_http::Request, max_body: usize) -> Result<Request, ApiError> {
+    let mut req = Request::new(rq.method().as_str(), rq.url())?;
+    // Moved, not copied: the names lower-cased in place.
+    req.headers = rq
+        .take_headers()
+        .into_iter()
+        .map(|h| {
+            let mut name = h.field.into_string();
+            name.make_ascii_lowercase();
+            (name, h.value.into())
+        })
+        .collect();
+    req.remote = rq.remote_addr().copied();
+    if rq.body_length().is_some_and(|n| n > max_body) {
+        return Err(ApiError::PayloadTooLarge { limit: max_body });
+    }
+    let mut body = Vec::new();
+    rq.as_reader()
+        .take(max_body as u64 + 1)
+        .read_to_end(&mut body)
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => ApiError::RequestTimeout,
+            _ => ApiError::InvalidParameter {
+                name: "body".into(),
+                msg: format!("The request body could not be read: {e}."),
+            },
+        })?;
+    if body.len() > max_body {
+        return Err(ApiError::PayloadTooLarge { limit: max_body });
+    }
+    req.body = body;
+    Ok(req)
+}
+
+#[cfg(test)]
+#[path = "server_stack_tests.rs"]
+mod stack_tests;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn access_lines_name_the_peer_as_display_does() {
+        for ip in [
+            "0.0.0.0",
+            "127.0.0.1",
+            "10.2.30.255",
+            "100.9.99.200",
+            "::1",
+            "2001:db8::7",
+        ] {
+            let addr = SocketAddr::new(ip.parse().unwrap(), 80);
+            let mut line = String::new();
+            push_remote(&mut line, Some(&addr));
+            assert_eq!(line, addr.ip().to_string());
+        }
+        let mut line = String::new();
+        push_remote(&mut line, None);
+        assert_eq!(line, "-");
+    }
+
+    #[test]
+    fn resolves_without_the_c_resolver() {
+        let v4 = |port| SocketAddr::from(([127, 0, 0, 1], port));
+        assert_eq!(resolve("127.0.0.1:0").unwrap(), vec![v4(0)]);
+        assert_eq!(resolve("[::1]:80").unwrap()[0].port(), 80);
+        assert_eq!(resolve("localhost:8080").unwrap()[0], v4(8080));
+        let any = SocketAddr::from(([0, 0, 0, 0], 9000));
+        assert_eq!(resolve(":9000").unwrap(), vec![any]);
+        assert!(resolve("localhost").is_err());
+        assert!(resolve("localhost:http").is_err());
+    }
+}

@@ -1,0 +1,54 @@
+//! trigd: run user-defined programs over HTTP (the library behind the
+//! `trigd` binary; `main.rs` only calls [`cli::main`]).
+//!
+//! One binary that reads `config.toml` and `programs/*.toml`, serves HTTP
+//! with a fixed pool of threads (tiny_http), and runs the configured programs
+//! as real child processes, synchronously or on a detached thread. See
+//! README.md for the operator's guide.
+//!
+//! # Map
+//!
+//! A request, in five lines:
+//!
+//! ```text
+//! http::server::handle   tiny_http request → http::Request (bounded body), catch_unwind, access log
+//! http::routes::handle   one match on method and path → a handler
+//! http::api / http::tools / compat::webhook   find the config::Endpoint (compiled at load) → invoke::invoke
+//! invoke::invoke         credentials (access) → method → signature → function → read → rule → values → callbacks → idempotency → start → answer
+//! runner                 slots and the FIFO queue → runner::step runs the processes → state records the run
+//! ```
+//!
+//! Where each concern lives (one guess each):
+//!
+//! ```text
+//! command line, subcommands, `trigd check` warnings  cli/ (mod.rs parsing, commands.rs, lint.rs, firststart.rs)
+//! the commands and flags as data; man pages and      cli/spec.rs (→ --help, the parser's flags);
+//!   completions made from them and the config keys    cli/generate/, config/reference.rs
+//! HTTP: Request, Response, ApiError (the Code table) http/mod.rs
+//! the server, the URL table, logs, metrics           http/ (server.rs, routes.rs, logging.rs, metrics.rs, app.rs)
+//! authenticate a caller, rate limits, CSRF, logins   access/ (mod.rs, limiter.rs, csrf.rs, login.rs, cidr.rs)
+//! load and validate the config, hot reload           config/ (validate.rs, endpoint.rs, reload.rs, stamp.rs)
+//! start a run, read and check its values            invoke/ (mod.rs, read.rs, values.rs, answer.rs)
+//! signed endpoints: signatures, payloads, rules      receive/ (signature.rs, payload.rs, values.rs, rules.rs)
+//! a run once accepted: status, output, follow,      runs/ (mod.rs, output.rs, follow.rs, replay.rs,
+//!   cancel, Idempotency-Key, callbacks, instances     idempotency.rs, callback/, cluster.rs)
+//! run slots, the wait queue, child processes        runner/ (mod.rs, queue.rs, step.rs, handle.rs)
+//! what is kept in the state directory               state/
+//! adnanh/webhook hooks files, import-webhook        compat/webhook/
+//! the browser pages (maud templates)                ui/ (login, settings, endpoints, runs, switch, view)
+//! the only unsafe code                              sys/
+//! ```
+#![deny(unsafe_code)]
+
+pub mod access;
+pub mod cli;
+pub mod compat;
+pub mod config;
+pub mod http;
+pub mod invoke;
+pub mod receive;
+pub mod runner;
+pub mod runs;
+pub mod state;
+pub mod sys;
+pub mod ui;

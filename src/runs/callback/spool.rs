@@ -1,0 +1,146 @@
+//! Pending deliveries on disk: `state/callbacks/<seq>.json`, one file per
+//! delivery of an ended run, holding the exact body to send, the URL and the
+//! attempts so far. Files are written atomically (temp file, fsync, rename,
+//! fsync of the directory), so after a crash (even `kill -9`) each is either
+//! the old or the new version; a file is removed only once the delivery's
+//! final state is in the run log. The sequence number in the name orders
+//! deliveries: by run end, then by position within the run.
+
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::record::Delivery;
+use crate::state::store::write_atomic;
+
+/// One pending delivery, as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Pending {
+    /// Order of delivery (unique, increasing).
+    pub seq: u64,
+    /// The run the delivery reports.
+    pub run: String,
+    /// Its position in the run record's `Callbacks`.
+    pub index: usize,
+    /// The delivery: id, URL, attempts so far.
+    pub delivery: Delivery,
+    /// Unix time (ms) of the first attempt, once made; `retry_for` counts
+    /// from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_attempt_ms: Option<u64>,
+    /// The exact JSON body sent on every attempt.
+    pub body: String,
+}
+
+/// The directory of pending deliveries.
+pub struct Spool {
+    dir: PathBuf,
+}
+
+impl Spool {
+    /// Open (creating) `state_dir/callbacks`; returns the spool and every
+    /// pending delivery found, in sequence order. Files that cannot be read
+    /// are renamed `*.bad` and reported in the log.
+    ///
+    /// # Errors
+    /// The directory cannot be created or listed.
+    pub fn open(state_dir: &Path) -> io::Result<(Spool, Vec<Pending>)> {
+        let dir = state_dir.join("callbacks");
+        fs::create_dir_all(&dir)?;
+        let mut names: Vec<PathBuf> = fs::read_dir(&dir)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "json"))
+            .collect();
+        names.sort();
+        let mut found = Vec::new();
+        for path in names {
+            match fs::read(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|b| serde_json::from_slice::<Pending>(&b).map_err(|e| e.to_string()))
+            {
+                Ok(p) => found.push(p),
+                Err(e) => {
+                    log::error!(
+                        "callbacks: cannot read {}: {e}; renamed *.bad",
+                        path.display()
+                    );
+                    let _ = fs::rename(&path, path.with_extension("bad"));
+                }
+            }
+        }
+        found.sort_by_key(|p| p.seq);
+        Ok((Spool { dir }, found))
+    }
+
+    fn path(&self, seq: u64) -> PathBuf {
+        self.dir.join(format!("{seq:020}.json"))
+    }
+
+    /// Write (or replace) `p` durably.
+    ///
+    /// # Errors
+    /// The file could not be written; the old version, if any, is kept.
+    pub fn write(&self, p: &Pending) -> io::Result<()> {
+        let bytes = serde_json::to_vec(p).map_err(io::Error::other)?;
+        write_atomic(&self.path(p.seq), |f: &mut File| f.write_all(&bytes))
+    }
+
+    /// Read pending delivery `seq`, if its file exists.
+    pub fn read(&self, seq: u64) -> Option<Pending> {
+        let bytes = fs::read(self.path(seq)).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    /// Remove pending delivery `seq` durably.
+    ///
+    /// # Errors
+    /// The file could not be removed.
+    pub fn remove(&self, seq: u64) -> io::Result<()> {
+        match fs::remove_file(self.path(seq)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        File::open(&self.dir)?.sync_all()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runs::callback::record::{Source, Target};
+
+    #[test]
+    fn written_files_come_back_in_order_and_bad_ones_are_set_aside() {
+        let d = std::env::temp_dir().join(format!("trigd-spool-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        let (s, found) = Spool::open(&d).unwrap();
+        assert!(found.is_empty());
+        let target = Target {
+            url: "http://127.0.0.1:9/".into(),
+            source: Source::Request,
+        };
+        for seq in [12, 3, 7] {
+            let p = Pending {
+                seq,
+                run: "r".into(),
+                index: 0,
+                delivery: Delivery::new(&target),
+                first_attempt_ms: None,
+                body: format!("{{\"n\":{seq}}}"),
+            };
+            s.write(&p).unwrap();
+        }
+        fs::write(d.join("callbacks/00000000000000000001.json"), b"{torn").unwrap();
+        s.remove(7).unwrap();
+        s.remove(7).unwrap();
+        let (s, found) = Spool::open(&d).unwrap();
+        let seqs: Vec<u64> = found.iter().map(|p| p.seq).collect();
+        assert_eq!(seqs, [3, 12]);
+        assert_eq!(s.read(12).unwrap().body, "{\"n\":12}");
+        assert!(d.join("callbacks/00000000000000000001.bad").exists());
+    }
+}

@@ -1,0 +1,307 @@
+//! Following a run's output as it is written: a reader that produces
+//! Server-Sent Events from the run's output file until the run has ended.
+//!
+//! The follower reads the file on disk from its own offset, one batch at a
+//! time ([`output::read_frames`]), and turns each frame into an event; it
+//! holds at most one batch however slow its reader is, and it never holds
+//! a run slot. When nothing new is on disk it asks `end` whether the run is
+//! over; once it is, it drains what is left and ends with an `end` event
+//! carrying the final object (the run record, or a sync call's answer).
+//!
+//! While the run executes, the follower waits on the run's handle
+//! ([`RunHandle::wait_output`]) for its next write or its end. Before the
+//! run starts (queued) and in the moment between the handle's close and
+//! the end being visible to `end`, it looks again every [`POLL`].
+//!
+//! Events (each `data` is one line of JSON):
+//! - `output`: `{"Stream":"stdout"|"stderr","Text":"…"}`
+//! - `truncated`: `{"Stream":…}`, the stream passed `max_output_bytes`
+//! - `end`: the final object; the stream then closes.
+//!
+//! A comment line (`: keep-alive`) is sent after [`KEEP_ALIVE`] without
+//! events, so that a client that went away is noticed.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::http::Response;
+use crate::runner::handle::RunHandle;
+use crate::runs::output::{self, Frame, Stream, Utf8Carry};
+
+/// How often the follower looks again while the run has no handle.
+const POLL: Duration = Duration::from_millis(100);
+
+/// Silence after which a keep-alive comment is sent.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// The final object once the run is over, `None` while it is not.
+pub type End = Box<dyn FnMut() -> Option<Value> + Send>;
+
+/// The handle of the followed run while it executes (`Runner::handle`).
+pub type Live = Box<dyn FnMut() -> Option<Arc<RunHandle>> + Send>;
+
+/// What the follower waits on when nothing new is on disk.
+struct Wake {
+    find: Live,
+    handle: Option<Arc<RunHandle>>,
+    /// The handle was closed: the run has ended.
+    closed: bool,
+}
+
+impl Wake {
+    /// The handle's write count, to note before reading the file (0 while
+    /// there is no handle).
+    fn seen(&mut self) -> u64 {
+        if self.handle.is_none() && !self.closed {
+            self.handle = (self.find)();
+        }
+        self.handle.as_ref().map_or(0, |h| h.writes())
+    }
+
+    /// Wait at most `timeout` for output written after `seen`.
+    fn wait(&mut self, seen: u64, timeout: Duration) {
+        if let Some(h) = &self.handle {
+            if h.wait_output(seen, timeout) {
+                return;
+            }
+            self.handle = None;
+            self.closed = true;
+        }
+        thread::sleep(POLL.min(timeout));
+    }
+}
+
+/// An SSE body following one run's output file.
+pub struct Follower {
+    path: PathBuf,
+    file: Option<File>,
+    offset: output::Pos,
+    out: Vec<u8>,
+    pos: usize,
+    text: [Utf8Carry; 2],
+    end: End,
+    wake: Wake,
+    last: Option<Value>,
+    done: bool,
+    quiet_since: Instant,
+    keep_alive: Duration,
+}
+
+impl Follower {
+    /// Follow the output file at `path`; `end` says when the run is over,
+    /// `live` finds its handle while it executes.
+    pub fn new(path: PathBuf, end: End, live: Live) -> Follower {
+        Follower {
+            path,
+            file: None,
+            offset: output::Pos::default(),
+            out: Vec::new(),
+            pos: 0,
+            text: Default::default(),
+            end,
+            wake: Wake {
+                find: live,
+                handle: None,
+                closed: false,
+            },
+            last: None,
+            done: false,
+            quiet_since: Instant::now(),
+            keep_alive: KEEP_ALIVE,
+        }
+    }
+
+    /// Put the next events in `out`; false when there were none and the
+    /// caller should wait before asking again.
+    fn fill(&mut self) -> bool {
+        if self.pull() {
+            return true;
+        }
+        if let Some(last) = self.last.take() {
+            event(&mut self.out, "end", &last);
+            self.done = true;
+            return true;
+        }
+        // Once the run is over, everything it printed is on disk: pull
+        // once more before the end event.
+        self.last = (self.end)();
+        if self.last.is_some() {
+            return true;
+        }
+        if self.quiet_since.elapsed() >= self.keep_alive {
+            self.out.extend_from_slice(b": keep-alive\n\n");
+            return true;
+        }
+        false
+    }
+
+    /// Turn the next batch of frames on disk into events; whether any.
+    fn pull(&mut self) -> bool {
+        if self.file.is_none() {
+            self.file = File::open(&self.path).ok();
+        }
+        let Some(file) = &self.file else {
+            return false;
+        };
+        let (frames, next) = output::read_frames(file, self.offset);
+        self.offset = next;
+        for f in &frames {
+            match f {
+                Frame::Data(s, data) => {
+                    let text = self.text[usize::from(*s == Stream::Stderr)].feed(data);
+                    if !text.is_empty() {
+                        let v = json!({"Stream": stream_name(*s), "Text": text});
+                        event(&mut self.out, "output", &v);
+                    }
+                }
+                Frame::Truncated(s) => {
+                    event(
+                        &mut self.out,
+                        "truncated",
+                        &json!({"Stream": stream_name(*s)}),
+                    );
+                }
+            }
+        }
+        !frames.is_empty()
+    }
+}
+
+impl Read for Follower {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            if self.pos < self.out.len() {
+                let n = buf.len().min(self.out.len() - self.pos);
+                buf[..n].copy_from_slice(&self.out[self.pos..self.pos + n]);
+                self.pos += n;
+                return Ok(n);
+            }
+            self.out.clear();
+            self.pos = 0;
+            if self.done {
+                return Ok(0);
+            }
+            // Noted before the file is read: a write after the read wakes
+            // the wait below.
+            let seen = self.wake.seen();
+            if self.fill() {
+                self.quiet_since = Instant::now();
+            } else {
+                let quiet = self.keep_alive.saturating_sub(self.quiet_since.elapsed());
+                self.wake.wait(seen, quiet);
+            }
+        }
+    }
+}
+
+/// A `text/event-stream` response following a run.
+pub fn events(f: Follower) -> Response {
+    Response::streaming(200, "text/event-stream", f)
+        .with_header("Cache-Control", "no-store")
+        .with_header("X-Accel-Buffering", "no")
+}
+
+/// `stdout` or `stderr`.
+pub fn stream_name(s: Stream) -> &'static str {
+    match s {
+        Stream::Stdout => "stdout",
+        Stream::Stderr => "stderr",
+    }
+}
+
+fn event(out: &mut Vec<u8>, name: &str, data: &Value) {
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"\ndata: ");
+    // JSON text has no raw line breaks, so it is one `data` line.
+    out.extend_from_slice(&serde_json::to_vec(data).unwrap_or_default());
+    out.extend_from_slice(b"\n\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runs::output::OutputFile;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    #[test]
+    fn events_in_order_then_end() {
+        let d = std::env::temp_dir().join(format!("trigd-follow-{}", std::process::id()));
+        let p = output::path(&d, "f");
+        let out = OutputFile::new(&p, 100);
+        out.push(Stream::Stdout, "a\n<b>\u{e9}".as_bytes());
+        out.push(Stream::Stderr, b"warn\n");
+        let over = Arc::new(AtomicBool::new(false));
+        let o2 = Arc::clone(&over);
+        let end: End = Box::new(move || {
+            o2.load(Ordering::SeqCst)
+                .then(|| json!({"State": "finished"}))
+        });
+        let mut f = Follower::new(p, end, Box::new(|| None));
+        let mut buf = [0u8; 4096];
+        let n = f.read(&mut buf).unwrap();
+        let first = String::from_utf8_lossy(&buf[..n]).to_string();
+        assert_eq!(
+            first,
+            "event: output\ndata: {\"Stream\":\"stdout\",\"Text\":\"a\\n<b>\u{e9}\"}\n\n\
+             event: output\ndata: {\"Stream\":\"stderr\",\"Text\":\"warn\\n\"}\n\n"
+        );
+        out.push(Stream::Stdout, b"late\n");
+        over.store(true, Ordering::SeqCst);
+        let mut rest = String::new();
+        f.read_to_string(&mut rest).unwrap();
+        assert_eq!(
+            rest,
+            "event: output\ndata: {\"Stream\":\"stdout\",\"Text\":\"late\\n\"}\n\n\
+             event: end\ndata: {\"State\":\"finished\"}\n\n"
+        );
+    }
+
+    #[test]
+    fn a_follower_wakes_on_the_handle_not_on_a_clock() {
+        let d = std::env::temp_dir().join(format!("trigd-follow-live-{}", std::process::id()));
+        let p = output::path(&d, "g");
+        let out = OutputFile::new(&p, 100);
+        let h = Arc::new(RunHandle::new().unwrap());
+        let h2 = Arc::clone(&h);
+        let over = Arc::new(AtomicBool::new(false));
+        let o2 = Arc::clone(&over);
+        let end: End = Box::new(move || o2.load(Ordering::SeqCst).then(|| json!({})));
+        let mut f = Follower::new(p, end, Box::new(move || Some(Arc::clone(&h2))));
+        // No keep-alive for an hour: only the handle can wake the follower
+        // in time for the bounded waits below.
+        f.keep_alive = Duration::from_secs(3600);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            loop {
+                let n = f.read(&mut buf).unwrap();
+                tx.send(String::from_utf8_lossy(&buf[..n]).to_string())
+                    .unwrap();
+                if n == 0 {
+                    break;
+                }
+            }
+        });
+        let bound = Duration::from_secs(60);
+        for line in ["one", "two"] {
+            out.push(Stream::Stdout, format!("{line}\n").as_bytes());
+            h.wrote();
+            let got = rx.recv_timeout(bound).expect("the write woke the follower");
+            assert!(got.contains(&format!("\"{line}\\n\"")), "{got}");
+        }
+        over.store(true, Ordering::SeqCst);
+        h.close();
+        let got = rx.recv_timeout(bound).expect("the close woke the follower");
+        assert_eq!(got, "event: end\ndata: {}\n\n");
+        assert_eq!(rx.recv_timeout(bound).unwrap(), "");
+        reader.join().unwrap();
+    }
+}

@@ -1,0 +1,573 @@
+//! Idempotency keys: a request that carries `Idempotency-Key` starts at most
+//! one run per key, so a caller may retry it safely.
+//!
+//! A key is scoped by the caller's credential (`api_key:<name>`,
+//! `app_key:<member>`, `session:<user>`, `public`) and remembered for
+//! `idempotency_window` with the fingerprint of its request (entry point,
+//! function, values) and the id of the run it started. The first request
+//! with a key claims it ([`Keys::claim`]): the key and the run id chosen for
+//! it are written durably (`state/idempotency.log`, fsync) before the run
+//! is started, so a key survives `kill -9`. A request refused before its run
+//! started gives the key back. A repeat with the same fingerprint starts
+//! nothing and gets the original run ([`Claim::Repeat`]); with another
+//! fingerprint it is refused (`idempotency_key_reused`).
+//!
+//! Memory and disk are bounded by `idempotency_max_keys`: past it, the
+//! oldest key is forgotten early. Only hashes are kept: sha256 of scope and
+//! key, sha256 of the request.
+
+use std::collections::{HashMap, VecDeque};
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::http::{ApiError, Request};
+use crate::state::store::{new_run_id, write_atomic};
+
+/// The request header.
+pub const HEADER: &str = "idempotency-key";
+
+/// Longest key accepted, in bytes.
+const MAX_KEY_BYTES: usize = 255;
+
+/// The sha256 fingerprint of a request ([`fingerprint`]).
+pub type Hash = [u8; 32];
+
+/// One remembered key.
+#[derive(Debug, Clone)]
+struct Entry {
+    /// sha256 of the request it came with.
+    request: Hash,
+    /// The id of the run it started.
+    run: Box<str>,
+    /// Unix seconds it was claimed.
+    at: u64,
+    /// Claimed by a request whose run is not recorded yet.
+    pending: bool,
+    /// Its run was started (a `C` line): a repeat never starts another,
+    /// even once `run_retention` dropped the run from the run log.
+    confirmed: bool,
+}
+
+/// A line of `idempotency.log`: a claim, (`C`) its run started, or (`D`)
+/// a key given back.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct Line {
+    k: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    f: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    r: Option<String>,
+    #[serde(default)]
+    t: u64,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    c: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    d: bool,
+}
+
+/// The remembered keys behind one mutex.
+struct State {
+    file: File,
+    map: HashMap<Hash, Entry>,
+    /// Keys in claim order, for expiry and the bound.
+    order: VecDeque<(Hash, u64)>,
+    lines: usize,
+}
+
+/// The key store of one state dir.
+pub struct Keys {
+    path: PathBuf,
+    state: Mutex<State>,
+    /// Signalled when a claim is kept or given back.
+    settled: Condvar,
+}
+
+/// How long keys are kept and how many, and whose run ids they make.
+#[derive(Debug, Clone, Copy)]
+pub struct Policy<'a> {
+    /// `idempotency_window`.
+    pub window: Duration,
+    /// `idempotency_max_keys`.
+    pub max_keys: usize,
+    /// This instance's name, for new run ids.
+    pub instance: &'a str,
+}
+
+/// The outcome of [`Keys::claim`].
+pub enum Claim<'a> {
+    /// The key is new: start the run with this id, then [`Held::keep`].
+    New(Held<'a>),
+    /// The key started (or is starting) this run.
+    Repeat(String),
+}
+
+/// A claimed key. Dropped without [`Held::keep`] (the run was refused, or
+/// a panic), the key is given back.
+pub struct Held<'a> {
+    keys: &'a Keys,
+    slot: Hash,
+    /// The run id to start.
+    pub run: String,
+    kept: bool,
+}
+
+impl Held<'_> {
+    /// The run was started (or ran): the key stays.
+    pub fn keep(mut self) {
+        self.kept = true;
+        let mut s = lock(&self.keys.state);
+        if let Some(e) = s.map.get_mut(&self.slot) {
+            e.pending = false;
+            e.confirmed = true;
+        }
+        let line = Line::mark(&self.slot, true);
+        // Not synced: without it, a restart finds the run in the run log.
+        if let Err(e) = s.write(&line, false) {
+            log::warn!("cannot record a started idempotency key: {e}");
+        }
+        drop(s);
+        self.keys.settled.notify_all();
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        if !self.kept {
+            self.keys.give_back(&self.slot);
+        }
+    }
+}
+
+/// The `Idempotency-Key` of a request, if it has one.
+///
+/// # Errors
+/// `invalid_parameter` for an empty key, one longer than 255 bytes, or one
+/// with bytes outside printable ASCII.
+pub fn key_of(req: &Request) -> Result<Option<&str>, ApiError> {
+    let Some(key) = req.header(HEADER) else {
+        return Ok(None);
+    };
+    let printable = key.bytes().all(|b| (0x20..0x7f).contains(&b));
+    if key.is_empty() || key.len() > MAX_KEY_BYTES || !printable {
+        return Err(ApiError::InvalidParameter {
+            name: "Idempotency-Key".into(),
+            msg: format!(
+                "Idempotency-Key must be 1 to {MAX_KEY_BYTES} printable ASCII characters, \
+                 e.g. a UUID."
+            ),
+        });
+    }
+    Ok(Some(key))
+}
+
+/// The fingerprint of a request: its entry point (its path and program),
+/// function and values (and what else the run takes from the request: a
+/// hook's environment and files).
+pub fn fingerprint<'v>(
+    origin: &'v str,
+    function: &'v str,
+    values: impl IntoIterator<Item = &'v String>,
+) -> Hash {
+    let mut h = Sha256::new();
+    for part in [origin, function]
+        .into_iter()
+        .chain(values.into_iter().map(String::as_str))
+    {
+        h.update((part.len() as u64).to_le_bytes());
+        h.update(part.as_bytes());
+    }
+    h.finalize().into()
+}
+
+impl Keys {
+    /// Open (creating) `state_dir/idempotency.log`, keeping the keys
+    /// claimed within `window`, and compact it.
+    ///
+    /// # Errors
+    /// The file cannot be read or written.
+    pub fn open(state_dir: &Path, window: Duration) -> io::Result<Keys> {
+        let path = state_dir.join("idempotency.log");
+        let (map, order) = read(&path, now().saturating_sub(window.as_secs()))?;
+        let file = rewrite(&path, &map, &order)?;
+        let lines = order.len();
+        Ok(Keys {
+            path,
+            state: Mutex::new(State {
+                file,
+                map,
+                order,
+                lines,
+            }),
+            settled: Condvar::new(),
+        })
+    }
+
+    /// Claim `key` of caller `scope` for a request with fingerprint
+    /// `request`. `known` tells whether a run id is in the run log: a
+    /// remembered key whose run never got recorded (trigd died in between)
+    /// is claimed anew.
+    ///
+    /// # Errors
+    /// `idempotency_key_reused` when the key came with another request;
+    /// `disk_full` or `storage_unavailable` when the claim cannot be
+    /// written (nothing is started then).
+    pub fn claim(
+        &self,
+        policy: Policy<'_>,
+        scope: &str,
+        key: &str,
+        request: Hash,
+        known: impl Fn(&str) -> bool,
+    ) -> Result<Claim<'_>, ApiError> {
+        let slot = slot(scope, key);
+        let mut s = lock(&self.state);
+        s.expire(now().saturating_sub(policy.window.as_secs()));
+        if let Some(e) = s.map.get(&slot) {
+            if e.request != request {
+                return Err(ApiError::IdempotencyMismatch);
+            }
+            if e.pending || e.confirmed || known(&e.run) {
+                return Ok(Claim::Repeat(e.run.to_string()));
+            }
+        }
+        while s.map.len() >= policy.max_keys {
+            let Some((old, _)) = s.order.pop_front() else {
+                break;
+            };
+            s.map.remove(&old);
+        }
+        let run = new_run_id(policy.instance);
+        let at = now();
+        let line = Line {
+            k: hex::encode(slot),
+            f: Some(hex::encode(request)),
+            r: Some(run.clone()),
+            t: at,
+            c: false,
+            d: false,
+        };
+        s.write(&line, true).map_err(|e| ApiError::storage(&e))?;
+        let entry = Entry {
+            request,
+            run: run.as_str().into(),
+            at,
+            pending: true,
+            confirmed: false,
+        };
+        s.map.insert(slot, entry);
+        s.order.retain(|(k, _)| *k != slot);
+        s.order.push_back((slot, at));
+        self.compact_if_needed(&mut s);
+        Ok(Claim::New(Held {
+            keys: self,
+            slot,
+            run,
+            kept: false,
+        }))
+    }
+
+    /// Whether `key` of `scope` still stands for `run` and waits for its
+    /// run to be recorded. Waits up to `wait` for a change first.
+    pub fn pending(&self, scope: &str, key: &str, run: &str, wait: Duration) -> Option<bool> {
+        let slot = slot(scope, key);
+        let s = lock(&self.state);
+        let still = |s: &State| {
+            s.map
+                .get(&slot)
+                .filter(|e| &*e.run == run)
+                .map(|e| e.pending)
+        };
+        if still(&s) != Some(true) {
+            return still(&s);
+        }
+        let s = self
+            .settled
+            .wait_timeout(s, wait)
+            .map_or_else(|e| e.into_inner().0, |r| r.0);
+        still(&s)
+    }
+
+    /// Forget a claim whose run was not started.
+    fn give_back(&self, slot: &Hash) {
+        let mut s = lock(&self.state);
+        if s.map.remove(slot).is_some() {
+            s.order.retain(|(k, _)| k != slot);
+            let line = Line::mark(slot, false);
+            // Not synced: a lost line leaves a key whose run is unknown,
+            // which a later claim takes over.
+            if let Err(e) = s.write(&line, false) {
+                log::warn!("cannot record a released idempotency key: {e}");
+            }
+        }
+        drop(s);
+        self.settled.notify_all();
+    }
+
+    /// Rewrite the file once it holds about twice the lines it needs.
+    fn compact_if_needed(&self, s: &mut State) {
+        if s.lines <= 2 * s.map.len() + 1024 {
+            return;
+        }
+        match rewrite(&self.path, &s.map, &s.order) {
+            Ok(file) => {
+                s.file = file;
+                s.lines = s.order.len();
+            }
+            Err(e) => log::warn!("cannot compact {}: {e}", self.path.display()),
+        }
+    }
+
+    /// Keys remembered now.
+    pub fn count(&self) -> usize {
+        lock(&self.state).map.len()
+    }
+}
+
+impl Line {
+    /// A `C` line (the run of `slot` started) or a `D` line (given back).
+    fn mark(slot: &Hash, started: bool) -> Line {
+        Line {
+            k: hex::encode(slot),
+            f: None,
+            r: None,
+            t: now(),
+            c: started,
+            d: !started,
+        }
+    }
+}
+
+impl State {
+    /// Forget keys claimed before `oldest` (Unix seconds).
+    fn expire(&mut self, oldest: u64) {
+        while let Some(&(k, at)) = self.order.front() {
+            if at >= oldest {
+                break;
+            }
+            self.order.pop_front();
+            if self.map.get(&k).is_some_and(|e| !e.pending) {
+                self.map.remove(&k);
+            }
+        }
+    }
+
+    fn write(&mut self, line: &Line, durable: bool) -> io::Result<()> {
+        let mut bytes = serde_json::to_vec(line).unwrap_or_default();
+        bytes.push(b'\n');
+        let len = self.file.metadata()?.len();
+        if let Err(e) = self.file.write_all(&bytes) {
+            let _ = self.file.set_len(len);
+            return Err(e);
+        }
+        self.lines += 1;
+        if durable {
+            self.file.sync_data()?;
+        }
+        Ok(())
+    }
+}
+
+/// The store key of `key` for caller `scope`.
+fn slot(scope: &str, key: &str) -> Hash {
+    let mut h = Sha256::new();
+    h.update(scope.as_bytes());
+    h.update([0]);
+    h.update(key.as_bytes());
+    h.finalize().into()
+}
+
+type Loaded = (HashMap<Hash, Entry>, VecDeque<(Hash, u64)>);
+
+/// The keys of the file claimed at `oldest` or later, in claim order.
+fn read(path: &Path, oldest: u64) -> io::Result<Loaded> {
+    let mut map = HashMap::new();
+    let mut order = VecDeque::new();
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((map, order)),
+        Err(e) => return Err(e),
+    };
+    let mut hash = |s: &str| -> Option<Hash> {
+        let mut out = [0u8; 32];
+        hex::decode_to_slice(s, &mut out).ok().map(|()| out)
+    };
+    for line in BufReader::new(file).split(b'\n') {
+        let Ok(l) = serde_json::from_slice::<Line>(&line?) else {
+            continue;
+        };
+        let Some(k) = hash(&l.k) else { continue };
+        if l.d {
+            map.remove(&k);
+            continue;
+        }
+        if l.c {
+            if let Some(e) = map.get_mut(&k) {
+                e.confirmed = true;
+            }
+            continue;
+        }
+        let (Some(f), Some(r)) = (l.f.as_deref().and_then(&mut hash), l.r) else {
+            continue;
+        };
+        if l.t < oldest || r.is_empty() {
+            continue;
+        }
+        let entry = Entry {
+            request: f,
+            run: r.into(),
+            at: l.t,
+            pending: false,
+            confirmed: false,
+        };
+        map.insert(k, entry);
+        order.push_back((k, l.t));
+    }
+    order.retain(|(k, at)| map.get(k).is_some_and(|e| e.at == *at));
+    Ok((map, order))
+}
+
+/// Write the remembered keys to a fresh file (atomically) and open it for
+/// appending.
+fn rewrite(
+    path: &Path,
+    map: &HashMap<Hash, Entry>,
+    order: &VecDeque<(Hash, u64)>,
+) -> io::Result<File> {
+    write_atomic(path, |f| {
+        let mut w = io::BufWriter::new(f);
+        for (k, _) in order {
+            let Some(e) = map.get(k) else { continue };
+            let line = Line {
+                k: hex::encode(k),
+                f: Some(hex::encode(e.request)),
+                r: Some(e.run.to_string()),
+                t: e.at,
+                c: e.confirmed,
+                d: false,
+            };
+            serde_json::to_writer(&mut w, &line)?;
+            w.write_all(b"\n")?;
+        }
+        w.flush()
+    })?;
+    OpenOptions::new().append(true).open(path)
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("trigd-idem-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    const LIMITS: Policy<'static> = Policy {
+        window: Duration::from_secs(3600),
+        max_keys: 3,
+        instance: "test",
+    };
+
+    #[test]
+    fn a_kept_key_survives_reopen_and_a_given_back_one_does_not() {
+        let d = dir("reopen");
+        let k = Keys::open(&d, LIMITS.window).unwrap();
+        let fp = fingerprint("api/1", "f", &["a".into()]);
+        let Claim::New(held) = k.claim(LIMITS, "api_key:a", "x", fp, |_| false).unwrap() else {
+            panic!("first claim is new")
+        };
+        let run = held.run.clone();
+        held.keep();
+        let Claim::New(other) = k.claim(LIMITS, "api_key:a", "y", fp, |_| false).unwrap() else {
+            panic!("another key is new")
+        };
+        drop(other);
+        drop(k);
+        let k = Keys::open(&d, LIMITS.window).unwrap();
+        assert_eq!(k.count(), 1);
+        match k
+            .claim(LIMITS, "api_key:a", "x", fp, |id| id == run)
+            .unwrap()
+        {
+            Claim::Repeat(r) => assert_eq!(r, run),
+            Claim::New(_) => panic!("a kept key is a repeat after reopen"),
+        }
+        // Another scope, or another request under the same key.
+        assert!(matches!(
+            k.claim(LIMITS, "api_key:b", "x", fp, |_| true).unwrap(),
+            Claim::New(_)
+        ));
+        let other = fingerprint("api/1", "f", &["b".into()]);
+        assert!(matches!(
+            k.claim(LIMITS, "api_key:a", "x", other, |_| true),
+            Err(ApiError::IdempotencyMismatch)
+        ));
+    }
+
+    #[test]
+    fn an_unknown_run_is_started_again_only_if_it_never_started() {
+        let d = dir("unknown");
+        let k = Keys::open(&d, LIMITS.window).unwrap();
+        let fp = fingerprint("api/1", "f", &[]);
+        let Claim::New(started) = k.claim(LIMITS, "s", "started", fp, |_| false).unwrap() else {
+            panic!("new")
+        };
+        let run = started.run.clone();
+        started.keep();
+        // Claimed, then trigd died before the run was recorded.
+        let Claim::New(lost) = k.claim(LIMITS, "s", "lost", fp, |_| false).unwrap() else {
+            panic!("new")
+        };
+        std::mem::forget(lost);
+        drop(k);
+        let k = Keys::open(&d, LIMITS.window).unwrap();
+        // Neither run is in the run log any more.
+        match k.claim(LIMITS, "s", "started", fp, |_| false).unwrap() {
+            Claim::Repeat(r) => assert_eq!(r, run),
+            Claim::New(_) => panic!("a started run must not start again"),
+        }
+        assert!(matches!(
+            k.claim(LIMITS, "s", "lost", fp, |_| false).unwrap(),
+            Claim::New(_)
+        ));
+    }
+
+    #[test]
+    fn the_number_of_keys_is_bounded() {
+        let d = dir("bound");
+        let k = Keys::open(&d, LIMITS.window).unwrap();
+        for i in 0..10 {
+            let fp = fingerprint("api/1", "f", &[]);
+            if let Claim::New(h) = k.claim(LIMITS, "s", &i.to_string(), fp, |_| false).unwrap() {
+                h.keep();
+            }
+        }
+        assert_eq!(k.count(), 3);
+    }
+
+    #[test]
+    fn fingerprints_separate_values() {
+        let a = fingerprint("api/1", "f", &["ab".into(), "c".into()]);
+        let b = fingerprint("api/1", "f", &["a".into(), "bc".into()]);
+        assert_ne!(a, b);
+    }
+}

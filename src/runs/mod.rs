@@ -1,0 +1,263 @@
+//! A run's kept output and its cancel: `GET /api/runs/<id>/output` (whole,
+//! or followed as Server-Sent Events) and `POST /api/runs/<id>/cancel`, and
+//! who may see a run, for these and `GET /api/runs/<id>` ([`authorize`]):
+//! the caller is authenticated first, then an API key whose scope holds
+//! the run's program, or a member of the program's workspace (bearer
+//! application key or session cookie); a hooks-file hook's run only an API
+//! key without scope.
+
+pub mod callback;
+pub mod cluster;
+pub mod follow;
+pub mod idempotency;
+pub mod output;
+pub mod replay;
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::access;
+use crate::config::{ApiKey, Config};
+use crate::http::app::App;
+use crate::http::{ApiError, Request, Response};
+use crate::invoke;
+use crate::runner::Cancel;
+use crate::state::store::{Origin, Owner, RunRecord, RunState};
+use follow::{End, Follower, Live};
+
+/// Query parameters of the output endpoint.
+const OUTPUT_PARAMS: [&str; 2] = ["api_key", "follow"];
+
+/// Who asks about a run, authenticated before the run is looked up.
+pub enum Asker<'c> {
+    /// An API key (`api_key`, or a bearer that is a configured key).
+    Key(&'c ApiKey),
+    /// A person: a bearer application key or a session.
+    User(access::User),
+}
+
+/// The credentials a run endpoint takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Takes {
+    /// API keys only (`GET /api/runs/<id>`).
+    Keys,
+    /// API keys, application keys and sessions (output, cancel).
+    KeysAndUsers,
+}
+
+/// Authenticate the request before any run is looked up, so that a bad
+/// credential is 401 (and counted by the failed-authentication limiter,
+/// 429 past it) whatever run id it names.
+///
+/// # Errors
+/// Those of `Access::api_key` and `Access::user`; 401 `missing_api_key`
+/// without any credential.
+pub fn authenticate<'c>(
+    app: &App,
+    cfg: &'c Config,
+    req: &Request,
+    takes: Takes,
+) -> Result<Asker<'c>, ApiError> {
+    if takes == Takes::Keys || uses_api_key(cfg, req)? {
+        return Ok(Asker::Key(app.access.api_key(cfg, req)?));
+    }
+    if req.bearer().is_none() && req.header("cookie").is_none() {
+        return Err(ApiError::MissingApiKey);
+    }
+    match app.access.user(cfg, req) {
+        Ok(user) => Ok(Asker::User(user)),
+        // A bearer that is neither kind of key: the status endpoint's
+        // answer, so that the three answer one wrong key alike.
+        Err(ApiError::Unauthorized) if req.bearer().is_some() => Err(ApiError::InvalidApiKey),
+        Err(e) => Err(e),
+    }
+}
+
+/// The record of run `id` if the request may see it, and who is asking
+/// ([`authenticate`] first). A program's run: an API key whose scope
+/// holds the program, or a member of the program's workspace (the CSRF
+/// rule applies to a session's POST). A hooks-file hook's run: only an
+/// API key without scope (its Result holds the sender's payload values,
+/// and a hook belongs to no workspace).
+///
+/// # Errors
+/// Those of [`authenticate`]; `run_not_found` for an unknown run or one
+/// the caller may not see; 421 `run_on_other_instance` for another
+/// instance's run.
+pub fn authorize(
+    app: &App,
+    cfg: &Config,
+    req: &Request,
+    id: &str,
+    takes: Takes,
+) -> Result<(RunRecord, Origin), ApiError> {
+    let asker = authenticate(app, cfg, req, takes)?;
+    let rec = record(app, cfg, id)?;
+    let origin = may_see(cfg, req, asker, rec.owner)?;
+    Ok((rec, origin))
+}
+
+/// Whether `asker` may see a run of `owner`; who they are, for a cancel's
+/// log line.
+///
+/// # Errors
+/// `run_not_found` when they may not (a member of another workspace does
+/// not learn that the run exists); `csrf_rejected`.
+fn may_see(cfg: &Config, req: &Request, asker: Asker, owner: Owner) -> Result<Origin, ApiError> {
+    let program = owner.program().and_then(|id| cfg.program(id));
+    match asker {
+        Asker::Key(key) => {
+            let visible = match owner {
+                Owner::Program(_) => program.is_some_and(|p| key.may_access(p)),
+                Owner::Hook => key.is_unscoped(),
+            };
+            if !visible {
+                return Err(ApiError::RunNotFound);
+            }
+            Ok(Origin::ApiKey(key.name.clone()))
+        }
+        Asker::User(user) => {
+            let workspace = program
+                .and_then(|p| p.workspace.as_deref())
+                .ok_or(ApiError::RunNotFound)?;
+            match user.member_of(cfg, req, workspace) {
+                Ok(m) => Ok(m.origin()),
+                Err(ApiError::Forbidden) => Err(ApiError::RunNotFound),
+                Err(e) => Err(e),
+            }
+        }
+    }
+}
+
+/// Whether the request authenticates with an API key: `api_key` in the
+/// query, or a bearer token that is a configured API key.
+fn uses_api_key(cfg: &Config, req: &Request) -> Result<bool, ApiError> {
+    if req.query_one("api_key")?.is_some() {
+        return Ok(true);
+    }
+    Ok(req
+        .bearer()
+        .is_some_and(|t| cfg.api_keys.contains_key(&access::sha256(t))))
+}
+
+/// The record of run `id`, or why there is none here.
+pub fn record(app: &App, cfg: &Config, id: &str) -> Result<RunRecord, ApiError> {
+    app.store
+        .get(id)
+        .ok_or_else(|| match cluster::foreign_owner(id, &cfg.server.instance) {
+            Some(owner) => ApiError::RunOnOtherInstance {
+                instance: owner.to_string(),
+            },
+            None => ApiError::RunNotFound,
+        })
+}
+
+/// `GET /api/runs/<id>/output`: the kept output, or with `follow=1` (or
+/// `Accept: text/event-stream`) the output as it is written, as events.
+///
+/// # Errors
+/// See [`authorize`]; `invalid_parameter` for a bad `follow` or an unknown
+/// parameter.
+pub fn output(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Response, ApiError> {
+    let (rec, _) = authorize(app, cfg, req, id, Takes::KeysAndUsers)?;
+    let follow = invoke::parse_bool("follow", req.query_one("follow")?)?;
+    reject_unknown(req, &OUTPUT_PARAMS)?;
+    let path = app.store.output_path(&rec.run);
+    if follow || invoke::wants_events(req) {
+        let store = std::sync::Arc::clone(&app.store);
+        let run = rec.run.clone();
+        let end: End = Box::new(move || match store.get(&run) {
+            Some(r) if r.state.is_terminal() => serde_json::to_value(r.public()).ok(),
+            Some(_) => None,
+            // Removed under `run_retention` while followed.
+            None => Some(json!({"Run": run, "Error": "The run's record is no longer kept."})),
+        });
+        let runner = std::sync::Arc::clone(&app.runner);
+        let run = rec.run.clone();
+        let live: Live = Box::new(move || runner.handle(&run));
+        return Ok(follow::events(Follower::new(path, end, live)));
+    }
+    let w = output::read_whole(&path);
+    Ok(Response::json(
+        200,
+        &json!({
+            "Run": rec.run,
+            "State": rec.state.name(),
+            "Stdout": String::from_utf8_lossy(&w.stdout),
+            "Stderr": String::from_utf8_lossy(&w.stderr),
+            "StdoutTruncated": w.stdout_truncated,
+            "StderrTruncated": w.stderr_truncated,
+        }),
+    ))
+}
+
+/// `POST /api/runs/<id>/cancel`: stop a queued or running run.
+///
+/// # Errors
+/// See [`authorize`]; 409 `run_ended` for a run that has already ended.
+pub fn cancel(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Response, ApiError> {
+    let (rec, by) = authorize(app, cfg, req, id, Takes::KeysAndUsers)?;
+    reject_unknown(req, &["api_key"])?;
+    let rec = stop(app, cfg, rec, &by)?;
+    let status = if rec.state.is_terminal() { 200 } else { 202 };
+    let body = json!({
+        "Success": "Run cancelled.",
+        "Run": rec.run,
+        "State": rec.state.name(),
+    });
+    Ok(Response::json(status, &body).with_run(&rec.run))
+}
+
+/// Stop the run of `rec` and wait (at most its kill grace and a little
+/// more) until it has ended; its record then. The answer is read from the
+/// record: a cancel that was accepted ends the run `cancelled` (the runner
+/// decides a cancel and the run's end under one lock), and one that came
+/// too late is `run_ended` with the state the run really ended in.
+///
+/// # Errors
+/// 409 `run_ended` for a run that has already ended, or that ended before
+/// the cancel reached it.
+pub fn stop(app: &App, cfg: &Config, rec: RunRecord, by: &Origin) -> Result<RunRecord, ApiError> {
+    let ended = |r: &RunRecord| ApiError::RunEnded {
+        run: r.run.clone(),
+        state: r.state.name(),
+    };
+    if rec.state.is_terminal() {
+        return Err(ended(&rec));
+    }
+    let deadline = Instant::now() + cfg.server.kill_grace + Duration::from_secs(10);
+    let mut accepted = false;
+    loop {
+        // A run between the queue and its start is not found for a moment:
+        // ask again until its record says it has ended.
+        if !accepted {
+            accepted = app.runner.cancel(&rec.run) != Cancel::NotActive;
+            if accepted {
+                log::info!("run {} cancelled by {}", rec.run, String::from(by.clone()));
+            }
+        }
+        let now = app.store.get(&rec.run).unwrap_or_else(|| rec.clone());
+        if now.state.is_terminal() {
+            let cancelled = accepted && now.state == RunState::Cancelled;
+            return if cancelled { Ok(now) } else { Err(ended(&now)) };
+        }
+        if Instant::now() >= deadline {
+            // Still stopping (202); or never found live, which only a run
+            // stuck between the queue and its start could be.
+            return if accepted { Ok(now) } else { Err(ended(&now)) };
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Refuse query parameters outside `known`, naming the first one.
+fn reject_unknown(req: &Request, known: &[&str]) -> Result<(), ApiError> {
+    match req.query.iter().find(|(k, _)| !known.contains(&k.as_str())) {
+        Some((k, _)) => Err(ApiError::InvalidParameter {
+            name: k.clone(),
+            msg: format!("Unknown parameter '{k}'. Accepted: {}.", known.join(", ")),
+        }),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,3 @@
+//! Everything trigd keeps: the state directory.
+
+pub mod store;

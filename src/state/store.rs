@@ -1,0 +1,1420 @@
+//! The run log: every run's record, in the state dir, surviving restarts.
+//!
+//! `state/runs.log` is append-only JSON lines; each line is the whole
+//! [`RunRecord`] at one state change, and the last line of an id wins. In
+//! memory we keep only a small index (id → offset of its latest line), so the
+//! Results of thousands of runs never sit in RAM; a status read fetches the
+//! line from disk.
+//!
+//! Durability: [`RunStore::append`] with `durable = true` returns after the
+//! line is on disk (`fdatasync`). Concurrent durable appends share one sync
+//! (group commit): whoever syncs covers every line written before it.
+//!
+//! A state change of a run already accepted ([`RunStore::record`]) that
+//! cannot be written (disk full) is kept in memory, served by
+//! [`RunStore::get`] meanwhile, and written again every half second until it
+//! is on disk: an accepted run never loses its end.
+//!
+//! A queued run's line carries its [`RunInput`] (values, environment), so
+//! that it can run after a restart; the input is dropped from the line that
+//! ends the run and never served.
+//!
+//! Start-up replays the log, skips a torn last line, keeps `queued` runs
+//! queued (and `running` ones whose function says `retry_on_restart`, which
+//! the caller decides) for the runner to start again in their original
+//! order, marks the other unfinished runs `interrupted`, and rewrites the
+//! file with the newest `run_retention` finished runs plus every unfinished
+//! one (atomic: temp file, fsync, rename). The same compaction runs again
+//! whenever the log holds about twice that many lines.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufRead, BufReader, Write};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::thread;
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::runs::callback::record::Delivery;
+use crate::runs::output;
+use crate::sys;
+
+/// The states of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunState {
+    /// Accepted, waiting for a slot.
+    Queued,
+    /// Executing.
+    Running,
+    /// Every step succeeded.
+    Finished,
+    /// A step failed or could not start.
+    Failed,
+    /// Stopped at its timeout.
+    TimedOut,
+    /// Cut off by a crash or a shutdown.
+    Interrupted,
+    /// Stopped on request (`POST /api/runs/<id>/cancel`).
+    Cancelled,
+}
+
+impl RunState {
+    /// Whether the run is over.
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, RunState::Queued | RunState::Running)
+    }
+
+    /// The snake_case name, as in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            RunState::Queued => "queued",
+            RunState::Running => "running",
+            RunState::Finished => "finished",
+            RunState::Failed => "failed",
+            RunState::TimedOut => "timed_out",
+            RunState::Interrupted => "interrupted",
+            RunState::Cancelled => "cancelled",
+        }
+    }
+
+    /// The state named `name` (as in JSON).
+    pub fn from_name(name: &str) -> Option<RunState> {
+        ALL_STATES.into_iter().find(|s| s.name() == name)
+    }
+}
+
+/// Every run state, in the order a run can reach them.
+pub const ALL_STATES: [RunState; 7] = [
+    RunState::Queued,
+    RunState::Running,
+    RunState::Finished,
+    RunState::Failed,
+    RunState::TimedOut,
+    RunState::Interrupted,
+    RunState::Cancelled,
+];
+
+/// Who started a run. In records and JSON it is one string, as it always
+/// was: `api_key:<name>`, `app_key:<member>`, `session:<user>`, `public` or
+/// `cli`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(into = "String", from = "String")]
+pub enum Origin {
+    /// A `POST /api` caller with the `[[api_keys]]` entry of this name.
+    ApiKey(String),
+    /// A workspace member with a bearer application key.
+    AppKey(String),
+    /// A signed-in user with a browser session.
+    Session(String),
+    /// Anyone, through an endpoint of a public environment.
+    Public,
+    /// `trigd run` on the command line.
+    Cli,
+    /// None recorded (an empty string).
+    #[default]
+    Unknown,
+    /// A string this version does not know, kept as written.
+    Other(String),
+}
+
+impl From<Origin> for String {
+    fn from(o: Origin) -> String {
+        match o {
+            Origin::ApiKey(n) => format!("api_key:{n}"),
+            Origin::AppKey(n) => format!("app_key:{n}"),
+            Origin::Session(n) => format!("session:{n}"),
+            Origin::Public => "public".into(),
+            Origin::Cli => "cli".into(),
+            Origin::Unknown => String::new(),
+            Origin::Other(s) => s,
+        }
+    }
+}
+
+impl From<String> for Origin {
+    fn from(s: String) -> Origin {
+        let tagged = |tag: &str| s.strip_prefix(tag).map(str::to_string);
+        if let Some(n) = tagged("api_key:") {
+            return Origin::ApiKey(n);
+        }
+        if let Some(n) = tagged("app_key:") {
+            return Origin::AppKey(n);
+        }
+        if let Some(n) = tagged("session:") {
+            return Origin::Session(n);
+        }
+        match s.as_str() {
+            "public" => Origin::Public,
+            "cli" => Origin::Cli,
+            "" => Origin::Unknown,
+            _ => Origin::Other(s),
+        }
+    }
+}
+
+/// Whose run it is: a program's, or a hooks-file hook's (the hook id is
+/// the record's `Function`). Who may see a run follows from it (`runs.rs`).
+///
+/// In JSON: `"Owner": "program", "Program": <id>` or `"Owner": "hook"`. A
+/// record written before `Owner` existed is its `Program`'s, except
+/// `"Program": 0`, which hook runs were then recorded under: it is read as
+/// a hook's, the safe side (only unscoped API keys see hook runs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(from = "OwnerFields", into = "OwnerFields")]
+pub enum Owner {
+    /// A program file's program, by id.
+    Program(u64),
+    /// A hooks-file hook (`hooks_files`).
+    Hook,
+}
+
+impl Owner {
+    /// The program id, for a program's run.
+    pub fn program(self) -> Option<u64> {
+        match self {
+            Owner::Program(id) => Some(id),
+            Owner::Hook => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Owner {
+    /// The program id, or `hook` (log lines: `<owner>/<function>`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Owner::Program(id) => write!(f, "{id}"),
+            Owner::Hook => f.write_str("hook"),
+        }
+    }
+}
+
+/// [`Owner`] as the fields of a record.
+#[derive(Serialize, Deserialize)]
+struct OwnerFields {
+    #[serde(rename = "Owner", default, skip_serializing_if = "Option::is_none")]
+    kind: Option<OwnerKind>,
+    #[serde(rename = "Program", default, skip_serializing_if = "Option::is_none")]
+    program: Option<u64>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum OwnerKind {
+    Program,
+    Hook,
+}
+
+impl From<OwnerFields> for Owner {
+    fn from(f: OwnerFields) -> Owner {
+        match (f.kind, f.program) {
+            (Some(OwnerKind::Program), Some(id)) => Owner::Program(id),
+            // Before `Owner`: program 0 was where hook runs were recorded.
+            (None, Some(id)) if id != 0 => Owner::Program(id),
+            _ => Owner::Hook,
+        }
+    }
+}
+
+impl From<Owner> for OwnerFields {
+    fn from(o: Owner) -> OwnerFields {
+        let kind = match o {
+            Owner::Program(_) => OwnerKind::Program,
+            Owner::Hook => OwnerKind::Hook,
+        };
+        OwnerFields {
+            kind: Some(kind),
+            program: o.program(),
+        }
+    }
+}
+
+/// One run, as stored and as served by `GET /api/runs/<id>`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct RunRecord {
+    /// Run id: `<instance>-<32 hex>` (older runs: the 32 hex alone).
+    pub run: String,
+    /// Current state.
+    pub state: RunState,
+    /// Whose run it is (`Owner`, and `Program` for a program's run).
+    #[serde(flatten)]
+    pub owner: Owner,
+    /// Function name (for a hook's run: the hook id).
+    pub function: String,
+    /// Whether it was started with `run_async`.
+    #[serde(default)]
+    pub r#async: bool,
+    /// Who started it: `api_key:<name>`, `app_key:<member>`, `session:<user>`, `public`.
+    #[serde(default)]
+    pub by: Origin,
+    /// The tool environment that started it, `<tool>/<environment>`
+    /// (runs of a generated tool endpoint only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// RFC 3339 time it was accepted.
+    pub created_at: String,
+    /// RFC 3339 time it started executing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    /// RFC 3339 time it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    /// Per-step reports (exit code, truncation, duration).
+    #[serde(default)]
+    pub steps: Vec<Value>,
+    /// The Result array, when finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// What went wrong, when failed, timed out or interrupted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The last 2 KiB of the failed step's stdout, when it printed any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout: Option<String>,
+    /// What the run needs to execute, kept while it has not ended (never
+    /// served: [`RunRecord::public`] drops it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<RunInput>,
+    /// Completion callbacks of the run: URL, delivery id, attempts, state.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub callbacks: Vec<Delivery>,
+}
+
+impl RunRecord {
+    /// The record as served: without its input.
+    pub fn public(mut self) -> RunRecord {
+        self.input = None;
+        self
+    }
+}
+
+/// The values and environment of a run, stored with it until it ends, so
+/// that an accepted run can execute after a restart.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct RunInput {
+    /// Values bound by position to the function's inputs.
+    #[serde(default)]
+    pub values: Vec<String>,
+    /// Tool environment variables (empty for `/api` runs).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub vars: BTreeMap<String, String>,
+    /// The run read its request body (or a hook's files) from temporary
+    /// files, which do not survive a restart.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub body: bool,
+}
+
+/// Where the latest line of a run sits in the log, and what the runs
+/// pages filter on.
+#[derive(Debug, Clone)]
+struct Entry {
+    offset: u64,
+    len: u32,
+    meta: Meta,
+}
+
+/// The fields of a run the runs pages filter on, kept in the index.
+#[derive(Debug, Clone)]
+struct Meta {
+    owner: Owner,
+    state: RunState,
+    /// The tool's name, for runs of a tool endpoint.
+    tool: Option<Box<str>>,
+}
+
+impl Meta {
+    fn of(rec: &RunRecord) -> Meta {
+        Meta {
+            owner: rec.owner,
+            state: rec.state,
+            tool: rec
+                .tool
+                .as_deref()
+                .map(|t| t.split('/').next().unwrap_or(t).into()),
+        }
+    }
+}
+
+impl Entry {
+    /// The run has not ended: compaction keeps it whatever its age.
+    fn live(&self) -> bool {
+        !self.meta.state.is_terminal()
+    }
+}
+
+/// Which runs a runs page lists.
+#[derive(Debug, Clone, Default)]
+pub struct RunFilter {
+    /// Only runs of this program.
+    pub program: Option<u64>,
+    /// Only runs in this state.
+    pub state: Option<RunState>,
+    /// Only runs of this tool's endpoints.
+    pub tool: Option<String>,
+}
+
+/// A run id as stored in the index: the 16 bytes its 32 hex digits spell
+/// (no heap allocation per run).
+type RunId = [u8; 16];
+
+/// The index key of `id`, if it is a run id: the 16 bytes of its 32 hex
+/// digits, with or without the instance name in front (see `cluster.rs`).
+fn run_id(id: &str) -> Option<RunId> {
+    let hex = id.rsplit_once('-').map_or(id, |(_, hex)| hex);
+    let mut out = [0u8; 16];
+    hex::decode_to_slice(hex, &mut out).ok()?;
+    Some(out)
+}
+
+/// The open log and its index; behind one mutex.
+struct Log {
+    file: File,
+    len: u64,
+    index: HashMap<RunId, Entry>,
+    /// Run ids oldest first, for retention.
+    order: VecDeque<RunId>,
+    /// Lines in the file (compaction trigger).
+    lines: usize,
+    /// Sequence number of the last line written.
+    seq: u64,
+    /// Runs in the index that have not ended.
+    live: usize,
+}
+
+impl Log {
+    /// Index a line just written at `offset`.
+    fn put(&mut self, id: RunId, entry: Entry) {
+        let live = entry.live();
+        match self.index.insert(id, entry) {
+            None => self.order.push_back(id),
+            Some(old) if old.live() => self.live -= 1,
+            Some(_) => {}
+        }
+        if live {
+            self.live += 1;
+        }
+    }
+}
+
+/// When to give freed memory back after a burst of runs: every run
+/// accepted, started and ended writes a line of the log, so its sequence
+/// number is the runs' activity clock. A burst leaves memory free in the
+/// allocator (the queued runs, their records, the threads' buffers) that it
+/// keeps for reuse; once a tick passes with no line written after some
+/// were, [`Quiet::tick`] says to trim, once per quiet spell.
+#[derive(Debug, Default)]
+struct Quiet {
+    /// The sequence number seen at the last tick.
+    seen: u64,
+    /// The sequence number at the last trim.
+    trimmed: u64,
+}
+
+impl Quiet {
+    /// One tick with the log at `seq`: whether to trim now.
+    fn tick(&mut self, seq: u64) -> bool {
+        let due = seq == self.seen && seq != self.trimmed;
+        if due {
+            self.trimmed = seq;
+        }
+        self.seen = seq;
+        due
+    }
+}
+
+/// State of the group commit.
+struct Sync {
+    /// A handle on the current file for `fdatasync`.
+    file: File,
+    /// Highest sequence number known to be on disk.
+    synced: u64,
+}
+
+/// The run log of one state dir.
+pub struct RunStore {
+    path: PathBuf,
+    state_dir: PathBuf,
+    retention: usize,
+    log: Mutex<Log>,
+    sync: Mutex<Sync>,
+    /// State changes not yet written (disk full), latest per run, in the
+    /// order they happened.
+    unwritten: Mutex<Vec<(RunId, RunRecord)>>,
+    /// Runs found cut off at open and recorded `interrupted`.
+    interrupted: Vec<String>,
+    /// Held by the one compaction running.
+    compacting: Mutex<()>,
+}
+
+impl RunStore {
+    /// Open (creating) `state_dir/runs.log`, recover it, and compact it to
+    /// `retention` finished runs plus the unfinished ones. A `queued` run
+    /// stays queued, a `running` one is queued again when `retry` says so;
+    /// their ids come back in their original order, for the runner to
+    /// start. Every other unfinished run becomes `interrupted`.
+    ///
+    /// # Errors
+    /// The state dir cannot be created or the log cannot be read or written.
+    pub fn open(
+        state_dir: &Path,
+        retention: usize,
+        retry: impl Fn(&RunRecord) -> bool,
+    ) -> io::Result<(RunStore, Vec<String>)> {
+        fs::create_dir_all(state_dir)?;
+        let path = state_dir.join("runs.log");
+        let mut records = read_log(&path)?;
+        let now = now_rfc3339();
+        let mut resumed = Vec::new();
+        let mut interrupted = Vec::new();
+        for r in records.iter_mut().filter(|r| !r.state.is_terminal()) {
+            let again = r.input.is_some() && (r.state == RunState::Queued || retry(r));
+            if again {
+                r.state = RunState::Queued;
+                r.started_at = None;
+                resumed.push(r.run.clone());
+            } else {
+                interrupted.push(r.run.clone());
+                r.state = RunState::Interrupted;
+                r.finished_at = Some(now.clone());
+                r.error = Some("trigd stopped before the run finished".into());
+                r.input = None;
+            }
+        }
+        let finished = records.iter().filter(|r| r.state.is_terminal()).count();
+        let mut drop_finished = finished.saturating_sub(retention.max(1));
+        let lines: Vec<(RunId, Meta, Vec<u8>)> = records
+            .iter()
+            .filter(|r| {
+                let old = r.state.is_terminal() && drop_finished > 0;
+                drop_finished -= usize::from(old);
+                !old
+            })
+            .filter_map(|r| Some((run_id(&r.run)?, Meta::of(r), to_line(r))))
+            .collect();
+        drop(records);
+        let log = rewrite(&path, lines.len(), |f| {
+            let mut entries = Vec::with_capacity(lines.len());
+            for (id, meta, line) in &lines {
+                f.write_all(line)?;
+                entries.push((*id, meta.clone(), line.len()));
+            }
+            Ok(entries)
+        })?;
+        drop(lines);
+        sys::trim_heap();
+        let sync = Sync {
+            file: log.file.try_clone()?,
+            synced: 0,
+        };
+        output::sweep(state_dir, |name| {
+            run_id(name).is_some_and(|id| log.index.contains_key(&id))
+        });
+        let store = RunStore {
+            path,
+            state_dir: state_dir.to_path_buf(),
+            retention: retention.max(1),
+            log: Mutex::new(log),
+            sync: Mutex::new(sync),
+            unwritten: Mutex::new(Vec::new()),
+            interrupted,
+            compacting: Mutex::new(()),
+        };
+        Ok((store, resumed))
+    }
+
+    /// Start the thread that writes kept state changes once the disk takes
+    /// them again (it ends with the store), and gives freed memory back to
+    /// the system once runs have been quiet for a tick ([`Quiet`]).
+    pub fn start_flusher(self: &Arc<Self>) {
+        let weak: Weak<RunStore> = Arc::downgrade(self);
+        let spawned = thread::Builder::new()
+            .name("store-flush".into())
+            .spawn(move || {
+                let mut quiet = Quiet::default();
+                loop {
+                    thread::sleep(Duration::from_millis(500));
+                    let Some(store) = weak.upgrade() else { return };
+                    store.flush_unwritten();
+                    let seq = lock(&store.log).seq;
+                    drop(store);
+                    if quiet.tick(seq) {
+                        sys::trim_heap();
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            log::error!("cannot start the state flush thread: {e}");
+        }
+    }
+
+    /// Record a state change of an accepted run. When it cannot be written
+    /// now, it is kept, served by [`RunStore::get`], and written later.
+    pub fn record(&self, rec: &RunRecord) {
+        self.flush_unwritten();
+        let Some(id) = run_id(&rec.run) else { return };
+        let written = self.append(rec, false);
+        let mut u = lock(&self.unwritten);
+        // An older kept state of this run must never be written after
+        // this one.
+        u.retain(|(k, _)| *k != id);
+        if let Err(e) = written {
+            log::error!(
+                "run {}: cannot record state {} yet ({e}); kept in memory, retried every 0.5s",
+                rec.run,
+                rec.state.name()
+            );
+            u.push((id, rec.clone()));
+        }
+    }
+
+    /// [`RunStore::record`], then return once what was written is on disk
+    /// (a cancel that must hold after a crash).
+    pub fn record_synced(&self, rec: &RunRecord) {
+        self.record(rec);
+        let seq = lock(&self.log).seq;
+        if let Err(e) = self.sync_upto(seq) {
+            log::error!(
+                "run {}: cannot sync state {}: {e}",
+                rec.run,
+                rec.state.name()
+            );
+        }
+    }
+
+    /// Write the kept state changes, oldest first, until one fails.
+    fn flush_unwritten(&self) {
+        let mut u = lock(&self.unwritten);
+        while let Some((_, rec)) = u.first() {
+            if self.append(rec, false).is_err() {
+                return;
+            }
+            let (_, rec) = u.remove(0);
+            log::info!("run {}: state {} recorded", rec.run, rec.state.name());
+        }
+    }
+
+    /// State changes waiting for disk space.
+    pub fn unwritten(&self) -> usize {
+        lock(&self.unwritten).len()
+    }
+
+    /// Append the record's current state. With `durable`, return only after
+    /// it is on disk.
+    ///
+    /// # Errors
+    /// The write or the sync failed (disk full, state dir gone or replaced:
+    /// checked before a durable append); a partial
+    /// line is cut off again so the log stays readable.
+    pub fn append(&self, rec: &RunRecord, durable: bool) -> io::Result<()> {
+        let line = to_line(rec);
+        let (seq, compact) = {
+            let mut log = lock(&self.log);
+            if durable {
+                self.check_path(&log.file)?;
+            }
+            let offset = log.len;
+            if let Err(e) = log.file.write_all(&line) {
+                let _ = log.file.set_len(offset);
+                return Err(e);
+            }
+            log.len += line.len() as u64;
+            log.lines += 1;
+            log.seq += 1;
+            let entry = Entry {
+                offset,
+                len: line.len() as u32,
+                meta: Meta::of(rec),
+            };
+            if let Some(id) = run_id(&rec.run) {
+                log.put(id, entry);
+            }
+            (log.seq, self.too_long(&log))
+        };
+        if durable {
+            self.sync_upto(seq)?;
+        }
+        if compact {
+            // The line is written: a failed compaction (disk full) must
+            // not undo its acceptance; the next append tries again.
+            if let Err(e) = self.compact() {
+                log::warn!("cannot compact {}: {e}", self.path.display());
+            }
+        }
+        Ok(())
+    }
+
+    /// Fail unless `runs.log` in the state dir is still the file we write:
+    /// when the state dir was removed or replaced, lines written to the old
+    /// file would be lost at the next start, so an accepted run could not
+    /// be shown after a restart.
+    fn check_path(&self, file: &File) -> io::Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        let ours = file.metadata()?;
+        let gone = |why: String| {
+            io::Error::other(format!(
+                "{} {why}; restart trigd once the state dir is back",
+                self.path.display()
+            ))
+        };
+        match fs::metadata(&self.path) {
+            Ok(m) if m.dev() == ours.dev() && m.ino() == ours.ino() => Ok(()),
+            Ok(_) => Err(gone("was replaced by another file".into())),
+            Err(e) => Err(gone(format!("cannot be reached any more ({e})"))),
+        }
+    }
+
+    /// Make every line up to `seq` durable; one fdatasync serves everyone
+    /// waiting meanwhile.
+    fn sync_upto(&self, seq: u64) -> io::Result<()> {
+        let mut s = lock(&self.sync);
+        if s.synced >= seq {
+            return Ok(());
+        }
+        let target = lock(&self.log).seq;
+        s.file.sync_data()?;
+        s.synced = target;
+        Ok(())
+    }
+
+    /// The log holds about twice the lines it would after a compaction.
+    fn too_long(&self, log: &Log) -> bool {
+        log.lines > 2 * (self.retention + log.live) + 64
+    }
+
+    /// Rewrite the log with the newest `retention` finished runs plus every
+    /// unfinished one, copying each kept line from the old file to the
+    /// new one through a [`Window`] (nothing is re-parsed; at most a window
+    /// and a write buffer are in memory), then give freed memory back.
+    ///
+    /// Appends go on meanwhile: the kept lines are copied and synced
+    /// without holding the log's locks (the old file only grows, so their
+    /// offsets stay valid); only the lines appended since, the rename and
+    /// the swap of the index happen under them. Holding the locks for the
+    /// whole rewrite stalled every run for tens of milliseconds each time
+    /// the log doubled (`bench/README.md`, "The sync tail").
+    /// The dropped runs' output files are removed after the locks are
+    /// released.
+    fn compact(&self) -> io::Result<()> {
+        // One compaction at a time; an append that finds one running
+        // leaves it to finish.
+        let Ok(_one) = self.compacting.try_lock() else {
+            return Ok(());
+        };
+        let (snap, kept, old) = {
+            let log = lock(&self.log);
+            if !self.too_long(&log) {
+                return Ok(()); // compacted since the caller looked
+            }
+            (
+                Snapshot::of(&log),
+                kept_lines(&log, self.retention),
+                log.file.try_clone()?,
+            )
+        };
+        let tmp = tmp_path(&self.path);
+        let mut new = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        let mut moved = HashMap::with_capacity(kept.len());
+        let mut base = 0u64;
+        let mut lines = Window::new(&old, snap.len);
+        let mut out = io::BufWriter::with_capacity(WINDOW, &mut new);
+        for (id, offset, len) in &kept {
+            out.write_all(lines.line(*offset, *len)?)?;
+            moved.insert(*id, base);
+            base += u64::from(*len);
+        }
+        out.flush()?;
+        drop((out, lines));
+        new.sync_data()?;
+        let dropped = {
+            let mut s = lock(&self.sync);
+            let mut log = lock(&self.log);
+            copy_range(&old, snap.len, log.len, &mut new)?;
+            new.sync_data()?;
+            fs::rename(&tmp, &self.path)?;
+            sync_dir(&self.path)?;
+            let dropped = reindex(&mut log, &snap, &moved, base, kept.len());
+            log.file = OpenOptions::new()
+                .read(true)
+                .append(true)
+                .open(&self.path)?;
+            // Everything written so far is in the new file, synced.
+            s.file = log.file.try_clone()?;
+            s.synced = log.seq;
+            dropped
+        };
+        drop((moved, kept));
+        remove_outputs(&self.state_dir, dropped);
+        sys::trim_heap();
+        Ok(())
+    }
+
+    /// The runs that were cut off (by a crash) and recorded `interrupted`
+    /// when the log was opened.
+    pub fn interrupted_at_open(&self) -> &[String] {
+        &self.interrupted
+    }
+
+    /// The record of run `id`, if it is known (the whole id must match,
+    /// instance name included): its latest state, also one still waiting
+    /// to be written.
+    pub fn get(&self, id: &str) -> Option<RunRecord> {
+        let key = run_id(id)?;
+        if let Some((_, rec)) = lock(&self.unwritten).iter().find(|(k, _)| *k == key) {
+            return Some(rec.clone());
+        }
+        let log = lock(&self.log);
+        let e = log.index.get(&key)?;
+        let mut buf = vec![0; e.len as usize];
+        log.file.read_exact_at(&mut buf, e.offset).ok()?;
+        serde_json::from_slice::<RunRecord>(&buf)
+            .ok()
+            .filter(|r| r.run == id)
+    }
+
+    /// Fail unless a run could be recorded now: `runs.log` can be opened
+    /// for writing and is still the file this store writes (`/healthz`
+    /// readiness).
+    ///
+    /// # Errors
+    /// The state dir is gone, replaced, read-only or not writable.
+    pub fn check_writable(&self) -> io::Result<()> {
+        OpenOptions::new().append(true).open(&self.path)?;
+        self.check_path(&lock(&self.log).file)
+    }
+
+    /// The owner of run `id`, without reading the record.
+    pub fn owner_of(&self, id: &str) -> Option<Owner> {
+        lock(&self.log)
+            .index
+            .get(&run_id(id)?)
+            .map(|e| e.meta.owner)
+    }
+
+    /// Where the output of run `id` is kept.
+    pub fn output_path(&self, id: &str) -> PathBuf {
+        output::path(&self.state_dir, output::hex_of(id))
+    }
+
+    /// A page of runs, newest first: those of owners `visible` lets
+    /// through that match `filter`, after skipping `skip` of them; at most
+    /// `take`, and whether more follow. The index is scanned in memory from
+    /// the newest run; only the records shown are read from disk.
+    pub fn list(
+        &self,
+        visible: impl Fn(Owner) -> bool,
+        filter: &RunFilter,
+        skip: usize,
+        take: usize,
+    ) -> (Vec<RunRecord>, bool) {
+        let log = lock(&self.log);
+        let matches = |m: &Meta| {
+            visible(m.owner)
+                && filter.program.is_none_or(|p| m.owner == Owner::Program(p))
+                && filter.state.is_none_or(|s| s == m.state)
+                && filter
+                    .tool
+                    .as_deref()
+                    .is_none_or(|t| m.tool.as_deref() == Some(t))
+        };
+        let mut hits = log
+            .order
+            .iter()
+            .rev()
+            .filter_map(|id| log.index.get(id))
+            .filter(|e| matches(&e.meta))
+            .skip(skip);
+        let mut page = Vec::with_capacity(take);
+        for e in hits.by_ref().take(take) {
+            let mut buf = vec![0; e.len as usize];
+            if log.file.read_exact_at(&mut buf, e.offset).is_ok() {
+                if let Ok(r) = serde_json::from_slice::<RunRecord>(&buf) {
+                    page.push(r);
+                }
+            }
+        }
+        let more = hits.next().is_some();
+        (page, more)
+    }
+
+    /// How many runs of the index cannot be read back at their offset.
+    #[cfg(test)]
+    pub fn unreadable(&self) -> usize {
+        let log = lock(&self.log);
+        let ok = |(id, e): (&RunId, &Entry)| {
+            let mut buf = vec![0; e.len as usize];
+            log.file.read_exact_at(&mut buf, e.offset).is_ok()
+                && serde_json::from_slice::<RunRecord>(&buf)
+                    .is_ok_and(|r| run_id(&r.run) == Some(*id))
+        };
+        log.index.iter().filter(|&p| !ok(p)).count()
+    }
+
+    /// How many runs the log knows.
+    #[cfg(test)]
+    pub fn count(&self) -> usize {
+        lock(&self.log).order.len()
+    }
+}
+
+/// Lock, recovering from poisoning: the data behind these locks is always
+/// left consistent before any call that could panic.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn to_line(rec: &RunRecord) -> Vec<u8> {
+    let mut line = serde_json::to_vec(rec).unwrap_or_default();
+    line.push(b'\n');
+    line
+}
+
+/// Read every record of the log, last line per id winning, in the order
+/// the runs were accepted (first line per id).
+/// Lines that do not parse (a torn last line) are skipped.
+fn read_log(path: &Path) -> io::Result<Vec<RunRecord>> {
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut pos: HashMap<String, usize> = HashMap::new();
+    let mut records: Vec<RunRecord> = Vec::new();
+    for line in BufReader::new(file).split(b'\n') {
+        let Ok(rec) = serde_json::from_slice::<RunRecord>(&line?) else {
+            continue;
+        };
+        match pos.get(&rec.run) {
+            Some(&i) => records[i] = rec,
+            None => {
+                pos.insert(rec.run.clone(), records.len());
+                records.push(rec);
+            }
+        }
+    }
+    Ok(records)
+}
+
+/// Where the log stood when a compaction began.
+struct Snapshot {
+    /// File length: lines from here on are copied under the lock.
+    len: u64,
+    /// Lines in the file.
+    lines: usize,
+}
+
+impl Snapshot {
+    fn of(log: &Log) -> Snapshot {
+        Snapshot {
+            len: log.len,
+            lines: log.lines,
+        }
+    }
+}
+
+/// The lines a compaction keeps, oldest first: every unfinished run and
+/// the newest `retention` finished ones (id, offset, length).
+fn kept_lines(log: &Log, retention: usize) -> Vec<(RunId, u64, u32)> {
+    let finished = log.order.len() - log.live;
+    let mut excess = finished.saturating_sub(retention);
+    let mut kept = Vec::with_capacity(log.order.len() - excess);
+    for id in &log.order {
+        let e = &log.index[id];
+        if !e.live() && excess > 0 {
+            excess -= 1;
+            continue;
+        }
+        kept.push((*id, e.offset, e.len));
+    }
+    kept
+}
+
+/// Point the index at the compacted file: a run with a line written
+/// after the snapshot keeps that line (now at `base` + its distance from
+/// the snapshot's end), a kept run moves to its offset in `moved`, and
+/// every other run is dropped. Returns the dropped runs.
+fn reindex(
+    log: &mut Log,
+    snap: &Snapshot,
+    moved: &HashMap<RunId, u64>,
+    base: u64,
+    kept: usize,
+) -> Vec<RunId> {
+    let mut order = VecDeque::with_capacity(log.order.len());
+    let mut dropped = Vec::new();
+    for id in log.order.drain(..) {
+        let Some(e) = log.index.get_mut(&id) else {
+            continue;
+        };
+        if e.offset >= snap.len {
+            e.offset = base + (e.offset - snap.len);
+        } else if let Some(&at) = moved.get(&id) {
+            e.offset = at;
+        } else {
+            log.index.remove(&id);
+            dropped.push(id);
+            continue;
+        }
+        order.push_back(id);
+    }
+    log.order = order;
+    log.index.shrink_to_fit();
+    log.lines = kept + (log.lines - snap.lines);
+    log.len = base + (log.len - snap.len);
+    dropped
+}
+
+/// Remove the output files of the runs a compaction dropped, on a thread
+/// of its own and a batch at a time. Every run that prints creates its
+/// file in the same directory: thousands of unlinks in one go held those
+/// creates up for tens of milliseconds (`bench/README.md`, "The sync
+/// tail"). A file left behind by a crash meanwhile is removed at the next
+/// start (`output::sweep`).
+fn remove_outputs(state_dir: &Path, dropped: Vec<RunId>) {
+    if dropped.is_empty() {
+        return;
+    }
+    let dir = state_dir.to_path_buf();
+    let spawned = thread::Builder::new()
+        .name("output-remove".into())
+        .spawn(move || {
+            for batch in dropped.chunks(64) {
+                for id in batch {
+                    let _ = fs::remove_file(output::path(&dir, &hex::encode(id)));
+                }
+                thread::sleep(Duration::from_millis(1));
+            }
+        });
+    if let Err(e) = spawned {
+        log::warn!(
+            "cannot start a thread to remove old output files ({e}); they go at the next start"
+        );
+    }
+}
+
+/// Bytes read (and written) at a time when a compaction copies lines.
+const WINDOW: usize = 256 * 1024;
+
+/// Reads lines of the log below `end` through a buffer of [`WINDOW`]
+/// bytes: the lines a compaction keeps come in about file order, so this
+/// costs one read per window instead of one per line (10,000 `pread`s
+/// and as many `write`s made a compaction take 100–200 ms of CPU).
+struct Window<'f> {
+    file: &'f File,
+    end: u64,
+    start: u64,
+    buf: Vec<u8>,
+}
+
+impl<'f> Window<'f> {
+    fn new(file: &'f File, end: u64) -> Window<'f> {
+        Window {
+            file,
+            end,
+            start: 0,
+            buf: Vec::new(),
+        }
+    }
+
+    /// The `len` bytes at `offset` (which end at or before `end`).
+    fn line(&mut self, offset: u64, len: u32) -> io::Result<&[u8]> {
+        let len = len as usize;
+        let held =
+            offset >= self.start && offset + len as u64 <= self.start + self.buf.len() as u64;
+        if !held {
+            let room = usize::try_from(self.end.saturating_sub(offset)).unwrap_or(usize::MAX);
+            self.buf.resize(room.min(WINDOW).max(len), 0);
+            self.file.read_exact_at(&mut self.buf, offset)?;
+            self.start = offset;
+        }
+        let at = (offset - self.start) as usize;
+        Ok(&self.buf[at..at + len])
+    }
+}
+
+/// Append bytes `from..to` of `src` to `dst`, a bounded chunk at a time.
+fn copy_range(src: &File, from: u64, to: u64, dst: &mut File) -> io::Result<()> {
+    let mut buf = vec![0; 64 * 1024];
+    let mut at = from;
+    while at < to {
+        let n = buf
+            .len()
+            .min(usize::try_from(to - at).unwrap_or(usize::MAX));
+        src.read_exact_at(&mut buf[..n], at)?;
+        dst.write_all(&buf[..n])?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
+/// The temporary file beside `path` that replaces it atomically.
+fn tmp_path(path: &Path) -> PathBuf {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    PathBuf::from(tmp)
+}
+
+/// Make a rename in the directory of `path` durable.
+fn sync_dir(path: &Path) -> io::Result<()> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    File::open(dir)?.sync_all()
+}
+
+/// Atomically replace the log with what `write` writes, and open it for
+/// appending. `write` returns, in file order, each line's run id, program
+/// and length, from which the index is built.
+fn rewrite(
+    path: &Path,
+    capacity: usize,
+    write: impl FnOnce(&mut File) -> io::Result<Vec<(RunId, Meta, usize)>>,
+) -> io::Result<Log> {
+    let mut entries = Vec::new();
+    write_atomic(path, |f| {
+        entries = write(f)?;
+        Ok(())
+    })?;
+    let file = OpenOptions::new().read(true).append(true).open(path)?;
+    let mut index = HashMap::with_capacity(capacity);
+    let mut order = VecDeque::with_capacity(capacity);
+    let mut offset = 0u64;
+    let lines = entries.len();
+    let mut live = 0;
+    for (id, meta, len) in entries {
+        let entry = Entry {
+            offset,
+            len: len as u32,
+            meta,
+        };
+        live += usize::from(entry.live());
+        index.insert(id, entry);
+        order.push_back(id);
+        offset += len as u64;
+    }
+    Ok(Log {
+        file,
+        len: offset,
+        index,
+        order,
+        lines,
+        seq: 0,
+        live,
+    })
+}
+
+/// Replace the file at `path` with what `write` writes, atomically and
+/// durably: write a
+/// temp file (mode 0600) beside it, fsync it, rename it over `path`, fsync
+/// the directory. A crash leaves either the old file or the new one. The
+/// state dir is created if needed.
+///
+/// # Errors
+/// Any step failed; `path` is then unchanged.
+pub fn write_atomic(
+    path: &Path,
+    write: impl FnOnce(&mut File) -> io::Result<()>,
+) -> io::Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        fs::create_dir_all(dir)?;
+    }
+    let tmp = tmp_path(path);
+    {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        write(&mut f)?;
+        f.sync_all()?;
+    }
+    fs::rename(&tmp, path)?;
+    sync_dir(path)
+}
+
+/// Now as RFC 3339 UTC with milliseconds, e.g. `2026-11-22T04:14:00.123Z`.
+pub fn now_rfc3339() -> String {
+    rfc3339(SystemTime::now())
+}
+
+/// `t` as RFC 3339 UTC with milliseconds.
+pub fn rfc3339(t: SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+/// A new random run id of `instance`: its name, `-`, then 128 bits as 32
+/// lower-case hex characters (see `cluster.rs`).
+pub fn new_run_id(instance: &str) -> String {
+    crate::runs::cluster::new_run_id(instance)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn tmpdir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("trigd-store-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn memory_is_trimmed_once_per_quiet_spell_after_activity() {
+        let mut q = Quiet::default();
+        // Nothing written yet: nothing to give back.
+        assert!(!q.tick(0));
+        assert!(!q.tick(0));
+        // Lines written during the last tick: still busy.
+        assert!(!q.tick(5));
+        assert!(!q.tick(900));
+        // A tick without a line: trim, once.
+        assert!(q.tick(900));
+        assert!(!q.tick(900));
+        assert!(!q.tick(900));
+        // The next burst, then quiet again.
+        assert!(!q.tick(901));
+        assert!(q.tick(901));
+        assert!(!q.tick(901));
+    }
+
+    #[test]
+    fn the_owner_round_trips_and_old_program_0_records_are_hook_runs() {
+        let line = |o: Owner| {
+            let mut r = rec("owner", RunState::Finished);
+            r.owner = o;
+            String::from_utf8(to_line(&r)).unwrap()
+        };
+        let hook = line(Owner::Hook);
+        assert!(hook.contains(r#""Owner":"hook""#) && !hook.contains("Program"));
+        let zero = line(Owner::Program(0));
+        assert!(zero.contains(r#""Owner":"program","Program":0"#), "{zero}");
+        for o in [Owner::Hook, Owner::Program(0), Owner::Program(7)] {
+            let back: RunRecord = serde_json::from_str(&line(o)).unwrap();
+            assert_eq!(back.owner, o);
+        }
+        // Lines written before `Owner`: program 0 was the hook runs' place.
+        let old = |program: u64| {
+            let text = format!(
+                r#"{{"Run":"{}","State":"finished","Program":{program},"Function":"deploy","CreatedAt":"x"}}"#,
+                id("old")
+            );
+            serde_json::from_str::<RunRecord>(&text).unwrap().owner
+        };
+        assert_eq!(old(0), Owner::Hook);
+        assert_eq!(old(3), Owner::Program(3));
+    }
+
+    /// A run id (32 hex digits) made from a short test name.
+    fn id(name: &str) -> String {
+        format!("{:0>32}", hex::encode(name))
+    }
+
+    fn rec(name: &str, state: RunState) -> RunRecord {
+        RunRecord {
+            run: id(name),
+            state,
+            owner: Owner::Program(1),
+            function: "f".into(),
+            r#async: true,
+            by: Origin::Cli,
+            tool: None,
+            created_at: now_rfc3339(),
+            started_at: None,
+            finished_at: None,
+            steps: vec![],
+            result: None,
+            error: None,
+            stdout: None,
+            input: None,
+            callbacks: Vec::new(),
+        }
+    }
+
+    fn open(d: &Path, retention: usize) -> RunStore {
+        RunStore::open(d, retention, |_| false).unwrap().0
+    }
+
+    #[test]
+    fn rfc3339_known_dates() {
+        use std::time::UNIX_EPOCH;
+        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+        let t = UNIX_EPOCH + Duration::from_millis(1_795_321_234_567);
+        assert_eq!(rfc3339(t), "2026-11-22T04:20:34.567Z");
+        let leap = UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
+        assert_eq!(rfc3339(leap), "2000-02-29T00:00:00.000Z");
+    }
+
+    #[test]
+    fn last_line_wins_and_survives_reopen() {
+        let d = tmpdir("reopen");
+        let s = open(&d, 100);
+        s.append(&rec("a", RunState::Queued), true).unwrap();
+        s.append(&rec("b", RunState::Running), false).unwrap();
+        let mut done = rec("a", RunState::Finished);
+        done.result = Some(serde_json::json!(["ok"]));
+        s.append(&done, false).unwrap();
+        assert_eq!(s.get(&id("a")).unwrap().state, RunState::Finished);
+        drop(s);
+        let s = open(&d, 100);
+        assert_eq!(
+            s.get(&id("a")).unwrap().result,
+            Some(serde_json::json!(["ok"]))
+        );
+        assert_eq!(s.get(&id("b")).unwrap().state, RunState::Interrupted);
+        assert_eq!(s.count(), 2);
+    }
+
+    #[test]
+    fn torn_last_line_is_skipped() {
+        let d = tmpdir("torn");
+        let s = open(&d, 100);
+        s.append(&rec("a", RunState::Finished), true).unwrap();
+        drop(s);
+        let mut f = OpenOptions::new()
+            .append(true)
+            .open(d.join("runs.log"))
+            .unwrap();
+        f.write_all(b"{\"Run\":\"b\",\"Sta").unwrap();
+        let s = open(&d, 100);
+        assert!(s.get(&id("a")).is_some());
+        assert!(s.get(&id("b")).is_none());
+        s.append(&rec("c", RunState::Finished), true).unwrap();
+        drop(s);
+        let s = open(&d, 100);
+        assert!(
+            s.get(&id("c")).is_some(),
+            "a line after a torn one must stay readable"
+        );
+    }
+
+    #[test]
+    fn queued_runs_outlive_retention_and_come_back_in_order() {
+        let d = tmpdir("queued");
+        let s = open(&d, 5);
+        let input = Some(RunInput {
+            values: vec!["v".into()],
+            vars: BTreeMap::new(),
+            body: false,
+        });
+        let queued: Vec<RunRecord> = (0..50)
+            .map(|i| RunRecord {
+                input: input.clone(),
+                ..rec(&format!("q{i}"), RunState::Queued)
+            })
+            .collect();
+        for q in &queued {
+            s.append(q, true).unwrap();
+        }
+        // Many finished runs later (compactions included), none is lost.
+        for i in 0..300 {
+            s.append(&rec(&format!("f{i}"), RunState::Finished), false)
+                .unwrap();
+        }
+        let running = RunRecord {
+            input: input.clone(),
+            ..rec("q3", RunState::Running)
+        };
+        s.append(&running, false).unwrap();
+        drop(s);
+        let (s, resumed) = RunStore::open(&d, 5, |r| r.run == id("q3")).unwrap();
+        let want: Vec<String> = (0..50).map(|i| id(&format!("q{i}"))).collect();
+        assert_eq!(resumed, want, "queued runs in the order accepted");
+        let again = s.get(&id("q3")).unwrap();
+        assert_eq!(again.state, RunState::Queued);
+        assert_eq!(again.input, input);
+        assert!(s.count() <= 50 + 5, "{}", s.count());
+        drop(s);
+        let (s, resumed) = RunStore::open(&d, 5, |_| false).unwrap();
+        assert_eq!(resumed.len(), 50);
+        assert!(s.get(&id("f299")).is_some());
+    }
+
+    #[test]
+    fn retention_bounds_the_log() {
+        let d = tmpdir("retention");
+        let s = open(&d, 10);
+        for i in 0..200 {
+            s.append(&rec(&format!("r{i}"), RunState::Finished), false)
+                .unwrap();
+        }
+        assert!(s.count() <= 2 * 10 + 64 + 1, "{}", s.count());
+        assert!(s.get(&id("r199")).is_some());
+        assert!(s.get(&id("r0")).is_none());
+        let lines = fs::read_to_string(d.join("runs.log"))
+            .unwrap()
+            .lines()
+            .count();
+        assert!(lines <= 2 * 10 + 65, "{lines}");
+    }
+
+    /// Appends from several threads while compactions run: every run in
+    /// the index can be read back at its offset (its line may have been
+    /// written after a compaction's snapshot, or moved by it), a reopen
+    /// agrees, retention holds, and the output files of dropped runs are
+    /// removed.
+    #[test]
+    fn appends_during_compaction_are_kept() {
+        let d = tmpdir("concurrent");
+        let s = Arc::new(open(&d, 50));
+        fs::create_dir_all(output::dir(&d)).unwrap();
+        let writers: Vec<_> = (0..4)
+            .map(|t| {
+                let s = Arc::clone(&s);
+                let d = d.clone();
+                thread::spawn(move || {
+                    for i in 0..1500 {
+                        let name = format!("t{t}r{i}");
+                        let _ = fs::write(output::path(&d, &id(&name)), b"x");
+                        s.append(&rec(&name, RunState::Running), false).unwrap();
+                        s.append(&rec(&name, RunState::Finished), i % 50 == 0)
+                            .unwrap();
+                        if i % 100 == 0 {
+                            assert_eq!(s.unreadable(), 0, "after {name}");
+                        }
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap();
+        }
+        assert_eq!(s.unreadable(), 0);
+        s.append(&rec("last", RunState::Finished), true).unwrap();
+        assert_eq!(s.get(&id("last")).unwrap().state, RunState::Finished);
+        let known = s.count();
+        assert!(known <= 2 * 50 + 64 + 4, "{known} runs kept");
+        // Dropped runs' output files are removed on a thread of their own,
+        // a batch at a time: wait for it (bounded).
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let outputs = fs::read_dir(output::dir(&d)).unwrap().count();
+            if outputs <= known + 4 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < until,
+                "{outputs} output files for {known} runs after 10 s"
+            );
+            thread::sleep(Duration::from_millis(5));
+        }
+        drop(s);
+        let again = open(&d, 50);
+        assert_eq!(again.unreadable(), 0);
+        assert_eq!(again.get(&id("last")).unwrap().state, RunState::Finished);
+        assert_eq!(again.count(), 50);
+    }
+}
