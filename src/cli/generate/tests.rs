@@ -54,6 +54,20 @@ fn man_1_has_each_command_with_exactly_its_flags() {
         let title = format!("\\fBtrigd {}\\fR", sub.name.replace('-', "\\-"));
         assert!(section.starts_with(&title), "{title} in {section}");
         let want: BTreeSet<String> = sub.flags.iter().map(|f| f.long.to_string()).collect();
+        // Each flag has its own item (`.TP`, then the tag line) ...
+        let tags: Vec<&str> = section
+            .split(".TP\n")
+            .skip(1)
+            .filter_map(|item| item.lines().next())
+            .collect();
+        assert_eq!(
+            flags_in(&tags.join("\n"), "\\-"),
+            want,
+            "items of {}",
+            sub.name
+        );
+        assert_eq!(tags.len(), want.len(), "one item per flag of {}", sub.name);
+        // ... and the section names no other.
         assert_eq!(flags_in(section, "\\-"), want, "flags of {}", sub.name);
     }
     let options = man.split(".SH OPTIONS\n").nth(1).unwrap();
