@@ -159,9 +159,11 @@ pub const COMMANDS: &[Sub] = &[
     Sub {
         name: "hash-password",
         summary: "argon2id hash for a [[users]] entry",
-        usage: "printf '%s\\n' \"$PASSWORD\" | trigd hash-password",
+        usage: "trigd hash-password",
         about: "Reads the password from the first line of stdin and prints its argon2id PHC\n\
-                string, for `password = \"…\"` of a [[users]] entry.",
+                string, for `password = \"…\"` of a [[users]] entry:\n\
+                \n\
+                printf '%s\\n' \"$PASSWORD\" | trigd hash-password",
         args: &[],
         flags: &[],
     },
