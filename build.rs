@@ -113,17 +113,26 @@ fn git_commit() -> Option<(String, bool)> {
         return None;
     }
     let commit = git(&dir, &["rev-parse", "--short=12", "HEAD"])?;
-    let absolute = ["rev-parse", "--path-format=absolute"];
-    for which in ["--git-dir", "--git-common-dir"] {
-        if let Some(git_dir) = git(&dir, &[absolute[0], absolute[1], which]) {
-            for file in ["HEAD", "index", "packed-refs"] {
-                println!("cargo:rerun-if-changed={git_dir}/{file}");
-            }
+    // Only files that exist: cargo reruns the script (and rebuilds the
+    // crate) every time for a path that does not.
+    let watch = |path: String| {
+        if Path::new(&path).exists() {
+            println!("cargo:rerun-if-changed={path}");
         }
+    };
+    if let Some(git_dir) = git(&dir, &["rev-parse", "--absolute-git-dir"]) {
+        watch(format!("{git_dir}/HEAD"));
+        watch(format!("{git_dir}/index"));
     }
-    let common = git(&dir, &[absolute[0], absolute[1], "--git-common-dir"]);
-    if let (Some(common), Some(branch)) = (common, git(&dir, &["symbolic-ref", "-q", "HEAD"])) {
-        println!("cargo:rerun-if-changed={common}/{branch}");
+    let common = git(
+        &dir,
+        &["rev-parse", "--path-format=absolute", "--git-common-dir"],
+    );
+    if let Some(common) = common {
+        watch(format!("{common}/packed-refs"));
+        if let Some(branch) = git(&dir, &["symbolic-ref", "-q", "HEAD"]) {
+            watch(format!("{common}/{branch}"));
+        }
     }
     let status = git(&dir, &["status", "--porcelain", "--untracked-files=no"])?;
     Some((commit, !status.is_empty()))
