@@ -33,7 +33,7 @@
 //! a run once accepted: status, output, follow,      runs/ (mod.rs, output.rs, follow.rs, replay.rs,
 //!   cancel, Idempotency-Key, callbacks, instances     idempotency.rs, callback/, cluster.rs)
 //! run slots, the wait queue, child processes        runner/ (mod.rs, queue.rs, step.rs, handle.rs)
-//! what is kept in the state directory               state/
+//! what is kept in the state directory               state/ (store.rs the run log, record.rs a run's typed record, time.rs)
 //! adnanh/webhook hooks files, import-webhook        compat/webhook/
 //! the browser pages (maud templates)                ui/ (login, settings, endpoints, runs, switch, view)
 //! the only unsafe code                              sys/
