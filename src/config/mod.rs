@@ -19,6 +19,7 @@ mod named;
 mod program;
 pub(crate) mod raw;
 mod receive;
+pub mod reference;
 pub mod reload;
 mod server;
 mod stamp;
