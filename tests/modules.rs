@@ -707,6 +707,7 @@ const COMPAT_SITES: &[(&str, usize, &str)] = &[
         "Server.hooks: compat::webhook::Settings",
     ),
     ("config/raw.rs", 3, "the three [server] hooks_* TOML keys"),
+    ("config/reference.rs", 4, "those keys in trigd.toml(5)"),
     (
         "config/server.rs",
         1,
@@ -757,11 +758,8 @@ const COMPAT_SITES: &[(&str, usize, &str)] = &[
         1,
         "a hook run's program, by id (cfg.hooks)",
     ),
-    (
-        "cli/mod.rs",
-        2,
-        "import-webhook; its help names hooks_files",
-    ),
+    ("cli/mod.rs", 1, "import-webhook (stage: command line)"),
+    ("cli/spec.rs", 1, "import-webhook's help names hooks_files"),
     ("cli/lint.rs", 1, "compat::webhook::lint (stage: check)"),
     ("cli/commands.rs", 2, "`trigd check` counts the hooks"),
 ];

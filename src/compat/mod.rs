@@ -28,7 +28,8 @@
 //!    one call in `config/server.rs`; the three `[server]` keys
 //!    `hooks_files`, `hooks_url_prefix`, `hooks_http_methods` in
 //!    `config/raw.rs` (the TOML schema: `RawServer` denies unknown keys, so
-//!    they cannot move without a second parse).
+//!    they cannot move without a second parse) and their rows in
+//!    `config/reference.rs`; `import-webhook`'s help in `cli/spec.rs`.
 //!
 //! What stays: a run record's owner kind `hook` (`state`'s `Owner::Hook`,
 //! the metrics' `hook` label, `config::Entry::Hook`): records already on
