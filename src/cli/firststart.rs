@@ -9,7 +9,7 @@ use std::path::Path;
 
 use crate::cli::commands;
 use crate::cli::error::Error;
-use crate::config::generated::{read, write, FILE};
+use crate::state::passwords::{read, write, FILE};
 use crate::config::{self, Config};
 
 /// Load the config at `path` for `serve`; first give every user with

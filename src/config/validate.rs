@@ -24,7 +24,8 @@ use super::stamp::{self, Source};
 use super::types::{
     self, config_dir, count, error, par_map, parse, workspace_ref, Errors, Known, Src,
 };
-use super::{file, generated, program, server, tools};
+use super::{file, program, server, tools};
+use crate::state::passwords as generated;
 use super::{
     resolve, ApiKey, Config, ConfigError, Endpoint, Program, Server, Stamp, User, Workspace,
 };

@@ -46,7 +46,8 @@ use crate::config::{
 use crate::http::app::App;
 use crate::http::{ApiError, Request, Response};
 use crate::runner::Job;
-use crate::runs::callback::{self, record::Source};
+use crate::runs::callback;
+use crate::state::delivery::Source;
 use crate::runs::idempotency;
 use crate::runs::replay;
 use crate::state::store::Origin;
@@ -344,7 +345,7 @@ fn callbacks(
     endpoint: &Endpoint,
     function: &Function,
     caller: &Caller,
-) -> Result<Vec<callback::record::Target>, ApiError> {
+) -> Result<Vec<crate::state::delivery::Target>, ApiError> {
     let permitted = match caller {
         Caller::ApiKey(key) => key.request_callbacks,
         _ => endpoint.request_callbacks,

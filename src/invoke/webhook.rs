@@ -16,7 +16,7 @@ use crate::config::{Config, Endpoint, Entry, Shape};
 use crate::http::app::App;
 use crate::http::logging;
 use crate::http::{ApiError, Request, Response};
-use crate::receive::body_file::BodyFile;
+use crate::state::bodies::BodyFile;
 use crate::receive::{Answer, Receive};
 
 /// Check the request's signature or token (`verify`).

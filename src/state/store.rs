@@ -39,8 +39,8 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::runs::callback::record::Delivery;
-use crate::runs::output;
+use crate::state::delivery::Delivery;
+use crate::state::output;
 use crate::sys;
 
 /// The states of a run.

@@ -20,9 +20,9 @@ use crate::config::Config;
 use crate::http::app::App;
 use crate::http::{percent_encode, ApiError, Request, Response};
 use crate::runs;
-use crate::runs::callback::record::Delivery;
+use crate::state::delivery::Delivery;
 use crate::runs::follow;
-use crate::runs::output::{self, Frame, Stream};
+use crate::state::output::{self, Frame, Stream};
 use crate::state::store::{Origin, Owner, RunFilter, RunRecord, RunState, ALL_STATES};
 
 /// Runs per page.

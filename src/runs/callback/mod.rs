@@ -21,9 +21,7 @@
 //! `max_pending` files; in memory only sequence numbers wait, the body is
 //! read from disk when it is sent.
 
-pub mod record;
 pub mod send;
-pub mod spool;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
@@ -38,9 +36,9 @@ use crate::config::callbacks::Callbacks;
 use crate::http::metrics::label;
 use crate::http::{ApiError, Request};
 use crate::state::store::{now_rfc3339, RunRecord, RunStore};
-use record::{Attempt, DeliveryState, Source, Target};
+use crate::state::delivery::{Attempt, DeliveryState, Source, Target};
 use send::Outcome;
-use spool::{Pending, Spool};
+use crate::state::spool::{Pending, Spool};
 
 /// The callback URL a request names: the `callback` query parameter (when
 /// `query` is set: `POST /api`) or the `Trigd-Callback` header.

@@ -18,7 +18,7 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use url::Url;
 
-use super::spool::Pending;
+use crate::state::spool::Pending;
 use crate::config::callbacks::Callbacks;
 
 /// How an attempt ended.

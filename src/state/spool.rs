@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::record::Delivery;
+use crate::state::delivery::Delivery;
 use crate::state::store::write_atomic;
 
 /// One pending delivery, as stored.
@@ -111,7 +111,7 @@ impl Spool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runs::callback::record::{Source, Target};
+    use crate::state::delivery::{Source, Target};
 
     #[test]
     fn written_files_come_back_in_order_and_bad_ones_are_set_aside() {
