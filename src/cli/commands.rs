@@ -76,7 +76,7 @@ pub fn app_key(path: &Path, workspace: &str, member: &str) -> Result<(), Error> 
     let key = keys
         .regenerate(workspace, member)
         .map_err(|source| Error::Io {
-            path: cfg.server.shared_state_dir.join("app_keys.json"),
+            path: crate::state::Kept::AppKeys.path_in(&cfg.server.shared_state_dir),
             source,
         })?;
     println!("{key}");

@@ -25,10 +25,10 @@ use super::types::{
     self, config_dir, count, error, par_map, parse, workspace_ref, Errors, Known, Src,
 };
 use super::{file, program, server, tools};
-use crate::state::passwords as generated;
 use super::{
     resolve, ApiKey, Config, ConfigError, Endpoint, Program, Server, Stamp, User, Workspace,
 };
+use crate::state::passwords as generated;
 
 /// Load `config.toml` at `path` and every `*.toml` in its programs dir,
 /// validate everything, and return the snapshot or every error found.

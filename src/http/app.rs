@@ -44,7 +44,7 @@ impl App {
         idempotency: Keys,
     ) -> App {
         // Body files of runs cut off by a crash or kill -9.
-        crate::state::bodies::clean(&config.server.state_dir.join("bodies"));
+        crate::state::bodies::clean(&crate::state::bodies::dir(&config.server.state_dir));
         App {
             idempotency,
             access: Access::open(&config.server.state_dir, &config.server.shared_state_dir),

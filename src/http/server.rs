@@ -32,6 +32,7 @@ use crate::runner::Runner;
 use crate::runs::callback;
 use crate::runs::idempotency::Keys;
 use crate::state::store::{RunRecord, RunStore};
+use crate::state::Kept;
 use crate::sys::{self, Signal};
 
 /// `trigd serve`: load, bind, print `listening on http://ADDR`, serve until
@@ -129,8 +130,8 @@ fn listen_on(
 /// and start the accepted runs that had not started before the last stop.
 fn open_app(cfg: config::Config) -> Result<Arc<App>, Error> {
     let state_dir = cfg.server.state_dir.clone();
-    let io_error = |file: &str| {
-        let path = state_dir.join(file);
+    let io_error = |kept: Kept| {
+        let path = kept.path_in(&state_dir);
         move |source| Error::Io { path, source }
     };
     let retry = |r: &RunRecord| {
@@ -141,7 +142,7 @@ fn open_app(cfg: config::Config) -> Result<Arc<App>, Error> {
             .is_some_and(|f| f.retry_on_restart)
     };
     let (store, resumed) = RunStore::open(&state_dir, cfg.server.run_retention, retry)
-        .map_err(io_error("runs.log"))?;
+        .map_err(io_error(Kept::Runs))?;
     let store = Arc::new(store);
     store.start_flusher();
     let runner = Runner::new(Some(Arc::clone(&store)), Arc::new(Metrics::default()));
@@ -152,10 +153,10 @@ fn open_app(cfg: config::Config) -> Result<Arc<App>, Error> {
         &cfg.server.callbacks,
         &interrupted,
     )
-    .map_err(io_error("callbacks"))?;
+    .map_err(io_error(Kept::Callbacks))?;
     runner.attach_callbacks(callbacks);
     let keys = Keys::open(&state_dir, cfg.server.idempotency_window)
-        .map_err(io_error("idempotency.log"))?;
+        .map_err(io_error(Kept::Idempotency))?;
     let app = Arc::new(App::new(cfg, store, Arc::new(runner), keys));
     if !resumed.is_empty() {
         log::info!(

@@ -47,9 +47,9 @@ use crate::http::app::App;
 use crate::http::{ApiError, Request, Response};
 use crate::runner::Job;
 use crate::runs::callback;
-use crate::state::delivery::Source;
 use crate::runs::idempotency;
 use crate::runs::replay;
+use crate::state::delivery::Source;
 use crate::state::store::Origin;
 use read::Read;
 

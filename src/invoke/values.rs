@@ -13,10 +13,10 @@ use serde_json::Value;
 use super::read::{body_error, Read};
 use crate::config::{Endpoint, HookValues, Server, Values};
 use crate::http::{ApiError, Request};
-use crate::state::bodies::BodyFile;
 use crate::receive::json::{self, JsonError};
 use crate::receive::payload;
 use crate::receive::{read_values, Receive, ValuesError};
+use crate::state::bodies::BodyFile;
 
 /// The query parameters `POST /api` accepts.
 const PARAMS: [&str; 7] = [

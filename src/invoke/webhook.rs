@@ -16,8 +16,8 @@ use crate::config::{Config, Endpoint, Entry, Shape};
 use crate::http::app::App;
 use crate::http::logging;
 use crate::http::{ApiError, Request, Response};
-use crate::state::bodies::BodyFile;
 use crate::receive::{Answer, Receive};
+use crate::state::bodies::BodyFile;
 
 /// Check the request's signature or token (`verify`).
 ///
@@ -43,7 +43,7 @@ pub fn body_file(
     if !rcv.needs_body_file() {
         return Ok(None);
     }
-    let dir = cfg.server.state_dir.join("bodies");
+    let dir = crate::state::bodies::dir(&cfg.server.state_dir);
     match BodyFile::write(&dir, &req.body) {
         Ok(f) => Ok(Some(Arc::new(f))),
         Err(e) => {

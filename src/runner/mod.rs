@@ -45,8 +45,8 @@ use serde_json::Value;
 
 use crate::config::{Config, Program};
 use crate::http::metrics::Metrics;
-use crate::state::delivery::{waiting, Target};
 use crate::runs::callback::Service as Callbacks;
+use crate::state::delivery::{waiting, Target};
 use crate::state::output::OutputFile;
 use crate::state::store::{
     new_run_id, now_rfc3339, Origin, Owner, RunInput, RunRecord, RunState, RunStore,

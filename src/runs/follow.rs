@@ -144,7 +144,7 @@ impl Follower {
     /// Turn the next batch of frames on disk into events; whether any.
     fn pull(&mut self) -> bool {
         if self.file.is_none() {
-            self.file = File::open(&self.path).ok();
+            self.file = output::open(&self.path);
         }
         let Some(file) = &self.file else {
             return false;

@@ -1,8 +1,128 @@
-//! Everything trigd keeps: the state directory.
+//! Everything trigd keeps: the state directory (`state_dir`; application
+//! keys in `shared_state_dir`, by default the same). Only this module opens
+//! a path in it (`tests/modules.rs` checks); what the kept things mean (who
+//! may see a run, when a callback is retried, how a session is checked)
+//! stays with `runs/`, `access/` and the others, which call the functions
+//! here. The README's "State directory" table lists the same files
+//! (`tests/state_table.rs` compares the two).
+//!
+//! | Kind | Path | Format | Written | After `kill -9` |
+//! |---|---|---|---|---|
+//! | run records | `runs.log` | JSON lines, one whole record per state change, last line of a run wins | append; an accepted run's line is `fdatasync`ed before it is answered (group commit), later state changes are not (a cancel is); compaction: temp file, fsync, rename, fsync of the dir, at start and at about twice `run_retention` lines | every line written (a torn last line is skipped); queued runs stay queued, running ones are queued again (`retry_on_restart`) or recorded `interrupted`. Power loss: lines up to the last sync |
+//! | kept output | `output/<32 hex>` | frames: tag byte, 4-byte big-endian length, bytes; the last frame may be open | append while the run executes, never synced; removed with its record | every frame written; a torn frame is skipped; files of unknown runs are removed at start |
+//! | idempotency claims | `idempotency.log` | JSON lines: claim (hashes, run id, time), `C` started, `D` given back | append; a claim is `fdatasync`ed before its run starts, `C`/`D` lines are not; compaction (atomic rename) at start and at about twice the lines needed | every claim; a claim whose run is not in `runs.log` and never started is claimed anew |
+//! | callback spool | `callbacks/<20-digit seq>.json` | JSON: the body to send, URL, attempts | one file per pending delivery, atomic rename and fsync of the dir per change; removed once the delivery's end is in `runs.log` | every pending delivery, sent again at start; an unreadable file is renamed `.bad` |
+//! | application keys | `app_keys.json` | pretty JSON object by `<workspace>/<member>`: sha256, hint, time | atomic rename (mode 0600), under the lock below | the old or the new file |
+//! | application key lock | `app_keys.lock` | empty | created once; `flock` by each writer (server, `trigd app-key`) | nothing to keep |
+//! | sessions | `sessions.json` | JSON object by sha256 of the token | atomic rename (mode 0600) at login and logout, last-seen lazily | the old or the new file; last-seen up to `min(60s, session_idle / 4)` behind |
+//! | request bodies | `bodies/body-<24 hex>` | the raw request body | created 0600 before the run, never synced; removed when the run's job ends | removed at the next start (the run is not started again) |
+//! | generated passwords | `passwords.json` | pretty JSON object: user → argon2 hash | temp file `.passwords.json.tmp`, fsync, rename (mode 0600), at the first start that needs one | the old or the new file |
+//!
+//! Temporary files (`<file>.tmp`) are the half-written side of an atomic
+//! rename: a crash leaves at most one per file, replaced by the next write.
+//!
+//! # The seam for a second backend
+//!
+//! Each kind of thing kept has one type here whose methods are the whole
+//! interface its users see: [`store::RunStore`] (run records: `append`,
+//! `record`, `get`, `list` with a [`store::RunFilter`] and a cursor
+//! (`skip`); the queue of accepted runs is its `queued` records, handed to
+//! the runner by `open`), [`idempotency::Log`], [`keys::KeyFile`],
+//! [`sessions::SessionFile`], [`spool::Spool`], [`output`] (kept output),
+//! [`bodies::BodyFile`] and [`passwords`]. Nothing above this module
+//! builds a path in the state dir: [`Kept`] names every file. A second
+//! backend (PostgreSQL) becomes a variant inside each of these types (an
+//! enum of a file backend and a database one), not a rewrite of callers;
+//! there is no trait while there is one backend.
+//!
+//! # The durable unit
+//!
+//! An accepted run, its idempotency claim and its queue entry must be kept
+//! together or not at all. Today:
+//! - the queue entry *is* the run's record: an async run is accepted by one
+//!   `runs.log` line in state `queued` carrying its input, synced before the
+//!   answer; at start every `queued` line is queued again in order. One line,
+//!   one write: the run and its queue entry cannot part;
+//! - the claim is written (and synced) to `idempotency.log` *before* that
+//!   line. A crash between the two leaves a claim whose run id is in no
+//!   record and never started (no `C` line): the next request with the key
+//!   claims it anew (`runs::idempotency`), so the claim counts only once its
+//!   run is recorded. A record never exists without its claim.
+//! - where it does not hold: the two files are synced separately, so after
+//!   a power loss (not `kill -9`) a `C` line may be lost while the run's
+//!   line survives; the key then repeats the run only while `runs.log` still
+//!   holds it (`run_retention`). A single-transaction backend commits the
+//!   claim and the record together and closes that gap.
 
 pub mod bodies;
 pub mod delivery;
+pub mod file;
+pub mod idempotency;
+pub mod keys;
 pub mod output;
 pub mod passwords;
+pub mod sessions;
 pub mod spool;
 pub mod store;
+
+use std::path::{Path, PathBuf};
+
+/// Every kind of file in the state dir, each with its path; the rows of the
+/// table above, in its order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kept {
+    /// `runs.log`.
+    Runs,
+    /// `output/`, one file per run.
+    Output,
+    /// `idempotency.log`.
+    Idempotency,
+    /// `callbacks/`, one file per pending delivery.
+    Callbacks,
+    /// `app_keys.json` (in `shared_state_dir`).
+    AppKeys,
+    /// `app_keys.lock` (in `shared_state_dir`).
+    AppKeysLock,
+    /// `sessions.json`.
+    Sessions,
+    /// `bodies/`, one file per request body a run reads from a file.
+    Bodies,
+    /// `passwords.json`.
+    Passwords,
+}
+
+impl Kept {
+    /// Every kind, in the table's order.
+    pub const ALL: [Kept; 9] = [
+        Kept::Runs,
+        Kept::Output,
+        Kept::Idempotency,
+        Kept::Callbacks,
+        Kept::AppKeys,
+        Kept::AppKeysLock,
+        Kept::Sessions,
+        Kept::Bodies,
+        Kept::Passwords,
+    ];
+
+    /// Its file or directory name in the state dir.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Kept::Runs => "runs.log",
+            Kept::Output => "output",
+            Kept::Idempotency => "idempotency.log",
+            Kept::Callbacks => "callbacks",
+            Kept::AppKeys => "app_keys.json",
+            Kept::AppKeysLock => "app_keys.lock",
+            Kept::Sessions => "sessions.json",
+            Kept::Bodies => "bodies",
+            Kept::Passwords => "passwords.json",
+        }
+    }
+
+    /// Its path in `state_dir` (for `AppKeys` and `AppKeysLock`: pass
+    /// `shared_state_dir`).
+    pub fn path_in(self, state_dir: &Path) -> PathBuf {
+        state_dir.join(self.name())
+    }
+}

@@ -20,8 +20,8 @@ use crate::config::Config;
 use crate::http::app::App;
 use crate::http::{percent_encode, ApiError, Request, Response};
 use crate::runs;
-use crate::state::delivery::Delivery;
 use crate::runs::follow;
+use crate::state::delivery::Delivery;
 use crate::state::output::{self, Frame, Stream};
 use crate::state::store::{Origin, Owner, RunFilter, RunRecord, RunState, ALL_STATES};
 
@@ -430,7 +430,7 @@ fn callbacks_table(deliveries: &[Delivery]) -> Markup {
 /// The kept output, interleaved as printed, stderr marked; escaped (by
 /// maud) and without terminal escape sequences.
 fn output_html(path: &std::path::Path) -> Markup {
-    let Ok(file) = std::fs::File::open(path) else {
+    let Some(file) = output::open(path) else {
         return PreEscaped(String::new());
     };
     let mut out = String::new();

@@ -35,10 +35,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::config::callbacks::Callbacks;
 use crate::http::metrics::label;
 use crate::http::{ApiError, Request};
-use crate::state::store::{now_rfc3339, RunRecord, RunStore};
 use crate::state::delivery::{Attempt, DeliveryState, Source, Target};
-use send::Outcome;
 use crate::state::spool::{Pending, Spool};
+use crate::state::store::{now_rfc3339, RunRecord, RunStore};
+use send::Outcome;
 
 /// The callback URL a request names: the `callback` query parameter (when
 /// `query` is set: `POST /api`) or the `Trigd-Callback` header.
