@@ -14,7 +14,6 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
 use serde::{Deserialize, Serialize};
@@ -22,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use super::secret::{random_hex, sha256};
 use crate::state::keys::{KeyFile, Stamp};
 use crate::state::store::now_rfc3339;
+use crate::state::State;
 
 /// What is stored for one member's key in one workspace.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -54,10 +54,10 @@ pub struct AppKeys {
 }
 
 impl AppKeys {
-    /// Keys kept in `state_dir/app_keys.json`.
-    pub fn new(state_dir: &Path) -> AppKeys {
+    /// The keys kept in `state` (`app_keys.json`).
+    pub fn new(state: &State) -> AppKeys {
         AppKeys {
-            file: KeyFile::new(state_dir),
+            file: state.key_file(),
             cache: Mutex::new(Cache::default()),
         }
     }
@@ -138,11 +138,11 @@ mod tests {
     fn regenerate_invalidates_the_old_key() {
         let d = std::env::temp_dir().join(format!("trigd-appkeys-{}", std::process::id()));
         let _ = fs::remove_dir_all(&d);
-        let keys = AppKeys::new(&d);
+        let keys = AppKeys::new(&State::new(&d, &d));
         let k1 = keys.regenerate("ops", "alice").unwrap();
         assert_eq!(keys.lookup(&k1).unwrap().member, "alice");
         // Another handle (as another process would be) sees the change.
-        let other = AppKeys::new(&d);
+        let other = AppKeys::new(&State::new(&d, &d));
         let k2 = other.regenerate("ops", "alice").unwrap();
         assert!(keys.lookup(&k1).is_none(), "old key must stop working");
         assert_eq!(keys.lookup(&k2).unwrap().workspace, "ops");

@@ -20,7 +20,6 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -31,6 +30,7 @@ use super::secret::{random_hex, sha256};
 use crate::config::{Config, Server, User};
 use crate::http::Request;
 use crate::state::sessions::SessionFile;
+use crate::state::State;
 
 /// Name of the session cookie.
 pub const COOKIE: &str = "trigd_session";
@@ -69,10 +69,10 @@ pub struct Sessions {
 }
 
 impl Sessions {
-    /// Sessions kept in `state_dir/sessions.json`, loaded now (a missing or
-    /// unreadable file starts empty; the error is logged).
-    pub fn open(state_dir: &Path) -> Sessions {
-        let file = SessionFile::new(state_dir);
+    /// The sessions kept in `state` (`sessions.json`), loaded now (a
+    /// missing or unreadable file starts empty; the error is logged).
+    pub fn open(state: &State) -> Sessions {
+        let file = state.session_file();
         let by_hash: HashMap<String, Record> = file.load();
         let by_hash = by_hash
             .into_iter()

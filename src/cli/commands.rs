@@ -16,6 +16,7 @@ use crate::http::ApiError;
 use crate::invoke;
 use crate::runner::Runner;
 use crate::state::store::{new_run_id, Origin};
+use crate::state::{Kept, State};
 
 /// `trigd check`: load everything, print a summary or every error; warn
 /// (on stderr) about what loads but will likely fail at run time.
@@ -72,11 +73,12 @@ pub fn app_key(path: &Path, workspace: &str, member: &str) -> Result<(), Error> 
             "'{member}' is not a member of workspace '{workspace}'"
         )));
     }
-    let keys = AppKeys::new(&cfg.server.shared_state_dir);
+    let state = State::new(&cfg.server.state_dir, &cfg.server.shared_state_dir);
+    let keys = AppKeys::new(&state);
     let key = keys
         .regenerate(workspace, member)
         .map_err(|source| Error::Io {
-            path: crate::state::Kept::AppKeys.path_in(&cfg.server.shared_state_dir),
+            path: state.path(Kept::AppKeys),
             source,
         })?;
     println!("{key}");

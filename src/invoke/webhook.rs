@@ -18,6 +18,7 @@ use crate::http::logging;
 use crate::http::{ApiError, Request, Response};
 use crate::receive::{Answer, Receive};
 use crate::state::bodies::BodyFile;
+use crate::state::State;
 
 /// Check the request's signature or token (`verify`).
 ///
@@ -43,7 +44,7 @@ pub fn body_file(
     if !rcv.needs_body_file() {
         return Ok(None);
     }
-    let dir = crate::state::bodies::dir(&cfg.server.state_dir);
+    let dir = State::new(&cfg.server.state_dir, &cfg.server.shared_state_dir).bodies_dir();
     match BodyFile::write(&dir, &req.body) {
         Ok(f) => Ok(Some(Arc::new(f))),
         Err(e) => {

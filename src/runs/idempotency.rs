@@ -18,7 +18,6 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
-use std::path::Path;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -149,13 +148,13 @@ pub fn fingerprint<'v>(
 }
 
 impl Keys {
-    /// Open (creating) `state_dir/idempotency.log`, keeping the keys
+    /// Open (creating) the claims kept in `state`, keeping the keys
     /// claimed within `window`, and compact it.
     ///
     /// # Errors
     /// The file cannot be read or written.
-    pub fn open(state_dir: &Path, window: Duration) -> io::Result<Keys> {
-        let (log, (map, order)) = Log::open(state_dir, now().saturating_sub(window.as_secs()))?;
+    pub fn open(state: &crate::state::State, window: Duration) -> io::Result<Keys> {
+        let (log, (map, order)) = state.open_claims(now().saturating_sub(window.as_secs()))?;
         Ok(Keys {
             state: Mutex::new(State { log, map, order }),
             settled: Condvar::new(),
@@ -318,7 +317,7 @@ mod tests {
     #[test]
     fn a_kept_key_survives_reopen_and_a_given_back_one_does_not() {
         let d = dir("reopen");
-        let k = Keys::open(&d, LIMITS.window).unwrap();
+        let k = Keys::open(&crate::state::State::new(&d, &d), LIMITS.window).unwrap();
         let fp = fingerprint("api/1", "f", &["a".into()]);
         let Claim::New(held) = k.claim(LIMITS, "api_key:a", "x", fp, |_| false).unwrap() else {
             panic!("first claim is new")
@@ -330,7 +329,7 @@ mod tests {
         };
         drop(other);
         drop(k);
-        let k = Keys::open(&d, LIMITS.window).unwrap();
+        let k = Keys::open(&crate::state::State::new(&d, &d), LIMITS.window).unwrap();
         assert_eq!(k.count(), 1);
         match k
             .claim(LIMITS, "api_key:a", "x", fp, |id| id == run)
@@ -354,7 +353,7 @@ mod tests {
     #[test]
     fn an_unknown_run_is_started_again_only_if_it_never_started() {
         let d = dir("unknown");
-        let k = Keys::open(&d, LIMITS.window).unwrap();
+        let k = Keys::open(&crate::state::State::new(&d, &d), LIMITS.window).unwrap();
         let fp = fingerprint("api/1", "f", &[]);
         let Claim::New(started) = k.claim(LIMITS, "s", "started", fp, |_| false).unwrap() else {
             panic!("new")
@@ -367,7 +366,7 @@ mod tests {
         };
         std::mem::forget(lost);
         drop(k);
-        let k = Keys::open(&d, LIMITS.window).unwrap();
+        let k = Keys::open(&crate::state::State::new(&d, &d), LIMITS.window).unwrap();
         // Neither run is in the run log any more.
         match k.claim(LIMITS, "s", "started", fp, |_| false).unwrap() {
             Claim::Repeat(r) => assert_eq!(r, run),
@@ -382,7 +381,7 @@ mod tests {
     #[test]
     fn the_number_of_keys_is_bounded() {
         let d = dir("bound");
-        let k = Keys::open(&d, LIMITS.window).unwrap();
+        let k = Keys::open(&crate::state::State::new(&d, &d), LIMITS.window).unwrap();
         for i in 0..10 {
             let fp = fingerprint("api/1", "f", &[]);
             if let Claim::New(h) = k.claim(LIMITS, "s", &i.to_string(), fp, |_| false).unwrap() {

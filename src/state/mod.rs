@@ -23,17 +23,20 @@
 //!
 //! # The seam for a second backend
 //!
-//! Each kind of thing kept has one type here whose methods are the whole
-//! interface its users see: [`store::RunStore`] (run records: `append`,
+//! [`State`] is the one door: everything kept is opened through it, and
+//! nothing above `state/` names a path in the state dir ([`Kept`] names
+//! every file). Each kind of thing kept has one type here whose methods are
+//! the whole interface its users see: [`store::RunStore`] (run records: `append`,
 //! `record`, `get`, `list` with a [`store::RunFilter`] and a cursor
 //! (`skip`); the queue of accepted runs is its `queued` records, handed to
 //! the runner by `open`), [`idempotency::Log`], [`keys::KeyFile`],
 //! [`sessions::SessionFile`], [`spool::Spool`], [`output`] (kept output),
-//! [`bodies::BodyFile`] and [`passwords`]. Nothing above this module
-//! builds a path in the state dir: [`Kept`] names every file. A second
-//! backend (PostgreSQL) becomes a variant inside each of these types (an
-//! enum of a file backend and a database one), not a rewrite of callers;
-//! there is no trait while there is one backend.
+//! [`bodies::BodyFile`] and [`passwords`] (read by the config loader).
+//! A second backend (PostgreSQL) becomes a variant of [`State`] and inside
+//! each of these types (an enum of a file backend and a database one), not
+//! a rewrite of callers; there is no trait while there is one backend.
+//! Kept output and request bodies stay files on each host whatever the
+//! backend: they are read by path (`follow`, a step's stdin).
 //!
 //! # The durable unit
 //!
@@ -65,7 +68,84 @@ pub mod sessions;
 pub mod spool;
 pub mod store;
 
+use std::io;
 use std::path::{Path, PathBuf};
+
+/// Where trigd keeps its state, and the one door every kept thing is opened
+/// through: the run store, the idempotency claims, the application keys,
+/// the sessions, the callback spool, request bodies. Today a directory
+/// (`state_dir`) and the directory of application keys (`shared_state_dir`);
+/// a second backend is a second variant of what this holds, and each
+/// `open_*`/`*_file` picks its side, so nothing above `state/` changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct State {
+    dir: PathBuf,
+    shared: PathBuf,
+}
+
+impl State {
+    /// The state kept in `state_dir`, application keys in
+    /// `shared_state_dir`. Nothing is opened yet.
+    pub fn new(state_dir: &Path, shared_state_dir: &Path) -> State {
+        State {
+            dir: state_dir.to_path_buf(),
+            shared: shared_state_dir.to_path_buf(),
+        }
+    }
+
+    /// Where `kept` is (for messages and for the file backend's openers).
+    pub fn path(&self, kept: Kept) -> PathBuf {
+        match kept {
+            Kept::AppKeys | Kept::AppKeysLock => kept.path_in(&self.shared),
+            _ => kept.path_in(&self.dir),
+        }
+    }
+
+    /// Open the run records ([`store::RunStore::open`]): the store, and the
+    /// queue of accepted runs to start again, in order.
+    ///
+    /// # Errors
+    /// The run log cannot be created, read or compacted.
+    pub fn open_runs(
+        &self,
+        retention: usize,
+        retry: impl Fn(&store::RunRecord) -> bool,
+    ) -> io::Result<(store::RunStore, Vec<String>)> {
+        store::RunStore::open(&self.dir, retention, retry)
+    }
+
+    /// Open the idempotency claims made at `oldest` (Unix seconds) or later.
+    ///
+    /// # Errors
+    /// The claim log cannot be read or compacted.
+    pub fn open_claims(&self, oldest: u64) -> io::Result<(idempotency::Log, idempotency::Loaded)> {
+        idempotency::Log::open(&self.dir, oldest)
+    }
+
+    /// Open the callback spool: it and the deliveries pending in it, in
+    /// order.
+    ///
+    /// # Errors
+    /// The spool cannot be created or listed.
+    pub fn open_spool(&self) -> io::Result<(spool::Spool, Vec<spool::Pending>)> {
+        spool::Spool::open(&self.dir)
+    }
+
+    /// The application keys.
+    pub fn key_file(&self) -> keys::KeyFile {
+        keys::KeyFile::new(&self.shared)
+    }
+
+    /// The login sessions.
+    pub fn session_file(&self) -> sessions::SessionFile {
+        sessions::SessionFile::new(&self.dir)
+    }
+
+    /// Where request bodies read from a file are written.
+    pub fn bodies_dir(&self) -> PathBuf {
+        bodies::dir(&self.dir)
+    }
+}
 
 /// Every kind of file in the state dir, each with its path; the rows of the
 /// table above, in its order.

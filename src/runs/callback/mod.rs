@@ -26,7 +26,6 @@ pub mod send;
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
 use std::io;
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, RwLock};
 use std::thread;
@@ -38,6 +37,7 @@ use crate::http::{ApiError, Request};
 use crate::state::delivery::{Attempt, DeliveryState, Source, Target};
 use crate::state::spool::{Pending, Spool};
 use crate::state::store::{now_rfc3339, RunRecord, RunStore};
+use crate::state::State;
 use send::Outcome;
 
 /// The callback URL a request names: the `callback` query parameter (when
@@ -147,7 +147,7 @@ pub struct Service {
 }
 
 impl Service {
-    /// Open the spool in `state_dir`, queue every pending delivery found
+    /// Open the spool of `state`, queue every pending delivery found
     /// (in order), queue the waiting deliveries of `interrupted` runs (runs
     /// the run log found cut off by a crash), and start the delivery
     /// threads.
@@ -155,12 +155,12 @@ impl Service {
     /// # Errors
     /// The spool directory cannot be created or listed.
     pub fn start(
-        state_dir: &Path,
+        state: &State,
         store: Arc<RunStore>,
         cb: &Arc<Callbacks>,
         interrupted: &[String],
     ) -> io::Result<Arc<Service>> {
-        let (spool, found) = Spool::open(state_dir)?;
+        let (spool, found) = state.open_spool()?;
         let service = Arc::new(Service {
             store,
             spool,
