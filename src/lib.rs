@@ -28,10 +28,11 @@
 //! load and validate the config, hot reload           config/ (validate.rs, endpoint.rs, reload.rs, stamp.rs)
 //! start a run, read and check its values            invoke/ (mod.rs, read.rs, values.rs, answer.rs)
 //! signed endpoints: signatures, payloads, rules      receive/ (signature.rs, payload.rs, values.rs, rules.rs)
-//! a run once accepted: status, output, follow,      runs/ (mod.rs, output.rs, follow.rs, replay.rs,
+//! a run once accepted: status, output, follow,      runs/ (mod.rs, follow.rs, replay.rs,
 //!   cancel, Idempotency-Key, callbacks, instances     idempotency.rs, callback/, cluster.rs)
 //! run slots, the wait queue, child processes        runner/ (mod.rs, queue.rs, step.rs, handle.rs)
-//! what is kept in the state directory               state/
+//! what is kept in the state directory: one table,   state/ (mod.rs: State, Kept; store.rs run records,
+//!   one door (State), every file operation on it      output.rs, idempotency.rs, spool.rs, keys.rs, ...)
 //! adnanh/webhook hooks files, import-webhook        compat/webhook/
 //! the browser pages (maud templates)                ui/ (login, settings, endpoints, runs, switch, view)
 //! the only unsafe code                              sys/
