@@ -2,8 +2,8 @@
 //! callback URL of the run, retried with backoff, surviving restarts.
 //!
 //! What it owns: the callback targets of a request ([`targets`]), the
-//! deliveries of ended runs ([`Service`]: spooled to disk by [`spool`],
-//! attempted by [`send`], reported in the run record via [`record`]), and
+//! deliveries of ended runs ([`Service`]: spooled to disk by [`crate::state::spool`],
+//! attempted by [`send`], reported in the run record via [`crate::state::delivery`]), and
 //! the callback metrics.
 //!
 //! How a delivery flows: a run's targets become `Callbacks` entries of its
