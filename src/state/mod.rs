@@ -15,7 +15,7 @@
 //! | application keys | `app_keys.json` | pretty JSON object by `<workspace>/<member>`: sha256, hint, time | atomic rename (mode 0600), under the lock below | the old or the new file |
 //! | application key lock | `app_keys.lock` | empty | created once; `flock` by each writer (server, `trigd app-key`) | nothing to keep |
 //! | sessions | `sessions.json` | JSON object by sha256 of the token | atomic rename (mode 0600) at login and logout, last-seen lazily | the old or the new file; last-seen up to `min(60s, session_idle / 4)` behind |
-//! | request bodies | `bodies/body-<24 hex>` | the raw request body | created 0600 before the run, never synced; removed when the run's job ends | removed at the next start (the run is not started again) |
+//! | request bodies | `bodies/body-<24 hex>` | the raw request body | created 0600 before the run, never synced; removed when the run's job ends | removed at the next start; a queued run that needed one is recorded `failed` |
 //! | generated passwords | `passwords.json` | pretty JSON object: user → argon2 hash | temp file `.passwords.json.tmp`, fsync, rename (mode 0600), at the first start that needs one | the old or the new file |
 //!
 //! Temporary files (`<file>.tmp`) are the half-written side of an atomic
