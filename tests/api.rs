@@ -21,8 +21,20 @@ command = ["printf", "%s|%s", "{a}", "{b}"]
 outputs = ["a", "b"]
 "#;
 
+/// Program 2 in workspace `ops`: `f` prints "ops".
+pub const IN_OPS: &str = r#"
+id = 2
+name = "in-ops"
+workspace = "ops"
+
+[[functions]]
+name = "f"
+command = ["printf", "ops"]
+[functions.webhook]
+"#;
+
 /// Program 1: no outputs, prints "ok".
-const OK: &str = r#"
+pub const OK: &str = r#"
 id = 1
 name = "ok"
 
@@ -332,16 +344,6 @@ fn authentication_comes_before_program_checks() {
 
 #[test]
 fn key_out_of_scope_looks_like_unknown_program() {
-    let in_ops = r#"
-id = 2
-name = "in-ops"
-workspace = "ops"
-
-[[functions]]
-name = "f"
-command = ["printf", "ops"]
-[functions.webhook]
-"#;
     let in_dev = r#"
 id = 33
 name = "in-dev"
@@ -355,7 +357,7 @@ command = ["printf", "dev"]
     let (_dir, t) = serve(
         "api_scope",
         "",
-        &[("ok.toml", OK), ("ops.toml", in_ops), ("dev.toml", in_dev)],
+        &[("ok.toml", OK), ("ops.toml", IN_OPS), ("dev.toml", in_dev)],
     );
     // The unrestricted key reaches everything.
     for p in ["1", "2", "33"] {

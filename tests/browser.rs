@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::ui::{start, UA};
-use crate::util::{wait_until, Client, TestDir, Trigd};
+use crate::ui::{list_with_key, start};
+use crate::util::{wait_until, Client, Explain, TestDir, Trigd};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
@@ -162,13 +162,19 @@ impl Browser {
             .to_string()
     }
 
+    /// Ask `endpoint` (`/element` or `/elements`) for what `css` selects.
+    #[track_caller]
+    fn select(&self, endpoint: &str, css: &str) -> Value {
+        self.call(
+            "POST",
+            &self.s(endpoint),
+            Some(json!({"using": "css selector", "value": css})),
+        )
+    }
+
     #[track_caller]
     fn find(&self, css: &str) -> String {
-        let v = self.call(
-            "POST",
-            &self.s("/element"),
-            Some(json!({"using": "css selector", "value": css})),
-        );
+        let v = self.select("/element", css);
         v[ELEMENT]
             .as_str()
             .unwrap_or_else(|| panic!("no element {css:?}: {v}"))
@@ -177,12 +183,9 @@ impl Browser {
 
     #[track_caller]
     fn exists(&self, css: &str) -> bool {
-        let v = self.call(
-            "POST",
-            &self.s("/elements"),
-            Some(json!({"using": "css selector", "value": css})),
-        );
-        v.as_array().is_some_and(|a| !a.is_empty())
+        self.select("/elements", css)
+            .as_array()
+            .is_some_and(|a| !a.is_empty())
     }
 
     #[track_caller]
@@ -282,16 +285,9 @@ fn base64_decode(s: &str) -> Vec<u8> {
     out
 }
 
-/// Call the protected endpoint with an application key.
+/// Call the protected endpoint with an application key; the status.
 fn call_with_key(t: &Trigd, key: &str) -> u16 {
-    let auth = format!("Bearer {key}");
-    t.request(
-        "GET",
-        "/tools/inventory/production/list",
-        &[("Authorization", auth.as_str()), UA],
-        b"",
-    )
-    .status
+    list_with_key(t, key).status
 }
 
 /// The port chromedriver announces on stdout ("… started successfully on

@@ -226,15 +226,11 @@ fn start_run(t: &Trigd, key: &str, function: &str, vars: &str, callback: Option<
     r.run_id(&v)
 }
 
-fn record(t: &Trigd, run: &str) -> Value {
-    t.get(&format!("/api/runs/{run}?api_key={KEY}")).ok()
-}
-
 /// Wait until delivery `i` of `run` is in `state`; its record.
 fn wait_delivery(t: &Trigd, run: &str, i: usize, state: &str) -> Value {
     let mut last = Value::Null;
     let ok = wait_until(LONG, || {
-        last = record(t, run);
+        last = run_record(t, run);
         last["Callbacks"][i]["State"] == state
     });
     t.check(
@@ -381,7 +377,7 @@ fn receiver_down_then_up_gets_exactly_one_success() {
     let run = start_run(&t, KEY, "ok", &vars(&["x"]), None);
     let mut rec = Value::Null;
     t.wait_for(LONG, "two failed attempts", || {
-        rec = record(&t, &run);
+        rec = run_record(&t, &run);
         rec["Callbacks"][0]["AttemptCount"].as_u64() >= Some(2)
     });
     t.check(rec["Callbacks"][0]["State"] == "pending", format!("{rec}"));
@@ -502,12 +498,12 @@ fn pending_deliveries_survive_kill9() {
         .collect();
     for run in &runs {
         t.wait_for(LONG, "an attempt of each run", || {
-            record(&t, run)["Callbacks"][0]["AttemptCount"].as_u64() >= Some(1)
+            run_record(&t, run)["Callbacks"][0]["AttemptCount"].as_u64() >= Some(1)
         });
     }
     let slow = start_run(&t, KEY, "slow", "", None);
     t.wait_for(WAIT, "the slow run to start", || {
-        record(&t, &slow)["State"] == "running"
+        run_record(&t, &slow)["State"] == "running"
     });
     t.kill9();
     let spooled = std::fs::read_dir(dir.path("state/callbacks"))
@@ -799,7 +795,7 @@ fn a_reload_that_narrows_the_allow_list_stops_pending_deliveries() {
     let t = Trigd::start(&dir);
     let run = start_run(&t, KEY_CB, "ok", &vars(&["x"]), Some(&rx.url("/r")));
     t.wait_for(LONG, "a first attempt", || {
-        record(&t, &run)["Callbacks"][0]["AttemptCount"].as_u64() >= Some(1)
+        run_record(&t, &run)["Callbacks"][0]["AttemptCount"].as_u64() >= Some(1)
     });
     let text = dir.read("config.toml").replace(
         r#"allow = ["127.0.0.1"]"#,
@@ -964,7 +960,7 @@ fn https_with_a_private_ca_needs_ca_file() {
     let run = start_run(&t, KEY_CB, "ok", &vars(&["x"]), Some(&url));
     let mut rec = Value::Null;
     t.wait_for(LONG, "a failed TLS attempt", || {
-        rec = record(&t, &run);
+        rec = run_record(&t, &run);
         rec["Callbacks"][0]["AttemptCount"].as_u64() >= Some(1)
     });
     let err = rec["Callbacks"][0]["Attempts"][0]["Error"]
@@ -1027,7 +1023,7 @@ fn a_cancelled_run_is_reported_cancelled() {
     let t = Trigd::start(&dir);
     let run = start_run(&t, KEY, "slow", "", None);
     t.wait_for(WAIT, "the slow run to start", || {
-        record(&t, &run)["State"] == "running"
+        run_record(&t, &run)["State"] == "running"
     });
     let r = t.post(&format!("/api/runs/{run}/cancel?api_key={KEY}"));
     r.check(r.status < 300, "cancel accepted");

@@ -3,17 +3,8 @@
 
 use serde_json::json;
 
+use crate::api::{IN_OPS, OK};
 use crate::util::*;
-
-const OK: &str = r#"
-id = 1
-name = "ok"
-
-[[functions]]
-name = "ok"
-command = ["printf", "ok"]
-[functions.webhook]
-"#;
 
 const ECHO: &str = r#"
 id = 2
@@ -24,17 +15,6 @@ name = "echo"
 command = ["printf", "%s|%s", "{a}", "{b}"]
 [functions.webhook]
 outputs = ["a", "b"]
-"#;
-
-const OPS: &str = r#"
-id = 3
-name = "in-ops"
-workspace = "ops"
-
-[[functions]]
-name = "f"
-command = ["printf", "ops"]
-[functions.webhook]
 "#;
 
 /// An unknown field on line 3.
@@ -167,13 +147,7 @@ fn serve_with_an_invalid_config_exits_1() {
 fn keygen_output_pasted_into_config_works() {
     let out = trigd(&["keygen", "--name", "x"], None);
     out.code_is(0);
-    let key = out
-        .stderr
-        .lines()
-        .find(|l| l.starts_with("tk_"))
-        .unwrap_or_else(|| out.fail("no key line on stderr"))
-        .trim()
-        .to_string();
+    let key = out.printed_key();
     out.check(
         key.len() >= 20 && !key.contains(char::is_whitespace),
         "a long key without spaces",
@@ -202,15 +176,9 @@ fn keygen_output_pasted_into_config_works() {
         scoped.stdout.contains("workspace = \"ops\""),
         "workspace line",
     );
-    let scoped_key = scoped
-        .stderr
-        .lines()
-        .find(|l| l.starts_with("tk_"))
-        .unwrap_or_else(|| scoped.fail("no key line on stderr"))
-        .trim()
-        .to_string();
+    let scoped_key = scoped.printed_key();
 
-    let dir = setup("cli_keygen", "", &[("ok.toml", OK), ("ops.toml", OPS)]);
+    let dir = setup("cli_keygen", "", &[("ok.toml", OK), ("ops.toml", IN_OPS)]);
     let text = format!("{}\n{}\n{}", config(""), out.stdout, scoped.stdout);
     dir.write("config.toml", &text);
     let t = Trigd::start(&dir);
@@ -220,7 +188,7 @@ fn keygen_output_pasted_into_config_works() {
         &json!(["ok"]),
         "Result with the generated key",
     );
-    t.post(&format!("/api?api_key={}&program_id=3", enc(&scoped_key)))
+    t.post(&format!("/api?api_key={}&program_id=2", enc(&scoped_key)))
         .ok();
     t.post(&format!("/api?api_key={}&program_id=1", enc(&scoped_key)))
         .err(404, "program_not_found");

@@ -12,20 +12,17 @@
 use std::collections::BTreeMap;
 use std::env;
 use std::fs;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-
-use argon2::password_hash::{PasswordHasher, SaltString};
-use argon2::{Algorithm, Argon2, Params, Version};
 
 use crate::util::*;
 
@@ -55,6 +52,26 @@ fn run_url(id: &str) -> String {
 
 fn async_url(function: &str) -> String {
     format!("/api?api_key={KEY}&program_id=1&function={function}&run_async=true")
+}
+
+/// Accept `n` async runs of `slow` through `c`; their ids.
+fn accept_slow(c: &Client, n: usize) -> Vec<String> {
+    (0..n)
+        .map(|_| {
+            let r = c.post(&async_url("slow"));
+            r.run_id(&r.ok())
+        })
+        .collect()
+}
+
+/// The last line of `state/runs.log` of `dir` naming run `id` (empty
+/// when there is none).
+fn last_log_line(dir: &TestDir, id: &str) -> String {
+    dir.read("state/runs.log")
+        .lines()
+        .rfind(|l| l.contains(id))
+        .unwrap_or("")
+        .to_string()
 }
 
 // ---------------------------------------------------------------------------
@@ -192,12 +209,7 @@ fn sigterm_drains_then_runs_the_queue_within_the_grace() {
         "max_concurrent_runs = 1\ndrain_delay = \"30s\"\nshutdown_grace = \"30s\"",
         &[("w.toml", WORK)],
     );
-    let ids: Vec<String> = (0..3)
-        .map(|_| {
-            let r = t.post(&async_url("slow"));
-            r.run_id(&r.ok())
-        })
-        .collect();
+    let ids = accept_slow(&t.client(), 3);
     t.sigterm();
     t.wait_for(WAIT, "/healthz to answer 503 draining", || {
         let r = t.get("/healthz");
@@ -215,12 +227,8 @@ fn sigterm_drains_then_runs_the_queue_within_the_grace() {
         .wait_exit(Duration::from_secs(40))
         .unwrap_or_else(|| t.fail("trigd did not exit within 40s of SIGTERM"));
     t.check(st.success(), format!("exit status after SIGTERM: {st}"));
-    let log = dir.read("state/runs.log");
     for id in &ids {
-        let last = log
-            .lines()
-            .rfind(|l| l.contains(id.as_str()))
-            .unwrap_or_else(|| t.fail(format!("{id} is not in runs.log")));
+        let last = last_log_line(&dir, id);
         t.check(
             last.contains(r#""State":"finished""#),
             format!("queued run {id} ran within the grace: {last}"),
@@ -314,15 +322,7 @@ impl Node {
             .stderr(log)
             .spawn()
             .expect("spawn trigd");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        thread::spawn(move || {
-            let mut r = BufReader::new(stdout);
-            let mut line = String::new();
-            let _ = tx.send(r.read_line(&mut line).map(|_| line));
-            let _ = std::io::copy(&mut r, &mut std::io::sink());
-        });
-        let line = rx.recv_timeout(Duration::from_secs(15));
+        let line = first_line(child.stdout.take().unwrap()).recv_timeout(Duration::from_secs(15));
         self.child = Some(child);
         match line {
             Ok(Ok(l)) if l.starts_with("listening on") => {}
@@ -373,16 +373,6 @@ impl Drop for Node {
     fn drop(&mut self) {
         self.kill9();
     }
-}
-
-/// An argon2id hash of `password` with tiny parameters (fast to verify).
-fn cheap_hash(password: &str) -> String {
-    let params = Params::new(8, 1, 1, None).expect("valid argon2 params");
-    let salt = SaltString::encode_b64(b"trigd-test-salt!").expect("salt");
-    Argon2::new(Algorithm::Argon2id, Version::V0x13, params)
-        .hash_password(password.as_bytes(), &salt)
-        .expect("hash")
-        .to_string()
 }
 
 /// [`config`] plus user alice (password `alice-pw`) in workspace `ops` and
@@ -783,12 +773,7 @@ fn shared_keys_and_sticky_sessions(lb: &Client, nodes: &[Node]) {
 fn kill9_under_load(hx: &Haproxy, lb: &Client, nodes: &mut [Node]) {
     // Runs accepted by t2 before the kill: two running, two queued.
     let t2 = nodes[1].client();
-    let t2_slow: Vec<String> = (0..4)
-        .map(|_| {
-            let r = t2.post(&async_url("slow"));
-            r.run_id(&r.ok())
-        })
-        .collect();
+    let t2_slow = accept_slow(&t2, 4);
     let load = Load::start(lb, 3);
     load.wait_accepted(15, "before the kill");
     nodes[1].kill9();
@@ -847,12 +832,7 @@ fn kill9_under_load(hx: &Haproxy, lb: &Client, nodes: &mut [Node]) {
 /// SIGTERM of t3 under load: it drains (HAProxy marks it down while it
 /// still serves), finishes what it accepted, exits 0; no request fails.
 fn sigterm_under_load(hx: &Haproxy, lb: &Client, nodes: &mut [Node]) {
-    let t3_slow: Vec<String> = (0..3)
-        .map(|_| {
-            let r = nodes[2].client().post(&async_url("slow"));
-            r.run_id(&r.ok())
-        })
-        .collect();
+    let t3_slow = accept_slow(&nodes[2].client(), 3);
     let load = Load::start(lb, 3);
     load.wait_accepted(15, "before SIGTERM");
     nodes[2].sigterm();
@@ -913,27 +893,15 @@ fn runs_still_queued_when_the_grace_ends_run_at_the_next_start() {
         "max_concurrent_runs = 1\nshutdown_grace = \"1s\"\nkill_grace = \"1s\"",
         &[("w.toml", WORK)],
     );
-    let ids: Vec<String> = (0..3)
-        .map(|_| {
-            let r = t.post(&async_url("slow"));
-            r.run_id(&r.ok())
-        })
-        .collect();
+    let ids = accept_slow(&t.client(), 3);
     t.sigterm();
     let st = t
         .wait_exit(Duration::from_secs(30))
         .unwrap_or_else(|| t.fail("trigd did not exit within 30s of SIGTERM (grace 1s)"));
     t.check(st.success(), format!("exit status after SIGTERM: {st}"));
-    let log = dir.read("state/runs.log");
-    let last = |id: &str| {
-        log.lines()
-            .rfind(|l| l.contains(id))
-            .unwrap_or("")
-            .to_string()
-    };
     // 2 s runs, one slot, 1 s grace: the last one never started; accepted,
     // it stays queued for the next start.
-    let queued = last(&ids[2]);
+    let queued = last_log_line(&dir, &ids[2]);
     t.check(
         queued.contains(r#""State":"queued""#),
         format!("a run still queued at the end of the grace: {queued}"),
@@ -945,13 +913,13 @@ fn runs_still_queued_when_the_grace_ends_run_at_the_next_start() {
             Duration::from_secs(30),
             "every run to have a final state",
             || {
-                let v = t.get(&format!("/api/runs/{id}?api_key={KEY}")).ok();
+                let v = run_record(&t, id);
                 state = v["State"].as_str().unwrap_or("").to_string();
                 state == "interrupted" || state == "finished"
             },
         );
     }
-    let v = t.get(&format!("/api/runs/{}?api_key={KEY}", ids[2])).ok();
+    let v = run_record(&t, &ids[2]);
     t.check(
         v["State"] == "finished",
         format!("the queued run ran after the restart: {v}"),

@@ -74,11 +74,7 @@ fn call(t: &Trigd, id: &str, key: Option<&str>, body: &str) -> Reply {
 
 /// The lines the recorder wrote: one per run.
 fn runs(dir: &TestDir) -> Vec<String> {
-    dir.read_opt("runs")
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_string)
-        .collect()
+    dir.lines("runs")
 }
 
 /// Fail unless the recorder wrote `want`, one line per run.

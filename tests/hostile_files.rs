@@ -8,12 +8,7 @@
 //! good files and both name the file, line and column.
 
 use std::fs;
-use std::io;
-use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
-use std::thread;
-use std::time::Duration;
 
 use serde_json::Value;
 
@@ -139,38 +134,13 @@ fn check_capped(config: &str) -> (Option<i32>, String) {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    let lim = libc::rlimit {
-        rlim_cur: CAP,
-        rlim_max: CAP,
-    };
-    // SAFETY: setrlimit is async-signal-safe; `lim` is a copy.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::setrlimit(libc::RLIMIT_AS, &lim) < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    cap_address_space(&mut cmd, CAP);
     let child = cmd.spawn().expect("spawn trigd check");
-    let pid = child.id();
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(Duration::from_secs(30)) {
-        Ok(Ok(out)) => (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        ),
-        Ok(Err(e)) => panic!("waiting for trigd check: {e}"),
-        Err(_) => {
-            let _ = Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status();
-            panic!("trigd check --config {config} did not exit within 30s")
-        }
-    }
+    let out = wait_bounded(child, &format!("trigd check --config {config}"));
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// `trigd check` on the config of `dir`: it fails (exit 1, not a signal)

@@ -11,12 +11,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Barrier, Mutex, MutexGuard};
+use std::sync::{Arc, Barrier, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -185,14 +185,7 @@ impl Launched {
         }
         let mut child = cmd.spawn().expect("spawn sh");
         let out = child.stdout.take().expect("piped");
-        let (tx, rx) = mpsc::channel();
-        thread::spawn(move || {
-            let mut r = BufReader::new(out);
-            let mut line = String::new();
-            let _ = tx.send(r.read_line(&mut line).map(|_| line));
-            let _ = std::io::copy(&mut r, &mut std::io::sink());
-        });
-        let line = match rx.recv_timeout(Duration::from_secs(10)) {
+        let line = match first_line(out).recv_timeout(Duration::from_secs(10)) {
             Ok(Ok(l)) => l,
             other => {
                 let _ = child.kill();
@@ -934,11 +927,7 @@ fn overload_is_answered_busy_and_never_runs_more_than_the_slots() {
         format!("{} accepted, {refused} refused", accepted.len()),
     );
     for id in &accepted {
-        let mut state = Value::Null;
-        t.wait_for(WAIT, &format!("run {id} to finish"), || {
-            state = t.get(&format!("/api/runs/{id}?api_key={KEY}")).ok()["State"].clone();
-            state == json!("finished")
-        });
+        wait_run_state(&t, id, "finished");
     }
     stop.store(true, Ordering::SeqCst);
     let max = sampler.join().unwrap();
@@ -1010,16 +999,11 @@ outputs = ["v"]
     // Runs still queued at the kill run after the restart.
     t.wait_for(Duration::from_secs(50), "every accepted run to end", || {
         accepted.keys().all(|id| {
-            let v = t.get(&format!("/api/runs/{id}?api_key={KEY}")).ok();
+            let v = run_record(&t, id);
             !["queued", "running"].contains(&v["State"].as_str().unwrap_or(""))
         })
     });
-    let written: BTreeSet<String> = dir
-        .read_opt("work/out.txt")
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_string)
-        .collect();
+    let written: BTreeSet<String> = dir.lines("work/out.txt").into_iter().collect();
     let mut states: BTreeMap<String, usize> = BTreeMap::new();
     for (id, value) in &accepted {
         let r = t.get(&format!("/api/runs/{id}?api_key={KEY}"));

@@ -1,19 +1,66 @@
-//! The module graph of `src/` has no cycles: a module never depends, through
-//! other modules, on itself. Reads the sources (not the binary): every
-//! `use` and every `crate::`/`super::` path outside tests is an edge to the
-//! module that defines what it names. A name re-exported by `pub use`
-//! counts as a use of the module that defines it (so `crate::config::load`
-//! is a use of `config::validate`); the re-export itself, and `mod`
-//! declarations, are not edges.
+//! The structure of `src/`, checked from the sources (not the binary):
+//!
+//! - **No module cycles:** a module never depends, through other modules,
+//!   on itself. Every `use` and every `crate::`/`super::` path outside tests
+//!   is an edge to the module that defines what it names. A name
+//!   re-exported by `pub use` counts as a use of the module that defines it
+//!   (so `crate::config::load` is a use of `config::validate`); the
+//!   re-export itself, and `mod` declarations, are not edges. `lib.rs` is
+//!   the root of the graph; `main.rs` is a crate of its own when there is a
+//!   `lib.rs` (the root only in a binary-only crate).
+//! - **A narrow root:** at most [`MAX_ROOT_ENTRIES`] entries in `src/`,
+//!   `lib.rs` and `main.rs` included.
+//! - **A thin `main.rs`:** it declares no module, defines `fn main` alone
+//!   and names nothing but `trigd::` and `std::` paths.
+//! - **`unsafe` only under `src/sys/`:** the word appears in no other file
+//!   (tests included), the crate root denies `unsafe_code`, and only `sys`
+//!   allows it.
+//!
+//! Each check is a function of a source tree that returns its problems, so
+//! that [`every_check_fails_on_a_broken_tree`] can show each one failing.
+//! To add a check: read the tree once with [`sources`] (every `.rs` file,
+//! its module, its text and its [`code_of`]), return one line per problem
+//! naming the file, and add a broken tree for it to that test.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-/// Module path (`config::validate`) → source text, without test code.
-fn modules(dir: &Path, prefix: &[String], out: &mut BTreeMap<Vec<String>, String>) {
+use crate::util::TestDir;
+
+/// The most entries `src/` may hold, `lib.rs` and `main.rs` included.
+const MAX_ROOT_ENTRIES: usize = 14;
+
+/// The crate's `src/`.
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// One `.rs` file of a source tree.
+struct Source {
+    /// Its path under the tree's root, `/`-separated (`state/mod.rs`).
+    rel: String,
+    /// Its module in the library's graph (`["config", "validate"]`, `[]` for
+    /// the root); `None` for test files (`*_tests.rs`) and for `main.rs`
+    /// next to a `lib.rs` (a crate of its own).
+    module: Option<Vec<String>>,
+    /// The whole text.
+    text: String,
+    /// The text without test code and comment lines ([`code_of`]).
+    code: String,
+}
+
+/// Every `.rs` file under `root`, in path order.
+fn sources(root: &Path) -> Vec<Source> {
+    let has_lib = root.join("lib.rs").is_file();
+    let mut out = Vec::new();
+    read_tree(root, &[], has_lib, &mut out);
+    out
+}
+
+fn read_tree(dir: &Path, prefix: &[String], has_lib: bool, out: &mut Vec<Source>) {
     let mut entries: Vec<_> = fs::read_dir(dir)
-        .unwrap()
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
         .map(|e| e.unwrap().path())
         .collect();
     entries.sort();
@@ -22,25 +69,67 @@ fn modules(dir: &Path, prefix: &[String], out: &mut BTreeMap<Vec<String>, String
         if path.is_dir() {
             let mut p = prefix.to_vec();
             p.push(name);
-            modules(&path, &p, out);
+            read_tree(&path, &p, has_lib, out);
             continue;
         }
-        if path.extension().is_none_or(|e| e != "rs") || name.ends_with("_tests") {
+        if path.extension().is_none_or(|e| e != "rs") {
             continue;
         }
+        let file = path.file_name().unwrap().to_string_lossy();
+        let rel: String = prefix.iter().map(|p| format!("{p}/")).collect::<String>() + &file;
+        let root_file = prefix.is_empty();
+        let module = match name.as_str() {
+            _ if name.ends_with("_tests") => None,
+            "main" if root_file && has_lib => None,
+            "lib" | "main" if root_file => Some(Vec::new()),
+            "mod" => Some(prefix.to_vec()),
+            _ => Some([prefix, std::slice::from_ref(&name)].concat()),
+        };
         let text = fs::read_to_string(&path).unwrap();
-        let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or("");
-        let code: String = code
-            .lines()
-            .filter(|l| !l.trim_start().starts_with("//"))
-            .collect::<Vec<_>>()
-            .join("\n");
-        let mut m = prefix.to_vec();
-        if !matches!(name.as_str(), "mod" | "main" | "lib") {
-            m.push(name);
-        }
-        out.insert(m, code);
+        let code = code_of(&text);
+        out.push(Source {
+            rel,
+            module,
+            text,
+            code,
+        });
     }
+}
+
+/// `text` without its `#[cfg(test)] mod tests` and its comment lines.
+fn code_of(text: &str) -> String {
+    let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or("");
+    code.lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Module path → code, for the library's module graph.
+fn library(sources: &[Source]) -> BTreeMap<Vec<String>, String> {
+    sources
+        .iter()
+        .filter_map(|s| Some((s.module.clone()?, s.code.clone())))
+        .collect()
+}
+
+/// The 1-based numbers of the lines of `text`, comment lines left out,
+/// where `word` stands as a whole word (not inside a longer identifier
+/// such as `unsafe_code`).
+fn lines_with_word(text: &str, word: &str) -> Vec<usize> {
+    let is_ident = |c: char| c.is_alphanumeric() || c == '_';
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| !line.trim_start().starts_with("//"))
+        .filter(|(_, line)| {
+            line.match_indices(word).any(|(i, _)| {
+                let before = line[..i].chars().next_back();
+                let after = line[i + word.len()..].chars().next();
+                !before.is_some_and(is_ident) && !after.is_some_and(is_ident)
+            })
+        })
+        .map(|(n, _)| n + 1)
+        .collect()
 }
 
 /// Expand `a::{b, c::{d, e}}` into `a::b`, `a::c::d`, `a::c::e`.
@@ -236,15 +325,9 @@ fn edges(all: &BTreeMap<Vec<String>, String>) -> BTreeMap<Vec<String>, BTreeSet<
     out
 }
 
-#[test]
-fn src_has_no_module_cycles() {
-    let mut all = BTreeMap::new();
-    modules(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
-        &[],
-        &mut all,
-    );
-    assert!(all.len() > 20, "found only {} modules", all.len());
+/// The module cycles of the library of the tree `root`, one line each.
+fn cycles(root: &Path) -> Vec<String> {
+    let all = library(&sources(root));
     let graph = edges(&all);
     let name = |m: &Vec<String>| {
         if m.is_empty() {
@@ -282,10 +365,326 @@ fn src_has_no_module_cycles() {
     }
     cycles.sort();
     cycles.dedup();
+    cycles
+}
+
+/// More than [`MAX_ROOT_ENTRIES`] entries directly in `root`.
+fn wide_root(root: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(root)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", root.display()))
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    if names.len() <= MAX_ROOT_ENTRIES {
+        return Vec::new();
+    }
+    vec![format!(
+        "{} entries in src/, at most {MAX_ROOT_ENTRIES}: {}",
+        names.len(),
+        names.join(" ")
+    )]
+}
+
+/// What makes `main.rs` of the tree `root` more than a call into the
+/// library: a `lib.rs` missing, a `mod`, a second item, or a path that is
+/// neither `trigd::` nor `std::`.
+fn thick_main(root: &Path) -> Vec<String> {
+    let mut problems = Vec::new();
+    if !root.join("lib.rs").is_file() {
+        problems.push("no src/lib.rs: main.rs is the whole crate".to_string());
+    }
+    let Ok(text) = fs::read_to_string(root.join("main.rs")) else {
+        return problems;
+    };
+    for n in lines_with_word(&text, "mod") {
+        problems.push(format!("main.rs:{n}: a module declared in the binary"));
+    }
+    let items: usize = ["fn", "struct", "enum", "impl", "trait", "static", "const"]
+        .iter()
+        .map(|w| lines_with_word(&text, w).len())
+        .sum();
+    if items != 1 || lines_with_word(&text, "main").is_empty() {
+        problems.push(format!("main.rs: {items} items, want `fn main` alone"));
+    }
+    let code = code_of(&text);
+    let ours = |p: &str| p.starts_with("trigd::") || p.starts_with("std::");
+    // Names brought in by `use trigd::…` or `use std::…`.
+    let imported: BTreeSet<String> = uses(&code)
+        .into_iter()
+        .filter(|(_, p)| ours(p))
+        .map(|(_, p)| p.rsplit([':', ' ']).next().unwrap_or("").to_string())
+        .collect();
+    for path in paths(&code) {
+        let first = path.split("::").next().unwrap_or("");
+        if !(ours(&path) || imported.contains(first)) {
+            problems.push(format!(
+                "main.rs: `{path}` is not a call into trigd:: (or std::)"
+            ));
+        }
+    }
+    problems
+}
+
+/// Every `a::b` path of `code` (identifiers joined by `::`).
+fn paths(code: &str) -> BTreeSet<String> {
+    let is_path = |c: char| c.is_alphanumeric() || c == '_' || c == ':';
+    let mut out = BTreeSet::new();
+    for (i, _) in code.match_indices("::") {
+        let start = code[..i].rfind(|c: char| !is_path(c)).map_or(0, |s| s + 1);
+        let end = code[i..]
+            .find(|c: char| !is_path(c))
+            .map_or(code.len(), |e| i + e);
+        out.insert(code[start..end].trim_start_matches(':').to_string());
+    }
+    out
+}
+
+/// `unsafe` outside `sys/`, a crate root that does not deny `unsafe_code`,
+/// or an allowance of it outside `sys`.
+fn unsafe_outside_sys(root: &Path) -> Vec<String> {
+    let mut problems = Vec::new();
+    let crate_root = ["lib.rs", "main.rs"]
+        .into_iter()
+        .find(|f| root.join(f).is_file())
+        .unwrap_or("lib.rs");
+    for s in sources(root) {
+        let in_sys = s.rel.starts_with("sys/");
+        if !in_sys {
+            for n in lines_with_word(&s.text, "unsafe") {
+                problems.push(format!("{}:{n}: unsafe outside src/sys/", s.rel));
+            }
+        }
+        let allows: Vec<&str> = s
+            .text
+            .lines()
+            .filter(|l| l.contains("allow(unsafe_code)") && !l.trim_start().starts_with("//"))
+            .collect();
+        for allow in allows {
+            let allows_sys = s.rel == crate_root && allow.contains("mod sys;");
+            if !(in_sys || allows_sys) {
+                problems.push(format!("{}: `{}` outside sys", s.rel, allow.trim()));
+            }
+        }
+        if s.rel == crate_root && !s.text.contains("#![deny(unsafe_code)]") {
+            problems.push(format!("{}: no #![deny(unsafe_code)]", s.rel));
+        }
+    }
+    problems
+}
+
+/// Fail with every problem, one a line.
+#[track_caller]
+fn assert_none(problems: Vec<String>, what: &str) {
+    assert!(problems.is_empty(), "{what}:\n{}", problems.join("\n"));
+}
+
+#[test]
+fn src_has_no_module_cycles() {
+    let modules = library(&sources(&src())).len();
+    assert!(modules > 20, "found only {modules} modules");
+    assert_none(cycles(&src()), "module cycles in src/");
+}
+
+#[test]
+fn src_root_has_at_most_14_entries() {
+    assert_none(wide_root(&src()), "src/ is too wide");
+}
+
+#[test]
+fn main_rs_only_calls_into_the_library() {
+    assert_none(thick_main(&src()), "src/main.rs is not thin");
+}
+
+#[test]
+fn unsafe_code_is_only_under_sys() {
+    assert_none(unsafe_outside_sys(&src()), "unsafe outside src/sys/");
+}
+
+// ---------------------------------------------------------------------------
+// Each check fails on a broken tree
+
+/// A small crate laid out as issue 28 asks: it passes every check.
+const GOOD: &[(&str, &str)] = &[
+    (
+        "lib.rs",
+        r#"//! A crate.
+#![deny(unsafe_code)]
+
+pub mod a;
+pub mod b;
+mod sys;
+"#,
+    ),
+    (
+        "main.rs",
+        r#"//! The binary.
+use std::process::ExitCode;
+use trigd::a;
+
+fn main() -> ExitCode {
+    a::main()
+}
+"#,
+    ),
+    (
+        "a.rs",
+        r#"use crate::b::helper;
+
+pub fn main() -> std::process::ExitCode {
+    helper()
+}
+"#,
+    ),
+    (
+        "b.rs",
+        r#"pub fn helper() -> std::process::ExitCode {
+    crate::sys::exit_code()
+}
+"#,
+    ),
+    (
+        "sys/mod.rs",
+        r#"#![allow(unsafe_code)]
+pub fn exit_code() -> std::process::ExitCode {
+    // SAFETY: getpid has no preconditions.
+    let _ = unsafe { libc::getpid() };
+    std::process::ExitCode::SUCCESS
+}
+"#,
+    ),
+];
+
+/// [`GOOD`]'s `b.rs` doing `line` first.
+fn b_doing(line: &str) -> String {
+    format!("pub fn helper() -> std::process::ExitCode {{\n    {line}\n    crate::sys::exit_code()\n}}\n")
+}
+
+/// A check of a source tree: its problems.
+type Check = fn(&Path) -> Vec<String>;
+
+/// Write [`GOOD`] with `changes` (files replaced or added) to a fresh
+/// directory and run `check` on it: its problems must include `want`.
+#[track_caller]
+fn catches(name: &str, check: Check, changes: &[(&str, &str)], want: &str) {
+    let dir = TestDir::new(name);
+    for (file, text) in GOOD.iter().chain(changes) {
+        dir.write(file, text);
+    }
+    let problems = check(&dir.root).join("\n");
     assert!(
-        cycles.is_empty(),
-        "module cycles in src/:\n{}",
-        cycles.join("\n")
+        problems.contains(want),
+        "{name}: the check says {problems:?}, want {want:?}"
+    );
+}
+
+#[test]
+fn a_tree_laid_out_as_asked_passes_every_check() {
+    let dir = TestDir::new("modules_good");
+    for (file, text) in GOOD {
+        dir.write(file, text);
+    }
+    let checks: [(&str, Check); 4] = [
+        ("cycles", cycles),
+        ("wide_root", wide_root),
+        ("thick_main", thick_main),
+        ("unsafe_outside_sys", unsafe_outside_sys),
+    ];
+    for (name, check) in checks {
+        assert_none(check(&dir.root), name);
+    }
+}
+
+#[test]
+fn the_cycle_check_catches_a_cycle_through_the_root_too() {
+    let b_uses_a = b_doing("crate::a::main();");
+    catches(
+        "modules_cycle",
+        cycles,
+        &[("b.rs", &b_uses_a)],
+        "a -> b -> a",
+    );
+    // The root uses a, which uses b, which uses the root: main.rs, read
+    // after lib.rs, must not take the root's place.
+    let root_uses_a = r#"#![deny(unsafe_code)]
+pub mod a;
+pub mod b;
+mod sys;
+pub fn run() {
+    crate::a::main();
+}
+"#;
+    let b_uses_root = b_doing("crate::run();");
+    catches(
+        "modules_root_cycle",
+        cycles,
+        &[("lib.rs", root_uses_a), ("b.rs", &b_uses_root)],
+        "crate -> a -> b -> crate",
+    );
+}
+
+#[test]
+fn the_root_check_catches_a_15th_entry() {
+    let more: Vec<String> = (0..10).map(|i| format!("m{i}.rs")).collect();
+    let more: Vec<(&str, &str)> = more.iter().map(|f| (f.as_str(), "")).collect();
+    catches("modules_wide", wide_root, &more, "15 entries in src/");
+}
+
+#[test]
+fn the_main_check_catches_a_main_that_does_more_than_call_the_library() {
+    let cases = [
+        ("mod cli;\nfn main() {\n    cli::run();\n}\n", "main.rs:1: a module declared"),
+        (
+            "fn main() {\n    trigd::a::main();\n}\n\nfn helper() {}\n",
+            "2 items",
+        ),
+        (
+            "fn main() {\n    let args: Vec<String> = std::env::args().collect();\n    serde_json::to_string(&args).ok();\n}\n",
+            "`serde_json::to_string` is not a call into trigd::",
+        ),
+        (
+            "use clap::Parser;\nuse std::process::ExitCode;\n\nfn main() -> ExitCode {\n    Parser::parse();\n    ExitCode::SUCCESS\n}\n",
+            "`Parser::parse` is not a call into trigd::",
+        ),
+    ];
+    for (i, (main, want)) in cases.into_iter().enumerate() {
+        catches(
+            &format!("modules_main_{i}"),
+            thick_main,
+            &[("main.rs", main)],
+            want,
+        );
+    }
+    // A binary-only crate: its main.rs is the whole crate.
+    let dir = TestDir::new("modules_no_lib");
+    dir.write("main.rs", GOOD[1].1);
+    assert_eq!(
+        thick_main(&dir.root),
+        ["no src/lib.rs: main.rs is the whole crate"]
+    );
+}
+
+#[test]
+fn the_unsafe_check_catches_unsafe_outside_sys_and_a_missing_deny() {
+    let b_unsafe = b_doing("let _ = unsafe { libc::getpid() };");
+    catches(
+        "modules_unsafe",
+        unsafe_outside_sys,
+        &[("b.rs", &b_unsafe)],
+        "b.rs:2: unsafe outside src/sys/",
+    );
+    let no_deny = "pub mod a;\npub mod b;\nmod sys;\n";
+    catches(
+        "modules_no_deny",
+        unsafe_outside_sys,
+        &[("lib.rs", no_deny)],
+        "lib.rs: no #![deny(unsafe_code)]",
+    );
+    let a_allows = "#![allow(unsafe_code)]\npub fn main() -> std::process::ExitCode {\n    crate::b::helper()\n}\n";
+    catches(
+        "modules_allow",
+        unsafe_outside_sys,
+        &[("a.rs", a_allows)],
+        "a.rs: `#![allow(unsafe_code)]` outside sys",
     );
 }
 

@@ -360,12 +360,7 @@ outputs = ["name"]
 fn keygen_prints_the_key_apart_from_the_block() {
     let out = trigd(&["keygen", "--name", "x"], None);
     out.code_is(0);
-    let key = out
-        .stderr
-        .lines()
-        .find(|l| l.starts_with("tk_"))
-        .unwrap_or_else(|| out.fail("no key line on stderr"))
-        .to_string();
+    let key = out.printed_key();
     out.check(!out.stdout.contains(&key), "the pasted block holds no key");
     out.check(!out.stdout.contains("tk_"), "nothing key-like on stdout");
     out.check(

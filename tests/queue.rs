@@ -36,10 +36,44 @@ outputs = ["v"]
 
 /// Lines of `work/ran`.
 fn ran(dir: &TestDir) -> Vec<String> {
-    dir.read_opt("work/ran")
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_string)
+    dir.lines("work/ran")
+}
+
+/// [`APPEND`] without its pause, and `gate`, which holds its slot until
+/// `work/release` exists.
+fn append_behind_gate() -> String {
+    let mut programs = APPEND.replace("sleep 0.2; ", "");
+    programs.push_str(
+        r#"
+[[functions]]
+name = "gate"
+workdir = "../work"
+timeout = "30s"
+steps = [{ shell = 'echo "$$" >> started; while [ ! -e release ] && [ -e "$PWD" ]; do sleep 0.02; done' }]
+[functions.webhook]
+"#,
+    );
+    programs
+}
+
+/// Start program 1's `gate` (async) and wait until it runs, holding its
+/// slot until `work/release` exists; its run id.
+fn hold_slot(t: &Trigd, dir: &TestDir) -> String {
+    let r = t.post(&api("&function=gate&run_async=true"));
+    let id = r.run_id(&r.ok());
+    t.wait_for(WAIT, "the gate run to start", || dir.exists("work/started"));
+    id
+}
+
+/// Accept `n` async runs of `append` with the values `0`, `1`, …; their ids.
+fn queue_appends(t: &Trigd, n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| {
+            let r = t.post(&api(&format!(
+                "&function=append&run_async=true&variables={i}"
+            )));
+            r.run_id(&r.ok())
+        })
         .collect()
 }
 
@@ -251,9 +285,7 @@ fn the_same_idempotency_key_20_times_at_once_starts_one_run_also_after_kill9() {
     }
     assert_eq!(runs.len(), 1, "one run id for one key: {runs:?}");
     let run = runs.into_iter().next().unwrap();
-    t.wait_for(WAIT, "the run to finish", || {
-        t.get(&format!("/api/runs/{run}?api_key={KEY}")).ok()["State"] == json!("finished")
-    });
+    wait_run_state(&t, &run, "finished");
     assert_eq!(ran(&dir), ["once"], "the program ran once");
     t.kill9();
     t.restart();
@@ -294,33 +326,14 @@ fn the_same_idempotency_key_20_times_at_once_starts_one_run_also_after_kill9() {
 
 #[test]
 fn kill9_with_100_queued_async_runs_runs_all_after_restart_in_order_once() {
-    let mut programs = APPEND.replace("sleep 0.2; ", "");
-    programs.push_str(
-        r#"
-[[functions]]
-name = "gate"
-workdir = "../work"
-timeout = "30s"
-steps = [{ shell = 'echo "$$" >> started; while [ ! -e release ] && [ -e "$PWD" ]; do sleep 0.02; done' }]
-[functions.webhook]
-"#,
-    );
+    let programs = append_behind_gate();
     let (dir, mut t) = serve(
         "queue_kill9_100",
         "max_concurrent_runs = 1",
         &[("append.toml", &programs)],
     );
-    let gate = t.post(&api("&function=gate&run_async=true"));
-    let gate = gate.run_id(&gate.ok());
-    t.wait_for(WAIT, "the gate run to start", || dir.exists("work/started"));
-    let ids: Vec<String> = (0..100)
-        .map(|i| {
-            let r = t.post(&api(&format!(
-                "&function=append&run_async=true&variables={i}"
-            )));
-            r.run_id(&r.ok())
-        })
-        .collect();
+    let gate = hold_slot(&t, &dir);
+    let ids = queue_appends(&t, 100);
     t.kill9();
     // Let the orphaned gate program end.
     dir.write("work/release", "");
@@ -331,16 +344,11 @@ steps = [{ shell = 'echo "$$" >> started; while [ ! -e release ] && [ -e "$PWD" 
         || ran(&dir).len() >= 100,
     );
     for id in &ids {
-        let v = t.get(&format!("/api/runs/{id}?api_key={KEY}")).ok();
-        if v["State"] != json!("finished") {
-            t.wait_for(WAIT, "every resumed run to finish", || {
-                t.get(&format!("/api/runs/{id}?api_key={KEY}")).ok()["State"] == json!("finished")
-            });
-        }
+        wait_run_state(&t, id, "finished");
     }
     let want: Vec<String> = (0..100).map(|i| i.to_string()).collect();
     assert_eq!(ran(&dir), want, "each run once, in the order accepted");
-    let v = t.get(&format!("/api/runs/{gate}?api_key={KEY}")).ok();
+    let v = run_record(&t, &gate);
     assert_eq!(v["State"], json!("interrupted"), "{v}");
 }
 
@@ -363,10 +371,7 @@ steps = [{ shell = 'echo "$$" >> started; while [ ! -e release ] && [ -e "$PWD" 
     t.kill9();
     dir.write("work/release", "");
     t.restart();
-    t.wait_for(WAIT, "the run to finish after the restart", || {
-        t.get(&format!("/api/runs/{id}?api_key={KEY}")).ok()["State"] == json!("finished")
-    });
-    let v = t.get(&format!("/api/runs/{id}?api_key={KEY}")).ok();
+    let v = wait_run_state(&t, &id, "finished");
     assert_eq!(v["Result"], json!(["done"]), "{v}");
     assert_eq!(dir.read("work/started").lines().count(), 2, "started twice");
 }
@@ -434,9 +439,7 @@ command = ["printf", "quick"]
     }
     let _unmount = Unmount(state.clone());
     let mut t = Trigd::start(&dir);
-    let r = t.post(&api("&function=gate&run_async=true"));
-    let id = r.run_id(&r.ok());
-    t.wait_for(WAIT, "the run to start", || dir.exists("work/started"));
+    let id = hold_slot(&t, &dir);
     fill(&state);
     // The last page of runs.log may hold a few more short lines; past
     // them, every new run is refused.
@@ -457,10 +460,7 @@ command = ["printf", "quick"]
     // The accepted run ends while the disk is full: its end is kept and
     // served.
     dir.write("work/release", "");
-    let status = |t: &Trigd| t.get(&format!("/api/runs/{id}?api_key={KEY}")).ok();
-    t.wait_for(WAIT, "the run to finish", || {
-        status(&t)["State"] == json!("finished")
-    });
+    wait_run_state(&t, &id, "finished");
     let v: Value = t.get("/healthz").ok();
     assert!(v["StatesUnwritten"].as_u64() >= Some(1), "{v}");
     assert!(!fs::read_to_string(state.join("runs.log"))
@@ -479,7 +479,7 @@ command = ["printf", "quick"]
     );
     t.kill9();
     t.restart();
-    let v = status(&t);
+    let v = run_record(&t, &id);
     assert_eq!(v["State"], json!("finished"), "{v}");
     assert_eq!(v["Result"][0].as_str().map(str::len), Some(5000));
     drop(t);
@@ -487,32 +487,14 @@ command = ["printf", "quick"]
 
 #[test]
 fn sigterm_keeps_queued_runs_for_the_next_start() {
-    let mut programs = APPEND.replace("sleep 0.2; ", "");
-    programs.push_str(
-        r#"
-[[functions]]
-name = "gate"
-workdir = "../work"
-steps = [{ shell = 'echo "$$" >> started; while [ ! -e release ] && [ -e "$PWD" ]; do sleep 0.02; done' }]
-[functions.webhook]
-"#,
-    );
+    let programs = append_behind_gate();
     let (dir, mut t) = serve(
         "queue_sigterm",
         "max_concurrent_runs = 1\nshutdown_grace = \"300ms\"\nkill_grace = \"1s\"",
         &[("append.toml", &programs)],
     );
-    let gate = t.post(&api("&function=gate&run_async=true"));
-    let gate = gate.run_id(&gate.ok());
-    t.wait_for(WAIT, "the gate run to start", || dir.exists("work/started"));
-    let ids: Vec<String> = (0..3)
-        .map(|i| {
-            let r = t.post(&api(&format!(
-                "&function=append&run_async=true&variables={i}"
-            )));
-            r.run_id(&r.ok())
-        })
-        .collect();
+    let gate = hold_slot(&t, &dir);
+    let ids = queue_appends(&t, 3);
     t.sigterm();
     let status = t.wait_exit(Duration::from_secs(20));
     assert!(
@@ -525,34 +507,22 @@ steps = [{ shell = 'echo "$$" >> started; while [ ! -e release ] && [ -e "$PWD" 
         ran(&dir).len() >= 3
     });
     assert_eq!(ran(&dir), ["0", "1", "2"]);
-    let v = t.get(&format!("/api/runs/{gate}?api_key={KEY}")).ok();
+    let v = run_record(&t, &gate);
     assert_eq!(v["State"], json!("interrupted"), "{v}");
     for id in &ids {
-        t.wait_for(WAIT, "each queued run to finish", || {
-            t.get(&format!("/api/runs/{id}?api_key={KEY}")).ok()["State"] == json!("finished")
-        });
+        wait_run_state(&t, id, "finished");
     }
 }
 
 #[test]
 fn sync_and_async_runs_wait_in_one_fifo_queue() {
-    let mut programs = APPEND.replace("sleep 0.2; ", "");
-    programs.push_str(
-        r#"
-[[functions]]
-name = "gate"
-workdir = "../work"
-steps = [{ shell = 'echo "$$" >> started; while [ ! -e release ] && [ -e "$PWD" ]; do sleep 0.02; done' }]
-[functions.webhook]
-"#,
-    );
+    let programs = append_behind_gate();
     let (dir, t) = serve(
         "queue_fifo",
         "max_concurrent_runs = 1",
         &[("append.toml", &programs)],
     );
-    t.post(&api("&function=gate&run_async=true")).ok();
-    t.wait_for(WAIT, "the gate run to start", || dir.exists("work/started"));
+    hold_slot(&t, &dir);
     let queued = |n: usize| t.get("/healthz").ok()["RunsQueued"] == json!(n);
     t.post(&api("&function=append&run_async=true&variables=a1"))
         .ok();
@@ -570,17 +540,7 @@ steps = [{ shell = 'echo "$$" >> started; while [ ! -e release ] && [ -e "$PWD" 
 
 #[test]
 fn a_queued_hooks_file_run_runs_after_kill9() {
-    let mut programs = APPEND.replace("sleep 0.2; ", "");
-    programs.push_str(
-        r#"
-[[functions]]
-name = "gate"
-workdir = "../work"
-timeout = "30s"
-steps = [{ shell = 'echo "$$" >> started; while [ ! -e release ] && [ -e "$PWD" ]; do sleep 0.02; done' }]
-[functions.webhook]
-"#,
-    );
+    let programs = append_behind_gate();
     let server = "max_concurrent_runs = 1\nhooks_files = [\"hooks.json\"]";
     let dir = setup("queue_hook_kill9", server, &[("append.toml", &programs)]);
     let hook = json!([{
@@ -594,8 +554,7 @@ steps = [{ shell = 'echo "$$" >> started; while [ ! -e release ] && [ -e "$PWD" 
     }]);
     dir.write("hooks.json", &hook.to_string());
     let mut t = Trigd::start(&dir);
-    t.post(&api("&function=gate&run_async=true")).ok();
-    t.wait_for(WAIT, "the gate run to start", || dir.exists("work/started"));
+    hold_slot(&t, &dir);
     let r = t.post("/hooks/note");
     r.status_is(200);
     let queued = t.get("/healthz").ok()["RunsQueued"].clone();
@@ -793,10 +752,7 @@ fn async_runs_queued_in_memory_count_against_max_waiting_bytes() {
         let json = [("Content-Type", "application/json")];
         t.request("POST", "/tools/mem/open/held", &json, &body)
     };
-    let started = || {
-        dir.read_opt("work/started")
-            .map_or(0, |s| s.lines().count())
-    };
+    let started = || dir.lines("work/started").len();
     let idle = || {
         let h = t.get("/healthz").ok();
         h["RunsQueued"] == json!(0) && h["RunsInFlight"] == json!(0)

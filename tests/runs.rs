@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::api::GATE;
+use crate::api::{GATE, IN_OPS};
 use crate::util::*;
 
 fn run_url(id: &str, key: &str) -> String {
@@ -21,26 +21,6 @@ fn start_async(t: &Trigd, program: u64, extra: &str) -> String {
     let v = r.ok();
     r.check_eq(&v["Success"], &json!("Program started."), "Success");
     r.run_id(&v)
-}
-
-/// The run's status (asserted 200 JSON).
-fn status(t: &Trigd, id: &str) -> Value {
-    t.get(&run_url(id, KEY)).ok()
-}
-
-/// Wait until the run's State is `state`; its status.
-fn wait_state(t: &Trigd, id: &str, state: &str) -> Value {
-    let mut last = Value::Null;
-    let ok = wait_until(WAIT, || {
-        last = status(t, id);
-        last["State"] == json!(state)
-    });
-    if !ok {
-        t.fail(format!(
-            "run {id} did not reach State {state:?}; last status: {last}"
-        ))
-    }
-    last
 }
 
 fn is_timestamp(v: &Value) -> bool {
@@ -86,7 +66,7 @@ fn async_run_status_goes_from_queued_or_running_to_finished() {
     );
 
     dir.write("work/release", "");
-    let v = wait_state(&t, &id, "finished");
+    let v = wait_run_state(&t, &id, "finished");
     let check = |cond: bool, msg: &str| t.check(cond, format!("{msg}; status: {v}"));
     check(
         v["Result"] == json!(["released"]),
@@ -165,7 +145,7 @@ command = ["sleep", "30"]
     let failed = start_async(&t, 1, "");
     let timed_out = start_async(&t, 2, "");
 
-    let v = wait_state(&t, &failed, "failed");
+    let v = wait_run_state(&t, &failed, "failed");
     let check = |cond: bool, msg: &str| t.check(cond, format!("{msg}; status: {v}"));
     check(!v["Error"].is_null(), "a failed run has an Error");
     let steps = v["Steps"].as_array().cloned().unwrap_or_default();
@@ -174,7 +154,7 @@ command = ["sleep", "30"]
     check(steps[1]["ExitCode"] == json!(3), "Steps[1].ExitCode");
     check(is_timestamp(&v["FinishedAt"]), "FinishedAt");
 
-    let v = wait_state(&t, &timed_out, "timed_out");
+    let v = wait_run_state(&t, &timed_out, "timed_out");
     t.check(
         !v["Error"].is_null(),
         format!("a timed-out run has an Error; status: {v}"),
@@ -183,16 +163,6 @@ command = ["sleep", "30"]
 
 #[test]
 fn run_status_needs_access_to_the_program() {
-    let in_ops = r#"
-id = 2
-name = "in-ops"
-workspace = "ops"
-
-[[functions]]
-name = "f"
-command = ["printf", "ops"]
-[functions.webhook]
-"#;
     let plain = r#"
 id = 1
 name = "plain"
@@ -205,7 +175,7 @@ command = ["printf", "plain"]
     let (_dir, t) = serve(
         "runs_access",
         "",
-        &[("plain.toml", plain), ("ops.toml", in_ops)],
+        &[("plain.toml", plain), ("ops.toml", IN_OPS)],
     );
     let r = t.post(&format!("/api?api_key={KEY}&program_id=1"));
     let plain_id = r.run_id(&r.ok());
@@ -267,7 +237,7 @@ steps = [
         if let Some(kb) = vm_rss_kb(pid) {
             max_rss = max_rss.max(kb);
         }
-        last = status(&t, &id);
+        last = run_record(&t, &id);
         last["State"] != json!("queued") && last["State"] != json!("running")
     });
     t.check(
@@ -321,8 +291,7 @@ fn kill9_then_restart_interrupts_running_runs_and_runs_queued_ones() {
         .map(|_| start_async(&t, 1, "&function=gate"))
         .collect();
     t.wait_for(WAIT, "two runs to start", || {
-        dir.read_opt("work/started")
-            .is_some_and(|s| s.lines().count() >= 2)
+        dir.lines("work/started").len() >= 2
     });
     t.kill9();
     // Let the orphaned programs end.
@@ -341,7 +310,7 @@ fn kill9_then_restart_interrupts_running_runs_and_runs_queued_ones() {
         r.check(!v["Error"].is_null(), "an interrupted run has an Error");
     }
     for id in &ids[2..] {
-        let v = wait_state(&t, id, "finished");
+        let v = wait_run_state(&t, id, "finished");
         assert_eq!(v["Result"], json!(["released"]), "{v}");
         assert!(v.get("Input").is_none(), "the input is never served: {v}");
     }
@@ -497,7 +466,7 @@ steps = [{ shell = "echo start $$ >> log; sleep 0.4; echo end $$ >> log" }]
     );
     let ids: Vec<String> = (0..3).map(|_| start_async(&t, 1, "")).collect();
     for id in &ids {
-        wait_state(&t, id, "finished");
+        wait_run_state(&t, id, "finished");
     }
     let log = dir.read("work/log");
     let lines: Vec<&str> = log.lines().collect();

@@ -109,7 +109,7 @@ fn hook_server(name: &str, programs: &[(&str, &str)]) -> (TestDir, Trigd) {
     let dir = setup(name, "hooks_files = [\"hooks.json\"]", programs);
     let users = format!(
         "\n[[users]]\nname = \"alice\"\npassword = \"{}\"\n",
-        crate::ui::cheap_hash("alice-pw")
+        cheap_hash("alice-pw")
     );
     let cfg = dir.read("config.toml").replace(
         "members = []\n\n[[workspaces]]\nname = \"dev\"",
@@ -171,7 +171,7 @@ fn a_hook_run_is_not_a_run_of_program_0() {
     sealed(KEY_OPS);
     sealed(KEY_P2);
     // A key without scope reads it: its owner is the hook.
-    let rec = t.get(&format!("/api/runs/{run}?api_key={KEY}")).ok();
+    let rec = run_record(&t, &run);
     assert_eq!(rec["Owner"], json!("hook"), "{rec}");
     assert_eq!(rec["Function"], json!("deploy"), "{rec}");
     assert!(rec.get("Program").is_none(), "no program id: {rec}");
@@ -232,7 +232,7 @@ fn hook_runs_are_followed_and_cancelled_by_an_unscoped_key_only() {
     let run = hook_run_started(&t, &dir);
     t.post(&format!("/api/runs/{run}/cancel?api_key={KEY_OPS}"))
         .err(404, "run_not_found");
-    let rec = t.get(&format!("/api/runs/{run}?api_key={KEY}")).ok();
+    let rec = run_record(&t, &run);
     assert_eq!(
         (&rec["Owner"], &rec["State"]),
         (&json!("hook"), &json!("running"))

@@ -146,7 +146,7 @@ fn output_text(body: &str, stream: &str) -> String {
 }
 
 fn state(t: &Trigd, id: &str) -> Value {
-    t.get(&format!("/api/runs/{id}?api_key={KEY}")).ok()["State"].clone()
+    run_record(t, id)["State"].clone()
 }
 
 #[test]
@@ -399,7 +399,7 @@ fn cancel_stops_the_whole_group_and_a_finished_run_is_409() {
     t.wait_for(WAIT, "no process of the group left", || {
         group_members(leader).is_empty() && !pid_alive(grandchild)
     });
-    let rec = t.get(&format!("/api/runs/{id}?api_key={KEY}")).ok();
+    let rec = run_record(&t, &id);
     assert_eq!(rec["State"], json!("cancelled"));
     let out = t.get(&output_url(&id, "")).ok();
     assert_eq!(

@@ -10,29 +10,13 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::runs_output::group_members;
-use crate::ui::{cookie, login, ui_config, CSP, HTML};
+use crate::ui::{cookie, hidden, key_on, login, ui_config, CSP, HTML, INV};
 use crate::util::*;
 
 /// Program 1 (the `inventory` tool's), program 2 in `ops` with untrusted
 /// output and a run that ignores SIGTERM, program 3 in `dev`.
 const PROGRAMS: [(&str, &str); 3] = [
-    (
-        "inv.toml",
-        r#"id = 1
-name = "inv"
-workspace = "ops"
-
-[[functions]]
-name = "list"
-command = ["printf", "[1,2]"]
-
-[[functions]]
-name = "add"
-command = ["printf", "%s", "{item}"]
-[functions.webhook]
-outputs = ["item"]
-"#,
-    ),
+    ("inv.toml", INV),
     (
         "show.toml",
         r#"id = 2
@@ -104,12 +88,6 @@ pub fn run(t: &Trigd, program: u64, function: &str, extra: &str) -> String {
 fn page(t: &Trigd, path: &str, token: &str) -> Reply {
     let c = cookie(token);
     t.request("GET", path, &[HTML, ("Cookie", c.as_str())], b"")
-}
-
-fn csrf_of(text: &str) -> String {
-    let at = text.find("name=\"csrf\" value=\"").expect("a csrf field");
-    let rest = &text[at + "name=\"csrf\" value=\"".len()..];
-    rest[..rest.find('"').unwrap()].to_string()
 }
 
 #[test]
@@ -220,8 +198,8 @@ fn a_run_page_shows_untrusted_output_as_text() {
     let url = format!("/api/runs/{id}/output");
     let v = t.request("GET", &url, &[("Cookie", c.as_str())], b"").ok();
     assert_eq!(v["Stderr"], json!("warn <b>\n"));
-    let settings = page(&t, "/workspaces/ops/settings", &alice).text();
-    let form = format!("csrf={}", csrf_of(&settings));
+    let settings = page(&t, "/workspaces/ops/settings", &alice);
+    let form = format!("csrf={}", hidden(&settings, "csrf"));
     let r = t.request(
         "POST",
         "/workspaces/ops/settings/application-key",
@@ -231,10 +209,7 @@ fn a_run_page_shows_untrusted_output_as_text() {
         ],
         form.as_bytes(),
     );
-    let text = r.text();
-    let at =
-        text.find("<code id=\"app-key\">").expect("the new key") + "<code id=\"app-key\">".len();
-    let key = &text[at..at + text[at..].find('<').unwrap()];
+    let key = key_on(&r);
     let bearer = format!("Bearer {key}");
     let ua = ("User-Agent", "trigd-tests/1.0");
     let v = t
@@ -282,7 +257,7 @@ fn the_cancel_button_needs_the_csrf_token_and_stops_the_group() {
         text.contains(&format!("data-follow=\"/api/runs/{id}/output?follow=1\"")),
         "the output is followed",
     );
-    let csrf = csrf_of(&text);
+    let csrf = hidden(&r, "csrf");
     let c = cookie(&alice);
     let form = [
         ("Cookie", c.as_str()),
@@ -299,7 +274,7 @@ fn the_cancel_button_needs_the_csrf_token_and_stops_the_group() {
         ("Cookie", cb.as_str()),
         ("Content-Type", "application/x-www-form-urlencoded"),
     ];
-    let bob_csrf = csrf_of(&page(&t, "/runs", &bob).text());
+    let bob_csrf = hidden(&page(&t, "/runs", &bob), "csrf");
     t.request(
         "POST",
         &url,
@@ -322,7 +297,7 @@ fn the_cancel_button_needs_the_csrf_token_and_stops_the_group() {
     t.wait_for(WAIT, "no process of the group left", || {
         group_members(leader).is_empty()
     });
-    let v = t.get(&format!("/api/runs/{id}?api_key={KEY}")).ok();
+    let v = run_record(&t, &id);
     assert_eq!(v["State"], json!("cancelled"));
     let text = page(&t, &format!("/runs/{id}"), &alice).text();
     assert!(text.contains("state-cancelled\">cancelled"), "{text}");

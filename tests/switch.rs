@@ -9,24 +9,11 @@ use std::os::unix::fs::PermissionsExt;
 use std::sync::{Arc, Barrier};
 use std::thread;
 
-use crate::ui::{cookie, login, ui_config, HTML, UA};
-use crate::util::{Reply, TestDir, Trigd};
+use crate::ui::{cookie, hidden, key_on, login, ui_config, HTML, INV, UA};
+use crate::util::{Explain, Reply, TestDir, Trigd};
 
-const PROGRAM: &str = r#"id = 1
-name = "inv"
-workspace = "ops"
-
-[[functions]]
-name = "list"
-command = ["printf", "[1,2]"]
-
-[[functions]]
-name = "add"
-command = ["printf", "%s", "{item}"]
-[functions.webhook]
-outputs = ["item"]
-"#;
-
+/// The endpoint view of the `inventory` tool.
+const VIEW: &str = "/tools/inventory/endpoints";
 const SWITCH: &str = "/tools/inventory/environments/production/public";
 const FORM: (&str, &str) = ("Content-Type", "application/x-www-form-urlencoded");
 /// The protected line of [`commented_config`], and the same line switched on.
@@ -61,46 +48,19 @@ fn start(name: &str, ops: &str) -> (TestDir, Trigd, String) {
     let dir = TestDir::new(name);
     let text = commented_config(ops);
     dir.write("config.toml", &text);
-    dir.write("programs/inv.toml", PROGRAM);
+    dir.write("programs/inv.toml", INV);
     let t = Trigd::start(&dir);
     (dir, t, text)
 }
 
-/// The value of the hidden field `name` on a page (the first one).
-fn hidden(r: &Reply, name: &str) -> String {
-    let text = r.text();
-    let pat = format!("name=\"{name}\" value=\"");
-    let at = text
-        .find(&pat)
-        .unwrap_or_else(|| r.fail(format!("no {name} field on the page")));
-    let rest = &text[at + pat.len()..];
-    rest[..rest.find('"').unwrap()].to_string()
-}
-
 /// Log `user` in and give them an application key for `ops`.
 fn app_key(t: &Trigd, user: &str) -> String {
-    let c = cookie(&login(t, user));
-    let page = t.request(
-        "GET",
-        "/workspaces/ops/settings",
-        &[("Cookie", &c), HTML],
-        b"",
-    );
-    page.status_is(200);
-    let body = format!("csrf={}", hidden(&page, "csrf"));
-    let r = t.request(
-        "POST",
-        "/workspaces/ops/settings/application-key",
-        &[("Cookie", &c), HTML, FORM],
-        body.as_bytes(),
-    );
-    r.status_is(200);
-    let text = r.text();
-    let at = text
-        .find("<code id=\"app-key\">")
-        .unwrap_or_else(|| r.fail("no key"));
-    let rest = &text[at + "<code id=\"app-key\">".len()..];
-    rest[..rest.find('<').unwrap()].to_string()
+    app_key_in(t, user, "ops")
+}
+
+/// `GET path` as a browser with the session cookie `c`.
+fn page(t: &Trigd, path: &str, c: &str) -> Reply {
+    t.request("GET", path, &[("Cookie", c), HTML], b"")
 }
 
 fn put(t: &Trigd, key: &str, body: &str) -> Reply {
@@ -251,12 +211,8 @@ fn the_operation_refuses_bad_requests() {
 /// Like [`app_key`] for workspace `ws`.
 fn app_key_in(t: &Trigd, user: &str, ws: &str) -> String {
     let c = cookie(&login(t, user));
-    let page = t.request(
-        "GET",
-        &format!("/workspaces/{ws}/settings"),
-        &[("Cookie", &c), HTML],
-        b"",
-    );
+    let page = page(t, &format!("/workspaces/{ws}/settings"), &c);
+    page.status_is(200);
     let body = format!("csrf={}", hidden(&page, "csrf"));
     let r = t.request(
         "POST",
@@ -264,26 +220,15 @@ fn app_key_in(t: &Trigd, user: &str, ws: &str) -> String {
         &[("Cookie", &c), HTML, FORM],
         body.as_bytes(),
     );
-    let text = r.text();
-    let at = text
-        .find("<code id=\"app-key\">")
-        .unwrap_or_else(|| r.fail("no key"));
-    let rest = &text[at + "<code id=\"app-key\">".len()..];
-    rest[..rest.find('<').unwrap()].to_string()
+    r.status_is(200);
+    key_on(&r)
 }
 
 #[test]
 fn the_view_form_turns_on_through_a_confirmation_and_off_at_once() {
     let (dir, t, original) = start("switch_form", "");
     let c = cookie(&login(&t, "alice"));
-    let view = || {
-        t.request(
-            "GET",
-            "/tools/inventory/endpoints",
-            &[("Cookie", &c), HTML],
-            b"",
-        )
-    };
+    let view = || page(&t, VIEW, &c);
     let r = view();
     r.status_is(200);
     let text = r.text();
@@ -376,13 +321,8 @@ fn csrf_missing_or_wrong_is_refused_and_nothing_changes() {
     let (dir, t, original) = start("switch_csrf", "");
     let token = login(&t, "alice");
     let c = cookie(&token);
-    let page = t.request(
-        "GET",
-        "/tools/inventory/endpoints",
-        &[("Cookie", &c), HTML],
-        b"",
-    );
-    let csrf = hidden(&page, "csrf");
+    let view = page(&t, VIEW, &c);
+    let csrf = hidden(&view, "csrf");
     let key = app_key(&t, "alice");
     for body in [
         "public=true&confirm=yes".to_string(),
@@ -443,12 +383,7 @@ fn a_read_only_config_shows_the_switch_disabled_with_the_reason() {
     let c = cookie(&login(&t, "alice"));
     let cfg = dir.path("config.toml");
     std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o444)).unwrap();
-    let r = t.request(
-        "GET",
-        "/tools/inventory/endpoints",
-        &[("Cookie", &c), HTML],
-        b"",
-    );
+    let r = page(&t, VIEW, &c);
     r.status_is(200);
     let text = r.text();
     r.check(
@@ -511,12 +446,7 @@ fn only_admins_flip_when_admins_is_set() {
     let (dir, t, original) = start("switch_admins", "admins = [\"carol\"]\n");
     let alice_key = app_key(&t, "alice");
     let c = cookie(&login(&t, "alice"));
-    let r = t.request(
-        "GET",
-        "/tools/inventory/endpoints",
-        &[("Cookie", &c), HTML],
-        b"",
-    );
+    let r = page(&t, VIEW, &c);
     r.status_is(200);
     let text = r.text();
     r.check(
@@ -544,12 +474,7 @@ fn only_admins_flip_when_admins_is_set() {
     // carol is an admin.
     let carol_key = app_key(&t, "carol");
     let cc = cookie(&login(&t, "carol"));
-    let r = t.request(
-        "GET",
-        "/tools/inventory/endpoints",
-        &[("Cookie", &cc), HTML],
-        b"",
-    );
+    let r = page(&t, VIEW, &cc);
     r.check(
         r.text().contains("id=\"switch-production\">Turn on<"),
         "carol has the control",
@@ -671,7 +596,7 @@ fn a_symlinked_config_is_edited_where_it_lives() {
     let dir = TestDir::new("switch_symlink");
     let text = commented_config("");
     dir.write("real/config.toml", &text);
-    dir.write("programs/inv.toml", PROGRAM);
+    dir.write("programs/inv.toml", INV);
     std::os::unix::fs::symlink("real/config.toml", dir.path("config.toml")).unwrap();
     let t = Trigd::start(&dir);
     let key = app_key(&t, "alice");

@@ -10,7 +10,7 @@ mod hooks_diff; // adnanh/webhook hooks files: the real webhook and trigd given 
 mod hooks_pipeline; // a hook through the one pipeline: Idempotency-Key, busy, storage_unavailable, shutting_down
 mod hostile_files; // config and hooks files that try to take the server down: alias bombs, deep nesting, huge files, unreachable hook ids
 mod limits; // connections, sizes, fairness, EMFILE, overload, crash, hostile programs, rate limits, users
-mod modules; // the module graph of src/ has no cycles
+mod modules; // the shape of src/: no module cycles, a narrow root, a thin main.rs, unsafe only in sys/
 mod newcomer; // a newcomer's first hour: relative commands, exact Results, failed stdout, check warnings, help, run wording
 mod openapi; // openapi.json against src/http/routes.rs and the error codes; GET /openapi.json
 mod payloads; // hostile bodies: XML/JSON/form/multipart bounds, cheap checks first, signature entries, names twice, LF multipart, hook value bounds

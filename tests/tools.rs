@@ -315,11 +315,7 @@ fn run_async_starts_the_program_and_it_completes() {
         dir.read_opt("work/out-t1").is_some()
     });
     assert_eq!(dir.read("work/out-t1"), "/var/lib/inv.db");
-    let mut last = Value::Null;
-    t.wait_for(WAIT, "the run record to be finished", || {
-        last = t.get(&format!("/api/runs/{id}?api_key={KEY}")).ok();
-        last["State"] == json!("finished")
-    });
+    let last = wait_run_state(&t, &id, "finished");
     assert_eq!(last["Program"], json!(2), "{last}");
     assert_eq!(last["Function"], json!("record"), "{last}");
 }

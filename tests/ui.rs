@@ -4,10 +4,7 @@
 
 use std::time::Duration;
 
-use argon2::password_hash::{PasswordHasher, SaltString};
-use argon2::{Algorithm, Argon2, Params, Version};
-
-use crate::util::{wait_until, Reply, TestDir, Trigd};
+use crate::util::{cheap_hash, wait_until, Explain, Reply, TestDir, Trigd};
 
 /// The CSP every page must carry.
 pub const CSP: &str = "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; \
@@ -20,17 +17,6 @@ const VIEW: &str = "/tools/inventory/endpoints";
 pub const HTML: (&str, &str) = ("Accept", "text/html,application/xhtml+xml;q=0.9,*/*;q=0.8");
 /// A User-Agent for bearer requests.
 pub const UA: (&str, &str) = ("User-Agent", "trigd-tests/1.0");
-
-/// An argon2id hash of `password` with tiny parameters: the server
-/// verifies with the parameters in the hash, so tests stay fast.
-pub fn cheap_hash(password: &str) -> String {
-    let params = Params::new(8, 1, 1, None).expect("valid argon2 params");
-    let salt = SaltString::encode_b64(b"trigd-test-salt!").expect("salt");
-    Argon2::new(Algorithm::Argon2id, Version::V0x13, params)
-        .hash_password(password.as_bytes(), &salt)
-        .expect("hash")
-        .to_string()
-}
 
 /// A config with users alice (ops), bob (dev), carol and dave (no
 /// workspace), each with password `<name>-pw`; tool `inventory` in `ops`
@@ -82,7 +68,9 @@ function = "add"
     )
 }
 
-const PROGRAM: &str = r#"id = 1
+/// Program 1 of the `inventory` tool: `list` prints `[1,2]`, `add` its
+/// `item`.
+pub const INV: &str = r#"id = 1
 name = "inv"
 workspace = "ops"
 
@@ -101,9 +89,20 @@ outputs = ["item"]
 pub fn start(name: &str, server: &str) -> (TestDir, Trigd) {
     let dir = TestDir::new(name);
     dir.write("config.toml", &ui_config(server));
-    dir.write("programs/inv.toml", PROGRAM);
+    dir.write("programs/inv.toml", INV);
     let t = Trigd::start(&dir);
     (dir, t)
+}
+
+/// `GET` the protected `list` endpoint with the application key `key`.
+pub fn list_with_key(t: &Trigd, key: &str) -> Reply {
+    let auth = format!("Bearer {key}");
+    t.request(
+        "GET",
+        "/tools/inventory/production/list",
+        &[("Authorization", auth.as_str()), UA],
+        b"",
+    )
 }
 
 /// `POST /login` as a non-browser client; the reply.
@@ -132,18 +131,19 @@ pub fn cookie(token: &str) -> String {
     format!("trigd_session={token}")
 }
 
-/// The value of the first hidden `csrf` field of a page.
-fn csrf_of(r: &Reply) -> String {
+/// The value of the hidden field `name` on a page (the first one).
+pub fn hidden(r: &Reply, name: &str) -> String {
     let text = r.text();
+    let pat = format!("name=\"{name}\" value=\"");
     let at = text
-        .find("name=\"csrf\" value=\"")
-        .unwrap_or_else(|| r.fail("no csrf field on the page"));
-    let rest = &text[at + "name=\"csrf\" value=\"".len()..];
+        .find(&pat)
+        .unwrap_or_else(|| r.fail(format!("no {name} field on the page")));
+    let rest = &text[at + pat.len()..];
     rest[..rest.find('"').unwrap()].to_string()
 }
 
 /// The new key shown on a settings page.
-fn key_on(r: &Reply) -> String {
+pub fn key_on(r: &Reply) -> String {
     let text = r.text();
     let at = text
         .find("<code id=\"app-key\">")
@@ -333,7 +333,7 @@ fn session_authorises_members_with_csrf_for_changes() {
     let same = [("Cookie", c.as_str()), ("Origin", origin.as_str())];
     t.request("POST", add, &same, b"").ok();
     let page = get(&t, "/", &alice, true);
-    let token = csrf_of(&page);
+    let token = hidden(&page, "csrf");
     let with_token = [("Cookie", c.as_str()), ("X-CSRF-Token", token.as_str())];
     t.request("POST", add, &with_token, b"").ok();
     // The JSON endpoint view accepts the session too.
@@ -363,7 +363,7 @@ fn application_key_generate_and_regenerate() {
     r.status_is(200);
     r.check(r.text().contains("Application Key"), "the item is there");
     r.check(r.text().contains(">Generate</button>"), "a Generate button");
-    let csrf = csrf_of(&r);
+    let csrf = hidden(&r, "csrf");
     let post = |body: &str, html: bool| {
         let mut h = vec![
             ("Cookie", c.as_str()),
@@ -394,15 +394,7 @@ fn application_key_generate_and_regenerate() {
     r.check(k1.starts_with("tk_"), "a key is shown");
     r.check(r.text().contains("shown only once"), "the once-only note");
     r.check(r.text().contains("data-copy=\"app-key\""), "a Copy button");
-    let call = |key: &str| {
-        let auth = format!("Bearer {key}");
-        t.request(
-            "GET",
-            "/tools/inventory/production/list",
-            &[("Authorization", auth.as_str()), UA],
-            b"",
-        )
-    };
+    let call = |key: &str| list_with_key(&t, key);
     call(&k1).ok();
     // Later visits show the hint and the time, not the key.
     let r = get(&t, "/workspaces/ops/settings", &alice, true);
@@ -482,7 +474,7 @@ fn logout_ends_the_session() {
     let (_d, t) = start("ui_logout", "");
     let alice = login(&t, "alice");
     let c = cookie(&alice);
-    let csrf = csrf_of(&get(&t, "/", &alice, true));
+    let csrf = hidden(&get(&t, "/", &alice, true), "csrf");
     t.request("POST", "/logout", &[("Cookie", &c)], b"")
         .err(403, "csrf_rejected");
     get(&t, VIEW, &alice, false).status_is(200);

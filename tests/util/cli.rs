@@ -1,16 +1,16 @@
 //! Run `trigd` subcommands with a bound.
 
 use std::env;
-use std::fmt::{Debug, Display};
+use std::fmt::Display;
 use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::{self, Child, Command, Stdio};
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
 use serde_json::Value;
 
-use super::BIN;
+use super::{Explain, BIN};
 
 /// What a `trigd` subcommand did.
 pub struct Output {
@@ -23,37 +23,34 @@ pub struct Output {
     cmd: String,
 }
 
-impl Output {
+impl Explain for Output {
     /// Panic with `msg`, the command, its exit code, stdout and stderr.
     #[track_caller]
-    pub fn fail(&self, msg: impl Display) -> ! {
+    fn fail(&self, msg: impl Display) -> ! {
         panic!(
             "\n{msg}\n--- command ---\n{}\n--- exit code ---\n{:?}\n--- stdout ---\n{}\n--- stderr ---\n{}\n",
             self.cmd, self.code, self.stdout, self.stderr
         )
     }
+}
 
-    /// Fail with `msg` unless `cond`.
-    #[track_caller]
-    pub fn check(&self, cond: bool, msg: impl Display) {
-        if !cond {
-            self.fail(msg)
-        }
-    }
-
-    /// Fail unless `got == want`.
-    #[track_caller]
-    pub fn check_eq<T: PartialEq + Debug>(&self, got: T, want: T, what: &str) {
-        if got != want {
-            self.fail(format!("{what}:\n  got:  {got:?}\n  want: {want:?}"))
-        }
-    }
-
+impl Output {
     /// Fail unless the exit code is `code`.
     #[track_caller]
     pub fn code_is(&self, code: i32) -> &Self {
         self.check_eq(self.code, Some(code), "exit code");
         self
+    }
+
+    /// The key `trigd keygen` printed: its `tk_…` line on stderr.
+    #[track_caller]
+    pub fn printed_key(&self) -> String {
+        self.stderr
+            .lines()
+            .find(|l| l.starts_with("tk_"))
+            .unwrap_or_else(|| self.fail("no key line on stderr"))
+            .trim()
+            .to_string()
     }
 
     /// stdout as JSON.
@@ -87,18 +84,25 @@ pub fn trigd(args: &[&str], stdin: Option<&str>) -> Output {
             let _ = w.write_all(input.as_bytes());
         });
     }
+    let out = wait_bounded(child, &cmd);
+    Output {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        cmd,
+    }
+}
+
+/// Wait at most 30 s for `child` (described as `cmd` in failures) and
+/// collect its output; SIGKILL it and panic when it takes longer.
+pub fn wait_bounded(child: Child, cmd: &str) -> process::Output {
     let pid = child.id();
     let (tx, rx) = mpsc::channel();
     thread::spawn(move || {
         let _ = tx.send(child.wait_with_output());
     });
     match rx.recv_timeout(Duration::from_secs(30)) {
-        Ok(Ok(out)) => Output {
-            code: out.status.code(),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-            cmd,
-        },
+        Ok(Ok(out)) => out,
         Ok(Err(e)) => panic!("waiting for {cmd}: {e}"),
         Err(_) => {
             let _ = Command::new("kill")

@@ -79,6 +79,15 @@ impl TestDir {
             .map(|b| String::from_utf8_lossy(&b).into_owned())
     }
 
+    /// The lines of `root/rel`; none when it cannot be read.
+    pub fn lines(&self, rel: &str) -> Vec<String> {
+        self.read_opt(rel)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
     /// Raw bytes of `root/rel`; panics when missing.
     pub fn read_bytes(&self, rel: &str) -> Vec<u8> {
         let p = self.path(rel);

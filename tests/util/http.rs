@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::server::{floor_char, tail_of};
+use super::Explain;
 
 /// Read and write timeout of every test connection.
 const READ_TIMEOUT: Duration = Duration::from_secs(30);
@@ -337,6 +338,18 @@ impl Debug for Reply {
     }
 }
 
+impl Explain for Reply {
+    /// Panic with `msg`, the request, this reply and the server log.
+    #[track_caller]
+    fn fail(&self, msg: impl Display) -> ! {
+        panic!(
+            "\n{msg}\n--- request ---\n{}\n--- reply ---\n{self:?}\n--- server stderr.log (tail) ---\n{}\n",
+            self.request,
+            tail_of(&self.stderr_log)
+        )
+    }
+}
+
 impl Reply {
     /// The body as text (lossy UTF-8).
     pub fn text(&self) -> String {
@@ -356,32 +369,6 @@ impl Reply {
     pub fn json(&self) -> Value {
         serde_json::from_slice(&self.body)
             .unwrap_or_else(|e| self.fail(format!("the body is not JSON: {e}")))
-    }
-
-    /// Panic with `msg`, the request, this reply and the server log.
-    #[track_caller]
-    pub fn fail(&self, msg: impl Display) -> ! {
-        panic!(
-            "\n{msg}\n--- request ---\n{}\n--- reply ---\n{self:?}\n--- server stderr.log (tail) ---\n{}\n",
-            self.request,
-            tail_of(&self.stderr_log)
-        )
-    }
-
-    /// Fail with `msg` unless `cond`.
-    #[track_caller]
-    pub fn check(&self, cond: bool, msg: impl Display) {
-        if !cond {
-            self.fail(msg)
-        }
-    }
-
-    /// Fail unless `got == want`.
-    #[track_caller]
-    pub fn check_eq<T: PartialEq + Debug>(&self, got: T, want: T, what: &str) {
-        if got != want {
-            self.fail(format!("{what}:\n  got:  {got:?}\n  want: {want:?}"))
-        }
     }
 
     /// Fail unless the status is `status`.

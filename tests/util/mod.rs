@@ -18,10 +18,14 @@ pub use dir::*;
 pub use http::*;
 pub use server::*;
 
+use std::fmt::{Debug, Display};
 use std::fs;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use argon2::password_hash::{PasswordHasher, SaltString};
+use argon2::{Algorithm, Argon2, Params, Version};
+use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 /// The binary under test.
@@ -40,6 +44,18 @@ pub const WAIT: Duration = Duration::from_secs(15);
 /// Lowercase hex sha256 of `s`, as `[[api_keys]] sha256` expects.
 pub fn sha256_hex(s: &str) -> String {
     hex::encode(Sha256::digest(s.as_bytes()))
+}
+
+/// An argon2id hash of `password` with tiny parameters, for `[[users]]
+/// password`: the server verifies with the parameters in the hash, so tests
+/// stay fast.
+pub fn cheap_hash(password: &str) -> String {
+    let params = Params::new(8, 1, 1, None).expect("valid argon2 params");
+    let salt = SaltString::encode_b64(b"trigd-test-salt!").expect("salt");
+    Argon2::new(Algorithm::Argon2id, Version::V0x13, params)
+        .hash_password(password.as_bytes(), &salt)
+        .expect("hash")
+        .to_string()
 }
 
 /// A `config.toml` with `server` as the body of `[server]`, workspaces `ops`
@@ -96,6 +112,55 @@ pub fn setup(name: &str, server: &str, programs: &[(&str, &str)]) -> TestDir {
         dir.write(&format!("programs/{file}"), text);
     }
     dir
+}
+
+/// What a failed check can be explained with: a [`Reply`] (the request,
+/// the reply and the server log), a CLI [`Output`] (the command line, its
+/// stdout and stderr) or the [`Trigd`] server (the tail of its log).
+pub trait Explain {
+    /// Panic with `msg` and everything needed to understand it.
+    fn fail(&self, msg: impl Display) -> !;
+
+    /// Fail with `msg` unless `cond`.
+    #[track_caller]
+    fn check(&self, cond: bool, msg: impl Display) {
+        if !cond {
+            self.fail(msg)
+        }
+    }
+
+    /// Fail unless `got == want`.
+    #[track_caller]
+    fn check_eq<T: PartialEq + Debug>(&self, got: T, want: T, what: &str) {
+        if got != want {
+            self.fail(format!("{what}:\n  got:  {got:?}\n  want: {want:?}"))
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Runs
+
+/// `GET /api/runs/<id>` with [`KEY`]: the run's record, asserted 200 JSON.
+#[track_caller]
+pub fn run_record(t: &Trigd, id: &str) -> Value {
+    t.get(&format!("/api/runs/{id}?api_key={KEY}")).ok()
+}
+
+/// Wait until the `State` of run `id` is `state`; its record.
+#[track_caller]
+pub fn wait_run_state(t: &Trigd, id: &str, state: &str) -> Value {
+    let mut last = Value::Null;
+    let ok = wait_until(WAIT, || {
+        last = run_record(t, id);
+        last["State"] == json!(state)
+    });
+    if !ok {
+        t.fail(format!(
+            "run {id} did not reach State {state:?}; last status: {last}"
+        ))
+    }
+    last
 }
 
 // ---------------------------------------------------------------------------

@@ -8,7 +8,7 @@ use std::io::{self, BufRead, BufReader};
 use std::net::SocketAddr;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
@@ -133,34 +133,13 @@ impl Trigd {
             }
         }
         if let Some(bytes) = self.mem_cap {
-            let lim = libc::rlimit {
-                rlim_cur: bytes,
-                rlim_max: bytes,
-            };
-            // SAFETY: setrlimit is async-signal-safe; `lim` is a copy.
-            unsafe {
-                cmd.pre_exec(move || {
-                    if libc::setrlimit(libc::RLIMIT_AS, &lim) < 0 {
-                        return Err(io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
-            }
+            cap_address_space(&mut cmd, bytes);
         }
         let mut child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("cannot spawn {BIN}: {e}"));
         let stdout = child.stdout.take().expect("stdout is piped");
-        let (tx, rx) = mpsc::channel();
-        thread::spawn(move || {
-            let mut r = BufReader::new(stdout);
-            let mut line = String::new();
-            let res = r.read_line(&mut line).map(|_| line);
-            let _ = tx.send(res);
-            // Keep draining so that the server never blocks on a full pipe.
-            let _ = io::copy(&mut r, &mut io::sink());
-        });
-        let got = rx.recv_timeout(self.start_timeout);
+        let got = first_line(stdout).recv_timeout(self.start_timeout);
         self.child = Some(child);
         let line = match got {
             Ok(Ok(line)) => line,
@@ -266,23 +245,6 @@ impl Trigd {
         tail_of(&self.stderr_log)
     }
 
-    /// Panic with `msg` and the tail of `stderr.log`.
-    #[track_caller]
-    pub fn fail(&self, msg: impl Display) -> ! {
-        panic!(
-            "\n{msg}\n--- server stderr.log (tail) ---\n{}\n",
-            self.stderr_tail()
-        )
-    }
-
-    /// Panic with `msg` unless `cond`.
-    #[track_caller]
-    pub fn check(&self, cond: bool, msg: impl Display) {
-        if !cond {
-            self.fail(msg)
-        }
-    }
-
     /// Wait up to `bound` for `cond`, failing with `what` and the log.
     #[track_caller]
     pub fn wait_for(&self, bound: Duration, what: &str, cond: impl FnMut() -> bool) {
@@ -292,10 +254,53 @@ impl Trigd {
     }
 }
 
+impl Explain for Trigd {
+    /// Panic with `msg` and the tail of `stderr.log`.
+    #[track_caller]
+    fn fail(&self, msg: impl Display) -> ! {
+        panic!(
+            "\n{msg}\n--- server stderr.log (tail) ---\n{}\n",
+            self.stderr_tail()
+        )
+    }
+}
+
 impl Drop for Trigd {
     fn drop(&mut self) {
         self.kill9();
     }
+}
+
+/// Cap the address space of the process `cmd` starts at `bytes`
+/// (`RLIMIT_AS`), as an operator's systemd `MemoryMax` would cap it.
+pub fn cap_address_space(cmd: &mut Command, bytes: u64) {
+    let lim = libc::rlimit {
+        rlim_cur: bytes,
+        rlim_max: bytes,
+    };
+    // SAFETY: setrlimit is async-signal-safe; `lim` is a copy.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setrlimit(libc::RLIMIT_AS, &lim) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// The first line a child prints on `stdout` (its `listening on` line),
+/// read on a thread that then keeps draining the pipe so that the child
+/// never blocks on it; receive it with a bound.
+pub fn first_line(stdout: ChildStdout) -> mpsc::Receiver<io::Result<String>> {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let mut r = BufReader::new(stdout);
+        let mut line = String::new();
+        let _ = tx.send(r.read_line(&mut line).map(|_| line));
+        let _ = io::copy(&mut r, &mut io::sink());
+    });
+    rx
 }
 
 /// The end of a server log, for failure messages.
