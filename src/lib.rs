@@ -31,8 +31,8 @@
 //! a run once accepted: status, output, follow,      runs/ (mod.rs, follow.rs, replay.rs,
 //!   cancel, Idempotency-Key, callbacks, instances     idempotency.rs, callback/, cluster.rs)
 //! run slots, the wait queue, child processes        runner/ (mod.rs, queue.rs, step.rs, handle.rs)
-//! what is kept in the state directory: one table,   state/ (mod.rs: State, Kept; store.rs run records,
-//!   one door (State), every file operation on it      output.rs, idempotency.rs, spool.rs, keys.rs, ...)
+//! what is kept in the state directory: one table,   state/ (mod.rs: State, Kept; store.rs the run log, record.rs
+//!   one door (State), every file operation on it      a run's typed record, time.rs, output.rs, idempotency.rs, ...)
 //! adnanh/webhook hooks files, import-webhook        compat/webhook/
 //! the browser pages (maud templates)                ui/ (login, settings, endpoints, runs, switch, view)
 //! the only unsafe code                              sys/

@@ -12,6 +12,7 @@ mod hostile_files; // config and hooks files that try to take the server down: a
 mod limits; // connections, sizes, fairness, EMFILE, overload, crash, hostile programs, rate limits, users
 mod modules; // the shape of src/: no module cycles, a narrow root, a thin main.rs, unsafe only in sys/
 mod newcomer; // a newcomer's first hour: relative commands, exact Results, failed stdout, check warnings, help, run wording
+mod old_records; // a state dir written by an earlier version: loaded, served the same
 mod openapi; // openapi.json against src/http/routes.rs and the error codes; GET /openapi.json
 mod payloads; // hostile bodies: XML/JSON/form/multipart bounds, cheap checks first, signature entries, names twice, LF multipart, hook value bounds
 mod queue; // waiting for a slot, full queue, floods, idempotency keys, runs after a crash, full disk

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use super::secret::{random_hex, sha256};
 use crate::state::keys::{KeyFile, Stamp};
-use crate::state::store::now_rfc3339;
+use crate::state::time::Time;
 use crate::state::State;
 
 /// What is stored for one member's key in one workspace.
@@ -35,8 +35,8 @@ pub struct KeyInfo {
     pub sha256: String,
     /// Masked form for display, e.g. `tk_3f9a…c2e1`.
     pub hint: String,
-    /// RFC 3339 creation time.
-    pub created_at: String,
+    /// When the key was made.
+    pub created_at: Time,
 }
 
 /// The in-memory view of the file, refreshed when the file changes.
@@ -90,7 +90,7 @@ impl AppKeys {
             member: member.to_string(),
             sha256: hex::encode(sha256(&key)),
             hint: format!("{}…{}", &key[..7], &key[key.len() - 4..]),
-            created_at: now_rfc3339(),
+            created_at: Time::now(),
         };
         self.file.update(|all| {
             all.insert(format!("{workspace}/{member}"), info);

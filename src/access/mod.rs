@@ -29,7 +29,7 @@ pub use sessions::{clear_cookie, set_cookie, Session};
 
 use crate::config::{ApiKey, Config};
 use crate::http::{ApiError, Request};
-use crate::state::store::Origin;
+use crate::state::record::Origin;
 use crate::state::State;
 use limiter::Limits;
 use sessions::Sessions;

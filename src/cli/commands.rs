@@ -15,7 +15,8 @@ use crate::config::{self, Values};
 use crate::http::ApiError;
 use crate::invoke;
 use crate::runner::Runner;
-use crate::state::store::{new_run_id, Origin};
+use crate::state::record::Origin;
+use crate::state::store::new_run_id;
 use crate::state::{Kept, State};
 
 /// `trigd check`: load everything, print a summary or every error; warn

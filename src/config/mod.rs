@@ -40,7 +40,7 @@ pub use named::Named;
 pub use stamp::Stamp;
 
 use crate::http::Method;
-use crate::state::store::Owner;
+use crate::state::record::Owner;
 
 pub use validate::load_str;
 pub use validate::{load, load_changed, load_first, load_text, Before};

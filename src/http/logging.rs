@@ -19,11 +19,11 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::{Mutex, MutexGuard, OnceLock};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use log::{Level, Log, Metadata, Record};
 
-use crate::state::store::now_rfc3339;
+use crate::state::time::Time;
 use crate::sys;
 
 /// A warning a client can cause (a refused signature) is written once per
@@ -83,7 +83,7 @@ impl StderrLog {
             if sink.dropped > 0 {
                 let note = format!(
                     "[{} WARN  trigd] {} log lines dropped: stderr was blocked\n",
-                    now_rfc3339(),
+                    Time::now(),
                     sink.dropped
                 );
                 sink.buf.extend_from_slice(note.as_bytes());
@@ -145,7 +145,7 @@ impl Log for StderrLog {
             let _ = writeln!(
                 line,
                 "[{} {:<5} {}] {}",
-                humantime::format_rfc3339_millis(SystemTime::now()),
+                Time::now(),
                 record.level(),
                 record.target(),
                 record.args()
@@ -198,11 +198,7 @@ pub fn access(text: impl FnOnce(&mut String)) {
         return;
     }
     logger.with_line(|line| {
-        let _ = write!(
-            line,
-            "[{} INFO  {ACCESS}] ",
-            humantime::format_rfc3339_millis(SystemTime::now())
-        );
+        let _ = write!(line, "[{} INFO  {ACCESS}] ", Time::now());
         let start = line.len();
         text(line);
         // A `RUST_LOG` filter by message (`info/regex`) sees the text.

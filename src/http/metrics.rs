@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::state::store::Owner;
+use crate::state::record::Owner;
 
 /// Upper bounds (seconds) of the run duration histogram buckets.
 const BUCKETS: [f64; 12] = [

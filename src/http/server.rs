@@ -31,7 +31,7 @@ use crate::http::{ApiError, Request, Response};
 use crate::runner::Runner;
 use crate::runs::callback;
 use crate::runs::idempotency::Keys;
-use crate::state::store::RunRecord;
+use crate::state::record::RunRecord;
 use crate::state::{Kept, State};
 use crate::sys::{self, Signal};
 

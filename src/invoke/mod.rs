@@ -50,7 +50,7 @@ use crate::runs::callback;
 use crate::runs::idempotency;
 use crate::runs::replay;
 use crate::state::delivery::Source;
-use crate::state::store::Origin;
+use crate::state::record::{Origin, ToolEnv};
 use read::Read;
 
 /// Who is calling, once their credentials are checked.
@@ -148,7 +148,10 @@ fn steps(
     job.stdin_body = rcv.stdin_body;
     job.callbacks = callbacks;
     if let Entry::Tool(t) = &endpoint.entry {
-        job.tool = Some(format!("{}/{}", t.tool, t.environment));
+        job.tool = Some(ToolEnv {
+            tool: t.tool.clone(),
+            environment: t.environment.clone(),
+        });
     }
     let key = key.map(|k| (k, fingerprint(req, program.id, &job, made.request)));
     // A run may wait for a slot: it keeps its values only, not the

@@ -48,9 +48,9 @@ use crate::http::metrics::Metrics;
 use crate::runs::callback::Service as Callbacks;
 use crate::state::delivery::{waiting, Target};
 use crate::state::output::OutputFile;
-use crate::state::store::{
-    new_run_id, now_rfc3339, Origin, Owner, RunInput, RunRecord, RunState, RunStore,
-};
+use crate::state::record::{Origin, Owner, RunInput, RunRecord, RunState, ToolEnv};
+use crate::state::store::{new_run_id, RunStore};
+use crate::state::time::Time;
 use handle::{RunHandle, Stream};
 use queue::{Drain, Granted, Queued, SlotKey, Slots, Ticket, Waiter};
 use step::{Outcome, StepError};
@@ -76,8 +76,8 @@ pub struct Job {
     /// The run id to use (chosen ahead by an idempotency key); `None`: a
     /// new one.
     pub id: Option<String>,
-    /// The tool environment it was started through, `<tool>/<environment>`.
-    pub tool: Option<String>,
+    /// The tool environment it was started through.
+    pub tool: Option<ToolEnv>,
     /// The raw request body in a temporary file, kept until the job is
     /// dropped (after the run), when the trigger reads it as a file.
     pub body_file: Option<Arc<crate::state::bodies::BodyFile>>,
@@ -402,7 +402,7 @@ impl Runner {
             key: Some(job.slot_key()),
         };
         rec.state = RunState::Running;
-        rec.started_at = Some(now_rfc3339());
+        rec.started_at = Some(Time::now());
         if let Some(store) = &self.store {
             if let Err(e) = store.append(&rec, false) {
                 if waited {
@@ -553,7 +553,7 @@ impl Runner {
     /// for reason `why` (`durable`: on disk before this returns).
     fn end_unstarted(&self, mut rec: RunRecord, state: RunState, why: &str, durable: bool) {
         rec.state = state;
-        rec.finished_at = Some(now_rfc3339());
+        rec.finished_at = Some(Time::now());
         rec.error = Some(why.into());
         rec.input = None;
         self.record_end(&mut rec, durable);
@@ -762,7 +762,7 @@ impl Runner {
                 }
                 _ => {
                     rec.state = RunState::Failed;
-                    rec.finished_at = Some(now_rfc3339());
+                    rec.finished_at = Some(Time::now());
                     rec.error = Some(if body {
                         "its request body or files (temporary files) did not survive the restart"
                             .into()
@@ -839,7 +839,7 @@ impl Runner {
             },
         };
         rec.state = RunState::Running;
-        rec.started_at = Some(now_rfc3339());
+        rec.started_at = Some(Time::now());
         if let Some(store) = &self.store {
             store.record(&rec);
         }
@@ -899,7 +899,7 @@ impl Runner {
             r#async: is_async,
             by: job.by.clone(),
             tool: job.tool.clone(),
-            created_at: now_rfc3339(),
+            created_at: Time::now(),
             started_at: None,
             finished_at: None,
             steps: Vec::new(),
@@ -968,12 +968,8 @@ impl Runner {
     /// `retry_on_restart` function stopped by a shutdown is recorded
     /// `queued` again, to run at the next start.
     fn record_outcome(&self, rec: &mut RunRecord, job: &Job, outcome: &Outcome) {
-        rec.finished_at = Some(now_rfc3339());
-        rec.steps = outcome
-            .steps
-            .iter()
-            .filter_map(|s| serde_json::to_value(s).ok())
-            .collect();
+        rec.finished_at = Some(Time::now());
+        rec.steps.clone_from(&outcome.steps);
         match &outcome.error {
             None => {
                 rec.state = RunState::Finished;

@@ -10,7 +10,7 @@ use std::sync::{Arc, Condvar};
 use std::time::{Duration, Instant};
 
 use crate::config::{Config, Program};
-use crate::state::store::Owner;
+use crate::state::record::Owner;
 
 /// Owner (a program, or the hooks) and function name (for a hook, its
 /// id): the unit of `concurrency`.

@@ -17,11 +17,11 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
 use serde_json::Value;
 
 use super::handle::Stream;
 use crate::config::{self, Function, OutputMode, Program, Step};
+use crate::state::record::{StepKind, StepReport};
 use crate::sys::{self, AbortSignal};
 
 /// What a function run may use, fixed for the whole run.
@@ -49,32 +49,6 @@ pub struct Ctx<'a> {
     /// Called with every chunk read from a step's stdout or stderr, as it
     /// arrives (before any cap), for followers of the live run.
     pub on_output: &'a (dyn Fn(Stream, &[u8]) + Sync),
-}
-
-/// How one step ended, as stored in the run record.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct StepReport {
-    /// `command`, `shell` or `call`.
-    #[serde(rename = "Kind")]
-    pub kind: &'static str,
-    /// Exit code, when the process exited.
-    #[serde(rename = "ExitCode", skip_serializing_if = "Option::is_none")]
-    pub exit_code: Option<i32>,
-    /// Signal number, when the process was killed by one.
-    #[serde(rename = "Signal", skip_serializing_if = "Option::is_none")]
-    pub signal: Option<i32>,
-    /// stdout passed `max_output_bytes`; the rest was read and discarded.
-    #[serde(rename = "StdoutTruncated")]
-    pub stdout_truncated: bool,
-    /// stderr passed `max_output_bytes`; the rest was read and discarded.
-    #[serde(rename = "StderrTruncated")]
-    pub stderr_truncated: bool,
-    /// Wall time of the step in milliseconds.
-    #[serde(rename = "DurationMs")]
-    pub duration_ms: u64,
-    /// For a `call` step: the called function's steps.
-    #[serde(rename = "Steps", skip_serializing_if = "Option::is_none")]
-    pub steps: Option<Vec<StepReport>>,
 }
 
 /// Why a function run did not finish.
@@ -291,7 +265,7 @@ fn run_step(
                 .map_or(deadline, |d| d.min(deadline));
             let run = run_steps(ctx, callee, &callee_values, callee_deadline);
             let report = StepReport {
-                kind: "call",
+                kind: StepKind::Call,
                 exit_code: None,
                 signal: None,
                 stdout_truncated: false,
@@ -356,10 +330,10 @@ enum Kind {
 
 impl Kind {
     /// The step's `kind` in the run record.
-    fn name(self) -> &'static str {
+    fn report(self) -> StepKind {
         match self {
-            Kind::Command | Kind::Combined => "command",
-            Kind::Shell => "shell",
+            Kind::Command | Kind::Combined => StepKind::Command,
+            Kind::Shell => StepKind::Shell,
         }
     }
 }
@@ -540,7 +514,7 @@ fn run_process(
         Err(_) => (None, None),
     };
     let report = StepReport {
-        kind: kind.name(),
+        kind: kind.report(),
         exit_code,
         signal,
         stdout_truncated: watched.stdout.truncated,

@@ -201,8 +201,8 @@ fn result_json_and_text() {
         ]
     );
     assert_eq!(out.steps.len(), 5);
-    assert_eq!(out.steps[0].kind, "shell");
-    assert_eq!(out.steps[4].kind, "command");
+    assert_eq!(out.steps[0].kind, StepKind::Shell);
+    assert_eq!(out.steps[4].kind, StepKind::Command);
     assert!(out
         .steps
         .iter()
@@ -239,7 +239,7 @@ fn call_step_nests_result() {
             .unwrap()
             .clone()
     );
-    assert_eq!(out.steps[1].kind, "call");
+    assert_eq!(out.steps[1].kind, StepKind::Call);
     assert_eq!(out.steps[1].steps.as_ref().unwrap().len(), 2);
 }
 

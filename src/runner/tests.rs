@@ -118,7 +118,7 @@ fn job(server: &str, script: &str) -> Job {
         function: "f".into(),
         values: Vec::new(),
         vars: BTreeMap::new(),
-        by: crate::state::store::Origin::Cli,
+        by: crate::state::record::Origin::Cli,
         id: None,
         tool: None,
         body_file: None,

@@ -23,7 +23,7 @@ use crate::http::{ApiError, Request, Response};
 use crate::invoke;
 use crate::runner::Cancel;
 use crate::state::output;
-use crate::state::store::{Origin, Owner, RunRecord, RunState};
+use crate::state::record::{Origin, Owner, RunRecord, RunState};
 use follow::{End, Follower, Live};
 
 /// Query parameters of the output endpoint.
@@ -234,7 +234,7 @@ pub fn stop(app: &App, cfg: &Config, rec: RunRecord, by: &Origin) -> Result<RunR
         if !accepted {
             accepted = app.runner.cancel(&rec.run) != Cancel::NotActive;
             if accepted {
-                log::info!("run {} cancelled by {}", rec.run, String::from(by.clone()));
+                log::info!("run {} cancelled by {by}", rec.run);
             }
         }
         let now = app.store.get(&rec.run).unwrap_or_else(|| rec.clone());

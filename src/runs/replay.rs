@@ -12,7 +12,7 @@ use crate::http::app::App;
 use crate::http::{ApiError, Response};
 use crate::runner::Job;
 use crate::runs::idempotency::{self, Claim, Policy};
-use crate::state::store::{RunRecord, RunState};
+use crate::state::record::{RunRecord, RunState};
 
 /// The response header marking an answer to a repeat.
 pub const REPLAYED: &str = "Idempotent-Replayed";
@@ -41,7 +41,7 @@ pub fn start_once(
         instance: &server.instance,
     };
     let deadline = Instant::now() + wait_bound(&job);
-    let scope = String::from(job.by.clone());
+    let scope = job.by.to_string();
     loop {
         let known = |id: &str| app.store.owner_of(id).is_some();
         match app.idempotency.claim(policy, &scope, key, request, known)? {
@@ -155,14 +155,10 @@ fn ended(rec: RunRecord) -> Result<Response, ApiError> {
         }),
         _ => {
             let last = rec.steps.last();
-            let num = |k: &str| {
-                last.and_then(|s| s[k].as_i64())
-                    .and_then(|n| i32::try_from(n).ok())
-            };
             Err(ApiError::RunFailed {
                 step: rec.steps.len().saturating_sub(1),
-                exit_code: num("ExitCode"),
-                signal: num("Signal"),
+                exit_code: last.and_then(|s| s.exit_code),
+                signal: last.and_then(|s| s.signal),
                 stderr: rec.error.unwrap_or_default(),
                 stdout: rec.stdout.unwrap_or_default(),
                 run,

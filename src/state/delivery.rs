@@ -4,6 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::state::time::Time;
+
 /// Attempts kept in a record (the most recent ones); `AttemptCount` counts
 /// them all.
 pub const ATTEMPTS_KEPT: usize = 20;
@@ -76,8 +78,8 @@ impl DeliveryState {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct Attempt {
-    /// RFC 3339 time the attempt started.
-    pub at: String,
+    /// When the attempt started.
+    pub at: Time,
     /// The receiver's HTTP status, when it answered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<u16>,
@@ -163,7 +165,7 @@ mod tests {
         let mut d = Delivery::new(&t);
         for i in 0..(ATTEMPTS_KEPT + 5) {
             d.push_attempt(Attempt {
-                at: i.to_string(),
+                at: format!("2026-01-01T00:00:{i:02}.000Z").parse().unwrap(),
                 status: Some(503),
                 error: None,
                 duration_ms: 1,
@@ -171,7 +173,7 @@ mod tests {
         }
         assert_eq!(d.attempt_count as usize, ATTEMPTS_KEPT + 5);
         assert_eq!(d.attempts.len(), ATTEMPTS_KEPT);
-        assert_eq!(d.attempts[0].at, "5");
+        assert_eq!(d.attempts[0].at.to_string(), "2026-01-01T00:00:05.000Z");
         let two = waiting(&[t.clone(), t.clone()]);
         assert_eq!(two.len(), 1);
         assert_eq!(two[0].delivery.len(), 32);

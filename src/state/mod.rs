@@ -64,9 +64,11 @@ pub mod idempotency;
 pub mod keys;
 pub mod output;
 pub mod passwords;
+pub mod record;
 pub mod sessions;
 pub mod spool;
 pub mod store;
+pub mod time;
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -109,7 +111,7 @@ impl State {
     pub fn open_runs(
         &self,
         retention: usize,
-        retry: impl Fn(&store::RunRecord) -> bool,
+        retry: impl Fn(&record::RunRecord) -> bool,
     ) -> io::Result<(store::RunStore, Vec<String>)> {
         store::RunStore::open(&self.dir, retention, retry)
     }

@@ -23,7 +23,8 @@ use crate::runs;
 use crate::runs::follow;
 use crate::state::delivery::Delivery;
 use crate::state::output::{self, Frame, Stream};
-use crate::state::store::{Origin, Owner, RunFilter, RunRecord, RunState, ALL_STATES};
+use crate::state::record::{Origin, Owner, RunRecord, RunState, StepReport, ALL_STATES};
+use crate::state::store::RunFilter;
 
 /// Runs per page.
 pub const PAGE: usize = 50;
@@ -175,7 +176,7 @@ fn list_row(cfg: &Config, r: &RunRecord) -> Markup {
             td { (program) }
             td { (r.function) }
             td { (origin(r)) }
-            td { (r.started_at.as_deref().unwrap_or(&r.created_at)) }
+            td { (r.started_at.unwrap_or(r.created_at)) }
             td { (duration(r)) }
         }
     }
@@ -183,10 +184,9 @@ fn list_row(cfg: &Config, r: &RunRecord) -> Markup {
 
 /// Who started the run, and through which tool environment.
 fn origin(r: &RunRecord) -> String {
-    let by = String::from(r.by.clone());
     match &r.tool {
-        Some(t) => format!("{by} via {t}"),
-        None => by,
+        Some(t) => format!("{} via {t}", r.by),
+        None => r.by.to_string(),
     }
 }
 
@@ -308,7 +308,6 @@ fn run_page(app: &App, cfg: &Config, s: &Session, r: &RunRecord) -> Response {
             .map_or_else(|| id.to_string(), |p| format!("{} ({})", p.name, p.id)),
         Owner::Hook => format!("hook {}", r.function),
     };
-    let dash = "\u{2014}";
     let live = !r.state.is_terminal();
     let follow = live.then(|| format!("/api/runs/{}/output?follow=1", percent_encode(&r.run)));
     let result = r
@@ -332,8 +331,8 @@ fn run_page(app: &App, cfg: &Config, s: &Session, r: &RunRecord) -> Response {
                 dt { "Function" } dd { (r.function) }
                 dt { "Origin" } dd { (origin(r)) }
                 dt { "Created" } dd { (r.created_at) }
-                dt { "Started" } dd { (r.started_at.as_deref().unwrap_or(dash)) }
-                dt { "Finished" } dd { (r.finished_at.as_deref().unwrap_or(dash)) }
+                dt { "Started" } dd { (or_dash(r.started_at)) }
+                dt { "Finished" } dd { (or_dash(r.finished_at)) }
                 dt { "Duration" } dd { (duration(r)) }
                 @if let Some(e) = &r.error { dt { "Error" } dd { (strip_ansi(e)) } }
             }
@@ -366,12 +365,7 @@ fn run_page(app: &App, cfg: &Config, s: &Session, r: &RunRecord) -> Response {
     resp
 }
 
-fn steps_table(steps: &[Value]) -> Markup {
-    let num = |s: &Value, k: &str| {
-        s.get(k)
-            .and_then(Value::as_i64)
-            .map_or_else(|| "\u{2014}".to_string(), |n| n.to_string())
-    };
+fn steps_table(steps: &[StepReport]) -> Markup {
     html! {
         @if steps.is_empty() {
             p class="muted" { "No step has run." }
@@ -384,16 +378,21 @@ fn steps_table(steps: &[Value]) -> Markup {
                     @for (i, s) in steps.iter().enumerate() {
                         tr {
                             td { (i) }
-                            td { (s.get("Kind").and_then(Value::as_str).unwrap_or("")) }
-                            td { (num(s, "ExitCode")) }
-                            td { (num(s, "Signal")) }
-                            td { (num(s, "DurationMs")) " ms" }
+                            td { (s.kind.name()) }
+                            td { (or_dash(s.exit_code)) }
+                            td { (or_dash(s.signal)) }
+                            td { (s.duration_ms) " ms" }
                         }
                     }
                 }
             }
         }
     }
+}
+
+/// `v`, or an em dash when there is none.
+fn or_dash(v: Option<impl std::fmt::Display>) -> String {
+    v.map_or_else(|| "\u{2014}".to_string(), |v| v.to_string())
 }
 
 /// The run's completion callbacks: one row per delivery (URL, state, why it
@@ -508,30 +507,13 @@ fn strip_value(v: &Value) -> Value {
 
 /// The run's duration, `1.234 s`, from its start to its end (or `—`).
 fn duration(r: &RunRecord) -> String {
-    let ms = |t: &Option<String>| t.as_deref().and_then(epoch_ms);
-    match (ms(&r.started_at), ms(&r.finished_at)) {
-        (Some(a), Some(b)) if b >= a => format!("{:.3} s", (b - a) as f64 / 1000.0),
+    match (r.started_at, r.finished_at) {
+        (Some(a), Some(b)) => or_dash(
+            b.since(a)
+                .map(|d| format!("{:.3} s", d.as_millis() as f64 / 1000.0)),
+        ),
         _ => "\u{2014}".into(),
     }
-}
-
-/// Milliseconds since the epoch of an RFC 3339 UTC time as trigd writes
-/// them (`2026-11-22T04:14:00.123Z`).
-fn epoch_ms(t: &str) -> Option<i64> {
-    let n = |a: usize, b: usize| t.get(a..b)?.parse::<i64>().ok();
-    if t.len() != 24 || !t.ends_with('Z') {
-        return None;
-    }
-    let (y, m, d) = (n(0, 4)?, n(5, 7)?, n(8, 10)?);
-    let (hh, mm, ss, ms) = (n(11, 13)?, n(14, 16)?, n(17, 19)?, n(20, 23)?);
-    // Days from civil (Howard Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(((days * 86_400 + hh * 3600 + mm * 60 + ss) * 1000) + ms)
 }
 
 #[cfg(test)]
@@ -548,13 +530,20 @@ mod tests {
     }
 
     #[test]
-    fn times_as_trigd_writes_them() {
-        assert_eq!(epoch_ms("1970-01-01T00:00:00.000Z"), Some(0));
-        assert_eq!(
-            epoch_ms("2026-11-22T04:20:34.567Z"),
-            Some(1_795_321_234_567)
-        );
-        assert_eq!(epoch_ms("2000-02-29T00:00:00.000Z"), Some(951_782_400_000));
-        assert_eq!(epoch_ms("yesterday"), None);
+    fn the_duration_runs_from_start_to_end() {
+        let rec = |started: &str, finished: &str| {
+            let line = format!(
+                r#"{{"Run":"{:032x}","State":"finished","Function":"f","CreatedAt":"2026-11-22T04:20:00.000Z"{started}{finished}}}"#,
+                1
+            );
+            serde_json::from_str::<RunRecord>(&line).unwrap()
+        };
+        let start = r#","StartedAt":"2026-11-22T04:20:34.567Z""#;
+        let end = r#","FinishedAt":"2026-11-22T04:21:36.001Z""#;
+        assert_eq!(duration(&rec(start, end)), "61.434 s");
+        assert_eq!(duration(&rec(start, "")), "\u{2014}");
+        // A clock set back while it ran.
+        let before = r#","FinishedAt":"2026-11-22T04:20:00.000Z""#;
+        assert_eq!(duration(&rec(start, before)), "\u{2014}");
     }
 }

@@ -22,7 +22,7 @@ use crate::config::reload;
 use crate::config::{Config, Tool};
 use crate::http::app::App;
 use crate::http::{percent_encode, ApiError, Request, Response};
-use crate::state::store::Origin;
+use crate::state::record::Origin;
 use crate::ui::view::ToolView;
 
 /// Who looks at the endpoint view, for its switch controls.
@@ -239,7 +239,6 @@ fn flip(
     public: bool,
     by: Origin,
 ) -> Result<Flip, ApiError> {
-    let by = String::from(by);
     let f = edit::set_public(&cfg.path, &tool.name, env, public).map_err(|e| match e {
         EditError::NotWritable(reason) => ApiError::ConfigNotWritable { reason },
         EditError::Invalid(msg) => ApiError::ConfigInvalid { msg },

@@ -35,8 +35,10 @@ use crate::config::callbacks::Callbacks;
 use crate::http::metrics::label;
 use crate::http::{ApiError, Request};
 use crate::state::delivery::{Attempt, DeliveryState, Source, Target};
+use crate::state::record::RunRecord;
 use crate::state::spool::{Pending, Spool};
-use crate::state::store::{now_rfc3339, RunRecord, RunStore};
+use crate::state::store::RunStore;
+use crate::state::time::Time;
 use crate::state::State;
 use send::Outcome;
 
@@ -364,7 +366,7 @@ impl Service {
         }
         let s = self.current();
         let first = *p.first_attempt_ms.get_or_insert_with(unix_ms);
-        let (at, start) = (now_rfc3339(), Instant::now());
+        let (at, start) = (Time::now(), Instant::now());
         let n = p.delivery.attempt_count.saturating_add(1);
         let outcome = send::attempt(&s.cb, s.tls(), &p, n);
         let (status, error) = match &outcome {
