@@ -26,10 +26,11 @@
 //! [`State`] is the one door: everything kept is opened through it, and
 //! nothing above `state/` names a path in the state dir ([`Kept`] names
 //! every file). Each kind of thing kept has one type here whose methods are
-//! the whole interface its users see: [`store::RunStore`] (run records: `append`,
-//! `record`, `get`, `list` with a [`store::RunFilter`] and a cursor
-//! (`skip`); the queue of accepted runs is its `queued` records, handed to
-//! the runner by `open`), [`idempotency::Log`], [`keys::KeyFile`],
+//! the whole interface its users see: [`store::RunStore`] (run records,
+//! [`record::RunRecord`]: `append`, `record`, `get`, `list` with a
+//! [`store::RunFilter`] and a cursor (`skip`); the queue of accepted runs
+//! is its `queued` records, handed to the runner by `open`),
+//! [`idempotency::Log`], [`keys::KeyFile`],
 //! [`sessions::SessionFile`], [`spool::Spool`], [`output`] (kept output),
 //! [`bodies::BodyFile`] and [`passwords`] (read by the config loader).
 //! A second backend (PostgreSQL) becomes a variant of [`State`] and inside
