@@ -1,6 +1,5 @@
 # bench/trigd-config.sh — the trigd configuration bench/run.sh measures,
-# sourced by bench/run.sh and by link/order-symbols.sh (which traces the
-# start-up and idle code of the same configuration).
+# sourced by bench/run.sh.
 #
 #   trigd_base_config KEY_SHA256 MAX_RUNS
 #       print the [server] settings and the API key

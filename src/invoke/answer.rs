@@ -26,27 +26,8 @@ pub fn start(app: &App, job: Job, run_async: bool) -> Result<Response, ApiError>
         return Ok(Response::json(200, &body).with_run(&id));
     }
     let (id, outcome) = app.runner.run_sync(job).map_err(run_error)?;
-    if outcome.error.is_none() {
-        let body = finished_bytes(&id, &outcome.result);
-        return Ok(Response::json_bytes(200, body).with_run(&id));
-    }
     let body = finished_body(&id, outcome)?;
     Ok(Response::json(200, &body).with_run(&id))
-}
-
-/// The body of a finished sync run: the bytes [`finished_body`]'s object
-/// serializes to (its keys in serde_json's sorted order, then a newline),
-/// written without building the object and copying the Result into it.
-fn finished_bytes(id: &str, result: &[Value]) -> Vec<u8> {
-    let mut body = Vec::with_capacity(128);
-    body.extend_from_slice(b"{\"Result\":");
-    // Writing into a Vec fails only for a map with non-string keys, which
-    // a Value cannot hold.
-    let _ = serde_json::to_writer(&mut body, result);
-    body.extend_from_slice(b",\"Run\":");
-    let _ = serde_json::to_writer(&mut body, id);
-    body.extend_from_slice(b",\"Success\":\"Program finished.\"}\n");
-    body
 }
 
 /// Start `job` as a sync run on a thread of its own and answer with its
@@ -185,35 +166,5 @@ fn humanize(d: std::time::Duration) -> String {
     match d.subsec_millis() {
         0 => format!("{}s", d.as_secs()),
         _ => format!("{}ms", d.as_millis()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_finished_runs_body_is_the_bytes_of_its_object() {
-        let results = [
-            json!([]),
-            json!([""]),
-            json!(["line \"quoted\"\n\ttab \u{1} é", {"b": 1, "a": [true, null, 1.5]}, [[]]]),
-        ];
-        for (i, result) in results.iter().enumerate() {
-            let result = result.as_array().unwrap().clone();
-            let id = format!("vm-{i:032x}");
-            let outcome = Outcome {
-                result: result.clone(),
-                steps: Vec::new(),
-                error: None,
-            };
-            let object = finished_body(&id, outcome).unwrap();
-            let mut expected = serde_json::to_vec(&object).unwrap();
-            expected.push(b'\n');
-            assert_eq!(
-                String::from_utf8(finished_bytes(&id, &result)).unwrap(),
-                String::from_utf8(expected).unwrap()
-            );
-        }
     }
 }

@@ -785,8 +785,7 @@ fn no_pidfd() -> bool {
 /// when the exit closed the last write end (halfway through the exit: the
 /// woken supervisor took the CPU, and the child, not yet reapable, then
 /// waited for its turn behind every other runnable task), then once it
-/// had exited. Now only the exit wakes it (`bench/README.md`, "Sync runs
-/// at 32 connections").
+/// had exited. Now only the exit wakes it.
 struct Pipes {
     stdout: File,
     stderr: File,

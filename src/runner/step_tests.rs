@@ -3,11 +3,9 @@
 use super::*;
 use crate::config::{ApiTrigger, Piece, Template};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{RwLock, RwLockReadGuard};
+use std::sync::RwLockReadGuard;
 
-/// Tests that spawn take it shared; the fd-count test takes it exclusive
-/// so no other test's pipes are open while it counts.
-static SPAWN_LOCK: RwLock<()> = RwLock::new(());
+use crate::sys::SPAWN_LOCK;
 
 fn shared() -> RwLockReadGuard<'static, ()> {
     SPAWN_LOCK.read().unwrap_or_else(|e| e.into_inner())
@@ -757,8 +755,18 @@ fn fallback_without_pidfd() {
     let _ = std::fs::remove_file(&pidfile);
 }
 
+/// This process's open pipes and pidfds: what a step could leak. (Other
+/// tests running meanwhile open and close files of their own.)
 fn fd_count() -> usize {
-    std::fs::read_dir("/proc/self/fd").unwrap().count()
+    let kind = |e: std::fs::DirEntry| std::fs::read_link(e.path()).ok();
+    let entries = std::fs::read_dir("/proc/self/fd").unwrap();
+    entries
+        .filter_map(|e| kind(e.ok()?))
+        .filter(|l| {
+            let l = l.to_string_lossy();
+            l.starts_with("pipe:") || l == "anon_inode:[pidfd]"
+        })
+        .count()
 }
 
 #[test]

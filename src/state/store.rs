@@ -426,7 +426,7 @@ impl RunStore {
     /// offsets stay valid); only the lines appended since, the rename and
     /// the swap of the index happen under them. Holding the locks for the
     /// whole rewrite stalled every run for tens of milliseconds each time
-    /// the log doubled (`bench/README.md`, "The sync tail").
+    /// the log doubled.
     /// The dropped runs' output files are removed after the locks are
     /// released.
     fn compact(&self) -> io::Result<()> {
@@ -739,9 +739,8 @@ fn reindex(
 /// Remove the output files of the runs a compaction dropped, on a thread
 /// of its own and a batch at a time. Every run that prints creates its
 /// file in the same directory: thousands of unlinks in one go held those
-/// creates up for tens of milliseconds (`bench/README.md`, "The sync
-/// tail"). A file left behind by a crash meanwhile is removed at the next
-/// start (`output::sweep`).
+/// creates up for tens of milliseconds. A file left behind by a crash
+/// meanwhile is removed at the next start (`output::sweep`).
 fn remove_outputs(state_dir: &Path, dropped: Vec<RunId>) {
     if dropped.is_empty() {
         return;

@@ -1,20 +1,70 @@
-//! The only module with `unsafe`: starting a child process, process groups,
+//! The only module with `unsafe`: starting a child process (`spawn`,
+//! `vfork`), process groups,
 //! signals, poll, rlimits, and opening or `stat`ing a directory's entry by
 //! its descriptor.
 //! Each unsafe block carries a `// SAFETY:` comment.
 #![allow(unsafe_code)]
 
-use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+mod spawn;
+#[cfg(all(target_os = "linux", target_arch = "x86_64", not(trigd_std_spawn)))]
+mod vfork;
+
+pub use spawn::{Exec, Spawned};
+
+/// The ids a child switches to before it runs its program.
+#[derive(Debug, Clone, Copy, Default)]
+struct Ids {
+    gid: Option<u32>,
+    uid: Option<u32>,
+    /// Drop the supplementary groups (`setgroups(0)`): switching the uid as root.
+    /// (Read by `vfork` only: `std::process::Command::uid` drops them
+    /// itself.)
+    #[cfg_attr(
+        not(all(target_os = "linux", target_arch = "x86_64", not(trigd_std_spawn))),
+        allow(dead_code)
+    )]
+    drop_groups: bool,
+}
+
+/// Wait for the child `pid` to exit and reap it (`waitpid`, retried on
+/// EINTR).
+///
+/// # Errors
+/// `waitpid` failed (not our child, or reaped already).
+pub fn wait_child(pid: u32) -> io::Result<std::process::ExitStatus> {
+    use std::os::unix::process::ExitStatusExt;
+    let pid =
+        libc::pid_t::try_from(pid).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    loop {
+        let mut status: libc::c_int = 0;
+        // SAFETY: `status` is a valid, writable c_int.
+        let rc = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if rc == pid {
+            return Ok(std::process::ExitStatus::from_raw(status));
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+}
+
+/// Tests that spawn take it shared; a test that counts this process's
+/// descriptors takes it exclusive, so no other test's pipes are open
+/// while it counts.
+#[cfg(test)]
+pub static SPAWN_LOCK: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
 /// A one-shot "stop now" flag that can also be `poll`ed: an `eventfd`
 /// that [`AbortSignal::trigger`] makes readable for every poller at once
 /// (nobody reads it, so it stays readable). One descriptor: the pipe it
 /// was before took two, and three system calls per run to create and
-/// close (`bench/README.md`, "Round six").
+/// close.
 #[derive(Debug)]
 pub struct AbortSignal {
     /// The eventfd; polled, written once by `trigger`, never read.
@@ -430,37 +480,33 @@ pub fn trim_heap() {
     unsafe { libc::malloc_trim(0) };
 }
 
-/// Cap glibc's malloc arenas at `n`. By default every thread that
-/// allocates may get an arena of its own (up to 8 per core); with a thread
-/// per connection, memory freed in one arena is not reused by the others
-/// and RSS crept up with every run served (7 MB to 24 MB over 20,000 sync
-/// runs). One arena per core keeps RSS flat at no measurable cost.
-pub fn limit_malloc_arenas(n: usize) {
-    let n = libc::c_int::try_from(n).unwrap_or(libc::c_int::MAX);
-    // SAFETY: mallopt changes an allocator setting; called before the
-    // server's threads start.
-    unsafe { libc::mallopt(libc::M_ARENA_MAX, n) };
-}
-
-/// Size from which glibc's malloc maps a block of its own (returned to the
-/// system when freed), and free space at the top of an arena above which
-/// a free gives memory back: glibc's own starting value for both.
-pub const MALLOC_THRESHOLD: usize = 128 * 1024;
-
-/// Keep glibc's mmap and trim thresholds at [`MALLOC_THRESHOLD`]. By
-/// default glibc raises the mmap threshold to the size of each large block
-/// freed (up to 32 MiB) and the trim threshold to twice that: after a burst
-/// of async runs had freed the run queue's and the run index's old buffers
-/// (1-2.5 MiB each), the second arena held 7-10 MiB resident with 4.3 MiB
-/// in use, and `malloc_trim` does not give back the free top of an arena
-/// other than the main one (`bench/README.md`, "Memory after load").
-pub fn fix_malloc_thresholds() {
-    let n = libc::c_int::try_from(MALLOC_THRESHOLD).unwrap_or(libc::c_int::MAX);
+/// Set glibc's malloc for a server with a thread per connection: at most
+/// one arena per core plus one (the file watcher's thread starts before
+/// the threads that read the program files, which then each get one), and
+/// the mmap and trim thresholds kept at glibc's starting 128 KiB. By
+/// default every thread may get an arena of its own (up to 8 per core),
+/// memory freed in one is not reused by the others, and glibc raises both
+/// thresholds to the size of each large block freed (up to 32 MiB), so
+/// free memory stays resident; `malloc_trim` does not give back the free
+/// top of an arena other than the main one.
+///
+/// The figure that keeps it: VmRSS of trigd after 4 interleaved rounds of
+/// 5 s of sync `/bin/true` at 8 connections (about 40,000 runs), on the
+/// 2-core bench VM: 7,428 KiB with both settings, 7,720 without the arena
+/// cap, 11,240 without the thresholds, 17,488 with glibc's defaults
+/// (bench/run.sh's target after load is ≤ 0.10× webhook's, which holds
+/// 150-175 MiB). Re-measure: build once without this call and run
+/// `bench/ab.sh -c true8 -r 4 tuned=OLD default=NEW`; compare the column
+/// "VmRSS at end".
+pub fn tune_malloc(cores: usize) {
+    let arenas = libc::c_int::try_from(cores.max(2) + 1).unwrap_or(libc::c_int::MAX);
+    let threshold: libc::c_int = 128 * 1024;
     // SAFETY: mallopt changes allocator settings; called before the
     // server's threads start.
     unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, n);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, n);
+        libc::mallopt(libc::M_ARENA_MAX, arenas);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, threshold);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, threshold);
     }
 }
 
@@ -545,389 +591,11 @@ fn c_name(name: &std::ffi::OsStr) -> io::Result<std::ffi::CString> {
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "file name holds a NUL byte"))
 }
 
-/// A program to start with [`Exec::spawn`]: everything the child needs,
-/// prepared (as C strings and pointer arrays) before the child exists, so
-/// the child itself only makes system calls.
-pub struct Exec {
-    program: CString,
-    /// argv: the strings, and the NULL-terminated pointer array into them.
-    argv: Vec<CString>,
-    envp: Vec<CString>,
-    dir: CString,
-    ids: Ids,
-}
-
-/// The ids a child switches to before it runs its program.
-#[derive(Debug, Clone, Copy, Default)]
-struct Ids {
-    gid: Option<u32>,
-    uid: Option<u32>,
-    /// Drop the supplementary groups (`setgroups(0)`): switching the uid as root.
-    drop_groups: bool,
-}
-
-/// A NUL byte in a program path, argument, variable or directory: such a
-/// string cannot reach `execve` (the same error as `std::process`).
-fn nul_error() -> io::Error {
-    io::Error::new(
-        io::ErrorKind::InvalidInput,
-        "nul byte found in provided data",
-    )
-}
-
-fn c_bytes(bytes: &[u8]) -> io::Result<CString> {
-    CString::new(bytes).map_err(|_| nul_error())
-}
-
-impl Exec {
-    /// Start `program` (a path; no PATH search) with `argv` (the first is
-    /// the program's `argv[0]`), exactly the environment `env` (in this
-    /// order), in the directory `dir`.
-    ///
-    /// # Errors
-    /// One of the strings holds a NUL byte.
-    pub fn new<'a>(
-        program: &std::path::Path,
-        argv: impl IntoIterator<Item = &'a str>,
-        env: impl IntoIterator<Item = (&'a str, &'a str)>,
-        dir: &std::path::Path,
-    ) -> io::Result<Exec> {
-        use std::os::unix::ffi::OsStrExt;
-        let argv = argv
-            .into_iter()
-            .map(|a| c_bytes(a.as_bytes()))
-            .collect::<io::Result<Vec<_>>>()?;
-        let envp = env
-            .into_iter()
-            .map(|(k, v)| c_bytes(format!("{k}={v}").as_bytes()))
-            .collect::<io::Result<Vec<_>>>()?;
-        Ok(Exec {
-            program: c_bytes(program.as_os_str().as_bytes())?,
-            argv,
-            envp,
-            dir: c_bytes(dir.as_os_str().as_bytes())?,
-            ids: Ids::default(),
-        })
-    }
-
-    /// Switch the child to `gid` and/or `uid` (the caller has checked that
-    /// trigd may). Switching the uid as root also drops the supplementary
-    /// groups, as `std::process::Command::uid` does.
-    pub fn ids(&mut self, gid: Option<u32>, uid: Option<u32>) {
-        // SAFETY: getuid cannot fail and touches no memory.
-        let root = unsafe { libc::getuid() } == 0;
-        self.ids = Ids {
-            gid,
-            uid,
-            drop_groups: uid.is_some() && root,
-        };
-    }
-
-    /// Start the program with `stdio` as its descriptors 0, 1 and 2 and no
-    /// other, in a process group of its own, with an empty signal mask and
-    /// every signal's disposition at its default.
-    ///
-    /// The child is made with `clone(CLONE_VM | CLONE_VFORK)` on a small
-    /// stack in this function's frame: no stack is mapped and unmapped per
-    /// child (glibc's `posix_spawn` does, under the address-space lock that
-    /// every thread of trigd shares), the pidfd comes from the clone
-    /// (`CLONE_PIDFD`), and the child resets only the signals whose
-    /// disposition is not the default (glibc's queries and resets all 64).
-    /// The calling thread is suspended until the child has called `execve`
-    /// or failed.
-    ///
-    /// # Errors
-    /// The error of the step that failed in the child (`execve`, `chdir`,
-    /// an id switch, …), or of `clone` itself; a failed child is reaped.
-    pub fn spawn(&self, stdio: [BorrowedFd<'_>; 3]) -> io::Result<Spawned> {
-        let argv = nul_terminated(&self.argv);
-        let envp = nul_terminated(&self.envp);
-        let reset = reset_signals();
-        let mut child = ChildArgs {
-            program: self.program.as_ptr(),
-            argv: argv.as_ptr(),
-            envp: envp.as_ptr(),
-            dir: self.dir.as_ptr(),
-            stdio: stdio.map(|fd| fd.as_raw_fd()),
-            ids: self.ids,
-            reset: reset.as_ptr(),
-            reset_len: reset.len(),
-            errno: AtomicI32::new(0),
-        };
-        let (pid, pidfd) = clone_vfork(&mut child)?;
-        let errno = child.errno.load(Ordering::SeqCst);
-        if errno != 0 {
-            // The child has exited (CLONE_VFORK returned): reap it.
-            drop(pidfd);
-            let _ = wait_child(pid);
-            return Err(io::Error::from_raw_os_error(errno));
-        }
-        Ok(Spawned { pid, pidfd })
-    }
-}
-
-/// Pointers to `strings` followed by NULL, as `execve` takes them.
-fn nul_terminated(strings: &[CString]) -> Vec<*const libc::c_char> {
-    let mut ptrs: Vec<*const libc::c_char> = strings.iter().map(|s| s.as_ptr()).collect();
-    ptrs.push(std::ptr::null());
-    ptrs
-}
-
-/// A child started by [`Exec::spawn`], not yet reaped.
-#[derive(Debug)]
-pub struct Spawned {
-    /// Its process id, also its process group id.
-    pub pid: u32,
-    /// Readable once it has exited; `None` on a kernel without `CLONE_PIDFD`
-    /// and `pidfd_open` (before 5.3).
-    pub pidfd: Option<OwnedFd>,
-}
-
-/// Wait for the child `pid` to exit and reap it (`waitpid`, retried on
-/// EINTR).
-///
-/// # Errors
-/// `waitpid` failed (not our child, or reaped already).
-pub fn wait_child(pid: u32) -> io::Result<std::process::ExitStatus> {
-    use std::os::unix::process::ExitStatusExt;
-    let pid =
-        libc::pid_t::try_from(pid).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    loop {
-        let mut status: libc::c_int = 0;
-        // SAFETY: `status` is a valid, writable c_int.
-        let rc = unsafe { libc::waitpid(pid, &mut status, 0) };
-        if rc == pid {
-            return Ok(std::process::ExitStatus::from_raw(status));
-        }
-        let err = io::Error::last_os_error();
-        if err.kind() != io::ErrorKind::Interrupted {
-            return Err(err);
-        }
-    }
-}
-
-/// The child's view of an [`Exec`]: raw pointers into memory the parent
-/// keeps alive (and does not touch) until the child has called `execve` or
-/// exited.
-struct ChildArgs {
-    program: *const libc::c_char,
-    argv: *const *const libc::c_char,
-    envp: *const *const libc::c_char,
-    dir: *const libc::c_char,
-    stdio: [RawFd; 3],
-    ids: Ids,
-    reset: *const libc::c_int,
-    reset_len: usize,
-    /// Set by the child to the errno of the step that failed.
-    errno: AtomicI32,
-}
-
-/// The kernel's `struct sigaction` (what `rt_sigaction` takes, unlike
-/// libc's); only ever set to SIG_DFL or read.
-#[repr(C)]
-struct KernelSigaction {
-    handler: libc::sighandler_t,
-    flags: libc::c_ulong,
-    restorer: usize,
-    mask: u64,
-}
-
-/// Size of the kernel's signal set, as `rt_sigaction`/`rt_sigprocmask` take it.
-const KERNEL_SIGSET: usize = 8;
-
-/// The signals whose disposition is not the default (ignored, like std's
-/// SIGPIPE, or handled, like std's SIGSEGV/SIGBUS), read once. trigd installs
-/// no handler after start-up (it waits for its signals with `sigwait`), so
-/// the list stays right.
-fn reset_signals() -> &'static [libc::c_int] {
-    static LIST: std::sync::OnceLock<Vec<libc::c_int>> = std::sync::OnceLock::new();
-    LIST.get_or_init(|| {
-        (1..=64)
-            .filter(|&sig| sig != libc::SIGKILL && sig != libc::SIGSTOP)
-            .filter(|&sig| {
-                let mut old = KernelSigaction {
-                    handler: libc::SIG_DFL,
-                    flags: 0,
-                    restorer: 0,
-                    mask: 0,
-                };
-                // SAFETY: a query (NULL new action) into a valid, writable
-                // struct of the kernel's layout and the kernel's sigset size.
-                let rc = unsafe {
-                    libc::syscall(
-                        libc::SYS_rt_sigaction,
-                        sig,
-                        std::ptr::null::<KernelSigaction>(),
-                        &mut old as *mut KernelSigaction,
-                        KERNEL_SIGSET,
-                    )
-                };
-                rc == 0 && old.handler != libc::SIG_DFL
-            })
-            .collect()
-    })
-}
-
-/// Bytes of the child's stack (it runs [`child_main`]: system calls only).
-const CHILD_STACK: usize = 8 * 1024;
-
-/// `clone(CLONE_VM | CLONE_VFORK | CLONE_PIDFD)` running [`child_main`] on a
-/// stack in this frame, with every signal blocked in this thread meanwhile
-/// (a handler must not run in the child, which shares trigd's memory).
-/// Returns once the child has called `execve` or exited.
-fn clone_vfork(child: &mut ChildArgs) -> io::Result<(u32, Option<OwnedFd>)> {
-    let mut stack = std::mem::MaybeUninit::<[u8; CHILD_STACK]>::uninit();
-    // The stack grows down: the child starts at the (16-byte aligned) top.
-    let top = (stack.as_mut_ptr() as usize + CHILD_STACK) & !15;
-    let mut pidfd: libc::c_int = -1;
-    let all: u64 = !0;
-    let mut old: u64 = 0;
-    let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD | libc::SIGCHLD;
-    // SAFETY: rt_sigprocmask with valid pointers to 8-byte signal sets
-    // (raw, so glibc's internal signals are blocked too). clone: `top` is
-    // the aligned end of CHILD_STACK bytes that stay alive and unused by
-    // this thread until clone returns, which with CLONE_VFORK is after the
-    // child has called execve or exited; `child` and the memory its
-    // pointers reach (owned by the caller's `Exec` and `spawn`) live as
-    // long; `pidfd` is a valid c_int for CLONE_PIDFD to fill.
-    let pid = unsafe {
-        libc::syscall(
-            libc::SYS_rt_sigprocmask,
-            libc::SIG_SETMASK,
-            &all as *const u64,
-            &mut old as *mut u64,
-            KERNEL_SIGSET,
-        );
-        let pid = libc::clone(
-            child_main,
-            top as *mut libc::c_void,
-            flags,
-            (child as *mut ChildArgs).cast::<libc::c_void>(),
-            &mut pidfd as *mut libc::c_int,
-        );
-        let err = io::Error::last_os_error();
-        libc::syscall(
-            libc::SYS_rt_sigprocmask,
-            libc::SIG_SETMASK,
-            &old as *const u64,
-            std::ptr::null::<u64>(),
-            KERNEL_SIGSET,
-        );
-        if pid < 0 {
-            return Err(err);
-        }
-        pid
-    };
-    let pid = u32::try_from(pid).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))?;
-    let pidfd = if pidfd >= 0 {
-        // SAFETY: CLONE_PIDFD stored a new descriptor that we own.
-        Some(unsafe { OwnedFd::from_raw_fd(pidfd) })
-    } else {
-        // A kernel before 5.2 ignores CLONE_PIDFD.
-        pidfd_open(pid)
-    };
-    Ok((pid, pidfd))
-}
-
-/// A raw system call's result: its value, or the errno it failed with.
-/// Only async-signal-safe operations (the errno is the calling thread's,
-/// here the suspended parent thread's, which nobody reads meanwhile).
-fn raw_result(rc: libc::c_long) -> Result<libc::c_long, libc::c_int> {
-    if rc < 0 {
-        // SAFETY: __errno_location returns the (valid) thread's errno slot.
-        Err(unsafe { *libc::__errno_location() })
-    } else {
-        Ok(rc)
-    }
-}
-
-/// The child between `clone` and `execve`. It shares trigd's memory, so it
-/// allocates nothing, takes no lock and calls no libc function that does
-/// more than one system call (glibc's `setuid` & co. signal every thread of
-/// the process: raw system calls instead). On failure it stores the errno
-/// for the parent and exits with 127.
-extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
-    // SAFETY: `arg` is the `ChildArgs` that `clone_vfork` passed, alive
-    // until this child execs or exits.
-    let a = unsafe { &*(arg as *const ChildArgs) };
-    // SAFETY: see `child_steps`.
-    if let Err(errno) = unsafe { child_steps(a) } {
-        a.errno.store(errno, Ordering::SeqCst);
-    }
-    127
-}
-
-/// What the child does, in the order of `std::process`'s own fork path:
-/// descriptors (and no others), ids, directory, process group, signals,
-/// `execve`. Returns
-/// only on failure.
-///
-/// # Safety
-/// `a`'s pointers are valid: C strings and NULL-terminated arrays of them,
-/// and `reset_len` signal numbers at `reset`.
-unsafe fn child_steps(a: &ChildArgs) -> Result<(), libc::c_int> {
-    for (target, &fd) in a.stdio.iter().enumerate() {
-        if fd == target as RawFd {
-            // Already in place: only let it survive the exec.
-            raw_result(libc::syscall(libc::SYS_fcntl, fd, libc::F_SETFD, 0))?;
-        } else {
-            raw_result(libc::syscall(libc::SYS_dup3, fd, target as RawFd, 0))?;
-        }
-    }
-    // Nothing beyond stdio, also not a descriptor trigd inherited without
-    // close-on-exec. A kernel before 5.9 lacks close_range: trigd's own
-    // descriptors are close-on-exec all the same.
-    let _ = libc::syscall(
-        libc::SYS_close_range,
-        3 as libc::c_uint,
-        libc::c_uint::MAX,
-        0 as libc::c_uint,
-    );
-    if a.ids.drop_groups {
-        // As std: a failure here (no CAP_SETGID) is left to the setuid.
-        let _ = libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>());
-    }
-    if let Some(gid) = a.ids.gid {
-        raw_result(libc::syscall(libc::SYS_setgid, gid))?;
-    }
-    if let Some(uid) = a.ids.uid {
-        raw_result(libc::syscall(libc::SYS_setuid, uid))?;
-    }
-    raw_result(libc::syscall(libc::SYS_chdir, a.dir))?;
-    raw_result(libc::syscall(libc::SYS_setpgid, 0, 0))?;
-    let default = KernelSigaction {
-        handler: libc::SIG_DFL,
-        flags: 0,
-        restorer: 0,
-        mask: 0,
-    };
-    for i in 0..a.reset_len {
-        let sig = *a.reset.add(i);
-        raw_result(libc::syscall(
-            libc::SYS_rt_sigaction,
-            sig,
-            &default as *const KernelSigaction,
-            std::ptr::null::<KernelSigaction>(),
-            KERNEL_SIGSET,
-        ))?;
-    }
-    let none: u64 = 0;
-    raw_result(libc::syscall(
-        libc::SYS_rt_sigprocmask,
-        libc::SIG_SETMASK,
-        &none as *const u64,
-        std::ptr::null::<u64>(),
-        KERNEL_SIGSET,
-    ))?;
-    raw_result(libc::syscall(libc::SYS_execve, a.program, a.argv, a.envp))?;
-    Ok(())
-}
-
 /// A duplicate of `fd` without close-on-exec, as a descriptor trigd
 /// inherited from whoever started it may be (for tests of what a child
 /// inherits).
 #[cfg(test)]
-pub fn dup_inheritable(fd: BorrowedFd<'_>) -> OwnedFd {
+pub fn dup_inheritable(fd: std::os::fd::BorrowedFd<'_>) -> OwnedFd {
     // SAFETY: dup of a borrowed, open descriptor; no memory is passed.
     let new = unsafe { libc::dup(fd.as_raw_fd()) };
     assert!(new >= 0, "dup: {}", io::Error::last_os_error());
@@ -948,6 +616,8 @@ mod tests {
 
     #[test]
     fn abort_signal_wakes_pollers_once() {
+        // Opens descriptors: not while a test counts them.
+        let _g = SPAWN_LOCK.read().unwrap_or_else(|e| e.into_inner());
         let a = AbortSignal::new().unwrap();
         assert!(!a.is_triggered());
         let mut fds = [libc::pollfd {
@@ -965,6 +635,8 @@ mod tests {
 
     #[test]
     fn abort_signal_is_an_eventfd() {
+        // Opens descriptors: not while a test counts them.
+        let _g = SPAWN_LOCK.read().unwrap_or_else(|e| e.into_inner());
         let a = AbortSignal::new().unwrap();
         // One descriptor, an eventfd (the pipe it was took two, and three
         // system calls per run).
@@ -982,6 +654,8 @@ mod tests {
 
     #[test]
     fn user_and_group_lookups() {
+        // Opens descriptors: not while a test counts them.
+        let _g = SPAWN_LOCK.read().unwrap_or_else(|e| e.into_inner());
         assert_eq!(user_by_name("root"), Some((0, 0)));
         assert_eq!(primary_group_of(0), Some(0));
         assert_eq!(group_by_name("root"), Some(0));

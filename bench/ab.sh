@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# bench/ab.sh — two or more trigd builds (or settings) against each other,
+# interleaved, on one case of bench/run.sh.
+#
+#   bench/ab.sh [-c CASE] [-r ROUNDS] [-s SECONDS] LABEL=BINARY[,VAR=VALUE...] ...
+#
+# CASE: true1, true8 (default), true32, echo8 or reject8, as in
+# bench/run.sh. Every variant is started once on the same configuration;
+# then each round measures each of them with wrk for SECONDS (the order
+# rotates from round to round), and the table gives per variant the median
+# req/s, p50 and p99 over the rounds with their spread (min–max), its idle
+# VmRSS (0.5 s after the first 200) and its VmRSS and VmHWM at the end.
+# VAR=VALUE pairs go into that variant's environment. Needs wrk and curl.
+set -euo pipefail
+
+BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=bench/trigd-config.sh
+source "$BENCH_DIR/trigd-config.sh"
+
+CASE=true8 ROUNDS=5 SECS=5
+while getopts c:r:s:h opt; do
+    case $opt in
+    c) CASE=$OPTARG ;;
+    r) ROUNDS=$OPTARG ;;
+    s) SECS=$OPTARG ;;
+    *) sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    esac
+done
+shift $((OPTIND - 1))
+(($# >= 2)) || { echo "ab.sh: give at least two variants" >&2; exit 2; }
+
+KEY="bench-key-4f1c2a9e7d3b"
+SHA=$(printf '%s' "$KEY" | sha256sum | cut -d' ' -f1)
+case $CASE in
+true1) CONNS=1 PATH_Q="/api?api_key=$KEY&program_id=1" ;;
+true8) CONNS=8 PATH_Q="/api?api_key=$KEY&program_id=1" ;;
+true32) CONNS=32 PATH_Q="/api?api_key=$KEY&program_id=1" ;;
+echo8) CONNS=8 PATH_Q="/api?api_key=$KEY&program_id=2&variables=hello&variables=world" ;;
+reject8) CONNS=8 PATH_Q="/api?api_key=wrong-$KEY&program_id=1" ;;
+*) echo "ab.sh: unknown case $CASE" >&2; exit 2 ;;
+esac
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/trigd-ab.XXXXXX")
+PIDS=()
+cleanup() {
+    local p
+    for p in "${PIDS[@]+"${PIDS[@]}"}"; do kill -TERM "$p" 2>/dev/null || true; done
+    for p in "${PIDS[@]+"${PIDS[@]}"}"; do wait "$p" 2>/dev/null || true; done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+printf 'secret\n' >"$WORK/secret"
+
+mem_of() { awk '/^VmRSS:/ {r=$2} /^VmHWM:/ {h=$2} END {print r+0, h+0}' "/proc/$1/status"; }
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {
+    if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2 }'; }
+spread() { printf '%s\n' "$@" | sort -g | awk 'NR==1 {lo=$1} {hi=$1} END {print lo "–" hi}'; }
+
+LABELS=() PORTS=() SPIDS=()
+declare -A RPS P50 P99
+i=0
+for spec in "$@"; do
+    label=${spec%%=*} rest=${spec#*=}
+    IFS=, read -r -a parts <<<"$rest"
+    bin=${parts[0]} envs=("${parts[@]:1}")
+    dir=$WORK/v$i
+    write_trigd_config "$dir" "$SHA" 16 "$WORK/secret" "$WORK/async$i.out" "$WORK/once$i.out"
+    env "${envs[@]+"${envs[@]}"}" "$bin" serve --config "$dir/config.toml" --listen 127.0.0.1:0 \
+        >"$dir.out" 2>/dev/null &
+    pid=$!
+    PIDS+=("$pid")
+    for ((t = 0; t < 600; t++)); do
+        grep -q '^listening on' "$dir.out" 2>/dev/null && break
+        sleep 0.05
+    done
+    port=$(sed -n 's/^listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$dir.out")
+    [[ -n $port ]] || { echo "ab.sh: $label did not start" >&2; exit 1; }
+    until curl -sf "http://127.0.0.1:$port/healthz" >/dev/null; do sleep 0.05; done
+    sleep 0.5
+    read -r rss _ < <(mem_of "$pid")
+    LABELS+=("$label") PORTS+=("$port") SPIDS+=("$pid")
+    IDLE[$i]=$rss
+    i=$((i + 1))
+done
+
+n=${#LABELS[@]}
+for ((r = 0; r < ROUNDS; r++)); do
+    for ((k = 0; k < n; k++)); do
+        v=$(((k + r) % n))
+        out=$WORK/wrk-$v-$r.txt
+        threads=2
+        ((CONNS < 2)) && threads=1
+        wrk -t$threads -c"$CONNS" -d"${SECS}s" --latency --timeout 10s \
+            -s "$BENCH_DIR/post.lua" "http://127.0.0.1:${PORTS[$v]}$PATH_Q" >"$out" 2>&1 || true
+        read -r rps p50 p99 < <(awk '
+            function ms(v) {
+                if (v ~ /us$/) return substr(v, 1, length(v) - 2) / 1000
+                if (v ~ /ms$/) return substr(v, 1, length(v) - 2) + 0
+                if (v ~ /s$/)  return substr(v, 1, length(v) - 1) * 1000
+                return v + 0
+            }
+            $1 == "50%" { p50 = ms($2) }
+            $1 == "99%" { p99 = ms($2) }
+            $1 == "WRKSUM" { dur = $2 / 1e6; total = $3 }
+            END { printf "%.1f %.3f %.3f\n", (dur > 0 ? total / dur : 0), p50, p99 }' "$out")
+        RPS[$v]="${RPS[$v]:-} $rps" P50[$v]="${P50[$v]:-} $p50" P99[$v]="${P99[$v]:-} $p99"
+        echo "round $((r + 1)) ${LABELS[$v]}: $rps req/s p50 $p50 ms p99 $p99 ms" >&2
+    done
+done
+
+echo "case $CASE ($CONNS conns), $ROUNDS rounds x ${SECS}s, load at end $(cut -d' ' -f1-3 /proc/loadavg)"
+printf '| %s | %s | %s | %s | %s | %s |\n' variant "req/s median (min–max)" "p50 ms" \
+    "p99 ms median (min–max)" "idle VmRSS KiB" "VmRSS / VmHWM at end KiB"
+echo "|---|---:|---:|---:|---:|---:|"
+for ((v = 0; v < n; v++)); do
+    read -r rss hwm < <(mem_of "${SPIDS[$v]}")
+    # shellcheck disable=SC2086
+    printf '| %s | %s (%s) | %s | %s (%s) | %s | %s / %s |\n' "${LABELS[$v]}" \
+        "$(median ${RPS[$v]})" "$(spread ${RPS[$v]})" "$(median ${P50[$v]})" \
+        "$(median ${P99[$v]})" "$(spread ${P99[$v]})" "${IDLE[$v]}" "$rss" "$hwm"
+done
