@@ -22,6 +22,8 @@
 //!
 //! ```text
 //! command line, subcommands, `trigd check` warnings  cli/ (mod.rs parsing, commands.rs, lint.rs, firststart.rs)
+//! the commands and flags as data; man pages and      cli/spec.rs (→ --help, the parser's flags);
+//!   completions made from them and the config keys    cli/generate/, config/reference.rs
 //! HTTP: Request, Response, ApiError (the Code table) http/mod.rs
 //! the server, the URL table, logs, metrics           http/ (server.rs, routes.rs, logging.rs, metrics.rs, app.rs)
 //! authenticate a caller, rate limits, CSRF, logins   access/ (mod.rs, limiter.rs, csrf.rs, login.rs, cidr.rs)

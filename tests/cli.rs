@@ -275,7 +275,23 @@ steps = [{ shell = "echo nope >&2; exit 5" }]
 fn version_and_help_exit_0() {
     let out = trigd(&["--version"], None);
     out.code_is(0);
-    out.check_eq(out.stdout.trim_end(), "trigd 0.1.0", "stdout");
+    // The commit is HEAD's, as git says it (build.rs asks git the same).
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("git runs");
+    let head = String::from_utf8_lossy(&head.stdout).trim().to_string();
+    let line = out.stdout.trim_end();
+    let want = format!("trigd {} (commit {head}", env!("CARGO_PKG_VERSION"));
+    out.check(
+        head.len() == 12 && line.starts_with(&want),
+        format!("`{line}` starts with `{want}`"),
+    );
+    out.check(
+        line.ends_with(", dirty)") || line.ends_with(&format!("{head})")),
+        "ends with the dirty flag or the commit",
+    );
     for flag in ["--help", "-h"] {
         let out = trigd(&[flag], None);
         out.code_is(0);
@@ -305,5 +321,32 @@ fn usage_errors_exit_2_with_usage_on_stderr() {
             "stderr shows the short usage",
         );
         out.check(out.stdout.is_empty(), "nothing on stdout");
+    }
+}
+
+#[test]
+fn generate_prints_man_pages_and_completions() {
+    for (kind, start) in [
+        ("man", ".TH TRIGD 1 "),
+        ("man-config", ".TH TRIGD.TOML 5 "),
+        ("complete-bash", "# bash completion for trigd"),
+        ("complete-zsh", "#compdef trigd"),
+        ("complete-fish", "# fish completion for trigd"),
+    ] {
+        let out = trigd(&["generate", kind], None);
+        out.code_is(0);
+        out.check(
+            out.stdout.starts_with(start),
+            format!("{kind} starts with {start}"),
+        );
+    }
+    for args in [
+        &["generate"][..],
+        &["generate", "html"],
+        &["generate", "man", "x"],
+    ] {
+        let out = trigd(args, None);
+        out.code_is(2);
+        out.check(out.stderr.contains("complete-fish"), "names the kinds");
     }
 }

@@ -5,7 +5,9 @@
 pub mod commands;
 pub mod error;
 pub mod firststart;
+pub mod generate;
 pub mod lint;
+pub mod spec;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -14,147 +16,7 @@ use std::process::ExitCode;
 use lexopt::prelude::*;
 
 use crate::cli::error::Error;
-
-/// The main usage text (`trigd --help`).
-pub const USAGE: &str = "\
-trigd — run user-defined programs over HTTP
-
-Usage:
-  trigd [serve] [--config PATH] [--listen ADDR]   serve HTTP (default command)
-  trigd check [--config PATH]                      validate config and programs; exit 1 on error
-  trigd run PROGRAM [VALUE...] [--config PATH] [--function F]
-                                                   run a program locally, print its JSON result
-  trigd keygen [--name NAME] [--workspace W]       new API key + the config lines to paste
-  trigd hash-password                              argon2id hash of a password read from stdin
-  trigd app-key --workspace W --member M [--config PATH]
-                                                   (re)generate M's application key in W
-  trigd import-webhook FILE [--program-id N] [--write-secrets DIR]
-                                                   print native config for an adnanh/webhook hooks file
-  trigd help [COMMAND] | --help | --version
-
-Each command explains its options with `trigd COMMAND --help`.
-
-Options of serve, check, run and app-key:
-  --config PATH   config file (default ./config.toml); relative paths in it
-                  resolve against its directory
-
-Logging: RUST_LOG=info (default), debug, warn, … to stderr.
-";
-
-const SERVE: &str = "\
-trigd serve — serve HTTP (the default command)
-
-Usage: trigd [serve] [--config PATH] [--listen ADDR]
-
-Loads the config and every program, listens, and hot-reloads on changes.
-The first stdout line is `listening on http://IP:PORT`.
-
-Options:
-  --config PATH   config file (default ./config.toml); relative paths in it
-                  (programs_dir, state_dir, workdir) resolve against its directory
-  --listen ADDR   override [server] listen, e.g. 127.0.0.1:0 for any free port
-  -h, --help      this text
-";
-
-const CHECK: &str = "\
-trigd check — validate the config and every program file
-
-Usage: trigd check [--config PATH]
-
-Prints `ok: N programs, M tools` and exits 0, or prints every error (file,
-line, column, key) and exits 1. Warnings (a command file that does not
-exist, a `{name}` placeholder inside a shell script) go to stderr and do not
-change the exit code.
-
-Options:
-  --config PATH   config file (default ./config.toml)
-  -h, --help      this text
-";
-
-const RUN: &str = "\
-trigd run — run one function of a program here, without a server
-
-Usage: trigd run PROGRAM [VALUE...] [--config PATH] [--function F]
-
-PROGRAM is a program's name or id. Each VALUE binds by position to the
-function's webhook outputs, as `variables` do over HTTP. Prints the same JSON
-as `POST /api` (without a `Run` id: the run is not recorded, the state dir
-may belong to a running server); exits 0 when the run finished, 1 otherwise.
-Put VALUEs starting with `-` after `--`.
-
-Options:
-  --config PATH   config file (default ./config.toml)
-  --function F    the function to run; any function of the program, with or
-                  without an active webhook trigger. Needed when the program
-                  has several triggered functions
-  -h, --help      this text
-";
-
-const KEYGEN: &str = "\
-trigd keygen — make a new API key for POST /api
-
-Usage: trigd keygen [--name NAME] [--workspace W]
-
-Prints the key on stderr (shown only once: give it to the caller) and, on
-stdout, the [[api_keys]] block to paste into config.toml. The block holds only
-the key's sha256, so the config never contains a usable key.
-
-Options:
-  --name NAME     the entry's name, shown in logs and run records (default: default)
-  --workspace W   limit the key to the programs of workspace W
-  -h, --help      this text
-";
-
-const HASH_PASSWORD: &str = "\
-trigd hash-password — argon2id hash for a [[users]] entry
-
-Usage: printf '%s\\n' \"$PASSWORD\" | trigd hash-password
-
-Reads the password from the first line of stdin and prints its argon2id PHC
-string, for `password = \"…\"` of a [[users]] entry.
-
-Options:
-  -h, --help      this text
-";
-
-const APP_KEY: &str = "\
-trigd app-key — (re)generate a member's application key
-
-Usage: trigd app-key --workspace W --member M [--config PATH]
-
-Prints the new key on stdout (shown only once); the member's previous key
-stops working at once, also in a running server. Keys are stored hashed in
-the state dir.
-
-Options:
-  --workspace W   the workspace
-  --member M      a member of W (a [[users]] name)
-  --config PATH   config file (default ./config.toml)
-  -h, --help      this text
-";
-
-const IMPORT_WEBHOOK: &str = "\
-trigd import-webhook — native config for an adnanh/webhook hooks file
-
-Usage: trigd import-webhook FILE [--program-id N] [--write-secrets DIR]
-
-Prints, for the hooks file FILE (JSON or YAML), a [[workspaces]] and a
-[[tools]] entry with one endpoint trigger per hook (for config.toml) and,
-after the line `# ---- programs/webhook-hooks.toml ----`, a program file with
-one function per hook. Each hook gets a comment. What native config cannot
-carry (parse-parameters-as-json, response-message, a signature outside a
-header, …) is a warning on stderr naming the hook and the option; a rule
-with such a part never matches until rewritten. To serve the file as it is
-instead, list it in [server] hooks_files.
-
-Inline secrets are not printed: each is referenced as
-secret_file = \"secrets/<hook>-<n>\".
-
-Options:
-  --program-id N        the program's id (default 900)
-  --write-secrets DIR   write each inline secret to DIR/<hook>-<n> (mode 0600)
-  -h, --help            this text
-";
+use spec::{find, help_of, usage_text, Sub, COMMANDS, GENERATE_KINDS};
 
 /// A parsed command line.
 #[derive(Debug, PartialEq, Eq)]
@@ -209,22 +71,13 @@ pub enum Command {
         /// Where to write inline secrets, when given.
         write_secrets: Option<PathBuf>,
     },
+    /// `trigd generate KIND`: a man page or a completion script.
+    Generate(String),
     /// `--help`: the text to print.
-    Help(&'static str),
+    Help(String),
     /// `--version`.
     Version,
 }
-
-/// The subcommands, with their help texts.
-const COMMANDS: [(&str, &str); 7] = [
-    ("serve", SERVE),
-    ("check", CHECK),
-    ("run", RUN),
-    ("keygen", KEYGEN),
-    ("hash-password", HASH_PASSWORD),
-    ("app-key", APP_KEY),
-    ("import-webhook", IMPORT_WEBHOOK),
-];
 
 /// Parse `args` (without the program name).
 ///
@@ -236,7 +89,7 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Command, Error
     // The command is the first argument unless that is an option (then the
     // default `serve`); `trigd --help` and `trigd --version` stand alone.
     let sub = match args.first().and_then(|a| a.to_str()) {
-        Some("--help" | "-h") => return Ok(Command::Help(USAGE)),
+        Some("--help" | "-h") => return Ok(Command::Help(usage_text())),
         Some("--version" | "-V") => return Ok(Command::Version),
         Some(a) if !a.starts_with('-') => a.to_string(),
         Some(_) | None => "serve".to_string(),
@@ -255,20 +108,16 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Command, Error
 /// `trigd help [COMMAND]`.
 fn help_for(p: &mut lexopt::Parser) -> Result<Command, Error> {
     let Some(Value(v)) = p.next().map_err(|e| usage("help", &e))? else {
-        return Ok(Command::Help(USAGE));
+        return Ok(Command::Help(usage_text()));
     };
     let name = string(v, "help")?;
-    help_text(&name)
-        .map(Command::Help)
+    find(&name)
+        .map(|sub| Command::Help(help_of(sub)))
         .ok_or_else(|| unknown_command(&name))
 }
 
-fn help_text(sub: &str) -> Option<&'static str> {
-    COMMANDS.iter().find(|(n, _)| *n == sub).map(|(_, h)| *h)
-}
-
 fn unknown_command(name: &str) -> Error {
-    let names: Vec<&str> = COMMANDS.iter().map(|(n, _)| *n).collect();
+    let names: Vec<&str> = COMMANDS.iter().map(|s| s.name).collect();
     bad(
         "trigd",
         format!("unknown command '{name}' (commands: {})", names.join(", ")),
@@ -292,10 +141,10 @@ struct Opts {
 }
 
 fn parse_sub(p: &mut lexopt::Parser, sub: &str) -> Result<Command, Error> {
-    if help_text(sub).is_none() {
+    let Some(spec) = find(sub) else {
         return Err(unknown_command(sub));
-    }
-    let mut o = options(p, sub)?;
+    };
+    let mut o = options(p, spec)?;
     if let Some(early) = o.early.take() {
         return Ok(early);
     }
@@ -340,6 +189,7 @@ fn parse_sub(p: &mut lexopt::Parser, sub: &str) -> Result<Command, Error> {
             Ok(Command::HashPassword)
         }
         "import-webhook" => import_webhook(o),
+        "generate" => generate(o),
         _ => {
             no_positional(&o, sub)?;
             let need = |v: Option<String>, flag: &str| {
@@ -376,26 +226,30 @@ fn import_webhook(mut o: Opts) -> Result<Command, Error> {
     })
 }
 
-/// Read every remaining argument of `sub`: its options (an option another
-/// command has is still an error here, naming it) and positional values.
-fn options(p: &mut lexopt::Parser, sub: &str) -> Result<Opts, Error> {
+/// `trigd generate KIND`.
+fn generate(mut o: Opts) -> Result<Command, Error> {
+    match o.positional.as_slice() {
+        [kind] if GENERATE_KINDS.contains(&kind.as_str()) => {
+            Ok(Command::Generate(o.positional.remove(0)))
+        }
+        _ => Err(bad(
+            "generate",
+            format!("generate needs one KIND: {}", GENERATE_KINDS.join(", ")),
+        )),
+    }
+}
+
+/// Read every remaining argument of `spec`: the options it lists (an
+/// option another command has is still an error here, naming it) and
+/// positional values.
+fn options(p: &mut lexopt::Parser, spec: &Sub) -> Result<Opts, Error> {
+    let sub = spec.name;
     let mut o = Opts::default();
     while let Some(arg) = p.next().map_err(|e| usage(sub, &e))? {
-        let takes = |name: &str| -> bool {
-            matches!(
-                (sub, name),
-                ("serve" | "check" | "run" | "app-key", "config")
-                    | ("serve", "listen")
-                    | ("run", "function")
-                    | ("keygen", "name")
-                    | ("keygen" | "app-key", "workspace")
-                    | ("app-key", "member")
-                    | ("import-webhook", "program-id" | "write-secrets")
-            )
-        };
+        let takes = |name: &str| spec.flags.iter().any(|f| f.long == name);
         match arg {
             Short('h') | Long("help") => {
-                o.early = Some(Command::Help(help_text(sub).unwrap_or(USAGE)));
+                o.early = Some(Command::Help(help_of(spec)));
                 return Ok(o);
             }
             Long("version") | Short('V') => {
@@ -413,7 +267,8 @@ fn options(p: &mut lexopt::Parser, sub: &str) -> Result<Opts, Error> {
                     "workspace" => o.workspace = Some(v),
                     "program-id" => o.program_id = Some(v),
                     "write-secrets" => o.write_secrets = Some(PathBuf::from(v)),
-                    _ => o.member = Some(v),
+                    "member" => o.member = Some(v),
+                    _ => return Err(bad(sub, format!("--{name} is listed but not parsed"))),
                 }
             }
             Value(v) => o.positional.push(string(v, sub)?),
@@ -453,12 +308,15 @@ fn usage(sub: &str, e: &lexopt::Error) -> Error {
 
 /// A usage error: `msg`, the command's usage line, and the help to read.
 fn bad(sub: &str, msg: String) -> Error {
-    let (line, help) = match help_text(sub) {
-        Some(text) => (
-            text.lines().find(|l| l.starts_with("Usage:")).unwrap_or(""),
+    let (line, help) = match find(sub) {
+        Some(spec) => (
+            format!("Usage: {}", spec.usage),
             format!("trigd {sub} --help"),
         ),
-        None => ("Usage: trigd COMMAND [OPTIONS]", "trigd --help".to_string()),
+        None => (
+            "Usage: trigd COMMAND [OPTIONS]".to_string(),
+            "trigd --help".to_string(),
+        ),
     };
     Error::Usage(format!(
         "{msg}\n{line}\nEvery option is explained by '{help}'."
@@ -518,8 +376,9 @@ fn run(args: impl Iterator<Item = std::ffi::OsString>) -> Result<ExitCode, Error
             program_id,
             write_secrets,
         } => crate::compat::webhook::import::run(&file, program_id, write_secrets.as_deref())?,
+        Command::Generate(kind) => print!("{}", generate::text(&kind)),
         Command::Help(text) => print!("{text}"),
-        Command::Version => println!("trigd {}", env!("CARGO_PKG_VERSION")),
+        Command::Version => println!("{}", spec::version_text()),
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -532,7 +391,7 @@ mod tests {
         parse(args.iter().map(OsString::from))
     }
 
-    fn usage_text(r: Result<Command, Error>) -> String {
+    fn usage_error(r: Result<Command, Error>) -> String {
         match r {
             Err(Error::Usage(m)) => m,
             other => panic!("want a usage error, got {other:?}"),
@@ -572,20 +431,62 @@ mod tests {
 
     #[test]
     fn usage_errors_name_what_is_wrong() {
-        assert!(usage_text(p(&["bogus"])).contains("unknown command 'bogus'"));
-        assert!(usage_text(p(&["check", "--listen", "x"])).contains("'--listen'"));
-        assert!(usage_text(p(&["serve", "--config"])).contains("--config"));
-        assert!(usage_text(p(&["check", "extra"])).contains("'extra'"));
+        assert!(usage_error(p(&["bogus"])).contains("unknown command 'bogus'"));
+        assert!(usage_error(p(&["check", "--listen", "x"])).contains("'--listen'"));
+        assert!(usage_error(p(&["serve", "--config"])).contains("--config"));
+        assert!(usage_error(p(&["check", "extra"])).contains("'extra'"));
         assert_eq!(p(&["--version"]).unwrap(), Command::Version);
     }
 
     #[test]
     fn every_command_has_its_own_help() {
-        for (name, text) in COMMANDS {
-            assert_eq!(p(&[name, "--help"]).unwrap(), Command::Help(text));
-            assert_eq!(p(&["help", name]).unwrap(), Command::Help(text));
+        for sub in COMMANDS {
+            let text = help_of(sub);
+            assert_eq!(
+                p(&[sub.name, "--help"]).unwrap(),
+                Command::Help(text.clone())
+            );
+            assert_eq!(p(&["help", sub.name]).unwrap(), Command::Help(text));
         }
-        assert_eq!(p(&["check", "-h"]).unwrap(), Command::Help(CHECK));
-        assert_eq!(p(&["--help"]).unwrap(), Command::Help(USAGE));
+        let check = help_of(find("check").unwrap());
+        assert_eq!(p(&["check", "-h"]).unwrap(), Command::Help(check));
+        assert_eq!(p(&["--help"]).unwrap(), Command::Help(usage_text()));
+    }
+
+    /// The definitions the help, man page and completions are made of are
+    /// the parser's: each listed flag is parsed by its command and refused
+    /// by every other, and each help names exactly its flags.
+    #[test]
+    fn the_parser_takes_exactly_the_listed_flags() {
+        let all: Vec<&str> = COMMANDS
+            .iter()
+            .flat_map(|s| s.flags.iter().map(|f| f.long))
+            .collect();
+        for sub in COMMANDS {
+            for long in &all {
+                let flag = format!("--{long}");
+                let r = p(&[sub.name, &flag, "1", "--help"]);
+                let listed = sub.flags.iter().any(|f| f.long == *long);
+                assert_eq!(r.is_ok(), listed, "{} {flag}: {r:?}", sub.name);
+            }
+            let help = help_of(sub);
+            for flag in sub.flags {
+                assert!(help.contains(&format!("--{} {}", flag.long, flag.value)));
+            }
+            assert!(usage_text().contains(sub.usage), "{}", sub.name);
+        }
+    }
+
+    #[test]
+    fn generate_takes_one_known_kind() {
+        for kind in GENERATE_KINDS {
+            assert_eq!(
+                p(&["generate", kind]).unwrap(),
+                Command::Generate(kind.into())
+            );
+        }
+        assert!(usage_error(p(&["generate"])).contains("complete-zsh"));
+        assert!(usage_error(p(&["generate", "man", "man"])).contains("one KIND"));
+        assert!(usage_error(p(&["generate", "html"])).contains("one KIND"));
     }
 }

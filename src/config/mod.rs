@@ -18,6 +18,7 @@ mod named;
 mod program;
 mod raw;
 mod receive;
+pub mod reference;
 pub mod reload;
 mod server;
 mod stamp;
