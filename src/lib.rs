@@ -31,10 +31,11 @@
 //! start a run, read and check its values            invoke/ (mod.rs, read.rs, values.rs, signed.rs, answer.rs)
 //! signed endpoints (GitHub, Stripe… requests):       receive/ (signature.rs, payload.rs, values.rs, rules.rs)
 //!   signatures, payloads, rules
-//! a run once accepted: status, output, follow,      runs/ (mod.rs, output.rs, follow.rs, replay.rs,
+//! a run once accepted: status, output, follow,      runs/ (mod.rs, follow.rs, replay.rs,
 //!   cancel, Idempotency-Key, callbacks, instances     idempotency.rs, callback/, cluster.rs)
 //! run slots, the wait queue, child processes        runner/ (mod.rs, queue.rs, step.rs, handle.rs)
-//! what is kept in the state directory               state/ (store.rs the run log, record.rs a run's typed record, time.rs)
+//! what is kept in the state directory: one table,   state/ (mod.rs: State, Kept; store.rs the run log, record.rs
+//!   one door (State), every file operation on it      a run's typed record, time.rs, output.rs, idempotency.rs, ...)
 //! adnanh/webhook hooks files, import-webhook        compat/webhook/ (what removing it takes: compat/mod.rs)
 //! the browser pages (maud templates)                ui/ (login, settings, endpoints, runs, switch, view)
 //! the only unsafe code                              sys/

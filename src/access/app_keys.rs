@@ -12,18 +12,16 @@
 //! notice a changed file by its metadata before every lookup, so a key made
 //! on the command line works in a running server without a restart.
 
-use std::collections::{BTreeMap, HashMap};
-use std::fs::{self, OpenOptions};
-use std::io::{self, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::collections::HashMap;
+use std::io;
 use std::sync::{Mutex, MutexGuard};
 
 use serde::{Deserialize, Serialize};
 
 use super::secret::{random_hex, sha256};
+use crate::state::keys::{KeyFile, Stamp};
 use crate::state::time::Time;
-use crate::sys;
+use crate::state::State;
 
 /// What is stored for one member's key in one workspace.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -45,23 +43,21 @@ pub struct KeyInfo {
 #[derive(Default)]
 struct Cache {
     /// (dev, inode, size, mtime ns) of the file last read.
-    stamp: Option<(u64, u64, u64, i64)>,
+    stamp: Option<Stamp>,
     by_hash: HashMap<[u8; 32], KeyInfo>,
 }
 
 /// The application keys of one state dir.
 pub struct AppKeys {
-    path: PathBuf,
-    lock_path: PathBuf,
+    file: KeyFile,
     cache: Mutex<Cache>,
 }
 
 impl AppKeys {
-    /// Keys kept in `state_dir/app_keys.json`.
-    pub fn new(state_dir: &Path) -> AppKeys {
+    /// The keys kept in `state` (`app_keys.json`).
+    pub fn new(state: &State) -> AppKeys {
         AppKeys {
-            path: state_dir.join("app_keys.json"),
-            lock_path: state_dir.join("app_keys.lock"),
+            file: state.key_file(),
             cache: Mutex::new(Cache::default()),
         }
     }
@@ -88,15 +84,6 @@ impl AppKeys {
     /// # Errors
     /// The state dir cannot be written.
     pub fn regenerate(&self, workspace: &str, member: &str) -> io::Result<String> {
-        fs::create_dir_all(self.path.parent().unwrap_or(Path::new(".")))?;
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(&self.lock_path)?;
-        let _guard = sys::FileLock::exclusive(&lock)?;
-        let mut all = read_file(&self.path)?;
         let key = format!("tk_{}", random_hex());
         let info = KeyInfo {
             workspace: workspace.to_string(),
@@ -105,8 +92,9 @@ impl AppKeys {
             hint: format!("{}…{}", &key[..7], &key[key.len() - 4..]),
             created_at: Time::now(),
         };
-        all.insert(format!("{workspace}/{member}"), info);
-        write_file(&self.path, &all)?;
+        self.file.update(|all| {
+            all.insert(format!("{workspace}/{member}"), info);
+        })?;
         // Force the next lookup to re-read.
         self.lock_cache().stamp = None;
         Ok(key)
@@ -119,16 +107,9 @@ impl AppKeys {
     /// The cache, re-read first if the file changed since.
     fn fresh(&self) -> MutexGuard<'_, Cache> {
         let mut cache = self.lock_cache();
-        let stamp = fs::metadata(&self.path).ok().map(|m| {
-            (
-                m.dev(),
-                m.ino(),
-                m.size(),
-                m.mtime() * 1_000_000_000 + m.mtime_nsec(),
-            )
-        });
+        let stamp = self.file.stamp();
         if stamp != cache.stamp {
-            match read_file(&self.path) {
+            match self.file.read::<KeyInfo>() {
                 Ok(all) => {
                     cache.by_hash = all
                         .into_values()
@@ -140,42 +121,28 @@ impl AppKeys {
                         .collect();
                     cache.stamp = stamp;
                 }
-                Err(e) => log::error!("cannot read {}: {e}", self.path.display()),
+                Err(e) => log::error!("cannot read {}: {e}", self.file.path().display()),
             }
         }
         cache
     }
 }
 
-/// Read the key file; a missing file is empty.
-fn read_file(path: &Path) -> io::Result<BTreeMap<String, KeyInfo>> {
-    match fs::read(path) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(BTreeMap::new()),
-        Err(e) => Err(e),
-    }
-}
-
-/// Replace the file atomically (see `store::write_atomic`), mode 0600.
-fn write_file(path: &Path, all: &BTreeMap<String, KeyInfo>) -> io::Result<()> {
-    let bytes = serde_json::to_vec_pretty(all).map_err(io::Error::other)?;
-    crate::state::store::write_atomic(path, |f| f.write_all(&bytes))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
+    use std::os::unix::fs::MetadataExt;
 
     #[test]
     fn regenerate_invalidates_the_old_key() {
         let d = std::env::temp_dir().join(format!("trigd-appkeys-{}", std::process::id()));
         let _ = fs::remove_dir_all(&d);
-        let keys = AppKeys::new(&d);
+        let keys = AppKeys::new(&State::new(&d, &d));
         let k1 = keys.regenerate("ops", "alice").unwrap();
         assert_eq!(keys.lookup(&k1).unwrap().member, "alice");
         // Another handle (as another process would be) sees the change.
-        let other = AppKeys::new(&d);
+        let other = AppKeys::new(&State::new(&d, &d));
         let k2 = other.regenerate("ops", "alice").unwrap();
         assert!(keys.lookup(&k1).is_none(), "old key must stop working");
         assert_eq!(keys.lookup(&k2).unwrap().workspace, "ops");

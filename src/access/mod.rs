@@ -20,7 +20,6 @@ mod sessions;
 
 use crate::receive::rules::unix_now;
 use crate::receive::signature::Verifier;
-use std::path::Path;
 
 pub use app_keys::AppKeys;
 pub use client::client_ip;
@@ -31,6 +30,7 @@ pub use sessions::{clear_cookie, set_cookie, Session};
 use crate::config::{ApiKey, Config};
 use crate::http::{ApiError, Request};
 use crate::state::record::Origin;
+use crate::state::State;
 use limiter::Limits;
 use sessions::Sessions;
 
@@ -127,12 +127,12 @@ pub struct SignedIn {
 }
 
 impl Access {
-    /// The sessions kept in `state_dir` and the application keys in
-    /// `shared_state_dir`, with empty limiters.
-    pub fn open(state_dir: &Path, shared_state_dir: &Path) -> Access {
+    /// The sessions and the application keys kept in `state`, with empty
+    /// limiters.
+    pub fn open(state: &State) -> Access {
         Access {
-            app_keys: AppKeys::new(shared_state_dir),
-            sessions: Sessions::open(state_dir),
+            app_keys: AppKeys::new(state),
+            sessions: Sessions::open(state),
             limits: Limits::default(),
         }
     }

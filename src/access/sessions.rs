@@ -19,9 +19,7 @@
 //! computed without the cookie. The rule that uses it is in `csrf.rs`.
 
 use std::collections::HashMap;
-use std::fs;
-use std::io::{self, Write};
-use std::path::{Path, PathBuf};
+use std::io;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -31,6 +29,8 @@ use sha2::{Digest, Sha256};
 use super::secret::{random_hex, sha256};
 use crate::config::{Config, Server, User};
 use crate::http::Request;
+use crate::state::sessions::SessionFile;
+use crate::state::State;
 
 /// Name of the session cookie.
 pub const COOKIE: &str = "trigd_session";
@@ -64,28 +64,16 @@ struct Record {
 
 /// The sessions of one state dir.
 pub struct Sessions {
-    path: PathBuf,
+    file: SessionFile,
     by_hash: Mutex<HashMap<String, Record>>,
 }
 
 impl Sessions {
-    /// Sessions kept in `state_dir/sessions.json`, loaded now (a missing or
-    /// unreadable file starts empty; the error is logged).
-    pub fn open(state_dir: &Path) -> Sessions {
-        let path = state_dir.join("sessions.json");
-        let by_hash = match fs::read(&path) {
-            Ok(bytes) => {
-                serde_json::from_slice::<HashMap<String, Record>>(&bytes).unwrap_or_else(|e| {
-                    log::error!("ignoring {}: {e}", path.display());
-                    HashMap::new()
-                })
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => HashMap::new(),
-            Err(e) => {
-                log::error!("cannot read {}: {e}", path.display());
-                HashMap::new()
-            }
-        };
+    /// The sessions kept in `state` (`sessions.json`), loaded now (a
+    /// missing or unreadable file starts empty; the error is logged).
+    pub fn open(state: &State) -> Sessions {
+        let file = state.session_file();
+        let by_hash: HashMap<String, Record> = file.load();
         let by_hash = by_hash
             .into_iter()
             .map(|(k, mut r)| {
@@ -94,7 +82,7 @@ impl Sessions {
             })
             .collect();
         Sessions {
-            path,
+            file,
             by_hash: Mutex::new(by_hash),
         }
     }
@@ -128,7 +116,7 @@ impl Sessions {
             saved_ms: now,
         };
         all.insert(hex::encode(sha256(&token)), record);
-        write_file(&self.path, &all)?;
+        self.file.write(&all)?;
         Ok(token)
     }
 
@@ -168,7 +156,7 @@ impl Sessions {
     pub fn remove(&self, token: &str) -> io::Result<()> {
         let mut all = self.lock();
         if all.remove(&hex::encode(sha256(token))).is_some() {
-            write_file(&self.path, &all)?;
+            self.file.write(&all)?;
         }
         Ok(())
     }
@@ -176,8 +164,8 @@ impl Sessions {
     /// Write the file, logging a failure (used where the caller cannot act
     /// on it).
     fn save(&self, all: &HashMap<String, Record>) {
-        if let Err(e) = write_file(&self.path, all) {
-            log::error!("cannot write {}: {e}", self.path.display());
+        if let Err(e) = self.file.write(all) {
+            log::error!("cannot write {}: {e}", self.file.path().display());
         }
     }
 }
@@ -197,12 +185,6 @@ fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
-}
-
-/// Replace the file atomically (see `store::write_atomic`), mode 0600.
-fn write_file(path: &Path, all: &HashMap<String, Record>) -> io::Result<()> {
-    let bytes = serde_json::to_vec(all).map_err(io::Error::other)?;
-    crate::state::store::write_atomic(path, |f| f.write_all(&bytes))
 }
 
 // ---------------------------------------------------------------------------

@@ -17,6 +17,7 @@ use crate::invoke;
 use crate::runner::Runner;
 use crate::state::record::Origin;
 use crate::state::store::new_run_id;
+use crate::state::{Kept, State};
 
 /// `trigd check`: load everything, print a summary or every error; warn
 /// (on stderr) about what loads but will likely fail at run time.
@@ -73,11 +74,12 @@ pub fn app_key(path: &Path, workspace: &str, member: &str) -> Result<(), Error> 
             "'{member}' is not a member of workspace '{workspace}'"
         )));
     }
-    let keys = AppKeys::new(&cfg.server.shared_state_dir);
+    let state = State::new(&cfg.server.state_dir, &cfg.server.shared_state_dir);
+    let keys = AppKeys::new(&state);
     let key = keys
         .regenerate(workspace, member)
         .map_err(|source| Error::Io {
-            path: cfg.server.shared_state_dir.join("app_keys.json"),
+            path: state.path(Kept::AppKeys),
             source,
         })?;
     println!("{key}");

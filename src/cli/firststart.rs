@@ -9,8 +9,8 @@ use std::path::Path;
 
 use crate::cli::commands;
 use crate::cli::error::Error;
-use crate::config::generated::{read, write, FILE};
 use crate::config::{self, Config};
+use crate::state::passwords::{self, read, write};
 
 /// Load the config at `path` for `serve`; first give every user with
 /// `password = "generate"` and no stored hash a new password, printed once
@@ -34,7 +34,7 @@ pub fn load_for_serve(
     if pending.is_empty() {
         return Ok(cfg);
     }
-    let file = cfg.server.state_dir.join(FILE);
+    let file = passwords::path(&cfg.server.state_dir);
     let mut all = read(&file);
     let mut lines = Vec::new();
     for name in pending {

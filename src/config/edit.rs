@@ -5,7 +5,7 @@
 //! `toml_edit`, so every comment, blank line and key order survives; only
 //! the one value changes (or one `public = …` line is added where the key
 //! was absent). The edited text is validated with the ordinary loader
-//! before it replaces the file, atomically (`store::write_atomic`: temp file
+//! before it replaces the file, atomically (`state::file::write_atomic`: temp file
 //! beside, fsync, rename, fsync the directory), keeping the file's mode. A
 //! process-wide lock serializes edits, so two flips at once leave one of
 //! the two states, never a torn file. The watcher then reloads the file like
@@ -25,7 +25,7 @@ use std::sync::Mutex;
 
 use toml_edit::{DocumentMut, Item, TableLike, Value};
 
-use crate::state::store;
+use crate::state::file as state_file;
 use crate::sys;
 
 /// Serializes edits of the config file within this process.
@@ -111,7 +111,7 @@ pub fn set_public(path: &Path, tool: &str, env: &str, public: bool) -> Result<Fl
     let mode = fs::metadata(&real)
         .map(|m| m.permissions().mode() & 0o7777)
         .unwrap_or(0o600);
-    store::write_atomic(&real, |f| {
+    state_file::write_atomic(&real, |f| {
         f.write_all(edited.as_bytes())?;
         f.set_permissions(fs::Permissions::from_mode(mode))
     })

@@ -14,7 +14,6 @@ pub mod callbacks;
 pub mod edit;
 mod endpoint;
 pub mod file;
-pub mod generated;
 mod named;
 mod program;
 pub(crate) mod raw;

@@ -24,10 +24,11 @@ use super::stamp::{self, Source};
 use super::types::{
     self, config_dir, count, error, par_map, parse, workspace_ref, Errors, Known, Src,
 };
-use super::{file, generated, program, server, tools};
+use super::{file, program, server, tools};
 use super::{
     resolve, ApiKey, Config, ConfigError, Endpoint, Program, Server, Stamp, User, Workspace,
 };
+use crate::state::passwords as generated;
 
 /// Load `config.toml` at `path` and every `*.toml` in its programs dir,
 /// validate everything, and return the snapshot or every error found.

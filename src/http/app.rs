@@ -11,6 +11,7 @@ use crate::runner::Runner;
 use crate::runs::cluster::Readiness;
 use crate::runs::idempotency::Keys;
 use crate::state::store::RunStore;
+use crate::state::State;
 
 /// Shared server state.
 pub struct App {
@@ -44,10 +45,11 @@ impl App {
         idempotency: Keys,
     ) -> App {
         // Body files of runs cut off by a crash or kill -9.
-        crate::receive::body_file::clean(&config.server.state_dir.join("bodies"));
+        let state = State::new(&config.server.state_dir, &config.server.shared_state_dir);
+        crate::state::bodies::clean(&state.bodies_dir());
         App {
             idempotency,
-            access: Access::open(&config.server.state_dir, &config.server.shared_state_dir),
+            access: Access::open(&state),
             config: RwLock::new(Arc::new(config)),
             generation: AtomicU64::new(1),
             last_reload_error: Mutex::new(None),

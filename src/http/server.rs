@@ -31,7 +31,7 @@ use crate::runner::Runner;
 use crate::runs::callback;
 use crate::runs::idempotency::Keys;
 use crate::state::record::RunRecord;
-use crate::state::store::RunStore;
+use crate::state::{Kept, State};
 use crate::sys::{self, Signal};
 
 /// `trigd serve`: load, bind, print `listening on http://ADDR`, serve until
@@ -122,9 +122,9 @@ fn listen_on(
 /// Open the state under `cfg` (run store, callbacks, idempotency keys)
 /// and start the accepted runs that had not started before the last stop.
 fn open_app(cfg: config::Config) -> Result<Arc<App>, Error> {
-    let state_dir = cfg.server.state_dir.clone();
-    let io_error = |file: &str| {
-        let path = state_dir.join(file);
+    let state = State::new(&cfg.server.state_dir, &cfg.server.shared_state_dir);
+    let io_error = |kept: Kept| {
+        let path = state.path(kept);
         move |source| Error::Io { path, source }
     };
     let retry = |r: &RunRecord| {
@@ -134,22 +134,23 @@ fn open_app(cfg: config::Config) -> Result<Arc<App>, Error> {
             .and_then(|p| p.function(&r.function))
             .is_some_and(|f| f.retry_on_restart)
     };
-    let (store, resumed) = RunStore::open(&state_dir, cfg.server.run_retention, retry)
-        .map_err(io_error("runs.log"))?;
+    let (store, resumed) = state
+        .open_runs(cfg.server.run_retention, retry)
+        .map_err(io_error(Kept::Runs))?;
     let store = Arc::new(store);
     store.start_flusher();
     let runner = Runner::new(Some(Arc::clone(&store)), Arc::new(Metrics::default()));
     let interrupted = store.interrupted_at_open().to_vec();
     let callbacks = callback::Service::start(
-        &state_dir,
+        &state,
         Arc::clone(&store),
         &cfg.server.callbacks,
         &interrupted,
     )
-    .map_err(io_error("callbacks"))?;
+    .map_err(io_error(Kept::Callbacks))?;
     runner.attach_callbacks(callbacks);
-    let keys = Keys::open(&state_dir, cfg.server.idempotency_window)
-        .map_err(io_error("idempotency.log"))?;
+    let keys =
+        Keys::open(&state, cfg.server.idempotency_window).map_err(io_error(Kept::Idempotency))?;
     let app = Arc::new(App::new(cfg, store, Arc::new(runner), keys));
     if !resumed.is_empty() {
         log::info!(

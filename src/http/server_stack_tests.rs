@@ -63,9 +63,11 @@ fn app(dir: &std::path::Path) -> App {
         RunStore::open(&cfg.server.state_dir, cfg.server.run_retention, |_| false).unwrap();
     let store = Arc::new(store);
     let runner = Runner::new(Some(Arc::clone(&store)), Arc::new(Metrics::default()));
-    let keys =
-        crate::runs::idempotency::Keys::open(&cfg.server.state_dir, cfg.server.idempotency_window)
-            .unwrap();
+    let keys = crate::runs::idempotency::Keys::open(
+        &crate::state::State::new(&cfg.server.state_dir, &cfg.server.shared_state_dir),
+        cfg.server.idempotency_window,
+    )
+    .unwrap();
     App::new(cfg, store, Arc::new(runner), keys)
 }
 

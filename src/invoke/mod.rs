@@ -45,9 +45,10 @@ use crate::config::{
 use crate::http::app::App;
 use crate::http::{ApiError, Request, Response};
 use crate::runner::Job;
-use crate::runs::callback::{self, record::Source};
+use crate::runs::callback;
 use crate::runs::idempotency;
 use crate::runs::replay;
+use crate::state::delivery::Source;
 use crate::state::record::{Origin, ToolEnv};
 use read::Read;
 
@@ -345,7 +346,7 @@ fn callbacks(
     endpoint: &Endpoint,
     function: &Function,
     caller: &Caller,
-) -> Result<Vec<callback::record::Target>, ApiError> {
+) -> Result<Vec<crate::state::delivery::Target>, ApiError> {
     let permitted = match caller {
         Caller::ApiKey(key) => key.request_callbacks,
         _ => endpoint.request_callbacks,

@@ -15,8 +15,9 @@ use crate::config::{Config, Dialect, Endpoint, Entry};
 use crate::http::app::App;
 use crate::http::logging;
 use crate::http::{ApiError, Request, Response};
-use crate::receive::body_file::BodyFile;
 use crate::receive::{Answer, Receive};
+use crate::state::bodies::BodyFile;
+use crate::state::State;
 
 /// Check the request's signature or token (`verify`).
 ///
@@ -42,7 +43,7 @@ pub fn body_file(
     if !rcv.needs_body_file() {
         return Ok(None);
     }
-    let dir = cfg.server.state_dir.join("bodies");
+    let dir = State::new(&cfg.server.state_dir, &cfg.server.shared_state_dir).bodies_dir();
     match BodyFile::write(&dir, &req.body) {
         Ok(f) => Ok(Some(Arc::new(f))),
         Err(e) => {

@@ -12,11 +12,11 @@ use serde_json::Value;
 use super::read::{body_error, Read};
 use crate::config::{Dialect, Endpoint, Server, Values};
 use crate::http::{ApiError, Request};
-use crate::receive::body_file::BodyFile;
 use crate::receive::json::{self, JsonError};
 use crate::receive::payload;
 use crate::receive::values::Source;
 use crate::receive::{read_values, Receive, ValuesError};
+use crate::state::bodies::BodyFile;
 
 /// The query parameters `POST /api` accepts.
 const PARAMS: [&str; 7] = [

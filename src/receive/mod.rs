@@ -13,7 +13,6 @@
 //! `ping` has no `head_commit`) must be *ignored* by a rule, not refused
 //! because a value the run would need is absent.
 
-pub mod body_file;
 pub mod json;
 pub mod multipart;
 pub mod payload;

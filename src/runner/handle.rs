@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use crate::sys::AbortSignal;
 
-pub use crate::runs::output::Stream;
+pub use crate::state::output::Stream;
 
 /// What followers wait for.
 #[derive(Debug, Default)]

@@ -45,9 +45,9 @@ use serde_json::Value;
 
 use crate::config::{Config, Program};
 use crate::http::metrics::Metrics;
-use crate::runs::callback::record::{waiting, Target};
 use crate::runs::callback::Service as Callbacks;
-use crate::runs::output::OutputFile;
+use crate::state::delivery::{waiting, Target};
+use crate::state::output::OutputFile;
 use crate::state::record::{Origin, Owner, RunInput, RunRecord, RunState, ToolEnv};
 use crate::state::store::{new_run_id, RunStore};
 use crate::state::time::Time;
@@ -80,12 +80,12 @@ pub struct Job {
     pub tool: Option<ToolEnv>,
     /// The raw request body in a temporary file, kept until the job is
     /// dropped (after the run), when the trigger reads it as a file.
-    pub body_file: Option<Arc<crate::receive::body_file::BodyFile>>,
+    pub body_file: Option<Arc<crate::state::bodies::BodyFile>>,
     /// Give `body_file` to every step on stdin (else stdin is empty).
     pub stdin_body: bool,
     /// Temporary files the run reads (a hook's `pass-file-to-command`),
     /// removed when the job is dropped, after the run.
-    pub files: Vec<crate::receive::body_file::BodyFile>,
+    pub files: Vec<crate::state::bodies::BodyFile>,
 }
 
 impl Job {

@@ -32,7 +32,7 @@ use serde_json::{json, Value};
 
 use crate::http::Response;
 use crate::runner::handle::RunHandle;
-use crate::runs::output::{self, Frame, Stream, Utf8Carry};
+use crate::state::output::{self, Frame, Stream, Utf8Carry};
 
 /// How often the follower looks again while the run has no handle.
 const POLL: Duration = Duration::from_millis(100);
@@ -144,7 +144,7 @@ impl Follower {
     /// Turn the next batch of frames on disk into events; whether any.
     fn pull(&mut self) -> bool {
         if self.file.is_none() {
-            self.file = File::open(&self.path).ok();
+            self.file = output::open(&self.path);
         }
         let Some(file) = &self.file else {
             return false;
@@ -227,7 +227,7 @@ fn event(out: &mut Vec<u8>, name: &str, data: &Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runs::output::OutputFile;
+    use crate::state::output::OutputFile;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
 

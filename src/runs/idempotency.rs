@@ -17,17 +17,15 @@
 //! key, sha256 of the request.
 
 use std::collections::{HashMap, VecDeque};
-use std::fs::{File, OpenOptions};
-use std::io::{self, BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::io;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::http::{ApiError, Request};
-use crate::state::store::{new_run_id, write_atomic};
+use crate::state::idempotency::{Claim as Entry, Log};
+use crate::state::store::new_run_id;
 
 /// The request header.
 pub const HEADER: &str = "idempotency-key";
@@ -36,54 +34,18 @@ pub const HEADER: &str = "idempotency-key";
 const MAX_KEY_BYTES: usize = 255;
 
 /// The sha256 fingerprint of a request ([`fingerprint`]).
-pub type Hash = [u8; 32];
-
-/// One remembered key.
-#[derive(Debug, Clone)]
-struct Entry {
-    /// sha256 of the request it came with.
-    request: Hash,
-    /// The id of the run it started.
-    run: Box<str>,
-    /// Unix seconds it was claimed.
-    at: u64,
-    /// Claimed by a request whose run is not recorded yet.
-    pending: bool,
-    /// Its run was started (a `C` line): a repeat never starts another,
-    /// even once `run_retention` dropped the run from the run log.
-    confirmed: bool,
-}
-
-/// A line of `idempotency.log`: a claim, (`C`) its run started, or (`D`)
-/// a key given back.
-#[derive(Serialize, Deserialize)]
-#[serde(rename_all = "PascalCase")]
-struct Line {
-    k: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    f: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    r: Option<String>,
-    #[serde(default)]
-    t: u64,
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    c: bool,
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    d: bool,
-}
+pub use crate::state::idempotency::Hash;
 
 /// The remembered keys behind one mutex.
 struct State {
-    file: File,
+    log: Log,
     map: HashMap<Hash, Entry>,
     /// Keys in claim order, for expiry and the bound.
     order: VecDeque<(Hash, u64)>,
-    lines: usize,
 }
 
 /// The key store of one state dir.
 pub struct Keys {
-    path: PathBuf,
     state: Mutex<State>,
     /// Signalled when a claim is kept or given back.
     settled: Condvar,
@@ -127,9 +89,8 @@ impl Held<'_> {
             e.pending = false;
             e.confirmed = true;
         }
-        let line = Line::mark(&self.slot, true);
         // Not synced: without it, a restart finds the run in the run log.
-        if let Err(e) = s.write(&line, false) {
+        if let Err(e) = s.log.mark(&self.slot, now(), true) {
             log::warn!("cannot record a started idempotency key: {e}");
         }
         drop(s);
@@ -187,24 +148,15 @@ pub fn fingerprint<'v>(
 }
 
 impl Keys {
-    /// Open (creating) `state_dir/idempotency.log`, keeping the keys
+    /// Open (creating) the claims kept in `state`, keeping the keys
     /// claimed within `window`, and compact it.
     ///
     /// # Errors
     /// The file cannot be read or written.
-    pub fn open(state_dir: &Path, window: Duration) -> io::Result<Keys> {
-        let path = state_dir.join("idempotency.log");
-        let (map, order) = read(&path, now().saturating_sub(window.as_secs()))?;
-        let file = rewrite(&path, &map, &order)?;
-        let lines = order.len();
+    pub fn open(state: &crate::state::State, window: Duration) -> io::Result<Keys> {
+        let (log, (map, order)) = state.open_claims(now().saturating_sub(window.as_secs()))?;
         Ok(Keys {
-            path,
-            state: Mutex::new(State {
-                file,
-                map,
-                order,
-                lines,
-            }),
+            state: Mutex::new(State { log, map, order }),
             settled: Condvar::new(),
         })
     }
@@ -245,15 +197,6 @@ impl Keys {
         }
         let run = new_run_id(policy.instance);
         let at = now();
-        let line = Line {
-            k: hex::encode(slot),
-            f: Some(hex::encode(request)),
-            r: Some(run.clone()),
-            t: at,
-            c: false,
-            d: false,
-        };
-        s.write(&line, true).map_err(|e| ApiError::storage(&e))?;
         let entry = Entry {
             request,
             run: run.as_str().into(),
@@ -261,10 +204,14 @@ impl Keys {
             pending: true,
             confirmed: false,
         };
+        s.log
+            .claim(&slot, &entry, true)
+            .map_err(|e| ApiError::storage(&e))?;
         s.map.insert(slot, entry);
         s.order.retain(|(k, _)| *k != slot);
         s.order.push_back((slot, at));
-        self.compact_if_needed(&mut s);
+        let State { log, map, order } = &mut *s;
+        log.compact_if_needed(map, order);
         Ok(Claim::New(Held {
             keys: self,
             slot,
@@ -299,10 +246,9 @@ impl Keys {
         let mut s = lock(&self.state);
         if s.map.remove(slot).is_some() {
             s.order.retain(|(k, _)| k != slot);
-            let line = Line::mark(slot, false);
             // Not synced: a lost line leaves a key whose run is unknown,
             // which a later claim takes over.
-            if let Err(e) = s.write(&line, false) {
+            if let Err(e) = s.log.mark(slot, now(), false) {
                 log::warn!("cannot record a released idempotency key: {e}");
             }
         }
@@ -310,37 +256,9 @@ impl Keys {
         self.settled.notify_all();
     }
 
-    /// Rewrite the file once it holds about twice the lines it needs.
-    fn compact_if_needed(&self, s: &mut State) {
-        if s.lines <= 2 * s.map.len() + 1024 {
-            return;
-        }
-        match rewrite(&self.path, &s.map, &s.order) {
-            Ok(file) => {
-                s.file = file;
-                s.lines = s.order.len();
-            }
-            Err(e) => log::warn!("cannot compact {}: {e}", self.path.display()),
-        }
-    }
-
     /// Keys remembered now.
     pub fn count(&self) -> usize {
         lock(&self.state).map.len()
-    }
-}
-
-impl Line {
-    /// A `C` line (the run of `slot` started) or a `D` line (given back).
-    fn mark(slot: &Hash, started: bool) -> Line {
-        Line {
-            k: hex::encode(slot),
-            f: None,
-            r: None,
-            t: now(),
-            c: started,
-            d: !started,
-        }
     }
 }
 
@@ -357,21 +275,6 @@ impl State {
             }
         }
     }
-
-    fn write(&mut self, line: &Line, durable: bool) -> io::Result<()> {
-        let mut bytes = serde_json::to_vec(line).unwrap_or_default();
-        bytes.push(b'\n');
-        let len = self.file.metadata()?.len();
-        if let Err(e) = self.file.write_all(&bytes) {
-            let _ = self.file.set_len(len);
-            return Err(e);
-        }
-        self.lines += 1;
-        if durable {
-            self.file.sync_data()?;
-        }
-        Ok(())
-    }
 }
 
 /// The store key of `key` for caller `scope`.
@@ -381,83 +284,6 @@ fn slot(scope: &str, key: &str) -> Hash {
     h.update([0]);
     h.update(key.as_bytes());
     h.finalize().into()
-}
-
-type Loaded = (HashMap<Hash, Entry>, VecDeque<(Hash, u64)>);
-
-/// The keys of the file claimed at `oldest` or later, in claim order.
-fn read(path: &Path, oldest: u64) -> io::Result<Loaded> {
-    let mut map = HashMap::new();
-    let mut order = VecDeque::new();
-    let file = match File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((map, order)),
-        Err(e) => return Err(e),
-    };
-    let mut hash = |s: &str| -> Option<Hash> {
-        let mut out = [0u8; 32];
-        hex::decode_to_slice(s, &mut out).ok().map(|()| out)
-    };
-    for line in BufReader::new(file).split(b'\n') {
-        let Ok(l) = serde_json::from_slice::<Line>(&line?) else {
-            continue;
-        };
-        let Some(k) = hash(&l.k) else { continue };
-        if l.d {
-            map.remove(&k);
-            continue;
-        }
-        if l.c {
-            if let Some(e) = map.get_mut(&k) {
-                e.confirmed = true;
-            }
-            continue;
-        }
-        let (Some(f), Some(r)) = (l.f.as_deref().and_then(&mut hash), l.r) else {
-            continue;
-        };
-        if l.t < oldest || r.is_empty() {
-            continue;
-        }
-        let entry = Entry {
-            request: f,
-            run: r.into(),
-            at: l.t,
-            pending: false,
-            confirmed: false,
-        };
-        map.insert(k, entry);
-        order.push_back((k, l.t));
-    }
-    order.retain(|(k, at)| map.get(k).is_some_and(|e| e.at == *at));
-    Ok((map, order))
-}
-
-/// Write the remembered keys to a fresh file (atomically) and open it for
-/// appending.
-fn rewrite(
-    path: &Path,
-    map: &HashMap<Hash, Entry>,
-    order: &VecDeque<(Hash, u64)>,
-) -> io::Result<File> {
-    write_atomic(path, |f| {
-        let mut w = io::BufWriter::new(f);
-        for (k, _) in order {
-            let Some(e) = map.get(k) else { continue };
-            let line = Line {
-                k: hex::encode(k),
-                f: Some(hex::encode(e.request)),
-                r: Some(e.run.to_string()),
-                t: e.at,
-                c: e.confirmed,
-                d: false,
-            };
-            serde_json::to_writer(&mut w, &line)?;
-            w.write_all(b"\n")?;
-        }
-        w.flush()
-    })?;
-    OpenOptions::new().append(true).open(path)
 }
 
 fn now() -> u64 {
@@ -473,6 +299,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
 
     fn dir(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("trigd-idem-{name}-{}", std::process::id()));
@@ -490,7 +317,7 @@ mod tests {
     #[test]
     fn a_kept_key_survives_reopen_and_a_given_back_one_does_not() {
         let d = dir("reopen");
-        let k = Keys::open(&d, LIMITS.window).unwrap();
+        let k = Keys::open(&crate::state::State::new(&d, &d), LIMITS.window).unwrap();
         let fp = fingerprint("api/1", "f", &["a".into()]);
         let Claim::New(held) = k.claim(LIMITS, "api_key:a", "x", fp, |_| false).unwrap() else {
             panic!("first claim is new")
@@ -502,7 +329,7 @@ mod tests {
         };
         drop(other);
         drop(k);
-        let k = Keys::open(&d, LIMITS.window).unwrap();
+        let k = Keys::open(&crate::state::State::new(&d, &d), LIMITS.window).unwrap();
         assert_eq!(k.count(), 1);
         match k
             .claim(LIMITS, "api_key:a", "x", fp, |id| id == run)
@@ -526,7 +353,7 @@ mod tests {
     #[test]
     fn an_unknown_run_is_started_again_only_if_it_never_started() {
         let d = dir("unknown");
-        let k = Keys::open(&d, LIMITS.window).unwrap();
+        let k = Keys::open(&crate::state::State::new(&d, &d), LIMITS.window).unwrap();
         let fp = fingerprint("api/1", "f", &[]);
         let Claim::New(started) = k.claim(LIMITS, "s", "started", fp, |_| false).unwrap() else {
             panic!("new")
@@ -539,7 +366,7 @@ mod tests {
         };
         std::mem::forget(lost);
         drop(k);
-        let k = Keys::open(&d, LIMITS.window).unwrap();
+        let k = Keys::open(&crate::state::State::new(&d, &d), LIMITS.window).unwrap();
         // Neither run is in the run log any more.
         match k.claim(LIMITS, "s", "started", fp, |_| false).unwrap() {
             Claim::Repeat(r) => assert_eq!(r, run),
@@ -554,7 +381,7 @@ mod tests {
     #[test]
     fn the_number_of_keys_is_bounded() {
         let d = dir("bound");
-        let k = Keys::open(&d, LIMITS.window).unwrap();
+        let k = Keys::open(&crate::state::State::new(&d, &d), LIMITS.window).unwrap();
         for i in 0..10 {
             let fp = fingerprint("api/1", "f", &[]);
             if let Claim::New(h) = k.claim(LIMITS, "s", &i.to_string(), fp, |_| false).unwrap() {

@@ -10,7 +10,6 @@ pub mod callback;
 pub mod cluster;
 pub mod follow;
 pub mod idempotency;
-pub mod output;
 pub mod replay;
 
 use std::time::{Duration, Instant};
@@ -23,6 +22,7 @@ use crate::http::app::App;
 use crate::http::{ApiError, Request, Response};
 use crate::invoke;
 use crate::runner::Cancel;
+use crate::state::output;
 use crate::state::record::{Origin, Owner, RunRecord, RunState};
 use follow::{End, Follower, Live};
 

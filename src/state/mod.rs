@@ -1,5 +1,211 @@
-//! Everything trigd keeps: the state directory.
+//! Everything trigd keeps: the state directory (`state_dir`; application
+//! keys in `shared_state_dir`, by default the same). Only this module opens
+//! a path in it (`tests/modules.rs` checks); what the kept things mean (who
+//! may see a run, when a callback is retried, how a session is checked)
+//! stays with `runs/`, `access/` and the others, which call the functions
+//! here. The README's "State directory" table lists the same files
+//! (`tests/state_table.rs` compares the two).
+//!
+//! | Kind | Path | Format | Written | After `kill -9` |
+//! |---|---|---|---|---|
+//! | run records | `runs.log` | JSON lines, one whole record per state change, last line of a run wins | append; the line accepting an async run is `fdatasync`ed before it is answered (group commit), other lines are not (a cancel's is); compaction: temp file, fsync, rename, fsync of the dir, at start and at about twice `run_retention` lines | every line written (a torn last line is skipped); queued runs stay queued, running ones are queued again (`retry_on_restart`) or recorded `interrupted`. Power loss: lines up to the last sync |
+//! | kept output | `output/<32 hex>` | frames: tag byte, 4-byte big-endian length, bytes; the last frame may be open | append while the run executes, never synced; removed with its record | every frame written; a torn frame is skipped; files of unknown runs are removed at start |
+//! | idempotency claims | `idempotency.log` | JSON lines: claim (hashes, run id, time), `C` started, `D` given back | append; a claim is `fdatasync`ed before its run starts, `C`/`D` lines are not; compaction (atomic rename) at start and at about twice the lines needed | every claim; a claim whose run is not in `runs.log` and never started is claimed anew |
+//! | callback spool | `callbacks/<20-digit seq>.json` | JSON: the body to send, URL, attempts | one file per pending delivery, atomic rename and fsync of the dir per change; removed once the delivery's end is in `runs.log` | every pending delivery, sent again at start; an unreadable file is renamed `.bad` |
+//! | application keys | `app_keys.json` | pretty JSON object by `<workspace>/<member>`: sha256, hint, time | atomic rename (mode 0600), under the lock below | the old or the new file |
+//! | application key lock | `app_keys.lock` | empty | created once; `flock` by each writer (server, `trigd app-key`) | nothing to keep |
+//! | sessions | `sessions.json` | JSON object by sha256 of the token | atomic rename (mode 0600) at login and logout, last-seen lazily | the old or the new file; last-seen up to `min(60s, session_idle / 4)` behind |
+//! | request bodies | `bodies/body-<24 hex>` | the raw request body | created 0600 before the run, never synced; removed when the run's job ends | removed at the next start; a queued run that needed one is recorded `failed` |
+//! | generated passwords | `passwords.json` | pretty JSON object: user → argon2 hash | temp file `.passwords.json.tmp`, fsync, rename (mode 0600), at the first start that needs one | the old or the new file |
+//!
+//! Temporary files (`<file>.tmp`) are the half-written side of an atomic
+//! rename: a crash leaves at most one per file, replaced by the next write.
+//!
+//! # The seam for a second backend
+//!
+//! [`State`] is the one door: everything kept is opened through it, and
+//! nothing above `state/` names a path in the state dir ([`Kept`] names
+//! every file). Each kind of thing kept has one type here whose methods are
+//! the whole interface its users see: [`store::RunStore`] (run records,
+//! [`record::RunRecord`]: `append`, `record`, `get`, `list` with a
+//! [`store::RunFilter`] and a cursor (`skip`); the queue of accepted runs
+//! is its `queued` records, handed to the runner by `open`),
+//! [`idempotency::Log`], [`keys::KeyFile`],
+//! [`sessions::SessionFile`], [`spool::Spool`], [`output`] (kept output),
+//! [`bodies::BodyFile`] and [`passwords`] (read by the config loader).
+//! A second backend (PostgreSQL) becomes a variant of [`State`] and inside
+//! each of these types (an enum of a file backend and a database one), not
+//! a rewrite of callers; there is no trait while there is one backend.
+//! Kept output and request bodies stay files on each host whatever the
+//! backend: they are read by path (`follow`, a step's stdin).
+//!
+//! # The durable unit
+//!
+//! An accepted run, its idempotency claim and its queue entry must be kept
+//! together or not at all. Today:
+//! - the queue entry *is* the run's record: an async run is accepted by one
+//!   `runs.log` line in state `queued` carrying its input, synced before the
+//!   answer; at start every `queued` line is queued again in order. One line,
+//!   one write: the run and its queue entry cannot part;
+//! - the claim is written (and synced) to `idempotency.log` *before* that
+//!   line. A crash between the two leaves a claim whose run id is in no
+//!   record and never started (no `C` line): the next request with the key
+//!   claims it anew (`runs::idempotency`), so the claim counts only once its
+//!   run is recorded. A record never exists without its claim.
+//! - where it does not hold: the two files are synced separately, so after
+//!   a power loss (not `kill -9`) a `C` line may be lost while the run's
+//!   line survives; the key then repeats the run only while `runs.log` still
+//!   holds it (`run_retention`). A single-transaction backend commits the
+//!   claim and the record together and closes that gap.
 
+pub mod bodies;
+pub mod delivery;
+pub mod file;
+pub mod idempotency;
+pub mod keys;
+pub mod output;
+pub mod passwords;
 pub mod record;
+pub mod sessions;
+pub mod spool;
 pub mod store;
 pub mod time;
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// Where trigd keeps its state, and the one door every kept thing is opened
+/// through: the run store, the idempotency claims, the application keys,
+/// the sessions, the callback spool, request bodies. Today a directory
+/// (`state_dir`) and the directory of application keys (`shared_state_dir`);
+/// a second backend is a second variant of what this holds, and each
+/// `open_*`/`*_file` picks its side, so nothing above `state/` changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct State {
+    dir: PathBuf,
+    shared: PathBuf,
+}
+
+impl State {
+    /// The state kept in `state_dir`, application keys in
+    /// `shared_state_dir`. Nothing is opened yet.
+    pub fn new(state_dir: &Path, shared_state_dir: &Path) -> State {
+        State {
+            dir: state_dir.to_path_buf(),
+            shared: shared_state_dir.to_path_buf(),
+        }
+    }
+
+    /// Where `kept` is (for messages and for the file backend's openers).
+    pub fn path(&self, kept: Kept) -> PathBuf {
+        match kept {
+            Kept::AppKeys | Kept::AppKeysLock => kept.path_in(&self.shared),
+            _ => kept.path_in(&self.dir),
+        }
+    }
+
+    /// Open the run records ([`store::RunStore::open`]): the store, and the
+    /// queue of accepted runs to start again, in order.
+    ///
+    /// # Errors
+    /// The run log cannot be created, read or compacted.
+    pub fn open_runs(
+        &self,
+        retention: usize,
+        retry: impl Fn(&record::RunRecord) -> bool,
+    ) -> io::Result<(store::RunStore, Vec<String>)> {
+        store::RunStore::open(&self.dir, retention, retry)
+    }
+
+    /// Open the idempotency claims made at `oldest` (Unix seconds) or later.
+    ///
+    /// # Errors
+    /// The claim log cannot be read or compacted.
+    pub fn open_claims(&self, oldest: u64) -> io::Result<(idempotency::Log, idempotency::Loaded)> {
+        idempotency::Log::open(&self.dir, oldest)
+    }
+
+    /// Open the callback spool: it and the deliveries pending in it, in
+    /// order.
+    ///
+    /// # Errors
+    /// The spool cannot be created or listed.
+    pub fn open_spool(&self) -> io::Result<(spool::Spool, Vec<spool::Pending>)> {
+        spool::Spool::open(&self.dir)
+    }
+
+    /// The application keys.
+    pub fn key_file(&self) -> keys::KeyFile {
+        keys::KeyFile::new(&self.shared)
+    }
+
+    /// The login sessions.
+    pub fn session_file(&self) -> sessions::SessionFile {
+        sessions::SessionFile::new(&self.dir)
+    }
+
+    /// Where request bodies read from a file are written.
+    pub fn bodies_dir(&self) -> PathBuf {
+        bodies::dir(&self.dir)
+    }
+}
+
+/// Every kind of file in the state dir, each with its path; the rows of the
+/// table above, in its order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kept {
+    /// `runs.log`.
+    Runs,
+    /// `output/`, one file per run.
+    Output,
+    /// `idempotency.log`.
+    Idempotency,
+    /// `callbacks/`, one file per pending delivery.
+    Callbacks,
+    /// `app_keys.json` (in `shared_state_dir`).
+    AppKeys,
+    /// `app_keys.lock` (in `shared_state_dir`).
+    AppKeysLock,
+    /// `sessions.json`.
+    Sessions,
+    /// `bodies/`, one file per request body a run reads from a file.
+    Bodies,
+    /// `passwords.json`.
+    Passwords,
+}
+
+impl Kept {
+    /// Every kind, in the table's order.
+    pub const ALL: [Kept; 9] = [
+        Kept::Runs,
+        Kept::Output,
+        Kept::Idempotency,
+        Kept::Callbacks,
+        Kept::AppKeys,
+        Kept::AppKeysLock,
+        Kept::Sessions,
+        Kept::Bodies,
+        Kept::Passwords,
+    ];
+
+    /// Its file or directory name in the state dir.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Kept::Runs => "runs.log",
+            Kept::Output => "output",
+            Kept::Idempotency => "idempotency.log",
+            Kept::Callbacks => "callbacks",
+            Kept::AppKeys => "app_keys.json",
+            Kept::AppKeysLock => "app_keys.lock",
+            Kept::Sessions => "sessions.json",
+            Kept::Bodies => "bodies",
+            Kept::Passwords => "passwords.json",
+        }
+    }
+
+    /// Its path in `state_dir` (for `AppKeys` and `AppKeysLock`: pass
+    /// `shared_state_dir`).
+    pub fn path_in(self, state_dir: &Path) -> PathBuf {
+        state_dir.join(self.name())
+    }
+}

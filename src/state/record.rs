@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::runs::callback::record::Delivery;
+use crate::state::delivery::Delivery;
 use crate::state::time::Time;
 
 /// The states of a run.

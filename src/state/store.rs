@@ -36,7 +36,8 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread;
 use std::time::Duration;
 
-use crate::runs::output;
+use super::file::{sync_dir, tmp_path, write_atomic};
+use crate::state::output;
 use crate::state::record::{Owner, RunRecord, RunState};
 use crate::state::time::Time;
 use crate::sys;
@@ -195,7 +196,7 @@ impl RunStore {
         retry: impl Fn(&RunRecord) -> bool,
     ) -> io::Result<(RunStore, Vec<String>)> {
         fs::create_dir_all(state_dir)?;
-        let path = state_dir.join("runs.log");
+        let path = super::Kept::Runs.path_in(state_dir);
         let mut records = read_log(&path)?;
         let now = Time::now();
         let mut resumed = Vec::new();
@@ -817,22 +818,6 @@ fn copy_range(src: &File, from: u64, to: u64, dst: &mut File) -> io::Result<()> 
     Ok(())
 }
 
-/// The temporary file beside `path` that replaces it atomically.
-fn tmp_path(path: &Path) -> PathBuf {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    PathBuf::from(tmp)
-}
-
-/// Make a rename in the directory of `path` durable.
-fn sync_dir(path: &Path) -> io::Result<()> {
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    File::open(dir)?.sync_all()
-}
-
 /// Atomically replace the log with what `write` writes, and open it for
 /// appending. `write` returns, in file order, each line's run id, program
 /// and length, from which the index is built.
@@ -872,36 +857,6 @@ fn rewrite(
         seq: 0,
         live,
     })
-}
-
-/// Replace the file at `path` with what `write` writes, atomically and
-/// durably: write a
-/// temp file (mode 0600) beside it, fsync it, rename it over `path`, fsync
-/// the directory. A crash leaves either the old file or the new one. The
-/// state dir is created if needed.
-///
-/// # Errors
-/// Any step failed; `path` is then unchanged.
-pub fn write_atomic(
-    path: &Path,
-    write: impl FnOnce(&mut File) -> io::Result<()>,
-) -> io::Result<()> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        fs::create_dir_all(dir)?;
-    }
-    let tmp = tmp_path(path);
-    {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        write(&mut f)?;
-        f.sync_all()?;
-    }
-    fs::rename(&tmp, path)?;
-    sync_dir(path)
 }
 
 /// A new random run id of `instance`: its name, `-`, then 128 bits as 32

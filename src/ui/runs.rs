@@ -20,9 +20,9 @@ use crate::config::Config;
 use crate::http::app::App;
 use crate::http::{percent_encode, ApiError, Request, Response};
 use crate::runs;
-use crate::runs::callback::record::Delivery;
 use crate::runs::follow;
-use crate::runs::output::{self, Frame, Stream};
+use crate::state::delivery::Delivery;
+use crate::state::output::{self, Frame, Stream};
 use crate::state::record::{Origin, Owner, RunRecord, RunState, StepReport, ALL_STATES};
 use crate::state::store::RunFilter;
 
@@ -429,7 +429,7 @@ fn callbacks_table(deliveries: &[Delivery]) -> Markup {
 /// The kept output, interleaved as printed, stderr marked; escaped (by
 /// maud) and without terminal escape sequences.
 fn output_html(path: &std::path::Path) -> Markup {
-    let Ok(file) = std::fs::File::open(path) else {
+    let Some(file) = output::open(path) else {
         return PreEscaped(String::new());
     };
     let mut out = String::new();

@@ -9,8 +9,8 @@ use base64::Engine as _;
 use super::HookValues;
 use crate::config::Server;
 use crate::http::ApiError;
-use crate::receive::body_file::BodyFile;
 use crate::receive::values::Source;
+use crate::state::bodies::BodyFile;
 
 /// What a hook's values step makes (`invoke::Made`'s parts).
 #[derive(Default)]

@@ -2,8 +2,8 @@
 //! callback URL of the run, retried with backoff, surviving restarts.
 //!
 //! What it owns: the callback targets of a request ([`targets`]), the
-//! deliveries of ended runs ([`Service`]: spooled to disk by [`spool`],
-//! attempted by [`send`], reported in the run record via [`record`]), and
+//! deliveries of ended runs ([`Service`]: spooled to disk by [`crate::state::spool`],
+//! attempted by [`send`], reported in the run record via [`crate::state::delivery`]), and
 //! the callback metrics.
 //!
 //! How a delivery flows: a run's targets become `Callbacks` entries of its
@@ -21,14 +21,11 @@
 //! `max_pending` files; in memory only sequence numbers wait, the body is
 //! read from disk when it is sent.
 
-pub mod record;
 pub mod send;
-pub mod spool;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
 use std::io;
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, RwLock};
 use std::thread;
@@ -37,12 +34,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::config::callbacks::Callbacks;
 use crate::http::metrics::label;
 use crate::http::{ApiError, Request};
+use crate::state::delivery::{Attempt, DeliveryState, Source, Target};
 use crate::state::record::RunRecord;
+use crate::state::spool::{Pending, Spool};
 use crate::state::store::RunStore;
 use crate::state::time::Time;
-use record::{Attempt, DeliveryState, Source, Target};
+use crate::state::State;
 use send::Outcome;
-use spool::{Pending, Spool};
 
 /// The callback URL a request names: the `callback` query parameter (when
 /// `query` is set: `POST /api`) or the `Trigd-Callback` header.
@@ -151,7 +149,7 @@ pub struct Service {
 }
 
 impl Service {
-    /// Open the spool in `state_dir`, queue every pending delivery found
+    /// Open the spool of `state`, queue every pending delivery found
     /// (in order), queue the waiting deliveries of `interrupted` runs (runs
     /// the run log found cut off by a crash), and start the delivery
     /// threads.
@@ -159,12 +157,12 @@ impl Service {
     /// # Errors
     /// The spool directory cannot be created or listed.
     pub fn start(
-        state_dir: &Path,
+        state: &State,
         store: Arc<RunStore>,
         cb: &Arc<Callbacks>,
         interrupted: &[String],
     ) -> io::Result<Arc<Service>> {
-        let (spool, found) = Spool::open(state_dir)?;
+        let (spool, found) = state.open_spool()?;
         let service = Arc::new(Service {
             store,
             spool,

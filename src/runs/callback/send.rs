@@ -18,8 +18,8 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use url::Url;
 
-use super::spool::Pending;
 use crate::config::callbacks::Callbacks;
+use crate::state::spool::Pending;
 
 /// How an attempt ended.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -66,6 +66,11 @@ impl Drop for BodyFile {
     }
 }
 
+/// The directory of body files in `state_dir`.
+pub fn dir(state_dir: &Path) -> PathBuf {
+    super::Kept::Bodies.path_in(state_dir)
+}
+
 /// Remove body files left by a process that was killed mid-run (called
 /// once at start-up).
 pub fn clean(dir: &Path) {

@@ -47,7 +47,7 @@ pub const BATCH: usize = 64 * 1024;
 
 /// The directory of output files in `state_dir`.
 pub fn dir(state_dir: &Path) -> PathBuf {
-    state_dir.join("output")
+    super::Kept::Output.path_in(state_dir)
 }
 
 /// The output file of the run whose id ends in `hex` (its 32 hex digits).
@@ -362,6 +362,12 @@ fn read_open(file: &File, pos: Pos, tag: u8, max: usize) -> Option<Vec<u8>> {
     let mut now = [0u8; 1];
     file.read_exact_at(&mut now, pos.frame).ok()?;
     (now[0] == tag).then_some(data)
+}
+
+/// Open the output file at `path` for reading: `None` while the run
+/// has printed nothing (it has no file then) or once it is removed.
+pub fn open(path: &Path) -> Option<File> {
+    File::open(path).ok()
 }
 
 /// The whole kept output of a run, each stream apart.

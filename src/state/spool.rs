@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::record::Delivery;
-use crate::state::store::write_atomic;
+use crate::state::delivery::Delivery;
+use crate::state::file::write_atomic;
 
 /// One pending delivery, as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -48,7 +48,7 @@ impl Spool {
     /// # Errors
     /// The directory cannot be created or listed.
     pub fn open(state_dir: &Path) -> io::Result<(Spool, Vec<Pending>)> {
-        let dir = state_dir.join("callbacks");
+        let dir = super::Kept::Callbacks.path_in(state_dir);
         fs::create_dir_all(&dir)?;
         let mut names: Vec<PathBuf> = fs::read_dir(&dir)?
             .filter_map(|e| e.ok().map(|e| e.path()))
@@ -111,7 +111,7 @@ impl Spool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runs::callback::record::{Source, Target};
+    use crate::state::delivery::{Source, Target};
 
     #[test]
     fn written_files_come_back_in_order_and_bad_ones_are_set_aside() {

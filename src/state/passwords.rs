@@ -12,11 +12,16 @@ use std::path::{Path, PathBuf};
 pub const MARKER: &str = "generate";
 
 /// The file, in the state dir, that holds the hashes of generated passwords.
-pub const FILE: &str = "passwords.json";
+pub const FILE: &str = super::Kept::Passwords.name();
 
 /// The stored hash of `user`'s generated password, if there is one.
 pub fn stored_hash(state_dir: &Path, user: &str) -> Option<String> {
-    read(&state_dir.join(FILE)).remove(user)
+    read(&path(state_dir)).remove(user)
+}
+
+/// The file of generated passwords in `state_dir`.
+pub fn path(state_dir: &Path) -> PathBuf {
+    super::Kept::Passwords.path_in(state_dir)
 }
 
 /// The stored hashes by user name (empty when the file is missing or bad).
