@@ -1,12 +1,12 @@
 //! The state directory is described once in code and once for users, and
 //! the two agree: the table in `src/state/mod.rs`'s module doc, the
-//! README's "State directory" table and `trigd::state::Kept` (the names the
+//! README's "State directory" table and `trigd::testing::state::Kept` (the names the
 //! code builds paths from) list the same files.
 
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use trigd::state::Kept;
+use trigd::testing::state::Kept;
 
 /// The rows of the first Markdown table after the line `start` (a table
 /// row starts with `|`; the header and its `|---|` line are skipped), each

@@ -1,5 +1,5 @@
 //! Fuzz harnesses for trigd's parsers, linked against the `trigd` library
-//! (`trigd::config::load_str`, `trigd::invoke::named_values`, …).
+//! (`trigd::testing::config::load_str`, `trigd::testing::invoke::named_values`, …).
 //!
 //! Each harness takes arbitrary bytes, must never panic, and asserts the
 //! parser's invariants. The `fuzz_targets/` binaries feed them from
@@ -8,7 +8,7 @@
 #![allow(dead_code, unused_imports, clippy::all)]
 #![deny(unsafe_code)]
 
-use trigd::{compat, config, http, invoke, receive};
+use trigd::testing::{compat, config, http, invoke, receive};
 
 use std::path::{Path, PathBuf};
 
@@ -297,9 +297,9 @@ pub mod adapt {
 
     use serde_json::Value;
 
-    use trigd::compat::webhook::file::{self as hooks, Parsed};
-    use trigd::receive::payload::{self, Part, Payload};
-    use trigd::receive::signature::{Encoding, Scheme, Secret, SigError, Verifier};
+    use trigd::testing::compat::webhook::file::{self as hooks, Parsed};
+    use trigd::testing::receive::payload::{self, Part, Payload};
+    use trigd::testing::receive::signature::{Encoding, Scheme, Secret, SigError, Verifier};
 
     /// Whether multipart bodies whose lines end in a bare `\n` must parse
     /// like their CRLF form (Go's mime/multipart does, and so does
@@ -368,7 +368,7 @@ pub mod adapt {
 
     /// trigd's own `Trigd-Signature` of a callback body.
     pub fn trigd_signature(secret: &[u8], t: u64, body: &[u8]) -> String {
-        trigd::runs::callback::send::signature(secret, t, body)
+        trigd::testing::runs::callback::send::signature(secret, t, body)
     }
 }
 

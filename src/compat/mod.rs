@@ -7,7 +7,8 @@
 //!
 //! # Removing it
 //!
-//! 1. Delete `src/compat/` and `pub mod compat;` in `lib.rs`.
+//! 1. Delete `src/compat/`, and `mod compat;` and `testing::compat` in
+//!    `lib.rs`.
 //! 2. Delete the one variant that carries a compat value,
 //!    `config::Dialect::HooksFile(Arc<compat::webhook::Hook>)`, and the
 //!    one arm per pipeline stage the compiler then points at:
