@@ -51,10 +51,15 @@ NPROGRAMS=${BENCH_PROGRAMS:-$d_programs}       # program files / hooks for the s
 START_TRIALS=${BENCH_START_TRIALS:-$d_start}   # start-ups per server
 RELOAD_TRIALS=${BENCH_RELOAD_TRIALS:-$d_reload} # reloads per server
 WARMUP=${BENCH_WARMUP:-$d_warmup}              # seconds of wrk per server before measuring
+ONLY=${BENCH_ONLY:-}                           # cases to run (names, space-separated); empty: all
+[[ -n $ONLY ]] && d_results=$BENCH_DIR/RESULTS.only.md
 RESULTS=${BENCH_RESULTS:-$d_results}
 SKIP_TRIGD=${BENCH_SKIP_TRIGD:-0}              # 1: webhook side + floor only (development aid)
 MAX_RUNS=16                                    # trigd max_concurrent_runs
 KEY="bench-key-4f1c2a9e7d3b"                   # fixed API key; config holds its sha256
+
+# want CASE: whether BENCH_ONLY (empty: every case) names CASE
+want() { [[ -z $ONLY || " $ONLY " == *" $1 "* ]]; }
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "FATAL: $*"; FAILED=1; exit 1; }
@@ -349,8 +354,8 @@ WEBHOOK_HOOKS='[
 printf '%s\n]\n' "$WEBHOOK_HOOKS" >"$WD/hooks.json"
 
 # ---------------------------------------------------------------- spawn floor
-log "spawn floor: posix_spawn+waitpid of /bin/true, ${SECS}s x $ROUNDS, 1 and 2 processes"
-for ((r = 0; r < ROUNDS; r++)); do
+want floor && log "spawn floor: posix_spawn+waitpid of /bin/true, ${SECS}s x $ROUNDS, 1 and 2 processes"
+want floor && for ((r = 0; r < ROUNDS; r++)); do
     for p in 1 2; do
         line=$("$WORK/spawn_floor" "$SECS" "$p")
         v=${line##*per_sec=}; v=${v%% *}
@@ -454,6 +459,7 @@ case_request() {
 }
 for c in "${CASES[@]}"; do
     read -r name conns expect tpath wpath <<<"$c"
+    want "$name" || continue
     case_request "$name"
     log "case $name: $conns connections, ${SECS}s, $ROUNDS rounds A/B"
     for ((r = 1; r <= ROUNDS; r++)); do
@@ -479,7 +485,7 @@ case_request none
 # 8 connections for SECS: the first request runs the program, every other
 # one is answered from the original run. Runs executed = lines appended.
 T_ONCE="/api?api_key=$KEY&program_id=5"
-if ! ((SKIP_TRIGD)); then
+if ! ((SKIP_TRIGD)) && want idem8; then
     log "case idem8: one Idempotency-Key, 8 connections, ${SECS}s, $ROUNDS rounds"
     for ((r = 1; r <= ROUNDS; r++)); do
         : >"$WORK/idem-trigd.out"
@@ -551,8 +557,8 @@ async_round() { # SIDE PID URL OUTFILE ROUND
     [[ $WR_OTHER == - && $WR_ERRS == 0 ]] || add "async.$side.note" "r$r:other=$WR_OTHER,sockerr=$WR_ERRS"
     log "  $side r$r: accepted $WR_OK, refused(503) $WR_503, executed $l in ${secs_exec}s, peak children $peak (other $WR_OTHER, socket errors $WR_ERRS)"
 }
-log "case async: 32 connections, ${ASYNC_SECS}s, $ASYNC_ROUNDS rounds A/B"
-for ((r = 1; r <= ASYNC_ROUNDS; r++)); do
+want async && log "case async: 32 connections, ${ASYNC_SECS}s, $ASYNC_ROUNDS rounds A/B"
+want async && for ((r = 1; r <= ASYNC_ROUNDS; r++)); do
     for side in "${SIDES[@]}"; do
         if [[ $side == trigd ]]; then
             async_round trigd "$T_MAIN" "$T_BASE$T_ASYNC" "$WORK/async-trigd.out" "$r"
@@ -579,8 +585,8 @@ reload_wait() { # PORT PATH -> RELOAD_MS (or "nan" after 10 s)
         snooze 0.002
     done
 }
-log "case reload: $RELOAD_TRIALS trials each, A/B"
-for ((k = 1; k <= RELOAD_TRIALS; k++)); do
+want reload && log "case reload: $RELOAD_TRIALS trials each, A/B"
+want reload && for ((k = 1; k <= RELOAD_TRIALS; k++)); do
     for side in "${SIDES[@]}"; do
         if [[ $side == trigd ]]; then
             id=$((100 + k))
@@ -631,7 +637,7 @@ mkdir -p "$BH/programs"
   printf '%s\n' "$BASE_CONFIG" | sed -n '/^\[\[api_keys\]\]/,$p'; } >"$BH/config.toml"
 START_SIDES=("${SIDES[@]}")
 ((SKIP_TRIGD)) || START_SIDES+=(trigd-hooks)
-for ((k = 1; k <= START_TRIALS; k++)); do
+want startup && for ((k = 1; k <= START_TRIALS; k++)); do
     for side in "${START_SIDES[@]}"; do
         case $side in
         trigd)
@@ -678,7 +684,7 @@ cp "$TD/config.toml" "$BS/config.toml"
 cp "$BT"/programs/p0000[1-9].toml "$BT/programs/p00010.toml" "$BS/programs/"
 head -11 "$BW/hooks.json" | sed '$ s/,$//' >"$BSW/hooks.json"
 echo "]" >>"$BSW/hooks.json"
-for many in 10 "$NPROGRAMS"; do
+want reloadmany && for many in 10 "$NPROGRAMS"; do
     if ((many == 10)); then tdir=$BS wdir=$BSW; else tdir=$BT wdir=$BW; fi
     for side in "${SIDES[@]}"; do
         if [[ $side == trigd ]]; then
@@ -741,7 +747,7 @@ awk -v n="$NTOOLS" -v base="$TD/config.toml" -v cfg="$TT/config.toml" -v hooks="
     }
     printf "]\n" > hooks
 }'
-for ((k = 1; k <= START_TRIALS; k++)); do
+want tools && for ((k = 1; k <= START_TRIALS; k++)); do
     for side in "${SIDES[@]}"; do
         if [[ $side == trigd ]]; then
             rm -rf "$TT/state"
@@ -798,15 +804,15 @@ for name in true1 true8 true32 echo8 reject8 signed8 badsig8; do
     if [[ $name != reject8 && $name != badsig8 ]]; then
         # Every sync request must be answered 200: a refusal, another
         # status or a socket error counts against trigd.
-        tn=$(if ((SKIP_TRIGD)); then echo nan; else printf '%s\n' ${S[$name.trigd.notok]} | sort -g | tail -1; fi)
-        wn=$(printf '%s\n' ${S[$name.webhook.notok]} | sort -g | tail -1)
+        tn=$(if ((SKIP_TRIGD)); then echo nan; else printf '%s\n' ${S[$name.trigd.notok]:-} | sort -g | tail -1; fi)
+        wn=$(printf '%s\n' ${S[$name.webhook.notok]:-} | sort -g | tail -1)
         verdict "$(passif awk -v a="$tn" 'BEGIN { exit !(a != "nan" && a + 0 == 0) }')"
         row "$label" "not 200 or socket error, fraction (worst round)" "$(fmt "$tn" %.4f)" "$(fmt "$wn" %.4f)" "" "trigd = 0" "$V"
     fi
     if [[ $name == true32 ]]; then
         # Callers are cron jobs: a burst waits for a slot instead of a 503.
-        tr=$(if ((SKIP_TRIGD)); then echo nan; else printf '%s\n' ${S[true32.trigd.refused]} | sort -g | tail -1; fi)
-        wr=$(printf '%s\n' ${S[true32.webhook.refused]} | sort -g | tail -1)
+        tr=$(if ((SKIP_TRIGD)); then echo nan; else printf '%s\n' ${S[true32.trigd.refused]:-} | sort -g | tail -1; fi)
+        wr=$(printf '%s\n' ${S[true32.webhook.refused]:-} | sort -g | tail -1)
         verdict "$(passif awk -v a="$tr" 'BEGIN { exit !(a == "0") }')"
         row "$label" "refused (503, worst round)" "$(fmt "$tr" %.0f)" "$(fmt "$wr" %.0f)" "" "trigd = 0" "$V"
         verdict "$(passif le "$(tm true32.trigd.p99)" "$(med true32.webhook.p99)")"
@@ -836,7 +842,7 @@ row "$A" "accepted (200)/s" "$(fmt "$(tm async.trigd.accept_rate)" %.0f)" "$(fmt
 row "$A" "p50 ms" "$(fmt "$(tm async.trigd.p50)" %.2f)" "$(fmt "$(med async.webhook.p50)" %.2f)" "" "" ""
 row "$A" "p99 ms" "$(fmt "$(tm async.trigd.p99)" %.2f)" "$(fmt "$(med async.webhook.p99)" %.2f)" "" "" ""
 row "$A" "accepted (200)" "$(fmt "$(tm async.trigd.accepted)" %.0f)" "$(fmt "$(med async.webhook.accepted)" %.0f)" "" "" ""
-tr=$(if ((SKIP_TRIGD)); then echo nan; else printf '%s\n' ${S[async.trigd.refused]} | sort -g | tail -1; fi)
+tr=$(if ((SKIP_TRIGD)); then echo nan; else printf '%s\n' ${S[async.trigd.refused]:-} | sort -g | tail -1; fi)
 verdict "$(passif awk -v a="$tr" 'BEGIN { exit !(a == "0") }')"
 row "$A" "refused (503, worst round)" "$(fmt "$tr" %.0f)" "$(fmt "$(med async.webhook.refused)" %.0f)" "" "trigd = 0 (default max_queued_runs)" "$V"
 row "$A" "executed" "$(fmt "$(tm async.trigd.executed)" %.0f)" "$(fmt "$(med async.webhook.executed)" %.0f)" "" "" ""
@@ -844,13 +850,13 @@ verdict "$(passif ge "$q" 2)"
 row "$A" "seconds from start until the last run was done" "$(fmt "$(tm async.trigd.drain)" %.1f)" "$(fmt "$(med async.webhook.drain)" %.1f)" "" "" ""
 row "$A" "executed/s (until the last run)" "$(fmt "$t" %.0f)" "$(fmt "$w" %.0f)" "$(fmt "$q" %.2f×)" "≥ 2.00× webhook" \
     "$V"
-tl=$(if ((SKIP_TRIGD)); then echo nan; else printf '%s\n' ${S[async.trigd.lost]} | sort -g | tail -1; fi)
-wl=$(printf '%s\n' ${S[async.webhook.lost]} | sort -g | tail -1)
+tl=$(if ((SKIP_TRIGD)); then echo nan; else printf '%s\n' ${S[async.trigd.lost]:-} | sort -g | tail -1; fi)
+wl=$(printf '%s\n' ${S[async.webhook.lost]:-} | sort -g | tail -1)
 verdict "$(passif awk -v a="$tl" 'BEGIN { exit !(a == "0") }')"
 row "$A" "accepted but not executed (worst round)" "$(fmt "$tl" %.0f)" "$(fmt "$wl" %.0f)" "" "trigd = 0" \
     "$V"
-tp=$(if ((SKIP_TRIGD)); then echo nan; else printf '%s\n' ${S[async.trigd.peak]} | sort -g | tail -1; fi)
-wp=$(printf '%s\n' ${S[async.webhook.peak]} | sort -g | tail -1)
+tp=$(if ((SKIP_TRIGD)); then echo nan; else printf '%s\n' ${S[async.trigd.peak]:-} | sort -g | tail -1; fi)
+wp=$(printf '%s\n' ${S[async.webhook.peak]:-} | sort -g | tail -1)
 verdict "$(passif le "$tp" "$MAX_RUNS")"
 row "$A" "child processes at the peak (max of rounds)" "$(fmt "$tp" %.0f)" "$(fmt "$wp" %.0f)" "" "trigd ≤ $MAX_RUNS" \
     "$V"
@@ -858,7 +864,7 @@ row "$A" "child processes at the peak (max of rounds)" "$(fmt "$tp" %.0f)" "$(fm
 I="idempotent repeat: one Idempotency-Key, 8 conns"
 row "$I" "answers (200)/s" "$(fmt "$(tm idem8.trigd.rps)" %.0f)" "n/a" "" "" ""
 row "$I" "p50 / p99 ms" "$(fmt "$(tm idem8.trigd.p50)" %.2f) / $(fmt "$(tm idem8.trigd.p99)" %.2f)" "n/a" "" "" ""
-ti=$(if ((SKIP_TRIGD)); then echo nan; else printf '%s\n' ${S[idem8.trigd.runs]} | sort -g | tail -1; fi)
+ti=$(if ((SKIP_TRIGD)); then echo nan; else printf '%s\n' ${S[idem8.trigd.runs]:-} | sort -g | tail -1; fi)
 verdict "$(passif awk -v a="$ti" 'BEGIN { exit !(a == "1") }')"
 row "$I" "runs executed (worst round)" "$(fmt "$ti" %.0f)" "n/a" "" "trigd = 1" "$V"
 
@@ -915,7 +921,7 @@ for v in "${VERDICTS[@]}"; do if [[ $v == pass ]]; then npass=$((npass + 1)); el
 
 NOTES=()
 for k in "${!S[@]}"; do
-    [[ $k == *.note ]] && NOTES+=("- ${k%.note}:${S[$k]}")
+    [[ $k == *.note ]] && NOTES+=("- ${k%.note}:${S[$k]:-}")
 done
 
 # What follows "## Measured by hand" in the results file (figures not

@@ -58,6 +58,8 @@ pub struct Gauges {
     pub reload_errors: u64,
     /// Config generation.
     pub generation: u64,
+    /// `fdatasync` calls on the run log.
+    pub run_log_fsyncs: u64,
 }
 
 impl Default for Metrics {
@@ -292,6 +294,13 @@ impl Gauges {
         for (name, kind, help, v) in gauges {
             let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
         }
+        let _ = writeln!(
+            s,
+            "# HELP trigd_state_fsyncs_total fsync/fdatasync calls on files of the state dir that wait for the disk, by file.\n\
+             # TYPE trigd_state_fsyncs_total counter\n\
+             trigd_state_fsyncs_total{{file=\"runs.log\"}} {}",
+            self.run_log_fsyncs
+        );
     }
 }
 
@@ -327,8 +336,10 @@ mod tests {
             reloads: 2,
             reload_errors: 1,
             generation: 3,
+            run_log_fsyncs: 7,
         };
         let t = m.render(&g);
+        assert!(t.contains("trigd_state_fsyncs_total{file=\"runs.log\"} 7"), "{t}");
         assert!(
             t.contains("trigd_http_requests_total{status=\"200\"} 2"),
             "{t}"

@@ -150,6 +150,7 @@ fn metrics(app: &App) -> Response {
         reloads,
         reload_errors,
         generation: app.generation(),
+        run_log_fsyncs: app.runner.run_log_fsyncs(),
     };
     let mut text = app.runner.metrics.render(&g);
     if let Some(cb) = app.runner.callbacks() {

@@ -1105,6 +1105,11 @@ impl Runner {
         self.children.load(Ordering::Relaxed)
     }
 
+    /// `fdatasync` calls made on the run log (0 without one).
+    pub fn run_log_fsyncs(&self) -> u64 {
+        self.store.as_ref().map_or(0, |s| s.fsyncs())
+    }
+
     /// Stop accepting runs; give running and waiting runs `grace` to
     /// finish (waiting runs still start as slots free up). Then waiting
     /// sync callers get `shutting_down`, async runs still queued stay

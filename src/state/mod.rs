@@ -59,6 +59,7 @@
 //!   claim and the record together and closes that gap.
 
 pub mod bodies;
+pub mod commit;
 pub mod delivery;
 pub mod file;
 pub mod idempotency;

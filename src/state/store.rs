@@ -8,7 +8,8 @@
 //!
 //! Durability: [`RunStore::append`] with `durable = true` returns after the
 //! line is on disk (`fdatasync`). Concurrent durable appends share one sync
-//! (group commit): whoever syncs covers every line written before it.
+//! (group commit, [`GroupCommit`]): whoever syncs covers every line
+//! written before it; `fsyncs` counts the syncs.
 //!
 //! A state change of a run already accepted ([`RunStore::record`]) that
 //! cannot be written (disk full) is kept in memory, served by
@@ -36,6 +37,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread;
 use std::time::Duration;
 
+use super::commit::GroupCommit;
 use super::file::{sync_dir, tmp_path, write_atomic};
 use crate::state::output;
 use crate::state::record::{Owner, RunRecord, RunState};
@@ -157,21 +159,14 @@ impl Quiet {
     }
 }
 
-/// State of the group commit.
-struct Sync {
-    /// A handle on the current file for `fdatasync`.
-    file: File,
-    /// Highest sequence number known to be on disk.
-    synced: u64,
-}
-
 /// The run log of one state dir.
 pub struct RunStore {
     path: PathBuf,
     state_dir: PathBuf,
     retention: usize,
     log: Mutex<Log>,
-    sync: Mutex<Sync>,
+    /// Durable appends share syncs ([`GroupCommit::sync_upto`]).
+    commit: GroupCommit,
     /// State changes not yet written (disk full), latest per run, in the
     /// order they happened.
     unwritten: Mutex<Vec<(RunId, RunRecord)>>,
@@ -237,10 +232,7 @@ impl RunStore {
         })?;
         drop(lines);
         sys::trim_heap();
-        let sync = Sync {
-            file: log.file.try_clone()?,
-            synced: 0,
-        };
+        let commit = GroupCommit::new(log.file.try_clone()?);
         output::sweep(state_dir, |name| {
             run_id(name).is_some_and(|id| log.index.contains_key(&id))
         });
@@ -249,7 +241,7 @@ impl RunStore {
             state_dir: state_dir.to_path_buf(),
             retention: retention.max(1),
             log: Mutex::new(log),
-            sync: Mutex::new(sync),
+            commit,
             unwritten: Mutex::new(Vec::new()),
             interrupted,
             compacting: Mutex::new(()),
@@ -399,16 +391,15 @@ impl RunStore {
     }
 
     /// Make every line up to `seq` durable; one fdatasync serves everyone
-    /// waiting meanwhile.
+    /// waiting meanwhile ([`GroupCommit::sync_upto`]).
     fn sync_upto(&self, seq: u64) -> io::Result<()> {
-        let mut s = lock(&self.sync);
-        if s.synced >= seq {
-            return Ok(());
-        }
-        let target = lock(&self.log).seq;
-        s.file.sync_data()?;
-        s.synced = target;
-        Ok(())
+        self.commit.sync_upto(seq, || lock(&self.log).seq)
+    }
+
+    /// `fdatasync` calls made on the run log since it was opened
+    /// (`trigd_state_fsyncs_total{file="runs.log"}`).
+    pub fn fsyncs(&self) -> u64 {
+        self.commit.syncs()
     }
 
     /// The log holds about twice the lines it would after a compaction.
@@ -466,8 +457,7 @@ impl RunStore {
         out.flush()?;
         drop((out, lines));
         new.sync_data()?;
-        let dropped = {
-            let mut s = lock(&self.sync);
+        let dropped = self.commit.swap(|| {
             let mut log = lock(&self.log);
             copy_range(&old, snap.len, log.len, &mut new)?;
             new.sync_data()?;
@@ -479,10 +469,8 @@ impl RunStore {
                 .append(true)
                 .open(&self.path)?;
             // Everything written so far is in the new file, synced.
-            s.file = log.file.try_clone()?;
-            s.synced = log.seq;
-            dropped
-        };
+            Ok((log.file.try_clone()?, log.seq, dropped))
+        })?;
         drop((moved, kept));
         remove_outputs(&self.state_dir, dropped);
         sys::trim_heap();
