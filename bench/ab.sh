@@ -10,7 +10,8 @@
 # rotates from round to round), and the table gives per variant the median
 # req/s, p50 and p99 over the rounds with their spread (min–max), its idle
 # VmRSS (0.5 s after the first 200) and its VmRSS and VmHWM at the end.
-# VAR=VALUE pairs go into that variant's environment. Needs wrk and curl.
+# VAR=VALUE pairs go into that variant's environment, except MAX_RUNS=N,
+# which sets its max_concurrent_runs (default 16). Needs wrk and curl.
 set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -23,7 +24,7 @@ while getopts c:r:s:h opt; do
     c) CASE=$OPTARG ;;
     r) ROUNDS=$OPTARG ;;
     s) SECS=$OPTARG ;;
-    *) sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
@@ -64,7 +65,9 @@ for spec in "$@"; do
     IFS=, read -r -a parts <<<"$rest"
     bin=${parts[0]} envs=("${parts[@]:1}")
     dir=$WORK/v$i
-    write_trigd_config "$dir" "$SHA" 16 "$WORK/secret" "$WORK/async$i.out" "$WORK/once$i.out"
+    max_runs=16
+    for e in "${envs[@]+"${envs[@]}"}"; do [[ $e == MAX_RUNS=* ]] && max_runs=${e#MAX_RUNS=}; done
+    write_trigd_config "$dir" "$SHA" "$max_runs" "$WORK/secret" "$WORK/async$i.out" "$WORK/once$i.out"
     env "${envs[@]+"${envs[@]}"}" "$bin" serve --config "$dir/config.toml" --listen 127.0.0.1:0 \
         >"$dir.out" 2>/dev/null &
     pid=$!

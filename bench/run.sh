@@ -37,10 +37,10 @@ fi
 
 # ---------------------------------------------------------------- settings
 if ((QUICK)); then
-    d_seconds=1 d_rounds=1 d_async=2 d_async_rounds=1 d_programs=1000 d_start=1 d_reload=2 d_warmup=0
+    d_seconds=1 d_rounds=1 d_async=2 d_async_rounds=1 d_programs=1000 d_start=1 d_reload=2 d_warmup=0 d_output=20
     d_results=$BENCH_DIR/RESULTS.quick.md
 else
-    d_seconds=5 d_rounds=3 d_async=10 d_async_rounds=2 d_programs=10000 d_start=9 d_reload=5 d_warmup=1
+    d_seconds=5 d_rounds=3 d_async=10 d_async_rounds=2 d_programs=10000 d_start=9 d_reload=5 d_warmup=1 d_output=100
     d_results=$BENCH_DIR/RESULTS.md
 fi
 SECS=${BENCH_SECONDS:-$d_seconds}              # one wrk measurement
@@ -68,6 +68,7 @@ die() { log "FATAL: $*"; FAILED=1; exit 1; }
 PIDS=()
 WORK=""
 FAILED=0
+CASE_ERRORS=() # a case that ran but measured nothing: the run fails (CI runs --quick)
 stop_pid() { # PID: SIGTERM, up to 5 s, then SIGKILL; only PIDs this script started
     local pid=$1 i
     kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
@@ -283,7 +284,7 @@ run_wrk() {
             if (other == "") other = "-"
             printf "%.1f %.3f %.3f %d %d %d %d %s\n", ok / dur, p50, p99, total, ok, errs, n503 + 0, other
         }' "$out")
-    [[ $WR_OTHER == wrk-failed ]] && log "wrk failed: $(tail -3 "$out")"
+    [[ $WR_OTHER == wrk-failed ]] && { log "wrk failed: $(tail -3 "$out")"; CASE_ERRORS+=("wrk failed on $url"); }
     return 0
 }
 
@@ -612,6 +613,112 @@ done
 # main servers are done
 for pid in ${T_MAIN:-} "$W_MAIN"; do stop_pid "$pid"; forget_pid "$pid"; done
 
+# ---------------------------------------------------------------- big output, followers (trigd only)
+# A trigd of its own (its VmHWM is this case's peak), keeping up to 128 MiB
+# of each stream: program 6 prints OUT_MB MB on stdout (`yes | head -c`),
+# program 7 prints a tenth of it. webhook keeps no output and has no
+# followers: the peer is the same pipeline redirected to a file on the same
+# disk (the state dir's).
+OUT_MB=${BENCH_OUTPUT_MB:-$d_output}
+OUT_BYTES=$((OUT_MB * 1048576))
+OD=$WORK/output-trigd
+mkdir -p "$OD/programs"
+trigd_base_config "$SHA" "$MAX_RUNS" | sed "/^\[server\]/a max_output_bytes = $((128 * 1048576))" >"$OD/config.toml"
+bench_program "$OD" 6 big "[\"/bin/sh\", \"-c\", \"yes | head -c $OUT_BYTES\"]" 'output = "text"' '[functions.webhook]'
+bench_program "$OD" 7 tenth "[\"/bin/sh\", \"-c\", \"yes | head -c $((OUT_BYTES / 10))\"]" 'output = "text"' '[functions.webhook]'
+# start_async_run PROGRAM -> RUN (id), T_ACCEPT (us)
+start_async_run() {
+    local body
+    now_us; T_ACCEPT=$NOW_US
+    body=$(curl -s -X POST "$O_BASE/api?api_key=$KEY&program_id=$1&run_async=true")
+    RUN=$(sed -n 's/.*"Run": *"\([^"]*\)".*/\1/p' <<<"$body")
+    [[ -n $RUN ]] || die "trigd: async run of program $1 not accepted: $body"
+}
+# wait_run_end RUN -> RUN_STATE, T_END (us; polled every ~5 ms, at most 300 s)
+wait_run_end() {
+    local deadline body
+    now_us; deadline=$((NOW_US + 300000000))
+    while :; do
+        body=$(curl -s "$O_BASE/api/runs/$1?api_key=$KEY")
+        RUN_STATE=$(sed -n 's/.*"State": *"\([^"]*\)".*/\1/p' <<<"$body")
+        now_us; T_END=$NOW_US
+        [[ $RUN_STATE == queued || $RUN_STATE == running ]] || return 0
+        ((NOW_US < deadline)) || die "run $1 still $RUN_STATE after 300 s"
+        snooze 0.005
+    done
+}
+if ! ((SKIP_TRIGD)) && { want output || want follow1 || want follow100; }; then
+    start_trigd "$OD"
+    O_PID=$T_PID O_BASE=http://127.0.0.1:$T_PORT
+    read -r v h < <(mem_of "$O_PID"); add rss_out0.trigd "$v"
+fi
+if ! ((SKIP_TRIGD)) && want output; then
+    log "case output: one run printing $OUT_MB MB on stdout, kept; $ROUNDS rounds vs sh -c '… > file'"
+    for ((r = 1; r <= ROUNDS; r++)); do
+        start_async_run 6
+        wait_run_end "$RUN"
+        [[ $RUN_STATE == finished ]] || die "the $OUT_MB MB run ended $RUN_STATE"
+        add out.trigd "$(calc "($T_END - $T_ACCEPT) / 1e6")"
+        kept=$(stat -c %s "$OD/state/output/${RUN##*-}" 2>/dev/null || echo 0)
+        add out.kept "$kept"
+        now_us; t0=$NOW_US
+        sh -c "yes | head -c $OUT_BYTES > '$OD/state/plain.out'"
+        now_us
+        add out.sh "$(calc "($NOW_US - $t0) / 1e6")"
+        rm -f "$OD/state/plain.out"
+        read -r v h < <(mem_of "$O_PID"); add rss_out.trigd "$v"; add hwm_out.trigd "$h"
+        log "  r$r: trigd $(calc "($T_END - $T_ACCEPT) / 1e3") ms (kept $kept bytes), sh > file $(calc "($NOW_US - $t0) / 1e3") ms, trigd VmRSS $v KiB VmHWM $h KiB"
+    done
+fi
+# follow RUN OUTFILE: one follower with curl: "bytes seconds ended" into
+# OUTFILE (ended: 1 when the stream closed with the run's `end` event).
+# grep, not awk, reads the stream: its lines are up to hundreds of MB
+# (the `end` event carries the run record, Result included), which awk
+# reads slowly enough to throttle the follower.
+follow() {
+    local ended
+    ended=$(curl -s -N -w '%{stderr}%{size_download} %{time_total}' \
+        "$O_BASE/api/runs/$1/output?api_key=$KEY&follow=1" 2>"$2.w" | grep -c '^event: end$') || true
+    echo "$(cat "$2.w" 2>/dev/null || echo 0 0) ${ended:-0}" >"$2"
+}
+if ! ((SKIP_TRIGD)) && want follow1; then
+    log "case follow1: one follower of a run printing $OUT_MB MB, $ROUNDS rounds"
+    for ((r = 1; r <= ROUNDS; r++)); do
+        start_async_run 6
+        follow "$RUN" "$WORK/follow1-$r.txt"
+        read -r bytes secs ended <"$WORK/follow1-$r.txt"
+        ((ended)) || log "  warning: the follower's stream did not end with the run's end event"
+        wait_run_end "$RUN"
+        add follow1.rate "$(calc "$bytes / ($secs > 0 ? $secs : 1)")"
+        add follow1.bytes "$bytes"
+        read -r v h < <(mem_of "$O_PID"); add hwm_follow1.trigd "$h"
+        log "  r$r: $bytes bytes of events in $secs s, run $RUN_STATE, trigd VmHWM $h KiB"
+    done
+fi
+if ! ((SKIP_TRIGD)) && want follow100; then
+    log "case follow100: 100 followers of one run printing $((OUT_MB / 10)) MB, $ROUNDS rounds"
+    for ((r = 1; r <= ROUNDS; r++)); do
+        start_async_run 7
+        fpids=()
+        for ((f = 0; f < 100; f++)); do
+            follow "$RUN" "$WORK/follow100-$r-$f.txt" &
+            fpids+=("$!")
+            PIDS+=("$!")
+        done
+        for p in "${fpids[@]}"; do wait "$p" 2>/dev/null || true; forget_pid "$p"; done
+        now_us
+        wait_run_end "$RUN"
+        done_ok=$(awk '$3 == 1 { n++ } END { print n + 0 }' "$WORK"/follow100-"$r"-*.txt)
+        total=$(awk '{ b += $1 } END { print b + 0 }' "$WORK"/follow100-"$r"-*.txt)
+        add follow100.secs "$(calc "($NOW_US - $T_ACCEPT) / 1e6")"
+        add follow100.rate "$(calc "$total / (($NOW_US - $T_ACCEPT) / 1e6)")"
+        add follow100.complete "$done_ok"
+        read -r v h < <(mem_of "$O_PID"); add hwm_follow100.trigd "$h"
+        log "  r$r: $done_ok of 100 followers got the whole output, $total bytes in $(calc "($NOW_US - $T_ACCEPT) / 1e6") s, trigd VmHWM $h KiB"
+    done
+fi
+[[ -n ${O_PID:-} ]] && { stop_pid "$O_PID"; forget_pid "$O_PID"; }
+
 # ---------------------------------------------------------------- start-up with many definitions
 log "case start-up: $NPROGRAMS program files / hooks, $START_TRIALS trials each"
 BT=$WORK/big-trigd
@@ -911,6 +1018,19 @@ t2=$(tm "reload$NPROGRAMS.trigd"); w2=$(med "reload$NPROGRAMS.webhook")
 verdict "$(passif le "$(ratio "$t2" "$w2")" 0.5)"
 row "reload: new program / hook among $NPROGRAMS" "ms to first 200" "$(fmt "$t2" %.1f)" "$(fmt "$w2" %.1f)" "$(fmt "$(ratio "$t2" "$w2")" %.2f×)" \
     "≤ 0.50× webhook" "$V"
+O="one run printing $OUT_MB MB on stdout, kept (max_output_bytes 128 MiB)"
+t=$(tm out.trigd); w=$(med out.sh)
+row "$O" "s from accept to the run's end (webhook column: sh -c 'yes | head -c … > file', same disk)" "$(fmt "$t" %.2f)" "$(fmt "$w" %.2f)" "$(fmt "$(ratio "$t" "$w")" %.2f×)" "" ""
+row "$O" "bytes kept in the output file" "$(fmt "$(tm out.kept)" %.0f)" "" "" "" ""
+t=$(tm rss_out0.trigd)
+row "$O" "trigd VmRSS idle / after / VmHWM after, KiB" "$(fmt "$t" %.0f) / $(fmt "$(tm rss_out.trigd)" %.0f) / $(fmt "$(tm hwm_out.trigd)" %.0f)" "" "" "" ""
+row "one follower of a run printing $OUT_MB MB" "event-stream bytes/s delivered (curl -N)" "$(fmt "$(tm follow1.rate)" %.0f)" "n/a" "" "" ""
+row "one follower of a run printing $OUT_MB MB" "trigd VmHWM after, KiB" "$(fmt "$(tm hwm_follow1.trigd)" %.0f)" "n/a" "" "" ""
+F="100 followers of one run printing $((OUT_MB / 10)) MB"
+row "$F" "followers that got the whole stream (worst round)" "$(if ((SKIP_TRIGD)); then echo n/a; else printf '%s\n' ${S[follow100.complete]:-} | sort -g | head -1; fi)" "n/a" "" "" ""
+row "$F" "s from accept until the last follower ended" "$(fmt "$(tm follow100.secs)" %.2f)" "n/a" "" "" ""
+row "$F" "event-stream bytes/s delivered, all followers" "$(fmt "$(tm follow100.rate)" %.0f)" "n/a" "" "" ""
+row "$F" "trigd VmHWM after, KiB" "$(fmt "$(tm hwm_follow100.trigd)" %.0f)" "n/a" "" "" ""
 t=$(tm rss_tools.trigd); w=$(med rss_tools.webhook)
 row "memory" "VmRSS with $NTOOLS tools × 3 environments (3,000 endpoints/hooks), KiB" "$(fmt "$t" %.0f)" "$(fmt "$w" %.0f)" "$(fmt "$(ratio "$t" "$w")" %.2f×)" "" ""
 t=$(tm start_tools.trigd); w=$(med start_tools.webhook)
@@ -962,3 +1082,20 @@ echo
 cat "$RESULTS"
 echo
 log "wrote $RESULTS"
+
+# Every case that ran must have given its figures: a trigd cell of n/a
+# (nothing measured) fails the run, so that a case cannot rot unnoticed.
+if ! ((SKIP_TRIGD)); then
+    for r in "${ROWS[@]}"; do
+        IFS='|' read -r _ c m t _ <<<"$r"
+        [[ $t == *n/a* ]] || continue
+        want_row=1
+        [[ -n $ONLY ]] && want_row=0 # figures of cases not run are n/a
+        ((want_row)) && CASE_ERRORS+=("no figure:$c:$m")
+    done
+fi
+if ((${#CASE_ERRORS[@]})); then
+    printf '%s\n' "${CASE_ERRORS[@]}" | sed 's/^/bench: case error: /' >&2
+    FAILED=1
+    exit 1
+fi
