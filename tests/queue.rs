@@ -805,7 +805,10 @@ fn concurrent_async_accepts_share_fsyncs() {
     let before = run_log_fsyncs(&t);
     let n = 320;
     let replies = burst(&t, 32, n, |i| {
-        (api(&format!("&function=append&run_async=true&variables={i}")), vec![])
+        (
+            api(&format!("&function=append&run_async=true&variables={i}")),
+            vec![],
+        )
     });
     for r in &replies {
         let r = r.as_ref().expect("every accept is answered");
@@ -814,7 +817,10 @@ fn concurrent_async_accepts_share_fsyncs() {
     let syncs = run_log_fsyncs(&t) - before;
     println!("{n} concurrent async accepts: {syncs} fsyncs of runs.log");
     assert!(syncs >= 1, "accepted runs must be synced: {syncs} fsyncs");
-    assert!(syncs < n as u64, "{syncs} fsyncs for {n} accepts: none shared");
+    assert!(
+        syncs < n as u64,
+        "{syncs} fsyncs for {n} accepts: none shared"
+    );
     dir.write("work/release", "");
 }
 
@@ -865,7 +871,10 @@ fn every_answered_async_accept_survives_kill9_during_a_burst() {
     let lines = ran(&dir);
     let once: BTreeSet<&String> = lines.iter().collect();
     for (v, id) in &answered {
-        assert!(once.contains(v), "run {id} (value {v}) was answered but never ran");
+        assert!(
+            once.contains(v),
+            "run {id} (value {v}) was answered but never ran"
+        );
     }
     assert_eq!(once.len(), lines.len(), "no run ran twice");
     let v = run_record(&t, &gate);

@@ -339,7 +339,10 @@ mod tests {
             run_log_fsyncs: 7,
         };
         let t = m.render(&g);
-        assert!(t.contains("trigd_state_fsyncs_total{file=\"runs.log\"} 7"), "{t}");
+        assert!(
+            t.contains("trigd_state_fsyncs_total{file=\"runs.log\"} 7"),
+            "{t}"
+        );
         assert!(
             t.contains("trigd_http_requests_total{status=\"200\"} 2"),
             "{t}"

@@ -918,7 +918,8 @@ impl Runner {
     }
 
     /// Execute the job's function (its `running` state is recorded) and
-    /// record the end state ([`Runner::record_outcome`]).
+    /// record the end state ([`Runner::record_outcome`]). The Result is in
+    /// the returned outcome, not in the returned record.
     fn execute(&self, mut rec: RunRecord, job: &Job, end: log::Level) -> (RunRecord, Outcome) {
         log::debug!("run {} started", rec.run);
         let started = Instant::now();
@@ -942,7 +943,8 @@ impl Runner {
             Err(e) => no_handle(e),
         };
         drop(output);
-        self.record_outcome(&mut rec, job, &outcome);
+        let mut outcome = outcome;
+        self.record_outcome(&mut rec, job, &mut outcome);
         drop(live);
         lock(&self.drain).tick();
         self.ended.notify_all();
@@ -967,13 +969,17 @@ impl Runner {
     /// Record the end state of `rec` from `outcome`. An async run of a
     /// `retry_on_restart` function stopped by a shutdown is recorded
     /// `queued` again, to run at the next start.
-    fn record_outcome(&self, rec: &mut RunRecord, job: &Job, outcome: &Outcome) {
+    ///
+    /// The Result moves into the record while it is written and back into
+    /// `outcome` after (the sync answer is made from it): it holds up to
+    /// `max_output_bytes` per step, and a copy doubled a run's peak memory.
+    fn record_outcome(&self, rec: &mut RunRecord, job: &Job, outcome: &mut Outcome) {
         rec.finished_at = Some(Time::now());
         rec.steps.clone_from(&outcome.steps);
         match &outcome.error {
             None => {
                 rec.state = RunState::Finished;
-                rec.result = Some(Value::Array(outcome.result.clone()));
+                rec.result = Some(Value::Array(std::mem::take(&mut outcome.result)));
             }
             Some(e) => {
                 rec.state = match e {
@@ -1000,6 +1006,9 @@ impl Runner {
         } else {
             rec.input = None;
             self.record_end(rec, false);
+        }
+        if let Some(Value::Array(result)) = rec.result.take() {
+            outcome.result = result;
         }
     }
 

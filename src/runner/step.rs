@@ -625,7 +625,7 @@ fn outcome(
             stdout_tail: String::new(),
         }),
         (None, None, Ok(s)) if s.success() => {
-            element(&watched.stdout.kept, output).map_err(|stderr_tail| Fail::Failed {
+            element(watched.stdout.kept, output).map_err(|stderr_tail| Fail::Failed {
                 exit_code,
                 signal,
                 stderr_tail,
@@ -676,12 +676,8 @@ fn may_switch(function: &Function) -> Result<(), String> {
 /// keeps the text, `json` refuses it): the run record wraps the element in
 /// a few more levels, and a record deeper than serde_json's limit of 128
 /// could not be read back.
-fn element(stdout: &[u8], mode: OutputMode) -> Result<Value, String> {
-    let text = || {
-        let t = stdout.strip_suffix(b"\n").unwrap_or(stdout);
-        String::from_utf8_lossy(t).into_owned()
-    };
-    let parsed = || {
+fn element(stdout: Vec<u8>, mode: OutputMode) -> Result<Value, String> {
+    let parsed = |stdout: &[u8]| {
         let v = serde_json::from_slice::<Value>(stdout).map_err(|e| e.to_string())?;
         if depth(&v) > MAX_RESULT_DEPTH {
             return Err(format!("nested deeper than {MAX_RESULT_DEPTH} levels"));
@@ -696,23 +692,32 @@ fn element(stdout: &[u8], mode: OutputMode) -> Result<Value, String> {
         matches!(first, Some(b'{' | b'['))
     };
     match mode {
-        OutputMode::Auto => Ok(match may_be_container().then(parsed) {
+        OutputMode::Auto => Ok(match may_be_container().then(|| parsed(&stdout)) {
             Some(Ok(v @ (Value::Object(_) | Value::Array(_)))) => v,
-            _ => Value::String(text()),
+            _ => Value::String(text(stdout, true)),
         }),
-        OutputMode::Json => parsed().map_err(|e| {
+        OutputMode::Json => parsed(&stdout).map_err(|e| {
             format!("trigd: the step's stdout is not JSON ({e}), and the function says output = \"json\"")
         }),
-        OutputMode::Text => Ok(Value::String(text())),
-        OutputMode::Raw => Ok(Value::String(
-            String::from_utf8_lossy(stdout).into_owned(),
-        )),
+        OutputMode::Text => Ok(Value::String(text(stdout, true))),
+        OutputMode::Raw => Ok(Value::String(text(stdout, false))),
         OutputMode::Lines => {
-            let t = text();
+            let t = text(stdout, true);
             let lines = if t.is_empty() { Vec::new() } else { t.split('\n').map(|l| Value::String(l.to_string())).collect() };
             Ok(Value::Array(lines))
         }
     }
+}
+
+/// `bytes` as text (invalid UTF-8 replaced), minus one trailing newline
+/// with `strip`. Valid UTF-8 becomes the string in place, without a copy:
+/// the kept stdout may be `max_output_bytes` long, and a second copy of it
+/// doubled the peak memory of a run printing that much.
+fn text(mut bytes: Vec<u8>, strip: bool) -> String {
+    if strip && bytes.last() == Some(&b'\n') {
+        bytes.pop();
+    }
+    String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
 /// The deepest JSON a step's Result element may be.

@@ -890,7 +890,7 @@ fn only_trigds_read_ends_are_non_blocking() {
 
 #[test]
 fn auto_output_keeps_only_objects_and_arrays_as_json() {
-    let auto = |s: &str| element(s.as_bytes(), OutputMode::Auto).unwrap();
+    let auto = |s: &str| element(s.as_bytes().to_vec(), OutputMode::Auto).unwrap();
     assert_eq!(auto(" \n\t[1, 2]\n"), serde_json::json!([1, 2]));
     assert_eq!(auto("\r\n{\"a\": null}"), serde_json::json!({"a": null}));
     for text in [

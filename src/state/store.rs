@@ -333,23 +333,25 @@ impl RunStore {
     /// checked before a durable append); a partial
     /// line is cut off again so the log stays readable.
     pub fn append(&self, rec: &RunRecord, durable: bool) -> io::Result<()> {
-        let line = to_line(rec);
         let (seq, compact) = {
             let mut log = lock(&self.log);
             if durable {
                 self.check_path(&log.file)?;
             }
             let offset = log.len;
-            if let Err(e) = log.file.write_all(&line) {
-                let _ = log.file.set_len(offset);
-                return Err(e);
-            }
-            log.len += line.len() as u64;
+            let len = match write_line(&mut log.file, rec) {
+                Ok(len) => len,
+                Err(e) => {
+                    let _ = log.file.set_len(offset);
+                    return Err(e);
+                }
+            };
+            log.len += len;
             log.lines += 1;
             log.seq += 1;
             let entry = Entry {
                 offset,
-                len: line.len() as u32,
+                len: u32::try_from(len).unwrap_or(u32::MAX),
                 meta: Meta::of(rec),
             };
             if let Some(id) = run_id(&rec.run) {
@@ -493,11 +495,27 @@ impl RunStore {
         }
         let log = lock(&self.log);
         let e = log.index.get(&key)?;
-        let mut buf = vec![0; e.len as usize];
-        log.file.read_exact_at(&mut buf, e.offset).ok()?;
-        serde_json::from_slice::<RunRecord>(&buf)
-            .ok()
-            .filter(|r| r.run == id)
+        let rec = if e.len as usize <= LINE_IN_MEMORY {
+            let mut buf = vec![0; e.len as usize];
+            log.file.read_exact_at(&mut buf, e.offset).ok()?;
+            serde_json::from_slice::<RunRecord>(&buf).ok()
+        } else {
+            // A long line (a Result of many MB) is parsed from the file a
+            // window at a time, without the lock: the old file stays
+            // readable through this handle if a compaction replaces it.
+            let (file, at, len) = (log.file.try_clone().ok()?, e.offset, u64::from(e.len));
+            drop(log);
+            let line = io::BufReader::with_capacity(
+                WINDOW,
+                LineAt {
+                    file,
+                    at,
+                    left: len,
+                },
+            );
+            serde_json::from_reader::<_, RunRecord>(line).ok()
+        };
+        rec.filter(|r| r.run == id)
     }
 
     /// Fail unless a run could be recorded now: `runs.log` can be opened
@@ -589,6 +607,67 @@ impl RunStore {
 /// left consistent before any call that could panic.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Lines up to this long are read whole and parsed in memory; longer ones
+/// (a record whose Result holds many MB of output) are parsed from the
+/// file through a [`WINDOW`], so that reading a run never holds its whole
+/// line besides the record made of it.
+const LINE_IN_MEMORY: usize = 1 << 20;
+
+/// `left` bytes of `file` from `at`, read in order.
+struct LineAt {
+    file: File,
+    at: u64,
+    left: u64,
+}
+
+impl io::Read for LineAt {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let want = buf
+            .len()
+            .min(usize::try_from(self.left).unwrap_or(usize::MAX));
+        let n = self.file.read_at(&mut buf[..want], self.at)?;
+        self.at += n as u64;
+        self.left -= n as u64;
+        Ok(n)
+    }
+}
+
+/// Bytes a line is written through: small lines go in one `write`, a long
+/// one (a Result of many MB) a buffer at a time instead of being built
+/// whole in memory first.
+const LINE_BUF: usize = 8 * 1024;
+
+/// A writer that counts the bytes written through it.
+struct Counted<W> {
+    inner: W,
+    n: u64,
+}
+
+impl<W: Write> Write for Counted<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.n += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Append `rec` as one JSON line to `file`; the line's length. On an error
+/// part of the line may be written: the caller cuts it off.
+fn write_line(file: &mut File, rec: &RunRecord) -> io::Result<u64> {
+    let mut w = Counted {
+        inner: io::BufWriter::with_capacity(LINE_BUF, file),
+        n: 0,
+    };
+    serde_json::to_writer(&mut w, rec)?;
+    w.write_all(b"\n")?;
+    w.flush()?;
+    Ok(w.n)
 }
 
 fn to_line(rec: &RunRecord) -> Vec<u8> {
