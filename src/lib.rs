@@ -35,11 +35,13 @@
 //!   cancel, Idempotency-Key, callbacks, instances     idempotency.rs, callback/, cluster.rs)
 //! run slots, the wait queue, child processes        runner/ (mod.rs, queue.rs, step.rs, handle.rs)
 //! what is kept in the state directory: one table,   state/ (mod.rs: State, Kept; store.rs the run log, record.rs
-//!   one door (State), every file operation on it      a run's typed record, time.rs, output.rs, idempotency.rs, ...)
+//!   one door (State), every file operation on it      a run's typed record, commit.rs the group commit, time.rs,
+//!                                                     output.rs, idempotency.rs, ...)
 //! adnanh/webhook hooks files, import-webhook        compat/webhook/ (what removing it takes: compat/mod.rs)
 //! the browser pages (maud templates)                ui/ (login, settings, endpoints, runs, switch, view)
 //! the only unsafe code, and each speed trick        sys/ (spawn.rs: how a step starts, the clone
-//!   behind one function with its figure              spawner in vfork.rs; tune_malloc, trim_heap)
+//!   behind one function with its figure              spawner in vfork.rs; tune_malloc, trim_heap;
+//!                                                     the run log's group commit: state/commit.rs)
 //! ```
 #![deny(unsafe_code)]
 
