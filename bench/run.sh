@@ -635,19 +635,22 @@ start_async_run() {
     [[ -n $RUN ]] || die "trigd: async run of program $1 not accepted: $body"
 }
 # wait_run_end RUN -> RUN_STATE, RUN_SECS (from the record: CreatedAt to
-# FinishedAt). Polled every ~5 ms, at most 300 s; only the head of each
-# answer is read (the record of a finished run holds its Result: 100 MB of
-# output is a record of ~150 MB, which bash would take seconds to hold).
+# FinishedAt). Polled every ~5 ms, at most 300 s. The answer goes to a file
+# and grep reads the fields from it: the record of a finished run holds its
+# Result (100 MB of output is a record of ~150 MB, which bash would take
+# seconds to hold), and its keys are in alphabetical order (State after
+# Result).
 wait_run_end() {
-    local deadline head created finished
+    local deadline rec=$WORK/record.json created finished
     now_us; deadline=$((NOW_US + 300000000))
     while :; do
-        head=$(curl -s "$O_BASE/api/runs/$1?api_key=$KEY" | head -c 4096) || true
-        RUN_STATE=$(grep -o '"State": *"[a-z_]*"' <<<"$head" | sed 's/.*"\([a-z_]*\)"$/\1/')
+        curl -s -o "$rec" "$O_BASE/api/runs/$1?api_key=$KEY" || : >"$rec"
+        RUN_STATE=$(grep -o '"State": *"[a-z_]*"' "$rec" | sed 's/.*"\([a-z_]*\)"$/\1/') || true
         if [[ -n $RUN_STATE && $RUN_STATE != queued && $RUN_STATE != running ]]; then
-            created=$(grep -o '"CreatedAt": *"[^"]*"' <<<"$head" | sed 's/.*"\([^"]*\)"$/\1/')
-            finished=$(grep -o '"FinishedAt": *"[^"]*"' <<<"$head" | sed 's/.*"\([^"]*\)"$/\1/')
+            created=$(grep -o '"CreatedAt": *"[^"]*"' "$rec" | sed 's/.*"\([^"]*\)"$/\1/') || true
+            finished=$(grep -o '"FinishedAt": *"[^"]*"' "$rec" | sed 's/.*"\([^"]*\)"$/\1/') || true
             RUN_SECS=$(calc "$(date -d "$finished" +%s.%N) - $(date -d "$created" +%s.%N)")
+            rm -f "$rec"
             return 0
         fi
         now_us
