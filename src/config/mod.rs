@@ -22,6 +22,7 @@ pub mod reference;
 pub mod reload;
 mod server;
 mod stamp;
+pub mod tls;
 mod tools;
 pub mod types;
 mod validate;
@@ -162,6 +163,9 @@ pub struct Server {
     /// adnanh/webhook hooks files: `hooks_files`, `hooks_url_prefix`,
     /// `hooks_http_methods`.
     pub hooks: crate::compat::webhook::Settings,
+    /// HTTPS: `tls_cert`, `tls_key`, `tls_handshake_timeout`,
+    /// `redirect_http` (read only at start; the files reload by themselves).
+    pub tls: tls::Tls,
 }
 
 /// A run-endpoint API key (`[[api_keys]]`). Only its hash is known.

@@ -9,6 +9,7 @@ use serde_json::json;
 use crate::http::api;
 use crate::http::app::App;
 use crate::http::metrics::Gauges;
+use crate::http::tls;
 use crate::http::tools;
 use crate::http::{ApiError, Method, Request, Response};
 use crate::runs;
@@ -127,6 +128,7 @@ fn healthz(app: &App) -> Response {
         "StatesUnwritten": app.store.unwritten(),
         "IdempotencyKeys": app.idempotency.count(),
         "LastReloadError": app.last_reload_error(),
+        "Tls": app.tls.get().map(|c| tls::health(&c.status())),
     });
     let status = if ready == cluster::Readiness::Ready {
         200
@@ -154,6 +156,9 @@ fn metrics(app: &App) -> Response {
     let mut text = app.runner.metrics.render(&g);
     if let Some(cb) = app.runner.callbacks() {
         text.push_str(&cb.render_metrics());
+    }
+    if let Some(certs) = app.tls.get() {
+        tls::render_metrics(&certs.status(), &mut text);
     }
     Response::text(200, "text/plain; version=0.0.4", text)
 }
