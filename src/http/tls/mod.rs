@@ -65,7 +65,11 @@ impl fmt::Display for TlsError {
                 write!(f, "cannot read {}: {source}", path.display())
             }
             TlsError::NoCertificate { path, why } => {
-                write!(f, "{}: no usable PEM certificate: {why}", path.display())
+                write!(
+                    f,
+                    "{}: no PEM certificate could be read: {why}",
+                    path.display()
+                )
             }
             TlsError::Key { path, why } => {
                 write!(f, "{}: no usable PEM private key: {why}", path.display())

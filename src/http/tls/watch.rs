@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, Receiver};
 use std::sync::Arc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use notify::{Event, RecommendedWatcher, RecursiveMode, Watcher};
 
@@ -23,6 +23,10 @@ use super::Certs;
 
 /// Quiet time after the last event of a change before the files are read.
 pub const QUIET: Duration = Duration::from_millis(300);
+
+/// The longest a change waits for quiet: the files are read then even if
+/// events go on.
+const MAX_SETTLE: Duration = Duration::from_secs(2);
 
 /// Start the watcher thread of `certs`' files. A watcher that cannot start
 /// is logged: SIGHUP still reloads.
@@ -56,9 +60,28 @@ fn run(certs: &Certs, mut watcher: RecommendedWatcher, rx: &Receiver<Event>) {
         if !names_any(&ev, &names) {
             continue;
         }
-        while rx.recv_timeout(QUIET).is_ok() {}
+        settle(rx, &names);
         let _ = certs.reload();
         names = rewatch(certs, &mut watcher, &mut watched);
+    }
+}
+
+/// Wait until no event has named the files for [`QUIET`], at most
+/// [`MAX_SETTLE`]. Events about other files of the directories (a log
+/// written next to the certificate) do not delay it.
+fn settle(rx: &Receiver<Event>, names: &BTreeSet<OsString>) {
+    let last = Instant::now() + MAX_SETTLE;
+    let mut quiet = Instant::now() + QUIET;
+    loop {
+        let until = quiet.min(last);
+        let Some(left) = until.checked_duration_since(Instant::now()) else {
+            return;
+        };
+        match rx.recv_timeout(left) {
+            Ok(ev) if names_any(&ev, names) => quiet = Instant::now() + QUIET,
+            Ok(_) => {}
+            Err(_) => return,
+        }
     }
 }
 
