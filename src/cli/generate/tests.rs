@@ -132,3 +132,20 @@ fn pages_are_ascii() {
         );
     }
 }
+
+#[test]
+fn the_manual_s_key_list_is_the_generated_one() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/config-reference.md");
+    let page = std::fs::read_to_string(path).unwrap_or_default();
+    assert!(
+        page == text("config-reference"),
+        "docs/config-reference.md differs from the config reference: run\n  \
+         cargo run -- generate config-reference > docs/config-reference.md"
+    );
+    for section in SECTIONS {
+        for key in section.keys {
+            let row = format!("| `{}` |", key.name);
+            assert!(page.contains(&row), "{} {}", section.header, key.name);
+        }
+    }
+}
