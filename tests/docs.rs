@@ -308,3 +308,38 @@ fn the_configuration_page_names_only_keys_of_the_parser() {
         "[server] keys missing from docs/config.md: {missing:?}"
     );
 }
+
+/// Every operation of openapi.json: a description of one or two sentences
+/// ending in a link to its manual page, the same link in `externalDocs`,
+/// and both resolve (paths relative to the source tree).
+#[test]
+fn every_operation_is_described_briefly_with_its_manual_page() {
+    let doc: serde_json::Value = serde_json::from_str(&read("openapi.json")).expect("openapi.json");
+    let mut wrong = Vec::new();
+    let methods = ["get", "put", "post", "delete", "patch", "head"];
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        for (method, op) in item.as_object().expect("path item") {
+            if !methods.contains(&method.as_str()) {
+                continue;
+            }
+            let name = format!("{} {path}", method.to_uppercase());
+            let text = op["description"].as_str().unwrap_or("");
+            let url = op["externalDocs"]["url"].as_str().unwrap_or("");
+            let Some((prose, link)) = text.split_once(" Manual: [") else {
+                wrong.push(format!("{name}: no \"Manual: [page](docs/…)\" link"));
+                continue;
+            };
+            let sentences = prose.matches(". ").count() + 1;
+            if prose.is_empty() || sentences > 2 || !prose.ends_with('.') {
+                wrong.push(format!("{name}: {sentences} sentences: {prose}"));
+            }
+            if !url.starts_with("docs/") || !link.ends_with(&format!("]({url}).")) {
+                wrong.push(format!(
+                    "{name}: the link ({link}) and externalDocs ({url}) differ"
+                ));
+            }
+            wrong.extend(check_link("openapi.json", url));
+        }
+    }
+    assert!(wrong.is_empty(), "openapi.json:\n{}", wrong.join("\n"));
+}
