@@ -2,8 +2,9 @@
 //! `#anchor` of its pages, README.md and CONTRIBUTING.md resolves (offline:
 //! http links are not fetched), every page is in `docs/SUMMARY.md`, every
 //! `Code` of the one Code table has its troubleshooting entry, and the keys
-//! that the configuration page's tables name are keys of the parser. (The
-//! page of every key is generated: `cli::generate` tests compare it.)
+//! that the configuration page's tables name are keys of the parser; the
+//! page of every key is what `trigd generate config-reference` prints (from
+//! `config::reference`, which a unit test compares with the parser).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -259,6 +260,17 @@ fn every_code_has_its_troubleshooting_entry_and_no_other() {
     assert!(
         undocumented.is_empty() && unknown.is_empty(),
         "docs/troubleshooting.md: no entry for {undocumented:?}; entries that are no Code: {unknown:?}"
+    );
+}
+
+#[test]
+fn the_key_list_page_is_what_trigd_generates() {
+    let out = crate::util::trigd(&["generate", "config-reference"], None);
+    out.code_is(0);
+    assert!(
+        read("docs/config-reference.md") == out.stdout,
+        "docs/config-reference.md differs from the config reference: run\n  \
+         cargo run -- generate config-reference > docs/config-reference.md"
     );
 }
 

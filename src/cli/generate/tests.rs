@@ -134,14 +134,8 @@ fn pages_are_ascii() {
 }
 
 #[test]
-fn the_manual_s_key_list_is_the_generated_one() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/config-reference.md");
-    let page = std::fs::read_to_string(path).unwrap_or_default();
-    assert!(
-        page == text("config-reference"),
-        "docs/config-reference.md differs from the config reference: run\n  \
-         cargo run -- generate config-reference > docs/config-reference.md"
-    );
+fn the_manual_s_key_list_has_a_row_per_key() {
+    let page = text("config-reference");
     for section in SECTIONS {
         for key in section.keys {
             let row = format!("| `{}` |", key.name);
