@@ -631,7 +631,8 @@ fn run_ids(text: &str) -> Vec<String> {
 }
 
 /// `text` with what differs from run to run masked: run ids, times,
-/// durations, a disk's fill level and the instance (the host's name).
+/// durations, a disk's fill level, the instance (the host's name) and
+/// application keys.
 fn masked(text: &str) -> String {
     let rules = [
         (r"\b(?:[a-z0-9_-]+-)?[0-9a-f]{32}\b", "<run>"),
@@ -639,6 +640,7 @@ fn masked(text: &str) -> String {
         (r#""DurationMs":\d+"#, r#""DurationMs":<n>"#),
         (r#""used_percent":\d+"#, r#""used_percent":<n>"#),
         (r#""Instance":"[^"]*""#, r#""Instance":<host>"#),
+        (r"\btk_[0-9a-f]{64}\b", "<app key>"),
     ];
     rules.iter().fold(text.to_string(), |t, (pattern, with)| {
         let re = regex_lite::Regex::new(pattern).expect("regex");
@@ -655,6 +657,21 @@ fn only_reads(command: &str) -> bool {
 /// Runs every command of `blocks` in `cwd` against the server at `addr`
 /// and compares each output with the page's. `page` names the source.
 fn run_blocks(page: &str, blocks: &[Vec<Shown>], cwd: &Path, addr: &str, env: &[(&str, &str)]) {
+    run_blocks_keyed(page, blocks, cwd, addr, env, None);
+}
+
+/// [`run_blocks`], where a key the page abbreviates (`tk_b91f…0a01`) stands
+/// for `key`, or for the last application key a command printed.
+fn run_blocks_keyed(
+    page: &str,
+    blocks: &[Vec<Shown>],
+    cwd: &Path,
+    addr: &str,
+    env: &[(&str, &str)],
+    mut key: Option<String>,
+) {
+    let full_key = regex_lite::Regex::new(r"\btk_[0-9a-f]{64}\b").expect("regex");
+    let short_key = regex_lite::Regex::new(r"tk_[0-9a-f]{4}…[0-9a-f]{4}").expect("regex");
     let mut ids: Vec<(String, String)> = Vec::new();
     for block in blocks {
         let mut shell = Shell::start(cwd, env);
@@ -662,6 +679,9 @@ fn run_blocks(page: &str, blocks: &[Vec<Shown>], cwd: &Path, addr: &str, env: &[
             let mut command = shown.command.replace("127.0.0.1:8080", addr);
             for (shown_id, real) in &ids {
                 command = command.replace(shown_id, real);
+            }
+            if let Some(key) = &key {
+                command = short_key.replace_all(&command, key.as_str()).into_owned();
             }
             let want = shown.output.replace("127.0.0.1:8080", addr);
             let mut got = shell.run(&command);
@@ -678,6 +698,9 @@ fn run_blocks(page: &str, blocks: &[Vec<Shown>], cwd: &Path, addr: &str, env: &[
                 shown.command
             );
             ids.extend(run_ids(&want).into_iter().zip(run_ids(&got)));
+            if let Some(k) = full_key.find(&got) {
+                key = Some(k.as_str().to_string());
+            }
         }
     }
 }
@@ -734,6 +757,79 @@ fn the_webhook_recipes_run_as_written() {
         "docs/webhooks.md: only {commands} console commands"
     );
     run_blocks("docs/webhooks.md", &blocks, &dir.root, &t.addr, &[stripe]);
+}
+
+/// A section (`## title` up to the next `## `) of a page.
+fn section<'p>(page: &'p str, title: &str) -> &'p str {
+    let start = page
+        .find(&format!("\n## {title}\n"))
+        .unwrap_or_else(|| panic!("no section `## {title}`"));
+    let rest = &page[start + title.len() + 5..];
+    rest.find("\n## ").map_or(rest, |end| &rest[..end])
+}
+
+/// The shipped config plus the tour's user, workspace and tool (alice's
+/// password hash made here: the page elides it) and its program.
+fn tools_tour_setup(name: &str, tour: &str) -> crate::util::TestDir {
+    let toml: Vec<&str> = tour
+        .split("```toml\n")
+        .skip(1)
+        .filter_map(|b| b.split("\n```").next())
+        .collect();
+    assert_eq!(
+        toml.len(),
+        2,
+        "docs/tools.md tour: the config and the program"
+    );
+    let hash = crate::util::trigd(&["hash-password"], Some("alice-password\n")).stdout;
+    let config = toml[0].replace(
+        "password = \"$argon2id$v=19$m=19456,t=2,p=1$…\"",
+        &format!("password = \"{}\"", hash.trim()),
+    );
+    assert!(config.contains("$argon2id$v=19$m="), "{config}");
+    let dir = crate::util::TestDir::new(name);
+    crate::browser::shipped_setup(&dir);
+    dir.append("config.toml", &format!("\n{config}\n"));
+    dir.write("programs/inventory.toml", toml[1]);
+    dir
+}
+
+#[test]
+fn the_tools_tour_and_the_public_switch_run_as_written() {
+    let page = read_doc("docs/tools.md");
+    let tour = section(&page, "Tour: a tool with two environments");
+    let dir = tools_tour_setup("newcomer_doc_tools", tour);
+    let t = Trigd::start(&dir);
+    let blocks = console_blocks(tour);
+    assert!(
+        blocks.iter().map(Vec::len).sum::<usize>() >= 8,
+        "{blocks:?}"
+    );
+    run_blocks("docs/tools.md", &blocks, &dir.root, &t.addr, &[]);
+    drop(t);
+
+    // The switch section starts again from the tour's config, with a key.
+    let switch = section(&page, "The public switch from the browser or a script");
+    let dir = tools_tour_setup("newcomer_doc_switch", tour);
+    let t = Trigd::start(&dir);
+    let config = dir.path_str("config.toml");
+    let args = [
+        "app-key",
+        "--config",
+        &config,
+        "--workspace",
+        "ops",
+        "--member",
+        "alice",
+    ];
+    let key = crate::util::trigd(&args, None).stdout;
+    let key = key.lines().next().unwrap_or("").to_string();
+    let blocks = console_blocks(switch);
+    assert!(
+        blocks.iter().map(Vec::len).sum::<usize>() >= 4,
+        "{blocks:?}"
+    );
+    run_blocks_keyed("docs/tools.md", &blocks, &dir.root, &t.addr, &[], Some(key));
 }
 
 /// The comparison sees a changed output, and the parser keeps continued
