@@ -355,3 +355,50 @@ fn every_operation_is_described_briefly_with_its_manual_page() {
     }
     assert!(wrong.is_empty(), "openapi.json:\n{}", wrong.join("\n"));
 }
+
+/// ```console blocks are the ones tests/newcomer.rs runs: they may appear
+/// only on the pages it runs, so that a reader can trust every one.
+#[test]
+fn console_blocks_are_only_on_the_pages_that_are_run() {
+    let run = [
+        "README.md",
+        "docs/tour.md",
+        "docs/tools.md",
+        "docs/webhooks.md",
+    ];
+    let elsewhere: Vec<String> = checked_files()
+        .into_iter()
+        .filter(|f| !run.contains(&f.as_str()))
+        .filter(|f| read(f).lines().any(|l| l.trim_end() == "```console"))
+        .collect();
+    assert!(
+        elsewhere.is_empty(),
+        "```console blocks on pages tests/newcomer.rs does not run (use ```text, or run the page): {elsewhere:?}"
+    );
+}
+
+/// The README opens with the two commands (serve the shipped config, run
+/// the tests), and CI runs that test command.
+#[test]
+fn the_readme_opens_with_the_two_commands() {
+    let readme = read("README.md");
+    let block = readme
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|b| b.split("\n```").next())
+        .expect("README.md: a ```sh block");
+    let commands: Vec<&str> = block
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .collect();
+    assert_eq!(
+        commands,
+        [
+            "cargo run --release -- serve --config config.toml",
+            "cargo test"
+        ]
+    );
+    assert!(root().join("config.toml").is_file() && root().join("programs").is_dir());
+    assert!(read(".ci/run").contains("&& cargo test -- --include-ignored"));
+    assert!(readme.lines().count() <= 300, "README.md is over 300 lines");
+}
