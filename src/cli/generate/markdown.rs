@@ -20,7 +20,12 @@ pub fn config_reference() -> String {
 
 /// One table: its header, what it is, and a row per key.
 fn table(section: &Section) -> String {
-    let mut out = format!("\n### `{}`\n\n{}\n\n", section.header, cell(section.about));
+    // The file's own keys are under the file's heading already.
+    let title = match section.path {
+        "" => "Top level".to_string(),
+        _ => format!("`{}`", section.header),
+    };
+    let mut out = format!("\n### {title}\n\n{}\n\n", cell(section.about));
     out.push_str("| key | type | default | meaning |\n|---|---|---|---|\n");
     for key in section.keys {
         out.push_str(&format!(
