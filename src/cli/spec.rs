@@ -228,7 +228,7 @@ pub const COMMANDS: &[Sub] = &[
     },
     Sub {
         name: "generate",
-        summary: "print a man page or a shell completion script",
+        summary: "print a man page, the config key list or a completion script",
         usage: "trigd generate KIND",
         about: "Prints, made from the same definitions as the help texts and the config\n\
                 parser, KIND: `man` (trigd(1)), `man-config` (trigd.toml(5)),\n\
