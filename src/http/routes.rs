@@ -123,7 +123,7 @@ fn healthz(app: &App) -> Response {
         cluster::Readiness::NotReady(why) => Some(why.clone()),
         _ => None,
     };
-    let body = json!({
+    let mut body = json!({
         "Status": ready.status(),
         "Ready": ready == cluster::Readiness::Ready,
         "Reason": reason,
@@ -136,8 +136,11 @@ fn healthz(app: &App) -> Response {
         "StatesUnwritten": app.store.unwritten(),
         "IdempotencyKeys": app.idempotency.count(),
         "LastReloadError": app.last_reload_error(),
-        "Tls": app.tls.get().map(|c| tls::health(&c.status())),
     });
+    // Only with HTTPS: a plain server's answer stays as it was.
+    if let (Some(certs), Some(map)) = (app.tls.get(), body.as_object_mut()) {
+        map.insert("Tls".into(), tls::health(&certs.status()));
+    }
     let status = if ready == cluster::Readiness::Ready {
         200
     } else {
