@@ -163,13 +163,9 @@ impl Drop for OpenGuard {
 }
 
 /// (trigd patch) Answer a connection past the cap without blocking the
-///  accept thread, then close it.
+///  accept thread, then close it (TCP or Unix: upstream answered only TCP).
 fn refuse(sock: Connection, response: &[u8]) {
-    if let Connection::Tcp(mut tcp) = sock {
-        let _ = tcp.set_nonblocking(true);
-        let _ = std::io::Write::write(&mut tcp, response);
-        let _ = tcp.shutdown(Shutdown::Both);
-    }
+    sock.refuse(response);
 }
 
 enum Message {
@@ -269,11 +265,8 @@ impl Acceptor {
     /// The connection of an accepted socket; `None` when its TLS handshake
     ///  failed (the socket is closed).
     fn client(&self, sock: Connection) -> IoResult<Option<ClientConnection>> {
-        if let Connection::Tcp(ref tcp) = sock {
-            let _ = tcp.set_read_timeout(Some(self.limits.socket_timeout));
-            let _ = tcp.set_write_timeout(Some(self.limits.socket_timeout));
-            let _ = tcp.set_nodelay(true);
-        }
+        // (trigd patch) timeouts on Unix connections too
+        sock.prepare(self.limits.socket_timeout);
         use util::RefinedTcpStream;
         let halves = match self.ssl {
             None => RefinedTcpStream::new(sock),
@@ -643,12 +636,8 @@ impl Drop for Server {
         if let Ok(stream) = maybe_stream {
             let _ = stream.shutdown(Shutdown::Both);
         }
-
-        #[cfg(unix)]
-        if let ListenAddr::Unix(addr) = &self.listening_addr {
-            if let Some(path) = addr.as_pathname() {
-                let _ = std::fs::remove_file(path);
-            }
-        }
+        // (trigd patch) the socket file is not removed here: a socket
+        //  systemd passed is systemd's, and the application removes the
+        //  ones it created itself
     }
 }
