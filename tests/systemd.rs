@@ -207,25 +207,33 @@ fn socket_paths_that_cannot_be_served_are_clear_errors() {
 }
 
 #[test]
-fn a_stalled_client_on_the_unix_socket_gets_408_and_one_past_max_connections_503() {
-    let dir = setup("unix-limits", "request_timeout = \"1s\"\nmax_connections = 1", &[]);
+fn a_stalled_client_on_the_unix_socket_gets_408_at_its_deadline() {
+    let dir = setup("unix-stall", "request_timeout = \"1s\"", &[]);
     let sock = dir.path("t.sock");
     let listen = format!("unix:{}", sock.display());
     let _t = Served::start(serve_cmd(&dir, &["--listen", &listen]), &dir.path("stderr.log"));
     // Half a request head, then nothing: the socket timeout ends it.
     let mut held = UnixStream::connect(&sock).unwrap();
     held.write_all(b"GET /healthz HTTP/1.1\r\nHost:").unwrap();
-    // Past max_connections while the first is held: 503 busy at once.
-    assert!(
-        wait_until(WAIT, || {
-            let r = unix_get(&sock, "/healthz");
-            r.status == 503 && r.text().contains("busy")
-        }),
-        "no 503 busy past max_connections"
-    );
     held.set_read_timeout(Some(WAIT)).unwrap();
     let r = read_reply(&mut BufReader::new(held)).expect("an answer to the stalled head");
     r.err(408, "request_timeout");
+}
+
+#[test]
+fn past_max_connections_a_unix_client_gets_503_busy() {
+    let dir = setup("unix-busy", "max_connections = 1", &[]);
+    let sock = dir.path("t.sock");
+    let listen = format!("unix:{}", sock.display());
+    let _t = Served::start(serve_cmd(&dir, &["--listen", &listen]), &dir.path("stderr.log"));
+    let mut held = UnixStream::connect(&sock).unwrap();
+    held.write_all(b"GET /healthz HTTP/1.1\r\nHost:").unwrap();
+    // Once the first is counted, the next gets 503 busy at once.
+    let busy = wait_until(WAIT, || {
+        let r = unix_get(&sock, "/healthz");
+        r.status == 503 && r.text().contains("busy")
+    });
+    assert!(busy, "no 503 busy past max_connections");
 }
 
 /// A free loopback port (bound then released).
