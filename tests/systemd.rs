@@ -151,7 +151,11 @@ fn unix_socket_serves_with_its_mode_and_is_gone_after_a_clean_stop() {
     assert_eq!(meta.permissions().mode() & 0o777, 0o640);
     let r = unix_get(&sock, "/healthz");
     r.status_is(200);
-    assert!(wait_until(WAIT, || t.log().contains("access] unix GET /healthz 200")), "{}", t.log());
+    assert!(
+        wait_until(WAIT, || t.log().contains("access] unix GET /healthz 200")),
+        "{}",
+        t.log()
+    );
     t.sigterm();
     assert!(t.wait_exit(), "{}", t.log());
     assert!(!sock.exists(), "the socket file is left after a clean stop");
@@ -171,7 +175,10 @@ fn a_stale_socket_file_is_replaced_and_a_live_one_refused() {
     // A second server on the live socket: refused, the first one unharmed.
     let (code, err) = run_to_end(serve_cmd(&dir, &["--listen", &listen]));
     assert_eq!(code, 1, "{err}");
-    assert!(err.contains("a server is listening on this socket already"), "{err}");
+    assert!(
+        err.contains("a server is listening on this socket already"),
+        "{err}"
+    );
     unix_get(&sock, "/healthz").status_is(200);
 }
 
@@ -189,7 +196,10 @@ fn socket_paths_that_cannot_be_served_are_clear_errors() {
     let missing = format!("unix:{}", dir.path("no/such/dir/t.sock").display());
     refused(&missing, "does not exist (create it");
     dir.write("plain", "keep me");
-    refused(&format!("unix:{}", dir.path("plain").display()), "not a socket");
+    refused(
+        &format!("unix:{}", dir.path("plain").display()),
+        "not a socket",
+    );
     assert_eq!(read(&dir.path("plain")), "keep me");
     refused("unix:", "no socket path after unix:");
     let sock = format!("unix:{}", dir.path("g.sock").display());
@@ -199,7 +209,10 @@ fn socket_paths_that_cannot_be_served_are_clear_errors() {
     };
     with("socket_group = \"no-such-group-x\"");
     refused(&sock, "no group called \"no-such-group-x\"");
-    assert!(!dir.path("g.sock").exists(), "a socket that could not be owned is left");
+    assert!(
+        !dir.path("g.sock").exists(),
+        "a socket that could not be owned is left"
+    );
     with("socket_mode = \"0999\"");
     refused(&sock, "server.socket_mode");
     with("socket_mode = \"rw\"");
@@ -211,7 +224,10 @@ fn a_stalled_client_on_the_unix_socket_gets_408_at_its_deadline() {
     let dir = setup("unix-stall", "request_timeout = \"1s\"", &[]);
     let sock = dir.path("t.sock");
     let listen = format!("unix:{}", sock.display());
-    let _t = Served::start(serve_cmd(&dir, &["--listen", &listen]), &dir.path("stderr.log"));
+    let _t = Served::start(
+        serve_cmd(&dir, &["--listen", &listen]),
+        &dir.path("stderr.log"),
+    );
     // Half a request head, then nothing: the socket timeout ends it.
     let mut held = UnixStream::connect(&sock).unwrap();
     held.write_all(b"GET /healthz HTTP/1.1\r\nHost:").unwrap();
@@ -225,7 +241,10 @@ fn past_max_connections_a_unix_client_gets_503_busy() {
     let dir = setup("unix-busy", "max_connections = 1", &[]);
     let sock = dir.path("t.sock");
     let listen = format!("unix:{}", sock.display());
-    let _t = Served::start(serve_cmd(&dir, &["--listen", &listen]), &dir.path("stderr.log"));
+    let _t = Served::start(
+        serve_cmd(&dir, &["--listen", &listen]),
+        &dir.path("stderr.log"),
+    );
     let mut held = UnixStream::connect(&sock).unwrap();
     held.write_all(b"GET /healthz HTTP/1.1\r\nHost:").unwrap();
     // Once the first is counted, the next gets 503 busy at once.
@@ -248,7 +267,11 @@ fn free_port() -> u16 {
 #[ignore = "needs HAProxy: cargo test -- --include-ignored (as .ci/run does)"]
 fn forwarded_for_from_haproxy_on_the_unix_socket_is_believed_when_unix_is_trusted() {
     for trust in [false, true] {
-        let list = if trust { r#"["unix", "127.0.0.1"]"# } else { r#"["127.0.0.1"]"# };
+        let list = if trust {
+            r#"["unix", "127.0.0.1"]"#
+        } else {
+            r#"["127.0.0.1"]"#
+        };
         let dir = setup(
             "unix-haproxy",
             &format!("auth_failures_per_minute = 2\ntrusted_proxies = {list}"),
@@ -256,7 +279,10 @@ fn forwarded_for_from_haproxy_on_the_unix_socket_is_believed_when_unix_is_truste
         );
         let sock = dir.path("t.sock");
         let listen = format!("unix:{}", sock.display());
-        let _t = Served::start(serve_cmd(&dir, &["--listen", &listen]), &dir.path("stderr.log"));
+        let _t = Served::start(
+            serve_cmd(&dir, &["--listen", &listen]),
+            &dir.path("stderr.log"),
+        );
         let addr = format!("127.0.0.1:{}", free_port());
         let cfg = format!(
             "defaults\n  mode http\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n\
@@ -279,19 +305,30 @@ fn forwarded_for_from_haproxy_on_the_unix_socket_is_believed_when_unix_is_truste
         // Two clients behind another proxy that HAProxy (127.0.0.1, the
         // hop it adds) forwards: each fails twice, then tries again.
         let attempt = |client_ip: &str| {
-            let h = [("Authorization", "Bearer wrong"), ("X-Forwarded-For", client_ip)];
+            let h = [
+                ("Authorization", "Bearer wrong"),
+                ("X-Forwarded-For", client_ip),
+            ];
             client.request("POST", "/api?program_id=1", &h, b"").status
         };
         for _ in 0..2 {
             assert_eq!(attempt("198.51.100.1"), 401);
         }
-        assert_eq!(attempt("198.51.100.1"), 429, "the failing client is limited");
+        assert_eq!(
+            attempt("198.51.100.1"),
+            429,
+            "the failing client is limited"
+        );
         // Trusted: the other client has a count of its own. Untrusted:
         // every peer on the socket is one client (0.0.0.0), limited too.
         let other = attempt("198.51.100.2");
         let _ = haproxy.kill();
         let _ = haproxy.wait();
-        assert_eq!(other, if trust { 401 } else { 429 }, "unix trusted: {trust}");
+        assert_eq!(
+            other,
+            if trust { 401 } else { 429 },
+            "unix trusted: {trust}"
+        );
     }
 }
 
@@ -302,7 +339,14 @@ fn socket_activation_serves_the_passed_unix_socket_and_leaves_it_to_systemd() {
     let mut cmd = Command::new("systemd-socket-activate");
     cmd.arg("-l")
         .arg(&sock)
-        .args(["--fdname=web", "-E", "RUST_LOG=info", BIN, "serve", "--config"])
+        .args([
+            "--fdname=web",
+            "-E",
+            "RUST_LOG=info",
+            BIN,
+            "serve",
+            "--config",
+        ])
         .arg(dir.path("config.toml"))
         .args(["--listen", "127.0.0.1:1"]);
     let err = fs::File::create(dir.path("stderr.log")).unwrap();
@@ -331,7 +375,10 @@ fn socket_activation_serves_the_passed_unix_socket_and_leaves_it_to_systemd() {
         line.unwrap().unwrap().trim(),
         format!("listening on unix:{}", sock.display())
     );
-    assert!(log.contains("serving the socket systemd passed (web)"), "{log}");
+    assert!(
+        log.contains("serving the socket systemd passed (web)"),
+        "{log}"
+    );
     assert!(exited.status.success(), "{log}");
     assert!(sock.exists(), "trigd removed the socket systemd owns");
 }
@@ -361,7 +408,10 @@ fn socket_activation_serves_a_passed_tcp_socket() {
     let _ = child.kill();
     let _ = child.wait();
     assert!(ok, "{}", read(&dir.path("stderr.log")));
-    assert_eq!(line.unwrap().unwrap().trim(), format!("listening on http://{addr}"));
+    assert_eq!(
+        line.unwrap().unwrap().trim(),
+        format!("listening on http://{addr}")
+    );
 }
 
 #[test]
@@ -378,17 +428,28 @@ fn malformed_socket_activation_is_a_clear_error() {
         run_to_end(cmd)
     };
     for (vars, redirect, want) in [
-        ("LISTEN_FDS=three", "", "LISTEN_FDS=\"three\" is not a number"),
+        (
+            "LISTEN_FDS=three",
+            "",
+            "LISTEN_FDS=\"three\" is not a number",
+        ),
         ("LISTEN_FDS=-1", "", "is not a number"),
         ("LISTEN_FDS=99999999999999999999999", "", "is not a number"),
         ("LISTEN_FDS=4294967296", "", "trigd serves one socket"),
         ("LISTEN_FDS=2", "", "trigd serves one socket"),
         ("LISTEN_FDS=1", "3<&-", "descriptor 3 is not open"),
-        ("LISTEN_FDS=1", "3</etc/hostname", "descriptor 3 is not a socket"),
+        (
+            "LISTEN_FDS=1",
+            "3</etc/hostname",
+            "descriptor 3 is not a socket",
+        ),
     ] {
         let (code, err) = with(vars, redirect);
         assert_eq!(code, 1, "{vars} {redirect}: {err}");
-        assert!(err.contains(want), "{vars} {redirect}: want {want:?} in:\n{err}");
+        assert!(
+            err.contains(want),
+            "{vars} {redirect}: want {want:?} in:\n{err}"
+        );
         assert!(!err.contains("panicked"), "{err}");
     }
     // A socket that is not a listening stream: systemd's own tool passes
@@ -439,7 +500,10 @@ fn systemd_variables_for_another_process_are_ignored_and_no_program_inherits_any
     );
     let out = r.ok()["Result"].to_string();
     for (name, _) in env {
-        assert!(!out.contains(&format!("{name}=")), "{name} reached a program: {out}");
+        assert!(
+            !out.contains(&format!("{name}=")),
+            "{name} reached a program: {out}"
+        );
     }
     assert!(t.stderr_tail().contains("LISTEN_FDS is for process 1"));
 }
@@ -509,7 +573,11 @@ fn assert_reloading(msg: &str, before: u64) {
 
 #[test]
 fn notify_protocol_message_by_message() {
-    let dir = setup("notify", "drain_delay = \"1s\"", &[("p.toml", crate::api::OK)]);
+    let dir = setup(
+        "notify",
+        "drain_delay = \"1s\"",
+        &[("p.toml", crate::api::OK)],
+    );
     let n = Notify::bind(&dir);
     let mut t = Trigd::start_env(&dir, &[("NOTIFY_SOCKET", n.path.to_str().unwrap())]);
     let ready = n.next();
@@ -522,13 +590,17 @@ fn notify_protocol_message_by_message() {
     let before = monotonic_usec();
     signal(t.pid(), "HUP");
     assert_reloading(&n.next_state(), before);
-    assert!(n.next_state().starts_with("READY=1\nSTATUS=serving 1 programs"));
+    assert!(n
+        .next_state()
+        .starts_with("READY=1\nSTATUS=serving 1 programs"));
     // A changed file (renamed into place): the same pair, as often as the
     // watcher saw it change, the last one with the new program.
     let before = monotonic_usec();
     dir.write(
         "q.tmp",
-        &crate::api::OK.replace("id = 1", "id = 2").replace("name = \"ok\"\n", "name = \"ok2\"\n"),
+        &crate::api::OK
+            .replace("id = 1", "id = 2")
+            .replace("name = \"ok\"\n", "name = \"ok2\"\n"),
     );
     fs::rename(dir.path("q.tmp"), dir.path("programs/q.toml")).unwrap();
     n.reloads_until(before, "serving 2 programs and 0 tools");
@@ -553,7 +625,8 @@ fn watchdog_pings_only_while_the_server_answers() {
     let sock = dir.path("t.sock");
     let listen = format!("unix:{}", sock.display());
     let mut cmd = serve_cmd(&dir, &["--listen", &listen]);
-    cmd.env("NOTIFY_SOCKET", &n.path).env("WATCHDOG_USEC", "1000000");
+    cmd.env("NOTIFY_SOCKET", &n.path)
+        .env("WATCHDOG_USEC", "1000000");
     let t = Served::start(cmd, &dir.path("stderr.log"));
     assert!(n.next().starts_with("READY=1\n"));
     // Pings come while the server answers (every 0.5 s).
@@ -563,7 +636,11 @@ fn watchdog_pings_only_while_the_server_answers() {
     // Nobody can reach the server any more (its socket file is gone, as
     // a cleanup of /run would leave it): the checks fail, pings stop.
     fs::remove_file(&sock).unwrap();
-    let failures = || t.log().matches("watchdog: the server did not answer").count();
+    let failures = || {
+        t.log()
+            .matches("watchdog: the server did not answer")
+            .count()
+    };
     assert!(wait_until(WAIT, || failures() >= 3), "{}", t.log());
     n.sock.set_nonblocking(true).unwrap();
     let mut pings = 0;
@@ -608,7 +685,10 @@ fn secret_files_from_systemd_credentials() {
     dir.mkdir("creds");
     dir.write("creds/cb", &"s".repeat(40));
     let check = |secret_file: &str, creds: Option<&Path>| {
-        let text = format!("{}\n[callbacks]\nsecret_file = \"{secret_file}\"\n", config(""));
+        let text = format!(
+            "{}\n[callbacks]\nsecret_file = \"{secret_file}\"\n",
+            config("")
+        );
         dir.write("config.toml", &text);
         let mut cmd = Command::new(BIN);
         cmd.args(["check", "--config"]).arg(dir.path("config.toml"));
@@ -617,22 +697,34 @@ fn secret_files_from_systemd_credentials() {
             cmd.env("CREDENTIALS_DIRECTORY", c);
         }
         let out = cmd.output().unwrap();
-        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     };
     let (code, err) = check("credential:cb", Some(&creds));
     assert_eq!(code, Some(0), "{err}");
     let (code, err) = check("credential:cb", None);
     assert_eq!(code, Some(1));
-    assert!(err.contains("config.toml:") && err.contains("callbacks.secret_file"), "{err}");
+    assert!(
+        err.contains("config.toml:") && err.contains("callbacks.secret_file"),
+        "{err}"
+    );
     assert!(err.contains("$CREDENTIALS_DIRECTORY is not set"), "{err}");
     assert!(err.contains("LoadCredential=cb:"), "{err}");
     let (code, err) = check("credential:other", Some(&creds));
     assert_eq!(code, Some(1));
-    assert!(err.contains("no credential \"other\" in $CREDENTIALS_DIRECTORY"), "{err}");
+    assert!(
+        err.contains("no credential \"other\" in $CREDENTIALS_DIRECTORY"),
+        "{err}"
+    );
     for bad in ["credential:", "credential:../cb", "credential:.."] {
         let (code, err) = check(bad, Some(&creds));
         assert_eq!(code, Some(1), "{bad}");
-        assert!(err.contains("a credential's name is a file name"), "{bad}: {err}");
+        assert!(
+            err.contains("a credential's name is a file name"),
+            "{bad}: {err}"
+        );
     }
     // The secret never shows in an error.
     assert!(!err.contains(&"s".repeat(40)));

@@ -22,8 +22,8 @@ mod runs_access; // who may read, follow and cancel a run (hook runs, auth befor
 mod runs_output; // kept output, following it (events, curl -N), streamed sync calls, cancel and its process group
 mod runs_pages; // the runs pages: list, filters, a run's page, untrusted output, the Cancel form, 100,000 runs
 mod state_table; // the state directory table of src/state/mod.rs, the README's and state::Kept list the same files
-mod systemd; // a Unix socket (mode, stale and live files, hostile paths, HAProxy with X-Forwarded-For), socket activation, the notify protocol message by message, the watchdog, credentials
 mod switch; // the public switch flipped from trigd: HTTP operation, form, confirmation, config rewrite, read-only, admins, CSRF, races
+mod systemd; // a Unix socket (mode, stale and live files, hostile paths, HAProxy with X-Forwarded-For), socket activation, the notify protocol message by message, the watchdog, credentials
 mod tools; // generated tool endpoints: environments, values by name, bearer app keys, User-Agent rule, endpoint view
 mod ui; // browser access over HTTP: login, throttle, sessions, CSRF, settings, escaping, headers
 mod util; // harness: per-test dirs, the trigd child process, one HTTP client (raw bytes too), polling, CLI runner

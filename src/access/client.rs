@@ -131,7 +131,10 @@ mod tests {
         };
         assert_eq!(forwarded_client(Peer::Unix, &trusted, &r), ip("0.0.0.0"));
         trusted.unix = true;
-        assert_eq!(forwarded_client(Peer::Unix, &trusted, &r), ip("203.0.113.9"));
+        assert_eq!(
+            forwarded_client(Peer::Unix, &trusted, &r),
+            ip("203.0.113.9")
+        );
         r.headers.clear();
         assert_eq!(forwarded_client(Peer::Unix, &trusted, &r), ip("0.0.0.0"));
     }

@@ -394,8 +394,7 @@ fn secret(src: &Src, raw: &RawCallbacks, dir: &Path, errs: &mut Errors) -> Optio
             (v, e.span(), "callbacks.secret_env")
         }
         (None, Some(f)) => {
-            let v = super::secret_path(dir, f.get_ref())
-                .and_then(|path| read_secret_text(&path));
+            let v = super::secret_path(dir, f.get_ref()).and_then(|path| read_secret_text(&path));
             (v, f.span(), "callbacks.secret_file")
         }
     };
@@ -417,7 +416,8 @@ fn secret(src: &Src, raw: &RawCallbacks, dir: &Path, errs: &mut Errors) -> Optio
 fn read_secret_text(path: &Path) -> Result<String, String> {
     super::file::read_secret(path)
         .and_then(|b| {
-            String::from_utf8(b).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+            String::from_utf8(b)
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
         })
         .map_err(|e| format!("cannot read the secret file {}: {e}", path.display()))
 }

@@ -139,7 +139,9 @@ fn bind_unix(path: &Path, file: &SocketFile) -> io::Result<UnixListener> {
     if len > MAX_SOCKET_PATH {
         return Err(io::Error::new(
             ErrorKind::InvalidInput,
-            format!("the socket path is {len} bytes long; Unix sockets allow at most {MAX_SOCKET_PATH}"),
+            format!(
+                "the socket path is {len} bytes long; Unix sockets allow at most {MAX_SOCKET_PATH}"
+            ),
         ));
     }
     if path.as_os_str().is_empty() {
@@ -186,7 +188,10 @@ fn remove_stale(path: &Path) -> io::Result<()> {
             "a server is listening on this socket already (another trigd?)",
         )),
         Err(e) if e.kind() == ErrorKind::ConnectionRefused => {
-            log::info!("removing the stale socket {} (nobody listens on it)", path.display());
+            log::info!(
+                "removing the stale socket {} (nobody listens on it)",
+                path.display()
+            );
             fs::remove_file(path)
         }
         Err(e) => Err(e),

@@ -64,9 +64,7 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
                     // done (nothing is accepted before), instead of being
                     // refused.
                     let addr = listen.as_ref().unwrap_or(&server.listen);
-                    early.get_or_insert_with(|| {
-                        (addr.clone(), listen::bind(addr, &server.socket))
-                    });
+                    early.get_or_insert_with(|| (addr.clone(), listen::bind(addr, &server.socket)));
                 }
                 config::Before::Files(server) => {
                     if let Some(w) = watch.as_mut() {
@@ -406,7 +404,10 @@ mod tests {
     #[test]
     fn access_lines_name_the_peer_or_a_dash() {
         let mut line = String::new();
-        push_remote(&mut line, Peer::Ip(SocketAddr::from(([10, 2, 30, 255], 80))));
+        push_remote(
+            &mut line,
+            Peer::Ip(SocketAddr::from(([10, 2, 30, 255], 80))),
+        );
         push_remote(&mut line, Peer::Unknown);
         push_remote(&mut line, Peer::Ip("[2001:db8::7]:80".parse().unwrap()));
         push_remote(&mut line, Peer::Unix);

@@ -131,7 +131,10 @@ pub fn reloading() {
 pub fn stopping() {
     if let Some(m) = manager() {
         m.stopping.store(true, Ordering::SeqCst);
-        send(m, "STOPPING=1\nSTATUS=stopping: draining, then waiting for runs to finish");
+        send(
+            m,
+            "STOPPING=1\nSTATUS=stopping: draining, then waiting for runs to finish",
+        );
     }
 }
 
@@ -162,7 +165,9 @@ fn summary(app: &App) -> String {
 pub fn start(app: &Arc<App>, reach: Reach, shown: &str) {
     let _ = SHOWN.set(shown.trim_start_matches("http://").to_string());
     let Some(m) = manager() else { return };
-    let tick = m.watchdog.map_or(STATUS_EVERY, |w| (w / 2).min(STATUS_EVERY));
+    let tick = m
+        .watchdog
+        .map_or(STATUS_EVERY, |w| (w / 2).min(STATUS_EVERY));
     let wait = m.watchdog.map_or(MAX_CHECK, |w| (w / 4).min(MAX_CHECK));
     let app = Arc::clone(app);
     let spawned = thread::Builder::new()
