@@ -816,7 +816,7 @@ fn other_methods_on_known_paths_are_405_with_allow() {
         ("POST", "/healthz", "GET, HEAD"),
         ("DELETE", "/metrics", "GET, HEAD"),
         ("PUT", "/openapi.json", "GET, HEAD"),
-        ("POST", "/workspaces/ops/settings", "GET"),
+        ("POST", "/workspaces/ops/settings", "GET, HEAD"),
         ("GET", "/workspaces/ops/settings/application-key", "POST"),
     ] {
         let r = t.request(method, path, &[], b"");

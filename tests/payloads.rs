@@ -253,6 +253,23 @@ fn a_signature_header_lists_at_most_16_entries() {
     r.status_is(500);
 }
 
+/// A hook's `payload-hmac-*` rule guards a secret: wrong signatures count
+/// against the address like a wrong key, so it cannot be guessed at speed.
+#[test]
+fn wrong_signatures_in_a_hook_rule_count_as_failed_authentications() {
+    let (_dir, t) = start("payloads_hook_guesses", "auth_failures_per_minute = 2");
+    let body = br#"<r a="signed"/>"#;
+    let send = |sig: &str| {
+        let h = [("Content-Type", "application/xml"), ("X-Sig", sig)];
+        t.request("POST", "/hooks/signed", &h, body)
+    };
+    send(&sign(body)).status_is(200);
+    for guess in ['0', '1'] {
+        send(&format!("sha256={}", guess.to_string().repeat(64))).status_is(500);
+    }
+    send(&sign(body)).status_is(429);
+}
+
 #[test]
 fn a_form_value_not_utf8_and_names_given_twice_are_refused() {
     let (_dir, t) = start("payloads_names", "");
