@@ -162,6 +162,42 @@ fn unix_socket_serves_with_its_mode_and_is_gone_after_a_clean_stop() {
 }
 
 #[test]
+fn the_socket_file_gets_its_owner_and_group() {
+    let dir = setup(
+        "unix-owner",
+        "socket_user = \"nobody\"\nsocket_group = \"65534\"",
+        &[],
+    );
+    let sock = dir.path("t.sock");
+    let listen = format!("unix:{}", sock.display());
+    let root = Command::new("id").arg("-u").output().unwrap().stdout == b"0\n";
+    if !root {
+        // Only root gives a file away: a clear error, no file left.
+        let (code, err) = run_to_end(serve_cmd(&dir, &["--listen", &listen]));
+        assert_eq!(code, 1, "{err}");
+        assert!(
+            err.contains("cannot give the socket to nobody:65534"),
+            "{err}"
+        );
+        assert!(!sock.exists());
+        return;
+    }
+    let _t = Served::start(
+        serve_cmd(&dir, &["--listen", &listen]),
+        &dir.path("stderr.log"),
+    );
+    let st = Command::new("stat")
+        .args(["-c", "%U %g %a"])
+        .arg(&sock)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&st.stdout).trim(),
+        "nobody 65534 660"
+    );
+}
+
+#[test]
 fn a_stale_socket_file_is_replaced_and_a_live_one_refused() {
     let dir = setup("unix-stale", "", &[]);
     let sock = dir.path("t.sock");
@@ -650,6 +686,8 @@ fn watchdog_pings_only_while_the_server_answers() {
     }
     // At most the one whose check had passed before the file went.
     assert!(pings <= 1, "{pings} pings after the socket went away");
+    // The checks are not access-logged.
+    assert!(!t.log().contains("GET /healthz"), "{}", t.log());
 }
 
 impl Notify {
