@@ -55,20 +55,19 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
                 config::Before::Config => {
                     watch.get_or_insert_with(|| reload::Watch::new(config_path));
                 }
-                config::Before::Files(server) if passed.is_none() => {
+                config::Before::Files(server) => {
                     if let Some(w) = watch.as_mut() {
                         w.add(config_path, server);
                     }
                     // Bound while the program files are read: a request
                     // waits in the listen backlog until the first load is
                     // done (nothing is accepted before), instead of being
-                    // refused.
-                    let addr = listen.as_ref().unwrap_or(&server.listen);
-                    early.get_or_insert_with(|| (addr.clone(), listen::bind(addr, &server.socket)));
-                }
-                config::Before::Files(server) => {
-                    if let Some(w) = watch.as_mut() {
-                        w.add(config_path, server);
+                    // refused. A socket systemd passed is bound already.
+                    if passed.is_none() {
+                        let addr = listen.as_ref().unwrap_or(&server.listen);
+                        early.get_or_insert_with(|| {
+                            (addr.clone(), listen::bind(addr, &server.socket))
+                        });
                     }
                 }
             }
@@ -77,16 +76,7 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
     // thread's arena: the reload thread gives it back as it starts, while
     // the first requests are answered (`reload::start`).
     let addr = listen.unwrap_or_else(|| cfg.server.listen.clone());
-    let bound = match passed {
-        Some((socket, name)) => {
-            log::info!("serving the socket systemd passed ({name}); listen = {addr:?} is not used");
-            listen::inherited(socket)?
-        }
-        None => match early {
-            Some((at, Ok(bound))) if at == addr => bound,
-            _ => listen::bind(&addr, &cfg.server.socket)?,
-        },
-    };
+    let bound = listener(passed, early, &addr, &cfg.server.socket)?;
     let (shown, created, reach) = (bound.shown, bound.created, bound.reach);
     let grace = cfg.server.shutdown_grace;
     let nofile = sys::raise_nofile_limit();
@@ -117,6 +107,24 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
     }
     log::info!("stopped");
     Ok(())
+}
+
+/// The socket to serve: the one systemd passed, else `addr`, bound early
+/// (while the program files were read) or now.
+fn listener(
+    passed: Option<(sys::systemd::Inherited, String)>,
+    early: Option<(String, Result<listen::Bound, Error>)>,
+    addr: &str,
+    socket: &config::SocketFile,
+) -> Result<listen::Bound, Error> {
+    if let Some((socket, name)) = passed {
+        log::info!("serving the socket systemd passed ({name}); listen = {addr:?} is not used");
+        return listen::inherited(socket);
+    }
+    match early {
+        Some((at, Ok(bound))) if at == addr => Ok(bound),
+        _ => listen::bind(addr, socket),
+    }
 }
 
 /// Open the state under `cfg` (run store, callbacks, idempotency keys)
