@@ -2,7 +2,8 @@
 //! `NOTIFY_SOCKET`: `READY=1` once the first load is done and the socket
 //! bound; `RELOADING=1` with `MONOTONIC_USEC=` at the start of every reload
 //! (SIGHUP, a changed file, the public switch), then `READY=1`;
-//! `STOPPING=1` when the drain starts; `STATUS=` a one-line summary; and
+//! `STOPPING=1` when the drain starts; `STATUS=` a one-line summary (sent
+//! when it changed: looked at every 10 s, or at every ping); and
 //! `WATCHDOG=1` every half `WATCHDOG_USEC` while the server answers.
 //!
 //! "Answers" means: a connection to the listener, made by the watchdog
@@ -34,6 +35,9 @@ pub const WATCHDOG_AGENT: &str = "trigd-watchdog";
 
 /// How often `STATUS=` is refreshed without a watchdog.
 const STATUS_EVERY: Duration = Duration::from_secs(10);
+
+/// The shortest time between two pings, and the shortest check.
+const MIN_TICK: Duration = Duration::from_millis(20);
 
 /// The longest wait for the watchdog's check.
 const MAX_CHECK: Duration = Duration::from_secs(5);
@@ -165,10 +169,11 @@ fn summary(app: &App) -> String {
 pub fn start(app: &Arc<App>, reach: Reach, shown: &str) {
     let _ = SHOWN.set(shown.trim_start_matches("http://").to_string());
     let Some(m) = manager() else { return };
-    let tick = m
+    // A tiny WATCHDOG_USEC must not make the thread spin.
+    let tick = m.watchdog.map_or(STATUS_EVERY, |w| (w / 2).max(MIN_TICK));
+    let wait = m
         .watchdog
-        .map_or(STATUS_EVERY, |w| (w / 2).min(STATUS_EVERY));
-    let wait = m.watchdog.map_or(MAX_CHECK, |w| (w / 4).min(MAX_CHECK));
+        .map_or(MAX_CHECK, |w| (w / 4).clamp(MIN_TICK, MAX_CHECK));
     let app = Arc::clone(app);
     let spawned = thread::Builder::new()
         .name("systemd".into())
