@@ -86,9 +86,11 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
     systemd::start(&app, reach, &shown);
     systemd::ready(&app);
     let reload = reload::start(Arc::clone(&app), config_path.to_path_buf(), watch);
+    // Logged before stdout says it: whoever waits for the stdout line (a
+    // test counting log lines) finds the log line already written.
+    log::info!("listening on {shown} (open files limit {nofile})");
     println!("listening on {shown}");
     let _ = io::stdout().flush();
-    log::info!("listening on {shown} (open files limit {nofile})");
     while sys::wait_signal() == Signal::Hup {
         log::info!("SIGHUP: reloading the configuration");
         let _ = reload.send(reload::Trigger::Signal);
