@@ -4,7 +4,7 @@
 //! One binary that reads `config.toml` and `programs/*.toml`, serves HTTP
 //! with a fixed pool of threads (tiny_http), and runs the configured programs
 //! as real child processes, synchronously or on a detached thread. See
-//! README.md for the operator's guide.
+//! docs/ (an mdBook; README.md points into it) for the operator's guide.
 //!
 //! # Map
 //!
@@ -26,6 +26,10 @@
 //!   completions made from them and the config keys    cli/generate/, config/reference.rs
 //! HTTP: Request, Response, ApiError (the Code table) http/mod.rs
 //! the server, the URL table, logs, metrics           http/ (server.rs, routes.rs, logging.rs, metrics.rs, app.rs)
+//! HTTPS: certificate store, reload, redirects        http/tls/ (mod.rs Certs, watch.rs, redirect.rs, not_after.rs;
+//!   (the handshake: vendor/tiny_http/src/tls.rs)      config/tls.rs the settings)
+//! where it listens (TCP, unix:PATH, systemd's       http/listen.rs; http/systemd.rs (sd_notify, watchdog);
+//!   socket), systemd's notify protocol                sys/systemd.rs (LISTEN_FDS)
 //! authenticate a caller, rate limits, CSRF, logins   access/ (mod.rs, limiter.rs, csrf.rs, login.rs, cidr.rs)
 //! load and validate the config, hot reload           config/ (validate.rs, endpoint.rs, reload.rs, stamp.rs)
 //! start a run, read and check its values            invoke/ (mod.rs, read.rs, values.rs, signed.rs, answer.rs)
@@ -41,6 +45,7 @@
 //! the browser pages (maud templates)                ui/ (login, settings, endpoints, runs, switch, view)
 //! the only unsafe code, and each speed trick        sys/ (spawn.rs: how a step starts, the clone
 //!   behind one function with its figure              spawner in vfork.rs; tune_malloc, trim_heap;
+//!                                                     systemd.rs: the socket systemd passes;
 //!                                                     the run log's group commit: state/commit.rs)
 //! ```
 #![deny(unsafe_code)]
@@ -91,6 +96,10 @@ pub mod testing {
         pub mod signature {
             pub use crate::receive::signature::*;
         }
+    }
+    /// The DER walk of the TLS certificate store.
+    pub mod tls {
+        pub use crate::http::tls::not_after;
     }
     /// Hooks files.
     pub mod compat {

@@ -64,9 +64,10 @@ const CONFIG: Flag = Flag {
 };
 
 /// The kinds `trigd generate` prints.
-pub const GENERATE_KINDS: [&str; 5] = [
+pub const GENERATE_KINDS: [&str; 6] = [
     "man",
     "man-config",
+    "config-reference",
     "complete-bash",
     "complete-zsh",
     "complete-fish",
@@ -79,7 +80,9 @@ pub const COMMANDS: &[Sub] = &[
         summary: "serve HTTP (the default command)",
         usage: "trigd [serve] [--config PATH] [--listen ADDR]",
         about: "Loads the config and every program, listens, and hot-reloads on changes.\n\
-                The first stdout line is `listening on http://IP:PORT`.",
+                The first stdout line is `listening on http://IP:PORT` (`https://` with `tls_cert`,\n\
+                or `unix:PATH`).\n\
+                Under systemd: socket activation and the notify protocol (docs/systemd.md).",
         args: &[],
         flags: &[
             CONFIG,
@@ -87,7 +90,7 @@ pub const COMMANDS: &[Sub] = &[
                 long: "listen",
                 value: "ADDR",
                 kind: ValueKind::Text,
-                help: "override [server] listen, e.g. 127.0.0.1:0 for any free port",
+                help: "override [server] listen: HOST:PORT (127.0.0.1:0 for any free port) or unix:PATH",
             },
         ],
     },
@@ -227,10 +230,11 @@ pub const COMMANDS: &[Sub] = &[
     },
     Sub {
         name: "generate",
-        summary: "print a man page or a shell completion script",
+        summary: "print a man page, the config key list or a completion script",
         usage: "trigd generate KIND",
         about: "Prints, made from the same definitions as the help texts and the config\n\
                 parser, KIND: `man` (trigd(1)), `man-config` (trigd.toml(5)),\n\
+                `config-reference` (the manual's key list, Markdown),\n\
                 `complete-bash`, `complete-zsh` or `complete-fish`. Packages install\n\
                 the output (docs/packaging.md).",
         args: &[Arg {
