@@ -444,26 +444,16 @@ impl Iterator for ClientConnection {
                 continue;
             }
 
-            // updating the status of the connection
-            let connection_header = rq
+            // updating the status of the connection: (trigd patch) the
+            //  same rule as the answer's `Connection: close`
+            let upgrade = rq
                 .headers()
                 .iter()
                 .find(|h| h.field.equiv("Connection"))
-                .map(|h| h.value.as_str());
-
-            let lowercase = connection_header.map(|h| h.to_ascii_lowercase());
-
-            match lowercase {
-                Some(ref val) if val.contains("close") => self.no_more_requests = true,
-                Some(ref val) if val.contains("upgrade") => self.no_more_requests = true,
-                Some(ref val)
-                    if !val.contains("keep-alive") && *rq.http_version() == HTTPVersion(1, 0) =>
-                {
-                    self.no_more_requests = true
-                }
-                None if *rq.http_version() == HTTPVersion(1, 0) => self.no_more_requests = true,
-                _ => (),
-            };
+                .is_some_and(|h| h.value.as_str().to_ascii_lowercase().contains("upgrade"));
+            if upgrade || crate::response::says_close(rq.headers(), rq.http_version()) {
+                self.no_more_requests = true;
+            }
 
             // returning the request
             return Some(rq);
