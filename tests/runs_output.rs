@@ -700,3 +700,53 @@ steps = [{ shell = 'yes | head -c 33554432' }]
         "peak grew by {grown} kB for 32 MiB of output"
     );
 }
+
+/// 16 followers of one run printing 4 MiB (all kept): each gets the whole
+/// stream and the `end` event with the record, whose Result holds the
+/// 4 MiB; trigd reads and writes that record once for all of them (each
+/// follower used to parse and write its own copy: the peak grew by 158 MiB
+/// here, 91 MiB with the shared copy, on the debug build), so the peak
+/// grows by less than 2 × 4 MiB per follower.
+#[test]
+fn sixteen_followers_of_a_big_run_share_its_end_event() {
+    const BIG: &str = r#"
+id = 1
+name = "big"
+[[functions]]
+name = "big"
+timeout = "120s"
+output = "text"
+steps = [{ shell = 'sleep 1; yes | head -c 4194304' }]
+[functions.webhook]
+"#;
+    let (_dir, t) = serve(
+        "output_16_followers",
+        "max_output_bytes = 8388608",
+        &[("big.toml", BIG)],
+    );
+    let before = vm_hwm_kb(t.pid());
+    let r = t.post(&format!("/api?api_key={KEY}&program_id=1&run_async=true"));
+    let id = r.run_id(&r.ok());
+    let url = output_url(&id, "&follow=1");
+    let followers: Vec<_> = (0..16)
+        .map(|_| {
+            let (c, url) = (t.client(), url.clone());
+            std::thread::spawn(move || c.try_request("GET", &url, &[], b""))
+        })
+        .collect();
+    for f in followers {
+        let r = f.join().unwrap().expect("a follower's stream");
+        let body = r.status_is(200).text();
+        let end = end_event(&body);
+        assert_eq!(
+            end["State"],
+            json!("finished"),
+            "{}",
+            &body[body.len() - 200..]
+        );
+        assert_eq!(end["Result"][0].as_str().map(str::len), Some(4_194_303));
+    }
+    let grown = vm_hwm_kb(t.pid()).saturating_sub(before);
+    println!("16 followers of 4 MiB: trigd's peak grew by {grown} kB");
+    assert!(grown < 16 * 8 * 1024, "peak grew by {grown} kB");
+}

@@ -12,7 +12,7 @@ use crate::http::app::App;
 use crate::http::{ApiError, Response};
 use crate::runner::step::{Outcome, StepError};
 use crate::runner::{Job, RunError, SyncRun};
-use crate::runs::follow::{events, End, Follower, Live};
+use crate::runs::follow::{events, shared, End, Follower, Live};
 
 /// Start `job` sync or async and build the response object.
 ///
@@ -63,10 +63,10 @@ pub fn start_streamed(app: &App, job: Job) -> Result<Response, ApiError> {
     }
     let run = id.clone();
     let end: End = Box::new(move || match rx.try_recv() {
-        Ok(outcome) => Some(final_object(&run, outcome)),
+        Ok(outcome) => Some(shared(&final_object(&run, outcome))),
         Err(mpsc::TryRecvError::Empty) => None,
         Err(mpsc::TryRecvError::Disconnected) => {
-            Some(Response::from(ApiError::Internal).json_body())
+            Some(shared(&Response::from(ApiError::Internal).json_body()))
         }
     });
     let runner = std::sync::Arc::clone(&app.runner);

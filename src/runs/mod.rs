@@ -12,6 +12,7 @@ pub mod follow;
 pub mod idempotency;
 pub mod replay;
 
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -153,6 +154,35 @@ pub fn record(app: &App, cfg: &Config, id: &str) -> Result<RunRecord, ApiError> 
         })
 }
 
+/// The `end` event of the run whose followers are ending now, shared by
+/// all of them while one still sends it (see [`follow::shared`]).
+static LAST_END: Mutex<Option<(String, Weak<[u8]>)>> = Mutex::new(None);
+
+/// The `end` event's data of followed run `run` once it has ended: its
+/// record as `GET /api/runs/<id>` shows it, read and written once for all
+/// its followers.
+fn end_event(store: &crate::state::store::RunStore, run: &str) -> Option<Arc<[u8]>> {
+    if store.has_ended(run) == Some(false) {
+        return None;
+    }
+    let mut last = LAST_END.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((r, held)) = last.as_ref() {
+        if let Some(data) = held.upgrade().filter(|_| r == run) {
+            return Some(data);
+        }
+    }
+    let data = match store.get(run) {
+        Some(r) if r.state.is_terminal() => follow::shared(&serde_json::to_value(r.public()).ok()?),
+        Some(_) => return None,
+        // Removed under `run_retention` while followed.
+        None => {
+            follow::shared(&json!({"Run": run, "Error": "The run's record is no longer kept."}))
+        }
+    };
+    *last = Some((run.to_string(), Arc::downgrade(&data)));
+    Some(data)
+}
+
 /// `GET /api/runs/<id>/output`: the kept output, or with `follow=1` (or
 /// `Accept: text/event-stream`) the output as it is written, as events.
 ///
@@ -167,12 +197,7 @@ pub fn output(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Respon
     if follow || invoke::wants_events(req) {
         let store = std::sync::Arc::clone(&app.store);
         let run = rec.run.clone();
-        let end: End = Box::new(move || match store.get(&run) {
-            Some(r) if r.state.is_terminal() => serde_json::to_value(r.public()).ok(),
-            Some(_) => None,
-            // Removed under `run_retention` while followed.
-            None => Some(json!({"Run": run, "Error": "The run's record is no longer kept."})),
-        });
+        let end: End = Box::new(move || end_event(&store, &run));
         let runner = std::sync::Arc::clone(&app.runner);
         let run = rec.run.clone();
         let live: Live = Box::new(move || runner.handle(&run));

@@ -537,6 +537,15 @@ impl RunStore {
             .map(|e| e.meta.owner)
     }
 
+    /// Whether run `id` has ended, from the index (no read of its
+    /// record); `None` when it is not kept.
+    pub fn has_ended(&self, id: &str) -> Option<bool> {
+        lock(&self.log)
+            .index
+            .get(&run_id(id)?)
+            .map(|e| e.meta.state.is_terminal())
+    }
+
     /// Where the output of run `id` is kept.
     pub fn output_path(&self, id: &str) -> PathBuf {
         output::path(&self.state_dir, output::hex_of(id))
