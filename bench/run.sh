@@ -507,7 +507,7 @@ fi
 # rejected, 8 connections), and new TLS connections per second: the
 # rejected request with `Connection: close`, so that wrk opens a new
 # connection (a full handshake) for every request. BENCH_TLS=0 skips.
-if [[ ${BENCH_TLS:-1} != 0 ]]; then
+if [[ ${BENCH_TLS:-1} != 0 ]] && want tls; then
     TLSD=$WORK/tls
     mkdir -p "$TLSD"
     openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$TLSD/key.pem" \
@@ -518,6 +518,7 @@ if [[ ${BENCH_TLS:-1} != 0 ]]; then
         cp -r "$TD" "$TTD"
         rm -rf "$TTD/state"
         sed -i "s|^\[server\]\$|[server]\ntls_cert = \"$TLSD/cert.pem\"\ntls_key = \"$TLSD/key.pem\"|" "$TTD/config.toml"
+        : >"$TTD.trigd.out" # before the server opens it: the loop below reads it at once
         "$TRIGD" serve --config "$TTD/config.toml" --listen 127.0.0.1:0 >"$TTD.trigd.out" 2>"$TTD.trigd.err" &
         TT_PID=$!
         PIDS+=("$TT_PID")
