@@ -10,6 +10,7 @@
 //! file, line, column and key; loading collects all of them instead of
 //! stopping at the first.
 
+pub mod acme;
 pub mod callbacks;
 pub mod edit;
 mod endpoint;
@@ -162,6 +163,9 @@ pub struct Server {
     /// adnanh/webhook hooks files: `hooks_files`, `hooks_url_prefix`,
     /// `hooks_http_methods`.
     pub hooks: crate::compat::webhook::Settings,
+    /// Certificates from an ACME directory (the `[acme]` table; read only
+    /// at start).
+    pub acme: Option<Arc<acme::Acme>>,
 }
 
 /// A run-endpoint API key (`[[api_keys]]`). Only its hash is known.

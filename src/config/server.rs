@@ -114,6 +114,7 @@ pub fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) ->
         trusted_proxies,
         callbacks: Default::default(),
         hooks,
+        acme: None,
     }
 }
 

@@ -33,6 +33,7 @@ pub fn handle(app: &App, req: &mut Request) -> Response {
         (Get | Head, ["livez"]) => Ok(Response::json(200, &json!({ "Status": "alive" }))),
         (Get | Head, ["metrics"]) => Ok(metrics(app)),
         (Get | Head, ["openapi.json"]) => Ok(Response::text(200, "application/json", OPENAPI)),
+        (Get | Head, [".well-known", "acme-challenge", token]) => Ok(acme_challenge(app, token)),
         (Post, ["api"]) => api::run(app, &cfg, req),
         (_, ["api"]) => Err(ApiError::MethodNotAllowed {
             allow: vec!["POST"],
@@ -127,6 +128,7 @@ fn healthz(app: &App) -> Response {
         "StatesUnwritten": app.store.unwritten(),
         "IdempotencyKeys": app.idempotency.count(),
         "LastReloadError": app.last_reload_error(),
+        "Acme": app.acme.get().map(|a| a.health()),
     });
     let status = if ready == cluster::Readiness::Ready {
         200
@@ -134,6 +136,15 @@ fn healthz(app: &App) -> Response {
         503
     };
     Response::json(status, &body)
+}
+
+/// `GET /.well-known/acme-challenge/<token>`: the key authorization of a
+/// pending HTTP-01 challenge (RFC 8555 §8.3), else 404.
+fn acme_challenge(app: &App, token: &str) -> Response {
+    match app.acme.get().and_then(|a| a.challenges().get(token)) {
+        Some(answer) => Response::text(200, "application/octet-stream", answer),
+        None => Response::text(404, "text/plain", "no such ACME challenge\n"),
+    }
 }
 
 /// `GET /metrics`: Prometheus text.
@@ -154,6 +165,9 @@ fn metrics(app: &App) -> Response {
     let mut text = app.runner.metrics.render(&g);
     if let Some(cb) = app.runner.callbacks() {
         text.push_str(&cb.render_metrics());
+    }
+    if let Some(acme) = app.acme.get() {
+        acme.render_metrics(&mut text);
     }
     Response::text(200, "text/plain; version=0.0.4", text)
 }

@@ -151,7 +151,11 @@ fn open_app(cfg: config::Config) -> Result<Arc<App>, Error> {
     runner.attach_callbacks(callbacks);
     let keys =
         Keys::open(&state, cfg.server.idempotency_window).map_err(io_error(Kept::Idempotency))?;
+    let acme = cfg.server.acme.clone();
     let app = Arc::new(App::new(cfg, store, Arc::new(runner), keys));
+    if let Some(settings) = acme {
+        start_acme(&app, &state, &settings)?;
+    }
     if !resumed.is_empty() {
         log::info!(
             "{} accepted runs did not start before trigd stopped; starting them in order",
@@ -160,6 +164,18 @@ fn open_app(cfg: config::Config) -> Result<Arc<App>, Error> {
         app.runner.resume(&app.config(), resumed);
     }
     Ok(app)
+}
+
+/// Start the ACME thread of `[acme]` (its challenges answered by the
+/// router from now on).
+fn start_acme(app: &App, state: &State, settings: &config::acme::Acme) -> Result<(), Error> {
+    let acme = crate::http::acme::Acme::new(settings.clone(), state.acme_files());
+    acme.start().map_err(|source| Error::Io {
+        path: state.path(Kept::Acme),
+        source,
+    })?;
+    let _ = app.acme.set(acme);
+    Ok(())
 }
 
 /// Serve `listener`: each request is answered on its connection's thread
