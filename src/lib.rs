@@ -26,6 +26,8 @@
 //!   completions made from them and the config keys    cli/generate/, config/reference.rs
 //! HTTP: Request, Response, ApiError (the Code table) http/mod.rs
 //! the server, the URL table, logs, metrics           http/ (server.rs, routes.rs, logging.rs, metrics.rs, app.rs)
+//! certificates from ACME (obtain, renew, HTTP-01)    http/acme/ (mod.rs the thread, issue.rs an order,
+//!                                                     client.rs ureq under instant-acme); kept by state/acme.rs
 //! authenticate a caller, rate limits, CSRF, logins   access/ (mod.rs, limiter.rs, csrf.rs, login.rs, cidr.rs)
 //! load and validate the config, hot reload           config/ (validate.rs, endpoint.rs, reload.rs, stamp.rs)
 //! start a run, read and check its values            invoke/ (mod.rs, read.rs, values.rs, signed.rs, answer.rs)
