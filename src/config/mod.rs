@@ -23,6 +23,7 @@ pub mod reference;
 pub mod reload;
 mod server;
 mod stamp;
+pub mod tls;
 mod tools;
 pub mod types;
 mod validate;
@@ -163,6 +164,9 @@ pub struct Server {
     /// adnanh/webhook hooks files: `hooks_files`, `hooks_url_prefix`,
     /// `hooks_http_methods`.
     pub hooks: crate::compat::webhook::Settings,
+    /// HTTPS: `tls_cert`, `tls_key`, `tls_handshake_timeout`,
+    /// `redirect_http` (read only at start; the files reload by themselves).
+    pub tls: tls::Tls,
     /// Certificates from an ACME directory (the `[acme]` table; read only
     /// at start).
     pub acme: Option<Arc<acme::Acme>>,

@@ -74,6 +74,8 @@ pub mod defaults {
     pub const SESSION_MAX_SECS: u64 = 7 * 86_400;
     /// `auth_failures_per_minute` (0 turns the limit off).
     pub const AUTH_FAILURES_PER_MINUTE: usize = 30;
+    /// `tls_handshake_timeout`, in seconds.
+    pub const TLS_HANDSHAKE_TIMEOUT_SECS: u64 = 10;
 }
 
 /// The message for a second webhook trigger on one function.
@@ -183,6 +185,14 @@ pub struct RawServer {
     /// `hooks_http_methods`: methods of a hook without `http-methods`.
     #[serde(default)]
     pub hooks_http_methods: Vec<Spanned<String>>,
+    /// `tls_cert`: PEM certificate chain; HTTPS with `tls_key`.
+    pub tls_cert: Option<Spanned<String>>,
+    /// `tls_key`: PEM private key of `tls_cert`.
+    pub tls_key: Option<Spanned<String>>,
+    /// `tls_handshake_timeout`.
+    pub tls_handshake_timeout: Option<Spanned<RawDuration>>,
+    /// `redirect_http`: plain-HTTP address redirecting to HTTPS.
+    pub redirect_http: Option<Spanned<String>>,
 }
 
 /// `[callbacks]` as written.

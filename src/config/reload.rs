@@ -663,6 +663,10 @@ fn fixed_at_start(old: &config::Server, new: &config::Server) -> Vec<&'static st
         ("state_dir", old.state_dir != new.state_dir),
         ("run_retention", old.run_retention != new.run_retention),
         ("shutdown_grace", old.shutdown_grace != new.shutdown_grace),
+        (
+            "tls_cert, tls_key, tls_handshake_timeout, redirect_http",
+            old.tls != new.tls,
+        ),
     ]
     .into_iter()
     .filter_map(|(name, changed)| changed.then_some(name))

@@ -55,6 +55,7 @@ pub fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) ->
     let instance = instance(src, raw.instance.as_ref(), errs);
     let drain_delay = drain_delay(src, raw, errs);
     let hooks = crate::compat::webhook::settings::settings(src, raw, dir, errs);
+    let tls = super::tls::tls(src, raw, dir, errs);
     let mut r = Reader { src, errs };
     // The key in errors is the field's name, so the two cannot drift apart.
     macro_rules! count {
@@ -114,6 +115,7 @@ pub fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) ->
         trusted_proxies,
         callbacks: Default::default(),
         hooks,
+        tls,
         acme: None,
     }
 }

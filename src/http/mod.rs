@@ -15,6 +15,7 @@ pub mod logging;
 pub mod metrics;
 pub mod routes;
 pub mod server;
+pub mod tls;
 pub mod tools;
 
 use std::borrow::Cow;
@@ -532,6 +533,9 @@ pub enum ApiError {
     /// The request line or a header is not valid HTTP/1.1 (answered by the
     /// HTTP server itself, before routing).
     BadRequest,
+    /// Plain HTTP sent to the HTTPS port (answered by the HTTP server
+    /// itself, before the TLS handshake; nginx's 497).
+    HttpsRequired,
     /// The request line is longer than `max_url_bytes` (HTTP server).
     UriTooLong,
     /// The header section is larger than `max_header_bytes`, or has more
@@ -630,6 +634,7 @@ impl ApiError {
             PayloadTooComplex { .. } => 413,
             UnsupportedMediaType { .. } => 415,
             RequestTimeout => 408,
+            HttpsRequired => 400,
             BadRequest => 400,
             UriTooLong => 414,
             HeadersTooLarge => 431,
@@ -680,6 +685,7 @@ impl ApiError {
             RunNotFound => "run_not_found",
             RunOnOtherInstance { .. } => "run_on_other_instance",
             RequestTimeout => "request_timeout",
+            HttpsRequired => "https_required",
             BadRequest => "bad_request",
             UriTooLong => "uri_too_long",
             HeadersTooLarge => "headers_too_large",
@@ -747,6 +753,7 @@ impl ApiError {
             RunNotFound => "No run with this id is visible to this API key.".into(),
             RunOnOtherInstance { instance } => format!("This run belongs to trigd instance '{instance}', not to this one; ask that instance (a load balancer routes /api/runs/{instance}-… there while it is up).").into(),
             RequestTimeout => "The request was not received in time (request_timeout); send the whole body promptly.".into(),
+            HttpsRequired => "This port speaks HTTPS: use an https:// URL.".into(),
             BadRequest => "The request is not valid HTTP/1.1.".into(),
             UriTooLong => "The request line (method and URL) is longer than the limit (max_url_bytes).".into(),
             HeadersTooLarge => "The request headers are larger than the limit (max_header_bytes, at most 100 headers).".into(),

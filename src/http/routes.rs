@@ -9,6 +9,7 @@ use serde_json::json;
 use crate::http::api;
 use crate::http::app::App;
 use crate::http::metrics::Gauges;
+use crate::http::tls;
 use crate::http::tools;
 use crate::http::{ApiError, Method, Request, Response};
 use crate::runs;
@@ -128,6 +129,7 @@ fn healthz(app: &App) -> Response {
         "StatesUnwritten": app.store.unwritten(),
         "IdempotencyKeys": app.idempotency.count(),
         "LastReloadError": app.last_reload_error(),
+        "Tls": app.tls.get().map(|c| tls::health(&c.status())),
         "Acme": app.acme.get().map(|a| a.health()),
     });
     let status = if ready == cluster::Readiness::Ready {
@@ -165,6 +167,9 @@ fn metrics(app: &App) -> Response {
     let mut text = app.runner.metrics.render(&g);
     if let Some(cb) = app.runner.callbacks() {
         text.push_str(&cb.render_metrics());
+    }
+    if let Some(certs) = app.tls.get() {
+        tls::render_metrics(&certs.status(), &mut text);
     }
     if let Some(acme) = app.acme.get() {
         acme.render_metrics(&mut text);

@@ -22,10 +22,12 @@ use std::time::{Duration, Instant};
 use crate::cli::error::Error;
 use crate::config;
 use crate::config::reload;
+use crate::http::acme;
 use crate::http::app::App;
 use crate::http::logging;
 use crate::http::metrics::Metrics;
 use crate::http::routes;
+use crate::http::tls;
 use crate::http::{ApiError, Request, Response};
 use crate::runner::Runner;
 use crate::runs::callback;
@@ -66,19 +68,35 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
     // thread's arena: the reload thread gives it back as it starts, while
     // the first requests are answered (`reload::start`).
     let addr = listen.unwrap_or_else(|| cfg.server.listen.clone());
-    let (listener, local) = listen_on(&addr, early)?;
+    let acme = new_acme(&cfg.server);
+    let certs = match &acme {
+        Some(a) => Some(a.initial_certs().map_err(Error::Other)?),
+        None => tls::start_certs(&cfg.server)?,
+    };
+    let (listener, local) = listen_on(&addr, early, certs.is_some())?;
     let grace = cfg.server.shutdown_grace;
     let nofile = sys::raise_nofile_limit();
     let app = open_app(cfg)?;
     let in_flight = Arc::new(AtomicUsize::new(0));
-    let server = start_http(&app, listener, &in_flight)?;
+    let server = start_http(&app, listener, &in_flight, certs.as_ref())?;
+    let _redirect = match &certs {
+        Some(_) => start_redirect(&app, local.port(), acme.as_ref())?,
+        None => None,
+    };
+    if let (Some(a), Some(c)) = (acme, &certs) {
+        start_acme(&app, a, c)?;
+    }
     let reload = reload::start(Arc::clone(&app), config_path.to_path_buf(), watch);
-    println!("listening on http://{local}");
+    let scheme = if certs.is_some() { "https" } else { "http" };
+    println!("listening on {scheme}://{local}");
     let _ = io::stdout().flush();
-    log::info!("listening on http://{local} (open files limit {nofile})");
+    log::info!("listening on {scheme}://{local} (open files limit {nofile})");
     while sys::wait_signal() == Signal::Hup {
         log::info!("SIGHUP: reloading the configuration");
         let _ = reload.send(reload::Trigger::Signal);
+        if let Some(c) = &certs {
+            let _ = c.reload();
+        }
     }
     drain(&app, &reload);
     log::info!("shutting down: waiting up to {grace:?} for runs to finish");
@@ -96,10 +114,11 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
 
 /// Bind `addr`, unless `early` bound it already (the address it was given,
 /// and what binding it gave); the listener and its local address. Warns
-/// about a non-loopback address (no TLS).
+/// about a non-loopback address without TLS (`https` false).
 fn listen_on(
     addr: &str,
     early: Option<(String, Result<TcpListener, Error>)>,
+    https: bool,
 ) -> Result<(TcpListener, SocketAddr), Error> {
     let listener = match early {
         Some((bound, Ok(listener))) if bound == addr => listener,
@@ -109,7 +128,7 @@ fn listen_on(
         addr: addr.to_string(),
         source,
     })?;
-    if !local.ip().is_loopback() {
+    if !local.ip().is_loopback() && !https {
         log::warn!(
             "listening on {local}, a non-loopback address, without TLS: API keys, passwords \
              and results cross the network in clear. Put a TLS-terminating proxy in front \
@@ -151,11 +170,7 @@ fn open_app(cfg: config::Config) -> Result<Arc<App>, Error> {
     runner.attach_callbacks(callbacks);
     let keys =
         Keys::open(&state, cfg.server.idempotency_window).map_err(io_error(Kept::Idempotency))?;
-    let acme = cfg.server.acme.clone();
     let app = Arc::new(App::new(cfg, store, Arc::new(runner), keys));
-    if let Some(settings) = acme {
-        start_acme(&app, &state, &settings)?;
-    }
     if !resumed.is_empty() {
         log::info!(
             "{} accepted runs did not start before trigd stopped; starting them in order",
@@ -166,12 +181,22 @@ fn open_app(cfg: config::Config) -> Result<Arc<App>, Error> {
     Ok(app)
 }
 
-/// Start the ACME thread of `[acme]` (its challenges answered by the
-/// router from now on).
-fn start_acme(app: &App, state: &State, settings: &config::acme::Acme) -> Result<(), Error> {
-    let acme = crate::http::acme::Acme::new(settings.clone(), state.acme_files());
+/// The ACME manager of `[acme]`, not started.
+fn new_acme(server: &config::Server) -> Option<Arc<acme::Acme>> {
+    let settings = server.acme.as_deref()?;
+    let state = State::new(&server.state_dir, &server.shared_state_dir);
+    Some(acme::Acme::new(settings.clone(), state.acme_files()))
+}
+
+/// Start `acme`'s thread once the listeners answer: each new certificate
+/// is loaded into `certs`, the HTTPS store.
+fn start_acme(app: &App, acme: Arc<acme::Acme>, certs: &Arc<tls::Certs>) -> Result<(), Error> {
+    let store = Arc::clone(certs);
+    acme.on_installed(Box::new(move || {
+        store.reload().map(|_| ()).map_err(|e| e.to_string())
+    }));
     acme.start().map_err(|source| Error::Io {
-        path: state.path(Kept::Acme),
+        path: acme.certificate_path(),
         source,
     })?;
     let _ = app.acme.set(acme);
@@ -179,11 +204,13 @@ fn start_acme(app: &App, state: &State, settings: &config::acme::Acme) -> Result
 }
 
 /// Serve `listener`: each request is answered on its connection's thread
-/// ([`handle`]), counted in `in_flight` while it is.
+/// ([`handle`]), counted in `in_flight` while it is; over TLS with the
+/// certificates of `certs` when given.
 fn start_http(
     app: &Arc<App>,
     listener: TcpListener,
     in_flight: &Arc<AtomicUsize>,
+    certs: Option<&Arc<tls::Certs>>,
 ) -> Result<tiny_http::Server, Error> {
     let handler: tiny_http::Handler = {
         let (app, in_flight) = (Arc::clone(app), Arc::clone(in_flight));
@@ -193,14 +220,51 @@ fn start_http(
             in_flight.fetch_sub(1, Ordering::SeqCst);
         })
     };
-    let server = tiny_http::Server::from_listener_with_handler(
-        listener,
-        limits(&app.config().server),
-        handler,
-    )
-    .map_err(|e| Error::Other(format!("cannot start the HTTP server: {e}")))?;
+    let server_cfg = &app.config().server;
+    let mut limits = limits(server_cfg);
+    if let Some(certs) = certs {
+        limits.tls = Some(tiny_http::Tls {
+            config: tls::server_config(certs).map_err(Error::Other)?,
+            handshake_timeout: server_cfg.tls.handshake_timeout,
+            plain_http_response: Response::from(ApiError::HttpsRequired).to_raw(),
+        });
+        let _ = app.tls.set(Arc::clone(certs));
+    }
+    let server = tiny_http::Server::from_listener_with_handler(listener, limits, handler)
+        .map_err(|e| Error::Other(format!("cannot start the HTTP server: {e}")))?;
     let _ = app.connections.set(server.open_connections_counter());
     Ok(server)
+}
+
+/// The `redirect_http` listener, when set: plain HTTP answered with
+/// redirects to this HTTPS port (`https_port`) or `public_url`.
+fn start_redirect(
+    app: &App,
+    https_port: u16,
+    acme: Option<&Arc<acme::Acme>>,
+) -> Result<Option<tiny_http::Server>, Error> {
+    let cfg = app.config();
+    let Some(addr) = &cfg.server.tls.redirect_http else {
+        return Ok(None);
+    };
+    let listener = bind(addr)?;
+    let target = tls::redirect::Target {
+        fixed: tls::redirect::fixed_base(cfg.server.public_url.as_deref()),
+        https_port,
+    };
+    let local = listener.local_addr().map_err(|source| Error::Bind {
+        addr: addr.clone(),
+        source,
+    })?;
+    // ACME's HTTP-01 answers come first there.
+    let challenges = acme.map(|a| {
+        let pending = a.challenges();
+        Arc::new(move |token: &str| pending.get(token)) as tls::redirect::Challenges
+    });
+    let server =
+        tls::redirect::start(listener, limits(&cfg.server), target, challenges).map_err(Error::Other)?;
+    log::info!("redirecting http://{local} to HTTPS");
+    Ok(Some(server))
 }
 
 /// The first step of a graceful stop: for `drain_delay`, `/healthz`
@@ -267,6 +331,7 @@ fn limits(s: &config::Server) -> tiny_http::ServerLimits {
             uri_too_long: body(ApiError::UriTooLong),
             headers_too_large: body(ApiError::HeadersTooLarge),
         },
+        tls: None,
     }
 }
 

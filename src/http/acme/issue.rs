@@ -228,7 +228,7 @@ fn issued(key_pem: String, chain: &str) -> Result<Issued, IssueError> {
         .next()
         .ok_or_else(|| bad("no certificate in the chain"))?
         .map_err(|e| bad(&e.to_string()))?;
-    let not_after = super::not_after::not_after(&leaf).ok_or_else(|| bad("no notAfter"))?;
+    let not_after = crate::http::tls::not_after(&leaf).ok_or_else(|| bad("no notAfter"))?;
     Ok(Issued {
         pem: format!("{}\n{}", key_pem.trim_end(), chain),
         not_after,

@@ -18,7 +18,6 @@
 
 mod client;
 mod issue;
-mod not_after;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -31,6 +30,7 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::config::acme::Acme as Settings;
+use crate::http::tls;
 use crate::state::acme::AcmeFiles;
 
 pub use issue::IssueError;
@@ -82,9 +82,10 @@ struct Status {
     next_attempt: Option<i64>,
 }
 
-/// What is called with the certificate file (key and full chain, PEM) once
-/// a new one is written: it loads it into the HTTPS store, or says why not.
-pub type Installer = Box<dyn Fn(&std::path::Path) -> Result<(), String> + Send + Sync>;
+/// What is called once a new certificate is written to
+/// [`Acme::certificate_path`]: it loads it into the HTTPS store, or says
+/// why not.
+pub type Installer = Box<dyn Fn() -> Result<(), String> + Send + Sync>;
 
 /// The ACME certificate manager: settings, files, challenges, status.
 pub struct Acme {
@@ -135,6 +136,26 @@ impl Acme {
     /// Where the certificate (key and full chain, PEM) is kept.
     pub fn certificate_path(&self) -> PathBuf {
         self.files.certificate_path()
+    }
+
+    /// The HTTPS store to start with: serving the kept certificate, or
+    /// until there is one a temporary self-signed certificate for the
+    /// domains (browsers refuse it; `/healthz` says why). It reloads from
+    /// [`Acme::certificate_path`].
+    ///
+    /// # Errors
+    /// The temporary certificate cannot be made.
+    pub fn initial_certs(&self) -> Result<Arc<tls::Certs>, String> {
+        let path = self.files.certificate_path();
+        if let Ok(pair) = tls::load_pair(&path, &path) {
+            return Ok(tls::Certs::new(pair, &path, &path));
+        }
+        let made = rcgen::generate_simple_self_signed(self.settings.domains.clone())
+            .map_err(|e| format!("acme: cannot make a temporary certificate: {e}"))?;
+        let (cert, key) = (made.cert.pem(), made.signing_key.serialize_pem());
+        let pair = tls::pair_from_pem(cert.as_bytes(), key.as_bytes(), &path, &path)
+            .map_err(|e| format!("acme: the temporary certificate does not load: {e}"))?;
+        Ok(tls::Certs::new(pair, &path, &path))
     }
 
     /// Have `installer` load every new certificate (set once, before
@@ -193,9 +214,9 @@ impl Acme {
     /// until the next look.
     fn step(&self) -> Result<Duration, IssueError> {
         let kept = self.kept();
-        if let Some((meta, path)) = &kept {
+        if let Some(meta) = &kept {
             if self.status().current.as_ref() != Some(meta) {
-                self.install(meta, path)?;
+                self.install(meta)?;
             }
             let due = self.due(meta);
             if due > now() {
@@ -205,7 +226,7 @@ impl Acme {
         }
         let meta = self.obtain()?;
         self.issued.fetch_add(1, Ordering::Relaxed);
-        self.install(&meta, &self.files.certificate_path())?;
+        self.install(&meta)?;
         // A `renew_before` longer than the lifetime would renew at once
         // again: no sooner than `retry_max` then.
         Ok(secs_until(self.due(&meta)).max(self.settings.retry_max))
@@ -213,7 +234,7 @@ impl Acme {
 
     /// The kept certificate when it is for these domains and directory and
     /// still valid.
-    fn kept(&self) -> Option<(Meta, PathBuf)> {
+    fn kept(&self) -> Option<Meta> {
         let (pem, meta) = match self.files.certificate() {
             Ok(Some(kept)) => kept,
             Ok(None) => return None,
@@ -226,7 +247,7 @@ impl Acme {
         let same = meta.domains == self.settings.domains
             && meta.directory == self.settings.directory
             && issue::leaf_fingerprint(&pem).as_deref() == Some(meta.fingerprint.as_str());
-        (same && meta.not_after > now()).then(|| (meta, self.files.certificate_path()))
+        (same && meta.not_after > now()).then_some(meta)
     }
 
     /// When `meta`'s certificate is due for renewal.
@@ -262,10 +283,10 @@ impl Acme {
         Ok(meta)
     }
 
-    /// Load the certificate at `path` into the HTTPS store.
-    fn install(&self, meta: &Meta, path: &std::path::Path) -> Result<(), IssueError> {
+    /// Load the kept certificate into the HTTPS store.
+    fn install(&self, meta: &Meta) -> Result<(), IssueError> {
         if let Some(installer) = self.installer.get() {
-            installer(path).map_err(IssueError::Install)?;
+            installer().map_err(IssueError::Install)?;
         }
         self.status().current = Some(meta.clone());
         Ok(())

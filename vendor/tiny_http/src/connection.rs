@@ -95,6 +95,22 @@ impl Connection {
         }
     }
 
+    /// (trigd patch) Set the read and the write timeout.
+    pub(crate) fn set_timeouts(&self, timeout: std::time::Duration) {
+        let t = Some(timeout);
+        match self {
+            Self::Tcp(s) => {
+                let _ = s.set_read_timeout(t);
+                let _ = s.set_write_timeout(t);
+            }
+            #[cfg(unix)]
+            Self::Unix(s) => {
+                let _ = s.set_read_timeout(t);
+                let _ = s.set_write_timeout(t);
+            }
+        }
+    }
+
     pub(crate) fn try_clone(&self) -> std::io::Result<Self> {
         match self {
             Self::Tcp(s) => s.try_clone().map(Self::from),
