@@ -20,10 +20,13 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use rustls::client::danger::ServerCertVerifier;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{ClientConfig, ClientConnection, DigitallySignedStruct, SignatureScheme};
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 use crate::util::*;
 
@@ -205,18 +208,115 @@ impl Pebble {
     }
 }
 
-/// `config.toml` with `[acme]` for [`DOMAIN`] at `directory`, plus `extra`
-/// lines in the table.
-fn acme_config(directory: &str, extra: &str) -> String {
+/// `config.toml` with `[acme]` for [`DOMAIN`] at `directory`, HTTP-01
+/// answered on `http_port`, plus `extra` lines in the table.
+fn acme_config(http_port: u16, directory: &str, extra: &str) -> String {
     format!(
-        "[server]\n\n[acme]\ndomains = [\"{DOMAIN}\"]\ncontact = [\"mailto:ops@example.org\"]\n\
-         directory = \"{directory}\"\nca_file = \"ca.pem\"\nterms_accepted = true\n{extra}\n"
+        "[server]\nredirect_http = \"127.0.0.1:{http_port}\"\n\n[acme]\ndomains = [\"{DOMAIN}\"]\n\
+         contact = [\"mailto:ops@example.org\"]\ndirectory = \"{directory}\"\nca_file = \"ca.pem\"\n\
+         terms_accepted = true\n{extra}\n"
     )
+}
+
+/// Accepts any server certificate: to read `/healthz` while trigd serves
+/// its temporary self-signed one. (What is served is checked apart, by
+/// [`served_leaf`].)
+#[derive(Debug)]
+struct AnyCert(Arc<CryptoProvider>);
+
+impl ServerCertVerifier for AnyCert {
+    fn verify_server_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        m: &[u8],
+        c: &CertificateDer<'_>,
+        d: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(m, c, d, &self.0.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        m: &[u8],
+        c: &CertificateDer<'_>,
+        d: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(m, c, d, &self.0.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// `GET path` over HTTPS from `t`, any certificate accepted: status, body.
+fn https_get(t: &Trigd, path: &str) -> (u16, String) {
+    let verifier = Arc::new(AnyCert(provider()));
+    let tls = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
+        .with_no_client_auth();
+    let agent = ureq::AgentBuilder::new()
+        .tls_config(Arc::new(tls))
+        .timeout(WAIT)
+        .build();
+    let answer = match agent.get(&format!("https://{}{path}", t.addr)).call() {
+        Ok(r) | Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => t.fail(format!("GET {path} over HTTPS: {e}")),
+    };
+    let status = answer.status();
+    (status, answer.into_string().unwrap_or_default())
 }
 
 /// `/healthz`'s `Acme` object.
 fn acme_health(t: &Trigd) -> Value {
-    t.get("/healthz").json()["Acme"].clone()
+    let (_, body) = https_get(t, "/healthz");
+    serde_json::from_str::<Value>(&body).expect("healthz JSON")["Acme"].clone()
+}
+
+/// Roots of `pem` (pebble's root).
+fn roots(pem: &str) -> rustls::RootCertStore {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+        roots.add(c.expect("root PEM")).expect("usable root");
+    }
+    roots
+}
+
+/// The SHA-256 (hex) of the certificate `t` serves to a client asking for
+/// [`DOMAIN`] that trusts only `root_pem`: `Err` when the handshake fails
+/// (the certificate does not chain to it for the name).
+fn served_leaf(t: &Trigd, root_pem: &str) -> Result<String, String> {
+    let tls = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots(root_pem))
+        .with_no_client_auth();
+    let name = ServerName::try_from(DOMAIN).map_err(|e| e.to_string())?;
+    let mut conn = ClientConnection::new(Arc::new(tls), name).map_err(|e| e.to_string())?;
+    let mut tcp = std::net::TcpStream::connect(&t.addr).map_err(|e| e.to_string())?;
+    tcp.set_read_timeout(Some(WAIT)).map_err(|e| e.to_string())?;
+    while conn.is_handshaking() {
+        conn.complete_io(&mut tcp).map_err(|e| format!("handshake: {e}"))?;
+    }
+    let leaf = conn.peer_certificates().and_then(|c| c.first()).ok_or("no certificate")?;
+    Ok(hex::encode(Sha256::digest(leaf)))
 }
 
 /// Poll `/healthz` until `cond` holds of its `Acme` object; that object.
@@ -237,7 +337,7 @@ fn wait_acme(t: &Trigd, what: &str, cond: impl Fn(&Value) -> bool) -> Value {
 
 /// The value of the metric line starting with `prefix`.
 fn metric(t: &Trigd, prefix: &str) -> String {
-    let text = t.get("/metrics").text();
+    let (_, text) = https_get(t, "/metrics");
     let line = text.lines().find(|l| l.starts_with(prefix));
     let line = line.unwrap_or_else(|| panic!("no {prefix} in /metrics:\n{text}"));
     line.rsplit(' ').next().unwrap_or("").to_string()
@@ -250,12 +350,7 @@ fn assert_chains_to(cert_pem: &[u8], root_pem: &str) {
         .collect::<Result<_, _>>()
         .expect("PEM certificates");
     assert!(chain.len() >= 2, "leaf and intermediate, got {}", chain.len());
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_slice_iter(root_pem.as_bytes()) {
-        roots.add(c.expect("root PEM")).expect("usable root");
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+    let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots(root_pem)), provider())
         .build()
         .expect("verifier");
     let name = ServerName::try_from(DOMAIN).expect("server name");
@@ -274,26 +369,28 @@ fn mode(path: &Path) -> u32 {
 fn pebble_issues_renews_and_a_failed_challenge_keeps_the_certificate() {
     let dir = TestDir::new("acme_pebble");
     dir.mkdir("programs");
-    let port = free_port();
-    let pebble = Pebble::start(&dir, port);
-    dir.write("config.toml", &acme_config(&pebble.directory, ""));
-    let listen = format!("127.0.0.1:{port}");
-    let mut t = Trigd::start_on(&dir, &listen);
+    let http_port = free_port();
+    let pebble = Pebble::start(&dir, http_port);
+    let config = |extra: &str| acme_config(http_port, &pebble.directory, extra);
+    dir.write("config.toml", &config(""));
+    let mut t = Trigd::start(&dir);
+    let root = pebble
+        .get(&dir, &format!("{}/roots/0", pebble.management))
+        .expect("pebble's root");
 
-    // First issuance: an account, a certificate chaining to pebble's root,
-    // every file private.
+    // First issuance: an account, a certificate chaining to pebble's root
+    // served over HTTPS, every file private.
     let first = wait_acme(&t, "first issuance", |a| a["Fingerprint"].is_string());
     assert_eq!(first["Ok"], true, "{first}");
     assert_eq!(first["LastError"], Value::Null);
     let fp1 = first["Fingerprint"].as_str().unwrap_or("").to_string();
+    let served = wait_until(WAIT, || served_leaf(&t, &root).as_deref() == Ok(fp1.as_str()));
+    assert!(served, "not served over HTTPS: {:?}", served_leaf(&t, &root));
     let acme_dir = dir.path("state/acme");
     assert_eq!(mode(&acme_dir), 0o700, "acme/ is the owner's only");
     for f in ["account.json", "certificate.pem", "certificate.json"] {
         assert_eq!(mode(&acme_dir.join(f)), 0o600, "{f} is the owner's only");
     }
-    let root = pebble
-        .get(&dir, &format!("{}/roots/0", pebble.management))
-        .expect("pebble's root");
     let cert1 = dir.read_bytes("state/acme/certificate.pem");
     assert_chains_to(&cert1, &root);
     assert_eq!(metric(&t, "trigd_acme_certificates_total{outcome=\"issued\"}"), "1");
@@ -302,26 +399,27 @@ fn pebble_issues_renews_and_a_failed_challenge_keeps_the_certificate() {
     let secret = key["Credentials"]["key_pkcs8"].as_str().unwrap_or("").to_string();
     assert!(secret.len() > 40, "the account key is kept: {key}");
     // The challenge route answers only pending tokens.
-    t.get("/.well-known/acme-challenge/nope").status_is(404);
+    assert_eq!(https_get(&t, "/.well-known/acme-challenge/nope").0, 404);
 
-    // A restart reuses the account and the certificate: no new order.
+    // A restart reuses the account and the certificate: served from the
+    // first handshake, no new order.
     t.restart();
+    assert_eq!(served_leaf(&t, &root), Ok(fp1.clone()), "the kept certificate at once");
     let again = wait_acme(&t, "restart", |a| a["Fingerprint"].is_string());
-    assert_eq!(again["Fingerprint"], fp1.as_str(), "the kept certificate is served");
+    assert_eq!(again["Fingerprint"], fp1.as_str());
     assert_eq!(metric(&t, "trigd_acme_certificates_total{outcome=\"issued\"}"), "0");
     assert_eq!(dir.read_bytes("state/acme/account.json"), account);
 
     // Renewal: a certificate due (renew_before longer than its lifetime) is
-    // replaced by a new one from the same account.
-    dir.write(
-        "config.toml",
-        &acme_config(&pebble.directory, "renew_before = \"100000d\"\nretry_min = \"1h\""),
-    );
+    // replaced by a new one from the same account, served from then on.
+    dir.write("config.toml", &config("renew_before = \"100000d\"\nretry_min = \"1h\""));
     t.restart();
     let renewed = wait_acme(&t, "renewal", |a| {
         a["Fingerprint"].is_string() && a["Fingerprint"] != fp1.as_str()
     });
     let fp2 = renewed["Fingerprint"].as_str().unwrap_or("").to_string();
+    let served = wait_until(WAIT, || served_leaf(&t, &root).as_deref() == Ok(fp2.as_str()));
+    assert!(served, "the new certificate is not served: {:?}", served_leaf(&t, &root));
     assert_eq!(metric(&t, "trigd_acme_certificates_total{outcome=\"issued\"}"), "1");
     assert_eq!(dir.read_bytes("state/acme/account.json"), account);
     let cert2 = dir.read_bytes("state/acme/certificate.pem");
@@ -337,7 +435,8 @@ fn pebble_issues_renews_and_a_failed_challenge_keeps_the_certificate() {
     assert!(why.starts_with("challenge failed: acme.test:"), "{why}");
     assert!(why.contains("connection"), "the CA's reason: {why}");
     assert_eq!(failed["Ok"], false);
-    assert_eq!(failed["Fingerprint"], fp2.as_str(), "the old certificate is still served");
+    assert_eq!(failed["Fingerprint"], fp2.as_str(), "the old certificate is still kept");
+    assert_eq!(served_leaf(&t, &root), Ok(fp2.clone()), "and served");
     assert!(failed["NextAttempt"].is_string(), "{failed}");
     assert_eq!(metric(&t, "trigd_acme_certificates_total{outcome=\"failed\"}"), "1");
     assert_eq!(metric(&t, "trigd_acme_ok"), "0");
@@ -366,15 +465,15 @@ fn hostile_directory(serve: fn(std::net::TcpStream)) -> String {
 fn first_failure(name: &str, directory: &str) -> String {
     let dir = TestDir::new(name);
     dir.mkdir("programs");
-    let config = acme_config(directory, "timeout = \"1s\"\nretry_min = \"1h\"")
-        .replace("ca_file = \"ca.pem\"\n", "");
+    let extra = "timeout = \"1s\"\nretry_min = \"1h\"";
+    let config = acme_config(free_port(), directory, extra).replace("ca_file = \"ca.pem\"\n", "");
     dir.write("config.toml", &config);
     let t = Trigd::start(&dir);
     let failed = wait_acme(&t, name, |a| a["LastError"].is_string());
     assert_eq!(failed["Fingerprint"], Value::Null);
     assert_eq!(metric(&t, "trigd_acme_certificates_total{outcome=\"failed\"}"), "1");
     // The server still answers everything else.
-    t.get("/livez").status_is(200);
+    assert_eq!(https_get(&t, "/livez").0, 200);
     failed["LastError"].as_str().unwrap_or("").to_string()
 }
 
@@ -427,6 +526,7 @@ fn acme_settings_are_checked_with_their_location() {
         "config.toml:7:13: acme.challenge: challenge \"dns-01\" is not supported",
         "config.toml:8:16: acme.renew_before: invalid duration \"soon\"",
         "config.toml:3:1: acme.terms_accepted: set terms_accepted = true",
+        "config.toml:3:1: server.redirect_http: [acme] proves the domains over plain HTTP",
     ] {
         assert!(out.stderr.contains(want), "want {want:?} in:\n{}", out.stderr);
     }

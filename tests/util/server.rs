@@ -34,8 +34,6 @@ pub struct Trigd {
     own_session: bool,
     /// `RLIMIT_AS` of the server ([`Trigd::start_capped`]).
     mem_cap: Option<u64>,
-    /// The `--listen` address (`127.0.0.1:0` unless [`Trigd::start_on`]).
-    listen: String,
 }
 
 impl Trigd {
@@ -89,16 +87,6 @@ impl Trigd {
         t
     }
 
-    /// Like [`Trigd::start`], listening on `addr` (kept across restarts):
-    /// for a peer that must know the port before the server starts (an
-    /// ACME server validating HTTP-01 on it).
-    pub fn start_on(dir: &TestDir, addr: &str) -> Trigd {
-        let mut t = Trigd::unstarted(dir);
-        t.listen = addr.to_string();
-        t.spawn();
-        t
-    }
-
     /// The server of `dir` with the default settings, not started yet.
     fn unstarted(dir: &TestDir) -> Trigd {
         Trigd {
@@ -110,7 +98,6 @@ impl Trigd {
             start_timeout: START_TIMEOUT,
             own_session: false,
             mem_cap: None,
-            listen: "127.0.0.1:0".into(),
         }
     }
 
@@ -125,7 +112,7 @@ impl Trigd {
             .arg("--config")
             .arg(&self.config)
             .arg("--listen")
-            .arg(&self.listen)
+            .arg("127.0.0.1:0")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(stderr);
