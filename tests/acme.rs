@@ -65,25 +65,60 @@ fn openssl(dir: &TestDir, args: &[&str]) {
 /// A private CA (`ca.pem`) and pebble's HTTPS certificate for 127.0.0.1
 /// it signed (`pebble.pem`, `pebble.key`).
 fn pebble_tls(dir: &TestDir) {
-    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+    ];
     let mut ca = vec!["req", "-x509"];
     ca.extend(ec);
     ca.extend([
-        "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=Test CA",
-        "-addext", "basicConstraints=critical,CA:TRUE",
-        "-addext", "keyUsage=critical,keyCertSign",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=Test CA",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign",
     ]);
     openssl(dir, &ca);
     let mut req = vec!["req"];
     req.extend(ec);
-    req.extend(["-keyout", "pebble.key", "-out", "pebble.csr", "-subj", "/CN=localhost"]);
+    req.extend([
+        "-keyout",
+        "pebble.key",
+        "-out",
+        "pebble.csr",
+        "-subj",
+        "/CN=localhost",
+    ]);
     openssl(dir, &req);
     dir.write("ext.cnf", "subjectAltName=DNS:localhost,IP:127.0.0.1\n");
     openssl(
         dir,
         &[
-            "x509", "-req", "-in", "pebble.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-            "-CAcreateserial", "-out", "pebble.pem", "-days", "2", "-extfile", "ext.cnf",
+            "x509",
+            "-req",
+            "-in",
+            "pebble.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "pebble.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "ext.cnf",
         ],
     );
 }
@@ -127,7 +162,16 @@ impl Pebble {
         let (acme, mgmt, tls) = (free_port(), free_port(), free_port());
         let log = |name: &str| fs::File::create(dir.path(name)).expect("log file");
         let challtestsrv = Command::new(need("pebble-challtestsrv"))
-            .args(["-http01", "", "-https01", "", "-tlsalpn01", "", "-defaultIPv6", ""])
+            .args([
+                "-http01",
+                "",
+                "-https01",
+                "",
+                "-tlsalpn01",
+                "",
+                "-defaultIPv6",
+                "",
+            ])
             .args(["-dns01", &format!("127.0.0.1:{dns}")])
             .args(["-management", &format!("127.0.0.1:{dns_mgmt}")])
             .stdout(log("challtestsrv.log"))
@@ -173,7 +217,9 @@ impl Pebble {
         let ca = fs::read(dir.path("ca.pem")).map_err(|e| e.to_string())?;
         let mut roots = rustls::RootCertStore::empty();
         for c in CertificateDer::pem_slice_iter(&ca) {
-            roots.add(c.map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+            roots
+                .add(c.map_err(|e| e.to_string())?)
+                .map_err(|e| e.to_string())?;
         }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let tls = rustls::ClientConfig::builder_with_provider(provider)
@@ -311,11 +357,16 @@ fn served_leaf(t: &Trigd, root_pem: &str) -> Result<String, String> {
     let name = ServerName::try_from(DOMAIN).map_err(|e| e.to_string())?;
     let mut conn = ClientConnection::new(Arc::new(tls), name).map_err(|e| e.to_string())?;
     let mut tcp = std::net::TcpStream::connect(&t.addr).map_err(|e| e.to_string())?;
-    tcp.set_read_timeout(Some(WAIT)).map_err(|e| e.to_string())?;
+    tcp.set_read_timeout(Some(WAIT))
+        .map_err(|e| e.to_string())?;
     while conn.is_handshaking() {
-        conn.complete_io(&mut tcp).map_err(|e| format!("handshake: {e}"))?;
+        conn.complete_io(&mut tcp)
+            .map_err(|e| format!("handshake: {e}"))?;
     }
-    let leaf = conn.peer_certificates().and_then(|c| c.first()).ok_or("no certificate")?;
+    let leaf = conn
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .ok_or("no certificate")?;
     Ok(hex::encode(Sha256::digest(leaf)))
 }
 
@@ -349,10 +400,17 @@ fn assert_chains_to(cert_pem: &[u8], root_pem: &str) {
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem)
         .collect::<Result<_, _>>()
         .expect("PEM certificates");
-    assert!(chain.len() >= 2, "leaf and intermediate, got {}", chain.len());
-    let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots(root_pem)), provider())
-        .build()
-        .expect("verifier");
+    assert!(
+        chain.len() >= 2,
+        "leaf and intermediate, got {}",
+        chain.len()
+    );
+    let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
+        Arc::new(roots(root_pem)),
+        provider(),
+    )
+    .build()
+    .expect("verifier");
     let name = ServerName::try_from(DOMAIN).expect("server name");
     verifier
         .verify_server_cert(&chain[0], &chain[1..], &name, &[], UnixTime::now())
@@ -384,8 +442,14 @@ fn pebble_issues_renews_and_a_failed_challenge_keeps_the_certificate() {
     assert_eq!(first["Ok"], true, "{first}");
     assert_eq!(first["LastError"], Value::Null);
     let fp1 = first["Fingerprint"].as_str().unwrap_or("").to_string();
-    let served = wait_until(WAIT, || served_leaf(&t, &root).as_deref() == Ok(fp1.as_str()));
-    assert!(served, "not served over HTTPS: {:?}", served_leaf(&t, &root));
+    let served = wait_until(WAIT, || {
+        served_leaf(&t, &root).as_deref() == Ok(fp1.as_str())
+    });
+    assert!(
+        served,
+        "not served over HTTPS: {:?}",
+        served_leaf(&t, &root)
+    );
     let acme_dir = dir.path("state/acme");
     assert_eq!(mode(&acme_dir), 0o700, "acme/ is the owner's only");
     for f in ["account.json", "certificate.pem", "certificate.json"] {
@@ -393,10 +457,16 @@ fn pebble_issues_renews_and_a_failed_challenge_keeps_the_certificate() {
     }
     let cert1 = dir.read_bytes("state/acme/certificate.pem");
     assert_chains_to(&cert1, &root);
-    assert_eq!(metric(&t, "trigd_acme_certificates_total{outcome=\"issued\"}"), "1");
+    assert_eq!(
+        metric(&t, "trigd_acme_certificates_total{outcome=\"issued\"}"),
+        "1"
+    );
     let account = dir.read_bytes("state/acme/account.json");
     let key: Value = serde_json::from_slice(&account).expect("account JSON");
-    let secret = key["Credentials"]["key_pkcs8"].as_str().unwrap_or("").to_string();
+    let secret = key["Credentials"]["key_pkcs8"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
     assert!(secret.len() > 40, "the account key is kept: {key}");
     // The challenge route answers only pending tokens.
     assert_eq!(https_get(&t, "/.well-known/acme-challenge/nope").0, 404);
@@ -404,23 +474,42 @@ fn pebble_issues_renews_and_a_failed_challenge_keeps_the_certificate() {
     // A restart reuses the account and the certificate: served from the
     // first handshake, no new order.
     t.restart();
-    assert_eq!(served_leaf(&t, &root), Ok(fp1.clone()), "the kept certificate at once");
+    assert_eq!(
+        served_leaf(&t, &root),
+        Ok(fp1.clone()),
+        "the kept certificate at once"
+    );
     let again = wait_acme(&t, "restart", |a| a["Fingerprint"].is_string());
     assert_eq!(again["Fingerprint"], fp1.as_str());
-    assert_eq!(metric(&t, "trigd_acme_certificates_total{outcome=\"issued\"}"), "0");
+    assert_eq!(
+        metric(&t, "trigd_acme_certificates_total{outcome=\"issued\"}"),
+        "0"
+    );
     assert_eq!(dir.read_bytes("state/acme/account.json"), account);
 
     // Renewal: a certificate due (renew_before longer than its lifetime) is
     // replaced by a new one from the same account, served from then on.
-    dir.write("config.toml", &config("renew_before = \"100000d\"\nretry_min = \"1h\""));
+    dir.write(
+        "config.toml",
+        &config("renew_before = \"100000d\"\nretry_min = \"1h\""),
+    );
     t.restart();
     let renewed = wait_acme(&t, "renewal", |a| {
         a["Fingerprint"].is_string() && a["Fingerprint"] != fp1.as_str()
     });
     let fp2 = renewed["Fingerprint"].as_str().unwrap_or("").to_string();
-    let served = wait_until(WAIT, || served_leaf(&t, &root).as_deref() == Ok(fp2.as_str()));
-    assert!(served, "the new certificate is not served: {:?}", served_leaf(&t, &root));
-    assert_eq!(metric(&t, "trigd_acme_certificates_total{outcome=\"issued\"}"), "1");
+    let served = wait_until(WAIT, || {
+        served_leaf(&t, &root).as_deref() == Ok(fp2.as_str())
+    });
+    assert!(
+        served,
+        "the new certificate is not served: {:?}",
+        served_leaf(&t, &root)
+    );
+    assert_eq!(
+        metric(&t, "trigd_acme_certificates_total{outcome=\"issued\"}"),
+        "1"
+    );
     assert_eq!(dir.read_bytes("state/acme/account.json"), account);
     let cert2 = dir.read_bytes("state/acme/certificate.pem");
     assert_ne!(cert2, cert1);
@@ -435,10 +524,17 @@ fn pebble_issues_renews_and_a_failed_challenge_keeps_the_certificate() {
     assert!(why.starts_with("challenge failed: acme.test:"), "{why}");
     assert!(why.contains("connection"), "the CA's reason: {why}");
     assert_eq!(failed["Ok"], false);
-    assert_eq!(failed["Fingerprint"], fp2.as_str(), "the old certificate is still kept");
+    assert_eq!(
+        failed["Fingerprint"],
+        fp2.as_str(),
+        "the old certificate is still kept"
+    );
     assert_eq!(served_leaf(&t, &root), Ok(fp2.clone()), "and served");
     assert!(failed["NextAttempt"].is_string(), "{failed}");
-    assert_eq!(metric(&t, "trigd_acme_certificates_total{outcome=\"failed\"}"), "1");
+    assert_eq!(
+        metric(&t, "trigd_acme_certificates_total{outcome=\"failed\"}"),
+        "1"
+    );
     assert_eq!(metric(&t, "trigd_acme_ok"), "0");
     assert_eq!(dir.read_bytes("state/acme/certificate.pem"), cert2);
 
@@ -471,7 +567,10 @@ fn first_failure(name: &str, directory: &str) -> String {
     let t = Trigd::start(&dir);
     let failed = wait_acme(&t, name, |a| a["LastError"].is_string());
     assert_eq!(failed["Fingerprint"], Value::Null);
-    assert_eq!(metric(&t, "trigd_acme_certificates_total{outcome=\"failed\"}"), "1");
+    assert_eq!(
+        metric(&t, "trigd_acme_certificates_total{outcome=\"failed\"}"),
+        "1"
+    );
     // The server still answers everything else.
     assert_eq!(https_get(&t, "/livez").0, 200);
     failed["LastError"].as_str().unwrap_or("").to_string()
@@ -485,7 +584,10 @@ fn a_directory_that_never_answers_times_out() {
         while matches!(conn.read(&mut buf), Ok(n) if n > 0) {}
     });
     let why = first_failure("acme_silent_directory", &url);
-    assert!(why.contains("timed out") || why.contains("Timeout"), "{why}");
+    assert!(
+        why.contains("timed out") || why.contains("Timeout"),
+        "{why}"
+    );
 }
 
 #[test]
@@ -528,6 +630,10 @@ fn acme_settings_are_checked_with_their_location() {
         "config.toml:3:1: acme.terms_accepted: set terms_accepted = true",
         "config.toml:3:1: server.redirect_http: [acme] proves the domains over plain HTTP",
     ] {
-        assert!(out.stderr.contains(want), "want {want:?} in:\n{}", out.stderr);
+        assert!(
+            out.stderr.contains(want),
+            "want {want:?} in:\n{}",
+            out.stderr
+        );
     }
 }

@@ -62,7 +62,10 @@ pub fn acme(
     let r = table.get_ref();
     let key = |k: &str| format!("acme.{k}");
     if r.terms_accepted.as_ref().is_none_or(|t| !*t.get_ref()) {
-        let span = r.terms_accepted.as_ref().map_or(table.span(), Spanned::span);
+        let span = r
+            .terms_accepted
+            .as_ref()
+            .map_or(table.span(), Spanned::span);
         let msg = "set terms_accepted = true once you have read and accept the ACME \
                    server's terms of service (Let's Encrypt: https://letsencrypt.org/repository/)";
         errs.at(src, span, key("terms_accepted"), msg);

@@ -84,7 +84,8 @@ pub fn check_https(
             errs.at(src, a.span(), "server.redirect_http", msg);
         }
         (None, None, Some(r)) => {
-            let msg = "redirect_http redirects to HTTPS, which needs tls_cert and tls_key, or [acme]";
+            let msg =
+                "redirect_http redirects to HTTPS, which needs tls_cert and tls_key, or [acme]";
             errs.at(src, r.span(), "server.redirect_http", msg);
         }
         _ => {}

@@ -261,8 +261,8 @@ fn start_redirect(
         let pending = a.challenges();
         Arc::new(move |token: &str| pending.get(token)) as tls::redirect::Challenges
     });
-    let server =
-        tls::redirect::start(listener, limits(&cfg.server), target, challenges).map_err(Error::Other)?;
+    let server = tls::redirect::start(listener, limits(&cfg.server), target, challenges)
+        .map_err(Error::Other)?;
     log::info!("redirecting http://{local} to HTTPS");
     Ok(Some(server))
 }

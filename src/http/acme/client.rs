@@ -44,7 +44,9 @@ impl Ureq {
     fn send(&self, req: Request<BodyWrapper<Bytes>>) -> Result<BytesResponse, Error> {
         let (parts, body) = req.into_parts();
         let body = body_bytes(body);
-        let mut call = self.agent.request(parts.method.as_str(), &parts.uri.to_string());
+        let mut call = self
+            .agent
+            .request(parts.method.as_str(), &parts.uri.to_string());
         for (name, value) in &parts.headers {
             if let Ok(v) = value.to_str() {
                 call = call.set(name.as_str(), v);
@@ -71,9 +73,9 @@ impl HttpClient for Ureq {
 /// frame is ready at once).
 fn body_bytes(mut body: BodyWrapper<Bytes>) -> Vec<u8> {
     let mut out = Vec::new();
-    while let Some(Ok(frame)) =
-        pollster::block_on(std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)))
-    {
+    while let Some(Ok(frame)) = pollster::block_on(std::future::poll_fn(|cx| {
+        Pin::new(&mut body).poll_frame(cx)
+    })) {
         if let Ok(data) = frame.into_data() {
             out.extend_from_slice(&data);
         }

@@ -93,13 +93,20 @@ struct KeptAccount {
 ///
 /// # Errors
 /// Any step failed; the message says which and why.
-pub fn issue(s: &Settings, files: &AcmeFiles, challenges: &Challenges) -> Result<Issued, IssueError> {
+pub fn issue(
+    s: &Settings,
+    files: &AcmeFiles,
+    challenges: &Challenges,
+) -> Result<Issued, IssueError> {
     let tls = crate::runs::callback::send::tls_config(&s.extra_roots);
     let http = || Box::new(Ureq::new(std::sync::Arc::clone(&tls), s.timeout));
     pollster::block_on(async {
         let account = account(s, files, http()).await?;
         let ids: Vec<Identifier> = s.domains.iter().cloned().map(Identifier::Dns).collect();
-        let mut order = account.new_order(&NewOrder::new(&ids)).await.map_err(server)?;
+        let mut order = account
+            .new_order(&NewOrder::new(&ids))
+            .await
+            .map_err(server)?;
         let mut tokens = Vec::new();
         let result = answer_and_finish(&mut order, challenges, &mut tokens).await;
         challenges.remove(&tokens);
@@ -160,10 +167,13 @@ async fn answer_and_finish(
                 return Err(IssueError::Challenge(msg));
             }
         }
-        let mut ch = authz.challenge(ChallengeType::Http01).ok_or_else(|| {
-            IssueError::Server("the CA offers no http-01 challenge".into())
-        })?;
-        challenges.insert(ch.token.clone(), ch.key_authorization().as_str().to_string());
+        let mut ch = authz
+            .challenge(ChallengeType::Http01)
+            .ok_or_else(|| IssueError::Server("the CA offers no http-01 challenge".into()))?;
+        challenges.insert(
+            ch.token.clone(),
+            ch.key_authorization().as_str().to_string(),
+        );
         tokens.push(ch.token.clone());
         ch.set_ready().await.map_err(server)?;
     }

@@ -222,7 +222,10 @@ impl Acme {
             if due > now() {
                 return Ok(secs_until(due));
             }
-            log::info!("acme: the certificate for {} is due for renewal", meta.domains.join(", "));
+            log::info!(
+                "acme: the certificate for {} is due for renewal",
+                meta.domains.join(", ")
+            );
         }
         let meta = self.obtain()?;
         self.issued.fetch_add(1, Ordering::Relaxed);
