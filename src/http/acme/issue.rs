@@ -19,7 +19,7 @@ use sha2::{Digest, Sha256};
 
 use super::client::Ureq;
 use super::Challenges;
-use crate::config::acme::Acme as Settings;
+use crate::config::acme::{Acme as Settings, MAX_DOMAINS};
 use crate::state::acme::AcmeFiles;
 
 /// How long an order may take from the challenges on (validation and
@@ -175,6 +175,12 @@ async fn answer_and_finish(
             ch.key_authorization().as_str().to_string(),
         );
         tokens.push(ch.token.clone());
+        // One authorization per name: a CA asking for more is not
+        // followed (each would hold a token in memory).
+        if tokens.len() > MAX_DOMAINS {
+            let msg = format!("the order has more than {MAX_DOMAINS} authorizations");
+            return Err(IssueError::Server(msg));
+        }
         ch.set_ready().await.map_err(server)?;
     }
     let deadline = Instant::now() + ORDER_DEADLINE;
