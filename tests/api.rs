@@ -1,5 +1,5 @@
 //! `POST /api`: the success shapes of the original interface, every error
-//! row of the README (rate limiting is in `limits.rs`), busy/queue bounds, timeouts and the
+//! row of the manual (docs/http-api.md; rate limiting is in `limits.rs`), busy/queue bounds, timeouts and the
 //! guarantee that a caller's value can never be spliced into a command.
 
 use std::thread;
@@ -816,7 +816,7 @@ fn other_methods_on_known_paths_are_405_with_allow() {
         ("POST", "/healthz", "GET, HEAD"),
         ("DELETE", "/metrics", "GET, HEAD"),
         ("PUT", "/openapi.json", "GET, HEAD"),
-        ("POST", "/workspaces/ops/settings", "GET"),
+        ("POST", "/workspaces/ops/settings", "GET, HEAD"),
         ("GET", "/workspaces/ops/settings/application-key", "POST"),
     ] {
         let r = t.request(method, path, &[], b"");

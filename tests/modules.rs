@@ -739,8 +739,8 @@ const COMPAT_SITES: &[(&str, usize, &str)] = &[
     ),
     (
         "invoke/read.rs",
-        6,
-        "Read::HooksFile: new, rule, get (stage: read)",
+        7,
+        "Read::HooksFile: new, rule, signature_failed, get (stage: read)",
     ),
     (
         "invoke/values.rs",

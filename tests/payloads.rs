@@ -1,5 +1,5 @@
 //! Hostile and odd bodies, anonymous, on tool endpoint triggers and on
-//! hooks of a hooks file: each bound of README's "Inputs and their bounds"
+//! hooks of a hooks file: each bound of the manual's "Inputs and their bounds" (docs/security.md)
 //! refuses with its Code (`payload_too_complex`), the cheap checks
 //! (method, signature) come before any parsing, signature headers list at
 //! most 16 entries, a form value that is not UTF-8 and a name given twice
@@ -251,6 +251,23 @@ fn a_signature_header_lists_at_most_16_entries() {
     ];
     let r = t.request("POST", "/hooks/signed", &h, big.as_bytes());
     r.status_is(500);
+}
+
+/// A hook's `payload-hmac-*` rule guards a secret: wrong signatures count
+/// against the address like a wrong key, so it cannot be guessed at speed.
+#[test]
+fn wrong_signatures_in_a_hook_rule_count_as_failed_authentications() {
+    let (_dir, t) = start("payloads_hook_guesses", "auth_failures_per_minute = 2");
+    let body = br#"<r a="signed"/>"#;
+    let send = |sig: &str| {
+        let h = [("Content-Type", "application/xml"), ("X-Sig", sig)];
+        t.request("POST", "/hooks/signed", &h, body)
+    };
+    send(&sign(body)).status_is(200);
+    for guess in ['0', '1'] {
+        send(&format!("sha256={}", guess.to_string().repeat(64))).status_is(500);
+    }
+    send(&sign(body)).status_is(429);
 }
 
 #[test]

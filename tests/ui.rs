@@ -641,3 +641,63 @@ fn sessions_survive_a_restart_and_store_only_hashes() {
         get(&t, VIEW, &alice, false).status == 401
     });
 }
+
+/// The head of a `HEAD` answer, and the bytes after it (there must be none).
+fn head(t: &Trigd, path: &str, extra: &str) -> (String, Vec<u8>) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(&t.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let rq = format!("HEAD {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{extra}\r\n");
+    s.write_all(rq.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a whole head")
+        + 4;
+    let rest = raw.split_off(end);
+    (String::from_utf8_lossy(&raw).to_ascii_lowercase(), rest)
+}
+
+/// Every page and read that answers `GET` answers `HEAD` alike, without a
+/// body (RFC 9110 §9.3.2): monitors and link checkers probe with it.
+#[test]
+fn head_is_answered_wherever_get_is() {
+    let (_d, t) = start("ui_head", "");
+    let token = login(&t, "alice");
+    let c = format!("Cookie: {}\r\nAccept: {}\r\n", cookie(&token), HTML.1);
+    for (path, extra, status) in [
+        ("/", "", 401),
+        ("/", c.as_str(), 200),
+        ("/login", "", 200),
+        ("/runs", c.as_str(), 200),
+        ("/workspaces/ops/settings", c.as_str(), 200),
+        ("/tools/inventory/endpoints", c.as_str(), 200),
+        ("/api/runs/r-0-0", "", 401),
+        ("/healthz", "", 200),
+    ] {
+        let get = t.request("GET", path, &header_pairs(extra), b"");
+        let (h, rest) = head(&t, path, extra);
+        let want = format!("http/1.1 {status} ");
+        assert!(h.starts_with(&want), "HEAD {path}: {h}");
+        assert_eq!(get.status, status, "GET {path}");
+        assert!(rest.is_empty(), "HEAD {path} sent a body: {rest:?}");
+        let ct = get
+            .header("content-type")
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        assert!(
+            h.contains(&format!("content-type: {ct}")),
+            "HEAD {path}: {h}"
+        );
+    }
+}
+
+/// `Name: value\r\n` lines as request header pairs.
+fn header_pairs(lines: &str) -> Vec<(&str, &str)> {
+    lines
+        .split("\r\n")
+        .filter_map(|l| l.split_once(": "))
+        .collect()
+}

@@ -974,6 +974,47 @@ fn a_rotated_secret_file_is_picked_up_by_hot_reload() {
     }
 }
 
+/// A token checked by a rule (`signature` leaf) is a secret like a
+/// `verify` token: wrong guesses count against the address, so guessing it
+/// through the rule is as slow as through `verify`. Requests that fail on
+/// another leaf (an event filter) are not counted.
+#[test]
+fn wrong_tokens_in_a_rule_count_as_failed_authentications() {
+    let (dir, t) = start("webhooks_rule_limit", "auth_failures_per_minute = 3");
+    // A correctly signed delivery of an event the rule filters out: not an
+    // authentication failure, however many arrive.
+    for _ in 0..5 {
+        let v = github(&t, "ping", r#"{"zen":"x"}"#, GITHUB_SECRET)
+            .status_is(202)
+            .json();
+        assert_eq!(v["Code"], json!("rules_not_matched"), "{v}");
+    }
+    let inside = |token: &str| {
+        t.request(
+            "POST",
+            "/tools/hooks/prod/inside?x=1",
+            &[("X-Token", token)],
+            b"",
+        )
+    };
+    r_ok(&inside(RULE_TOKEN));
+    for guess in ["guess-1", "guess-2", "guess-3"] {
+        let v = inside(guess).status_is(200).json();
+        assert_eq!(v["Code"], json!("rules_not_matched"), "{v}");
+    }
+    // The address is over its budget: even the right token waits.
+    let r = inside(RULE_TOKEN);
+    r.err(429, "rate_limited");
+    r.check(r.header("retry-after").is_some(), "Retry-After");
+    no_secret_logged(&dir);
+}
+
+/// A sync run that succeeded.
+#[track_caller]
+fn r_ok(r: &Reply) {
+    r.check_eq(result(r), json!(["1"]), "Result");
+}
+
 #[test]
 fn wrong_tokens_count_as_failed_authentications() {
     let (dir, t) = start("webhooks_limit", "auth_failures_per_minute = 3");

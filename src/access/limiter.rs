@@ -4,7 +4,8 @@
 //! seconds left in the window.
 //!
 //! - Failed authentication (`invalid_api_key` on the run endpoints, a bearer
-//!   key that matches nothing on generated endpoints) is counted per client
+//!   key that matches nothing on generated endpoints, a signature or token
+//!   that fails in a trigger's `verify` or rule) is counted per client
 //!   address. Once an address has `[server] auth_failures_per_minute`
 //!   failures in its window, every authenticated request from it gets 429
 //!   until the window ends, valid key or not: guessing keys costs a minute

@@ -174,12 +174,27 @@ impl Access {
     /// `rate_limited`; `signature_missing`, `signature_malformed`,
     /// `signature_mismatch`, `signature_expired`.
     pub fn signature(&self, cfg: &Config, req: &Request, v: &Verifier) -> Result<(), ApiError> {
-        let client = client::client_addr(&cfg.server, req);
-        self.limits.check_client(&cfg.server, client)?;
+        self.before_secret(cfg, req)?;
         v.verify(&req.headers, &req.body, unix_now()).map_err(|e| {
-            self.limits.failed(&cfg.server, client);
+            self.secret_failed(cfg, req);
             ApiError::Signature(e)
         })
+    }
+
+    /// Refuse a client address past its failed authentications before a
+    /// secret other than a key is checked (a token or signature in a rule).
+    ///
+    /// # Errors
+    /// `rate_limited`.
+    pub fn before_secret(&self, cfg: &Config, req: &Request) -> Result<(), ApiError> {
+        let client = client::client_addr(&cfg.server, req);
+        self.limits.check_client(&cfg.server, client)
+    }
+
+    /// Count a failed check of such a secret against the client address.
+    pub fn secret_failed(&self, cfg: &Config, req: &Request) {
+        let client = client::client_addr(&cfg.server, req);
+        self.limits.failed(&cfg.server, client);
     }
 
     /// Authenticate a member of `workspace`: a bearer application key when

@@ -12,7 +12,8 @@
 //! 2. Delete the one variant that carries a compat value,
 //!    `config::Dialect::HooksFile(Arc<compat::webhook::Hook>)`, and the
 //!    one arm per pipeline stage the compiler then points at:
-//!    `invoke/read.rs` (read: `Read::HooksFile`, its `new`, `rule`, `get`
+//!    `invoke/read.rs` (read: `Read::HooksFile`, its `new`, `rule`,
+//!    `signature_failed`, `get`
 //!    arms), `invoke/values.rs` (values), `invoke/mod.rs` (`run_async`;
 //!    no `Trigd-Callback` for a hook), `invoke/signed.rs` (answer).
 //! 3. Delete the one call per outer stage: `http/routes.rs`

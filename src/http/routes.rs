@@ -17,8 +17,8 @@ use crate::runs::cluster;
 use crate::ui;
 
 /// The OpenAPI 3.0 description of every route below, served at
-/// `GET /openapi.json`.
-pub const OPENAPI: &str = include_str!("../../openapi.json");
+/// `GET /openapi.json`: the file `openapi.json`, minified by `build.rs`.
+pub const OPENAPI: &str = include_str!(concat!(env!("OUT_DIR"), "/openapi.min.json"));
 
 /// Answer one request.
 pub fn handle(app: &App, req: &mut Request) -> Response {
@@ -39,38 +39,46 @@ pub fn handle(app: &App, req: &mut Request) -> Response {
         (_, ["api"]) => Err(ApiError::MethodNotAllowed {
             allow: vec!["POST"],
         }),
-        (Get, ["api", "runs", id]) => api::run_status(app, &cfg, req, id),
-        (_, ["api", "runs", _]) => Err(ApiError::MethodNotAllowed { allow: vec!["GET"] }),
-        (Get, ["api", "runs", id, "output"]) => runs::output(app, &cfg, req, id),
-        (_, ["api", "runs", _, "output"]) => Err(ApiError::MethodNotAllowed { allow: vec!["GET"] }),
+        (Get | Head, ["api", "runs", id]) => api::run_status(app, &cfg, req, id),
+        (_, ["api", "runs", _]) => Err(ApiError::MethodNotAllowed {
+            allow: vec!["GET", "HEAD"],
+        }),
+        (Get | Head, ["api", "runs", id, "output"]) => runs::output(app, &cfg, req, id),
+        (_, ["api", "runs", _, "output"]) => Err(ApiError::MethodNotAllowed {
+            allow: vec!["GET", "HEAD"],
+        }),
         (Post, ["api", "runs", id, "cancel"]) => runs::cancel(app, &cfg, req, id),
         (_, ["api", "runs", _, "cancel"]) => Err(ApiError::MethodNotAllowed {
             allow: vec!["POST"],
         }),
-        (Get, []) => ui::home(app, &cfg, req),
-        (_, []) => Err(ApiError::MethodNotAllowed { allow: vec!["GET"] }),
-        (Get, ["login"]) => ui::login_form(app, &cfg, req),
+        (Get | Head, []) => ui::home(app, &cfg, req),
+        (_, []) => Err(ApiError::MethodNotAllowed {
+            allow: vec!["GET", "HEAD"],
+        }),
+        (Get | Head, ["login"]) => ui::login_form(app, &cfg, req),
         (Post, ["login"]) => ui::login(app, &cfg, req),
         (_, ["login"]) => Err(ApiError::MethodNotAllowed {
-            allow: vec!["GET", "POST"],
+            allow: vec!["GET", "HEAD", "POST"],
         }),
         (Post, ["logout"]) => ui::logout(app, &cfg, req),
         (_, ["logout"]) => Err(ApiError::MethodNotAllowed {
             allow: vec!["POST"],
         }),
-        (Get, ["workspaces", ws, "settings"]) => ui::settings(app, &cfg, req, ws),
+        (Get | Head, ["workspaces", ws, "settings"]) => ui::settings(app, &cfg, req, ws),
         (Post, ["workspaces", ws, "settings", "application-key"]) => {
             ui::regenerate(app, &cfg, req, ws)
         }
-        (Get, ["runs"]) => ui::runs_list(app, &cfg, req),
-        (Get, ["runs", id]) => ui::run_show(app, &cfg, req, id),
+        (Get | Head, ["runs"]) => ui::runs_list(app, &cfg, req),
+        (Get | Head, ["runs", id]) => ui::run_show(app, &cfg, req, id),
         (Post, ["runs", id, "cancel"]) => ui::run_cancel(app, &cfg, req, id),
-        (_, ["runs"] | ["runs", _]) => Err(ApiError::MethodNotAllowed { allow: vec!["GET"] }),
+        (_, ["runs"] | ["runs", _]) => Err(ApiError::MethodNotAllowed {
+            allow: vec!["GET", "HEAD"],
+        }),
         (_, ["runs", _, "cancel"]) => Err(ApiError::MethodNotAllowed {
             allow: vec!["POST"],
         }),
         (Get | Head, ["static", name]) => ui::asset(name),
-        (Get, ["tools", tool, "endpoints"]) if ui::wants_html(req) => {
+        (Get | Head, ["tools", tool, "endpoints"]) if ui::wants_html(req) => {
             ui::endpoints(app, &cfg, req, tool)
         }
         (Get | Head, ["tools", tool, "endpoints"]) => tools::view(app, &cfg, req, tool),
@@ -96,9 +104,9 @@ pub fn handle(app: &App, req: &mut Request) -> Response {
         ) => Err(ApiError::MethodNotAllowed {
             allow: vec!["GET", "HEAD"],
         }),
-        (_, ["workspaces", _, "settings"]) => {
-            Err(ApiError::MethodNotAllowed { allow: vec!["GET"] })
-        }
+        (_, ["workspaces", _, "settings"]) => Err(ApiError::MethodNotAllowed {
+            allow: vec!["GET", "HEAD"],
+        }),
         (_, ["workspaces", _, "settings", "application-key"]) => Err(ApiError::MethodNotAllowed {
             allow: vec!["POST"],
         }),

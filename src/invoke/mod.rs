@@ -44,6 +44,8 @@ use crate::config::{
 };
 use crate::http::app::App;
 use crate::http::{ApiError, Request, Response};
+use crate::receive::rules::Rule;
+use crate::receive::Receive;
 use crate::runner::Job;
 use crate::runs::callback;
 use crate::runs::idempotency;
@@ -115,14 +117,14 @@ fn steps(
     let rcv = &endpoint.receive;
     signed::verify(app, cfg, rcv, req)?;
     // Before the rule: an ignored request with a malformed key is refused
-    // like any other (the README's promise for the header).
+    // like any other (the manual's promise for the header, docs/http-api.md).
     // Owned: the body is let go of below, while the key is still needed.
     let key = idempotency::key_of(req)?.map(str::to_owned);
     values::reject_body(req, &endpoint.values)?;
     let (program, function) = target(cfg, req, &endpoint.target, &caller)?;
     let parse = parse_limit::permit(req.body.len());
     let mut read = Read::new(cfg, req, &endpoint.dialect)?;
-    read.rule(rcv)?;
+    rule(app, cfg, req, &read, rcv)?;
     let body_file = signed::body_file(cfg, rcv, req)?;
     read.set_body_file(body_file.as_ref().map(|f| f.path().to_path_buf()));
     let made = values::make(&cfg.server, req, endpoint, &read, function.inputs())?;
@@ -169,6 +171,33 @@ fn steps(
         Some((key, request)) => replay::start_once(app, &key, job, run_async, request, start),
         None => start(job),
     }
+}
+
+/// The endpoint's rule. One with a signature or token check guards a
+/// secret as credentials do: a client address past its failure budget is
+/// refused before it is evaluated, and a check that fails counts against
+/// the address (guessing a token through a rule is as slow as guessing an
+/// API key). A request that fails only on other leaves (an event filter)
+/// is not counted: senders send those all day.
+///
+/// # Errors
+/// `rate_limited`, and those of [`Read::rule`].
+fn rule(
+    app: &App,
+    cfg: &Config,
+    req: &Request,
+    read: &Read,
+    rcv: &Receive,
+) -> Result<(), ApiError> {
+    if !rcv.rule.as_ref().is_some_and(Rule::checks_signatures) {
+        return read.rule(rcv);
+    }
+    app.access.before_secret(cfg, req)?;
+    let verdict = read.rule(rcv);
+    if verdict.is_err() && read.signature_failed() {
+        app.access.secret_failed(cfg, req);
+    }
+    verdict
 }
 
 /// The `Idempotency-Key` fingerprint of `req` for `job` of program `id`,

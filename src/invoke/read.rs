@@ -61,6 +61,15 @@ impl<'a> Read<'a> {
         }
     }
 
+    /// Whether the rule met a signature or token that does not hold (the
+    /// request is then a failed authentication: `invoke`).
+    pub fn signature_failed(&self) -> bool {
+        match self {
+            Read::Native(inc) => inc.signature_failed.get(),
+            Read::HooksFile(hook) => hook.signature_failed(),
+        }
+    }
+
     /// The value of `src`: `None` when the request does not carry it.
     ///
     /// # Errors

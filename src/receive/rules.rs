@@ -120,6 +120,14 @@ impl Rule {
         }
     }
 
+    /// Whether the rule checks a signature or token somewhere: then it
+    /// guards a secret, and `invoke` treats it as an authentication.
+    pub fn checks_signatures(&self) -> bool {
+        let mut found = Vec::new();
+        self.verifiers(&mut found);
+        !found.is_empty()
+    }
+
     /// Where this rule is, for messages.
     fn place(&self) -> String {
         match self {
@@ -156,15 +164,21 @@ impl Leaf {
             }
             Leaf::Signature(v) => match v.verify(inc.headers, inc.body, unix_now()) {
                 Ok(()) => Ok(Verdict::Match),
-                Err(e) => no(format!("signature check failed ({})", e.message())),
+                Err(e) => {
+                    inc.signature_failed.set(true);
+                    no(format!("signature check failed ({})", e.message()))
+                }
             },
             Leaf::SignatureIn(src, v) => match inc.get(src)? {
                 Some(sig) => match v.verify_value(&sig, inc.body) {
                     Ok(()) => Ok(Verdict::Match),
-                    Err(_) => no(format!(
-                        "the signature in {} does not match",
-                        src.describe()
-                    )),
+                    Err(_) => {
+                        inc.signature_failed.set(true);
+                        no(format!(
+                            "the signature in {} does not match",
+                            src.describe()
+                        ))
+                    }
                 },
                 None => no(format!("{} is missing", src.describe())),
             },

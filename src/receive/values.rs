@@ -10,7 +10,7 @@
 //! its path in [`Incoming::body_file`]) or deciding what a missing value
 //! means (values and rules differ).
 
-use std::cell::OnceCell;
+use std::cell::{Cell, OnceCell};
 use std::net::IpAddr;
 use std::path::PathBuf;
 
@@ -219,6 +219,9 @@ pub struct Incoming<'a> {
     pub client: IpAddr,
     /// Path of the temporary body file, when one was made.
     pub body_file: Option<PathBuf>,
+    /// Set when a rule's signature check failed on this request (it then
+    /// counts as a failed authentication: `invoke`).
+    pub signature_failed: Cell<bool>,
     payload: OnceCell<Result<Payload, PayloadError>>,
 }
 
@@ -237,6 +240,7 @@ impl<'a> Incoming<'a> {
             body,
             client,
             body_file: None,
+            signature_failed: Cell::new(false),
             payload: OnceCell::new(),
         }
     }

@@ -3,6 +3,8 @@
 //! `receive.rs` with the hook's options, and its faults said as trigd's
 //! errors.
 
+use std::cell::Cell;
+
 use crate::http::{ApiError, Request};
 use crate::receive::payload::{Kind, PayloadError, Why};
 use crate::receive::values::{Source, ValueError};
@@ -17,6 +19,8 @@ use super::Reading;
 pub struct HookRead<'a> {
     request: HookRequest<'a>,
     soft_signatures: bool,
+    /// Set when the rule failed on a signature (`signature_failed`).
+    signature_failed: Cell<bool>,
 }
 
 impl<'a> HookRead<'a> {
@@ -56,6 +60,7 @@ impl<'a> HookRead<'a> {
         Ok(HookRead {
             request,
             soft_signatures: reading.soft_signatures,
+            signature_failed: Cell::new(false),
         })
     }
 
@@ -73,9 +78,12 @@ impl<'a> HookRead<'a> {
             (_, Some(Fault::TooComplex(msg))) => Err(ApiError::PayloadTooComplex {
                 msg: format!("The request body is over a bound: {msg}."),
             }),
-            (_, Some(Fault::Signature)) => Err(ApiError::RuleError {
-                reason: "a signature does not match".into(),
-            }),
+            (_, Some(Fault::Signature)) => {
+                self.signature_failed.set(true);
+                Err(ApiError::RuleError {
+                    reason: "a signature does not match".into(),
+                })
+            }
             (_, Some(Fault::Other(reason))) => Err(ApiError::RuleError { reason }),
             (false, _) => Err(ApiError::Ignored {
                 status: rcv.answer.ignored_status,
@@ -83,6 +91,11 @@ impl<'a> HookRead<'a> {
             }),
             (true, _) => Ok(()),
         }
+    }
+
+    /// Whether [`HookRead::rule`] refused the request on a signature.
+    pub fn signature_failed(&self) -> bool {
+        self.signature_failed.get()
     }
 
     /// The value of `src`: `None` when the request does not carry it.
