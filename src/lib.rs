@@ -26,6 +26,8 @@
 //!   completions made from them and the config keys    cli/generate/, config/reference.rs
 //! HTTP: Request, Response, ApiError (the Code table) http/mod.rs
 //! the server, the URL table, logs, metrics           http/ (server.rs, routes.rs, logging.rs, metrics.rs, app.rs)
+//! HTTPS: certificate store, reload, redirects        http/tls/ (mod.rs Certs, watch.rs, redirect.rs, not_after.rs;
+//!   (the handshake: vendor/tiny_http/src/tls.rs)      config/tls.rs the settings)
 //! certificates from ACME (obtain, renew, HTTP-01)    http/acme/ (mod.rs the thread, issue.rs an order,
 //!                                                     client.rs ureq under instant-acme); kept by state/acme.rs
 //! authenticate a caller, rate limits, CSRF, logins   access/ (mod.rs, limiter.rs, csrf.rs, login.rs, cidr.rs)
@@ -91,6 +93,10 @@ pub mod testing {
         pub mod signature {
             pub use crate::receive::signature::*;
         }
+    }
+    /// The DER walk of the TLS certificate store.
+    pub mod tls {
+        pub use crate::http::tls::not_after;
     }
     /// Hooks files.
     pub mod compat {

@@ -223,3 +223,8 @@ fn multipart_payload() {
 fn signature_header() {
     run("signature_header", trigd_fuzz::signature_header);
 }
+
+#[test]
+fn cert_not_after() {
+    run("cert_not_after", trigd_fuzz::cert_not_after);
+}

@@ -320,7 +320,7 @@ const SERVER: &[Key] = &[
     key("tls_cert", "path", NONE, "PEM certificate chain, leaf first; with `tls_key`, `listen` speaks HTTPS only (TLS 1.2 and 1.3); re-read when the file changes and on SIGHUP"),
     key("tls_key", "path", NONE, "PEM private key of `tls_cert` (PKCS#8, PKCS#1 or SEC1); may be a file in `$CREDENTIALS_DIRECTORY`"),
     key("tls_handshake_timeout", "duration", Secs(server::TLS_HANDSHAKE_TIMEOUT_SECS), "time a client has, from connecting, to complete its TLS handshake; the connection is closed past it"),
-    key("redirect_http", "string", NONE, "second, plain-HTTP address (`host:port`) that answers every request with `308` to the same path over HTTPS; needs `tls_cert`"),
+    key("redirect_http", "string", NONE, "second, plain-HTTP address (`host:port`) that answers every request with `308` to the same path over HTTPS (and ACME's HTTP-01 challenges); needs `tls_cert` or `[acme]`, which needs it"),
 ];
 
 const TRIGGER: &[Key] = &[

@@ -134,6 +134,19 @@ mod tests {
     }
 
     #[test]
+    fn certificates_made_by_openssl_give_their_not_after() {
+        // `openssl x509 -noout -enddate`: Dec 26 22:14:30 2026 GMT and
+        // Jan 15 22:14:30 2109 GMT (GeneralizedTime past 2049).
+        let ec = include_bytes!("../../../fuzz/seeds/cert_not_after/ec-utctime.der");
+        let rsa = include_bytes!("../../../fuzz/seeds/cert_not_after/rsa-generalizedtime.der");
+        assert_eq!(not_after(ec), Some(1_798_323_270));
+        assert_eq!(not_after(rsa), Some(4_387_731_270));
+        for cut in 0..ec.len() {
+            assert_eq!(not_after(&ec[..cut]), None, "cut at {cut}");
+        }
+    }
+
+    #[test]
     fn truncated_and_odd_inputs_are_none() {
         assert_eq!(not_after(b""), None);
         assert_eq!(not_after(&[0x30, 0x84, 0xff, 0xff, 0xff, 0xff]), None);
