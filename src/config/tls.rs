@@ -91,3 +91,50 @@ pub fn check_https(
         _ => {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    fn errors(server: &str) -> String {
+        let text = format!("[server]\n{server}\n");
+        match crate::config::load_str(Path::new("/etc/trigd/config.toml"), &text, &[]) {
+            Ok(_) => String::new(),
+            Err(errs) => errs
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("\n"),
+        }
+    }
+
+    #[test]
+    fn both_files_or_neither_and_a_redirect_only_with_https() {
+        let e = errors("tls_cert = \"c.pem\"");
+        assert!(
+            e.contains("config.toml:2:") && e.contains("tls_cert and tls_key go together"),
+            "{e}"
+        );
+        let e = errors("tls_key = \"k.pem\"");
+        assert!(e.contains("tls_cert and tls_key go together"), "{e}");
+        let e = errors("redirect_http = \"0.0.0.0:80\"");
+        assert!(
+            e.contains("config.toml:2:") && e.contains("needs tls_cert and tls_key"),
+            "{e}"
+        );
+        let e = errors("tls_handshake_timeout = \"0s\"");
+        assert!(e.contains("tls_handshake_timeout"), "{e}");
+        let ok = "tls_cert = \"c.pem\"\ntls_key = \"/k.pem\"\nredirect_http = \":80\"";
+        assert_eq!(errors(ok), "");
+        let cfg = crate::config::load_str(
+            Path::new("/etc/trigd/config.toml"),
+            &format!("[server]\n{ok}\n"),
+            &[],
+        )
+        .unwrap_or_else(|e| panic!("{e:?}"));
+        let files = cfg.server.tls.files.unwrap_or_else(|| panic!("no files"));
+        assert_eq!(files.cert, Path::new("/etc/trigd/c.pem"));
+        assert_eq!(files.key, Path::new("/k.pem"));
+        assert_eq!(cfg.server.tls.handshake_timeout.as_secs(), 10);
+    }
+}

@@ -124,7 +124,7 @@ fn healthz(app: &App) -> Response {
         cluster::Readiness::NotReady(why) => Some(why.clone()),
         _ => None,
     };
-    let body = json!({
+    let mut body = json!({
         "Status": ready.status(),
         "Ready": ready == cluster::Readiness::Ready,
         "Reason": reason,
@@ -137,9 +137,15 @@ fn healthz(app: &App) -> Response {
         "StatesUnwritten": app.store.unwritten(),
         "IdempotencyKeys": app.idempotency.count(),
         "LastReloadError": app.last_reload_error(),
-        "Tls": app.tls.get().map(|c| tls::health(&c.status())),
-        "Acme": app.acme.get().map(|a| a.health()),
     });
+    // Only with HTTPS: a plain server's answer stays as it was.
+    if let (Some(certs), Some(map)) = (app.tls.get(), body.as_object_mut()) {
+        map.insert("Tls".into(), tls::health(&certs.status()));
+    }
+    // Likewise only with `[acme]`.
+    if let (Some(acme), Some(map)) = (app.acme.get(), body.as_object_mut()) {
+        map.insert("Acme".into(), acme.health());
+    }
     let status = if ready == cluster::Readiness::Ready {
         200
     } else {
