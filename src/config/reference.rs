@@ -425,7 +425,7 @@ const RULE: &[Key] = &[
 const ACME: &[Key] = &[
     key("domains", "array of strings", REQUIRED, "the DNS names of the certificate (1 to 100, no wildcard), the first its subject; each must reach this trigd on port 80"),
     key("terms_accepted", "bool", REQUIRED, "must be `true`: you have read and accept the ACME server's terms of service"),
-    key("contact", "array of strings", Is("`[]`"), "`mailto:` URLs the CA may write to about the account (expiry notices)"),
+    key("contact", "array of strings", Is("`[]`"), "`mailto:` URLs the CA may write to about the account"),
     key("directory", "URL", Str(acme::DIRECTORY), "the ACME directory; Let's Encrypt's staging one is `https://acme-staging-v02.api.letsencrypt.org/directory`"),
     key("challenge", "string", Str(acme::CHALLENGE), "how names are proved; only `http-01` (`GET /.well-known/acme-challenge/<token>` over plain HTTP)"),
     key("ca_file", "path", NONE, "PEM file of CA certificates trusted to reach `directory` besides the bundled roots (a private ACME server)"),
