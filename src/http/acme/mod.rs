@@ -361,3 +361,59 @@ fn secs_until(t: i64) -> Duration {
 fn rfc3339(t: i64) -> String {
     jiff::Timestamp::from_second(t).map_or_else(|_| t.to_string(), |t| t.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(min: u64, max: u64) -> Settings {
+        Settings {
+            domains: vec!["a.example".into()],
+            contact: Vec::new(),
+            directory: "https://acme.example/dir".into(),
+            extra_roots: Vec::new(),
+            renew_before: None,
+            timeout: Duration::from_secs(30),
+            retry_min: Duration::from_secs(min),
+            retry_max: Duration::from_secs(max),
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap_with_a_quarter_of_jitter_at_most() {
+        let s = settings(60, 3600);
+        for (failures, base) in [
+            (1, 60),
+            (2, 120),
+            (3, 240),
+            (6, 1920),
+            (7, 3600),
+            (500, 3600),
+        ] {
+            let wait = backoff(&s, failures).as_millis() as u64;
+            let base = base * 1000;
+            assert!(
+                (base..=base + base / 4).contains(&wait),
+                "{failures} failures: {wait} ms, want {base} ms + up to a quarter"
+            );
+        }
+    }
+
+    #[test]
+    fn renewal_is_due_at_two_thirds_of_the_lifetime_or_renew_before_the_end() {
+        let meta = Meta {
+            domains: vec!["a.example".into()],
+            directory: "https://acme.example/dir".into(),
+            issued_at: 1_000,
+            not_after: 1_000 + 90 * 86_400,
+            fingerprint: String::new(),
+        };
+        let files = AcmeFiles::new(std::path::Path::new("/nonexistent"));
+        let acme = Acme::new(settings(60, 3600), files.clone());
+        assert_eq!(acme.due(&meta), 1_000 + 60 * 86_400);
+        let mut s = settings(60, 3600);
+        s.renew_before = Some(Duration::from_secs(7 * 86_400));
+        let acme = Acme::new(s, files);
+        assert_eq!(acme.due(&meta), 1_000 + 83 * 86_400);
+    }
+}
