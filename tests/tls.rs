@@ -648,3 +648,47 @@ fn redirect_http_sends_plain_http_to_https() {
     );
     r.err(400, "bad_request");
 }
+
+/// The state letter of process `pid` (`R`, `S`, `T`…).
+fn proc_state(pid: u32) -> char {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit(") ")
+        .next()
+        .and_then(|s| s.chars().next())
+        .unwrap_or('?')
+}
+
+#[test]
+fn a_handshake_woken_by_a_signal_goes_on() {
+    // A read with a socket timeout fails with EINTR when its thread is
+    // woken by a signal (here SIGSTOP and SIGCONT): the handshake must
+    // read again, not drop the client.
+    let dir = setup_tls("tls-eintr", &tls_server("one.pem", "one.key"));
+    let t = Trigd::start(&dir);
+    let cfg = client_config(&dir);
+    let mut tcp = connect(&t.addr);
+    let name = ServerName::try_from("localhost").unwrap();
+    let mut conn = ClientConnection::new(Arc::clone(&cfg), name).unwrap();
+    conn.write_tls(&mut tcp).unwrap();
+    // The server's whole flight in: it now waits for the client's answer.
+    while conn.is_handshaking() && !conn.wants_write() {
+        if conn.read_tls(&mut tcp).unwrap_or(0) == 0 {
+            t.fail("closed in the middle of the handshake");
+        }
+        conn.process_new_packets().unwrap_or_else(|e| t.fail(e));
+    }
+    let pid = t.pid();
+    // SAFETY: kill(2) on the child's pid.
+    unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+    let stopped = wait_until(WAIT, || proc_state(pid) == 'T');
+    // SAFETY: as above.
+    unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+    t.check(stopped, "the server did not stop on SIGSTOP");
+    let mut s = StreamOwned::new(conn, tcp);
+    let req = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n";
+    s.write_all(req)
+        .unwrap_or_else(|e| t.fail(format!("after stop and continue: {e}")));
+    let reply = read_reply(&mut BufReader::new(s));
+    let reply = reply.unwrap_or_else(|e| t.fail(format!("no answer after stop and continue: {e}")));
+    t.check(reply.status == 200, format!("{reply:?}"));
+}

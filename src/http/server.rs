@@ -36,7 +36,7 @@ use crate::state::record::RunRecord;
 use crate::state::{Kept, State};
 use crate::sys::{self, Signal};
 
-/// `trigd serve`: load, bind, print `listening on http://ADDR`, serve until
+/// `trigd serve`: load, bind, print `listening on http(s)://ADDR`, serve until
 /// SIGTERM/SIGINT, then shut down gracefully.
 ///
 /// # Errors

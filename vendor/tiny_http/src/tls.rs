@@ -115,24 +115,36 @@ pub(crate) fn accept(mut sock: Connection, tls: &Tls, socket_timeout: Duration) 
 }
 
 /// Exchange handshake records until the handshake is done or `deadline`.
+///  A read or write woken by a signal (`EINTR`, see `client.rs`
+///  `DeadlineReader`) is tried again within the same deadline.
 fn handshake(conn: &mut ServerConnection, sock: &mut Connection, deadline: Instant) -> io::Result<()> {
     loop {
         while conn.wants_write() {
             arm(sock, deadline)?;
-            conn.write_tls(sock)?;
+            again(conn.write_tls(sock))?;
         }
         if !conn.is_handshaking() {
             return Ok(());
         }
         arm(sock, deadline)?;
-        if conn.read_tls(sock)? == 0 {
-            return Err(ErrorKind::UnexpectedEof.into());
+        match again(conn.read_tls(sock))? {
+            Some(0) => return Err(ErrorKind::UnexpectedEof.into()),
+            Some(_) => {}
+            None => continue,
         }
         if let Err(e) = conn.process_new_packets() {
             // rustls has queued an alert saying why: send it, then close.
             let _ = arm(sock, deadline).and_then(|()| conn.write_tls(sock));
             return Err(io::Error::new(ErrorKind::InvalidData, e));
         }
+    }
+}
+
+/// `None` for an `EINTR` (try again), else the result.
+fn again(r: io::Result<usize>) -> io::Result<Option<usize>> {
+    match r {
+        Err(e) if e.kind() == ErrorKind::Interrupted => Ok(None),
+        r => r.map(Some),
     }
 }
 
