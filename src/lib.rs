@@ -30,6 +30,8 @@
 //!   (the handshake: vendor/tiny_http/src/tls.rs)      config/tls.rs the settings)
 //! certificates from ACME (obtain, renew, HTTP-01)    http/acme/ (mod.rs the thread, issue.rs an order,
 //!                                                     client.rs ureq under instant-acme); kept by state/acme.rs
+//! where it listens (TCP, unix:PATH, systemd's       http/listen.rs; http/systemd.rs (sd_notify, watchdog);
+//!   socket), systemd's notify protocol                sys/systemd.rs (LISTEN_FDS)
 //! authenticate a caller, rate limits, CSRF, logins   access/ (mod.rs, limiter.rs, csrf.rs, login.rs, cidr.rs)
 //! load and validate the config, hot reload           config/ (validate.rs, endpoint.rs, reload.rs, stamp.rs)
 //! start a run, read and check its values            invoke/ (mod.rs, read.rs, values.rs, signed.rs, answer.rs)
@@ -43,7 +45,8 @@
 //! adnanh/webhook hooks files, import-webhook        compat/webhook/ (what removing it takes: compat/mod.rs)
 //! the browser pages (maud templates)                ui/ (login, settings, endpoints, runs, switch, view)
 //! the only unsafe code, and each speed trick        sys/ (spawn.rs: how a step starts, the clone
-//!   behind one function with its figure              spawner in vfork.rs; tune_malloc, trim_heap)
+//!   behind one function with its figure              spawner in vfork.rs; tune_malloc, trim_heap;
+//!                                                    systemd.rs: the socket systemd passes)
 //! ```
 #![deny(unsafe_code)]
 

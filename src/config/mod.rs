@@ -74,6 +74,27 @@ pub struct Config {
     pub fingerprint: [u8; 32],
 }
 
+/// `trusted_proxies`: the peers whose `X-Forwarded-For` is believed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TrustedProxies {
+    /// IP addresses, canonical (IPv4-mapped IPv6 as IPv4).
+    pub ips: Vec<std::net::IpAddr>,
+    /// Every peer on a Unix socket (the entry `"unix"`): whoever can
+    /// connect to the socket file, which `socket_mode` decides.
+    pub unix: bool,
+}
+
+/// The socket file trigd creates for `listen = "unix:PATH"`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SocketFile {
+    /// Permission bits (`socket_mode`, default `0660`).
+    pub mode: u32,
+    /// Owner, a name or uid (`socket_user`; default trigd's user).
+    pub user: Option<String>,
+    /// Group, a name or gid (`socket_group`; default trigd's group).
+    pub group: Option<String>,
+}
+
 /// `[server]` settings. Every field has a default (see docs/config-reference.md).
 #[derive(Debug, Clone)]
 pub struct Server {
@@ -148,7 +169,9 @@ pub struct Server {
     pub auth_failures_per_minute: usize,
     /// Peers whose `X-Forwarded-For` header is believed when deciding the
     /// client address (default none).
-    pub trusted_proxies: Vec<std::net::IpAddr>,
+    pub trusted_proxies: TrustedProxies,
+    /// Owner and mode of the socket file of `listen = "unix:PATH"`.
+    pub socket: SocketFile,
     /// Completion callback settings (the `[callbacks]` table).
     pub callbacks: Arc<callbacks::Callbacks>,
     /// This instance's name, the prefix of every run id (`instance`,
@@ -524,6 +547,51 @@ impl Config {
         }
         self.programs.values().find(|p| p.name == name_or_id)
     }
+}
+
+/// The prefix of a systemd credential in a secret's path:
+/// `secret_file = "credential:github"` is `$CREDENTIALS_DIRECTORY/github`
+/// (`LoadCredential=github:/etc/trigd/github.secret` in the unit).
+pub const CREDENTIAL_PREFIX: &str = "credential:";
+
+/// The file of a secret (`secret_file`, a TLS key): `credential:NAME`, a
+/// file of systemd's `$CREDENTIALS_DIRECTORY`, or a path resolved against
+/// `base` unless absolute.
+///
+/// # Errors
+/// A credential is named but `$CREDENTIALS_DIRECTORY` is unset, the name is
+/// not a plain file name, or there is no such credential. Each message
+/// says what to add to the unit.
+pub fn secret_path(base: &Path, value: &str) -> Result<PathBuf, String> {
+    let Some(name) = value.strip_prefix(CREDENTIAL_PREFIX) else {
+        return Ok(resolve(base, Path::new(value)));
+    };
+    credential(name, std::env::var_os("CREDENTIALS_DIRECTORY"))
+}
+
+/// The file of credential `name` in `dir` (`$CREDENTIALS_DIRECTORY`).
+fn credential(name: &str, dir: Option<std::ffi::OsString>) -> Result<PathBuf, String> {
+    if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+        return Err(format!(
+            "{CREDENTIAL_PREFIX}{name}: a credential's name is a file name, without '/'"
+        ));
+    }
+    let Some(dir) = dir.filter(|d| !d.is_empty()) else {
+        return Err(format!(
+            "{CREDENTIAL_PREFIX}{name} names a systemd credential, but $CREDENTIALS_DIRECTORY \
+             is not set: start trigd from a unit with LoadCredential={name}:/path/to/file \
+             (or give a path instead)"
+        ));
+    };
+    let path = Path::new(&dir).join(name);
+    if !path.is_file() {
+        return Err(format!(
+            "no credential {name:?} in $CREDENTIALS_DIRECTORY ({}): add \
+             LoadCredential={name}:/path/to/file to the unit",
+            path.parent().unwrap_or(Path::new("")).display()
+        ));
+    }
+    Ok(path)
 }
 
 /// Resolve `p` against `base` unless it is absolute.

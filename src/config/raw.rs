@@ -24,6 +24,8 @@ use toml::Spanned;
 pub mod defaults {
     /// `listen`.
     pub const LISTEN: &str = "127.0.0.1:8080";
+    /// `socket_mode`: owner and group read and write.
+    pub const SOCKET_MODE: u32 = 0o660;
     /// `workers`.
     pub const WORKERS: usize = 8;
     /// `programs_dir`.
@@ -168,7 +170,14 @@ pub struct RawServer {
     pub idempotency_window: Option<Spanned<RawDuration>>,
     /// `idempotency_max_keys`.
     pub idempotency_max_keys: Count,
-    /// `trusted_proxies`: IP addresses whose `X-Forwarded-For` is believed.
+    /// `socket_mode`: octal mode of a Unix socket file trigd creates.
+    pub socket_mode: Option<Spanned<String>>,
+    /// `socket_user`: owner of a Unix socket file trigd creates.
+    pub socket_user: Option<String>,
+    /// `socket_group`: group of a Unix socket file trigd creates.
+    pub socket_group: Option<String>,
+    /// `trusted_proxies`: IP addresses (and `unix`) whose
+    /// `X-Forwarded-For` is believed.
     #[serde(default)]
     pub trusted_proxies: Vec<Spanned<String>>,
     /// `instance`: this instance's name, part of every run id.

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::raw::{self, defaults};
-use super::resolve;
 use super::types::{duration, Errors, Src};
+use super::{resolve, secret_path};
 
 /// HTTPS settings with defaults filled in and paths resolved.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -46,10 +46,17 @@ pub fn tls(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) -> Tl
         errs,
     );
     let files = match (&raw.tls_cert, &raw.tls_key) {
-        (Some(cert), Some(key)) => Some(TlsFiles {
-            cert: resolve(dir, Path::new(cert.get_ref())),
-            key: resolve(dir, Path::new(key.get_ref())),
-        }),
+        // The key may be a systemd credential (`credential:NAME`).
+        (Some(cert), Some(key)) => match secret_path(dir, key.get_ref()) {
+            Ok(key) => Some(TlsFiles {
+                cert: resolve(dir, Path::new(cert.get_ref())),
+                key,
+            }),
+            Err(msg) => {
+                errs.at(src, key.span(), "server.tls_key", msg);
+                None
+            }
+        },
         (Some(one), None) | (None, Some(one)) => {
             let msg = "tls_cert and tls_key go together: name both the PEM certificate chain and its private key";
             errs.at(src, one.span(), "server.tls_cert", msg);
@@ -106,6 +113,18 @@ mod tests {
                 .collect::<Vec<_>>()
                 .join("\n"),
         }
+    }
+
+    /// The key may be a systemd credential; a bad name is located at
+    /// `tls_key` (the variable is unset in tests: `credential()` is
+    /// checked with a directory in `config::tests`).
+    #[test]
+    fn the_key_may_be_a_credential() {
+        let e = errors("tls_cert = \"c.pem\"\ntls_key = \"credential:../k\"");
+        assert!(
+            e.contains("config.toml:3:") && e.contains("server.tls_key") && e.contains("file name"),
+            "{e}"
+        );
     }
 
     #[test]

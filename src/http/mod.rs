@@ -11,10 +11,12 @@
 pub mod acme;
 pub mod api;
 pub mod app;
+pub mod listen;
 pub mod logging;
 pub mod metrics;
 pub mod routes;
 pub mod server;
+pub mod systemd;
 pub mod tls;
 pub mod tools;
 
@@ -111,8 +113,30 @@ pub struct Request {
     pub headers: Vec<(String, String)>,
     /// The body (bounded by `max_body_bytes` before it gets here).
     pub body: Vec<u8>,
-    /// The peer address, when known.
-    pub remote: Option<SocketAddr>,
+    /// The other end of the connection.
+    pub remote: Peer,
+}
+
+/// The other end of a connection.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Peer {
+    /// Not known (a request not read from a connection).
+    #[default]
+    Unknown,
+    /// A TCP peer.
+    Ip(SocketAddr),
+    /// A peer on the Unix socket (it has no address).
+    Unix,
+}
+
+impl Peer {
+    /// The TCP peer's address.
+    pub fn addr(self) -> Option<SocketAddr> {
+        match self {
+            Peer::Ip(a) => Some(a),
+            Peer::Unknown | Peer::Unix => None,
+        }
+    }
 }
 
 impl Request {

@@ -161,13 +161,9 @@ impl Drop for OpenGuard {
 }
 
 /// (trigd patch) Answer a connection past the cap without blocking the
-///  accept thread, then close it.
+///  accept thread, then close it (TCP or Unix: upstream answered only TCP).
 fn refuse(sock: Connection, response: &[u8]) {
-    if let Connection::Tcp(mut tcp) = sock {
-        let _ = tcp.set_nonblocking(true);
-        let _ = std::io::Write::write(&mut tcp, response);
-        let _ = tcp.shutdown(Shutdown::Both);
-    }
+    sock.refuse(response);
 }
 
 enum Message {
@@ -280,14 +276,10 @@ impl Setup {
     /// The connection of an accepted socket; `None` when it is a TLS
     ///  socket whose handshake failed or timed out (the socket is closed).
     fn client(&self, sock: Connection) -> IoResult<Option<ClientConnection>> {
-        if let Connection::Tcp(ref tcp) = sock {
-            let _ = tcp.set_nodelay(true);
-        }
+        // (trigd patch) timeouts on Unix connections too; TCP_NODELAY
+        sock.prepare(self.socket_timeout);
         let halves = match self.tls {
-            None => {
-                sock.set_timeouts(self.socket_timeout);
-                util::RefinedTcpStream::new(sock)
-            }
+            None => util::RefinedTcpStream::new(sock),
             Some(ref tls) => match tls::accept(sock, tls, self.socket_timeout) {
                 Some(stream) => util::RefinedTcpStream::new(stream),
                 None => return Ok(None),
@@ -594,12 +586,8 @@ impl Drop for Server {
         if let Ok(stream) = maybe_stream {
             let _ = stream.shutdown(Shutdown::Both);
         }
-
-        #[cfg(unix)]
-        if let ListenAddr::Unix(addr) = &self.listening_addr {
-            if let Some(path) = addr.as_pathname() {
-                let _ = std::fs::remove_file(path);
-            }
-        }
+        // (trigd patch) the socket file is not removed here: a socket
+        //  systemd passed is systemd's, and the application removes the
+        //  ones it created itself
     }
 }
