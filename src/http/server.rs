@@ -94,6 +94,15 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
     let server = start_http(&app, bound.listener, &in_flight, certs.as_ref())?;
     let _redirect = match (&certs, port) {
         (Some(_), Some(port)) => start_redirect(&app, port, acme.as_ref())?,
+        // redirect_http names the HTTPS port it sends to, and [acme]'s
+        // HTTP-01 answers come in on it: neither works on a Unix socket.
+        (Some(_), None) if app.config().server.tls.redirect_http.is_some() => {
+            return Err(Error::Other(format!(
+                "redirect_http (and [acme], which needs it) sends to an HTTPS port, but trigd \
+                 listens on {shown}: listen on HOST:PORT, or drop redirect_http and [acme] and \
+                 give tls_cert/tls_key (docs/https.md)"
+            )))
+        }
         _ => None,
     };
     if let (Some(a), Some(c)) = (acme, &certs) {
