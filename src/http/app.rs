@@ -36,6 +36,8 @@ pub struct App {
     /// Set at SIGTERM for `drain_delay` before `closing`: requests are
     /// still served, `/healthz` answers 503 so the balancer stops sending.
     pub draining: AtomicBool,
+    /// The ACME certificate manager, with `[acme]` (set once at start).
+    pub acme: OnceLock<Arc<crate::http::acme::Acme>>,
 }
 
 impl App {
@@ -62,6 +64,7 @@ impl App {
             tls: OnceLock::new(),
             closing: AtomicBool::new(false),
             draining: AtomicBool::new(false),
+            acme: OnceLock::new(),
         }
     }
 

@@ -17,6 +17,7 @@
 //! | sessions | `sessions.json` | JSON object by sha256 of the token | atomic rename (mode 0600) at login and logout, last-seen lazily | the old or the new file; last-seen up to `min(60s, session_idle / 4)` behind |
 //! | request bodies | `bodies/body-<24 hex>` | the raw request body | created 0600 before the run, never synced; removed when the run's job ends | removed at the next start; a queued run that needed one is recorded `failed` |
 //! | generated passwords | `passwords.json` | pretty JSON object: user → argon2 hash | temp file `.passwords.json.tmp`, fsync, rename (mode 0600), at the first start that needs one | the old or the new file |
+//! | ACME account and certificate | `acme/` (mode 0700): `account.json`, `certificate.pem`, `certificate.json` | JSON (account URL and private key, its directory); PEM (the certificate's private key and full chain, one file); JSON (domains, directory, times) | atomic rename (mode 0600) when the account is made and when a certificate is issued (the PEM before its JSON) | the old or the new file; a PEM whose JSON does not match is ordered again |
 //!
 //! Temporary files (`<file>.tmp`) are the half-written side of an atomic
 //! rename: a crash leaves at most one per file, replaced by the next write.
@@ -32,7 +33,8 @@
 //! is its `queued` records, handed to the runner by `open`),
 //! [`idempotency::Log`], [`keys::KeyFile`],
 //! [`sessions::SessionFile`], [`spool::Spool`], [`output`] (kept output),
-//! [`bodies::BodyFile`] and [`passwords`] (read by the config loader).
+//! [`bodies::BodyFile`], [`passwords`] (read by the config loader) and
+//! [`acme::AcmeFiles`].
 //! A second backend (PostgreSQL) becomes a variant of [`State`] and inside
 //! each of these types (an enum of a file backend and a database one), not
 //! a rewrite of callers; there is no trait while there is one backend.
@@ -58,6 +60,7 @@
 //!   holds it (`run_retention`). A single-transaction backend commits the
 //!   claim and the record together and closes that gap.
 
+pub mod acme;
 pub mod bodies;
 pub mod commit;
 pub mod delivery;
@@ -145,6 +148,11 @@ impl State {
         sessions::SessionFile::new(&self.dir)
     }
 
+    /// The ACME account and certificate.
+    pub fn acme_files(&self) -> acme::AcmeFiles {
+        acme::AcmeFiles::new(&self.dir)
+    }
+
     /// Where request bodies read from a file are written.
     pub fn bodies_dir(&self) -> PathBuf {
         bodies::dir(&self.dir)
@@ -173,11 +181,13 @@ pub enum Kept {
     Bodies,
     /// `passwords.json`.
     Passwords,
+    /// `acme/`: the ACME account and certificate.
+    Acme,
 }
 
 impl Kept {
     /// Every kind, in the table's order.
-    pub const ALL: [Kept; 9] = [
+    pub const ALL: [Kept; 10] = [
         Kept::Runs,
         Kept::Output,
         Kept::Idempotency,
@@ -187,6 +197,7 @@ impl Kept {
         Kept::Sessions,
         Kept::Bodies,
         Kept::Passwords,
+        Kept::Acme,
     ];
 
     /// Its file or directory name in the state dir.
@@ -201,6 +212,7 @@ impl Kept {
             Kept::Sessions => "sessions.json",
             Kept::Bodies => "bodies",
             Kept::Passwords => "passwords.json",
+            Kept::Acme => "acme",
         }
     }
 

@@ -16,7 +16,9 @@ use crate::{Refusals, Request};
 /// and return Request objects.
 pub struct ClientConnection {
     // address of the client
-    remote_addr: IoResult<Option<SocketAddr>>,
+    /// (trigd patch) `None` also when the address could not be read (a
+    ///  client gone right after `accept`: upstream panicked on it).
+    remote_addr: Option<SocketAddr>,
 
     // sequence of Readers to the stream, so that the data is not read in
     //  the wrong order
@@ -166,7 +168,7 @@ impl ClientConnection {
         limits: HeadLimits,
         refusals: Arc<Refusals>,
     ) -> ClientConnection {
-        let remote_addr = read_socket.peer_addr();
+        let remote_addr = read_socket.peer_addr().ok().flatten();
         let secure = read_socket.secure();
 
         let deadline = Arc::new(Mutex::new(Deadline::default()));
@@ -370,7 +372,7 @@ impl ClientConnection {
             path,
             version.clone(),
             headers,
-            *self.remote_addr.as_ref().unwrap(),
+            self.remote_addr,
             data_source,
             writer,
         )
