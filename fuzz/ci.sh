@@ -37,7 +37,9 @@ failed=()
 for t in $(cargo "${toolchain[@]}" fuzz list); do
   mkdir -p "$corpus/$t" "artifacts/$t"
   echo "fuzz: $t for ${SECONDS_EACH} s"
-  if ! target/x86_64-unknown-linux-gnu/release/"$t" "$corpus/$t" "seeds/$t" \
+  # No backtrace: symbolizing one reads the debug info (tens of MB) and
+  # can push a failing run past -rss_limit_mb before its input is saved.
+  if ! RUST_BACKTRACE=0 target/x86_64-unknown-linux-gnu/release/"$t" "$corpus/$t" "seeds/$t" \
     -max_total_time="$SECONDS_EACH" -rss_limit_mb=256 -timeout=1 \
     -artifact_prefix="artifacts/$t/" -print_final_stats=1 2>"$corpus/$t.log"; then
     failed+=("$t")

@@ -116,6 +116,21 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
 mod tests {
     use super::*;
 
+    /// A GeneralizedTime before 1950 (RFC 5280 wants UTCTime there) is
+    /// read, down to year 0000 (the fuzz harness's lower bound).
+    #[test]
+    fn an_early_generalized_time_is_read() {
+        let year_0 = -62_167_219_200;
+        assert_eq!(
+            parse_time(GENERALIZED_TIME, b"00000101000000Z"),
+            Some(year_0)
+        );
+        assert_eq!(
+            parse_time(GENERALIZED_TIME, b"19491231235959Z"),
+            Some(-631_152_001)
+        );
+    }
+
     #[test]
     fn times_of_both_kinds_convert_to_unix_seconds() {
         assert_eq!(parse_time(UTC_TIME, b"700101000000Z"), Some(0));
