@@ -20,6 +20,7 @@ pub(crate) mod raw;
 mod receive;
 pub mod reference;
 pub mod reload;
+pub mod schedules;
 mod server;
 mod stamp;
 mod tools;
@@ -292,6 +293,8 @@ pub struct Function {
     /// Send each step's stderr into its stdout, in the order written (a
     /// hooks-file hook answers with the command's combined output).
     pub combined_output: bool,
+    /// Its schedule triggers (`[[functions.schedules]]`).
+    pub schedules: Vec<schedules::Schedule>,
 }
 
 impl Function {

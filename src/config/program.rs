@@ -306,6 +306,7 @@ fn function(
         let key = format!("{key}.callback");
         super::callbacks::fixed(src, &server.callbacks, Some(url), &key, errs)
     });
+    let schedules = super::schedules::compile(src, f, key, &outputs, errs);
     let name = f.name.get_ref().clone();
     Function {
         name,
@@ -323,6 +324,7 @@ fn function(
         callback,
         env_inputs: true,
         combined_output: false,
+        schedules,
     }
 }
 

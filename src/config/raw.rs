@@ -539,6 +539,33 @@ pub struct RawFunction {
     pub webhook: Option<Spanned<WebhookSlot>>,
     /// `callback`: a URL called when a run of this function ends.
     pub callback: Option<Spanned<String>>,
+    /// `[[functions.schedules]]`: when the clock starts it.
+    #[serde(default)]
+    pub schedules: Vec<Spanned<RawSchedule>>,
+}
+
+/// `[[functions.schedules]]`: a schedule trigger (`config/schedules.rs`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSchedule {
+    /// `name`, unique within the function.
+    pub name: Spanned<String>,
+    /// `cron`: the expression.
+    pub cron: Spanned<String>,
+    /// `timezone`: an IANA name, default UTC.
+    pub timezone: Option<Spanned<String>>,
+    /// `values`: the function's inputs by name.
+    #[serde(default)]
+    pub values: BTreeMap<Spanned<String>, String>,
+    /// `jitter`: the most a firing is delayed, default none.
+    pub jitter: Option<Spanned<RawDuration>>,
+    /// `active`, default true.
+    #[serde(default = "yes")]
+    pub active: bool,
+    /// `catch_up`: `skip` (default), `once` or `all`.
+    pub catch_up: Option<Spanned<String>>,
+    /// `overlap`: `skip` (default), `queue` or `replace`.
+    pub overlap: Option<Spanned<String>>,
 }
 
 /// One element of `steps`.

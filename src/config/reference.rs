@@ -268,6 +268,22 @@ pub const SECTIONS: &[Section] = &[
             key("outputs", "array of strings", Is("the function's `outputs`"), "the seed's place for the function's outputs; if the function's `outputs` is given too, the same list"),
         ],
     },
+    Section {
+        file: "program files",
+        header: "[[functions.schedules]]",
+        path: "functions[].schedules[]",
+        about: "A schedule trigger: each occurrence is an ordinary async run of the function, recorded with `By` `schedule:<program>/<function>/<name>` and its `ScheduledAt` (docs/schedules.md).",
+        keys: &[
+            key("name", "string", REQUIRED, "`[A-Za-z0-9_-]+`, unique in the function; part of the schedule's id"),
+            key("cron", "string", REQUIRED, "5 fields (minute hour day-of-month month day-of-week), or 6 with seconds first, or `@hourly`, `@daily`, `@weekly`, `@monthly`, `@yearly`"),
+            key("timezone", "string", Str("UTC"), "IANA zone of the expression's wall-clock times; a time skipped by DST fires right after the gap, a repeated one once"),
+            key("values", "table of strings", Is("`{}`"), "the run's values by output name; an output not named is empty"),
+            key("jitter", "duration", Is("none"), "delay every firing by the same fraction of this (from the schedule's id); shorter than the shortest interval"),
+            key("active", "bool", Is("`true`"), "an inactive schedule records its occurrences `skipped` (`inactive`)"),
+            key("catch_up", "string", Str("skip"), "occurrences missed while trigd was down: `\"skip\"` (recorded skipped), `\"once\"` (one run for all) or `\"all\"` (one run each, the newest 100)"),
+            key("overlap", "string", Str("skip"), "an occurrence while the last run still runs: `\"skip\"` (recorded skipped), `\"queue\"` (waits; one at most) or `\"replace\"` (cancels the running one)"),
+        ],
+    },
 ];
 
 const SERVER: &[Key] = &[
@@ -490,6 +506,7 @@ const FUNCTION: &[Key] = &[
     key("outputs", "array of strings", Is("`[]`"), "the names the values bind to, for every trigger: identifiers `[A-Za-z_][A-Za-z0-9_]*`, no repeats"),
     key("webhook", "table", NONE, "the Webhook Trigger: makes the function reachable through `POST /api`: `[functions.webhook]`"),
     key("callback", "URL", NONE, "completion callback of every run of this function; checked against `[callbacks]` at load"),
+    key("schedules", "array of tables", Is("`[]`"), "schedule triggers: the clock runs the function: `[[functions.schedules]]`"),
 ];
 
 #[cfg(test)]
@@ -574,8 +591,13 @@ mod tests {
                     .iter()
                     .any(|s| s.file == section.file && s.path.starts_with(&full));
                 // `values` of a trigger and `signature` of a rule reuse
-                // tables documented elsewhere.
-                let reused = matches!(key.name, "signature" | "headers" | "vars" | "env");
+                // tables documented elsewhere; `env`, `vars` and a
+                // schedule's `values` are name → string tables whose
+                // names are the user's.
+                let reused = matches!(
+                    key.name,
+                    "signature" | "headers" | "vars" | "env" | "values"
+                );
                 assert!(found || reused, "{full}: no section documents it");
             }
         }

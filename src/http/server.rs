@@ -159,6 +159,8 @@ fn open_app(cfg: config::Config) -> Result<Arc<App>, Error> {
         );
         app.runner.resume(&app.config(), resumed);
     }
+    crate::schedule::timer::start(&app, crate::schedule::Clock::SYSTEM)
+        .map_err(|e| Error::Other(format!("cannot start the schedule timer: {e}")))?;
     Ok(app)
 }
 

@@ -17,6 +17,7 @@
 //! | sessions | `sessions.json` | JSON object by sha256 of the token | atomic rename (mode 0600) at login and logout, last-seen lazily | the old or the new file; last-seen up to `min(60s, session_idle / 4)` behind |
 //! | request bodies | `bodies/body-<24 hex>` | the raw request body | created 0600 before the run, never synced; removed when the run's job ends | removed at the next start; a queued run that needed one is recorded `failed` |
 //! | generated passwords | `passwords.json` | pretty JSON object: user → argon2 hash | temp file `.passwords.json.tmp`, fsync, rename (mode 0600), at the first start that needs one | the old or the new file |
+//! | schedule marks | `schedules.json` | JSON object: schedule id → the last occurrence handled | atomic rename, after the `runs.log` lines (synced) of the occurrences it covers | the old or the new file; occurrences recorded but not yet marked are found in the newest run records at start, so none fires twice |
 //!
 //! Temporary files (`<file>.tmp`) are the half-written side of an atomic
 //! rename: a crash leaves at most one per file, replaced by the next write.
@@ -32,7 +33,10 @@
 //! is its `queued` records, handed to the runner by `open`),
 //! [`idempotency::Log`], [`keys::KeyFile`],
 //! [`sessions::SessionFile`], [`spool::Spool`], [`output`] (kept output),
-//! [`bodies::BodyFile`] and [`passwords`] (read by the config loader).
+//! [`bodies::BodyFile`], [`passwords`] (read by the config loader) and
+//! [`schedules::MarkFile`] (a database backend keeps the marks in the
+//! transaction that records the occurrence, and takes a lease per
+//! occurrence there so that it fires once per cluster: `schedule/`).
 //! A second backend (PostgreSQL) becomes a variant of [`State`] and inside
 //! each of these types (an enum of a file backend and a database one), not
 //! a rewrite of callers; there is no trait while there is one backend.
@@ -66,6 +70,7 @@ pub mod keys;
 pub mod output;
 pub mod passwords;
 pub mod record;
+pub mod schedules;
 pub mod sessions;
 pub mod spool;
 pub mod store;
@@ -144,6 +149,11 @@ impl State {
         sessions::SessionFile::new(&self.dir)
     }
 
+    /// The last occurrence each schedule handled.
+    pub fn schedule_marks(&self) -> schedules::MarkFile {
+        schedules::MarkFile::new(&self.dir)
+    }
+
     /// Where request bodies read from a file are written.
     pub fn bodies_dir(&self) -> PathBuf {
         bodies::dir(&self.dir)
@@ -172,11 +182,13 @@ pub enum Kept {
     Bodies,
     /// `passwords.json`.
     Passwords,
+    /// `schedules.json`.
+    Schedules,
 }
 
 impl Kept {
     /// Every kind, in the table's order.
-    pub const ALL: [Kept; 9] = [
+    pub const ALL: [Kept; 10] = [
         Kept::Runs,
         Kept::Output,
         Kept::Idempotency,
@@ -186,6 +198,7 @@ impl Kept {
         Kept::Sessions,
         Kept::Bodies,
         Kept::Passwords,
+        Kept::Schedules,
     ];
 
     /// Its file or directory name in the state dir.
@@ -200,6 +213,7 @@ impl Kept {
             Kept::Sessions => "sessions.json",
             Kept::Bodies => "bodies",
             Kept::Passwords => "passwords.json",
+            Kept::Schedules => "schedules.json",
         }
     }
 
