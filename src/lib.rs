@@ -122,6 +122,10 @@ pub mod testing {
             }
         }
     }
+    /// Cron expressions of schedules.
+    pub mod schedule {
+        pub use crate::schedule::cron::Cron;
+    }
     /// The state directory's file kinds.
     pub mod state {
         pub use crate::state::Kept;

@@ -313,3 +313,99 @@ fn zones_load_without_the_hosts_zoneinfo() {
         String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{text}");
 }
+
+#[test]
+fn check_prints_the_next_three_occurrences_and_warns_about_clusters() {
+    let s = "[[functions.schedules]]\nname = \"y\"\ncron = \"@yearly\"\n\
+             [[functions.schedules]]\nname = \"ny\"\ncron = \"30 2 * * *\"\ntimezone = \"America/New_York\"\n";
+    let (_dir, out) = check("sched_check_next", s, &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    let yearly = stdout
+        .lines()
+        .find(|l| l.starts_with("schedule 1/tick/y: \"@yearly\" in UTC; next: "));
+    let yearly = yearly.unwrap_or_else(|| panic!("no line for 1/tick/y in {stdout}"));
+    assert_eq!(
+        yearly.matches("-01-01 00:00:00 +00:00").count(),
+        3,
+        "{yearly}"
+    );
+    let ny = stdout
+        .lines()
+        .find(|l| l.starts_with("schedule 1/tick/ny: \"30 2 * * *\" in America/New_York; next: "));
+    let ny = ny.unwrap_or_else(|| panic!("no line for 1/tick/ny in {stdout}"));
+    assert_eq!(
+        ny.matches(" 02:30:00 -0").count() + ny.matches(" 03:00:00 -04:00").count(),
+        3,
+        "{ny}"
+    );
+    // An instance name ending in a number: every instance would fire.
+    let dir = setup(
+        "sched_check_cluster",
+        "instance = \"web-2\"",
+        &[("p.toml", &program("true", s))],
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_trigd"))
+        .args(["check", "--config", &dir.path_str("config.toml")])
+        .output()
+        .expect("run trigd check");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("warning: instance `web-2` looks like one of several"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("schedules = \"off\""), "{stderr}");
+}
+
+#[test]
+fn api_schedules_lists_last_and_next_and_off_fires_nothing() {
+    let s = "[[functions.schedules]]\nname = \"s\"\ncron = \"* * * * * *\"\ntimezone = \"Europe/Berlin\"\n";
+    let (dir, t) = serve("sched_api", "", &[("p.toml", &program("true", s))]);
+    wait_for_records(&t, &dir, "1/tick/s", "finished", 1);
+    let list = t
+        .get(&format!("/api/schedules?api_key={}", crate::util::KEY))
+        .ok();
+    let one = &list["Schedules"][0];
+    t.check_eq(&one["Id"], &Value::from("1/tick/s"), "Id");
+    t.check_eq(&one["Timezone"], &Value::from("Europe/Berlin"), "Timezone");
+    t.check(
+        one["NextAt"].is_string() && one["LastAt"].is_string(),
+        format!("{list}"),
+    );
+    t.check(
+        one["LastOutcome"]
+            .as_str()
+            .is_some_and(|o| o.starts_with("started ")),
+        format!("{list}"),
+    );
+    t.get("/api/schedules").err(401, "missing_api_key");
+    t.post(&format!("/api/schedules?api_key={}", crate::util::KEY))
+        .err(405, "method_not_allowed");
+    let scoped = t
+        .get(&format!("/api/schedules?api_key={}", crate::util::KEY_P2))
+        .ok();
+    t.check_eq(
+        &scoped["Schedules"],
+        &serde_json::json!([]),
+        "a key scoped to program 2",
+    );
+    // `schedules = "off"`: this instance fires nothing.
+    let cfg = dir
+        .read("config.toml")
+        .replace("[server]\n", "[server]\nschedules = \"off\"\n");
+    dir.write("config.toml", &cfg);
+    t.wait_for(WAIT, "the reload", || {
+        let l = t
+            .get(&format!("/api/schedules?api_key={}", crate::util::KEY))
+            .json();
+        l["Schedules"][0]["Fires"] == false
+    });
+    std::thread::sleep(Duration::from_millis(1200));
+    let before = records_of(&dir, "1/tick/s").len();
+    std::thread::sleep(Duration::from_millis(2500));
+    t.check_eq(
+        records_of(&dir, "1/tick/s").len(),
+        before,
+        "records while off",
+    );
+}

@@ -223,3 +223,8 @@ fn multipart_payload() {
 fn signature_header() {
     run("signature_header", trigd_fuzz::signature_header);
 }
+
+#[test]
+fn cron_expr() {
+    run("cron_expr", trigd_fuzz::cron_expr);
+}

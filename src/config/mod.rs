@@ -150,6 +150,9 @@ pub struct Server {
     pub trusted_proxies: Vec<std::net::IpAddr>,
     /// Completion callback settings (the `[callbacks]` table).
     pub callbacks: Arc<callbacks::Callbacks>,
+    /// Whether this instance fires its schedules (`schedules`: `fire`,
+    /// the default, or `off`).
+    pub fire_schedules: bool,
     /// This instance's name, the prefix of every run id (`instance`,
     /// default from the host name; read only at start).
     pub instance: String,

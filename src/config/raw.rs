@@ -173,6 +173,9 @@ pub struct RawServer {
     pub drain_delay: Option<Spanned<RawDuration>>,
     /// `shared_state_dir`: where application keys live, shared by instances.
     pub shared_state_dir: Option<String>,
+    /// `schedules`: `fire` (default) or `off`: whether this instance fires
+    /// the schedules it loads.
+    pub schedules: Option<Spanned<String>>,
     /// `hooks_files`: adnanh/webhook hooks files (JSON or YAML).
     #[serde(default)]
     pub hooks_files: Vec<Spanned<String>>,

@@ -37,6 +37,10 @@ pub fn handle(app: &App, req: &mut Request) -> Response {
         (_, ["api"]) => Err(ApiError::MethodNotAllowed {
             allow: vec!["POST"],
         }),
+        (Get | Head, ["api", "schedules"]) => api::schedules(app, &cfg, req),
+        (_, ["api", "schedules"]) => Err(ApiError::MethodNotAllowed {
+            allow: vec!["GET", "HEAD"],
+        }),
         (Get | Head, ["api", "runs", id]) => api::run_status(app, &cfg, req, id),
         (_, ["api", "runs", _]) => Err(ApiError::MethodNotAllowed {
             allow: vec!["GET", "HEAD"],

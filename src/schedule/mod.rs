@@ -34,8 +34,6 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 
-use crate::config::schedules::Schedule;
-
 /// Where the timer reads the time: the system clock, or in tests a
 /// function of their own. A function pointer, not a trait: one real clock.
 #[derive(Debug, Clone, Copy)]
@@ -65,8 +63,6 @@ pub struct Board {
 /// What became of one schedule lately.
 #[derive(Debug, Clone, Default)]
 pub struct Status {
-    /// The schedule as configured.
-    pub schedule: Option<Schedule>,
     /// The last occurrence handled (run or skipped).
     pub last: Option<Timestamp>,
     /// The next occurrence (before jitter).

@@ -98,6 +98,15 @@ impl Timer {
     pub fn run(mut self) {
         let mut marks = self.marks_at_start();
         while !self.app.closing.load(std::sync::atomic::Ordering::SeqCst) {
+            if !self.app.config().server.fire_schedules {
+                // `schedules = "off"`: another instance fires them. Taken
+                // up anew (from the marks kept) when turned on.
+                self.slots.clear();
+                self.heap.clear();
+                self.generation = 0;
+                self.app.schedules.wait(MAX_SLEEP);
+                continue;
+            }
             if self.app.generation() != self.generation {
                 self.sync(&mut marks);
             }
@@ -186,7 +195,6 @@ impl Timer {
         let mut status = lock(&self.app.schedules.status);
         let s = status.entry(id.to_string()).or_default();
         s.next = slot.sched.cron.next_after(slot.last, &slot.sched.zone);
-        s.schedule = Some(slot.sched.clone());
     }
 
     /// Handle every schedule whose firing has come; whether any was.
