@@ -4,7 +4,7 @@
 //! One binary that reads `config.toml` and `programs/*.toml`, serves HTTP
 //! with a fixed pool of threads (tiny_http), and runs the configured programs
 //! as real child processes, synchronously or on a detached thread. See
-//! README.md for the operator's guide.
+//! docs/ (an mdBook; README.md points into it) for the operator's guide.
 //!
 //! # Map
 //!

@@ -1,5 +1,5 @@
 //! `POST /api`: the success shapes of the original interface, every error
-//! row of the README (rate limiting is in `limits.rs`), busy/queue bounds, timeouts and the
+//! row of the manual (docs/http-api.md; rate limiting is in `limits.rs`), busy/queue bounds, timeouts and the
 //! guarantee that a caller's value can never be spliced into a command.
 
 use std::thread;

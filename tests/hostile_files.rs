@@ -1,4 +1,4 @@
-//! Config and hooks files that try to take the server down (README,
+//! Config and hooks files that try to take the server down (docs/operations.md,
 //! "Limits and defaults"): a YAML alias bomb, nesting 5,000 deep in YAML,
 //! JSON and TOML, files over the size bound, hook ids no URL can name.
 //! Each is given to a running server by hot reload, with its address

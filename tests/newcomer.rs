@@ -503,3 +503,358 @@ fn counts_are_spelled_right() {
         format!("one error, singular: {log}"),
     );
 }
+
+// ---------------------------------------------------------------------------
+// The manual's commands, run: every ```console block of the README's tour,
+// docs/tour.md and the recipes of docs/webhooks.md is executed by a real
+// shell against a real trigd, and what it prints is compared with what the
+// page shows, run ids and times aside.
+
+/// One `$ command` of a console block and the output the page shows.
+#[derive(Debug)]
+struct Shown {
+    command: String,
+    output: String,
+}
+
+/// The ```console blocks of a Markdown text, each as its commands. A
+/// command ends at a line without a trailing `\`; its output is every line
+/// up to the next `$ ` line, trailing blank lines dropped.
+fn console_blocks(text: &str) -> Vec<Vec<Shown>> {
+    let mut blocks = Vec::new();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        if line.trim_end() != "```console" {
+            continue;
+        }
+        let mut block: Vec<Shown> = Vec::new();
+        let mut continued = false;
+        for line in lines.by_ref().take_while(|l| !l.starts_with("```")) {
+            match (line.strip_prefix("$ "), block.last_mut()) {
+                (_, Some(last)) if continued => {
+                    last.command.push('\n');
+                    last.command.push_str(line);
+                }
+                (Some(command), _) => block.push(Shown {
+                    command: command.to_string(),
+                    output: String::new(),
+                }),
+                (None, Some(last)) => {
+                    last.output.push_str(line);
+                    last.output.push('\n');
+                }
+                (None, None) => panic!("console block output before any command: {line}"),
+            }
+            continued = line.ends_with('\\');
+        }
+        for shown in &mut block {
+            shown.output = shown.output.trim_end().to_string();
+        }
+        blocks.push(block);
+    }
+    blocks
+}
+
+/// A bash process kept for a block, so that `body=…` and `sig=…` carry on
+/// to the next command, as in a terminal.
+struct Shell {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+const DONE: &str = "@@trigd-doc-command-done@@";
+
+impl Shell {
+    /// bash in `cwd`, with `trigd` on the PATH and `env` set.
+    fn start(cwd: &Path, env: &[(&str, &str)]) -> Shell {
+        let bin_dir = Path::new(BIN).parent().expect("bin dir");
+        let path = format!(
+            "{}:{}",
+            bin_dir.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let mut child = Command::new("bash")
+            .args(["--noprofile", "--norc"])
+            .current_dir(cwd)
+            .env("PATH", path)
+            .envs(env.iter().copied())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn bash");
+        let out = child.stdout.take().expect("stdout");
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut shell = Shell { child, lines: rx };
+        shell.run("exec 2>&1");
+        shell
+    }
+
+    /// What `command` prints (stdout and stderr), bounded to 30 s.
+    fn run(&mut self, command: &str) -> String {
+        use std::io::Write;
+        let stdin = self.child.stdin.as_mut().expect("stdin");
+        writeln!(stdin, "{command}\nprintf '\\n{DONE}\\n'").expect("write to bash");
+        let mut out = String::new();
+        loop {
+            let line = self
+                .lines
+                .recv_timeout(Duration::from_secs(30))
+                .unwrap_or_else(|_| panic!("`{command}` did not finish within 30 s: {out}"));
+            if line == DONE {
+                return out.trim_end().to_string();
+            }
+            out.push_str(&line);
+            out.push('\n');
+        }
+    }
+}
+
+impl Drop for Shell {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The run ids of a text, in order (`<32 hex>`, or `<instance>-<32 hex>`).
+fn run_ids(text: &str) -> Vec<String> {
+    let re = regex_lite::Regex::new(r"\b(?:[a-z0-9_-]+-)?[0-9a-f]{32}\b").expect("regex");
+    re.find_iter(text).map(|m| m.as_str().to_string()).collect()
+}
+
+/// `text` with what differs from run to run masked: run ids, times,
+/// durations, a disk's fill level, the instance (the host's name) and
+/// application keys.
+fn masked(text: &str) -> String {
+    let rules = [
+        (r"\b(?:[a-z0-9_-]+-)?[0-9a-f]{32}\b", "<run>"),
+        (r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z", "<time>"),
+        (r#""DurationMs":\d+"#, r#""DurationMs":<n>"#),
+        (r#""used_percent":\d+"#, r#""used_percent":<n>"#),
+        (r#""Instance":"[^"]*""#, r#""Instance":<host>"#),
+        (r"\btk_[0-9a-f]{64}\b", "<app key>"),
+    ];
+    rules.iter().fold(text.to_string(), |t, (pattern, with)| {
+        let re = regex_lite::Regex::new(pattern).expect("regex");
+        re.replace_all(&t, *with).into_owned()
+    })
+}
+
+/// A command that only reads (a curl without a method or a body): it may be
+/// repeated until what it shows has happened (an async run has finished).
+fn only_reads(command: &str) -> bool {
+    command.starts_with("curl ") && !command.contains("-X ") && !command.contains(" -d ")
+}
+
+/// Runs every command of `blocks` in `cwd` against the server at `addr`
+/// and compares each output with the page's. `page` names the source.
+fn run_blocks(page: &str, blocks: &[Vec<Shown>], cwd: &Path, addr: &str, env: &[(&str, &str)]) {
+    run_blocks_keyed(page, blocks, cwd, addr, env, None);
+}
+
+/// [`run_blocks`], where a key the page abbreviates (`tk_b91f…0a01`) stands
+/// for `key`, or for the last application key a command printed.
+fn run_blocks_keyed(
+    page: &str,
+    blocks: &[Vec<Shown>],
+    cwd: &Path,
+    addr: &str,
+    env: &[(&str, &str)],
+    mut key: Option<String>,
+) {
+    let full_key = regex_lite::Regex::new(r"\btk_[0-9a-f]{64}\b").expect("regex");
+    let short_key = regex_lite::Regex::new(r"tk_[0-9a-f]{4}…[0-9a-f]{4}").expect("regex");
+    let mut ids: Vec<(String, String)> = Vec::new();
+    for block in blocks {
+        let mut shell = Shell::start(cwd, env);
+        for shown in block {
+            let mut command = shown.command.replace("127.0.0.1:8080", addr);
+            for (shown_id, real) in &ids {
+                command = command.replace(shown_id, real);
+            }
+            if let Some(key) = &key {
+                command = short_key.replace_all(&command, key.as_str()).into_owned();
+            }
+            let want = shown.output.replace("127.0.0.1:8080", addr);
+            let mut got = shell.run(&command);
+            let mut polls = 0;
+            while masked(&got) != masked(&want) && only_reads(&command) && polls < 300 {
+                thread::sleep(Duration::from_millis(100));
+                got = shell.run(&command);
+                polls += 1;
+            }
+            assert_eq!(
+                masked(&got),
+                masked(&want),
+                "{page}: `$ {}` printed (left) what the page does not show (right)",
+                shown.command
+            );
+            ids.extend(run_ids(&want).into_iter().zip(run_ids(&got)));
+            if let Some(k) = full_key.find(&got) {
+                key = Some(k.as_str().to_string());
+            }
+        }
+    }
+}
+
+fn read_doc(rel: &str) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(root.join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+#[test]
+fn the_tours_of_the_readme_and_the_manual_run_as_written() {
+    let dir = crate::util::TestDir::new("newcomer_doc_tour");
+    crate::browser::shipped_setup(&dir);
+    let t = Trigd::start(&dir);
+    for page in ["README.md", "docs/tour.md"] {
+        let blocks = console_blocks(&read_doc(page));
+        let commands: usize = blocks.iter().map(Vec::len).sum();
+        assert!(commands >= 5, "{page}: only {commands} console commands");
+        run_blocks(page, &blocks, &dir.root, &t.addr, &[]);
+    }
+}
+
+#[test]
+fn the_webhook_recipes_run_as_written() {
+    let page = read_doc("docs/webhooks.md");
+    let recipes = page.split("## Recipes").nth(1).expect("a Recipes section");
+    let recipes = recipes.split("\n## ").next().unwrap_or("");
+    // The section's two TOML blocks are the config and programs/hooks.toml.
+    let toml: Vec<&str> = recipes
+        .split("```toml\n")
+        .skip(1)
+        .filter_map(|b| b.split("\n```").next())
+        .collect();
+    assert_eq!(
+        toml.len(),
+        2,
+        "docs/webhooks.md Recipes: the config and the program"
+    );
+    let dir = crate::util::TestDir::new("newcomer_doc_recipes");
+    dir.write("config.toml", toml[0]);
+    dir.write("programs/hooks.toml", toml[1]);
+    for sender in ["github", "gitlab", "gitea", "slack"] {
+        dir.write(
+            &format!("secrets/{sender}"),
+            &format!("{sender}-secret-5e1f\n"),
+        );
+    }
+    let stripe = ("STRIPE_WEBHOOK_SECRET", "whsec_doc_test_8c2d");
+    let t = Trigd::start_env(&dir, &[stripe]);
+    let blocks = console_blocks(recipes);
+    let commands: usize = blocks.iter().map(Vec::len).sum();
+    assert!(
+        commands >= 15,
+        "docs/webhooks.md: only {commands} console commands"
+    );
+    run_blocks("docs/webhooks.md", &blocks, &dir.root, &t.addr, &[stripe]);
+}
+
+/// A section (`## title` up to the next `## `) of a page.
+fn section<'p>(page: &'p str, title: &str) -> &'p str {
+    let start = page
+        .find(&format!("\n## {title}\n"))
+        .unwrap_or_else(|| panic!("no section `## {title}`"));
+    let rest = &page[start + title.len() + 5..];
+    rest.find("\n## ").map_or(rest, |end| &rest[..end])
+}
+
+/// The shipped config plus the tour's user, workspace and tool (alice's
+/// password hash made here: the page elides it) and its program.
+fn tools_tour_setup(name: &str, tour: &str) -> crate::util::TestDir {
+    let toml: Vec<&str> = tour
+        .split("```toml\n")
+        .skip(1)
+        .filter_map(|b| b.split("\n```").next())
+        .collect();
+    assert_eq!(
+        toml.len(),
+        2,
+        "docs/tools.md tour: the config and the program"
+    );
+    let hash = crate::util::trigd(&["hash-password"], Some("alice-password\n")).stdout;
+    let config = toml[0].replace(
+        "password = \"$argon2id$v=19$m=19456,t=2,p=1$…\"",
+        &format!("password = \"{}\"", hash.trim()),
+    );
+    assert!(config.contains("$argon2id$v=19$m="), "{config}");
+    let dir = crate::util::TestDir::new(name);
+    crate::browser::shipped_setup(&dir);
+    dir.append("config.toml", &format!("\n{config}\n"));
+    dir.write("programs/inventory.toml", toml[1]);
+    dir
+}
+
+#[test]
+fn the_tools_tour_and_the_public_switch_run_as_written() {
+    let page = read_doc("docs/tools.md");
+    let tour = section(&page, "Tour: a tool with two environments");
+    let dir = tools_tour_setup("newcomer_doc_tools", tour);
+    let t = Trigd::start(&dir);
+    let blocks = console_blocks(tour);
+    assert!(
+        blocks.iter().map(Vec::len).sum::<usize>() >= 8,
+        "{blocks:?}"
+    );
+    run_blocks("docs/tools.md", &blocks, &dir.root, &t.addr, &[]);
+    drop(t);
+
+    // The switch section starts again from the tour's config, with a key.
+    let switch = section(&page, "The public switch from the browser or a script");
+    let dir = tools_tour_setup("newcomer_doc_switch", tour);
+    let t = Trigd::start(&dir);
+    let config = dir.path_str("config.toml");
+    let args = [
+        "app-key",
+        "--config",
+        &config,
+        "--workspace",
+        "ops",
+        "--member",
+        "alice",
+    ];
+    let key = crate::util::trigd(&args, None).stdout;
+    let key = key.lines().next().unwrap_or("").to_string();
+    let blocks = console_blocks(switch);
+    assert!(
+        blocks.iter().map(Vec::len).sum::<usize>() >= 4,
+        "{blocks:?}"
+    );
+    run_blocks_keyed("docs/tools.md", &blocks, &dir.root, &t.addr, &[], Some(key));
+}
+
+/// The comparison sees a changed output, and the parser keeps continued
+/// lines with their command.
+#[test]
+fn a_console_block_that_lies_is_caught() {
+    let blocks = console_blocks(
+        "```console\n$ printf '%s\\n' \\\n    a\na\n$ echo b\nb\n\n```\n```\n$ not run\n```\n",
+    );
+    assert_eq!(blocks.len(), 1);
+    assert_eq!(blocks[0][0].command, "printf '%s\\n' \\\n    a");
+    assert_eq!(blocks[0][1].output, "b");
+    let dir = crate::util::TestDir::new("newcomer_doc_lies");
+    let mut shell = Shell::start(&dir.root, &[]);
+    assert_eq!(shell.run(&blocks[0][0].command), "a");
+    assert_eq!(shell.run("x=1; echo $x"), "1");
+    let lie = vec![vec![Shown {
+        command: "echo Hello".into(),
+        output: "Goodbye".into(),
+    }]];
+    let caught =
+        std::panic::catch_unwind(|| run_blocks("lie", &lie, &dir.root, "127.0.0.1:1", &[]));
+    assert!(caught.is_err(), "a wrong output passes");
+    assert_eq!(
+        masked(r#"{"Run":"0123456789abcdef0123456789abcdef"}"#),
+        r#"{"Run":"<run>"}"#
+    );
+}

@@ -204,6 +204,14 @@ fn openapi_json_is_served() {
         "Content-Type",
     );
     r.check_eq(r.json(), document(), "served document");
+    // Minified: no white space between tokens, so no line breaks at all
+    // (a line break inside a string is written `\n`).
+    let body = r.text();
+    r.check(!body.contains('\n'), "served minified");
+    r.check(
+        body.len() * 5 < repo_file("openapi.json").len() * 4,
+        "at least a fifth smaller",
+    );
 }
 
 /// The answer's described in `doc` for `method` on the concrete `path`

@@ -1,5 +1,5 @@
 //! Hostile and odd bodies, anonymous, on tool endpoint triggers and on
-//! hooks of a hooks file: each bound of README's "Inputs and their bounds"
+//! hooks of a hooks file: each bound of the manual's "Inputs and their bounds" (docs/security.md)
 //! refuses with its Code (`payload_too_complex`), the cheap checks
 //! (method, signature) come before any parsing, signature headers list at
 //! most 16 entries, a form value that is not UTF-8 and a name given twice

@@ -1,4 +1,4 @@
-//! Hot reload (README, "Hot reload") against the running binary: every way an operator or
+//! Hot reload (docs/hot-reload.md) against the running binary: every way an operator or
 //! a tool edits the files (in place, rename over, delete and create, new and
 //! removed files, config edits, a Kubernetes ConfigMap symlink swap), editor
 //! files that must not count, invalid edits that must change nothing, reloads

@@ -494,7 +494,7 @@ fn the_tour_s_runs_are_on_the_demo_user_s_runs_page() {
     crate::browser::shipped_setup(&dir);
     let t = Trigd::start(&dir);
     let password = crate::browser::first_start_password(&dir, "demo");
-    // The tour, as the README writes it.
+    // The tour, as docs/tour.md writes it.
     let demo = "demo-key-REPLACE-ME";
     let mut runs = Vec::new();
     for query in [

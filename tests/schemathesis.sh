@@ -122,7 +122,7 @@ base="$(grep -o 'http://[0-9.:]*' "$dir/stdout" | head -1)"
 [ -n "$base" ] || { echo "trigd did not start" >&2; cat "$dir/stderr" >&2; exit 1; }
 
 # A session of the demo user: the cookie, and its CSRF token
-# (sha256("trigd-csrf\0" + session token), README "CSRF protection").
+# (sha256("trigd-csrf\0" + session token), docs/browser.md "CSRF protection").
 session="$(curl -sS -o /dev/null -D - --data-urlencode username=demo --data-urlencode "password=$password" \
   "$base/login" | tr -d '\r' | sed -n 's/^[Ss]et-[Cc]ookie: trigd_session=\([^;]*\).*/\1/p')"
 [ -n "$session" ] || { echo "sign-in failed" >&2; exit 1; }

@@ -1,6 +1,6 @@
 //! The state directory is described once in code and once for users, and
 //! the two agree: the table in `src/state/mod.rs`'s module doc, the
-//! README's "State directory" table and `trigd::testing::state::Kept` (the names the
+//! manual's "State directory" table (docs/operations.md) and `trigd::testing::state::Kept` (the names the
 //! code builds paths from) list the same files.
 
 use std::collections::BTreeSet;
@@ -43,9 +43,9 @@ fn code_paths(module_doc: &str) -> Vec<String> {
         .collect()
 }
 
-/// The paths of the README's "State directory" table.
+/// The paths of the manual's "State directory" table (docs/operations.md).
 fn readme_paths(readme: &str) -> Vec<String> {
-    table(readme, "### State directory", "")
+    table(readme, "## State directory", "")
         .iter()
         .map(|r| path_of(&r[0]))
         .collect()
@@ -58,12 +58,16 @@ fn differences(module_doc: &str, readme: &str) -> Vec<String> {
     let mut out = Vec::new();
     for p in &code {
         if !readme.contains(p) {
-            out.push(format!("{p}: in src/state/mod.rs, not in the README"));
+            out.push(format!(
+                "{p}: in src/state/mod.rs, not in docs/operations.md"
+            ));
         }
     }
     for p in &readme {
         if !code.contains(p) {
-            out.push(format!("{p}: in the README, not in src/state/mod.rs"));
+            out.push(format!(
+                "{p}: in docs/operations.md, not in src/state/mod.rs"
+            ));
         }
     }
     let first = |p: &String| p.split('/').next().unwrap_or("").to_string();
@@ -82,8 +86,8 @@ fn read(rel: &str) -> String {
 }
 
 #[test]
-fn the_readme_state_table_matches_the_one_in_state() {
-    let (doc, readme) = (read("src/state/mod.rs"), read("README.md"));
+fn the_manual_s_state_table_matches_the_one_in_state() {
+    let (doc, readme) = (read("src/state/mod.rs"), read("docs/operations.md"));
     assert_eq!(code_paths(&doc).len(), Kept::ALL.len());
     let diff = differences(&doc, &readme);
     assert!(diff.is_empty(), "state tables differ:\n{}", diff.join("\n"));
@@ -93,7 +97,7 @@ fn the_readme_state_table_matches_the_one_in_state() {
 /// differently, and a kind of file the code names but no table lists.
 #[test]
 fn the_state_table_check_catches_each_kind_of_drift() {
-    let (doc, readme) = (read("src/state/mod.rs"), read("README.md"));
+    let (doc, readme) = (read("src/state/mod.rs"), read("docs/operations.md"));
     let without = |text: &str, needle: &str| -> String {
         text.lines()
             .filter(|l| !(l.contains(needle) && l.contains('|')))

@@ -1,11 +1,12 @@
 //! Integration tests: every test drives the real `trigd` binary, except
 //! `vendor`, which drives the patched tiny_http through its own API.
 
-mod api; // POST /api: success shapes, every error row of the README, limits, injection safety
+mod api; // POST /api: success shapes, every error row of the manual, limits, injection safety
 mod browser; // headless Chromium through chromedriver: login, application key, endpoint view, logout, public switch
 mod callbacks; // completion callbacks: signed deliveries to a local receiver, retries, kill -9, allow list
 mod cli; // subcommands: check, keygen, hash-password, run, --help/--version, usage errors
 mod cluster; // several instances: run ids naming their instance, 421, readiness and draining, three instances behind HAProxy
+mod docs; // the manual (docs/, an mdBook): links and anchors resolve, every page in SUMMARY.md, every Code in troubleshooting, config keys
 mod hooks_diff; // adnanh/webhook hooks files: the real webhook and trigd given the same file and requests
 mod hooks_pipeline; // a hook through the one pipeline: Idempotency-Key, busy, storage_unavailable, shutting_down
 mod hostile_files; // config and hooks files that try to take the server down: alias bombs, deep nesting, huge files, unreachable hook ids
@@ -22,7 +23,7 @@ mod runs_access; // who may read, follow and cancel a run (hook runs, auth befor
 mod runs_output; // kept output, following it (events, curl -N), streamed sync calls, cancel and its process group
 mod runs_pages; // the runs pages: list, filters, a run's page, untrusted output, the Cancel form, 100,000 runs
 mod schedules; // schedule triggers: firing ordinary runs, reload, overlap, kill -9 and catch-up, load errors, bundled zones
-mod state_table; // the state directory table of src/state/mod.rs, the README's and state::Kept list the same files
+mod state_table; // the state directory table of src/state/mod.rs, the manual's (docs/operations.md) and state::Kept list the same files
 mod switch; // the public switch flipped from trigd: HTTP operation, form, confirmation, config rewrite, read-only, admins, CSRF, races
 mod tools; // generated tool endpoints: environments, values by name, bearer app keys, User-Agent rule, endpoint view
 mod ui; // browser access over HTTP: login, throttle, sessions, CSRF, settings, escaping, headers

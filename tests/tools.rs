@@ -1,4 +1,4 @@
-//! Tools (README, "Tools, environments and generated endpoints"):
+//! Tools (docs/tools.md):
 //! generated endpoints per environment, values by output name, public and protected access with bearer application keys
 //! and the User-Agent rule, `trigd app-key` against a running server, the
 //! key file, the endpoint view, and traversal attempts in names.

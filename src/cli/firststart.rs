@@ -15,7 +15,7 @@ use crate::state::passwords::{self, read, write};
 /// Load the config at `path` for `serve`; first give every user with
 /// `password = "generate"` and no stored hash a new password, printed once
 /// on stderr (`listen`, the address about to be served, is named there).
-/// `before` is told what each load reads next ([`config::load_first`]).
+/// `before` is told what each load reads next (`config::load_first`).
 ///
 /// # Errors
 /// The config does not load, or the state dir cannot be written.

@@ -64,9 +64,10 @@ const CONFIG: Flag = Flag {
 };
 
 /// The kinds `trigd generate` prints.
-pub const GENERATE_KINDS: [&str; 5] = [
+pub const GENERATE_KINDS: [&str; 6] = [
     "man",
     "man-config",
+    "config-reference",
     "complete-bash",
     "complete-zsh",
     "complete-fish",
@@ -227,10 +228,11 @@ pub const COMMANDS: &[Sub] = &[
     },
     Sub {
         name: "generate",
-        summary: "print a man page or a shell completion script",
+        summary: "print a man page, the config key list or a completion script",
         usage: "trigd generate KIND",
         about: "Prints, made from the same definitions as the help texts and the config\n\
                 parser, KIND: `man` (trigd(1)), `man-config` (trigd.toml(5)),\n\
+                `config-reference` (the manual's key list, Markdown),\n\
                 `complete-bash`, `complete-zsh` or `complete-fish`. Packages install\n\
                 the output (docs/packaging.md).",
         args: &[Arg {

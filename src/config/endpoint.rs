@@ -93,7 +93,7 @@ impl Methods {
 pub enum Dialect {
     /// trigd's own (`receive::values::Incoming`): the body parsed by its
     /// `Content-Type`, a body that does not parse an error, the client
-    /// address behind trusted proxies; values as [`Values`] says; the run
+    /// address behind trusted proxies; values as `Values` says; the run
     /// endpoint's JSON answer, shaped by `receive.answer`.
     Native,
     /// A hook of an adnanh/webhook hooks file: read, valued and answered

@@ -73,7 +73,7 @@ pub struct Config {
     pub fingerprint: [u8; 32],
 }
 
-/// `[server]` settings. Every field has a default (see README).
+/// `[server]` settings. Every field has a default (see docs/config-reference.md).
 #[derive(Debug, Clone)]
 pub struct Server {
     /// Address to listen on, `host:port` (`listen`, default `127.0.0.1:8080`).

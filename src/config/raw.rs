@@ -20,7 +20,7 @@ use serde::de::{self, DeserializeOwned, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use toml::Spanned;
 
-/// Default values of `[server]` fields (README lists them).
+/// Default values of `[server]` fields (docs/config-reference.md lists them).
 pub mod defaults {
     /// `listen`.
     pub const LISTEN: &str = "127.0.0.1:8080";

@@ -641,7 +641,7 @@ fn warn_unappliable(old: &config::Server, new: &config::Server) {
 /// The `[server]` settings that differ between `old` and `new` among those
 /// read only at start: the listener and the bounds of the HTTP server
 /// (`server.rs`), the run store and the shutdown grace. With `instance`
-/// and `shared_state_dir` ([`keep_start_only`]), the README lists the same
+/// and `shared_state_dir` ([`keep_start_only`]), the manual (docs/hot-reload.md) lists the same
 /// under "Hot reload".
 fn fixed_at_start(old: &config::Server, new: &config::Server) -> Vec<&'static str> {
     [

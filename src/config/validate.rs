@@ -376,7 +376,7 @@ fn missing_config_hint(path: &Path, e: &std::io::Error) -> String {
     )
 }
 
-/// Like [`load`], from text: `config_text` is the content of `path`, and
+/// Like `load`, from text: `config_text` is the content of `path`, and
 /// `programs` are `(file path, content)` of the program files, in any order.
 /// Used by unit tests so that validation never touches the disk.
 ///

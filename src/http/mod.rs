@@ -757,7 +757,7 @@ impl ApiError {
             Ignored { .. } => "The request does not match this endpoint's rule, so nothing ran.".into(),
             RuleError { reason } => format!("The endpoint's rule could not be evaluated ({reason}), so nothing ran.").into(),
             InvalidPayload { msg } | UnsupportedMediaType { msg } => msg.clone().into(),
-            PayloadTooComplex { msg } => format!("{msg} (See \"Inputs and their bounds\" in the README.)").into(),
+            PayloadTooComplex { msg } => format!("{msg} (See \"Inputs and their bounds\" in the manual, docs/security.md.)").into(),
             Internal => "Internal error. The server log has the details.".into(),
         }
     }

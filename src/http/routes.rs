@@ -16,8 +16,8 @@ use crate::runs::cluster;
 use crate::ui;
 
 /// The OpenAPI 3.0 description of every route below, served at
-/// `GET /openapi.json`.
-pub const OPENAPI: &str = include_str!("../../openapi.json");
+/// `GET /openapi.json`: the file `openapi.json`, minified by `build.rs`.
+pub const OPENAPI: &str = include_str!(concat!(env!("OUT_DIR"), "/openapi.min.json"));
 
 /// Answer one request.
 pub fn handle(app: &App, req: &mut Request) -> Response {

@@ -118,7 +118,7 @@ fn steps(
     let rcv = &endpoint.receive;
     signed::verify(app, cfg, rcv, req)?;
     // Before the rule: an ignored request with a malformed key is refused
-    // like any other (the README's promise for the header).
+    // like any other (the manual's promise for the header, docs/http-api.md).
     // Owned: the body is let go of below, while the key is still needed.
     let key = idempotency::key_of(req)?.map(str::to_owned);
     values::reject_body(req, &endpoint.values)?;

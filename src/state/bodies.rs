@@ -22,15 +22,7 @@ impl BodyFile {
     pub fn write(dir: &Path, body: &[u8]) -> io::Result<BodyFile> {
         fs::create_dir_all(dir)?;
         let name = format!("body-{}", hex::encode(rand::random::<[u8; 12]>()));
-        let path = dir.join(name);
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)?;
-        let guard = BodyFile { path };
-        f.write_all(body)?;
-        Ok(guard)
+        BodyFile::create(dir.join(name), body)
     }
 
     /// Write `data` to a new file `<prefix><random digits>` in `dir` (which
@@ -41,7 +33,12 @@ impl BodyFile {
     /// The file cannot be created or written.
     pub fn write_named(dir: &Path, prefix: &str, data: &[u8]) -> io::Result<BodyFile> {
         let name = format!("{prefix}{}", rand::random::<u32>());
-        let path = dir.join(name);
+        BodyFile::create(dir.join(name), data)
+    }
+
+    /// Create `path` (never an existing file), mode 0600, holding `data`;
+    /// the guard removes it again if writing fails.
+    fn create(path: PathBuf, data: &[u8]) -> io::Result<BodyFile> {
         let mut f = OpenOptions::new()
             .write(true)
             .create_new(true)

@@ -3,7 +3,7 @@
 //! a path in it (`tests/modules.rs` checks); what the kept things mean (who
 //! may see a run, when a callback is retried, how a session is checked)
 //! stays with `runs/`, `access/` and the others, which call the functions
-//! here. The README's "State directory" table lists the same files
+//! here. The manual's "State directory" table (docs/operations.md) lists the same files
 //! (`tests/state_table.rs` compares the two).
 //!
 //! | Kind | Path | Format | Written | After `kill -9` |

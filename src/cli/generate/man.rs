@@ -111,7 +111,7 @@ a usage error: an unknown command or flag, a missing value.
 .BR trigd.toml (5),
 .BR systemd.exec (5)
 .PP
-The manual: README.md in the source, \fI/usr/share/doc/trigd/\fR when packaged.
+The manual: docs/ in the source (an mdBook, start at docs/introduction.md), \fI/usr/share/doc/trigd/\fR when packaged.
 "#;
 
 /// `trigd.toml(5)`: every key of `config.toml` and of program files.
@@ -129,7 +129,8 @@ pub fn trigd_toml_5() -> String {
     }
     out.push_str(
         ".SH SEE ALSO\n.BR trigd (1)\n.PP\n\
-         The manual (README.md) explains each feature with examples.\n",
+         The manual (docs/ in the source, an mdBook; README.md points into it)\n\
+         explains each feature with examples.\n",
     );
     out
 }

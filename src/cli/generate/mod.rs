@@ -4,6 +4,7 @@
 
 mod complete;
 mod man;
+mod markdown;
 mod roff;
 
 /// The text of `trigd generate KIND`; `kind` is one of
@@ -12,6 +13,7 @@ pub fn text(kind: &str) -> String {
     match kind {
         "man" => man::trigd_1(),
         "man-config" => man::trigd_toml_5(),
+        "config-reference" => markdown::config_reference(),
         "complete-bash" => complete::bash(),
         "complete-zsh" => complete::zsh(),
         _ => complete::fish(),

@@ -132,3 +132,14 @@ fn pages_are_ascii() {
         );
     }
 }
+
+#[test]
+fn the_manual_s_key_list_has_a_row_per_key() {
+    let page = text("config-reference");
+    for section in SECTIONS {
+        for key in section.keys {
+            let row = format!("| `{}` |", key.name);
+            assert!(page.contains(&row), "{} {}", section.header, key.name);
+        }
+    }
+}

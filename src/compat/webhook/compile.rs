@@ -125,7 +125,7 @@ fn located(file: &Path, e: HookError) -> ConfigError {
     out
 }
 
-/// One hook definition → its [`Endpoint`]: public, webhook's reading,
+/// One hook definition → its `Endpoint`: public, webhook's reading,
 /// its values, its own program, webhook's answer.
 ///
 /// # Errors

@@ -259,8 +259,8 @@ impl HookError {
 
 /// Read the hooks of one file's text: the entry point of loading, of
 /// `trigd import-webhook` and of the `hooks_file` fuzz target. Bounded
-/// whatever the text: at most [`file::MAX_FILE_BYTES`], no alias, lists
-/// and mappings nested at most [`yaml::MAX_DEPTH`] deep, at most
+/// whatever the text: at most `file::MAX_FILE_BYTES`, no alias, lists
+/// and mappings nested at most `yaml::MAX_DEPTH` deep, at most
 /// [`MAX_HOOKS`] hooks.
 ///
 /// # Errors
