@@ -409,3 +409,44 @@ fn api_schedules_lists_last_and_next_and_off_fires_nothing() {
         "records while off",
     );
 }
+
+#[test]
+fn a_function_without_a_recent_success_is_overdue_whatever_starts_it() {
+    let p = "id = 1\nname = \"p\"\n[[functions]]\nname = \"job\"\nexpect_every = \"2s\"\n\
+             command = [\"true\"]\n[functions.webhook]\n";
+    let (_dir, mut t) = serve("sched_overdue", "", &[("p.toml", p)]);
+    let overdue = |t: &Trigd| {
+        let l = t
+            .get(&format!("/api/overdue?api_key={}", crate::util::KEY))
+            .ok();
+        l["Functions"][0].clone()
+    };
+    t.check_eq(&overdue(&t)["Function"], &Value::from("job"), "listed");
+    // No success within 2 s of the start: overdue.
+    t.wait_for(WAIT, "overdue", || overdue(&t)["Overdue"] == true);
+    let metrics = t.get("/metrics").text();
+    t.check(
+        metrics.contains("trigd_function_overdue{program=\"1\",function=\"job\"} 1"),
+        "overdue in /metrics",
+    );
+    // A run through POST /api (cron outside, a sender) succeeds: back to normal.
+    t.post(&format!("/api?api_key={}&program_id=1", crate::util::KEY))
+        .ok();
+    let now = overdue(&t);
+    t.check_eq(&now["Overdue"], &Value::from(false), "after a success");
+    let last = now["LastSuccessAt"].clone();
+    t.check(last.is_string(), format!("{now}"));
+    let metrics = t.get("/metrics").text();
+    t.check(
+        metrics.contains("trigd_function_overdue{program=\"1\",function=\"job\"} 0"),
+        "back to 0 in /metrics",
+    );
+    // The last success survives a restart (read back from the run log).
+    t.restart();
+    t.check_eq(
+        overdue(&t)["LastSuccessAt"].clone(),
+        last,
+        "after a restart",
+    );
+    t.get("/api/overdue").err(401, "missing_api_key");
+}

@@ -296,6 +296,9 @@ pub struct Function {
     /// Send each step's stderr into its stdout, in the order written (a
     /// hooks-file hook answers with the command's combined output).
     pub combined_output: bool,
+    /// A successful run is expected at least this often, whatever starts
+    /// it (`expect_every`); past it the function is overdue.
+    pub expect_every: Option<Duration>,
     /// Its schedule triggers (`[[functions.schedules]]`).
     pub schedules: Vec<schedules::Schedule>,
 }

@@ -542,6 +542,8 @@ pub struct RawFunction {
     pub webhook: Option<Spanned<WebhookSlot>>,
     /// `callback`: a URL called when a run of this function ends.
     pub callback: Option<Spanned<String>>,
+    /// `expect_every`: a successful run is expected at least this often.
+    pub expect_every: Option<Spanned<RawDuration>>,
     /// `[[functions.schedules]]`: when the clock starts it.
     #[serde(default)]
     pub schedules: Vec<Spanned<RawSchedule>>,

@@ -62,9 +62,9 @@ pub fn schedules(app: &App, cfg: &Config, req: &Request) -> Result<Response, Api
                 "Timezone": s.zone_name,
                 "Active": s.active,
                 "Fires": cfg.server.fire_schedules,
-                "LastAt": seen.and_then(|x| x.last).map(|t| t.to_string()),
+                "LastAt": seen.and_then(|x| x.last).map(|t| format!("{t:.3}")),
                 "LastOutcome": seen.map(|x| x.outcome.clone()).filter(|o| !o.is_empty()),
-                "NextAt": next.map(|t| t.to_string()),
+                "NextAt": next.map(|t| format!("{t:.3}")),
                 "NextLocal": next.map(|t| local(t, &s.zone)),
             })
         })
@@ -80,4 +80,46 @@ pub fn local(t: jiff::Timestamp, zone: &jiff::tz::TimeZone) -> String {
     t.to_zoned(zone.clone())
         .strftime("%Y-%m-%d %H:%M:%S %:z")
         .to_string()
+}
+
+/// The functions with `expect_every` of programs `visible` lets through,
+/// as of now.
+pub fn expectations(
+    app: &App,
+    cfg: &Config,
+    visible: impl Fn(&crate::config::Program) -> bool,
+) -> Vec<crate::schedule::overdue::Expectation> {
+    let metrics = &app.runner.metrics;
+    crate::schedule::overdue::expectations(
+        cfg,
+        visible,
+        |p, f| metrics.last_success(p, f),
+        app.schedules.started,
+        jiff::Timestamp::now(),
+    )
+}
+
+/// `GET /api/overdue`: every function with `expect_every` of the programs
+/// the API key may reach, with its last success and whether it is overdue.
+///
+/// # Errors
+/// 429 `rate_limited`, 401 for a missing or invalid key.
+pub fn overdue(app: &App, cfg: &Config, req: &Request) -> Result<Response, ApiError> {
+    let key = app.access.api_key(cfg, req)?;
+    let list: Vec<serde_json::Value> = expectations(app, cfg, |p| key.may_access(p))
+        .into_iter()
+        .map(|e| {
+            serde_json::json!({
+                "Program": e.program,
+                "Function": e.function,
+                "ExpectEverySeconds": e.every.as_secs(),
+                "LastSuccessAt": e.last_success.map(|t| format!("{t:.3}")),
+                "Overdue": e.overdue,
+            })
+        })
+        .collect();
+    Ok(Response::json(
+        200,
+        &serde_json::json!({ "Functions": list }),
+    ))
 }

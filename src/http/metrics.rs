@@ -46,6 +46,9 @@ pub struct Metrics {
     lateness: [AtomicU64; LATENESS.len()],
     lateness_count: AtomicU64,
     lateness_sum_us: AtomicU64,
+    /// When each function last finished a run successfully (a program's
+    /// functions; hooks have no `expect_every`).
+    last_success: Mutex<BTreeMap<(u64, String), jiff::Timestamp>>,
 }
 
 /// Upper bounds (seconds) of the schedule lateness histogram buckets.
@@ -83,6 +86,7 @@ impl Default for Metrics {
             lateness: Default::default(),
             lateness_count: AtomicU64::new(0),
             lateness_sum_us: AtomicU64::new(0),
+            last_success: Mutex::new(BTreeMap::new()),
         }
     }
 }
@@ -122,6 +126,20 @@ impl Metrics {
         self.duration_count.fetch_add(1, Ordering::Relaxed);
         self.duration_sum_us
             .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// Note that `function` of program `id` finished a run successfully
+    /// at `at` (kept if later than what is known).
+    pub fn succeeded(&self, id: u64, function: &str, at: jiff::Timestamp) {
+        let mut last = self.last_success.lock().unwrap_or_else(|e| e.into_inner());
+        let t = last.entry((id, function.to_string())).or_insert(at);
+        *t = (*t).max(at);
+    }
+
+    /// When `function` of program `id` last finished successfully.
+    pub fn last_success(&self, id: u64, function: &str) -> Option<jiff::Timestamp> {
+        let last = self.last_success.lock().unwrap_or_else(|e| e.into_inner());
+        last.get(&(id, function.to_string())).copied()
     }
 
     /// Count one schedule occurrence with `outcome` (`started` or a skip

@@ -37,6 +37,10 @@ pub fn handle(app: &App, req: &mut Request) -> Response {
         (_, ["api"]) => Err(ApiError::MethodNotAllowed {
             allow: vec!["POST"],
         }),
+        (Get | Head, ["api", "overdue"]) => api::overdue(app, &cfg, req),
+        (_, ["api", "overdue"]) => Err(ApiError::MethodNotAllowed {
+            allow: vec!["GET", "HEAD"],
+        }),
         (Get | Head, ["api", "schedules"]) => api::schedules(app, &cfg, req),
         (_, ["api", "schedules"]) => Err(ApiError::MethodNotAllowed {
             allow: vec!["GET", "HEAD"],
@@ -164,6 +168,11 @@ fn metrics(app: &App) -> Response {
         generation: app.generation(),
     };
     let mut text = app.runner.metrics.render(&g);
+    text.push_str(&crate::schedule::overdue::prometheus(&api::expectations(
+        app,
+        &app.config(),
+        |_| true,
+    )));
     if let Some(cb) = app.runner.callbacks() {
         text.push_str(&cb.render_metrics());
     }

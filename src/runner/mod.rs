@@ -959,6 +959,12 @@ impl Runner {
             rec.state.name(),
             started.elapsed(),
         );
+        if let (Some(id), Some(at), RunState::Finished) =
+            (rec.owner.program(), rec.finished_at, rec.state)
+        {
+            // The same time a restart reads back from the record.
+            self.metrics.succeeded(id, &rec.function, at.timestamp());
+        }
         log::log!(
             end,
             "run {} {}/{} {} in {}ms",

@@ -7,6 +7,7 @@
 //! new here:
 //!
 //! ```text
+//! overdue.rs expect_every: functions without a recent success, for every trigger
 //! cron.rs    the expression and its occurrences in a time zone (DST rules)
 //! plan.rs    what due occurrences come to: run, skip, catch up (pure; the clock is an argument)
 //! timer.rs   the one thread: a heap of next firings, overlap, the marks
@@ -25,6 +26,7 @@
 //! `state::State::schedule_marks` for that reason.
 
 pub mod cron;
+pub mod overdue;
 pub mod plan;
 pub mod timer;
 
@@ -52,8 +54,11 @@ impl Clock {
 /// What the timer shares with the rest of trigd: a bell that wakes it (a
 /// reload rings it) and what it last did per schedule, for pages,
 /// `/api/schedules` and metrics.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Board {
+    /// When trigd started (an overdue window with no success known
+    /// counts from here).
+    pub started: Timestamp,
     rung: Mutex<bool>,
     bell: Condvar,
     /// By schedule id.
@@ -69,6 +74,17 @@ pub struct Status {
     pub next: Option<Timestamp>,
     /// What became of the last one: `started <run>` or `skipped: <why>`.
     pub outcome: String,
+}
+
+impl Default for Board {
+    fn default() -> Board {
+        Board {
+            started: Timestamp::now(),
+            rung: Mutex::new(false),
+            bell: Condvar::new(),
+            status: Mutex::new(BTreeMap::new()),
+        }
+    }
 }
 
 impl Board {
