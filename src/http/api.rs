@@ -75,11 +75,24 @@ pub fn schedules(app: &App, cfg: &Config, req: &Request) -> Result<Response, Api
     ))
 }
 
-/// `t` as wall-clock time in `zone`, with its offset.
+/// `t` as wall-clock time in `zone`, with its offset:
+/// `2026-03-08 03:00:00 -04:00`. Written out by hand, so that jiff's
+/// `strftime` (a whole format language) stays out of the binary.
 pub fn local(t: jiff::Timestamp, zone: &jiff::tz::TimeZone) -> String {
-    t.to_zoned(zone.clone())
-        .strftime("%Y-%m-%d %H:%M:%S %:z")
-        .to_string()
+    let z = t.to_zoned(zone.clone());
+    let off = z.offset().seconds();
+    let (sign, off) = if off < 0 { ('-', -off) } else { ('+', off) };
+    format!(
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02} {sign}{:02}:{:02}",
+        z.year(),
+        z.month(),
+        z.day(),
+        z.hour(),
+        z.minute(),
+        z.second(),
+        off / 3600,
+        off / 60 % 60
+    )
 }
 
 /// The functions with `expect_every` of programs `visible` lets through,
