@@ -450,3 +450,33 @@ fn a_function_without_a_recent_success_is_overdue_whatever_starts_it() {
     );
     t.get("/api/overdue").err(401, "missing_api_key");
 }
+
+#[test]
+fn the_runs_page_shows_what_did_not_run_and_why() {
+    use crate::ui::{cookie, login, ui_config, HTML};
+    let p = "id = 1\nname = \"p\"\nworkspace = \"ops\"\n\
+             [[functions]]\nname = \"list\"\ncommand = [\"true\"]\n\
+             [[functions]]\nname = \"add\"\ncommand = [\"true\"]\n\
+             [[functions]]\nname = \"tick\"\ncommand = [\"true\"]\n\
+             [[functions.schedules]]\nname = \"s\"\ncron = \"* * * * * *\"\nactive = false\n";
+    let dir = TestDir::new("sched_page");
+    dir.write("config.toml", &ui_config(""));
+    dir.mkdir("programs");
+    dir.write("programs/p.toml", p);
+    let t = Trigd::start(&dir);
+    wait_for_records(&t, &dir, "1/tick/s", "skipped", 1);
+    let c = cookie(&login(&t, "alice"));
+    let r = t.request(
+        "GET",
+        "/runs?state=skipped",
+        &[HTML, ("Cookie", c.as_str())],
+        b"",
+    );
+    let text = r.text();
+    r.check(
+        text.contains("schedule:1/tick/s for "),
+        "the schedule and occurrence",
+    );
+    r.check(text.contains("(skipped: inactive)"), "why it did not run");
+    r.check(text.contains("state-skipped"), "its state");
+}

@@ -205,10 +205,24 @@ impl Timer {
                 break;
             }
             self.heap.pop();
-            if self.slots.get(&id).is_some_and(|s| s.next == Some(at)) {
-                self.fire(&id, now);
+            let Some(last) = self
+                .slots
+                .get(&id)
+                .filter(|s| s.next == Some(at))
+                .map(|s| s.last)
+            else {
+                continue;
+            };
+            self.fire(&id, now);
+            any = true;
+            if self.slots.get(&id).is_some_and(|s| s.last > last) {
                 self.push_next(&id);
-                any = true;
+            } else if let Some(slot) = self.slots.get_mut(&id) {
+                // Nothing was due after all: look again in a second
+                // rather than at the same instant forever.
+                let again = now.checked_add(SignedDuration::from_secs(1)).unwrap_or(now);
+                slot.next = Some(again);
+                self.heap.push(Reverse((again, id)));
             }
         }
         // Schedules whose next firing the clock jumped past without a heap
