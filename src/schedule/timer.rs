@@ -13,6 +13,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -37,10 +38,18 @@ use crate::state::State;
 /// # Errors
 /// The thread cannot be started.
 pub fn start(app: &Arc<App>, clock: Clock) -> std::io::Result<()> {
-    let timer = Timer::new(Arc::clone(app), clock);
+    let mut timer = Timer::new(Arc::clone(app), clock);
     std::thread::Builder::new()
         .name("schedules".into())
-        .spawn(move || timer.run())
+        .spawn(move || {
+            // A bug in one firing must not stop every schedule: log it and
+            // go on from the state kept (marks, records).
+            while catch_unwind(AssertUnwindSafe(|| timer.run())).is_err() {
+                log::error!("the schedule timer panicked; starting it again in a second");
+                std::thread::sleep(Duration::from_secs(1));
+                timer.generation = 0;
+            }
+        })
         .map(drop)
 }
 
@@ -95,7 +104,7 @@ impl Timer {
     }
 
     /// Fire schedules until trigd closes.
-    pub fn run(mut self) {
+    pub fn run(&mut self) {
         let mut marks = self.marks_at_start();
         while !self.app.closing.load(std::sync::atomic::Ordering::SeqCst) {
             if !self.app.config().server.fire_schedules {
