@@ -120,7 +120,7 @@ impl Timer {
                 self.sync(&mut marks);
             }
             let now = (self.clock.now)();
-            let changed = self.fire_due(now) | self.start_waiting(now);
+            let changed = self.fire_due(now) | self.start_waiting();
             if changed {
                 self.save();
             }
@@ -253,10 +253,10 @@ impl Timer {
         let mut started: Option<String> = None;
         for action in actions {
             match action {
-                Action::Run { at, missed } if started.is_some() => self.start(id, at, missed, now),
+                Action::Run { at, missed } if started.is_some() => self.start(id, at, missed),
                 Action::Run { at, missed } => {
                     let before = self.slots.get(id).and_then(|s| s.running.clone());
-                    self.run_or_overlap(id, at, missed, now);
+                    self.run_or_overlap(id, at, missed);
                     let after = self.slots.get(id).and_then(|s| s.running.clone());
                     started = after.filter(|a| before.as_ref() != Some(a));
                 }
@@ -270,7 +270,7 @@ impl Timer {
 
     /// Start occurrence `at` unless the last run still runs, then as
     /// `overlap` says.
-    fn run_or_overlap(&mut self, id: &str, at: Timestamp, missed: u64, now: Timestamp) {
+    fn run_or_overlap(&mut self, id: &str, at: Timestamp, missed: u64) {
         let Some(slot) = self.slots.get(id) else {
             return;
         };
@@ -299,7 +299,7 @@ impl Timer {
                 }
             }
         }
-        self.start(id, at, missed, now);
+        self.start(id, at, missed);
     }
 
     /// Whether run `id` has not ended.
@@ -312,7 +312,7 @@ impl Timer {
 
     /// Start the run of occurrence `at`: the function's run with the
     /// schedule's values, its callback, timeout and concurrency.
-    fn start(&mut self, id: &str, at: Timestamp, missed: u64, now: Timestamp) {
+    fn start(&mut self, id: &str, at: Timestamp, missed: u64) {
         let Some(slot) = self.slots.get(id) else {
             return;
         };
@@ -332,11 +332,15 @@ impl Timer {
         let fixed = [(function.callback.as_ref(), Source::Function)];
         job.callbacks =
             callback::targets(&cfg.server.callbacks, &fixed, None, false).unwrap_or_default();
-        let late = now
+        let delay = slot.sched.delay(id);
+        let accepted = self.app.runner.start_async(job);
+        // Lateness as the run is accepted: the firings of one wake are
+        // accepted one after another.
+        let late = (self.clock.now)()
             .duration_since(at)
             .unsigned_abs()
-            .saturating_sub(slot.sched.delay(id));
-        match self.app.runner.start_async(job) {
+            .saturating_sub(delay);
+        match accepted {
             Ok(run) => {
                 log::info!("schedule {id}: run {run} for the occurrence of {at}");
                 self.app.runner.metrics.schedule_fired("started", late);
@@ -402,7 +406,7 @@ impl Timer {
     }
 
     /// Start the occurrences that waited for a run now ended; whether any.
-    fn start_waiting(&mut self, now: Timestamp) -> bool {
+    fn start_waiting(&mut self) -> bool {
         let ready: Vec<(String, Timestamp)> = self
             .slots
             .iter()
@@ -414,7 +418,7 @@ impl Timer {
             if let Some(slot) = self.slots.get_mut(id) {
                 slot.waiting = None;
             }
-            self.start(id, *at, 0, now);
+            self.start(id, *at, 0);
         }
         !ready.is_empty()
     }
