@@ -79,8 +79,9 @@ pub fn schedules(app: &App, cfg: &Config, req: &Request) -> Result<Response, Api
 /// `2026-03-08 03:00:00 -04:00`. Written out by hand, so that jiff's
 /// `strftime` (a whole format language) stays out of the binary.
 pub fn local(t: jiff::Timestamp, zone: &jiff::tz::TimeZone) -> String {
-    let z = t.to_zoned(zone.clone());
-    let off = z.offset().seconds();
+    let offset = zone.to_offset(t);
+    let z = offset.to_datetime(t);
+    let off = offset.seconds();
     let (sign, off) = if off < 0 { ('-', -off) } else { ('+', off) };
     format!(
         "{:04}-{:02}-{:02} {:02}:{:02}:{:02} {sign}{:02}:{:02}",

@@ -24,7 +24,7 @@
 
 use jiff::civil::{Date, DateTime, Time};
 use jiff::tz::{AmbiguousOffset, TimeZone};
-use jiff::{Timestamp, ToSpan};
+use jiff::Timestamp;
 
 /// The longest expression read (longer text is refused before parsing).
 const MAX_LEN: usize = 512;
@@ -220,7 +220,9 @@ impl Cron {
                     return Some(at);
                 }
             }
-            date = date.checked_add(1.day()).ok()?;
+            // `tomorrow`, not a `Span`: jiff's span arithmetic is a lot of
+            // code for adding a day.
+            date = date.tomorrow().ok()?;
         }
         None
     }
