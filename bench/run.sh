@@ -493,6 +493,86 @@ if ! ((SKIP_TRIGD)); then
     done
 fi
 
+# ---------------------------------------------------------------- TLS
+# Both servers again, over HTTPS with the same ECDSA P-256 certificate
+# (certbot's default key type): trigd with tls_cert/tls_key, webhook with
+# -secure -cert -key. Keep-alive cases as above (sync /bin/true and
+# rejected, 8 connections), and new TLS connections per second: the
+# rejected request with `Connection: close`, so that wrk opens a new
+# connection (a full handshake) for every request. BENCH_TLS=0 skips.
+if [[ ${BENCH_TLS:-1} != 0 ]]; then
+    TLSD=$WORK/tls
+    mkdir -p "$TLSD"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$TLSD/key.pem" \
+        -out "$TLSD/cert.pem" -days 30 -subj /CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1 \
+        2>/dev/null || die "openssl could not make the TLS certificate"
+    if ! ((SKIP_TRIGD)); then
+        TTD=$WORK/trigd-tls
+        cp -r "$TD" "$TTD"
+        rm -rf "$TTD/state"
+        sed -i "s|^\[server\]\$|[server]\ntls_cert = \"$TLSD/cert.pem\"\ntls_key = \"$TLSD/key.pem\"|" "$TTD/config.toml"
+        "$TRIGD" serve --config "$TTD/config.toml" --listen 127.0.0.1:0 >"$TTD.trigd.out" 2>"$TTD.trigd.err" &
+        TT_PID=$!
+        PIDS+=("$TT_PID")
+        for ((i = 0; i < 600; i++)); do
+            TT_PORT=$(sed -n 's|^listening on https://127.0.0.1:||p' "$TTD.trigd.out")
+            [[ -n $TT_PORT ]] && break
+            snooze 0.05
+        done
+        [[ -n $TT_PORT ]] || die "trigd over TLS did not start: $(tail -5 "$TTD.trigd.err")"
+        TT_BASE=https://127.0.0.1:$TT_PORT
+    fi
+    WTD=$WORK/webhook-tls
+    cp -r "$WD" "$WTD"
+    for ((try = 0; try < 10; try++)); do
+        WT_PORT=$((20000 + RANDOM % 40000))
+        port_open "$WT_PORT" || break
+    done
+    (cd "$WTD" && exec webhook -hooks "$WTD/hooks.json" -ip 127.0.0.1 -port "$WT_PORT" \
+        -secure -cert "$TLSD/cert.pem" -key "$TLSD/key.pem") >"$WTD/webhook.out" 2>"$WTD/webhook.err" &
+    WT_PID=$!
+    PIDS+=("$WT_PID")
+    WT_BASE=https://127.0.0.1:$WT_PORT
+    for ((i = 0; i < 600; i++)); do
+        [[ $(curl -sk -o /dev/null -w '%{http_code}' "$WT_BASE/") == 200 ]] && break
+        snooze 0.05
+    done
+    tls_check() { # SIDE URL EXPECT_STATUS
+        local code
+        code=$(curl -sk -o /dev/null -w '%{http_code}' -X POST "$2") || true
+        [[ $code == "$3" ]] || die "$1 over TLS: POST $2 gave $code, expected $3"
+    }
+    if ! ((SKIP_TRIGD)); then
+        tls_check trigd "$TT_BASE$T_TRUE" 200
+        tls_check trigd "$TT_BASE$T_REJECT" 401
+    fi
+    tls_check webhook "$WT_BASE$W_TRUE" 200
+    tls_check webhook "$WT_BASE$W_REJECT" 401
+    # NAME CONNS EXPECT TRIGD_PATH WEBHOOK_PATH [HEADER]
+    TLS_CASES=(
+        "tls_true8 8 200 $T_TRUE $W_TRUE"
+        "tls_reject8 8 401 $T_REJECT $W_REJECT"
+        "tls_new8 8 401 $T_REJECT $W_REJECT Connection: close"
+    )
+    for c in "${TLS_CASES[@]}"; do
+        read -r name conns expect tpath wpath header <<<"$c"
+        log "case $name: $conns connections over TLS, ${SECS}s, $ROUNDS rounds A/B"
+        for ((r = 1; r <= ROUNDS; r++)); do
+            for side in "${SIDES[@]}"; do
+                if [[ $side == trigd ]]; then u=$TT_BASE$tpath; else u=$WT_BASE$wpath; fi
+                run_wrk "$WORK/wrk/$name-$side-$r.txt" "$conns" "$SECS" "$u" "$expect" "$header"
+                add "$name.$side.rps" "$WR_RPS"
+                add "$name.$side.p50" "$WR_P50"
+                add "$name.$side.p99" "$WR_P99"
+                [[ $WR_OTHER == - && $WR_ERRS == 0 ]] || add "$name.$side.note" "r$r:other=$WR_OTHER,sockerr=$WR_ERRS"
+                log "  $side r$r: $WR_RPS/s p50 ${WR_P50}ms p99 ${WR_P99}ms (total $WR_TOTAL, other $WR_OTHER, socket errors $WR_ERRS)"
+            done
+        done
+    done
+    if ! ((SKIP_TRIGD)); then stop_pid "$TT_PID"; forget_pid "$TT_PID"; fi
+    stop_pid "$WT_PID"; forget_pid "$WT_PID"
+fi
+
 snooze 0.5
 if ! ((SKIP_TRIGD)); then read -r v h < <(mem_of "$T_MAIN"); add rss_sync.trigd "$v"; fi
 read -r v h < <(mem_of "$W_MAIN"); add rss_sync.webhook "$v"
@@ -826,6 +906,22 @@ for name in true1 true8 true32 echo8 reject8 signed8 badsig8; do
         row "$label" "p99 ms (target)" "$(fmt "$(tm true8.trigd.p99)" %.2f)" "$(fmt "$(med true8.webhook.p99)" %.2f)" "" "trigd ≤ webhook" "$V"
     fi
 done
+if [[ ${BENCH_TLS:-1} != 0 ]]; then
+    for name in tls_true8 tls_reject8 tls_new8; do
+        case $name in
+        tls_true8) label="HTTPS: sync /bin/true, 8 keep-alive conns" want=1.3 ;;
+        tls_reject8) label="HTTPS: rejected (bad key / rule mismatch), 8 keep-alive conns" want=1.5 ;;
+        tls_new8) label="HTTPS: new TLS connection per request (rejected, Connection: close), 8 conns" want=1.0 ;;
+        esac
+        t=$(tm "$name.trigd.rps"); w=$(med "$name.webhook.rps"); q=$(ratio "$t" "$w")
+        verdict "$(passif ge "$q" "$want")"
+        row "$label" "req/s" "$(fmt "$t" %.0f)" "$(fmt "$w" %.0f)" "$(fmt "$q" %.2f×)" "≥ $(fmt "$want" %.2f)× webhook" "$V"
+        row "$label" "p50 ms" "$(fmt "$(tm "$name.trigd.p50")" %.2f)" "$(fmt "$(med "$name.webhook.p50")" %.2f)" "" "" ""
+        tp=$(tm "$name.trigd.p99"); wp=$(med "$name.webhook.p99")
+        verdict "$(passif le "$tp" "$wp")"
+        row "$label" "p99 ms (target)" "$(fmt "$tp" %.2f)" "$(fmt "$wp" %.2f)" "" "trigd ≤ webhook" "$V"
+    done
+fi
 row "spawn floor (posix_spawn+waitpid /bin/true)" "spawns/s, 1 proc" "$(fmt "$(med floor.1)" %.0f)" "" "" "" ""
 row "spawn floor (posix_spawn+waitpid /bin/true)" "spawns/s, 2 procs" "$(fmt "$(med floor.2)" %.0f)" "" "" "" ""
 

@@ -27,6 +27,10 @@
 //!   completions made from them and the config keys    cli/generate/, config/reference.rs
 //! HTTP: Request, Response, ApiError (the Code table) http/mod.rs
 //! the server, the URL table, logs, metrics           http/ (server.rs, routes.rs, logging.rs, metrics.rs, app.rs)
+//! HTTPS: certificate store, reload, redirects        http/tls/ (mod.rs Certs, watch.rs, redirect.rs, not_after.rs;
+//!   (the handshake: vendor/tiny_http/src/tls.rs)      config/tls.rs the settings)
+//! where it listens (TCP, unix:PATH, systemd's       http/listen.rs; http/systemd.rs (sd_notify, watchdog);
+//!   socket), systemd's notify protocol                sys/systemd.rs (LISTEN_FDS)
 //! authenticate a caller, rate limits, CSRF, logins   access/ (mod.rs, limiter.rs, csrf.rs, login.rs, cidr.rs)
 //! load and validate the config, hot reload           config/ (validate.rs, endpoint.rs, reload.rs, stamp.rs)
 //! start a run, read and check its values            invoke/ (mod.rs, read.rs, values.rs, signed.rs, answer.rs)
@@ -42,7 +46,8 @@
 //! adnanh/webhook hooks files, import-webhook        compat/webhook/ (what removing it takes: compat/mod.rs)
 //! the browser pages (maud templates)                ui/ (login, settings, endpoints, runs, switch, view)
 //! the only unsafe code, and each speed trick        sys/ (spawn.rs: how a step starts, the clone
-//!   behind one function with its figure              spawner in vfork.rs; tune_malloc, trim_heap)
+//!   behind one function with its figure              spawner in vfork.rs; tune_malloc, trim_heap;
+//!                                                    systemd.rs: the socket systemd passes)
 //! ```
 #![deny(unsafe_code)]
 
@@ -93,6 +98,10 @@ pub mod testing {
         pub mod signature {
             pub use crate::receive::signature::*;
         }
+    }
+    /// The DER walk of the TLS certificate store.
+    pub mod tls {
+        pub use crate::http::tls::not_after;
     }
     /// Hooks files.
     pub mod compat {

@@ -723,6 +723,19 @@ pub fn signature_header(data: &[u8]) {
     }
 }
 
+/// `tls::not_after` (the DER walk of the TLS certificate store) on
+/// arbitrary bytes: no panic; a time it finds is between 1950 and 9999
+/// (what UTCTime and GeneralizedTime can spell); a certificate cut short
+/// anywhere in its outer header finds nothing.
+pub fn cert_not_after(data: &[u8]) {
+    const YEAR_1950: i64 = -631_152_000;
+    const YEAR_10000: i64 = 253_402_300_800;
+    if let Some(t) = trigd::testing::tls::not_after(data) {
+        assert!((YEAR_1950..YEAR_10000).contains(&t), "{t}");
+    }
+    if data.len() > 4 {
+        assert_eq!(trigd::testing::tls::not_after(&data[..2]), None);
+
 /// A cron expression of a schedule (`schedule::cron::Cron::parse`): the
 /// whole input as text. No panic; an error says something; an expression
 /// that does not `never_fires` has occurrences, strictly increasing, in UTC

@@ -6,11 +6,15 @@
 //! client cannot spoof its address by sending its own header through the
 //! proxy). IPv6 clients are counted per /64, the block one host usually
 //! controls.
+//!
+//! A peer on a Unix socket has no address: it counts as 0.0.0.0 unless
+//! `trusted_proxies` lists `unix`, and then its `X-Forwarded-For` is read
+//! the same way (a proxy in front of the socket).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use crate::config::Server;
-use crate::http::Request;
+use crate::config::{Server, TrustedProxies};
+use crate::http::{Peer, Request};
 
 /// The address failures are counted under: the peer, or (behind a trusted
 /// proxy) the right-most untrusted `X-Forwarded-For` entry; IPv6 reduced to
@@ -20,21 +24,22 @@ pub fn client_addr(server: &Server, req: &Request) -> IpAddr {
 }
 
 /// The client's own address: the peer, or (behind a trusted proxy) the
-/// right-most untrusted `X-Forwarded-For` entry. Without a known peer,
-/// 0.0.0.0.
+/// right-most untrusted `X-Forwarded-For` entry. Without a known peer
+/// (an untrusted Unix peer), 0.0.0.0.
 pub fn client_ip(server: &Server, req: &Request) -> IpAddr {
-    let peer = req
-        .remote
-        .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |a| a.ip());
-    forwarded_client(peer, &server.trusted_proxies, req)
+    forwarded_client(req.remote, &server.trusted_proxies, req)
 }
 
 /// Walk `X-Forwarded-For` from the right while the hop is trusted.
-fn forwarded_client(peer: IpAddr, trusted: &[IpAddr], req: &Request) -> IpAddr {
-    let is_trusted = |ip: IpAddr| trusted.contains(&ip.to_canonical());
-    if !is_trusted(peer) {
-        return peer;
-    }
+fn forwarded_client(peer: Peer, trusted: &TrustedProxies, req: &Request) -> IpAddr {
+    let is_trusted = |ip: IpAddr| trusted.ips.contains(&ip.to_canonical());
+    let unknown = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+    let peer = match peer {
+        Peer::Ip(a) if is_trusted(a.ip()) => a.ip(),
+        Peer::Unix if trusted.unix => unknown,
+        Peer::Ip(a) => return a.ip(),
+        Peer::Unix | Peer::Unknown => return unknown,
+    };
     let hops: Vec<&str> = req
         .headers
         .iter()
@@ -84,7 +89,7 @@ mod tests {
 
     fn req(peer: &str, xff: &[&str]) -> Request {
         let mut r = Request::new("GET", "/").unwrap();
-        r.remote = Some(SocketAddr::new(ip(peer), 4000));
+        r.remote = Peer::Ip(SocketAddr::new(ip(peer), 4000));
         r.headers = xff
             .iter()
             .map(|v| ("x-forwarded-for".to_string(), v.to_string()))
@@ -94,8 +99,14 @@ mod tests {
 
     #[test]
     fn forwarded_for_is_believed_only_from_trusted_peers() {
-        let trusted = [ip("127.0.0.1"), ip("10.0.0.5")];
-        let walk = |peer: &str, xff: &[&str]| forwarded_client(ip(peer), &trusted, &req(peer, xff));
+        let trusted = TrustedProxies {
+            ips: vec![ip("127.0.0.1"), ip("10.0.0.5")],
+            unix: false,
+        };
+        let walk = |peer: &str, xff: &[&str]| {
+            let r = req(peer, xff);
+            forwarded_client(r.remote, &trusted, &r)
+        };
         // Untrusted peer: its header is ignored.
         assert_eq!(walk("192.0.2.1", &["203.0.113.9"]), ip("192.0.2.1"));
         // Trusted peer: right-most untrusted entry; a spoofed left part is ignored.
@@ -108,6 +119,24 @@ mod tests {
         assert_eq!(walk("127.0.0.1", &garbage), ip("10.0.0.5"));
         // Ports are tolerated.
         assert_eq!(walk("127.0.0.1", &["203.0.113.9:5555"]), ip("203.0.113.9"));
+    }
+
+    #[test]
+    fn a_unix_peer_is_believed_only_when_unix_is_trusted() {
+        let mut r = req("127.0.0.1", &["203.0.113.9, 10.0.0.5"]);
+        r.remote = Peer::Unix;
+        let mut trusted = TrustedProxies {
+            ips: vec![ip("10.0.0.5")],
+            unix: false,
+        };
+        assert_eq!(forwarded_client(Peer::Unix, &trusted, &r), ip("0.0.0.0"));
+        trusted.unix = true;
+        assert_eq!(
+            forwarded_client(Peer::Unix, &trusted, &r),
+            ip("203.0.113.9")
+        );
+        r.headers.clear();
+        assert_eq!(forwarded_client(Peer::Unix, &trusted, &r), ip("0.0.0.0"));
     }
 
     #[test]

@@ -26,7 +26,8 @@ use crate::state::{Kept, State};
 /// [`Error::Config`] with every problem found.
 pub fn check(path: &Path) -> Result<(), Error> {
     let cfg = config::load(path).map_err(Error::Config)?;
-    let warnings = crate::cli::lint::warnings(&cfg, &path_env());
+    let mut warnings = crate::cli::lint::warnings(&cfg, &path_env());
+    warnings.extend(crate::http::tls::check(&cfg.server).map_err(Error::Other)?);
     for w in &warnings {
         eprintln!("warning: {w}");
     }

@@ -46,12 +46,18 @@ pub fn load_for_serve(
         path: file.clone(),
         source,
     })?;
+    let listen = listen.unwrap_or(&cfg.server.listen);
+    // A Unix socket has no URL of its own: the proxy in front gives one.
+    let example = match listen.strip_prefix(crate::http::listen::UNIX_PREFIX) {
+        Some(_) => format!("through the proxy in front of {listen}"),
+        None => format!("http://{listen}/login"),
+    };
     eprintln!(
-        "\nFIRST START: sign in at /login (e.g. http://{}/login) with\n{}\n\
+        "\nFIRST START: sign in at /login (e.g. {}) with\n{}\n\
          This password is shown only once; only its argon2 hash is kept, in {}.\n\
          Lost it? Stop trigd, delete that file and start again for a new one; or give the \
          user a password of your own with `trigd hash-password`.\n",
-        listen.unwrap_or(&cfg.server.listen),
+        example,
         lines.join("\n"),
         file.display()
     );

@@ -80,7 +80,9 @@ pub const COMMANDS: &[Sub] = &[
         summary: "serve HTTP (the default command)",
         usage: "trigd [serve] [--config PATH] [--listen ADDR]",
         about: "Loads the config and every program, listens, and hot-reloads on changes.\n\
-                The first stdout line is `listening on http://IP:PORT`.",
+                The first stdout line is `listening on http://IP:PORT` (`https://` with `tls_cert`,\n\
+                or `unix:PATH`).\n\
+                Under systemd: socket activation and the notify protocol (docs/systemd.md).",
         args: &[],
         flags: &[
             CONFIG,
@@ -88,7 +90,7 @@ pub const COMMANDS: &[Sub] = &[
                 long: "listen",
                 value: "ADDR",
                 kind: ValueKind::Text,
-                help: "override [server] listen, e.g. 127.0.0.1:0 for any free port",
+                help: "override [server] listen: HOST:PORT (127.0.0.1:0 for any free port) or unix:PATH",
             },
         ],
     },

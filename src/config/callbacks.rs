@@ -319,7 +319,7 @@ pub(super) fn callbacks(src: &Src, raw: &RawCallbacks, dir: &Path, errs: &mut Er
         secret_file: raw
             .secret_file
             .as_ref()
-            .map(|f| resolve(dir, Path::new(f.get_ref()))),
+            .and_then(|f| super::secret_path(dir, f.get_ref()).ok()),
         extra_roots: ca_file(src, raw.ca_file.as_ref(), dir, errs),
         timeout,
         retry_for,
@@ -394,13 +394,7 @@ fn secret(src: &Src, raw: &RawCallbacks, dir: &Path, errs: &mut Errors) -> Optio
             (v, e.span(), "callbacks.secret_env")
         }
         (None, Some(f)) => {
-            let path = resolve(dir, Path::new(f.get_ref()));
-            let v = super::file::read_secret(&path)
-                .and_then(|b| {
-                    String::from_utf8(b)
-                        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
-                })
-                .map_err(|e| format!("cannot read the secret file {}: {e}", path.display()));
+            let v = super::secret_path(dir, f.get_ref()).and_then(|path| read_secret_text(&path));
             (v, f.span(), "callbacks.secret_file")
         }
     };
@@ -416,6 +410,16 @@ fn secret(src: &Src, raw: &RawCallbacks, dir: &Path, errs: &mut Errors) -> Optio
         }
     });
     checked.map_err(|msg| errs.at(src, span, key, msg)).ok()
+}
+
+/// The text of the secret file at `path`.
+fn read_secret_text(path: &Path) -> Result<String, String> {
+    super::file::read_secret(path)
+        .and_then(|b| {
+            String::from_utf8(b)
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+        })
+        .map_err(|e| format!("cannot read the secret file {}: {e}", path.display()))
 }
 
 fn ca_file(

@@ -23,6 +23,7 @@ pub mod reload;
 pub mod schedules;
 mod server;
 mod stamp;
+pub mod tls;
 mod tools;
 pub mod types;
 mod validate;
@@ -71,6 +72,27 @@ pub struct Config {
     /// sha256 of `config.toml`'s text; with the [`Stamp`] of every program
     /// file, a reload that finds both unchanged is skipped.
     pub fingerprint: [u8; 32],
+}
+
+/// `trusted_proxies`: the peers whose `X-Forwarded-For` is believed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TrustedProxies {
+    /// IP addresses, canonical (IPv4-mapped IPv6 as IPv4).
+    pub ips: Vec<std::net::IpAddr>,
+    /// Every peer on a Unix socket (the entry `"unix"`): whoever can
+    /// connect to the socket file, which `socket_mode` decides.
+    pub unix: bool,
+}
+
+/// The socket file trigd creates for `listen = "unix:PATH"`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SocketFile {
+    /// Permission bits (`socket_mode`, default `0660`).
+    pub mode: u32,
+    /// Owner, a name or uid (`socket_user`; default trigd's user).
+    pub user: Option<String>,
+    /// Group, a name or gid (`socket_group`; default trigd's group).
+    pub group: Option<String>,
 }
 
 /// `[server]` settings. Every field has a default (see docs/config-reference.md).
@@ -147,7 +169,9 @@ pub struct Server {
     pub auth_failures_per_minute: usize,
     /// Peers whose `X-Forwarded-For` header is believed when deciding the
     /// client address (default none).
-    pub trusted_proxies: Vec<std::net::IpAddr>,
+    pub trusted_proxies: TrustedProxies,
+    /// Owner and mode of the socket file of `listen = "unix:PATH"`.
+    pub socket: SocketFile,
     /// Completion callback settings (the `[callbacks]` table).
     pub callbacks: Arc<callbacks::Callbacks>,
     /// Whether this instance fires its schedules (`schedules`: `fire`,
@@ -166,6 +190,9 @@ pub struct Server {
     /// adnanh/webhook hooks files: `hooks_files`, `hooks_url_prefix`,
     /// `hooks_http_methods`.
     pub hooks: crate::compat::webhook::Settings,
+    /// HTTPS: `tls_cert`, `tls_key`, `tls_handshake_timeout`,
+    /// `redirect_http` (read only at start; the files reload by themselves).
+    pub tls: tls::Tls,
 }
 
 /// A run-endpoint API key (`[[api_keys]]`). Only its hash is known.
@@ -525,6 +552,51 @@ impl Config {
         }
         self.programs.values().find(|p| p.name == name_or_id)
     }
+}
+
+/// The prefix of a systemd credential in a secret's path:
+/// `secret_file = "credential:github"` is `$CREDENTIALS_DIRECTORY/github`
+/// (`LoadCredential=github:/etc/trigd/github.secret` in the unit).
+pub const CREDENTIAL_PREFIX: &str = "credential:";
+
+/// The file of a secret (`secret_file`, a TLS key): `credential:NAME`, a
+/// file of systemd's `$CREDENTIALS_DIRECTORY`, or a path resolved against
+/// `base` unless absolute.
+///
+/// # Errors
+/// A credential is named but `$CREDENTIALS_DIRECTORY` is unset, the name is
+/// not a plain file name, or there is no such credential. Each message
+/// says what to add to the unit.
+pub fn secret_path(base: &Path, value: &str) -> Result<PathBuf, String> {
+    let Some(name) = value.strip_prefix(CREDENTIAL_PREFIX) else {
+        return Ok(resolve(base, Path::new(value)));
+    };
+    credential(name, std::env::var_os("CREDENTIALS_DIRECTORY"))
+}
+
+/// The file of credential `name` in `dir` (`$CREDENTIALS_DIRECTORY`).
+fn credential(name: &str, dir: Option<std::ffi::OsString>) -> Result<PathBuf, String> {
+    if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+        return Err(format!(
+            "{CREDENTIAL_PREFIX}{name}: a credential's name is a file name, without '/'"
+        ));
+    }
+    let Some(dir) = dir.filter(|d| !d.is_empty()) else {
+        return Err(format!(
+            "{CREDENTIAL_PREFIX}{name} names a systemd credential, but $CREDENTIALS_DIRECTORY \
+             is not set: start trigd from a unit with LoadCredential={name}:/path/to/file \
+             (or give a path instead)"
+        ));
+    };
+    let path = Path::new(&dir).join(name);
+    if !path.is_file() {
+        return Err(format!(
+            "no credential {name:?} in $CREDENTIALS_DIRECTORY ({}): add \
+             LoadCredential={name}:/path/to/file to the unit",
+            path.parent().unwrap_or(Path::new("")).display()
+        ));
+    }
+    Ok(path)
 }
 
 /// Resolve `p` against `base` unless it is absolute.

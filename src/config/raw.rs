@@ -24,6 +24,8 @@ use toml::Spanned;
 pub mod defaults {
     /// `listen`.
     pub const LISTEN: &str = "127.0.0.1:8080";
+    /// `socket_mode`: owner and group read and write.
+    pub const SOCKET_MODE: u32 = 0o660;
     /// `workers`.
     pub const WORKERS: usize = 8;
     /// `programs_dir`.
@@ -74,6 +76,8 @@ pub mod defaults {
     pub const SESSION_MAX_SECS: u64 = 7 * 86_400;
     /// `auth_failures_per_minute` (0 turns the limit off).
     pub const AUTH_FAILURES_PER_MINUTE: usize = 30;
+    /// `tls_handshake_timeout`, in seconds.
+    pub const TLS_HANDSHAKE_TIMEOUT_SECS: u64 = 10;
 }
 
 /// The message for a second webhook trigger on one function.
@@ -164,7 +168,14 @@ pub struct RawServer {
     pub idempotency_window: Option<Spanned<RawDuration>>,
     /// `idempotency_max_keys`.
     pub idempotency_max_keys: Count,
-    /// `trusted_proxies`: IP addresses whose `X-Forwarded-For` is believed.
+    /// `socket_mode`: octal mode of a Unix socket file trigd creates.
+    pub socket_mode: Option<Spanned<String>>,
+    /// `socket_user`: owner of a Unix socket file trigd creates.
+    pub socket_user: Option<String>,
+    /// `socket_group`: group of a Unix socket file trigd creates.
+    pub socket_group: Option<String>,
+    /// `trusted_proxies`: IP addresses (and `unix`) whose
+    /// `X-Forwarded-For` is believed.
     #[serde(default)]
     pub trusted_proxies: Vec<Spanned<String>>,
     /// `instance`: this instance's name, part of every run id.
@@ -184,6 +195,14 @@ pub struct RawServer {
     /// `hooks_http_methods`: methods of a hook without `http-methods`.
     #[serde(default)]
     pub hooks_http_methods: Vec<Spanned<String>>,
+    /// `tls_cert`: PEM certificate chain; HTTPS with `tls_key`.
+    pub tls_cert: Option<Spanned<String>>,
+    /// `tls_key`: PEM private key of `tls_cert`.
+    pub tls_key: Option<Spanned<String>>,
+    /// `tls_handshake_timeout`.
+    pub tls_handshake_timeout: Option<Spanned<RawDuration>>,
+    /// `redirect_http`: plain-HTTP address redirecting to HTTPS.
+    pub redirect_http: Option<Spanned<String>>,
 }
 
 /// `[callbacks]` as written.

@@ -417,7 +417,13 @@ fn secret(
             }
         },
         (None, Some(file)) => {
-            let path = super::resolve(dir, Path::new(file.get_ref()));
+            let path = match super::secret_path(dir, file.get_ref()) {
+                Ok(path) => path,
+                Err(msg) => {
+                    errs.at(src, file.span(), format!("{key}.secret_file"), msg);
+                    return None;
+                }
+            };
             match Secret::from_file(&path) {
                 Ok(s) => Some((s, Some(path))),
                 Err(msg) => {

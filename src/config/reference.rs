@@ -287,7 +287,10 @@ pub const SECTIONS: &[Section] = &[
 ];
 
 const SERVER: &[Key] = &[
-    key("listen", "string", Str(server::LISTEN), "address to listen on; `--listen` overrides; port 0 picks a free port"),
+    key("listen", "string", Str(server::LISTEN), "address to listen on, `HOST:PORT` or `unix:PATH` (a Unix socket); `--listen` overrides; port 0 picks a free port; ignored when systemd passes a socket (`LISTEN_FDS`)"),
+    key("socket_mode", "string", Str("0660"), "permission bits (octal) of the socket file of `listen = \"unix:PATH\"`; read at start only"),
+    key("socket_user", "string", Is("trigd's user"), "owner (name or uid) of that socket file; giving it away needs root; read at start only"),
+    key("socket_group", "string", Is("trigd's group"), "group (name or gid) of that socket file, e.g. the proxy's; trigd's user must be a member; read at start only"),
     key("workers", "integer", Count(server::WORKERS), "HTTP threads kept ready while idle; each open connection is served on a thread of its own up to `max_connections`"),
     key("programs_dir", "path", Str(server::PROGRAMS_DIR), "every `*.toml` directly inside is a program"),
     key("state_dir", "path", Str(server::STATE_DIR), "written by trigd only: run log, application keys, sessions"),
@@ -314,7 +317,7 @@ const SERVER: &[Key] = &[
     key("session_idle", "duration", Secs(server::SESSION_IDLE_SECS), "a login session ends after this long without a request"),
     key("session_max", "duration", Secs(server::SESSION_MAX_SECS), "a login session ends this long after login"),
     key("auth_failures_per_minute", "integer", Count(server::AUTH_FAILURES_PER_MINUTE), "failed authentications per client address and minute; past it `429 rate_limited` until the minute is over (0: off)"),
-    key("trusted_proxies", "array of IP addresses", Is("`[]`"), "peers whose `X-Forwarded-For` is believed for the client address; with none, the TCP peer is the client"),
+    key("trusted_proxies", "array of IP addresses", Is("`[]`"), "peers whose `X-Forwarded-For` is believed for the client address; with none, the TCP peer is the client; `\"unix\"` trusts every peer on the Unix socket (a proxy in front of it)"),
     key("instance", "string", Is("the host name's first label"), "this instance's name, part of every run id: 1\u{2013}63 of `a-z 0-9 _ -`; read at start only"),
     key("drain_delay", "duration", Secs(server::DRAIN_DELAY_SECS), "on SIGTERM or SIGINT, time `/healthz` answers 503 `draining` while requests are still served, before the listener closes"),
     key("schedules", "string", Str("fire"), "`\"fire\"`: this instance fires the schedules it loads; `\"off\"`: it does not (another instance of a cluster does); see docs/schedules.md"),
@@ -322,6 +325,10 @@ const SERVER: &[Key] = &[
     key("hooks_files", "array of paths", Is("`[]`"), "adnanh/webhook hooks files (JSON or YAML) served as they are"),
     key("hooks_url_prefix", "string", Str("hooks"), "their hooks are at `/<hooks_url_prefix>/<id>` (webhook's `-urlprefix`)"),
     key("hooks_http_methods", "array of strings", Is("`[]` (any)"), "the methods a hook without its own `http-methods` accepts (webhook's `-http-methods`)"),
+    key("tls_cert", "path", NONE, "PEM certificate chain, leaf first; with `tls_key`, `listen` speaks HTTPS only (TLS 1.2 and 1.3); re-read when the file changes and on SIGHUP"),
+    key("tls_key", "path", NONE, "PEM private key of `tls_cert` (PKCS#8, PKCS#1 or SEC1); may be `credential:NAME`, a systemd credential in `$CREDENTIALS_DIRECTORY`"),
+    key("tls_handshake_timeout", "duration", Secs(server::TLS_HANDSHAKE_TIMEOUT_SECS), "time a client has, from connecting, to complete its TLS handshake; the connection is closed past it"),
+    key("redirect_http", "string", NONE, "second, plain-HTTP address (`host:port`) that answers every request with `308` to the same path over HTTPS; needs `tls_cert`"),
 ];
 
 const TRIGGER: &[Key] = &[
@@ -345,7 +352,7 @@ const VERIFY: &[Key] = &[
     key("prefix", "string", Is("`\"\"` (`slack`: `\"v0=\"`)"), "text before the signature, e.g. `\"sha256=\"`; stripped when present"),
     key("encoding", "string", Str("hex"), "`hex` or `base64` (HMAC schemes)"),
     key("secret_env", "string", NONE, "environment variable holding the secret (exactly one of `secret_env` and `secret_file`)"),
-    key("secret_file", "path", NONE, "file holding the secret (one trailing newline dropped); watched, so a rotated file applies at once"),
+    key("secret_file", "path", NONE, "file holding the secret (one trailing newline dropped); watched, so a rotated file applies at once; `credential:NAME` is systemd's credential NAME (`$CREDENTIALS_DIRECTORY/NAME`, from `LoadCredential=`)"),
     key("tolerance", "duration", Is("`\"5m\"`"), "`stripe`, `slack`: largest distance between the signed timestamp and now"),
 ];
 
@@ -446,7 +453,7 @@ const CALLBACKS: &[Key] = &[
         "secret_file",
         "path",
         NONE,
-        "file holding it (surrounding white space ignored; keep it mode 0600)",
+        "file holding it (surrounding white space ignored; keep it mode 0600); `credential:NAME` is systemd's credential NAME (`LoadCredential=`)",
     ),
     key(
         "ca_file",

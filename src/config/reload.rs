@@ -554,6 +554,9 @@ fn reload(app: &App, config_path: &Path, forced: bool, only: Option<&[PathBuf]>)
     // older snapshot after one that read them later.
     static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+    // systemd (Type=notify): reloading until the READY=1 at the end,
+    // whether the new files are applied or refused.
+    crate::http::systemd::reloading();
     let started = Instant::now();
     let current = app.config();
     // Secret files are not part of the fingerprint: a changed one forces
@@ -618,6 +621,7 @@ fn reload(app: &App, config_path: &Path, forced: bool, only: Option<&[PathBuf]>)
             );
         }
     }
+    crate::http::systemd::ready(app);
 }
 
 /// Whether `path` is an empty file: what a writer that truncates and then
@@ -646,6 +650,9 @@ fn warn_unappliable(old: &config::Server, new: &config::Server) {
 fn fixed_at_start(old: &config::Server, new: &config::Server) -> Vec<&'static str> {
     [
         ("listen", old.listen != new.listen),
+        ("socket_mode", old.socket.mode != new.socket.mode),
+        ("socket_user", old.socket.user != new.socket.user),
+        ("socket_group", old.socket.group != new.socket.group),
         ("workers", old.workers != new.workers),
         (
             "max_connections",
@@ -663,6 +670,10 @@ fn fixed_at_start(old: &config::Server, new: &config::Server) -> Vec<&'static st
         ("state_dir", old.state_dir != new.state_dir),
         ("run_retention", old.run_retention != new.run_retention),
         ("shutdown_grace", old.shutdown_grace != new.shutdown_grace),
+        (
+            "tls_cert, tls_key, tls_handshake_timeout, redirect_http",
+            old.tls != new.tls,
+        ),
     ]
     .into_iter()
     .filter_map(|(name, changed)| changed.then_some(name))

@@ -9,7 +9,7 @@ use toml::Spanned;
 
 use super::raw::{self, defaults, RawDuration};
 use super::types::{count, duration, Errors, Src};
-use super::{resolve, Server};
+use super::{resolve, Server, SocketFile, TrustedProxies};
 
 /// Reads the settings of one `[server]` table, recording errors.
 struct Reader<'a, 'e> {
@@ -52,10 +52,16 @@ impl Reader<'_, '_> {
 pub fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) -> Server {
     public_url(src, raw, errs);
     let trusted_proxies = trusted_proxies(src, &raw.trusted_proxies, errs);
+    let socket = SocketFile {
+        mode: socket_mode(src, raw.socket_mode.as_ref(), errs),
+        user: raw.socket_user.clone(),
+        group: raw.socket_group.clone(),
+    };
     let instance = instance(src, raw.instance.as_ref(), errs);
     let drain_delay = drain_delay(src, raw, errs);
     let fire_schedules = fire_schedules(src, raw.schedules.as_ref(), errs);
     let hooks = crate::compat::webhook::settings::settings(src, raw, dir, errs);
+    let tls = super::tls::tls(src, raw, dir, errs);
     let mut r = Reader { src, errs };
     // The key in errors is the field's name, so the two cannot drift apart.
     macro_rules! count {
@@ -114,8 +120,10 @@ pub fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) ->
         idempotency_window: duration!(idempotency_window, IDEMPOTENCY_WINDOW_SECS),
         idempotency_max_keys: count!(idempotency_max_keys, IDEMPOTENCY_MAX_KEYS, 1),
         trusted_proxies,
+        socket,
         callbacks: Default::default(),
         hooks,
+        tls,
     }
 }
 
@@ -176,15 +184,38 @@ fn public_url(src: &Src, raw: &raw::RawServer, errs: &mut Errors) {
     }
 }
 
-/// `trusted_proxies`: each an IP address.
-fn trusted_proxies(src: &Src, raw: &[Spanned<String>], errs: &mut Errors) -> Vec<IpAddr> {
-    let mut out = Vec::new();
+/// `socket_mode`: permission bits in octal, like `"0660"`.
+fn socket_mode(src: &Src, raw: Option<&Spanned<String>>, errs: &mut Errors) -> u32 {
+    let Some(m) = raw else {
+        return defaults::SOCKET_MODE;
+    };
+    match u32::from_str_radix(m.get_ref().trim(), 8) {
+        Ok(mode) if mode <= 0o777 => mode,
+        _ => {
+            let msg = format!(
+                "\"{}\" is not a file mode (write permission bits in octal, like \"0660\")",
+                m.get_ref()
+            );
+            errs.at(src, m.span(), "server.socket_mode", msg);
+            defaults::SOCKET_MODE
+        }
+    }
+}
+
+/// `trusted_proxies`: each an IP address, or `unix` (peers on a Unix
+/// socket).
+fn trusted_proxies(src: &Src, raw: &[Spanned<String>], errs: &mut Errors) -> TrustedProxies {
+    let mut out = TrustedProxies::default();
     for (i, p) in raw.iter().enumerate() {
+        if p.get_ref().trim() == "unix" {
+            out.unix = true;
+            continue;
+        }
         match p.get_ref().trim().parse::<IpAddr>() {
-            Ok(ip) => out.push(ip.to_canonical()),
+            Ok(ip) => out.ips.push(ip.to_canonical()),
             Err(_) => {
                 let msg = format!(
-                    "\"{}\" is not an IP address (write one address per entry, like \"127.0.0.1\" or \"::1\")",
+                    "\"{}\" is not an IP address (write one address per entry, like \"127.0.0.1\" or \"::1\", or \"unix\" for a proxy on the Unix socket)",
                     p.get_ref()
                 );
                 errs.at(src, p.span(), format!("server.trusted_proxies[{i}]"), msg);

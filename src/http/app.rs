@@ -29,6 +29,8 @@ pub struct App {
     pub runner: Arc<Runner>,
     /// Open HTTP connections (set once the listener exists).
     pub connections: OnceLock<Arc<AtomicUsize>>,
+    /// The served TLS certificates (set when the listener speaks HTTPS).
+    pub tls: OnceLock<Arc<crate::http::tls::Certs>>,
     /// Set once shutdown starts: workers stop taking requests.
     pub closing: AtomicBool,
     /// Set at SIGTERM for `drain_delay` before `closing`: requests are
@@ -59,6 +61,7 @@ impl App {
             store,
             runner,
             connections: OnceLock::new(),
+            tls: OnceLock::new(),
             closing: AtomicBool::new(false),
             draining: AtomicBool::new(false),
             schedules: crate::schedule::Board::default(),

@@ -10,10 +10,13 @@
 
 pub mod api;
 pub mod app;
+pub mod listen;
 pub mod logging;
 pub mod metrics;
 pub mod routes;
 pub mod server;
+pub mod systemd;
+pub mod tls;
 pub mod tools;
 
 use std::borrow::Cow;
@@ -109,8 +112,30 @@ pub struct Request {
     pub headers: Vec<(String, String)>,
     /// The body (bounded by `max_body_bytes` before it gets here).
     pub body: Vec<u8>,
-    /// The peer address, when known.
-    pub remote: Option<SocketAddr>,
+    /// The other end of the connection.
+    pub remote: Peer,
+}
+
+/// The other end of a connection.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Peer {
+    /// Not known (a request not read from a connection).
+    #[default]
+    Unknown,
+    /// A TCP peer.
+    Ip(SocketAddr),
+    /// A peer on the Unix socket (it has no address).
+    Unix,
+}
+
+impl Peer {
+    /// The TCP peer's address.
+    pub fn addr(self) -> Option<SocketAddr> {
+        match self {
+            Peer::Ip(a) => Some(a),
+            Peer::Unknown | Peer::Unix => None,
+        }
+    }
 }
 
 impl Request {
@@ -531,6 +556,9 @@ pub enum ApiError {
     /// The request line or a header is not valid HTTP/1.1 (answered by the
     /// HTTP server itself, before routing).
     BadRequest,
+    /// Plain HTTP sent to the HTTPS port (answered by the HTTP server
+    /// itself, before the TLS handshake; nginx's 497).
+    HttpsRequired,
     /// The request line is longer than `max_url_bytes` (HTTP server).
     UriTooLong,
     /// The header section is larger than `max_header_bytes`, or has more
@@ -629,6 +657,7 @@ impl ApiError {
             PayloadTooComplex { .. } => 413,
             UnsupportedMediaType { .. } => 415,
             RequestTimeout => 408,
+            HttpsRequired => 400,
             BadRequest => 400,
             UriTooLong => 414,
             HeadersTooLarge => 431,
@@ -679,6 +708,7 @@ impl ApiError {
             RunNotFound => "run_not_found",
             RunOnOtherInstance { .. } => "run_on_other_instance",
             RequestTimeout => "request_timeout",
+            HttpsRequired => "https_required",
             BadRequest => "bad_request",
             UriTooLong => "uri_too_long",
             HeadersTooLarge => "headers_too_large",
@@ -746,6 +776,7 @@ impl ApiError {
             RunNotFound => "No run with this id is visible to this API key.".into(),
             RunOnOtherInstance { instance } => format!("This run belongs to trigd instance '{instance}', not to this one; ask that instance (a load balancer routes /api/runs/{instance}-… there while it is up).").into(),
             RequestTimeout => "The request was not received in time (request_timeout); send the whole body promptly.".into(),
+            HttpsRequired => "This port speaks HTTPS: use an https:// URL.".into(),
             BadRequest => "The request is not valid HTTP/1.1.".into(),
             UriTooLong => "The request line (method and URL) is longer than the limit (max_url_bytes).".into(),
             HeadersTooLarge => "The request headers are larger than the limit (max_header_bytes, at most 100 headers).".into(),

@@ -9,6 +9,7 @@ use serde_json::json;
 use crate::http::api;
 use crate::http::app::App;
 use crate::http::metrics::Gauges;
+use crate::http::tls;
 use crate::http::tools;
 use crate::http::{ApiError, Method, Request, Response};
 use crate::runs;
@@ -130,7 +131,7 @@ fn healthz(app: &App) -> Response {
         cluster::Readiness::NotReady(why) => Some(why.clone()),
         _ => None,
     };
-    let body = json!({
+    let mut body = json!({
         "Status": ready.status(),
         "Ready": ready == cluster::Readiness::Ready,
         "Reason": reason,
@@ -144,6 +145,10 @@ fn healthz(app: &App) -> Response {
         "IdempotencyKeys": app.idempotency.count(),
         "LastReloadError": app.last_reload_error(),
     });
+    // Only with HTTPS: a plain server's answer stays as it was.
+    if let (Some(certs), Some(map)) = (app.tls.get(), body.as_object_mut()) {
+        map.insert("Tls".into(), tls::health(&certs.status()));
+    }
     let status = if ready == cluster::Readiness::Ready {
         200
     } else {
@@ -175,6 +180,9 @@ fn metrics(app: &App) -> Response {
     )));
     if let Some(cb) = app.runner.callbacks() {
         text.push_str(&cb.render_metrics());
+    }
+    if let Some(certs) = app.tls.get() {
+        tls::render_metrics(&certs.status(), &mut text);
     }
     Response::text(200, "text/plain; version=0.0.4", text)
 }

@@ -11,7 +11,6 @@
 
 use std::fmt::Write as _;
 use std::io::{self, Read, Write};
-use std::net::{Ipv6Addr, SocketAddr, TcpListener, ToSocketAddrs};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -23,10 +22,13 @@ use crate::cli::error::Error;
 use crate::config;
 use crate::config::reload;
 use crate::http::app::App;
+use crate::http::listen;
 use crate::http::logging;
 use crate::http::metrics::Metrics;
 use crate::http::routes;
-use crate::http::{ApiError, Request, Response};
+use crate::http::systemd;
+use crate::http::tls;
+use crate::http::{ApiError, Peer, Request, Response};
 use crate::runner::Runner;
 use crate::runs::callback;
 use crate::runs::idempotency::Keys;
@@ -34,13 +36,18 @@ use crate::state::record::RunRecord;
 use crate::state::{Kept, State};
 use crate::sys::{self, Signal};
 
-/// `trigd serve`: load, bind, print `listening on http://ADDR`, serve until
-/// SIGTERM/SIGINT, then shut down gracefully.
+/// `trigd serve`: load, bind (or take the socket systemd passed), print
+/// `listening on http(s)://ADDR` (or `unix:PATH`), tell systemd `READY=1`,
+/// serve until SIGTERM/SIGINT, then shut down gracefully.
 ///
 /// # Errors
-/// The config does not load, the address cannot be bound, or the state dir
-/// cannot be opened.
+/// The config does not load, the address cannot be bound, the socket
+/// systemd passed is not one trigd can serve, or the state dir cannot be
+/// opened.
 pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
+    // Both take variables out of the environment: before any thread starts.
+    let passed = sys::systemd::take_listen_fds().map_err(|e| Error::Other(e.to_string()))?;
+    systemd::init();
     sys::tune_malloc(sys::cores());
     let (mut watch, mut early) = (None, None);
     let cfg =
@@ -56,9 +63,13 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
                     // Bound while the program files are read: a request
                     // waits in the listen backlog until the first load is
                     // done (nothing is accepted before), instead of being
-                    // refused.
-                    let addr = listen.as_ref().unwrap_or(&server.listen);
-                    early.get_or_insert_with(|| (addr.clone(), bind(addr)));
+                    // refused. A socket systemd passed is bound already.
+                    if passed.is_none() {
+                        let addr = listen.as_ref().unwrap_or(&server.listen);
+                        early.get_or_insert_with(|| {
+                            (addr.clone(), listen::bind(addr, &server.socket))
+                        });
+                    }
                 }
             }
         })?;
@@ -66,24 +77,41 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
     // thread's arena: the reload thread gives it back as it starts, while
     // the first requests are answered (`reload::start`).
     let addr = listen.unwrap_or_else(|| cfg.server.listen.clone());
-    let (listener, local) = listen_on(&addr, early)?;
+    let certs = tls::start_certs(&cfg.server)?;
+    let bound = listener(passed, early, &addr, &cfg.server.socket)?;
+    bound.warn_if_exposed(certs.is_some());
+    let shown = bound.shown(certs.is_some());
+    let (created, reach, port) = (bound.created.clone(), bound.reach.clone(), bound.port());
     let grace = cfg.server.shutdown_grace;
     let nofile = sys::raise_nofile_limit();
     let app = open_app(cfg)?;
     let in_flight = Arc::new(AtomicUsize::new(0));
-    let server = start_http(&app, listener, &in_flight)?;
+    let server = start_http(&app, bound.listener, &in_flight, certs.as_ref())?;
+    let _redirect = match (&certs, port) {
+        (Some(_), Some(port)) => start_redirect(&app, port)?,
+        _ => None,
+    };
+    systemd::start(&app, reach, &shown);
+    systemd::ready(&app);
     let reload = reload::start(Arc::clone(&app), config_path.to_path_buf(), watch);
-    println!("listening on http://{local}");
+    // Logged before stdout says it: whoever waits for the stdout line (a
+    // test counting log lines) finds the log line already written.
+    log::info!("listening on {shown} (open files limit {nofile})");
+    println!("listening on {shown}");
     let _ = io::stdout().flush();
-    log::info!("listening on http://{local} (open files limit {nofile})");
     while sys::wait_signal() == Signal::Hup {
         log::info!("SIGHUP: reloading the configuration");
         let _ = reload.send(reload::Trigger::Signal);
+        if let Some(c) = &certs {
+            let _ = c.reload();
+        }
     }
+    systemd::stopping();
     drain(&app, &reload);
     log::info!("shutting down: waiting up to {grace:?} for runs to finish");
     app.closing.store(true, Ordering::SeqCst);
     drop(server); // closes the listener: no new connections
+    listen::remove_created(created.as_deref());
     app.runner.shutdown(grace);
     // Let the requests whose runs just ended write their responses.
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -94,29 +122,22 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
     Ok(())
 }
 
-/// Bind `addr`, unless `early` bound it already (the address it was given,
-/// and what binding it gave); the listener and its local address. Warns
-/// about a non-loopback address (no TLS).
-fn listen_on(
+/// The socket to serve: the one systemd passed, else `addr`, bound early
+/// (while the program files were read) or now.
+fn listener(
+    passed: Option<(sys::systemd::Inherited, String)>,
+    early: Option<(String, Result<listen::Bound, Error>)>,
     addr: &str,
-    early: Option<(String, Result<TcpListener, Error>)>,
-) -> Result<(TcpListener, SocketAddr), Error> {
-    let listener = match early {
-        Some((bound, Ok(listener))) if bound == addr => listener,
-        _ => bind(addr)?,
-    };
-    let local = listener.local_addr().map_err(|source| Error::Bind {
-        addr: addr.to_string(),
-        source,
-    })?;
-    if !local.ip().is_loopback() {
-        log::warn!(
-            "listening on {local}, a non-loopback address, without TLS: API keys, passwords \
-             and results cross the network in clear. Put a TLS-terminating proxy in front \
-             (and list it in [server] trusted_proxies) or listen on 127.0.0.1."
-        );
+    socket: &config::SocketFile,
+) -> Result<listen::Bound, Error> {
+    if let Some((socket, name)) = passed {
+        log::info!("serving the socket systemd passed ({name}); listen = {addr:?} is not used");
+        return listen::inherited(socket);
     }
-    Ok((listener, local))
+    match early {
+        Some((at, Ok(bound))) if at == addr => Ok(bound),
+        _ => listen::bind(addr, socket),
+    }
 }
 
 /// Open the state under `cfg` (run store, callbacks, idempotency keys)
@@ -182,11 +203,13 @@ fn seed_successes(store: &crate::state::store::RunStore, metrics: &Metrics, rete
 }
 
 /// Serve `listener`: each request is answered on its connection's thread
-/// ([`handle`]), counted in `in_flight` while it is.
+/// ([`handle`]), counted in `in_flight` while it is; over TLS with the
+/// certificates of `certs` when given.
 fn start_http(
     app: &Arc<App>,
-    listener: TcpListener,
+    listener: tiny_http::Listener,
     in_flight: &Arc<AtomicUsize>,
+    certs: Option<&Arc<tls::Certs>>,
 ) -> Result<tiny_http::Server, Error> {
     let handler: tiny_http::Handler = {
         let (app, in_flight) = (Arc::clone(app), Arc::clone(in_flight));
@@ -196,14 +219,43 @@ fn start_http(
             in_flight.fetch_sub(1, Ordering::SeqCst);
         })
     };
-    let server = tiny_http::Server::from_listener_with_handler(
-        listener,
-        limits(&app.config().server),
-        handler,
-    )
-    .map_err(|e| Error::Other(format!("cannot start the HTTP server: {e}")))?;
+    let server_cfg = &app.config().server;
+    let mut limits = limits(server_cfg);
+    if let Some(certs) = certs {
+        limits.tls = Some(tiny_http::Tls {
+            config: tls::server_config(certs).map_err(Error::Other)?,
+            handshake_timeout: server_cfg.tls.handshake_timeout,
+            plain_http_response: Response::from(ApiError::HttpsRequired).to_raw(),
+        });
+        let _ = app.tls.set(Arc::clone(certs));
+    }
+    let server = tiny_http::Server::from_listener_with_handler(listener, limits, handler)
+        .map_err(|e| Error::Other(format!("cannot start the HTTP server: {e}")))?;
     let _ = app.connections.set(server.open_connections_counter());
     Ok(server)
+}
+
+/// The `redirect_http` listener, when set: plain HTTP answered with
+/// redirects to this HTTPS port (`https_port`) or `public_url`.
+fn start_redirect(app: &App, https_port: u16) -> Result<Option<tiny_http::Server>, Error> {
+    let cfg = app.config();
+    let Some(addr) = &cfg.server.tls.redirect_http else {
+        return Ok(None);
+    };
+    let listener = listen::bind_tcp(addr)?;
+    let target = tls::redirect::Target {
+        fixed: tls::redirect::fixed_base(cfg.server.public_url.as_deref()),
+        https_port,
+    };
+    let local = listener.local_addr().map_err(|source| Error::Bind {
+        addr: addr.clone(),
+        source,
+    })?;
+    // The acme module passes its HTTP-01 answers here (`Challenges`).
+    let server =
+        tls::redirect::start(listener, limits(&cfg.server), target, None).map_err(Error::Other)?;
+    log::info!("redirecting http://{local} to HTTPS");
+    Ok(Some(server))
 }
 
 /// The first step of a graceful stop: for `drain_delay`, `/healthz`
@@ -270,42 +322,7 @@ fn limits(s: &config::Server) -> tiny_http::ServerLimits {
             uri_too_long: body(ApiError::UriTooLong),
             headers_too_large: body(ApiError::HeadersTooLarge),
         },
-    }
-}
-
-/// Resolve and bind `addr` (`host:port`).
-fn bind(addr: &str) -> Result<TcpListener, Error> {
-    let err = |source| Error::Bind {
-        addr: addr.to_string(),
-        source,
-    };
-    let addrs = resolve(addr).map_err(err)?;
-    TcpListener::bind(&addrs[..]).map_err(err)
-}
-
-/// The socket addresses of `host:port`. IP literals, `localhost` and an
-/// empty host (all interfaces) are resolved here, without the C resolver: a
-/// static glibc binary cannot load NSS modules, so `getaddrinfo` may fail
-/// on a host without a matching glibc. Other names go to the resolver.
-fn resolve(addr: &str) -> io::Result<Vec<SocketAddr>> {
-    if let Ok(a) = addr.parse::<SocketAddr>() {
-        return Ok(vec![a]);
-    }
-    let bad = || {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "expected HOST:PORT, e.g. 127.0.0.1:8080",
-        )
-    };
-    let (host, port) = addr.rsplit_once(':').ok_or_else(bad)?;
-    let port: u16 = port.parse().map_err(|_| bad())?;
-    match host {
-        "" | "*" => Ok(vec![SocketAddr::from(([0, 0, 0, 0], port))]),
-        h if h.eq_ignore_ascii_case("localhost") => Ok(vec![
-            SocketAddr::from(([127, 0, 0, 1], port)),
-            SocketAddr::from((Ipv6Addr::LOCALHOST, port)),
-        ]),
-        _ => Ok(addr.to_socket_addrs()?.collect()),
+        tls: None,
     }
 }
 
@@ -331,24 +348,9 @@ fn handle(app: &App, mut rq: tiny_http::Request) {
         Err(e) => (Err(()), Response::from(e)),
     };
     app.runner.metrics.http(resp.status);
-    logging::access(|line| {
-        push_remote(line, rq.remote_addr());
-        line.push(' ');
-        line.push_str(rq.method().as_str());
-        line.push(' ');
-        match &req {
-            Ok(req) => {
-                let _ = req.log_target().write_to(line);
-            }
-            // The query of a request that could not be read is not logged.
-            Err(()) => line.push_str(rq.url().split('?').next().unwrap_or("")),
-        }
-        let _ = write!(line, " {} {}ms", resp.status, started.elapsed().as_millis());
-        if let Some(run) = &resp.run {
-            line.push_str(" run=");
-            line.push_str(run);
-        }
-    });
+    if !is_watchdog_check(&req) {
+        log_access(&rq, &req, &resp, started);
+    }
     drop(req);
     let sent = match resp.stream.as_ref().and_then(|s| s.take()) {
         // No length: tiny_http sends it chunked, a chunk per piece read.
@@ -373,13 +375,56 @@ fn handle(app: &App, mut rq: tiny_http::Request) {
     }
 }
 
-/// Append the peer's address for an access-log line (`-` when unknown).
-fn push_remote(line: &mut String, remote: Option<&SocketAddr>) {
+/// Whether `req` is the watchdog's own check (`http::systemd`), which is
+/// not logged: one line every few seconds would bury the others.
+fn is_watchdog_check(req: &Result<Request, ()>) -> bool {
+    req.as_ref().is_ok_and(|r| {
+        r.path == "/healthz" && r.header("user-agent") == Some(systemd::WATCHDOG_AGENT)
+    })
+}
+
+/// Write the access-log line of a request answered `resp`.
+fn log_access(
+    rq: &tiny_http::Request,
+    req: &Result<Request, ()>,
+    resp: &Response,
+    started: Instant,
+) {
+    logging::access(|line| {
+        push_remote(line, peer(rq));
+        line.push(' ');
+        line.push_str(rq.method().as_str());
+        line.push(' ');
+        match req {
+            Ok(req) => {
+                let _ = req.log_target().write_to(line);
+            }
+            // The query of a request that could not be read is not logged.
+            Err(()) => line.push_str(rq.url().split('?').next().unwrap_or("")),
+        }
+        let _ = write!(line, " {} {}ms", resp.status, started.elapsed().as_millis());
+        if let Some(run) = &resp.run {
+            line.push_str(" run=");
+            line.push_str(run);
+        }
+    });
+}
+
+/// The other end of `rq`'s connection: tiny_http knows the address of a
+/// TCP peer and none for a peer on a Unix socket.
+fn peer(rq: &tiny_http::Request) -> Peer {
+    rq.remote_addr().map_or(Peer::Unix, |a| Peer::Ip(*a))
+}
+
+/// Append the peer for an access-log line: its address, `unix`, or `-`
+/// when unknown.
+fn push_remote(line: &mut String, remote: Peer) {
     match remote {
-        Some(addr) => {
+        Peer::Ip(addr) => {
             let _ = write!(line, "{}", addr.ip());
         }
-        None => line.push('-'),
+        Peer::Unix => line.push_str("unix"),
+        Peer::Unknown => line.push('-'),
     }
 }
 
@@ -397,7 +442,7 @@ fn read_request(rq: &mut tiny_http::Request, max_body: usize) -> Result<Request,
             (name, h.value.into())
         })
         .collect();
-    req.remote = rq.remote_addr().copied();
+    req.remote = peer(rq);
     if rq.body_length().is_some_and(|n| n > max_body) {
         return Err(ApiError::PayloadTooLarge { limit: max_body });
     }
@@ -426,25 +471,18 @@ mod stack_tests;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::SocketAddr;
 
     #[test]
     fn access_lines_name_the_peer_or_a_dash() {
         let mut line = String::new();
-        push_remote(&mut line, Some(&SocketAddr::from(([10, 2, 30, 255], 80))));
-        push_remote(&mut line, None);
-        push_remote(&mut line, Some(&"[2001:db8::7]:80".parse().unwrap()));
-        assert_eq!(line, "10.2.30.255-2001:db8::7");
-    }
-
-    #[test]
-    fn resolves_without_the_c_resolver() {
-        let v4 = |port| SocketAddr::from(([127, 0, 0, 1], port));
-        assert_eq!(resolve("127.0.0.1:0").unwrap(), vec![v4(0)]);
-        assert_eq!(resolve("[::1]:80").unwrap()[0].port(), 80);
-        assert_eq!(resolve("localhost:8080").unwrap()[0], v4(8080));
-        let any = SocketAddr::from(([0, 0, 0, 0], 9000));
-        assert_eq!(resolve(":9000").unwrap(), vec![any]);
-        assert!(resolve("localhost").is_err());
-        assert!(resolve("localhost:http").is_err());
+        push_remote(
+            &mut line,
+            Peer::Ip(SocketAddr::from(([10, 2, 30, 255], 80))),
+        );
+        push_remote(&mut line, Peer::Unknown);
+        push_remote(&mut line, Peer::Ip("[2001:db8::7]:80".parse().unwrap()));
+        push_remote(&mut line, Peer::Unix);
+        assert_eq!(line, "10.2.30.255-2001:db8::7unix");
     }
 }

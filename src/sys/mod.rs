@@ -1,7 +1,7 @@
 //! The only module with `unsafe`: starting a child process (`spawn`,
 //! `vfork`), process groups,
 //! signals, poll, rlimits, and opening or `stat`ing a directory's entry by
-//! its descriptor.
+//! its descriptor, and the socket systemd passes (`systemd`).
 //! Each unsafe block carries a `// SAFETY:` comment.
 #![allow(unsafe_code)]
 
@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 mod spawn;
+pub mod systemd;
 #[cfg(all(target_os = "linux", target_arch = "x86_64", not(trigd_std_spawn)))]
 mod vfork;
 

@@ -21,7 +21,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// A running `trigd serve`. Dropping it kills the process and waits for it.
 pub struct Trigd {
     child: Option<Child>,
-    /// `IP:PORT` from the `listening on http://IP:PORT` line.
+    /// `IP:PORT` from the `listening on http(s)://IP:PORT` line.
     pub addr: String,
     config: PathBuf,
     /// The server's stderr, appended to across restarts.
@@ -151,7 +151,10 @@ impl Trigd {
         };
         let addr = line
             .strip_suffix('\n')
-            .and_then(|l| l.strip_prefix("listening on http://"))
+            .and_then(|l| {
+                l.strip_prefix("listening on http://")
+                    .or_else(|| l.strip_prefix("listening on https://"))
+            })
             .unwrap_or_else(|| {
                 self.fail(format!(
                     "first stdout line is {line:?}, want \"listening on http://IP:PORT\\n\""

@@ -41,7 +41,7 @@ impl<'a> HookRead<'a> {
             .collect();
         let mut request = HookRequest::new(
             req.method.as_str(),
-            req.remote,
+            req.remote.addr(),
             &req.headers,
             &req.query,
             &req.body,

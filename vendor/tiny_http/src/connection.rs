@@ -95,6 +95,51 @@ impl Connection {
         }
     }
 
+    /// (trigd patch) Set the read and the write timeout.
+    pub(crate) fn set_timeouts(&self, timeout: std::time::Duration) {
+        let t = Some(timeout);
+        match self {
+            Self::Tcp(s) => {
+                let _ = s.set_read_timeout(t);
+                let _ = s.set_write_timeout(t);
+            }
+            #[cfg(unix)]
+            Self::Unix(s) => {
+                let _ = s.set_read_timeout(t);
+                let _ = s.set_write_timeout(t);
+            }
+        }
+    }
+
+    /// (trigd patch) Read and write timeouts of `timeout` on either kind of
+    ///  socket (upstream set none on a Unix one: a stalled client there held
+    ///  its thread forever), and `TCP_NODELAY` on TCP.
+    pub(crate) fn prepare(&self, timeout: std::time::Duration) {
+        self.set_timeouts(timeout);
+        if let Self::Tcp(s) = self {
+            let _ = s.set_nodelay(true);
+        }
+    }
+
+    /// (trigd patch) Write `bytes` without blocking, then close both ways
+    ///  (the answer to a connection past `max_connections`).
+    pub(crate) fn refuse(self, bytes: &[u8]) {
+        use std::io::Write;
+        match self {
+            Self::Tcp(mut s) => {
+                let _ = s.set_nonblocking(true);
+                let _ = s.write(bytes);
+                let _ = s.shutdown(Shutdown::Both);
+            }
+            #[cfg(unix)]
+            Self::Unix(mut s) => {
+                let _ = s.set_nonblocking(true);
+                let _ = s.write(bytes);
+                let _ = s.shutdown(Shutdown::Both);
+            }
+        }
+    }
+
     pub(crate) fn try_clone(&self) -> std::io::Result<Self> {
         match self {
             Self::Tcp(s) => s.try_clone().map(Self::from),

@@ -91,9 +91,6 @@
 #![deny(rust_2018_idioms)]
 #![allow(clippy::match_like_matches_macro)]
 
-#[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
-use zeroize::Zeroizing;
-
 use std::error::Error;
 use std::io::Error as IoError;
 use std::io::ErrorKind as IoErrorKind;
@@ -116,14 +113,15 @@ pub use connection::{ConfigListenAddr, ListenAddr, Listener};
 pub use request::{ReadWrite, Request};
 pub use response::{Response, ResponseBox};
 pub use test::TestRequest;
+pub use tls::Tls;
 
 mod client;
 mod common;
 mod connection;
 mod request;
 mod response;
-mod ssl;
 mod test;
+mod tls;
 mod util;
 
 /// The main class of this library.
@@ -163,13 +161,9 @@ impl Drop for OpenGuard {
 }
 
 /// (trigd patch) Answer a connection past the cap without blocking the
-///  accept thread, then close it.
+///  accept thread, then close it (TCP or Unix: upstream answered only TCP).
 fn refuse(sock: Connection, response: &[u8]) {
-    if let Connection::Tcp(mut tcp) = sock {
-        let _ = tcp.set_nonblocking(true);
-        let _ = std::io::Write::write(&mut tcp, response);
-        let _ = tcp.shutdown(Shutdown::Both);
-    }
+    sock.refuse(response);
 }
 
 enum Message {
@@ -200,56 +194,55 @@ pub struct IncomingRequests<'a> {
     server: &'a Server,
 }
 
-#[cfg(not(any(feature = "ssl-openssl", feature = "ssl-rustls")))]
-type SslContext = ();
-#[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
-type SslContext = crate::ssl::SslContextImpl;
-
 /// (trigd patch) The accept thread: accepts connections and gives each a
-///  thread of the pool (upstream: one closure inside `Server::new`).
+///  thread of the pool, where its TLS handshake (if any) and its requests
+///  run (upstream: one closure inside `Server::new`, with the TLS handshake
+///  on the accept thread).
 struct Acceptor {
     listener: Listener,
-    ssl: Option<SslContext>,
-    limits: ServerLimits,
-    refusals: Arc<Refusals>,
-    handler: Option<Handler>,
+    max_connections: usize,
+    overload_response: Vec<u8>,
+    min_threads: usize,
+    thread_stack: usize,
+    setup: Arc<Setup>,
     open: Arc<AtomicUsize>,
     close: Arc<AtomicBool>,
+}
+
+/// (trigd patch) What a connection's thread needs to serve it.
+struct Setup {
+    head: HeadLimits,
+    socket_timeout: Duration,
+    tls: Option<Tls>,
+    refusals: Arc<Refusals>,
+    handler: Option<Handler>,
     messages: Arc<MessagesQueue<Message>>,
 }
 
 impl Acceptor {
     fn run(self) {
         // a tasks pool is used to dispatch the connections into threads
-        let tasks_pool = util::TaskPool::new(self.limits.min_threads, self.limits.thread_stack);
+        let tasks_pool = util::TaskPool::new(self.min_threads, self.thread_stack);
 
         log::debug!("Running accept thread");
         while !self.close.load(Relaxed) {
-            let new_client = match self.listener.accept() {
+            match self.listener.accept() {
                 // (trigd patch) past the cap: answer and close at once
-                Ok((sock, _)) if self.open.load(Relaxed) >= self.limits.max_connections => {
-                    refuse(sock, &self.limits.overload_response);
-                    continue;
+                Ok((sock, _)) if self.open.load(Relaxed) >= self.max_connections => {
+                    refuse(sock, &self.overload_response);
                 }
-                Ok((sock, _)) => self.client(sock),
-                Err(e) => Err(e),
-            };
-
-            match new_client {
-                Ok(Some(client)) => {
-                    let messages = self.messages.clone();
-                    let mut client = Some(client);
+                Ok((sock, _)) => {
                     // (trigd patch) count the connection while it lives
                     let guard = OpenGuard::new(&self.open);
-                    let handler = self.handler.clone();
+                    let setup = Arc::clone(&self.setup);
+                    let mut sock = Some(sock);
                     tasks_pool.spawn(Box::new(move || {
                         let _guard = &guard;
-                        if let Some(client) = client.take() {
-                            serve_connection(client, handler.as_ref(), &messages);
+                        if let Some(sock) = sock.take() {
+                            setup.serve(sock);
                         }
                     }));
                 }
-                Ok(None) => {}
 
                 // (trigd patch) an accept error (EMFILE when descriptors
                 //  run out, ECONNABORTED, ...) no longer ends the accept
@@ -265,39 +258,38 @@ impl Acceptor {
         }
         log::debug!("Terminating accept thread");
     }
+}
 
-    /// The connection of an accepted socket; `None` when its TLS handshake
-    ///  failed (the socket is closed).
-    fn client(&self, sock: Connection) -> IoResult<Option<ClientConnection>> {
-        if let Connection::Tcp(ref tcp) = sock {
-            let _ = tcp.set_read_timeout(Some(self.limits.socket_timeout));
-            let _ = tcp.set_write_timeout(Some(self.limits.socket_timeout));
-            let _ = tcp.set_nodelay(true);
+impl Setup {
+    /// Serve an accepted socket on the calling (pool) thread: its TLS
+    ///  handshake if the server has TLS, then its requests.
+    fn serve(&self, sock: Connection) {
+        match self.client(sock) {
+            Ok(Some(client)) => serve_connection(client, self.handler.as_ref(), &self.messages),
+            Ok(None) => {}
+            // (trigd patch) duplicating the socket can fail (EMFILE): this
+            //  connection is closed, the others go on
+            Err(e) => log::warn!("Error setting up a connection: {}", e),
         }
-        use util::RefinedTcpStream;
-        let halves = match self.ssl {
-            None => RefinedTcpStream::new(sock),
-            #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
-            Some(ref ssl) => {
-                // trying to apply SSL over the connection
-                // if an error occurs, we just close the socket and resume listening
-                let sock = match ssl.accept(sock) {
-                    Ok(s) => s,
-                    Err(_) => return Ok(None),
-                };
+    }
 
-                RefinedTcpStream::new(sock)
-            }
-            #[cfg(not(any(feature = "ssl-openssl", feature = "ssl-rustls")))]
-            Some(ref _ssl) => unreachable!(),
+    /// The connection of an accepted socket; `None` when it is a TLS
+    ///  socket whose handshake failed or timed out (the socket is closed).
+    fn client(&self, sock: Connection) -> IoResult<Option<ClientConnection>> {
+        // (trigd patch) timeouts on Unix connections too; TCP_NODELAY
+        sock.prepare(self.socket_timeout);
+        let halves = match self.tls {
+            None => util::RefinedTcpStream::new(sock),
+            Some(ref tls) => match tls::accept(sock, tls, self.socket_timeout) {
+                Some(stream) => util::RefinedTcpStream::new(stream),
+                None => return Ok(None),
+            },
         };
-        // (trigd patch) duplicating the socket can fail (EMFILE): drop this
-        //  connection, keep accepting
         let (read_closable, write_closable) = halves?;
         Ok(Some(ClientConnection::new(
             write_closable,
             read_closable,
-            self.limits.head,
+            self.head,
             Arc::clone(&self.refusals),
         )))
     }
@@ -335,9 +327,6 @@ fn serve_connection(
 pub struct ServerConfig {
     /// The addresses to try to listen to.
     pub addr: ConfigListenAddr,
-
-    /// If `Some`, then the server will use SSL to encode the communications.
-    pub ssl: Option<SslConfig>,
 }
 
 /// (trigd patch) A function that answers requests on the connection's own
@@ -365,6 +354,8 @@ pub struct ServerLimits {
     pub thread_stack: usize,
     /// Bodies of the answers to requests refused while reading them.
     pub refusals: Refusals,
+    /// (trigd patch) TLS on every connection, when set.
+    pub tls: Option<Tls>,
 }
 
 /// (trigd patch) The bodies of the answers the server gives by itself, to
@@ -396,17 +387,9 @@ impl Default for ServerLimits {
             overload_response: b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\nRetry-After: 1\r\n\r\n".to_vec(),
             thread_stack: 2 * 1024 * 1024,
             refusals: Refusals::default(),
+            tls: None,
         }
     }
-}
-
-/// Configuration of the server for SSL.
-#[derive(Debug, Clone)]
-pub struct SslConfig {
-    /// Contains the public certificate to send to clients.
-    pub certificate: Vec<u8>,
-    /// Contains the ultra-secret private key used to decode communications.
-    pub private_key: Vec<u8>,
 }
 
 impl Server {
@@ -418,23 +401,6 @@ impl Server {
     {
         Server::new(ServerConfig {
             addr: ConfigListenAddr::from_socket_addrs(addr)?,
-            ssl: None,
-        })
-    }
-
-    /// Shortcut for an HTTPS server on a specific address.
-    #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
-    #[inline]
-    pub fn https<A>(
-        addr: A,
-        config: SslConfig,
-    ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>>
-    where
-        A: ToSocketAddrs,
-    {
-        Server::new(ServerConfig {
-            addr: ConfigListenAddr::from_socket_addrs(addr)?,
-            ssl: Some(config),
         })
     }
 
@@ -446,14 +412,13 @@ impl Server {
     ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
         Server::new(ServerConfig {
             addr: ConfigListenAddr::unix_from_path(path),
-            ssl: None,
         })
     }
 
     /// Builds a new server that listens on the specified address.
     pub fn new(config: ServerConfig) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
         let listener = config.addr.bind()?;
-        Self::from_listener(listener, config.ssl)
+        Self::from_listener(listener)
     }
 
     /// Builds a new server using the specified TCP listener.
@@ -462,18 +427,17 @@ impl Server {
     /// such as from systemd. For other cases, you probably want the `new()` function.
     pub fn from_listener<L: Into<Listener>>(
         listener: L,
-        ssl_config: Option<SslConfig>,
     ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
-        Server::from_listener_with_limits(listener, ssl_config, ServerLimits::default())
+        Server::from_listener_with_limits(listener, ServerLimits::default())
     }
 
-    /// (trigd patch) Like `from_listener`, with explicit bounds.
+    /// (trigd patch) Like `from_listener`, with explicit bounds (and TLS:
+    ///  `ServerLimits::tls`; upstream's `SslConfig` is removed).
     pub fn from_listener_with_limits<L: Into<Listener>>(
         listener: L,
-        ssl_config: Option<SslConfig>,
         limits: ServerLimits,
     ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
-        Server::build(listener.into(), ssl_config, limits, None)
+        Server::build(listener.into(), limits, None)
     }
 
     /// (trigd patch) Serve every request by calling `handler` on the thread
@@ -487,61 +451,40 @@ impl Server {
         limits: ServerLimits,
         handler: Handler,
     ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
-        Server::build(listener.into(), None, limits, Some(handler))
+        Server::build(listener.into(), limits, Some(handler))
     }
 
     fn build(
         listener: Listener,
-        ssl_config: Option<SslConfig>,
         limits: ServerLimits,
         handler: Option<Handler>,
     ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
         let open = Arc::new(AtomicUsize::new(0));
-        let inside_open = Arc::clone(&open);
         // building the "close" variable
         let close_trigger = Arc::new(AtomicBool::new(false));
-
-        // building the TcpListener
-        let (server, local_addr) = {
-            let local_addr = listener.local_addr()?;
-            log::debug!("Server listening on {}", local_addr);
-            (listener, local_addr)
-        };
-
-        // building the SSL capabilities
-        #[cfg(all(feature = "ssl-openssl", feature = "ssl-rustls"))]
-        compile_error!(
-            "Features 'ssl-openssl' and 'ssl-rustls' must not be enabled at the same time"
-        );
-        let ssl: Option<SslContext> = {
-            match ssl_config {
-                #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
-                Some(config) => Some(SslContext::from_pem(
-                    config.certificate,
-                    Zeroizing::new(config.private_key),
-                )?),
-                #[cfg(not(any(feature = "ssl-openssl", feature = "ssl-rustls")))]
-                Some(_) => return Err(
-                    "Building a server with SSL requires enabling the `ssl` feature in tiny-http"
-                        .into(),
-                ),
-                None => None,
-            }
-        };
+        let local_addr = listener.local_addr()?;
+        log::debug!("Server listening on {}", local_addr);
 
         // creating a task where server.accept() is continuously called
         // and ClientConnection objects are pushed in the messages queue
         let messages = MessagesQueue::with_capacity(8);
 
         let acceptor = Acceptor {
-            listener: server,
-            ssl,
-            refusals: Arc::new(limits.refusals.clone()),
-            limits,
-            handler,
-            open: inside_open,
+            listener,
+            max_connections: limits.max_connections,
+            min_threads: limits.min_threads,
+            thread_stack: limits.thread_stack,
+            setup: Arc::new(Setup {
+                head: limits.head,
+                socket_timeout: limits.socket_timeout,
+                refusals: Arc::new(limits.refusals),
+                tls: limits.tls,
+                handler,
+                messages: messages.clone(),
+            }),
+            overload_response: limits.overload_response,
+            open: Arc::clone(&open),
             close: close_trigger.clone(),
-            messages: messages.clone(),
         };
         thread::spawn(move || acceptor.run());
 
@@ -643,12 +586,8 @@ impl Drop for Server {
         if let Ok(stream) = maybe_stream {
             let _ = stream.shutdown(Shutdown::Both);
         }
-
-        #[cfg(unix)]
-        if let ListenAddr::Unix(addr) = &self.listening_addr {
-            if let Some(path) = addr.as_pathname() {
-                let _ = std::fs::remove_file(path);
-            }
-        }
+        // (trigd patch) the socket file is not removed here: a socket
+        //  systemd passed is systemd's, and the application removes the
+        //  ones it created itself
     }
 }
