@@ -220,8 +220,6 @@ impl Cron {
                     return Some(at);
                 }
             }
-            // `tomorrow`, not a `Span`: jiff's span arithmetic is a lot of
-            // code for adding a day.
             date = date.tomorrow().ok()?;
         }
         None
