@@ -125,3 +125,42 @@ fn request_heads_are_read_alike_in_one_piece_and_a_byte_at_a_time() {
         }
     }
 }
+
+/// A request that ends its connection (`Connection: close`, or HTTP/1.0
+/// without `keep-alive`) gets `Connection: close` in its answer, from
+/// either way of answering (`respond` and `respond_bytes`), and one that
+/// keeps it open gets none (RFC 9112 §9.6).
+#[test]
+fn the_answer_to_a_last_request_says_connection_close() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let handler: tiny_http::Handler = Arc::new(|rq: tiny_http::Request| {
+        let _ = if rq.url() == "/bytes" {
+            rq.respond_bytes(200, &[("Content-Type", "text/plain")], b"ok".to_vec())
+        } else {
+            rq.respond(tiny_http::Response::from_string("ok"))
+        };
+    });
+    let limits = tiny_http::ServerLimits {
+        socket_timeout: Duration::from_secs(10),
+        ..Default::default()
+    };
+    let _server = tiny_http::Server::from_listener_with_handler(listener, limits, handler).unwrap();
+    for path in ["/bytes", "/response"] {
+        for (version, connection, closes) in [
+            ("1.1", "Connection: close\r\n", true),
+            ("1.1", "Connection: Keep-Alive, Close\r\n", true),
+            ("1.0", "", true),
+            ("1.0", "Connection: keep-alive\r\n", false),
+            ("1.1", "", false),
+        ] {
+            let mut s = connect(&addr);
+            let head = format!("GET {path} HTTP/{version}\r\nHost: h\r\n{connection}\r\n");
+            s.write_all(head.as_bytes()).unwrap();
+            let reply = read_reply(&mut std::io::BufReader::new(s)).unwrap();
+            reply.status_is(200);
+            let want = closes.then_some("close");
+            reply.check_eq(reply.header("Connection"), want, &format!("{head:?}"));
+        }
+    }
+}

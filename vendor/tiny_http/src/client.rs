@@ -16,7 +16,9 @@ use crate::{Refusals, Request};
 /// and return Request objects.
 pub struct ClientConnection {
     // address of the client
-    remote_addr: IoResult<Option<SocketAddr>>,
+    /// (trigd patch) `None` also when the address could not be read (a
+    ///  client gone right after `accept`: upstream panicked on it).
+    remote_addr: Option<SocketAddr>,
 
     // sequence of Readers to the stream, so that the data is not read in
     //  the wrong order
@@ -166,7 +168,7 @@ impl ClientConnection {
         limits: HeadLimits,
         refusals: Arc<Refusals>,
     ) -> ClientConnection {
-        let remote_addr = read_socket.peer_addr();
+        let remote_addr = read_socket.peer_addr().ok().flatten();
         let secure = read_socket.secure();
 
         let deadline = Arc::new(Mutex::new(Deadline::default()));
@@ -370,7 +372,7 @@ impl ClientConnection {
             path,
             version.clone(),
             headers,
-            *self.remote_addr.as_ref().unwrap(),
+            self.remote_addr,
             data_source,
             writer,
         )
@@ -444,26 +446,16 @@ impl Iterator for ClientConnection {
                 continue;
             }
 
-            // updating the status of the connection
-            let connection_header = rq
+            // updating the status of the connection: (trigd patch) the
+            //  same rule as the answer's `Connection: close`
+            let upgrade = rq
                 .headers()
                 .iter()
                 .find(|h| h.field.equiv("Connection"))
-                .map(|h| h.value.as_str());
-
-            let lowercase = connection_header.map(|h| h.to_ascii_lowercase());
-
-            match lowercase {
-                Some(ref val) if val.contains("close") => self.no_more_requests = true,
-                Some(ref val) if val.contains("upgrade") => self.no_more_requests = true,
-                Some(ref val)
-                    if !val.contains("keep-alive") && *rq.http_version() == HTTPVersion(1, 0) =>
-                {
-                    self.no_more_requests = true
-                }
-                None if *rq.http_version() == HTTPVersion(1, 0) => self.no_more_requests = true,
-                _ => (),
-            };
+                .is_some_and(|h| h.value.as_str().to_ascii_lowercase().contains("upgrade"));
+            if upgrade || crate::response::says_close(rq.headers(), rq.http_version()) {
+                self.no_more_requests = true;
+            }
 
             // returning the request
             return Some(rq);

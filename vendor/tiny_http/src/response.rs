@@ -183,6 +183,9 @@ pub(crate) fn compose_in_memory<K: AsRef<str>, V: AsRef<str>>(
         out.extend_from_slice(v.as_ref().as_bytes());
         out.extend_from_slice(b"\r\n");
     }
+    if says_close(request_headers, http_version) {
+        out.extend_from_slice(b"Connection: close\r\n");
+    }
     out.extend_from_slice(b"Content-Length: ");
     push_decimal(out, body.len());
     out.extend_from_slice(b"\r\n\r\n");
@@ -191,6 +194,24 @@ pub(crate) fn compose_in_memory<K: AsRef<str>, V: AsRef<str>>(
         out.extend_from_slice(body);
     }
     true
+}
+
+/// (trigd patch) Whether the request ends its connection: a `close`
+///  option, or HTTP/1.0 without `keep-alive` (`ClientConnection` closes
+///  after answering it). The answer then says `Connection: close`, as RFC
+///  9112 §9.6 asks (upstream sent none: a client that reused the
+///  connection met a closed socket).
+pub(crate) fn says_close(request_headers: &[Header], version: &HTTPVersion) -> bool {
+    let option = request_headers
+        .iter()
+        .find(|h| h.field.equiv("Connection"))
+        .map(|h| h.value.as_str().to_ascii_lowercase());
+    match option {
+        Some(v) if v.contains("close") => true,
+        Some(v) if v.contains("upgrade") => false,
+        Some(v) => *version == HTTPVersion(1, 0) && !v.contains("keep-alive"),
+        None => *version == HTTPVersion(1, 0),
+    }
 }
 
 fn write_message_header<W>(
@@ -550,6 +571,11 @@ where
         if let Some(upgrade) = upgrade {
             self.add_upgrade_headers(upgrade);
             transfer_encoding = None;
+        } else if says_close(request_headers, &http_version)
+            && !self.headers.iter().any(|h| h.field.equiv("Connection"))
+        {
+            self.headers
+                .push(Header::from_bytes(&b"Connection"[..], &b"close"[..]).unwrap());
         }
 
         let (mut reader, data_length) =
