@@ -25,6 +25,7 @@ use crate::config::schedules::{Overlap, Schedule};
 use crate::config::{Config, Program};
 use crate::http::app::App;
 use crate::invoke;
+use crate::runner::RunError;
 use crate::runs::callback;
 use crate::state::delivery::Source;
 use crate::state::record::{Origin, RunRecord, RunState, SkipReason};
@@ -60,6 +61,18 @@ const MAX_SLEEP: Duration = Duration::from_secs(5);
 /// running one has ended.
 const QUEUE_POLL: Duration = Duration::from_millis(200);
 
+/// Threads that accept the runs of one wake together.
+const STARTERS: usize = 8;
+
+/// A run to start at the end of this wake.
+struct Pending {
+    id: String,
+    at: Timestamp,
+    missed: u64,
+    delay: Duration,
+    job: crate::runner::Job,
+}
+
 /// Run records read back at start for occurrences newer than their mark.
 const RECENT_RECORDS: usize = 1_000;
 
@@ -86,6 +99,8 @@ pub struct Timer {
     slots: HashMap<String, Slot>,
     heap: BinaryHeap<Reverse<(Timestamp, String)>>,
     generation: u64,
+    /// Runs to start at the end of this wake ([`Timer::start_pending`]).
+    pending: Vec<Pending>,
 }
 
 impl Timer {
@@ -100,6 +115,7 @@ impl Timer {
             slots: HashMap::new(),
             heap: BinaryHeap::new(),
             generation: 0,
+            pending: Vec::new(),
         }
     }
 
@@ -121,6 +137,8 @@ impl Timer {
             }
             let now = (self.clock.now)();
             let changed = self.fire_due(now) | self.start_waiting();
+            // The records first, then the marks that name them.
+            self.start_pending();
             if changed {
                 self.save();
             }
@@ -337,13 +355,64 @@ impl Timer {
         job.callbacks =
             callback::targets(&cfg.server.callbacks, &fixed, None, false).unwrap_or_default();
         let delay = slot.sched.delay(id);
-        let accepted = self.app.runner.start_async(job);
-        // Lateness as the run is accepted: the firings of one wake are
-        // accepted one after another.
-        let late = (self.clock.now)()
-            .duration_since(at)
-            .unsigned_abs()
-            .saturating_sub(delay);
+        self.pending.push(Pending {
+            id: id.to_string(),
+            at,
+            missed,
+            delay,
+            job,
+        });
+    }
+
+    /// Start the runs of this wake together, on up to [`STARTERS`]
+    /// threads: each is accepted by a synced `runs.log` line, and lines
+    /// written at once share their sync (the store's group commit), where
+    /// one after another they would wait for one each.
+    fn start_pending(&mut self) {
+        let pending = std::mem::take(&mut self.pending);
+        if pending.is_empty() {
+            return;
+        }
+        let (runner, clock) = (&self.app.runner, self.clock);
+        let per = pending.len().div_ceil(STARTERS);
+        let mut results = Vec::with_capacity(pending.len());
+        std::thread::scope(|scope| {
+            let mut pending = pending.into_iter();
+            let mut threads = Vec::new();
+            loop {
+                let chunk: Vec<Pending> = pending.by_ref().take(per).collect();
+                if chunk.is_empty() {
+                    break;
+                }
+                threads.push(scope.spawn(move || {
+                    chunk
+                        .into_iter()
+                        .map(|p| {
+                            let accepted = runner.start_async(p.job);
+                            let late = (clock.now)().duration_since(p.at).unsigned_abs();
+                            (p.id, p.at, p.missed, late.saturating_sub(p.delay), accepted)
+                        })
+                        .collect::<Vec<_>>()
+                }));
+            }
+            for t in threads {
+                results.extend(t.join().unwrap_or_default());
+            }
+        });
+        for (id, at, missed, late, accepted) in results {
+            self.started(&id, at, missed, late, accepted);
+        }
+    }
+
+    /// What became of the run of occurrence `at`, accepted `late`.
+    fn started(
+        &mut self,
+        id: &str,
+        at: Timestamp,
+        missed: u64,
+        late: Duration,
+        accepted: Result<String, RunError>,
+    ) {
         match accepted {
             Ok(run) => {
                 log::info!("schedule {id}: run {run} for the occurrence of {at}");
