@@ -29,6 +29,8 @@
 //! the server, the URL table, logs, metrics           http/ (server.rs, routes.rs, logging.rs, metrics.rs, app.rs)
 //! HTTPS: certificate store, reload, redirects        http/tls/ (mod.rs Certs, watch.rs, redirect.rs, not_after.rs;
 //!   (the handshake: vendor/tiny_http/src/tls.rs)      config/tls.rs the settings)
+//! certificates from ACME (obtain, renew, HTTP-01)    http/acme/ (mod.rs the thread, issue.rs an order,
+//!                                                     client.rs ureq under instant-acme); kept by state/acme.rs
 //! where it listens (TCP, unix:PATH, systemd's       http/listen.rs; http/systemd.rs (sd_notify, watchdog);
 //!   socket), systemd's notify protocol                sys/systemd.rs (LISTEN_FDS)
 //! authenticate a caller, rate limits, CSRF, logins   access/ (mod.rs, limiter.rs, csrf.rs, login.rs, cidr.rs)

@@ -692,3 +692,24 @@ fn a_handshake_woken_by_a_signal_goes_on() {
     let reply = reply.unwrap_or_else(|e| t.fail(format!("no answer after stop and continue: {e}")));
     t.check(reply.status == 200, format!("{reply:?}"));
 }
+
+/// `redirect_http` names the HTTPS port it sends to: on a Unix socket there
+/// is none, and trigd says so at start instead of serving without it (and
+/// without `[acme]`'s HTTP-01 answers).
+#[test]
+fn redirect_http_on_a_unix_socket_is_a_clear_error() {
+    let server = format!(
+        "{}redirect_http = \"127.0.0.1:0\"\n",
+        tls_server("one.pem", "one.key")
+    );
+    let dir = setup_tls("tls-redirect-unix", &server);
+    let listen = format!("unix:{}", dir.path_str("trigd.sock"));
+    let config = dir.path_str("config.toml");
+    let out = crate::util::cli::trigd(&["serve", "--config", &config, "--listen", &listen], None);
+    out.code_is(1);
+    assert!(
+        out.stderr.contains("redirect_http") && out.stderr.contains("listen on HOST:PORT"),
+        "{}",
+        out.stderr
+    );
+}

@@ -80,7 +80,7 @@ pub const COMMANDS: &[Sub] = &[
         summary: "serve HTTP (the default command)",
         usage: "trigd [serve] [--config PATH] [--listen ADDR]",
         about: "Loads the config and every program, listens, and hot-reloads on changes.\n\
-                The first stdout line is `listening on http://IP:PORT` (`https://` with `tls_cert`,\n\
+                The first stdout line is `listening on http://IP:PORT` (`https://` with `tls_cert` or `[acme]`,\n\
                 or `unix:PATH`).\n\
                 Under systemd: socket activation and the notify protocol (docs/systemd.md).",
         args: &[],

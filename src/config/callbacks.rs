@@ -320,7 +320,7 @@ pub(super) fn callbacks(src: &Src, raw: &RawCallbacks, dir: &Path, errs: &mut Er
             .secret_file
             .as_ref()
             .and_then(|f| super::secret_path(dir, f.get_ref()).ok()),
-        extra_roots: ca_file(src, raw.ca_file.as_ref(), dir, errs),
+        extra_roots: ca_file(src, raw.ca_file.as_ref(), dir, "callbacks.ca_file", errs),
         timeout,
         retry_for,
         backoff,
@@ -422,10 +422,11 @@ fn read_secret_text(path: &Path) -> Result<String, String> {
         .map_err(|e| format!("cannot read the secret file {}: {e}", path.display()))
 }
 
-fn ca_file(
+pub(super) fn ca_file(
     src: &Src,
     raw: Option<&Spanned<String>>,
     dir: &Path,
+    key: &str,
     errs: &mut Errors,
 ) -> Vec<CertificateDer<'static>> {
     let Some(f) = raw else { return Vec::new() };
@@ -445,16 +446,16 @@ fn ca_file(
                 "{} holds a certificate that cannot be used as a CA root",
                 path.display()
             );
-            errs.at(src, f.span(), "callbacks.ca_file", msg);
+            errs.at(src, f.span(), key, msg);
             Vec::new()
         }
         Ok(_) => {
             let msg = format!("{} holds no CERTIFICATE block", path.display());
-            errs.at(src, f.span(), "callbacks.ca_file", msg);
+            errs.at(src, f.span(), key, msg);
             Vec::new()
         }
         Err(msg) => {
-            errs.at(src, f.span(), "callbacks.ca_file", msg);
+            errs.at(src, f.span(), key, msg);
             Vec::new()
         }
     }

@@ -10,6 +10,7 @@
 //! file, line, column and key; loading collects all of them instead of
 //! stopping at the first.
 
+pub mod acme;
 pub mod callbacks;
 pub mod edit;
 mod endpoint;
@@ -193,6 +194,9 @@ pub struct Server {
     /// HTTPS: `tls_cert`, `tls_key`, `tls_handshake_timeout`,
     /// `redirect_http` (read only at start; the files reload by themselves).
     pub tls: tls::Tls,
+    /// Certificates from an ACME directory (the `[acme]` table; read only
+    /// at start).
+    pub acme: Option<Arc<acme::Acme>>,
 }
 
 /// A run-endpoint API key (`[[api_keys]]`). Only its hash is known.

@@ -105,6 +105,8 @@ pub struct RawConfig {
     /// `[callbacks]`.
     #[serde(default)]
     pub callbacks: RawCallbacks,
+    /// `[acme]`: certificates from an ACME directory.
+    pub acme: Option<Spanned<RawAcme>>,
 }
 
 /// A number that must be >= 1, kept loose so validation can point at it.
@@ -234,6 +236,34 @@ pub struct RawCallbacks {
     pub workers: Count,
     /// `max_pending`: deliveries waiting at most.
     pub max_pending: Count,
+}
+
+/// `[acme]` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAcme {
+    /// `domains`: the names of the certificate.
+    #[serde(default)]
+    pub domains: Vec<Spanned<String>>,
+    /// `contact`: `mailto:` URLs of the account.
+    #[serde(default)]
+    pub contact: Vec<Spanned<String>>,
+    /// `directory`: the ACME directory URL.
+    pub directory: Option<Spanned<String>>,
+    /// `terms_accepted`: the CA's terms of service are accepted.
+    pub terms_accepted: Option<Spanned<bool>>,
+    /// `challenge`: `http-01`.
+    pub challenge: Option<Spanned<String>>,
+    /// `ca_file`: PEM certificates trusted to reach the directory.
+    pub ca_file: Option<Spanned<String>>,
+    /// `renew_before`: renew this long before the certificate expires.
+    pub renew_before: Option<Spanned<RawDuration>>,
+    /// `timeout` of one request to the ACME server.
+    pub timeout: Option<Spanned<RawDuration>>,
+    /// `retry_min`: the first wait after a failed attempt.
+    pub retry_min: Option<Spanned<RawDuration>>,
+    /// `retry_max`: the longest wait between attempts.
+    pub retry_max: Option<Spanned<RawDuration>>,
 }
 
 /// A duration as written: integer seconds or text like `"1m30s"`.

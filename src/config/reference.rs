@@ -6,6 +6,7 @@
 //! each table of [`SECTIONS`] and compares the keys the serde structs of
 //! `raw.rs` expect with the keys listed here, both ways.
 
+use super::acme::defaults as acme;
 use super::callbacks::defaults as cb;
 use super::raw::defaults as server;
 
@@ -103,6 +104,7 @@ pub const SECTIONS: &[Section] = &[
             key("workspaces", "array of tables", Is("none"), "groups of users owning programs and tools: `[[workspaces]]`"),
             key("tools", "array of tables", Is("none"), "endpoints for programs: `[[tools]]`"),
             key("callbacks", "table", Is("no callbacks"), "where completion callbacks may go and how they are signed: `[callbacks]`"),
+            key("acme", "table", Is("none (no ACME)"), "obtain and renew the HTTPS certificate from an ACME directory: `[acme]`"),
         ],
     },
     Section {
@@ -228,6 +230,16 @@ pub const SECTIONS: &[Section] = &[
         keys: CALLBACKS,
     },
     Section {
+        file: "config.toml",
+        header: "[acme]",
+        path: "acme",
+        about: "Certificates without a human: an account at an ACME directory (Let's Encrypt \
+                by default), one certificate for `domains` proved by HTTP-01 on port 80, \
+                renewed at two thirds of its lifetime; kept in `state_dir/acme/`. Read at \
+                start only.",
+        keys: ACME,
+    },
+    Section {
         file: "program files",
         header: "program file",
         path: "",
@@ -328,7 +340,7 @@ const SERVER: &[Key] = &[
     key("tls_cert", "path", NONE, "PEM certificate chain, leaf first; with `tls_key`, `listen` speaks HTTPS only (TLS 1.2 and 1.3); re-read when the file changes and on SIGHUP"),
     key("tls_key", "path", NONE, "PEM private key of `tls_cert` (PKCS#8, PKCS#1 or SEC1); may be `credential:NAME`, a systemd credential in `$CREDENTIALS_DIRECTORY`"),
     key("tls_handshake_timeout", "duration", Secs(server::TLS_HANDSHAKE_TIMEOUT_SECS), "time a client has, from connecting, to complete its TLS handshake; the connection is closed past it"),
-    key("redirect_http", "string", NONE, "second, plain-HTTP address (`host:port`) that answers every request with `308` to the same path over HTTPS; needs `tls_cert`"),
+    key("redirect_http", "string", NONE, "second, plain-HTTP address (`host:port`) that answers every request with `308` to the same path over HTTPS (and ACME's HTTP-01 challenges); needs `tls_cert` or `[acme]`, which needs it"),
 ];
 
 const TRIGGER: &[Key] = &[
@@ -428,6 +440,19 @@ const RULE: &[Key] = &[
     key("regex", "string", NONE, "the source's value must match (`regex-lite` syntax, anywhere unless anchored); a missing value does not match"),
     key("client_ip", "array of strings", NONE, "address ranges (CIDR) the client must be in"),
     key("signature", "table", NONE, "a signature or token check with the keys of `[tools.triggers.verify]`"),
+];
+
+const ACME: &[Key] = &[
+    key("domains", "array of strings", REQUIRED, "the DNS names of the certificate (1 to 100, no wildcard), the first its subject; each must reach this trigd on port 80"),
+    key("terms_accepted", "bool", REQUIRED, "must be `true`: you have read and accept the ACME server's terms of service"),
+    key("contact", "array of strings", Is("`[]`"), "`mailto:` URLs the CA may write to about the account"),
+    key("directory", "URL", Str(acme::DIRECTORY), "the ACME directory; Let's Encrypt's staging one is `https://acme-staging-v02.api.letsencrypt.org/directory`"),
+    key("challenge", "string", Str(acme::CHALLENGE), "how names are proved; only `http-01` (`GET /.well-known/acme-challenge/<token>` over plain HTTP)"),
+    key("ca_file", "path", NONE, "PEM file of CA certificates trusted to reach `directory` besides the bundled roots (a private ACME server)"),
+    key("renew_before", "duration", Is("a third of the certificate's lifetime"), "renew this long before the certificate expires"),
+    key("timeout", "duration", Secs(acme::TIMEOUT_SECS), "time one request to the ACME server may take, connection and answer included"),
+    key("retry_min", "duration", Secs(acme::RETRY_MIN_SECS), "the wait after a failed attempt; doubles with each failure in a row (plus up to a quarter of jitter)"),
+    key("retry_max", "duration", Secs(acme::RETRY_MAX_SECS), "the longest wait between attempts; also the least time between two issuances"),
 ];
 
 const CALLBACKS: &[Key] = &[

@@ -674,6 +674,7 @@ fn fixed_at_start(old: &config::Server, new: &config::Server) -> Vec<&'static st
             "tls_cert, tls_key, tls_handshake_timeout, redirect_http",
             old.tls != new.tls,
         ),
+        ("[acme]", old.acme != new.acme),
     ]
     .into_iter()
     .filter_map(|(name, changed)| changed.then_some(name))

@@ -124,6 +124,7 @@ pub fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) ->
         callbacks: Default::default(),
         hooks,
         tls,
+        acme: None,
     }
 }
 

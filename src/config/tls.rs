@@ -34,8 +34,9 @@ pub struct TlsFiles {
     pub key: PathBuf,
 }
 
-/// The HTTPS settings of `raw`; both files or neither, and a redirect
-/// listener only with HTTPS.
+/// The HTTPS settings of `raw`; both files or neither. (That a redirect
+/// listener comes only with HTTPS, from these files or from `[acme]`, is
+/// [`check_https`]'s.)
 pub fn tls(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) -> Tls {
     let handshake_timeout = duration(
         src,
@@ -63,14 +64,38 @@ pub fn tls(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) -> Tl
         }
         (None, None) => None,
     };
-    if let (Some(r), None) = (&raw.redirect_http, &files) {
-        let msg = "redirect_http redirects to HTTPS, which needs tls_cert and tls_key";
-        errs.at(src, r.span(), "server.redirect_http", msg);
-    }
     Tls {
         files,
         handshake_timeout,
         redirect_http: raw.redirect_http.as_ref().map(|r| r.get_ref().clone()),
+    }
+}
+
+/// HTTPS comes from `tls_cert` and `tls_key` or from `[acme]` (`acme`),
+/// not both; `redirect_http` needs one of them, and `[acme]` needs
+/// `redirect_http` (HTTP-01 is answered over plain HTTP).
+pub fn check_https(
+    src: &Src,
+    raw: &raw::RawServer,
+    acme: Option<&toml::Spanned<raw::RawAcme>>,
+    errs: &mut Errors,
+) {
+    let files = raw.tls_cert.as_ref().or(raw.tls_key.as_ref());
+    match (acme, files, &raw.redirect_http) {
+        (Some(_), Some(f), _) => {
+            let msg = "tls_cert and tls_key name a certificate you manage, [acme] gets one: set one or the other";
+            errs.at(src, f.span(), "server.tls_cert", msg);
+        }
+        (Some(a), None, None) => {
+            let msg = "[acme] proves the domains over plain HTTP (HTTP-01): set redirect_http = \"0.0.0.0:80\" in [server]";
+            errs.at(src, a.span(), "server.redirect_http", msg);
+        }
+        (None, None, Some(r)) => {
+            let msg =
+                "redirect_http redirects to HTTPS, which needs tls_cert and tls_key, or [acme]";
+            errs.at(src, r.span(), "server.redirect_http", msg);
+        }
+        _ => {}
     }
 }
 

@@ -38,6 +38,8 @@ pub struct App {
     pub draining: AtomicBool,
     /// The schedule timer's bell and what it did (`schedule/`).
     pub schedules: crate::schedule::Board,
+    /// The ACME certificate manager, with `[acme]` (set once at start).
+    pub acme: OnceLock<Arc<crate::http::acme::Acme>>,
 }
 
 impl App {
@@ -65,6 +67,7 @@ impl App {
             closing: AtomicBool::new(false),
             draining: AtomicBool::new(false),
             schedules: crate::schedule::Board::default(),
+            acme: OnceLock::new(),
         }
     }
 

@@ -8,6 +8,7 @@
 //! [`ApiError::code`], each one `match`, so the compiler checks that every
 //! error has a status and a code.
 
+pub mod acme;
 pub mod api;
 pub mod app;
 pub mod listen;

@@ -34,6 +34,7 @@ pub fn handle(app: &App, req: &mut Request) -> Response {
         (Get | Head, ["livez"]) => Ok(Response::json(200, &json!({ "Status": "alive" }))),
         (Get | Head, ["metrics"]) => Ok(metrics(app)),
         (Get | Head, ["openapi.json"]) => Ok(Response::text(200, "application/json", OPENAPI)),
+        (Get | Head, [".well-known", "acme-challenge", token]) => Ok(acme_challenge(app, token)),
         (Post, ["api"]) => api::run(app, &cfg, req),
         (_, ["api"]) => Err(ApiError::MethodNotAllowed {
             allow: vec!["POST"],
@@ -149,12 +150,25 @@ fn healthz(app: &App) -> Response {
     if let (Some(certs), Some(map)) = (app.tls.get(), body.as_object_mut()) {
         map.insert("Tls".into(), tls::health(&certs.status()));
     }
+    // Likewise only with `[acme]`.
+    if let (Some(acme), Some(map)) = (app.acme.get(), body.as_object_mut()) {
+        map.insert("Acme".into(), acme.health());
+    }
     let status = if ready == cluster::Readiness::Ready {
         200
     } else {
         503
     };
     Response::json(status, &body)
+}
+
+/// `GET /.well-known/acme-challenge/<token>`: the key authorization of a
+/// pending HTTP-01 challenge (RFC 8555 §8.3), else 404.
+fn acme_challenge(app: &App, token: &str) -> Response {
+    match app.acme.get().and_then(|a| a.challenges().get(token)) {
+        Some(answer) => Response::text(200, "application/octet-stream", answer),
+        None => Response::text(404, "text/plain", "no such ACME challenge\n"),
+    }
 }
 
 /// `GET /metrics`: Prometheus text.
@@ -183,6 +197,9 @@ fn metrics(app: &App) -> Response {
     }
     if let Some(certs) = app.tls.get() {
         tls::render_metrics(&certs.status(), &mut text);
+    }
+    if let Some(acme) = app.acme.get() {
+        acme.render_metrics(&mut text);
     }
     Response::text(200, "text/plain; version=0.0.4", text)
 }

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use crate::cli::error::Error;
 use crate::config;
 use crate::config::reload;
+use crate::http::acme;
 use crate::http::app::App;
 use crate::http::listen;
 use crate::http::logging;
@@ -77,7 +78,11 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
     // thread's arena: the reload thread gives it back as it starts, while
     // the first requests are answered (`reload::start`).
     let addr = listen.unwrap_or_else(|| cfg.server.listen.clone());
-    let certs = tls::start_certs(&cfg.server)?;
+    let acme = new_acme(&cfg.server);
+    let certs = match &acme {
+        Some(a) => Some(a.initial_certs().map_err(Error::Other)?),
+        None => tls::start_certs(&cfg.server)?,
+    };
     let bound = listener(passed, early, &addr, &cfg.server.socket)?;
     bound.warn_if_exposed(certs.is_some());
     let shown = bound.shown(certs.is_some());
@@ -88,9 +93,21 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
     let in_flight = Arc::new(AtomicUsize::new(0));
     let server = start_http(&app, bound.listener, &in_flight, certs.as_ref())?;
     let _redirect = match (&certs, port) {
-        (Some(_), Some(port)) => start_redirect(&app, port)?,
+        (Some(_), Some(port)) => start_redirect(&app, port, acme.as_ref())?,
+        // redirect_http names the HTTPS port it sends to, and [acme]'s
+        // HTTP-01 answers come in on it: neither works on a Unix socket.
+        (Some(_), None) if app.config().server.tls.redirect_http.is_some() => {
+            return Err(Error::Other(format!(
+                "redirect_http (and [acme], which needs it) sends to an HTTPS port, but trigd \
+                 listens on {shown}: listen on HOST:PORT, or drop redirect_http and [acme] and \
+                 give tls_cert/tls_key (docs/https.md)"
+            )))
+        }
         _ => None,
     };
+    if let (Some(a), Some(c)) = (acme, &certs) {
+        start_acme(&app, a, c)?;
+    }
     systemd::start(&app, reach, &shown);
     systemd::ready(&app);
     let reload = reload::start(Arc::clone(&app), config_path.to_path_buf(), watch);
@@ -202,6 +219,28 @@ fn seed_successes(store: &crate::state::store::RunStore, metrics: &Metrics, rete
     }
 }
 
+/// The ACME manager of `[acme]`, not started.
+fn new_acme(server: &config::Server) -> Option<Arc<acme::Acme>> {
+    let settings = server.acme.as_deref()?;
+    let state = State::new(&server.state_dir, &server.shared_state_dir);
+    Some(acme::Acme::new(settings.clone(), state.acme_files()))
+}
+
+/// Start `acme`'s thread once the listeners answer: each new certificate
+/// is loaded into `certs`, the HTTPS store.
+fn start_acme(app: &App, acme: Arc<acme::Acme>, certs: &Arc<tls::Certs>) -> Result<(), Error> {
+    let store = Arc::clone(certs);
+    acme.on_installed(Box::new(move || {
+        store.reload().map(|_| ()).map_err(|e| e.to_string())
+    }));
+    acme.start().map_err(|source| Error::Io {
+        path: acme.certificate_path(),
+        source,
+    })?;
+    let _ = app.acme.set(acme);
+    Ok(())
+}
+
 /// Serve `listener`: each request is answered on its connection's thread
 /// ([`handle`]), counted in `in_flight` while it is; over TLS with the
 /// certificates of `certs` when given.
@@ -237,7 +276,11 @@ fn start_http(
 
 /// The `redirect_http` listener, when set: plain HTTP answered with
 /// redirects to this HTTPS port (`https_port`) or `public_url`.
-fn start_redirect(app: &App, https_port: u16) -> Result<Option<tiny_http::Server>, Error> {
+fn start_redirect(
+    app: &App,
+    https_port: u16,
+    acme: Option<&Arc<acme::Acme>>,
+) -> Result<Option<tiny_http::Server>, Error> {
     let cfg = app.config();
     let Some(addr) = &cfg.server.tls.redirect_http else {
         return Ok(None);
@@ -251,9 +294,13 @@ fn start_redirect(app: &App, https_port: u16) -> Result<Option<tiny_http::Server
         addr: addr.clone(),
         source,
     })?;
-    // The acme module passes its HTTP-01 answers here (`Challenges`).
-    let server =
-        tls::redirect::start(listener, limits(&cfg.server), target, None).map_err(Error::Other)?;
+    // ACME's HTTP-01 answers come first there.
+    let challenges = acme.map(|a| {
+        let pending = a.challenges();
+        Arc::new(move |token: &str| pending.get(token)) as tls::redirect::Challenges
+    });
+    let server = tls::redirect::start(listener, limits(&cfg.server), target, challenges)
+        .map_err(Error::Other)?;
     log::info!("redirecting http://{local} to HTTPS");
     Ok(Some(server))
 }

@@ -111,11 +111,25 @@ impl Pair {
 pub fn load_pair(cert: &Path, key: &Path) -> Result<Pair, TlsError> {
     let cert_pem = read_small(cert)?;
     let key_pem = read_small(key)?;
+    pair_from_pem(&cert_pem, &key_pem, cert, key)
+}
+
+/// [`load_pair`] of PEM text already read (`cert` and `key` name it in
+/// errors): ACME's temporary self-signed pair is made in memory.
+///
+/// # Errors
+/// No usable certificate or key, or the key does not match.
+pub fn pair_from_pem(
+    cert_pem: &[u8],
+    key_pem: &[u8],
+    cert: &Path,
+    key: &Path,
+) -> Result<Pair, TlsError> {
     let no_cert = |why: String| TlsError::NoCertificate {
         path: cert.to_path_buf(),
         why,
     };
-    let chain = CertificateDer::pem_slice_iter(&cert_pem)
+    let chain = CertificateDer::pem_slice_iter(cert_pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| no_cert(e.to_string()))?;
     let leaf = chain
@@ -126,7 +140,7 @@ pub fn load_pair(cert: &Path, key: &Path) -> Result<Pair, TlsError> {
         path: key.to_path_buf(),
         why,
     };
-    let der = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| key_err(e.to_string()))?;
+    let der = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| key_err(e.to_string()))?;
     let signing = provider()
         .key_provider
         .load_private_key(der)
@@ -139,8 +153,8 @@ pub fn load_pair(cert: &Path, key: &Path) -> Result<Pair, TlsError> {
         });
     }
     let digest = Sha256::new()
-        .chain_update(&cert_pem)
-        .chain_update(&key_pem)
+        .chain_update(cert_pem)
+        .chain_update(key_pem)
         .finalize()
         .into();
     Ok(Pair {
