@@ -15,6 +15,7 @@
 //! http::routes::handle   one match on method and path → a handler
 //! http::api / http::tools / compat::webhook   find the config::Endpoint (compiled at load) → invoke::invoke
 //! invoke::invoke         credentials (access) → method → signature → function → read → rule → values → callbacks → idempotency → start → answer
+//! schedule::timer        the clock's entry: a config::schedules::Schedule → invoke::job → Runner::start_async
 //! runner                 slots and the FIFO queue → runner::step runs the processes → state records the run
 //! ```
 //!
@@ -39,6 +40,8 @@
 //!   signatures, payloads, rules
 //! a run once accepted: status, output, follow,      runs/ (mod.rs, follow.rs, replay.rs,
 //!   cancel, Idempotency-Key, callbacks, instances     idempotency.rs, callback/, cluster.rs)
+//! schedules: cron and time zones, catch-up,        schedule/ (cron.rs, plan.rs, timer.rs: one thread
+//!   overlap, the timer thread                         for all; compiled in config/schedules.rs)
 //! run slots, the wait queue, child processes        runner/ (mod.rs, queue.rs, step.rs, handle.rs)
 //! what is kept in the state directory: one table,   state/ (mod.rs: State, Kept; store.rs the run log, record.rs
 //!   one door (State), every file operation on it      a run's typed record, commit.rs the group commit, time.rs,
@@ -61,6 +64,7 @@ mod invoke;
 mod receive;
 mod runner;
 mod runs;
+mod schedule;
 mod state;
 mod sys;
 mod ui;
@@ -130,6 +134,10 @@ pub mod testing {
                 pub use crate::runs::callback::send::signature;
             }
         }
+    }
+    /// Cron expressions of schedules.
+    pub mod schedule {
+        pub use crate::schedule::cron::Cron;
     }
     /// The state directory's file kinds.
     pub mod state {

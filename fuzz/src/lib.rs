@@ -737,5 +737,33 @@ pub fn cert_not_after(data: &[u8]) {
     }
     if data.len() > 4 {
         assert_eq!(trigd::testing::tls::not_after(&data[..2]), None);
+
+/// A cron expression of a schedule (`schedule::cron::Cron::parse`): the
+/// whole input as text. No panic; an error says something; an expression
+/// that does not `never_fires` has occurrences, strictly increasing, in UTC
+/// and across New York's DST changes.
+pub fn cron_expr(data: &[u8]) {
+    use trigd::testing::schedule::Cron;
+    let text = String::from_utf8_lossy(data);
+    let cron = match Cron::parse(&text) {
+        Ok(c) => c,
+        Err(e) => {
+            assert!(!e.is_empty(), "an empty error");
+            return;
+        }
+    };
+    if cron.never_fires() {
+        return;
+    }
+    // 2026-03-07, a day before New York's spring-forward change.
+    let from = jiff::Timestamp::from_second(1_772_841_600).expect("in range");
+    for zone in ["UTC", "America/New_York"] {
+        let tz = jiff::tz::TimeZone::get(zone).expect("a known zone");
+        let mut at = from;
+        for _ in 0..3 {
+            let next = cron.next_after(at, &tz).expect("an expression that fires has a next");
+            assert!(next > at, "occurrences go forward");
+            at = next;
+        }
     }
 }

@@ -228,3 +228,8 @@ fn signature_header() {
 fn cert_not_after() {
     run("cert_not_after", trigd_fuzz::cert_not_after);
 }
+
+#[test]
+fn cron_expr() {
+    run("cron_expr", trigd_fuzz::cron_expr);
+}

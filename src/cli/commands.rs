@@ -45,7 +45,31 @@ pub fn check(path: &Path) -> Result<(), Error> {
             format!(", {}", count(warnings.len(), "warning"))
         }
     );
+    print_schedules(&cfg, jiff::Timestamp::now());
     Ok(())
+}
+
+/// One line per schedule: its id, expression and zone, and its next
+/// three occurrences in its zone (before jitter).
+fn print_schedules(cfg: &config::Config, now: jiff::Timestamp) {
+    for (id, _, _, s) in crate::schedule::timer::schedules(cfg) {
+        let mut at = now;
+        let mut next = Vec::new();
+        for _ in 0..3 {
+            let Some(t) = s.cron.next_after(at, &s.zone) else {
+                break;
+            };
+            next.push(crate::http::api::local(t, &s.zone));
+            at = t;
+        }
+        let inactive = if s.active { "" } else { " (inactive)" };
+        println!(
+            "schedule {id}: \"{}\" in {}{inactive}; next: {}",
+            s.expression,
+            s.zone_name,
+            next.join(", ")
+        );
+    }
 }
 
 /// `1 program`, `2 programs`.

@@ -29,9 +29,30 @@ pub fn warnings(cfg: &Config, path_env: &str) -> Vec<String> {
             }
         }
     }
+    out.extend(several_instances(cfg));
     let missing = |argv: &[_], f: &Function| missing_command(argv, f, path_env);
     out.extend(crate::compat::webhook::lint::warnings(cfg, missing));
     out
+}
+
+/// Schedules fired by an instance that looks like one of several (it
+/// shares a state dir, or its `instance` name ends in a number): each
+/// instance fires every schedule.
+fn several_instances(cfg: &Config) -> Option<String> {
+    let s = &cfg.server;
+    let has = cfg
+        .programs
+        .values()
+        .any(|p| p.functions.iter().any(|f| !f.schedules.is_empty()));
+    let cluster =
+        s.shared_state_dir != s.state_dir || s.instance.ends_with(|c: char| c.is_ascii_digit());
+    (has && cluster && s.fire_schedules).then(|| {
+        format!(
+            "instance `{}` looks like one of several: every instance fires every schedule; set \
+             `schedules = \"off\"` in [server] on all but one (docs/schedules.md)",
+            s.instance
+        )
+    })
 }
 
 /// An inactive `[functions.webhook]` table written only to declare the

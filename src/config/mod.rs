@@ -21,6 +21,7 @@ pub(crate) mod raw;
 mod receive;
 pub mod reference;
 pub mod reload;
+pub mod schedules;
 mod server;
 mod stamp;
 pub mod tls;
@@ -174,6 +175,9 @@ pub struct Server {
     pub socket: SocketFile,
     /// Completion callback settings (the `[callbacks]` table).
     pub callbacks: Arc<callbacks::Callbacks>,
+    /// Whether this instance fires its schedules (`schedules`: `fire`,
+    /// the default, or `off`).
+    pub fire_schedules: bool,
     /// This instance's name, the prefix of every run id (`instance`,
     /// default from the host name; read only at start).
     pub instance: String,
@@ -323,6 +327,11 @@ pub struct Function {
     /// Send each step's stderr into its stdout, in the order written (a
     /// hooks-file hook answers with the command's combined output).
     pub combined_output: bool,
+    /// A successful run is expected at least this often, whatever starts
+    /// it (`expect_every`); past it the function is overdue.
+    pub expect_every: Option<Duration>,
+    /// Its schedule triggers (`[[functions.schedules]]`).
+    pub schedules: Vec<schedules::Schedule>,
 }
 
 impl Function {

@@ -306,6 +306,16 @@ fn function(
         let key = format!("{key}.callback");
         super::callbacks::fixed(src, &server.callbacks, Some(url), &key, errs)
     });
+    let schedules = super::schedules::compile(src, f, key, &outputs, errs);
+    let expect_every = f.expect_every.as_ref().and_then(|e| {
+        let key = format!("{key}.expect_every");
+        let every = duration(src, Some(e), &key, std::time::Duration::ZERO, errs);
+        if every.is_zero() {
+            errs.at(src, e.span(), key, "expect_every must be longer than 0s");
+            return None;
+        }
+        Some(every)
+    });
     let name = f.name.get_ref().clone();
     Function {
         name,
@@ -323,6 +333,8 @@ fn function(
         callback,
         env_inputs: true,
         combined_output: false,
+        expect_every,
+        schedules,
     }
 }
 

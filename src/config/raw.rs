@@ -186,6 +186,9 @@ pub struct RawServer {
     pub drain_delay: Option<Spanned<RawDuration>>,
     /// `shared_state_dir`: where application keys live, shared by instances.
     pub shared_state_dir: Option<String>,
+    /// `schedules`: `fire` (default) or `off`: whether this instance fires
+    /// the schedules it loads.
+    pub schedules: Option<Spanned<String>>,
     /// `hooks_files`: adnanh/webhook hooks files (JSON or YAML).
     #[serde(default)]
     pub hooks_files: Vec<Spanned<String>>,
@@ -588,6 +591,35 @@ pub struct RawFunction {
     pub webhook: Option<Spanned<WebhookSlot>>,
     /// `callback`: a URL called when a run of this function ends.
     pub callback: Option<Spanned<String>>,
+    /// `expect_every`: a successful run is expected at least this often.
+    pub expect_every: Option<Spanned<RawDuration>>,
+    /// `[[functions.schedules]]`: when the clock starts it.
+    #[serde(default)]
+    pub schedules: Vec<Spanned<RawSchedule>>,
+}
+
+/// `[[functions.schedules]]`: a schedule trigger (`config/schedules.rs`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSchedule {
+    /// `name`, unique within the function.
+    pub name: Spanned<String>,
+    /// `cron`: the expression.
+    pub cron: Spanned<String>,
+    /// `timezone`: an IANA name, default UTC.
+    pub timezone: Option<Spanned<String>>,
+    /// `values`: the function's inputs by name.
+    #[serde(default)]
+    pub values: BTreeMap<Spanned<String>, String>,
+    /// `jitter`: the most a firing is delayed, default none.
+    pub jitter: Option<Spanned<RawDuration>>,
+    /// `active`, default true.
+    #[serde(default = "yes")]
+    pub active: bool,
+    /// `catch_up`: `skip` (default), `once` or `all`.
+    pub catch_up: Option<Spanned<String>>,
+    /// `overlap`: `skip` (default), `queue` or `replace`.
+    pub overlap: Option<Spanned<String>>,
 }
 
 /// One element of `steps`.

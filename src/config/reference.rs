@@ -280,6 +280,22 @@ pub const SECTIONS: &[Section] = &[
             key("outputs", "array of strings", Is("the function's `outputs`"), "the seed's place for the function's outputs; if the function's `outputs` is given too, the same list"),
         ],
     },
+    Section {
+        file: "program files",
+        header: "[[functions.schedules]]",
+        path: "functions[].schedules[]",
+        about: "A schedule trigger: each occurrence is an ordinary async run of the function, recorded with `By` `schedule:<program>/<function>/<name>` and its `ScheduledAt` (docs/schedules.md).",
+        keys: &[
+            key("name", "string", REQUIRED, "`[A-Za-z0-9_-]+`, unique in the function; part of the schedule's id"),
+            key("cron", "string", REQUIRED, "5 fields (minute hour day-of-month month day-of-week), or 6 with seconds first, or `@hourly`, `@daily`, `@weekly`, `@monthly`, `@yearly`"),
+            key("timezone", "string", Str("UTC"), "IANA zone of the expression's wall-clock times; a time skipped by DST fires right after the gap, a repeated one once"),
+            key("values", "table of strings", Is("`{}`"), "the run's values by output name; an output not named is empty"),
+            key("jitter", "duration", Is("none"), "delay every firing by the same fraction of this (from the schedule's id); shorter than the shortest interval"),
+            key("active", "bool", Is("`true`"), "an inactive schedule records its occurrences `skipped` (`inactive`)"),
+            key("catch_up", "string", Str("skip"), "occurrences missed while trigd was down: `\"skip\"` (recorded skipped), `\"once\"` (one run for all) or `\"all\"` (one run each, the newest 100)"),
+            key("overlap", "string", Str("skip"), "an occurrence while the last run still runs: `\"skip\"` (recorded skipped), `\"queue\"` (waits; one at most) or `\"replace\"` (cancels the running one)"),
+        ],
+    },
 ];
 
 const SERVER: &[Key] = &[
@@ -316,6 +332,7 @@ const SERVER: &[Key] = &[
     key("trusted_proxies", "array of IP addresses", Is("`[]`"), "peers whose `X-Forwarded-For` is believed for the client address; with none, the TCP peer is the client; `\"unix\"` trusts every peer on the Unix socket (a proxy in front of it)"),
     key("instance", "string", Is("the host name's first label"), "this instance's name, part of every run id: 1\u{2013}63 of `a-z 0-9 _ -`; read at start only"),
     key("drain_delay", "duration", Secs(server::DRAIN_DELAY_SECS), "on SIGTERM or SIGINT, time `/healthz` answers 503 `draining` while requests are still served, before the listener closes"),
+    key("schedules", "string", Str("fire"), "`\"fire\"`: this instance fires the schedules it loads; `\"off\"`: it does not (another instance of a cluster does); see docs/schedules.md"),
     key("shared_state_dir", "path", Is("`state_dir`"), "directory of `app_keys.json`, shared by several instances; read at start only"),
     key("hooks_files", "array of paths", Is("`[]`"), "adnanh/webhook hooks files (JSON or YAML) served as they are"),
     key("hooks_url_prefix", "string", Str("hooks"), "their hooks are at `/<hooks_url_prefix>/<id>` (webhook's `-urlprefix`)"),
@@ -522,6 +539,8 @@ const FUNCTION: &[Key] = &[
     key("outputs", "array of strings", Is("`[]`"), "the names the values bind to, for every trigger: identifiers `[A-Za-z_][A-Za-z0-9_]*`, no repeats"),
     key("webhook", "table", NONE, "the Webhook Trigger: makes the function reachable through `POST /api`: `[functions.webhook]`"),
     key("callback", "URL", NONE, "completion callback of every run of this function; checked against `[callbacks]` at load"),
+    key("expect_every", "duration", Is("none"), "a successful run is expected at least this often, whatever starts it; past it the function is overdue (`/metrics`, `GET /api/overdue`)"),
+    key("schedules", "array of tables", Is("`[]`"), "schedule triggers: the clock runs the function: `[[functions.schedules]]`"),
 ];
 
 #[cfg(test)]
@@ -606,8 +625,13 @@ mod tests {
                     .iter()
                     .any(|s| s.file == section.file && s.path.starts_with(&full));
                 // `values` of a trigger and `signature` of a rule reuse
-                // tables documented elsewhere.
-                let reused = matches!(key.name, "signature" | "headers" | "vars" | "env");
+                // tables documented elsewhere; `env`, `vars` and a
+                // schedule's `values` are name → string tables whose
+                // names are the user's.
+                let reused = matches!(
+                    key.name,
+                    "signature" | "headers" | "vars" | "env" | "values"
+                );
                 assert!(found || reused, "{full}: no section documents it");
             }
         }

@@ -59,6 +59,7 @@ pub fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) ->
     };
     let instance = instance(src, raw.instance.as_ref(), errs);
     let drain_delay = drain_delay(src, raw, errs);
+    let fire_schedules = fire_schedules(src, raw.schedules.as_ref(), errs);
     let hooks = crate::compat::webhook::settings::settings(src, raw, dir, errs);
     let tls = super::tls::tls(src, raw, dir, errs);
     let mut r = Reader { src, errs };
@@ -93,6 +94,7 @@ pub fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) ->
         state_dir: resolve(dir, Path::new(state_dir)),
         shared_state_dir: resolve(dir, Path::new(shared_state_dir)),
         instance,
+        fire_schedules,
         drain_delay,
         public_url: raw.public_url.as_ref().map(|u| u.get_ref().clone()),
         max_concurrent_runs: count!(max_concurrent_runs, MAX_CONCURRENT_RUNS, 1),
@@ -136,6 +138,24 @@ fn drain_delay(src: &Src, raw: &raw::RawServer, errs: &mut Errors) -> Duration {
             "drain_delay",
             defaults::DRAIN_DELAY_SECS,
         ),
+    }
+}
+
+/// `schedules`: `fire` (true, the default) or `off`.
+fn fire_schedules(src: &Src, raw: Option<&Spanned<String>>, errs: &mut Errors) -> bool {
+    match raw.map(|r| r.get_ref().as_str()) {
+        None | Some("fire") => true,
+        Some("off") => false,
+        Some(other) => {
+            let msg = format!("\"{other}\" is not one of fire, off");
+            errs.at(
+                src,
+                raw.map_or(0..0, Spanned::span),
+                "server.schedules",
+                msg,
+            );
+            true
+        }
     }
 }
 

@@ -1,4 +1,5 @@
-//! The run endpoint `POST /api` and the run status `GET /api/runs/<id>`.
+//! The run endpoint `POST /api`, the run status `GET /api/runs/<id>` and
+//! the schedules `GET /api/schedules`.
 //!
 //! `POST /api` is one endpoint of the config (`Config::run_endpoint`); the
 //! request goes through `invoke` like every other run request.
@@ -30,4 +31,109 @@ pub fn run_status(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Re
     let (rec, _) = runs::authorize(app, cfg, req, id, Takes::Keys)?;
     let body = serde_json::to_value(rec.public()).map_err(|_| ApiError::Internal)?;
     Ok(Response::json(200, &body))
+}
+
+/// `GET /api/schedules`: every schedule of the programs the API key may
+/// reach, with its settings, its last occurrence and what became of it,
+/// and its next occurrence.
+///
+/// # Errors
+/// 429 `rate_limited`, 401 for a missing or invalid key.
+pub fn schedules(app: &App, cfg: &Config, req: &Request) -> Result<Response, ApiError> {
+    let key = app.access.api_key(cfg, req)?;
+    let now = jiff::Timestamp::now();
+    let status = app
+        .schedules
+        .status
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let list: Vec<serde_json::Value> = crate::schedule::timer::schedules(cfg)
+        .filter(|(_, p, _, _)| key.may_access(p))
+        .map(|(id, p, f, s)| {
+            let seen = status.get(&id);
+            let next = s.cron.next_after(now, &s.zone);
+            serde_json::json!({
+                "Id": id,
+                "Program": p.id,
+                "Function": f,
+                "Name": s.name,
+                "Cron": s.expression,
+                "Timezone": s.zone_name,
+                "Active": s.active,
+                "Fires": cfg.server.fire_schedules,
+                "LastAt": seen.and_then(|x| x.last).map(|t| format!("{t:.3}")),
+                "LastOutcome": seen.map(|x| x.outcome.clone()).filter(|o| !o.is_empty()),
+                "NextAt": next.map(|t| format!("{t:.3}")),
+                "NextLocal": next.map(|t| local(t, &s.zone)),
+            })
+        })
+        .collect();
+    Ok(Response::json(
+        200,
+        &serde_json::json!({ "Schedules": list }),
+    ))
+}
+
+/// `t` as wall-clock time in `zone`, with its offset:
+/// `2026-03-08 03:00:00 -04:00`. Written out by hand, so that jiff's
+/// `strftime` (a whole format language) stays out of the binary.
+pub fn local(t: jiff::Timestamp, zone: &jiff::tz::TimeZone) -> String {
+    let offset = zone.to_offset(t);
+    let z = offset.to_datetime(t);
+    let off = offset.seconds();
+    let (sign, off) = if off < 0 { ('-', -off) } else { ('+', off) };
+    format!(
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02} {sign}{:02}:{:02}",
+        z.year(),
+        z.month(),
+        z.day(),
+        z.hour(),
+        z.minute(),
+        z.second(),
+        off / 3600,
+        off / 60 % 60
+    )
+}
+
+/// The functions with `expect_every` of programs `visible` lets through,
+/// as of now.
+pub fn expectations(
+    app: &App,
+    cfg: &Config,
+    visible: impl Fn(&crate::config::Program) -> bool,
+) -> Vec<crate::schedule::overdue::Expectation> {
+    let metrics = &app.runner.metrics;
+    crate::schedule::overdue::expectations(
+        cfg,
+        visible,
+        |p, f| metrics.last_success(p, f),
+        app.schedules.started,
+        jiff::Timestamp::now(),
+    )
+}
+
+/// `GET /api/overdue`: every function with `expect_every` of the programs
+/// the API key may reach, with its last success and whether it is overdue.
+///
+/// # Errors
+/// 429 `rate_limited`, 401 for a missing or invalid key.
+pub fn overdue(app: &App, cfg: &Config, req: &Request) -> Result<Response, ApiError> {
+    let key = app.access.api_key(cfg, req)?;
+    let list: Vec<serde_json::Value> = expectations(app, cfg, |p| key.may_access(p))
+        .into_iter()
+        .map(|e| {
+            serde_json::json!({
+                "Program": e.program,
+                "Function": e.function,
+                "ExpectEverySeconds": e.every.as_secs(),
+                "LastSuccessAt": e.last_success.map(|t| format!("{t:.3}")),
+                "Overdue": e.overdue,
+            })
+        })
+        .collect();
+    Ok(Response::json(
+        200,
+        &serde_json::json!({ "Functions": list }),
+    ))
 }

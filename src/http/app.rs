@@ -36,6 +36,8 @@ pub struct App {
     /// Set at SIGTERM for `drain_delay` before `closing`: requests are
     /// still served, `/healthz` answers 503 so the balancer stops sending.
     pub draining: AtomicBool,
+    /// The schedule timer's bell and what it did (`schedule/`).
+    pub schedules: crate::schedule::Board,
     /// The ACME certificate manager, with `[acme]` (set once at start).
     pub acme: OnceLock<Arc<crate::http::acme::Acme>>,
 }
@@ -64,6 +66,7 @@ impl App {
             tls: OnceLock::new(),
             closing: AtomicBool::new(false),
             draining: AtomicBool::new(false),
+            schedules: crate::schedule::Board::default(),
             acme: OnceLock::new(),
         }
     }
@@ -80,6 +83,7 @@ impl App {
         }
         *self.config.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(config);
         self.generation.fetch_add(1, Ordering::SeqCst);
+        self.schedules.ring();
         *self
             .last_reload_error
             .lock()

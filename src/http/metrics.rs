@@ -40,7 +40,19 @@ pub struct Metrics {
     duration_sum_us: AtomicU64,
     /// Public switches flipped from trigd: [to off, to on].
     switch_flips: [AtomicU64; 2],
+    /// Schedule occurrences by outcome (`started`, or a skip reason).
+    firings: Mutex<BTreeMap<&'static str, u64>>,
+    /// Lateness of started firings: buckets of [`LATENESS`], count, sum.
+    lateness: [AtomicU64; LATENESS.len()],
+    lateness_count: AtomicU64,
+    lateness_sum_us: AtomicU64,
+    /// When each function last finished a run successfully (a program's
+    /// functions; hooks have no `expect_every`).
+    last_success: Mutex<BTreeMap<(u64, String), jiff::Timestamp>>,
 }
+
+/// Upper bounds (seconds) of the schedule lateness histogram buckets.
+const LATENESS: [f64; 8] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0, 5.0];
 
 /// Gauges read at render time.
 pub struct Gauges {
@@ -72,6 +84,11 @@ impl Default for Metrics {
             duration_count: AtomicU64::new(0),
             duration_sum_us: AtomicU64::new(0),
             switch_flips: Default::default(),
+            firings: Mutex::new(BTreeMap::new()),
+            lateness: Default::default(),
+            lateness_count: AtomicU64::new(0),
+            lateness_sum_us: AtomicU64::new(0),
+            last_success: Mutex::new(BTreeMap::new()),
         }
     }
 }
@@ -113,6 +130,43 @@ impl Metrics {
             .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
     }
 
+    /// Note that `function` of program `id` finished a run successfully
+    /// at `at` (kept if later than what is known).
+    pub fn succeeded(&self, id: u64, function: &str, at: jiff::Timestamp) {
+        let mut last = self.last_success.lock().unwrap_or_else(|e| e.into_inner());
+        let t = last.entry((id, function.to_string())).or_insert(at);
+        *t = (*t).max(at);
+    }
+
+    /// When `function` of program `id` last finished successfully.
+    pub fn last_success(&self, id: u64, function: &str) -> Option<jiff::Timestamp> {
+        let last = self.last_success.lock().unwrap_or_else(|e| e.into_inner());
+        last.get(&(id, function.to_string())).copied()
+    }
+
+    /// Count one schedule occurrence with `outcome` (`started` or a skip
+    /// reason); a started one `late` after its firing time.
+    pub fn schedule_fired(&self, outcome: &'static str, late: Duration) {
+        *self
+            .firings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(outcome)
+            .or_default() += 1;
+        if outcome != "started" {
+            return;
+        }
+        let secs = late.as_secs_f64();
+        for (b, c) in LATENESS.iter().zip(&self.lateness) {
+            if secs <= *b {
+                c.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.lateness_count.fetch_add(1, Ordering::Relaxed);
+        self.lateness_sum_us
+            .fetch_add(late.as_micros() as u64, Ordering::Relaxed);
+    }
+
     /// Count one request of `tool`'s `trigger` (a signed endpoint, or
     /// `hooks` and a hook id) that did not run:
     /// `outcome` is `ignored` or the `Code` of its refusal.
@@ -134,7 +188,44 @@ impl Metrics {
         self.render_durations(&mut s);
         g.render(&mut s);
         self.render_switch_flips(&mut s);
+        self.render_firings(&mut s);
         s
+    }
+
+    fn render_firings(&self, s: &mut String) {
+        let _ = writeln!(
+            s,
+            "# HELP trigd_schedule_firings_total Schedule occurrences by outcome: started, or why skipped.\n\
+             # TYPE trigd_schedule_firings_total counter"
+        );
+        for (o, n) in self
+            .firings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            let _ = writeln!(s, "trigd_schedule_firings_total{{outcome=\"{o}\"}} {n}");
+        }
+        let _ = writeln!(
+            s,
+            "# HELP trigd_schedule_lateness_seconds How late started firings were (after occurrence and jitter).\n\
+             # TYPE trigd_schedule_lateness_seconds histogram"
+        );
+        for (b, c) in LATENESS.iter().zip(&self.lateness) {
+            let n = c.load(Ordering::Relaxed);
+            let _ = writeln!(
+                s,
+                "trigd_schedule_lateness_seconds_bucket{{le=\"{b}\"}} {n}"
+            );
+        }
+        let count = self.lateness_count.load(Ordering::Relaxed);
+        let _ = writeln!(
+            s,
+            "trigd_schedule_lateness_seconds_bucket{{le=\"+Inf\"}} {count}"
+        );
+        let sum = self.lateness_sum_us.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = writeln!(s, "trigd_schedule_lateness_seconds_sum {sum}");
+        let _ = writeln!(s, "trigd_schedule_lateness_seconds_count {count}");
     }
 
     fn render_switch_flips(&self, s: &mut String) {

@@ -39,6 +39,14 @@ pub fn handle(app: &App, req: &mut Request) -> Response {
         (_, ["api"]) => Err(ApiError::MethodNotAllowed {
             allow: vec!["POST"],
         }),
+        (Get | Head, ["api", "overdue"]) => api::overdue(app, &cfg, req),
+        (_, ["api", "overdue"]) => Err(ApiError::MethodNotAllowed {
+            allow: vec!["GET", "HEAD"],
+        }),
+        (Get | Head, ["api", "schedules"]) => api::schedules(app, &cfg, req),
+        (_, ["api", "schedules"]) => Err(ApiError::MethodNotAllowed {
+            allow: vec!["GET", "HEAD"],
+        }),
         (Get | Head, ["api", "runs", id]) => api::run_status(app, &cfg, req, id),
         (_, ["api", "runs", _]) => Err(ApiError::MethodNotAllowed {
             allow: vec!["GET", "HEAD"],
@@ -180,6 +188,11 @@ fn metrics(app: &App) -> Response {
         run_log_fsyncs: app.runner.run_log_fsyncs(),
     };
     let mut text = app.runner.metrics.render(&g);
+    text.push_str(&crate::schedule::overdue::prometheus(&api::expectations(
+        app,
+        &app.config(),
+        |_| true,
+    )));
     if let Some(cb) = app.runner.callbacks() {
         text.push_str(&cb.render_metrics());
     }

@@ -177,7 +177,9 @@ fn open_app(cfg: config::Config) -> Result<Arc<App>, Error> {
         .map_err(io_error(Kept::Runs))?;
     let store = Arc::new(store);
     store.start_flusher();
-    let runner = Runner::new(Some(Arc::clone(&store)), Arc::new(Metrics::default()));
+    let metrics = Arc::new(Metrics::default());
+    seed_successes(&store, &metrics, cfg.server.run_retention);
+    let runner = Runner::new(Some(Arc::clone(&store)), metrics);
     let interrupted = store.interrupted_at_open().to_vec();
     let callbacks = callback::Service::start(
         &state,
@@ -197,7 +199,24 @@ fn open_app(cfg: config::Config) -> Result<Arc<App>, Error> {
         );
         app.runner.resume(&app.config(), resumed);
     }
+    crate::schedule::timer::start(&app, crate::schedule::Clock::SYSTEM)
+        .map_err(|e| Error::Other(format!("cannot start the schedule timer: {e}")))?;
     Ok(app)
+}
+
+/// Note the last successful run of each function the run log still holds
+/// (for `expect_every`: a restart does not make a function overdue).
+fn seed_successes(store: &crate::state::store::RunStore, metrics: &Metrics, retention: usize) {
+    let finished = crate::state::store::RunFilter {
+        state: Some(crate::state::record::RunState::Finished),
+        ..Default::default()
+    };
+    let (recs, _) = store.list(|_| true, &finished, 0, retention);
+    for r in recs {
+        if let (Some(id), Some(at)) = (r.owner.program(), r.finished_at) {
+            metrics.succeeded(id, &r.function, at.timestamp());
+        }
+    }
 }
 
 /// The ACME manager of `[acme]`, not started.

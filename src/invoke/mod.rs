@@ -35,6 +35,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub use answer::finished_body;
+pub use answer::run_error;
 pub use values::check_values;
 pub use values::named_values;
 
@@ -359,6 +360,7 @@ pub fn job(
         body_file: None,
         stdin_body: false,
         files: Vec::new(),
+        occurrence: None,
     }
 }
 

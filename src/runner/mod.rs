@@ -86,6 +86,9 @@ pub struct Job {
     /// Temporary files the run reads (a hook's `pass-file-to-command`),
     /// removed when the job is dropped, after the run.
     pub files: Vec<crate::state::bodies::BodyFile>,
+    /// The occurrence a schedule's run is, and the missed ones it stands
+    /// for (`RunRecord::scheduled_at`, `RunRecord::missed`).
+    pub occurrence: Option<(Time, Option<u64>)>,
 }
 
 impl Job {
@@ -883,6 +886,7 @@ impl Runner {
             files: Vec::new(),
             // Its record already names its callbacks.
             callbacks: Vec::new(),
+            occurrence: rec.scheduled_at.map(|t| (t, rec.missed)),
         };
         Some((rec, job))
     }
@@ -899,6 +903,9 @@ impl Runner {
             r#async: is_async,
             by: job.by.clone(),
             tool: job.tool.clone(),
+            scheduled_at: job.occurrence.map(|o| o.0),
+            skipped: None,
+            missed: job.occurrence.and_then(|o| o.1),
             created_at: Time::now(),
             started_at: None,
             finished_at: None,
@@ -954,6 +961,12 @@ impl Runner {
             rec.state.name(),
             started.elapsed(),
         );
+        if let (Some(id), Some(at), RunState::Finished) =
+            (rec.owner.program(), rec.finished_at, rec.state)
+        {
+            // The same time a restart reads back from the record.
+            self.metrics.succeeded(id, &rec.function, at.timestamp());
+        }
         log::log!(
             end,
             "run {} {}/{} {} in {}ms",

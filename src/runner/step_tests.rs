@@ -64,6 +64,8 @@ fn func(name: &str, inputs: &[&str], steps: Vec<Step>) -> Function {
         callback: None,
         env_inputs: true,
         combined_output: false,
+        expect_every: None,
+        schedules: Vec::new(),
     }
 }
 

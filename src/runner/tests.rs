@@ -125,6 +125,7 @@ fn job(server: &str, script: &str) -> Job {
         stdin_body: false,
         files: Vec::new(),
         callbacks: Vec::new(),
+        occurrence: None,
     }
 }
 

@@ -17,6 +17,7 @@
 //! | sessions | `sessions.json` | JSON object by sha256 of the token | atomic rename (mode 0600) at login and logout, last-seen lazily | the old or the new file; last-seen up to `min(60s, session_idle / 4)` behind |
 //! | request bodies | `bodies/body-<24 hex>` | the raw request body | created 0600 before the run, never synced; removed when the run's job ends | removed at the next start; a queued run that needed one is recorded `failed` |
 //! | generated passwords | `passwords.json` | pretty JSON object: user → argon2 hash | temp file `.passwords.json.tmp`, fsync, rename (mode 0600), at the first start that needs one | the old or the new file |
+//! | schedule marks | `schedules.json` | JSON object: schedule id → the last occurrence handled | atomic rename, after the `runs.log` lines (synced) of the occurrences it covers | the old or the new file; occurrences recorded but not yet marked are found in the newest run records at start, so none fires twice |
 //! | ACME account and certificate | `acme/` (mode 0700): `account.json`, `certificate.pem`, `certificate.json` | JSON (account URL and private key, its directory); PEM (the certificate's private key and full chain, one file); JSON (domains, directory, times) | atomic rename (mode 0600) when the account is made and when a certificate is issued (the PEM before its JSON) | the old or the new file; a PEM whose JSON does not match is ordered again |
 //!
 //! Temporary files (`<file>.tmp`) are the half-written side of an atomic
@@ -33,8 +34,11 @@
 //! is its `queued` records, handed to the runner by `open`),
 //! [`idempotency::Log`], [`keys::KeyFile`],
 //! [`sessions::SessionFile`], [`spool::Spool`], [`output`] (kept output),
-//! [`bodies::BodyFile`], [`passwords`] (read by the config loader) and
-//! [`acme::AcmeFiles`].
+//! [`bodies::BodyFile`], [`passwords`] (read by the config loader),
+//! [`schedules::MarkFile`] (a database backend keeps the marks in the
+//! transaction that records the occurrence, and takes a lease per
+//! occurrence there so that it fires once per cluster: `schedule/`),
+//! and [`acme::AcmeFiles`].
 //! A second backend (PostgreSQL) becomes a variant of [`State`] and inside
 //! each of these types (an enum of a file backend and a database one), not
 //! a rewrite of callers; there is no trait while there is one backend.
@@ -70,6 +74,7 @@ pub mod keys;
 pub mod output;
 pub mod passwords;
 pub mod record;
+pub mod schedules;
 pub mod sessions;
 pub mod spool;
 pub mod store;
@@ -148,6 +153,11 @@ impl State {
         sessions::SessionFile::new(&self.dir)
     }
 
+    /// The last occurrence each schedule handled.
+    pub fn schedule_marks(&self) -> schedules::MarkFile {
+        schedules::MarkFile::new(&self.dir)
+    }
+
     /// The ACME account and certificate.
     pub fn acme_files(&self) -> acme::AcmeFiles {
         acme::AcmeFiles::new(&self.dir)
@@ -181,13 +191,15 @@ pub enum Kept {
     Bodies,
     /// `passwords.json`.
     Passwords,
+    /// `schedules.json`.
+    Schedules,
     /// `acme/`: the ACME account and certificate.
     Acme,
 }
 
 impl Kept {
     /// Every kind, in the table's order.
-    pub const ALL: [Kept; 10] = [
+    pub const ALL: [Kept; 11] = [
         Kept::Runs,
         Kept::Output,
         Kept::Idempotency,
@@ -197,6 +209,7 @@ impl Kept {
         Kept::Sessions,
         Kept::Bodies,
         Kept::Passwords,
+        Kept::Schedules,
         Kept::Acme,
     ];
 
@@ -212,6 +225,7 @@ impl Kept {
             Kept::Sessions => "sessions.json",
             Kept::Bodies => "bodies",
             Kept::Passwords => "passwords.json",
+            Kept::Schedules => "schedules.json",
             Kept::Acme => "acme",
         }
     }

@@ -31,6 +31,8 @@ pub enum RunState {
     Interrupted,
     /// Stopped on request (`POST /api/runs/<id>/cancel`).
     Cancelled,
+    /// A schedule's occurrence that did not run (its `Skipped` says why).
+    Skipped,
 }
 
 impl RunState {
@@ -49,6 +51,7 @@ impl RunState {
             RunState::TimedOut => "timed_out",
             RunState::Interrupted => "interrupted",
             RunState::Cancelled => "cancelled",
+            RunState::Skipped => "skipped",
         }
     }
 
@@ -59,7 +62,7 @@ impl RunState {
 }
 
 /// Every run state, in the order a run can reach them.
-pub const ALL_STATES: [RunState; 7] = [
+pub const ALL_STATES: [RunState; 8] = [
     RunState::Queued,
     RunState::Running,
     RunState::Finished,
@@ -67,11 +70,41 @@ pub const ALL_STATES: [RunState; 7] = [
     RunState::TimedOut,
     RunState::Interrupted,
     RunState::Cancelled,
+    RunState::Skipped,
 ];
 
+/// Why a schedule's occurrence did not run (a `skipped` record's `Skipped`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SkipReason {
+    /// It fell into a downtime (or a clock jump) and `catch_up` is `skip`.
+    Missed,
+    /// More were missed than `catch_up = "all"` runs.
+    CatchUpMax,
+    /// The last run of the schedule still ran (`overlap`).
+    Overlap,
+    /// The schedule is not `active`.
+    Inactive,
+    /// The run could not be started (busy, storage): its `Error` says.
+    NotStarted,
+}
+
+impl SkipReason {
+    /// The snake_case name, as in JSON and metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            SkipReason::Missed => "missed",
+            SkipReason::CatchUpMax => "catch_up_max",
+            SkipReason::Overlap => "overlap",
+            SkipReason::Inactive => "inactive",
+            SkipReason::NotStarted => "not_started",
+        }
+    }
+}
+
 /// Who started a run. In records and JSON it is one string, as it always
-/// was: `api_key:<name>`, `app_key:<member>`, `session:<user>`, `public` or
-/// `cli`.
+/// was: `api_key:<name>`, `app_key:<member>`, `session:<user>`, `public`,
+/// `cli` or `schedule:<program>/<function>/<name>`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(into = "String", from = "String")]
 pub enum Origin {
@@ -85,6 +118,8 @@ pub enum Origin {
     Public,
     /// `trigd run` on the command line.
     Cli,
+    /// A schedule, by id: `<program>/<function>/<name>`.
+    Schedule(String),
     /// None recorded (an empty string).
     #[default]
     Unknown,
@@ -113,6 +148,9 @@ impl From<String> for Origin {
         if let Some(n) = tagged("session:") {
             return Origin::Session(n);
         }
+        if let Some(n) = tagged("schedule:") {
+            return Origin::Schedule(n);
+        }
         match s.as_str() {
             "public" => Origin::Public,
             "cli" => Origin::Cli,
@@ -129,6 +167,7 @@ impl std::fmt::Display for Origin {
             Origin::ApiKey(n) => write!(f, "api_key:{n}"),
             Origin::AppKey(n) => write!(f, "app_key:{n}"),
             Origin::Session(n) => write!(f, "session:{n}"),
+            Origin::Schedule(n) => write!(f, "schedule:{n}"),
             Origin::Public => f.write_str("public"),
             Origin::Cli => f.write_str("cli"),
             Origin::Unknown => Ok(()),
@@ -326,6 +365,18 @@ pub struct RunRecord {
     /// (runs of a generated tool endpoint only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool: Option<ToolEnv>,
+    /// The occurrence it is (runs of a schedule): the time its schedule
+    /// named, before `jitter`; `StartedAt` says when it actually started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduled_at: Option<Time>,
+    /// Why it did not run (state `skipped`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<SkipReason>,
+    /// How many occurrences it stands for besides its own (`skipped`:
+    /// all it covers, from `ScheduledAt` on; a `catch_up = "once"` run:
+    /// the missed ones before it). Counted up to 10,000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub missed: Option<u64>,
     /// When it was accepted.
     pub created_at: Time,
     /// When it started executing.

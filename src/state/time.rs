@@ -29,6 +29,11 @@ impl Time {
         Time::try_from(SystemTime::now()).unwrap_or_default()
     }
 
+    /// The instant.
+    pub fn timestamp(self) -> Timestamp {
+        self.0
+    }
+
     /// How long after `earlier` this is; `None` when it is before it.
     pub fn since(self, earlier: Time) -> Option<Duration> {
         Duration::try_from(self.0.duration_since(earlier.0)).ok()

@@ -182,12 +182,20 @@ fn list_row(cfg: &Config, r: &RunRecord) -> Markup {
     }
 }
 
-/// Who started the run, and through which tool environment.
+/// Who started the run, and through which tool environment; for a
+/// schedule's, the occurrence and why it was skipped.
 fn origin(r: &RunRecord) -> String {
-    match &r.tool {
+    let mut s = match &r.tool {
         Some(t) => format!("{} via {t}", r.by),
         None => r.by.to_string(),
+    };
+    if let Some(at) = r.scheduled_at {
+        s.push_str(&format!(" for {at}"));
     }
+    if let Some(why) = r.skipped {
+        s.push_str(&format!(" (skipped: {})", why.name()));
+    }
+    s
 }
 
 fn filter_form(cfg: &Config, wss: &BTreeSet<&str>, f: &RunFilter) -> Markup {

@@ -316,6 +316,8 @@ fn program(d: &HookDef, cwd: &Option<PathBuf>, dir: &Path, server: &Server, n: u
         group: None,
         env_inputs: false,
         combined_output: true,
+        expect_every: None,
+        schedules: Vec::new(),
         // A hooks-file hook has no completion callback (the file format
         // has none).
         callback: None,

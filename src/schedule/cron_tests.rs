@@ -1,0 +1,181 @@
+use super::*;
+
+fn tz(name: &str) -> TimeZone {
+    TimeZone::get(name).unwrap()
+}
+
+fn at(s: &str) -> Timestamp {
+    s.parse().unwrap()
+}
+
+/// The next `n` occurrences after `from`, as RFC 3339 UTC text.
+fn next(expr: &str, zone: &str, from: &str, n: usize) -> Vec<String> {
+    let c = Cron::parse(expr).unwrap();
+    let tz = tz(zone);
+    let mut t = at(from);
+    let mut out = Vec::new();
+    for _ in 0..n {
+        t = c.next_after(t, &tz).unwrap();
+        out.push(t.to_string());
+    }
+    out
+}
+
+#[test]
+fn five_and_six_fields_and_names() {
+    assert_eq!(
+        next("*/15 * * * *", "UTC", "2026-01-05T10:07:30Z", 2),
+        ["2026-01-05T10:15:00Z", "2026-01-05T10:30:00Z"]
+    );
+    assert_eq!(
+        next("*/20 * * * * *", "UTC", "2026-01-05T10:07:30Z", 2),
+        ["2026-01-05T10:07:40Z", "2026-01-05T10:08:00Z"]
+    );
+    assert_eq!(Cron::parse("@daily"), Cron::parse("0 0 * * *"));
+    assert_eq!(Cron::parse("@midnight"), Cron::parse("0 0 * * *"));
+    assert_eq!(Cron::parse("@annually"), Cron::parse("@yearly"));
+    assert_eq!(Cron::parse("0 * * * *"), Cron::parse("@hourly"));
+    assert_eq!(
+        Cron::parse("0 0 * JAN-mar Mon-fri"),
+        Cron::parse("0 0 * 1-3 1-5")
+    );
+    // 7 is Sunday, as 0 is.
+    assert_eq!(Cron::parse("0 0 * * 7"), Cron::parse("0 0 * * 0"));
+    assert_eq!(Cron::parse("0 0 * * sun"), Cron::parse("0 0 * * 0"));
+    // `N/step` runs to the end of the range.
+    assert_eq!(Cron::parse("50/5 * * * *"), Cron::parse("50,55 * * * *"));
+}
+
+#[test]
+fn restricted_day_fields_match_either_as_in_vixie_cron() {
+    // The 13th or a Friday: Friday 2026-02-06, then Friday the 13th.
+    assert_eq!(
+        next("0 0 13 * 5", "UTC", "2026-02-01T00:00:00Z", 3),
+        [
+            "2026-02-06T00:00:00Z",
+            "2026-02-13T00:00:00Z",
+            "2026-02-20T00:00:00Z"
+        ]
+    );
+    // A `*` day field: both must match (every Friday in any day range).
+    assert_eq!(
+        next("0 0 */2 * 5", "UTC", "2026-02-01T00:00:00Z", 1),
+        ["2026-02-13T00:00:00Z"]
+    );
+}
+
+#[test]
+fn impossible_dates_never_fire_and_leap_days_do() {
+    assert!(Cron::parse("0 0 30 2 *").unwrap().never_fires());
+    assert!(Cron::parse("0 0 31 4,6,9,11 *").unwrap().never_fires());
+    assert!(!Cron::parse("0 0 31 4,5 *").unwrap().never_fires());
+    assert!(
+        !Cron::parse("0 0 30 2 1").unwrap().never_fires(),
+        "or Mondays"
+    );
+    let leap = Cron::parse("0 0 29 2 *").unwrap();
+    assert!(!leap.never_fires());
+    assert_eq!(
+        next("0 0 29 2 *", "UTC", "2096-03-01T00:00:00Z", 1),
+        ["2104-02-29T00:00:00Z"],
+        "2100 is no leap year"
+    );
+}
+
+#[test]
+fn bad_expressions_say_what_and_where() {
+    let e = |s: &str| Cron::parse(s).unwrap_err();
+    assert!(e("* * * *").starts_with("4 fields"), "{}", e("* * * *"));
+    assert!(
+        e("61 * * * *").contains("minute field `61`"),
+        "{}",
+        e("61 * * * *")
+    );
+    assert!(e("0 24 * * *").contains("hour"));
+    assert!(e("0 0 0 * *").contains("day of month"));
+    assert!(e("0 0 * 13 *").contains("month"));
+    assert!(e("0 0 * * 8").contains("day of week"));
+    assert!(e("*/0 * * * *").contains("step"));
+    assert!(e("5-1 * * * *").contains("backwards"));
+    assert!(e("@reboot").contains("not a time"));
+    assert!(e("@often").contains("unknown name"));
+    for hostile in [
+        "",
+        " ",
+        ",",
+        "-",
+        "1-",
+        "-1",
+        "*/",
+        "/5",
+        "**",
+        "1,,2",
+        "fri-mon * * * *",
+        "é * * * *",
+        "99999999999999999999 * * * *",
+        "* * * * * * *",
+        "0 0 * * mon-",
+    ] {
+        assert!(Cron::parse(hostile).is_err(), "{hostile:?}");
+    }
+    assert!(e(&"* ".repeat(400)).contains("longer than"));
+}
+
+#[test]
+fn a_time_skipped_by_spring_forward_fires_once_right_after_the_gap() {
+    // New York, 2026-03-08: 02:00 EST becomes 03:00 EDT (07:00Z).
+    assert_eq!(
+        next("30 2 * * *", "America/New_York", "2026-03-07T12:00:00Z", 2),
+        ["2026-03-08T07:00:00Z", "2026-03-09T06:30:00Z"]
+    );
+    // Every quarter hour: 02:00-02:45 collapse into one firing at 03:00.
+    assert_eq!(
+        next(
+            "*/15 * * * *",
+            "America/New_York",
+            "2026-03-08T06:40:00Z",
+            3
+        ),
+        [
+            "2026-03-08T06:45:00Z",
+            "2026-03-08T07:00:00Z",
+            "2026-03-08T07:15:00Z"
+        ]
+    );
+    // Berlin, 2026-03-29: 02:00 CET becomes 03:00 CEST (01:00Z).
+    assert_eq!(
+        next("30 2 * * *", "Europe/Berlin", "2026-03-28T12:00:00Z", 2),
+        ["2026-03-29T01:00:00Z", "2026-03-30T00:30:00Z"]
+    );
+}
+
+#[test]
+fn a_time_repeated_by_fall_back_fires_once() {
+    // New York, 2026-11-01: 02:00 EDT becomes 01:00 EST; 01:30 is twice.
+    assert_eq!(
+        next("30 1 * * *", "America/New_York", "2026-10-31T12:00:00Z", 2),
+        ["2026-11-01T05:30:00Z", "2026-11-02T06:30:00Z"]
+    );
+    // Berlin, 2026-10-25: 03:00 CEST becomes 02:00 CET; 02:30 is twice.
+    assert_eq!(
+        next("30 2 * * *", "Europe/Berlin", "2026-10-24T12:00:00Z", 2),
+        ["2026-10-25T00:30:00Z", "2026-10-26T01:30:00Z"]
+    );
+    // From inside the second 01:xx hour nothing of it fires again.
+    assert_eq!(
+        next(
+            "*/30 * * * *",
+            "America/New_York",
+            "2026-11-01T06:10:00Z",
+            1
+        ),
+        ["2026-11-01T07:00:00Z"]
+    );
+}
+
+#[test]
+fn the_shortest_interval_bounds_jitter() {
+    let c = Cron::parse("0 0 1 * *").unwrap();
+    let short = c.shortest_interval(at("2026-01-01T00:00:00Z"), &TimeZone::UTC, 24);
+    assert_eq!(short, Some(jiff::SignedDuration::from_hours(28 * 24)));
+}

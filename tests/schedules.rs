@@ -1,0 +1,482 @@
+//! Schedules on the real binary: firing runs through the ordinary run
+//! path, hot reload, overlap, kill -9 and catch-up, load errors, the
+//! bundled time-zone data.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::util::{run_record, serve, setup, Explain, TestDir, Trigd, WAIT};
+
+/// A program with function `tick` (output `who`) and `schedules` (TOML
+/// `[[functions.schedules]]` tables) after it; `cmd` is its shell script.
+fn program(cmd: &str, schedules: &str) -> String {
+    format!(
+        "id = 1\nname = \"p\"\n[[functions]]\nname = \"tick\"\noutputs = [\"who\"]\n\
+         steps = [{{ shell = {cmd:?} }}]\n{schedules}"
+    )
+}
+
+/// The last record of every run in `runs.log` of schedule `id`, by run id.
+fn records_of(dir: &TestDir, id: &str) -> BTreeMap<String, Value> {
+    let by = Value::from(format!("schedule:{id}"));
+    let mut out = BTreeMap::new();
+    for line in dir.read_opt("state/runs.log").unwrap_or_default().lines() {
+        let Ok(rec) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        if rec["By"] == by {
+            out.insert(rec["Run"].as_str().unwrap_or_default().to_string(), rec);
+        }
+    }
+    out
+}
+
+/// Records of schedule `id` in state `state`.
+fn in_state(dir: &TestDir, id: &str, state: &str) -> Vec<Value> {
+    records_of(dir, id)
+        .into_values()
+        .filter(|r| r["State"] == state)
+        .collect()
+}
+
+/// Wait until schedule `id` has `n` records in `state`.
+#[track_caller]
+fn wait_for_records(t: &Trigd, dir: &TestDir, id: &str, state: &str, n: usize) {
+    t.wait_for(WAIT, &format!("{n} {state} records of {id}"), || {
+        in_state(dir, id, state).len() >= n
+    });
+}
+
+/// The occurrences (`ScheduledAt`) the records stand for, each with how
+/// many records name it.
+fn occurrences(dir: &TestDir, id: &str) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for rec in records_of(dir, id).values() {
+        let at = rec["ScheduledAt"].as_str().unwrap_or_default().to_string();
+        *out.entry(at).or_default() += 1;
+    }
+    out
+}
+
+#[test]
+fn a_schedule_fires_ordinary_runs_with_its_values_and_origin() {
+    let p = program(
+        "echo hello $who",
+        "[[functions.schedules]]\nname = \"s\"\ncron = \"* * * * * *\"\nvalues = { who = \"clock\" }\n",
+    );
+    let (dir, t) = serve("sched_fires", "", &[("p.toml", &p)]);
+    wait_for_records(&t, &dir, "1/tick/s", "finished", 2);
+    let rec = in_state(&dir, "1/tick/s", "finished").remove(0);
+    let run = run_record(&t, rec["Run"].as_str().unwrap());
+    t.check_eq(
+        &run["Result"],
+        &serde_json::json!(["hello clock"]),
+        "Result",
+    );
+    t.check_eq(&run["By"], &Value::from("schedule:1/tick/s"), "By");
+    t.check_eq(&run["Async"], &Value::from(true), "Async");
+    let at = run["ScheduledAt"].as_str().unwrap_or_default();
+    t.check(
+        at.ends_with(".000Z"),
+        format!("ScheduledAt on the second: {run}"),
+    );
+    t.check(
+        run["StartedAt"].as_str() >= Some(at),
+        "started after its occurrence",
+    );
+    let metrics = t.get("/metrics").text();
+    t.check(
+        metrics.contains("trigd_schedule_firings_total{outcome=\"started\"}"),
+        "firings counted",
+    );
+    t.check(
+        metrics.contains("trigd_schedule_lateness_seconds_count"),
+        "lateness",
+    );
+}
+
+#[test]
+fn an_edit_applies_to_the_next_occurrence_and_a_removed_schedule_stops() {
+    let every = "[[functions.schedules]]\nname = \"s\"\ncron = \"* * * * * *\"\n";
+    let (dir, t) = serve("sched_reload", "", &[("p.toml", &program("true", every))]);
+    wait_for_records(&t, &dir, "1/tick/s", "finished", 1);
+    // Inactive: its occurrences are recorded skipped, with the reason.
+    let inactive = format!("{every}active = false\n");
+    dir.write("programs/p.toml", &program("true", &inactive));
+    wait_for_records(&t, &dir, "1/tick/s", "skipped", 2);
+    let skipped = in_state(&dir, "1/tick/s", "skipped");
+    t.check(
+        skipped.iter().all(|r| r["Skipped"] == "inactive"),
+        format!("skipped for being inactive: {skipped:?}"),
+    );
+    // Removed: nothing more is recorded for it.
+    dir.write("programs/p.toml", &program("true", ""));
+    t.wait_for(WAIT, "the schedule gone from the marks", || {
+        !dir.read("state/schedules.json").contains("1/tick/s")
+    });
+    let before = records_of(&dir, "1/tick/s").len();
+    std::thread::sleep(Duration::from_millis(2500));
+    t.check_eq(
+        records_of(&dir, "1/tick/s").len(),
+        before,
+        "records after removal",
+    );
+    // No occurrence was ever handled twice across the edits.
+    let twice: Vec<_> = occurrences(&dir, "1/tick/s")
+        .into_iter()
+        .filter(|(_, n)| *n > 1)
+        .collect();
+    t.check(
+        twice.is_empty(),
+        format!("occurrences handled twice: {twice:?}"),
+    );
+}
+
+#[test]
+fn kill9_neither_fires_an_occurrence_twice_nor_loses_one_catch_up_all_should_run() {
+    let s = "[[functions.schedules]]\nname = \"s\"\ncron = \"* * * * * *\"\ncatch_up = \"all\"\n";
+    let (dir, mut t) = serve("sched_kill9", "", &[("p.toml", &program("true", s))]);
+    for round in 0..3 {
+        let seen = records_of(&dir, "1/tick/s").len();
+        t.wait_for(WAIT, "more firings", || {
+            records_of(&dir, "1/tick/s").len() >= seen + 2
+        });
+        t.kill9();
+        // Down for about two occurrences.
+        std::thread::sleep(Duration::from_millis(1500 + 300 * round));
+        t.restart();
+    }
+    let seen = records_of(&dir, "1/tick/s").len();
+    t.wait_for(WAIT, "firings after the last restart", || {
+        records_of(&dir, "1/tick/s").len() >= seen + 2
+    });
+    let occ = occurrences(&dir, "1/tick/s");
+    let twice: Vec<_> = occ.iter().filter(|(_, n)| **n > 1).collect();
+    t.check(
+        twice.is_empty(),
+        format!("occurrences fired twice: {twice:?}"),
+    );
+    // Every second from the first occurrence to the last has its record.
+    let secs: BTreeSet<i64> = occ
+        .keys()
+        .filter_map(|at| at.parse::<jiff::Timestamp>().ok())
+        .map(|t| t.as_second())
+        .collect();
+    let (first, last) = (*secs.first().unwrap(), *secs.last().unwrap());
+    let lost: Vec<i64> = (first..=last).filter(|s| !secs.contains(s)).collect();
+    t.check(
+        lost.is_empty(),
+        format!("occurrences lost: {lost:?} of {first}..{last}"),
+    );
+    let skipped = in_state(&dir, "1/tick/s", "skipped");
+    t.check(
+        skipped.is_empty(),
+        format!("catch_up all skips nothing: {skipped:?}"),
+    );
+}
+
+#[test]
+fn catch_up_skip_records_the_missed_occurrences() {
+    let s = "[[functions.schedules]]\nname = \"s\"\ncron = \"* * * * * *\"\n";
+    let (dir, mut t) = serve("sched_catch_skip", "", &[("p.toml", &program("true", s))]);
+    wait_for_records(&t, &dir, "1/tick/s", "finished", 1);
+    t.kill9();
+    // Down for six occurrences or more: the newest may still run on time
+    // (at most 5 s late), the others are missed.
+    std::thread::sleep(Duration::from_millis(6500));
+    t.restart();
+    wait_for_records(&t, &dir, "1/tick/s", "skipped", 1);
+    let skipped = in_state(&dir, "1/tick/s", "skipped").remove(0);
+    t.check_eq(&skipped["Skipped"], &Value::from("missed"), "reason");
+    let covered = skipped["Missed"].as_u64().unwrap_or(0) + 1;
+    t.check(covered >= 5, format!("it covers the downtime: {skipped}"));
+    wait_for_records(&t, &dir, "1/tick/s", "finished", 2);
+}
+
+#[test]
+fn overlap_skip_and_replace() {
+    let s = "[[functions.schedules]]\nname = \"skip\"\ncron = \"* * * * * *\"\n\
+             [[functions.schedules]]\nname = \"replace\"\ncron = \"*/2 * * * * *\"\noverlap = \"replace\"\n";
+    let (dir, t) = serve("sched_overlap", "", &[("p.toml", &program("sleep 30", s))]);
+    wait_for_records(&t, &dir, "1/tick/skip", "skipped", 2);
+    let skipped = in_state(&dir, "1/tick/skip", "skipped");
+    t.check(
+        skipped.iter().all(|r| r["Skipped"] == "overlap"),
+        format!("skipped for overlap: {skipped:?}"),
+    );
+    let running = records_of(&dir, "1/tick/skip")
+        .into_values()
+        .filter(|r| r["State"] == "running" || r["State"] == "queued")
+        .count();
+    t.check_eq(running, 1, "one run of the schedule at a time");
+    wait_for_records(&t, &dir, "1/tick/replace", "cancelled", 1);
+}
+
+#[test]
+fn overlap_queue_runs_the_next_after_the_running_one() {
+    let s =
+        "[[functions.schedules]]\nname = \"q\"\ncron = \"*/2 * * * * *\"\noverlap = \"queue\"\n";
+    let (dir, t) = serve("sched_queue", "", &[("p.toml", &program("sleep 3", s))]);
+    wait_for_records(&t, &dir, "1/tick/q", "finished", 2);
+    let mut runs: Vec<(String, String)> = in_state(&dir, "1/tick/q", "finished")
+        .iter()
+        .map(|r| {
+            let s = |k: &str| r[k].as_str().unwrap_or_default().to_string();
+            (s("StartedAt"), s("FinishedAt"))
+        })
+        .collect();
+    runs.sort();
+    for w in runs.windows(2) {
+        t.check(w[1].0 >= w[0].1, format!("runs overlapped: {runs:?}"));
+    }
+}
+
+/// `trigd check` on a program file with `schedules`; its output.
+fn check(name: &str, schedules: &str, env: &[(&str, &str)]) -> (TestDir, std::process::Output) {
+    let dir = setup(name, "", &[("p.toml", &program("true", schedules))]);
+    let out = Command::new(env!("CARGO_BIN_EXE_trigd"))
+        .args(["check", "--config", &dir.path_str("config.toml")])
+        .envs(env.iter().copied())
+        .output()
+        .expect("run trigd check");
+    (dir, out)
+}
+
+#[test]
+fn bad_schedules_are_load_errors_with_their_place() {
+    let cases = [
+        ("cron = \"61 * * * *\"", "schedules[0].cron", "minute field"),
+        ("cron = \"0 0 30 2 *\"", "schedules[0].cron", "never fires"),
+        ("cron = \"* * * *\"", "schedules[0].cron", "4 fields"),
+        ("cron = \"@reboot\"", "schedules[0].cron", "not a time"),
+        (
+            "cron = \"@daily\"\ntimezone = \"Mars/Olympus\"",
+            "schedules[0].timezone",
+            "unknown time zone",
+        ),
+        (
+            "cron = \"*/5 * * * *\"\njitter = \"5m\"",
+            "schedules[0].jitter",
+            "shorter than",
+        ),
+        (
+            "cron = \"@daily\"\ncatch_up = \"some\"",
+            "schedules[0].catch_up",
+            "not one of",
+        ),
+        (
+            "cron = \"@daily\"\noverlap = \"both\"",
+            "schedules[0].overlap",
+            "not one of",
+        ),
+        (
+            "cron = \"@daily\"\nvalues = { nope = \"x\" }",
+            "schedules[0].values.nope",
+            "not an input",
+        ),
+        (
+            "cron = \"@daily\"\nname = \"s\"",
+            "schedules[0]",
+            "duplicate key",
+        ),
+    ];
+    for (i, (body, key, what)) in cases.into_iter().enumerate() {
+        let s = format!("[[functions.schedules]]\nname = \"s\"\n{body}\n");
+        let (_dir, out) = check(&format!("sched_bad_{i}"), &s, &[]);
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(out.status.code(), Some(1), "{body}: {text}");
+        assert!(
+            text.contains("p.toml:"),
+            "{body}: no file:line:col in {text}"
+        );
+        assert!(text.contains(key), "{body}: no key {key} in {text}");
+        assert!(text.contains(what), "{body}: no {what:?} in {text}");
+    }
+}
+
+#[test]
+fn zones_load_without_the_hosts_zoneinfo() {
+    // An empty TZDIR: jiff finds no zoneinfo there and takes the
+    // database bundled in trigd.
+    let s = "[[functions.schedules]]\nname = \"s\"\ncron = \"30 2 * * *\"\ntimezone = \"America/New_York\"\n";
+    let empty = TestDir::new("sched_tzdir_empty");
+    let tzdir = empty.path_str(".");
+    let (_dir, out) = check("sched_tz_bundled", s, &[("TZDIR", &tzdir)]);
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+}
+
+#[test]
+fn check_prints_the_next_three_occurrences_and_warns_about_clusters() {
+    let s = "[[functions.schedules]]\nname = \"y\"\ncron = \"@yearly\"\n\
+             [[functions.schedules]]\nname = \"ny\"\ncron = \"30 2 * * *\"\ntimezone = \"America/New_York\"\n";
+    let (_dir, out) = check("sched_check_next", s, &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    let yearly = stdout
+        .lines()
+        .find(|l| l.starts_with("schedule 1/tick/y: \"@yearly\" in UTC; next: "));
+    let yearly = yearly.unwrap_or_else(|| panic!("no line for 1/tick/y in {stdout}"));
+    assert_eq!(
+        yearly.matches("-01-01 00:00:00 +00:00").count(),
+        3,
+        "{yearly}"
+    );
+    let ny = stdout
+        .lines()
+        .find(|l| l.starts_with("schedule 1/tick/ny: \"30 2 * * *\" in America/New_York; next: "));
+    let ny = ny.unwrap_or_else(|| panic!("no line for 1/tick/ny in {stdout}"));
+    assert_eq!(
+        ny.matches(" 02:30:00 -0").count() + ny.matches(" 03:00:00 -04:00").count(),
+        3,
+        "{ny}"
+    );
+    // An instance name ending in a number: every instance would fire.
+    let dir = setup(
+        "sched_check_cluster",
+        "instance = \"web-2\"",
+        &[("p.toml", &program("true", s))],
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_trigd"))
+        .args(["check", "--config", &dir.path_str("config.toml")])
+        .output()
+        .expect("run trigd check");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("warning: instance `web-2` looks like one of several"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("schedules = \"off\""), "{stderr}");
+}
+
+#[test]
+fn api_schedules_lists_last_and_next_and_off_fires_nothing() {
+    let s = "[[functions.schedules]]\nname = \"s\"\ncron = \"* * * * * *\"\ntimezone = \"Europe/Berlin\"\n";
+    let (dir, t) = serve("sched_api", "", &[("p.toml", &program("true", s))]);
+    wait_for_records(&t, &dir, "1/tick/s", "finished", 1);
+    let list = t
+        .get(&format!("/api/schedules?api_key={}", crate::util::KEY))
+        .ok();
+    let one = &list["Schedules"][0];
+    t.check_eq(&one["Id"], &Value::from("1/tick/s"), "Id");
+    t.check_eq(&one["Timezone"], &Value::from("Europe/Berlin"), "Timezone");
+    t.check(
+        one["NextAt"].is_string() && one["LastAt"].is_string(),
+        format!("{list}"),
+    );
+    t.check(
+        one["LastOutcome"]
+            .as_str()
+            .is_some_and(|o| o.starts_with("started ")),
+        format!("{list}"),
+    );
+    t.get("/api/schedules").err(401, "missing_api_key");
+    t.post(&format!("/api/schedules?api_key={}", crate::util::KEY))
+        .err(405, "method_not_allowed");
+    let scoped = t
+        .get(&format!("/api/schedules?api_key={}", crate::util::KEY_P2))
+        .ok();
+    t.check_eq(
+        &scoped["Schedules"],
+        &serde_json::json!([]),
+        "a key scoped to program 2",
+    );
+    // `schedules = "off"`: this instance fires nothing.
+    let cfg = dir
+        .read("config.toml")
+        .replace("[server]\n", "[server]\nschedules = \"off\"\n");
+    dir.write("config.toml", &cfg);
+    t.wait_for(WAIT, "the reload", || {
+        let l = t
+            .get(&format!("/api/schedules?api_key={}", crate::util::KEY))
+            .json();
+        l["Schedules"][0]["Fires"] == false
+    });
+    std::thread::sleep(Duration::from_millis(1200));
+    let before = records_of(&dir, "1/tick/s").len();
+    std::thread::sleep(Duration::from_millis(2500));
+    t.check_eq(
+        records_of(&dir, "1/tick/s").len(),
+        before,
+        "records while off",
+    );
+}
+
+#[test]
+fn a_function_without_a_recent_success_is_overdue_whatever_starts_it() {
+    let p = "id = 1\nname = \"p\"\n[[functions]]\nname = \"job\"\nexpect_every = \"2s\"\n\
+             command = [\"true\"]\n[functions.webhook]\n";
+    let (_dir, mut t) = serve("sched_overdue", "", &[("p.toml", p)]);
+    let overdue = |t: &Trigd| {
+        let l = t
+            .get(&format!("/api/overdue?api_key={}", crate::util::KEY))
+            .ok();
+        l["Functions"][0].clone()
+    };
+    t.check_eq(&overdue(&t)["Function"], &Value::from("job"), "listed");
+    // No success within 2 s of the start: overdue.
+    t.wait_for(WAIT, "overdue", || overdue(&t)["Overdue"] == true);
+    let metrics = t.get("/metrics").text();
+    t.check(
+        metrics.contains("trigd_function_overdue{program=\"1\",function=\"job\"} 1"),
+        "overdue in /metrics",
+    );
+    // A run through POST /api (cron outside, a sender) succeeds: back to normal.
+    t.post(&format!("/api?api_key={}&program_id=1", crate::util::KEY))
+        .ok();
+    let now = overdue(&t);
+    t.check_eq(&now["Overdue"], &Value::from(false), "after a success");
+    let last = now["LastSuccessAt"].clone();
+    t.check(last.is_string(), format!("{now}"));
+    let metrics = t.get("/metrics").text();
+    t.check(
+        metrics.contains("trigd_function_overdue{program=\"1\",function=\"job\"} 0"),
+        "back to 0 in /metrics",
+    );
+    // The last success survives a restart (read back from the run log).
+    t.restart();
+    t.check_eq(
+        overdue(&t)["LastSuccessAt"].clone(),
+        last,
+        "after a restart",
+    );
+    t.get("/api/overdue").err(401, "missing_api_key");
+}
+
+#[test]
+fn the_runs_page_shows_what_did_not_run_and_why() {
+    use crate::ui::{cookie, login, ui_config, HTML};
+    let p = "id = 1\nname = \"p\"\nworkspace = \"ops\"\n\
+             [[functions]]\nname = \"list\"\ncommand = [\"true\"]\n\
+             [[functions]]\nname = \"add\"\ncommand = [\"true\"]\n\
+             [[functions]]\nname = \"tick\"\ncommand = [\"true\"]\n\
+             [[functions.schedules]]\nname = \"s\"\ncron = \"* * * * * *\"\nactive = false\n";
+    let dir = TestDir::new("sched_page");
+    dir.write("config.toml", &ui_config(""));
+    dir.mkdir("programs");
+    dir.write("programs/p.toml", p);
+    let t = Trigd::start(&dir);
+    wait_for_records(&t, &dir, "1/tick/s", "skipped", 1);
+    let c = cookie(&login(&t, "alice"));
+    let r = t.request(
+        "GET",
+        "/runs?state=skipped",
+        &[HTML, ("Cookie", c.as_str())],
+        b"",
+    );
+    let text = r.text();
+    r.check(
+        text.contains("schedule:1/tick/s for "),
+        "the schedule and occurrence",
+    );
+    r.check(text.contains("(skipped: inactive)"), "why it did not run");
+    r.check(text.contains("state-skipped"), "its state");
+}
