@@ -737,6 +737,8 @@ pub fn cert_not_after(data: &[u8]) {
     }
     if data.len() > 4 {
         assert_eq!(trigd::testing::tls::not_after(&data[..2]), None);
+    }
+}
 
 /// A cron expression of a schedule (`schedule::cron::Cron::parse`): the
 /// whole input as text. No panic; an error says something; an expression
