@@ -36,42 +36,15 @@ pub fn handle(app: &App, req: &mut Request) -> Response {
         (Get | Head, ["openapi.json"]) => Ok(Response::text(200, "application/json", OPENAPI)),
         (Get | Head, [".well-known", "acme-challenge", token]) => Ok(acme_challenge(app, token)),
         (Post, ["api"]) => api::run(app, &cfg, req),
-        (_, ["api"]) => Err(ApiError::MethodNotAllowed {
-            allow: vec!["POST"],
-        }),
         (Get | Head, ["api", "overdue"]) => api::overdue(app, &cfg, req),
-        (_, ["api", "overdue"]) => Err(ApiError::MethodNotAllowed {
-            allow: vec!["GET", "HEAD"],
-        }),
         (Get | Head, ["api", "schedules"]) => api::schedules(app, &cfg, req),
-        (_, ["api", "schedules"]) => Err(ApiError::MethodNotAllowed {
-            allow: vec!["GET", "HEAD"],
-        }),
         (Get | Head, ["api", "runs", id]) => api::run_status(app, &cfg, req, id),
-        (_, ["api", "runs", _]) => Err(ApiError::MethodNotAllowed {
-            allow: vec!["GET", "HEAD"],
-        }),
         (Get | Head, ["api", "runs", id, "output"]) => runs::output(app, &cfg, req, id),
-        (_, ["api", "runs", _, "output"]) => Err(ApiError::MethodNotAllowed {
-            allow: vec!["GET", "HEAD"],
-        }),
         (Post, ["api", "runs", id, "cancel"]) => runs::cancel(app, &cfg, req, id),
-        (_, ["api", "runs", _, "cancel"]) => Err(ApiError::MethodNotAllowed {
-            allow: vec!["POST"],
-        }),
         (Get | Head, []) => ui::home(app, &cfg, req),
-        (_, []) => Err(ApiError::MethodNotAllowed {
-            allow: vec!["GET", "HEAD"],
-        }),
         (Get | Head, ["login"]) => ui::login_form(app, &cfg, req),
         (Post, ["login"]) => ui::login(app, &cfg, req),
-        (_, ["login"]) => Err(ApiError::MethodNotAllowed {
-            allow: vec!["GET", "HEAD", "POST"],
-        }),
         (Post, ["logout"]) => ui::logout(app, &cfg, req),
-        (_, ["logout"]) => Err(ApiError::MethodNotAllowed {
-            allow: vec!["POST"],
-        }),
         (Get | Head, ["workspaces", ws, "settings"]) => ui::settings(app, &cfg, req, ws),
         (Post, ["workspaces", ws, "settings", "application-key"]) => {
             ui::regenerate(app, &cfg, req, ws)
@@ -79,12 +52,6 @@ pub fn handle(app: &App, req: &mut Request) -> Response {
         (Get | Head, ["runs"]) => ui::runs_list(app, &cfg, req),
         (Get | Head, ["runs", id]) => ui::run_show(app, &cfg, req, id),
         (Post, ["runs", id, "cancel"]) => ui::run_cancel(app, &cfg, req, id),
-        (_, ["runs"] | ["runs", _]) => Err(ApiError::MethodNotAllowed {
-            allow: vec!["GET", "HEAD"],
-        }),
-        (_, ["runs", _, "cancel"]) => Err(ApiError::MethodNotAllowed {
-            allow: vec!["POST"],
-        }),
         (Get | Head, ["static", name]) => ui::asset(name),
         (Get | Head, ["tools", tool, "endpoints"]) if ui::wants_html(req) => {
             ui::endpoints(app, &cfg, req, tool)
@@ -96,31 +63,43 @@ pub fn handle(app: &App, req: &mut Request) -> Response {
         (Post, ["tools", tool, "environments", env, "public"]) => {
             ui::switch_post(app, &cfg, req, [tool, env])
         }
-        (_, ["tools", _, "environments", _, "public"]) => Err(ApiError::MethodNotAllowed {
-            allow: vec!["PUT", "POST"],
-        }),
         (_, ["tools", tool, env, trigger]) => {
             // Owned, so that the run may let go of the request's body.
             let names = [tool, env, trigger].map(|s| s.to_string());
             tools::call(app, &cfg, req, names)
         }
+        // Known paths, other methods: 405 with the methods they take.
         (
             _,
-            ["healthz" | "livez" | "metrics" | "openapi.json"]
-            | ["static", _]
-            | ["tools", _, "endpoints"],
-        ) => Err(ApiError::MethodNotAllowed {
-            allow: vec!["GET", "HEAD"],
-        }),
-        (_, ["workspaces", _, "settings"]) => Err(ApiError::MethodNotAllowed {
-            allow: vec!["GET", "HEAD"],
-        }),
-        (_, ["workspaces", _, "settings", "application-key"]) => Err(ApiError::MethodNotAllowed {
-            allow: vec!["POST"],
-        }),
+            ["api"]
+            | ["api", "runs", _, "cancel"]
+            | ["logout"]
+            | ["runs", _, "cancel"]
+            | ["workspaces", _, "settings", "application-key"],
+        ) => only(&["POST"]),
+        (_, ["login"]) => only(&["GET", "HEAD", "POST"]),
+        (_, ["tools", _, "environments", _, "public"]) => only(&["PUT", "POST"]),
+        (
+            _,
+            []
+            | ["healthz" | "livez" | "metrics" | "openapi.json" | "runs"]
+            | ["api", "overdue" | "schedules"]
+            | ["api", "runs", _]
+            | ["api", "runs", _, "output"]
+            | ["runs" | "static", _]
+            | ["tools", _, "endpoints"]
+            | ["workspaces", _, "settings"],
+        ) => only(&["GET", "HEAD"]),
         _ => ui::not_found(req),
     };
     result.unwrap_or_else(Response::from)
+}
+
+/// 405 `method_not_allowed` for a known path, with the methods it takes.
+fn only(allow: &[&'static str]) -> Result<Response, ApiError> {
+    Err(ApiError::MethodNotAllowed {
+        allow: allow.to_vec(),
+    })
 }
 
 /// `GET /healthz`: readiness (200 `ok`, else 503 `draining` or

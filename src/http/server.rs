@@ -94,15 +94,7 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
     let server = start_http(&app, bound.listener, &in_flight, certs.as_ref())?;
     let _redirect = match (&certs, port) {
         (Some(_), Some(port)) => start_redirect(&app, port, acme.as_ref())?,
-        // redirect_http names the HTTPS port it sends to, and [acme]'s
-        // HTTP-01 answers come in on it: neither works on a Unix socket.
-        (Some(_), None) if app.config().server.tls.redirect_http.is_some() => {
-            return Err(Error::Other(format!(
-                "redirect_http (and [acme], which needs it) sends to an HTTPS port, but trigd \
-                 listens on {shown}: listen on HOST:PORT, or drop redirect_http and [acme] and \
-                 give tls_cert/tls_key (docs/https.md)"
-            )))
-        }
+        (Some(_), None) => no_redirect_on_a_socket(&app, &shown)?,
         _ => None,
     };
     if let (Some(a), Some(c)) = (acme, &certs) {
@@ -116,13 +108,7 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
     log::info!("listening on {shown} (open files limit {nofile})");
     println!("listening on {shown}");
     let _ = io::stdout().flush();
-    while sys::wait_signal() == Signal::Hup {
-        log::info!("SIGHUP: reloading the configuration");
-        let _ = reload.send(reload::Trigger::Signal);
-        if let Some(c) = &certs {
-            let _ = c.reload();
-        }
-    }
+    serve_until_stopped(&reload, certs.as_ref());
     systemd::stopping();
     drain(&app, &reload);
     log::info!("shutting down: waiting up to {grace:?} for runs to finish");
@@ -137,6 +123,35 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
     }
     log::info!("stopped");
     Ok(())
+}
+
+/// Wait for SIGTERM or SIGINT; each SIGHUP reloads the configuration and
+/// the certificate files.
+fn serve_until_stopped(reload: &mpsc::Sender<reload::Trigger>, certs: Option<&Arc<tls::Certs>>) {
+    while sys::wait_signal() == Signal::Hup {
+        log::info!("SIGHUP: reloading the configuration");
+        let _ = reload.send(reload::Trigger::Signal);
+        if let Some(c) = certs {
+            let _ = c.reload();
+        }
+    }
+}
+
+/// HTTPS on a Unix socket: fine, unless `redirect_http` is set, which
+/// names the HTTPS port it sends to (and carries `[acme]`'s HTTP-01
+/// answers): a socket has none, so trigd refuses to start.
+///
+/// # Errors
+/// `redirect_http` is set.
+fn no_redirect_on_a_socket(app: &App, shown: &str) -> Result<Option<tiny_http::Server>, Error> {
+    match app.config().server.tls.redirect_http {
+        None => Ok(None),
+        Some(_) => Err(Error::Other(format!(
+            "redirect_http (and [acme], which needs it) sends to an HTTPS port, but trigd \
+             listens on {shown}: listen on HOST:PORT, or drop redirect_http and [acme] and \
+             give tls_cert/tls_key (docs/https.md)"
+        ))),
+    }
 }
 
 /// The socket to serve: the one systemd passed, else `addr`, bound early
