@@ -29,9 +29,10 @@ use jiff::Timestamp;
 /// The longest expression read (longer text is refused before parsing).
 const MAX_LEN: usize = 512;
 
-/// Days searched for the next occurrence: nine years cover every leap-day
-/// schedule (2096 → 2104 has no 29 February between).
-const SEARCH_DAYS: i32 = 366 * 9;
+/// Days searched for the next occurrence: the Gregorian calendar's whole
+/// 400-year cycle, within which every date and weekday recurs (a date on
+/// one weekday can be decades apart; `Cron::next_after`).
+const SEARCH_DAYS: i32 = 146_097;
 
 /// A parsed expression: one bit per allowed value of each field.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -203,8 +204,11 @@ impl Cron {
     }
 
     /// The first occurrence strictly after `after`, in `tz`; `None` when
-    /// there is none within nine years (an expression that
-    /// [`Cron::never_fires`] is refused at load).
+    /// there is none within 400 years, the Gregorian calendar's whole cycle
+    /// (every date and weekday an expression can name recurs within it;
+    /// an expression that [`Cron::never_fires`] is refused at load). Rare
+    /// days are far apart: Feb 7 on a Sunday 11 years, Feb 29 on a Monday
+    /// 28; the scan is a bit test per day.
     pub fn next_after(&self, after: Timestamp, tz: &TimeZone) -> Option<Timestamp> {
         let start = tz.to_datetime(after);
         let from = (

@@ -179,3 +179,29 @@ fn the_shortest_interval_bounds_jitter() {
     let short = c.shortest_interval(at("2026-01-01T00:00:00Z"), &TimeZone::UTC, 24);
     assert_eq!(short, Some(jiff::SignedDuration::from_hours(28 * 24)));
 }
+
+/// A day of the month on one weekday can be 11 years apart (Feb 7 on a
+/// Sunday: 2027, 2038), Feb 29 on one weekday 28 or more: the search
+/// covers the calendar's whole 400-year cycle (the fuzzer found
+/// `0 1 7 2 */7` with no next occurrence after 2027 in a 9-year search).
+#[test]
+fn rare_days_have_a_next_occurrence_years_away() {
+    assert_eq!(
+        next("0 1 7 2 */7", "UTC", "2026-03-07T00:00:00Z", 3),
+        [
+            "2027-02-07T01:00:00Z",
+            "2038-02-07T01:00:00Z",
+            "2044-02-07T01:00:00Z"
+        ]
+    );
+    // `*/7` starts with `*`: the weekday field counts as unrestricted for
+    // Vixie's either-day rule, so both must hold (29 February on a Sunday).
+    for t in next("0 0 29 2 */7", "UTC", "2026-01-01T00:00:00Z", 3) {
+        let d = at(&t).to_zoned(tz("UTC")).date();
+        assert_eq!(
+            (d.month(), d.day(), d.weekday()),
+            (2, 29, jiff::civil::Weekday::Sunday),
+            "{t}"
+        );
+    }
+}
