@@ -53,16 +53,6 @@ fn free_udp_port() -> u16 {
         .expect("a free UDP port")
 }
 
-/// Run openssl in `dir`; panics with its output when it fails.
-fn openssl(dir: &TestDir, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(&dir.root)
-        .output()
-        .expect("run openssl");
-    assert!(out.status.success(), "openssl {args:?}: {out:?}");
-}
-
 /// A private CA (`ca.pem`) and pebble's HTTPS certificate for 127.0.0.1
 /// it signed (`pebble.pem`, `pebble.key`).
 fn pebble_tls(dir: &TestDir) {

@@ -17,16 +17,6 @@ use crate::api::OK;
 use crate::util::cli::trigd;
 use crate::util::*;
 
-/// Run `openssl args` in `dir`; panics on failure.
-fn openssl(dir: &TestDir, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(&dir.root)
-        .output()
-        .expect("run openssl");
-    assert!(out.status.success(), "openssl {args:?}: {out:?}");
-}
-
 /// A private CA in `dir`: `ca.pem`, `ca.key`.
 fn make_ca(dir: &TestDir) {
     openssl(

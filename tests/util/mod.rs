@@ -229,3 +229,14 @@ pub fn vm_rss_kb(pid: u32) -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     line.split_whitespace().nth(1)?.parse().ok()
 }
+
+/// Run `openssl args` in `dir` (certificates for the TLS and ACME tests);
+/// panics with its output when it fails.
+pub fn openssl(dir: &TestDir, args: &[&str]) {
+    let out = std::process::Command::new("openssl")
+        .args(args)
+        .current_dir(&dir.root)
+        .output()
+        .expect("run openssl");
+    assert!(out.status.success(), "openssl {args:?}: {out:?}");
+}
