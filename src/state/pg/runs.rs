@@ -75,6 +75,10 @@ WHERE ($1 OR (owner = 'hook' AND $2) OR program = ANY($3))
 ORDER BY created_at DESC, right(id, 32) COLLATE \"C\" DESC
 LIMIT $14";
 
+/// A page of runs, and the position of its last run when more match:
+/// (created ms, 32 hex digits).
+pub type Page = (Vec<RunRecord>, Option<(i64, String)>);
+
 /// Which runs a page of the run list shows (`RunFilter` of issue 35 in
 /// plain values).
 #[derive(Debug, Clone, Default)]
@@ -330,7 +334,7 @@ impl DbRuns {
     ///
     /// # Errors
     /// The database failed.
-    pub fn page(&self, q: &PageQuery) -> Result<(Vec<RunRecord>, Option<(i64, String)>), DbError> {
+    pub fn page(&self, q: &PageQuery) -> Result<Page, DbError> {
         let limit = i64::try_from(q.limit.saturating_add(1)).unwrap_or(i64::MAX);
         let programs: Vec<String> = q.programs.iter().map(u64::to_string).collect();
         let program = q.program.map(|p| p.to_string());
