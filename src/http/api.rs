@@ -88,7 +88,7 @@ pub fn schedule_rows(
     crate::schedule::timer::schedules(cfg)
         .filter(|(_, p, _, _)| visible(p))
         .map(|(id, p, f, s)| {
-            let seen = status.get(&id);
+            let seen = status.get(id.as_str());
             let next = s.cron.next_after(now, &s.zone);
             ScheduleRow {
                 program: p.id,

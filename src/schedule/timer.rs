@@ -76,11 +76,14 @@ struct Pending {
 /// Run records read back at start for occurrences newer than their mark.
 const RECENT_RECORDS: usize = 1_000;
 
-/// One schedule as the timer keeps it.
+/// One schedule as the timer keeps it: where it is in its program (no
+/// copy of it, so that 10,000 idle schedules cost under 1 KiB each:
+/// `bench/schedules.sh`).
 struct Slot {
-    sched: Schedule,
     program: Arc<Program>,
-    function: String,
+    /// Its function's index in `program.functions`, and its own index in
+    /// that function's `schedules`.
+    place: (usize, usize),
     /// The last occurrence handled.
     last: Timestamp,
     /// The last run started, while it may still run.
@@ -91,13 +94,26 @@ struct Slot {
     next: Option<Timestamp>,
 }
 
+impl Slot {
+    /// The schedule, as the config this slot was taken from has it.
+    fn sched(&self) -> &Schedule {
+        &self.program.functions[self.place.0].schedules[self.place.1]
+    }
+
+    /// The name of its function.
+    fn function(&self) -> &str {
+        &self.program.functions[self.place.0].name
+    }
+}
+
 /// The timer's state, owned by its thread.
 pub struct Timer {
     app: Arc<App>,
     clock: Clock,
     marks: MarkFile,
-    slots: HashMap<String, Slot>,
-    heap: BinaryHeap<Reverse<(Timestamp, String)>>,
+    /// By schedule id; the id is shared with the heap and the status.
+    slots: HashMap<Arc<str>, Slot>,
+    heap: BinaryHeap<Reverse<(Timestamp, Arc<str>)>>,
     generation: u64,
     /// Runs to start at the end of this wake ([`Timer::start_pending`]).
     pending: Vec<Pending>,
@@ -173,31 +189,31 @@ impl Timer {
         self.generation = self.app.generation();
         let now = (self.clock.now)();
         let mut slots = HashMap::new();
-        for (id, program, function, sched) in schedules(&cfg) {
-            let old = self.slots.remove(&id);
+        for (id, program, place) in placed(&cfg) {
+            let sched = &program.functions[place.0].schedules[place.1];
+            let old = self.slots.remove(id.as_str());
             let kept = marks.remove(&id).map(Time::timestamp);
             let last = match (&old, kept) {
-                (Some(o), _) if same_times(&o.sched, sched) => o.last,
+                (Some(o), _) if same_times(o.sched(), sched) => o.last,
                 (Some(o), _) => o.last.max(now),
                 (None, Some(k)) => k,
                 (None, None) => now,
             };
             let (running, waiting) = old.map_or((None, None), |o| (o.running, o.waiting));
             let slot = Slot {
-                sched: sched.clone(),
                 program: Arc::clone(program),
-                function: function.to_string(),
+                place,
                 last,
                 running,
                 waiting,
                 next: None,
             };
-            slots.insert(id, slot);
+            slots.insert(Arc::from(id), slot);
         }
         self.slots = slots;
         lock(&self.app.schedules.status).retain(|id, _| self.slots.contains_key(id));
         self.heap.clear();
-        let ids: Vec<String> = self.slots.keys().cloned().collect();
+        let ids: Vec<Arc<str>> = self.slots.keys().cloned().collect();
         for id in ids {
             self.push_next(&id);
         }
@@ -209,23 +225,20 @@ impl Timer {
     }
 
     /// Push the next firing of schedule `id` on the heap.
-    fn push_next(&mut self, id: &str) {
+    fn push_next(&mut self, id: &Arc<str>) {
         let Some(slot) = self.slots.get_mut(id) else {
             return;
         };
-        let delay = SignedDuration::try_from(slot.sched.delay(id)).unwrap_or_default();
-        let next = slot
-            .sched
+        let sched = slot.sched();
+        let delay = SignedDuration::try_from(sched.delay(id)).unwrap_or_default();
+        let next = sched
             .cron
-            .next_after(slot.last, &slot.sched.zone)
+            .next_after(slot.last, &sched.zone)
             .and_then(|o| o.checked_add(delay).ok());
         slot.next = next;
         if let Some(at) = next {
-            self.heap.push(Reverse((at, id.to_string())));
+            self.heap.push(Reverse((at, Arc::clone(id))));
         }
-        let mut status = lock(&self.app.schedules.status);
-        let s = status.entry(id.to_string()).or_default();
-        s.next = slot.sched.cron.next_after(slot.last, &slot.sched.zone);
     }
 
     /// Handle every schedule whose firing has come; whether any was.
@@ -266,8 +279,8 @@ impl Timer {
         let Some(slot) = self.slots.get(id) else {
             return;
         };
-        let delay = slot.sched.delay(id);
-        let Some((actions, newest)) = plan::plan(&slot.sched, delay, slot.last, now) else {
+        let delay = slot.sched().delay(id);
+        let Some((actions, newest)) = plan::plan(slot.sched(), delay, slot.last, now) else {
             return;
         };
         // The runs of one catch-up start together: `overlap` is about a
@@ -298,7 +311,7 @@ impl Timer {
         };
         let running = slot.running.clone().filter(|r| self.still_runs(r));
         if let Some(run) = running {
-            match slot.sched.overlap {
+            match slot.sched().overlap {
                 Overlap::Skip => {
                     let why = format!("run {run} of this schedule was still running");
                     return self.skip(id, at, 0, SkipReason::Overlap, Some(why));
@@ -339,14 +352,12 @@ impl Timer {
             return;
         };
         let cfg = self.app.config();
-        let Some(function) = slot.program.function(&slot.function) else {
-            return;
-        };
+        let function = &slot.program.functions[slot.place.0];
         let mut job = invoke::job(
             &cfg,
             &slot.program,
             function,
-            slot.sched.values.clone(),
+            slot.sched().values.clone(),
             &BTreeMap::new(),
             Origin::Schedule(id.to_string()),
         );
@@ -354,7 +365,7 @@ impl Timer {
         let fixed = [(function.callback.as_ref(), Source::Function)];
         job.callbacks =
             callback::targets(&cfg.server.callbacks, &fixed, None, false).unwrap_or_default();
-        let delay = slot.sched.delay(id);
+        let delay = slot.sched().delay(id);
         self.pending.push(Pending {
             id: id.to_string(),
             at,
@@ -447,7 +458,7 @@ impl Timer {
             run: new_run_id(&cfg.server.instance),
             state: RunState::Skipped,
             owner: slot.program.owner(),
-            function: slot.function.clone(),
+            function: slot.function().to_string(),
             r#async: true,
             by: Origin::Schedule(id.to_string()),
             tool: None,
@@ -480,7 +491,7 @@ impl Timer {
 
     /// Start the occurrences that waited for a run now ended; whether any.
     fn start_waiting(&mut self) -> bool {
-        let ready: Vec<(String, Timestamp)> = self
+        let ready: Vec<(Arc<str>, Timestamp)> = self
             .slots
             .iter()
             .filter_map(|(id, s)| Some((id.clone(), s.waiting?, s.running.clone())))
@@ -515,7 +526,7 @@ impl Timer {
         let marks: Marks = self
             .slots
             .iter()
-            .map(|(id, s)| (id.clone(), Time::from(s.last)))
+            .map(|(id, s)| (id.to_string(), Time::from(s.last)))
             .collect();
         if let Err(e) = self.marks.write(&marks) {
             log::error!("cannot write the schedule marks: {e}");
@@ -524,8 +535,11 @@ impl Timer {
 
     /// Note what became of occurrence `at` for the schedules page.
     fn note(&self, id: &str, at: Timestamp, outcome: &str) {
+        let Some((key, _)) = self.slots.get_key_value(id) else {
+            return;
+        };
         let mut status = lock(&self.app.schedules.status);
-        let s = status.entry(id.to_string()).or_default();
+        let s = status.entry(Arc::clone(key)).or_default();
         s.last = Some(at);
         s.outcome = outcome.to_string();
     }
@@ -534,6 +548,19 @@ impl Timer {
 /// Whether two versions of a schedule name the same times.
 fn same_times(a: &Schedule, b: &Schedule) -> bool {
     a.expression == b.expression && a.zone_name == b.zone_name && a.jitter == b.jitter
+}
+
+/// Every schedule of `cfg` with its id and its place in its program
+/// ([`Slot::place`]).
+fn placed(cfg: &Config) -> impl Iterator<Item = (String, &Arc<Program>, (usize, usize))> {
+    cfg.programs.values().flat_map(|p| {
+        p.functions.iter().enumerate().flat_map(move |(fi, f)| {
+            f.schedules
+                .iter()
+                .enumerate()
+                .map(move |(si, s)| (format!("{}/{}/{}", p.id, f.name, s.name), p, (fi, si)))
+        })
+    })
 }
 
 /// Every schedule of `cfg` with its id (`<program>/<function>/<name>`).
