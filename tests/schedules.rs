@@ -544,3 +544,32 @@ fn the_schedules_page_lists_a_members_schedules_with_last_next_outcome_and_overd
     bad.check_eq(bad.status, 400, "an unknown parameter");
     t.post("/schedules").err(405, "method_not_allowed");
 }
+
+/// The runs of the occurrences due at one wake are accepted together: one
+/// sync of the run log covers all of them (`Runner::start_async_all`), not
+/// one each or one per starter thread. 60 schedules firing every second:
+/// at most one sync per 10 runs (about one per 60 now; one per 8 at best
+/// before, with 8 starter threads sharing group commits).
+#[test]
+fn the_runs_of_one_wake_share_one_sync() {
+    let many: String = (0..60)
+        .map(|i| format!("[[functions.schedules]]\nname = \"s{i}\"\ncron = \"* * * * * *\"\n"))
+        .collect();
+    let (dir, t) = serve("sched_one_sync", "", &[("p.toml", &program("true", &many))]);
+    let runs = |dir: &TestDir| {
+        (0..60)
+            .map(|i| records_of(dir, &format!("1/tick/s{i}")).len())
+            .sum::<usize>()
+    };
+    wait_for_records(&t, &dir, "1/tick/s0", "finished", 1);
+    let (runs0, syncs0) = (runs(&dir), crate::queue::run_log_fsyncs(&t));
+    t.wait_for(WAIT, "three more wakes of 60 runs", || {
+        runs(&dir) >= runs0 + 180
+    });
+    let (runs1, syncs1) = (runs(&dir), crate::queue::run_log_fsyncs(&t));
+    let (ran, synced) = (runs1 - runs0, syncs1 - syncs0);
+    t.check(
+        synced as usize * 10 <= ran,
+        format!("{synced} syncs of runs.log for {ran} scheduled runs"),
+    );
+}

@@ -61,9 +61,6 @@ const MAX_SLEEP: Duration = Duration::from_secs(5);
 /// running one has ended.
 const QUEUE_POLL: Duration = Duration::from_millis(200);
 
-/// Threads that accept the runs of one wake together.
-const STARTERS: usize = 8;
-
 /// A run to start at the end of this wake.
 struct Pending {
     id: String,
@@ -375,42 +372,21 @@ impl Timer {
         });
     }
 
-    /// Start the runs of this wake together, on up to [`STARTERS`]
-    /// threads: each is accepted by a synced `runs.log` line, and lines
-    /// written at once share their sync (the store's group commit), where
-    /// one after another they would wait for one each.
+    /// Start the runs of this wake together: their records share one
+    /// durable write (`Runner::start_async_all`).
     fn start_pending(&mut self) {
         let pending = std::mem::take(&mut self.pending);
         if pending.is_empty() {
             return;
         }
-        let (runner, clock) = (&self.app.runner, self.clock);
-        let per = pending.len().div_ceil(STARTERS);
-        let mut results = Vec::with_capacity(pending.len());
-        std::thread::scope(|scope| {
-            let mut pending = pending.into_iter();
-            let mut threads = Vec::new();
-            loop {
-                let chunk: Vec<Pending> = pending.by_ref().take(per).collect();
-                if chunk.is_empty() {
-                    break;
-                }
-                threads.push(scope.spawn(move || {
-                    chunk
-                        .into_iter()
-                        .map(|p| {
-                            let accepted = runner.start_async(p.job);
-                            let late = (clock.now)().duration_since(p.at).unsigned_abs();
-                            (p.id, p.at, p.missed, late.saturating_sub(p.delay), accepted)
-                        })
-                        .collect::<Vec<_>>()
-                }));
-            }
-            for t in threads {
-                results.extend(t.join().unwrap_or_default());
-            }
-        });
-        for (id, at, missed, late, accepted) in results {
+        let (jobs, rest): (Vec<_>, Vec<_>) = pending
+            .into_iter()
+            .map(|p| (p.job, (p.id, p.at, p.missed, p.delay)))
+            .unzip();
+        let accepted = self.app.runner.start_async_all(jobs);
+        let now = (self.clock.now)();
+        for ((id, at, missed, delay), accepted) in rest.into_iter().zip(accepted) {
+            let late = now.duration_since(at).unsigned_abs().saturating_sub(delay);
             self.started(&id, at, missed, late, accepted);
         }
     }
