@@ -103,7 +103,7 @@ pub struct RunStore {
 enum Backend {
     Files(Arc<FileRuns>),
     Database {
-        runs: DbRuns,
+        runs: Box<DbRuns>,
         state_dir: PathBuf,
         retention: usize,
         /// Writes since the last trim of old runs.
@@ -142,7 +142,7 @@ impl RunStore {
         let _ = fs::create_dir_all(state_dir);
         RunStore {
             backend: Backend::Database {
-                runs: DbRuns::new(db, me),
+                runs: Box::new(DbRuns::new(db, me)),
                 state_dir: state_dir.to_path_buf(),
                 retention: retention.max(1),
                 writes: std::sync::atomic::AtomicU64::new(0),
@@ -228,6 +228,29 @@ impl RunStore {
         match &self.backend {
             Backend::Files(f) => f.append(rec, durable),
             Backend::Database { .. } => self.write_db(rec),
+        }
+    }
+
+    /// Write `rec` as a durable [`RunStore::append`], its sync left to
+    /// [`RunStore::sync`] (the database commits each write: nothing left).
+    ///
+    /// # Errors
+    /// See [`FileRuns::append_unsynced`]; as [`RunStore::append`].
+    pub fn append_unsynced(&self, rec: &RunRecord) -> io::Result<()> {
+        match &self.backend {
+            Backend::Files(f) => f.append_unsynced(rec),
+            Backend::Database { .. } => self.write_db(rec),
+        }
+    }
+
+    /// Make every record written so far durable.
+    ///
+    /// # Errors
+    /// The sync failed.
+    pub fn sync(&self) -> io::Result<()> {
+        match &self.backend {
+            Backend::Files(f) => f.sync(),
+            Backend::Database { .. } => Ok(()),
         }
     }
 
@@ -596,9 +619,9 @@ impl FileRuns {
         Ok(())
     }
 
-    /// Write `rec` as a durable [`RunStore::append`] would (refused when
+    /// Write `rec` as a durable [`FileRuns::append`] would (refused when
     /// the log is no longer the state dir's), leaving its sync to one
-    /// [`RunStore::sync`] for several records.
+    /// [`FileRuns::sync`] for several records.
     ///
     /// # Errors
     /// Those of a durable `append`, but the sync's.
@@ -670,7 +693,7 @@ impl FileRuns {
     }
 
     /// Make every line written so far durable (after
-    /// [`RunStore::append_unsynced`]).
+    /// [`FileRuns::append_unsynced`]).
     ///
     /// # Errors
     /// The sync failed.
