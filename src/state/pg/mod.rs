@@ -17,9 +17,13 @@
 //! parse, bind and execute together), so the count is the number of round
 //! trips to the server.
 
+pub mod keys;
+pub mod limits;
 pub mod schema;
+pub mod sessions;
 pub mod settings;
 mod tls;
+mod watch;
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
