@@ -384,7 +384,12 @@ fn the_runs_page_of_every_instance_lists_the_runs_of_all() {
     let token = login(&a);
     let cookie = format!("trigd_session={token}");
     for t in [&a, &b] {
-        let r = t.request("GET", "/runs", &[("Cookie", &cookie), ("Accept", "text/html")], b"");
+        let r = t.request(
+            "GET",
+            "/runs",
+            &[("Cookie", &cookie), ("Accept", "text/html")],
+            b"",
+        );
         r.status_is(200);
         let text = r.text();
         for id in [&on_a, &on_b] {
@@ -392,8 +397,43 @@ fn the_runs_page_of_every_instance_lists_the_runs_of_all() {
         }
         for id in [&on_a, &on_b] {
             let page = format!("/runs/{id}");
-            t.request("GET", &page, &[("Cookie", &cookie), ("Accept", "text/html")], b"")
-                .status_is(200);
+            t.request(
+                "GET",
+                &page,
+                &[("Cookie", &cookie), ("Accept", "text/html")],
+                b"",
+            )
+            .status_is(200);
         }
     }
+}
+
+#[test]
+fn a_database_session_ends_after_session_idle_and_hostile_cookies_are_refused() {
+    let db = pg_database("pg_session_idle");
+    let dir = instance(&db, "pg_session_idle", "a");
+    let text = dir.read("config.toml").replace(
+        "instance = \"a\"",
+        "instance = \"a\"\nsession_idle = \"2s\"",
+    );
+    dir.write("config.toml", &text);
+    let t = Trigd::start(&dir);
+    let token = login(&t);
+    page(&t, &token, false).status_is(200);
+    // Idle as the database's clock counts it: never less than this sleep.
+    std::thread::sleep(Duration::from_millis(2500));
+    page(&t, &token, false).err(401, "unauthorized");
+    assert_eq!(
+        db.count("SELECT count(*) FROM trigd_sessions"),
+        0,
+        "an ended session is removed when it is seen"
+    );
+    for bad in [
+        "x".repeat(6000),
+        "'; DROP TABLE trigd_sessions; --".to_string(),
+        "%00%ff\\\"".to_string(),
+    ] {
+        page(&t, &bad, false).err(401, "unauthorized");
+    }
+    assert_eq!(db.count("SELECT count(*) FROM trigd_sessions"), 0);
 }
