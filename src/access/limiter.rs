@@ -31,7 +31,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::secret::sha256;
-use super::shared_limits::Shared;
+use super::shared_limits::{LoginLimits, Shared};
 use crate::config::{ApiKey, Server};
 use crate::http::ApiError;
 use crate::state::State;
@@ -219,7 +219,7 @@ impl Limits {
     /// database.
     pub fn new(state: &State) -> Limits {
         Limits {
-            shared: state.db().map(Shared::new),
+            shared: state.db().map(|db| Shared::new(db, MAX_TRACKED)),
             ..Limits::default()
         }
     }
@@ -292,7 +292,11 @@ impl Limits {
     /// (fail closed).
     pub fn check_login(&self, user: &str, client: IpAddr) -> Result<(), ApiError> {
         if let Some(shared) = &self.shared {
-            return match shared.check_login(user, client) {
+            let limits = LoginLimits {
+                per_user: LOGIN_PER_USER,
+                per_address: LOGIN_PER_ADDRESS,
+            };
+            return match shared.check_login(user, client, limits) {
                 Ok(r) => r.map_err(limited),
                 Err(e) => Err(ApiError::db(&e)),
             };
