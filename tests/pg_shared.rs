@@ -437,3 +437,37 @@ fn a_database_session_ends_after_session_idle_and_hostile_cookies_are_refused() 
     }
     assert_eq!(db.count("SELECT count(*) FROM trigd_sessions"), 0);
 }
+
+#[test]
+fn failed_authentications_spread_over_two_instances_are_refused_after_f_plus_one() {
+    let db = pg_database("pg_auth_failures");
+    let dirs: Vec<TestDir> = ["a", "b"]
+        .iter()
+        .map(|n| {
+            let dir = instance(&db, "pg_auth_failures", n);
+            let text = dir.read("config.toml").replace(
+                &format!("instance = \"{n}\""),
+                &format!("instance = \"{n}\"\nauth_failures_per_minute = 4"),
+            );
+            dir.write("config.toml", &text);
+            dir
+        })
+        .collect();
+    let (a, b) = (Trigd::start(&dirs[0]), Trigd::start(&dirs[1]));
+    let probe = |t: &Trigd, key: &str| {
+        t.get(&format!(
+            "/api/runs/0123456789abcdef0123456789abcdef?api_key={key}"
+        ))
+    };
+    // F = 4 failures, two on each: b counts the fourth and refuses.
+    for i in 0..4 {
+        let t = if i % 2 == 0 { &a } else { &b };
+        probe(t, "wrong-key").err(401, "invalid_api_key");
+    }
+    probe(&b, KEY).err(429, "rate_limited");
+    // a has seen two; it lets one more failure through (F + N - 1 for
+    // the cluster), learns the count, and refuses from then on.
+    probe(&a, "wrong-key").err(401, "invalid_api_key");
+    probe(&a, KEY).err(429, "rate_limited");
+    probe(&a, "wrong-key").err(429, "rate_limited");
+}

@@ -245,13 +245,17 @@ impl Limits {
         let mut n = self.failures.hit(&client);
         if let Some(shared) = &self.shared {
             match shared.failed(client) {
-                // Past the cluster's count: refuse here too until its
-                // window ends.
-                Ok(c) if c.hits >= limit => self.failures.set(&client, c.hits, c.left),
-                Ok(_) => {}
+                Ok(c) => {
+                    if c.hits >= limit {
+                        // Past the cluster's count: refuse here too until
+                        // its window ends.
+                        self.failures.set(&client, c.hits, c.left);
+                    }
+                    // Logged once for the cluster, where the count reached it.
+                    n = c.hits;
+                }
                 Err(e) => log::warn!("failed authentications counted on this instance only: {e}"),
             }
-            n = n.max(self.failures_of(client));
         }
         if n == limit {
             log::warn!(
@@ -331,15 +335,6 @@ impl Limits {
             return;
         }
         self.login_users.clear(&sha256(user));
-    }
-
-    /// The failed authentications of `client` in its local window.
-    fn failures_of(&self, client: IpAddr) -> u64 {
-        let now = Instant::now();
-        self.failures
-            .lock()
-            .live(&client, now)
-            .map_or(0, |w| w.count)
     }
 }
 
