@@ -362,16 +362,45 @@ fn while_the_database_is_down_logins_and_sessions_answer_503_and_come_back() {
     let dir = instance(&db, "pg_shared_down", "a");
     let t = Trigd::start(&dir);
     let token = login(&t);
+    let key = app_key_cli(&dir);
+    bearer_call(&t, &key).status_is(200);
     pg.stop(true);
     let r = failed_login(&t, "alice-pw");
     r.err(503, "state_unavailable");
     r.check(r.header("retry-after").is_some(), "Retry-After");
     page(&t, &token, false).err(503, "state_unavailable");
+    // Bearer keys: once the copy is unconfirmed for 5 s (fail closed: a
+    // revocation could not be seen).
+    let closed = wait_until(Duration::from_secs(20), || {
+        bearer_call(&t, &key).status == 503
+    });
+    assert!(closed, "a bearer key kept working with the database down");
+    let config = dir.path_str("config.toml");
+    let out = trigd(
+        &[
+            "app-key",
+            "--workspace",
+            "ops",
+            "--member",
+            "alice",
+            "--config",
+            &config,
+        ],
+        None,
+    );
+    out.check(out.code != Some(0), "app-key without the database fails");
+    out.check(
+        out.stderr.contains("database"),
+        "and says it is the database",
+    );
     pg.start_again();
     let back = wait_until(Duration::from_secs(20), || {
-        page(&t, &token, false).status == 200
+        page(&t, &token, false).status == 200 && bearer_call(&t, &key).status == 200
     });
-    assert!(back, "the session works again once the database is back");
+    assert!(
+        back,
+        "the session and the key work again once the database is back"
+    );
     login(&t);
 }
 
