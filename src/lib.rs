@@ -51,7 +51,7 @@
 //!                                                     migrations, *.sql; settings.rs, tls.rs; keys.rs,
 //!                                                     sessions.rs, limits.rs, watch.rs: what access keeps)
 //! adnanh/webhook hooks files, import-webhook        compat/webhook/ (what removing it takes: compat/mod.rs)
-//! the browser pages (maud templates)                ui/ (login, settings, endpoints, runs, switch, view)
+//! the browser pages (maud templates)                ui/ (login, settings, endpoints, runs, schedules, switch, view)
 //! the only unsafe code, and each speed trick        sys/ (spawn.rs: how a step starts, the clone
 //!   behind one function with its figure              spawner in vfork.rs; tune_malloc, trim_heap;
 //!                                                     systemd.rs: the socket systemd passes;
