@@ -18,10 +18,14 @@
 //! trips to the server.
 
 pub mod claims;
+pub mod keys;
+pub mod limits;
 pub mod runs;
 pub mod schema;
+pub mod sessions;
 pub mod settings;
 mod tls;
+mod watch;
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
