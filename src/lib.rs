@@ -131,6 +131,7 @@ pub mod testing {
         pub mod callback {
             /// Signing.
             pub mod send {
+                pub use crate::config::callbacks::Secret;
                 pub use crate::runs::callback::send::signature;
             }
         }

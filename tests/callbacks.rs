@@ -240,28 +240,22 @@ fn wait_delivery(t: &Trigd, run: &str, i: usize, state: &str) -> Value {
     last
 }
 
-/// Verify a `Trigd-Signature` the way a receiver should.
-fn signature_ok(got: &Got, secret: &str) -> bool {
-    let sig = got.header("trigd-signature");
-    let mut t = None;
-    let mut v1 = None;
-    for part in sig.split(',') {
-        match part.split_once('=') {
-            Some(("t", x)) => t = Some(x),
-            Some(("v1", x)) => v1 = Some(x),
-            _ => {}
-        }
+/// Verify the Standard Webhooks signature the way a receiver should: the
+/// HMAC-SHA256 of `<webhook-id>.<webhook-timestamp>.<body>` under `key`
+/// matches one of the space-separated `v1,<base64>` signatures.
+fn signature_ok(got: &Got, key: &str) -> bool {
+    use base64::Engine as _;
+    let (id, t) = (got.header("webhook-id"), got.header("webhook-timestamp"));
+    if id.is_empty() || t.is_empty() {
+        return false;
     }
-    let (Some(t), Some(v1)) = (t, v1) else {
-        return false;
-    };
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();
-    mac.update(format!("{t}.").as_bytes());
+    let mut mac = Hmac::<Sha256>::new_from_slice(key.as_bytes()).unwrap();
+    mac.update(format!("{id}.{t}.").as_bytes());
     mac.update(&got.body);
-    let Ok(given) = hex::decode(v1) else {
-        return false;
-    };
-    mac.verify_slice(&given).is_ok()
+    let want = base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes());
+    got.header("webhook-signature")
+        .split(' ')
+        .any(|s| s.strip_prefix("v1,") == Some(want.as_str()))
 }
 
 fn metric(t: &Trigd, line_start: &str) -> Option<u64> {
@@ -301,8 +295,12 @@ fn signed_delivery_of_the_run_record() {
     );
     let d = &rec["Callbacks"][0];
     t.check(
-        g.header("trigd-delivery") == d["Delivery"],
-        "Trigd-Delivery",
+        g.header("trigd-delivery") == d["Delivery"] && g.header("webhook-id") == d["Delivery"],
+        "Trigd-Delivery and webhook-id are the delivery id",
+    );
+    t.check(
+        g.header("trigd-signature").is_empty(),
+        "one scheme: no Trigd-Signature",
     );
     t.check(g.header("trigd-run") == run, "Trigd-Run");
     t.check(g.header("trigd-attempt") == "1", "Trigd-Attempt");
@@ -1034,4 +1032,83 @@ fn a_cancelled_run_is_reported_cancelled() {
         got.len() == 1 && got[0].json()["State"] == "cancelled",
         format!("the callback says cancelled: {got:#?}"),
     );
+}
+
+/// Two `whsec_` secrets of a rotation (the new one first), as
+/// `echo "whsec_$(openssl rand -base64 32)"` makes them.
+const WHSEC_NEW: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+const WHSEC_OLD: &str = "whsec_c2VjcmV0LW9mLXRoZS1vbGQta2V5LTMyLWJ5dGVzIQ==";
+
+#[test]
+#[ignore = "needs the standardwebhooks Python library: cargo test -- --include-ignored (as .ci/run does)"]
+fn the_official_standardwebhooks_library_verifies_callbacks_during_a_rotation() {
+    let rx = Receiver::start(Receiver::bind(), |_| Answer::Status(204));
+    let fixed = rx.url("/fixed");
+    let dir = setup_cb("cb-sw-lib", &[], &[("p.toml", &program(Some(&fixed)))]);
+    dir.write("cb.secret", &format!("{WHSEC_NEW}\n{WHSEC_OLD}\n"));
+    let t = Trigd::start(&dir);
+    let run = start_run(&t, KEY, "ok", &vars(&["world"]), None);
+    wait_delivery(&t, &run, 0, "delivered");
+    let got = rx.got();
+    let g = &got[0];
+    t.check(
+        g.header("webhook-signature").split(' ').count() == 2,
+        format!("two signatures: {}", g.header("webhook-signature")),
+    );
+    dir.write("body.json", &String::from_utf8_lossy(&g.body));
+    let headers: serde_json::Map<String, Value> = g
+        .headers
+        .iter()
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect();
+    dir.write("headers.json", &Value::Object(headers).to_string());
+    // The receiver of either side of the rotation accepts; a third refuses.
+    let verdicts = standardwebhooks_py(
+        &dir,
+        &format!(
+            r#"
+import json
+from standardwebhooks import Webhook
+body = open("body.json").read()
+headers = json.load(open("headers.json"))
+for secret in ["{WHSEC_NEW}", "{WHSEC_OLD}", "whsec_b3RoZXItc2VjcmV0LXRoYXQtd2FzLW5ldmVyLXVzZWQ="]:
+    try:
+        print(Webhook(secret).verify(body, headers)["Run"])
+    except Exception as e:
+        print("refused", type(e).__name__)
+"#
+        ),
+    );
+    let want = format!("{run}\n{run}\nrefused WebhookVerificationError");
+    t.check(verdicts == want, format!("library said:\n{verdicts}"));
+}
+
+#[test]
+fn malformed_or_too_many_signing_secrets_are_load_errors() {
+    let dir = setup_cb(
+        "cb-secret-bad",
+        &[],
+        &[("p.toml", &program(Some("http://127.0.0.1:9/x")))],
+    );
+    for (text, says) in [
+        ("whsec_!!not-base64!!\n", "base64"),
+        ("whsec_c2hvcnQ=\n", "24 to 64 bytes"),
+        (
+            "a-first-secret-0123456\nsecond-secret-0123456\nthird-secret-01234567\n",
+            "at most 2",
+        ),
+        ("short\n", "at least 16 bytes"),
+    ] {
+        dir.write("cb.secret", text);
+        let out = trigd(&["check", "--config", &dir.path_str("config.toml")], None);
+        out.code_is(1);
+        let all = format!("{}{}", out.stdout, out.stderr);
+        out.check(
+            all.contains("callbacks.secret_file") && all.contains(says),
+            format!("{text:?} should say {says:?}"),
+        );
+        for line in text.lines() {
+            out.check(!all.contains(line), "the secret is shown");
+        }
+    }
 }

@@ -366,9 +366,12 @@ pub mod adapt {
         v.verify(headers, body, now)
     }
 
-    /// trigd's own `Trigd-Signature` of a callback body.
-    pub fn trigd_signature(secret: &[u8], t: u64, body: &[u8]) -> String {
-        trigd::testing::runs::callback::send::signature(secret, t, body)
+    /// trigd's own `webhook-signature` of a callback body (Standard
+    /// Webhooks), with `secret` as `[callbacks] secret_file` holds it.
+    pub fn trigd_signature(secret: &str, id: &str, t: u64, body: &[u8]) -> String {
+        use trigd::testing::runs::callback::send;
+        let secret = send::Secret::parse(secret).expect("a valid callback secret");
+        send::signature(&secret, id, t, body)
     }
 }
 
@@ -537,7 +540,7 @@ struct SigCase {
 /// The senders the `signature_header` target plays, chosen by its first
 /// byte: GitHub (`sha256=`, legacy `sha1=`), base64 HMAC-SHA512, Gitea (no
 /// prefix), GitLab's token, Stripe, Slack, trigd's own callbacks
-/// (`Trigd-Signature`, Stripe's form), Scalr.
+/// (Standard Webhooks), Scalr.
 const SIG_CASES: [SigCase; 9] = {
     use receive::signature::{Algo, Encoding::*, Scheme::*};
     [
@@ -584,10 +587,10 @@ const SIG_CASES: [SigCase; 9] = {
             encoding: Hex,
         },
         SigCase {
-            scheme: Stripe,
-            header: "trigd-signature",
+            scheme: StandardWebhooks,
+            header: "webhook-signature",
             prefix: "",
-            encoding: Hex,
+            encoding: Base64,
         },
         SigCase {
             scheme: Scalr,
@@ -603,6 +606,8 @@ const SIG_SECRET: &str = "It's a Secret to Everybody";
 /// The time of every check, and the Scalr `Date` that says it.
 const SIG_NOW: u64 = 1_700_000_000;
 const SIG_DATE: &str = "Tue 14 Nov 2023 22:13:20 UTC";
+/// The `webhook-id` of the Standard Webhooks case.
+const SIG_ID: &str = "msg_fuzz";
 
 /// HMAC of `parts` under the secret, computed here (not by trigd).
 fn sig_mac(algo: receive::signature::Algo, parts: &[&[u8]]) -> Vec<u8> {
@@ -641,9 +646,13 @@ fn sig_good(case: &SigCase, value: &str, body: &[u8], t: u64) -> Vec<(String, St
             (format!("{value},{}{sig}", case.prefix), None)
         }
         Scheme::Token => (SIG_SECRET.to_string(), None),
-        Scheme::Stripe if case.header == "trigd-signature" => {
-            let own = adapt::trigd_signature(SIG_SECRET.as_bytes(), t, body);
-            (format!("{value},{own}"), None)
+        Scheme::StandardWebhooks => {
+            let own = adapt::trigd_signature(SIG_SECRET, SIG_ID, t, body);
+            return vec![
+                (case.header.to_string(), format!("{value} {own}")),
+                ("webhook-id".to_string(), SIG_ID.to_string()),
+                ("webhook-timestamp".to_string(), ts),
+            ];
         }
         Scheme::Stripe => {
             let sig = hex256(&[ts.as_bytes(), b".", body]);
@@ -708,7 +717,11 @@ pub fn signature_header(data: &[u8]) {
     if let Err(e) = adapt::verify(&v, &headers, body, SIG_NOW) {
         check_sig_error(&e);
     }
-    if value.split(',').count() > adapt::SIGNATURE_ENTRIES {
+    let entries = match case.scheme {
+        Scheme::StandardWebhooks => value.split(' ').filter(|e| !e.is_empty()).count(),
+        _ => value.split(',').count(),
+    };
+    if entries > adapt::SIGNATURE_ENTRIES {
         return;
     }
     let good = sig_good(case, &value, body, SIG_NOW);
@@ -717,7 +730,10 @@ pub fn signature_header(data: &[u8]) {
         Ok(()),
         "a correct signature refused: {good:?}"
     );
-    if matches!(case.scheme, Scheme::Stripe | Scheme::Slack | Scheme::Scalr) {
+    if matches!(
+        case.scheme,
+        Scheme::Stripe | Scheme::Slack | Scheme::Scalr | Scheme::StandardWebhooks
+    ) {
         let late = adapt::verify(&v, &good, body, SIG_NOW + 301);
         assert!(matches!(late, Err(SigError::Expired { .. })), "{late:?}");
     }

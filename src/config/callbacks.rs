@@ -47,15 +47,75 @@ pub const MAX_URL_BYTES: usize = 2048;
 /// Shortest accepted signing secret, in bytes.
 pub const MIN_SECRET_BYTES: usize = 16;
 
-/// The signing secret. Its `Debug` never shows the bytes.
+/// Most signing secrets at once: the new one and the old one of a rotation.
+pub const MAX_SECRETS: usize = 2;
+
+/// Byte lengths of a `whsec_` secret's key, as the Standard Webhooks
+/// specification sets them.
+const WHSEC_BYTES: std::ops::RangeInclusive<usize> = 24..=64;
+
+/// The signing secret: one key, or two during a rotation (each signs, so
+/// a receiver that knows either accepts). Its `Debug` never shows the bytes.
 #[derive(Clone, PartialEq, Eq)]
-pub struct Secret(Vec<u8>);
+pub struct Secret(Vec<Vec<u8>>);
 
 impl Secret {
-    /// The secret's bytes, for the HMAC key only.
-    pub fn bytes(&self) -> &[u8] {
-        &self.0
+    /// Read the secret text of `secret_env` or `secret_file`: one secret a
+    /// line (blank lines and surrounding white space ignored), the current
+    /// one first, at most [`MAX_SECRETS`]. A `whsec_<base64>` secret (the
+    /// Standard Webhooks form) is its decoded key; any other is its bytes.
+    ///
+    /// # Errors
+    /// A sentence that never contains the secret.
+    pub fn parse(text: &str) -> Result<Secret, String> {
+        let lines: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        if lines.is_empty() {
+            return Err("the signing secret is empty; `echo \"whsec_$(openssl rand -base64 32)\"` makes one".into());
+        }
+        if lines.len() > MAX_SECRETS {
+            return Err(format!(
+                "{} secrets (lines); at most {MAX_SECRETS}: the new one, then the old one while receivers switch",
+                lines.len()
+            ));
+        }
+        let keys = lines
+            .iter()
+            .enumerate()
+            .map(|(i, l)| key(l).map_err(|e| format!("secret {} (line): {e}", i + 1)))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Secret(keys))
     }
+
+    /// The HMAC keys, the current one first.
+    pub fn keys(&self) -> impl Iterator<Item = &[u8]> {
+        self.0.iter().map(Vec::as_slice)
+    }
+}
+
+/// One secret's HMAC key.
+fn key(line: &str) -> Result<Vec<u8>, String> {
+    if let Some(b64) = line.strip_prefix("whsec_") {
+        let k = crate::receive::signature::whsec(b64)
+            .ok_or("a whsec_ secret must be base64 after the prefix")?;
+        if !WHSEC_BYTES.contains(&k.len()) {
+            return Err(format!(
+                "a whsec_ secret holds 24 to 64 bytes (this one {}); `echo \"whsec_$(openssl rand -base64 32)\"` makes one",
+                k.len()
+            ));
+        }
+        return Ok(k);
+    }
+    if line.len() < MIN_SECRET_BYTES {
+        return Err(format!(
+            "the signing secret must be at least {MIN_SECRET_BYTES} bytes (it has {}); `echo \"whsec_$(openssl rand -base64 32)\"` makes one",
+            line.len()
+        ));
+    }
+    Ok(line.as_bytes().to_vec())
 }
 
 impl fmt::Debug for Secret {
@@ -108,14 +168,14 @@ impl Callbacks {
     /// comparison with trigd's own file, not with a request: no need for
     /// constant time.)
     pub fn secret_file_changed(&self) -> bool {
-        let in_use = self.secret.as_ref().map(Secret::bytes);
         self.secret_file.as_ref().is_some_and(|p| {
             // A file over the bound (`/dev/zero`) cannot be read: changed,
             // and the load that follows reports it.
-            let text = super::file::read_secret(p)
+            let now = super::file::read_secret(p)
                 .ok()
-                .and_then(|b| String::from_utf8(b).ok());
-            text.is_none_or(|v| Some(v.trim().as_bytes()) != in_use)
+                .and_then(|b| String::from_utf8(b).ok())
+                .and_then(|v| Secret::parse(&v).ok());
+            now.is_none() || now != self.secret
         })
     }
 
@@ -374,8 +434,8 @@ fn private_list(src: &Src, raw: &[Spanned<String>], errs: &mut Errors) -> Vec<Ci
     out
 }
 
-/// The secret from `secret_env` or `secret_file` (exactly one; surrounding
-/// white space dropped). Errors never show the secret.
+/// The secret from `secret_env` or `secret_file` (exactly one; see
+/// [`Secret::parse`]). Errors never show the secret.
 fn secret(src: &Src, raw: &RawCallbacks, dir: &Path, errs: &mut Errors) -> Option<Secret> {
     let (value, span, key) = match (&raw.secret_env, &raw.secret_file) {
         (None, None) => return None,
@@ -398,17 +458,7 @@ fn secret(src: &Src, raw: &RawCallbacks, dir: &Path, errs: &mut Errors) -> Optio
             (v, f.span(), "callbacks.secret_file")
         }
     };
-    let checked = value.and_then(|v| {
-        let v = v.trim().as_bytes().to_vec();
-        if v.len() < MIN_SECRET_BYTES {
-            Err(format!(
-                "the signing secret must be at least {MIN_SECRET_BYTES} bytes (it has {}); `openssl rand -hex 32` makes one",
-                v.len()
-            ))
-        } else {
-            Ok(Secret(v))
-        }
-    });
+    let checked = value.and_then(|v| Secret::parse(&v));
     checked.map_err(|msg| errs.at(src, span, key, msg)).ok()
 }
 

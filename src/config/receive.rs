@@ -350,8 +350,9 @@ pub(super) fn verifier(
         "token" => (Scheme::Token, None, ""),
         "stripe" => (Scheme::Stripe, Some("stripe-signature"), ""),
         "slack" => (Scheme::Slack, Some("x-slack-signature"), "v0="),
+        "standard-webhooks" => (Scheme::StandardWebhooks, Some("webhook-signature"), ""),
         _ => {
-            let msg = format!("unknown scheme \"{s}\"; use hmac-sha1, hmac-sha256, hmac-sha512, token, stripe or slack");
+            let msg = format!("unknown scheme \"{s}\"; use hmac-sha1, hmac-sha256, hmac-sha512, token, stripe, slack or standard-webhooks");
             errs.at(src, r.scheme.span(), format!("{key}.scheme"), msg);
             return None;
         }
@@ -382,7 +383,22 @@ pub(super) fn verifier(
         TOLERANCE,
         errs,
     );
-    let (secret, secret_file) = secret(src, raw, key, dir, errs)?;
+    if let (Scheme::StandardWebhooks, Some(h)) = (scheme, &r.header) {
+        let msg =
+            "scheme \"standard-webhooks\" reads the webhook-* (or svix-*) headers; remove header";
+        errs.at(src, h.span(), format!("{key}.header"), msg);
+        return None;
+    }
+    let (mut secret, secret_file) = secret(src, raw, key, dir, errs)?;
+    if scheme == Scheme::StandardWebhooks {
+        let Some(k) = secret.standard_key() else {
+            let msg =
+                "a Standard Webhooks secret is base64, usually after whsec_ (\"whsec_MfKQ9r8G…\")";
+            errs.at(src, raw.span(), format!("{key}.secret"), msg);
+            return None;
+        };
+        secret = k;
+    }
     Some(Verifier {
         scheme,
         header,

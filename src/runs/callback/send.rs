@@ -5,20 +5,25 @@
 //! the check and the connection), and POST the signed body. TLS is rustls
 //! with the bundled webpki roots plus `[callbacks] ca_file`.
 //!
-//! Headers sent: `Content-Type: application/json`, `User-Agent: trigd/<v>`,
-//! `Trigd-Delivery: <id>`, `Trigd-Run: <run>`, `Trigd-Attempt: <n>` and
-//! `Trigd-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`.
+//! Signed the Standard Webhooks way (standardwebhooks.com): `webhook-id`
+//! (the delivery id, the same on every attempt), `webhook-timestamp` (unix
+//! seconds of this attempt) and `webhook-signature: v1,<base64 HMAC-SHA256
+//! of "<id>.<timestamp>.<body>">`, one signature per secret in use (two
+//! during a rotation), separated by a space. Besides: `Content-Type:
+//! application/json`, `User-Agent: trigd/<v>`, `Trigd-Delivery: <id>`,
+//! `Trigd-Run: <run>`, `Trigd-Attempt: <n>`.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use base64::Engine as _;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use url::Url;
 
-use crate::config::callbacks::Callbacks;
+use crate::config::callbacks::{Callbacks, Secret};
 use crate::state::spool::Pending;
 
 /// How an attempt ended.
@@ -34,13 +39,25 @@ pub enum Outcome {
     Failed(Option<u16>, Option<String>),
 }
 
-/// The `Trigd-Signature` value for `body` signed at unix time `t`.
-pub fn signature(secret: &[u8], t: u64, body: &[u8]) -> String {
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes keys of any length");
-    mac.update(t.to_string().as_bytes());
-    mac.update(b".");
-    mac.update(body);
-    format!("t={t},v1={}", hex::encode(mac.finalize().into_bytes()))
+/// The `webhook-signature` value for delivery `id` of `body` at unix time
+/// `t`: `v1,<base64>` per key of `secret`, space-separated (the current
+/// key first).
+pub fn signature(secret: &Secret, id: &str, t: u64, body: &[u8]) -> String {
+    let signed = |key: &[u8]| {
+        // HMAC takes a key of any length: `new_from_slice` cannot fail.
+        let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(key) else {
+            return String::new();
+        };
+        mac.update(id.as_bytes());
+        mac.update(b".");
+        mac.update(t.to_string().as_bytes());
+        mac.update(b".");
+        mac.update(body);
+        let b64 = base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes());
+        format!("v1,{b64}")
+    };
+    let sigs: Vec<String> = secret.keys().map(signed).collect();
+    sigs.join(" ")
 }
 
 /// The TLS settings of every attempt: the bundled webpki roots plus
@@ -125,13 +142,15 @@ pub fn attempt(cfg: &Callbacks, tls: &Arc<rustls::ClientConfig>, p: &Pending, n:
     let result = agent
         .post(url.as_str())
         .set("Content-Type", "application/json")
+        .set("webhook-id", &p.delivery.delivery)
+        .set("webhook-timestamp", &t.to_string())
+        .set(
+            "webhook-signature",
+            &signature(secret, &p.delivery.delivery, t, p.body.as_bytes()),
+        )
         .set("Trigd-Delivery", &p.delivery.delivery)
         .set("Trigd-Run", &p.run)
         .set("Trigd-Attempt", &n.to_string())
-        .set(
-            "Trigd-Signature",
-            &signature(secret.bytes(), t, p.body.as_bytes()),
-        )
         .send_string(&p.body);
     match result {
         Ok(r) => classify(r.status()),
@@ -185,15 +204,24 @@ pub fn elapsed_ms(start: Instant) -> u64 {
 mod tests {
     use super::*;
 
-    /// The same computation as `printf '%s' "1700000000.{}" | openssl dgst
-    /// -sha256 -hmac 0123456789abcdef`.
+    /// The Standard Webhooks test vector (`TestWebhookSign` of the
+    /// official Go, JavaScript, Java and PHP libraries,
+    /// github.com/standard-webhooks/standard-webhooks).
     #[test]
-    fn signature_matches_openssl() {
-        let s = signature(b"0123456789abcdef", 1_700_000_000, b"{}");
-        assert_eq!(
-            s,
-            "t=1700000000,v1=e4f8e2ecae2295b2ddb2f0b5584c8275e226c0ebe9b3b819e70156bb67122e3e"
-        );
+    fn signature_matches_the_standard_webhooks_vector() {
+        let secret = Secret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap();
+        let body = br#"{"test": 2432232314}"#;
+        let s = signature(&secret, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1_614_265_330, body);
+        assert_eq!(s, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
+        // During a rotation: one signature per key, the current one first.
+        let two = Secret::parse(
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\nan-older-raw-secret-of-32-bytes!",
+        )
+        .unwrap();
+        let s2 = signature(&two, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1_614_265_330, body);
+        let (first, second) = s2.split_once(' ').unwrap();
+        assert_eq!(first, s);
+        assert!(second.starts_with("v1,") && second.len() == 47, "{second}");
     }
 
     #[test]
