@@ -434,7 +434,7 @@ pub struct RawTrigger {
 #[serde(deny_unknown_fields)]
 pub struct RawVerify {
     /// `scheme`: `hmac-sha1`, `hmac-sha256`, `hmac-sha512`, `token`,
-    /// `stripe` or `slack`.
+    /// `stripe`, `slack` or `standard-webhooks`.
     pub scheme: Spanned<String>,
     /// `header`; required for `hmac-*` and `token`.
     pub header: Option<Spanned<String>>,
@@ -448,6 +448,9 @@ pub struct RawVerify {
     pub secret_file: Option<Spanned<String>>,
     /// `tolerance` of `stripe` and `slack`, default 5m.
     pub tolerance: Option<Spanned<RawDuration>>,
+    /// `deduplicate`: the sender's delivery id as the idempotency key
+    /// (default true; `verify` only).
+    pub deduplicate: Option<Spanned<bool>>,
 }
 
 /// Where a value comes from: exactly one of the source keys, and for a

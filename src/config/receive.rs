@@ -61,8 +61,15 @@ pub(super) fn receive(
         None => false,
     };
     let answer = answer(src, tr.response.as_ref(), &format!("{key}.response"), errs);
+    let deduplicate = verify.is_some()
+        && tr
+            .verify
+            .as_ref()
+            .and_then(|v| v.get_ref().deduplicate.as_ref())
+            .is_none_or(|d| *d.get_ref());
     Receive {
         verify,
+        deduplicate,
         values,
         rule,
         stdin_body,
@@ -273,6 +280,10 @@ fn rule(
         return client_ip(src, ranges, key, errs).map(|c| Rule::Match(Leaf::Cidr(c), place));
     }
     if let Some(sig) = &r.signature {
+        if let Some(d) = &sig.get_ref().deduplicate {
+            let msg = "deduplicate belongs to the trigger's verify table, not to a rule";
+            errs.at(src, d.span(), format!("{key}.signature.deduplicate"), msg);
+        }
         let v = verifier(src, sig, &format!("{key}.signature"), dir, errs)?;
         return Some(Rule::Match(Leaf::Signature(v), place));
     }

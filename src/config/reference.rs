@@ -359,13 +359,14 @@ const TRIGGER: &[Key] = &[
 ];
 
 const VERIFY: &[Key] = &[
-    key("scheme", "string", REQUIRED, "`hmac-sha1`, `hmac-sha256`, `hmac-sha512`, `token`, `stripe` or `slack`"),
-    key("header", "string", Is("`Stripe-Signature` (`stripe`), `X-Slack-Signature` (`slack`); required otherwise"), "header holding the signature or token (any case)"),
+    key("scheme", "string", REQUIRED, "`hmac-sha1`, `hmac-sha256`, `hmac-sha512`, `token`, `stripe`, `slack` or `standard-webhooks`"),
+    key("header", "string", Is("`Stripe-Signature` (`stripe`), `X-Slack-Signature` (`slack`), `webhook-*` or `svix-*` (`standard-webhooks`, not settable); required otherwise"), "header holding the signature or token (any case)"),
     key("prefix", "string", Is("`\"\"` (`slack`: `\"v0=\"`)"), "text before the signature, e.g. `\"sha256=\"`; stripped when present"),
     key("encoding", "string", Str("hex"), "`hex` or `base64` (HMAC schemes)"),
     key("secret_env", "string", NONE, "environment variable holding the secret (exactly one of `secret_env` and `secret_file`)"),
     key("secret_file", "path", NONE, "file holding the secret (one trailing newline dropped); watched, so a rotated file applies at once; `credential:NAME` is systemd's credential NAME (`$CREDENTIALS_DIRECTORY/NAME`, from `LoadCredential=`)"),
-    key("tolerance", "duration", Is("`\"5m\"`"), "`stripe`, `slack`: largest distance between the signed timestamp and now"),
+    key("tolerance", "duration", Is("`\"5m\"`"), "`stripe`, `slack`, `standard-webhooks`: largest distance between the signed timestamp and now"),
+    key("deduplicate", "boolean", Is("`true`"), "a request without `Idempotency-Key` whose sender's delivery id (`X-GitHub-Delivery`, `X-Gitlab-Event-UUID`, Stripe's event `id`, `webhook-id`/`svix-id`) was seen on this endpoint within `idempotency_window` starts nothing and gets the first run's answer; not in a rule's `signature`"),
 ];
 
 const VALUES: &[Key] = &[

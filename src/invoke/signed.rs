@@ -31,6 +31,16 @@ pub fn verify(app: &App, cfg: &Config, rcv: &Receive, req: &Request) -> Result<(
     }
 }
 
+/// The idempotency key a signed request gets from its sender's delivery id
+/// (see `receive::delivery`) when `deduplicate` is on: scoped to the
+/// endpoint (its path) and marked, so that it never meets a caller's own
+/// `Idempotency-Key`.
+pub fn delivery_key(rcv: &Receive, req: &Request) -> Option<String> {
+    let v = rcv.verify.as_ref().filter(|_| rcv.deduplicate)?;
+    let id = crate::receive::delivery::id(v, &req.headers, &req.body)?;
+    Some(format!("delivery\n{}\n{id}", req.segments.join("/")))
+}
+
 /// Write the raw body to a temporary file when a run needs it.
 ///
 /// # Errors

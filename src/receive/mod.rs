@@ -13,6 +13,7 @@
 //! `ping` has no `head_commit`) must be *ignored* by a rule, not refused
 //! because a value the run would need is absent.
 
+pub mod delivery;
 pub mod json;
 pub mod multipart;
 pub mod payload;
@@ -32,6 +33,10 @@ use values::{Source, ValueError};
 pub struct Receive {
     /// Checked before anything else is read (`verify`).
     pub verify: Option<Verifier>,
+    /// A request without `Idempotency-Key` that carries its sender's
+    /// delivery id ([`delivery::id`]) is deduplicated by it
+    /// (`verify.deduplicate`, on by default).
+    pub deduplicate: bool,
     /// Where each output's value comes from, in output order (`values`);
     /// `None`: by output name from the query and a flat JSON object.
     pub values: Option<Vec<ValueSpec>>,
