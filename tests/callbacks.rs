@@ -154,7 +154,17 @@ fn serve_one(mut s: impl Read + Write, got: &Mutex<Vec<Got>>, answer: &dyn Fn(&s
 /// A test dir whose config has `[callbacks]` with `opts` over short test
 /// defaults, the key [`KEY_CB`] (request_callbacks) and `programs`.
 fn setup_cb(name: &str, opts: &[(&str, &str)], programs: &[(&str, &str)]) -> TestDir {
-    let dir = setup(name, "", programs);
+    setup_cb_server(name, "", opts, programs)
+}
+
+/// [`setup_cb`] with `server` in `[server]`.
+fn setup_cb_server(
+    name: &str,
+    server: &str,
+    opts: &[(&str, &str)],
+    programs: &[(&str, &str)],
+) -> TestDir {
+    let dir = setup(name, server, programs);
     let mut o: BTreeMap<&str, &str> = [
         ("allow", r#"["127.0.0.1"]"#),
         ("allow_private", r#"["127.0.0.1"]"#),
@@ -1111,4 +1121,285 @@ fn malformed_or_too_many_signing_secrets_are_load_errors() {
             out.check(!all.contains(line), "the secret is shown");
         }
     }
+}
+
+/// Program 2 for the outcome and format tests: `flaky` fails (exit 3)
+/// until `programs/ok` exists, with the callback `cb` (a TOML value).
+fn flaky(cb: &str) -> String {
+    format!(
+        r#"id = 2
+name = "notify"
+
+[[functions]]
+name = "flaky"
+steps = [{{ shell = "test -f ok || exit 3; echo fine" }}]
+callback = {cb}
+[functions.webhook]
+"#
+    )
+}
+
+fn start_flaky(t: &Trigd) -> String {
+    let r = t.post(&format!(
+        "/api?api_key={KEY}&program_id=2&function=flaky&run_async=true"
+    ));
+    let v = r.ok();
+    r.run_id(&v)
+}
+
+/// Wait until the first delivery of `run` is final; its record.
+fn wait_final(t: &Trigd, run: &str) -> Value {
+    let mut last = Value::Null;
+    let ok = wait_until(LONG, || {
+        last = run_record(t, run);
+        matches!(
+            last["Callbacks"][0]["State"].as_str(),
+            Some("delivered" | "failed" | "skipped")
+        )
+    });
+    t.check(ok, format!("the callback of {run} never ended: {last:#}"));
+    last
+}
+
+#[test]
+fn outcome_filters_and_a_recovery_found_after_a_restart() {
+    let rx = Receiver::start(Receiver::bind(), |_| Answer::Status(204));
+    let cb = format!(
+        r#"{{ url = "{}", on = ["failed", "recovered"] }}"#,
+        rx.url("/notify")
+    );
+    let dir = setup_cb("cb-outcomes", &[], &[("n.toml", &flaky(&cb))]);
+    let mut t = Trigd::start(&dir);
+    let mut states = Vec::new();
+    let mut run_and_see = |t: &Trigd| {
+        let run = start_flaky(t);
+        let rec = wait_final(t, &run);
+        states.push(
+            rec["Callbacks"][0]["State"]
+                .as_str()
+                .unwrap_or("")
+                .to_string(),
+        );
+        rec
+    };
+    run_and_see(&t); // failed: sent
+    run_and_see(&t); // failed again: sent
+                     // The recovery is read from the run log: a restart changes nothing.
+    t.restart();
+    dir.write("programs/ok", "");
+    let rec = run_and_see(&t); // the first success: recovered, sent
+    t.check(rec["State"] == "finished", format!("{rec}"));
+    run_and_see(&t); // a success after a success: skipped
+    t.check(
+        states == ["delivered", "delivered", "delivered", "skipped"],
+        format!("{states:?}"),
+    );
+    let got = rx.got();
+    let outcomes: Vec<&str> = got.iter().map(|g| g.header("trigd-outcome")).collect();
+    t.check(
+        outcomes == ["failed", "failed", "recovered"],
+        format!("{outcomes:?}"),
+    );
+    t.check(
+        got[2].json()["State"] == "finished",
+        "the record of the success",
+    );
+}
+
+#[test]
+fn the_outcome_filter_and_format_are_load_errors_when_wrong() {
+    for (cb, says) in [
+        (
+            r#"{ url = "http://127.0.0.1:9/x", on = ["broken"] }"#,
+            "unknown outcome",
+        ),
+        (
+            r#"{ url = "http://127.0.0.1:9/x", format = "teams" }"#,
+            "unknown format",
+        ),
+        (
+            r#"{ url = "http://127.0.0.1:9/x", on = [] }"#,
+            "on is empty",
+        ),
+        (
+            r#"{ url = "http://127.0.0.1:9/x", colour = "red" }"#,
+            "unknown key",
+        ),
+        (r#"{ format = "slack" }"#, "needs url"),
+        (
+            r#"{ url = "http://127.0.0.1:9/x", format = "healthchecks", on = ["failed"] }"#,
+            "takes no on",
+        ),
+        ("5", "a URL, or a table"),
+    ] {
+        let dir = setup_cb("cb-format-bad", &[], &[("n.toml", &flaky(cb))]);
+        let out = trigd(&["check", "--config", &dir.path_str("config.toml")], None);
+        out.code_is(1);
+        out.check(
+            out.stderr.contains("functions[0].callback") && out.stderr.contains(says),
+            format!("{cb}: want {says:?}"),
+        );
+    }
+}
+
+#[test]
+fn formats_have_the_shape_each_service_documents() {
+    let rx = Receiver::start(Receiver::bind(), |_| Answer::Status(200));
+    let mut programs = Vec::new();
+    for (i, (format, path)) in [
+        ("slack", "/slack"),
+        ("discord", "/discord"),
+        ("ntfy", "/ntfy/backups"),
+        ("healthchecks", "/hc/5bf66975-d4c7-4bf5-bcc8-b8d8a82ea278"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let cb = format!(r#"{{ url = "{}", format = "{format}" }}"#, rx.url(path));
+        let text = flaky(&cb)
+            .replace("id = 2", &format!("id = {}", 10 + i))
+            .replace("\"notify\"", &format!("\"notify-{format}\""))
+            .replace("name = \"flaky\"", &format!("name = \"{format}\""));
+        programs.push((format!("{format}.toml"), text));
+    }
+    let programs: Vec<(&str, &str)> = programs
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
+    let dir = setup_cb_server(
+        "cb-formats",
+        "public_url = \"https://trigd.example/\"",
+        &[],
+        &programs,
+    );
+    let t = Trigd::start(&dir);
+    // slack, discord, ntfy succeed; healthchecks fails with exit status 3.
+    dir.write("programs/ok", "");
+    let mut runs = Vec::new();
+    for (i, format) in ["slack", "discord", "ntfy", "healthchecks"]
+        .iter()
+        .enumerate()
+    {
+        if *format == "healthchecks" {
+            std::fs::remove_file(dir.path("programs/ok")).unwrap();
+        }
+        let r = t.post(&format!(
+            "/api?api_key={KEY}&program_id={}&function={format}&run_async=true",
+            10 + i
+        ));
+        let v = r.ok();
+        let run = r.run_id(&v);
+        wait_final(&t, &run);
+        runs.push(run);
+    }
+    let got = rx.got();
+    let find = |prefix: &str| -> Vec<Got> {
+        got.iter()
+            .filter(|g| g.path.starts_with(prefix))
+            .cloned()
+            .collect()
+    };
+    let link = |run: &str| format!("https://trigd.example/runs/{run}");
+    // Slack incoming webhook: JSON with exactly "text".
+    let slack = &find("/slack")[0];
+    let v = slack.json();
+    t.check(
+        slack.header("content-type") == "application/json"
+            && v.as_object().unwrap().keys().collect::<Vec<_>>() == ["text"],
+        format!("slack: {v}"),
+    );
+    let text = v["text"].as_str().unwrap();
+    t.check(
+        text.contains("slack (program 10) finished after") && text.contains(&link(&runs[0])),
+        format!("slack text: {text}"),
+    );
+    // Discord webhook: "content", and no mention parsed.
+    let v = find("/discord")[0].json();
+    t.check(
+        v["content"]
+            .as_str()
+            .is_some_and(|c| c.contains("discord (program 11) finished"))
+            && v["allowed_mentions"] == serde_json::json!({"parse": []})
+            && v.as_object().unwrap().len() == 2,
+        format!("discord: {v}"),
+    );
+    // ntfy: the topic URL, title/priority/tags/click as query parameters,
+    // the line as text.
+    let n = &find("/ntfy/backups")[0];
+    let want = format!(
+        "/ntfy/backups?title=ntfy+finished&priority=3&tags=white_check_mark&click={}",
+        enc(&link(&runs[2]))
+    );
+    t.check(n.path == want, format!("ntfy path {} want {want}", n.path));
+    t.check(
+        n.header("content-type").starts_with("text/plain")
+            && String::from_utf8_lossy(&n.body).contains("ntfy (program 12) finished"),
+        format!("ntfy: {n:?}"),
+    );
+    // healthchecks.io: /start, then /<exit status>, both with rid=<uuid>.
+    let hc = find("/hc/");
+    let hex = runs[3].rsplit('-').next().unwrap();
+    let rid = format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    );
+    let base = "/hc/5bf66975-d4c7-4bf5-bcc8-b8d8a82ea278";
+    let paths: Vec<&str> = hc.iter().map(|g| g.path.as_str()).collect();
+    t.check(
+        paths
+            == [
+                format!("{base}/start?rid={rid}"),
+                format!("{base}/3?rid={rid}"),
+            ],
+        format!("healthchecks: {paths:?}"),
+    );
+    t.check(
+        String::from_utf8_lossy(&hc[1].body).contains("failed")
+            && hc[1].header("content-type").starts_with("text/plain"),
+        "the end ping's body is the line",
+    );
+    // Every message is signed all the same.
+    t.check(got.iter().all(|g| signature_ok(g, SECRET)), "signed");
+}
+
+#[test]
+fn an_overdue_function_fires_its_callback_once_per_spell() {
+    let rx = Receiver::start(Receiver::bind(), |_| Answer::Status(204));
+    let cb = format!(
+        r#"{{ url = "{}", format = "slack", on = ["overdue"] }}"#,
+        rx.url("/overdue")
+    );
+    let text = flaky(&cb).replace("callback =", "expect_every = \"2s\"\ncallback =");
+    let dir = setup_cb("cb-overdue", &[], &[("n.toml", &text)]);
+    let t = Trigd::start(&dir);
+    let overdue = || rx.got().iter().filter(|g| g.path == "/overdue").count();
+    t.check(wait_until(LONG, || overdue() == 1), "one overdue message");
+    let g = &rx.got()[0];
+    let text = g.json()["text"].as_str().unwrap_or("").to_string();
+    t.check(
+        text.contains("flaky (program 2) is overdue: no success within 2s")
+            && g.header("trigd-outcome") == "overdue"
+            && signature_ok(g, SECRET),
+        text.clone(),
+    );
+    // Still overdue: not told again (the watch looks every second).
+    thread::sleep(Duration::from_millis(3500));
+    t.check(overdue() == 1, format!("told {} times", overdue()));
+    // A success ends the spell; without another, a new spell is told.
+    dir.write("programs/ok", "");
+    let run = start_flaky(&t);
+    wait_run_state(&t, &run, "finished");
+    t.check(
+        wait_until(LONG, || overdue() == 2),
+        "a second spell is told",
+    );
+    let rec = run_record(&t, &run);
+    t.check(
+        rec["Callbacks"][0]["State"] == "skipped",
+        format!("an end is not overdue: {rec}"),
+    );
 }

@@ -20,6 +20,7 @@ use toml::Spanned;
 use url::Url;
 
 use crate::access::cidr::Cidr;
+use crate::state::delivery::{Format, Outcome};
 
 use super::raw::{RawCallbacks, RawDuration};
 use super::resolve;
@@ -160,6 +161,9 @@ pub struct Callbacks {
     pub workers: usize,
     /// Deliveries waiting (on disk) at most; past it a delivery fails at once.
     pub max_pending: usize,
+    /// `[server] public_url`: the run page links of `slack`, `discord`,
+    /// `ntfy` messages start with it.
+    pub public_url: Option<String>,
 }
 
 impl Callbacks {
@@ -203,6 +207,7 @@ impl Default for Callbacks {
             backoff_max: Duration::from_secs(defaults::BACKOFF_MAX_SECS),
             workers: defaults::WORKERS,
             max_pending: defaults::MAX_PENDING,
+            public_url: None,
         }
     }
 }
@@ -387,6 +392,7 @@ pub(super) fn callbacks(src: &Src, raw: &RawCallbacks, dir: &Path, errs: &mut Er
         backoff_max: backoff_max.max(backoff),
         workers,
         max_pending,
+        public_url: None,
     }
 }
 
@@ -511,20 +517,129 @@ pub(super) fn ca_file(
     }
 }
 
-/// A fixed `callback` URL of a function or trigger, checked now: refused
-/// URLs and a missing secret are load errors.
+/// A fixed callback of a function or trigger (`callback`): where, in
+/// which shape, for which outcomes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fixed {
+    /// The checked, normalised URL.
+    pub url: String,
+    /// The body's shape (`format`).
+    pub format: Format,
+    /// The outcomes it is sent for (`on`); empty: every end.
+    pub on: Vec<Outcome>,
+}
+
+/// Where a fixed callback is written: only a function's can be `overdue`
+/// (a trigger's callback belongs to requests, and overdue has none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Place {
+    /// `[[functions]] callback`.
+    Function,
+    /// `[[tools.triggers]] callback`.
+    Trigger,
+}
+
+/// The `format` names.
+const FORMATS: [(&str, Format); 5] = [
+    ("record", Format::Record),
+    ("slack", Format::Slack),
+    ("discord", Format::Discord),
+    ("ntfy", Format::Ntfy),
+    ("healthchecks", Format::Healthchecks),
+];
+
+/// A fixed `callback` of a function or trigger, checked now: a URL, or a
+/// table `{ url, format, on }`. Refused URLs, unknown formats or outcomes
+/// and a missing secret are load errors.
 pub(super) fn fixed(
     src: &Src,
     cb: &Callbacks,
-    raw: Option<&Spanned<String>>,
+    raw: Option<&Spanned<toml::Value>>,
     key: &str,
+    place: Place,
     errs: &mut Errors,
-) -> Option<String> {
-    let url = raw?;
-    let checked = need_secret(cb).and_then(|()| cb.check_url(url.get_ref()));
+) -> Option<Fixed> {
+    let raw = raw?;
+    let parsed = match raw.get_ref() {
+        toml::Value::String(url) => Ok((url.as_str(), Format::Record, Vec::new())),
+        toml::Value::Table(t) => table(t, place),
+        _ => Err(
+            "a URL, or a table { url = \"https://…\", format = \"slack\", on = [\"failed\"] }"
+                .into(),
+        ),
+    };
+    let checked = parsed.and_then(|(url, format, on)| {
+        need_secret(cb)?;
+        let url = cb.check_url(url)?;
+        Ok(Fixed { url, format, on })
+    });
     checked
-        .map_err(|msg| errs.at(src, url.span(), key, msg))
+        .map_err(|msg| errs.at(src, raw.span(), key, msg))
         .ok()
+}
+
+/// The table form of a `callback`.
+fn table(t: &toml::Table, place: Place) -> Result<(&str, Format, Vec<Outcome>), String> {
+    if let Some(k) = t
+        .keys()
+        .find(|k| !matches!(k.as_str(), "url" | "format" | "on"))
+    {
+        return Err(format!(
+            "unknown key \"{k}\"; a callback table has url, format and on"
+        ));
+    }
+    let url = t
+        .get("url")
+        .and_then(toml::Value::as_str)
+        .ok_or("a callback table needs url = \"https://…\"")?;
+    let format = match t.get("format") {
+        None => Format::Record,
+        Some(v) => {
+            let name = v.as_str().unwrap_or_default();
+            FORMATS
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, f)| *f)
+                .ok_or_else(|| {
+                    format!("unknown format {v}; use record, slack, discord, ntfy or healthchecks")
+                })?
+        }
+    };
+    let on = match t.get("on") {
+        None => Vec::new(),
+        Some(toml::Value::Array(list)) => outcomes(list, place)?,
+        Some(_) => {
+            return Err("on is a list of outcomes, e.g. on = [\"failed\", \"recovered\"]".into())
+        }
+    };
+    if format == Format::Healthchecks && !on.is_empty() {
+        return Err("format \"healthchecks\" takes no on: healthchecks.io needs every start and end (it decides whom to alert)".into());
+    }
+    Ok((url, format, on))
+}
+
+/// The outcomes of an `on` list.
+fn outcomes(list: &[toml::Value], place: Place) -> Result<Vec<Outcome>, String> {
+    let mut out = Vec::new();
+    for v in list {
+        let name = v.as_str().unwrap_or_default();
+        let o = Outcome::ALL
+            .into_iter()
+            .find(|o| o.name() == name)
+            .ok_or_else(|| {
+                format!("unknown outcome {v}; use finished, failed, timed_out, cancelled, interrupted, recovered or overdue")
+            })?;
+        if o == Outcome::Overdue && place == Place::Trigger {
+            return Err("overdue is a function's, not a trigger's: put this callback on the function (with expect_every)".into());
+        }
+        if !out.contains(&o) {
+            out.push(o);
+        }
+    }
+    if out.is_empty() {
+        return Err("on is empty: leave it out to be called at every end".into());
+    }
+    Ok(out)
 }
 
 /// A `request_callbacks` switch; `true` needs the signing secret.

@@ -412,8 +412,9 @@ pub struct RawTrigger {
     pub program: Spanned<i64>,
     /// `function` name.
     pub function: Spanned<String>,
-    /// `callback`: a URL called when a run through this trigger ends.
-    pub callback: Option<Spanned<String>>,
+    /// `callback`: a URL called when a run through this trigger ends, or a
+    /// table `{ url, format, on }`.
+    pub callback: Option<Spanned<toml::Value>>,
     /// `request_callbacks`: callers may name a callback URL per request.
     pub request_callbacks: Option<Spanned<bool>>,
     /// `[tools.triggers.verify]`: the request's signature or token.
@@ -592,8 +593,9 @@ pub struct RawFunction {
     pub outputs: Option<Spanned<Vec<Spanned<String>>>>,
     /// `[functions.webhook]`: the Webhook Trigger.
     pub webhook: Option<Spanned<WebhookSlot>>,
-    /// `callback`: a URL called when a run of this function ends.
-    pub callback: Option<Spanned<String>>,
+    /// `callback`: a URL called when a run of this function ends, or a
+    /// table `{ url, format, on }`.
+    pub callback: Option<Spanned<toml::Value>>,
     /// `expect_every`: a successful run is expected at least this often.
     pub expect_every: Option<Spanned<RawDuration>>,
     /// `[[functions.schedules]]`: when the clock starts it.

@@ -31,8 +31,12 @@ pub struct Pending {
     /// from it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_attempt_ms: Option<u64>,
-    /// The exact JSON body sent on every attempt.
+    /// The exact body sent on every attempt.
     pub body: String,
+    /// What it reports (sent as `Trigd-Outcome`); none for a
+    /// `healthchecks` start ping.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<crate::state::delivery::Outcome>,
 }
 
 /// The directory of pending deliveries.
@@ -122,6 +126,8 @@ mod tests {
         let target = Target {
             url: "http://127.0.0.1:9/".into(),
             source: Source::Request,
+            format: crate::state::delivery::Format::Record,
+            on: Vec::new(),
         };
         for seq in [12, 3, 7] {
             let p = Pending {
@@ -130,6 +136,7 @@ mod tests {
                 index: 0,
                 delivery: Delivery::new(&target),
                 first_attempt_ms: None,
+                outcome: None,
                 body: format!("{{\"n\":{seq}}}"),
             };
             s.write(&p).unwrap();

@@ -139,9 +139,15 @@ pub fn attempt(cfg: &Callbacks, tls: &Arc<rustls::ClientConfig>, p: &Pending, n:
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
         .as_secs();
-    let result = agent
-        .post(url.as_str())
-        .set("Content-Type", "application/json")
+    let mut req = agent.post(url.as_str());
+    if let Some(o) = p.outcome {
+        req = req.set("Trigd-Outcome", o.name());
+    }
+    let result = req
+        .set(
+            "Content-Type",
+            super::format::content_type(p.delivery.format),
+        )
         .set("webhook-id", &p.delivery.delivery)
         .set("webhook-timestamp", &t.to_string())
         .set(
