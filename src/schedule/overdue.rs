@@ -125,7 +125,10 @@ fn look(app: &crate::http::app::App, notified: &mut HashSet<(u64, String)>) {
     let Some(service) = app.runner.callbacks() else {
         return;
     };
-    for e in crate::http::api::expectations(app, &cfg, |_| true) {
+    let metrics = &app.runner.metrics;
+    let last = |p: u64, f: &str| metrics.last_success(p, f);
+    let now = Timestamp::now();
+    for e in expectations(&cfg, |_| true, last, app.schedules.started, now) {
         let id = (e.program, e.function.clone());
         if !e.overdue {
             notified.remove(&id);
