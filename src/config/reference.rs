@@ -306,7 +306,7 @@ const SERVER: &[Key] = &[
     key("workers", "integer", Count(server::WORKERS), "HTTP threads kept ready while idle; each open connection is served on a thread of its own up to `max_connections`"),
     key("programs_dir", "path", Str(server::PROGRAMS_DIR), "every `*.toml` directly inside is a program"),
     key("state_dir", "path", Str(server::STATE_DIR), "written by trigd only: run log, application keys, sessions"),
-    key("public_url", "string", Is("`http://<Host header>`"), "base URL shown for generated endpoints (`https://...` also marks cookies `Secure`)"),
+    key("public_url", "string", Is("`http://<Host header>`"), "base URL shown for generated endpoints and linked from `slack`, `discord`, `ntfy` callbacks (`https://...` also marks cookies `Secure`)"),
     key("max_concurrent_runs", "integer", Count(server::MAX_CONCURRENT_RUNS), "runs executing at once, sync and async together"),
     key("max_queued_runs", "integer", Count(server::MAX_QUEUED_RUNS), "runs waiting for a slot, sync and async together (0: no queue)"),
     key("queue_timeout", "duration", Secs(server::QUEUE_TIMEOUT_SECS), "how long a sync run waits in the queue for a slot before `503 busy`"),
@@ -349,7 +349,7 @@ const TRIGGER: &[Key] = &[
     key("method", "string", Str("POST"), "`GET`, `POST`, `PUT`, `PATCH` or `DELETE`"),
     key("program", "integer", REQUIRED, "program id"),
     key("function", "string", REQUIRED, "function of that program"),
-    key("callback", "URL", NONE, "completion callback of every run through this trigger; checked against `[callbacks]` at load"),
+    key("callback", "URL or { url, format, on }", NONE, "completion callback of every run through this trigger: a URL, or `{ url, format, on }` (format `record`, `slack`, `discord`, `ntfy`, `healthchecks`; on: outcomes but `overdue`); checked against `[callbacks]` at load"),
     key("request_callbacks", "bool", Is("`false`"), "callers may name a callback URL with the `Trigd-Callback` header"),
     key("verify", "table", NONE, "check the request's signature or token first: `[tools.triggers.verify]`"),
     key("values", "table of tables", Is("by name from the query or a flat JSON object"), "where each output's value comes from: `[tools.triggers.values.<output>]`"),
@@ -539,8 +539,8 @@ const FUNCTION: &[Key] = &[
     key("group", "string or integer", Is("the user's primary group"), "run the steps with this group name or gid"),
     key("outputs", "array of strings", Is("`[]`"), "the names the values bind to, for every trigger: identifiers `[A-Za-z_][A-Za-z0-9_]*`, no repeats"),
     key("webhook", "table", NONE, "the Webhook Trigger: makes the function reachable through `POST /api`: `[functions.webhook]`"),
-    key("callback", "URL", NONE, "completion callback of every run of this function; checked against `[callbacks]` at load"),
-    key("expect_every", "duration", Is("none"), "a successful run is expected at least this often, whatever starts it; past it the function is overdue (`/metrics`, `GET /api/overdue`)"),
+    key("callback", "URL or { url, format, on }", NONE, "completion callback of every run of this function: a URL, or `{ url, format, on }` (format `record`, `slack`, `discord`, `ntfy`, `healthchecks`; on: `finished`, `failed`, `timed_out`, `cancelled`, `interrupted`, `recovered`, `overdue`); checked against `[callbacks]` at load"),
+    key("expect_every", "duration", Is("none"), "a successful run is expected at least this often, whatever starts it; past it the function is overdue (`/metrics`, `GET /api/overdue`, a `callback` with `on = [\"overdue\"]`)"),
     key("schedules", "array of tables", Is("`[]`"), "schedule triggers: the clock runs the function: `[[functions.schedules]]`"),
 ];
 
