@@ -52,6 +52,8 @@ impl Got {
 #[derive(Clone, Copy)]
 enum Answer {
     Status(u16),
+    /// A status with one more header line (`Retry-After: 2`).
+    WithHeader(u16, &'static str),
     Silent,
     Close,
 }
@@ -130,7 +132,7 @@ fn serve_one(mut s: impl Read + Write, got: &Mutex<Vec<Got>>, answer: &dyn Fn(&s
     }
     let a = answer(&path);
     let status = match a {
-        Answer::Status(c) => Some(c),
+        Answer::Status(c) | Answer::WithHeader(c, _) => Some(c),
         Answer::Silent | Answer::Close => None,
     };
     got.lock().unwrap().push(Got {
@@ -144,6 +146,12 @@ fn serve_one(mut s: impl Read + Write, got: &Mutex<Vec<Got>>, answer: &dyn Fn(&s
             let _ = write!(
                 s,
                 "HTTP/1.1 {c} X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+        }
+        Answer::WithHeader(c, h) => {
+            let _ = write!(
+                s,
+                "HTTP/1.1 {c} X\r\n{h}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
             );
         }
         Answer::Silent => thread::sleep(Duration::from_secs(30)),
@@ -1401,5 +1409,61 @@ fn an_overdue_function_fires_its_callback_once_per_spell() {
     t.check(
         rec["Callbacks"][0]["State"] == "skipped",
         format!("an end is not overdue: {rec}"),
+    );
+}
+
+#[test]
+fn retry_after_is_honoured_within_retry_for_and_410_still_stops() {
+    // /wait: 503 with Retry-After: 2, then 204. /long: 429 asking for two
+    // hours (past retry_for). /gone: 410.
+    let seen = Arc::new(AtomicU16::new(0));
+    let s = Arc::clone(&seen);
+    let rx = Receiver::start(Receiver::bind(), move |path| match path {
+        "/wait" if s.fetch_add(1, Ordering::SeqCst) == 0 => {
+            Answer::WithHeader(503, "Retry-After: 2")
+        }
+        "/long" => Answer::WithHeader(429, "Retry-After: 7200"),
+        "/gone" => Answer::WithHeader(410, "Retry-After: 1"),
+        _ => Answer::Status(204),
+    });
+    let dir = setup_cb("cb-retry-after", &[], &[("p.toml", &program(None))]);
+    let t = Trigd::start(&dir);
+    let run = start_run(&t, KEY_CB, "ok", &vars(&["x"]), Some(&rx.url("/wait")));
+    let rec = wait_delivery(&t, &run, 0, "delivered");
+    let d = &rec["Callbacks"][0];
+    t.check(d["AttemptCount"] == 2, format!("{d}"));
+    t.check(
+        d["Attempts"][0]["Status"] == 503
+            && d["Attempts"][0]["Error"]
+                .as_str()
+                .is_some_and(|e| e.contains("asked to wait 2s (Retry-After)")),
+        format!("{d}"),
+    );
+    // Not before the 2 seconds asked (the backoff here is 100ms).
+    let at = |i: usize| {
+        d["Attempts"][i]["At"]
+            .as_str()
+            .unwrap()
+            .parse::<jiff::Timestamp>()
+            .unwrap()
+    };
+    let waited = at(1).duration_since(at(0)).as_secs_f64();
+    t.check(waited >= 2.0, format!("waited {waited}s"));
+
+    let run = start_run(&t, KEY_CB, "ok", &vars(&["x"]), Some(&rx.url("/long")));
+    let rec = wait_delivery(&t, &run, 0, "failed");
+    let d = &rec["Callbacks"][0];
+    t.check(
+        d["AttemptCount"] == 1
+            && d["Error"]
+                .as_str()
+                .is_some_and(|e| e.contains("asked to wait 7200s (Retry-After), past retry_for")),
+        format!("{d}"),
+    );
+    let run = start_run(&t, KEY_CB, "ok", &vars(&["x"]), Some(&rx.url("/gone")));
+    let rec = wait_delivery(&t, &run, 0, "failed");
+    t.check(
+        rec["Callbacks"][0]["AttemptCount"] == 1,
+        format!("410 ends it: {rec}"),
     );
 }

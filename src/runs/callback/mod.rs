@@ -496,11 +496,14 @@ impl Service {
         let first = *p.first_attempt_ms.get_or_insert_with(unix_ms);
         let (at, start) = (Time::now(), Instant::now());
         let n = p.delivery.attempt_count.saturating_add(1);
-        let outcome = send::attempt(&s.cb, s.tls(), &p, n);
+        let (outcome, asked) = send::attempt(&s.cb, s.tls(), &p, n);
         let (status, error) = match &outcome {
             Attempted::Delivered(c) => (Some(*c), None),
             Attempted::Retry(c, e) | Attempted::Failed(c, e) => (*c, e.clone()),
         };
+        let error = error.or_else(|| {
+            asked.map(|a| format!("the receiver asked to wait {}s (Retry-After)", a.as_secs()))
+        });
         let duration_ms = send::elapsed_ms(start);
         p.delivery.push_attempt(Attempt {
             at,
@@ -522,21 +525,36 @@ impl Service {
             }
             Attempted::Retry(..) => {
                 self.stats.attempts_retry.fetch_add(1, Ordering::Relaxed);
-                self.retry_later(p, &s.cb, first, n)
+                self.retry_later(p, &s.cb, first, n, asked)
             }
         }
     }
 
-    /// After a retryable attempt: wait with backoff, or give up when the
-    /// wait would end past `retry_for`.
-    fn retry_later(&self, p: Pending, cb: &Callbacks, first: u64, n: u32) -> Option<Instant> {
-        let wait = backoff(cb, n);
+    /// After a retryable attempt: wait with backoff, or as long as the
+    /// receiver's `Retry-After` (`asked`) says when that is longer; give up
+    /// when the wait would end past `retry_for`.
+    fn retry_later(
+        &self,
+        p: Pending,
+        cb: &Callbacks,
+        first: u64,
+        n: u32,
+        asked: Option<Duration>,
+    ) -> Option<Instant> {
+        let wait = backoff(cb, n).max(asked.unwrap_or(Duration::ZERO));
         let spent = Duration::from_millis(unix_ms().saturating_sub(first));
-        if spent + wait > cb.retry_for {
-            let why = format!(
-                "gave up after {n} attempt(s): no success within retry_for ({}s)",
-                cb.retry_for.as_secs()
-            );
+        if spent.saturating_add(wait) > cb.retry_for {
+            let why = match asked.filter(|a| *a == wait) {
+                Some(a) => format!(
+                    "gave up after {n} attempt(s): the receiver asked to wait {}s (Retry-After), past retry_for ({}s)",
+                    a.as_secs(),
+                    cb.retry_for.as_secs()
+                ),
+                None => format!(
+                    "gave up after {n} attempt(s): no success within retry_for ({}s)",
+                    cb.retry_for.as_secs()
+                ),
+            };
             self.finish(p, DeliveryState::Failed, Some(why));
             return None;
         }

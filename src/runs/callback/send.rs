@@ -112,8 +112,28 @@ fn resolve(cfg: &Callbacks, url: &Url) -> Result<Vec<SocketAddr>, Outcome> {
     Ok(addrs)
 }
 
-/// Make attempt number `n` (1-based) of `p` and say how it ended.
-pub fn attempt(cfg: &Callbacks, tls: &Arc<rustls::ClientConfig>, p: &Pending, n: u32) -> Outcome {
+/// Make attempt number `n` (1-based) of `p` and say how it ended, with
+/// the wait a retryable answer asked for (`Retry-After`).
+pub fn attempt(
+    cfg: &Callbacks,
+    tls: &Arc<rustls::ClientConfig>,
+    p: &Pending,
+    n: u32,
+) -> (Outcome, Option<Duration>) {
+    let mut asked = None;
+    let outcome = call(cfg, tls, p, n, &mut asked);
+    (outcome, asked)
+}
+
+/// One HTTP call of [`attempt`]; `asked` gets a retryable answer's
+/// `Retry-After`.
+fn call(
+    cfg: &Callbacks,
+    tls: &Arc<rustls::ClientConfig>,
+    p: &Pending,
+    n: u32,
+    asked: &mut Option<Duration>,
+) -> Outcome {
     let Ok(url) = Url::parse(&p.delivery.url) else {
         return Outcome::Failed(None, Some("the URL does not parse".into()));
     };
@@ -160,7 +180,15 @@ pub fn attempt(cfg: &Callbacks, tls: &Arc<rustls::ClientConfig>, p: &Pending, n:
         .send_string(&p.body);
     match result {
         Ok(r) => classify(r.status()),
-        Err(ureq::Error::Status(code, _)) => classify(code),
+        Err(ureq::Error::Status(code, r)) => {
+            let outcome = classify(code);
+            if matches!(outcome, Outcome::Retry(..)) {
+                *asked = r
+                    .header("retry-after")
+                    .and_then(|v| retry_after(v, jiff::Timestamp::now()));
+            }
+            outcome
+        }
         Err(ureq::Error::Transport(t)) => Outcome::Retry(None, Some(transport(&t, cfg.timeout))),
     }
 }
@@ -176,6 +204,23 @@ pub fn classify(status: u16) -> Outcome {
         ),
         _ => Outcome::Failed(Some(status), None),
     }
+}
+
+/// The wait a `Retry-After` value asks for: delay-seconds, or an HTTP date
+/// (`Wed, 21 Oct 2026 07:28:00 GMT`) less `now` (a date past is no wait).
+/// `None` for anything else (the backoff applies).
+pub fn retry_after(value: &str, now: jiff::Timestamp) -> Option<Duration> {
+    let v = value.trim();
+    if !v.is_empty() && v.len() <= 40 && v.bytes().all(|b| b.is_ascii_digit()) {
+        // Too many digits for a u64: as long as can be (past retry_for).
+        return Some(Duration::from_secs(v.parse().unwrap_or(u64::MAX)));
+    }
+    if v.len() > 64 {
+        return None;
+    }
+    let at = jiff::fmt::rfc2822::parse(v).ok()?.timestamp();
+    let wait = at.duration_since(now);
+    Some(Duration::try_from(wait).unwrap_or(Duration::ZERO))
 }
 
 /// A transport error in one line; a timeout says so plainly.
@@ -228,6 +273,30 @@ mod tests {
         let (first, second) = s2.split_once(' ').unwrap();
         assert_eq!(first, s);
         assert!(second.starts_with("v1,") && second.len() == 47, "{second}");
+    }
+
+    #[test]
+    fn retry_after_takes_seconds_and_dates() {
+        let now: jiff::Timestamp = "2026-10-21T07:28:00Z".parse().unwrap();
+        let s = |v: &str| retry_after(v, now);
+        assert_eq!(s("120"), Some(Duration::from_secs(120)));
+        assert_eq!(s(" 0 "), Some(Duration::ZERO));
+        assert_eq!(s(&"9".repeat(40)), Some(Duration::from_secs(u64::MAX)));
+        assert_eq!(
+            s("Wed, 21 Oct 2026 07:29:30 GMT"),
+            Some(Duration::from_secs(90))
+        );
+        assert_eq!(s("Wed, 21 Oct 2026 07:00:00 GMT"), Some(Duration::ZERO));
+        for bad in [
+            "",
+            "-5",
+            "1.5",
+            "soon",
+            "Wed, 32 Oct 2026 07:29:30 GMT",
+            &"9".repeat(41),
+        ] {
+            assert_eq!(s(bad), None, "{bad:?}");
+        }
     }
 
     #[test]
