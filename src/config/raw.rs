@@ -539,6 +539,12 @@ pub struct RawResponse {
     pub run_async: Option<bool>,
     /// `ignored_status` of a request the rule ignores, default 200.
     pub ignored_status: Option<Spanned<i64>>,
+    /// `text`: a fixed body of a success answer.
+    pub text: Option<Spanned<String>>,
+    /// `body`: `stdout` or `stdout_json`.
+    pub body: Option<Spanned<String>>,
+    /// `content_type` of such a body.
+    pub content_type: Option<Spanned<String>>,
 }
 
 /// A program file.

@@ -20,7 +20,7 @@ use crate::access::cidr::Cidr;
 use crate::receive::rules::{Leaf, Rule};
 use crate::receive::signature::{Algo, Encoding, Scheme, Secret, Verifier};
 use crate::receive::values::{JsonPath, RequestField, Source, Whole};
-use crate::receive::{Answer, Receive, ValueSpec};
+use crate::receive::{Answer, AnswerBody, Receive, ValueSpec};
 
 /// Default `tolerance` of the timestamped schemes.
 pub const TOLERANCE: Duration = Duration::from_secs(300);
@@ -522,5 +522,38 @@ fn answer(src: &Src, raw: Option<&RawResponse>, key: &str, errs: &mut Errors) ->
     }
     a.output = r.output.unwrap_or(true);
     a.run_async = r.run_async.unwrap_or(false);
+    a.body = answer_body(src, r, key, errs);
+    a.content_type = r.content_type.as_ref().and_then(|c| {
+        let v = c.get_ref();
+        let ok =
+            !v.is_empty() && v.len() <= 200 && v.bytes().all(|b| b == b' ' || b.is_ascii_graphic());
+        if !ok {
+            let msg = "content_type must be printable ASCII, e.g. \"text/plain; charset=utf-8\"";
+            errs.at(src, c.span(), format!("{key}.content_type"), msg);
+        }
+        ok.then(|| v.clone())
+    });
     a
+}
+
+/// `text` or `body` of `response`: at most one.
+fn answer_body(src: &Src, r: &RawResponse, key: &str, errs: &mut Errors) -> Option<AnswerBody> {
+    match (&r.text, &r.body) {
+        (Some(t), Some(_)) => {
+            let msg = "set text (a fixed body) or body (the step's stdout), not both";
+            errs.at(src, t.span(), format!("{key}.text"), msg);
+            None
+        }
+        (Some(t), None) => Some(AnswerBody::Text(t.get_ref().clone())),
+        (None, Some(b)) => match b.get_ref().as_str() {
+            "stdout" => Some(AnswerBody::Stdout),
+            "stdout_json" => Some(AnswerBody::StdoutJson),
+            other => {
+                let msg = format!("unknown body \"{other}\"; use \"stdout\" or \"stdout_json\" (or text = \"…\" for a fixed body)");
+                errs.at(src, b.span(), format!("{key}.body"), msg);
+                None
+            }
+        },
+        (None, None) => None,
+    }
 }

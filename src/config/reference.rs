@@ -218,6 +218,9 @@ pub const SECTIONS: &[Section] = &[
             key("output", "bool", Is("`true`"), "`false`: no `Result` in the answer (and no `Stderr` of a failed run)"),
             key("run_async", "bool", Is("`false`"), "start runs asynchronously unless the request says `run_async=false`"),
             key("ignored_status", "integer", Count(200), "status of the answer to a request the rule ignores (200\u{2013}499)"),
+            key("text", "string", NONE, "a fixed body of every success answer (sync or async), instead of trigd's JSON"),
+            key("body", "string", NONE, "`\"stdout\"`: a sync success is answered with the last step's stdout; `\"stdout_json\"`: the same, which must be JSON (else 500 `answer_not_json`); not with `text`"),
+            key("content_type", "string", Is("`text/plain; charset=utf-8` (`stdout_json`: `application/json`)"), "`Content-Type` of a `text` or `body` answer"),
         ],
     },
     Section {
