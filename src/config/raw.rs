@@ -197,6 +197,9 @@ pub struct RawServer {
     /// `hooks_http_methods`: methods of a hook without `http-methods`.
     #[serde(default)]
     pub hooks_http_methods: Vec<Spanned<String>>,
+    /// `hooks_deduplicate`: a hook whose rule requires a signature
+    /// deduplicates redeliveries by the sender's delivery id (default true).
+    pub hooks_deduplicate: Option<bool>,
     /// `tls_cert`: PEM certificate chain; HTTPS with `tls_key`.
     pub tls_cert: Option<Spanned<String>>,
     /// `tls_key`: PEM private key of `tls_cert`.

@@ -340,6 +340,7 @@ const SERVER: &[Key] = &[
     key("hooks_files", "array of paths", Is("`[]`"), "adnanh/webhook hooks files (JSON or YAML) served as they are"),
     key("hooks_url_prefix", "string", Str("hooks"), "their hooks are at `/<hooks_url_prefix>/<id>` (webhook's `-urlprefix`)"),
     key("hooks_http_methods", "array of strings", Is("`[]` (any)"), "the methods a hook without its own `http-methods` accepts (webhook's `-http-methods`)"),
+    key("hooks_deduplicate", "bool", Is("`true`"), "a hook whose `trigger-rule` requires a `payload-hmac-*` signature runs a redelivery (same `X-GitHub-Delivery`/`X-Gitea-Delivery`, no `Idempotency-Key`) once; `false`: every delivery runs, as in webhook"),
     key("tls_cert", "path", NONE, "PEM certificate chain, leaf first; with `tls_key`, `listen` speaks HTTPS only (TLS 1.2 and 1.3); re-read when the file changes and on SIGHUP"),
     key("tls_key", "path", NONE, "PEM private key of `tls_cert` (PKCS#8, PKCS#1 or SEC1); may be `credential:NAME`, a systemd credential in `$CREDENTIALS_DIRECTORY`"),
     key("tls_handshake_timeout", "duration", Secs(server::TLS_HANDSHAKE_TIMEOUT_SECS), "time a client has, from connecting, to complete its TLS handshake; the connection is closed past it"),

@@ -36,7 +36,13 @@ pub fn verify(app: &App, cfg: &Config, rcv: &Receive, req: &Request) -> Result<(
 /// endpoint (its path) and marked, so that it never meets a caller's own
 /// `Idempotency-Key`.
 pub fn delivery_key(rcv: &Receive, req: &Request) -> Option<String> {
-    let v = rcv.verify.as_ref().filter(|_| rcv.deduplicate)?;
+    let v = match &rcv.verify {
+        Some(v) => v,
+        None => rcv.rule.as_ref()?.required_signature()?,
+    };
+    if !rcv.deduplicate {
+        return None;
+    }
     let id = crate::receive::delivery::id(v, &req.headers, &req.body)?;
     Some(format!("delivery\n{}\n{id}", req.segments.join("/")))
 }
