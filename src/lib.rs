@@ -36,10 +36,11 @@
 //! authenticate a caller, rate limits, CSRF, logins   access/ (mod.rs, limiter.rs, csrf.rs, login.rs, cidr.rs)
 //! load and validate the config, hot reload           config/ (validate.rs, endpoint.rs, reload.rs, stamp.rs)
 //! start a run, read and check its values            invoke/ (mod.rs, read.rs, values.rs, signed.rs, answer.rs)
-//! signed endpoints (GitHub, Stripe… requests):       receive/ (signature.rs, payload.rs, values.rs, rules.rs)
-//!   signatures, payloads, rules
+//! signed endpoints (GitHub, Stripe… requests):       receive/ (signature.rs, payload.rs, values.rs, rules.rs,
+//!   signatures, payloads, rules, delivery ids        delivery.rs: the sender's id a redelivery repeats)
 //! a run once accepted: status, output, follow,      runs/ (mod.rs, follow.rs, replay.rs,
-//!   cancel, Idempotency-Key, callbacks, instances     idempotency.rs, callback/, cluster.rs)
+//!   cancel, Idempotency-Key, callbacks, instances     idempotency.rs, callback/ (mod.rs the service, send.rs
+//!   (callback formats: Slack, ntfy, healthchecks…)     Standard Webhooks signing, format.rs), cluster.rs)
 //! schedules: cron and time zones, catch-up,        schedule/ (cron.rs, plan.rs, timer.rs: one thread
 //!   overlap, the timer thread                         for all; compiled in config/schedules.rs)
 //! run slots, the wait queue, child processes        runner/ (mod.rs, queue.rs, step.rs, handle.rs)

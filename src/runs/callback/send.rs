@@ -11,7 +11,8 @@
 //! of "<id>.<timestamp>.<body>">`, one signature per secret in use (two
 //! during a rotation), separated by a space. Besides: `Content-Type:
 //! application/json`, `User-Agent: trigd/<v>`, `Trigd-Delivery: <id>`,
-//! `Trigd-Run: <run>`, `Trigd-Attempt: <n>`.
+//! `Trigd-Run: <run>`, `Trigd-Attempt: <n>`, `Trigd-Outcome: <outcome>`.
+//! The body's type follows the callback's format (`format.rs`).
 
 use std::io;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
