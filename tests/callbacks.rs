@@ -1196,7 +1196,10 @@ fn outcome_filters_and_a_recovery_found_after_a_restart() {
     t.restart();
     dir.write("programs/ok", "");
     let rec = run_and_see(&t); // the first success: recovered, sent
-    t.check(rec["State"] == "finished", format!("{rec}"));
+    t.check(
+        rec["State"] == "finished" && rec["Callbacks"][0]["Outcome"] == "recovered",
+        format!("{rec}"),
+    );
     run_and_see(&t); // a success after a success: skipped
     t.check(
         states == ["delivered", "delivered", "delivered", "skipped"],

@@ -199,6 +199,9 @@ pub struct Delivery {
     /// The outcomes it is sent for (absent: every end).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub on: Vec<Outcome>,
+    /// What it reports, once the run ended (sent as `Trigd-Outcome`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<Outcome>,
 }
 
 impl Delivery {
@@ -215,6 +218,7 @@ impl Delivery {
             error: None,
             format: target.format,
             on: target.on.clone(),
+            outcome: None,
         }
     }
 

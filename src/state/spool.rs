@@ -31,12 +31,19 @@ pub struct Pending {
     /// from it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_attempt_ms: Option<u64>,
+    /// The URL called, when the callback's format makes another than
+    /// `delivery.url` (a `healthchecks` ping, ntfy's parameters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
     /// The exact body sent on every attempt.
     pub body: String,
-    /// What it reports (sent as `Trigd-Outcome`); none for a
-    /// `healthchecks` start ping.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub outcome: Option<crate::state::delivery::Outcome>,
+}
+
+impl Pending {
+    /// The URL each attempt calls.
+    pub fn url(&self) -> &str {
+        self.url.as_deref().unwrap_or(&self.delivery.url)
+    }
 }
 
 /// The directory of pending deliveries.
@@ -136,7 +143,7 @@ mod tests {
                 index: 0,
                 delivery: Delivery::new(&target),
                 first_attempt_ms: None,
-                outcome: None,
+                url: None,
                 body: format!("{{\"n\":{seq}}}"),
             };
             s.write(&p).unwrap();

@@ -252,7 +252,6 @@ impl Service {
         {
             return None;
         }
-        let s = self.current();
         let record = payload(rec);
         let outcome = format::outcome_of(rec.state);
         let recovered = outcome == Some(Outcome::Finished) && self.wants_recovery(rec);
@@ -266,15 +265,9 @@ impl Service {
                 d.state = DeliveryState::Skipped;
                 continue;
             };
-            let reported = if recovered { Outcome::Recovered } else { o };
-            let public_url = s.cb.public_url.as_deref();
-            let msg = format::at_end(d.format, &d.url, rec, reported, public_url, &record);
-            d.url = msg.url;
-            let m = Spooled {
-                body: msg.body,
-                outcome: Some(reported),
-            };
-            if let Some(seq) = self.spool_one(&rec.run, index, d, m) {
+            d.outcome = Some(if recovered { Outcome::Recovered } else { o });
+            let msg = self.message(rec, d, &record);
+            if let Some(seq) = self.spool_one(&rec.run, index, d, msg) {
                 chain.push_back(seq);
             }
         }
@@ -294,12 +287,7 @@ impl Service {
             }
             let msg = format::at_start(&d.url, rec);
             let mut ping = d.clone();
-            ping.url = msg.url;
-            let m = Spooled {
-                body: msg.body,
-                outcome: None,
-            };
-            if let Some(seq) = self.spool_one(&rec.run, NOT_IN_RECORD, &mut ping, m) {
+            if let Some(seq) = self.spool_one(&rec.run, NOT_IN_RECORD, &mut ping, msg) {
                 chain.push_back(seq);
             }
         }
@@ -325,22 +313,45 @@ impl Service {
             on: cb.on.clone(),
         };
         let mut d = Delivery::new(&target);
+        d.outcome = Some(Outcome::Overdue);
         let msg = format::overdue(cb.format, &cb.url, (program, function), every, last_success);
-        d.url = msg.url;
         log::warn!("function {function} of program {program} is overdue (expect_every {every}); callback {} to {}", d.delivery, cb.url);
-        let m = Spooled {
-            body: msg.body,
-            outcome: Some(Outcome::Overdue),
-        };
-        if let Some(seq) = self.spool_one("", NOT_IN_RECORD, &mut d, m) {
+        if let Some(seq) = self.spool_one("", NOT_IN_RECORD, &mut d, msg) {
             self.submit(Chain(VecDeque::from([seq])));
         }
+    }
+
+    /// What delivery `d` of the ended run `rec` sends: the URL (the
+    /// callback's, or one its format makes: a ping, ntfy's parameters) and
+    /// the body, in its format, for the outcome it reports (`d.outcome`,
+    /// else the run's end state); `record` is the run record's JSON
+    /// ([`payload`]). The same every time: a redelivery calls it again.
+    pub fn message(&self, rec: &RunRecord, d: &Delivery, record: &str) -> format::Message {
+        let reported = d
+            .outcome
+            .or_else(|| format::outcome_of(rec.state))
+            .unwrap_or(Outcome::Interrupted);
+        let public_url = self.current().cb.public_url.clone();
+        format::at_end(
+            d.format,
+            &d.url,
+            rec,
+            reported,
+            public_url.as_deref(),
+            record,
+        )
     }
 
     /// Spool delivery `d` (at `index` of run `run`'s record) with `body`:
     /// its sequence number, and `d` marked `pending`; or `None` and `d`
     /// marked `failed` (the backlog is full, the disk refuses).
-    fn spool_one(&self, run: &str, index: usize, d: &mut Delivery, msg: Spooled) -> Option<u64> {
+    fn spool_one(
+        &self,
+        run: &str,
+        index: usize,
+        d: &mut Delivery,
+        msg: format::Message,
+    ) -> Option<u64> {
         let max = self.current().cb.max_pending;
         let seq = {
             let mut q = lock(&self.queue);
@@ -368,8 +379,8 @@ impl Service {
             index,
             delivery: d.clone(),
             first_attempt_ms: None,
+            url: (msg.url != d.url).then_some(msg.url),
             body: msg.body,
-            outcome: msg.outcome,
         };
         if let Err(e) = self.spool.write(&p) {
             lock(&self.queue).backlog -= 1;
@@ -675,12 +686,6 @@ impl Service {
         );
         s
     }
-}
-
-/// What a delivery sends besides its URL.
-struct Spooled {
-    body: String,
-    outcome: Option<Outcome>,
 }
 
 /// The index of a delivery that has no place in its run's record (a

@@ -135,7 +135,7 @@ fn call(
     n: u32,
     asked: &mut Option<Duration>,
 ) -> Outcome {
-    let Ok(url) = Url::parse(&p.delivery.url) else {
+    let Ok(url) = Url::parse(p.url()) else {
         return Outcome::Failed(None, Some("the URL does not parse".into()));
     };
     // The allow list in force now: a reload may have narrowed it.
@@ -161,7 +161,7 @@ fn call(
         .unwrap_or_default()
         .as_secs();
     let mut req = agent.post(url.as_str());
-    if let Some(o) = p.outcome {
+    if let Some(o) = p.delivery.outcome {
         req = req.set("Trigd-Outcome", o.name());
     }
     let result = req
