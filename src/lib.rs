@@ -103,6 +103,10 @@ pub mod testing {
         pub mod signature {
             pub use crate::receive::signature::*;
         }
+        /// A sender's delivery id.
+        pub mod delivery {
+            pub use crate::receive::delivery::*;
+        }
     }
     /// The DER walk of the TLS certificate store.
     pub mod tls {
@@ -133,7 +137,7 @@ pub mod testing {
             /// Signing.
             pub mod send {
                 pub use crate::config::callbacks::Secret;
-                pub use crate::runs::callback::send::signature;
+                pub use crate::runs::callback::send::{retry_after, signature};
             }
         }
     }

@@ -779,9 +779,80 @@ pub fn cron_expr(data: &[u8]) {
         let tz = jiff::tz::TimeZone::get(zone).expect("a known zone");
         let mut at = from;
         for _ in 0..3 {
-            let next = cron.next_after(at, &tz).expect("an expression that fires has a next");
+            let next = cron
+                .next_after(at, &tz)
+                .expect("an expression that fires has a next");
             assert!(next > at, "occurrences go forward");
             at = next;
+        }
+    }
+}
+
+/// What the callbacks and signed endpoints of issue 34 read from outside,
+/// chosen by the first byte: 0 a callback secret file's text
+/// (`config::callbacks::Secret::parse`: one or two lines, `whsec_` base64
+/// or raw), 1 a receiver's `Retry-After` (`send::retry_after`), 2 a
+/// signed request's delivery id (`receive::delivery::id`: line 1 a header
+/// value, the rest a body, every verify scheme), 3 a `whsec_` text
+/// (`receive::signature::whsec`). No panic; a secret's error never quotes
+/// a line of it; a delivery id is 1 to 255 printable ASCII bytes; a key
+/// read from `whsec_` is read back from its own base64.
+pub fn notify_inputs(data: &[u8]) {
+    use base64::Engine as _;
+    use receive::signature::{whsec, Algo, Encoding, Scheme};
+    let Some((&pick, rest)) = data.split_first() else {
+        return;
+    };
+    let text = String::from_utf8_lossy(rest);
+    match pick % 4 {
+        0 => {
+            if let Err(e) = trigd::testing::runs::callback::send::Secret::parse(&text) {
+                assert!(!e.is_empty());
+                for line in text.lines().map(str::trim).filter(|l| l.len() >= 8) {
+                    assert!(!e.contains(line), "a secret in an error: {e}");
+                }
+            }
+        }
+        1 => {
+            let now: jiff::Timestamp = "2026-11-27T00:00:00Z".parse().expect("a time");
+            let wait = trigd::testing::runs::callback::send::retry_after(&text, now);
+            let t = text.trim();
+            if !t.is_empty() && t.len() <= 40 && t.bytes().all(|b| b.is_ascii_digit()) {
+                assert!(wait.is_some(), "{t:?}");
+            }
+        }
+        2 => {
+            let (line, body) = text.split_once('\n').unwrap_or((&text, ""));
+            for scheme in [
+                Scheme::Hmac(Algo::Sha256),
+                Scheme::Token,
+                Scheme::Stripe,
+                Scheme::Slack,
+                Scheme::StandardWebhooks,
+            ] {
+                let v = adapt::verifier(scheme, "x", "", Encoding::Hex, b"secret");
+                let headers: Vec<(String, String)> = [
+                    "x-github-delivery",
+                    "x-gitlab-event-uuid",
+                    "webhook-id",
+                    "svix-id",
+                ]
+                .iter()
+                .map(|h| (h.to_string(), line.to_string()))
+                .collect();
+                let id = receive::delivery::id(&v, &headers, body.as_bytes());
+                if let Some(id) = id {
+                    assert!(!id.is_empty() && id.len() <= receive::delivery::MAX_ID_BYTES);
+                    assert!(id.bytes().all(|b| (0x20..0x7f).contains(&b)), "{id:?}");
+                }
+            }
+        }
+        _ => {
+            if let Some(key) = whsec(&text) {
+                assert!(!key.is_empty());
+                let again = base64::engine::general_purpose::STANDARD.encode(&key);
+                assert_eq!(whsec(&format!("whsec_{again}")), Some(key));
+            }
         }
     }
 }
