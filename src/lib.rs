@@ -37,10 +37,11 @@
 //!   (cluster-wide with [state] url)                   shared_limits.rs the database's windows, leases)
 //! load and validate the config, hot reload           config/ (validate.rs, endpoint.rs, reload.rs, stamp.rs)
 //! start a run, read and check its values            invoke/ (mod.rs, read.rs, values.rs, signed.rs, answer.rs)
-//! signed endpoints (GitHub, Stripe… requests):       receive/ (signature.rs, payload.rs, values.rs, rules.rs)
-//!   signatures, payloads, rules
+//! signed endpoints (GitHub, Stripe… requests):       receive/ (signature.rs, payload.rs, values.rs, rules.rs,
+//!   signatures, payloads, rules, delivery ids        delivery.rs: the sender's id a redelivery repeats)
 //! a run once accepted: status, output, follow,      runs/ (mod.rs, follow.rs, replay.rs,
-//!   cancel, Idempotency-Key, callbacks, instances     idempotency.rs, callback/, cluster.rs)
+//!   cancel, Idempotency-Key, callbacks, instances     idempotency.rs, callback/ (mod.rs the service, send.rs
+//!   (callback formats: Slack, ntfy, healthchecks…)     Standard Webhooks signing, format.rs), cluster.rs)
 //! schedules: cron and time zones, catch-up,        schedule/ (cron.rs, plan.rs, timer.rs: one thread
 //!   overlap, the timer thread                         for all; compiled in config/schedules.rs)
 //! run slots, the wait queue, child processes        runner/ (mod.rs, queue.rs, step.rs, handle.rs)
@@ -106,6 +107,10 @@ pub mod testing {
         pub mod signature {
             pub use crate::receive::signature::*;
         }
+        /// A sender's delivery id.
+        pub mod delivery {
+            pub use crate::receive::delivery::*;
+        }
     }
     /// The DER walk of the TLS certificate store.
     pub mod tls {
@@ -135,7 +140,8 @@ pub mod testing {
         pub mod callback {
             /// Signing.
             pub mod send {
-                pub use crate::runs::callback::send::signature;
+                pub use crate::config::callbacks::Secret;
+                pub use crate::runs::callback::send::{retry_after, signature};
             }
         }
     }

@@ -220,6 +220,8 @@ fn open_app(cfg: config::Config) -> Result<Arc<App>, Error> {
     }
     crate::schedule::timer::start(&app, crate::schedule::Clock::SYSTEM)
         .map_err(|e| Error::Other(format!("cannot start the schedule timer: {e}")))?;
+    crate::schedule::overdue::watch(&app)
+        .map_err(|e| Error::Other(format!("cannot start the overdue watch: {e}")))?;
     Ok(app)
 }
 

@@ -437,6 +437,9 @@ impl Runner {
                 return Err(RunError::Storage(e));
             }
         }
+        if let Some(c) = self.callbacks() {
+            c.started(&rec);
+        }
         Ok(SyncRun { slot, rec, job })
     }
 
@@ -929,6 +932,9 @@ impl Runner {
         rec.started_at = Some(Time::now());
         if let Some(store) = &self.store {
             store.record(&rec);
+        }
+        if let Some(c) = self.callbacks() {
+            c.started(&rec);
         }
         let id = rec.run.clone();
         let ran = catch_unwind(AssertUnwindSafe(|| {

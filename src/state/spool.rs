@@ -31,8 +31,19 @@ pub struct Pending {
     /// from it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_attempt_ms: Option<u64>,
-    /// The exact JSON body sent on every attempt.
+    /// The URL called, when the callback's format makes another than
+    /// `delivery.url` (a `healthchecks` ping, ntfy's parameters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The exact body sent on every attempt.
     pub body: String,
+}
+
+impl Pending {
+    /// The URL each attempt calls.
+    pub fn url(&self) -> &str {
+        self.url.as_deref().unwrap_or(&self.delivery.url)
+    }
 }
 
 /// The directory of pending deliveries.
@@ -122,6 +133,8 @@ mod tests {
         let target = Target {
             url: "http://127.0.0.1:9/".into(),
             source: Source::Request,
+            format: crate::state::delivery::Format::Record,
+            on: Vec::new(),
         };
         for seq in [12, 3, 7] {
             let p = Pending {
@@ -130,6 +143,7 @@ mod tests {
                 index: 0,
                 delivery: Delivery::new(&target),
                 first_attempt_ms: None,
+                url: None,
                 body: format!("{{\"n\":{seq}}}"),
             };
             s.write(&p).unwrap();
