@@ -1,0 +1,50 @@
+-- Instances and leases, output chunks, the callback spool (owner: pgrun).
+
+-- One row per live instance: its lease on the runs it executes lasts
+-- until `expires_at` (renewed every lease/3). A row whose lease lapsed is
+-- deleted by the instance that adopts its runs.
+CREATE TABLE trigd_instances (
+    name text PRIMARY KEY,
+    started_at timestamptz NOT NULL DEFAULT now(),
+    renewed_at timestamptz NOT NULL DEFAULT now(),
+    expires_at timestamptz NOT NULL
+);
+
+-- Taking: async queued runs nobody has taken, oldest first.
+CREATE INDEX trigd_runs_free ON trigd_runs (seq) WHERE state = 'queued' AND instance IS NULL;
+-- An instance's runs (adoption when its lease lapses; its cancel requests).
+CREATE INDEX trigd_runs_instance ON trigd_runs (instance) WHERE instance IS NOT NULL
+    AND state IN ('queued', 'running');
+
+-- Kept output of runs, in chunks appended while the run executes (batched),
+-- up to `max_output_bytes` per stream: readable from any instance, also
+-- after the executing one is gone. `frames`: closed frames as the output
+-- file holds them (src/state/output.rs); removed with the run's record.
+CREATE TABLE trigd_output (
+    run text NOT NULL REFERENCES trigd_runs (id) ON DELETE CASCADE,
+    n integer NOT NULL,
+    frames bytea NOT NULL,
+    PRIMARY KEY (run, n)
+);
+
+-- The callback spool: one row per pending delivery; taken by one instance
+-- at a time (`FOR UPDATE SKIP LOCKED` and a lease in `taken_until`).
+CREATE TABLE trigd_callbacks (
+    seq bigserial PRIMARY KEY,
+    run text NOT NULL,
+    body jsonb NOT NULL,
+    taken_by text,
+    taken_until timestamptz,
+    due_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX trigd_callbacks_due ON trigd_callbacks (due_at);
+
+-- Schedules fire once per cluster: an occurrence fires only where the
+-- insert of its row succeeds.
+CREATE TABLE trigd_occurrences (
+    schedule text NOT NULL,
+    occurrence timestamptz NOT NULL,
+    instance text NOT NULL,
+    run text,
+    PRIMARY KEY (schedule, occurrence)
+);
