@@ -9,6 +9,7 @@
 use super::acme::defaults as acme;
 use super::callbacks::defaults as cb;
 use super::raw::defaults as server;
+use super::state_db::defaults as state;
 
 /// A key's default, as the page shows it.
 #[derive(Debug, Clone, Copy)]
@@ -105,6 +106,7 @@ pub const SECTIONS: &[Section] = &[
             key("tools", "array of tables", Is("none"), "endpoints for programs: `[[tools]]`"),
             key("callbacks", "table", Is("no callbacks"), "where completion callbacks may go and how they are signed: `[callbacks]`"),
             key("acme", "table", Is("none (no ACME)"), "obtain and renew the HTTPS certificate from an ACME directory: `[acme]`"),
+            key("state", "table", Is("none (the state directory)"), "keep the shared state in a PostgreSQL database instead of `state_dir`: `[state]`"),
         ],
     },
     Section {
@@ -238,6 +240,16 @@ pub const SECTIONS: &[Section] = &[
                 renewed at two thirds of its lifetime; kept in `state_dir/acme/`. Read at \
                 start only.",
         keys: ACME,
+    },
+    Section {
+        file: "config.toml",
+        header: "[state]",
+        path: "state",
+        about: "The PostgreSQL backend: run records, idempotency claims and the other shared \
+                state in one database that several instances share (docs/cluster.md). Without \
+                `url` everything stays in `state_dir`. Kept output of running runs and request \
+                bodies stay in `state_dir` either way. Read at start only.",
+        keys: STATE,
     },
     Section {
         file: "program files",
@@ -453,6 +465,15 @@ const ACME: &[Key] = &[
     key("timeout", "duration", Secs(acme::TIMEOUT_SECS), "time one request to the ACME server may take, connection and answer included"),
     key("retry_min", "duration", Secs(acme::RETRY_MIN_SECS), "the wait after a failed attempt; doubles with each failure in a row (plus up to a quarter of jitter)"),
     key("retry_max", "duration", Secs(acme::RETRY_MAX_SECS), "the longest wait between attempts; also the least time between two issuances"),
+];
+
+const STATE: &[Key] = &[
+    key("url", "string", Is("none (the state directory)"), "`postgres://USER@HOST:PORT/DATABASE?sslmode=MODE`; `sslmode` is `disable`, `prefer` (the default: TLS when offered, certificate not checked), `require` (TLS, certificate not checked) or `verify-full` (TLS, certificate and host name checked); a password in it is refused"),
+    key("password_env", "string", NONE, "environment variable holding the database password"),
+    key("password_file", "path", NONE, "file holding the database password, or `credential:NAME` for a systemd credential; at most one of this and `password_env`"),
+    key("ca_file", "path", NONE, "PEM file of the CA certificates trusted for the database's certificate under `verify-full`, instead of the bundled roots"),
+    key("lease", "duration", Secs(state::LEASE_SECS), "how long an instance's lease on the runs it executes lasts without a heartbeat (one every third of it); past it other instances end or retry its runs"),
+    key("pool", "integer", Count(state::POOL), "connections to the database per instance, at most"),
 ];
 
 const CALLBACKS: &[Key] = &[

@@ -73,6 +73,7 @@ pub mod idempotency;
 pub mod keys;
 pub mod output;
 pub mod passwords;
+pub mod pg;
 pub mod record;
 pub mod schedules;
 pub mod sessions;
@@ -82,18 +83,44 @@ pub mod time;
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Where trigd keeps its state, and the one door every kept thing is opened
 /// through: the run store, the idempotency claims, the application keys,
-/// the sessions, the callback spool, request bodies. Today a directory
-/// (`state_dir`) and the directory of application keys (`shared_state_dir`);
-/// a second backend is a second variant of what this holds, and each
-/// `open_*`/`*_file` picks its side, so nothing above `state/` changes.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// the sessions, the callback spool, request bodies. A directory
+/// (`state_dir`) and the directory of application keys
+/// (`shared_state_dir`), and with `[state] url` a PostgreSQL database
+/// ([`Backend::Database`]) for what instances share; each `open_*`/`*_file`
+/// picks its side, so nothing above `state/` changes.
+#[derive(Debug, Clone)]
 pub struct State {
     dir: PathBuf,
     shared: PathBuf,
+    backend: Backend,
 }
+
+/// Where the shared things are kept.
+#[derive(Debug, Clone)]
+pub enum Backend {
+    /// In `state_dir` (and `shared_state_dir`): one host.
+    Files,
+    /// In a PostgreSQL database several instances share; kept output of
+    /// running runs and request bodies stay in `state_dir`.
+    Database(Arc<pg::Db>),
+}
+
+impl PartialEq for State {
+    fn eq(&self, other: &State) -> bool {
+        let same_backend = match (&self.backend, &other.backend) {
+            (Backend::Files, Backend::Files) => true,
+            (Backend::Database(a), Backend::Database(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        };
+        self.dir == other.dir && self.shared == other.shared && same_backend
+    }
+}
+
+impl Eq for State {}
 
 impl State {
     /// The state kept in `state_dir`, application keys in
@@ -102,6 +129,23 @@ impl State {
         State {
             dir: state_dir.to_path_buf(),
             shared: shared_state_dir.to_path_buf(),
+            backend: Backend::Files,
+        }
+    }
+
+    /// The same directories, the shared things in `db`.
+    pub fn with_db(self, db: Arc<pg::Db>) -> State {
+        State {
+            backend: Backend::Database(db),
+            ..self
+        }
+    }
+
+    /// The database, with the PostgreSQL backend.
+    pub fn db(&self) -> Option<&Arc<pg::Db>> {
+        match &self.backend {
+            Backend::Database(db) => Some(db),
+            Backend::Files => None,
         }
     }
 

@@ -1,0 +1,1 @@
+-- Application keys, sessions, login throttling, rate limits (owner: pgshare).
