@@ -20,6 +20,7 @@
 //! nothing until it has renewed it; one that finds it was adopted stops
 //! what it still runs (those runs belong to another instance now).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
@@ -29,6 +30,7 @@ use super::queue::{Queued, Waiter};
 use super::{concurrency, lock, program_of, Cancel, Job, RunError, Runner};
 use crate::config::Config;
 use crate::state::pg::cluster::{self as sql, Beat, CancelAt};
+use crate::state::pg::output::{self as kept, Shipping};
 use crate::state::pg::Db;
 use crate::state::record::{RunInput, RunRecord, RunState};
 
@@ -46,6 +48,10 @@ pub(super) struct Shared {
     wake: Condvar,
     /// The lease is held (renewed within `lease`).
     leased: AtomicBool,
+    /// How far the output of each run executing here is copied to the
+    /// database; held while a copy is sent, so one run's chunks are
+    /// committed in order.
+    shipping: Mutex<HashMap<String, Shipping>>,
 }
 
 impl Shared {
@@ -91,6 +97,7 @@ impl Runner {
             woken: Mutex::new(false),
             wake: Condvar::new(),
             leased: AtomicBool::new(false),
+            shipping: Mutex::default(),
         });
         let _ = self.cluster.set(Arc::clone(&shared));
         let runner = Arc::clone(self);
@@ -119,6 +126,7 @@ impl Runner {
                 next_beat = Instant::now() + every;
                 self.beat(shared, &mut beat, &config());
             }
+            self.ship_live(shared);
             if beat.held(shared.lease) {
                 self.hand_on_cancels(shared);
                 if !closing {
@@ -241,7 +249,7 @@ impl Runner {
     /// Stop everything this instance holds: its lease was lost and another
     /// instance has adopted its runs (their records are that one's now).
     fn disown(&self) {
-        let dropped: Vec<Waiter> = {
+        let dropped: std::collections::VecDeque<Waiter> = {
             let mut s = lock(&self.slots);
             let (asyncs, rest) = s
                 .queue
@@ -257,6 +265,40 @@ impl Runner {
         }
         for handle in lock(&self.live).runs.values() {
             handle.abort();
+        }
+    }
+
+    /// Copy what the runs executing here printed since the last tick to
+    /// the database, in one statement.
+    fn ship_live(&self, shared: &Shared) {
+        let Some(store) = &self.store else { return };
+        let live: Vec<String> = lock(&self.live).runs.keys().cloned().collect();
+        let mut shipping = lock(&shared.shipping);
+        shipping.retain(|run, _| live.contains(run));
+        let chunks: Vec<kept::Chunk> = live
+            .iter()
+            .filter_map(|run| {
+                let s = shipping.entry(run.clone()).or_default();
+                s.collect(run, &store.output_path(run))
+            })
+            .collect();
+        if let Err(e) = kept::ship(&shared.db, chunks) {
+            log::warn!("cluster: cannot copy the output of the runs here: {e}");
+        }
+    }
+
+    /// Copy the rest of run `run`'s output to the database, at its end
+    /// (before the end is recorded: a reader that sees the end finds all
+    /// of it).
+    pub(super) fn ship_end(&self, run: &str) {
+        let (Some(shared), Some(store)) = (self.cluster.get(), &self.store) else {
+            return;
+        };
+        let mut shipping = lock(&shared.shipping);
+        let mut s = shipping.remove(run).unwrap_or_default();
+        let chunk = s.collect(run, &store.output_path(run));
+        if let Err(e) = kept::ship(&shared.db, chunk.into_iter().collect()) {
+            log::warn!("run {run}: cannot copy its output to the database: {e}");
         }
     }
 

@@ -965,6 +965,7 @@ impl Runner {
             Err(e) => no_handle(e),
         };
         drop(output);
+        self.ship_end(&rec.run);
         let mut outcome = outcome;
         self.record_outcome(&mut rec, job, &mut outcome);
         drop(live);

@@ -12,6 +12,7 @@
 
 use std::time::Duration;
 
+use postgres::types::Type;
 use postgres::Client;
 
 use super::{Db, DbError};
@@ -35,13 +36,13 @@ pub enum Beat {
 pub fn heartbeat(db: &Db, me: &str, lease: Duration) -> Result<Beat, DbError> {
     let ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
     let row = db.with(|c| {
-        c.query_one(
+        c.query_typed_one(
             "INSERT INTO trigd_instances (name, expires_at) \
              VALUES ($1, now() + $2::bigint * interval '1 millisecond') \
              ON CONFLICT (name) DO UPDATE SET renewed_at = now(), \
              expires_at = EXCLUDED.expires_at \
              RETURNING (xmax = 0) AS inserted",
-            &[&me, &ms],
+            &[(&me, Type::TEXT), (&ms, Type::INT8)],
         )
     })?;
     let inserted: bool = row.get(0);
@@ -54,9 +55,9 @@ pub fn heartbeat(db: &Db, me: &str, lease: Duration) -> Result<Beat, DbError> {
 /// The database failed.
 pub fn lapsed(db: &Db, me: &str) -> Result<Vec<String>, DbError> {
     let rows = db.with(|c| {
-        c.query(
+        c.query_typed(
             "SELECT name FROM trigd_instances WHERE expires_at < now() AND name <> $1",
-            &[&me],
+            &[(&me, Type::TEXT)],
         )
     })?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
@@ -88,25 +89,28 @@ pub struct Adopted {
 fn adopt_in(c: &mut Client, me: &str, dead: &str) -> Result<Option<Adopted>, postgres::Error> {
     let mut tx = c.transaction()?;
     if dead != me {
-        let locked = tx.query_opt(
+        let locked = tx.query_typed_opt(
             "SELECT 1 FROM trigd_instances WHERE name = $1 AND expires_at < now() \
              FOR UPDATE SKIP LOCKED",
-            &[&dead],
+            &[(&dead, Type::TEXT)],
         )?;
         if locked.is_none() {
             return Ok(None);
         }
     }
-    let rows = tx.query(
+    let rows = tx.query_typed(
         "UPDATE trigd_runs SET instance = CASE WHEN state = 'queued' \
            AND (record->>'Async')::boolean \
            AND NOT coalesce((record->'Input'->>'Body')::boolean, false) THEN NULL ELSE $1 END \
          WHERE instance = $2 AND state IN ('queued', 'running') \
          RETURNING instance IS NULL, record::text",
-        &[&me, &dead],
+        &[(&me, Type::TEXT), (&dead, Type::TEXT)],
     )?;
     if dead != me {
-        tx.execute("DELETE FROM trigd_instances WHERE name = $1", &[&dead])?;
+        tx.execute_typed(
+            "DELETE FROM trigd_instances WHERE name = $1",
+            &[(&dead, Type::TEXT)],
+        )?;
     }
     tx.commit()?;
     let mut adopted = Adopted::default();
@@ -132,7 +136,7 @@ fn adopt_in(c: &mut Client, me: &str, dead: &str) -> Result<Option<Adopted>, pos
 pub fn take(db: &Db, me: &str) -> Result<Option<RunRecord>, DbError> {
     let prefix = format!("{me}-%");
     let row = db.with(|c| {
-        c.query_opt(
+        c.query_typed_opt(
             "UPDATE trigd_runs SET instance = $1 WHERE id = ( \
                SELECT id FROM trigd_runs WHERE state = 'queued' AND instance IS NULL \
                AND (record->>'Async')::boolean \
@@ -140,7 +144,7 @@ pub fn take(db: &Db, me: &str) -> Result<Option<RunRecord>, DbError> {
                AND EXISTS (SELECT 1 FROM trigd_instances WHERE name = $1 AND expires_at > now()) \
                ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED) \
              AND state = 'queued' AND instance IS NULL RETURNING record::text",
-            &[&me, &prefix],
+            &[(&me, Type::TEXT), (&prefix, Type::TEXT)],
         )
     })?;
     Ok(row.and_then(|r| parse(&r.get::<_, String>(0))))
@@ -165,21 +169,21 @@ pub enum CancelAt {
 /// The database failed.
 pub fn cancel(db: &Db, me: &str, id: &str) -> Result<CancelAt, DbError> {
     let taken = db.with(|c| {
-        c.query_opt(
+        c.query_typed_opt(
             "UPDATE trigd_runs SET instance = $1 \
              WHERE id = $2 AND state = 'queued' AND instance IS NULL RETURNING record::text",
-            &[&me, &id],
+            &[(&me, Type::TEXT), (&id, Type::TEXT)],
         )
     })?;
     if let Some(rec) = taken.and_then(|r| parse(&r.get::<_, String>(0))) {
         return Ok(CancelAt::Taken(rec));
     }
     let asked = db.with(|c| {
-        c.query_opt(
+        c.query_typed_opt(
             "UPDATE trigd_runs SET cancel_requested = true \
              WHERE id = $1 AND state IN ('queued', 'running') AND instance <> $2 \
              RETURNING instance",
-            &[&id, &me],
+            &[(&id, Type::TEXT), (&me, Type::TEXT)],
         )
     })?;
     Ok(match asked {
@@ -195,11 +199,11 @@ pub fn cancel(db: &Db, me: &str, id: &str) -> Result<CancelAt, DbError> {
 /// The database failed.
 pub fn cancels(db: &Db, me: &str) -> Result<Vec<String>, DbError> {
     let rows = db.with(|c| {
-        c.query(
+        c.query_typed(
             "UPDATE trigd_runs SET cancel_requested = false \
              WHERE instance = $1 AND cancel_requested AND state IN ('queued', 'running') \
              RETURNING id",
-            &[&me],
+            &[(&me, Type::TEXT)],
         )
     })?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
@@ -212,10 +216,10 @@ pub fn cancels(db: &Db, me: &str) -> Result<Vec<String>, DbError> {
 /// The database failed.
 pub fn give_back(db: &Db, me: &str, id: &str) -> Result<(), DbError> {
     db.with(|c| {
-        c.execute(
+        c.execute_typed(
             "UPDATE trigd_runs SET instance = NULL \
              WHERE id = $1 AND instance = $2 AND state = 'queued'",
-            &[&id, &me],
+            &[(&id, Type::TEXT), (&me, Type::TEXT)],
         )
     })
     .map(drop)

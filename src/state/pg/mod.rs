@@ -17,6 +17,8 @@
 //! parse, bind and execute together), so the count is the number of round
 //! trips to the server.
 
+pub mod cluster;
+pub mod output;
 pub mod schema;
 pub mod settings;
 mod tls;

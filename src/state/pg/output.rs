@@ -18,6 +18,8 @@ use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use postgres::types::Type;
+
 use super::{Db, DbError};
 use crate::state::output::{self, Pos};
 
@@ -75,11 +77,15 @@ pub fn ship(db: &Db, chunks: Vec<Chunk>) -> Result<(), DbError> {
         frames.push(data);
     }
     db.with(|c| {
-        c.execute(
+        c.execute_typed(
             "INSERT INTO trigd_output (run, n, frames) \
              SELECT * FROM unnest($1::text[], $2::integer[], $3::bytea[]) \
              ON CONFLICT DO NOTHING",
-            &[&runs, &ns, &frames],
+            &[
+                (&runs, Type::TEXT_ARRAY),
+                (&ns, Type::INT4_ARRAY),
+                (&frames, Type::BYTEA_ARRAY),
+            ],
         )
     })
     .map(drop)
@@ -118,9 +124,9 @@ impl Mirror {
     /// The database failed, or the file cannot be written.
     pub fn sync(&mut self, db: &Db) -> Result<(), DbError> {
         let rows = db.with(|c| {
-            c.query(
+            c.query_typed(
                 "SELECT n, frames FROM trigd_output WHERE run = $1 AND n >= $2 ORDER BY n",
-                &[&self.run, &self.next],
+                &[(&self.run, Type::TEXT), (&self.next, Type::INT4)],
             )
         })?;
         if rows.is_empty() {
