@@ -202,6 +202,7 @@ fn open_app(cfg: config::Config) -> Result<Arc<App>, Error> {
     let interrupted = store.interrupted_at_open().to_vec();
     let callbacks = callback::Service::start(
         &state,
+        &cfg.server.instance,
         Arc::clone(&store),
         &cfg.server.callbacks,
         &interrupted,

@@ -208,6 +208,13 @@ impl Runner {
         for rec in adopted.runs {
             self.end_adopted(shared, rec, dead, cfg);
         }
+        if let (Some(c), false) = (self.callbacks(), adopted.callbacks.is_empty()) {
+            log::warn!(
+                "cluster: sending the {} pending callback deliveries of instance {dead}",
+                adopted.callbacks.len()
+            );
+            c.resume(adopted.callbacks);
+        }
         if adopted.requeued > 0 {
             shared.wake();
         }

@@ -17,6 +17,7 @@ use postgres::Client;
 
 use super::{Db, DbError};
 use crate::state::record::RunRecord;
+use crate::state::spool::Pending;
 
 /// What a heartbeat found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,6 +85,8 @@ pub struct Adopted {
     pub requeued: usize,
     /// Runs now held by the adopting instance.
     pub runs: Vec<RunRecord>,
+    /// The pending callback deliveries it held, now the adopter's to send.
+    pub callbacks: Vec<Pending>,
 }
 
 fn adopt_in(c: &mut Client, me: &str, dead: &str) -> Result<Option<Adopted>, postgres::Error> {
@@ -106,14 +109,15 @@ fn adopt_in(c: &mut Client, me: &str, dead: &str) -> Result<Option<Adopted>, pos
          RETURNING instance IS NULL, record::text",
         &[(&me, Type::TEXT), (&dead, Type::TEXT)],
     )?;
+    let mut adopted = Adopted::default();
     if dead != me {
+        adopted.callbacks = adopt_callbacks(&mut tx, me, dead)?;
         tx.execute_typed(
             "DELETE FROM trigd_instances WHERE name = $1",
             &[(&dead, Type::TEXT)],
         )?;
     }
     tx.commit()?;
-    let mut adopted = Adopted::default();
     for row in &rows {
         if row.get::<_, bool>(0) {
             adopted.requeued += 1;
@@ -122,6 +126,33 @@ fn adopt_in(c: &mut Client, me: &str, dead: &str) -> Result<Option<Adopted>, pos
         }
     }
     Ok(Some(adopted))
+}
+
+/// Move the pending callback deliveries `dead` held to `me`, and the
+/// ended runs they report with them (their records are written by the
+/// sender: the delivery's attempts).
+fn adopt_callbacks(
+    tx: &mut postgres::Transaction<'_>,
+    me: &str,
+    dead: &str,
+) -> Result<Vec<Pending>, postgres::Error> {
+    let rows = tx.query_typed(
+        "UPDATE trigd_callbacks SET holder = $1 WHERE holder = $2 RETURNING pending::text",
+        &[(&me, Type::TEXT), (&dead, Type::TEXT)],
+    )?;
+    if !rows.is_empty() {
+        tx.execute_typed(
+            "UPDATE trigd_runs SET instance = $1 WHERE instance = $2 \
+             AND id IN (SELECT run FROM trigd_callbacks WHERE holder = $1)",
+            &[(&me, Type::TEXT), (&dead, Type::TEXT)],
+        )?;
+    }
+    let mut found: Vec<Pending> = rows
+        .iter()
+        .filter_map(|r| super::spool::parse(&r.get::<_, String>(0)))
+        .collect();
+    found.sort_by_key(|p| p.seq);
+    Ok(found)
 }
 
 /// Take the oldest async run of the cluster queue for `me`: it is marked

@@ -27,17 +27,17 @@ CREATE TABLE trigd_output (
     PRIMARY KEY (run, n)
 );
 
--- The callback spool: one row per pending delivery; taken by one instance
--- at a time (`FOR UPDATE SKIP LOCKED` and a lease in `taken_until`).
+-- The callback spool: one row per pending delivery (`spool::Pending` as
+-- JSON), sent only by its holder: the instance that ended the run, or the
+-- one that adopted them when the holder's lease lapsed. `seq` is unique in
+-- the cluster (the holder's start time in ms, shifted, plus a counter).
 CREATE TABLE trigd_callbacks (
-    seq bigserial PRIMARY KEY,
+    holder text NOT NULL,
+    seq bigint NOT NULL,
     run text NOT NULL,
-    body jsonb NOT NULL,
-    taken_by text,
-    taken_until timestamptz,
-    due_at timestamptz NOT NULL DEFAULT now()
+    pending jsonb NOT NULL,
+    PRIMARY KEY (holder, seq)
 );
-CREATE INDEX trigd_callbacks_due ON trigd_callbacks (due_at);
 
 -- Schedules fire once per cluster: an occurrence fires only where the
 -- insert of its row succeeds.

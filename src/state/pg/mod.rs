@@ -21,6 +21,7 @@ pub mod cluster;
 pub mod output;
 pub mod schema;
 pub mod settings;
+pub mod spool;
 mod tls;
 
 use std::fmt;
