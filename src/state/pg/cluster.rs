@@ -263,3 +263,24 @@ fn parse(text: &str) -> Option<RunRecord> {
         .inspect_err(|e| log::error!("state: a run record in the database does not parse: {e}"))
         .ok()
 }
+
+/// Claim occurrence `at_ms` (Unix ms) of schedule `schedule` for `me`:
+/// whether this instance is the one to handle it (its insert succeeded;
+/// another instance's came first otherwise).
+///
+/// # Errors
+/// The database failed (the occurrence is not handled here then).
+pub fn claim_occurrence(db: &Db, me: &str, schedule: &str, at_ms: i64) -> Result<bool, DbError> {
+    let n = db.with(|c| {
+        c.execute_typed(
+            "INSERT INTO trigd_occurrences (schedule, occurrence, instance) \
+             VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+            &[
+                (&schedule, Type::TEXT),
+                (&at_ms, Type::INT8),
+                (&me, Type::TEXT),
+            ],
+        )
+    })?;
+    Ok(n == 1)
+}

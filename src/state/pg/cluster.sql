@@ -39,12 +39,13 @@ CREATE TABLE trigd_callbacks (
     PRIMARY KEY (holder, seq)
 );
 
--- Schedules fire once per cluster: an occurrence fires only where the
--- insert of its row succeeds.
+-- Schedules fire once per cluster: an occurrence (Unix ms) is handled
+-- (run or recorded skipped) only by the instance whose insert of its row
+-- succeeds.
 CREATE TABLE trigd_occurrences (
     schedule text NOT NULL,
-    occurrence timestamptz NOT NULL,
+    occurrence bigint NOT NULL,
     instance text NOT NULL,
-    run text,
+    claimed_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (schedule, occurrence)
 );
