@@ -152,11 +152,15 @@ impl Runner {
                     self.disown();
                 }
                 lease.renewed = Some(sent);
+                lease.healthy_since.get_or_insert(sent);
                 if !lease.adopted_own {
                     lease.adopted_own = self.adopt(shared, &shared.me, cfg);
                 }
             }
-            Err(e) => log::warn!("cluster: cannot renew this instance's lease: {e}"),
+            Err(e) => {
+                lease.healthy_since = None;
+                log::warn!("cluster: cannot renew this instance's lease: {e}");
+            }
         }
         let held = lease.held(shared.lease);
         if held != shared.leased.swap(held, Ordering::SeqCst) {
@@ -170,7 +174,12 @@ impl Runner {
                 );
             }
         }
-        if held {
+        // After an outage of the database (or at start), the others get a
+        // whole lease to renew theirs before any is taken for dead.
+        let settled = lease
+            .healthy_since
+            .is_some_and(|t| t.elapsed() >= shared.lease);
+        if held && settled {
             self.adopt_lapsed(shared, cfg);
         }
     }
@@ -486,6 +495,8 @@ struct Lease {
     renewed: Option<Instant>,
     /// This instance's runs from before its start were adopted.
     adopted_own: bool,
+    /// Since when every renewal succeeded.
+    healthy_since: Option<Instant>,
 }
 
 impl Lease {

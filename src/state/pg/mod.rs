@@ -22,6 +22,7 @@ pub mod output;
 pub mod schema;
 pub mod settings;
 pub mod spool;
+pub mod unwritten;
 mod tls;
 
 use std::fmt;
