@@ -200,3 +200,43 @@ fn output_is_read_through_the_other_instance_also_after_the_owner_is_killed() {
         format!("the follow through b: {text}"),
     );
 }
+
+/// Program 2: `tick`, scheduled every second.
+const TICK: &str = r#"
+id = 2
+name = "tick"
+
+[[functions]]
+name = "tick"
+steps = [{ shell = "printf tick" }]
+[[functions.schedules]]
+name = "s"
+cron = "* * * * * *"
+"#;
+
+#[test]
+fn a_schedule_fires_once_per_cluster() {
+    let db = pg_database("pgrun_sched");
+    let start = |name: &str| {
+        let server = format!("instance = {name:?}");
+        let dir = setup(&format!("pgrun_sched_{name}"), &server, &[("t.toml", TICK)]);
+        db.configure(&dir, LEASE);
+        let t = Trigd::start(&dir);
+        (dir, t)
+    };
+    let (_da, a) = start("a");
+    let (_db, b) = start("b");
+    let by = "record->>'By' = 'schedule:2/tick/s'";
+    let ok = wait_until(Duration::from_secs(30), || {
+        db.count(&format!("SELECT count(*) FROM trigd_runs WHERE {by} AND state = 'finished'")) >= 6
+    });
+    a.check(ok, "six occurrences ran");
+    let twice = db.psql(&format!(
+        "SELECT record->>'ScheduledAt' FROM trigd_runs WHERE {by} \
+         GROUP BY 1 HAVING count(*) > 1"
+    ));
+    b.check_eq(twice, String::new(), "occurrences that ran twice");
+    let claimed = db.count("SELECT count(DISTINCT occurrence) FROM trigd_occurrences");
+    let runs = db.count(&format!("SELECT count(*) FROM trigd_runs WHERE {by}"));
+    b.check(claimed >= runs, format!("each run's occurrence was claimed: {claimed} >= {runs}"));
+}
