@@ -110,7 +110,7 @@ enum Backend {
         /// Writes since the last trim of old runs.
         writes: std::sync::atomic::AtomicU64,
         /// State changes made while the database was unreachable.
-        unwritten: Unwritten,
+        unwritten: Box<Unwritten>,
     },
 }
 
@@ -149,7 +149,7 @@ impl RunStore {
                 state_dir: state_dir.to_path_buf(),
                 retention: retention.max(1),
                 writes: std::sync::atomic::AtomicU64::new(0),
-                unwritten: Unwritten::default(),
+                unwritten: Box::default(),
             },
         }
     }

@@ -186,7 +186,7 @@ pub fn take(db: &Db, me: &str) -> Result<Option<RunRecord>, DbError> {
 pub enum CancelAt {
     /// The run was in the cluster queue: `me` has taken it, to record it
     /// `cancelled`.
-    Taken(RunRecord),
+    Taken(Box<RunRecord>),
     /// Another instance holds it: it was asked to stop it.
     Asked(String),
     /// Neither: it is this instance's, has ended, or is unknown.
@@ -207,7 +207,7 @@ pub fn cancel(db: &Db, me: &str, id: &str) -> Result<CancelAt, DbError> {
         )
     })?;
     if let Some(rec) = taken.and_then(|r| parse(&r.get::<_, String>(0))) {
-        return Ok(CancelAt::Taken(rec));
+        return Ok(CancelAt::Taken(Box::new(rec)));
     }
     let asked = db.with(|c| {
         c.query_typed_opt(

@@ -24,8 +24,8 @@ pub mod runs;
 pub mod schema;
 pub mod settings;
 pub mod spool;
-pub mod unwritten;
 mod tls;
+pub mod unwritten;
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
