@@ -883,7 +883,12 @@ impl Runner {
         }
         let rec = self.store.as_ref()?.get(&q.run);
         let Some(rec) = rec.filter(|r| r.state == RunState::Queued) else {
-            log::error!("run {}: its queued record cannot be read; not run", q.run);
+            match self.cluster.get() {
+                // Taken from the cluster queue while the database failed:
+                // it goes back there once it answers.
+                Some(shared) => shared.lost(q.run),
+                None => log::error!("run {}: its queued record cannot be read; not run", q.run),
+            }
             return None;
         };
         let input = rec.input.clone().unwrap_or_default();
