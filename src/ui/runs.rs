@@ -45,8 +45,9 @@ pub(super) fn signed_in(
     next: &str,
 ) -> Result<Session, Response> {
     match app.access.session(cfg, req) {
-        Some(SignedIn { session, .. }) => Ok(session),
-        None => Err(login_required(req, next).unwrap_or_else(Response::from)),
+        Ok(Some(SignedIn { session, .. })) => Ok(session),
+        Ok(None) => Err(login_required(req, next).unwrap_or_else(Response::from)),
+        Err(e) => Err(Response::from(e)),
     }
 }
 
