@@ -49,11 +49,10 @@
 //!   one door (State), every file operation on it      a run's typed record, commit.rs the group commit, time.rs,
 //!                                                     output.rs, idempotency.rs, ...)
 //!   or, with [state] url, in PostgreSQL               state/pg/ (mod.rs: Db, the pool; schema.rs the
-//!                                                     migrations, *.sql; settings.rs, tls.rs; cluster.rs
-//!                                                     leases, taking, adoption; output.rs, spool.rs,
-//!                                                     unwritten.rs)
 //!                                                     migrations, *.sql; settings.rs, tls.rs; keys.rs,
-//!                                                     sessions.rs, limits.rs, watch.rs: what access keeps)
+//!                                                     sessions.rs, limits.rs, watch.rs: what access keeps;
+//!                                                     cluster.rs leases, taking, adoption; output.rs,
+//!                                                     spool.rs, unwritten.rs: runs not tied to a host)
 //! adnanh/webhook hooks files, import-webhook        compat/webhook/ (what removing it takes: compat/mod.rs)
 //! the browser pages (maud templates)                ui/ (login, settings, endpoints, runs, schedules, switch, view)
 //! the only unsafe code, and each speed trick        sys/ (spawn.rs: how a step starts, the clone

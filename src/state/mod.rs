@@ -47,7 +47,6 @@
 //! database, the executing instance also copies kept output to it
 //! (`pg::output`), and another instance reads that copy into a temporary
 //! `output/<hex>.<16 hex>.mirror` file, removed when its reader is done.
-//! backend: they are read by path (`follow`, a step's stdin).
 //! With the database, application keys, sessions and the limiters'
 //! windows are its tables `trigd_app_keys`, `trigd_sessions` and
 //! `trigd_limits` ([`pg::keys`], [`pg::sessions`], [`pg::limits`]; the
