@@ -44,13 +44,16 @@
 //!   (callback formats: Slack, ntfy, healthchecks…)     Standard Webhooks signing, format.rs), cluster.rs)
 //! schedules: cron and time zones, catch-up,        schedule/ (cron.rs, plan.rs, timer.rs: one thread
 //!   overlap, the timer thread                         for all; compiled in config/schedules.rs)
-//! run slots, the wait queue, child processes        runner/ (mod.rs, queue.rs, step.rs, handle.rs)
+//! run slots, the wait queue, child processes        runner/ (mod.rs, queue.rs, step.rs, handle.rs;
+//!   the cluster queue and leases (database)           cluster.rs: the lease thread)
 //! what is kept in the state directory: one table,   state/ (mod.rs: State, Kept; store.rs the run log, record.rs
 //!   one door (State), every file operation on it      a run's typed record, commit.rs the group commit, time.rs,
 //!                                                     output.rs, idempotency.rs, ...)
 //!   or, with [state] url, in PostgreSQL               state/pg/ (mod.rs: Db, the pool; schema.rs the
 //!                                                     migrations, *.sql; settings.rs, tls.rs; keys.rs,
-//!                                                     sessions.rs, limits.rs, watch.rs: what access keeps)
+//!                                                     sessions.rs, limits.rs, watch.rs: what access keeps;
+//!                                                     cluster.rs leases, taking, adoption; output.rs,
+//!                                                     spool.rs, unwritten.rs: runs not tied to a host)
 //! adnanh/webhook hooks files, import-webhook        compat/webhook/ (what removing it takes: compat/mod.rs)
 //! the browser pages (maud templates)                ui/ (login, settings, endpoints, runs, schedules, switch, view)
 //! the only unsafe code, and each speed trick        sys/ (spawn.rs: how a step starts, the clone
