@@ -894,12 +894,21 @@ impl ApiError {
                 log::error!("state: {err}");
                 ApiError::Internal
             }
+            // Answered as a repeat by `runs::replay` before this is seen.
+            DbError::Claimed(_) => ApiError::StateUnavailable,
         }
     }
 
     /// The answer to a run that could not be recorded: `disk_full` when
-    /// the state dir's disk (or quota) is full, else `storage_unavailable`.
+    /// the state dir's disk (or quota) is full, `state_unavailable` when
+    /// the database failed, else `storage_unavailable`.
     pub fn storage(err: &std::io::Error) -> ApiError {
+        if let Some(db) = err
+            .get_ref()
+            .and_then(|e| e.downcast_ref::<crate::state::pg::DbError>())
+        {
+            return ApiError::db(db);
+        }
         log::error!("cannot record a run, so it is refused: {err}");
         match err.raw_os_error() {
             Some(libc::ENOSPC | libc::EDQUOT) => ApiError::DiskFull,

@@ -192,7 +192,7 @@ fn open_app(cfg: config::Config) -> Result<Arc<App>, Error> {
             .is_some_and(|f| f.retry_on_restart)
     };
     let (store, resumed) = state
-        .open_runs(cfg.server.run_retention, retry)
+        .open_runs(cfg.server.run_retention, &cfg.server.instance, retry)
         .map_err(io_error(Kept::Runs))?;
     let store = Arc::new(store);
     store.start_flusher();

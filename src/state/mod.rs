@@ -158,16 +158,26 @@ impl State {
     }
 
     /// Open the run records ([`store::RunStore::open`]): the store, and the
-    /// queue of accepted runs to start again, in order.
+    /// queue of accepted runs to start again, in order. In the database
+    /// (written as `instance`), nothing is queued again here: the leases
+    /// decide.
     ///
     /// # Errors
     /// The run log cannot be created, read or compacted.
     pub fn open_runs(
         &self,
         retention: usize,
+        instance: &str,
         retry: impl Fn(&record::RunRecord) -> bool,
     ) -> io::Result<(store::RunStore, Vec<String>)> {
-        store::RunStore::open(&self.dir, retention, retry)
+        match &self.backend {
+            Backend::Files => store::RunStore::open(&self.dir, retention, retry),
+            Backend::Database(db) => {
+                let runs =
+                    store::RunStore::database(Arc::clone(db), instance, &self.dir, retention);
+                Ok((runs, Vec::new()))
+            }
+        }
     }
 
     /// Open the idempotency claims made at `oldest` (Unix seconds) or later.

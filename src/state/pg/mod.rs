@@ -17,6 +17,8 @@
 //! parse, bind and execute together), so the count is the number of round
 //! trips to the server.
 
+pub mod claims;
+pub mod runs;
 pub mod schema;
 pub mod settings;
 mod tls;
@@ -44,6 +46,9 @@ pub enum DbError {
     Schema(String),
     /// The statement failed for another reason (a bug or a constraint).
     Query(postgres::Error),
+    /// The run was not recorded: its Idempotency-Key is held by this run
+    /// (the request is answered as a repeat of it).
+    Claimed(String),
 }
 
 impl fmt::Display for DbError {
@@ -52,6 +57,7 @@ impl fmt::Display for DbError {
             DbError::Unavailable(why) => write!(f, "the database is unavailable: {why}"),
             DbError::Schema(why) => f.write_str(why),
             DbError::Query(e) => write!(f, "database error: {e}"),
+            DbError::Claimed(run) => write!(f, "the Idempotency-Key is held by run {run}"),
         }
     }
 }
@@ -117,6 +123,8 @@ pub struct Db {
     freed: Condvar,
     round_trips: AtomicU64,
     health: Mutex<Health>,
+    /// Idempotency claims waiting for their run's first write.
+    pub claims: claims::Pending,
 }
 
 impl fmt::Debug for Db {
@@ -136,6 +144,7 @@ impl Db {
             freed: Condvar::new(),
             round_trips: AtomicU64::new(0),
             health: Mutex::new(Health::default()),
+            claims: claims::Pending::default(),
         }
     }
 

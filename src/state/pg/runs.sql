@@ -20,18 +20,19 @@ CREATE TABLE trigd_runs (
     record jsonb NOT NULL
 );
 CREATE INDEX trigd_runs_queue ON trigd_runs (seq) WHERE state = 'queued';
+CREATE INDEX trigd_runs_created ON trigd_runs (created_at DESC, seq DESC);
 CREATE INDEX trigd_runs_state ON trigd_runs (state, seq);
 CREATE INDEX trigd_runs_owner ON trigd_runs (owner, seq);
 CREATE INDEX trigd_runs_ended ON trigd_runs (ended_at) WHERE ended_at IS NOT NULL;
 
--- Idempotency claims (owner: pg): one per (caller, key hash), inserted in
--- the statement that records the run, so the two cannot part.
+-- Idempotency claims (owner: pg): one per sha256(caller, key), inserted in
+-- the statement that records the run, so the two cannot part. A claim
+-- past `expires_at` (idempotency_window) may be taken by a new request.
 CREATE TABLE trigd_idempotency (
-    scope text NOT NULL,
-    key_hash text NOT NULL,
+    key_hash text PRIMARY KEY,
     request_hash text NOT NULL,
     run_id text NOT NULL,
     created_at timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (scope, key_hash)
+    expires_at timestamptz NOT NULL
 );
-CREATE INDEX trigd_idempotency_created ON trigd_idempotency (created_at);
+CREATE INDEX trigd_idempotency_expires ON trigd_idempotency (expires_at);
