@@ -1035,3 +1035,69 @@ fn a_cancelled_run_is_reported_cancelled() {
         format!("the callback says cancelled: {got:#?}"),
     );
 }
+
+/// With the PostgreSQL backend and two instances, each delivery is sent by
+/// one instance (the one that ended its run); when that one is killed
+/// with deliveries pending, the other adopts them with its runs and sends
+/// each once, the cut-off run reported `interrupted`.
+#[test]
+fn two_instances_on_a_database_send_each_delivery_once_also_after_a_kill() {
+    let db = pg_database("cb_two_instances");
+    let up = Arc::new(AtomicU16::new(503));
+    let up2 = Arc::clone(&up);
+    let rx = Receiver::start(Receiver::bind(), move |_| {
+        Answer::Status(up2.load(Ordering::SeqCst))
+    });
+    let fixed = rx.url("/f");
+    let start = |name: &str| {
+        let dir = setup_cb(
+            &format!("cb-two-{name}"),
+            &[],
+            &[("p.toml", &program(Some(&fixed)))],
+        );
+        let conf = dir.read("config.toml");
+        dir.write("config.toml", &conf.replacen("[server]", &format!("[server]\ninstance = \"{name}\""), 1));
+        db.configure(&dir, r#"lease = "2s""#);
+        let t = Trigd::start(&dir);
+        (dir, t)
+    };
+    let (_da, mut a) = start("a");
+    let runs: Vec<String> = (0..3)
+        .map(|i| start_run(&a, KEY_CB, "ok", &vars(&["x"]), Some(&rx.url(&format!("/r{i}")))))
+        .collect();
+    for run in &runs {
+        a.wait_for(LONG, "an attempt of each run", || {
+            run_record(&a, run)["Callbacks"][0]["AttemptCount"].as_u64() >= Some(1)
+        });
+    }
+    let slow = start_run(&a, KEY, "slow", "", None);
+    a.wait_for(WAIT, "the slow run to start", || {
+        run_record(&a, &slow)["State"] == "running"
+    });
+    let (_db, b) = start("b");
+    let done = start_run(&b, KEY_CB, "ok", &vars(&["y"]), None);
+    a.kill9();
+    up.store(200, Ordering::SeqCst);
+    for run in runs.iter().chain([&done]) {
+        wait_delivery(&b, run, 0, "delivered");
+    }
+    let rec = wait_delivery(&b, &slow, 0, "delivered");
+    b.check(rec["State"] == "interrupted", format!("{rec}"));
+    for run in &runs {
+        wait_delivery(&b, run, 1, "delivered");
+    }
+    let got = rx.got();
+    for run in runs.iter().chain([&done, &slow]) {
+        let oks = got
+            .iter()
+            .filter(|g| g.header("trigd-run") == run && g.status == Some(200))
+            .count();
+        let want = if runs.contains(run) { 2 } else { 1 };
+        b.check(oks == want, format!("run {run}: {oks} deliveries, want {want}: once each"));
+    }
+    b.check_eq(
+        db.count("SELECT count(*) FROM trigd_callbacks"),
+        0,
+        "no delivery left in the spool",
+    );
+}

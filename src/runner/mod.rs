@@ -29,6 +29,7 @@
 //! [`queue`]; the execution of one function (processes, timeouts, output)
 //! in [`step`].
 
+pub mod cluster;
 pub mod handle;
 mod queue;
 pub mod step;
@@ -345,6 +346,8 @@ pub struct Runner {
     /// `max_waiting_bytes`); added to under the slots lock.
     waiting_bytes: AtomicUsize,
     callbacks: OnceLock<Arc<Callbacks>>,
+    /// The cluster queue, with the PostgreSQL backend ([`Runner::share`]).
+    cluster: OnceLock<Arc<cluster::Shared>>,
 }
 
 impl Runner {
@@ -366,6 +369,7 @@ impl Runner {
             children: AtomicUsize::new(0),
             waiting_bytes: AtomicUsize::new(0),
             callbacks: OnceLock::new(),
+            cluster: OnceLock::new(),
         }
     }
 
@@ -573,6 +577,11 @@ impl Runner {
     /// [`RunError::Cancelled`]); a running one is stopped (SIGTERM to its
     /// process group, SIGKILL after `kill_grace`) and ends `cancelled`.
     pub fn cancel(&self, id: &str) -> Cancel {
+        // With a database, the run may be in the cluster queue or held by
+        // another instance.
+        if let Some(done) = self.cluster.get().and_then(|c| self.cancel_shared(c, id)) {
+            return done;
+        }
         // A run passes from recorded to queued or live without the
         // record showing it: look again for a moment before giving up.
         for _ in 0..50 {
@@ -688,6 +697,9 @@ impl Runner {
     /// past `max_waiting_bytes`, [`RunError::Storage`] when the record
     /// cannot be written: nothing is accepted that is not recorded.
     pub fn start_async(self: &Arc<Self>, job: Job) -> Result<String, RunError> {
+        if let Some(shared) = self.cluster.get() {
+            return self.start_shared(shared, job);
+        }
         let (key, n) = (job.slot_key(), job.concurrency());
         let in_memory = job.kept_in_memory(self.store.is_some());
         let held = if in_memory { job.kept_bytes() } else { 0 };
@@ -790,6 +802,9 @@ impl Runner {
         let (next, freed) = lock(&self.slots).release(key);
         if freed {
             self.freed.notify_all();
+            if let Some(shared) = self.cluster.get() {
+                shared.wake();
+            }
         }
         wake(next?)
     }
@@ -950,6 +965,7 @@ impl Runner {
             Err(e) => no_handle(e),
         };
         drop(output);
+        self.ship_end(&rec.run);
         let mut outcome = outcome;
         self.record_outcome(&mut rec, job, &mut outcome);
         drop(live);

@@ -24,6 +24,7 @@ use crate::http::{ApiError, Request, Response};
 use crate::invoke;
 use crate::runner::Cancel;
 use crate::state::output;
+use crate::state::pg::output::Mirror;
 use crate::state::record::{Origin, Owner, RunRecord, RunState};
 use follow::{End, Follower, Live};
 
@@ -195,16 +196,38 @@ pub fn output(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Respon
     let follow = invoke::parse_bool("follow", req.query_one("follow")?)?;
     reject_unknown(req, &OUTPUT_PARAMS)?;
     let path = app.store.output_path(&rec.run);
+    // With a database, output of a run not executed here is read from it.
+    let here = app.runner.handle(&rec.run).is_some() || output::open(&path).is_some();
+    let db = app.state.db().filter(|_| !here);
     if follow || invoke::wants_events(req) {
-        let store = std::sync::Arc::clone(&app.store);
+        let store = Arc::clone(&app.store);
         let run = rec.run.clone();
-        let end: End = Box::new(move || end_event(&store, &run));
-        let runner = std::sync::Arc::clone(&app.runner);
-        let run = rec.run.clone();
+        let runner = Arc::clone(&app.runner);
         let live: Live = Box::new(move || runner.handle(&run));
-        return Ok(follow::events(Follower::new(path, end, live)));
+        let run = rec.run.clone();
+        let Some(db) = db else {
+            let end: End = Box::new(move || end_event(&store, &run));
+            return Ok(follow::events(Follower::new(path, end, live)));
+        };
+        let mut mirror = Mirror::new(&rec.run, &path);
+        let at = mirror.path().to_path_buf();
+        let db = Arc::clone(db);
+        let end: End = Box::new(move || {
+            // Whether it had ended before the copy: then the copy has all.
+            let ended = end_event(&store, &run);
+            if let Err(e) = mirror.sync(&db) {
+                log::warn!("run {run}: cannot read its output from the database: {e}");
+            }
+            ended
+        });
+        return Ok(follow::events(Follower::new(at, end, live)));
     }
-    let w = output::read_whole(&path);
+    let w = match db {
+        Some(db) => Mirror::new(&rec.run, &path)
+            .read_whole(db)
+            .map_err(|e| ApiError::db(&e))?,
+        None => output::read_whole(&path),
+    };
     Ok(Response::json(
         200,
         &json!({

@@ -108,10 +108,14 @@ impl Timer {
     pub fn new(app: Arc<App>, clock: Clock) -> Timer {
         let cfg = app.config();
         let state = State::new(&cfg.server.state_dir, &cfg.server.shared_state_dir);
+        let mut marks = state.schedule_marks();
+        if let Some(db) = app.state.db() {
+            marks = marks.in_cluster(Arc::clone(db), &cfg.server.instance);
+        }
         Timer {
             app,
             clock,
-            marks: state.schedule_marks(),
+            marks,
             slots: HashMap::new(),
             heap: BinaryHeap::new(),
             generation: 0,
@@ -338,6 +342,10 @@ impl Timer {
         let Some(slot) = self.slots.get(id) else {
             return;
         };
+        if !self.marks.claim(id, Time::from(at)) {
+            log::debug!("schedule {id}: the occurrence of {at} is another instance's");
+            return;
+        }
         let cfg = self.app.config();
         let Some(function) = slot.program.function(&slot.function) else {
             return;
@@ -441,6 +449,10 @@ impl Timer {
         let Some(slot) = self.slots.get(id) else {
             return;
         };
+        if !self.marks.claim(id, Time::from(at)) {
+            log::debug!("schedule {id}: the occurrence of {at} is another instance's");
+            return;
+        }
         let cfg = self.app.config();
         let now = Time::now();
         let rec = RunRecord {

@@ -189,12 +189,15 @@ impl State {
     }
 
     /// Open the callback spool: it and the deliveries pending in it, in
-    /// order.
+    /// order (with the database: those instance `me` holds).
     ///
     /// # Errors
     /// The spool cannot be created or listed.
-    pub fn open_spool(&self) -> io::Result<(spool::Spool, Vec<spool::Pending>)> {
-        spool::Spool::open(&self.dir)
+    pub fn open_spool(&self, me: &str) -> io::Result<(spool::Spool, Vec<spool::Pending>)> {
+        match self.db() {
+            Some(db) => spool::Spool::database(pg::spool::DbSpool::new(Arc::clone(db), me)),
+            None => spool::Spool::open(&self.dir),
+        }
     }
 
     /// The application keys.

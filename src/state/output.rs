@@ -364,6 +364,21 @@ fn read_open(file: &File, pos: Pos, tag: u8, max: usize) -> Option<Vec<u8>> {
     (now[0] == tag).then_some(data)
 }
 
+/// `frames` as closed frames, the way an output file holds them (a copy
+/// kept elsewhere, e.g. in the database, reads back with [`read_frames`]).
+pub fn encode(frames: &[Frame], buf: &mut Vec<u8>) {
+    for f in frames {
+        match f {
+            Frame::Data(stream, data) => {
+                for piece in data.chunks(MAX_FRAME as usize) {
+                    frame(buf, tag(*stream, false), piece);
+                }
+            }
+            Frame::Truncated(stream) => frame(buf, tag(*stream, true), &[]),
+        }
+    }
+}
+
 /// Open the output file at `path` for reading: `None` while the run
 /// has printed nothing (it has no file then) or once it is removed.
 pub fn open(path: &Path) -> Option<File> {

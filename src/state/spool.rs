@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::state::delivery::Delivery;
 use crate::state::file::write_atomic;
+use crate::state::pg::spool::DbSpool;
 
 /// One pending delivery, as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -35,9 +36,16 @@ pub struct Pending {
     pub body: String,
 }
 
-/// The directory of pending deliveries.
+/// The pending deliveries: a directory, or with `[state] url` the
+/// database's `trigd_callbacks` ([`DbSpool`]), where every instance finds
+/// those of an instance that is gone.
 pub struct Spool {
     dir: PathBuf,
+    db: Option<DbSpool>,
+}
+
+fn db_io(e: crate::state::pg::DbError) -> io::Error {
+    io::Error::other(e)
 }
 
 impl Spool {
@@ -72,7 +80,30 @@ impl Spool {
             }
         }
         found.sort_by_key(|p| p.seq);
-        Ok((Spool { dir }, found))
+        Ok((Spool { dir, db: None }, found))
+    }
+
+    /// The spool in the database: it and the deliveries this instance
+    /// holds, in order.
+    ///
+    /// # Errors
+    /// The database cannot be read.
+    pub fn database(db: DbSpool) -> io::Result<(Spool, Vec<Pending>)> {
+        let found = db.held().map_err(db_io)?;
+        let spool = Spool {
+            dir: PathBuf::new(),
+            db: Some(db),
+        };
+        Ok((spool, found))
+    }
+
+    /// Where the sequence numbers of new deliveries start: after those
+    /// found, and in the database after those of every instance.
+    pub fn first_seq(&self) -> u64 {
+        match &self.db {
+            Some(_) => crate::state::pg::spool::first_seq(),
+            None => 0,
+        }
     }
 
     fn path(&self, seq: u64) -> PathBuf {
@@ -84,12 +115,22 @@ impl Spool {
     /// # Errors
     /// The file could not be written; the old version, if any, is kept.
     pub fn write(&self, p: &Pending) -> io::Result<()> {
+        if let Some(db) = &self.db {
+            return db.write(p).map_err(db_io);
+        }
         let bytes = serde_json::to_vec(p).map_err(io::Error::other)?;
         write_atomic(&self.path(p.seq), |f: &mut File| f.write_all(&bytes))
     }
 
     /// Read pending delivery `seq`, if its file exists.
     pub fn read(&self, seq: u64) -> Option<Pending> {
+        if let Some(db) = &self.db {
+            return db
+                .read(seq)
+                .inspect_err(|e| log::warn!("callbacks: cannot read delivery {seq}: {e}"))
+                .ok()
+                .flatten();
+        }
         let bytes = fs::read(self.path(seq)).ok()?;
         serde_json::from_slice(&bytes).ok()
     }
@@ -99,6 +140,9 @@ impl Spool {
     /// # Errors
     /// The file could not be removed.
     pub fn remove(&self, seq: u64) -> io::Result<()> {
+        if let Some(db) = &self.db {
+            return db.remove(seq).map_err(db_io);
+        }
         match fs::remove_file(self.path(seq)) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),

@@ -158,16 +158,21 @@ impl Service {
     /// The spool directory cannot be created or listed.
     pub fn start(
         state: &State,
+        instance: &str,
         store: Arc<RunStore>,
         cb: &Arc<Callbacks>,
         interrupted: &[String],
     ) -> io::Result<Arc<Service>> {
-        let (spool, found) = state.open_spool()?;
+        let (spool, found) = state.open_spool(instance)?;
+        let queue = Queue {
+            next_seq: spool.first_seq(),
+            ..Queue::default()
+        };
         let service = Arc::new(Service {
             store,
             spool,
             settings: RwLock::new(Arc::new(settings(cb))),
-            queue: Mutex::new(Queue::default()),
+            queue: Mutex::new(queue),
             wake: Condvar::new(),
             stats: Stats::default(),
         });
@@ -184,8 +189,9 @@ impl Service {
         Ok(service)
     }
 
-    /// Queue pending deliveries read from disk, one chain per run.
-    fn resume(&self, found: Vec<Pending>) {
+    /// Queue pending deliveries read from disk, one chain per run (also
+    /// those adopted from an instance that is gone: `runner::cluster`).
+    pub fn resume(&self, found: Vec<Pending>) {
         let mut chains: Vec<(String, Chain)> = Vec::new();
         let mut q = lock(&self.queue);
         for p in &found {
@@ -195,7 +201,7 @@ impl Service {
                 None => chains.push((p.run.clone(), Chain(VecDeque::from([p.seq])))),
             }
         }
-        q.backlog = found.len();
+        q.backlog += found.len();
         let now = Instant::now();
         for (_, c) in chains {
             let head = c.0[0];

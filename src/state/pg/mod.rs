@@ -18,9 +18,13 @@
 //! trips to the server.
 
 pub mod claims;
+pub mod cluster;
+pub mod output;
 pub mod runs;
 pub mod schema;
 pub mod settings;
+pub mod spool;
+pub mod unwritten;
 mod tls;
 
 use std::fmt;
