@@ -40,8 +40,9 @@ pub const CSP_FOLLOW: &str = "default-src 'none'; style-src 'self'; script-src '
 /// The signed-in user, or the answer for a request without a session.
 fn signed_in(app: &App, cfg: &Config, req: &Request, next: &str) -> Result<Session, Response> {
     match app.access.session(cfg, req) {
-        Some(SignedIn { session, .. }) => Ok(session),
-        None => Err(login_required(req, next).unwrap_or_else(Response::from)),
+        Ok(Some(SignedIn { session, .. })) => Ok(session),
+        Ok(None) => Err(login_required(req, next).unwrap_or_else(Response::from)),
+        Err(e) => Err(Response::from(e)),
     }
 }
 

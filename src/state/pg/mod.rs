@@ -19,13 +19,17 @@
 
 pub mod claims;
 pub mod cluster;
+pub mod keys;
+pub mod limits;
 pub mod output;
 pub mod runs;
 pub mod schema;
+pub mod sessions;
 pub mod settings;
 pub mod spool;
 pub mod unwritten;
 mod tls;
+mod watch;
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
