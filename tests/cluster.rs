@@ -649,7 +649,7 @@ pub(crate) fn wait_terminal(c: &Client, ids: &[String]) -> BTreeMap<String, Stri
         }
         states
             .values()
-            .all(|s| ["finished", "failed", "timed_out", "interrupted"].contains(&s.as_str()))
+            .all(|s| ["finished", "failed", "timed_out", "interrupted", "cancelled"].contains(&s.as_str()))
     });
     assert!(done, "runs not terminal within 40s: {states:?}");
     states
