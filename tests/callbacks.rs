@@ -1056,14 +1056,25 @@ fn two_instances_on_a_database_send_each_delivery_once_also_after_a_kill() {
             &[("p.toml", &program(Some(&fixed)))],
         );
         let conf = dir.read("config.toml");
-        dir.write("config.toml", &conf.replacen("[server]", &format!("[server]\ninstance = \"{name}\""), 1));
+        dir.write(
+            "config.toml",
+            &conf.replacen("[server]", &format!("[server]\ninstance = \"{name}\""), 1),
+        );
         db.configure(&dir, r#"lease = "2s""#);
         let t = Trigd::start(&dir);
         (dir, t)
     };
     let (_da, mut a) = start("a");
     let runs: Vec<String> = (0..3)
-        .map(|i| start_run(&a, KEY_CB, "ok", &vars(&["x"]), Some(&rx.url(&format!("/r{i}")))))
+        .map(|i| {
+            start_run(
+                &a,
+                KEY_CB,
+                "ok",
+                &vars(&["x"]),
+                Some(&rx.url(&format!("/r{i}"))),
+            )
+        })
         .collect();
     for run in &runs {
         a.wait_for(LONG, "an attempt of each run", || {
@@ -1093,7 +1104,10 @@ fn two_instances_on_a_database_send_each_delivery_once_also_after_a_kill() {
             .filter(|g| g.header("trigd-run") == run && g.status == Some(200))
             .count();
         let want = if runs.contains(run) { 2 } else { 1 };
-        b.check(oks == want, format!("run {run}: {oks} deliveries, want {want}: once each"));
+        b.check(
+            oks == want,
+            format!("run {run}: {oks} deliveries, want {want}: once each"),
+        );
     }
     b.check_eq(
         db.count("SELECT count(*) FROM trigd_callbacks"),

@@ -647,9 +647,16 @@ pub(crate) fn wait_terminal(c: &Client, ids: &[String]) -> BTreeMap<String, Stri
             let s = state(c, id);
             states.insert(id.clone(), s);
         }
-        states
-            .values()
-            .all(|s| ["finished", "failed", "timed_out", "interrupted", "cancelled"].contains(&s.as_str()))
+        states.values().all(|s| {
+            [
+                "finished",
+                "failed",
+                "timed_out",
+                "interrupted",
+                "cancelled",
+            ]
+            .contains(&s.as_str())
+        })
     });
     assert!(done, "runs not terminal within 40s: {states:?}");
     states

@@ -76,7 +76,10 @@ fn wait_state(t: &Trigd, id: &str, state: &str, bound: Duration) -> Value {
         last = run_record(t, id);
         last["State"] == json!(state)
     });
-    t.check(ok, format!("run {id} did not reach {state} within {bound:?}: {last}"));
+    t.check(
+        ok,
+        format!("run {id} did not reach {state} within {bound:?}: {last}"),
+    );
     last
 }
 
@@ -92,7 +95,11 @@ fn a_run_accepted_on_a_busy_instance_runs_on_the_other() {
     let rec = wait_state(&b, &second, "finished", WAIT);
     b.check_eq(rec["Result"].clone(), json!(["ok"]), "the run's Result");
     b.check_eq(held_by(&db, &second), "b".to_string(), "executed by b");
-    a.check_eq(held_by(&db, &first), "a".to_string(), "the first one is a's");
+    a.check_eq(
+        held_by(&db, &first),
+        "a".to_string(),
+        "the first one is a's",
+    );
     a.post(&format!("/api/runs/{first}/cancel?api_key={KEY}"));
 }
 
@@ -118,7 +125,9 @@ fn kill9_of_an_instance_ends_its_runs_and_its_queued_runs_run_elsewhere() {
     let rec = wait_state(&b, &lost, "interrupted", Duration::from_secs(20));
     let took = killed.elapsed();
     b.check(
-        rec["Error"].as_str().is_some_and(|e| e.contains("instance a")),
+        rec["Error"]
+            .as_str()
+            .is_some_and(|e| e.contains("instance a")),
         format!("the error names the instance: {rec}"),
     );
     // … and runs the retry_on_restart one again, then the queued ones.
@@ -161,7 +170,11 @@ fn a_cancel_through_the_other_instance_stops_the_process() {
     }
     let last = accept(&a, "slow");
     let waiting = accept(&a, "quick");
-    b.check_eq(run_record(&b, &waiting)["State"].clone(), json!("queued"), "queued");
+    b.check_eq(
+        run_record(&b, &waiting)["State"].clone(),
+        json!("queued"),
+        "queued",
+    );
     let r = b.post(&format!("/api/runs/{waiting}/cancel?api_key={KEY}"));
     r.check_eq(r.json()["State"].clone(), json!("cancelled"), "dequeued");
     for id in busy_b.iter().chain([&hold, &last]) {
@@ -228,7 +241,9 @@ fn a_schedule_fires_once_per_cluster() {
     let (_db, b) = start("b");
     let by = "record->>'By' = 'schedule:2/tick/s'";
     let ok = wait_until(Duration::from_secs(30), || {
-        db.count(&format!("SELECT count(*) FROM trigd_runs WHERE {by} AND state = 'finished'")) >= 6
+        db.count(&format!(
+            "SELECT count(*) FROM trigd_runs WHERE {by} AND state = 'finished'"
+        )) >= 6
     });
     a.check(ok, "six occurrences ran");
     let twice = db.psql(&format!(
@@ -238,5 +253,8 @@ fn a_schedule_fires_once_per_cluster() {
     b.check_eq(twice, String::new(), "occurrences that ran twice");
     let claimed = db.count("SELECT count(DISTINCT occurrence) FROM trigd_occurrences");
     let runs = db.count(&format!("SELECT count(*) FROM trigd_runs WHERE {by}"));
-    b.check(claimed >= runs, format!("each run's occurrence was claimed: {claimed} >= {runs}"));
+    b.check(
+        claimed >= runs,
+        format!("each run's occurrence was claimed: {claimed} >= {runs}"),
+    );
 }

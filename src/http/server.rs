@@ -234,8 +234,10 @@ fn share_runs(app: &Arc<App>) -> Result<(), Error> {
     };
     let weak = Arc::downgrade(app);
     let first = Arc::clone(&cfg);
-    let config: crate::runner::cluster::ConfigFn =
-        Box::new(move || weak.upgrade().map_or_else(|| Arc::clone(&first), |a| a.config()));
+    let config: crate::runner::cluster::ConfigFn = Box::new(move || {
+        weak.upgrade()
+            .map_or_else(|| Arc::clone(&first), |a| a.config())
+    });
     app.runner
         .share(Arc::clone(db), &cfg.server.instance, settings.lease, config)
         .map_err(|e| Error::Other(format!("cannot start the lease thread: {e}")))

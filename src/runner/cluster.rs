@@ -471,9 +471,10 @@ impl Runner {
         let taken: Vec<String> = {
             let mut s = lock(&self.slots);
             let kept = lock(&self.unrecorded);
-            let (taken, rest) = s.queue.drain(..).partition(
-                |w| matches!(w, Waiter::Async(q) if !kept.contains_key(&q.run)),
-            );
+            let (taken, rest) = s
+                .queue
+                .drain(..)
+                .partition(|w| matches!(w, Waiter::Async(q) if !kept.contains_key(&q.run)));
             s.queue = rest;
             taken.iter().map(|w| w.run().to_string()).collect()
         };
@@ -483,7 +484,10 @@ impl Runner {
             }
         }
         if !taken.is_empty() {
-            log::info!("cluster: {} taken runs given back to the queue", taken.len());
+            log::info!(
+                "cluster: {} taken runs given back to the queue",
+                taken.len()
+            );
         }
     }
 }

@@ -27,8 +27,8 @@ pub mod schema;
 pub mod sessions;
 pub mod settings;
 pub mod spool;
-pub mod unwritten;
 mod tls;
+pub mod unwritten;
 mod watch;
 
 use std::fmt;

@@ -105,7 +105,10 @@ impl Mirror {
     /// output file would have here); nothing is read yet.
     pub fn new(run: &str, output_path: &Path) -> Mirror {
         let mut name = output_path.as_os_str().to_owned();
-        name.push(format!(".{}.mirror", hex::encode(rand::random::<[u8; 8]>())));
+        name.push(format!(
+            ".{}.mirror",
+            hex::encode(rand::random::<[u8; 8]>())
+        ));
         Mirror {
             run: run.to_string(),
             path: PathBuf::from(name),
@@ -132,7 +135,9 @@ impl Mirror {
         if rows.is_empty() {
             return Ok(());
         }
-        let mut file = self.open().map_err(|e| DbError::Unavailable(e.to_string()))?;
+        let mut file = self
+            .open()
+            .map_err(|e| DbError::Unavailable(e.to_string()))?;
         for row in rows {
             let n: i32 = row.get(0);
             if n != self.next {

@@ -59,7 +59,10 @@ impl Unwritten {
     /// The state of run `id` waiting to be written, if any.
     pub fn get(&self, id: &str) -> Option<RunRecord> {
         let w = self.lock();
-        w.recs.iter().find(|(_, r)| r.run == id).map(|(_, r)| r.clone())
+        w.recs
+            .iter()
+            .find(|(_, r)| r.run == id)
+            .map(|(_, r)| r.clone())
     }
 
     /// How many runs wait.
