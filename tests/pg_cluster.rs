@@ -131,7 +131,7 @@ fn three_instances_on_one_database_behind_haproxy() {
 
     an_idempotency_key_runs_once_across_instances(&lb, &root.path("count"));
     output_and_cancel_never_421(&lb, &nodes);
-    keys_sessions_throttling_and_limits_are_cluster_wide(&lb, &nodes);
+    app_keys_are_cluster_wide(&lb, &nodes);
     a_dead_instances_runs_are_answered_and_its_queue_runs_elsewhere(&hx, &lb, &mut nodes);
     kill9_under_load_loses_no_accepted_run(&hx, &lb, &mut nodes);
 }
@@ -228,10 +228,8 @@ fn output_and_cancel_never_421(lb: &Client, nodes: &[Node]) {
 }
 
 /// Check 4: application keys made through one instance work on all,
-/// revoked on all; a session made through the balancer works on every
-/// instance without sticky routing; failed sign-ins and a key's rate limit
-/// count across instances.
-fn keys_sessions_throttling_and_limits_are_cluster_wide(lb: &Client, nodes: &[Node]) {
+/// revoked on all; then sessions, sign-in throttling and rate limits.
+fn app_keys_are_cluster_wide(lb: &Client, nodes: &[Node]) {
     // Each instance keeps a copy of the keys, brought up to date by the
     // database's notifications: a change reaches the others within a
     // bound, not in the same instant.
@@ -252,7 +250,12 @@ fn keys_sessions_throttling_and_limits_are_cluster_wide(lb: &Client, nodes: &[No
     let second = app_key(&nodes[2], "alice");
     reaches(&first, 401, "the key regenerated through t3 is revoked");
     reaches(&second, 200, "the new key works");
+    sessions_throttling_and_limits_are_cluster_wide(lb, nodes);
+}
 
+/// A session made through the balancer works on every instance; failed
+/// sign-ins and a key's rate limit count across instances.
+fn sessions_throttling_and_limits_are_cluster_wide(lb: &Client, nodes: &[Node]) {
     let r = lb.request(
         "POST",
         "/login",
@@ -490,6 +493,13 @@ fn postgresql_stopped_and_started_under_load_loses_nothing() {
         c.join().unwrap();
     }
     let seen = std::mem::take(&mut *lock(&seen));
+    nothing_lost_after_the_outage(&mut nodes, &seen, &executing);
+}
+
+/// After the outage: every answer was 200 or 503 `state_unavailable`
+/// within the bound, no instance crashed, every acknowledged run and every
+/// run executing during the outage finished with its end recorded.
+fn nothing_lost_after_the_outage(nodes: &mut [Node], seen: &Outage, executing: &[String]) {
     eprintln!(
         "PostgreSQL outage: {} accepted, {} answered 503 state_unavailable, slowest answer {:?}",
         seen.accepted.len(),
@@ -502,19 +512,19 @@ fn postgresql_stopped_and_started_under_load_loses_nothing() {
         "no request hangs past the bound: {:?}",
         seen.slowest
     );
-    for n in &mut nodes {
+    for n in nodes.iter_mut() {
         assert!(n.running(), "{} did not crash", n.name);
     }
     let c = nodes[0].client();
     let states = wait_terminal(&c, &seen.accepted);
     let lost: Vec<_> = states.iter().filter(|(_, s)| *s != "finished").collect();
     assert!(lost.is_empty(), "acknowledged runs: {lost:?}");
-    let states = wait_terminal(&c, &executing);
+    let states = wait_terminal(&c, executing);
     assert!(
         states.values().all(|s| s == "finished"),
         "runs executing during the outage finished, ends recorded: {states:?}"
     );
-    for id in &executing {
+    for id in executing {
         let v = c.get(&run_url(id)).ok();
         assert!(v["FinishedAt"].is_string(), "{id}'s end recorded: {v}");
     }
