@@ -378,3 +378,43 @@ fn trigd_starts_before_the_database_and_is_ready_once_it_answers() {
     );
     t.post(&quick()).ok();
 }
+
+/// The runs page lists every instance's runs from the database, with its
+/// filters, newest first.
+#[test]
+fn the_runs_page_of_one_instance_lists_the_runs_of_all() {
+    use crate::runs_pages::{page, run, setup_dir};
+    let db = pg_database("pg_list");
+    let start = |name: &str| {
+        let dir = setup_dir(&format!("pg_list_{name}"), &format!("instance = {name:?}"));
+        db.configure(&dir, "");
+        let t = Trigd::start(&dir);
+        (dir, t)
+    };
+    let (_a_dir, a) = start("alpha");
+    let (_b_dir, b) = start("beta");
+    let on_a = run(&a, 2, "noisy", "");
+    let on_b = run(&b, 2, "noisy", "");
+    let dev = run(&a, 3, "hello", "");
+    let alice = crate::ui::login(&b, "alice");
+    let r = page(&b, "/runs", &alice);
+    let text = r.text();
+    for id in [&on_a, &on_b] {
+        r.check(text.contains(id.as_str()), format!("run {id} listed"));
+    }
+    r.check(
+        !text.contains(dev.as_str()),
+        "another workspace's run is not",
+    );
+    r.check(
+        text.find(on_b.as_str()) < text.find(on_a.as_str()),
+        "newest first",
+    );
+    let r = page(&b, "/runs?program=2&state=failed", &alice);
+    r.check(!r.text().contains(on_a.as_str()), "filtered by state");
+    let r = page(&b, "/runs?program=2&state=finished", &alice);
+    r.check(
+        r.text().contains(on_a.as_str()),
+        "finished runs of program 2",
+    );
+}

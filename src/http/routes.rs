@@ -186,8 +186,12 @@ fn metrics(app: &App) -> Response {
             &mut text,
             format_args!("# HELP trigd_state_db_round_trips_total Statements sent to the PostgreSQL database of [state] url (one round trip each).\n\
              # TYPE trigd_state_db_round_trips_total counter\n\
-             trigd_state_db_round_trips_total {}\n",
-            db.round_trips()
+             trigd_state_db_round_trips_total {}\n\
+             # HELP trigd_state_db_background_trips_total Statements sent to the database by background threads (heartbeats, queue polls, health checks).\n\
+             # TYPE trigd_state_db_background_trips_total counter\n\
+             trigd_state_db_background_trips_total {}\n",
+            db.round_trips(),
+            db.background_trips()
         ));
     }
     Response::text(200, "text/plain; version=0.0.4", text)

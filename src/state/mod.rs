@@ -63,6 +63,13 @@
 //!   line survives; the key then repeats the run only while `runs.log` still
 //!   holds it (`run_retention`). A single-transaction backend commits the
 //!   claim and the record together and closes that gap.
+//!
+//! With the database (`[state] url`, [`pg`]): the claim waits in memory
+//! ([`pg::claims::Pending`]) for its run's first write, and one statement
+//! inserts both or neither (`pg::runs`, the claim first: a key another
+//! request holds keeps the run out, and that request's run is answered
+//! instead). Concurrent writes share a statement (and a commit), as
+//! concurrent async accepts share an `fdatasync` of `runs.log`.
 
 pub mod acme;
 pub mod bodies;

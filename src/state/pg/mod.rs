@@ -130,6 +130,7 @@ pub struct Db {
     pool: Mutex<Pool>,
     freed: Condvar,
     round_trips: AtomicU64,
+    background_trips: AtomicU64,
     health: Mutex<Health>,
     /// Idempotency claims waiting for their run's first write.
     pub claims: claims::Pending,
@@ -151,6 +152,7 @@ impl Db {
             pool: Mutex::new(Pool::default()),
             freed: Condvar::new(),
             round_trips: AtomicU64::new(0),
+            background_trips: AtomicU64::new(0),
             health: Mutex::new(Health::default()),
             claims: claims::Pending::default(),
         }
@@ -204,6 +206,32 @@ impl Db {
         self.use_conn(|c| f(c).map_err(DbError::from_pg))
     }
 
+    /// [`Db::with`] for a background thread's statement (heartbeats, queue
+    /// polls, output copies): counted apart ([`Db::background_trips`]), so
+    /// that [`Db::round_trips`] shows what requests cost.
+    ///
+    /// # Errors
+    /// As [`Db::with`].
+    pub fn with_background<T>(
+        &self,
+        f: impl FnOnce(&mut Client) -> Result<T, postgres::Error>,
+    ) -> Result<T, DbError> {
+        let h = self.health();
+        if let Some(why) = h.refused {
+            return Err(DbError::Schema(why));
+        }
+        if !h.migrated {
+            self.migrate()?;
+        }
+        self.background_trips.fetch_add(1, Ordering::Relaxed);
+        self.use_conn(|c| f(c).map_err(DbError::from_pg))
+    }
+
+    /// Uses of [`Db::with_background`] since start.
+    pub fn background_trips(&self) -> u64 {
+        self.background_trips.load(Ordering::Relaxed)
+    }
+
     /// Uses of [`Db::with`] since start: the round trips to the database.
     pub fn round_trips(&self) -> u64 {
         self.round_trips.load(Ordering::Relaxed)
@@ -234,9 +262,10 @@ impl Db {
     }
 
     /// Check that the database answers now (`SELECT 1`), recording the
-    /// outcome for [`Db::unreachable`] (a round trip like any other).
+    /// outcome for [`Db::unreachable`] (a background round trip).
     pub fn ping(&self) -> bool {
-        self.with(|c| c.simple_query("SELECT 1").map(drop)).is_ok()
+        self.with_background(|c| c.simple_query("SELECT 1").map(drop))
+            .is_ok()
     }
 
     /// A copy of the health record.

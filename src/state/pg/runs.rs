@@ -56,6 +56,62 @@ WITH input AS (
 )
 SELECT id FROM runs";
 
+/// The run list's page, as [`DbRuns::page`] reads it.
+const PAGE: &str = "
+SELECT record::text, (extract(epoch FROM created_at) * 1000)::int8, right(id, 32)
+FROM trigd_runs
+WHERE ($1 OR (owner = 'hook' AND $2) OR program = ANY($3))
+  AND ($4::text IS NULL OR program = $4)
+  AND ($5::text IS NULL OR function = $5)
+  AND ($6::text IS NULL OR tool = $6)
+  AND ($7::text IS NULL OR origin = $7)
+  AND ($8::text IS NULL OR left(origin, length($8) + 1) = $8 || ':')
+  AND ($9::text IS NULL OR state = $9)
+  AND ($10::int8 IS NULL OR created_at >= timestamptz 'epoch' + $10 * interval '1 millisecond')
+  AND ($11::int8 IS NULL OR created_at < timestamptz 'epoch' + $11 * interval '1 millisecond')
+  AND ($12::int8 IS NULL
+       OR (created_at, right(id, 32) COLLATE \"C\")
+          < (timestamptz 'epoch' + $12 * interval '1 millisecond', $13 COLLATE \"C\"))
+ORDER BY created_at DESC, right(id, 32) COLLATE \"C\" DESC
+LIMIT $14";
+
+/// A page of runs, and the position of its last run when more match:
+/// (created ms, 32 hex digits).
+pub type Page = (Vec<RunRecord>, Option<(i64, String)>);
+
+/// Which runs a page of the run list shows (`RunFilter` of issue 35 in
+/// plain values).
+#[derive(Debug, Clone, Default)]
+pub struct PageQuery {
+    /// Every run (`Scope::All`); else only `programs` and, with `hooks`,
+    /// hooks-file hooks' runs.
+    pub all: bool,
+    /// Program ids the caller may see.
+    pub programs: Vec<u64>,
+    /// Hooks' runs too.
+    pub hooks: bool,
+    /// Only this program.
+    pub program: Option<u64>,
+    /// Only this function (a hook's run: the hook id).
+    pub function: Option<String>,
+    /// Only this tool's endpoints.
+    pub tool: Option<String>,
+    /// Only this origin, exactly (`api_key:deploy`).
+    pub origin: Option<String>,
+    /// Only origins of this kind (`api_key`, `session`…).
+    pub origin_kind: Option<String>,
+    /// Only this state.
+    pub state: Option<RunState>,
+    /// Created at or after (ms since the epoch).
+    pub since_ms: Option<i64>,
+    /// Created before (ms since the epoch).
+    pub until_ms: Option<i64>,
+    /// Strictly older than this position: (created ms, 32 hex digits).
+    pub before: Option<(i64, String)>,
+    /// At most this many.
+    pub limit: usize,
+}
+
 /// A record to write, with the claim it must make.
 #[derive(Debug, Clone)]
 struct Row {
@@ -230,10 +286,9 @@ impl DbRuns {
         Ok(row.and_then(|(o, s)| Some((parse_owner(&o)?, RunState::from_name(&s)?))))
     }
 
-    /// A page of runs, newest first, as `RunStore::list`: `visible` is
-    /// applied here (it is the caller's code), the rest of `filter` in
-    /// the query; ids and owners are scanned in chunks, then only the
-    /// records shown are read.
+    /// A page of runs, newest first, as `RunStore::list`: the filter in
+    /// the query, `visible` (the caller's code) here, read in chunks of
+    /// [`DbRuns::page`] from the newest.
     ///
     /// # Errors
     /// The database failed.
@@ -244,73 +299,81 @@ impl DbRuns {
         skip: usize,
         take: usize,
     ) -> Result<(Vec<RunRecord>, bool), DbError> {
-        const CHUNK: i64 = 500;
-        let owner = filter.program.map(|p| p.to_string());
-        let state = filter.state.map(|s| s.name().to_string());
-        let tool = filter.tool.clone();
-        let mut ids = Vec::new();
-        let (mut seen, mut offset, mut more) = (0usize, 0i64, false);
+        let mut q = PageQuery {
+            all: true,
+            program: filter.program,
+            tool: filter.tool.clone(),
+            state: filter.state,
+            limit: 200,
+            ..PageQuery::default()
+        };
+        let (mut seen, mut out) = (0usize, Vec::with_capacity(take));
         loop {
-            let chunk: Vec<(String, String)> = self.db.with(|c| {
-                let rows = c.query_typed(
-                    "SELECT id, owner FROM trigd_runs
-                     WHERE ($1::text IS NULL OR owner = $1) AND ($2::text IS NULL OR state = $2)
-                       AND ($3::text IS NULL OR tool = $3)
-                     ORDER BY created_at DESC, seq DESC LIMIT $4 OFFSET $5",
-                    &[
-                        (&owner, Type::TEXT),
-                        (&state, Type::TEXT),
-                        (&tool, Type::TEXT),
-                        (&CHUNK, Type::INT8),
-                        (&offset, Type::INT8),
-                    ],
-                )?;
-                rows.iter()
-                    .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
-                    .collect()
-            })?;
-            let n = chunk.len();
-            for (id, o) in chunk {
-                if !parse_owner(&o).is_some_and(&visible) {
-                    continue;
-                }
+            let (recs, next) = self.page(&q)?;
+            for r in recs.into_iter().filter(|r| visible(r.owner)) {
                 seen += 1;
                 if seen > skip + take {
-                    more = true;
-                    break;
+                    return Ok((out, true));
                 }
                 if seen > skip {
-                    ids.push(id);
+                    out.push(r);
                 }
             }
-            if more || (n as i64) < CHUNK {
-                break;
+            match next {
+                Some(at) => q.before = Some(at),
+                None => return Ok((out, false)),
             }
-            offset += CHUNK;
         }
-        Ok((self.records(&ids)?, more))
     }
 
-    /// The records of `ids`, in that order.
-    fn records(&self, ids: &[String]) -> Result<Vec<RunRecord>, DbError> {
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let rows: Vec<(String, String)> = self.db.with(|c| {
+    /// A page of the run list (issue 35's `RunFilter`, given as plain
+    /// values so that this side does not depend on the list's types):
+    /// newest first by (`CreatedAt` ms, the id's 32 hex digits), at most
+    /// `q.limit`, and the position of the last one when more match. One
+    /// statement.
+    ///
+    /// # Errors
+    /// The database failed.
+    pub fn page(&self, q: &PageQuery) -> Result<Page, DbError> {
+        let limit = i64::try_from(q.limit.saturating_add(1)).unwrap_or(i64::MAX);
+        let programs: Vec<String> = q.programs.iter().map(u64::to_string).collect();
+        let program = q.program.map(|p| p.to_string());
+        let state = q.state.map(|s| s.name().to_string());
+        let (before_ms, before_hex) = q.before.clone().unzip();
+        let rows: Vec<(String, i64, String)> = self.db.with(|c| {
             let rows = c.query_typed(
-                "SELECT id, record::text FROM trigd_runs WHERE id = ANY($1)",
-                &[(&ids, Type::TEXT_ARRAY)],
+                PAGE,
+                &[
+                    (&q.all, Type::BOOL),
+                    (&q.hooks, Type::BOOL),
+                    (&programs, Type::TEXT_ARRAY),
+                    (&program, Type::TEXT),
+                    (&q.function, Type::TEXT),
+                    (&q.tool, Type::TEXT),
+                    (&q.origin, Type::TEXT),
+                    (&q.origin_kind, Type::TEXT),
+                    (&state, Type::TEXT),
+                    (&q.since_ms, Type::INT8),
+                    (&q.until_ms, Type::INT8),
+                    (&before_ms, Type::INT8),
+                    (&before_hex, Type::TEXT),
+                    (&limit, Type::INT8),
+                ],
             )?;
             rows.iter()
-                .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+                .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)))
                 .collect()
         })?;
-        let mut by_id: HashMap<String, String> = rows.into_iter().collect();
-        Ok(ids
-            .iter()
-            .filter_map(|id| by_id.remove(id))
-            .filter_map(|t| serde_json::from_str(&t).ok())
-            .collect())
+        let more = rows.len() > q.limit;
+        let mut page = Vec::with_capacity(q.limit);
+        let mut last = None;
+        for (text, ms, hex) in rows.into_iter().take(q.limit) {
+            if let Ok(r) = serde_json::from_str::<RunRecord>(&text) {
+                page.push(r);
+            }
+            last = Some((ms, hex));
+        }
+        Ok((page, last.filter(|_| more)))
     }
 
     /// How many runs the database holds.

@@ -21,6 +21,8 @@ CREATE TABLE trigd_runs (
 );
 CREATE INDEX trigd_runs_queue ON trigd_runs (seq) WHERE state = 'queued';
 CREATE INDEX trigd_runs_created ON trigd_runs (created_at DESC, seq DESC);
+-- The run list's order (issue 35): CreatedAt, then the id's hex digits.
+CREATE INDEX trigd_runs_list ON trigd_runs (created_at DESC, (right(id, 32) COLLATE "C") DESC);
 CREATE INDEX trigd_runs_state ON trigd_runs (state, seq);
 CREATE INDEX trigd_runs_owner ON trigd_runs (owner, seq);
 CREATE INDEX trigd_runs_ended ON trigd_runs (ended_at) WHERE ended_at IS NOT NULL;
