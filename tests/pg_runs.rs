@@ -258,3 +258,28 @@ fn a_schedule_fires_once_per_cluster() {
         format!("each run's occurrence was claimed: {claimed} >= {runs}"),
     );
 }
+
+#[test]
+fn an_end_made_while_the_database_is_down_is_recorded_when_it_returns() {
+    let pg = Pg::start("pgrun_down");
+    let db = pg.database("down");
+    let (_d, t) = instance(&db, "pgrun_down", "a", 2);
+    let id = accept(&t, "again");
+    wait_state(&t, &id, "running", WAIT);
+    pg.stop(true);
+    // The run ends (3 s) while the database is down: kept in memory.
+    t.wait_for(Duration::from_secs(30), "the end kept in memory", || {
+        std::fs::read_to_string(&t.stderr_log)
+            .is_ok_and(|l| l.contains(&format!("run {id}: state finished kept until")))
+    });
+    pg.start_again();
+    let ok = wait_until(Duration::from_secs(30), || {
+        db.try_psql(&format!("SELECT state FROM trigd_runs WHERE id = '{id}'"))
+            .is_ok_and(|s| s == "finished")
+    });
+    t.check(ok, "the end is in the database once it is back");
+    let rec = wait_state(&t, &id, "finished", WAIT);
+    t.check_eq(rec["Result"].clone(), json!(["again"]), "its Result");
+    let out = t.get(&format!("/api/runs/{id}/output?api_key={KEY}")).ok();
+    t.check_eq(out["Stdout"].clone(), json!("again"), "its output");
+}

@@ -156,6 +156,9 @@ impl Runner {
                 if !lease.adopted_own {
                     lease.adopted_own = self.adopt(shared, &shared.me, cfg);
                 }
+                if let Some(c) = self.callbacks() {
+                    c.resume_unread();
+                }
             }
             Err(e) => {
                 lease.healthy_since = None;
@@ -298,7 +301,7 @@ impl Runner {
                 s.collect(run, &store.output_path(run))
             })
             .collect();
-        if let Err(e) = kept::ship(&shared.db, chunks) {
+        if let Err(e) = kept::ship(&shared.db, chunks, true) {
             log::warn!("cluster: cannot copy the output of the runs here: {e}");
         }
     }
@@ -313,7 +316,7 @@ impl Runner {
         let mut shipping = lock(&shared.shipping);
         let mut s = shipping.remove(run).unwrap_or_default();
         let chunk = s.collect(run, &store.output_path(run));
-        if let Err(e) = kept::ship(&shared.db, chunk.into_iter().collect()) {
+        if let Err(e) = kept::ship(&shared.db, chunk.into_iter().collect(), false) {
             log::warn!("run {run}: cannot copy its output to the database: {e}");
         }
     }
@@ -448,7 +451,7 @@ impl Runner {
         match sql::cancel(&shared.db, &shared.me, id) {
             Ok(CancelAt::Taken(rec)) => {
                 let why = "the run was cancelled before it started";
-                self.end_unstarted(rec, RunState::Cancelled, why, true);
+                self.end_unstarted(*rec, RunState::Cancelled, why, true);
                 Some(Cancel::Dequeued)
             }
             Ok(CancelAt::Asked(at)) => {

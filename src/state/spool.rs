@@ -9,6 +9,7 @@
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::{Deserialize, Serialize};
 
@@ -42,6 +43,9 @@ pub struct Pending {
 pub struct Spool {
     dir: PathBuf,
     db: Option<DbSpool>,
+    /// With the database: the deliveries held from before the start are
+    /// still to be read (it was unreachable at start).
+    unread: AtomicBool,
 }
 
 fn db_io(e: crate::state::pg::DbError) -> io::Error {
@@ -80,21 +84,47 @@ impl Spool {
             }
         }
         found.sort_by_key(|p| p.seq);
-        Ok((Spool { dir, db: None }, found))
+        let spool = Spool {
+            dir,
+            db: None,
+            unread: AtomicBool::new(false),
+        };
+        Ok((spool, found))
     }
 
     /// The spool in the database: it and the deliveries this instance
-    /// holds, in order.
+    /// holds, in order; none yet while the database is unreachable
+    /// ([`Spool::read_held`] reads them once it answers).
     ///
     /// # Errors
-    /// The database cannot be read.
+    /// None today (the signature is the file spool's).
     pub fn database(db: DbSpool) -> io::Result<(Spool, Vec<Pending>)> {
-        let found = db.held().map_err(db_io)?;
+        let found = db.held();
         let spool = Spool {
             dir: PathBuf::new(),
             db: Some(db),
+            unread: AtomicBool::new(found.is_err()),
         };
-        Ok((spool, found))
+        match found {
+            Ok(found) => Ok((spool, found)),
+            Err(e) => {
+                log::warn!("callbacks: pending deliveries not read yet: {e}");
+                Ok((spool, Vec::new()))
+            }
+        }
+    }
+
+    /// The deliveries held from before the start that could not be read
+    /// then (the database was unreachable), once it answers; `None` when
+    /// there is nothing left to read.
+    pub fn read_held(&self) -> Option<Vec<Pending>> {
+        let db = self.db.as_ref()?;
+        if !self.unread.load(Ordering::SeqCst) {
+            return None;
+        }
+        let found = db.held().ok()?;
+        self.unread.store(false, Ordering::SeqCst);
+        Some(found)
     }
 
     /// Where the sequence numbers of new deliveries start: after those

@@ -41,6 +41,7 @@ use super::commit::GroupCommit;
 use super::file::{sync_dir, tmp_path, write_atomic};
 use crate::state::output;
 use crate::state::pg::runs::DbRuns;
+use crate::state::pg::unwritten::Unwritten;
 use crate::state::pg::{Db, DbError};
 use crate::state::record::{Owner, RunRecord, RunState};
 use crate::state::time::Time;
@@ -108,6 +109,8 @@ enum Backend {
         retention: usize,
         /// Writes since the last trim of old runs.
         writes: std::sync::atomic::AtomicU64,
+        /// State changes made while the database was unreachable.
+        unwritten: Box<Unwritten>,
     },
 }
 
@@ -146,6 +149,7 @@ impl RunStore {
                 state_dir: state_dir.to_path_buf(),
                 retention: retention.max(1),
                 writes: std::sync::atomic::AtomicU64::new(0),
+                unwritten: Box::default(),
             },
         }
     }
@@ -155,10 +159,43 @@ impl RunStore {
         matches!(self.backend, Backend::Database { .. })
     }
 
-    /// Start the file log's flush thread ([`FileRuns::start_flusher`]).
-    pub fn start_flusher(&self) {
-        if let Backend::Files(f) = &self.backend {
-            f.start_flusher();
+    /// Start the file log's flush thread ([`FileRuns::start_flusher`]);
+    /// with the database, the thread that writes the state changes kept
+    /// while it was unreachable, every half second, once it answers.
+    pub fn start_flusher(self: &Arc<Self>) {
+        match &self.backend {
+            Backend::Files(f) => f.start_flusher(),
+            Backend::Database { .. } => {
+                let weak = Arc::downgrade(self);
+                let spawned = thread::Builder::new()
+                    .name("store-flush".into())
+                    .spawn(move || loop {
+                        thread::sleep(Duration::from_millis(500));
+                        let Some(store) = weak.upgrade() else { return };
+                        store.flush_unwritten();
+                    });
+                if let Err(e) = spawned {
+                    log::error!("cannot start the run store's flush thread: {e}");
+                }
+            }
+        }
+    }
+
+    /// Write the state changes kept while the database was unreachable.
+    fn flush_unwritten(&self) {
+        if let Backend::Database {
+            runs, unwritten, ..
+        } = &self.backend
+        {
+            if unwritten.is_empty() {
+                return;
+            }
+            let n = unwritten.flush(|rec| runs.write(rec));
+            if n > 0 {
+                log::info!(
+                    "{n} run state changes kept while the database was unreachable are recorded"
+                );
+            }
         }
     }
 
@@ -178,9 +215,31 @@ impl RunStore {
         }
     }
 
-    /// A database write whose failure is only logged.
+    /// A database write whose failure is only logged; while the database
+    /// is unreachable, the change is kept in memory and written once it
+    /// answers (after any change of the same run kept before it).
     fn write_logged(&self, rec: &RunRecord) {
-        if let Err(e) = self.write_db(rec) {
+        if let Backend::Database { unwritten, .. } = &self.backend {
+            if unwritten.get(&rec.run).is_some() {
+                return unwritten.keep(rec);
+            }
+        }
+        let r = self.write_db(rec);
+        if let (Err(e), Backend::Database { unwritten, .. }) = (&r, &self.backend) {
+            let unavailable = e
+                .get_ref()
+                .and_then(|x| x.downcast_ref::<DbError>())
+                .is_some_and(DbError::is_unavailable);
+            if unavailable {
+                log::warn!(
+                    "run {}: state {} kept until the database answers: {e}",
+                    rec.run,
+                    rec.state.name()
+                );
+                return unwritten.keep(rec);
+            }
+        }
+        if let Err(e) = r {
             log::error!(
                 "run {}: cannot record state {}: {e}",
                 rec.run,
@@ -214,7 +273,7 @@ impl RunStore {
     pub fn unwritten(&self) -> usize {
         match &self.backend {
             Backend::Files(f) => f.unwritten(),
-            Backend::Database { .. } => 0,
+            Backend::Database { unwritten, .. } => unwritten.len(),
         }
     }
 
@@ -263,7 +322,12 @@ impl RunStore {
     pub fn fetch(&self, id: &str) -> io::Result<Option<RunRecord>> {
         match &self.backend {
             Backend::Files(f) => Ok(f.get(id)),
-            Backend::Database { runs, .. } => runs.get(id).map_err(db_io),
+            Backend::Database {
+                runs, unwritten, ..
+            } => match unwritten.get(id) {
+                Some(rec) => Ok(Some(rec)),
+                None => runs.get(id).map_err(db_io),
+            },
         }
     }
 

@@ -212,6 +212,14 @@ impl Service {
         }
     }
 
+    /// Queue the deliveries held from before the start that the spool
+    /// could not read then (the database was unreachable), once it can.
+    pub fn resume_unread(&self) {
+        if let Some(found) = self.spool.read_held() {
+            self.resume(found);
+        }
+    }
+
     /// A run cut off by a crash ended `interrupted`: send its callbacks.
     fn resume_interrupted(&self, id: &str) {
         let Some(mut rec) = self.store.get(id) else {

@@ -36,7 +36,7 @@ pub enum Beat {
 /// The database failed.
 pub fn heartbeat(db: &Db, me: &str, lease: Duration) -> Result<Beat, DbError> {
     let ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
-    let row = db.with(|c| {
+    let row = db.with_background(|c| {
         c.query_typed_one(
             "INSERT INTO trigd_instances (name, expires_at) \
              VALUES ($1, now() + $2::bigint * interval '1 millisecond') \
@@ -55,7 +55,7 @@ pub fn heartbeat(db: &Db, me: &str, lease: Duration) -> Result<Beat, DbError> {
 /// # Errors
 /// The database failed.
 pub fn lapsed(db: &Db, me: &str) -> Result<Vec<String>, DbError> {
-    let rows = db.with(|c| {
+    let rows = db.with_background(|c| {
         c.query_typed(
             "SELECT name FROM trigd_instances WHERE expires_at < now() AND name <> $1",
             &[(&me, Type::TEXT)],
@@ -75,7 +75,7 @@ pub fn lapsed(db: &Db, me: &str) -> Result<Vec<String>, DbError> {
 /// # Errors
 /// The database failed.
 pub fn adopt(db: &Db, me: &str, dead: &str) -> Result<Option<Adopted>, DbError> {
-    db.with(|c| adopt_in(c, me, dead))
+    db.with_background(|c| adopt_in(c, me, dead))
 }
 
 /// The runs of a lapsed instance, once adopted.
@@ -166,7 +166,7 @@ fn adopt_callbacks(
 /// The database failed.
 pub fn take(db: &Db, me: &str) -> Result<Option<RunRecord>, DbError> {
     let prefix = format!("{me}-%");
-    let row = db.with(|c| {
+    let row = db.with_background(|c| {
         c.query_typed_opt(
             "UPDATE trigd_runs SET instance = $1 WHERE id = ( \
                SELECT id FROM trigd_runs WHERE state = 'queued' AND instance IS NULL \
@@ -186,7 +186,7 @@ pub fn take(db: &Db, me: &str) -> Result<Option<RunRecord>, DbError> {
 pub enum CancelAt {
     /// The run was in the cluster queue: `me` has taken it, to record it
     /// `cancelled`.
-    Taken(RunRecord),
+    Taken(Box<RunRecord>),
     /// Another instance holds it: it was asked to stop it.
     Asked(String),
     /// Neither: it is this instance's, has ended, or is unknown.
@@ -207,7 +207,7 @@ pub fn cancel(db: &Db, me: &str, id: &str) -> Result<CancelAt, DbError> {
         )
     })?;
     if let Some(rec) = taken.and_then(|r| parse(&r.get::<_, String>(0))) {
-        return Ok(CancelAt::Taken(rec));
+        return Ok(CancelAt::Taken(Box::new(rec)));
     }
     let asked = db.with(|c| {
         c.query_typed_opt(
@@ -229,7 +229,7 @@ pub fn cancel(db: &Db, me: &str, id: &str) -> Result<CancelAt, DbError> {
 /// # Errors
 /// The database failed.
 pub fn cancels(db: &Db, me: &str) -> Result<Vec<String>, DbError> {
-    let rows = db.with(|c| {
+    let rows = db.with_background(|c| {
         c.query_typed(
             "UPDATE trigd_runs SET cancel_requested = false \
              WHERE instance = $1 AND cancel_requested AND state IN ('queued', 'running') \
@@ -246,7 +246,7 @@ pub fn cancels(db: &Db, me: &str) -> Result<Vec<String>, DbError> {
 /// # Errors
 /// The database failed.
 pub fn give_back(db: &Db, me: &str, id: &str) -> Result<(), DbError> {
-    db.with(|c| {
+    db.with_background(|c| {
         c.execute_typed(
             "UPDATE trigd_runs SET instance = NULL \
              WHERE id = $1 AND instance = $2 AND state = 'queued'",
@@ -271,7 +271,7 @@ fn parse(text: &str) -> Option<RunRecord> {
 /// # Errors
 /// The database failed (the occurrence is not handled here then).
 pub fn claim_occurrence(db: &Db, me: &str, schedule: &str, at_ms: i64) -> Result<bool, DbError> {
-    let n = db.with(|c| {
+    let n = db.with_background(|c| {
         c.execute_typed(
             "INSERT INTO trigd_occurrences (schedule, occurrence, instance) \
              VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",

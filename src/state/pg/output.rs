@@ -60,11 +60,12 @@ impl Shipping {
     }
 }
 
-/// Insert `chunks` (of any runs) in one statement.
+/// Insert `chunks` (of any runs) in one statement; `background`: sent by
+/// the lease thread, not on a request's path (counted apart).
 ///
 /// # Errors
 /// The database failed.
-pub fn ship(db: &Db, chunks: Vec<Chunk>) -> Result<(), DbError> {
+pub fn ship(db: &Db, chunks: Vec<Chunk>, background: bool) -> Result<(), DbError> {
     if chunks.is_empty() {
         return Ok(());
     }
@@ -76,7 +77,7 @@ pub fn ship(db: &Db, chunks: Vec<Chunk>) -> Result<(), DbError> {
         ns.push(n);
         frames.push(data);
     }
-    db.with(|c| {
+    let insert = |c: &mut postgres::Client| {
         c.execute_typed(
             "INSERT INTO trigd_output (run, n, frames) \
              SELECT * FROM unnest($1::text[], $2::integer[], $3::bytea[]) \
@@ -87,7 +88,11 @@ pub fn ship(db: &Db, chunks: Vec<Chunk>) -> Result<(), DbError> {
                 (&frames, Type::BYTEA_ARRAY),
             ],
         )
-    })
+    };
+    match background {
+        true => db.with_background(insert),
+        false => db.with(insert),
+    }
     .map(drop)
 }
 

@@ -48,7 +48,7 @@ impl DbSpool {
     /// # Errors
     /// The database failed.
     pub fn held(&self) -> Result<Vec<Pending>, DbError> {
-        let rows = self.db.with(|c| {
+        let rows = self.db.with_background(|c| {
             c.query_typed(
                 "SELECT pending::text FROM trigd_callbacks WHERE holder = $1 ORDER BY seq",
                 &[(&self.me, Type::TEXT)],
@@ -68,7 +68,7 @@ impl DbSpool {
         let text = serde_json::to_string(p).map_err(|e| DbError::Unavailable(e.to_string()))?;
         let seq = seq_sql(p.seq);
         self.db
-            .with(|c| {
+            .with_background(|c| {
                 c.execute_typed(
                     "INSERT INTO trigd_callbacks (holder, seq, run, pending) \
                      VALUES ($1, $2, $3, $4::text::jsonb) \
@@ -90,7 +90,7 @@ impl DbSpool {
     /// The database failed.
     pub fn read(&self, seq: u64) -> Result<Option<Pending>, DbError> {
         let seq = seq_sql(seq);
-        let row = self.db.with(|c| {
+        let row = self.db.with_background(|c| {
             c.query_typed_opt(
                 "SELECT pending::text FROM trigd_callbacks WHERE holder = $1 AND seq = $2",
                 &[(&self.me, Type::TEXT), (&seq, Type::INT8)],
@@ -106,7 +106,7 @@ impl DbSpool {
     pub fn remove(&self, seq: u64) -> Result<(), DbError> {
         let seq = seq_sql(seq);
         self.db
-            .with(|c| {
+            .with_background(|c| {
                 c.execute_typed(
                     "DELETE FROM trigd_callbacks WHERE holder = $1 AND seq = $2",
                     &[(&self.me, Type::TEXT), (&seq, Type::INT8)],
