@@ -130,13 +130,14 @@ impl Sessions {
         let user = match &self.backend {
             Backend::Files(f) => f.lookup(cfg, &key),
             Backend::Database(t) => {
-                let row = t.touch(&key, save_every(&cfg.server))?;
-                match row.filter(|r| row_valid(cfg, r)) {
-                    Some(r) => Some(r.user),
-                    None => {
+                match t.touch(&key, save_every(&cfg.server))? {
+                    Some(r) if row_valid(cfg, &r) => Some(r.user),
+                    Some(_) => {
+                        // Ended: removed, as the file backend does.
                         t.delete(&key)?;
                         None
                     }
+                    None => None,
                 }
             }
         };

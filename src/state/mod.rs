@@ -44,6 +44,12 @@
 //! a rewrite of callers; there is no trait while there is one backend.
 //! Kept output and request bodies stay files on each host whatever the
 //! backend: they are read by path (`follow`, a step's stdin).
+//! With the database, application keys, sessions and the limiters'
+//! windows are its tables `trigd_app_keys`, `trigd_sessions` and
+//! `trigd_limits` ([`pg::keys`], [`pg::sessions`], [`pg::limits`]; the
+//! schema is `pg/shared.sql`): `access` picks the side once, when it opens
+//! them, and a watcher thread ([`pg::keys::KeyTable::watch`]) keeps each
+//! instance's copy of the keys current by `LISTEN`/`NOTIFY`.
 //!
 //! # The durable unit
 //!

@@ -8,7 +8,7 @@
 //! A ping's answer comes after every notification committed before the
 //! ping was sent, so "answered" means "nothing missed up to then". When the
 //! connection breaks, the copy is distrusted at once (lookups ask the
-//! database), and the watcher connects again after 1 s, doubling to 30 s.
+//! database), and the watcher connects again after 1 s, doubling to 10 s.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -57,7 +57,7 @@ fn run(db: &Db, copy: &Copy) {
         }
         copy.distrust();
         std::thread::sleep(wait);
-        wait = (wait * 2).min(Duration::from_secs(30));
+        wait = (wait * 2).min(Duration::from_secs(10));
     }
 }
 
