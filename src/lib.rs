@@ -43,15 +43,18 @@
 //!   cancel, Idempotency-Key, callbacks, instances     idempotency.rs, callback/, cluster.rs)
 //! schedules: cron and time zones, catch-up,        schedule/ (cron.rs, plan.rs, timer.rs: one thread
 //!   overlap, the timer thread                         for all; compiled in config/schedules.rs)
-//! run slots, the wait queue, child processes        runner/ (mod.rs, queue.rs, step.rs, handle.rs)
+//! run slots, the wait queue, child processes        runner/ (mod.rs, queue.rs, step.rs, handle.rs;
+//!   the cluster queue and leases (database)           cluster.rs: the lease thread)
 //! what is kept in the state directory: one table,   state/ (mod.rs: State, Kept; store.rs the run log, record.rs
 //!   one door (State), every file operation on it      a run's typed record, commit.rs the group commit, time.rs,
 //!                                                     output.rs, idempotency.rs, ...)
 //!   or, with [state] url, in PostgreSQL               state/pg/ (mod.rs: Db, the pool; schema.rs the
-//!                                                     migrations, *.sql; settings.rs, tls.rs; keys.rs,
-//!                                                     sessions.rs, limits.rs, watch.rs: what access keeps)
+//!                                                     migrations, *.sql; settings.rs, tls.rs; cluster.rs
+//!                                                     leases, taking, adoption; output.rs, spool.rs,
+//!                                                     unwritten.rs; keys.rs, sessions.rs, limits.rs,
+//!                                                     watch.rs: what access keeps)
 //! adnanh/webhook hooks files, import-webhook        compat/webhook/ (what removing it takes: compat/mod.rs)
-//! the browser pages (maud templates)                ui/ (login, settings, endpoints, runs, switch, view)
+//! the browser pages (maud templates)                ui/ (login, settings, endpoints, runs, schedules, switch, view)
 //! the only unsafe code, and each speed trick        sys/ (spawn.rs: how a step starts, the clone
 //!   behind one function with its figure              spawner in vfork.rs; tune_malloc, trim_heap;
 //!                                                     systemd.rs: the socket systemd passes;

@@ -50,6 +50,7 @@ pub fn handle(app: &App, req: &mut Request) -> Response {
             ui::regenerate(app, &cfg, req, ws)
         }
         (Get | Head, ["runs"]) => ui::runs_list(app, &cfg, req),
+        (Get | Head, ["schedules"]) => ui::schedules_page(app, &cfg, req),
         (Get | Head, ["runs", id]) => ui::run_show(app, &cfg, req, id),
         (Post, ["runs", id, "cancel"]) => ui::run_cancel(app, &cfg, req, id),
         (Get | Head, ["static", name]) => ui::asset(name),
@@ -82,7 +83,7 @@ pub fn handle(app: &App, req: &mut Request) -> Response {
         (
             _,
             []
-            | ["healthz" | "livez" | "metrics" | "openapi.json" | "runs"]
+            | ["healthz" | "livez" | "metrics" | "openapi.json" | "runs" | "schedules"]
             | ["api", "overdue" | "schedules"]
             | ["api", "runs", _]
             | ["api", "runs", _, "output"]

@@ -52,6 +52,10 @@ pub(super) struct Shared {
     /// database; held while a copy is sent, so one run's chunks are
     /// committed in order.
     shipping: Mutex<HashMap<String, Shipping>>,
+    /// Runs taken from the cluster queue whose record could not be read
+    /// when a slot started them (the database failed): given back to the
+    /// queue once it answers.
+    lost: Mutex<Vec<String>>,
 }
 
 impl Shared {
@@ -59,6 +63,27 @@ impl Shared {
     pub(super) fn wake(&self) {
         *lock(&self.woken) = true;
         self.wake.notify_one();
+    }
+
+    /// Run `run` was taken but could not be started (its record could not
+    /// be read): give it back to the queue at the next tick.
+    pub(super) fn lost(&self, run: String) {
+        log::warn!("run {run}: its record cannot be read now; back to the queue once it can");
+        lock(&self.lost).push(run);
+    }
+
+    /// Give the lost runs back to the queue; those that fail stay.
+    fn give_back_lost(&self) {
+        let lost = std::mem::take(&mut *lock(&self.lost));
+        let left: Vec<String> = lost
+            .into_iter()
+            .filter(|id| sql::give_back(&self.db, &self.me, id).is_err())
+            .collect();
+        let given = left.is_empty();
+        lock(&self.lost).extend(left);
+        if given {
+            self.wake();
+        }
     }
 
     /// Wait until woken, at most `limit`.
@@ -98,6 +123,7 @@ impl Runner {
             wake: Condvar::new(),
             leased: AtomicBool::new(false),
             shipping: Mutex::default(),
+            lost: Mutex::default(),
         });
         let _ = self.cluster.set(Arc::clone(&shared));
         let runner = Arc::clone(self);
@@ -128,6 +154,9 @@ impl Runner {
             }
             self.ship_live(shared);
             if beat.held(shared.lease) {
+                if !lock(&shared.lost).is_empty() {
+                    shared.give_back_lost();
+                }
                 self.hand_on_cancels(shared);
                 if !closing {
                     self.take_runs(shared, &config());

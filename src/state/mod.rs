@@ -43,7 +43,10 @@
 //! each of these types (an enum of a file backend and a database one), not
 //! a rewrite of callers; there is no trait while there is one backend.
 //! Kept output and request bodies stay files on each host whatever the
-//! backend: they are read by path (`follow`, a step's stdin).
+//! backend: they are read by path (`follow`, a step's stdin). With the
+//! database, the executing instance also copies kept output to it
+//! (`pg::output`), and another instance reads that copy into a temporary
+//! `output/<hex>.<16 hex>.mirror` file, removed when its reader is done.
 //! With the database, application keys, sessions and the limiters'
 //! windows are its tables `trigd_app_keys`, `trigd_sessions` and
 //! `trigd_limits` ([`pg::keys`], [`pg::sessions`], [`pg::limits`]; the

@@ -99,7 +99,7 @@ impl Spool {
     /// # Errors
     /// None today (the signature is the file spool's).
     pub fn database(db: DbSpool) -> io::Result<(Spool, Vec<Pending>)> {
-        let found = db.held();
+        let found = db.held().map(|texts| parse_all(&texts));
         let spool = Spool {
             dir: PathBuf::new(),
             db: Some(db),
@@ -122,7 +122,7 @@ impl Spool {
         if !self.unread.load(Ordering::SeqCst) {
             return None;
         }
-        let found = db.held().ok()?;
+        let found = parse_all(&db.held().ok()?);
         self.unread.store(false, Ordering::SeqCst);
         Some(found)
     }
@@ -146,7 +146,8 @@ impl Spool {
     /// The file could not be written; the old version, if any, is kept.
     pub fn write(&self, p: &Pending) -> io::Result<()> {
         if let Some(db) = &self.db {
-            return db.write(p).map_err(db_io);
+            let text = serde_json::to_string(p).map_err(io::Error::other)?;
+            return db.write(p.seq, &p.run, &text).map_err(db_io);
         }
         let bytes = serde_json::to_vec(p).map_err(io::Error::other)?;
         write_atomic(&self.path(p.seq), |f: &mut File| f.write_all(&bytes))
@@ -159,7 +160,8 @@ impl Spool {
                 .read(seq)
                 .inspect_err(|e| log::warn!("callbacks: cannot read delivery {seq}: {e}"))
                 .ok()
-                .flatten();
+                .flatten()
+                .and_then(|text| parse(&text));
         }
         let bytes = fs::read(self.path(seq)).ok()?;
         serde_json::from_slice(&bytes).ok()
@@ -180,6 +182,21 @@ impl Spool {
         }
         File::open(&self.dir)?.sync_all()
     }
+}
+
+/// A pending delivery as the database holds it (JSON); one that does not
+/// parse is logged and skipped.
+pub fn parse(text: &str) -> Option<Pending> {
+    serde_json::from_str(text)
+        .inspect_err(|e| log::error!("callbacks: a pending delivery does not parse: {e}"))
+        .ok()
+}
+
+/// [`parse`] each, in sequence order.
+pub fn parse_all(texts: &[String]) -> Vec<Pending> {
+    let mut found: Vec<Pending> = texts.iter().filter_map(|t| parse(t)).collect();
+    found.sort_by_key(|p| p.seq);
+    found
 }
 
 #[cfg(test)]

@@ -147,12 +147,8 @@ fn adopt_callbacks(
             &[(&me, Type::TEXT), (&dead, Type::TEXT)],
         )?;
     }
-    let mut found: Vec<Pending> = rows
-        .iter()
-        .filter_map(|r| super::spool::parse(&r.get::<_, String>(0)))
-        .collect();
-    found.sort_by_key(|p| p.seq);
-    Ok(found)
+    let texts: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    Ok(crate::state::spool::parse_all(&texts))
 }
 
 /// Take the oldest async run of the cluster queue for `me`: it is marked

@@ -3,14 +3,14 @@
 //! by one instance, which alone sends it; when the holder's lease lapses,
 //! the instance adopting its runs takes its deliveries in the same
 //! transaction (`cluster::adopt`), so each is sent by one instance at a
-//! time, whichever is alive.
+//! time, whichever is alive. Rows are the JSON of `state::spool::Pending`,
+//! which that module reads and writes (this one only moves the text).
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use postgres::types::Type;
 
 use super::{Db, DbError};
-use crate::state::spool::Pending;
 
 /// The callback spool of instance `me` in `db`.
 #[derive(Debug)]
@@ -43,30 +43,26 @@ impl DbSpool {
     }
 
     /// The deliveries this instance holds (from its previous life), in
-    /// order.
+    /// order, as JSON.
     ///
     /// # Errors
     /// The database failed.
-    pub fn held(&self) -> Result<Vec<Pending>, DbError> {
+    pub fn held(&self) -> Result<Vec<String>, DbError> {
         let rows = self.db.with_background(|c| {
             c.query_typed(
                 "SELECT pending::text FROM trigd_callbacks WHERE holder = $1 ORDER BY seq",
                 &[(&self.me, Type::TEXT)],
             )
         })?;
-        Ok(rows
-            .iter()
-            .filter_map(|r| parse(&r.get::<_, String>(0)))
-            .collect())
+        Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
-    /// Write (or replace) `p`.
+    /// Write (or replace) delivery `seq` of run `run`, `text` its JSON.
     ///
     /// # Errors
     /// The database failed.
-    pub fn write(&self, p: &Pending) -> Result<(), DbError> {
-        let text = serde_json::to_string(p).map_err(|e| DbError::Unavailable(e.to_string()))?;
-        let seq = seq_sql(p.seq);
+    pub fn write(&self, seq: u64, run: &str, text: &str) -> Result<(), DbError> {
+        let seq = seq_sql(seq);
         self.db
             .with_background(|c| {
                 c.execute_typed(
@@ -76,7 +72,7 @@ impl DbSpool {
                     &[
                         (&self.me, Type::TEXT),
                         (&seq, Type::INT8),
-                        (&p.run, Type::TEXT),
+                        (&run, Type::TEXT),
                         (&text, Type::TEXT),
                     ],
                 )
@@ -84,11 +80,11 @@ impl DbSpool {
             .map(drop)
     }
 
-    /// Pending delivery `seq`, if this instance holds it.
+    /// Pending delivery `seq` as JSON, if this instance holds it.
     ///
     /// # Errors
     /// The database failed.
-    pub fn read(&self, seq: u64) -> Result<Option<Pending>, DbError> {
+    pub fn read(&self, seq: u64) -> Result<Option<String>, DbError> {
         let seq = seq_sql(seq);
         let row = self.db.with_background(|c| {
             c.query_typed_opt(
@@ -96,7 +92,7 @@ impl DbSpool {
                 &[(&self.me, Type::TEXT), (&seq, Type::INT8)],
             )
         })?;
-        Ok(row.and_then(|r| parse(&r.get::<_, String>(0))))
+        Ok(row.map(|r| r.get(0)))
     }
 
     /// Remove pending delivery `seq`.
@@ -114,12 +110,4 @@ impl DbSpool {
             })
             .map(drop)
     }
-}
-
-/// A pending delivery as the table holds it; one that does not parse is
-/// logged and skipped.
-pub fn parse(text: &str) -> Option<Pending> {
-    serde_json::from_str(text)
-        .inspect_err(|e| log::error!("callbacks: a pending delivery does not parse: {e}"))
-        .ok()
 }
