@@ -362,16 +362,45 @@ fn while_the_database_is_down_logins_and_sessions_answer_503_and_come_back() {
     let dir = instance(&db, "pg_shared_down", "a");
     let t = Trigd::start(&dir);
     let token = login(&t);
+    let key = app_key_cli(&dir);
+    bearer_call(&t, &key).status_is(200);
     pg.stop(true);
     let r = failed_login(&t, "alice-pw");
     r.err(503, "state_unavailable");
     r.check(r.header("retry-after").is_some(), "Retry-After");
     page(&t, &token, false).err(503, "state_unavailable");
+    // Bearer keys: once the copy is unconfirmed for 5 s (fail closed: a
+    // revocation could not be seen).
+    let closed = wait_until(Duration::from_secs(20), || {
+        bearer_call(&t, &key).status == 503
+    });
+    assert!(closed, "a bearer key kept working with the database down");
+    let config = dir.path_str("config.toml");
+    let out = trigd(
+        &[
+            "app-key",
+            "--workspace",
+            "ops",
+            "--member",
+            "alice",
+            "--config",
+            &config,
+        ],
+        None,
+    );
+    out.check(out.code != Some(0), "app-key without the database fails");
+    out.check(
+        out.stderr.contains("database"),
+        "and says it is the database",
+    );
     pg.start_again();
     let back = wait_until(Duration::from_secs(20), || {
-        page(&t, &token, false).status == 200
+        page(&t, &token, false).status == 200 && bearer_call(&t, &key).status == 200
     });
-    assert!(back, "the session works again once the database is back");
+    assert!(
+        back,
+        "the session and the key work again once the database is back"
+    );
     login(&t);
 }
 
@@ -436,4 +465,38 @@ fn a_database_session_ends_after_session_idle_and_hostile_cookies_are_refused() 
         page(&t, &bad, false).err(401, "unauthorized");
     }
     assert_eq!(db.count("SELECT count(*) FROM trigd_sessions"), 0);
+}
+
+#[test]
+fn failed_authentications_spread_over_two_instances_are_refused_after_f_plus_one() {
+    let db = pg_database("pg_auth_failures");
+    let dirs: Vec<TestDir> = ["a", "b"]
+        .iter()
+        .map(|n| {
+            let dir = instance(&db, "pg_auth_failures", n);
+            let text = dir.read("config.toml").replace(
+                &format!("instance = \"{n}\""),
+                &format!("instance = \"{n}\"\nauth_failures_per_minute = 4"),
+            );
+            dir.write("config.toml", &text);
+            dir
+        })
+        .collect();
+    let (a, b) = (Trigd::start(&dirs[0]), Trigd::start(&dirs[1]));
+    let probe = |t: &Trigd, key: &str| {
+        t.get(&format!(
+            "/api/runs/0123456789abcdef0123456789abcdef?api_key={key}"
+        ))
+    };
+    // F = 4 failures, two on each: b counts the fourth and refuses.
+    for i in 0..4 {
+        let t = if i % 2 == 0 { &a } else { &b };
+        probe(t, "wrong-key").err(401, "invalid_api_key");
+    }
+    probe(&b, KEY).err(429, "rate_limited");
+    // a has seen two; it lets one more failure through (F + N - 1 for
+    // the cluster), learns the count, and refuses from then on.
+    probe(&a, "wrong-key").err(401, "invalid_api_key");
+    probe(&a, KEY).err(429, "rate_limited");
+    probe(&a, "wrong-key").err(429, "rate_limited");
 }

@@ -24,8 +24,8 @@ use std::sync::{Mutex, MutexGuard};
 
 use serde::{Deserialize, Serialize};
 
+use super::error::StoreError;
 use super::secret::{random_hex, sha256};
-use super::StoreError;
 use crate::state::keys::{KeyFile, Stamp};
 use crate::state::pg::keys::{KeyRow, KeyTable};
 use crate::state::time::Time;

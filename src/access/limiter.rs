@@ -31,7 +31,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::secret::sha256;
-use super::shared_limits::Shared;
+use super::shared_limits::{LoginLimits, Shared};
 use crate::config::{ApiKey, Server};
 use crate::http::ApiError;
 use crate::state::State;
@@ -219,7 +219,7 @@ impl Limits {
     /// database.
     pub fn new(state: &State) -> Limits {
         Limits {
-            shared: state.db().map(Shared::new),
+            shared: state.db().map(|db| Shared::new(db, MAX_TRACKED)),
             ..Limits::default()
         }
     }
@@ -245,13 +245,17 @@ impl Limits {
         let mut n = self.failures.hit(&client);
         if let Some(shared) = &self.shared {
             match shared.failed(client) {
-                // Past the cluster's count: refuse here too until its
-                // window ends.
-                Ok(c) if c.hits >= limit => self.failures.set(&client, c.hits, c.left),
-                Ok(_) => {}
+                Ok(c) => {
+                    if c.hits >= limit {
+                        // Past the cluster's count: refuse here too until
+                        // its window ends.
+                        self.failures.set(&client, c.hits, c.left);
+                    }
+                    // Logged once for the cluster, where the count reached it.
+                    n = c.hits;
+                }
                 Err(e) => log::warn!("failed authentications counted on this instance only: {e}"),
             }
-            n = n.max(self.failures_of(client));
         }
         if n == limit {
             log::warn!(
@@ -292,7 +296,11 @@ impl Limits {
     /// (fail closed).
     pub fn check_login(&self, user: &str, client: IpAddr) -> Result<(), ApiError> {
         if let Some(shared) = &self.shared {
-            return match shared.check_login(user, client) {
+            let limits = LoginLimits {
+                per_user: LOGIN_PER_USER,
+                per_address: LOGIN_PER_ADDRESS,
+            };
+            return match shared.check_login(user, client, limits) {
                 Ok(r) => r.map_err(limited),
                 Err(e) => Err(ApiError::db(&e)),
             };
@@ -327,15 +335,6 @@ impl Limits {
             return;
         }
         self.login_users.clear(&sha256(user));
-    }
-
-    /// The failed authentications of `client` in its local window.
-    fn failures_of(&self, client: IpAddr) -> u64 {
-        let now = Instant::now();
-        self.failures
-            .lock()
-            .live(&client, now)
-            .map_or(0, |w| w.count)
     }
 }
 

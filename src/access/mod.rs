@@ -13,6 +13,7 @@ pub mod cidr;
 mod app_keys;
 mod client;
 mod csrf;
+mod error;
 mod limiter;
 mod login;
 mod secret;
@@ -25,64 +26,16 @@ use crate::receive::signature::Verifier;
 pub use app_keys::AppKeys;
 pub use client::client_ip;
 pub use csrf::{check as check_csrf, Carrier};
+pub use error::StoreError;
 pub use secret::{random_hex, sha256};
 pub use sessions::{clear_cookie, set_cookie, Session};
 
-use std::fmt;
-
 use crate::config::{ApiKey, Config};
 use crate::http::{ApiError, Request};
-use crate::state::pg::DbError;
 use crate::state::record::Origin;
 use crate::state::State;
 use limiter::Limits;
 use sessions::Sessions;
-
-/// Why application keys or sessions could not be read or kept.
-#[derive(Debug)]
-pub enum StoreError {
-    /// The state dir (a file in it) failed.
-    Io(std::io::Error),
-    /// The database failed ([`DbError`]).
-    Db(DbError),
-}
-
-impl fmt::Display for StoreError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            StoreError::Io(e) => e.fmt(f),
-            StoreError::Db(e) => e.fmt(f),
-        }
-    }
-}
-
-impl std::error::Error for StoreError {}
-
-impl From<std::io::Error> for StoreError {
-    fn from(e: std::io::Error) -> StoreError {
-        StoreError::Io(e)
-    }
-}
-
-impl From<DbError> for StoreError {
-    fn from(e: DbError) -> StoreError {
-        StoreError::Db(e)
-    }
-}
-
-impl From<StoreError> for ApiError {
-    /// 503 `state_unavailable` while the database is unreachable, else
-    /// 500 `internal_error`; logged.
-    fn from(e: StoreError) -> ApiError {
-        match e {
-            StoreError::Db(e) => ApiError::db(&e),
-            StoreError::Io(e) => {
-                log::error!("cannot keep access state: {e}");
-                ApiError::Internal
-            }
-        }
-    }
-}
 
 /// The credentials and limits of one server (part of `App`).
 pub struct Access {

@@ -30,8 +30,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use super::error::StoreError;
 use super::secret::{random_hex, sha256};
-use super::StoreError;
 use crate::config::{Config, Server, User};
 use crate::http::Request;
 use crate::state::pg::sessions::{SessionRow, SessionTable};

@@ -31,7 +31,6 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use super::limiter::{LOGIN_PER_ADDRESS, LOGIN_PER_USER, MAX_TRACKED};
 use super::secret::sha256;
 use crate::state::pg::limits::{Count, LimitTable};
 use crate::state::pg::{Db, DbError};
@@ -53,6 +52,17 @@ struct Lease {
 pub struct Shared {
     table: LimitTable,
     leases: Mutex<HashMap<String, Lease>>,
+    /// Leases kept at most (past it, ended ones are dropped).
+    cap: usize,
+}
+
+/// Failed logins allowed in a window: per user name, per address.
+#[derive(Debug, Clone, Copy)]
+pub struct LoginLimits {
+    /// Per user name.
+    pub per_user: u64,
+    /// Per client address.
+    pub per_address: u64,
 }
 
 /// Tokens taken in one lease of a rate of `limit` per window.
@@ -74,11 +84,12 @@ fn addr_window(addr: IpAddr) -> String {
 }
 
 impl Shared {
-    /// The windows of `db`.
-    pub fn new(db: &Arc<Db>) -> Shared {
+    /// The windows of `db`, keeping at most `cap` leases.
+    pub fn new(db: &Arc<Db>, cap: usize) -> Shared {
         Shared {
             table: LimitTable::new(Arc::clone(db)),
             leases: Mutex::new(HashMap::new()),
+            cap,
         }
     }
 
@@ -112,7 +123,7 @@ impl Shared {
         // The window's end as seen from before the statement was sent: the
         // lease ends no later than the window does.
         let until = now + count.left;
-        if leases.len() >= MAX_TRACKED {
+        if leases.len() >= self.cap {
             leases.retain(|_, l| now < l.until);
         }
         let lease = Lease {
@@ -142,16 +153,21 @@ impl Shared {
     ///
     /// # Errors
     /// The database cannot be used.
-    pub fn check_login(&self, user: &str, client: IpAddr) -> Result<Result<(), u64>, DbError> {
+    pub fn check_login(
+        &self,
+        user: &str,
+        client: IpAddr,
+        limits: LoginLimits,
+    ) -> Result<Result<(), u64>, DbError> {
         let (u, a) = (user_window(user), addr_window(client));
         let counts = self.table.read(&[&u, &a])?;
         let wait = counts
             .iter()
             .filter(|c| {
                 let limit = if c.name == u {
-                    LOGIN_PER_USER
+                    limits.per_user
                 } else {
-                    LOGIN_PER_ADDRESS
+                    limits.per_address
                 };
                 c.hits >= limit
             })

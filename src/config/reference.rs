@@ -345,7 +345,7 @@ const SERVER: &[Key] = &[
     key("instance", "string", Is("the host name's first label"), "this instance's name, part of every run id: 1\u{2013}63 of `a-z 0-9 _ -`; read at start only"),
     key("drain_delay", "duration", Secs(server::DRAIN_DELAY_SECS), "on SIGTERM or SIGINT, time `/healthz` answers 503 `draining` while requests are still served, before the listener closes"),
     key("schedules", "string", Str("fire"), "`\"fire\"`: this instance fires the schedules it loads; `\"off\"`: it does not (another instance of a cluster does); see docs/schedules.md"),
-    key("shared_state_dir", "path", Is("`state_dir`"), "directory of `app_keys.json`, shared by several instances; read at start only"),
+    key("shared_state_dir", "path", Is("`state_dir`"), "directory of `app_keys.json`, shared by several instances; read at start only; unused with `[state] url`"),
     key("hooks_files", "array of paths", Is("`[]`"), "adnanh/webhook hooks files (JSON or YAML) served as they are"),
     key("hooks_url_prefix", "string", Str("hooks"), "their hooks are at `/<hooks_url_prefix>/<id>` (webhook's `-urlprefix`)"),
     key("hooks_http_methods", "array of strings", Is("`[]` (any)"), "the methods a hook without its own `http-methods` accepts (webhook's `-http-methods`)"),

@@ -22,8 +22,12 @@ use std::time::{Duration, Instant, SystemTime};
 use postgres::types::Type;
 use postgres::Row;
 
+use super::watch::{self, Seen};
 use super::{Db, DbError};
 use crate::state::time::Time;
+
+/// The channel the trigger of `trigd_app_keys` notifies.
+const CHANNEL: &str = "trigd_app_keys";
 
 /// How long after the watcher's last confirmed ping the copy is used.
 pub const TRUST: Duration = Duration::from_secs(5);
@@ -45,7 +49,7 @@ pub struct KeyRow {
 
 /// The copy of the table, and what makes it current.
 #[derive(Default)]
-pub(super) struct Copy {
+struct Copy {
     /// Bumped by every notification (and reconnection of the watcher).
     epoch: AtomicU64,
     /// When the watcher last knew it had every notification: the moment it
@@ -60,17 +64,17 @@ type Loaded = (Option<u64>, HashMap<[u8; 32], KeyRow>);
 
 impl Copy {
     /// The table changed (or may have): the next lookup reloads.
-    pub(super) fn invalidate(&self) {
+    fn invalidate(&self) {
         self.epoch.fetch_add(1, Ordering::SeqCst);
     }
 
     /// Every change committed before `sent` has been seen.
-    pub(super) fn confirm(&self, sent: Instant) {
+    fn confirm(&self, sent: Instant) {
         *lock(&self.confirmed) = Some(sent);
     }
 
     /// The watcher lost its connection: ask the database until it is back.
-    pub(super) fn distrust(&self) {
+    fn distrust(&self) {
         *lock(&self.confirmed) = None;
     }
 
@@ -108,7 +112,12 @@ impl KeyTable {
     /// # Errors
     /// The thread cannot be started.
     pub fn watch(&self) -> std::io::Result<()> {
-        super::watch::start(Arc::clone(&self.db), Arc::clone(&self.copy))
+        let copy = Arc::clone(&self.copy);
+        watch::start(Arc::clone(&self.db), CHANNEL, move |seen| match seen {
+            Seen::Changed => copy.invalidate(),
+            Seen::Confirmed(sent) => copy.confirm(sent),
+            Seen::Lost => copy.distrust(),
+        })
     }
 
     /// The key whose sha256 is `hash`: from the copy when it is trusted

@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::Client;
 
-use super::keys::Copy;
 use super::{limits, Db};
 
 /// How often the watcher pings its connection.
@@ -25,62 +24,74 @@ pub const PING: Duration = Duration::from_secs(1);
 const PING_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often ended limiter windows are removed.
 const SWEEP: Duration = Duration::from_secs(60);
-/// The channel the trigger of `trigd_app_keys` notifies.
-const CHANNEL: &str = "trigd_app_keys";
+/// What the watcher tells the copy it keeps current.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Seen {
+    /// A notification came (or one may have been missed): reload.
+    Changed,
+    /// Every change committed before this moment has been seen.
+    Confirmed(Instant),
+    /// The connection is lost: the copy cannot be trusted until it is back.
+    Lost,
+}
 
-/// Start the watcher of `db` for `copy`.
+/// Start the watcher of `channel` in `db`, telling `tell` what it sees.
 ///
 /// # Errors
 /// The thread cannot be started.
-pub(super) fn start(db: Arc<Db>, copy: Arc<Copy>) -> std::io::Result<()> {
+pub(super) fn start(
+    db: Arc<Db>,
+    channel: &'static str,
+    tell: impl Fn(Seen) + Send + 'static,
+) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("state-db-watch".into())
-        .spawn(move || run(&db, &copy))
+        .spawn(move || run(&db, channel, &tell))
         .map(drop)
 }
 
-/// Connect, watch until the connection fails, distrust the copy, wait,
+/// Connect, watch until the connection fails, tell it is lost, wait,
 /// again; for the life of the process.
-fn run(db: &Db, copy: &Copy) {
+fn run(db: &Db, channel: &str, tell: &dyn Fn(Seen)) {
     let mut wait = Duration::from_secs(1);
     loop {
         if db.health().migrated {
             match db.open() {
                 Ok(mut client) => {
                     wait = Duration::from_secs(1);
-                    if let Err(e) = watch(&mut client, copy) {
+                    if let Err(e) = watch(&mut client, channel, tell) {
                         log::warn!("state: the watcher of application keys lost the database: {e}");
                     }
                 }
                 Err(e) => log::debug!("state: the watcher cannot connect: {e}"),
             }
         }
-        copy.distrust();
+        tell(Seen::Lost);
         std::thread::sleep(wait);
         wait = (wait * 2).min(Duration::from_secs(10));
     }
 }
 
 /// `LISTEN`, then take notifications and ping, until an error.
-fn watch(client: &mut Client, copy: &Copy) -> Result<(), postgres::Error> {
-    client.batch_execute(&format!("LISTEN {CHANNEL}"))?;
+fn watch(client: &mut Client, channel: &str, tell: &dyn Fn(Seen)) -> Result<(), postgres::Error> {
+    client.batch_execute(&format!("LISTEN {channel}"))?;
     // Anything may have changed while nobody listened.
-    copy.invalidate();
-    copy.confirm(Instant::now());
+    tell(Seen::Changed);
+    tell(Seen::Confirmed(Instant::now()));
     log::debug!("state: watching application keys");
     let mut swept = Instant::now();
     loop {
         // One notification (or none within PING), then a ping: a stream of
         // changes cannot starve the confirmation.
         if client.notifications().timeout_iter(PING).next()?.is_some() {
-            copy.invalidate();
+            tell(Seen::Changed);
         }
         let sent = Instant::now();
         client.is_valid(PING_TIMEOUT)?;
         if client.notifications().iter().count()? > 0 {
-            copy.invalidate();
+            tell(Seen::Changed);
         }
-        copy.confirm(sent);
+        tell(Seen::Confirmed(sent));
         if swept.elapsed() >= SWEEP {
             swept = Instant::now();
             let gone = limits::sweep(client)?;
