@@ -37,7 +37,7 @@ steps = [{ shell = "printf ok" }]
 
 [[functions]]
 name = "talk"
-steps = [{ shell = "printf 'hello from the owner'; printf 'to stderr' >&2; sleep 60" }]
+steps = [{ shell = "printf 'hello from the owner'; printf 'to stderr' >&2; sleep 2; printf ' again'; sleep 60" }]
 [functions.webhook]
 "#;
 
@@ -190,26 +190,34 @@ fn output_is_read_through_the_other_instance_also_after_the_owner_is_killed() {
     wait_state(&a, &id, "running", WAIT);
     let (_db, b) = instance(&db, "pgrun_output", "b", 1);
     let url = format!("/api/runs/{id}/output?api_key={KEY}");
-    // While a executes it: copied to the database within a tick.
-    let mut v = Value::Null;
-    let ok = wait_until(WAIT, || {
-        v = b.get(&url).ok();
-        v["Stdout"] == json!("hello from the owner")
-    });
-    b.check(ok, format!("the output through b while a runs it: {v}"));
+    // While a executes it: copied to the database within a tick (the
+    // delay after a's own file shows the second line is the follow
+    // latency; b's connections are open by then).
+    let stdout = |t: &Trigd| t.get(&url).ok()["Stdout"].clone();
+    let first = wait_until(WAIT, || stdout(&b) == json!("hello from the owner"));
+    b.check(first, "the output through b while a runs it");
+    let all = json!("hello from the owner again");
+    wait_until(WAIT, || stdout(&a) == all);
+    let local = Instant::now();
+    let ok = wait_until(WAIT, || stdout(&b) == all);
+    eprintln!("output seen through b {:?} after a had it", local.elapsed());
+    b.check(ok, "the second line through b");
+    let v = b.get(&url).ok();
     b.check_eq(v["Stderr"].clone(), json!("to stderr"), "stderr too");
     a.kill9();
     wait_state(&b, &id, "interrupted", Duration::from_secs(20));
     let v = b.get(&url).ok();
     b.check_eq(
         v["Stdout"].clone(),
-        json!("hello from the owner"),
+        all,
         "the output through b after a is gone",
     );
     // Followed through b once it has ended: the events, then its end.
     let text = b.get(&format!("{url}&follow=1")).text();
     b.check(
-        text.contains("hello from the owner") && text.contains("event: end"),
+        text.contains("hello from the owner")
+            && text.contains(" again")
+            && text.contains("event: end"),
         format!("the follow through b: {text}"),
     );
 }

@@ -48,6 +48,10 @@ pub(super) struct Shared {
     wake: Condvar,
     /// The lease is held (renewed within `lease`).
     leased: AtomicBool,
+    /// The cluster queue held a run at the last look (or this instance
+    /// just accepted one): a freed slot wakes the lease thread only then,
+    /// so that an idle cluster costs no statement per run.
+    backlog: AtomicBool,
     /// How far the output of each run executing here is copied to the
     /// database; held while a copy is sent, so one run's chunks are
     /// committed in order.
@@ -59,6 +63,14 @@ pub(super) struct Shared {
 }
 
 impl Shared {
+    /// A slot came free: wake the lease thread if the cluster queue may
+    /// hold a run.
+    pub(super) fn slot_freed(&self) {
+        if self.backlog.load(Ordering::SeqCst) {
+            self.wake();
+        }
+    }
+
     /// Wake the lease thread: there may be a run to take.
     pub(super) fn wake(&self) {
         *lock(&self.woken) = true;
@@ -122,6 +134,7 @@ impl Runner {
             woken: Mutex::new(false),
             wake: Condvar::new(),
             leased: AtomicBool::new(false),
+            backlog: AtomicBool::new(true),
             shipping: Mutex::default(),
             lost: Mutex::default(),
         });
@@ -369,10 +382,11 @@ impl Runner {
         while self.room(cfg) > 0 {
             match sql::take(&shared.db, &shared.me) {
                 Ok(Some(rec)) => {
+                    shared.backlog.store(true, Ordering::SeqCst);
                     log::debug!("run {} taken from the cluster queue", rec.run);
                     self.enqueue_taken(cfg, rec);
                 }
-                Ok(None) => return,
+                Ok(None) => return shared.backlog.store(false, Ordering::SeqCst),
                 Err(e) => return log::warn!("cluster: cannot take a queued run: {e}"),
             }
         }
@@ -454,6 +468,7 @@ impl Runner {
             }
             return Err(RunError::Storage(e));
         }
+        shared.backlog.store(true, Ordering::SeqCst);
         shared.wake();
         Ok(id)
     }

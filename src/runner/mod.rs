@@ -890,7 +890,7 @@ impl Runner {
         if freed {
             self.freed.notify_all();
             if let Some(shared) = self.cluster.get() {
-                shared.wake();
+                shared.slot_freed();
             }
         }
         wake(next?)

@@ -104,7 +104,7 @@ pub struct RunStore {
 enum Backend {
     Files(Arc<FileRuns>),
     Database {
-        runs: DbRuns,
+        runs: Box<DbRuns>,
         state_dir: PathBuf,
         retention: usize,
         /// Writes since the last trim of old runs.
@@ -145,7 +145,7 @@ impl RunStore {
         let _ = fs::create_dir_all(state_dir);
         RunStore {
             backend: Backend::Database {
-                runs: DbRuns::new(db, me),
+                runs: Box::new(DbRuns::new(db, me)),
                 state_dir: state_dir.to_path_buf(),
                 retention: retention.max(1),
                 writes: std::sync::atomic::AtomicU64::new(0),
@@ -290,12 +290,11 @@ impl RunStore {
         }
     }
 
-    /// Write `rec` as a durable [`RunStore::append`] would, leaving the
-    /// sync to one [`RunStore::sync`] for several records
-    /// ([`FileRuns::append_unsynced`]); with the database, committed.
+    /// Write `rec` as a durable [`RunStore::append`], its sync left to
+    /// [`RunStore::sync`] (the database commits each write: nothing left).
     ///
     /// # Errors
-    /// As [`RunStore::append`], but the sync's.
+    /// See [`FileRuns::append_unsynced`]; as [`RunStore::append`].
     pub fn append_unsynced(&self, rec: &RunRecord) -> io::Result<()> {
         match &self.backend {
             Backend::Files(f) => f.append_unsynced(rec),
@@ -303,8 +302,7 @@ impl RunStore {
         }
     }
 
-    /// Make every line written so far durable ([`FileRuns::sync`]);
-    /// nothing to do with the database (each write is committed).
+    /// Make every record written so far durable.
     ///
     /// # Errors
     /// The sync failed.
@@ -685,9 +683,9 @@ impl FileRuns {
         Ok(())
     }
 
-    /// Write `rec` as a durable [`RunStore::append`] would (refused when
+    /// Write `rec` as a durable [`FileRuns::append`] would (refused when
     /// the log is no longer the state dir's), leaving its sync to one
-    /// [`RunStore::sync`] for several records.
+    /// [`FileRuns::sync`] for several records.
     ///
     /// # Errors
     /// Those of a durable `append`, but the sync's.
@@ -759,7 +757,7 @@ impl FileRuns {
     }
 
     /// Make every line written so far durable (after
-    /// [`RunStore::append_unsynced`]).
+    /// [`FileRuns::append_unsynced`]).
     ///
     /// # Errors
     /// The sync failed.

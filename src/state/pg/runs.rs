@@ -128,19 +128,28 @@ struct Written {
     lost: HashMap<String, (String, String)>,
 }
 
-/// Writes waiting for the one in flight, and the outcome of the last ones.
+/// Statements of writes in flight at once, at most: more commit more
+/// per second (each waits for its commit's WAL flush), fewer leave more
+/// connections of the pool to reads.
+const MAX_IN_FLIGHT: usize = 4;
+
+/// Writes waiting for a statement, and the outcome of the last ones.
 #[derive(Default)]
 struct Queue {
     waiting: Vec<(u64, Row)>,
-    /// A write is in flight.
-    busy: bool,
+    /// Statements in flight.
+    in_flight: usize,
+    /// Runs with a write in flight: their next write waits for it, so a
+    /// run's writes commit in the order they were made.
+    flying: std::collections::HashSet<String>,
     next_ticket: u64,
     /// Outcomes by ticket, until their writer takes them.
     done: HashMap<u64, Result<Option<Outcome>, String>>,
 }
 
-/// Leader and followers: the first writer sends every waiting row in one
-/// statement; those that arrive meanwhile wait and are sent by the next.
+/// Leaders and followers: a writer whose row waits sends every waiting row
+/// in one statement, when fewer than [`MAX_IN_FLIGHT`] are in flight;
+/// those that arrive meanwhile wait and are sent by the next.
 #[derive(Default)]
 struct Batch {
     queue: Mutex<Queue>,
@@ -212,18 +221,27 @@ impl DbRuns {
             if let Some(r) = q.done.remove(&t) {
                 return r.map_err(DbError::Unavailable);
             }
-            if !q.busy {
-                let rows = take_batch(&mut q.waiting);
-                q.busy = true;
-                drop(q);
-                let outcome = self.send(&rows);
-                q = self.lock();
-                q.busy = false;
-                settle(&mut q.done, &rows, outcome, &self.db);
-                drop(q);
-                self.batch.turn.notify_all();
-                q = self.lock();
-                continue;
+            let mine_waits = q.waiting.iter().any(|(w, _)| *w == t);
+            if mine_waits && q.in_flight < MAX_IN_FLIGHT {
+                let Queue {
+                    waiting, flying, ..
+                } = &mut *q;
+                let rows = take_batch(waiting, flying);
+                if !rows.is_empty() {
+                    q.in_flight += 1;
+                    drop(q);
+                    let outcome = self.send(&rows);
+                    q = self.lock();
+                    q.in_flight -= 1;
+                    for (_, r) in &rows {
+                        q.flying.remove(&r.rec.run);
+                    }
+                    settle(&mut q.done, &rows, outcome, &self.db);
+                    drop(q);
+                    self.batch.turn.notify_all();
+                    q = self.lock();
+                    continue;
+                }
             }
             q = self.batch.turn.wait(q).unwrap_or_else(|e| e.into_inner());
         }
@@ -415,14 +433,18 @@ impl DbRuns {
     }
 }
 
-/// The waiting rows to send now: the latest write of each run, and at most
-/// one claim per key (a second waits for the next batch, where it finds
-/// the first's claim).
-fn take_batch(waiting: &mut Vec<(u64, Row)>) -> Vec<(u64, Row)> {
+/// The waiting rows to send now (noted in `flying`): one write per run
+/// and none of a run with a write in flight (its next write waits, so
+/// writes commit in order), and at most one claim per key (a second waits
+/// for the next batch, where it finds the first's claim).
+fn take_batch(
+    waiting: &mut Vec<(u64, Row)>,
+    flying: &mut std::collections::HashSet<String>,
+) -> Vec<(u64, Row)> {
     let mut now: Vec<(u64, Row)> = Vec::with_capacity(waiting.len());
     let mut later = Vec::new();
     for (t, row) in waiting.drain(..) {
-        let same_run = now.iter().any(|(_, r)| r.rec.run == row.rec.run);
+        let same_run = flying.contains(&row.rec.run);
         let same_key = row.claim.as_ref().is_some_and(|c| {
             now.iter()
                 .any(|(_, r)| r.claim.as_ref().is_some_and(|d| d.key == c.key))
@@ -430,6 +452,7 @@ fn take_batch(waiting: &mut Vec<(u64, Row)>) -> Vec<(u64, Row)> {
         if same_run || same_key {
             later.push((t, row));
         } else {
+            flying.insert(row.rec.run.clone());
             now.push((t, row));
         }
     }
