@@ -40,7 +40,7 @@ use std::time::Duration;
 use super::commit::GroupCommit;
 use super::file::{sync_dir, tmp_path, write_atomic};
 use crate::state::output;
-use crate::state::pg::runs::DbRuns;
+use crate::state::pg::runs::{DbRuns, PageQuery};
 use crate::state::pg::unwritten::Unwritten;
 use crate::state::pg::{Db, DbError};
 use crate::state::record::{Owner, RunRecord, RunState};
@@ -405,7 +405,13 @@ impl RunStore {
         match &self.backend {
             Backend::Files(f) => f.list(visible, filter, skip, take),
             Backend::Database { runs, .. } => {
-                runs.list(visible, filter, skip, take).unwrap_or_else(|e| {
+                let q = PageQuery {
+                    program: filter.program,
+                    tool: filter.tool.clone(),
+                    state: filter.state,
+                    ..PageQuery::default()
+                };
+                runs.list(visible, q, skip, take).unwrap_or_else(|e| {
                     log::warn!("cannot list runs: {e}");
                     (Vec::new(), false)
                 })

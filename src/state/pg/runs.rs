@@ -304,26 +304,23 @@ impl DbRuns {
         Ok(row.and_then(|(o, s)| Some((parse_owner(&o)?, RunState::from_name(&s)?))))
     }
 
-    /// A page of runs, newest first, as `RunStore::list`: the filter in
-    /// the query, `visible` (the caller's code) here, read in chunks of
-    /// [`DbRuns::page`] from the newest.
+    /// A page of runs, newest first, as `RunStore::list`: `filter`'s
+    /// conditions in the query, `visible` (the caller's code) here, read
+    /// in chunks of [`DbRuns::page`] from the newest.
     ///
     /// # Errors
     /// The database failed.
     pub fn list(
         &self,
         visible: impl Fn(Owner) -> bool,
-        filter: &crate::state::store::RunFilter,
+        filter: PageQuery,
         skip: usize,
         take: usize,
     ) -> Result<(Vec<RunRecord>, bool), DbError> {
         let mut q = PageQuery {
             all: true,
-            program: filter.program,
-            tool: filter.tool.clone(),
-            state: filter.state,
             limit: 200,
-            ..PageQuery::default()
+            ..filter
         };
         let (mut seen, mut out) = (0usize, Vec::with_capacity(take));
         loop {
