@@ -104,11 +104,8 @@ impl Shared {
     /// # Errors
     /// The database cannot be used.
     pub fn take_key(&self, name: &str, limit: u64) -> Result<Result<(), u64>, DbError> {
-        // Held across a new lease: one lease at a time per instance, so
-        // concurrent requests wait for it instead of leasing twice.
-        let mut leases = self.leases();
         let now = Instant::now();
-        if let Some(l) = leases.get_mut(name).filter(|l| now < l.until) {
+        if let Some(l) = self.leases().get_mut(name).filter(|l| now < l.until) {
             if l.spent {
                 return Ok(Err(seconds(l.until - now)));
             }
@@ -117,24 +114,50 @@ impl Shared {
                 return Ok(Ok(()));
             }
         }
+        // Not under the lock: a slow database holds up only the requests
+        // that need a lease. Concurrent ones may each lease; the window
+        // grants no more than its rate whatever they ask.
         let count = self
             .table
             .take(&format!("key:{name}"), lease_size(limit), limit)?;
         // The window's end as seen from before the statement was sent: the
         // lease ends no later than the window does.
         let until = now + count.left;
+        let mut leases = self.leases();
         if leases.len() >= self.cap {
             leases.retain(|_, l| now < l.until);
         }
-        let lease = Lease {
-            tokens: count.granted.saturating_sub(1),
-            until,
-            spent: count.granted == 0,
-        };
+        let mut lease = leases
+            .get(name)
+            .copied()
+            .filter(|l| now < l.until && !l.spent)
+            .map_or(
+                Lease {
+                    tokens: 0,
+                    until,
+                    spent: false,
+                },
+                |l| Lease {
+                    until: l.until.min(until),
+                    ..l
+                },
+            );
+        lease.tokens += count.granted;
+        let spent = lease.tokens == 0;
+        if spent {
+            lease = Lease {
+                tokens: 0,
+                until,
+                spent,
+            };
+        } else {
+            lease.tokens -= 1;
+        }
         leases.insert(name.to_string(), lease);
-        Ok(match count.granted {
-            0 => Err(seconds(count.left)),
-            _ => Ok(()),
+        Ok(if spent {
+            Err(seconds(count.left))
+        } else {
+            Ok(())
         })
     }
 
