@@ -63,7 +63,7 @@ pub fn start(name: &str, server: &str) -> (TestDir, Trigd) {
     (dir, t)
 }
 
-fn setup_dir(name: &str, server: &str) -> TestDir {
+pub fn setup_dir(name: &str, server: &str) -> TestDir {
     let dir = TestDir::new(name);
     let key = format!(
         "\n[[api_keys]]\nname = \"all\"\nsha256 = \"{}\"\n",
@@ -85,7 +85,7 @@ pub fn run(t: &Trigd, program: u64, function: &str, extra: &str) -> String {
     r.run_id(&r.ok())
 }
 
-fn page(t: &Trigd, path: &str, token: &str) -> Reply {
+pub fn page(t: &Trigd, path: &str, token: &str) -> Reply {
     let c = cookie(token);
     t.request("GET", path, &[HTML, ("Cookie", c.as_str())], b"")
 }

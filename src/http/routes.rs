@@ -50,6 +50,7 @@ pub fn handle(app: &App, req: &mut Request) -> Response {
             ui::regenerate(app, &cfg, req, ws)
         }
         (Get | Head, ["runs"]) => ui::runs_list(app, &cfg, req),
+        (Get | Head, ["schedules"]) => ui::schedules_page(app, &cfg, req),
         (Get | Head, ["runs", id]) => ui::run_show(app, &cfg, req, id),
         (Post, ["runs", id, "cancel"]) => ui::run_cancel(app, &cfg, req, id),
         (Get | Head, ["static", name]) => ui::asset(name),
@@ -82,7 +83,7 @@ pub fn handle(app: &App, req: &mut Request) -> Response {
         (
             _,
             []
-            | ["healthz" | "livez" | "metrics" | "openapi.json" | "runs"]
+            | ["healthz" | "livez" | "metrics" | "openapi.json" | "runs" | "schedules"]
             | ["api", "overdue" | "schedules"]
             | ["api", "runs", _]
             | ["api", "runs", _, "output"]
@@ -180,6 +181,19 @@ fn metrics(app: &App) -> Response {
     }
     if let Some(acme) = app.acme.get() {
         acme.render_metrics(&mut text);
+    }
+    if let Some(db) = app.state.db() {
+        let _ = std::fmt::Write::write_fmt(
+            &mut text,
+            format_args!("# HELP trigd_state_db_round_trips_total Statements sent to the PostgreSQL database of [state] url (one round trip each).\n\
+             # TYPE trigd_state_db_round_trips_total counter\n\
+             trigd_state_db_round_trips_total {}\n\
+             # HELP trigd_state_db_background_trips_total Statements sent to the database by background threads (heartbeats, queue polls, health checks).\n\
+             # TYPE trigd_state_db_background_trips_total counter\n\
+             trigd_state_db_background_trips_total {}\n",
+            db.round_trips(),
+            db.background_trips()
+        ));
     }
     Response::text(200, "text/plain; version=0.0.4", text)
 }

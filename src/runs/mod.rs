@@ -100,12 +100,12 @@ pub fn authorize(
 }
 
 /// [`authorize`] for the output endpoint: the run's head only (its id,
-/// state and owner, [`RunStore::head`]), not its record, whose Result can
+/// state and owner, [`RunStore::fetch_head`]), not its record, whose Result can
 /// hold `max_output_bytes` of output: each of 20 followers starting at
 /// once held their own copy of a 10 MB Result (8 MB per follower at the
 /// peak, issue 31).
 ///
-/// [`RunStore::head`]: crate::state::store::RunStore::head
+/// [`RunStore::fetch_head`]: crate::state::store::RunStore::fetch_head
 ///
 /// # Errors
 /// Those of [`authorize`].
@@ -117,7 +117,11 @@ fn authorize_head(
     takes: Takes,
 ) -> Result<RunHead, ApiError> {
     let asker = authenticate(app, cfg, req, takes)?;
-    let head = app.store.head(id).ok_or_else(|| not_here(cfg, id))?;
+    let found = app
+        .store
+        .fetch_head(id)
+        .map_err(|e| ApiError::storage(&e))?;
+    let head = found.ok_or_else(|| not_here(app, cfg, id))?;
     may_see(cfg, req, asker, head.owner)?;
     Ok(head)
 }
@@ -166,17 +170,21 @@ fn uses_api_key(cfg: &Config, req: &Request) -> Result<bool, ApiError> {
 }
 
 /// The record of run `id`, or why there is none here.
+/// With the database every instance knows every run: an unknown one is
+/// `run_not_found`, never another instance's.
 pub fn record(app: &App, cfg: &Config, id: &str) -> Result<RunRecord, ApiError> {
-    app.store.get(id).ok_or_else(|| not_here(cfg, id))
+    let found = app.store.fetch(id).map_err(|e| ApiError::storage(&e))?;
+    found.ok_or_else(|| not_here(app, cfg, id))
 }
 
-/// Why run `id` is not found here: another instance's, or unknown.
-fn not_here(cfg: &Config, id: &str) -> ApiError {
+/// Why run `id` is not found here: another instance's (file logs only),
+/// or unknown.
+fn not_here(app: &App, cfg: &Config, id: &str) -> ApiError {
     match cluster::foreign_owner(id, &cfg.server.instance) {
-        Some(owner) => ApiError::RunOnOtherInstance {
+        Some(owner) if !app.store.is_shared() => ApiError::RunOnOtherInstance {
             instance: owner.to_string(),
         },
-        None => ApiError::RunNotFound,
+        _ => ApiError::RunNotFound,
     }
 }
 

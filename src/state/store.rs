@@ -40,6 +40,8 @@ use std::time::Duration;
 use super::commit::GroupCommit;
 use super::file::{sync_dir, tmp_path, write_atomic};
 use crate::state::output;
+use crate::state::pg::runs::{DbRuns, PageQuery};
+use crate::state::pg::{Db, DbError};
 use crate::state::record::{Owner, RunHead, RunRecord, RunState};
 use crate::state::time::Time;
 use crate::sys;
@@ -88,6 +90,303 @@ pub struct RunFilter {
     pub state: Option<RunState>,
     /// Only runs of this tool's endpoints.
     pub tool: Option<String>,
+}
+
+/// The run records: the run log in the state dir ([`FileRuns`]), or with
+/// `[state] url` the database ([`DbRuns`]), which every instance reads.
+/// Callers see one interface whatever the backend.
+pub struct RunStore {
+    backend: Backend,
+}
+
+/// Where the run records are.
+enum Backend {
+    Files(Arc<FileRuns>),
+    Database {
+        runs: Box<DbRuns>,
+        state_dir: PathBuf,
+        retention: usize,
+        /// Writes since the last trim of old runs.
+        writes: std::sync::atomic::AtomicU64,
+    },
+}
+
+/// A database error as the `io::Error` the store's callers handle (its
+/// source stays reachable for the 503 `state_unavailable` answer).
+fn db_io(e: DbError) -> io::Error {
+    io::Error::other(e)
+}
+
+/// Writes between two trims of the database's old runs.
+const TRIM_EVERY: u64 = 1000;
+
+impl RunStore {
+    /// Open the run log in `state_dir` ([`FileRuns::open`]).
+    ///
+    /// # Errors
+    /// See [`FileRuns::open`].
+    pub fn open(
+        state_dir: &Path,
+        retention: usize,
+        retry: impl Fn(&RunRecord) -> bool,
+    ) -> io::Result<(RunStore, Vec<String>)> {
+        let (files, resumed) = FileRuns::open(state_dir, retention, retry)?;
+        let backend = Backend::Files(Arc::new(files));
+        Ok((RunStore { backend }, resumed))
+    }
+
+    /// The run records in `db`, written by instance `me`; kept output stays
+    /// in `state_dir`. Nothing is resumed or interrupted here: the leases
+    /// (`cluster.sql`) decide which runs to start again.
+    pub fn database(db: Arc<Db>, me: &str, state_dir: &Path, retention: usize) -> RunStore {
+        let _ = fs::create_dir_all(state_dir);
+        RunStore {
+            backend: Backend::Database {
+                runs: Box::new(DbRuns::new(db, me)),
+                state_dir: state_dir.to_path_buf(),
+                retention: retention.max(1),
+                writes: std::sync::atomic::AtomicU64::new(0),
+            },
+        }
+    }
+
+    /// Whether every instance reads these records (the database).
+    pub fn is_shared(&self) -> bool {
+        matches!(self.backend, Backend::Database { .. })
+    }
+
+    /// Start the file log's flush thread ([`FileRuns::start_flusher`]).
+    pub fn start_flusher(&self) {
+        if let Backend::Files(f) = &self.backend {
+            f.start_flusher();
+        }
+    }
+
+    /// Record a state change of an accepted run (not waiting for disk).
+    pub fn record(&self, rec: &RunRecord) {
+        match &self.backend {
+            Backend::Files(f) => f.record(rec),
+            Backend::Database { .. } => self.write_logged(rec),
+        }
+    }
+
+    /// [`RunStore::record`], on disk (committed) before it returns.
+    pub fn record_synced(&self, rec: &RunRecord) {
+        match &self.backend {
+            Backend::Files(f) => f.record_synced(rec),
+            Backend::Database { .. } => self.write_logged(rec),
+        }
+    }
+
+    /// A database write whose failure is only logged.
+    fn write_logged(&self, rec: &RunRecord) {
+        if let Err(e) = self.write_db(rec) {
+            log::error!(
+                "run {}: cannot record state {}: {e}",
+                rec.run,
+                rec.state.name()
+            );
+        }
+    }
+
+    /// Write `rec` to the database; trim old runs now and then.
+    fn write_db(&self, rec: &RunRecord) -> io::Result<()> {
+        let Backend::Database {
+            runs,
+            retention,
+            writes,
+            ..
+        } = &self.backend
+        else {
+            return Ok(());
+        };
+        runs.write(rec).map_err(db_io)?;
+        if writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % TRIM_EVERY == TRIM_EVERY - 1
+        {
+            if let Err(e) = runs.trim(*retention) {
+                log::warn!("cannot drop old runs from the database: {e}");
+            }
+        }
+        Ok(())
+    }
+
+    /// State changes waiting to be written.
+    pub fn unwritten(&self) -> usize {
+        match &self.backend {
+            Backend::Files(f) => f.unwritten(),
+            Backend::Database { .. } => 0,
+        }
+    }
+
+    /// Append the record's current state; with `durable`, return once it
+    /// is on disk (committed).
+    ///
+    /// # Errors
+    /// See [`FileRuns::append`]; the database failed, or the run's
+    /// idempotency claim was lost to another request (nothing written).
+    pub fn append(&self, rec: &RunRecord, durable: bool) -> io::Result<()> {
+        match &self.backend {
+            Backend::Files(f) => f.append(rec, durable),
+            Backend::Database { .. } => self.write_db(rec),
+        }
+    }
+
+    /// Write `rec` as a durable [`RunStore::append`], its sync left to
+    /// [`RunStore::sync`] (the database commits each write: nothing left).
+    ///
+    /// # Errors
+    /// See [`FileRuns::append_unsynced`]; as [`RunStore::append`].
+    pub fn append_unsynced(&self, rec: &RunRecord) -> io::Result<()> {
+        match &self.backend {
+            Backend::Files(f) => f.append_unsynced(rec),
+            Backend::Database { .. } => self.write_db(rec),
+        }
+    }
+
+    /// Make every record written so far durable.
+    ///
+    /// # Errors
+    /// The sync failed.
+    pub fn sync(&self) -> io::Result<()> {
+        match &self.backend {
+            Backend::Files(f) => f.sync(),
+            Backend::Database { .. } => Ok(()),
+        }
+    }
+
+    /// `fdatasync` calls on the run log.
+    pub fn fsyncs(&self) -> u64 {
+        match &self.backend {
+            Backend::Files(f) => f.fsyncs(),
+            Backend::Database { .. } => 0,
+        }
+    }
+
+    /// Runs found cut off at open and recorded `interrupted`.
+    pub fn interrupted_at_open(&self) -> &[String] {
+        match &self.backend {
+            Backend::Files(f) => f.interrupted_at_open(),
+            Backend::Database { .. } => &[],
+        }
+    }
+
+    /// The record of run `id`; `None` also when the database failed
+    /// (logged): see [`RunStore::fetch`].
+    pub fn get(&self, id: &str) -> Option<RunRecord> {
+        self.fetch(id).unwrap_or_else(|e| {
+            log::warn!("run {id}: cannot read its record: {e}");
+            None
+        })
+    }
+
+    /// The record of run `id`, or why it cannot be read now.
+    ///
+    /// # Errors
+    /// The database failed (a [`DbError`] inside).
+    pub fn fetch(&self, id: &str) -> io::Result<Option<RunRecord>> {
+        match &self.backend {
+            Backend::Files(f) => Ok(f.get(id)),
+            Backend::Database { runs, .. } => runs.get(id).map_err(db_io),
+        }
+    }
+
+    /// The head of run `id` (its id, state and owner), or why it cannot
+    /// be read now: from the file log without reading its Result into
+    /// memory ([`FileRuns::head`]); from the database, of its record.
+    ///
+    /// # Errors
+    /// The database failed (a [`DbError`] inside).
+    pub fn fetch_head(&self, id: &str) -> io::Result<Option<RunHead>> {
+        match &self.backend {
+            Backend::Files(f) => Ok(f.head(id)),
+            Backend::Database { runs, .. } => {
+                Ok(runs.get(id).map_err(db_io)?.as_ref().map(RunHead::of))
+            }
+        }
+    }
+
+    /// Fail unless a run could be recorded now (`/healthz`).
+    ///
+    /// # Errors
+    /// The state dir is not writable (the database is checked by `Db`).
+    pub fn check_writable(&self) -> io::Result<()> {
+        match &self.backend {
+            Backend::Files(f) => f.check_writable(),
+            Backend::Database { .. } => Ok(()),
+        }
+    }
+
+    /// The owner of run `id`, without reading its record.
+    pub fn owner_of(&self, id: &str) -> Option<Owner> {
+        match &self.backend {
+            Backend::Files(f) => f.owner_of(id),
+            Backend::Database { runs, .. } => runs.owner_and_state(id).ok().flatten().map(|o| o.0),
+        }
+    }
+
+    /// Whether run `id` has ended; `None` when it is not kept.
+    pub fn has_ended(&self, id: &str) -> Option<bool> {
+        match &self.backend {
+            Backend::Files(f) => f.has_ended(id),
+            Backend::Database { runs, .. } => runs
+                .owner_and_state(id)
+                .ok()
+                .flatten()
+                .map(|o| o.1.is_terminal()),
+        }
+    }
+
+    /// Where the output of run `id` is kept on this host.
+    pub fn output_path(&self, id: &str) -> PathBuf {
+        match &self.backend {
+            Backend::Files(f) => f.output_path(id),
+            Backend::Database { state_dir, .. } => output::path(state_dir, output::hex_of(id)),
+        }
+    }
+
+    /// A page of runs, newest first ([`FileRuns::list`]); empty when the
+    /// database failed (logged).
+    pub fn list(
+        &self,
+        visible: impl Fn(Owner) -> bool,
+        filter: &RunFilter,
+        skip: usize,
+        take: usize,
+    ) -> (Vec<RunRecord>, bool) {
+        match &self.backend {
+            Backend::Files(f) => f.list(visible, filter, skip, take),
+            Backend::Database { runs, .. } => {
+                let q = PageQuery {
+                    program: filter.program,
+                    tool: filter.tool.clone(),
+                    state: filter.state,
+                    ..PageQuery::default()
+                };
+                runs.list(visible, q, skip, take).unwrap_or_else(|e| {
+                    log::warn!("cannot list runs: {e}");
+                    (Vec::new(), false)
+                })
+            }
+        }
+    }
+
+    /// How many runs of the index cannot be read back.
+    #[cfg(test)]
+    pub fn unreadable(&self) -> usize {
+        match &self.backend {
+            Backend::Files(f) => f.unreadable(),
+            Backend::Database { .. } => 0,
+        }
+    }
+
+    /// How many runs are kept.
+    #[cfg(test)]
+    pub fn count(&self) -> usize {
+        match &self.backend {
+            Backend::Files(f) => f.count(),
+            Backend::Database { runs, .. } => runs.count().unwrap_or(0),
+        }
+    }
 }
 
 /// A run id as stored in the index: the 16 bytes its 32 hex digits spell
@@ -159,8 +458,8 @@ impl Quiet {
     }
 }
 
-/// The run log of one state dir.
-pub struct RunStore {
+/// The run log of one state dir (the file side of [`RunStore`]).
+pub struct FileRuns {
     path: PathBuf,
     state_dir: PathBuf,
     retention: usize,
@@ -176,7 +475,7 @@ pub struct RunStore {
     compacting: Mutex<()>,
 }
 
-impl RunStore {
+impl FileRuns {
     /// Open (creating) `state_dir/runs.log`, recover it, and compact it to
     /// `retention` finished runs plus the unfinished ones. A `queued` run
     /// stays queued, a `running` one is queued again when `retry` says so;
@@ -189,7 +488,7 @@ impl RunStore {
         state_dir: &Path,
         retention: usize,
         retry: impl Fn(&RunRecord) -> bool,
-    ) -> io::Result<(RunStore, Vec<String>)> {
+    ) -> io::Result<(FileRuns, Vec<String>)> {
         fs::create_dir_all(state_dir)?;
         let path = super::Kept::Runs.path_in(state_dir);
         let mut records = read_log(&path)?;
@@ -236,7 +535,7 @@ impl RunStore {
         output::sweep(state_dir, |name| {
             run_id(name).is_some_and(|id| log.index.contains_key(&id))
         });
-        let store = RunStore {
+        let store = FileRuns {
             path,
             state_dir: state_dir.to_path_buf(),
             retention: retention.max(1),
@@ -253,7 +552,7 @@ impl RunStore {
     /// them again (it ends with the store), and gives freed memory back to
     /// the system once runs have been quiet for a tick ([`Quiet`]).
     pub fn start_flusher(self: &Arc<Self>) {
-        let weak: Weak<RunStore> = Arc::downgrade(self);
+        let weak: Weak<FileRuns> = Arc::downgrade(self);
         let spawned = thread::Builder::new()
             .name("store-flush".into())
             .spawn(move || {
@@ -275,7 +574,7 @@ impl RunStore {
     }
 
     /// Record a state change of an accepted run. When it cannot be written
-    /// now, it is kept, served by [`RunStore::get`], and written later.
+    /// now, it is kept, served by [`FileRuns::get`], and written later.
     pub fn record(&self, rec: &RunRecord) {
         self.flush_unwritten();
         let Some(id) = run_id(&rec.run) else { return };
@@ -294,7 +593,7 @@ impl RunStore {
         }
     }
 
-    /// [`RunStore::record`], then return once what was written is on disk
+    /// [`FileRuns::record`], then return once what was written is on disk
     /// (a cancel that must hold after a crash).
     pub fn record_synced(&self, rec: &RunRecord) {
         self.record(rec);
@@ -333,43 +632,65 @@ impl RunStore {
     /// checked before a durable append); a partial
     /// line is cut off again so the log stays readable.
     pub fn append(&self, rec: &RunRecord, durable: bool) -> io::Result<()> {
-        let (seq, compact) = {
-            let mut log = lock(&self.log);
-            if durable {
-                self.check_path(&log.file)?;
-            }
-            let offset = log.len;
-            let len = match write_line(&mut log.file, rec) {
-                Ok(len) => len,
-                Err(e) => {
-                    let _ = log.file.set_len(offset);
-                    return Err(e);
-                }
-            };
-            log.len += len;
-            log.lines += 1;
-            log.seq += 1;
-            let entry = Entry {
-                offset,
-                len: u32::try_from(len).unwrap_or(u32::MAX),
-                meta: Meta::of(rec),
-            };
-            if let Some(id) = run_id(&rec.run) {
-                log.put(id, entry);
-            }
-            (log.seq, self.too_long(&log))
-        };
+        let seq = self.write(rec, durable)?;
         if durable {
             self.sync_upto(seq)?;
         }
-        if compact {
-            // The line is written: a failed compaction (disk full) must
-            // not undo its acceptance; the next append tries again.
-            if let Err(e) = self.compact() {
-                log::warn!("cannot compact {}: {e}", self.path.display());
-            }
-        }
+        self.compact_if_too_long();
         Ok(())
+    }
+
+    /// Write `rec` as a durable [`FileRuns::append`] would (refused when
+    /// the log is no longer the state dir's), leaving its sync to one
+    /// [`FileRuns::sync`] for several records.
+    ///
+    /// # Errors
+    /// Those of a durable `append`, but the sync's.
+    pub fn append_unsynced(&self, rec: &RunRecord) -> io::Result<()> {
+        self.write(rec, true)?;
+        self.compact_if_too_long();
+        Ok(())
+    }
+
+    /// Write `rec`'s line (after checking that the log is still the state
+    /// dir's, when `check`); the sequence number of the line.
+    fn write(&self, rec: &RunRecord, check: bool) -> io::Result<u64> {
+        let mut log = lock(&self.log);
+        if check {
+            self.check_path(&log.file)?;
+        }
+        let offset = log.len;
+        let len = match write_line(&mut log.file, rec) {
+            Ok(len) => len,
+            Err(e) => {
+                let _ = log.file.set_len(offset);
+                return Err(e);
+            }
+        };
+        log.len += len;
+        log.lines += 1;
+        log.seq += 1;
+        let entry = Entry {
+            offset,
+            len: u32::try_from(len).unwrap_or(u32::MAX),
+            meta: Meta::of(rec),
+        };
+        if let Some(id) = run_id(&rec.run) {
+            log.put(id, entry);
+        }
+        Ok(log.seq)
+    }
+
+    /// Compact the log when it holds about twice the lines needed. The
+    /// lines are written: a failed compaction (disk full) must not undo
+    /// their acceptance; the next append tries again.
+    fn compact_if_too_long(&self) {
+        if !self.too_long(&lock(&self.log)) {
+            return;
+        }
+        if let Err(e) = self.compact() {
+            log::warn!("cannot compact {}: {e}", self.path.display());
+        }
     }
 
     /// Fail unless `runs.log` in the state dir is still the file we write:
@@ -390,6 +711,16 @@ impl RunStore {
             Ok(_) => Err(gone("was replaced by another file".into())),
             Err(e) => Err(gone(format!("cannot be reached any more ({e})"))),
         }
+    }
+
+    /// Make every line written so far durable (after
+    /// [`FileRuns::append_unsynced`]).
+    ///
+    /// # Errors
+    /// The sync failed.
+    pub fn sync(&self) -> io::Result<()> {
+        let seq = lock(&self.log).seq;
+        self.sync_upto(seq)
     }
 
     /// Make every line up to `seq` durable; one fdatasync serves everyone
@@ -497,7 +828,7 @@ impl RunStore {
             .filter(|r| r.run == id)
     }
 
-    /// The head of run `id` as [`RunStore::get`] finds it, without reading
+    /// The head of run `id` as [`FileRuns::get`] finds it, without reading
     /// the rest of its record into memory (its Result can be many MB).
     pub fn head(&self, id: &str) -> Option<RunHead> {
         let key = run_id(id)?;
