@@ -43,7 +43,7 @@ use crate::state::output;
 use crate::state::pg::runs::{DbRuns, PageQuery};
 use crate::state::pg::unwritten::Unwritten;
 use crate::state::pg::{Db, DbError};
-use crate::state::record::{Owner, RunRecord, RunState};
+use crate::state::record::{Owner, RunHead, RunRecord, RunState};
 use crate::state::time::Time;
 use crate::sys;
 
@@ -351,6 +351,21 @@ impl RunStore {
                 Some(rec) => Ok(Some(rec)),
                 None => runs.get(id).map_err(db_io),
             },
+        }
+    }
+
+    /// The head of run `id` (its id, state and owner), or why it cannot
+    /// be read now: from the file log without reading its Result into
+    /// memory ([`FileRuns::head`]); from the database, of its record.
+    ///
+    /// # Errors
+    /// The database failed (a [`DbError`] inside).
+    pub fn fetch_head(&self, id: &str) -> io::Result<Option<RunHead>> {
+        match &self.backend {
+            Backend::Files(f) => Ok(f.head(id)),
+            Backend::Database { runs, .. } => {
+                Ok(runs.get(id).map_err(db_io)?.as_ref().map(RunHead::of))
+            }
         }
     }
 
@@ -873,29 +888,50 @@ impl FileRuns {
         if let Some((_, rec)) = lock(&self.unwritten).iter().find(|(k, _)| *k == key) {
             return Some(rec.clone());
         }
+        self.read::<RunRecord>(key, LINE_IN_MEMORY, WINDOW)
+            .filter(|r| r.run == id)
+    }
+
+    /// The head of run `id` as [`FileRuns::get`] finds it, without reading
+    /// the rest of its record into memory (its Result can be many MB).
+    pub fn head(&self, id: &str) -> Option<RunHead> {
+        let key = run_id(id)?;
+        if let Some((_, rec)) = lock(&self.unwritten).iter().find(|(k, _)| *k == key) {
+            return Some(RunHead::of(rec)).filter(|h| h.run == id);
+        }
+        self.read::<RunHead>(key, HEAD_WINDOW, HEAD_WINDOW)
+            .filter(|h| h.run == id)
+    }
+
+    /// The last line of run `key` in the log, read as a `T`: whole up to
+    /// `whole` bytes, a longer one through a buffer of `window` bytes.
+    fn read<T: serde::de::DeserializeOwned>(
+        &self,
+        key: RunId,
+        whole: usize,
+        window: usize,
+    ) -> Option<T> {
         let log = lock(&self.log);
         let e = log.index.get(&key)?;
-        let rec = if e.len as usize <= LINE_IN_MEMORY {
+        if e.len as usize <= whole {
             let mut buf = vec![0; e.len as usize];
             log.file.read_exact_at(&mut buf, e.offset).ok()?;
-            serde_json::from_slice::<RunRecord>(&buf).ok()
-        } else {
-            // A long line (a Result of many MB) is parsed from the file a
-            // window at a time, without the lock: the old file stays
-            // readable through this handle if a compaction replaces it.
-            let (file, at, len) = (log.file.try_clone().ok()?, e.offset, u64::from(e.len));
-            drop(log);
-            let line = io::BufReader::with_capacity(
-                WINDOW,
-                LineAt {
-                    file,
-                    at,
-                    left: len,
-                },
-            );
-            serde_json::from_reader::<_, RunRecord>(line).ok()
-        };
-        rec.filter(|r| r.run == id)
+            return serde_json::from_slice::<T>(&buf).ok();
+        }
+        // A long line (a Result of many MB) is parsed from the file a
+        // window at a time, without the lock: the old file stays readable
+        // through this handle if a compaction replaces it.
+        let (file, at, len) = (log.file.try_clone().ok()?, e.offset, u64::from(e.len));
+        drop(log);
+        let line = io::BufReader::with_capacity(
+            window,
+            LineAt {
+                file,
+                at,
+                left: len,
+            },
+        );
+        serde_json::from_reader::<_, T>(line).ok()
     }
 
     /// Fail unless a run could be recorded now: `runs.log` can be opened
@@ -1003,6 +1039,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// file through a [`WINDOW`], so that reading a run never holds its whole
 /// line besides the record made of it.
 const LINE_IN_MEMORY: usize = 1 << 20;
+
+/// The buffer of a [`RunStore::head`] read: each follower of a run starts
+/// with one (the whole line would be up to [`LINE_IN_MEMORY`], and
+/// [`WINDOW`] a quarter of a MiB, per follower starting at once).
+const HEAD_WINDOW: usize = 32 * 1024;
 
 /// `left` bytes of `file` from `at`, read in order.
 struct LineAt {
