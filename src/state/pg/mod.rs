@@ -195,15 +195,7 @@ impl Db {
         &self,
         f: impl FnOnce(&mut Client) -> Result<T, postgres::Error>,
     ) -> Result<T, DbError> {
-        let h = self.health();
-        if let Some(why) = h.refused {
-            return Err(DbError::Schema(why));
-        }
-        if !h.migrated {
-            self.migrate()?;
-        }
-        self.round_trips.fetch_add(1, Ordering::Relaxed);
-        self.use_conn(|c| f(c).map_err(DbError::from_pg))
+        self.counted(&self.round_trips, f)
     }
 
     /// [`Db::with`] for a background thread's statement (heartbeats, queue
@@ -216,6 +208,17 @@ impl Db {
         &self,
         f: impl FnOnce(&mut Client) -> Result<T, postgres::Error>,
     ) -> Result<T, DbError> {
+        self.counted(&self.background_trips, f)
+    }
+
+    /// Run `f` on a connection once the schema is known to be this
+    /// trigd's, counting it in `trips` ([`Db::with`] and
+    /// [`Db::with_background`] differ only in their counter).
+    fn counted<T>(
+        &self,
+        trips: &AtomicU64,
+        f: impl FnOnce(&mut Client) -> Result<T, postgres::Error>,
+    ) -> Result<T, DbError> {
         let h = self.health();
         if let Some(why) = h.refused {
             return Err(DbError::Schema(why));
@@ -223,7 +226,7 @@ impl Db {
         if !h.migrated {
             self.migrate()?;
         }
-        self.background_trips.fetch_add(1, Ordering::Relaxed);
+        trips.fetch_add(1, Ordering::Relaxed);
         self.use_conn(|c| f(c).map_err(DbError::from_pg))
     }
 
