@@ -38,6 +38,7 @@ pub fn handle(app: &App, req: &mut Request) -> Response {
         (Post, ["api"]) => api::run(app, &cfg, req),
         (Get | Head, ["api", "overdue"]) => api::overdue(app, &cfg, req),
         (Get | Head, ["api", "schedules"]) => api::schedules(app, &cfg, req),
+        (Get | Head, ["api", "runs"]) => runs::list::list(app, &cfg, req),
         (Get | Head, ["api", "runs", id]) => api::run_status(app, &cfg, req, id),
         (Get | Head, ["api", "runs", id, "output"]) => runs::output(app, &cfg, req, id),
         (Post, ["api", "runs", id, "cancel"]) => runs::cancel(app, &cfg, req, id),
@@ -83,7 +84,7 @@ pub fn handle(app: &App, req: &mut Request) -> Response {
             _,
             []
             | ["healthz" | "livez" | "metrics" | "openapi.json" | "runs"]
-            | ["api", "overdue" | "schedules"]
+            | ["api", "overdue" | "schedules" | "runs"]
             | ["api", "runs", _]
             | ["api", "runs", _, "output"]
             | ["runs" | "static", _]

@@ -10,6 +10,7 @@ pub mod callback;
 pub mod cluster;
 pub mod follow;
 pub mod idempotency;
+pub mod list;
 pub mod replay;
 
 use std::sync::{Arc, Mutex, Weak};

@@ -70,6 +70,7 @@ pub mod commit;
 pub mod delivery;
 pub mod file;
 pub mod idempotency;
+pub mod index;
 pub mod keys;
 pub mod output;
 pub mod passwords;

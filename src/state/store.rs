@@ -28,7 +28,7 @@
 //! one (atomic: temp file, fsync, rename). The same compaction runs again
 //! whenever the log holds about twice that many lines.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -39,60 +39,146 @@ use std::time::Duration;
 
 use super::commit::GroupCommit;
 use super::file::{sync_dir, tmp_path, write_atomic};
+use super::index::{Index, RunId, Slot};
 use crate::state::output;
-use crate::state::record::{Owner, RunRecord, RunState};
+use crate::state::record::{Origin, Owner, RunRecord, RunState};
 use crate::state::time::Time;
 use crate::sys;
 
-/// Where the latest line of a run sits in the log, and what the runs
-/// pages filter on.
+/// Which runs a list shows (`GET /api/runs`, the Runs page): the
+/// caller's [`Scope`], the filters (all that are set must match), the
+/// [`Cursor`] to continue after, and the page size. Runs come newest
+/// first, ordered by (`CreatedAt`, the id's 32 hex digits), both
+/// descending. The exact semantics are in `notes/runfilter.md` and
+/// `docs/runs.md`; the PostgreSQL backend implements the same.
 #[derive(Debug, Clone)]
-struct Entry {
-    offset: u64,
-    len: u32,
-    meta: Meta,
+pub struct RunFilter {
+    /// Whose runs the caller may see at all.
+    pub scope: Scope,
+    /// Only runs of this program (`Owner::Program(id)`).
+    pub program: Option<u64>,
+    /// Only runs of a function of this name (for a hook's run: the hook id).
+    pub function: Option<String>,
+    /// Only runs of this tool's endpoints (the `<tool>` of `Tool`).
+    pub tool: Option<String>,
+    /// Only runs started by this origin ([`OriginFilter`]).
+    pub origin: Option<OriginFilter>,
+    /// Only runs in this state.
+    pub state: Option<RunState>,
+    /// Only runs created at or after this time (inclusive).
+    pub since: Option<Time>,
+    /// Only runs created before this time (exclusive).
+    pub until: Option<Time>,
+    /// Only runs strictly older than this position (the page before was
+    /// answered up to it).
+    pub before: Option<Cursor>,
+    /// At most this many runs (the API bounds it to 1..=200).
+    pub limit: usize,
 }
 
-/// The fields of a run the runs pages filter on, kept in the index.
-#[derive(Debug, Clone)]
-struct Meta {
-    owner: Owner,
-    state: RunState,
-    /// The tool's name, for runs of a tool endpoint.
-    tool: Option<Box<str>>,
-}
-
-impl Meta {
-    fn of(rec: &RunRecord) -> Meta {
-        Meta {
-            owner: rec.owner,
-            state: rec.state,
-            tool: rec.tool.as_ref().map(|t| t.tool.as_str().into()),
+impl Default for RunFilter {
+    /// Every run, newest first, [`DEFAULT_PAGE`] of them.
+    fn default() -> RunFilter {
+        RunFilter {
+            scope: Scope::All,
+            program: None,
+            function: None,
+            tool: None,
+            origin: None,
+            state: None,
+            since: None,
+            until: None,
+            before: None,
+            limit: DEFAULT_PAGE,
         }
     }
 }
 
-impl Entry {
-    /// The run has not ended: compaction keeps it whatever its age.
-    fn live(&self) -> bool {
-        !self.meta.state.is_terminal()
+/// Runs a page holds when the caller does not say.
+pub const DEFAULT_PAGE: usize = 50;
+
+/// Most runs a page of the API may hold.
+pub const MAX_PAGE: usize = 200;
+
+/// Whose runs a list may show: the rules of `GET /api/runs/<id>`
+/// (`runs::authorize`) turned into data before the list is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    /// Every run (internal callers: start-up, schedules).
+    All,
+    /// The runs of these programs (ids of the current config the caller
+    /// may access), and of hooks-file hooks when `hooks` (unscoped API
+    /// keys only).
+    Only {
+        /// Program ids.
+        programs: std::collections::BTreeSet<u64>,
+        /// Hooks-file hooks' runs too.
+        hooks: bool,
+    },
+}
+
+/// Which origins (`By`) a list shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OriginFilter {
+    /// Exactly this origin, e.g. `api_key:deploy` or `public`.
+    Exact(Origin),
+    /// Every origin of this kind: `api_key`, `app_key`, `session` or
+    /// `schedule` (the text before the `:`).
+    Kind(String),
+}
+
+/// A position in the newest-first order of runs: the run a page ended
+/// with. In the API an opaque string, `<CreatedAt in ms since the epoch>`
+/// `.` `<32 hex digits>`; any well-formed cursor is just a position (it
+/// names no secret), so a forged one shows nothing the caller could not
+/// list anyway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Cursor {
+    /// `CreatedAt` of the run, in milliseconds since the Unix epoch.
+    pub created_ms: i64,
+    /// The 32 hex digits of its id (without the instance name), as bytes.
+    pub id: [u8; 16],
+}
+
+impl std::fmt::Display for Cursor {
+    /// `<created_ms>.<32 hex digits>`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.created_ms, hex::encode(self.id))
     }
 }
 
-/// Which runs a runs page lists.
-#[derive(Debug, Clone, Default)]
-pub struct RunFilter {
-    /// Only runs of this program.
-    pub program: Option<u64>,
-    /// Only runs in this state.
-    pub state: Option<RunState>,
-    /// Only runs of this tool's endpoints.
-    pub tool: Option<String>,
+impl std::str::FromStr for Cursor {
+    type Err = ();
+
+    /// A cursor as [`Cursor`]'s `Display` writes it: at most 20 digits
+    /// (with an optional `-`), a `.`, 32 lower-case hex digits.
+    fn from_str(s: &str) -> Result<Cursor, ()> {
+        let (ms, hex) = s.split_once('.').ok_or(())?;
+        let digits = ms.strip_prefix('-').unwrap_or(ms);
+        let plain =
+            !digits.is_empty() && digits.len() <= 20 && digits.bytes().all(|b| b.is_ascii_digit());
+        let lower = hex.len() == 32 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+        if !plain || !lower {
+            return Err(());
+        }
+        let mut id = [0u8; 16];
+        hex::decode_to_slice(hex, &mut id).map_err(|_| ())?;
+        Ok(Cursor {
+            created_ms: ms.parse().map_err(|_| ())?,
+            id,
+        })
+    }
 }
 
-/// A run id as stored in the index: the 16 bytes its 32 hex digits spell
-/// (no heap allocation per run).
-type RunId = [u8; 16];
+/// A page of runs, newest first, and where the next one starts (`None`
+/// when no older run matches).
+#[derive(Debug, Clone, Default)]
+pub struct RunPage {
+    /// The runs, newest first.
+    pub runs: Vec<RunRecord>,
+    /// The cursor of the last run, when more follow.
+    pub next: Option<Cursor>,
+}
 
 /// The index key of `id`, if it is a run id: the 16 bytes of its 32 hex
 /// digits, with or without the instance name in front (see `cluster.rs`).
@@ -107,30 +193,11 @@ fn run_id(id: &str) -> Option<RunId> {
 struct Log {
     file: File,
     len: u64,
-    index: HashMap<RunId, Entry>,
-    /// Run ids oldest first, for retention.
-    order: VecDeque<RunId>,
+    index: Index,
     /// Lines in the file (compaction trigger).
     lines: usize,
     /// Sequence number of the last line written.
     seq: u64,
-    /// Runs in the index that have not ended.
-    live: usize,
-}
-
-impl Log {
-    /// Index a line just written at `offset`.
-    fn put(&mut self, id: RunId, entry: Entry) {
-        let live = entry.live();
-        match self.index.insert(id, entry) {
-            None => self.order.push_back(id),
-            Some(old) if old.live() => self.live -= 1,
-            Some(_) => {}
-        }
-        if live {
-            self.live += 1;
-        }
-    }
 }
 
 /// When to give freed memory back after a burst of runs: every run
@@ -212,29 +279,34 @@ impl RunStore {
         }
         let finished = records.iter().filter(|r| r.state.is_terminal()).count();
         let mut drop_finished = finished.saturating_sub(retention.max(1));
-        let lines: Vec<(RunId, Meta, Vec<u8>)> = records
+        // The list order (and so the file's after this rewrite): by
+        // creation time, then id; queued runs resume in it.
+        records.sort_by_cached_key(|r| (r.created_at, run_id(&r.run)));
+        let lines: Vec<(RunId, &RunRecord, Vec<u8>)> = records
             .iter()
             .filter(|r| {
                 let old = r.state.is_terminal() && drop_finished > 0;
                 drop_finished -= usize::from(old);
                 !old
             })
-            .filter_map(|r| Some((run_id(&r.run)?, Meta::of(r), to_line(r))))
+            .filter_map(|r| Some((run_id(&r.run)?, r, to_line(r))))
             .collect();
-        drop(records);
-        let log = rewrite(&path, lines.len(), |f| {
-            let mut entries = Vec::with_capacity(lines.len());
-            for (id, meta, line) in &lines {
+        let log = rewrite(&path, |f| {
+            let mut index = Index::with_capacity(lines.len());
+            let mut offset = 0u64;
+            for (id, rec, line) in &lines {
                 f.write_all(line)?;
-                entries.push((*id, meta.clone(), line.len()));
+                index.put(*id, rec, offset, line.len() as u32);
+                offset += line.len() as u64;
             }
-            Ok(entries)
+            Ok(index)
         })?;
         drop(lines);
+        drop(records);
         sys::trim_heap();
         let commit = GroupCommit::new(log.file.try_clone()?);
         output::sweep(state_dir, |name| {
-            run_id(name).is_some_and(|id| log.index.contains_key(&id))
+            run_id(name).is_some_and(|id| log.index.get(&id).is_some())
         });
         let store = RunStore {
             path,
@@ -349,13 +421,9 @@ impl RunStore {
             log.len += len;
             log.lines += 1;
             log.seq += 1;
-            let entry = Entry {
-                offset,
-                len: u32::try_from(len).unwrap_or(u32::MAX),
-                meta: Meta::of(rec),
-            };
             if let Some(id) = run_id(&rec.run) {
-                log.put(id, entry);
+                let len = u32::try_from(len).unwrap_or(u32::MAX);
+                log.index.put(id, rec, offset, len);
             }
             (log.seq, self.too_long(&log))
         };
@@ -406,7 +474,7 @@ impl RunStore {
 
     /// The log holds about twice the lines it would after a compaction.
     fn too_long(&self, log: &Log) -> bool {
-        log.lines > 2 * (self.retention + log.live) + 64
+        log.lines > 2 * (self.retention + log.index.live()) + 64
     }
 
     /// Rewrite the log with the newest `retention` finished runs plus every
@@ -494,7 +562,7 @@ impl RunStore {
             return Some(rec.clone());
         }
         let log = lock(&self.log);
-        let e = log.index.get(&key)?;
+        let e = *log.index.get(&key)?;
         let rec = if e.len as usize <= LINE_IN_MEMORY {
             let mut buf = vec![0; e.len as usize];
             log.file.read_exact_at(&mut buf, e.offset).ok()?;
@@ -531,10 +599,9 @@ impl RunStore {
 
     /// The owner of run `id`, without reading the record.
     pub fn owner_of(&self, id: &str) -> Option<Owner> {
-        lock(&self.log)
-            .index
-            .get(&run_id(id)?)
-            .map(|e| e.meta.owner)
+        let log = lock(&self.log);
+        let slot = log.index.get(&run_id(id)?)?;
+        Some(log.index.owner(slot))
     }
 
     /// Whether run `id` has ended, from the index (no read of its
@@ -543,7 +610,7 @@ impl RunStore {
         lock(&self.log)
             .index
             .get(&run_id(id)?)
-            .map(|e| e.meta.state.is_terminal())
+            .map(|e| e.state.is_terminal())
     }
 
     /// Where the output of run `id` is kept.
@@ -551,64 +618,42 @@ impl RunStore {
         output::path(&self.state_dir, output::hex_of(id))
     }
 
-    /// A page of runs, newest first: those of owners `visible` lets
-    /// through that match `filter`, after skipping `skip` of them; at most
-    /// `take`, and whether more follow. The index is scanned in memory from
-    /// the newest run; only the records shown are read from disk.
-    pub fn list(
-        &self,
-        visible: impl Fn(Owner) -> bool,
-        filter: &RunFilter,
-        skip: usize,
-        take: usize,
-    ) -> (Vec<RunRecord>, bool) {
+    /// A page of runs, newest first, as `filter` says (see [`RunFilter`]).
+    /// The index is searched in memory; only the records shown are read
+    /// from disk.
+    pub fn list(&self, filter: &RunFilter) -> RunPage {
         let log = lock(&self.log);
-        let matches = |m: &Meta| {
-            visible(m.owner)
-                && filter.program.is_none_or(|p| m.owner == Owner::Program(p))
-                && filter.state.is_none_or(|s| s == m.state)
-                && filter
-                    .tool
-                    .as_deref()
-                    .is_none_or(|t| m.tool.as_deref() == Some(t))
-        };
-        let mut hits = log
-            .order
-            .iter()
-            .rev()
-            .filter_map(|id| log.index.get(id))
-            .filter(|e| matches(&e.meta))
-            .skip(skip);
-        let mut page = Vec::with_capacity(take);
-        for e in hits.by_ref().take(take) {
+        let (slots, more) = log.index.select(filter);
+        let mut runs = Vec::with_capacity(slots.len());
+        for e in &slots {
             let mut buf = vec![0; e.len as usize];
             if log.file.read_exact_at(&mut buf, e.offset).is_ok() {
                 if let Ok(r) = serde_json::from_slice::<RunRecord>(&buf) {
-                    page.push(r);
+                    runs.push(r.public());
                 }
             }
         }
-        let more = hits.next().is_some();
-        (page, more)
+        let next = more.then(|| slots.last().map(Slot::key)).flatten();
+        RunPage { runs, next }
     }
 
     /// How many runs of the index cannot be read back at their offset.
     #[cfg(test)]
     pub fn unreadable(&self) -> usize {
         let log = lock(&self.log);
-        let ok = |(id, e): (&RunId, &Entry)| {
+        let ok = |e: &Slot| {
             let mut buf = vec![0; e.len as usize];
             log.file.read_exact_at(&mut buf, e.offset).is_ok()
                 && serde_json::from_slice::<RunRecord>(&buf)
-                    .is_ok_and(|r| run_id(&r.run) == Some(*id))
+                    .is_ok_and(|r| run_id(&r.run) == Some(e.id))
         };
-        log.index.iter().filter(|&p| !ok(p)).count()
+        log.index.slots().iter().filter(|e| !ok(e)).count()
     }
 
     /// How many runs the log knows.
     #[cfg(test)]
     pub fn count(&self) -> usize {
-        lock(&self.log).order.len()
+        lock(&self.log).index.len()
     }
 }
 
@@ -763,16 +808,16 @@ impl Snapshot {
 /// The lines a compaction keeps, oldest first: every unfinished run and
 /// the newest `retention` finished ones (id, offset, length).
 fn kept_lines(log: &Log, retention: usize) -> Vec<(RunId, u64, u32)> {
-    let finished = log.order.len() - log.live;
+    let slots = log.index.slots();
+    let finished = slots.len() - log.index.live();
     let mut excess = finished.saturating_sub(retention);
-    let mut kept = Vec::with_capacity(log.order.len() - excess);
-    for id in &log.order {
-        let e = &log.index[id];
+    let mut kept = Vec::with_capacity(slots.len() - excess);
+    for e in slots {
         if !e.live() && excess > 0 {
             excess -= 1;
             continue;
         }
-        kept.push((*id, e.offset, e.len));
+        kept.push((e.id, e.offset, e.len));
     }
     kept
 }
@@ -788,25 +833,16 @@ fn reindex(
     base: u64,
     kept: usize,
 ) -> Vec<RunId> {
-    let mut order = VecDeque::with_capacity(log.order.len());
-    let mut dropped = Vec::new();
-    for id in log.order.drain(..) {
-        let Some(e) = log.index.get_mut(&id) else {
-            continue;
-        };
+    let dropped = log.index.retain(|e| {
         if e.offset >= snap.len {
             e.offset = base + (e.offset - snap.len);
-        } else if let Some(&at) = moved.get(&id) {
+        } else if let Some(&at) = moved.get(&e.id) {
             e.offset = at;
         } else {
-            log.index.remove(&id);
-            dropped.push(id);
-            continue;
+            return false;
         }
-        order.push_back(id);
-    }
-    log.order = order;
-    log.index.shrink_to_fit();
+        true
+    });
     log.lines = kept + (log.lines - snap.lines);
     log.len = base + (log.len - snap.len);
     dropped
@@ -895,43 +931,21 @@ fn copy_range(src: &File, from: u64, to: u64, dst: &mut File) -> io::Result<()> 
 }
 
 /// Atomically replace the log with what `write` writes, and open it for
-/// appending. `write` returns, in file order, each line's run id, program
-/// and length, from which the index is built.
-fn rewrite(
-    path: &Path,
-    capacity: usize,
-    write: impl FnOnce(&mut File) -> io::Result<Vec<(RunId, Meta, usize)>>,
-) -> io::Result<Log> {
-    let mut entries = Vec::new();
+/// appending. `write` returns the index of the lines it wrote.
+fn rewrite(path: &Path, write: impl FnOnce(&mut File) -> io::Result<Index>) -> io::Result<Log> {
+    let mut index = Index::default();
     write_atomic(path, |f| {
-        entries = write(f)?;
+        index = write(f)?;
         Ok(())
     })?;
     let file = OpenOptions::new().read(true).append(true).open(path)?;
-    let mut index = HashMap::with_capacity(capacity);
-    let mut order = VecDeque::with_capacity(capacity);
-    let mut offset = 0u64;
-    let lines = entries.len();
-    let mut live = 0;
-    for (id, meta, len) in entries {
-        let entry = Entry {
-            offset,
-            len: len as u32,
-            meta,
-        };
-        live += usize::from(entry.live());
-        index.insert(id, entry);
-        order.push_back(id);
-        offset += len as u64;
-    }
+    let len = index.slots().iter().map(|e| u64::from(e.len)).sum();
     Ok(Log {
         file,
-        len: offset,
+        len,
+        lines: index.len(),
         index,
-        order,
-        lines,
         seq: 0,
-        live,
     })
 }
 

@@ -15,22 +15,17 @@ use serde_json::Value;
 use super::{
     csrf_field, field, finish, form, html_response, login_required, page, redirect, top_bar,
 };
-use crate::access::{check_csrf, Carrier, Session, SignedIn};
+use crate::access::{check_csrf, Carrier, Session, SignedIn, User};
 use crate::config::Config;
 use crate::http::app::App;
 use crate::http::{percent_encode, ApiError, Request, Response};
 use crate::runs;
 use crate::runs::follow;
+use crate::runs::{list, Asker};
 use crate::state::delivery::Delivery;
 use crate::state::output::{self, Frame, Stream};
-use crate::state::record::{Origin, Owner, RunRecord, RunState, StepReport, ALL_STATES};
-use crate::state::store::RunFilter;
-
-/// Runs per page.
-pub const PAGE: usize = 50;
-
-/// Query parameters of `GET /runs`.
-const LIST_PARAMS: [&str; 4] = ["tool", "program", "state", "page"];
+use crate::state::record::{Origin, Owner, RunRecord, StepReport, ALL_STATES};
+use crate::state::store::{Cursor, RunFilter};
 
 /// The Content-Security-Policy of the page of a run that is not over: the
 /// one of every page, plus `connect-src 'self'` for its event stream.
@@ -54,66 +49,6 @@ fn workspaces_of<'a>(cfg: &'a Config, user: &str) -> BTreeSet<&'a str> {
         .collect()
 }
 
-/// A number of 1 to `max` ASCII digits (no sign: what openapi.json's
-/// pattern says), which fits a `u64` for `max` up to 19.
-fn digits(s: &str, max: usize) -> Option<u64> {
-    let plain = !s.is_empty() && s.len() <= max && s.bytes().all(|b| b.is_ascii_digit());
-    plain.then(|| s.parse().ok()).flatten()
-}
-
-/// The filter and page of a `GET /runs` query.
-fn parse_filter(req: &Request) -> Result<(RunFilter, usize), ApiError> {
-    let bad = |name: &str, msg: String| ApiError::InvalidParameter {
-        name: name.into(),
-        msg,
-    };
-    if let Some((k, _)) = req
-        .query
-        .iter()
-        .find(|(k, _)| !LIST_PARAMS.contains(&k.as_str()))
-    {
-        let msg = format!(
-            "Unknown parameter '{k}'. Accepted: {}.",
-            LIST_PARAMS.join(", ")
-        );
-        return Err(bad(k, msg));
-    }
-    let nonempty = |name: &'static str| -> Result<Option<&str>, ApiError> {
-        Ok(req.query_one(name)?.filter(|v| !v.is_empty()))
-    };
-    let program = match nonempty("program")? {
-        Some(p) => Some(
-            digits(p, 19).ok_or_else(|| bad("program", "program must be a program id.".into()))?,
-        ),
-        None => None,
-    };
-    let state = match nonempty("state")? {
-        Some(s) => Some(RunState::from_name(s).ok_or_else(|| {
-            let names: Vec<&str> = ALL_STATES.iter().map(|s| s.name()).collect();
-            bad(
-                "state",
-                format!("state must be one of {}.", names.join(", ")),
-            )
-        })?),
-        None => None,
-    };
-    let page = match nonempty("page")? {
-        Some(p) => digits(p, 5)
-            .and_then(|p| usize::try_from(p).ok())
-            .ok_or_else(|| bad("page", "page must be a number from 0 to 99999.".into()))?,
-        None => 0,
-    };
-    let tool = nonempty("tool")?.map(str::to_string);
-    Ok((
-        RunFilter {
-            program,
-            state,
-            tool,
-        },
-        page,
-    ))
-}
-
 /// `GET /runs`: the runs of the member's workspaces.
 ///
 /// # Errors
@@ -128,17 +63,13 @@ pub fn list(app: &App, cfg: &Config, req: &Request) -> Result<Response, ApiError
 }
 
 fn list_page(app: &App, cfg: &Config, req: &Request, s: &Session) -> Result<Response, ApiError> {
-    let (filter, page_no) = parse_filter(req)?;
+    // The same query and scope as `GET /api/runs`: a hooks-file hook's
+    // run belongs to no workspace, so it is never listed here.
+    let mut filter = list::parse(req, &[])?;
+    filter.scope = list::scope_of(cfg, &Asker::User(User::Session(s.clone())));
     let wss = workspaces_of(cfg, &s.user);
-    // A hooks-file hook's run belongs to no workspace: never listed here.
-    let visible = |owner: Owner| {
-        owner
-            .program()
-            .and_then(|id| cfg.program(id))
-            .and_then(|p| p.workspace.as_deref())
-            .is_some_and(|w| wss.contains(w))
-    };
-    let (runs, more) = app.store.list(visible, &filter, page_no * PAGE, PAGE);
+    let page_of = app.store.list(&filter);
+    let runs = page_of.runs;
     let body = html! {
         (top_bar(s))
         main {
@@ -156,7 +87,7 @@ fn list_page(app: &App, cfg: &Config, req: &Request, s: &Session) -> Result<Resp
                     }
                 }
             }
-            (pager(req, page_no, more))
+            (pager(req, filter.before.is_some(), page_of.next))
         }
     };
     Ok(html_response(200, page("Runs", body)))
@@ -236,23 +167,26 @@ fn filter_form(cfg: &Config, wss: &BTreeSet<&str>, f: &RunFilter) -> Markup {
     }
 }
 
-/// Links to the newer and older pages, keeping the filter.
-fn pager(req: &Request, page_no: usize, more: bool) -> Markup {
-    let link = |p: usize| {
+/// Links to the newest page and the next older one, keeping the filter
+/// (the cursor only goes back in time: "Newest" starts again).
+fn pager(req: &Request, paged: bool, next: Option<Cursor>) -> Markup {
+    let link = |cursor: Option<Cursor>| {
         let mut q: String = req
             .query
             .iter()
-            .filter(|(k, _)| k != "page")
+            .filter(|(k, v)| k != "cursor" && !v.is_empty())
             .map(|(k, v)| format!("{}={}&", percent_encode(k), percent_encode(v)))
             .collect();
-        q.push_str(&format!("page={p}"));
-        format!("/runs?{q}")
+        if let Some(c) = cursor {
+            q.push_str(&format!("cursor={c}"));
+        }
+        format!("/runs?{}", q.trim_end_matches('&'))
     };
     html! {
         nav class="pager" {
-            @if page_no > 0 { a href=(link(page_no - 1)) { "\u{2190} Newer" } }
-            " " span class="muted" { "page " (page_no + 1) } " "
-            @if more { a href=(link(page_no + 1)) { "Older \u{2192}" } }
+            @if paged { a href=(link(None)) { "\u{2190} Newest" } }
+            " "
+            @if let Some(c) = next { a href=(link(Some(c))) { "Older \u{2192}" } }
         }
     }
 }
