@@ -1,0 +1,161 @@
+//! Runs under control (issue 35): the run list API `GET /api/runs` (filters,
+//! cursor, scope, hostile queries), re-runs, callback redeliveries and
+//! retries, on the real binary.
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+
+use crate::runs_pages::{run, setup_dir};
+use crate::ui::{cookie, login};
+use crate::util::*;
+
+/// The runs pages' server ([`setup_dir`]) plus the key [`KEY_P2`]
+/// (program 2 only) and `extra` in `[server]`.
+fn start(name: &str, extra: &str) -> (TestDir, Trigd) {
+    let dir = setup_dir(name, extra);
+    let mut cfg = std::fs::read_to_string(dir.path("config.toml")).unwrap();
+    cfg.push_str(&format!(
+        "\n[[api_keys]]\nname = \"program-2\"\nsha256 = \"{}\"\nprograms = [2]\n",
+        sha256_hex(KEY_P2)
+    ));
+    dir.write("config.toml", &cfg);
+    let t = Trigd::start(&dir);
+    (dir, t)
+}
+
+/// `GET /api/runs?<query>` with `key`: the answer, asserted 200.
+#[track_caller]
+fn list(t: &Trigd, key: &str, query: &str) -> Value {
+    t.get(&format!("/api/runs?api_key={key}&{query}")).ok()
+}
+
+fn ids(v: &Value) -> Vec<String> {
+    v["Runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["Run"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn the_run_list_filters_newest_first_and_scopes_by_credential() {
+    let (_dir, t) = start("list_filters", "");
+    let noisy: Vec<String> = (0..3).map(|_| run(&t, 2, "noisy", "")).collect();
+    let dev = run(&t, 3, "hello", "");
+    let r = t.get("/tools/inventory/staging/list");
+    let tool = r.run_id(&r.ok());
+
+    let all = list(&t, KEY, "");
+    let want = vec![
+        tool.clone(),
+        dev.clone(),
+        noisy[2].clone(),
+        noisy[1].clone(),
+        noisy[0].clone(),
+    ];
+    t.check_eq(ids(&all), want.clone(), "every run, newest first");
+    t.check(all["Next"].is_null(), "no next page");
+    t.check(all["Runs"][0].get("Input").is_none(), "no input served");
+
+    let cases: [(&str, Vec<&String>); 9] = [
+        ("program=2", noisy.iter().rev().collect()),
+        ("function=hello", vec![&dev]),
+        ("tool=inventory", vec![&tool]),
+        ("origin=public", vec![&tool]),
+        ("origin=api_key", vec![&dev, &noisy[2], &noisy[1], &noisy[0]]),
+        ("origin=api_key:all&program=3", vec![&dev]),
+        ("origin=session", vec![]),
+        ("state=failed", vec![]),
+        ("state=finished&function=noisy&program=3", vec![]),
+    ];
+    for (q, want) in cases {
+        let got = ids(&list(&t, KEY, q));
+        let want: Vec<String> = want.into_iter().cloned().collect();
+        t.check_eq(got, want, q);
+    }
+    // since (inclusive) and until (exclusive), from the records' CreatedAt.
+    let created = |id: &str| run_record(&t, id)["CreatedAt"].as_str().unwrap().to_string();
+    let from = created(&noisy[1]);
+    let to = created(&dev);
+    let got = ids(&list(&t, KEY, &format!("since={}&until={}", enc(&from), enc(&to))));
+    let want = vec![noisy[2].clone(), noisy[1].clone()];
+    t.check_eq(got, want, "since inclusive, until exclusive");
+
+    // Scope: the same rules as GET /api/runs/<id>.
+    let p2: BTreeSet<String> = ids(&list(&t, KEY_P2, "")).into_iter().collect();
+    t.check_eq(p2, noisy.iter().cloned().collect(), "a key scoped to program 2");
+    t.check_eq(ids(&list(&t, KEY_P2, "program=3")), vec![], "another program");
+    let alice = login(&t, "alice");
+    let c = cookie(&alice);
+    let r = t.request("GET", "/api/runs", &[("Cookie", c.as_str())], b"");
+    let mine: BTreeSet<String> = ids(&r.ok()).into_iter().collect();
+    let ops: BTreeSet<String> = noisy.iter().chain([&tool]).cloned().collect();
+    r.check_eq(mine, ops, "a member sees her workspace's runs");
+    t.get("/api/runs").err(401, "missing_api_key");
+    t.get("/api/runs?api_key=nope").err(401, "invalid_api_key");
+    t.post(&format!("/api/runs?api_key={KEY}")).err(405, "method_not_allowed");
+}
+
+#[test]
+fn the_run_list_cursor_is_stable_while_runs_arrive() {
+    let (_dir, t) = start("list_cursor", "");
+    let first: Vec<String> = (0..5).map(|_| run(&t, 2, "noisy", "")).collect();
+    let page1 = list(&t, KEY, "limit=2");
+    t.check_eq(ids(&page1), vec![first[4].clone(), first[3].clone()], "page 1");
+    let next = page1["Next"].as_str().unwrap().to_string();
+    // New runs arrive between the pages: they are newer, not on page 2.
+    let later = run(&t, 2, "noisy", "");
+    let page2 = list(&t, KEY, &format!("limit=2&cursor={next}"));
+    t.check_eq(ids(&page2), vec![first[2].clone(), first[1].clone()], "page 2");
+    let next = page2["Next"].as_str().unwrap().to_string();
+    let page3 = list(&t, KEY, &format!("limit=2&cursor={next}"));
+    t.check_eq(ids(&page3), vec![first[0].clone()], "page 3");
+    t.check(page3["Next"].is_null(), "the last page has no Next");
+    t.check_eq(ids(&list(&t, KEY, "limit=1"))[0].clone(), later, "the new run");
+    // A forged but well-formed cursor is only a position.
+    let far = list(&t, KEY, &format!("cursor=0.{}", "0".repeat(32)));
+    t.check_eq(ids(&far), vec![], "nothing before the epoch");
+    let all = list(&t, KEY, &format!("cursor=99999999999999.{}", "f".repeat(32)));
+    t.check_eq(ids(&all).len(), 6, "everything before the far future");
+}
+
+#[test]
+fn hostile_run_list_queries_are_400_with_a_code() {
+    let (_dir, t) = start("list_hostile", "");
+    run(&t, 2, "noisy", "");
+    let long = "x".repeat(3000);
+    let bad = [
+        "limit=0".to_string(),
+        "limit=201".into(),
+        "limit=-1".into(),
+        "limit=abc".into(),
+        "limit=99999999999999999999999".into(),
+        "cursor=garbage".into(),
+        format!("cursor={long}"),
+        format!("cursor=1.{}", "g".repeat(32)),
+        format!("cursor=1.{}", "A".repeat(32)),
+        format!("cursor=99999999999999999999999.{}", "0".repeat(32)),
+        "since=yesterday".into(),
+        "until=2026-13-01T00:00:00Z".into(),
+        "since=2026-02-01T00:00:00Z&until=2026-01-01T00:00:00Z".into(),
+        "state=sleeping".into(),
+        "program=-1".into(),
+        "program=99999999999999999999".into(),
+        "origin=bogus".into(),
+        format!("function={long}"),
+        format!("tool={long}"),
+        "colour=red".into(),
+        "state=failed&state=finished".into(),
+        "page=2".into(),
+    ];
+    for q in &bad {
+        let r = t.get(&format!("/api/runs?api_key={KEY}&{q}"));
+        let v = r.err(400, "invalid_parameter");
+        r.check(v["Error"].as_str().is_some_and(|e| !e.is_empty()), "says why");
+    }
+    // Empty values are no filter; the page bound is accepted.
+    let v = list(&t, KEY, "state=&program=&limit=200");
+    t.check_eq(v["Runs"].as_array().map(Vec::len), Some(1), "one run");
+}
