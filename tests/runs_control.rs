@@ -64,7 +64,10 @@ fn the_run_list_filters_newest_first_and_scopes_by_credential() {
         ("function=hello", vec![&dev]),
         ("tool=inventory", vec![&tool]),
         ("origin=public", vec![&tool]),
-        ("origin=api_key", vec![&dev, &noisy[2], &noisy[1], &noisy[0]]),
+        (
+            "origin=api_key",
+            vec![&dev, &noisy[2], &noisy[1], &noisy[0]],
+        ),
         ("origin=api_key:all&program=3", vec![&dev]),
         ("origin=session", vec![]),
         ("state=failed", vec![]),
@@ -76,17 +79,34 @@ fn the_run_list_filters_newest_first_and_scopes_by_credential() {
         t.check_eq(got, want, q);
     }
     // since (inclusive) and until (exclusive), from the records' CreatedAt.
-    let created = |id: &str| run_record(&t, id)["CreatedAt"].as_str().unwrap().to_string();
+    let created = |id: &str| {
+        run_record(&t, id)["CreatedAt"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
     let from = created(&noisy[1]);
     let to = created(&dev);
-    let got = ids(&list(&t, KEY, &format!("since={}&until={}", enc(&from), enc(&to))));
+    let got = ids(&list(
+        &t,
+        KEY,
+        &format!("since={}&until={}", enc(&from), enc(&to)),
+    ));
     let want = vec![noisy[2].clone(), noisy[1].clone()];
     t.check_eq(got, want, "since inclusive, until exclusive");
 
     // Scope: the same rules as GET /api/runs/<id>.
     let p2: BTreeSet<String> = ids(&list(&t, KEY_P2, "")).into_iter().collect();
-    t.check_eq(p2, noisy.iter().cloned().collect(), "a key scoped to program 2");
-    t.check_eq(ids(&list(&t, KEY_P2, "program=3")), vec![], "another program");
+    t.check_eq(
+        p2,
+        noisy.iter().cloned().collect(),
+        "a key scoped to program 2",
+    );
+    t.check_eq(
+        ids(&list(&t, KEY_P2, "program=3")),
+        vec![],
+        "another program",
+    );
     let alice = login(&t, "alice");
     let c = cookie(&alice);
     let r = t.request("GET", "/api/runs", &[("Cookie", c.as_str())], b"");
@@ -95,7 +115,8 @@ fn the_run_list_filters_newest_first_and_scopes_by_credential() {
     r.check_eq(mine, ops, "a member sees her workspace's runs");
     t.get("/api/runs").err(401, "missing_api_key");
     t.get("/api/runs?api_key=nope").err(401, "invalid_api_key");
-    t.post(&format!("/api/runs?api_key={KEY}")).err(405, "method_not_allowed");
+    t.post(&format!("/api/runs?api_key={KEY}"))
+        .err(405, "method_not_allowed");
 }
 
 #[test]
@@ -103,21 +124,37 @@ fn the_run_list_cursor_is_stable_while_runs_arrive() {
     let (_dir, t) = start("list_cursor", "");
     let first: Vec<String> = (0..5).map(|_| run(&t, 2, "noisy", "")).collect();
     let page1 = list(&t, KEY, "limit=2");
-    t.check_eq(ids(&page1), vec![first[4].clone(), first[3].clone()], "page 1");
+    t.check_eq(
+        ids(&page1),
+        vec![first[4].clone(), first[3].clone()],
+        "page 1",
+    );
     let next = page1["Next"].as_str().unwrap().to_string();
     // New runs arrive between the pages: they are newer, not on page 2.
     let later = run(&t, 2, "noisy", "");
     let page2 = list(&t, KEY, &format!("limit=2&cursor={next}"));
-    t.check_eq(ids(&page2), vec![first[2].clone(), first[1].clone()], "page 2");
+    t.check_eq(
+        ids(&page2),
+        vec![first[2].clone(), first[1].clone()],
+        "page 2",
+    );
     let next = page2["Next"].as_str().unwrap().to_string();
     let page3 = list(&t, KEY, &format!("limit=2&cursor={next}"));
     t.check_eq(ids(&page3), vec![first[0].clone()], "page 3");
     t.check(page3["Next"].is_null(), "the last page has no Next");
-    t.check_eq(ids(&list(&t, KEY, "limit=1"))[0].clone(), later, "the new run");
+    t.check_eq(
+        ids(&list(&t, KEY, "limit=1"))[0].clone(),
+        later,
+        "the new run",
+    );
     // A forged but well-formed cursor is only a position.
     let far = list(&t, KEY, &format!("cursor=0.{}", "0".repeat(32)));
     t.check_eq(ids(&far), vec![], "nothing before the epoch");
-    let all = list(&t, KEY, &format!("cursor=99999999999999.{}", "f".repeat(32)));
+    let all = list(
+        &t,
+        KEY,
+        &format!("cursor=99999999999999.{}", "f".repeat(32)),
+    );
     t.check_eq(ids(&all).len(), 6, "everything before the far future");
 }
 
@@ -153,9 +190,212 @@ fn hostile_run_list_queries_are_400_with_a_code() {
     for q in &bad {
         let r = t.get(&format!("/api/runs?api_key={KEY}&{q}"));
         let v = r.err(400, "invalid_parameter");
-        r.check(v["Error"].as_str().is_some_and(|e| !e.is_empty()), "says why");
+        r.check(
+            v["Error"].as_str().is_some_and(|e| !e.is_empty()),
+            "says why",
+        );
     }
     // Empty values are no filter; the page bound is accepted.
     let v = list(&t, KEY, "state=&program=&limit=200");
     t.check_eq(v["Runs"].as_array().map(Vec::len), Some(1), "one run");
+}
+
+// ---------------------------------------------------------------------------
+// Re-run
+
+/// `POST /api/runs/<id>/rerun?<query>` with [`KEY`].
+fn rerun(t: &Trigd, id: &str, query: &str) -> Reply {
+    t.post(&format!("/api/runs/{id}/rerun?api_key={KEY}&{query}"))
+}
+
+#[test]
+fn a_rerun_runs_the_same_function_with_the_same_values_linked_both_ways() {
+    let (_dir, t) = start("rerun_api", "");
+    let r = t.post(&format!(
+        "/api?api_key={KEY}&program_id=1&function=add&variables=apple"
+    ));
+    let first = r.ok();
+    let orig = r.run_id(&first);
+
+    let r = rerun(&t, &orig, "");
+    let again = r.run_id(&r.ok());
+    t.check(again != orig, "a new run");
+    let rec = wait_run_state(&t, &again, "finished");
+    t.check_eq(&rec["RerunOf"], &Value::from(orig.as_str()), "RerunOf");
+    t.check_eq(
+        &rec["Result"],
+        &first["Result"],
+        "the same values, the same Result",
+    );
+    t.check_eq(
+        &rec["By"],
+        &Value::from("api_key:all"),
+        "started by the re-runner",
+    );
+    t.check(
+        rec.get("RerunInput").is_none(),
+        "the kept values are not served",
+    );
+    t.check_eq(
+        &run_record(&t, &orig)["Reruns"],
+        &serde_json::json!([again]),
+        "Reruns of the original",
+    );
+
+    // Sync on request; a re-run of a re-run links to its own original.
+    let r = rerun(&t, &again, "run_async=false");
+    let v = r.ok();
+    t.check_eq(&v["Result"], &first["Result"], "the sync answer");
+    let third = r.run_id(&v);
+    t.check_eq(
+        &run_record(&t, &third)["RerunOf"],
+        &Value::from(again.as_str()),
+        "RerunOf of the third",
+    );
+    // A tool endpoint's run: its tool environment comes along.
+    let r = t.request(
+        "POST",
+        "/tools/inventory/staging/add",
+        &[("Content-Type", "application/json")],
+        br#"{"item":"pear"}"#,
+    );
+    let tool_run = r.run_id(&r.ok());
+    let r = rerun(&t, &tool_run, "run_async=false");
+    let v = r.ok();
+    let rec = run_record(&t, &r.run_id(&v));
+    t.check_eq(&rec["Tool"], &Value::from("inventory/staging"), "Tool");
+    t.check_eq(
+        &rec["Result"],
+        &run_record(&t, &tool_run)["Result"],
+        "Result",
+    );
+}
+
+#[test]
+fn a_rerun_is_refused_with_a_code_when_it_cannot_run() {
+    let (dir, t) = start("rerun_refused", "");
+    let r = t.post(&format!(
+        "/api?api_key={KEY}&program_id=1&function=add&variables=apple"
+    ));
+    let orig = r.run_id(&r.ok());
+    let slow = run(&t, 2, "ticks", "&run_async=true");
+    rerun(&t, &slow, "").err(409, "run_not_ended");
+    t.post(&format!("/api/runs/{slow}/cancel?api_key={KEY}"));
+    // Scope: a key that may not see the run does not learn it exists.
+    t.post(&format!("/api/runs/{orig}/rerun?api_key={KEY_P2}"))
+        .err(404, "run_not_found");
+    t.post(&format!("/api/runs/{orig}/rerun"))
+        .err(401, "missing_api_key");
+    rerun(&t, &orig, "run_async=maybe").err(400, "invalid_parameter");
+    rerun(&t, &orig, "colour=red").err(400, "invalid_parameter");
+    rerun(&t, "nope", "").err(404, "run_not_found");
+    t.get(&format!("/api/runs/{orig}/rerun?api_key={KEY}"))
+        .err(405, "method_not_allowed");
+
+    // The function's inputs changed: the old values no longer fit.
+    let inv = crate::ui::INV.replace(r#"outputs = ["item"]"#, r#"outputs = ["item", "count"]"#);
+    dir.write("programs/inv.toml", &inv);
+    let mut last = String::new();
+    let changed = wait_until(WAIT, || {
+        let r = rerun(&t, &orig, "");
+        last = r.text();
+        r.status == 400
+    });
+    t.check(
+        changed,
+        format!("variables_mismatch after the edit: {last}"),
+    );
+    rerun(&t, &orig, "").err(400, "variables_mismatch");
+    // Its trigger is gone (the tool's trigger keeps the function).
+    let gone = crate::ui::INV
+        .replace("[functions.webhook]\noutputs = [\"item\"]\n", "")
+        .replace(r#""%s", "{item}""#, r#""x""#);
+    dir.write("programs/inv.toml", &gone);
+    let ok = wait_until(WAIT, || rerun(&t, &orig, "").status == 409);
+    t.check(
+        ok,
+        "rerun_target_gone after the webhook trigger was removed",
+    );
+    let v = rerun(&t, &orig, "").err(409, "rerun_target_gone");
+    t.check(
+        v["Error"]
+            .as_str()
+            .unwrap()
+            .contains("webhook trigger of function 'add'"),
+        "names what is gone",
+    );
+}
+
+#[test]
+fn a_run_recorded_without_its_values_cannot_be_rerun() {
+    let dir = setup_dir("rerun_old", "");
+    dir.mkdir("state");
+    let id = format!("{:032x}", 7);
+    dir.write(
+        "state/runs.log",
+        &format!(
+            "{{\"Run\":\"{id}\",\"State\":\"finished\",\"Owner\":\"program\",\"Program\":1,\"Function\":\"add\",\
+             \"By\":\"api_key:all\",\"CreatedAt\":\"2026-11-20T10:00:00.000Z\",\"Steps\":[]}}\n"
+        ),
+    );
+    let t = Trigd::start(&dir);
+    rerun(&t, &id, "").err(409, "rerun_unavailable");
+}
+
+#[test]
+fn the_rerun_button_needs_the_csrf_token_and_opens_the_new_run() {
+    let (_dir, t) = start("rerun_button", "");
+    let r = t.post(&format!(
+        "/api?api_key={KEY}&program_id=1&function=add&variables=kiwi"
+    ));
+    let orig = r.run_id(&r.ok());
+    let alice = login(&t, "alice");
+    let c = cookie(&alice);
+    let page = t.request(
+        "GET",
+        &format!("/runs/{orig}"),
+        &[crate::ui::HTML, ("Cookie", c.as_str())],
+        b"",
+    );
+    page.check(page.text().contains("id=\"rerun\""), "a Re-run button");
+    let csrf = crate::ui::hidden(&page, "csrf");
+    let url = format!("/runs/{orig}/rerun");
+    let form = [
+        ("Cookie", c.as_str()),
+        ("Content-Type", "application/x-www-form-urlencoded"),
+    ];
+    t.request("POST", &url, &form, b"csrf=wrong")
+        .err(403, "csrf_rejected");
+    t.check(run_record(&t, &orig).get("Reruns").is_none(), "nothing ran");
+    let r = t.request("POST", &url, &form, format!("csrf={csrf}").as_bytes());
+    r.status_is(303);
+    let to = r.header("location").unwrap_or("").to_string();
+    let new = to.trim_start_matches("/runs/").to_string();
+    r.check(
+        is_run_id(&new) && new != orig,
+        format!("to the new run: {to}"),
+    );
+    let rec = wait_run_state(&t, &new, "finished");
+    t.check_eq(&rec["By"], &Value::from("session:alice"), "By");
+    let page = t.request("GET", &to, &[crate::ui::HTML, ("Cookie", c.as_str())], b"");
+    page.check(
+        page.text().contains(&format!("href=\"/runs/{orig}\"")),
+        "links back",
+    );
+    // bob (another workspace) may not re-run it.
+    let bob = login(&t, "bob");
+    let cb = cookie(&bob);
+    let page_b = t.request(
+        "GET",
+        "/runs",
+        &[crate::ui::HTML, ("Cookie", cb.as_str())],
+        b"",
+    );
+    let csrf_b = crate::ui::hidden(&page_b, "csrf");
+    let form_b = [
+        ("Cookie", cb.as_str()),
+        ("Content-Type", "application/x-www-form-urlencoded"),
+    ];
+    t.request("POST", &url, &form_b, format!("csrf={csrf_b}").as_bytes())
+        .status_is(404);
 }

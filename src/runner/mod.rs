@@ -89,6 +89,8 @@ pub struct Job {
     /// The occurrence a schedule's run is, and the missed ones it stands
     /// for (`RunRecord::scheduled_at`, `RunRecord::missed`).
     pub occurrence: Option<(Time, Option<u64>)>,
+    /// The run this one re-runs (`RunRecord::rerun_of`).
+    pub rerun_of: Option<String>,
 }
 
 impl Job {
@@ -887,6 +889,7 @@ impl Runner {
             // Its record already names its callbacks.
             callbacks: Vec::new(),
             occurrence: rec.scheduled_at.map(|t| (t, rec.missed)),
+            rerun_of: rec.rerun_of.clone(),
         };
         Some((rec, job))
     }
@@ -915,6 +918,15 @@ impl Runner {
             stdout: None,
             input: None,
             callbacks: waiting(&job.callbacks),
+            rerun_of: job.rerun_of.clone(),
+            reruns: Vec::new(),
+            // What a re-run starts with; a run that read its request body
+            // or files from temporary files cannot be re-run.
+            rerun_input: Some(RunInput {
+                values: job.values.clone(),
+                vars: job.vars.clone(),
+                body: job.body_file.is_some() || !job.files.is_empty(),
+            }),
         }
     }
 

@@ -463,6 +463,9 @@ impl Timer {
             stdout: None,
             input: None,
             callbacks: Vec::new(),
+            rerun_of: None,
+            reruns: Vec::new(),
+            rerun_input: None,
         };
         if let Err(e) = self.app.store.append(&rec, true) {
             log::error!("schedule {id}: cannot record the skipped occurrence of {at}: {e}");

@@ -404,12 +404,28 @@ pub struct RunRecord {
     /// Completion callbacks of the run: URL, delivery id, attempts, state.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub callbacks: Vec<Delivery>,
+    /// The run this one re-runs (`POST /api/runs/<id>/rerun`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rerun_of: Option<String>,
+    /// The re-runs of this run, oldest first (the newest [`MAX_RERUNS`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reruns: Vec<String>,
+    /// The values and environment a re-run starts with, kept after the
+    /// run ended (never served: [`RunRecord::public`] drops it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rerun_input: Option<RunInput>,
 }
 
+/// Re-runs a record lists; older ones drop off its `Reruns` (each still
+/// names this run in its own `RerunOf`).
+pub const MAX_RERUNS: usize = 100;
+
 impl RunRecord {
-    /// The record as served: without its input.
+    /// The record as served: without its input (nor the copy kept for a
+    /// re-run).
     pub fn public(mut self) -> RunRecord {
         self.input = None;
+        self.rerun_input = None;
         self
     }
 }

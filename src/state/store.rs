@@ -241,6 +241,9 @@ pub struct RunStore {
     interrupted: Vec<String>,
     /// Held by the one compaction running.
     compacting: Mutex<()>,
+    /// Held while a kept record is read, changed and written again
+    /// ([`RunStore::update`]), so that two changes never undo each other.
+    updating: Mutex<()>,
 }
 
 impl RunStore {
@@ -317,6 +320,7 @@ impl RunStore {
             unwritten: Mutex::new(Vec::new()),
             interrupted,
             compacting: Mutex::new(()),
+            updating: Mutex::new(()),
         };
         Ok((store, resumed))
     }
@@ -584,6 +588,35 @@ impl RunStore {
             serde_json::from_reader::<_, RunRecord>(line).ok()
         };
         rec.filter(|r| r.run == id)
+    }
+
+    /// Change the record of run `id` with `change` and record it (`durable`:
+    /// on disk before this returns), one change at a time: the links of a
+    /// re-run and the deliveries of callbacks change ended records from
+    /// several threads. `change` returns whether to write; the record as
+    /// written, or `None` when the run is not kept.
+    ///
+    /// # Errors
+    /// The write failed (only reported when `durable`; else it is kept and
+    /// written later, as [`RunStore::record`] does).
+    pub fn update(
+        &self,
+        id: &str,
+        durable: bool,
+        change: impl FnOnce(&mut RunRecord) -> bool,
+    ) -> io::Result<Option<RunRecord>> {
+        let _one = lock(&self.updating);
+        let Some(mut rec) = self.get(id) else {
+            return Ok(None);
+        };
+        if change(&mut rec) {
+            if durable {
+                self.append(&rec, true)?;
+            } else {
+                self.record(&rec);
+            }
+        }
+        Ok(Some(rec))
     }
 
     /// Fail unless a run could be recorded now: `runs.log` can be opened
@@ -1096,6 +1129,9 @@ mod tests {
             stdout: None,
             input: None,
             callbacks: Vec::new(),
+            rerun_of: None,
+            reruns: Vec::new(),
+            rerun_input: None,
         }
     }
 

@@ -23,7 +23,10 @@ mod switch;
 
 pub use endpoints::endpoints;
 pub use login::{login, login_form, logout};
-pub use runs::{cancel as run_cancel, list as runs_list, show as run_show};
+pub use runs::{
+    cancel as run_cancel, list as runs_list, redeliver as run_redeliver, rerun as run_rerun,
+    show as run_show,
+};
 pub use settings::{home, regenerate, settings};
 pub use switch::{post as switch_post, put as switch_put};
 

@@ -8,6 +8,7 @@
 //! terminal escape sequences (ANSI colours) are removed ([`strip_ansi`]).
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use maud::{html, Markup, PreEscaped};
 use serde_json::Value;
@@ -19,6 +20,7 @@ use crate::access::{check_csrf, Carrier, Session, SignedIn, User};
 use crate::config::Config;
 use crate::http::app::App;
 use crate::http::{percent_encode, ApiError, Request, Response};
+use crate::invoke;
 use crate::runs;
 use crate::runs::follow;
 use crate::runs::{list, Asker};
@@ -243,6 +245,67 @@ pub fn cancel(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Respon
     finish(req, inner())
 }
 
+/// `POST /runs/<id>/rerun`: the Re-run button; on to the new run's page.
+///
+/// # Errors
+/// 403 `csrf_rejected` without the session's token; those of
+/// `invoke::rerun::rerun`.
+pub fn rerun(app: &App, cfg: &Arc<Config>, req: &Request, id: &str) -> Result<Response, ApiError> {
+    let next = format!("/runs/{}", percent_encode(id));
+    let s = match signed_in(app, cfg, req, &next) {
+        Ok(s) => s,
+        Err(r) => return Ok(r),
+    };
+    let inner = || {
+        let f = form(req)?;
+        check_csrf(cfg, req, Some(&s), Carrier::Form(field(&f, "csrf")))?;
+        let rec = visible_run(app, cfg, &s, id)?;
+        let by = Origin::Session(s.user.clone());
+        let started = invoke::rerun::rerun(app, cfg, &rec, by, true)?;
+        let new = started.run.as_deref().unwrap_or(id);
+        Ok(redirect(&format!("/runs/{}", percent_encode(new))))
+    };
+    finish(req, inner())
+}
+
+/// `POST /runs/<id>/callbacks/<delivery>/redeliver`: the Redeliver button;
+/// back to the run's page.
+///
+/// # Errors
+/// 403 `csrf_rejected` without the session's token; those of
+/// `runs::redeliver`.
+pub fn redeliver(
+    app: &App,
+    cfg: &Config,
+    req: &Request,
+    id: &str,
+    delivery: &str,
+) -> Result<Response, ApiError> {
+    let next = format!("/runs/{}", percent_encode(id));
+    let s = match signed_in(app, cfg, req, &next) {
+        Ok(s) => s,
+        Err(r) => return Ok(r),
+    };
+    let inner = || {
+        let f = form(req)?;
+        check_csrf(cfg, req, Some(&s), Carrier::Form(field(&f, "csrf")))?;
+        let rec = visible_run(app, cfg, &s, id)?;
+        runs::redeliver_as(app, &rec, delivery, &Origin::Session(s.user.clone()))?;
+        Ok(redirect(&next))
+    };
+    finish(req, inner())
+}
+
+/// A button that POSTs the session's CSRF token to `action`.
+fn post_button(s: &Session, action: &str, id: &str, label: &str) -> Markup {
+    html! {
+        form method="post" action=(action) class="cancel" {
+            (csrf_field(s))
+            button type="submit" id=(id) { (label) }
+        }
+    }
+}
+
 fn run_page(app: &App, cfg: &Config, s: &Session, r: &RunRecord) -> Response {
     let program = match r.owner {
         Owner::Program(id) => cfg
@@ -263,10 +326,9 @@ fn run_page(app: &App, cfg: &Config, s: &Session, r: &RunRecord) -> Response {
             h1 { "Run " code { (r.run) } }
             p { "State: " span id="state" class={ "state state-" (r.state.name()) } { (r.state.name()) } }
             @if live {
-                form method="post" action={ "/runs/" (percent_encode(&r.run)) "/cancel" } class="cancel" {
-                    (csrf_field(s))
-                    button type="submit" id="cancel" { "Cancel" }
-                }
+                (post_button(s, &format!("/runs/{}/cancel", percent_encode(&r.run)), "cancel", "Cancel"))
+            } @else {
+                (post_button(s, &format!("/runs/{}/rerun", percent_encode(&r.run)), "rerun", "Re-run"))
             }
             dl class="facts" {
                 dt { "Program" } dd { (program) }
@@ -277,6 +339,14 @@ fn run_page(app: &App, cfg: &Config, s: &Session, r: &RunRecord) -> Response {
                 dt { "Finished" } dd { (or_dash(r.finished_at)) }
                 dt { "Duration" } dd { (duration(r)) }
                 @if let Some(e) = &r.error { dt { "Error" } dd { (strip_ansi(e)) } }
+                @if let Some(of) = &r.rerun_of {
+                    dt { "Re-run of" } dd { a href={ "/runs/" (percent_encode(of)) } { code { (of) } } }
+                }
+                @if !r.reruns.is_empty() {
+                    dt { "Re-runs" } dd id="reruns" {
+                        @for x in &r.reruns { a href={ "/runs/" (percent_encode(x)) } { code { (x) } } " " }
+                    }
+                }
             }
             h2 { "Steps" }
             (steps_table(&r.steps))
@@ -286,7 +356,7 @@ fn run_page(app: &App, cfg: &Config, s: &Session, r: &RunRecord) -> Response {
             }
             @if !r.callbacks.is_empty() {
                 h2 { "Callbacks" }
-                (callbacks_table(&r.callbacks))
+                (callbacks_table(s, &r.run, &r.callbacks))
             }
             h2 { "Output" }
             pre id="output" class="output" data-follow=[follow] {
@@ -339,11 +409,11 @@ fn or_dash(v: Option<impl std::fmt::Display>) -> String {
 
 /// The run's completion callbacks: one row per delivery (URL, state, why it
 /// failed), then one row per kept attempt (time, status or error).
-fn callbacks_table(deliveries: &[Delivery]) -> Markup {
+fn callbacks_table(s: &Session, run: &str, deliveries: &[Delivery]) -> Markup {
     html! {
         table class="steps" id="callbacks" {
             thead { tr {
-                th { "URL" } th { "Source" } th { "State" } th { "Attempt" } th { "Status or error" }
+                th { "URL" } th { "Source" } th { "State" } th { "Attempt" } th { "Status or error" } th {}
             } }
             tbody {
                 @for d in deliveries {
@@ -352,6 +422,11 @@ fn callbacks_table(deliveries: &[Delivery]) -> Markup {
                         td { span class={ "state state-" (d.state.name()) } { (d.state.name()) } }
                         td { (d.attempt_count) " attempt(s)" }
                         td { (d.error.as_deref().map(strip_ansi).unwrap_or_default()) }
+                        td {
+                            @if d.state.is_final() {
+                                (post_button(s, &format!("/runs/{}/callbacks/{}/redeliver", percent_encode(run), percent_encode(&d.delivery)), &format!("redeliver-{}", d.delivery), "Redeliver"))
+                            }
+                        }
                     }
                     @for a in &d.attempts {
                         tr class="attempt" {
@@ -360,6 +435,7 @@ fn callbacks_table(deliveries: &[Delivery]) -> Markup {
                                 @if let Some(c) = a.status { (c) } @else { (a.error.as_deref().unwrap_or("")) }
                                 " (" (a.duration_ms) " ms)"
                             }
+                            td {}
                         }
                     }
                 }

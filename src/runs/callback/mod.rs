@@ -21,6 +21,7 @@
 //! `max_pending` files; in memory only sequence numbers wait, the body is
 //! read from disk when it is sent.
 
+pub mod redeliver;
 pub mod send;
 
 use std::collections::{BTreeMap, VecDeque};
