@@ -13,6 +13,13 @@ use crate::util::*;
 /// The runs pages' server ([`setup_dir`]) plus the key [`KEY_P2`]
 /// (program 2 only) and `extra` in `[server]`.
 fn start(name: &str, extra: &str) -> (TestDir, Trigd) {
+    let dir = setup(name, extra);
+    let t = Trigd::start(&dir);
+    (dir, t)
+}
+
+/// [`start`] without starting.
+fn setup(name: &str, extra: &str) -> TestDir {
     let dir = setup_dir(name, extra);
     let mut cfg = std::fs::read_to_string(dir.path("config.toml")).unwrap();
     cfg.push_str(&format!(
@@ -20,8 +27,7 @@ fn start(name: &str, extra: &str) -> (TestDir, Trigd) {
         sha256_hex(KEY_P2)
     ));
     dir.write("config.toml", &cfg);
-    let t = Trigd::start(&dir);
-    (dir, t)
+    dir
 }
 
 /// `GET /api/runs?<query>` with `key`: the answer, asserted 200.
@@ -398,4 +404,182 @@ fn the_rerun_button_needs_the_csrf_token_and_opens_the_new_run() {
     ];
     t.request("POST", &url, &form_b, format!("csrf={csrf_b}").as_bytes())
         .status_is(404);
+}
+
+// ---------------------------------------------------------------------------
+// Redeliver
+
+/// A callback receiver on 127.0.0.1: answers every request with the status
+/// in `status`, and keeps the `Trigd-Delivery` header of each.
+struct Receiver {
+    port: u16,
+    status: std::sync::Arc<std::sync::atomic::AtomicU16>,
+    got: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Receiver {
+    fn start(status: u16) -> Receiver {
+        use std::io::{BufRead, BufReader, Read, Write};
+        use std::sync::atomic::{AtomicU16, Ordering};
+        use std::sync::{Arc, Mutex};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let st = Arc::new(AtomicU16::new(status));
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let (st2, got2) = (Arc::clone(&st), Arc::clone(&got));
+        std::thread::spawn(move || {
+            for mut s in l.incoming().flatten() {
+                let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(10)));
+                let mut r = BufReader::new(s.try_clone().unwrap());
+                let (mut len, mut delivery) = (0usize, String::new());
+                let mut line = String::new();
+                while r.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+                    let lower = line.to_ascii_lowercase();
+                    if let Some(v) = lower.strip_prefix("content-length:") {
+                        len = v.trim().parse().unwrap_or(0);
+                    }
+                    if let Some(v) = lower.strip_prefix("trigd-delivery:") {
+                        delivery = v.trim().to_string();
+                    }
+                    line.clear();
+                }
+                let mut body = vec![0; len];
+                let _ = r.read_exact(&mut body);
+                got2.lock().unwrap().push(delivery);
+                let c = st2.load(Ordering::SeqCst);
+                let _ = write!(
+                    s,
+                    "HTTP/1.1 {c} X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                );
+            }
+        });
+        Receiver {
+            port,
+            status: st,
+            got,
+        }
+    }
+
+    fn got(&self) -> Vec<String> {
+        self.got.lock().unwrap().clone()
+    }
+}
+
+/// Wait until the callback delivery `i` of `run` is in `state`; the record.
+fn wait_delivery(t: &Trigd, run: &str, i: usize, state: &str) -> Value {
+    let mut last = Value::Null;
+    let ok = wait_until(std::time::Duration::from_secs(30), || {
+        last = run_record(t, run);
+        last["Callbacks"][i]["State"] == Value::from(state)
+    });
+    t.check(ok, format!("delivery {i} of {run} not {state}: {last}"));
+    last
+}
+
+#[test]
+fn a_callback_is_redelivered_as_a_new_attempt() {
+    use std::sync::atomic::Ordering;
+    let rx = Receiver::start(410);
+    let dir = setup("redeliver", "");
+    dir.append(
+        "config.toml",
+        "\n[callbacks]\nallow = [\"127.0.0.1\"]\nallow_private = [\"127.0.0.1\"]\nbackoff = \"100ms\"\nbackoff_max = \"300ms\"\nsecret_file = \"cb.secret\"\n",
+    );
+    dir.write("cb.secret", "redeliver-test-secret-0a1b2c3d4e5f\n");
+    let inv = crate::ui::INV.replace(
+        "command = [\"printf\", \"%s\", \"{item}\"]",
+        &format!(
+            "command = [\"printf\", \"%s\", \"{{item}}\"]\ncallback = \"http://127.0.0.1:{}/hook\"",
+            rx.port
+        ),
+    );
+    dir.write("programs/inv.toml", &inv);
+    let t = Trigd::start(&dir);
+    let r = t.post(&format!(
+        "/api?api_key={KEY}&program_id=1&function=add&variables=plum"
+    ));
+    let run_id = r.run_id(&r.ok());
+    // 410: a final failure, one attempt.
+    let rec = wait_delivery(&t, &run_id, 0, "failed");
+    let first = rec["Callbacks"][0]["Delivery"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    t.check_eq(
+        rec["Callbacks"][0]["AttemptCount"].as_u64(),
+        Some(1),
+        "one attempt",
+    );
+
+    rx.status.store(200, Ordering::SeqCst);
+    let url = format!("/api/runs/{run_id}/callbacks/{first}/redeliver?api_key={KEY}");
+    let v = t.post(&url).status_is(202).json();
+    t.check_eq(
+        v["Delivery"].as_str(),
+        Some(first.as_str()),
+        "the same delivery id",
+    );
+    let rec = wait_delivery(&t, &run_id, 0, "delivered");
+    t.check_eq(
+        rec["Callbacks"][0]["AttemptCount"].as_u64(),
+        Some(2),
+        "a new attempt",
+    );
+    t.check_eq(
+        rx.got(),
+        vec![first.clone(), first.clone()],
+        "sent twice, same id",
+    );
+
+    // A delivered one goes out again under a new id, as a new entry.
+    let v = t.post(&url).status_is(202).json();
+    let second = v["Delivery"].as_str().unwrap().to_string();
+    t.check(second != first && second.len() == 32, "a new delivery id");
+    let rec = wait_delivery(&t, &run_id, 1, "delivered");
+    t.check_eq(
+        rec["Callbacks"][1]["Delivery"].as_str(),
+        Some(second.as_str()),
+        "entry 2",
+    );
+    t.check_eq(rx.got().len(), 3, "three requests");
+
+    // Refusals.
+    let other = format!(
+        "/api/runs/{run_id}/callbacks/{}/redeliver?api_key={KEY}",
+        "0".repeat(32)
+    );
+    t.post(&other).err(404, "delivery_not_found");
+    t.post(&format!(
+        "/api/runs/{run_id}/callbacks/{first}/redeliver?api_key={KEY_P2}"
+    ))
+    .err(404, "run_not_found");
+    t.post(&format!("/api/runs/{run_id}/callbacks/{first}/redeliver"))
+        .err(401, "missing_api_key");
+    t.get(&url).err(405, "method_not_allowed");
+
+    // The button: a session with the page's CSRF token.
+    let alice = login(&t, "alice");
+    let c = cookie(&alice);
+    let page = t.request(
+        "GET",
+        &format!("/runs/{run_id}"),
+        &[crate::ui::HTML, ("Cookie", c.as_str())],
+        b"",
+    );
+    page.check(
+        page.text().contains(&format!("id=\"redeliver-{first}\"")),
+        "a Redeliver button",
+    );
+    let csrf = crate::ui::hidden(&page, "csrf");
+    let form = [
+        ("Cookie", c.as_str()),
+        ("Content-Type", "application/x-www-form-urlencoded"),
+    ];
+    let ui = format!("/runs/{run_id}/callbacks/{first}/redeliver");
+    t.request("POST", &ui, &form, b"csrf=nope")
+        .err(403, "csrf_rejected");
+    t.request("POST", &ui, &form, format!("csrf={csrf}").as_bytes())
+        .status_is(303);
+    let ok = wait_until(std::time::Duration::from_secs(30), || rx.got().len() == 4);
+    t.check(ok, "the button's redelivery arrived");
 }

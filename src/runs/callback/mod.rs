@@ -478,17 +478,18 @@ impl Service {
 
     /// Put the delivery's progress into its run's record.
     fn update_record(&self, p: &Pending, durable: bool) {
-        let Some(mut rec) = self.store.get(&p.run) else {
-            return;
-        };
-        let Some(slot) = rec.callbacks.get_mut(p.index) else {
-            return;
-        };
-        if slot.delivery != p.delivery.delivery {
-            return;
-        }
-        *slot = p.delivery.clone();
-        if let Err(e) = self.store.append(&rec, durable) {
+        // Through `update`: a redelivery or a re-run's link may change the
+        // same record meanwhile.
+        let written = self.store.update(&p.run, durable, |rec| {
+            match rec.callbacks.get_mut(p.index) {
+                Some(slot) if slot.delivery == p.delivery.delivery => {
+                    *slot = p.delivery.clone();
+                    true
+                }
+                _ => false,
+            }
+        });
+        if let Err(e) = written {
             log::error!("run {}: cannot record its callback: {e}", p.run);
         }
     }
