@@ -583,3 +583,166 @@ fn a_callback_is_redelivered_as_a_new_attempt() {
     let ok = wait_until(std::time::Duration::from_secs(30), || rx.got().len() == 4);
     t.check(ok, "the button's redelivery arrived");
 }
+
+// ---------------------------------------------------------------------------
+// Retries
+
+/// Program 5: `flaky` fails until its `fails`-th attempt... counted in the
+/// file `count` of `work/`: it fails while the count is below `ok_at`;
+/// `[functions.retry]` from `retry`.
+fn flaky(ok_at: u32, retry: &str) -> String {
+    format!(
+        r#"id = 5
+name = "flaky"
+workspace = "ops"
+
+[[functions]]
+name = "flaky"
+workdir = "../work"
+steps = [{{ shell = 'n=$(cat count 2>/dev/null || echo 0); n=$((n+1)); echo $n > count; echo "attempt $n"; [ $n -ge {ok_at} ]' }}]
+[functions.webhook]
+[functions.retry]
+{retry}
+"#
+    )
+}
+
+fn count(dir: &TestDir) -> u32 {
+    std::fs::read_to_string(dir.path("work/count"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn start_flaky(name: &str, ok_at: u32, retry: &str) -> (TestDir, Trigd) {
+    let dir = setup(name, "");
+    dir.write("programs/flaky.toml", &flaky(ok_at, retry));
+    let t = Trigd::start(&dir);
+    (dir, t)
+}
+
+#[test]
+fn a_failed_run_is_attempted_again_and_each_attempt_is_recorded() {
+    let retry =
+        "attempts = 4\nbackoff = \"100ms\"\nstrategy = \"exponential\"\nmax_backoff = \"300ms\"";
+    let (dir, t) = start_flaky("retry_ok", 3, retry);
+    // Sync: the caller gets the final outcome.
+    let r = t.post(&format!("/api?api_key={KEY}&program_id=5&function=flaky"));
+    let v = r.ok();
+    let id = r.run_id(&v);
+    t.check_eq(count(&dir), 3, "three attempts");
+    let rec = run_record(&t, &id);
+    t.check_eq(&rec["State"], &Value::from("finished"), "State");
+    let attempts = rec["Attempts"].as_array().cloned().unwrap_or_default();
+    t.check_eq(attempts.len(), 2, "two earlier attempts");
+    for (i, a) in attempts.iter().enumerate() {
+        t.check_eq(a["Attempt"].as_u64(), Some(i as u64 + 1), "Attempt");
+        t.check_eq(a["State"].as_str(), Some("failed"), "State of an attempt");
+        t.check(
+            a["Error"].as_str().is_some_and(|e| e.contains("status 1")),
+            "Error",
+        );
+        t.check(
+            a["FinishedAt"].is_string() && a["StartedAt"].is_string(),
+            "times",
+        );
+    }
+    t.check(rec.get("RetryAt").is_none(), "no RetryAt once over");
+    // The page shows them.
+    let alice = login(&t, "alice");
+    let c = cookie(&alice);
+    let page = t.request(
+        "GET",
+        &format!("/runs/{id}"),
+        &[crate::ui::HTML, ("Cookie", c.as_str())],
+        b"",
+    );
+    page.check(page.text().contains("id=\"attempts\""), "an Attempts table");
+    // Out of attempts: the last outcome stands.
+    std::fs::remove_file(dir.path("work/count")).unwrap();
+    dir.write("programs/flaky.toml", &flaky(9, retry));
+    let ok = wait_until(WAIT, || {
+        let r = t.post(&format!("/api?api_key={KEY}&program_id=5&function=flaky"));
+        r.status == 500
+    });
+    t.check(ok, "a run that fails all its attempts fails");
+}
+
+#[test]
+fn a_cancel_stops_the_remaining_attempts() {
+    let (dir, t) = start_flaky("retry_cancel", 99, "attempts = 5\nbackoff = \"60s\"");
+    let r = t.post(&format!(
+        "/api?api_key={KEY}&program_id=5&function=flaky&run_async=true"
+    ));
+    let id = r.run_id(&r.ok());
+    let rec = wait_run_state(&t, &id, "queued");
+    t.check(rec["RetryAt"].is_string(), "waiting for its next attempt");
+    t.check_eq(
+        rec["Attempts"].as_array().map(Vec::len),
+        Some(1),
+        "one attempt",
+    );
+    t.post(&format!("/api/runs/{id}/cancel?api_key={KEY}"))
+        .status_is(200);
+    let rec = wait_run_state(&t, &id, "cancelled");
+    t.check_eq(
+        rec["Attempts"].as_array().map(Vec::len),
+        Some(1),
+        "still one",
+    );
+    t.check_eq(count(&dir), 1, "no further attempt ran");
+}
+
+#[test]
+fn a_pending_attempt_survives_kill_9() {
+    let (dir, mut t) = start_flaky(
+        "retry_kill9",
+        2,
+        "attempts = 3\nbackoff = \"3s\"\nstrategy = \"fixed\"\njitter = false",
+    );
+    let r = t.post(&format!(
+        "/api?api_key={KEY}&program_id=5&function=flaky&run_async=true"
+    ));
+    let id = r.run_id(&r.ok());
+    wait_run_state(&t, &id, "queued");
+    t.kill9();
+    t.restart();
+    let rec = wait_run_state(&t, &id, "finished");
+    t.check_eq(
+        rec["Attempts"].as_array().map(Vec::len),
+        Some(1),
+        "the first attempt kept",
+    );
+    t.check_eq(
+        count(&dir),
+        2,
+        "the pending attempt ran once after the restart",
+    );
+}
+
+#[test]
+fn bad_retry_settings_are_located_load_errors() {
+    for (retry, want) in [
+        ("attempts = 1", "retry.attempts"),
+        ("attempts = 21", "retry.attempts"),
+        ("strategy = \"linear\"", "retry.strategy"),
+        ("on = [\"cancelled\"]", "retry.on"),
+        ("on = []", "retry.on"),
+        ("backoff = \"soon\"", "retry.backoff"),
+        (
+            "backoff = \"10s\"\nmax_backoff = \"1s\"",
+            "retry.max_backoff",
+        ),
+        ("tries = 3", "tries"),
+    ] {
+        let dir = setup("retry_bad", "");
+        dir.write("programs/flaky.toml", &flaky(1, retry));
+        let out =
+            crate::util::cli::trigd(&["check", "--config", &dir.path_str("config.toml")], None);
+        out.code_is(1);
+        out.check(
+            out.stderr.contains("flaky.toml:") && out.stderr.contains(want),
+            format!("{retry}: a located error naming {want}"),
+        );
+    }
+}

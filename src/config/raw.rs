@@ -596,6 +596,8 @@ pub struct RawFunction {
     /// `[[functions.schedules]]`: when the clock starts it.
     #[serde(default)]
     pub schedules: Vec<Spanned<RawSchedule>>,
+    /// `[functions.retry]`: attempts again after a failure.
+    pub retry: Option<Spanned<super::retry::RawRetry>>,
 }
 
 /// `[[functions.schedules]]`: a schedule trigger (`config/schedules.rs`).

@@ -465,6 +465,8 @@ impl Timer {
             callbacks: Vec::new(),
             rerun_of: None,
             reruns: Vec::new(),
+            attempts: Vec::new(),
+            retry_at: None,
             rerun_input: None,
         };
         if let Err(e) = self.app.store.append(&rec, true) {

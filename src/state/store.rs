@@ -1131,6 +1131,8 @@ mod tests {
             callbacks: Vec::new(),
             rerun_of: None,
             reruns: Vec::new(),
+            attempts: Vec::new(),
+            retry_at: None,
             rerun_input: None,
         }
     }

@@ -339,6 +339,9 @@ fn run_page(app: &App, cfg: &Config, s: &Session, r: &RunRecord) -> Response {
                 dt { "Finished" } dd { (or_dash(r.finished_at)) }
                 dt { "Duration" } dd { (duration(r)) }
                 @if let Some(e) = &r.error { dt { "Error" } dd { (strip_ansi(e)) } }
+                @if let Some(at) = r.retry_at {
+                    dt { "Next attempt" } dd id="retry-at" { (at) }
+                }
                 @if let Some(of) = &r.rerun_of {
                     dt { "Re-run of" } dd { a href={ "/runs/" (percent_encode(of)) } { code { (of) } } }
                 }
@@ -350,6 +353,10 @@ fn run_page(app: &App, cfg: &Config, s: &Session, r: &RunRecord) -> Response {
             }
             h2 { "Steps" }
             (steps_table(&r.steps))
+            @if !r.attempts.is_empty() {
+                h2 { "Earlier attempts" }
+                (attempts_table(r))
+            }
             @if let Some(text) = &result {
                 h2 { "Result" }
                 pre id="result" { (text) }
@@ -395,6 +402,29 @@ fn steps_table(steps: &[StepReport]) -> Markup {
                             td { (or_dash(s.signal)) }
                             td { (s.duration_ms) " ms" }
                         }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The earlier attempts of a run with `[functions.retry]`: number, how
+/// it ended, when, and why.
+fn attempts_table(r: &RunRecord) -> Markup {
+    html! {
+        table class="steps" id="attempts" {
+            thead { tr {
+                th { "Attempt" } th { "State" } th { "Started" } th { "Finished" } th { "Error" }
+            } }
+            tbody {
+                @for a in &r.attempts {
+                    tr {
+                        td { (a.attempt) }
+                        td { span class={ "state state-" (a.state.name()) } { (a.state.name()) } }
+                        td { (or_dash(a.started_at)) }
+                        td { (a.finished_at) }
+                        td { (a.error.as_deref().map(strip_ansi).unwrap_or_default()) }
                     }
                 }
             }
