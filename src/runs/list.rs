@@ -10,14 +10,14 @@
 
 use std::collections::BTreeSet;
 
-use serde_json::json;
+use serde::Serialize;
 
 use super::{authenticate, Asker, Takes};
 use crate::access::{self, User};
 use crate::config::Config;
 use crate::http::app::App;
 use crate::http::{ApiError, Request, Response};
-use crate::state::record::{Origin, RunState, ALL_STATES};
+use crate::state::record::{Origin, RunRecord, RunState, ALL_STATES};
 use crate::state::store::{Cursor, OriginFilter, RunFilter, Scope, DEFAULT_PAGE, MAX_PAGE};
 use crate::state::time::Time;
 
@@ -211,9 +211,21 @@ pub fn list(app: &App, cfg: &Config, req: &Request) -> Result<Response, ApiError
     let mut filter = parse(req, &["api_key"])?;
     filter.scope = scope_of(cfg, &asker);
     let page = app.store.list(&filter);
-    let body = json!({
-        "Runs": page.runs,
-        "Next": page.next.map(|c| c.to_string()),
-    });
-    Ok(Response::json(200, &body))
+    // Written straight from the records: through a `Value` tree first, a
+    // page of 200 took twice as long.
+    let body = Page {
+        runs: &page.runs,
+        next: page.next.map(|c| c.to_string()),
+    };
+    let mut bytes = serde_json::to_vec(&body).map_err(|_| ApiError::Internal)?;
+    bytes.push(b'\n');
+    Ok(Response::json_bytes(200, bytes))
+}
+
+/// The answer of `GET /api/runs`.
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct Page<'a> {
+    runs: &'a [RunRecord],
+    next: Option<String>,
 }

@@ -632,9 +632,7 @@ impl RunStore {
 
     /// The owner of run `id`, without reading the record.
     pub fn owner_of(&self, id: &str) -> Option<Owner> {
-        let log = lock(&self.log);
-        let slot = log.index.get(&run_id(id)?)?;
-        Some(log.index.owner(slot))
+        lock(&self.log).index.owner(&run_id(id)?)
     }
 
     /// Whether run `id` has ended, from the index (no read of its
@@ -642,8 +640,8 @@ impl RunStore {
     pub fn has_ended(&self, id: &str) -> Option<bool> {
         lock(&self.log)
             .index
-            .get(&run_id(id)?)
-            .map(|e| e.state.is_terminal())
+            .state(&run_id(id)?)
+            .map(RunState::is_terminal)
     }
 
     /// Where the output of run `id` is kept.
@@ -655,12 +653,21 @@ impl RunStore {
     /// The index is searched in memory; only the records shown are read
     /// from disk.
     pub fn list(&self, filter: &RunFilter) -> RunPage {
-        let log = lock(&self.log);
-        let (slots, more) = log.index.select(filter);
+        let (slots, more, file) = {
+            let log = lock(&self.log);
+            let (slots, more) = log.index.select(filter);
+            // Read through a handle of this file, without the lock: the
+            // offsets stay valid in it even if a compaction replaces it.
+            let Ok(file) = log.file.try_clone() else {
+                return RunPage::default();
+            };
+            (slots, more, file)
+        };
         let mut runs = Vec::with_capacity(slots.len());
+        let mut buf = Vec::new();
         for e in &slots {
-            let mut buf = vec![0; e.len as usize];
-            if log.file.read_exact_at(&mut buf, e.offset).is_ok() {
+            buf.resize(e.len as usize, 0);
+            if file.read_exact_at(&mut buf, e.offset).is_ok() {
                 if let Ok(r) = serde_json::from_slice::<RunRecord>(&buf) {
                     runs.push(r.public());
                 }
@@ -845,8 +852,8 @@ fn kept_lines(log: &Log, retention: usize) -> Vec<(RunId, u64, u32)> {
     let finished = slots.len() - log.index.live();
     let mut excess = finished.saturating_sub(retention);
     let mut kept = Vec::with_capacity(slots.len() - excess);
-    for e in slots {
-        if !e.live() && excess > 0 {
+    for (p, e) in slots.iter().enumerate() {
+        if !log.index.live_at(p) && excess > 0 {
             excess -= 1;
             continue;
         }
