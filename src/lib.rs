@@ -35,15 +35,17 @@
 //!   socket), systemd's notify protocol                sys/systemd.rs (LISTEN_FDS)
 //! authenticate a caller, rate limits, CSRF, logins   access/ (mod.rs, limiter.rs, csrf.rs, login.rs, cidr.rs)
 //! load and validate the config, hot reload           config/ (validate.rs, endpoint.rs, reload.rs, stamp.rs)
-//! start a run, read and check its values            invoke/ (mod.rs, read.rs, values.rs, signed.rs, answer.rs)
+//! start a run, read and check its values            invoke/ (mod.rs, read.rs, values.rs, signed.rs, answer.rs,
+//!   (a re-run too)                                    rerun.rs)
 //! signed endpoints (GitHub, Stripe… requests):       receive/ (signature.rs, payload.rs, values.rs, rules.rs)
 //!   signatures, payloads, rules
-//! a run once accepted: status, output, follow,      runs/ (mod.rs, follow.rs, replay.rs,
-//!   cancel, Idempotency-Key, callbacks, instances     idempotency.rs, callback/, cluster.rs)
+//! a run once accepted: status, output, follow,      runs/ (mod.rs, follow.rs, replay.rs, list.rs the run list,
+//!   cancel, Idempotency-Key, callbacks, instances     idempotency.rs, callback/ (redeliver.rs), cluster.rs)
 //! schedules: cron and time zones, catch-up,        schedule/ (cron.rs, plan.rs, timer.rs: one thread
 //!   overlap, the timer thread                         for all; compiled in config/schedules.rs)
 //! run slots, the wait queue, child processes        runner/ (mod.rs, queue.rs, step.rs, handle.rs)
-//! what is kept in the state directory: one table,   state/ (mod.rs: State, Kept; store.rs the run log, record.rs
+//! what is kept in the state directory: one table,   state/ (mod.rs: State, Kept; store.rs the run log, index.rs
+//!                                                     its index in memory, record.rs
 //!   one door (State), every file operation on it      a run's typed record, commit.rs the group commit, time.rs,
 //!                                                     output.rs, idempotency.rs, ...)
 //! adnanh/webhook hooks files, import-webhook        compat/webhook/ (what removing it takes: compat/mod.rs)
