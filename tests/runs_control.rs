@@ -470,7 +470,7 @@ fn wait_delivery(t: &Trigd, run: &str, i: usize, state: &str) -> Value {
     let mut last = Value::Null;
     let ok = wait_until(std::time::Duration::from_secs(30), || {
         last = run_record(t, run);
-        last["Callbacks"][i]["State"] == Value::from(state)
+        last["Callbacks"][i]["State"] == state
     });
     t.check(ok, format!("delivery {i} of {run} not {state}: {last}"));
     last

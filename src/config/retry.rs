@@ -91,7 +91,7 @@ pub fn compile(src: &Src, raw: &Spanned<RawRetry>, key: &str, errs: &mut Errors)
                 "attempts must be from 2 to {MAX_ATTEMPTS} (the first attempt included), got {}",
                 a.get_ref()
             );
-            errs.at(src, a.span(), &format!("{key}.attempts"), msg);
+            errs.at(src, a.span(), format!("{key}.attempts"), msg);
             3
         }
     };
@@ -102,7 +102,7 @@ pub fn compile(src: &Src, raw: &Spanned<RawRetry>, key: &str, errs: &mut Errors)
             "fixed" => false,
             other => {
                 let msg = format!("strategy must be \"exponential\" or \"fixed\", got \"{other}\"");
-                errs.at(src, s.span(), &format!("{key}.strategy"), msg);
+                errs.at(src, s.span(), format!("{key}.strategy"), msg);
                 true
             }
         },
