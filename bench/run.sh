@@ -922,6 +922,26 @@ want reloadmany && for many in 10 "$NPROGRAMS"; do
     done
 done
 
+# ---------------------------------------------------------------- schedules (trigd only)
+# bench/schedules.sh: N schedules firing at once while wrk keeps sync runs
+# going on the same server (the share accepted within 50 ms of their
+# occurrence), and 10,000 idle schedules (CPU, memory). Quick: 200
+# schedules every second; full: 1,000 every minute (about 2.5 min).
+if ! ((SKIP_TRIGD)) && want schedules; then
+    if ((QUICK)); then
+        sched_env=(BENCH_SCHEDULES=200 BENCH_SCHED_EVERY=second BENCH_FIRINGS=3 BENCH_IDLE=3)
+    else
+        sched_env=(BENCH_SCHEDULES=1000 BENCH_SCHED_EVERY=minute BENCH_FIRINGS=2 BENCH_IDLE=30)
+    fi
+    log "case schedules: ${sched_env[*]}"
+    result=$(env "${sched_env[@]}" bash "$BENCH_DIR/schedules.sh" "$TRIGD" 2>>"$WORK/schedules.err" | tee -a "$WORK/schedules.out" | sed -n 's/^RESULT //p') || true
+    [[ -n $result ]] || CASE_ERRORS+=("schedules: bench/schedules.sh printed no result ($(tail -2 "$WORK/schedules.err" 2>/dev/null))")
+    for kv in $result; do add "sched.${kv%%=*}" "${kv#*=}"; done
+    add sched.count "${sched_env[0]#*=}"
+    add sched.every "${sched_env[1]#*=}"
+    log "  $result"
+fi
+
 # ---------------------------------------------------------------- 1,000 tools of 3 environments
 # trigd: 1,000 [[tools]] in config.toml, each with environments dev, staging
 # and prod and one endpoint trigger (3,000 generated endpoints); webhook:
@@ -1221,6 +1241,17 @@ row "$RLQ" "worst p99 of the filtered pages, ms" "$(fmt "$worst" %.2f)" "n/a" ""
 rlb=$(awk -v a="$(tm runlist.rss1)" -v b="$(tm runlist.rss0)" -v n="$RUNLIST_N" 'BEGIN { if (a == "nan" || b == "nan" || a == "" || b == "") print "nan"; else printf "%.1f", (a - b) * 1024 / n }')
 verdict "$(passif le "$rlb" 64)"
 row "$RLQ" "VmRSS with them minus VmRSS with none, bytes a run" "$(fmt "$rlb" %.1f)" "n/a" "" "≤ 64" "$V"
+if want schedules && ! ((SKIP_TRIGD)); then
+    SC="$(med sched.count) schedules firing every $(printf '%s' ${S[sched.every]:-}) + sync /bin/true, 8 conns ($(fmt "$(med sched.syncrps)" %.0f) req/s)"
+    share=$(awk -v a="$(med sched.within50)" -v b="$(med sched.firings)" 'BEGIN { if (b > 0) printf "%.4f", a / b; else print "nan" }')
+    verdict "$(passif ge "$share" 0.99)"
+    row "$SC" "firings accepted within 50 ms of their occurrence" "$(med sched.within50) of $(med sched.firings)" "n/a" "$(fmt "$(calc "$share * 100")" %.1f)%" "≥ 99% (p99 ≤ 50 ms)" "$V"
+    verdict "$(passif le "$(med sched.idlecpu)" 0.5)"
+    row "10,000 idle schedules" "CPU, % of a core" "$(med sched.idlecpu)" "n/a" "" "≤ 0.5%" "$V"
+    per=$(calc "($(med sched.kib10k) - $(med sched.kib0)) / 10000")
+    verdict "$(passif le "$per" 1)"
+    row "10,000 idle schedules" "VmRSS over none, KiB a schedule" "$(fmt "$per" %.2f)" "n/a" "" "≤ 1 KiB" "$V"
+fi
 
 npass=0 nshort=0
 for v in "${VERDICTS[@]}"; do if [[ $v == pass ]]; then npass=$((npass + 1)); else nshort=$((nshort + 1)); fi; done

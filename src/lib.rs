@@ -49,7 +49,7 @@
 //!   one door (State), every file operation on it      a run's typed record, commit.rs the group commit, time.rs,
 //!                                                     output.rs, idempotency.rs, ...)
 //! adnanh/webhook hooks files, import-webhook        compat/webhook/ (what removing it takes: compat/mod.rs)
-//! the browser pages (maud templates)                ui/ (login, settings, endpoints, runs, switch, view)
+//! the browser pages (maud templates)                ui/ (login, settings, endpoints, runs, schedules, switch, view)
 //! the only unsafe code, and each speed trick        sys/ (spawn.rs: how a step starts, the clone
 //!   behind one function with its figure              spawner in vfork.rs; tune_malloc, trim_heap;
 //!                                                     systemd.rs: the socket systemd passes;

@@ -779,7 +779,7 @@ fn async_runs_queued_in_memory_count_against_max_waiting_bytes() {
 }
 
 /// `trigd_state_fsyncs_total{file="runs.log"}` from `/metrics`.
-fn run_log_fsyncs(t: &Trigd) -> u64 {
+pub fn run_log_fsyncs(t: &Trigd) -> u64 {
     let text = t.get("/metrics").status_is(200).text();
     let line = text
         .lines()

@@ -480,3 +480,96 @@ fn the_runs_page_shows_what_did_not_run_and_why() {
     r.check(text.contains("(skipped: inactive)"), "why it did not run");
     r.check(text.contains("state-skipped"), "its state");
 }
+
+#[test]
+fn the_schedules_page_lists_a_members_schedules_with_last_next_outcome_and_overdue() {
+    use crate::ui::{cookie, login, ui_config, CSP, HTML};
+    let ops = "id = 1\nname = \"ops <b>prog</b>\"\nworkspace = \"ops\"\n\
+               [[functions]]\nname = \"list\"\ncommand = [\"true\"]\n\
+               [[functions]]\nname = \"add\"\ncommand = [\"true\"]\n\
+               [[functions]]\nname = \"tick\"\ncommand = [\"true\"]\n\
+               [[functions.schedules]]\nname = \"every-second\"\ncron = \"* * * * * *\"\ntimezone = \"Europe/Berlin\"\n\
+               [[functions]]\nname = \"nightly\"\ncommand = [\"true\"]\nexpect_every = \"1s\"\n\
+               [[functions.schedules]]\nname = \"never\"\ncron = \"0 3 * * *\"\nactive = false\n";
+    let dev = "id = 2\nname = \"devprog\"\nworkspace = \"dev\"\n\
+               [[functions]]\nname = \"secret\"\ncommand = [\"true\"]\n\
+               [[functions.schedules]]\nname = \"hidden\"\ncron = \"@yearly\"\n";
+    let dir = TestDir::new("sched_html");
+    dir.write("config.toml", &ui_config(""));
+    dir.mkdir("programs");
+    dir.write("programs/ops.toml", ops);
+    dir.write("programs/dev.toml", dev);
+    let t = Trigd::start(&dir);
+    wait_for_records(&t, &dir, "1/tick/every-second", "finished", 1);
+    let c = cookie(&login(&t, "alice"));
+    let page = |path: &str| t.request("GET", path, &[HTML, ("Cookie", c.as_str())], b"");
+    t.wait_for(
+        WAIT,
+        "the nightly function overdue (expect_every 1s)",
+        || page("/schedules").text().contains("overdue"),
+    );
+    let r = page("/schedules");
+    r.check_eq(r.status, 200, "status");
+    r.check_eq(r.header("content-security-policy"), Some(CSP), "CSP");
+    let text = r.text();
+    for want in [
+        "every-second",
+        "<code>* * * * * *</code>",
+        "Europe/Berlin",
+        "href=\"/runs/",
+        "state-finished",
+        "nightly",
+        "ops &lt;b&gt;prog&lt;/b&gt;",
+        "never",
+        "(inactive)",
+        "1s",
+    ] {
+        r.check(text.contains(want), format!("the page shows {want:?}"));
+    }
+    r.check(!text.contains("<b>prog</b>"), "a program's name is escaped");
+    r.check(
+        !text.contains("@yearly") && !text.contains("devprog"),
+        "another workspace's schedules are not shown",
+    );
+    // The next occurrence in the schedule's zone, with its offset.
+    r.check(
+        text.contains(" +01:00") || text.contains(" +02:00"),
+        "Berlin's offset",
+    );
+    // Without a session: the login form for a browser, 401 for others.
+    let anon = t.request("GET", "/schedules", &[HTML], b"");
+    anon.check_eq(anon.status, 303, "a browser without a session");
+    t.get("/schedules").err(401, "unauthorized");
+    let bad = t.request("GET", "/schedules?x=1", &[("Cookie", c.as_str())], b"");
+    bad.check_eq(bad.status, 400, "an unknown parameter");
+    t.post("/schedules").err(405, "method_not_allowed");
+}
+
+/// The runs of the occurrences due at one wake are accepted together: one
+/// sync of the run log covers all of them (`Runner::start_async_all`), not
+/// one each or one per starter thread. 60 schedules firing every second:
+/// at most one sync per 10 runs (about one per 60 now; one per 8 at best
+/// before, with 8 starter threads sharing group commits).
+#[test]
+fn the_runs_of_one_wake_share_one_sync() {
+    let many: String = (0..60)
+        .map(|i| format!("[[functions.schedules]]\nname = \"s{i}\"\ncron = \"* * * * * *\"\n"))
+        .collect();
+    let (dir, t) = serve("sched_one_sync", "", &[("p.toml", &program("true", &many))]);
+    let runs = |dir: &TestDir| {
+        (0..60)
+            .map(|i| records_of(dir, &format!("1/tick/s{i}")).len())
+            .sum::<usize>()
+    };
+    wait_for_records(&t, &dir, "1/tick/s0", "finished", 1);
+    let (runs0, syncs0) = (runs(&dir), crate::queue::run_log_fsyncs(&t));
+    t.wait_for(WAIT, "three more wakes of 60 runs", || {
+        runs(&dir) >= runs0 + 180
+    });
+    let (runs1, syncs1) = (runs(&dir), crate::queue::run_log_fsyncs(&t));
+    let (ran, synced) = (runs1 - runs0, syncs1 - syncs0);
+    t.check(
+        synced as usize * 10 <= ran,
+        format!("{synced} syncs of runs.log for {ran} scheduled runs"),
+    );
+}

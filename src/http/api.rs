@@ -33,6 +33,82 @@ pub fn run_status(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Re
     Ok(Response::json(200, &body))
 }
 
+/// One schedule as `GET /api/schedules` and the schedules page show it.
+#[derive(Debug, Clone)]
+pub struct ScheduleRow {
+    /// `<program>/<function>/<name>`.
+    pub id: String,
+    /// Program id.
+    pub program: u64,
+    /// Program name.
+    pub program_name: String,
+    /// Function name.
+    pub function: String,
+    /// The schedule's name.
+    pub name: String,
+    /// Its cron expression as written.
+    pub cron: String,
+    /// Its IANA time zone.
+    pub timezone: String,
+    /// `active`.
+    pub active: bool,
+    /// Whether this instance fires schedules (`[server] schedules`).
+    pub fires: bool,
+    /// The last occurrence handled.
+    pub last_at: Option<jiff::Timestamp>,
+    /// What became of it: `started <run>` or `skipped: <why>`.
+    pub last_outcome: Option<String>,
+    /// The next occurrence (before jitter).
+    pub next_at: Option<jiff::Timestamp>,
+    /// `next_at` as wall-clock time in the schedule's zone ([`local`]).
+    pub next_local: Option<String>,
+}
+
+impl ScheduleRow {
+    /// The run the last occurrence started, if it started one.
+    pub fn last_run(&self) -> Option<&str> {
+        self.last_outcome.as_deref()?.strip_prefix("started ")
+    }
+}
+
+/// Every schedule of the programs `visible` lets through, in program,
+/// function and schedule order, as of now.
+pub fn schedule_rows(
+    app: &App,
+    cfg: &Config,
+    visible: impl Fn(&crate::config::Program) -> bool,
+) -> Vec<ScheduleRow> {
+    let now = jiff::Timestamp::now();
+    let status = app
+        .schedules
+        .status
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    crate::schedule::timer::schedules(cfg)
+        .filter(|(_, p, _, _)| visible(p))
+        .map(|(id, p, f, s)| {
+            let seen = status.get(id.as_str());
+            let next = s.cron.next_after(now, &s.zone);
+            ScheduleRow {
+                program: p.id,
+                program_name: p.name.clone(),
+                function: f.to_string(),
+                name: s.name.clone(),
+                cron: s.expression.clone(),
+                timezone: s.zone_name.clone(),
+                active: s.active,
+                fires: cfg.server.fire_schedules,
+                last_at: seen.and_then(|x| x.last),
+                last_outcome: seen.map(|x| x.outcome.clone()).filter(|o| !o.is_empty()),
+                next_at: next,
+                next_local: next.map(|t| local(t, &s.zone)),
+                id,
+            }
+        })
+        .collect()
+}
+
 /// `GET /api/schedules`: every schedule of the programs the API key may
 /// reach, with its settings, its last occurrence and what became of it,
 /// and its next occurrence.
@@ -41,31 +117,22 @@ pub fn run_status(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Re
 /// 429 `rate_limited`, 401 for a missing or invalid key.
 pub fn schedules(app: &App, cfg: &Config, req: &Request) -> Result<Response, ApiError> {
     let key = app.access.api_key(cfg, req)?;
-    let now = jiff::Timestamp::now();
-    let status = app
-        .schedules
-        .status
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
-    let list: Vec<serde_json::Value> = crate::schedule::timer::schedules(cfg)
-        .filter(|(_, p, _, _)| key.may_access(p))
-        .map(|(id, p, f, s)| {
-            let seen = status.get(&id);
-            let next = s.cron.next_after(now, &s.zone);
+    let list: Vec<serde_json::Value> = schedule_rows(app, cfg, |p| key.may_access(p))
+        .into_iter()
+        .map(|r| {
             serde_json::json!({
-                "Id": id,
-                "Program": p.id,
-                "Function": f,
-                "Name": s.name,
-                "Cron": s.expression,
-                "Timezone": s.zone_name,
-                "Active": s.active,
-                "Fires": cfg.server.fire_schedules,
-                "LastAt": seen.and_then(|x| x.last).map(|t| format!("{t:.3}")),
-                "LastOutcome": seen.map(|x| x.outcome.clone()).filter(|o| !o.is_empty()),
-                "NextAt": next.map(|t| format!("{t:.3}")),
-                "NextLocal": next.map(|t| local(t, &s.zone)),
+                "Id": r.id,
+                "Program": r.program,
+                "Function": r.function,
+                "Name": r.name,
+                "Cron": r.cron,
+                "Timezone": r.timezone,
+                "Active": r.active,
+                "Fires": r.fires,
+                "LastAt": r.last_at.map(|t| format!("{t:.3}")),
+                "LastOutcome": r.last_outcome,
+                "NextAt": r.next_at.map(|t| format!("{t:.3}")),
+                "NextLocal": r.next_local,
             })
         })
         .collect();

@@ -55,6 +55,7 @@ pub fn handle(app: &App, req: &mut Request) -> Response {
             ui::regenerate(app, &cfg, req, ws)
         }
         (Get | Head, ["runs"]) => ui::runs_list(app, &cfg, req),
+        (Get | Head, ["schedules"]) => ui::schedules_page(app, &cfg, req),
         (Get | Head, ["runs", id]) => ui::run_show(app, &cfg, req, id),
         (Post, ["runs", id, "cancel"]) => ui::run_cancel(app, &cfg, req, id),
         (Post, ["runs", id, "rerun"]) => ui::run_rerun(app, &cfg, req, id),
@@ -93,7 +94,7 @@ pub fn handle(app: &App, req: &mut Request) -> Response {
         (
             _,
             []
-            | ["healthz" | "livez" | "metrics" | "openapi.json" | "runs"]
+            | ["healthz" | "livez" | "metrics" | "openapi.json" | "runs" | "schedules"]
             | ["api", "overdue" | "schedules" | "runs"]
             | ["api", "runs", _]
             | ["api", "runs", _, "output"]

@@ -31,7 +31,7 @@ pub mod plan;
 pub mod timer;
 
 use std::collections::BTreeMap;
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -62,7 +62,7 @@ pub struct Board {
     rung: Mutex<bool>,
     bell: Condvar,
     /// By schedule id.
-    pub status: Mutex<BTreeMap<String, Status>>,
+    pub status: Mutex<BTreeMap<Arc<str>, Status>>,
 }
 
 /// What became of one schedule lately.
@@ -70,8 +70,6 @@ pub struct Board {
 pub struct Status {
     /// The last occurrence handled (run or skipped).
     pub last: Option<Timestamp>,
-    /// The next occurrence (before jitter).
-    pub next: Option<Timestamp>,
     /// What became of the last one: `started <run>` or `skipped: <why>`.
     pub outcome: String,
 }

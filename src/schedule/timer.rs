@@ -61,9 +61,6 @@ const MAX_SLEEP: Duration = Duration::from_secs(5);
 /// running one has ended.
 const QUEUE_POLL: Duration = Duration::from_millis(200);
 
-/// Threads that accept the runs of one wake together.
-const STARTERS: usize = 8;
-
 /// A run to start at the end of this wake.
 struct Pending {
     id: String,
@@ -76,11 +73,14 @@ struct Pending {
 /// Run records read back at start for occurrences newer than their mark.
 const RECENT_RECORDS: usize = 1_000;
 
-/// One schedule as the timer keeps it.
+/// One schedule as the timer keeps it: where it is in its program (no
+/// copy of it, so that 10,000 idle schedules cost under 1 KiB each:
+/// `bench/schedules.sh`).
 struct Slot {
-    sched: Schedule,
     program: Arc<Program>,
-    function: String,
+    /// Its function's index in `program.functions`, and its own index in
+    /// that function's `schedules`.
+    place: (usize, usize),
     /// The last occurrence handled.
     last: Timestamp,
     /// The last run started, while it may still run.
@@ -91,13 +91,26 @@ struct Slot {
     next: Option<Timestamp>,
 }
 
+impl Slot {
+    /// The schedule, as the config this slot was taken from has it.
+    fn sched(&self) -> &Schedule {
+        &self.program.functions[self.place.0].schedules[self.place.1]
+    }
+
+    /// The name of its function.
+    fn function(&self) -> &str {
+        &self.program.functions[self.place.0].name
+    }
+}
+
 /// The timer's state, owned by its thread.
 pub struct Timer {
     app: Arc<App>,
     clock: Clock,
     marks: MarkFile,
-    slots: HashMap<String, Slot>,
-    heap: BinaryHeap<Reverse<(Timestamp, String)>>,
+    /// By schedule id; the id is shared with the heap and the status.
+    slots: HashMap<Arc<str>, Slot>,
+    heap: BinaryHeap<Reverse<(Timestamp, Arc<str>)>>,
     generation: u64,
     /// Runs to start at the end of this wake ([`Timer::start_pending`]).
     pending: Vec<Pending>,
@@ -173,31 +186,31 @@ impl Timer {
         self.generation = self.app.generation();
         let now = (self.clock.now)();
         let mut slots = HashMap::new();
-        for (id, program, function, sched) in schedules(&cfg) {
-            let old = self.slots.remove(&id);
+        for (id, program, place) in placed(&cfg) {
+            let sched = &program.functions[place.0].schedules[place.1];
+            let old = self.slots.remove(id.as_str());
             let kept = marks.remove(&id).map(Time::timestamp);
             let last = match (&old, kept) {
-                (Some(o), _) if same_times(&o.sched, sched) => o.last,
+                (Some(o), _) if same_times(o.sched(), sched) => o.last,
                 (Some(o), _) => o.last.max(now),
                 (None, Some(k)) => k,
                 (None, None) => now,
             };
             let (running, waiting) = old.map_or((None, None), |o| (o.running, o.waiting));
             let slot = Slot {
-                sched: sched.clone(),
                 program: Arc::clone(program),
-                function: function.to_string(),
+                place,
                 last,
                 running,
                 waiting,
                 next: None,
             };
-            slots.insert(id, slot);
+            slots.insert(Arc::from(id), slot);
         }
         self.slots = slots;
         lock(&self.app.schedules.status).retain(|id, _| self.slots.contains_key(id));
         self.heap.clear();
-        let ids: Vec<String> = self.slots.keys().cloned().collect();
+        let ids: Vec<Arc<str>> = self.slots.keys().cloned().collect();
         for id in ids {
             self.push_next(&id);
         }
@@ -209,23 +222,20 @@ impl Timer {
     }
 
     /// Push the next firing of schedule `id` on the heap.
-    fn push_next(&mut self, id: &str) {
+    fn push_next(&mut self, id: &Arc<str>) {
         let Some(slot) = self.slots.get_mut(id) else {
             return;
         };
-        let delay = SignedDuration::try_from(slot.sched.delay(id)).unwrap_or_default();
-        let next = slot
-            .sched
+        let sched = slot.sched();
+        let delay = SignedDuration::try_from(sched.delay(id)).unwrap_or_default();
+        let next = sched
             .cron
-            .next_after(slot.last, &slot.sched.zone)
+            .next_after(slot.last, &sched.zone)
             .and_then(|o| o.checked_add(delay).ok());
         slot.next = next;
         if let Some(at) = next {
-            self.heap.push(Reverse((at, id.to_string())));
+            self.heap.push(Reverse((at, Arc::clone(id))));
         }
-        let mut status = lock(&self.app.schedules.status);
-        let s = status.entry(id.to_string()).or_default();
-        s.next = slot.sched.cron.next_after(slot.last, &slot.sched.zone);
     }
 
     /// Handle every schedule whose firing has come; whether any was.
@@ -266,8 +276,8 @@ impl Timer {
         let Some(slot) = self.slots.get(id) else {
             return;
         };
-        let delay = slot.sched.delay(id);
-        let Some((actions, newest)) = plan::plan(&slot.sched, delay, slot.last, now) else {
+        let delay = slot.sched().delay(id);
+        let Some((actions, newest)) = plan::plan(slot.sched(), delay, slot.last, now) else {
             return;
         };
         // The runs of one catch-up start together: `overlap` is about a
@@ -298,7 +308,7 @@ impl Timer {
         };
         let running = slot.running.clone().filter(|r| self.still_runs(r));
         if let Some(run) = running {
-            match slot.sched.overlap {
+            match slot.sched().overlap {
                 Overlap::Skip => {
                     let why = format!("run {run} of this schedule was still running");
                     return self.skip(id, at, 0, SkipReason::Overlap, Some(why));
@@ -339,14 +349,12 @@ impl Timer {
             return;
         };
         let cfg = self.app.config();
-        let Some(function) = slot.program.function(&slot.function) else {
-            return;
-        };
+        let function = &slot.program.functions[slot.place.0];
         let mut job = invoke::job(
             &cfg,
             &slot.program,
             function,
-            slot.sched.values.clone(),
+            slot.sched().values.clone(),
             &BTreeMap::new(),
             Origin::Schedule(id.to_string()),
         );
@@ -354,7 +362,7 @@ impl Timer {
         let fixed = [(function.callback.as_ref(), Source::Function)];
         job.callbacks =
             callback::targets(&cfg.server.callbacks, &fixed, None, false).unwrap_or_default();
-        let delay = slot.sched.delay(id);
+        let delay = slot.sched().delay(id);
         self.pending.push(Pending {
             id: id.to_string(),
             at,
@@ -364,42 +372,21 @@ impl Timer {
         });
     }
 
-    /// Start the runs of this wake together, on up to [`STARTERS`]
-    /// threads: each is accepted by a synced `runs.log` line, and lines
-    /// written at once share their sync (the store's group commit), where
-    /// one after another they would wait for one each.
+    /// Start the runs of this wake together: their records share one
+    /// durable write (`Runner::start_async_all`).
     fn start_pending(&mut self) {
         let pending = std::mem::take(&mut self.pending);
         if pending.is_empty() {
             return;
         }
-        let (runner, clock) = (&self.app.runner, self.clock);
-        let per = pending.len().div_ceil(STARTERS);
-        let mut results = Vec::with_capacity(pending.len());
-        std::thread::scope(|scope| {
-            let mut pending = pending.into_iter();
-            let mut threads = Vec::new();
-            loop {
-                let chunk: Vec<Pending> = pending.by_ref().take(per).collect();
-                if chunk.is_empty() {
-                    break;
-                }
-                threads.push(scope.spawn(move || {
-                    chunk
-                        .into_iter()
-                        .map(|p| {
-                            let accepted = runner.start_async(p.job);
-                            let late = (clock.now)().duration_since(p.at).unsigned_abs();
-                            (p.id, p.at, p.missed, late.saturating_sub(p.delay), accepted)
-                        })
-                        .collect::<Vec<_>>()
-                }));
-            }
-            for t in threads {
-                results.extend(t.join().unwrap_or_default());
-            }
-        });
-        for (id, at, missed, late, accepted) in results {
+        let (jobs, rest): (Vec<_>, Vec<_>) = pending
+            .into_iter()
+            .map(|p| (p.job, (p.id, p.at, p.missed, p.delay)))
+            .unzip();
+        let accepted = self.app.runner.start_async_all(jobs);
+        let now = (self.clock.now)();
+        for ((id, at, missed, delay), accepted) in rest.into_iter().zip(accepted) {
+            let late = now.duration_since(at).unsigned_abs().saturating_sub(delay);
             self.started(&id, at, missed, late, accepted);
         }
     }
@@ -447,7 +434,7 @@ impl Timer {
             run: new_run_id(&cfg.server.instance),
             state: RunState::Skipped,
             owner: slot.program.owner(),
-            function: slot.function.clone(),
+            function: slot.function().to_string(),
             r#async: true,
             by: Origin::Schedule(id.to_string()),
             tool: None,
@@ -485,7 +472,7 @@ impl Timer {
 
     /// Start the occurrences that waited for a run now ended; whether any.
     fn start_waiting(&mut self) -> bool {
-        let ready: Vec<(String, Timestamp)> = self
+        let ready: Vec<(Arc<str>, Timestamp)> = self
             .slots
             .iter()
             .filter_map(|(id, s)| Some((id.clone(), s.waiting?, s.running.clone())))
@@ -520,7 +507,7 @@ impl Timer {
         let marks: Marks = self
             .slots
             .iter()
-            .map(|(id, s)| (id.clone(), Time::from(s.last)))
+            .map(|(id, s)| (id.to_string(), Time::from(s.last)))
             .collect();
         if let Err(e) = self.marks.write(&marks) {
             log::error!("cannot write the schedule marks: {e}");
@@ -529,8 +516,11 @@ impl Timer {
 
     /// Note what became of occurrence `at` for the schedules page.
     fn note(&self, id: &str, at: Timestamp, outcome: &str) {
+        let Some((key, _)) = self.slots.get_key_value(id) else {
+            return;
+        };
         let mut status = lock(&self.app.schedules.status);
-        let s = status.entry(id.to_string()).or_default();
+        let s = status.entry(Arc::clone(key)).or_default();
         s.last = Some(at);
         s.outcome = outcome.to_string();
     }
@@ -539,6 +529,19 @@ impl Timer {
 /// Whether two versions of a schedule name the same times.
 fn same_times(a: &Schedule, b: &Schedule) -> bool {
     a.expression == b.expression && a.zone_name == b.zone_name && a.jitter == b.jitter
+}
+
+/// Every schedule of `cfg` with its id and its place in its program
+/// ([`Slot::place`]).
+fn placed(cfg: &Config) -> impl Iterator<Item = (String, &Arc<Program>, (usize, usize))> {
+    cfg.programs.values().flat_map(|p| {
+        p.functions.iter().enumerate().flat_map(move |(fi, f)| {
+            f.schedules
+                .iter()
+                .enumerate()
+                .map(move |(si, s)| (format!("{}/{}/{}", p.id, f.name, s.name), p, (fi, si)))
+        })
+    })
 }
 
 /// Every schedule of `cfg` with its id (`<program>/<function>/<name>`).

@@ -409,39 +409,61 @@ impl RunStore {
     /// checked before a durable append); a partial
     /// line is cut off again so the log stays readable.
     pub fn append(&self, rec: &RunRecord, durable: bool) -> io::Result<()> {
-        let (seq, compact) = {
-            let mut log = lock(&self.log);
-            if durable {
-                self.check_path(&log.file)?;
-            }
-            let offset = log.len;
-            let len = match write_line(&mut log.file, rec) {
-                Ok(len) => len,
-                Err(e) => {
-                    let _ = log.file.set_len(offset);
-                    return Err(e);
-                }
-            };
-            log.len += len;
-            log.lines += 1;
-            log.seq += 1;
-            if let Some(id) = run_id(&rec.run) {
-                let len = u32::try_from(len).unwrap_or(u32::MAX);
-                log.index.put(id, rec, offset, len);
-            }
-            (log.seq, self.too_long(&log))
-        };
+        let seq = self.write(rec, durable)?;
         if durable {
             self.sync_upto(seq)?;
         }
-        if compact {
-            // The line is written: a failed compaction (disk full) must
-            // not undo its acceptance; the next append tries again.
-            if let Err(e) = self.compact() {
-                log::warn!("cannot compact {}: {e}", self.path.display());
-            }
-        }
+        self.compact_if_too_long();
         Ok(())
+    }
+
+    /// Write `rec` as a durable [`RunStore::append`] would (refused when
+    /// the log is no longer the state dir's), leaving its sync to one
+    /// [`RunStore::sync`] for several records.
+    ///
+    /// # Errors
+    /// Those of a durable `append`, but the sync's.
+    pub fn append_unsynced(&self, rec: &RunRecord) -> io::Result<()> {
+        self.write(rec, true)?;
+        self.compact_if_too_long();
+        Ok(())
+    }
+
+    /// Write `rec`'s line (after checking that the log is still the state
+    /// dir's, when `check`); the sequence number of the line.
+    fn write(&self, rec: &RunRecord, check: bool) -> io::Result<u64> {
+        let mut log = lock(&self.log);
+        if check {
+            self.check_path(&log.file)?;
+        }
+        let offset = log.len;
+        let len = match write_line(&mut log.file, rec) {
+            Ok(len) => len,
+            Err(e) => {
+                let _ = log.file.set_len(offset);
+                return Err(e);
+            }
+        };
+        log.len += len;
+        log.lines += 1;
+        log.seq += 1;
+        if let Some(id) = run_id(&rec.run) {
+            let len = u32::try_from(len).unwrap_or(u32::MAX);
+            log.index.put(id, rec, offset, len);
+        }
+        Ok(log.seq)
+    }
+
+    /// Compact the log when it holds about twice the lines needed. The
+    /// lines are written: a failed compaction (disk full) must not undo
+    /// their acceptance; the next append tries again.
+    fn compact_if_too_long(&self) {
+        if !self.too_long(&lock(&self.log)) {
+            return;
+        }
+        if let Err(e) = self.compact() {
+            log::warn!("cannot compact {}: {e}", self.path.display());
+        }
     }
 
     /// Fail unless `runs.log` in the state dir is still the file we write:
@@ -462,6 +484,16 @@ impl RunStore {
             Ok(_) => Err(gone("was replaced by another file".into())),
             Err(e) => Err(gone(format!("cannot be reached any more ({e})"))),
         }
+    }
+
+    /// Make every line written so far durable (after
+    /// [`RunStore::append_unsynced`]).
+    ///
+    /// # Errors
+    /// The sync failed.
+    pub fn sync(&self) -> io::Result<()> {
+        let seq = lock(&self.log).seq;
+        self.sync_upto(seq)
     }
 
     /// Make every line up to `seq` durable; one fdatasync serves everyone

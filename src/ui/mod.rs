@@ -1,7 +1,7 @@
-//! The browser pages: login and logout, the landing page, a workspace's
-//! settings (the item "Application Key") and the HTML endpoint view, plus
-//! the two static files they use. This file holds what every page shares;
-//! `login`, `settings` and `endpoints` hold the pages.
+//! The browser pages: login and logout, the landing page, the runs and
+//! schedules pages, a workspace's settings (the item "Application Key")
+//! and the HTML endpoint view, plus the two static files they use. This
+//! file holds what every page shares; the modules below hold the pages.
 //!
 //! Pages are maud templates wrapped by [`page`]: maud escapes every
 //! interpolated value, so no page escapes by hand. There is no inline script
@@ -18,6 +18,7 @@ pub mod view;
 mod endpoints;
 mod login;
 mod runs;
+mod schedules;
 mod settings;
 mod switch;
 
@@ -27,6 +28,7 @@ pub use runs::{
     cancel as run_cancel, list as runs_list, redeliver as run_redeliver, rerun as run_rerun,
     show as run_show,
 };
+pub use schedules::list as schedules_page;
 pub use settings::{home, regenerate, settings};
 pub use switch::{post as switch_post, put as switch_put};
 
@@ -151,6 +153,7 @@ fn top_bar(s: &Session) -> Markup {
         header class="bar" {
             a class="brand" href="/" { "trigd" }
             a href="/runs" { "Runs" }
+            a href="/schedules" { "Schedules" }
             span class="who" { "Signed in as " strong { (s.user) } }
             form method="post" action="/logout" {
                 (csrf_field(s))

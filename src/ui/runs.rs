@@ -35,7 +35,12 @@ pub const CSP_FOLLOW: &str = "default-src 'none'; style-src 'self'; script-src '
                               connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 /// The signed-in user, or the answer for a request without a session.
-fn signed_in(app: &App, cfg: &Config, req: &Request, next: &str) -> Result<Session, Response> {
+pub(super) fn signed_in(
+    app: &App,
+    cfg: &Config,
+    req: &Request,
+    next: &str,
+) -> Result<Session, Response> {
     match app.access.session(cfg, req) {
         Some(SignedIn { session, .. }) => Ok(session),
         None => Err(login_required(req, next).unwrap_or_else(Response::from)),
@@ -43,7 +48,7 @@ fn signed_in(app: &App, cfg: &Config, req: &Request, next: &str) -> Result<Sessi
 }
 
 /// The workspaces `user` is a member of.
-fn workspaces_of<'a>(cfg: &'a Config, user: &str) -> BTreeSet<&'a str> {
+pub(super) fn workspaces_of<'a>(cfg: &'a Config, user: &str) -> BTreeSet<&'a str> {
     cfg.workspaces
         .iter()
         .filter(|(_, w)| w.members.iter().any(|m| m == user))
