@@ -668,6 +668,17 @@ fn a_failed_run_is_attempted_again_and_each_attempt_is_recorded() {
     t.check(ok, "a run that fails all its attempts fails");
 }
 
+/// Wait until run `id` waits for its next attempt (`RetryAt`); its record.
+fn wait_retry(t: &Trigd, id: &str) -> Value {
+    let mut last = Value::Null;
+    let ok = wait_until(WAIT, || {
+        last = run_record(t, id);
+        last["State"] == "queued" && last["RetryAt"].is_string()
+    });
+    t.check(ok, format!("run {id} never waited for a next attempt: {last}"));
+    last
+}
+
 #[test]
 fn a_cancel_stops_the_remaining_attempts() {
     let (dir, t) = start_flaky("retry_cancel", 99, "attempts = 5\nbackoff = \"60s\"");
@@ -675,8 +686,8 @@ fn a_cancel_stops_the_remaining_attempts() {
         "/api?api_key={KEY}&program_id=5&function=flaky&run_async=true"
     ));
     let id = r.run_id(&r.ok());
-    let rec = wait_run_state(&t, &id, "queued");
-    t.check(rec["RetryAt"].is_string(), "waiting for its next attempt");
+    // Queued at first too: wait for the wait between attempts.
+    let rec = wait_retry(&t, &id);
     t.check_eq(
         rec["Attempts"].as_array().map(Vec::len),
         Some(1),
@@ -704,7 +715,7 @@ fn a_pending_attempt_survives_kill_9() {
         "/api?api_key={KEY}&program_id=5&function=flaky&run_async=true"
     ));
     let id = r.run_id(&r.ok());
-    wait_run_state(&t, &id, "queued");
+    wait_retry(&t, &id);
     t.kill9();
     t.restart();
     let rec = wait_run_state(&t, &id, "finished");
