@@ -675,7 +675,10 @@ fn wait_retry(t: &Trigd, id: &str) -> Value {
         last = run_record(t, id);
         last["State"] == "queued" && last["RetryAt"].is_string()
     });
-    t.check(ok, format!("run {id} never waited for a next attempt: {last}"));
+    t.check(
+        ok,
+        format!("run {id} never waited for a next attempt: {last}"),
+    );
     last
 }
 
@@ -756,4 +759,47 @@ fn bad_retry_settings_are_located_load_errors() {
             format!("{retry}: a located error naming {want}"),
         );
     }
+}
+
+#[test]
+fn callbacks_each_attempt_when_asked_and_on_the_final_outcome() {
+    let rx = Receiver::start(200);
+    let dir = setup("retry_each", "");
+    dir.append(
+        "config.toml",
+        "\n[callbacks]\nallow = [\"127.0.0.1\"]\nallow_private = [\"127.0.0.1\"]\nsecret_file = \"cb.secret\"\n",
+    );
+    dir.write("cb.secret", "retry-each-test-secret-0a1b2c3d4e5f\n");
+    let retry = format!(
+        "attempts = 3\nbackoff = \"100ms\"\ncallbacks = \"each\"\n\n[[functions]]\nname = \"unused\"\ncommand = [\"true\"]"
+    );
+    let program = flaky(3, &retry).replace(
+        "[functions.webhook]\n[functions.retry]",
+        &format!(
+            "callback = \"http://127.0.0.1:{}/cb\"\n[functions.webhook]\n[functions.retry]",
+            rx.port
+        ),
+    );
+    dir.write("programs/flaky.toml", &program);
+    let t = Trigd::start(&dir);
+    let r = t.post(&format!("/api?api_key={KEY}&program_id=5&function=flaky"));
+    let id = r.run_id(&r.ok());
+    let ok = wait_until(std::time::Duration::from_secs(30), || rx.got().len() == 3);
+    t.check(
+        ok,
+        format!("three callbacks (two attempts, the end): {:?}", rx.got()),
+    );
+    let rec = wait_delivery(&t, &id, 0, "delivered");
+    let ids: BTreeSet<String> = rec["Callbacks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["Delivery"].as_str().unwrap().to_string())
+        .collect();
+    t.check_eq(ids.len(), 3, "three deliveries, three ids");
+    t.check_eq(
+        rx.got().into_iter().collect::<BTreeSet<_>>(),
+        ids,
+        "the ids sent",
+    );
 }

@@ -30,6 +30,9 @@ pub struct RawRetry {
     pub jitter: Option<bool>,
     /// `on`: the outcomes retried, default `["failed", "timed_out"]`.
     pub on: Option<Spanned<Vec<Spanned<String>>>>,
+    /// `callbacks`: `final` (default) or `each` (also after every attempt
+    /// that is retried).
+    pub callbacks: Option<Spanned<String>>,
 }
 
 /// The outcomes of an attempt that are retried.
@@ -59,6 +62,9 @@ pub struct Retry {
     pub jitter: bool,
     /// Which outcomes are retried.
     pub on: RetryOn,
+    /// The run's callbacks are also sent after each attempt that is
+    /// retried (`callbacks = "each"`), not only on the final outcome.
+    pub each_attempt: bool,
 }
 
 impl Retry {
@@ -139,6 +145,20 @@ pub fn compile(src: &Src, raw: &Spanned<RawRetry>, key: &str, errs: &mut Errors)
         max_backoff: max_backoff.max(backoff),
         jitter: r.jitter.unwrap_or(true),
         on: outcomes(src, r.on.as_ref(), &format!("{key}.on"), errs),
+        each_attempt: each_attempt(src, r.callbacks.as_ref(), key, errs),
+    }
+}
+
+/// `callbacks`: whether every retried attempt sends the callbacks too.
+fn each_attempt(src: &Src, v: Option<&Spanned<String>>, key: &str, errs: &mut Errors) -> bool {
+    match v.map(|v| (v, v.get_ref().as_str())) {
+        None | Some((_, "final")) => false,
+        Some((_, "each")) => true,
+        Some((v, other)) => {
+            let msg = format!("callbacks must be \"final\" or \"each\", got \"{other}\"");
+            errs.at(src, v.span(), format!("{key}.callbacks"), msg);
+            false
+        }
     }
 }
 
@@ -189,6 +209,7 @@ mod tests {
             max_backoff: Duration::from_secs(35),
             jitter: false,
             on: RetryOn::default(),
+            each_attempt: false,
         };
         let waits: Vec<u64> = (1..=5).map(|n| r.wait(n).as_secs()).collect();
         assert_eq!(waits, vec![10, 20, 35, 35, 35]);

@@ -45,8 +45,8 @@ use serde_json::Value;
 
 use crate::config::{Config, Program};
 use crate::http::metrics::Metrics;
-use crate::runs::callback::Service as Callbacks;
-use crate::state::delivery::{waiting, Target};
+use crate::runs::callback::{Chain, Service as Callbacks};
+use crate::state::delivery::{waiting, DeliveryState, Target};
 use crate::state::output::OutputFile;
 use crate::state::record::{AttemptReport, Origin, Owner, RunInput, RunRecord, RunState, ToolEnv};
 use crate::state::store::{new_run_id, RunStore};
@@ -1242,9 +1242,16 @@ impl Runner {
             rec.error = outcome.error.as_ref().map(describe);
             rec.state = state_of(&outcome);
             let wait = r.wait(n);
+            let chain = r
+                .each_attempt
+                .then(|| self.attempt_callbacks(rec))
+                .flatten();
             note_attempt(rec, n, wait);
             if let Some(store) = &self.store {
                 store.record_synced(rec);
+            }
+            if let (Some(c), Some(chain)) = (self.callbacks(), chain) {
+                c.submit(chain);
             }
             log::info!(
                 "run {} attempt {n} of {} ended {}; the next in {} ms",
@@ -1254,6 +1261,42 @@ impl Runner {
                 wait.as_millis()
             );
         }
+    }
+
+    /// `callbacks = "each"`: spool the run's callbacks for the attempt
+    /// that just ended (the record as it ended, `State` its outcome), as
+    /// new entries of `Callbacks` with new ids, leaving the ones for the
+    /// final outcome waiting. The chain to submit once `rec` is written.
+    fn attempt_callbacks(&self, rec: &mut RunRecord) -> Option<Chain> {
+        let service = self.callbacks()?;
+        let finals: Vec<_> = rec
+            .callbacks
+            .iter()
+            .filter(|d| d.state == DeliveryState::Waiting)
+            .cloned()
+            .collect();
+        if finals.is_empty() {
+            return None;
+        }
+        // Only the new entries wait in the copy the service sees.
+        let mut ended = rec.clone();
+        for d in &mut ended.callbacks {
+            if d.state == DeliveryState::Waiting {
+                // Any other state: the service spools waiting ones only.
+                d.state = DeliveryState::Pending;
+            }
+        }
+        for d in finals {
+            let mut each = d;
+            each.delivery = hex::encode(rand::random::<[u8; 16]>());
+            ended.callbacks.push(each);
+        }
+        let chain = service.ended(&mut ended);
+        // The new entries (now pending) join the record; the final ones
+        // stay waiting.
+        let known = rec.callbacks.len();
+        rec.callbacks.extend(ended.callbacks.drain(known..));
+        chain
     }
 
     /// Execute the job's function without slots or records (`trigd run`
