@@ -5,35 +5,13 @@
 use std::time::Duration;
 
 use rand::Rng;
-use serde::Deserialize;
 use toml::Spanned;
 
-use super::raw::RawDuration;
+use super::raw::RawRetry;
 use super::types::{duration, Errors, Src};
 
 /// Most attempts a run may make.
 pub const MAX_ATTEMPTS: i64 = 20;
-
-/// `[functions.retry]` as written.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawRetry {
-    /// `attempts`, 2 to [`MAX_ATTEMPTS`], default 3.
-    pub attempts: Option<Spanned<i64>>,
-    /// `backoff`: the first wait, default 10s.
-    pub backoff: Option<Spanned<RawDuration>>,
-    /// `strategy`: `exponential` (default) or `fixed`.
-    pub strategy: Option<Spanned<String>>,
-    /// `max_backoff`: the longest wait, default 10m.
-    pub max_backoff: Option<Spanned<RawDuration>>,
-    /// `jitter`, default true.
-    pub jitter: Option<bool>,
-    /// `on`: the outcomes retried, default `["failed", "timed_out"]`.
-    pub on: Option<Spanned<Vec<Spanned<String>>>>,
-    /// `callbacks`: `final` (default) or `each` (also after every attempt
-    /// that is retried).
-    pub callbacks: Option<Spanned<String>>,
-}
 
 /// The outcomes of an attempt that are retried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

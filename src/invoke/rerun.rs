@@ -117,14 +117,14 @@ fn target<'c>(
 ) -> Result<(&'c Arc<Program>, &'c Function), ApiError> {
     let gone = |what: String| ApiError::RerunTargetGone { what };
     let name = orig.function.as_str();
-    let program = match orig.owner {
-        Owner::Program(id) => cfg
-            .program(id)
-            .ok_or_else(|| gone(format!("program {id}")))?,
-        Owner::Hook => cfg
-            .hooks
-            .program(name)
-            .ok_or_else(|| gone(format!("hook '{name}'")))?,
+    let Some(program) = crate::runner::program_of(cfg, orig.owner, name) else {
+        return Err(gone(match orig.owner {
+            Owner::Program(id) => match cfg.program(id) {
+                Some(_) => format!("function '{name}' of program {id}"),
+                None => format!("program {id}"),
+            },
+            Owner::Hook => format!("hook '{name}'"),
+        }));
     };
     let function = program
         .function(name)

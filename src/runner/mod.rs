@@ -149,7 +149,7 @@ impl Job {
 /// The program of a run of `function` of `owner` under `cfg`: a program
 /// file's, or a hooks-file hook's (its one function named like the hook).
 /// `None` when it is gone.
-fn program_of<'c>(cfg: &'c Config, owner: Owner, function: &str) -> Option<&'c Arc<Program>> {
+pub fn program_of<'c>(cfg: &'c Config, owner: Owner, function: &str) -> Option<&'c Arc<Program>> {
     let program = match owner {
         Owner::Program(id) => cfg.program(id),
         Owner::Hook => cfg.hooks.program(function),

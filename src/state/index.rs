@@ -16,8 +16,8 @@ use std::hash::{BuildHasher, Hash, RandomState};
 
 use hashbrown::HashTable;
 
+use super::filter::{Cursor, OriginFilter, RunFilter, Scope};
 use super::record::{Owner, RunRecord, RunState, ALL_STATES};
-use super::store::{Cursor, OriginFilter, RunFilter, Scope};
 
 /// A run id as stored: the 16 bytes its 32 hex digits spell.
 pub type RunId = [u8; 16];

@@ -70,6 +70,7 @@ pub mod bodies;
 pub mod commit;
 pub mod delivery;
 pub mod file;
+pub mod filter;
 pub mod idempotency;
 pub mod index;
 pub mod keys;
