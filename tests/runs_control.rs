@@ -770,10 +770,8 @@ fn callbacks_each_attempt_when_asked_and_on_the_final_outcome() {
         "\n[callbacks]\nallow = [\"127.0.0.1\"]\nallow_private = [\"127.0.0.1\"]\nsecret_file = \"cb.secret\"\n",
     );
     dir.write("cb.secret", "retry-each-test-secret-0a1b2c3d4e5f\n");
-    let retry = format!(
-        "attempts = 3\nbackoff = \"100ms\"\ncallbacks = \"each\"\n\n[[functions]]\nname = \"unused\"\ncommand = [\"true\"]"
-    );
-    let program = flaky(3, &retry).replace(
+    let retry = "attempts = 3\nbackoff = \"100ms\"\ncallbacks = \"each\"";
+    let program = flaky(3, retry).replace(
         "[functions.webhook]\n[functions.retry]",
         &format!(
             "callback = \"http://127.0.0.1:{}/cb\"\n[functions.webhook]\n[functions.retry]",
