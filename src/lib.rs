@@ -33,7 +33,8 @@
 //!                                                     client.rs ureq under instant-acme); kept by state/acme.rs
 //! where it listens (TCP, unix:PATH, systemd's       http/listen.rs; http/systemd.rs (sd_notify, watchdog);
 //!   socket), systemd's notify protocol                sys/systemd.rs (LISTEN_FDS)
-//! authenticate a caller, rate limits, CSRF, logins   access/ (mod.rs, limiter.rs, csrf.rs, login.rs, cidr.rs)
+//! authenticate a caller, rate limits, CSRF, logins   access/ (mod.rs, limiter.rs, csrf.rs, login.rs, cidr.rs;
+//!   (cluster-wide with [state] url)                   shared_limits.rs the database's windows, leases)
 //! load and validate the config, hot reload           config/ (validate.rs, endpoint.rs, reload.rs, stamp.rs)
 //! start a run, read and check its values            invoke/ (mod.rs, read.rs, values.rs, signed.rs, answer.rs,
 //!   (a re-run too)                                    rerun.rs)
@@ -48,6 +49,9 @@
 //!                                                     its index in memory, record.rs
 //!   one door (State), every file operation on it      a run's typed record, commit.rs the group commit, time.rs,
 //!                                                     output.rs, idempotency.rs, ...)
+//!   or, with [state] url, in PostgreSQL               state/pg/ (mod.rs: Db, the pool; schema.rs the
+//!                                                     migrations, *.sql; settings.rs, tls.rs; keys.rs,
+//!                                                     sessions.rs, limits.rs, watch.rs: what access keeps)
 //! adnanh/webhook hooks files, import-webhook        compat/webhook/ (what removing it takes: compat/mod.rs)
 //! the browser pages (maud templates)                ui/ (login, settings, endpoints, runs, schedules, switch, view)
 //! the only unsafe code, and each speed trick        sys/ (spawn.rs: how a step starts, the clone

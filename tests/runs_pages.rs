@@ -85,7 +85,7 @@ pub fn run(t: &Trigd, program: u64, function: &str, extra: &str) -> String {
     r.run_id(&r.ok())
 }
 
-fn page(t: &Trigd, path: &str, token: &str) -> Reply {
+pub fn page(t: &Trigd, path: &str, token: &str) -> Reply {
     let c = cookie(token);
     t.request("GET", path, &[HTML, ("Cookie", c.as_str())], b"")
 }

@@ -1,25 +1,33 @@
 //! Application keys: one per member per workspace, for the generated tool
 //! endpoints (`Authorization: Bearer <key>`).
 //!
-//! A key is 256 random bits, shown once when generated; the state dir keeps
-//! only its sha256, a masked hint and the creation time, in
-//! `state/app_keys.json` (written atomically: temp file, fsync, rename, mode
-//! 0600). Regenerating replaces the entry, so the old key stops working at
-//! once.
+//! A key is 256 random bits, shown once when generated; only its sha256, a
+//! masked hint and the creation time are kept. Regenerating replaces the
+//! entry, so the old key stops working.
 //!
-//! The file is shared by the server and `trigd app-key` (another process):
-//! writers serialise on an advisory lock (`app_keys.lock`), and readers
-//! notice a changed file by its metadata before every lookup, so a key made
-//! on the command line works in a running server without a restart.
+//! Two places keep them:
+//! - the file `app_keys.json` in `shared_state_dir` (written atomically:
+//!   temp file, fsync, rename, mode 0600), shared by the server and
+//!   `trigd app-key` (another process): writers serialise on an advisory
+//!   lock (`app_keys.lock`), and readers notice a changed file by its
+//!   metadata before every lookup, so a key made on the command line works
+//!   in a running server without a restart;
+//! - with `[state] url`, the table `trigd_app_keys` (`state::pg::keys`):
+//!   a key made through any instance or `trigd app-key` works on every
+//!   instance at once; each instance keeps a copy kept current by
+//!   `LISTEN`/`NOTIFY`, so a bearer request costs no round trip, and an old
+//!   key stops working everywhere within milliseconds, at worst within
+//!   `state::pg::keys::TRUST` (5 s).
 
 use std::collections::HashMap;
-use std::io;
 use std::sync::{Mutex, MutexGuard};
 
 use serde::{Deserialize, Serialize};
 
+use super::error::StoreError;
 use super::secret::{random_hex, sha256};
 use crate::state::keys::{KeyFile, Stamp};
+use crate::state::pg::keys::{KeyRow, KeyTable};
 use crate::state::time::Time;
 use crate::state::State;
 
@@ -39,6 +47,18 @@ pub struct KeyInfo {
     pub created_at: Time,
 }
 
+impl From<KeyRow> for KeyInfo {
+    fn from(k: KeyRow) -> KeyInfo {
+        KeyInfo {
+            workspace: k.workspace,
+            member: k.member,
+            sha256: hex::encode(k.sha256),
+            hint: k.hint,
+            created_at: k.created_at,
+        }
+    }
+}
+
 /// The in-memory view of the file, refreshed when the file changes.
 #[derive(Default)]
 struct Cache {
@@ -47,57 +67,122 @@ struct Cache {
     by_hash: HashMap<[u8; 32], KeyInfo>,
 }
 
-/// The application keys of one state dir.
-pub struct AppKeys {
+/// The key file and its view.
+struct Files {
     file: KeyFile,
     cache: Mutex<Cache>,
 }
 
+/// Where the keys are.
+enum Backend {
+    Files(Files),
+    Database(KeyTable),
+}
+
+/// The application keys of one state.
+pub struct AppKeys {
+    backend: Backend,
+}
+
 impl AppKeys {
-    /// The keys kept in `state` (`app_keys.json`).
+    /// The keys kept in `state`: `app_keys.json`, or the database with
+    /// `[state] url` (whose copy is not trusted until [`AppKeys::watch`]).
     pub fn new(state: &State) -> AppKeys {
-        AppKeys {
-            file: state.key_file(),
-            cache: Mutex::new(Cache::default()),
+        let backend = match state.db() {
+            Some(db) => Backend::Database(KeyTable::new(std::sync::Arc::clone(db))),
+            None => Backend::Files(Files {
+                file: state.key_file(),
+                cache: Mutex::new(Cache::default()),
+            }),
+        };
+        AppKeys { backend }
+    }
+
+    /// With the database: keep this instance's copy current from now on
+    /// (a thread; the server does this, `trigd app-key` does not).
+    ///
+    /// # Errors
+    /// The thread cannot be started.
+    pub fn watch(&self) -> std::io::Result<()> {
+        match &self.backend {
+            Backend::Database(t) => t.watch(),
+            Backend::Files(_) => Ok(()),
         }
     }
 
     /// The member and workspace of `key`, if it is a current key.
-    pub fn lookup(&self, key: &str) -> Option<KeyInfo> {
-        let cache = self.fresh();
-        cache.by_hash.get(&sha256(key)).cloned()
+    ///
+    /// # Errors
+    /// The database cannot be used (the file backend does not fail: an
+    /// unreadable file is logged and its last view used).
+    pub fn lookup(&self, key: &str) -> Result<Option<KeyInfo>, StoreError> {
+        match &self.backend {
+            Backend::Files(f) => Ok(f.fresh().by_hash.get(&sha256(key)).cloned()),
+            Backend::Database(t) => Ok(t.lookup(&sha256(key))?.map(KeyInfo::from)),
+        }
     }
 
     /// The stored info (no key) of `member` in `workspace`.
-    pub fn info(&self, workspace: &str, member: &str) -> Option<KeyInfo> {
-        let cache = self.fresh();
-        cache
-            .by_hash
-            .values()
-            .find(|k| k.workspace == workspace && k.member == member)
-            .cloned()
+    ///
+    /// # Errors
+    /// The database cannot be used.
+    pub fn info(&self, workspace: &str, member: &str) -> Result<Option<KeyInfo>, StoreError> {
+        match &self.backend {
+            Backend::Files(f) => Ok(f
+                .fresh()
+                .by_hash
+                .values()
+                .find(|k| k.workspace == workspace && k.member == member)
+                .cloned()),
+            Backend::Database(t) => Ok(t.get(workspace, member)?.map(KeyInfo::from)),
+        }
     }
 
     /// Make a new key for `member` in `workspace`, replacing (and so
-    /// invalidating) the old one; returns the key, which is not stored.
+    /// invalidating) the old one; the key, which is not stored, and what
+    /// is.
     ///
     /// # Errors
-    /// The state dir cannot be written.
-    pub fn regenerate(&self, workspace: &str, member: &str) -> io::Result<String> {
+    /// The state dir cannot be written, or the database used.
+    pub fn regenerate(
+        &self,
+        workspace: &str,
+        member: &str,
+    ) -> Result<(String, KeyInfo), StoreError> {
         let key = format!("tk_{}", random_hex());
+        let hash = sha256(&key);
+        let hint = format!("{}…{}", &key[..7], &key[key.len() - 4..]);
+        let info = match &self.backend {
+            Backend::Files(f) => f.put(workspace, member, &hash, hint)?,
+            Backend::Database(t) => t.put(workspace, member, &hash, &hint)?.into(),
+        };
+        Ok((key, info))
+    }
+}
+
+impl Files {
+    /// Replace the entry of `member` in `workspace`.
+    fn put(
+        &self,
+        workspace: &str,
+        member: &str,
+        hash: &[u8; 32],
+        hint: String,
+    ) -> std::io::Result<KeyInfo> {
         let info = KeyInfo {
             workspace: workspace.to_string(),
             member: member.to_string(),
-            sha256: hex::encode(sha256(&key)),
-            hint: format!("{}…{}", &key[..7], &key[key.len() - 4..]),
+            sha256: hex::encode(hash),
+            hint,
             created_at: Time::now(),
         };
+        let entry = info.clone();
         self.file.update(|all| {
-            all.insert(format!("{workspace}/{member}"), info);
+            all.insert(format!("{workspace}/{member}"), entry);
         })?;
         // Force the next lookup to re-read.
         self.lock_cache().stamp = None;
-        Ok(key)
+        Ok(info)
     }
 
     fn lock_cache(&self) -> MutexGuard<'_, Cache> {
@@ -139,13 +224,16 @@ mod tests {
         let d = std::env::temp_dir().join(format!("trigd-appkeys-{}", std::process::id()));
         let _ = fs::remove_dir_all(&d);
         let keys = AppKeys::new(&State::new(&d, &d));
-        let k1 = keys.regenerate("ops", "alice").unwrap();
-        assert_eq!(keys.lookup(&k1).unwrap().member, "alice");
+        let (k1, _) = keys.regenerate("ops", "alice").unwrap();
+        assert_eq!(keys.lookup(&k1).unwrap().unwrap().member, "alice");
         // Another handle (as another process would be) sees the change.
         let other = AppKeys::new(&State::new(&d, &d));
-        let k2 = other.regenerate("ops", "alice").unwrap();
-        assert!(keys.lookup(&k1).is_none(), "old key must stop working");
-        assert_eq!(keys.lookup(&k2).unwrap().workspace, "ops");
+        let (k2, _) = other.regenerate("ops", "alice").unwrap();
+        assert!(
+            keys.lookup(&k1).unwrap().is_none(),
+            "old key must stop working"
+        );
+        assert_eq!(keys.lookup(&k2).unwrap().unwrap().workspace, "ops");
         let text = fs::read_to_string(d.join("app_keys.json")).unwrap();
         assert!(!text.contains(&k2), "only the hash is stored");
         let mode = fs::metadata(d.join("app_keys.json")).unwrap().mode() & 0o777;

@@ -18,6 +18,11 @@
 //!
 //! Memory is bounded: at most [`MAX_TRACKED`] keys per limiter; past that,
 //! expired windows are dropped first, then the oldest.
+//!
+//! With `[state] url` the same limits hold for the whole cluster
+//! (`shared_limits.rs` says how and with what bound); these local windows
+//! then keep the failed authentications' block on the request path and
+//! stand in for the key rates while the database is unreachable.
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -26,8 +31,10 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::secret::sha256;
+use super::shared_limits::{LoginLimits, Shared};
 use crate::config::{ApiKey, Server};
 use crate::http::ApiError;
+use crate::state::State;
 
 /// Length of one counting window.
 pub const WINDOW: Duration = Duration::from_secs(60);
@@ -84,6 +91,15 @@ impl<K: Hash + Eq + Clone> Windows<K> {
         };
         self.map.insert(key.clone(), fresh);
         1
+    }
+
+    /// Make `key`'s window hold `count` hits and end `left` from `now`.
+    fn set(&mut self, key: &K, count: u64, left: Duration, now: Instant) {
+        if !self.map.contains_key(key) {
+            self.make_room(now);
+        }
+        let start = (now + left).checked_sub(WINDOW).unwrap_or(now);
+        self.map.insert(key.clone(), Window { start, count });
     }
 
     /// Before a new key is added at the cap: drop expired windows, then
@@ -163,24 +179,33 @@ impl<K: Hash + Eq + Clone> Limiter<K> {
     pub fn clear(&self, key: &K) {
         self.lock().map.remove(key);
     }
+
+    /// Make `key`'s window hold `count` hits and end in `left` (what the
+    /// cluster's window says).
+    pub fn set(&self, key: &K, count: u64, left: Duration) {
+        self.lock().set(key, count, left, Instant::now());
+    }
 }
 
 /// Every limiter of one server.
-#[derive(Debug)]
 pub struct Limits {
     failures: Limiter<IpAddr>,
     keys: Limiter<String>,
     login_users: Limiter<[u8; 32]>,
     login_addrs: Limiter<IpAddr>,
+    /// The cluster's windows, with `[state] url`.
+    shared: Option<Shared>,
 }
 
 impl Default for Limits {
+    /// Local limiters only (the file backend).
     fn default() -> Limits {
         Limits {
             failures: Limiter::new(MAX_TRACKED),
             keys: Limiter::new(MAX_TRACKED),
             login_users: Limiter::new(MAX_TRACKED),
             login_addrs: Limiter::new(MAX_TRACKED),
+            shared: None,
         }
     }
 }
@@ -190,6 +215,15 @@ fn limited(retry_after: u64) -> ApiError {
 }
 
 impl Limits {
+    /// The limiters of `state`: shared by the cluster when it has a
+    /// database.
+    pub fn new(state: &State) -> Limits {
+        Limits {
+            shared: state.db().map(|db| Shared::new(db, MAX_TRACKED)),
+            ..Limits::default()
+        }
+    }
+
     /// Refuse a client that has used up its failed authentications.
     ///
     /// # Errors
@@ -208,7 +242,21 @@ impl Limits {
         if limit == 0 {
             return;
         }
-        let n = self.failures.hit(&client);
+        let mut n = self.failures.hit(&client);
+        if let Some(shared) = &self.shared {
+            match shared.failed(client) {
+                Ok(c) => {
+                    if c.hits >= limit {
+                        // Past the cluster's count: refuse here too until
+                        // its window ends.
+                        self.failures.set(&client, c.hits, c.left);
+                    }
+                    // Logged once for the cluster, where the count reached it.
+                    n = c.hits;
+                }
+                Err(e) => log::warn!("failed authentications counted on this instance only: {e}"),
+            }
+        }
         if n == limit {
             log::warn!(
                 "{client}: {n} failed authentications within a minute; \
@@ -223,17 +271,40 @@ impl Limits {
     /// `rate_limited` when the key has made `rate_per_minute` requests in
     /// its window.
     pub fn take_key(&self, key: &ApiKey) -> Result<(), ApiError> {
-        match key.rate_per_minute {
-            None => Ok(()),
-            Some(limit) => self.keys.take(&key.name, limit).map_err(limited),
+        let Some(limit) = key.rate_per_minute else {
+            return Ok(());
+        };
+        if let Some(shared) = &self.shared {
+            match shared.take_key(&key.name, limit) {
+                Ok(r) => return r.map_err(limited),
+                // The local window stands in (the request needs the
+                // database for its record anyway).
+                Err(e) => log::warn!(
+                    "rate of API key {:?} limited on this instance only: {e}",
+                    key.name
+                ),
+            }
         }
+        self.keys.take(&key.name, limit).map_err(limited)
     }
 
     /// Refuse a login for `user` or from `client` past its failures.
     ///
     /// # Errors
-    /// `rate_limited` with the longer of the two waits.
+    /// `rate_limited` with the longer of the two waits; 503
+    /// `state_unavailable` while the cluster's windows cannot be read
+    /// (fail closed).
     pub fn check_login(&self, user: &str, client: IpAddr) -> Result<(), ApiError> {
+        if let Some(shared) = &self.shared {
+            let limits = LoginLimits {
+                per_user: LOGIN_PER_USER,
+                per_address: LOGIN_PER_ADDRESS,
+            };
+            return match shared.check_login(user, client, limits) {
+                Ok(r) => r.map_err(limited),
+                Err(e) => Err(ApiError::db(&e)),
+            };
+        }
         let by_user = self.login_users.check(&sha256(user), LOGIN_PER_USER);
         let by_addr = self.login_addrs.check(&client, LOGIN_PER_ADDRESS);
         match (by_user, by_addr) {
@@ -244,6 +315,12 @@ impl Limits {
 
     /// Count a failed login of `user` from `client`.
     pub fn login_failed(&self, user: &str, client: IpAddr) {
+        if let Some(shared) = &self.shared {
+            if let Err(e) = shared.login_failed(user, client) {
+                log::warn!("a failed login could not be counted: {e}");
+            }
+            return;
+        }
         // Keyed by hash: bounded size whatever the client sends.
         self.login_users.hit(&sha256(user));
         self.login_addrs.hit(&client);
@@ -251,6 +328,12 @@ impl Limits {
 
     /// Forget the failures of `user` after a successful login.
     pub fn login_succeeded(&self, user: &str) {
+        if let Some(shared) = &self.shared {
+            if let Err(e) = shared.login_succeeded(user) {
+                log::warn!("failed logins of a user could not be cleared: {e}");
+            }
+            return;
+        }
         self.login_users.clear(&sha256(user));
     }
 }

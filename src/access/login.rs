@@ -22,7 +22,9 @@ impl Access {
     /// # Errors
     /// 429 `rate_limited` after too many failures for the name or the address;
     /// 401 `login_failed` for a wrong name or password (the same for both);
-    /// 500 when the session cannot be stored.
+    /// 500 when the session cannot be stored; 503 `state_unavailable`
+    /// while the database is unreachable (logins fail closed: neither the
+    /// throttle nor the session can be had).
     pub fn login<'a>(
         &self,
         cfg: &'a Config,
@@ -43,10 +45,7 @@ impl Access {
             return Err(ApiError::LoginFailed);
         };
         self.limits.login_succeeded(name);
-        let token = self.sessions.create(&cfg.server, user).map_err(|e| {
-            log::error!("cannot store a session: {e}");
-            ApiError::Internal
-        })?;
+        let token = self.sessions.create(&cfg.server, user)?;
         Ok((user, token))
     }
 }

@@ -13,10 +13,12 @@ pub mod cidr;
 mod app_keys;
 mod client;
 mod csrf;
+mod error;
 mod limiter;
 mod login;
 mod secret;
 mod sessions;
+mod shared_limits;
 
 use crate::receive::rules::unix_now;
 use crate::receive::signature::Verifier;
@@ -24,6 +26,7 @@ use crate::receive::signature::Verifier;
 pub use app_keys::AppKeys;
 pub use client::client_ip;
 pub use csrf::{check as check_csrf, Carrier};
+pub use error::StoreError;
 pub use secret::{random_hex, sha256};
 pub use sessions::{clear_cookie, set_cookie, Session};
 
@@ -128,12 +131,18 @@ pub struct SignedIn {
 
 impl Access {
     /// The sessions and the application keys kept in `state`, with empty
-    /// limiters.
+    /// limiters (shared through the database with `[state] url`, where the
+    /// watcher of application keys starts now).
     pub fn open(state: &State) -> Access {
+        let app_keys = AppKeys::new(state);
+        if let Err(e) = app_keys.watch() {
+            // Still correct without it: every lookup asks the database.
+            log::error!("cannot start the watcher of application keys: {e}");
+        }
         Access {
-            app_keys: AppKeys::new(state),
+            app_keys,
             sessions: Sessions::open(state),
-            limits: Limits::default(),
+            limits: Limits::new(state),
         }
     }
 
@@ -221,12 +230,12 @@ impl Access {
         let client = client::client_addr(&cfg.server, req);
         self.limits.check_client(&cfg.server, client)?;
         let Some(token) = req.bearer() else {
-            let s = self.session(cfg, req).ok_or(ApiError::Unauthorized)?;
+            let s = self.session(cfg, req)?.ok_or(ApiError::Unauthorized)?;
             return Ok(User::Session(s.session));
         };
         // The key before the User-Agent: a wrong key is a failed
         // authentication (counted, 401) however the request is dressed.
-        let Some(info) = self.app_keys.lookup(token) else {
+        let Some(info) = self.app_keys.lookup(token)? else {
             self.limits.failed(&cfg.server, client); // a bad key counts against the address
             return Err(ApiError::Unauthorized);
         };
@@ -241,24 +250,28 @@ impl Access {
 
     /// The session of the request's cookie, if any and current (counts as
     /// activity).
-    pub fn session(&self, cfg: &Config, req: &Request) -> Option<SignedIn> {
-        let token = sessions::cookie_token(req)?;
+    ///
+    /// # Errors
+    /// 503 `state_unavailable` while the database of sessions is
+    /// unreachable.
+    pub fn session(&self, cfg: &Config, req: &Request) -> Result<Option<SignedIn>, ApiError> {
+        let Some(token) = sessions::cookie_token(req) else {
+            return Ok(None);
+        };
         let session = self.sessions.lookup(cfg, token)?;
-        Some(SignedIn {
+        Ok(session.map(|session| SignedIn {
             token: token.to_string(),
             session,
-        })
+        }))
     }
 
     /// End the session of `token` (logout).
     ///
     /// # Errors
-    /// `internal_error` when the state dir cannot be written.
+    /// `internal_error` when the state dir cannot be written; 503
+    /// `state_unavailable` while the database is unreachable.
     pub fn end_session(&self, token: &str) -> Result<(), ApiError> {
-        self.sessions.remove(token).map_err(|e| {
-            log::error!("cannot store sessions: {e}");
-            ApiError::Internal
-        })
+        Ok(self.sessions.remove(token)?)
     }
 }
 

@@ -9,12 +9,13 @@ use argon2::password_hash::{PasswordHasher, SaltString};
 use argon2::Argon2;
 use serde_json::Value;
 
-use crate::access::{random_hex, sha256, AppKeys};
+use crate::access::{random_hex, sha256, AppKeys, StoreError};
 use crate::cli::error::Error;
 use crate::config::{self, Values};
 use crate::http::ApiError;
 use crate::invoke;
 use crate::runner::Runner;
+use crate::state::pg::Db;
 use crate::state::record::Origin;
 use crate::state::store::new_run_id;
 use crate::state::{Kept, State};
@@ -83,11 +84,13 @@ fn path_env() -> String {
 }
 
 /// `trigd app-key`: (re)generate a member's application key and print it.
-/// A running server honours it at once (it re-reads the key file).
+/// A running server honours it at once: it re-reads the key file, or, with
+/// `[state] url`, the key is written to the database, whose notification
+/// reaches every instance.
 ///
 /// # Errors
-/// The config does not load, the workspace or member is unknown, or the
-/// state dir cannot be written.
+/// The config does not load, the workspace or member is unknown, the
+/// state dir cannot be written or the database used.
 pub fn app_key(path: &Path, workspace: &str, member: &str) -> Result<(), Error> {
     let cfg = config::load(path).map_err(Error::Config)?;
     let ws = cfg
@@ -99,14 +102,21 @@ pub fn app_key(path: &Path, workspace: &str, member: &str) -> Result<(), Error> 
             "'{member}' is not a member of workspace '{workspace}'"
         )));
     }
-    let state = State::new(&cfg.server.state_dir, &cfg.server.shared_state_dir);
+    let mut state = State::new(&cfg.server.state_dir, &cfg.server.shared_state_dir);
+    if let Some(settings) = &cfg.server.state_db {
+        state = state.with_db(Arc::new(Db::new(Arc::clone(settings))));
+    }
     let keys = AppKeys::new(&state);
-    let key = keys
-        .regenerate(workspace, member)
-        .map_err(|source| Error::Io {
+    let (key, _) = keys.regenerate(workspace, member).map_err(|e| match e {
+        StoreError::Io(source) => Error::Io {
             path: state.path(Kept::AppKeys),
             source,
-        })?;
+        },
+        StoreError::Db(e) => Error::Other(format!(
+            "cannot keep the key in the database ({}): {e}",
+            cfg.server.state_db.as_ref().map_or("", |s| s.url.as_str())
+        )),
+    })?;
     println!("{key}");
     eprintln!("Application key for {member} in {workspace}: shown only once; the previous key no longer works.");
     Ok(())

@@ -25,6 +25,7 @@ pub mod retry;
 pub mod schedules;
 mod server;
 mod stamp;
+pub mod state_db;
 pub mod tls;
 mod tools;
 pub mod types;
@@ -41,6 +42,7 @@ pub use endpoint::{
 };
 pub use named::Named;
 pub use stamp::Stamp;
+pub use state_db::StateDb;
 
 use crate::http::Method;
 use crate::state::record::Owner;
@@ -198,6 +200,9 @@ pub struct Server {
     /// Certificates from an ACME directory (the `[acme]` table; read only
     /// at start).
     pub acme: Option<Arc<acme::Acme>>,
+    /// The PostgreSQL database holding the shared state (`[state] url`);
+    /// `None`: `state_dir` (read only at start).
+    pub state_db: Option<Arc<StateDb>>,
 }
 
 /// A run-endpoint API key (`[[api_keys]]`). Only its hash is known.

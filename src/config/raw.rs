@@ -107,6 +107,9 @@ pub struct RawConfig {
     pub callbacks: RawCallbacks,
     /// `[acme]`: certificates from an ACME directory.
     pub acme: Option<Spanned<RawAcme>>,
+    /// `[state]`: a PostgreSQL database instead of the state directory.
+    #[serde(default)]
+    pub state: RawState,
 }
 
 /// A number that must be >= 1, kept loose so validation can point at it.
@@ -236,6 +239,24 @@ pub struct RawCallbacks {
     pub workers: Count,
     /// `max_pending`: deliveries waiting at most.
     pub max_pending: Count,
+}
+
+/// `[state]` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawState {
+    /// `url`: `postgres://user@host:port/db?sslmode=…`.
+    pub url: Option<Spanned<String>>,
+    /// `password_env`: the variable holding the database password.
+    pub password_env: Option<Spanned<String>>,
+    /// `password_file`: the file (or `credential:NAME`) holding it.
+    pub password_file: Option<Spanned<String>>,
+    /// `ca_file`: PEM roots trusted for the database's certificate.
+    pub ca_file: Option<Spanned<String>>,
+    /// `lease`: an instance's lease on its runs without a heartbeat.
+    pub lease: Option<Spanned<RawDuration>>,
+    /// `pool`: connections per instance.
+    pub pool: Count,
 }
 
 /// `[acme]` as written.

@@ -9,6 +9,7 @@
 use super::acme::defaults as acme;
 use super::callbacks::defaults as cb;
 use super::raw::defaults as server;
+use super::state_db::defaults as state;
 
 /// A key's default, as the page shows it.
 #[derive(Debug, Clone, Copy)]
@@ -105,6 +106,7 @@ pub const SECTIONS: &[Section] = &[
             key("tools", "array of tables", Is("none"), "endpoints for programs: `[[tools]]`"),
             key("callbacks", "table", Is("no callbacks"), "where completion callbacks may go and how they are signed: `[callbacks]`"),
             key("acme", "table", Is("none (no ACME)"), "obtain and renew the HTTPS certificate from an ACME directory: `[acme]`"),
+            key("state", "table", Is("none (the state directory)"), "keep the shared state in a PostgreSQL database instead of `state_dir`: `[state]`"),
         ],
     },
     Section {
@@ -240,6 +242,16 @@ pub const SECTIONS: &[Section] = &[
         keys: ACME,
     },
     Section {
+        file: "config.toml",
+        header: "[state]",
+        path: "state",
+        about: "The PostgreSQL backend: run records, idempotency claims and the other shared \
+                state in one database that several instances share (docs/cluster.md). Without \
+                `url` everything stays in `state_dir`. Kept output of running runs and request \
+                bodies stay in `state_dir` either way. Read at start only.",
+        keys: STATE,
+    },
+    Section {
         file: "program files",
         header: "program file",
         path: "",
@@ -348,7 +360,7 @@ const SERVER: &[Key] = &[
     key("instance", "string", Is("the host name's first label"), "this instance's name, part of every run id: 1\u{2013}63 of `a-z 0-9 _ -`; read at start only"),
     key("drain_delay", "duration", Secs(server::DRAIN_DELAY_SECS), "on SIGTERM or SIGINT, time `/healthz` answers 503 `draining` while requests are still served, before the listener closes"),
     key("schedules", "string", Str("fire"), "`\"fire\"`: this instance fires the schedules it loads; `\"off\"`: it does not (another instance of a cluster does); see docs/schedules.md"),
-    key("shared_state_dir", "path", Is("`state_dir`"), "directory of `app_keys.json`, shared by several instances; read at start only"),
+    key("shared_state_dir", "path", Is("`state_dir`"), "directory of `app_keys.json`, shared by several instances; read at start only; unused with `[state] url`"),
     key("hooks_files", "array of paths", Is("`[]`"), "adnanh/webhook hooks files (JSON or YAML) served as they are"),
     key("hooks_url_prefix", "string", Str("hooks"), "their hooks are at `/<hooks_url_prefix>/<id>` (webhook's `-urlprefix`)"),
     key("hooks_http_methods", "array of strings", Is("`[]` (any)"), "the methods a hook without its own `http-methods` accepts (webhook's `-http-methods`)"),
@@ -468,6 +480,15 @@ const ACME: &[Key] = &[
     key("timeout", "duration", Secs(acme::TIMEOUT_SECS), "time one request to the ACME server may take, connection and answer included"),
     key("retry_min", "duration", Secs(acme::RETRY_MIN_SECS), "the wait after a failed attempt; doubles with each failure in a row (plus up to a quarter of jitter)"),
     key("retry_max", "duration", Secs(acme::RETRY_MAX_SECS), "the longest wait between attempts; also the least time between two issuances"),
+];
+
+const STATE: &[Key] = &[
+    key("url", "string", Is("none (the state directory)"), "`postgres://USER@HOST:PORT/DATABASE?sslmode=MODE`; `sslmode` is `disable`, `prefer` (the default: TLS when offered, certificate not checked), `require` (TLS, certificate not checked) or `verify-full` (TLS, certificate and host name checked); a password in it is refused"),
+    key("password_env", "string", NONE, "environment variable holding the database password"),
+    key("password_file", "path", NONE, "file holding the database password, or `credential:NAME` for a systemd credential; at most one of this and `password_env`"),
+    key("ca_file", "path", NONE, "PEM file of the CA certificates trusted for the database's certificate under `verify-full`, instead of the bundled roots"),
+    key("lease", "duration", Secs(state::LEASE_SECS), "how long an instance's lease on the runs it executes lasts without a heartbeat (one every third of it); past it other instances end or retry its runs"),
+    key("pool", "integer", Count(state::POOL), "connections to the database per instance, at most"),
 ];
 
 const CALLBACKS: &[Key] = &[

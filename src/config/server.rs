@@ -125,6 +125,7 @@ pub fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) ->
         hooks,
         tls,
         acme: None,
+        state_db: None,
     }
 }
 

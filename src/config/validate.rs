@@ -671,6 +671,7 @@ fn context(src: &Src, raw: Option<&RawConfig>, dir: &Path) -> Context {
     server.callbacks = Arc::new(callbacks::callbacks(src, &r.callbacks, dir, &mut errs));
     server.acme = super::acme::acme(src, r.acme.as_ref(), dir, &mut errs).map(Arc::new);
     super::tls::check_https(src, &r.server, r.acme.as_ref(), &mut errs);
+    server.state_db = super::state_db::state_db(src, &r.state, dir, &mut errs).map(Arc::new);
     let users = users(src, r, &server.state_dir, &mut errs);
     let workspaces = workspaces(src, r, &users, &mut errs);
     Context {

@@ -25,6 +25,9 @@ pub struct App {
     pub idempotency: Keys,
     /// Application keys, sessions and rate limits.
     pub access: Access,
+    /// Where the state is kept: the state dir, and with `[state] url` the
+    /// database.
+    pub state: State,
     /// Run slots and queue.
     pub runner: Arc<Runner>,
     /// Open HTTP connections (set once the listener exists).
@@ -46,16 +49,17 @@ impl App {
     /// Shared state around a first config (generation 1).
     pub fn new(
         config: Config,
+        state: State,
         store: Arc<RunStore>,
         runner: Arc<Runner>,
         idempotency: Keys,
     ) -> App {
         // Body files of runs cut off by a crash or kill -9.
-        let state = State::new(&config.server.state_dir, &config.server.shared_state_dir);
         crate::state::bodies::clean(&state.bodies_dir());
         App {
             idempotency,
             access: Access::open(&state),
+            state,
             config: RwLock::new(Arc::new(config)),
             generation: AtomicU64::new(1),
             last_reload_error: Mutex::new(None),
@@ -135,9 +139,12 @@ impl App {
         if self.draining.load(Ordering::SeqCst) || self.closing.load(Ordering::SeqCst) {
             return Readiness::Draining;
         }
-        match self.store.check_writable() {
-            Ok(()) => Readiness::Ready,
-            Err(e) => Readiness::NotReady(format!("state dir not writable: {e}")),
+        if let Err(e) = self.store.check_writable() {
+            return Readiness::NotReady(format!("state dir not writable: {e}"));
+        }
+        match self.state.db().and_then(|db| db.unreachable()) {
+            None => Readiness::Ready,
+            Some(why) => Readiness::NotReady(why),
         }
     }
 }

@@ -526,6 +526,8 @@ pub enum ApiError {
     },
     /// The run could not be recorded durably (state dir unwritable).
     StorageUnavailable,
+    /// The PostgreSQL database (`[state] url`) cannot be reached.
+    StateUnavailable,
     /// The state dir's disk is full: no new run can be recorded.
     DiskFull,
     /// An `Idempotency-Key` already used for a different request.
@@ -687,6 +689,7 @@ impl ApiError {
             RateLimited { .. } => 429,
             RunFailed { .. } | Internal => 500,
             Busy { .. } | StorageUnavailable | ShuttingDown | RunInterrupted { .. } => 503,
+            StateUnavailable => 503,
             DiskFull => 503,
             IdempotencyMismatch => 422,
             RunTimeout { .. } => 504,
@@ -727,6 +730,7 @@ impl ApiError {
             DeliveryNotFound => "delivery_not_found",
             Busy { .. } => "busy",
             StorageUnavailable => "storage_unavailable",
+            StateUnavailable => "state_unavailable",
             DiskFull => "disk_full",
             IdempotencyMismatch => "idempotency_key_reused",
             ShuttingDown => "shutting_down",
@@ -799,6 +803,7 @@ impl ApiError {
             DeliveryNotFound => "The run has no callback delivery with this id (see Callbacks in its record).".into(),
             Busy { msg, .. } => msg.clone().into(),
             StorageUnavailable => "The run could not be recorded (state directory not writable), so it was not started. Retry later.".into(),
+            StateUnavailable => "The database holding trigd's state cannot be reached; nothing was done. Retry after Retry-After seconds.".into(),
             DiskFull => "The disk of trigd's state directory is full, so no new run can be recorded and none is started. Runs already accepted are kept. Retry after Retry-After seconds.".into(),
             IdempotencyMismatch => "This Idempotency-Key was already used for a different request (another program, trigger, function or values). Use a new key for a new request.".into(),
             ShuttingDown => "trigd is shutting down and accepts no new runs. Retry shortly.".into(),
@@ -895,15 +900,44 @@ impl ApiError {
             ApiError::StorageUnavailable | ApiError::ShuttingDown | ApiError::DiskFull => {
                 vec![("Retry-After".into(), "5".into())]
             }
+            ApiError::StateUnavailable => vec![(
+                "Retry-After".into(),
+                crate::state::pg::RETRY_AFTER_SECS.to_string(),
+            )],
             _ => Vec::new(),
         }
     }
 }
 
 impl ApiError {
+    /// The answer to a use of the database that failed: 503
+    /// `state_unavailable` when it may pass, else `internal_error` (logged).
+    pub fn db(err: &crate::state::pg::DbError) -> ApiError {
+        use crate::state::pg::DbError;
+        match err {
+            DbError::Unavailable(_) | DbError::Schema(_) => {
+                log::warn!("state: {err}");
+                ApiError::StateUnavailable
+            }
+            DbError::Query(_) => {
+                log::error!("state: {err}");
+                ApiError::Internal
+            }
+            // Answered as a repeat by `runs::replay` before this is seen.
+            DbError::Claimed(_) => ApiError::StateUnavailable,
+        }
+    }
+
     /// The answer to a run that could not be recorded: `disk_full` when
-    /// the state dir's disk (or quota) is full, else `storage_unavailable`.
+    /// the state dir's disk (or quota) is full, `state_unavailable` when
+    /// the database failed, else `storage_unavailable`.
     pub fn storage(err: &std::io::Error) -> ApiError {
+        if let Some(db) = err
+            .get_ref()
+            .and_then(|e| e.downcast_ref::<crate::state::pg::DbError>())
+        {
+            return ApiError::db(db);
+        }
         log::error!("cannot record a run, so it is refused: {err}");
         match err.raw_os_error() {
             Some(libc::ENOSPC | libc::EDQUOT) => ApiError::DiskFull,

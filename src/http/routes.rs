@@ -193,5 +193,18 @@ fn metrics(app: &App) -> Response {
     if let Some(acme) = app.acme.get() {
         acme.render_metrics(&mut text);
     }
+    if let Some(db) = app.state.db() {
+        let _ = std::fmt::Write::write_fmt(
+            &mut text,
+            format_args!("# HELP trigd_state_db_round_trips_total Statements sent to the PostgreSQL database of [state] url (one round trip each).\n\
+             # TYPE trigd_state_db_round_trips_total counter\n\
+             trigd_state_db_round_trips_total {}\n\
+             # HELP trigd_state_db_background_trips_total Statements sent to the database by background threads (heartbeats, queue polls, health checks).\n\
+             # TYPE trigd_state_db_background_trips_total counter\n\
+             trigd_state_db_background_trips_total {}\n",
+            db.round_trips(),
+            db.background_trips()
+        ));
+    }
     Response::text(200, "text/plain; version=0.0.4", text)
 }

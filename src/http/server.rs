@@ -33,6 +33,7 @@ use crate::http::{ApiError, Peer, Request, Response};
 use crate::runner::Runner;
 use crate::runs::callback;
 use crate::runs::idempotency::Keys;
+use crate::state::pg::{Db, DbError};
 use crate::state::record::RunRecord;
 use crate::state::{Kept, State};
 use crate::sys::{self, Signal};
@@ -175,7 +176,10 @@ fn listener(
 /// Open the state under `cfg` (run store, callbacks, idempotency keys)
 /// and start the accepted runs that had not started before the last stop.
 fn open_app(cfg: config::Config) -> Result<Arc<App>, Error> {
-    let state = State::new(&cfg.server.state_dir, &cfg.server.shared_state_dir);
+    let mut state = State::new(&cfg.server.state_dir, &cfg.server.shared_state_dir);
+    if let Some(settings) = &cfg.server.state_db {
+        state = state.with_db(open_db(settings)?);
+    }
     let io_error = |kept: Kept| {
         let path = state.path(kept);
         move |source| Error::Io { path, source }
@@ -188,7 +192,7 @@ fn open_app(cfg: config::Config) -> Result<Arc<App>, Error> {
             .is_some_and(|f| f.retry_on_restart)
     };
     let (store, resumed) = state
-        .open_runs(cfg.server.run_retention, retry)
+        .open_runs(cfg.server.run_retention, &cfg.server.instance, retry)
         .map_err(io_error(Kept::Runs))?;
     let store = Arc::new(store);
     store.start_flusher();
@@ -206,7 +210,7 @@ fn open_app(cfg: config::Config) -> Result<Arc<App>, Error> {
     runner.attach_callbacks(callbacks);
     let keys =
         Keys::open(&state, cfg.server.idempotency_window).map_err(io_error(Kept::Idempotency))?;
-    let app = Arc::new(App::new(cfg, store, Arc::new(runner), keys));
+    let app = Arc::new(App::new(cfg, state, store, Arc::new(runner), keys));
     if !resumed.is_empty() {
         log::info!(
             "{} accepted runs did not start before trigd stopped; starting them in order",
@@ -217,6 +221,42 @@ fn open_app(cfg: config::Config) -> Result<Arc<App>, Error> {
     crate::schedule::timer::start(&app, crate::schedule::Clock::SYSTEM)
         .map_err(|e| Error::Other(format!("cannot start the schedule timer: {e}")))?;
     Ok(app)
+}
+
+/// The database of `[state] url`, its schema migrated. When it cannot be
+/// reached yet, trigd starts anyway, not ready (`/healthz`), and a thread
+/// tries again with backoff (1s doubling to 30s) until it migrates; a
+/// schema newer than this trigd stops the start.
+fn open_db(settings: &Arc<config::StateDb>) -> Result<Arc<Db>, Error> {
+    let db = Arc::new(Db::new(Arc::clone(settings)));
+    match db.migrate() {
+        Ok(()) => log::info!("state: PostgreSQL at {}", db.url()),
+        Err(e @ DbError::Schema(_)) => return Err(Error::Other(e.to_string())),
+        Err(e) => {
+            log::warn!("state: {e}; not ready until it answers (retrying)");
+            let retry = Arc::clone(&db);
+            std::thread::Builder::new()
+                .name("state-db-connect".into())
+                .spawn(move || connect_later(&retry))
+                .map_err(|e| Error::Other(format!("cannot start a thread: {e}")))?;
+        }
+    }
+    Ok(db)
+}
+
+/// Try to migrate `db` until it works (or its schema is refused), waiting
+/// 1s, 2s, 4s … 30s between attempts.
+fn connect_later(db: &Db) {
+    let mut wait = std::time::Duration::from_secs(1);
+    loop {
+        std::thread::sleep(wait);
+        match db.migrate() {
+            Ok(()) => return log::info!("state: PostgreSQL at {} reached", db.url()),
+            Err(e @ DbError::Schema(_)) => return log::error!("state: {e}"),
+            Err(e) => log::warn!("state: {e}; retrying in {}s", wait.as_secs()),
+        }
+        wait = (wait * 2).min(std::time::Duration::from_secs(30));
+    }
 }
 
 /// Note the last successful run of each function the run log still holds

@@ -63,12 +63,9 @@ fn app(dir: &std::path::Path) -> App {
         RunStore::open(&cfg.server.state_dir, cfg.server.run_retention, |_| false).unwrap();
     let store = Arc::new(store);
     let runner = Runner::new(Some(Arc::clone(&store)), Arc::new(Metrics::default()));
-    let keys = crate::runs::idempotency::Keys::open(
-        &crate::state::State::new(&cfg.server.state_dir, &cfg.server.shared_state_dir),
-        cfg.server.idempotency_window,
-    )
-    .unwrap();
-    App::new(cfg, store, Arc::new(runner), keys)
+    let state = crate::state::State::new(&cfg.server.state_dir, &cfg.server.shared_state_dir);
+    let keys = crate::runs::idempotency::Keys::open(&state, cfg.server.idempotency_window).unwrap();
+    App::new(cfg, state, store, Arc::new(runner), keys)
 }
 
 fn request(method: &str, target: &str, body: &str) -> Request {

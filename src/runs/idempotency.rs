@@ -18,13 +18,15 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sha2::{Digest, Sha256};
 
 use crate::http::{ApiError, Request};
 use crate::state::idempotency::{Claim as Entry, Log};
+use crate::state::pg::claims::{self as db_claims, Outcome};
+use crate::state::pg::Db;
 use crate::state::store::new_run_id;
 
 /// The request header.
@@ -44,11 +46,19 @@ struct State {
     order: VecDeque<(Hash, u64)>,
 }
 
-/// The key store of one state dir.
+/// The key store: `idempotency.log` in the state dir, or with `[state]
+/// url` the database, where a claim is made in the statement that records
+/// its run (`state::pg::claims`), so every instance sees it.
 pub struct Keys {
-    state: Mutex<State>,
+    inner: Inner,
     /// Signalled when a claim is kept or given back.
     settled: Condvar,
+}
+
+/// Where the claims are.
+enum Inner {
+    Files(Mutex<State>),
+    Database(Arc<Db>),
 }
 
 /// How long keys are kept and how many, and whose run ids they make.
@@ -81,10 +91,30 @@ pub struct Held<'a> {
 }
 
 impl Held<'_> {
+    /// With the database: the run and request another request (perhaps on
+    /// another instance) claimed this key for first, when it did; then
+    /// this run was not recorded, and the answer is a repeat of that one.
+    pub fn lost(&self) -> Option<(String, String)> {
+        let Inner::Database(db) = &self.keys.inner else {
+            return None;
+        };
+        match db.claims.outcome(&self.run) {
+            Some(Outcome::Lost { run, request }) => Some((run, request)),
+            _ => None,
+        }
+    }
+
     /// The run was started (or ran): the key stays.
     pub fn keep(mut self) {
         self.kept = true;
-        let mut s = lock(&self.keys.state);
+        let files = match &self.keys.inner {
+            Inner::Files(files) => files,
+            Inner::Database(db) => {
+                db.claims.take(&self.run);
+                return;
+            }
+        };
+        let mut s = lock(files);
         if let Some(e) = s.map.get_mut(&self.slot) {
             e.pending = false;
             e.confirmed = true;
@@ -100,8 +130,23 @@ impl Held<'_> {
 
 impl Drop for Held<'_> {
     fn drop(&mut self) {
-        if !self.kept {
-            self.keys.give_back(&self.slot);
+        if self.kept {
+            return;
+        }
+        match &self.keys.inner {
+            Inner::Files(_) => self.keys.give_back(&self.slot),
+            Inner::Database(db) => give_back_db(db, &self.slot, &self.run),
+        }
+    }
+}
+
+/// Give back a database claim whose request was refused: forgotten when
+/// its run was never recorded, deleted when it was (one round trip).
+fn give_back_db(db: &Db, slot: &Hash, run: &str) {
+    if db.claims.take(run) == Some(Outcome::Made) {
+        let key = hex::encode(slot);
+        if let Err(e) = db.with(|c| db_claims::give_back(c, &key, run)) {
+            log::warn!("cannot give back an idempotency key: {e}");
         }
     }
 }
@@ -154,11 +199,25 @@ impl Keys {
     /// # Errors
     /// The file cannot be read or written.
     pub fn open(state: &crate::state::State, window: Duration) -> io::Result<Keys> {
+        if let Some(db) = state.db() {
+            return Ok(Keys {
+                inner: Inner::Database(Arc::clone(db)),
+                settled: Condvar::new(),
+            });
+        }
         let (log, (map, order)) = state.open_claims(now().saturating_sub(window.as_secs()))?;
         Ok(Keys {
-            state: Mutex::new(State { log, map, order }),
+            inner: Inner::Files(Mutex::new(State { log, map, order })),
             settled: Condvar::new(),
         })
+    }
+
+    /// The claims in `idempotency.log`, when that is where they are.
+    fn files(&self) -> Option<&Mutex<State>> {
+        match &self.inner {
+            Inner::Files(files) => Some(files),
+            Inner::Database(_) => None,
+        }
     }
 
     /// Claim `key` of caller `scope` for a request with fingerprint
@@ -179,7 +238,11 @@ impl Keys {
         known: impl Fn(&str) -> bool,
     ) -> Result<Claim<'_>, ApiError> {
         let slot = slot(scope, key);
-        let mut s = lock(&self.state);
+        let files = match &self.inner {
+            Inner::Files(files) => files,
+            Inner::Database(db) => return Ok(self.claim_in_db(db, policy, slot, request)),
+        };
+        let mut s = lock(files);
         s.expire(now().saturating_sub(policy.window.as_secs()));
         if let Some(e) = s.map.get(&slot) {
             if e.request != request {
@@ -220,11 +283,33 @@ impl Keys {
         }))
     }
 
+    /// A claim in the database: held until the run's first write, which
+    /// makes it (or finds it taken: [`Held::lost`]). No round trip here.
+    fn claim_in_db(&self, db: &Db, policy: Policy<'_>, slot: Hash, request: Hash) -> Claim<'_> {
+        let run = new_run_id(policy.instance);
+        let claim = db_claims::Claim {
+            key: hex::encode(slot),
+            request: hex::encode(request),
+            window: policy.window,
+        };
+        db.claims.hold(&run, claim);
+        Claim::New(Held {
+            keys: self,
+            slot,
+            run,
+            kept: false,
+        })
+    }
+
     /// Whether `key` of `scope` still stands for `run` and waits for its
-    /// run to be recorded. Waits up to `wait` for a change first.
+    /// run to be recorded. Waits up to `wait` for a change first. (With
+    /// the database a claim is recorded with its run: never waiting.)
     pub fn pending(&self, scope: &str, key: &str, run: &str, wait: Duration) -> Option<bool> {
         let slot = slot(scope, key);
-        let s = lock(&self.state);
+        let Some(files) = self.files() else {
+            return Some(false);
+        };
+        let s = lock(files);
         let still = |s: &State| {
             s.map
                 .get(&slot)
@@ -243,7 +328,8 @@ impl Keys {
 
     /// Forget a claim whose run was not started.
     fn give_back(&self, slot: &Hash) {
-        let mut s = lock(&self.state);
+        let Some(files) = self.files() else { return };
+        let mut s = lock(files);
         if s.map.remove(slot).is_some() {
             s.order.retain(|(k, _)| k != slot);
             // Not synced: a lost line leaves a key whose run is unknown,
@@ -258,7 +344,7 @@ impl Keys {
 
     /// Keys remembered now.
     pub fn count(&self) -> usize {
-        lock(&self.state).map.len()
+        self.files().map_or(0, |f| lock(f).map.len())
     }
 }
 

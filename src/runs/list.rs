@@ -205,12 +205,13 @@ pub fn scope_of(cfg: &Config, asker: &Asker) -> Scope {
 ///
 /// # Errors
 /// 401/429 as `runs::authenticate`; 400 `invalid_parameter` for a bad
-/// filter, cursor or limit.
+/// filter, cursor or limit; 503 `state_unavailable` while the database
+/// cannot be read.
 pub fn list(app: &App, cfg: &Config, req: &Request) -> Result<Response, ApiError> {
     let asker = authenticate(app, cfg, req, Takes::KeysAndUsers)?;
     let mut filter = parse(req, &["api_key"])?;
     filter.scope = scope_of(cfg, &asker);
-    let page = app.store.list(&filter);
+    let page = app.store.page(&filter).map_err(|e| ApiError::storage(&e))?;
     // Written straight from the records: through a `Value` tree first, a
     // page of 200 took twice as long.
     let body = Page {

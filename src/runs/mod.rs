@@ -144,15 +144,16 @@ fn uses_api_key(cfg: &Config, req: &Request) -> Result<bool, ApiError> {
 }
 
 /// The record of run `id`, or why there is none here.
+/// With the database every instance knows every run: an unknown one is
+/// `run_not_found`, never another instance's.
 pub fn record(app: &App, cfg: &Config, id: &str) -> Result<RunRecord, ApiError> {
-    app.store
-        .get(id)
-        .ok_or_else(|| match cluster::foreign_owner(id, &cfg.server.instance) {
-            Some(owner) => ApiError::RunOnOtherInstance {
-                instance: owner.to_string(),
-            },
-            None => ApiError::RunNotFound,
-        })
+    let found = app.store.fetch(id).map_err(|e| ApiError::storage(&e))?;
+    found.ok_or_else(|| match cluster::foreign_owner(id, &cfg.server.instance) {
+        Some(owner) if !app.store.is_shared() => ApiError::RunOnOtherInstance {
+            instance: owner.to_string(),
+        },
+        _ => ApiError::RunNotFound,
+    })
 }
 
 /// The `end` event of the run whose followers are ending now, shared by

@@ -48,6 +48,16 @@ pub fn start_once(
             Claim::New(held) => {
                 job.id = Some(held.run.clone());
                 let answer = start(job);
+                if let Some((run, first)) = held.lost() {
+                    return lost_to(
+                        app,
+                        (&scope, key),
+                        (&run, &first),
+                        request,
+                        run_async,
+                        deadline,
+                    );
+                }
                 if ran(&answer) {
                     held.keep();
                 }
@@ -62,6 +72,26 @@ pub fn start_once(
         if Instant::now() >= deadline {
             return Err(still_waiting());
         }
+    }
+}
+
+/// The answer when another request (with the database: perhaps on another
+/// instance) claimed the key between our claim and our run's record: a
+/// repeat of its run `run`, made for the request of hash `first` (hex).
+fn lost_to(
+    app: &App,
+    key: (&str, &str),
+    (run, first): (&str, &str),
+    request: idempotency::Hash,
+    run_async: bool,
+    deadline: Instant,
+) -> Result<Response, ApiError> {
+    if hex::encode(request) != first {
+        return Err(ApiError::IdempotencyMismatch);
+    }
+    match repeat(app, key, run, run_async, deadline) {
+        Some(answer) => answer.map(|r| r.with_header(REPLAYED, "true").with_run(run)),
+        None => Err(still_waiting()),
     }
 }
 

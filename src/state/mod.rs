@@ -45,6 +45,12 @@
 //! a rewrite of callers; there is no trait while there is one backend.
 //! Kept output and request bodies stay files on each host whatever the
 //! backend: they are read by path (`follow`, a step's stdin).
+//! With the database, application keys, sessions and the limiters'
+//! windows are its tables `trigd_app_keys`, `trigd_sessions` and
+//! `trigd_limits` ([`pg::keys`], [`pg::sessions`], [`pg::limits`]; the
+//! schema is `pg/shared.sql`): `access` picks the side once, when it opens
+//! them, and a watcher thread ([`pg::keys::KeyTable::watch`]) keeps each
+//! instance's copy of the keys current by `LISTEN`/`NOTIFY`.
 //!
 //! # The durable unit
 //!
@@ -64,6 +70,13 @@
 //!   line survives; the key then repeats the run only while `runs.log` still
 //!   holds it (`run_retention`). A single-transaction backend commits the
 //!   claim and the record together and closes that gap.
+//!
+//! With the database (`[state] url`, [`pg`]): the claim waits in memory
+//! ([`pg::claims::Pending`]) for its run's first write, and one statement
+//! inserts both or neither (`pg::runs`, the claim first: a key another
+//! request holds keeps the run out, and that request's run is answered
+//! instead). Concurrent writes share a statement (and a commit), as
+//! concurrent async accepts share an `fdatasync` of `runs.log`.
 
 pub mod acme;
 pub mod bodies;
@@ -76,6 +89,7 @@ pub mod index;
 pub mod keys;
 pub mod output;
 pub mod passwords;
+pub mod pg;
 pub mod record;
 pub mod schedules;
 pub mod sessions;
@@ -85,18 +99,44 @@ pub mod time;
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Where trigd keeps its state, and the one door every kept thing is opened
 /// through: the run store, the idempotency claims, the application keys,
-/// the sessions, the callback spool, request bodies. Today a directory
-/// (`state_dir`) and the directory of application keys (`shared_state_dir`);
-/// a second backend is a second variant of what this holds, and each
-/// `open_*`/`*_file` picks its side, so nothing above `state/` changes.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// the sessions, the callback spool, request bodies. A directory
+/// (`state_dir`) and the directory of application keys
+/// (`shared_state_dir`), and with `[state] url` a PostgreSQL database
+/// ([`Backend::Database`]) for what instances share; each `open_*`/`*_file`
+/// picks its side, so nothing above `state/` changes.
+#[derive(Debug, Clone)]
 pub struct State {
     dir: PathBuf,
     shared: PathBuf,
+    backend: Backend,
 }
+
+/// Where the shared things are kept.
+#[derive(Debug, Clone)]
+pub enum Backend {
+    /// In `state_dir` (and `shared_state_dir`): one host.
+    Files,
+    /// In a PostgreSQL database several instances share; kept output of
+    /// running runs and request bodies stay in `state_dir`.
+    Database(Arc<pg::Db>),
+}
+
+impl PartialEq for State {
+    fn eq(&self, other: &State) -> bool {
+        let same_backend = match (&self.backend, &other.backend) {
+            (Backend::Files, Backend::Files) => true,
+            (Backend::Database(a), Backend::Database(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        };
+        self.dir == other.dir && self.shared == other.shared && same_backend
+    }
+}
+
+impl Eq for State {}
 
 impl State {
     /// The state kept in `state_dir`, application keys in
@@ -105,6 +145,23 @@ impl State {
         State {
             dir: state_dir.to_path_buf(),
             shared: shared_state_dir.to_path_buf(),
+            backend: Backend::Files,
+        }
+    }
+
+    /// The same directories, the shared things in `db`.
+    pub fn with_db(self, db: Arc<pg::Db>) -> State {
+        State {
+            backend: Backend::Database(db),
+            ..self
+        }
+    }
+
+    /// The database, with the PostgreSQL backend.
+    pub fn db(&self) -> Option<&Arc<pg::Db>> {
+        match &self.backend {
+            Backend::Database(db) => Some(db),
+            Backend::Files => None,
         }
     }
 
@@ -117,16 +174,26 @@ impl State {
     }
 
     /// Open the run records ([`store::RunStore::open`]): the store, and the
-    /// queue of accepted runs to start again, in order.
+    /// queue of accepted runs to start again, in order. In the database
+    /// (written as `instance`), nothing is queued again here: the leases
+    /// decide.
     ///
     /// # Errors
     /// The run log cannot be created, read or compacted.
     pub fn open_runs(
         &self,
         retention: usize,
+        instance: &str,
         retry: impl Fn(&record::RunRecord) -> bool,
     ) -> io::Result<(store::RunStore, Vec<String>)> {
-        store::RunStore::open(&self.dir, retention, retry)
+        match &self.backend {
+            Backend::Files => store::RunStore::open(&self.dir, retention, retry),
+            Backend::Database(db) => {
+                let runs =
+                    store::RunStore::database(Arc::clone(db), instance, &self.dir, retention);
+                Ok((runs, Vec::new()))
+            }
+        }
     }
 
     /// Open the idempotency claims made at `oldest` (Unix seconds) or later.

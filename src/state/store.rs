@@ -42,9 +42,385 @@ use super::file::{sync_dir, tmp_path, write_atomic};
 pub use super::filter::{Cursor, OriginFilter, RunFilter, RunPage, Scope, DEFAULT_PAGE, MAX_PAGE};
 use super::index::{Index, RunId, Slot};
 use crate::state::output;
+use crate::state::pg::runs::{DbRuns, PageQuery};
+use crate::state::pg::{Db, DbError};
 use crate::state::record::{Owner, RunRecord, RunState};
 use crate::state::time::Time;
 use crate::sys;
+
+/// The run records: the run log in the state dir ([`FileRuns`]), or with
+/// `[state] url` the database ([`DbRuns`]), which every instance reads.
+/// Callers see one interface whatever the backend.
+pub struct RunStore {
+    backend: Backend,
+}
+
+/// Where the run records are.
+enum Backend {
+    Files(Arc<FileRuns>),
+    Database {
+        runs: Box<DbRuns>,
+        state_dir: PathBuf,
+        retention: usize,
+        /// Writes since the last trim of old runs.
+        writes: std::sync::atomic::AtomicU64,
+        /// Held by [`RunStore::update`]: one read-modify-write at a time.
+        updating: Mutex<()>,
+    },
+}
+
+/// A database error as the `io::Error` the store's callers handle (its
+/// source stays reachable for the 503 `state_unavailable` answer).
+fn db_io(e: DbError) -> io::Error {
+    io::Error::other(e)
+}
+
+/// Writes between two trims of the database's old runs.
+const TRIM_EVERY: u64 = 1000;
+
+impl RunStore {
+    /// Open the run log in `state_dir` ([`FileRuns::open`]).
+    ///
+    /// # Errors
+    /// See [`FileRuns::open`].
+    pub fn open(
+        state_dir: &Path,
+        retention: usize,
+        retry: impl Fn(&RunRecord) -> bool,
+    ) -> io::Result<(RunStore, Vec<String>)> {
+        let (files, resumed) = FileRuns::open(state_dir, retention, retry)?;
+        let backend = Backend::Files(Arc::new(files));
+        Ok((RunStore { backend }, resumed))
+    }
+
+    /// The run records in `db`, written by instance `me`; kept output stays
+    /// in `state_dir`. Nothing is resumed or interrupted here: the leases
+    /// (`cluster.sql`) decide which runs to start again.
+    pub fn database(db: Arc<Db>, me: &str, state_dir: &Path, retention: usize) -> RunStore {
+        let _ = fs::create_dir_all(state_dir);
+        RunStore {
+            backend: Backend::Database {
+                runs: Box::new(DbRuns::new(db, me)),
+                state_dir: state_dir.to_path_buf(),
+                retention: retention.max(1),
+                writes: std::sync::atomic::AtomicU64::new(0),
+                updating: Mutex::new(()),
+            },
+        }
+    }
+
+    /// Whether every instance reads these records (the database).
+    pub fn is_shared(&self) -> bool {
+        matches!(self.backend, Backend::Database { .. })
+    }
+
+    /// Start the file log's flush thread ([`FileRuns::start_flusher`]).
+    pub fn start_flusher(&self) {
+        if let Backend::Files(f) = &self.backend {
+            f.start_flusher();
+        }
+    }
+
+    /// Record a state change of an accepted run (not waiting for disk).
+    pub fn record(&self, rec: &RunRecord) {
+        match &self.backend {
+            Backend::Files(f) => f.record(rec),
+            Backend::Database { .. } => self.write_logged(rec),
+        }
+    }
+
+    /// [`RunStore::record`], on disk (committed) before it returns.
+    pub fn record_synced(&self, rec: &RunRecord) {
+        match &self.backend {
+            Backend::Files(f) => f.record_synced(rec),
+            Backend::Database { .. } => self.write_logged(rec),
+        }
+    }
+
+    /// A database write whose failure is only logged.
+    fn write_logged(&self, rec: &RunRecord) {
+        if let Err(e) = self.write_db(rec) {
+            log::error!(
+                "run {}: cannot record state {}: {e}",
+                rec.run,
+                rec.state.name()
+            );
+        }
+    }
+
+    /// Write `rec` to the database; trim old runs now and then.
+    fn write_db(&self, rec: &RunRecord) -> io::Result<()> {
+        let Backend::Database {
+            runs,
+            retention,
+            writes,
+            ..
+        } = &self.backend
+        else {
+            return Ok(());
+        };
+        runs.write(rec).map_err(db_io)?;
+        if writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % TRIM_EVERY == TRIM_EVERY - 1
+        {
+            if let Err(e) = runs.trim(*retention) {
+                log::warn!("cannot drop old runs from the database: {e}");
+            }
+        }
+        Ok(())
+    }
+
+    /// State changes waiting to be written.
+    pub fn unwritten(&self) -> usize {
+        match &self.backend {
+            Backend::Files(f) => f.unwritten(),
+            Backend::Database { .. } => 0,
+        }
+    }
+
+    /// Append the record's current state; with `durable`, return once it
+    /// is on disk (committed).
+    ///
+    /// # Errors
+    /// See [`FileRuns::append`]; the database failed, or the run's
+    /// idempotency claim was lost to another request (nothing written).
+    pub fn append(&self, rec: &RunRecord, durable: bool) -> io::Result<()> {
+        match &self.backend {
+            Backend::Files(f) => f.append(rec, durable),
+            Backend::Database { .. } => self.write_db(rec),
+        }
+    }
+
+    /// Write `rec` as a durable [`RunStore::append`], its sync left to
+    /// [`RunStore::sync`] (the database commits each write: nothing left).
+    ///
+    /// # Errors
+    /// See [`FileRuns::append_unsynced`]; as [`RunStore::append`].
+    pub fn append_unsynced(&self, rec: &RunRecord) -> io::Result<()> {
+        match &self.backend {
+            Backend::Files(f) => f.append_unsynced(rec),
+            Backend::Database { .. } => self.write_db(rec),
+        }
+    }
+
+    /// Make every record written so far durable.
+    ///
+    /// # Errors
+    /// The sync failed.
+    pub fn sync(&self) -> io::Result<()> {
+        match &self.backend {
+            Backend::Files(f) => f.sync(),
+            Backend::Database { .. } => Ok(()),
+        }
+    }
+
+    /// `fdatasync` calls on the run log.
+    pub fn fsyncs(&self) -> u64 {
+        match &self.backend {
+            Backend::Files(f) => f.fsyncs(),
+            Backend::Database { .. } => 0,
+        }
+    }
+
+    /// Runs found cut off at open and recorded `interrupted`.
+    pub fn interrupted_at_open(&self) -> &[String] {
+        match &self.backend {
+            Backend::Files(f) => f.interrupted_at_open(),
+            Backend::Database { .. } => &[],
+        }
+    }
+
+    /// The record of run `id`; `None` also when the database failed
+    /// (logged): see [`RunStore::fetch`].
+    pub fn get(&self, id: &str) -> Option<RunRecord> {
+        self.fetch(id).unwrap_or_else(|e| {
+            log::warn!("run {id}: cannot read its record: {e}");
+            None
+        })
+    }
+
+    /// The record of run `id`, or why it cannot be read now.
+    ///
+    /// # Errors
+    /// The database failed (a [`DbError`] inside).
+    pub fn fetch(&self, id: &str) -> io::Result<Option<RunRecord>> {
+        match &self.backend {
+            Backend::Files(f) => Ok(f.get(id)),
+            Backend::Database { runs, .. } => runs.get(id).map_err(db_io),
+        }
+    }
+
+    /// Fail unless a run could be recorded now (`/healthz`).
+    ///
+    /// # Errors
+    /// The state dir is not writable (the database is checked by `Db`).
+    pub fn check_writable(&self) -> io::Result<()> {
+        match &self.backend {
+            Backend::Files(f) => f.check_writable(),
+            Backend::Database { .. } => Ok(()),
+        }
+    }
+
+    /// The owner of run `id`, without reading its record.
+    pub fn owner_of(&self, id: &str) -> Option<Owner> {
+        match &self.backend {
+            Backend::Files(f) => f.owner_of(id),
+            Backend::Database { runs, .. } => runs.owner_and_state(id).ok().flatten().map(|o| o.0),
+        }
+    }
+
+    /// Whether run `id` has ended; `None` when it is not kept.
+    pub fn has_ended(&self, id: &str) -> Option<bool> {
+        match &self.backend {
+            Backend::Files(f) => f.has_ended(id),
+            Backend::Database { runs, .. } => runs
+                .owner_and_state(id)
+                .ok()
+                .flatten()
+                .map(|o| o.1.is_terminal()),
+        }
+    }
+
+    /// Where the output of run `id` is kept on this host.
+    pub fn output_path(&self, id: &str) -> PathBuf {
+        match &self.backend {
+            Backend::Files(f) => f.output_path(id),
+            Backend::Database { state_dir, .. } => output::path(state_dir, output::hex_of(id)),
+        }
+    }
+
+    /// A page of runs, newest first, as `filter` says ([`FileRuns::list`];
+    /// the same order, filters and cursor in SQL with the database).
+    ///
+    /// # Errors
+    /// The database failed (a [`DbError`] inside).
+    pub fn page(&self, filter: &RunFilter) -> io::Result<RunPage> {
+        match &self.backend {
+            Backend::Files(f) => Ok(f.list(filter)),
+            Backend::Database { runs, .. } => {
+                let (recs, next) = runs.page(&page_query(filter)).map_err(db_io)?;
+                Ok(RunPage {
+                    runs: recs.into_iter().map(RunRecord::public).collect(),
+                    next: next.and_then(|(created_ms, hex)| cursor(created_ms, &hex)),
+                })
+            }
+        }
+    }
+
+    /// [`RunStore::page`] for internal callers: empty when the database
+    /// failed (logged).
+    pub fn list(&self, filter: &RunFilter) -> RunPage {
+        self.page(filter).unwrap_or_else(|e| {
+            log::warn!("cannot list runs: {e}");
+            RunPage::default()
+        })
+    }
+
+    /// Change the kept record of run `id` ([`FileRuns::update`]): one
+    /// change at a time on this instance. With the database a read and a
+    /// write (two round trips, not atomic across instances: the changes
+    /// made this way are of ended runs, by the instance acting on them).
+    ///
+    /// # Errors
+    /// The read failed, or the write when `durable`.
+    pub fn update(
+        &self,
+        id: &str,
+        durable: bool,
+        change: impl FnOnce(&mut RunRecord) -> bool,
+    ) -> io::Result<Option<RunRecord>> {
+        let updating = match &self.backend {
+            Backend::Files(f) => return f.update(id, durable, change),
+            Backend::Database { updating, .. } => updating,
+        };
+        let _one = lock(updating);
+        let Some(mut rec) = self.fetch(id)? else {
+            return Ok(None);
+        };
+        if change(&mut rec) {
+            self.rewrite(&rec, durable)?;
+        }
+        Ok(Some(rec))
+    }
+
+    /// Write a record changed by [`RunStore::update`] to the database: an
+    /// ended run's from any instance, another's as its executor writes.
+    fn rewrite(&self, rec: &RunRecord, durable: bool) -> io::Result<()> {
+        let Backend::Database { runs, .. } = &self.backend else {
+            return Ok(());
+        };
+        let done = if rec.state.is_terminal() {
+            runs.replace_ended(rec).map_err(db_io)
+        } else {
+            Ok(false)
+        };
+        match done {
+            Ok(true) => Ok(()),
+            Ok(false) if durable => self.write_db(rec),
+            Ok(false) => {
+                self.write_logged(rec);
+                Ok(())
+            }
+            Err(e) if durable => Err(e),
+            Err(e) => {
+                log::error!("run {}: cannot record a change: {e}", rec.run);
+                Ok(())
+            }
+        }
+    }
+
+    /// How many runs of the index cannot be read back.
+    #[cfg(test)]
+    pub fn unreadable(&self) -> usize {
+        match &self.backend {
+            Backend::Files(f) => f.unreadable(),
+            Backend::Database { .. } => 0,
+        }
+    }
+
+    /// How many runs are kept.
+    #[cfg(test)]
+    pub fn count(&self) -> usize {
+        match &self.backend {
+            Backend::Files(f) => f.count(),
+            Backend::Database { runs, .. } => runs.count().unwrap_or(0),
+        }
+    }
+}
+
+/// `filter` in the plain values of [`DbRuns::page`].
+fn page_query(filter: &RunFilter) -> PageQuery {
+    let (all, programs, hooks) = match &filter.scope {
+        Scope::All => (true, Vec::new(), false),
+        Scope::Only { programs, hooks } => (false, programs.iter().copied().collect(), *hooks),
+    };
+    let (origin, origin_kind) = match &filter.origin {
+        Some(OriginFilter::Exact(o)) => (Some(o.to_string()), None),
+        Some(OriginFilter::Kind(k)) => (None, Some(k.clone())),
+        None => (None, None),
+    };
+    PageQuery {
+        all,
+        programs,
+        hooks,
+        program: filter.program,
+        function: filter.function.clone(),
+        tool: filter.tool.clone(),
+        origin,
+        origin_kind,
+        state: filter.state,
+        since_ms: filter.since.map(|t| t.timestamp().as_millisecond()),
+        until_ms: filter.until.map(|t| t.timestamp().as_millisecond()),
+        before: filter.before.map(|c| (c.created_ms, hex::encode(c.id))),
+        limit: filter.limit,
+    }
+}
+
+/// The cursor of a database position (ms, 32 hex digits).
+fn cursor(created_ms: i64, hex: &str) -> Option<Cursor> {
+    let mut id = [0u8; 16];
+    hex::decode_to_slice(hex, &mut id).ok()?;
+    Some(Cursor { created_ms, id })
+}
 
 /// The index key of `id`, if it is a run id: the 16 bytes of its 32 hex
 /// digits, with or without the instance name in front (see `cluster.rs`).
@@ -92,8 +468,8 @@ impl Quiet {
     }
 }
 
-/// The run log of one state dir.
-pub struct RunStore {
+/// The run log of one state dir (the file side of [`RunStore`]).
+pub struct FileRuns {
     path: PathBuf,
     state_dir: PathBuf,
     retention: usize,
@@ -112,7 +488,7 @@ pub struct RunStore {
     updating: Mutex<()>,
 }
 
-impl RunStore {
+impl FileRuns {
     /// Open (creating) `state_dir/runs.log`, recover it, and compact it to
     /// `retention` finished runs plus the unfinished ones. A `queued` run
     /// stays queued, a `running` one is queued again when `retry` says so;
@@ -125,7 +501,7 @@ impl RunStore {
         state_dir: &Path,
         retention: usize,
         retry: impl Fn(&RunRecord) -> bool,
-    ) -> io::Result<(RunStore, Vec<String>)> {
+    ) -> io::Result<(FileRuns, Vec<String>)> {
         fs::create_dir_all(state_dir)?;
         let path = super::Kept::Runs.path_in(state_dir);
         let mut records = read_log(&path)?;
@@ -177,7 +553,7 @@ impl RunStore {
         output::sweep(state_dir, |name| {
             run_id(name).is_some_and(|id| log.index.get(&id).is_some())
         });
-        let store = RunStore {
+        let store = FileRuns {
             path,
             state_dir: state_dir.to_path_buf(),
             retention: retention.max(1),
@@ -195,7 +571,7 @@ impl RunStore {
     /// them again (it ends with the store), and gives freed memory back to
     /// the system once runs have been quiet for a tick ([`Quiet`]).
     pub fn start_flusher(self: &Arc<Self>) {
-        let weak: Weak<RunStore> = Arc::downgrade(self);
+        let weak: Weak<FileRuns> = Arc::downgrade(self);
         let spawned = thread::Builder::new()
             .name("store-flush".into())
             .spawn(move || {
@@ -217,7 +593,7 @@ impl RunStore {
     }
 
     /// Record a state change of an accepted run. When it cannot be written
-    /// now, it is kept, served by [`RunStore::get`], and written later.
+    /// now, it is kept, served by [`FileRuns::get`], and written later.
     pub fn record(&self, rec: &RunRecord) {
         self.flush_unwritten();
         let Some(id) = run_id(&rec.run) else { return };
@@ -236,7 +612,7 @@ impl RunStore {
         }
     }
 
-    /// [`RunStore::record`], then return once what was written is on disk
+    /// [`FileRuns::record`], then return once what was written is on disk
     /// (a cancel that must hold after a crash).
     pub fn record_synced(&self, rec: &RunRecord) {
         self.record(rec);
@@ -283,9 +659,9 @@ impl RunStore {
         Ok(())
     }
 
-    /// Write `rec` as a durable [`RunStore::append`] would (refused when
+    /// Write `rec` as a durable [`FileRuns::append`] would (refused when
     /// the log is no longer the state dir's), leaving its sync to one
-    /// [`RunStore::sync`] for several records.
+    /// [`FileRuns::sync`] for several records.
     ///
     /// # Errors
     /// Those of a durable `append`, but the sync's.
@@ -353,7 +729,7 @@ impl RunStore {
     }
 
     /// Make every line written so far durable (after
-    /// [`RunStore::append_unsynced`]).
+    /// [`FileRuns::append_unsynced`]).
     ///
     /// # Errors
     /// The sync failed.

@@ -30,10 +30,15 @@ fn endpoints_inner(
     req: &Request,
     name: &str,
 ) -> Result<Response, ApiError> {
-    let session = match app.access.session(cfg, req) {
-        _ if req.bearer().is_some() => None,
-        Some(s) => Some(s.session),
-        None => return login_required(req, &format!("/tools/{}/endpoints", percent_encode(name))),
+    let session = if req.bearer().is_some() {
+        None
+    } else {
+        match app.access.session(cfg, req)? {
+            Some(s) => Some(s.session),
+            None => {
+                return login_required(req, &format!("/tools/{}/endpoints", percent_encode(name)))
+            }
+        }
     };
     let tool = cfg.tools.get(name).ok_or(ApiError::NotFound)?;
     let member = app.access.member(cfg, req, &tool.workspace)?;

@@ -16,7 +16,7 @@ use crate::http::{ApiError, Request, Response};
 /// 400 for a repeated `next`.
 pub fn login_form(app: &App, cfg: &Config, req: &Request) -> Result<Response, ApiError> {
     let next = safe_next(req.query_one("next")?);
-    if app.access.session(cfg, req).is_some() {
+    if app.access.session(cfg, req)?.is_some() {
         return Ok(redirect(next));
     }
     Ok(login_page(200, next, "", None, how_to_sign_in(cfg)))
@@ -129,7 +129,7 @@ pub fn logout(app: &App, cfg: &Config, req: &Request) -> Result<Response, ApiErr
 }
 
 fn logout_inner(app: &App, cfg: &Config, req: &Request) -> Result<Response, ApiError> {
-    if let Some(s) = app.access.session(cfg, req) {
+    if let Some(s) = app.access.session(cfg, req)? {
         let f = form(req).unwrap_or_default();
         check_csrf(cfg, req, Some(&s.session), Carrier::Form(field(&f, "csrf")))?;
         app.access.end_session(&s.token)?;

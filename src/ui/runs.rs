@@ -42,8 +42,9 @@ pub(super) fn signed_in(
     next: &str,
 ) -> Result<Session, Response> {
     match app.access.session(cfg, req) {
-        Some(SignedIn { session, .. }) => Ok(session),
-        None => Err(login_required(req, next).unwrap_or_else(Response::from)),
+        Ok(Some(SignedIn { session, .. })) => Ok(session),
+        Ok(None) => Err(login_required(req, next).unwrap_or_else(Response::from)),
+        Err(e) => Err(Response::from(e)),
     }
 }
 
@@ -75,7 +76,7 @@ fn list_page(app: &App, cfg: &Config, req: &Request, s: &Session) -> Result<Resp
     let mut filter = list::parse(req, &[])?;
     filter.scope = list::scope_of(cfg, &Asker::User(User::Session(s.clone())));
     let wss = workspaces_of(cfg, &s.user);
-    let page_of = app.store.list(&filter);
+    let page_of = app.store.page(&filter).map_err(|e| ApiError::storage(&e))?;
     let runs = page_of.runs;
     let body = html! {
         (top_bar(s))

@@ -19,7 +19,7 @@ use crate::http::{percent_encode, ApiError, Request, Response};
 /// 401 `unauthorized` for a non-browser client without a session, as on
 /// every other page (a browser is sent to the sign-in page).
 pub fn home(app: &App, cfg: &Config, req: &Request) -> Result<Response, ApiError> {
-    let Some(SignedIn { session: s, .. }) = app.access.session(cfg, req) else {
+    let Some(SignedIn { session: s, .. }) = app.access.session(cfg, req)? else {
         return login_required(req, "/");
     };
     let mine: Vec<&String> = cfg
@@ -70,7 +70,7 @@ fn member_session(
     req: &Request,
     ws: &str,
 ) -> Result<Result<Session, Response>, ApiError> {
-    let Some(SignedIn { session: s, .. }) = app.access.session(cfg, req) else {
+    let Some(SignedIn { session: s, .. }) = app.access.session(cfg, req)? else {
         let next = format!("/workspaces/{}/settings", percent_encode(ws));
         return login_required(req, &next).map(Err);
     };
@@ -93,13 +93,11 @@ fn member_session(
 /// 401 for a non-browser client without a session; 404 for an unknown
 /// workspace; 403 for a non-member.
 pub fn settings(app: &App, cfg: &Config, req: &Request, ws: &str) -> Result<Response, ApiError> {
-    finish(
-        req,
-        member_session(app, cfg, req, ws).map(|m| match m {
-            Ok(s) => settings_page(app, ws, &s, None),
-            Err(r) => r,
-        }),
-    )
+    let page = member_session(app, cfg, req, ws).and_then(|m| match m {
+        Ok(s) => settings_page(app, ws, &s, None),
+        Err(r) => Ok(r),
+    });
+    finish(req, page)
 }
 
 /// `POST /workspaces/<ws>/settings/application-key`: (re)generate the
@@ -109,7 +107,8 @@ pub fn settings(app: &App, cfg: &Config, req: &Request, ws: &str) -> Result<Resp
 ///
 /// # Errors
 /// 401/403 as for the settings page or `Access::member`; 403
-/// `csrf_rejected`; 500 when the state dir cannot be written.
+/// `csrf_rejected`; 500 when the state dir cannot be written; 503
+/// `state_unavailable` while the database is unreachable.
 pub fn regenerate(app: &App, cfg: &Config, req: &Request, ws: &str) -> Result<Response, ApiError> {
     finish(req, regenerate_inner(app, cfg, req, ws))
 }
@@ -121,14 +120,9 @@ fn regenerate_inner(
     ws: &str,
 ) -> Result<Response, ApiError> {
     let keys = &app.access.app_keys;
-    let store_err = |e: std::io::Error| {
-        log::error!("cannot store an application key: {e}");
-        ApiError::Internal
-    };
     if req.bearer().is_some() {
         let m = app.access.member(cfg, req, ws)?;
-        let key = keys.regenerate(ws, &m.user).map_err(store_err)?;
-        let info = keys.info(ws, &m.user).ok_or(ApiError::Internal)?;
+        let (key, info) = keys.regenerate(ws, &m.user)?;
         let body = json!({"ApplicationKey": key, "Hint": info.hint, "CreatedAt": info.created_at});
         return Ok(no_store(Response::json(200, &body)));
     }
@@ -138,13 +132,18 @@ fn regenerate_inner(
     };
     let f = form(req)?;
     check_csrf(cfg, req, Some(&s), Carrier::Form(field(&f, "csrf")))?;
-    let key = keys.regenerate(ws, &s.user).map_err(store_err)?;
+    let (key, _) = keys.regenerate(ws, &s.user)?;
     log::info!("application key of {} in {ws} regenerated", s.user);
-    Ok(settings_page(app, ws, &s, Some(&key)))
+    settings_page(app, ws, &s, Some(&key))
 }
 
-fn settings_page(app: &App, ws: &str, s: &Session, new_key: Option<&str>) -> Response {
-    let info = app.access.app_keys.info(ws, &s.user);
+fn settings_page(
+    app: &App,
+    ws: &str,
+    s: &Session,
+    new_key: Option<&str>,
+) -> Result<Response, ApiError> {
+    let info = app.access.app_keys.info(ws, &s.user)?;
     let action = format!(
         "/workspaces/{}/settings/application-key",
         percent_encode(ws)
@@ -192,5 +191,5 @@ fn settings_page(app: &App, ws: &str, s: &Session, new_key: Option<&str>) -> Res
             }
         }
     };
-    html_response(200, page(&format!("{ws} settings"), body))
+    Ok(html_response(200, page(&format!("{ws} settings"), body)))
 }

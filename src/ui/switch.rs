@@ -164,7 +164,7 @@ fn post_inner(
     let [tool, env] = names;
     let tool = cfg.tools.get(tool).ok_or(ApiError::NotFound)?;
     let view = format!("/tools/{}/endpoints", percent_encode(&tool.name));
-    let Some(signed_in) = app.access.session(cfg, req) else {
+    let Some(signed_in) = app.access.session(cfg, req)? else {
         return login_required(req, &view);
     };
     let s = signed_in.session;

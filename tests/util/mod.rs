@@ -1,6 +1,7 @@
 //! The test harness: a per-test directory ([`dir`]), the `trigd` server as
 //! a child process ([`server`]), one HTTP/1.1 client for every test, raw
-//! bytes included ([`http`]), bounded polling, and a CLI runner ([`cli`]).
+//! bytes included ([`http`]), bounded polling, a CLI runner ([`cli`]) and
+//! a real PostgreSQL in a temp dir for the database backend ([`pg`]).
 //!
 //! Every assertion helper panics with everything needed to understand the
 //! failure without re-running: the request, the whole reply and the tail of
@@ -11,11 +12,13 @@
 pub mod cli;
 pub mod dir;
 pub mod http;
+pub mod pg;
 pub mod server;
 
 pub use cli::*;
 pub use dir::*;
 pub use http::*;
+pub use pg::*;
 pub use server::*;
 
 use std::fmt::{Debug, Display};

@@ -1,0 +1,1 @@
+-- Instances and leases, output chunks, the callback spool (owner: pgrun).

@@ -1,0 +1,377 @@
+//! The PostgreSQL backend (`[state] url`): a bounded pool of connections
+//! ([`Db`]), the schema and its migrations ([`schema`]), and one module
+//! per kind of thing kept there. The client is the `postgres` crate: each
+//! connection runs a small current-thread tokio runtime inside; callers
+//! stay synchronous.
+//!
+//! Nothing waits past a bound: a connection is opened within
+//! `CONNECT_TIMEOUT_SECS`, a statement runs within `statement_timeout`
+//! (set per connection), an unanswered socket is given up after
+//! `tcp_user_timeout`, and a request waits for a free connection of the
+//! pool at most the connect timeout. Any of these ends as
+//! [`DbError::Unavailable`], which the HTTP layer answers with 503
+//! `state_unavailable` and `Retry-After`.
+//!
+//! Round trips: each [`Db::with`] is counted ([`Db::round_trips`]); the
+//! callers keep each one to one statement (`query_typed*`, which sends
+//! parse, bind and execute together), so the count is the number of round
+//! trips to the server.
+
+pub mod claims;
+pub mod keys;
+pub mod limits;
+pub mod runs;
+pub mod schema;
+pub mod sessions;
+pub mod settings;
+mod tls;
+mod watch;
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use postgres::Client;
+
+use settings::{defaults, SslMode, StateDb};
+
+/// Seconds a client is told to wait (`Retry-After`) while the database is
+/// unreachable.
+pub const RETRY_AFTER_SECS: u64 = 2;
+
+/// Why a use of the database failed.
+#[derive(Debug)]
+pub enum DbError {
+    /// The database cannot be reached, or is failing over, shutting down
+    /// or too slow (a timeout): try again later (503 `state_unavailable`).
+    Unavailable(String),
+    /// The schema is newer than this trigd knows; it refuses to use it.
+    Schema(String),
+    /// The statement failed for another reason (a bug or a constraint).
+    Query(postgres::Error),
+    /// The run was not recorded: its Idempotency-Key is held by this run
+    /// (the request is answered as a repeat of it).
+    Claimed(String),
+}
+
+impl fmt::Display for DbError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DbError::Unavailable(why) => write!(f, "the database is unavailable: {why}"),
+            DbError::Schema(why) => f.write_str(why),
+            DbError::Query(e) => write!(f, "database error: {e}"),
+            DbError::Claimed(run) => write!(f, "the Idempotency-Key is held by run {run}"),
+        }
+    }
+}
+
+impl std::error::Error for DbError {}
+
+impl DbError {
+    /// Sort a client error: lost connections, timeouts and the server's
+    /// operator/connection/resource errors are [`DbError::Unavailable`].
+    pub fn from_pg(e: postgres::Error) -> DbError {
+        let transient = match e.code() {
+            None => true,
+            Some(code) => {
+                let c = code.code();
+                // 08: connection, 53: resources, 57: operator intervention
+                // (shutdown, statement timeout), 25006: read-only (a standby
+                // during failover), 55P03: lock timeout, 40001/40P01: retry.
+                ["08", "53", "57"].iter().any(|p| c.starts_with(p))
+                    || ["25006", "55P03", "40001", "40P01"].contains(&c)
+            }
+        };
+        if transient {
+            DbError::Unavailable(e.to_string())
+        } else {
+            DbError::Query(e)
+        }
+    }
+
+    /// Whether a later attempt may succeed.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, DbError::Unavailable(_))
+    }
+}
+
+/// Connections open and idle.
+#[derive(Default)]
+struct Pool {
+    idle: Vec<Client>,
+    /// Connections that exist (idle or in use).
+    open: usize,
+}
+
+/// Whether the schema was checked, and the last failure seen.
+#[derive(Debug, Clone, Default)]
+struct Health {
+    /// Set once the schema is known to be this trigd's.
+    migrated: bool,
+    /// The last failure and when; cleared by a success.
+    down: Option<String>,
+    /// A schema this trigd refuses (set for good).
+    refused: Option<String>,
+    /// When the database was last used, successfully or not.
+    used: Option<Instant>,
+}
+
+/// How old the last use may be before `/healthz` asks the database.
+const PING_EVERY: Duration = Duration::from_secs(1);
+
+/// The database: a pool of at most `[state] pool` connections.
+pub struct Db {
+    settings: Arc<StateDb>,
+    pool: Mutex<Pool>,
+    freed: Condvar,
+    round_trips: AtomicU64,
+    background_trips: AtomicU64,
+    health: Mutex<Health>,
+    /// Idempotency claims waiting for their run's first write.
+    pub claims: claims::Pending,
+}
+
+impl fmt::Debug for Db {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Db")
+            .field("url", &self.settings.url)
+            .finish()
+    }
+}
+
+impl Db {
+    /// The pool for `settings`, no connection opened yet.
+    pub fn new(settings: Arc<StateDb>) -> Db {
+        Db {
+            settings,
+            pool: Mutex::new(Pool::default()),
+            freed: Condvar::new(),
+            round_trips: AtomicU64::new(0),
+            background_trips: AtomicU64::new(0),
+            health: Mutex::new(Health::default()),
+            claims: claims::Pending::default(),
+        }
+    }
+
+    /// Connect to the database and bring its schema up to this trigd's
+    /// version ([`schema::migrate`]); once per process, the first success
+    /// sticks.
+    ///
+    /// # Errors
+    /// The database cannot be reached ([`DbError::Unavailable`]), or its
+    /// schema is newer than this trigd ([`DbError::Schema`]).
+    pub fn migrate(&self) -> Result<(), DbError> {
+        if self.health().migrated {
+            return Ok(());
+        }
+        let r = self.use_conn(schema::migrate);
+        let mut h = self.health_mut();
+        match &r {
+            Ok(()) => h.migrated = true,
+            Err(DbError::Schema(why)) => h.refused = Some(why.clone()),
+            Err(_) => {}
+        }
+        r
+    }
+
+    /// Where the database is, for messages (no password).
+    pub fn url(&self) -> &str {
+        &self.settings.url
+    }
+
+    /// Run `f` on a connection of the pool: one round trip, if `f` sends
+    /// one statement. Waits at most the connect timeout for a connection.
+    ///
+    /// # Errors
+    /// [`DbError::Unavailable`] when no connection can be had in time, the
+    /// schema is not checked yet, or the statement failed for a reason
+    /// that may pass; [`DbError::Query`] for any other failure.
+    pub fn with<T>(
+        &self,
+        f: impl FnOnce(&mut Client) -> Result<T, postgres::Error>,
+    ) -> Result<T, DbError> {
+        let h = self.health();
+        if let Some(why) = h.refused {
+            return Err(DbError::Schema(why));
+        }
+        if !h.migrated {
+            self.migrate()?;
+        }
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        self.use_conn(|c| f(c).map_err(DbError::from_pg))
+    }
+
+    /// [`Db::with`] for a background thread's statement (heartbeats, queue
+    /// polls, output copies): counted apart ([`Db::background_trips`]), so
+    /// that [`Db::round_trips`] shows what requests cost.
+    ///
+    /// # Errors
+    /// As [`Db::with`].
+    pub fn with_background<T>(
+        &self,
+        f: impl FnOnce(&mut Client) -> Result<T, postgres::Error>,
+    ) -> Result<T, DbError> {
+        let h = self.health();
+        if let Some(why) = h.refused {
+            return Err(DbError::Schema(why));
+        }
+        if !h.migrated {
+            self.migrate()?;
+        }
+        self.background_trips.fetch_add(1, Ordering::Relaxed);
+        self.use_conn(|c| f(c).map_err(DbError::from_pg))
+    }
+
+    /// Uses of [`Db::with_background`] since start.
+    pub fn background_trips(&self) -> u64 {
+        self.background_trips.load(Ordering::Relaxed)
+    }
+
+    /// Uses of [`Db::with`] since start: the round trips to the database.
+    pub fn round_trips(&self) -> u64 {
+        self.round_trips.load(Ordering::Relaxed)
+    }
+
+    /// `None` while the database answers, else why not (for `/healthz`):
+    /// the last use failed, the schema is refused, or not yet checked.
+    /// When no use was seen for a second, asks the database first
+    /// ([`Db::ping`]), so an idle instance notices it too.
+    pub fn unreachable(&self) -> Option<String> {
+        let stale = self.health().used.is_none_or(|t| t.elapsed() >= PING_EVERY);
+        if stale && self.health().migrated {
+            self.ping();
+        }
+        let h = self.health();
+        if let Some(why) = h.refused {
+            return Some(why);
+        }
+        if !h.migrated {
+            return Some(format!(
+                "the database ({}) was not reached yet: {}",
+                self.settings.url,
+                h.down.unwrap_or_else(|| "connecting".into())
+            ));
+        }
+        h.down
+            .map(|why| format!("the database ({}) is unavailable: {why}", self.settings.url))
+    }
+
+    /// Check that the database answers now (`SELECT 1`), recording the
+    /// outcome for [`Db::unreachable`] (a background round trip).
+    pub fn ping(&self) -> bool {
+        self.with_background(|c| c.simple_query("SELECT 1").map(drop))
+            .is_ok()
+    }
+
+    /// A copy of the health record.
+    fn health(&self) -> Health {
+        self.health_mut().clone()
+    }
+
+    fn health_mut(&self) -> std::sync::MutexGuard<'_, Health> {
+        self.health.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Take a connection, run `f`, give it back unless it broke; note the
+    /// outcome.
+    fn use_conn<T>(&self, f: impl FnOnce(&mut Client) -> Result<T, DbError>) -> Result<T, DbError> {
+        let taken = self.take();
+        let mut client = match taken {
+            Ok(c) => c,
+            Err(e) => {
+                self.note(Some(&e));
+                return Err(e);
+            }
+        };
+        let r = f(&mut client);
+        let broken = client.is_closed() || matches!(&r, Err(e) if e.is_unavailable());
+        self.give_back(client, broken);
+        self.note(r.as_ref().err());
+        r
+    }
+
+    /// Record a use's outcome for `/healthz`.
+    fn note(&self, err: Option<&DbError>) {
+        let mut h = self.health_mut();
+        h.used = Some(Instant::now());
+        match err {
+            None => h.down = None,
+            Some(e) if e.is_unavailable() => h.down = Some(e.to_string()),
+            Some(_) => {}
+        }
+    }
+
+    /// An idle connection, a new one while fewer than `pool` exist, or the
+    /// first one freed within the connect timeout.
+    fn take(&self) -> Result<Client, DbError> {
+        let bound = Duration::from_secs(defaults::CONNECT_TIMEOUT_SECS);
+        let until = Instant::now() + bound;
+        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(c) = pool.idle.pop() {
+                return Ok(c);
+            }
+            if pool.open < self.settings.pool {
+                pool.open += 1;
+                drop(pool);
+                return self.open().inspect_err(|_| self.forget_one());
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(DbError::Unavailable(format!(
+                    "all {} connections stayed busy for {}s",
+                    self.settings.pool,
+                    bound.as_secs()
+                )));
+            }
+            pool = self
+                .freed
+                .wait_timeout(pool, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// Back into the pool, or closed when `broken`.
+    fn give_back(&self, client: Client, broken: bool) {
+        if broken {
+            drop(client);
+            self.forget_one();
+            return;
+        }
+        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        pool.idle.push(client);
+        drop(pool);
+        self.freed.notify_one();
+    }
+
+    /// One connection fewer exists.
+    fn forget_one(&self) {
+        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        pool.open = pool.open.saturating_sub(1);
+        drop(pool);
+        self.freed.notify_one();
+    }
+
+    /// Open a new connection with the configured TLS.
+    fn open(&self) -> Result<Client, DbError> {
+        let s = &self.settings;
+        let mut pg = s.pg.clone();
+        let r = match s.ssl {
+            SslMode::Disable => {
+                pg.ssl_mode(postgres::config::SslMode::Disable);
+                pg.connect(postgres::NoTls)
+            }
+            mode => {
+                pg.ssl_mode(match mode {
+                    SslMode::Prefer => postgres::config::SslMode::Prefer,
+                    _ => postgres::config::SslMode::Require,
+                });
+                let tls = tls::client_config(mode, &s.roots);
+                pg.connect(tokio_postgres_rustls::MakeRustlsConnect::new(tls))
+            }
+        };
+        r.map_err(|e| DbError::Unavailable(e.to_string()))
+    }
+}

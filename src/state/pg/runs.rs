@@ -1,0 +1,592 @@
+//! Run records in the database (`trigd_runs`): the database side of
+//! `state::store::RunStore`. Every write is one upsert of whole records
+//! (the record as JSON beside the columns queries use), with the
+//! idempotency claims waiting for those runs ([`super::claims`]) in the
+//! same statement. Writes that arrive while another is in flight are sent
+//! together by the next one ([`Batch`]): concurrent async accepts share a
+//! round trip and a commit, as they share an `fdatasync` in `runs.log`.
+//!
+//! Fencing (for `cluster.sql`'s leases): an insert names this instance as
+//! the run's executor, except an async run accepted `queued`, which waits
+//! for any instance (`instance` null); an update never changes `instance`
+//! and is dropped when another instance holds the run.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use postgres::types::Type;
+use postgres::Client;
+
+use super::claims::{Claim, Outcome};
+use super::{Db, DbError};
+use crate::state::record::{Owner, RunRecord, RunState};
+use crate::state::time::Time;
+
+/// One statement writes a batch: the runs as parallel arrays, the claims
+/// first (a run whose claim lost is not written), the upsert fenced.
+const UPSERT: &str = "
+WITH input AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
+                         $6::text[], $7::text[], $8::text[], $9::int8[], $10::int8[],
+                         $11::text[], $12::text[], $13::text[], $14::int8[])
+        AS t(id, state, program, function, tool, owner, origin, instance,
+             created_ms, ended_ms, record, claim_key, claim_req, window_ms)
+), claims AS (
+    INSERT INTO trigd_idempotency AS i (key_hash, request_hash, run_id, expires_at)
+    SELECT claim_key, claim_req, id, now() + window_ms * interval '1 millisecond'
+    FROM input WHERE claim_key IS NOT NULL
+    ON CONFLICT (key_hash) DO UPDATE
+        SET request_hash = excluded.request_hash, run_id = excluded.run_id,
+            created_at = now(), expires_at = excluded.expires_at
+        WHERE i.expires_at < now()
+    RETURNING run_id
+), runs AS (
+    INSERT INTO trigd_runs AS r (id, state, program, function, tool, owner, origin,
+                                 instance, created_at, ended_at, record)
+    SELECT id, state, program, function, tool, owner, origin, instance,
+           timestamptz 'epoch' + created_ms * interval '1 millisecond',
+           timestamptz 'epoch' + ended_ms * interval '1 millisecond',
+           record::jsonb
+    FROM input
+    WHERE claim_key IS NULL OR id IN (SELECT run_id FROM claims)
+    ON CONFLICT (id) DO UPDATE
+        SET state = excluded.state, ended_at = excluded.ended_at, record = excluded.record
+        WHERE r.instance = $15 OR r.instance IS NULL
+    RETURNING id
+)
+SELECT id FROM runs";
+
+/// The run list's page, as [`DbRuns::page`] reads it.
+const PAGE: &str = "
+SELECT record::text, (extract(epoch FROM created_at) * 1000)::int8, right(id, 32)
+FROM trigd_runs
+WHERE ($1 OR (owner = 'hook' AND $2) OR program = ANY($3))
+  AND ($4::text IS NULL OR program = $4)
+  AND ($5::text IS NULL OR function = $5)
+  AND ($6::text IS NULL OR tool = $6)
+  AND ($7::text IS NULL OR origin = $7)
+  AND ($8::text IS NULL OR left(origin, length($8) + 1) = $8 || ':')
+  AND ($9::text IS NULL OR state = $9)
+  AND ($10::int8 IS NULL OR created_at >= timestamptz 'epoch' + $10 * interval '1 millisecond')
+  AND ($11::int8 IS NULL OR created_at < timestamptz 'epoch' + $11 * interval '1 millisecond')
+  AND ($12::int8 IS NULL
+       OR (created_at, right(id, 32) COLLATE \"C\")
+          < (timestamptz 'epoch' + $12 * interval '1 millisecond', $13 COLLATE \"C\"))
+ORDER BY created_at DESC, right(id, 32) COLLATE \"C\" DESC
+LIMIT $14";
+
+/// A page of runs, and the position of its last run when more match:
+/// (created ms, 32 hex digits).
+pub type Page = (Vec<RunRecord>, Option<(i64, String)>);
+
+/// Which runs a page of the run list shows (`RunFilter` of issue 35 in
+/// plain values).
+#[derive(Debug, Clone, Default)]
+pub struct PageQuery {
+    /// Every run (`Scope::All`); else only `programs` and, with `hooks`,
+    /// hooks-file hooks' runs.
+    pub all: bool,
+    /// Program ids the caller may see.
+    pub programs: Vec<u64>,
+    /// Hooks' runs too.
+    pub hooks: bool,
+    /// Only this program.
+    pub program: Option<u64>,
+    /// Only this function (a hook's run: the hook id).
+    pub function: Option<String>,
+    /// Only this tool's endpoints.
+    pub tool: Option<String>,
+    /// Only this origin, exactly (`api_key:deploy`).
+    pub origin: Option<String>,
+    /// Only origins of this kind (`api_key`, `session`…).
+    pub origin_kind: Option<String>,
+    /// Only this state.
+    pub state: Option<RunState>,
+    /// Created at or after (ms since the epoch).
+    pub since_ms: Option<i64>,
+    /// Created before (ms since the epoch).
+    pub until_ms: Option<i64>,
+    /// Strictly older than this position: (created ms, 32 hex digits).
+    pub before: Option<(i64, String)>,
+    /// At most this many.
+    pub limit: usize,
+}
+
+/// A record to write, with the claim it must make.
+#[derive(Debug, Clone)]
+struct Row {
+    rec: RunRecord,
+    claim: Option<Claim>,
+}
+
+/// Tickets of one batch: which ones were written, which claims lost.
+#[derive(Debug, Default)]
+struct Written {
+    /// Run ids written.
+    runs: Vec<String>,
+    /// Claims lost, by key: (run, request) of the holder.
+    lost: HashMap<String, (String, String)>,
+}
+
+/// Statements of writes in flight at once, at most: more commit more
+/// per second (each waits for its commit's WAL flush), fewer leave more
+/// connections of the pool to reads.
+const MAX_IN_FLIGHT: usize = 4;
+
+/// Writes waiting for a statement, and the outcome of the last ones.
+#[derive(Default)]
+struct Queue {
+    waiting: Vec<(u64, Row)>,
+    /// Statements in flight.
+    in_flight: usize,
+    /// Runs with a write in flight: their next write waits for it, so a
+    /// run's writes commit in the order they were made.
+    flying: std::collections::HashSet<String>,
+    next_ticket: u64,
+    /// Outcomes by ticket, until their writer takes them.
+    done: HashMap<u64, Result<Option<Outcome>, String>>,
+}
+
+/// Leaders and followers: a writer whose row waits sends every waiting row
+/// in one statement, when fewer than [`MAX_IN_FLIGHT`] are in flight;
+/// those that arrive meanwhile wait and are sent by the next.
+#[derive(Default)]
+struct Batch {
+    queue: Mutex<Queue>,
+    turn: Condvar,
+}
+
+/// The run records of one instance in the database.
+pub struct DbRuns {
+    db: Arc<Db>,
+    /// This instance's name (`trigd_runs.instance`).
+    me: String,
+    batch: Batch,
+}
+
+impl DbRuns {
+    /// The records in `db`, written as instance `me`.
+    pub fn new(db: Arc<Db>, me: &str) -> DbRuns {
+        DbRuns {
+            db,
+            me: me.to_string(),
+            batch: Batch::default(),
+        }
+    }
+
+    /// Write `rec` (insert or update), with the claim waiting for it. Ends
+    /// once it is committed.
+    ///
+    /// # Errors
+    /// The database failed; or the claim was lost to another request
+    /// ([`Outcome::Lost`] noted in the pending claims): nothing written.
+    pub fn write(&self, rec: &RunRecord) -> Result<(), DbError> {
+        if let Some(Outcome::Lost { run, .. }) = self.db.claims.outcome(&rec.run) {
+            // Its request is answered as a repeat of `run`: it must not run.
+            return Err(DbError::Claimed(run));
+        }
+        let claim = self.db.claims.waiting(&rec.run);
+        let has_claim = claim.is_some();
+        let row = Row {
+            rec: rec.clone(),
+            claim,
+        };
+        let ticket = self.enqueue(row);
+        let outcome = self.await_ticket(ticket)?;
+        match outcome {
+            Some(Outcome::Lost { run, .. }) => Err(DbError::Claimed(run)),
+            Some(Outcome::Made) | Some(Outcome::Waiting) | None => {
+                if has_claim {
+                    self.db.claims.settle(&rec.run, Outcome::Made);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Queue `row`, returning its ticket.
+    fn enqueue(&self, row: Row) -> u64 {
+        let mut q = self.lock();
+        q.next_ticket += 1;
+        let t = q.next_ticket;
+        q.waiting.push((t, row));
+        t
+    }
+
+    /// Wait for ticket `t`'s outcome, sending the waiting rows when no
+    /// write is in flight.
+    fn await_ticket(&self, t: u64) -> Result<Option<Outcome>, DbError> {
+        let mut q = self.lock();
+        loop {
+            if let Some(r) = q.done.remove(&t) {
+                return r.map_err(DbError::Unavailable);
+            }
+            let mine_waits = q.waiting.iter().any(|(w, _)| *w == t);
+            if mine_waits && q.in_flight < MAX_IN_FLIGHT {
+                let Queue {
+                    waiting, flying, ..
+                } = &mut *q;
+                let rows = take_batch(waiting, flying);
+                if !rows.is_empty() {
+                    q.in_flight += 1;
+                    drop(q);
+                    let outcome = self.send(&rows);
+                    q = self.lock();
+                    q.in_flight -= 1;
+                    for (_, r) in &rows {
+                        q.flying.remove(&r.rec.run);
+                    }
+                    settle(&mut q.done, &rows, outcome, &self.db);
+                    drop(q);
+                    self.batch.turn.notify_all();
+                    q = self.lock();
+                    continue;
+                }
+            }
+            q = self.batch.turn.wait(q).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// One statement for `rows`, then, when claims were lost, one to read
+    /// who holds them.
+    fn send(&self, rows: &[(u64, Row)]) -> Result<Written, DbError> {
+        let cols = Columns::of(rows.iter().map(|(_, r)| r), &self.me);
+        let me = self.me.clone();
+        let runs: Vec<String> = self.db.with(|c| {
+            let p = cols.params(&me);
+            let rows = c.query_typed(UPSERT, &p)?;
+            rows.iter().map(|r| r.try_get(0)).collect()
+        })?;
+        let lost_keys: Vec<String> = rows
+            .iter()
+            .filter(|(_, r)| !runs.contains(&r.rec.run))
+            .filter_map(|(_, r)| r.claim.as_ref().map(|c| c.key.clone()))
+            .collect();
+        let mut written = Written {
+            runs,
+            lost: HashMap::new(),
+        };
+        if !lost_keys.is_empty() {
+            written.lost = self.db.with(|c| holders(c, &lost_keys))?;
+        }
+        Ok(written)
+    }
+
+    /// The record of run `id`.
+    ///
+    /// # Errors
+    /// The database failed.
+    pub fn get(&self, id: &str) -> Result<Option<RunRecord>, DbError> {
+        let text: Option<String> = self.db.with(|c| {
+            c.query_typed_opt(
+                "SELECT record::text FROM trigd_runs WHERE id = $1",
+                &[(&id, Type::TEXT)],
+            )?
+            .map(|r| r.try_get(0))
+            .transpose()
+        })?;
+        Ok(text.and_then(|t| serde_json::from_str::<RunRecord>(&t).ok()))
+    }
+
+    /// The owner and state of run `id`, without its record.
+    ///
+    /// # Errors
+    /// The database failed.
+    pub fn owner_and_state(&self, id: &str) -> Result<Option<(Owner, RunState)>, DbError> {
+        let row: Option<(String, String)> = self.db.with(|c| {
+            c.query_typed_opt(
+                "SELECT owner, state FROM trigd_runs WHERE id = $1",
+                &[(&id, Type::TEXT)],
+            )?
+            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+            .transpose()
+        })?;
+        Ok(row.and_then(|(o, s)| Some((parse_owner(&o)?, RunState::from_name(&s)?))))
+    }
+
+    /// Replace the record of ended run `rec.run` from any instance (a
+    /// re-run's link, a delivery's bookkeeping): unlike [`DbRuns::write`]
+    /// not fenced by the executing instance, since an ended run has no
+    /// executor left; a run that has not ended is left alone (false). One
+    /// statement.
+    ///
+    /// # Errors
+    /// The database failed.
+    pub fn replace_ended(&self, rec: &RunRecord) -> Result<bool, DbError> {
+        // As `write` does: a record always serialises (no maps with
+        // non-string keys).
+        let text = serde_json::to_string(rec).unwrap_or_default();
+        let n = self.db.with(|c| {
+            c.execute_typed(
+                "UPDATE trigd_runs SET record = $2::text::jsonb
+                 WHERE id = $1 AND ended_at IS NOT NULL",
+                &[(&rec.run, Type::TEXT), (&text, Type::TEXT)],
+            )
+        })?;
+        Ok(n > 0)
+    }
+
+    /// A page of the run list (issue 35's `RunFilter`, given as plain
+    /// values so that this side does not depend on the list's types):
+    /// newest first by (`CreatedAt` ms, the id's 32 hex digits), at most
+    /// `q.limit`, and the position of the last one when more match. One
+    /// statement.
+    ///
+    /// # Errors
+    /// The database failed.
+    pub fn page(&self, q: &PageQuery) -> Result<Page, DbError> {
+        let limit = i64::try_from(q.limit.saturating_add(1)).unwrap_or(i64::MAX);
+        let programs: Vec<String> = q.programs.iter().map(u64::to_string).collect();
+        let program = q.program.map(|p| p.to_string());
+        let state = q.state.map(|s| s.name().to_string());
+        let (before_ms, before_hex) = q.before.clone().unzip();
+        let rows: Vec<(String, i64, String)> = self.db.with(|c| {
+            let rows = c.query_typed(
+                PAGE,
+                &[
+                    (&q.all, Type::BOOL),
+                    (&q.hooks, Type::BOOL),
+                    (&programs, Type::TEXT_ARRAY),
+                    (&program, Type::TEXT),
+                    (&q.function, Type::TEXT),
+                    (&q.tool, Type::TEXT),
+                    (&q.origin, Type::TEXT),
+                    (&q.origin_kind, Type::TEXT),
+                    (&state, Type::TEXT),
+                    (&q.since_ms, Type::INT8),
+                    (&q.until_ms, Type::INT8),
+                    (&before_ms, Type::INT8),
+                    (&before_hex, Type::TEXT),
+                    (&limit, Type::INT8),
+                ],
+            )?;
+            rows.iter()
+                .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)))
+                .collect()
+        })?;
+        let more = rows.len() > q.limit;
+        let mut page = Vec::with_capacity(q.limit);
+        let mut last = None;
+        for (text, ms, hex) in rows.into_iter().take(q.limit) {
+            if let Ok(r) = serde_json::from_str::<RunRecord>(&text) {
+                page.push(r);
+            }
+            last = Some((ms, hex));
+        }
+        Ok((page, last.filter(|_| more)))
+    }
+
+    /// How many runs the database holds.
+    #[cfg(test)]
+    ///
+    /// # Errors
+    /// The database failed.
+    pub fn count(&self) -> Result<usize, DbError> {
+        let n: i64 = self.db.with(|c| {
+            c.query_typed_one("SELECT count(*) FROM trigd_runs", &[])?
+                .try_get(0)
+        })?;
+        Ok(usize::try_from(n).unwrap_or(0))
+    }
+
+    /// Drop ended runs past the newest `retention` ones, and expired
+    /// claims (one statement).
+    ///
+    /// # Errors
+    /// The database failed.
+    pub fn trim(&self, retention: usize) -> Result<(), DbError> {
+        let keep = i64::try_from(retention).unwrap_or(i64::MAX);
+        self.db.with(|c| {
+            c.execute_typed(
+                "WITH gone AS (
+                     DELETE FROM trigd_runs WHERE ended_at IS NOT NULL AND seq <= (
+                         SELECT seq FROM trigd_runs WHERE ended_at IS NOT NULL
+                         ORDER BY seq DESC OFFSET $1 LIMIT 1)
+                     RETURNING id)
+                 DELETE FROM trigd_idempotency WHERE expires_at < now()",
+                &[(&keep, Type::INT8)],
+            )
+        })?;
+        Ok(())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        self.batch.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The waiting rows to send now (noted in `flying`): one write per run
+/// and none of a run with a write in flight (its next write waits, so
+/// writes commit in order), and at most one claim per key (a second waits
+/// for the next batch, where it finds the first's claim).
+fn take_batch(
+    waiting: &mut Vec<(u64, Row)>,
+    flying: &mut std::collections::HashSet<String>,
+) -> Vec<(u64, Row)> {
+    let mut now: Vec<(u64, Row)> = Vec::with_capacity(waiting.len());
+    let mut later = Vec::new();
+    for (t, row) in waiting.drain(..) {
+        let same_run = flying.contains(&row.rec.run);
+        let same_key = row.claim.as_ref().is_some_and(|c| {
+            now.iter()
+                .any(|(_, r)| r.claim.as_ref().is_some_and(|d| d.key == c.key))
+        });
+        if same_run || same_key {
+            later.push((t, row));
+        } else {
+            flying.insert(row.rec.run.clone());
+            now.push((t, row));
+        }
+    }
+    *waiting = later;
+    now
+}
+
+/// Note each ticket's outcome.
+fn settle(
+    done: &mut HashMap<u64, Result<Option<Outcome>, String>>,
+    rows: &[(u64, Row)],
+    written: Result<Written, DbError>,
+    db: &Db,
+) {
+    let written = match written {
+        Ok(w) => w,
+        Err(e) => {
+            let why = e.to_string();
+            for (t, _) in rows {
+                done.insert(*t, Err(why.clone()));
+            }
+            return;
+        }
+    };
+    for (t, row) in rows {
+        let lost = row
+            .claim
+            .as_ref()
+            .and_then(|c| written.lost.get(&c.key).map(|h| (c, h)));
+        let outcome = match lost {
+            Some((_, (run, request))) if !written.runs.contains(&row.rec.run) => {
+                let o = Outcome::Lost {
+                    run: run.clone(),
+                    request: request.clone(),
+                };
+                db.claims.settle(&row.rec.run, o.clone());
+                Some(o)
+            }
+            _ if written.runs.contains(&row.rec.run) => row.claim.as_ref().map(|_| Outcome::Made),
+            _ => {
+                log::warn!(
+                    "run {}: state {} not recorded: another instance holds the run",
+                    row.rec.run,
+                    row.rec.state.name()
+                );
+                None
+            }
+        };
+        done.insert(*t, Ok(outcome));
+    }
+}
+
+/// Who holds each claim of `keys`: key → (run, request).
+fn holders(
+    c: &mut Client,
+    keys: &[String],
+) -> Result<HashMap<String, (String, String)>, postgres::Error> {
+    let rows = c.query_typed(
+        "SELECT key_hash, run_id, request_hash FROM trigd_idempotency WHERE key_hash = ANY($1)",
+        &[(&keys, Type::TEXT_ARRAY)],
+    )?;
+    rows.iter()
+        .map(|r| Ok((r.try_get(0)?, (r.try_get(1)?, r.try_get(2)?))))
+        .collect()
+}
+
+/// The owner column's text: the program id, or `hook`.
+fn owner_text(o: Owner) -> String {
+    o.to_string()
+}
+
+/// [`owner_text`] read back.
+fn parse_owner(s: &str) -> Option<Owner> {
+    match s {
+        "hook" => Some(Owner::Hook),
+        id => id.parse().ok().map(Owner::Program),
+    }
+}
+
+/// Milliseconds since the epoch.
+fn millis(t: Time) -> i64 {
+    t.timestamp().as_millisecond()
+}
+
+/// The batch as the statement's parallel arrays.
+#[derive(Default)]
+struct Columns {
+    id: Vec<String>,
+    state: Vec<String>,
+    program: Vec<Option<String>>,
+    function: Vec<String>,
+    tool: Vec<Option<String>>,
+    owner: Vec<String>,
+    origin: Vec<String>,
+    instance: Vec<Option<String>>,
+    created: Vec<i64>,
+    ended: Vec<Option<i64>>,
+    record: Vec<String>,
+    claim_key: Vec<Option<String>>,
+    claim_req: Vec<Option<String>>,
+    window: Vec<Option<i64>>,
+}
+
+impl Columns {
+    fn of<'r>(rows: impl Iterator<Item = &'r Row>, me: &str) -> Columns {
+        let mut c = Columns::default();
+        for Row { rec, claim } in rows {
+            c.id.push(rec.run.clone());
+            c.state.push(rec.state.name().to_string());
+            c.program.push(rec.owner.program().map(|p| p.to_string()));
+            c.function.push(rec.function.clone());
+            c.tool.push(rec.tool.as_ref().map(|t| t.tool.clone()));
+            c.owner.push(owner_text(rec.owner));
+            c.origin.push(rec.by.to_string());
+            let waits = rec.r#async && rec.state == RunState::Queued;
+            c.instance.push((!waits).then(|| me.to_string()));
+            c.created.push(millis(rec.created_at));
+            c.ended.push(
+                rec.finished_at
+                    .filter(|_| rec.state.is_terminal())
+                    .map(millis),
+            );
+            c.record
+                .push(serde_json::to_string(rec).unwrap_or_default());
+            c.claim_key.push(claim.as_ref().map(|k| k.key.clone()));
+            c.claim_req.push(claim.as_ref().map(|k| k.request.clone()));
+            let ms = |k: &Claim| i64::try_from(k.window.as_millis()).unwrap_or(i64::MAX);
+            c.window.push(claim.as_ref().map(ms));
+        }
+        c
+    }
+
+    fn params<'a>(
+        &'a self,
+        me: &'a String,
+    ) -> Vec<(&'a (dyn postgres::types::ToSql + Sync), Type)> {
+        vec![
+            (&self.id, Type::TEXT_ARRAY),
+            (&self.state, Type::TEXT_ARRAY),
+            (&self.program, Type::TEXT_ARRAY),
+            (&self.function, Type::TEXT_ARRAY),
+            (&self.tool, Type::TEXT_ARRAY),
+            (&self.owner, Type::TEXT_ARRAY),
+            (&self.origin, Type::TEXT_ARRAY),
+            (&self.instance, Type::TEXT_ARRAY),
+            (&self.created, Type::INT8_ARRAY),
+            (&self.ended, Type::INT8_ARRAY),
+            (&self.record, Type::TEXT_ARRAY),
+            (&self.claim_key, Type::TEXT_ARRAY),
+            (&self.claim_req, Type::TEXT_ARRAY),
+            (&self.window, Type::INT8_ARRAY),
+            (me, Type::TEXT),
+        ]
+    }
+}

@@ -1,0 +1,420 @@
+//! The PostgreSQL backend's foundation and run records (`[state] url`),
+//! on the real binary against the harness's PostgreSQL: config errors,
+//! migrations (once, refused when newer), runs and idempotency keys seen
+//! by every instance, the round trips of a run, and the database down.
+
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::util::*;
+
+/// A quick sync function and a slower async one.
+const PROG: &str = r#"
+id = 1
+name = "p"
+
+[[functions]]
+name = "quick"
+command = ["sh", "-c", "echo '{\"ok\":1}'"]
+output = "json"
+webhook = { active = true, outputs = [] }
+
+[[functions]]
+name = "arg"
+command = ["sh", "-c", "echo \"[\\\"$1\\\"]\"", "sh", "{v}"]
+output = "json"
+webhook = { active = true, outputs = ["v"] }
+"#;
+
+/// An instance named `name` on database `db`, its own state dir.
+fn instance(test: &str, name: &str, db: &PgDb) -> (TestDir, Trigd) {
+    let dir = setup(
+        &format!("{test}_{name}"),
+        &format!("instance = {name:?}"),
+        &[("p.toml", PROG)],
+    );
+    db.configure(&dir, "");
+    let t = Trigd::start(&dir);
+    (dir, t)
+}
+
+fn quick() -> String {
+    format!("/api?api_key={KEY}&program_id=1&function=quick")
+}
+
+/// `trigd_state_db_round_trips_total` of `t`.
+fn round_trips(t: &Trigd) -> u64 {
+    let r = t.get("/metrics");
+    r.text()
+        .lines()
+        .find_map(|l| l.strip_prefix("trigd_state_db_round_trips_total "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| r.fail("no trigd_state_db_round_trips_total in /metrics"))
+}
+
+#[test]
+fn every_instance_answers_for_every_run_and_never_421() {
+    let db = pg_database("pg_every");
+    let (_a_dir, a) = instance("pg_every", "alpha", &db);
+    let (_b_dir, b) = instance("pg_every", "beta", &db);
+    let r = a.post(&quick());
+    let id = r.run_id(&r.ok());
+    let r = b.get(&format!("/api/runs/{id}?api_key={KEY}"));
+    let v = r.ok();
+    r.check_eq(&v["Run"], &json!(id), "beta serves alpha's run");
+    r.check_eq(&v["State"], &json!("finished"), "its state");
+    r.check_eq(&v["Result"], &json!([{"ok": 1}]), "its Result");
+    // An unknown id naming another instance: 404, not 421.
+    let hex = "0123456789abcdef0123456789abcdef";
+    b.get(&format!("/api/runs/alpha-{hex}?api_key={KEY}"))
+        .err(404, "run_not_found");
+    // An async run accepted by beta, read from alpha once ended.
+    let r = b.post(&format!("{}&run_async=1", quick()));
+    let id2 = r.run_id(&r.ok());
+    a.wait_for(PG_WAIT, "beta's async run ends", || {
+        a.get(&format!("/api/runs/{id2}?api_key={KEY}")).json()["State"] == json!("finished")
+    });
+    assert_eq!(db.count("SELECT count(*) FROM trigd_runs"), 2);
+    assert_eq!(
+        db.psql(&format!(
+            "SELECT instance FROM trigd_runs WHERE id = '{id}'"
+        )),
+        "alpha"
+    );
+}
+
+#[test]
+fn an_idempotency_key_retried_on_another_instance_replays_the_first_run() {
+    let db = pg_database("pg_idem");
+    let (_a_dir, a) = instance("pg_idem", "alpha", &db);
+    let (_b_dir, b) = instance("pg_idem", "beta", &db);
+    let url = format!("/api?api_key={KEY}&program_id=1&function=arg&variables=x");
+    let key = [("Idempotency-Key", "order-7")];
+    let first = a.request("POST", &url, &key, b"");
+    let id = first.run_id(&first.ok());
+    for t in [&b, &a, &b] {
+        let r = t.request("POST", &url, &key, b"");
+        let v = r.ok();
+        r.check_eq(&v["Run"], &json!(id), "the first run's id");
+        r.check_eq(&v["Result"], &json!([["x"]]), "the first run's Result");
+        r.check(
+            r.header("idempotent-replayed") == Some("true"),
+            "marked replayed",
+        );
+    }
+    // Async: the same, answered with the run's id and state.
+    let async_url = format!("{url}&run_async=1");
+    let key2 = [("Idempotency-Key", "order-8")];
+    let r = b.request("POST", &async_url, &key2, b"");
+    let id2 = r.run_id(&r.ok());
+    let r = a.request("POST", &async_url, &key2, b"");
+    r.check_eq(
+        &r.ok()["Run"],
+        &json!(id2),
+        "async repeat on the other instance",
+    );
+    // The same key with other values: refused on either instance.
+    let other = format!("/api?api_key={KEY}&program_id=1&function=arg&variables=y");
+    b.request("POST", &other, &key, b"")
+        .err(422, "idempotency_key_reused");
+    assert_eq!(
+        db.count("SELECT count(*) FROM trigd_runs"),
+        2,
+        "two runs, not seven"
+    );
+    assert_eq!(db.count("SELECT count(*) FROM trigd_idempotency"), 2);
+}
+
+/// The same key sent to two instances at once, many times: one run per key.
+#[test]
+fn concurrent_retries_on_two_instances_start_one_run_per_key() {
+    let db = pg_database("pg_idem_race");
+    let (_a_dir, a) = instance("pg_race", "alpha", &db);
+    let (_b_dir, b) = instance("pg_race", "beta", &db);
+    let (ca, cb) = (a.client(), b.client());
+    let url = format!("/api?api_key={KEY}&program_id=1&function=arg&variables=x&run_async=1");
+    let mut handles = Vec::new();
+    for k in 0..10 {
+        for c in [ca.clone(), cb.clone(), ca.clone(), cb.clone()] {
+            let url = url.clone();
+            handles.push(thread::spawn(move || {
+                let key = format!("race-{k}");
+                let r = c.request("POST", &url, &[("Idempotency-Key", &key)], b"");
+                let v = r.ok();
+                (key, r.run_id(&v))
+            }));
+        }
+    }
+    let mut by_key = std::collections::BTreeMap::<String, Vec<String>>::new();
+    for h in handles {
+        let (k, id) = h.join().expect("request thread");
+        by_key.entry(k).or_default().push(id);
+    }
+    for (k, ids) in &by_key {
+        assert!(
+            ids.iter().all(|i| i == &ids[0]),
+            "{k}: one run id, got {ids:?}"
+        );
+    }
+    assert_eq!(db.count("SELECT count(*) FROM trigd_runs"), 10);
+}
+
+#[test]
+fn a_sync_run_costs_two_round_trips_and_async_accepts_share_them() {
+    let db = pg_database("pg_trips");
+    let (_dir, t) = instance("pg_trips", "alpha", &db);
+    t.post(&quick()).ok(); // connections open, plans warm
+    let before = round_trips(&t);
+    let server_before = db.statement_calls();
+    let r = t.post(&quick());
+    r.ok();
+    let sync = round_trips(&t) - before; // /metrics itself sends none
+    r.check(
+        sync <= 3,
+        format!("a sync run took {sync} round trips (at most 3)"),
+    );
+    // The server's count agrees (pg_stat_statements, when installed; the
+    // first count's own statement is counted too).
+    if let (Some(a), Some(b)) = (server_before, db.statement_calls()) {
+        let statements = b - a - 1;
+        r.check(
+            statements == i64::try_from(sync).unwrap(),
+            format!("pg_stat_statements saw {statements} statements, trigd counted {sync}"),
+        );
+    }
+    let key = [("Idempotency-Key", "trips-1")];
+    let before = round_trips(&t);
+    t.request("POST", &quick(), &key, b"").ok();
+    let with_key = round_trips(&t) - before;
+    assert!(
+        with_key <= 3,
+        "with Idempotency-Key: {with_key} round trips"
+    );
+
+    // 64 concurrent async accepts of a program that waits: their records
+    // share statements.
+    let c = Arc::new(t.client());
+    let before = round_trips(&t);
+    let url = format!("/api?api_key={KEY}&program_id=1&function=quick&run_async=1");
+    let handles: Vec<_> = (0..64)
+        .map(|_| {
+            let (c, url) = (Arc::clone(&c), url.clone());
+            thread::spawn(move || c.post(&url).ok())
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("accept thread");
+    }
+    t.wait_for(PG_WAIT, "the 64 runs end", || {
+        db.count("SELECT count(*) FROM trigd_runs WHERE state = 'finished'") == 67
+    });
+    let used = round_trips(&t) - before;
+    // Unbatched: 3 writes per run (accepted, running, ended) = 192.
+    assert!(
+        used < 192,
+        "64 async runs took {used} round trips: not batched"
+    );
+    eprintln!("sync run: {sync} round trips; with a key: {with_key}; 64 async runs: {used}");
+}
+
+#[test]
+fn config_errors_of_state_are_located() {
+    let dir = setup("pg_config", "", &[]);
+    let cases = [
+        (
+            "[state]\nurl = \"postgres://u:secret@localhost/db\"\n",
+            "state.url: the URL holds a password",
+        ),
+        (
+            "[state]\nurl = \"postgres://u@localhost/db?sslmode=maybe\"\n",
+            "state.url: sslmode=maybe is not supported",
+        ),
+        (
+            "[state]\nurl = \"mysql://u@localhost/db\"\n",
+            "state.url: the scheme must be postgres://",
+        ),
+        (
+            "[state]\nurl = \"postgres://u@localhost/db\"\npassword_env = \"X\"\npassword_file = \"f\"\n",
+            "state.password_env: set password_env or password_file, not both",
+        ),
+        (
+            "[state]\nurl = \"postgres://u@localhost/db\"\npassword_env = \"TRIGD_TEST_UNSET_VAR\"\n",
+            "state.password_env: environment variable TRIGD_TEST_UNSET_VAR is not set",
+        ),
+        (
+            "[state]\nurl = \"postgres://u@localhost/db\"\npassword_file = \"credential:db\"\n",
+            "state.password_file: credential:db names a systemd credential",
+        ),
+        ("[state]\npassword_env = \"X\"\n", "state.password_env: password_env needs url"),
+        (
+            "[state]\nurl = \"postgres://u@localhost/db\"\npool = 0\n",
+            "state.pool: must be at least 1",
+        ),
+    ];
+    let base = config("");
+    for (table, want) in cases {
+        dir.write("config.toml", &format!("{base}\n{table}"));
+        let out = trigd(
+            &[
+                "check",
+                "--config",
+                dir.path("config.toml").to_str().unwrap(),
+            ],
+            None,
+        );
+        out.check(out.code == Some(1), "refused");
+        out.check(out.stderr.contains(want), format!("names {want:?}"));
+        out.check(out.stderr.contains("config.toml:"), "located");
+        out.check(
+            !out.stderr.contains("secret"),
+            "the password is never shown",
+        );
+    }
+}
+
+#[test]
+fn instances_starting_at_once_migrate_once_and_a_newer_schema_is_refused() {
+    let db = pg_database("pg_migrate");
+    let dirs: Vec<TestDir> = ["m1", "m2", "m3"]
+        .iter()
+        .map(|n| {
+            let d = setup(
+                &format!("pg_migrate_{n}"),
+                &format!("instance = {n:?}"),
+                &[],
+            );
+            db.configure(&d, "");
+            d
+        })
+        .collect();
+    let started: Vec<Trigd> = thread::scope(|s| {
+        let hs: Vec<_> = dirs.iter().map(|d| s.spawn(|| Trigd::start(d))).collect();
+        hs.into_iter().map(|h| h.join().expect("start")).collect()
+    });
+    for t in &started {
+        t.get("/healthz").ok();
+    }
+    assert_eq!(
+        db.psql("SELECT string_agg(version::text, ',') FROM trigd_schema"),
+        "1"
+    );
+    drop(started);
+    db.psql("INSERT INTO trigd_schema (version, by_trigd) VALUES (99, 'future')");
+    let child = std::process::Command::new(BIN)
+        .args([
+            "serve",
+            "--config",
+            dirs[0].path("config.toml").to_str().unwrap(),
+        ])
+        .args(["--listen", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn trigd");
+    let done = wait_bounded(child, "trigd serve");
+    assert!(!done.status.success(), "refuses to start");
+    let out = String::from_utf8_lossy(&done.stderr);
+    assert!(
+        out.contains("version 99") && out.contains("version 1"),
+        "names both versions: {out}"
+    );
+}
+
+#[test]
+fn the_database_down_gives_503_state_unavailable_then_trigd_recovers() {
+    let pg = Pg::start("pg_down");
+    let db = pg.database("down");
+    let (_dir, t) = instance("pg_down", "alpha", &db);
+    let r = t.post(&quick());
+    let id = r.run_id(&r.ok());
+    pg.stop(true);
+    let started = Instant::now();
+    let r = t.post(&quick());
+    let v = r.err(503, "state_unavailable");
+    r.check(r.header("retry-after").is_some(), "Retry-After");
+    r.check(
+        started.elapsed() < Duration::from_secs(30),
+        "answered within a bound",
+    );
+    let _ = v;
+    t.get(&format!("/api/runs/{id}?api_key={KEY}"))
+        .err(503, "state_unavailable");
+    let r = t.get("/healthz");
+    r.status_is(503);
+    r.check_eq(&r.json()["Status"], &json!("not_ready"), "not ready");
+    pg.start_again();
+    t.wait_for(Duration::from_secs(30), "ready again", || {
+        t.get("/healthz").status == 200
+    });
+    t.post(&quick()).ok();
+    t.get(&format!("/api/runs/{id}?api_key={KEY}")).ok();
+}
+
+#[test]
+fn trigd_starts_before_the_database_and_is_ready_once_it_answers() {
+    let pg = Pg::start("pg_late");
+    let db = pg.database("late");
+    pg.stop(false);
+    let dir = setup("pg_late", r#"instance = "alpha""#, &[("p.toml", PROG)]);
+    db.configure(&dir, "");
+    let t = Trigd::start(&dir);
+    let r = t.get("/healthz");
+    r.status_is(503);
+    r.check(
+        r.json()["Reason"]
+            .as_str()
+            .is_some_and(|s| s.contains("database")),
+        "the reason names the database",
+    );
+    t.post(&quick()).err(503, "state_unavailable");
+    pg.start_again();
+    t.wait_for(
+        Duration::from_secs(40),
+        "ready once the database answers",
+        || t.get("/healthz").status == 200,
+    );
+    t.post(&quick()).ok();
+}
+
+/// The runs page lists every instance's runs from the database, with its
+/// filters, newest first.
+#[test]
+fn the_runs_page_of_one_instance_lists_the_runs_of_all() {
+    use crate::runs_pages::{page, run, setup_dir};
+    let db = pg_database("pg_list");
+    let start = |name: &str| {
+        let dir = setup_dir(&format!("pg_list_{name}"), &format!("instance = {name:?}"));
+        db.configure(&dir, "");
+        let t = Trigd::start(&dir);
+        (dir, t)
+    };
+    let (_a_dir, a) = start("alpha");
+    let (_b_dir, b) = start("beta");
+    let on_a = run(&a, 2, "noisy", "");
+    let on_b = run(&b, 2, "noisy", "");
+    let dev = run(&a, 3, "hello", "");
+    let alice = crate::ui::login(&b, "alice");
+    let r = page(&b, "/runs", &alice);
+    let text = r.text();
+    for id in [&on_a, &on_b] {
+        r.check(text.contains(id.as_str()), format!("run {id} listed"));
+    }
+    r.check(
+        !text.contains(dev.as_str()),
+        "another workspace's run is not",
+    );
+    r.check(
+        text.find(on_b.as_str()) < text.find(on_a.as_str()),
+        "newest first",
+    );
+    let r = page(&b, "/runs?program=2&state=failed", &alice);
+    r.check(!r.text().contains(on_a.as_str()), "filtered by state");
+    let r = page(&b, "/runs?program=2&state=finished", &alice);
+    r.check(
+        r.text().contains(on_a.as_str()),
+        "finished runs of program 2",
+    );
+}
