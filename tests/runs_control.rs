@@ -45,15 +45,48 @@ fn ids(v: &Value) -> Vec<String> {
         .collect()
 }
 
+/// [`start`] with `[state] url`: the run records in a fresh PostgreSQL
+/// database (kept alive by the returned [`PgDb`]).
+fn start_pg(name: &str) -> (TestDir, Trigd, PgDb) {
+    let db = pg_database(name);
+    let dir = setup(name, "");
+    db.configure(&dir, "");
+    let t = Trigd::start(&dir);
+    (dir, t, db)
+}
+
 #[test]
 fn the_run_list_filters_newest_first_and_scopes_by_credential() {
     let (_dir, t) = start("list_filters", "");
-    let noisy: Vec<String> = (0..3).map(|_| run(&t, 2, "noisy", "")).collect();
-    let dev = run(&t, 3, "hello", "");
+    check_filters(&t);
+}
+
+#[test]
+fn the_run_list_cursor_is_stable_while_runs_arrive() {
+    let (_dir, t) = start("list_cursor", "");
+    check_cursor(&t);
+}
+
+/// The same filters, scopes and cursor with the run records in
+/// PostgreSQL (`DbRuns::page`), each on a fresh database.
+#[test]
+fn the_run_list_filters_and_cursor_work_the_same_with_postgresql() {
+    let (_dir, t, _db) = start_pg("list_filters_pg");
+    check_filters(&t);
+    drop(t);
+    let (_dir, t, _db) = start_pg("list_cursor_pg");
+    check_cursor(&t);
+}
+
+/// Runs of several programs, functions, tools and origins, listed
+/// with each filter, `since`/`until` and each credential's scope.
+fn check_filters(t: &Trigd) {
+    let noisy: Vec<String> = (0..3).map(|_| run(t, 2, "noisy", "")).collect();
+    let dev = run(t, 3, "hello", "");
     let r = t.get("/tools/inventory/staging/list");
     let tool = r.run_id(&r.ok());
 
-    let all = list(&t, KEY, "");
+    let all = list(t, KEY, "");
     let want = vec![
         tool.clone(),
         dev.clone(),
@@ -80,21 +113,16 @@ fn the_run_list_filters_newest_first_and_scopes_by_credential() {
         ("state=finished&function=noisy&program=3", vec![]),
     ];
     for (q, want) in cases {
-        let got = ids(&list(&t, KEY, q));
+        let got = ids(&list(t, KEY, q));
         let want: Vec<String> = want.into_iter().cloned().collect();
         t.check_eq(got, want, q);
     }
     // since (inclusive) and until (exclusive), from the records' CreatedAt.
-    let created = |id: &str| {
-        run_record(&t, id)["CreatedAt"]
-            .as_str()
-            .unwrap()
-            .to_string()
-    };
+    let created = |id: &str| run_record(t, id)["CreatedAt"].as_str().unwrap().to_string();
     let from = created(&noisy[1]);
     let to = created(&dev);
     let got = ids(&list(
-        &t,
+        t,
         KEY,
         &format!("since={}&until={}", enc(&from), enc(&to)),
     ));
@@ -102,18 +130,18 @@ fn the_run_list_filters_newest_first_and_scopes_by_credential() {
     t.check_eq(got, want, "since inclusive, until exclusive");
 
     // Scope: the same rules as GET /api/runs/<id>.
-    let p2: BTreeSet<String> = ids(&list(&t, KEY_P2, "")).into_iter().collect();
+    let p2: BTreeSet<String> = ids(&list(t, KEY_P2, "")).into_iter().collect();
     t.check_eq(
         p2,
         noisy.iter().cloned().collect(),
         "a key scoped to program 2",
     );
     t.check_eq(
-        ids(&list(&t, KEY_P2, "program=3")),
+        ids(&list(t, KEY_P2, "program=3")),
         vec![],
         "another program",
     );
-    let alice = login(&t, "alice");
+    let alice = login(t, "alice");
     let c = cookie(&alice);
     let r = t.request("GET", "/api/runs", &[("Cookie", c.as_str())], b"");
     let mine: BTreeSet<String> = ids(&r.ok()).into_iter().collect();
@@ -125,11 +153,11 @@ fn the_run_list_filters_newest_first_and_scopes_by_credential() {
         .err(405, "method_not_allowed");
 }
 
-#[test]
-fn the_run_list_cursor_is_stable_while_runs_arrive() {
-    let (_dir, t) = start("list_cursor", "");
-    let first: Vec<String> = (0..5).map(|_| run(&t, 2, "noisy", "")).collect();
-    let page1 = list(&t, KEY, "limit=2");
+/// Pages of 2 over 5 runs, a run arriving between pages, forged
+/// cursors.
+fn check_cursor(t: &Trigd) {
+    let first: Vec<String> = (0..5).map(|_| run(t, 2, "noisy", "")).collect();
+    let page1 = list(t, KEY, "limit=2");
     t.check_eq(
         ids(&page1),
         vec![first[4].clone(), first[3].clone()],
@@ -137,30 +165,26 @@ fn the_run_list_cursor_is_stable_while_runs_arrive() {
     );
     let next = page1["Next"].as_str().unwrap().to_string();
     // New runs arrive between the pages: they are newer, not on page 2.
-    let later = run(&t, 2, "noisy", "");
-    let page2 = list(&t, KEY, &format!("limit=2&cursor={next}"));
+    let later = run(t, 2, "noisy", "");
+    let page2 = list(t, KEY, &format!("limit=2&cursor={next}"));
     t.check_eq(
         ids(&page2),
         vec![first[2].clone(), first[1].clone()],
         "page 2",
     );
     let next = page2["Next"].as_str().unwrap().to_string();
-    let page3 = list(&t, KEY, &format!("limit=2&cursor={next}"));
+    let page3 = list(t, KEY, &format!("limit=2&cursor={next}"));
     t.check_eq(ids(&page3), vec![first[0].clone()], "page 3");
     t.check(page3["Next"].is_null(), "the last page has no Next");
     t.check_eq(
-        ids(&list(&t, KEY, "limit=1"))[0].clone(),
+        ids(&list(t, KEY, "limit=1"))[0].clone(),
         later,
         "the new run",
     );
     // A forged but well-formed cursor is only a position.
-    let far = list(&t, KEY, &format!("cursor=0.{}", "0".repeat(32)));
+    let far = list(t, KEY, &format!("cursor=0.{}", "0".repeat(32)));
     t.check_eq(ids(&far), vec![], "nothing before the epoch");
-    let all = list(
-        &t,
-        KEY,
-        &format!("cursor=99999999999999.{}", "f".repeat(32)),
-    );
+    let all = list(t, KEY, &format!("cursor=99999999999999.{}", "f".repeat(32)));
     t.check_eq(ids(&all).len(), 6, "everything before the far future");
 }
 
@@ -217,16 +241,29 @@ fn rerun(t: &Trigd, id: &str, query: &str) -> Reply {
 #[test]
 fn a_rerun_runs_the_same_function_with_the_same_values_linked_both_ways() {
     let (_dir, t) = start("rerun_api", "");
+    check_rerun(&t);
+}
+
+/// The same re-runs with the run records in PostgreSQL: the original's
+/// `Reruns` written through `RunStore::update`'s database arm.
+#[test]
+fn a_rerun_works_the_same_with_postgresql() {
+    let (_dir, t, _db) = start_pg("rerun_pg");
+    check_rerun(&t);
+}
+
+/// Re-runs async and sync, of a re-run, of a tool endpoint's run.
+fn check_rerun(t: &Trigd) {
     let r = t.post(&format!(
         "/api?api_key={KEY}&program_id=1&function=add&variables=apple"
     ));
     let first = r.ok();
     let orig = r.run_id(&first);
 
-    let r = rerun(&t, &orig, "");
+    let r = rerun(t, &orig, "");
     let again = r.run_id(&r.ok());
     t.check(again != orig, "a new run");
-    let rec = wait_run_state(&t, &again, "finished");
+    let rec = wait_run_state(t, &again, "finished");
     t.check_eq(&rec["RerunOf"], &Value::from(orig.as_str()), "RerunOf");
     t.check_eq(
         &rec["Result"],
@@ -243,18 +280,18 @@ fn a_rerun_runs_the_same_function_with_the_same_values_linked_both_ways() {
         "the kept values are not served",
     );
     t.check_eq(
-        &run_record(&t, &orig)["Reruns"],
+        &run_record(t, &orig)["Reruns"],
         &serde_json::json!([again]),
         "Reruns of the original",
     );
 
     // Sync on request; a re-run of a re-run links to its own original.
-    let r = rerun(&t, &again, "run_async=false");
+    let r = rerun(t, &again, "run_async=false");
     let v = r.ok();
     t.check_eq(&v["Result"], &first["Result"], "the sync answer");
     let third = r.run_id(&v);
     t.check_eq(
-        &run_record(&t, &third)["RerunOf"],
+        &run_record(t, &third)["RerunOf"],
         &Value::from(again.as_str()),
         "RerunOf of the third",
     );
@@ -266,13 +303,13 @@ fn a_rerun_runs_the_same_function_with_the_same_values_linked_both_ways() {
         br#"{"item":"pear"}"#,
     );
     let tool_run = r.run_id(&r.ok());
-    let r = rerun(&t, &tool_run, "run_async=false");
+    let r = rerun(t, &tool_run, "run_async=false");
     let v = r.ok();
-    let rec = run_record(&t, &r.run_id(&v));
+    let rec = run_record(t, &r.run_id(&v));
     t.check_eq(&rec["Tool"], &Value::from("inventory/staging"), "Tool");
     t.check_eq(
         &rec["Result"],
-        &run_record(&t, &tool_run)["Result"],
+        &run_record(t, &tool_run)["Result"],
         "Result",
     );
 }
