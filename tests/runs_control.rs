@@ -245,11 +245,30 @@ fn a_rerun_runs_the_same_function_with_the_same_values_linked_both_ways() {
 }
 
 /// The same re-runs with the run records in PostgreSQL: the original's
-/// `Reruns` written through `RunStore::update`'s database arm.
+/// `Reruns` written through `RunStore::update`'s database arm, also by
+/// an instance other than the one that ran the original.
 #[test]
 fn a_rerun_works_the_same_with_postgresql() {
-    let (_dir, t, _db) = start_pg("rerun_pg");
+    let (_dir, t, db) = start_pg("rerun_pg");
     check_rerun(&t);
+
+    let dir2 = setup("rerun_pg_two", "instance = \"two\"");
+    db.configure(&dir2, "");
+    let t2 = Trigd::start(&dir2);
+    let r = t.post(&format!(
+        "/api?api_key={KEY}&program_id=1&function=add&variables=plum"
+    ));
+    let orig = r.run_id(&r.ok());
+    let r = t2.post(&format!(
+        "/api/runs/{orig}/rerun?api_key={KEY}&run_async=false"
+    ));
+    let again = r.run_id(&r.ok());
+    t2.check(again.starts_with("two-"), "run by the second instance");
+    t.check_eq(
+        &run_record(&t, &orig)["Reruns"],
+        &serde_json::json!([again]),
+        "Reruns written by the other instance",
+    );
 }
 
 /// Re-runs async and sync, of a re-run, of a tool endpoint's run.
