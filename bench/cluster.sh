@@ -80,7 +80,7 @@ for n in 1 2 3; do
     cfg=$WORK/haproxy-$n.cfg
     servers=""
     for i in $(seq 0 $((n - 1))); do
-        servers+="    server ${names[$i]} 127.0.0.1:${ports[$i]} cookie ${names[$i]}\n"
+        servers+="    server ${names[$i]} 127.0.0.1:${ports[$i]}\n"
     done
     sed -e "s#/run/haproxy/trigd.sock#$WORK/hx-$n.sock#" -e "s#    bind :80#    bind 127.0.0.1:$lb#" \
         -e '/^    server web[123] /d' -e 's#^    log stdout.*#    log stderr format raw local0 warning#' \

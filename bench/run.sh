@@ -15,6 +15,8 @@ set -euo pipefail
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=bench/trigd-config.sh
 source "$BENCH_DIR/trigd-config.sh"
+# shellcheck source=bench/pg.sh
+source "$BENCH_DIR/pg.sh"
 ROOT=$(cd "$BENCH_DIR/.." && pwd)
 
 usage() {
@@ -89,6 +91,7 @@ cleanup() {
     local rc=$? p
     trap - EXIT INT TERM
     for p in "${PIDS[@]+"${PIDS[@]}"}"; do stop_pid "$p"; done
+    pg_cleanup
     if [[ -n $WORK && -d $WORK ]]; then
         if [[ -n ${BENCH_KEEP:-} ]] || ((FAILED)); then
             log "work directory kept: $WORK"
@@ -141,6 +144,10 @@ install_missing() {
     command -v curl >/dev/null || need+=(curl)
     command -v openssl >/dev/null || need+=(openssl)
     command -v pgrep >/dev/null || need+=(procps)
+    if want pg; then # the PostgreSQL case (bench/pg.sh): its server binaries, HAProxy
+        pg_bindir >/dev/null || need+=(postgresql)
+        command -v haproxy >/dev/null || [[ -x /usr/sbin/haproxy ]] || need+=(haproxy)
+    fi
     ((${#need[@]})) || return 0
     [[ $(id -u) -eq 0 ]] || sudo=sudo
     log "installing ${need[*]} with apt-get"
@@ -1052,6 +1059,11 @@ if ! ((SKIP_TRIGD)) && want runlist; then
     rm -rf "$RL/state"
 fi
 
+# ---------------------------------------------------------------- PostgreSQL
+# The database backend against the embedded one, and 1-3 instances on one
+# database behind HAProxy (bench/pg.sh).
+if ! ((SKIP_TRIGD)) && want pg; then pg_case; fi
+
 # ---------------------------------------------------------------- table
 ROWS=()
 VERDICTS=()
@@ -1131,6 +1143,7 @@ if [[ ${BENCH_TLS:-1} != 0 ]]; then
         row "$label" "p99 ms (target)" "$(fmt "$tp" %.2f)" "$(fmt "$wp" %.2f)" "" "trigd ≤ webhook" "$V"
     done
 fi
+want pg && pg_rows
 row "spawn floor (posix_spawn+waitpid /bin/true)" "spawns/s, 1 proc" "$(fmt "$(med floor.1)" %.0f)" "" "" "" ""
 row "spawn floor (posix_spawn+waitpid /bin/true)" "spawns/s, 2 procs" "$(fmt "$(med floor.2)" %.0f)" "" "" "" ""
 

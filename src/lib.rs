@@ -38,20 +38,25 @@
 //! load and validate the config, hot reload           config/ (validate.rs, endpoint.rs, reload.rs, stamp.rs)
 //! start a run, read and check its values            invoke/ (mod.rs, read.rs, values.rs, signed.rs, answer.rs,
 //!   (a re-run too)                                    rerun.rs)
-//! signed endpoints (GitHub, Stripe… requests):       receive/ (signature.rs, payload.rs, values.rs, rules.rs)
-//!   signatures, payloads, rules
+//! signed endpoints (GitHub, Stripe… requests):       receive/ (signature.rs, payload.rs, values.rs, rules.rs,
+//!   signatures, payloads, rules, delivery ids        delivery.rs: the sender's id a redelivery repeats)
 //! a run once accepted: status, output, follow,      runs/ (mod.rs, follow.rs, replay.rs, list.rs the run list,
-//!   cancel, Idempotency-Key, callbacks, instances     idempotency.rs, callback/ (redeliver.rs), cluster.rs)
+//!   cancel, Idempotency-Key, callbacks, instances     idempotency.rs, callback/ (mod.rs the service, send.rs
+//!   (callback formats: Slack, ntfy, healthchecks…)     Standard Webhooks signing, format.rs, redeliver.rs),
+//!                                                     cluster.rs)
 //! schedules: cron and time zones, catch-up,        schedule/ (cron.rs, plan.rs, timer.rs: one thread
 //!   overlap, the timer thread                         for all; compiled in config/schedules.rs)
-//! run slots, the wait queue, child processes        runner/ (mod.rs, queue.rs, step.rs, handle.rs)
+//! run slots, the wait queue, child processes        runner/ (mod.rs, queue.rs, step.rs, handle.rs;
+//!   the cluster queue and leases (database)           cluster.rs: the lease thread)
 //! what is kept in the state directory: one table,   state/ (mod.rs: State, Kept; store.rs the run log, index.rs
-//!                                                     its index in memory, record.rs
+//!                                                     its index in memory, filter.rs the list's filter, record.rs
 //!   one door (State), every file operation on it      a run's typed record, commit.rs the group commit, time.rs,
 //!                                                     output.rs, idempotency.rs, ...)
 //!   or, with [state] url, in PostgreSQL               state/pg/ (mod.rs: Db, the pool; schema.rs the
 //!                                                     migrations, *.sql; settings.rs, tls.rs; keys.rs,
-//!                                                     sessions.rs, limits.rs, watch.rs: what access keeps)
+//!                                                     sessions.rs, limits.rs, watch.rs: what access keeps;
+//!                                                     cluster.rs leases, taking, adoption; output.rs,
+//!                                                     spool.rs, unwritten.rs: runs not tied to a host)
 //! adnanh/webhook hooks files, import-webhook        compat/webhook/ (what removing it takes: compat/mod.rs)
 //! the browser pages (maud templates)                ui/ (login, settings, endpoints, runs, schedules, switch, view)
 //! the only unsafe code, and each speed trick        sys/ (spawn.rs: how a step starts, the clone
@@ -108,6 +113,10 @@ pub mod testing {
         pub mod signature {
             pub use crate::receive::signature::*;
         }
+        /// A sender's delivery id.
+        pub mod delivery {
+            pub use crate::receive::delivery::*;
+        }
     }
     /// The DER walk of the TLS certificate store.
     pub mod tls {
@@ -137,7 +146,8 @@ pub mod testing {
         pub mod callback {
             /// Signing.
             pub mod send {
-                pub use crate::runs::callback::send::signature;
+                pub use crate::config::callbacks::Secret;
+                pub use crate::runs::callback::send::{retry_after, signature};
             }
         }
     }

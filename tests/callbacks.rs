@@ -52,6 +52,8 @@ impl Got {
 #[derive(Clone, Copy)]
 enum Answer {
     Status(u16),
+    /// A status with one more header line (`Retry-After: 2`).
+    WithHeader(u16, &'static str),
     Silent,
     Close,
 }
@@ -130,7 +132,7 @@ fn serve_one(mut s: impl Read + Write, got: &Mutex<Vec<Got>>, answer: &dyn Fn(&s
     }
     let a = answer(&path);
     let status = match a {
-        Answer::Status(c) => Some(c),
+        Answer::Status(c) | Answer::WithHeader(c, _) => Some(c),
         Answer::Silent | Answer::Close => None,
     };
     got.lock().unwrap().push(Got {
@@ -146,6 +148,12 @@ fn serve_one(mut s: impl Read + Write, got: &Mutex<Vec<Got>>, answer: &dyn Fn(&s
                 "HTTP/1.1 {c} X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
             );
         }
+        Answer::WithHeader(c, h) => {
+            let _ = write!(
+                s,
+                "HTTP/1.1 {c} X\r\n{h}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+        }
         Answer::Silent => thread::sleep(Duration::from_secs(30)),
         Answer::Close => {}
     }
@@ -154,7 +162,17 @@ fn serve_one(mut s: impl Read + Write, got: &Mutex<Vec<Got>>, answer: &dyn Fn(&s
 /// A test dir whose config has `[callbacks]` with `opts` over short test
 /// defaults, the key [`KEY_CB`] (request_callbacks) and `programs`.
 fn setup_cb(name: &str, opts: &[(&str, &str)], programs: &[(&str, &str)]) -> TestDir {
-    let dir = setup(name, "", programs);
+    setup_cb_server(name, "", opts, programs)
+}
+
+/// [`setup_cb`] with `server` in `[server]`.
+fn setup_cb_server(
+    name: &str,
+    server: &str,
+    opts: &[(&str, &str)],
+    programs: &[(&str, &str)],
+) -> TestDir {
+    let dir = setup(name, server, programs);
     let mut o: BTreeMap<&str, &str> = [
         ("allow", r#"["127.0.0.1"]"#),
         ("allow_private", r#"["127.0.0.1"]"#),
@@ -240,28 +258,22 @@ fn wait_delivery(t: &Trigd, run: &str, i: usize, state: &str) -> Value {
     last
 }
 
-/// Verify a `Trigd-Signature` the way a receiver should.
-fn signature_ok(got: &Got, secret: &str) -> bool {
-    let sig = got.header("trigd-signature");
-    let mut t = None;
-    let mut v1 = None;
-    for part in sig.split(',') {
-        match part.split_once('=') {
-            Some(("t", x)) => t = Some(x),
-            Some(("v1", x)) => v1 = Some(x),
-            _ => {}
-        }
+/// Verify the Standard Webhooks signature the way a receiver should: the
+/// HMAC-SHA256 of `<webhook-id>.<webhook-timestamp>.<body>` under `key`
+/// matches one of the space-separated `v1,<base64>` signatures.
+fn signature_ok(got: &Got, key: &str) -> bool {
+    use base64::Engine as _;
+    let (id, t) = (got.header("webhook-id"), got.header("webhook-timestamp"));
+    if id.is_empty() || t.is_empty() {
+        return false;
     }
-    let (Some(t), Some(v1)) = (t, v1) else {
-        return false;
-    };
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();
-    mac.update(format!("{t}.").as_bytes());
+    let mut mac = Hmac::<Sha256>::new_from_slice(key.as_bytes()).unwrap();
+    mac.update(format!("{id}.{t}.").as_bytes());
     mac.update(&got.body);
-    let Ok(given) = hex::decode(v1) else {
-        return false;
-    };
-    mac.verify_slice(&given).is_ok()
+    let want = base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes());
+    got.header("webhook-signature")
+        .split(' ')
+        .any(|s| s.strip_prefix("v1,") == Some(want.as_str()))
 }
 
 fn metric(t: &Trigd, line_start: &str) -> Option<u64> {
@@ -301,8 +313,12 @@ fn signed_delivery_of_the_run_record() {
     );
     let d = &rec["Callbacks"][0];
     t.check(
-        g.header("trigd-delivery") == d["Delivery"],
-        "Trigd-Delivery",
+        g.header("trigd-delivery") == d["Delivery"] && g.header("webhook-id") == d["Delivery"],
+        "Trigd-Delivery and webhook-id are the delivery id",
+    );
+    t.check(
+        g.header("trigd-signature").is_empty(),
+        "one scheme: no Trigd-Signature",
     );
     t.check(g.header("trigd-run") == run, "Trigd-Run");
     t.check(g.header("trigd-attempt") == "1", "Trigd-Attempt");
@@ -1034,4 +1050,503 @@ fn a_cancelled_run_is_reported_cancelled() {
         got.len() == 1 && got[0].json()["State"] == "cancelled",
         format!("the callback says cancelled: {got:#?}"),
     );
+}
+
+/// Two `whsec_` secrets of a rotation (the new one first), as
+/// `echo "whsec_$(openssl rand -base64 32)"` makes them.
+const WHSEC_NEW: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+const WHSEC_OLD: &str = "whsec_c2VjcmV0LW9mLXRoZS1vbGQta2V5LTMyLWJ5dGVzIQ==";
+
+#[test]
+#[ignore = "needs the standardwebhooks Python library: cargo test -- --include-ignored (as .ci/run does)"]
+fn the_official_standardwebhooks_library_verifies_callbacks_during_a_rotation() {
+    let rx = Receiver::start(Receiver::bind(), |_| Answer::Status(204));
+    let fixed = rx.url("/fixed");
+    let dir = setup_cb("cb-sw-lib", &[], &[("p.toml", &program(Some(&fixed)))]);
+    dir.write("cb.secret", &format!("{WHSEC_NEW}\n{WHSEC_OLD}\n"));
+    let t = Trigd::start(&dir);
+    let run = start_run(&t, KEY, "ok", &vars(&["world"]), None);
+    wait_delivery(&t, &run, 0, "delivered");
+    let got = rx.got();
+    let g = &got[0];
+    t.check(
+        g.header("webhook-signature").split(' ').count() == 2,
+        format!("two signatures: {}", g.header("webhook-signature")),
+    );
+    dir.write("body.json", &String::from_utf8_lossy(&g.body));
+    let headers: serde_json::Map<String, Value> = g
+        .headers
+        .iter()
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect();
+    dir.write("headers.json", &Value::Object(headers).to_string());
+    // The receiver of either side of the rotation accepts; a third refuses.
+    let verdicts = standardwebhooks_py(
+        &dir,
+        &format!(
+            r#"
+import json
+from standardwebhooks import Webhook
+body = open("body.json").read()
+headers = json.load(open("headers.json"))
+for secret in ["{WHSEC_NEW}", "{WHSEC_OLD}", "whsec_b3RoZXItc2VjcmV0LXRoYXQtd2FzLW5ldmVyLXVzZWQ="]:
+    try:
+        print(Webhook(secret).verify(body, headers)["Run"])
+    except Exception as e:
+        print("refused", type(e).__name__)
+"#
+        ),
+    );
+    let want = format!("{run}\n{run}\nrefused WebhookVerificationError");
+    t.check(verdicts == want, format!("library said:\n{verdicts}"));
+}
+
+#[test]
+fn malformed_or_too_many_signing_secrets_are_load_errors() {
+    let dir = setup_cb(
+        "cb-secret-bad",
+        &[],
+        &[("p.toml", &program(Some("http://127.0.0.1:9/x")))],
+    );
+    for (text, says) in [
+        ("whsec_!!not-base64!!\n", "base64"),
+        ("whsec_c2hvcnQ=\n", "24 to 64 bytes"),
+        (
+            "a-first-secret-0123456\nsecond-secret-0123456\nthird-secret-01234567\n",
+            "at most 2",
+        ),
+        ("short\n", "at least 16 bytes"),
+    ] {
+        dir.write("cb.secret", text);
+        let out = trigd(&["check", "--config", &dir.path_str("config.toml")], None);
+        out.code_is(1);
+        let all = format!("{}{}", out.stdout, out.stderr);
+        out.check(
+            all.contains("callbacks.secret_file") && all.contains(says),
+            format!("{text:?} should say {says:?}"),
+        );
+        for line in text.lines() {
+            out.check(!all.contains(line), "the secret is shown");
+        }
+    }
+}
+
+/// Program 2 for the outcome and format tests: `flaky` fails (exit 3)
+/// until `programs/ok` exists, with the callback `cb` (a TOML value).
+fn flaky(cb: &str) -> String {
+    format!(
+        r#"id = 2
+name = "notify"
+
+[[functions]]
+name = "flaky"
+steps = [{{ shell = "test -f ok || exit 3; echo fine" }}]
+callback = {cb}
+[functions.webhook]
+"#
+    )
+}
+
+fn start_flaky(t: &Trigd) -> String {
+    let r = t.post(&format!(
+        "/api?api_key={KEY}&program_id=2&function=flaky&run_async=true"
+    ));
+    let v = r.ok();
+    r.run_id(&v)
+}
+
+/// Wait until the first delivery of `run` is final; its record.
+fn wait_final(t: &Trigd, run: &str) -> Value {
+    let mut last = Value::Null;
+    let ok = wait_until(LONG, || {
+        last = run_record(t, run);
+        matches!(
+            last["Callbacks"][0]["State"].as_str(),
+            Some("delivered" | "failed" | "skipped")
+        )
+    });
+    t.check(ok, format!("the callback of {run} never ended: {last:#}"));
+    last
+}
+
+#[test]
+fn outcome_filters_and_a_recovery_found_after_a_restart() {
+    let rx = Receiver::start(Receiver::bind(), |_| Answer::Status(204));
+    let cb = format!(
+        r#"{{ url = "{}", on = ["failed", "recovered"] }}"#,
+        rx.url("/notify")
+    );
+    let dir = setup_cb("cb-outcomes", &[], &[("n.toml", &flaky(&cb))]);
+    let mut t = Trigd::start(&dir);
+    let mut states = Vec::new();
+    let mut run_and_see = |t: &Trigd| {
+        let run = start_flaky(t);
+        let rec = wait_final(t, &run);
+        states.push(
+            rec["Callbacks"][0]["State"]
+                .as_str()
+                .unwrap_or("")
+                .to_string(),
+        );
+        rec
+    };
+    run_and_see(&t); // failed: sent
+    run_and_see(&t); // failed again: sent
+                     // The recovery is read from the run log: a restart changes nothing.
+    t.restart();
+    dir.write("programs/ok", "");
+    let rec = run_and_see(&t); // the first success: recovered, sent
+    t.check(
+        rec["State"] == "finished" && rec["Callbacks"][0]["Outcome"] == "recovered",
+        format!("{rec}"),
+    );
+    run_and_see(&t); // a success after a success: skipped
+    t.check(
+        states == ["delivered", "delivered", "delivered", "skipped"],
+        format!("{states:?}"),
+    );
+    let got = rx.got();
+    let outcomes: Vec<&str> = got.iter().map(|g| g.header("trigd-outcome")).collect();
+    t.check(
+        outcomes == ["failed", "failed", "recovered"],
+        format!("{outcomes:?}"),
+    );
+    t.check(
+        got[2].json()["State"] == "finished",
+        "the record of the success",
+    );
+}
+
+#[test]
+fn the_outcome_filter_and_format_are_load_errors_when_wrong() {
+    for (cb, says) in [
+        (
+            r#"{ url = "http://127.0.0.1:9/x", on = ["broken"] }"#,
+            "unknown outcome",
+        ),
+        (
+            r#"{ url = "http://127.0.0.1:9/x", format = "teams" }"#,
+            "unknown format",
+        ),
+        (
+            r#"{ url = "http://127.0.0.1:9/x", on = [] }"#,
+            "on is empty",
+        ),
+        (
+            r#"{ url = "http://127.0.0.1:9/x", colour = "red" }"#,
+            "unknown key",
+        ),
+        (r#"{ format = "slack" }"#, "needs url"),
+        (
+            r#"{ url = "http://127.0.0.1:9/x", format = "healthchecks", on = ["failed"] }"#,
+            "takes no on",
+        ),
+        ("5", "a URL, or a table"),
+    ] {
+        let dir = setup_cb("cb-format-bad", &[], &[("n.toml", &flaky(cb))]);
+        let out = trigd(&["check", "--config", &dir.path_str("config.toml")], None);
+        out.code_is(1);
+        out.check(
+            out.stderr.contains("functions[0].callback") && out.stderr.contains(says),
+            format!("{cb}: want {says:?}"),
+        );
+    }
+}
+
+#[test]
+fn formats_have_the_shape_each_service_documents() {
+    let rx = Receiver::start(Receiver::bind(), |_| Answer::Status(200));
+    let mut programs = Vec::new();
+    for (i, (format, path)) in [
+        ("slack", "/slack"),
+        ("discord", "/discord"),
+        ("ntfy", "/ntfy/backups"),
+        ("healthchecks", "/hc/5bf66975-d4c7-4bf5-bcc8-b8d8a82ea278"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let cb = format!(r#"{{ url = "{}", format = "{format}" }}"#, rx.url(path));
+        let text = flaky(&cb)
+            .replace("id = 2", &format!("id = {}", 10 + i))
+            .replace("\"notify\"", &format!("\"notify-{format}\""))
+            .replace("name = \"flaky\"", &format!("name = \"{format}\""));
+        programs.push((format!("{format}.toml"), text));
+    }
+    let programs: Vec<(&str, &str)> = programs
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
+    let dir = setup_cb_server(
+        "cb-formats",
+        "public_url = \"https://trigd.example/\"",
+        &[],
+        &programs,
+    );
+    let t = Trigd::start(&dir);
+    // slack, discord, ntfy succeed; healthchecks fails with exit status 3.
+    dir.write("programs/ok", "");
+    let mut runs = Vec::new();
+    for (i, format) in ["slack", "discord", "ntfy", "healthchecks"]
+        .iter()
+        .enumerate()
+    {
+        if *format == "healthchecks" {
+            std::fs::remove_file(dir.path("programs/ok")).unwrap();
+        }
+        let r = t.post(&format!(
+            "/api?api_key={KEY}&program_id={}&function={format}&run_async=true",
+            10 + i
+        ));
+        let v = r.ok();
+        let run = r.run_id(&v);
+        wait_final(&t, &run);
+        runs.push(run);
+    }
+    let got = rx.got();
+    let find = |prefix: &str| -> Vec<Got> {
+        got.iter()
+            .filter(|g| g.path.starts_with(prefix))
+            .cloned()
+            .collect()
+    };
+    let link = |run: &str| format!("https://trigd.example/runs/{run}");
+    // Slack incoming webhook: JSON with exactly "text".
+    let slack = &find("/slack")[0];
+    let v = slack.json();
+    t.check(
+        slack.header("content-type") == "application/json"
+            && v.as_object().unwrap().keys().collect::<Vec<_>>() == ["text"],
+        format!("slack: {v}"),
+    );
+    let text = v["text"].as_str().unwrap();
+    t.check(
+        text.contains("slack (program 10) finished after") && text.contains(&link(&runs[0])),
+        format!("slack text: {text}"),
+    );
+    // Discord webhook: "content", and no mention parsed.
+    let v = find("/discord")[0].json();
+    t.check(
+        v["content"]
+            .as_str()
+            .is_some_and(|c| c.contains("discord (program 11) finished"))
+            && v["allowed_mentions"] == serde_json::json!({"parse": []})
+            && v.as_object().unwrap().len() == 2,
+        format!("discord: {v}"),
+    );
+    // ntfy: the topic URL, title/priority/tags/click as query parameters,
+    // the line as text.
+    let n = &find("/ntfy/backups")[0];
+    let want = format!(
+        "/ntfy/backups?title=ntfy+finished&priority=3&tags=white_check_mark&click={}",
+        enc(&link(&runs[2]))
+    );
+    t.check(n.path == want, format!("ntfy path {} want {want}", n.path));
+    t.check(
+        n.header("content-type").starts_with("text/plain")
+            && String::from_utf8_lossy(&n.body).contains("ntfy (program 12) finished"),
+        format!("ntfy: {n:?}"),
+    );
+    // healthchecks.io: /start, then /<exit status>, both with rid=<uuid>.
+    let hc = find("/hc/");
+    let hex = runs[3].rsplit('-').next().unwrap();
+    let rid = format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    );
+    let base = "/hc/5bf66975-d4c7-4bf5-bcc8-b8d8a82ea278";
+    let paths: Vec<&str> = hc.iter().map(|g| g.path.as_str()).collect();
+    t.check(
+        paths
+            == [
+                format!("{base}/start?rid={rid}"),
+                format!("{base}/3?rid={rid}"),
+            ],
+        format!("healthchecks: {paths:?}"),
+    );
+    t.check(
+        String::from_utf8_lossy(&hc[1].body).contains("failed")
+            && hc[1].header("content-type").starts_with("text/plain"),
+        "the end ping's body is the line",
+    );
+    // Every message is signed all the same.
+    t.check(got.iter().all(|g| signature_ok(g, SECRET)), "signed");
+}
+
+#[test]
+fn an_overdue_function_fires_its_callback_once_per_spell() {
+    let rx = Receiver::start(Receiver::bind(), |_| Answer::Status(204));
+    let cb = format!(
+        r#"{{ url = "{}", format = "slack", on = ["overdue"] }}"#,
+        rx.url("/overdue")
+    );
+    let text = flaky(&cb).replace("callback =", "expect_every = \"2s\"\ncallback =");
+    let dir = setup_cb("cb-overdue", &[], &[("n.toml", &text)]);
+    let t = Trigd::start(&dir);
+    let overdue = || rx.got().iter().filter(|g| g.path == "/overdue").count();
+    t.check(wait_until(LONG, || overdue() == 1), "one overdue message");
+    let g = &rx.got()[0];
+    let text = g.json()["text"].as_str().unwrap_or("").to_string();
+    t.check(
+        text.contains("flaky (program 2) is overdue: no success within 2s")
+            && g.header("trigd-outcome") == "overdue"
+            && signature_ok(g, SECRET),
+        text.clone(),
+    );
+    // Still overdue: not told again (the watch looks every second).
+    thread::sleep(Duration::from_millis(3500));
+    t.check(overdue() == 1, format!("told {} times", overdue()));
+    // A success ends the spell; without another, a new spell is told.
+    dir.write("programs/ok", "");
+    let run = start_flaky(&t);
+    wait_run_state(&t, &run, "finished");
+    t.check(
+        wait_until(LONG, || overdue() == 2),
+        "a second spell is told",
+    );
+    let rec = run_record(&t, &run);
+    t.check(
+        rec["Callbacks"][0]["State"] == "skipped",
+        format!("an end is not overdue: {rec}"),
+    );
+}
+
+#[test]
+fn retry_after_is_honoured_within_retry_for_and_410_still_stops() {
+    // /wait: 503 with Retry-After: 2, then 204. /long: 429 asking for two
+    // hours (past retry_for). /gone: 410.
+    let seen = Arc::new(AtomicU16::new(0));
+    let s = Arc::clone(&seen);
+    let rx = Receiver::start(Receiver::bind(), move |path| match path {
+        "/wait" if s.fetch_add(1, Ordering::SeqCst) == 0 => {
+            Answer::WithHeader(503, "Retry-After: 2")
+        }
+        "/long" => Answer::WithHeader(429, "Retry-After: 7200"),
+        "/gone" => Answer::WithHeader(410, "Retry-After: 1"),
+        _ => Answer::Status(204),
+    });
+    let dir = setup_cb("cb-retry-after", &[], &[("p.toml", &program(None))]);
+    let t = Trigd::start(&dir);
+    let run = start_run(&t, KEY_CB, "ok", &vars(&["x"]), Some(&rx.url("/wait")));
+    let rec = wait_delivery(&t, &run, 0, "delivered");
+    let d = &rec["Callbacks"][0];
+    t.check(d["AttemptCount"] == 2, format!("{d}"));
+    t.check(
+        d["Attempts"][0]["Status"] == 503
+            && d["Attempts"][0]["Error"]
+                .as_str()
+                .is_some_and(|e| e.contains("asked to wait 2s (Retry-After)")),
+        format!("{d}"),
+    );
+    // Not before the 2 seconds asked (the backoff here is 100ms).
+    let at = |i: usize| {
+        d["Attempts"][i]["At"]
+            .as_str()
+            .unwrap()
+            .parse::<jiff::Timestamp>()
+            .unwrap()
+    };
+    let waited = at(1).duration_since(at(0)).as_secs_f64();
+    t.check(waited >= 2.0, format!("waited {waited}s"));
+
+    let run = start_run(&t, KEY_CB, "ok", &vars(&["x"]), Some(&rx.url("/long")));
+    let rec = wait_delivery(&t, &run, 0, "failed");
+    let d = &rec["Callbacks"][0];
+    t.check(
+        d["AttemptCount"] == 1
+            && d["Error"]
+                .as_str()
+                .is_some_and(|e| e.contains("asked to wait 7200s (Retry-After), past retry_for")),
+        format!("{d}"),
+    );
+    let run = start_run(&t, KEY_CB, "ok", &vars(&["x"]), Some(&rx.url("/gone")));
+    let rec = wait_delivery(&t, &run, 0, "failed");
+    t.check(
+        rec["Callbacks"][0]["AttemptCount"] == 1,
+        format!("410 ends it: {rec}"),
+    );
+}
+
+/// With the PostgreSQL backend and two instances, each delivery is sent by
+/// one instance (the one that ended its run); when that one is killed
+/// with deliveries pending, the other adopts them with its runs and sends
+/// each once, the cut-off run reported `interrupted`.
+#[test]
+fn two_instances_on_a_database_send_each_delivery_once_also_after_a_kill() {
+    let db = pg_database("cb_two_instances");
+    let up = Arc::new(AtomicU16::new(503));
+    let up2 = Arc::clone(&up);
+    let rx = Receiver::start(Receiver::bind(), move |_| {
+        Answer::Status(up2.load(Ordering::SeqCst))
+    });
+    let fixed = rx.url("/f");
+    let start = |name: &str| {
+        let dir = setup_cb(
+            &format!("cb-two-{name}"),
+            &[],
+            &[("p.toml", &program(Some(&fixed)))],
+        );
+        let conf = dir.read("config.toml");
+        dir.write(
+            "config.toml",
+            &conf.replacen("[server]", &format!("[server]\ninstance = \"{name}\""), 1),
+        );
+        db.configure(&dir, r#"lease = "2s""#);
+        let t = Trigd::start(&dir);
+        (dir, t)
+    };
+    let (_da, mut a) = start("a");
+    let runs: Vec<String> = (0..3)
+        .map(|i| {
+            start_run(
+                &a,
+                KEY_CB,
+                "ok",
+                &vars(&["x"]),
+                Some(&rx.url(&format!("/r{i}"))),
+            )
+        })
+        .collect();
+    for run in &runs {
+        a.wait_for(LONG, "an attempt of each run", || {
+            run_record(&a, run)["Callbacks"][0]["AttemptCount"].as_u64() >= Some(1)
+        });
+    }
+    let slow = start_run(&a, KEY, "slow", "", None);
+    a.wait_for(WAIT, "the slow run to start", || {
+        run_record(&a, &slow)["State"] == "running"
+    });
+    let (_db, b) = start("b");
+    let done = start_run(&b, KEY_CB, "ok", &vars(&["y"]), None);
+    a.kill9();
+    up.store(200, Ordering::SeqCst);
+    for run in runs.iter().chain([&done]) {
+        wait_delivery(&b, run, 0, "delivered");
+    }
+    let rec = wait_delivery(&b, &slow, 0, "delivered");
+    b.check(rec["State"] == "interrupted", format!("{rec}"));
+    for run in &runs {
+        wait_delivery(&b, run, 1, "delivered");
+    }
+    let got = rx.got();
+    for run in runs.iter().chain([&done, &slow]) {
+        let oks = got
+            .iter()
+            .filter(|g| g.header("trigd-run") == run && g.status == Some(200))
+            .count();
+        let want = if runs.contains(run) { 2 } else { 1 };
+        b.check(
+            oks == want,
+            format!("run {run}: {oks} deliveries, want {want}: once each"),
+        );
+    }
+    // A row goes once the delivery's end is in the run's record.
+    let empty = wait_until(WAIT, || {
+        db.count("SELECT count(*) FROM trigd_callbacks") == 0
+    });
+    b.check(empty, "no delivery left in the spool");
 }

@@ -27,7 +27,7 @@ use serde_json::json;
 use crate::util::*;
 
 /// Program 1: `quick` answers at once, `slow` takes 2 s.
-const WORK: &str = r#"
+pub(crate) const WORK: &str = r#"
 id = 1
 name = "work"
 workspace = "ops"
@@ -44,18 +44,18 @@ steps = [{ shell = "sleep 2; printf slow" }]
 "#;
 
 /// A run id of nobody: 32 hex digits.
-const HEX: &str = "0123456789abcdef0123456789abcdef";
+pub(crate) const HEX: &str = "0123456789abcdef0123456789abcdef";
 
-fn run_url(id: &str) -> String {
+pub(crate) fn run_url(id: &str) -> String {
     format!("/api/runs/{id}?api_key={KEY}")
 }
 
-fn async_url(function: &str) -> String {
+pub(crate) fn async_url(function: &str) -> String {
     format!("/api?api_key={KEY}&program_id=1&function={function}&run_async=true")
 }
 
 /// Accept `n` async runs of `slow` through `c`; their ids.
-fn accept_slow(c: &Client, n: usize) -> Vec<String> {
+pub(crate) fn accept_slow(c: &Client, n: usize) -> Vec<String> {
     (0..n)
         .map(|_| {
             let r = c.post(&async_url("slow"));
@@ -240,7 +240,7 @@ fn sigterm_drains_then_runs_the_queue_within_the_grace() {
 // Three instances behind HAProxy
 
 /// A free loopback port (bound then released).
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -248,7 +248,7 @@ fn free_port() -> u16 {
 }
 
 /// The `haproxy` binary; panics with install advice when it is missing.
-fn haproxy_bin() -> PathBuf {
+pub(crate) fn haproxy_bin() -> PathBuf {
     [
         "/usr/sbin/haproxy",
         "/usr/local/sbin/haproxy",
@@ -264,24 +264,35 @@ fn haproxy_bin() -> PathBuf {
 }
 
 /// One trigd instance on a fixed port (it must come back on the same one).
-struct Node {
-    name: String,
-    dir: PathBuf,
-    port: u16,
+pub(crate) struct Node {
+    pub(crate) name: String,
+    pub(crate) dir: PathBuf,
+    pub(crate) port: u16,
     child: Option<Child>,
 }
 
 impl Node {
-    fn new(root: &TestDir, name: &str, shared: &Path) -> Node {
+    pub(crate) fn new(root: &TestDir, name: &str, shared: &Path) -> Node {
+        let shared = format!("shared_state_dir = {:?}", shared.display().to_string());
+        Node::with_config(root, name, &shared, |_| String::new())
+    }
+
+    /// An instance with `server` added to `[server]` and `tail(dir)`
+    /// appended to its config (e.g. a `[state]` table).
+    pub(crate) fn with_config(
+        root: &TestDir,
+        name: &str,
+        server: &str,
+        tail: impl FnOnce(&Path) -> String,
+    ) -> Node {
         let dir = root.path(name);
         fs::create_dir_all(dir.join("programs")).unwrap();
         let server = format!(
             "instance = {name:?}\nmax_concurrent_runs = 2\ndrain_delay = \"4s\"\n\
-             shutdown_grace = \"30s\"\ntrusted_proxies = [\"127.0.0.1\"]\n\
-             shared_state_dir = {:?}",
-            shared.display().to_string()
+             shutdown_grace = \"30s\"\ntrusted_proxies = [\"127.0.0.1\"]\n{server}"
         );
-        fs::write(dir.join("config.toml"), cluster_config(&server)).unwrap();
+        let text = cluster_config(&server) + &tail(&dir);
+        fs::write(dir.join("config.toml"), text).unwrap();
         fs::write(dir.join("programs/w.toml"), WORK).unwrap();
         let mut n = Node {
             name: name.into(),
@@ -293,20 +304,20 @@ impl Node {
         n
     }
 
-    fn addr(&self) -> String {
+    pub(crate) fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
 
-    fn log(&self) -> PathBuf {
+    pub(crate) fn log(&self) -> PathBuf {
         self.dir.join("stderr.log")
     }
 
-    fn client(&self) -> Client {
+    pub(crate) fn client(&self) -> Client {
         Client::for_addr(&self.addr(), &self.log())
     }
 
     /// Start (again) on the same port; wait for its `listening on` line.
-    fn start(&mut self) {
+    pub(crate) fn start(&mut self) {
         let log = fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -334,26 +345,26 @@ impl Node {
         }
     }
 
-    fn kill9(&mut self) {
+    pub(crate) fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
         }
     }
 
-    fn sigterm(&self) {
+    pub(crate) fn sigterm(&self) {
         let pid = self.child.as_ref().unwrap().id().to_string();
         let st = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
         assert!(st.success());
     }
 
-    fn running(&mut self) -> bool {
+    pub(crate) fn running(&mut self) -> bool {
         self.child
             .as_mut()
             .is_some_and(|c| c.try_wait().ok().flatten().is_none())
     }
 
-    fn wait_exit(&mut self, bound: Duration) -> Option<ExitStatus> {
+    pub(crate) fn wait_exit(&mut self, bound: Duration) -> Option<ExitStatus> {
         let mut status = None;
         wait_until(bound, || {
             status = self
@@ -377,7 +388,7 @@ impl Drop for Node {
 
 /// [`config`] plus user alice (password `alice-pw`) in workspace `ops` and
 /// a tool of `ops` whose endpoints take application keys.
-fn cluster_config(server: &str) -> String {
+pub(crate) fn cluster_config(server: &str) -> String {
     let base = config(server).replace(
         "name = \"ops\"\nmembers = []",
         "name = \"ops\"\nmembers = [\"alice\"]",
@@ -392,7 +403,7 @@ fn cluster_config(server: &str) -> String {
 }
 
 /// HAProxy started from `dist/haproxy.cfg` for `nodes`.
-struct Haproxy {
+pub(crate) struct Haproxy {
     child: Child,
     socket: PathBuf,
     addr: String,
@@ -400,16 +411,33 @@ struct Haproxy {
 }
 
 impl Haproxy {
-    fn start(bin: &Path, root: &TestDir, nodes: &[Node]) -> Haproxy {
+    /// `file_mode`: the instances keep their state in their state dirs
+    /// (no `[state] url`): the recipe's `#file# ` lines (run-id routing,
+    /// sticky sessions) are uncommented, as its comment tells operators.
+    pub(crate) fn start(bin: &Path, root: &TestDir, nodes: &[Node], file_mode: bool) -> Haproxy {
         let template = fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/dist/haproxy.cfg"))
             .expect("dist/haproxy.cfg");
         let socket = root.path("haproxy.sock");
         let addr = format!("127.0.0.1:{}", free_port());
         let servers: String = nodes
             .iter()
-            .map(|n| format!("    server {0} {1} cookie {0}\n", n.name, n.addr()))
+            .map(|n| {
+                let cookie = if file_mode {
+                    format!(" cookie {}", n.name)
+                } else {
+                    String::new()
+                };
+                format!("    server {} {}{cookie}\n", n.name, n.addr())
+            })
             .collect();
         let mut cfg = template.clone();
+        if file_mode {
+            assert!(
+                cfg.contains("\n#file# "),
+                "dist/haproxy.cfg no longer has its `#file# ` lines"
+            );
+            cfg = cfg.replace("\n#file# ", "\n");
+        }
         // Each replaced piece must be in the template: a changed template
         // fails here instead of silently testing something else.
         let checks = "check inter 2s fastinter 500ms downinter 1s fall 2 rise 2";
@@ -430,7 +458,8 @@ impl Haproxy {
         let first = cfg
             .find("    server web1")
             .expect("server lines in dist/haproxy.cfg");
-        let end = cfg[first..].find("web3\n").expect("web3 line") + first + "web3\n".len();
+        let last = cfg.find("    server web3").expect("web3 line");
+        let end = cfg[last..].find('\n').expect("end of the web3 line") + last + 1;
         cfg.replace_range(first..end, &servers);
         let path = root.path("haproxy.cfg");
         fs::write(&path, cfg).unwrap();
@@ -456,12 +485,12 @@ impl Haproxy {
         h
     }
 
-    fn client(&self) -> Client {
+    pub(crate) fn client(&self) -> Client {
         Client::for_addr(&self.addr, &self.log)
     }
 
     /// Server name → status (`UP`, `DOWN`, …) from `show stat`.
-    fn statuses(&self) -> BTreeMap<String, String> {
+    pub(crate) fn statuses(&self) -> BTreeMap<String, String> {
         let mut out = BTreeMap::new();
         let Ok(mut s) = UnixStream::connect(&self.socket) else {
             return out;
@@ -490,7 +519,7 @@ impl Haproxy {
     }
 
     /// Wait until HAProxy reports `server` as `status`; how long it took.
-    fn wait_status(&self, server: &str, status: &str, bound: Duration) -> Duration {
+    pub(crate) fn wait_status(&self, server: &str, status: &str, bound: Duration) -> Duration {
         let start = Instant::now();
         let ok = wait_until(bound, || {
             self.statuses()
@@ -517,21 +546,21 @@ impl Drop for Haproxy {
 /// What the load clients saw: accepted run ids, and failed requests with
 /// the time they were sent.
 #[derive(Default)]
-struct Seen {
-    accepted: Vec<String>,
-    failed: Vec<(Instant, String)>,
+pub(crate) struct Seen {
+    pub(crate) accepted: Vec<String>,
+    pub(crate) failed: Vec<(Instant, String)>,
 }
 
 /// Clients starting async runs through the balancer and reading each one
 /// back at once, until stopped.
-struct Load {
+pub(crate) struct Load {
     stop: Arc<AtomicBool>,
     seen: Arc<Mutex<Seen>>,
     threads: Vec<thread::JoinHandle<()>>,
 }
 
 impl Load {
-    fn start(lb: &Client, clients: usize) -> Load {
+    pub(crate) fn start(lb: &Client, clients: usize) -> Load {
         let stop = Arc::new(AtomicBool::new(false));
         let seen = Arc::new(Mutex::new(Seen::default()));
         let threads = (0..clients)
@@ -557,11 +586,11 @@ impl Load {
         }
     }
 
-    fn accepted(&self) -> usize {
+    pub(crate) fn accepted(&self) -> usize {
         self.seen.lock().unwrap().accepted.len()
     }
 
-    fn wait_accepted(&self, more: usize, what: &str) {
+    pub(crate) fn wait_accepted(&self, more: usize, what: &str) {
         let want = self.accepted() + more;
         assert!(
             wait_until(Duration::from_secs(30), || self.accepted() >= want),
@@ -570,7 +599,7 @@ impl Load {
         );
     }
 
-    fn finish(self) -> Seen {
+    pub(crate) fn finish(self) -> Seen {
         self.stop.store(true, Ordering::SeqCst);
         for t in self.threads {
             t.join().expect("load thread");
@@ -584,7 +613,7 @@ impl Load {
 }
 
 /// Start an async run through the balancer and read it back through it.
-fn one_run(lb: &Client) -> Result<String, String> {
+pub(crate) fn one_run(lb: &Client) -> Result<String, String> {
     let r = lb.try_request("POST", &async_url("quick"), &[], b"")?;
     if r.status != 200 {
         return Err(format!("POST /api: {} {}", r.status, r.text()));
@@ -597,12 +626,12 @@ fn one_run(lb: &Client) -> Result<String, String> {
     Ok(id)
 }
 
-fn owner(id: &str) -> &str {
+pub(crate) fn owner(id: &str) -> &str {
     id.rsplit_once('-').map_or("", |(o, _)| o)
 }
 
 /// The state of run `id`, read through `c`.
-fn state(c: &Client, id: &str) -> String {
+pub(crate) fn state(c: &Client, id: &str) -> String {
     c.try_request("GET", &run_url(id), &[], b"")
         .ok()
         .filter(|r| r.status == 200)
@@ -611,22 +640,29 @@ fn state(c: &Client, id: &str) -> String {
 }
 
 /// Wait until every run in `ids` is in a terminal state; their states.
-fn wait_terminal(c: &Client, ids: &[String]) -> BTreeMap<String, String> {
+pub(crate) fn wait_terminal(c: &Client, ids: &[String]) -> BTreeMap<String, String> {
     let mut states = BTreeMap::new();
     let done = wait_until(Duration::from_secs(40), || {
         for id in ids {
             let s = state(c, id);
             states.insert(id.clone(), s);
         }
-        states
-            .values()
-            .all(|s| ["finished", "failed", "timed_out", "interrupted"].contains(&s.as_str()))
+        states.values().all(|s| {
+            [
+                "finished",
+                "failed",
+                "timed_out",
+                "interrupted",
+                "cancelled",
+            ]
+            .contains(&s.as_str())
+        })
     });
     assert!(done, "runs not terminal within 40s: {states:?}");
     states
 }
 
-fn bearer_call(c: &Client, key: &str) -> u16 {
+pub(crate) fn bearer_call(c: &Client, key: &str) -> u16 {
     let auth = format!("Bearer {key}");
     c.request(
         "POST",
@@ -637,7 +673,7 @@ fn bearer_call(c: &Client, key: &str) -> u16 {
     .status
 }
 
-fn app_key(node: &Node, member: &str) -> String {
+pub(crate) fn app_key(node: &Node, member: &str) -> String {
     let config = node.dir.join("config.toml").display().to_string();
     let out = trigd(
         &[
@@ -665,7 +701,7 @@ fn three_instances_behind_haproxy() {
         .iter()
         .map(|n| Node::new(&root, n, &shared))
         .collect();
-    let hx = Haproxy::start(&bin, &root, &nodes);
+    let hx = Haproxy::start(&bin, &root, &nodes, true);
     let lb = hx.client();
 
     routing_by_run_id(&lb, &nodes);

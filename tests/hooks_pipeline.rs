@@ -40,7 +40,11 @@ const HOOKS: &str = r#"[
   {"id": "fail", "execute-command": "@DIR@/rec.sh", "include-command-output-in-response": true,
    "include-command-output-in-response-on-error": true,
    "pass-arguments-to-command": [{"source": "string", "name": "exit=3"}]},
-  {"id": "gate", "execute-command": "@DIR@/gate.sh"}
+  {"id": "gate", "execute-command": "@DIR@/gate.sh"},
+  {"id": "signed", "execute-command": "@DIR@/rec.sh", "include-command-output-in-response": true,
+   "pass-arguments-to-command": [{"source": "payload", "name": "x"}],
+   "trigger-rule": {"match": {"type": "payload-hmac-sha256", "secret": "hook-secret-3c9a",
+     "parameter": {"source": "header", "name": "X-Hub-Signature-256"}}}}
 ]"#;
 
 /// A directory serving [`HOOKS`] with `server` settings.
@@ -220,4 +224,54 @@ fn a_hook_waiting_for_a_slot_at_shutdown_gets_shutting_down() {
     t.wait_exit(WAIT)
         .unwrap_or_else(|| t.fail("trigd did not exit after SIGTERM"));
     runs_are(&t, &dir, &[], "the refused hook never ran");
+}
+
+/// A GitHub-style delivery to hook `id`: `body` signed with the `signed`
+/// hook's secret, with delivery id `delivery`.
+fn github(t: &Trigd, id: &str, delivery: &str, body: &str) -> Reply {
+    use hmac::{Hmac, Mac};
+    let mut m = Hmac::<sha2::Sha256>::new_from_slice(b"hook-secret-3c9a").unwrap();
+    m.update(body.as_bytes());
+    let sig = format!("sha256={}", hex::encode(m.finalize().into_bytes()));
+    let h = [
+        ("Content-Type", "application/json"),
+        ("X-GitHub-Delivery", delivery),
+        ("X-Hub-Signature-256", sig.as_str()),
+    ];
+    t.request("POST", &format!("/hooks/{id}"), &h, body.as_bytes())
+}
+
+#[test]
+fn a_signed_hooks_redelivery_runs_once_and_an_unsigned_one_as_webhook_does() {
+    let dir = hooks("hooks_dedupe", "");
+    let t = Trigd::start(&dir);
+    let first = github(&t, "signed", "d-1", r#"{"x":"a"}"#);
+    first.status_is(200);
+    first.check(
+        first.header("Idempotent-Replayed").is_none(),
+        "a first delivery",
+    );
+    let again = github(&t, "signed", "d-1", r#"{"x":"a"}"#);
+    again.status_is(200);
+    again.check_eq(again.text(), first.text(), "the first answer again");
+    again.check_eq(
+        again.header("Idempotent-Replayed"),
+        Some("true"),
+        "replayed",
+    );
+    github(&t, "signed", "d-2", r#"{"x":"a"}"#).status_is(200);
+    // A hook without a signature rule runs every delivery, as webhook.
+    github(&t, "out", "d-1", r#"{"x":"b"}"#).status_is(200);
+    github(&t, "out", "d-1", r#"{"x":"b"}"#).status_is(200);
+    assert_eq!(
+        runs(&dir),
+        ["a ", "a ", "b ", "b "],
+        "one run per delivery id"
+    );
+    // hooks_deduplicate = false: every delivery runs.
+    let dir = hooks("hooks_dedupe_off", "hooks_deduplicate = false");
+    let t = Trigd::start(&dir);
+    github(&t, "signed", "d-1", r#"{"x":"c"}"#).status_is(200);
+    github(&t, "signed", "d-1", r#"{"x":"c"}"#).status_is(200);
+    assert_eq!(runs(&dir), ["c ", "c "]);
 }

@@ -18,6 +18,7 @@ mod old_records; // a state dir written by an earlier version: loaded, served th
 mod openapi; // openapi.json against src/http/routes.rs and the error codes; GET /openapi.json
 mod payloads; // hostile bodies: XML/JSON/form/multipart bounds, cheap checks first, signature entries, names twice, LF multipart, hook value bounds
 mod pg_cluster; // the PostgreSQL backend: the harness, three instances on one database behind HAProxy, kill -9 and PostgreSQL restarts under load, round trips of a sync run
+mod pg_runs; // runs not tied to a host: a busy instance's run taken by another, kill -9 and leases, cancel and output through another instance
 mod pg_shared; // with [state] url, what access keeps is shared: application keys (NOTIFY-kept copy), sessions, login throttling and API key rate limits over two instances
 mod pg_state; // [state] url: config errors, migrations once and refused when newer, every instance's runs and idempotency keys, round trips, the database down
 mod queue; // waiting for a slot, full queue, floods, idempotency keys, runs after a crash, full disk
@@ -28,6 +29,7 @@ mod runs_control; // issue 35: the run list API (filters, cursor, scope, hostile
 mod runs_output; // kept output, following it (events, curl -N), streamed sync calls, cancel and its process group
 mod runs_pages; // the runs pages: list, filters, a run's page, untrusted output, the Cancel form, 100,000 runs
 mod schedules; // schedule triggers: firing ordinary runs, reload, overlap, kill -9 and catch-up, load errors, bundled zones
+mod standard_webhooks; // Standard Webhooks received (webhook-*/svix-*, the official library, hostile headers); redeliveries deduplicated by the sender's delivery id
 mod state_table; // the state directory table of src/state/mod.rs, the manual's (docs/operations.md) and state::Kept list the same files
 mod switch; // the public switch flipped from trigd: HTTP operation, form, confirmation, config rewrite, read-only, admins, CSRF, races
 mod systemd; // a Unix socket (mode, stale and live files, hostile paths, HAProxy with X-Forwarded-For), socket activation, the notify protocol message by message, the watchdog, credentials

@@ -56,6 +56,13 @@ active = false
 outputs = ["a", "b"]
 
 [[functions]]
+name = "reply"
+steps = [{ shell = "printf '{\"response_type\":\"in_channel\",\"text\":\"Deploying %s\"}' \"$text\"" }]
+[functions.webhook]
+active = false
+outputs = ["text"]
+
+[[functions]]
 name = "nothing"
 command = ["true"]
 
@@ -134,6 +141,42 @@ program = 1
 function = "two"
 verify = { scheme = "slack", secret_file = "secrets/slack" }
 values = { a = { form = "command" }, b = { form = "text" } }
+
+[[tools.triggers]]
+kind = "endpoint"
+name = "slash"
+program = 1
+function = "reply"
+verify = { scheme = "slack", secret_file = "secrets/slack" }
+values = { text = { form = "text" } }
+response = { body = "stdout_json" }
+
+[[tools.triggers]]
+kind = "endpoint"
+name = "slash-later"
+program = 1
+function = "reply"
+verify = { scheme = "slack", secret_file = "secrets/slack" }
+values = { text = { form = "text" } }
+response = { run_async = true, text = "Working on it…" }
+
+[[tools.triggers]]
+kind = "endpoint"
+name = "slash-plain"
+program = 1
+function = "two"
+verify = { scheme = "slack", secret_file = "secrets/slack" }
+values = { a = { form = "command" }, b = { form = "text" } }
+response = { body = "stdout", content_type = "text/markdown" }
+
+[[tools.triggers]]
+kind = "endpoint"
+name = "slash-broken"
+program = 1
+function = "two"
+verify = { scheme = "slack", secret_file = "secrets/slack" }
+values = { a = { form = "command" }, b = { form = "text" } }
+response = { body = "stdout_json", headers = { X-Hook = "slash" } }
 
 [[tools.triggers]]
 kind = "endpoint"
@@ -528,6 +571,11 @@ fn stripe_signature_with_replay_window_and_shaped_answer() {
 
 /// A Slack slash command signed at `ts`.
 fn slack(t: &Trigd, body: &str, ts: u64) -> Reply {
+    slack_to(t, "slack", body, ts)
+}
+
+/// A Slack slash command signed at `ts`, to trigger `trigger`.
+fn slack_to(t: &Trigd, trigger: &str, body: &str, ts: u64) -> Reply {
     let ts = ts.to_string();
     let sig = format!(
         "v0={}",
@@ -542,7 +590,12 @@ fn slack(t: &Trigd, body: &str, ts: u64) -> Reply {
         ("X-Slack-Request-Timestamp", ts.as_str()),
         ("X-Slack-Signature", sig.as_str()),
     ];
-    t.request("POST", "/tools/hooks/prod/slack", &h, body.as_bytes())
+    t.request(
+        "POST",
+        &format!("/tools/hooks/prod/{trigger}"),
+        &h,
+        body.as_bytes(),
+    )
 }
 
 #[test]
@@ -564,6 +617,49 @@ fn slack_slash_command_form_with_replay_window() {
     t.request("POST", "/tools/hooks/prod/slack", &h, body.as_bytes())
         .err(403, "signature_mismatch");
     no_secret_logged(&dir);
+}
+
+#[test]
+fn a_slash_command_is_answered_with_a_body_slack_shows() {
+    let (_dir, t) = start("webhooks_slash", "");
+    let body = "team_id=T0001&user_name=Steve&command=%2Fdeploy&text=website&response_url=https%3A%2F%2Fhooks.slack.com%2Fcommands%2F1234%2F5678";
+    // The step's stdout as JSON: Slack's response_type and text.
+    let r = slack_to(&t, "slash", body, now());
+    r.status_is(200);
+    r.check_eq(
+        r.header("Content-Type"),
+        Some("application/json"),
+        "Content-Type",
+    );
+    r.check_eq(
+        r.json(),
+        json!({"response_type": "in_channel", "text": "Deploying website"}),
+        "body",
+    );
+    // A fixed text at once, the run going on.
+    let r = slack_to(&t, "slash-later", body, now());
+    r.status_is(200);
+    r.check_eq(r.text(), "Working on it…".to_string(), "body");
+    r.check_eq(
+        r.header("Content-Type"),
+        Some("text/plain; charset=utf-8"),
+        "Content-Type",
+    );
+    // The stdout as text, with the content type the trigger names.
+    let r = slack_to(&t, "slash-plain", body, now());
+    r.status_is(200);
+    r.check_eq(r.text(), "/deploy|website".to_string(), "body");
+    r.check_eq(
+        r.header("Content-Type"),
+        Some("text/markdown"),
+        "Content-Type",
+    );
+    // stdout_json whose stdout is not JSON: a Code, the trigger's headers.
+    let r = slack_to(&t, "slash-broken", body, now());
+    r.err(500, "answer_not_json");
+    r.check_eq(r.header("X-Hook"), Some("slash"), "X-Hook");
+    // Refusals stay JSON errors.
+    slack_to(&t, "slash", body, now() - 1000).err(403, "signature_expired");
 }
 
 // ---------------------------------------------------------------------------

@@ -366,9 +366,12 @@ pub mod adapt {
         v.verify(headers, body, now)
     }
 
-    /// trigd's own `Trigd-Signature` of a callback body.
-    pub fn trigd_signature(secret: &[u8], t: u64, body: &[u8]) -> String {
-        trigd::testing::runs::callback::send::signature(secret, t, body)
+    /// trigd's own `webhook-signature` of a callback body (Standard
+    /// Webhooks), with `secret` as `[callbacks] secret_file` holds it.
+    pub fn trigd_signature(secret: &str, id: &str, t: u64, body: &[u8]) -> String {
+        use trigd::testing::runs::callback::send;
+        let secret = send::Secret::parse(secret).expect("a valid callback secret");
+        send::signature(&secret, id, t, body)
     }
 }
 
@@ -537,7 +540,7 @@ struct SigCase {
 /// The senders the `signature_header` target plays, chosen by its first
 /// byte: GitHub (`sha256=`, legacy `sha1=`), base64 HMAC-SHA512, Gitea (no
 /// prefix), GitLab's token, Stripe, Slack, trigd's own callbacks
-/// (`Trigd-Signature`, Stripe's form), Scalr.
+/// (Standard Webhooks), Scalr.
 const SIG_CASES: [SigCase; 9] = {
     use receive::signature::{Algo, Encoding::*, Scheme::*};
     [
@@ -584,10 +587,10 @@ const SIG_CASES: [SigCase; 9] = {
             encoding: Hex,
         },
         SigCase {
-            scheme: Stripe,
-            header: "trigd-signature",
+            scheme: StandardWebhooks,
+            header: "webhook-signature",
             prefix: "",
-            encoding: Hex,
+            encoding: Base64,
         },
         SigCase {
             scheme: Scalr,
@@ -603,6 +606,8 @@ const SIG_SECRET: &str = "It's a Secret to Everybody";
 /// The time of every check, and the Scalr `Date` that says it.
 const SIG_NOW: u64 = 1_700_000_000;
 const SIG_DATE: &str = "Tue 14 Nov 2023 22:13:20 UTC";
+/// The `webhook-id` of the Standard Webhooks case.
+const SIG_ID: &str = "msg_fuzz";
 
 /// HMAC of `parts` under the secret, computed here (not by trigd).
 fn sig_mac(algo: receive::signature::Algo, parts: &[&[u8]]) -> Vec<u8> {
@@ -641,9 +646,13 @@ fn sig_good(case: &SigCase, value: &str, body: &[u8], t: u64) -> Vec<(String, St
             (format!("{value},{}{sig}", case.prefix), None)
         }
         Scheme::Token => (SIG_SECRET.to_string(), None),
-        Scheme::Stripe if case.header == "trigd-signature" => {
-            let own = adapt::trigd_signature(SIG_SECRET.as_bytes(), t, body);
-            (format!("{value},{own}"), None)
+        Scheme::StandardWebhooks => {
+            let own = adapt::trigd_signature(SIG_SECRET, SIG_ID, t, body);
+            return vec![
+                (case.header.to_string(), format!("{value} {own}")),
+                ("webhook-id".to_string(), SIG_ID.to_string()),
+                ("webhook-timestamp".to_string(), ts),
+            ];
         }
         Scheme::Stripe => {
             let sig = hex256(&[ts.as_bytes(), b".", body]);
@@ -708,7 +717,11 @@ pub fn signature_header(data: &[u8]) {
     if let Err(e) = adapt::verify(&v, &headers, body, SIG_NOW) {
         check_sig_error(&e);
     }
-    if value.split(',').count() > adapt::SIGNATURE_ENTRIES {
+    let entries = match case.scheme {
+        Scheme::StandardWebhooks => value.split(' ').filter(|e| !e.is_empty()).count(),
+        _ => value.split(',').count(),
+    };
+    if entries > adapt::SIGNATURE_ENTRIES {
         return;
     }
     let good = sig_good(case, &value, body, SIG_NOW);
@@ -717,7 +730,10 @@ pub fn signature_header(data: &[u8]) {
         Ok(()),
         "a correct signature refused: {good:?}"
     );
-    if matches!(case.scheme, Scheme::Stripe | Scheme::Slack | Scheme::Scalr) {
+    if matches!(
+        case.scheme,
+        Scheme::Stripe | Scheme::Slack | Scheme::Scalr | Scheme::StandardWebhooks
+    ) {
         let late = adapt::verify(&v, &good, body, SIG_NOW + 301);
         assert!(matches!(late, Err(SigError::Expired { .. })), "{late:?}");
     }
@@ -763,9 +779,80 @@ pub fn cron_expr(data: &[u8]) {
         let tz = jiff::tz::TimeZone::get(zone).expect("a known zone");
         let mut at = from;
         for _ in 0..3 {
-            let next = cron.next_after(at, &tz).expect("an expression that fires has a next");
+            let next = cron
+                .next_after(at, &tz)
+                .expect("an expression that fires has a next");
             assert!(next > at, "occurrences go forward");
             at = next;
+        }
+    }
+}
+
+/// What the callbacks and signed endpoints of issue 34 read from outside,
+/// chosen by the first byte: 0 a callback secret file's text
+/// (`config::callbacks::Secret::parse`: one or two lines, `whsec_` base64
+/// or raw), 1 a receiver's `Retry-After` (`send::retry_after`), 2 a
+/// signed request's delivery id (`receive::delivery::id`: line 1 a header
+/// value, the rest a body, every verify scheme), 3 a `whsec_` text
+/// (`receive::signature::whsec`). No panic; a secret's error never quotes
+/// a line of it; a delivery id is 1 to 255 printable ASCII bytes; a key
+/// read from `whsec_` is read back from its own base64.
+pub fn notify_inputs(data: &[u8]) {
+    use base64::Engine as _;
+    use receive::signature::{whsec, Algo, Encoding, Scheme};
+    let Some((&pick, rest)) = data.split_first() else {
+        return;
+    };
+    let text = String::from_utf8_lossy(rest);
+    match pick % 4 {
+        0 => {
+            if let Err(e) = trigd::testing::runs::callback::send::Secret::parse(&text) {
+                assert!(!e.is_empty());
+                for line in text.lines().map(str::trim).filter(|l| l.len() >= 8) {
+                    assert!(!e.contains(line), "a secret in an error: {e}");
+                }
+            }
+        }
+        1 => {
+            let now: jiff::Timestamp = "2026-11-27T00:00:00Z".parse().expect("a time");
+            let wait = trigd::testing::runs::callback::send::retry_after(&text, now);
+            let t = text.trim();
+            if !t.is_empty() && t.len() <= 40 && t.bytes().all(|b| b.is_ascii_digit()) {
+                assert!(wait.is_some(), "{t:?}");
+            }
+        }
+        2 => {
+            let (line, body) = text.split_once('\n').unwrap_or((&text, ""));
+            for scheme in [
+                Scheme::Hmac(Algo::Sha256),
+                Scheme::Token,
+                Scheme::Stripe,
+                Scheme::Slack,
+                Scheme::StandardWebhooks,
+            ] {
+                let v = adapt::verifier(scheme, "x", "", Encoding::Hex, b"secret");
+                let headers: Vec<(String, String)> = [
+                    "x-github-delivery",
+                    "x-gitlab-event-uuid",
+                    "webhook-id",
+                    "svix-id",
+                ]
+                .iter()
+                .map(|h| (h.to_string(), line.to_string()))
+                .collect();
+                let id = receive::delivery::id(&v, &headers, body.as_bytes());
+                if let Some(id) = id {
+                    assert!(!id.is_empty() && id.len() <= receive::delivery::MAX_ID_BYTES);
+                    assert!(id.bytes().all(|b| (0x20..0x7f).contains(&b)), "{id:?}");
+                }
+            }
+        }
+        _ => {
+            if let Some(key) = whsec(&text) {
+                assert!(!key.is_empty());
+                let again = base64::engine::general_purpose::STANDARD.encode(&key);
+                assert_eq!(whsec(&format!("whsec_{again}")), Some(key));
+            }
         }
     }
 }

@@ -233,3 +233,8 @@ fn cert_not_after() {
 fn cron_expr() {
     run("cron_expr", trigd_fuzz::cron_expr);
 }
+
+#[test]
+fn notify_inputs() {
+    run("notify_inputs", trigd_fuzz::notify_inputs);
+}

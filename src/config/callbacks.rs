@@ -20,6 +20,7 @@ use toml::Spanned;
 use url::Url;
 
 use crate::access::cidr::Cidr;
+use crate::state::delivery::{Format, Outcome};
 
 use super::raw::{RawCallbacks, RawDuration};
 use super::resolve;
@@ -47,15 +48,75 @@ pub const MAX_URL_BYTES: usize = 2048;
 /// Shortest accepted signing secret, in bytes.
 pub const MIN_SECRET_BYTES: usize = 16;
 
-/// The signing secret. Its `Debug` never shows the bytes.
+/// Most signing secrets at once: the new one and the old one of a rotation.
+pub const MAX_SECRETS: usize = 2;
+
+/// Byte lengths of a `whsec_` secret's key, as the Standard Webhooks
+/// specification sets them.
+const WHSEC_BYTES: std::ops::RangeInclusive<usize> = 24..=64;
+
+/// The signing secret: one key, or two during a rotation (each signs, so
+/// a receiver that knows either accepts). Its `Debug` never shows the bytes.
 #[derive(Clone, PartialEq, Eq)]
-pub struct Secret(Vec<u8>);
+pub struct Secret(Vec<Vec<u8>>);
 
 impl Secret {
-    /// The secret's bytes, for the HMAC key only.
-    pub fn bytes(&self) -> &[u8] {
-        &self.0
+    /// Read the secret text of `secret_env` or `secret_file`: one secret a
+    /// line (blank lines and surrounding white space ignored), the current
+    /// one first, at most [`MAX_SECRETS`]. A `whsec_<base64>` secret (the
+    /// Standard Webhooks form) is its decoded key; any other is its bytes.
+    ///
+    /// # Errors
+    /// A sentence that never contains the secret.
+    pub fn parse(text: &str) -> Result<Secret, String> {
+        let lines: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        if lines.is_empty() {
+            return Err("the signing secret is empty; `echo \"whsec_$(openssl rand -base64 32)\"` makes one".into());
+        }
+        if lines.len() > MAX_SECRETS {
+            return Err(format!(
+                "{} secrets (lines); at most {MAX_SECRETS}: the new one, then the old one while receivers switch",
+                lines.len()
+            ));
+        }
+        let keys = lines
+            .iter()
+            .enumerate()
+            .map(|(i, l)| key(l).map_err(|e| format!("secret {} (line): {e}", i + 1)))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Secret(keys))
     }
+
+    /// The HMAC keys, the current one first.
+    pub fn keys(&self) -> impl Iterator<Item = &[u8]> {
+        self.0.iter().map(Vec::as_slice)
+    }
+}
+
+/// One secret's HMAC key.
+fn key(line: &str) -> Result<Vec<u8>, String> {
+    if let Some(b64) = line.strip_prefix("whsec_") {
+        let k = crate::receive::signature::whsec(b64)
+            .ok_or("a whsec_ secret must be base64 after the prefix")?;
+        if !WHSEC_BYTES.contains(&k.len()) {
+            return Err(format!(
+                "a whsec_ secret holds 24 to 64 bytes (this one {}); `echo \"whsec_$(openssl rand -base64 32)\"` makes one",
+                k.len()
+            ));
+        }
+        return Ok(k);
+    }
+    if line.len() < MIN_SECRET_BYTES {
+        return Err(format!(
+            "the signing secret must be at least {MIN_SECRET_BYTES} bytes (it has {}); `echo \"whsec_$(openssl rand -base64 32)\"` makes one",
+            line.len()
+        ));
+    }
+    Ok(line.as_bytes().to_vec())
 }
 
 impl fmt::Debug for Secret {
@@ -100,6 +161,9 @@ pub struct Callbacks {
     pub workers: usize,
     /// Deliveries waiting (on disk) at most; past it a delivery fails at once.
     pub max_pending: usize,
+    /// `[server] public_url`: the run page links of `slack`, `discord`,
+    /// `ntfy` messages start with it.
+    pub public_url: Option<String>,
 }
 
 impl Callbacks {
@@ -108,14 +172,14 @@ impl Callbacks {
     /// comparison with trigd's own file, not with a request: no need for
     /// constant time.)
     pub fn secret_file_changed(&self) -> bool {
-        let in_use = self.secret.as_ref().map(Secret::bytes);
         self.secret_file.as_ref().is_some_and(|p| {
             // A file over the bound (`/dev/zero`) cannot be read: changed,
             // and the load that follows reports it.
-            let text = super::file::read_secret(p)
+            let now = super::file::read_secret(p)
                 .ok()
-                .and_then(|b| String::from_utf8(b).ok());
-            text.is_none_or(|v| Some(v.trim().as_bytes()) != in_use)
+                .and_then(|b| String::from_utf8(b).ok())
+                .and_then(|v| Secret::parse(&v).ok());
+            now.is_none() || now != self.secret
         })
     }
 
@@ -143,6 +207,7 @@ impl Default for Callbacks {
             backoff_max: Duration::from_secs(defaults::BACKOFF_MAX_SECS),
             workers: defaults::WORKERS,
             max_pending: defaults::MAX_PENDING,
+            public_url: None,
         }
     }
 }
@@ -327,6 +392,7 @@ pub(super) fn callbacks(src: &Src, raw: &RawCallbacks, dir: &Path, errs: &mut Er
         backoff_max: backoff_max.max(backoff),
         workers,
         max_pending,
+        public_url: None,
     }
 }
 
@@ -374,8 +440,8 @@ fn private_list(src: &Src, raw: &[Spanned<String>], errs: &mut Errors) -> Vec<Ci
     out
 }
 
-/// The secret from `secret_env` or `secret_file` (exactly one; surrounding
-/// white space dropped). Errors never show the secret.
+/// The secret from `secret_env` or `secret_file` (exactly one; see
+/// [`Secret::parse`]). Errors never show the secret.
 fn secret(src: &Src, raw: &RawCallbacks, dir: &Path, errs: &mut Errors) -> Option<Secret> {
     let (value, span, key) = match (&raw.secret_env, &raw.secret_file) {
         (None, None) => return None,
@@ -398,17 +464,7 @@ fn secret(src: &Src, raw: &RawCallbacks, dir: &Path, errs: &mut Errors) -> Optio
             (v, f.span(), "callbacks.secret_file")
         }
     };
-    let checked = value.and_then(|v| {
-        let v = v.trim().as_bytes().to_vec();
-        if v.len() < MIN_SECRET_BYTES {
-            Err(format!(
-                "the signing secret must be at least {MIN_SECRET_BYTES} bytes (it has {}); `openssl rand -hex 32` makes one",
-                v.len()
-            ))
-        } else {
-            Ok(Secret(v))
-        }
-    });
+    let checked = value.and_then(|v| Secret::parse(&v));
     checked.map_err(|msg| errs.at(src, span, key, msg)).ok()
 }
 
@@ -461,20 +517,129 @@ pub(super) fn ca_file(
     }
 }
 
-/// A fixed `callback` URL of a function or trigger, checked now: refused
-/// URLs and a missing secret are load errors.
+/// A fixed callback of a function or trigger (`callback`): where, in
+/// which shape, for which outcomes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fixed {
+    /// The checked, normalised URL.
+    pub url: String,
+    /// The body's shape (`format`).
+    pub format: Format,
+    /// The outcomes it is sent for (`on`); empty: every end.
+    pub on: Vec<Outcome>,
+}
+
+/// Where a fixed callback is written: only a function's can be `overdue`
+/// (a trigger's callback belongs to requests, and overdue has none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Place {
+    /// `[[functions]] callback`.
+    Function,
+    /// `[[tools.triggers]] callback`.
+    Trigger,
+}
+
+/// The `format` names.
+const FORMATS: [(&str, Format); 5] = [
+    ("record", Format::Record),
+    ("slack", Format::Slack),
+    ("discord", Format::Discord),
+    ("ntfy", Format::Ntfy),
+    ("healthchecks", Format::Healthchecks),
+];
+
+/// A fixed `callback` of a function or trigger, checked now: a URL, or a
+/// table `{ url, format, on }`. Refused URLs, unknown formats or outcomes
+/// and a missing secret are load errors.
 pub(super) fn fixed(
     src: &Src,
     cb: &Callbacks,
-    raw: Option<&Spanned<String>>,
+    raw: Option<&Spanned<toml::Value>>,
     key: &str,
+    place: Place,
     errs: &mut Errors,
-) -> Option<String> {
-    let url = raw?;
-    let checked = need_secret(cb).and_then(|()| cb.check_url(url.get_ref()));
+) -> Option<Fixed> {
+    let raw = raw?;
+    let parsed = match raw.get_ref() {
+        toml::Value::String(url) => Ok((url.as_str(), Format::Record, Vec::new())),
+        toml::Value::Table(t) => table(t, place),
+        _ => Err(
+            "a URL, or a table { url = \"https://…\", format = \"slack\", on = [\"failed\"] }"
+                .into(),
+        ),
+    };
+    let checked = parsed.and_then(|(url, format, on)| {
+        need_secret(cb)?;
+        let url = cb.check_url(url)?;
+        Ok(Fixed { url, format, on })
+    });
     checked
-        .map_err(|msg| errs.at(src, url.span(), key, msg))
+        .map_err(|msg| errs.at(src, raw.span(), key, msg))
         .ok()
+}
+
+/// The table form of a `callback`.
+fn table(t: &toml::Table, place: Place) -> Result<(&str, Format, Vec<Outcome>), String> {
+    if let Some(k) = t
+        .keys()
+        .find(|k| !matches!(k.as_str(), "url" | "format" | "on"))
+    {
+        return Err(format!(
+            "unknown key \"{k}\"; a callback table has url, format and on"
+        ));
+    }
+    let url = t
+        .get("url")
+        .and_then(toml::Value::as_str)
+        .ok_or("a callback table needs url = \"https://…\"")?;
+    let format = match t.get("format") {
+        None => Format::Record,
+        Some(v) => {
+            let name = v.as_str().unwrap_or_default();
+            FORMATS
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, f)| *f)
+                .ok_or_else(|| {
+                    format!("unknown format {v}; use record, slack, discord, ntfy or healthchecks")
+                })?
+        }
+    };
+    let on = match t.get("on") {
+        None => Vec::new(),
+        Some(toml::Value::Array(list)) => outcomes(list, place)?,
+        Some(_) => {
+            return Err("on is a list of outcomes, e.g. on = [\"failed\", \"recovered\"]".into())
+        }
+    };
+    if format == Format::Healthchecks && !on.is_empty() {
+        return Err("format \"healthchecks\" takes no on: healthchecks.io needs every start and end (it decides whom to alert)".into());
+    }
+    Ok((url, format, on))
+}
+
+/// The outcomes of an `on` list.
+fn outcomes(list: &[toml::Value], place: Place) -> Result<Vec<Outcome>, String> {
+    let mut out = Vec::new();
+    for v in list {
+        let name = v.as_str().unwrap_or_default();
+        let o = Outcome::ALL
+            .into_iter()
+            .find(|o| o.name() == name)
+            .ok_or_else(|| {
+                format!("unknown outcome {v}; use finished, failed, timed_out, cancelled, interrupted, recovered or overdue")
+            })?;
+        if o == Outcome::Overdue && place == Place::Trigger {
+            return Err("overdue is a function's, not a trigger's: put this callback on the function (with expect_every)".into());
+        }
+        if !out.contains(&o) {
+            out.push(o);
+        }
+    }
+    if out.is_empty() {
+        return Err("on is empty: leave it out to be called at every end".into());
+    }
+    Ok(out)
 }
 
 /// A `request_callbacks` switch; `true` needs the signing secret.

@@ -44,7 +44,7 @@ pub struct Endpoint {
     pub vars: BTreeMap<String, String>,
     /// The completion callback of every run through it (a trigger's
     /// `callback`), besides the function's own.
-    pub callback: Option<String>,
+    pub callback: Option<super::callbacks::Fixed>,
     /// Whether a caller may name a callback URL (a trigger's
     /// `request_callbacks`; on `POST /api` the API key decides).
     pub request_callbacks: bool,

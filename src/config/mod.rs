@@ -323,9 +323,9 @@ pub struct Function {
     /// Numeric gid to run the steps as (`group`, or the primary group of
     /// `user`); `None`: trigd's own.
     pub group: Option<u32>,
-    /// URL called when a run of this function ends (`callback`), checked
+    /// Called when a run of this function ends (`callback`), checked
     /// against `[callbacks]`.
-    pub callback: Option<String>,
+    pub callback: Option<callbacks::Fixed>,
     /// Give each input to the steps as an environment variable of its name
     /// (true for every program file; a hooks-file hook passes its
     /// environment by name in the job's `vars` instead).
@@ -510,8 +510,8 @@ pub struct Trigger {
     pub program: u64,
     /// Function name; validated to exist in that program.
     pub function: String,
-    /// URL called when a run through this trigger ends (`callback`).
-    pub callback: Option<String>,
+    /// Called when a run through this trigger ends (`callback`).
+    pub callback: Option<callbacks::Fixed>,
     /// Whether callers may name a callback URL per request
     /// (`request_callbacks`).
     pub request_callbacks: bool,

@@ -302,9 +302,10 @@ fn function(
         )
     });
     let (user, group) = identity(src, f, key, errs);
-    let callback = f.callback.as_ref().and_then(|url| {
+    let callback = f.callback.as_ref().and_then(|raw| {
         let key = format!("{key}.callback");
-        super::callbacks::fixed(src, &server.callbacks, Some(url), &key, errs)
+        let place = super::callbacks::Place::Function;
+        super::callbacks::fixed(src, &server.callbacks, Some(raw), &key, place, errs)
     });
     let schedules = super::schedules::compile(src, f, key, &outputs, errs);
     let expect_every = f.expect_every.as_ref().and_then(|e| {

@@ -200,6 +200,9 @@ pub struct RawServer {
     /// `hooks_http_methods`: methods of a hook without `http-methods`.
     #[serde(default)]
     pub hooks_http_methods: Vec<Spanned<String>>,
+    /// `hooks_deduplicate`: a hook whose rule requires a signature
+    /// deduplicates redeliveries by the sender's delivery id (default true).
+    pub hooks_deduplicate: Option<bool>,
     /// `tls_cert`: PEM certificate chain; HTTPS with `tls_key`.
     pub tls_cert: Option<Spanned<String>>,
     /// `tls_key`: PEM private key of `tls_cert`.
@@ -433,8 +436,9 @@ pub struct RawTrigger {
     pub program: Spanned<i64>,
     /// `function` name.
     pub function: Spanned<String>,
-    /// `callback`: a URL called when a run through this trigger ends.
-    pub callback: Option<Spanned<String>>,
+    /// `callback`: a URL called when a run through this trigger ends, or a
+    /// table `{ url, format, on }`.
+    pub callback: Option<Spanned<toml::Value>>,
     /// `request_callbacks`: callers may name a callback URL per request.
     pub request_callbacks: Option<Spanned<bool>>,
     /// `[tools.triggers.verify]`: the request's signature or token.
@@ -455,7 +459,7 @@ pub struct RawTrigger {
 #[serde(deny_unknown_fields)]
 pub struct RawVerify {
     /// `scheme`: `hmac-sha1`, `hmac-sha256`, `hmac-sha512`, `token`,
-    /// `stripe` or `slack`.
+    /// `stripe`, `slack` or `standard-webhooks`.
     pub scheme: Spanned<String>,
     /// `header`; required for `hmac-*` and `token`.
     pub header: Option<Spanned<String>>,
@@ -469,6 +473,9 @@ pub struct RawVerify {
     pub secret_file: Option<Spanned<String>>,
     /// `tolerance` of `stripe` and `slack`, default 5m.
     pub tolerance: Option<Spanned<RawDuration>>,
+    /// `deduplicate`: the sender's delivery id as the idempotency key
+    /// (default true; `verify` only).
+    pub deduplicate: Option<Spanned<bool>>,
 }
 
 /// Where a value comes from: exactly one of the source keys, and for a
@@ -556,6 +563,12 @@ pub struct RawResponse {
     pub run_async: Option<bool>,
     /// `ignored_status` of a request the rule ignores, default 200.
     pub ignored_status: Option<Spanned<i64>>,
+    /// `text`: a fixed body of a success answer.
+    pub text: Option<Spanned<String>>,
+    /// `body`: `stdout` or `stdout_json`.
+    pub body: Option<Spanned<String>>,
+    /// `content_type` of such a body.
+    pub content_type: Option<Spanned<String>>,
 }
 
 /// A program file.
@@ -610,8 +623,9 @@ pub struct RawFunction {
     pub outputs: Option<Spanned<Vec<Spanned<String>>>>,
     /// `[functions.webhook]`: the Webhook Trigger.
     pub webhook: Option<Spanned<WebhookSlot>>,
-    /// `callback`: a URL called when a run of this function ends.
-    pub callback: Option<Spanned<String>>,
+    /// `callback`: a URL called when a run of this function ends, or a
+    /// table `{ url, format, on }`.
+    pub callback: Option<Spanned<toml::Value>>,
     /// `expect_every`: a successful run is expected at least this often.
     pub expect_every: Option<Spanned<RawDuration>>,
     /// `[[functions.schedules]]`: when the clock starts it.

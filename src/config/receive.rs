@@ -20,7 +20,7 @@ use crate::access::cidr::Cidr;
 use crate::receive::rules::{Leaf, Rule};
 use crate::receive::signature::{Algo, Encoding, Scheme, Secret, Verifier};
 use crate::receive::values::{JsonPath, RequestField, Source, Whole};
-use crate::receive::{Answer, Receive, ValueSpec};
+use crate::receive::{Answer, AnswerBody, Receive, ValueSpec};
 
 /// Default `tolerance` of the timestamped schemes.
 pub const TOLERANCE: Duration = Duration::from_secs(300);
@@ -61,8 +61,15 @@ pub(super) fn receive(
         None => false,
     };
     let answer = answer(src, tr.response.as_ref(), &format!("{key}.response"), errs);
+    let deduplicate = verify.is_some()
+        && tr
+            .verify
+            .as_ref()
+            .and_then(|v| v.get_ref().deduplicate.as_ref())
+            .is_none_or(|d| *d.get_ref());
     Receive {
         verify,
+        deduplicate,
         values,
         rule,
         stdin_body,
@@ -273,6 +280,10 @@ fn rule(
         return client_ip(src, ranges, key, errs).map(|c| Rule::Match(Leaf::Cidr(c), place));
     }
     if let Some(sig) = &r.signature {
+        if let Some(d) = &sig.get_ref().deduplicate {
+            let msg = "deduplicate belongs to the trigger's verify table, not to a rule";
+            errs.at(src, d.span(), format!("{key}.signature.deduplicate"), msg);
+        }
         let v = verifier(src, sig, &format!("{key}.signature"), dir, errs)?;
         return Some(Rule::Match(Leaf::Signature(v), place));
     }
@@ -350,8 +361,9 @@ pub(super) fn verifier(
         "token" => (Scheme::Token, None, ""),
         "stripe" => (Scheme::Stripe, Some("stripe-signature"), ""),
         "slack" => (Scheme::Slack, Some("x-slack-signature"), "v0="),
+        "standard-webhooks" => (Scheme::StandardWebhooks, Some("webhook-signature"), ""),
         _ => {
-            let msg = format!("unknown scheme \"{s}\"; use hmac-sha1, hmac-sha256, hmac-sha512, token, stripe or slack");
+            let msg = format!("unknown scheme \"{s}\"; use hmac-sha1, hmac-sha256, hmac-sha512, token, stripe, slack or standard-webhooks");
             errs.at(src, r.scheme.span(), format!("{key}.scheme"), msg);
             return None;
         }
@@ -382,7 +394,22 @@ pub(super) fn verifier(
         TOLERANCE,
         errs,
     );
-    let (secret, secret_file) = secret(src, raw, key, dir, errs)?;
+    if let (Scheme::StandardWebhooks, Some(h)) = (scheme, &r.header) {
+        let msg =
+            "scheme \"standard-webhooks\" reads the webhook-* (or svix-*) headers; remove header";
+        errs.at(src, h.span(), format!("{key}.header"), msg);
+        return None;
+    }
+    let (mut secret, secret_file) = secret(src, raw, key, dir, errs)?;
+    if scheme == Scheme::StandardWebhooks {
+        let Some(k) = secret.standard_key() else {
+            let msg =
+                "a Standard Webhooks secret is base64, usually after whsec_ (\"whsec_MfKQ9r8G…\")";
+            errs.at(src, raw.span(), format!("{key}.secret"), msg);
+            return None;
+        };
+        secret = k;
+    }
     Some(Verifier {
         scheme,
         header,
@@ -495,5 +522,38 @@ fn answer(src: &Src, raw: Option<&RawResponse>, key: &str, errs: &mut Errors) ->
     }
     a.output = r.output.unwrap_or(true);
     a.run_async = r.run_async.unwrap_or(false);
+    a.body = answer_body(src, r, key, errs);
+    a.content_type = r.content_type.as_ref().and_then(|c| {
+        let v = c.get_ref();
+        let ok =
+            !v.is_empty() && v.len() <= 200 && v.bytes().all(|b| b == b' ' || b.is_ascii_graphic());
+        if !ok {
+            let msg = "content_type must be printable ASCII, e.g. \"text/plain; charset=utf-8\"";
+            errs.at(src, c.span(), format!("{key}.content_type"), msg);
+        }
+        ok.then(|| v.clone())
+    });
     a
+}
+
+/// `text` or `body` of `response`: at most one.
+fn answer_body(src: &Src, r: &RawResponse, key: &str, errs: &mut Errors) -> Option<AnswerBody> {
+    match (&r.text, &r.body) {
+        (Some(t), Some(_)) => {
+            let msg = "set text (a fixed body) or body (the step's stdout), not both";
+            errs.at(src, t.span(), format!("{key}.text"), msg);
+            None
+        }
+        (Some(t), None) => Some(AnswerBody::Text(t.get_ref().clone())),
+        (None, Some(b)) => match b.get_ref().as_str() {
+            "stdout" => Some(AnswerBody::Stdout),
+            "stdout_json" => Some(AnswerBody::StdoutJson),
+            other => {
+                let msg = format!("unknown body \"{other}\"; use \"stdout\" or \"stdout_json\" (or text = \"…\" for a fixed body)");
+                errs.at(src, b.span(), format!("{key}.body"), msg);
+                None
+            }
+        },
+        (None, None) => None,
+    }
 }

@@ -220,6 +220,9 @@ pub const SECTIONS: &[Section] = &[
             key("output", "bool", Is("`true`"), "`false`: no `Result` in the answer (and no `Stderr` of a failed run)"),
             key("run_async", "bool", Is("`false`"), "start runs asynchronously unless the request says `run_async=false`"),
             key("ignored_status", "integer", Count(200), "status of the answer to a request the rule ignores (200\u{2013}499)"),
+            key("text", "string", NONE, "a fixed body of every success answer (sync or async), instead of trigd's JSON"),
+            key("body", "string", NONE, "`\"stdout\"`: a sync success is answered with the last step's stdout; `\"stdout_json\"`: the same, which must be JSON (else 500 `answer_not_json`); not with `text`"),
+            key("content_type", "string", Is("`text/plain; charset=utf-8` (`stdout_json`: `application/json`)"), "`Content-Type` of a `text` or `body` answer"),
         ],
     },
     Section {
@@ -333,7 +336,7 @@ const SERVER: &[Key] = &[
     key("workers", "integer", Count(server::WORKERS), "HTTP threads kept ready while idle; each open connection is served on a thread of its own up to `max_connections`"),
     key("programs_dir", "path", Str(server::PROGRAMS_DIR), "every `*.toml` directly inside is a program"),
     key("state_dir", "path", Str(server::STATE_DIR), "written by trigd only: run log, application keys, sessions"),
-    key("public_url", "string", Is("`http://<Host header>`"), "base URL shown for generated endpoints (`https://...` also marks cookies `Secure`)"),
+    key("public_url", "string", Is("`http://<Host header>`"), "base URL shown for generated endpoints and linked from `slack`, `discord`, `ntfy` callbacks (`https://...` also marks cookies `Secure`)"),
     key("max_concurrent_runs", "integer", Count(server::MAX_CONCURRENT_RUNS), "runs executing at once, sync and async together"),
     key("max_queued_runs", "integer", Count(server::MAX_QUEUED_RUNS), "runs waiting for a slot, sync and async together (0: no queue)"),
     key("queue_timeout", "duration", Secs(server::QUEUE_TIMEOUT_SECS), "how long a sync run waits in the queue for a slot before `503 busy`"),
@@ -364,6 +367,7 @@ const SERVER: &[Key] = &[
     key("hooks_files", "array of paths", Is("`[]`"), "adnanh/webhook hooks files (JSON or YAML) served as they are"),
     key("hooks_url_prefix", "string", Str("hooks"), "their hooks are at `/<hooks_url_prefix>/<id>` (webhook's `-urlprefix`)"),
     key("hooks_http_methods", "array of strings", Is("`[]` (any)"), "the methods a hook without its own `http-methods` accepts (webhook's `-http-methods`)"),
+    key("hooks_deduplicate", "bool", Is("`true`"), "a hook whose `trigger-rule` requires a `payload-hmac-*` signature runs a redelivery (same `X-GitHub-Delivery`/`X-Gitea-Delivery`, no `Idempotency-Key`) once; `false`: every delivery runs, as in webhook"),
     key("tls_cert", "path", NONE, "PEM certificate chain, leaf first; with `tls_key`, `listen` speaks HTTPS only (TLS 1.2 and 1.3); re-read when the file changes and on SIGHUP"),
     key("tls_key", "path", NONE, "PEM private key of `tls_cert` (PKCS#8, PKCS#1 or SEC1); may be `credential:NAME`, a systemd credential in `$CREDENTIALS_DIRECTORY`"),
     key("tls_handshake_timeout", "duration", Secs(server::TLS_HANDSHAKE_TIMEOUT_SECS), "time a client has, from connecting, to complete its TLS handshake; the connection is closed past it"),
@@ -376,7 +380,7 @@ const TRIGGER: &[Key] = &[
     key("method", "string", Str("POST"), "`GET`, `POST`, `PUT`, `PATCH` or `DELETE`"),
     key("program", "integer", REQUIRED, "program id"),
     key("function", "string", REQUIRED, "function of that program"),
-    key("callback", "URL", NONE, "completion callback of every run through this trigger; checked against `[callbacks]` at load"),
+    key("callback", "URL or { url, format, on }", NONE, "completion callback of every run through this trigger: a URL, or `{ url, format, on }` (format `record`, `slack`, `discord`, `ntfy`, `healthchecks`; on: outcomes but `overdue`); checked against `[callbacks]` at load"),
     key("request_callbacks", "bool", Is("`false`"), "callers may name a callback URL with the `Trigd-Callback` header"),
     key("verify", "table", NONE, "check the request's signature or token first: `[tools.triggers.verify]`"),
     key("values", "table of tables", Is("by name from the query or a flat JSON object"), "where each output's value comes from: `[tools.triggers.values.<output>]`"),
@@ -386,13 +390,14 @@ const TRIGGER: &[Key] = &[
 ];
 
 const VERIFY: &[Key] = &[
-    key("scheme", "string", REQUIRED, "`hmac-sha1`, `hmac-sha256`, `hmac-sha512`, `token`, `stripe` or `slack`"),
-    key("header", "string", Is("`Stripe-Signature` (`stripe`), `X-Slack-Signature` (`slack`); required otherwise"), "header holding the signature or token (any case)"),
+    key("scheme", "string", REQUIRED, "`hmac-sha1`, `hmac-sha256`, `hmac-sha512`, `token`, `stripe`, `slack` or `standard-webhooks`"),
+    key("header", "string", Is("`Stripe-Signature` (`stripe`), `X-Slack-Signature` (`slack`), `webhook-*` or `svix-*` (`standard-webhooks`, not settable); required otherwise"), "header holding the signature or token (any case)"),
     key("prefix", "string", Is("`\"\"` (`slack`: `\"v0=\"`)"), "text before the signature, e.g. `\"sha256=\"`; stripped when present"),
     key("encoding", "string", Str("hex"), "`hex` or `base64` (HMAC schemes)"),
     key("secret_env", "string", NONE, "environment variable holding the secret (exactly one of `secret_env` and `secret_file`)"),
     key("secret_file", "path", NONE, "file holding the secret (one trailing newline dropped); watched, so a rotated file applies at once; `credential:NAME` is systemd's credential NAME (`$CREDENTIALS_DIRECTORY/NAME`, from `LoadCredential=`)"),
-    key("tolerance", "duration", Is("`\"5m\"`"), "`stripe`, `slack`: largest distance between the signed timestamp and now"),
+    key("tolerance", "duration", Is("`\"5m\"`"), "`stripe`, `slack`, `standard-webhooks`: largest distance between the signed timestamp and now"),
+    key("deduplicate", "boolean", Is("`true`"), "a request without `Idempotency-Key` whose sender's delivery id (`X-GitHub-Delivery`, `X-Gitlab-Event-UUID`, Stripe's event `id`, `webhook-id`/`svix-id`) was seen on this endpoint within `idempotency_window` starts nothing and gets the first run's answer; not in a rule's `signature`"),
 ];
 
 const VALUES: &[Key] = &[
@@ -574,8 +579,8 @@ const FUNCTION: &[Key] = &[
     key("group", "string or integer", Is("the user's primary group"), "run the steps with this group name or gid"),
     key("outputs", "array of strings", Is("`[]`"), "the names the values bind to, for every trigger: identifiers `[A-Za-z_][A-Za-z0-9_]*`, no repeats"),
     key("webhook", "table", NONE, "the Webhook Trigger: makes the function reachable through `POST /api`: `[functions.webhook]`"),
-    key("callback", "URL", NONE, "completion callback of every run of this function; checked against `[callbacks]` at load"),
-    key("expect_every", "duration", Is("none"), "a successful run is expected at least this often, whatever starts it; past it the function is overdue (`/metrics`, `GET /api/overdue`)"),
+    key("callback", "URL or { url, format, on }", NONE, "completion callback of every run of this function: a URL, or `{ url, format, on }` (format `record`, `slack`, `discord`, `ntfy`, `healthchecks`; on: `finished`, `failed`, `timed_out`, `cancelled`, `interrupted`, `recovered`, `overdue`); checked against `[callbacks]` at load"),
+    key("expect_every", "duration", Is("none"), "a successful run is expected at least this often, whatever starts it; past it the function is overdue (`/metrics`, `GET /api/overdue`, a `callback` with `on = [\"overdue\"]`)"),
     key("schedules", "array of tables", Is("`[]`"), "schedule triggers: the clock runs the function: `[[functions.schedules]]`"),
     key("retry", "table", NONE, "attempt a failed run again after a backoff: `[functions.retry]` (docs/runs.md)"),
 ];

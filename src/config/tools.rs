@@ -115,6 +115,7 @@ fn triggers(
             cb,
             tr.callback.as_ref(),
             &format!("{key}.callback"),
+            callbacks::Place::Trigger,
             errs,
         );
         let request_callbacks = callbacks::permit(

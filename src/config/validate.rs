@@ -668,7 +668,9 @@ fn context(src: &Src, raw: Option<&RawConfig>, dir: &Path) -> Context {
     let default = RawConfig::default();
     let r = raw.unwrap_or(&default);
     let mut server = server::server(src, &r.server, dir, &mut errs);
-    server.callbacks = Arc::new(callbacks::callbacks(src, &r.callbacks, dir, &mut errs));
+    let mut cb = callbacks::callbacks(src, &r.callbacks, dir, &mut errs);
+    cb.public_url.clone_from(&server.public_url);
+    server.callbacks = Arc::new(cb);
     server.acme = super::acme::acme(src, r.acme.as_ref(), dir, &mut errs).map(Arc::new);
     super::tls::check_https(src, &r.server, r.acme.as_ref(), &mut errs);
     server.state_db = super::state_db::state_db(src, &r.state, dir, &mut errs).map(Arc::new);

@@ -637,6 +637,9 @@ pub enum ApiError {
         /// What failed (never a value or a secret).
         reason: String,
     },
+    /// A run finished, but its trigger answers with the last step's stdout
+    /// as JSON (`response.body = "stdout_json"`) and it is not JSON.
+    AnswerNotJson,
     /// A bug: a handler panicked or an invariant broke.
     Internal,
 }
@@ -674,7 +677,7 @@ impl ApiError {
             ConfigNotWritable { .. } | ConfigInvalid { .. } => 409,
             MethodNotAllowed { .. } => 405,
             Ignored { status, .. } => *status,
-            RuleError { .. } => 500,
+            RuleError { .. } | AnswerNotJson => 500,
             Signature(SigError::Missing { .. }) => 401,
             Signature(_) => 403,
             InvalidPayload { .. } => 400,
@@ -748,6 +751,7 @@ impl ApiError {
             NotFound => "not_found",
             Ignored { .. } => "rules_not_matched",
             RuleError { .. } => "rule_error",
+            AnswerNotJson => "answer_not_json",
             Signature(SigError::Missing { .. }) => "signature_missing",
             Signature(SigError::Malformed { .. }) => "signature_malformed",
             Signature(SigError::Mismatch { .. }) => "signature_mismatch",
@@ -822,6 +826,7 @@ impl ApiError {
             Signature(e) => e.message().into(),
             Ignored { .. } => "The request does not match this endpoint's rule, so nothing ran.".into(),
             RuleError { reason } => format!("The endpoint's rule could not be evaluated ({reason}), so nothing ran.").into(),
+            AnswerNotJson => "The run finished, but this trigger answers with the last step's stdout as JSON (response.body = \"stdout_json\") and it is not JSON; the run's record has its Result.".into(),
             InvalidPayload { msg } | UnsupportedMediaType { msg } => msg.clone().into(),
             PayloadTooComplex { msg } => format!("{msg} (See \"Inputs and their bounds\" in the manual, docs/security.md.)").into(),
             Internal => "Internal error. The server log has the details.".into(),

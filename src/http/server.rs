@@ -202,6 +202,7 @@ fn open_app(cfg: config::Config) -> Result<Arc<App>, Error> {
     let interrupted = store.interrupted_at_open().to_vec();
     let callbacks = callback::Service::start(
         &state,
+        &cfg.server.instance,
         Arc::clone(&store),
         &cfg.server.callbacks,
         &interrupted,
@@ -218,9 +219,30 @@ fn open_app(cfg: config::Config) -> Result<Arc<App>, Error> {
         );
         app.runner.resume(&app.config(), resumed);
     }
+    share_runs(&app)?;
     crate::schedule::timer::start(&app, crate::schedule::Clock::SYSTEM)
         .map_err(|e| Error::Other(format!("cannot start the schedule timer: {e}")))?;
+    crate::schedule::overdue::watch(&app)
+        .map_err(|e| Error::Other(format!("cannot start the overdue watch: {e}")))?;
     Ok(app)
+}
+
+/// With `[state] url`, share the run queue with the other instances on
+/// the database: the lease thread (`runner::cluster`).
+fn share_runs(app: &Arc<App>) -> Result<(), Error> {
+    let cfg = app.config();
+    let (Some(db), Some(settings)) = (app.state.db(), cfg.server.state_db.as_ref()) else {
+        return Ok(());
+    };
+    let weak = Arc::downgrade(app);
+    let first = Arc::clone(&cfg);
+    let config: crate::runner::cluster::ConfigFn = Box::new(move || {
+        weak.upgrade()
+            .map_or_else(|| Arc::clone(&first), |a| a.config())
+    });
+    app.runner
+        .share(Arc::clone(db), &cfg.server.instance, settings.lease, config)
+        .map_err(|e| Error::Other(format!("cannot start the lease thread: {e}")))
 }
 
 /// The database of `[state] url`, its schema migrated. When it cannot be

@@ -121,7 +121,10 @@ fn steps(
     // Before the rule: an ignored request with a malformed key is refused
     // like any other (the manual's promise for the header, docs/http-api.md).
     // Owned: the body is let go of below, while the key is still needed.
-    let key = idempotency::key_of(req)?.map(str::to_owned);
+    let key = match idempotency::key_of(req)? {
+        Some(k) => Some(k.to_owned()),
+        None => signed::delivery_key(rcv, req),
+    };
     values::reject_body(req, &endpoint.values)?;
     let (program, function) = target(cfg, req, &endpoint.target, &caller)?;
     let parse = parse_limit::permit(req.body.len());

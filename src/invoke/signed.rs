@@ -15,7 +15,7 @@ use crate::config::{Config, Dialect, Endpoint, Entry};
 use crate::http::app::App;
 use crate::http::logging;
 use crate::http::{ApiError, Request, Response};
-use crate::receive::{Answer, Receive};
+use crate::receive::{Answer, AnswerBody, Receive};
 use crate::state::bodies::BodyFile;
 use crate::state::State;
 
@@ -29,6 +29,22 @@ pub fn verify(app: &App, cfg: &Config, rcv: &Receive, req: &Request) -> Result<(
         Some(v) => app.access.signature(cfg, req, v),
         None => Ok(()),
     }
+}
+
+/// The idempotency key a signed request gets from its sender's delivery id
+/// (see `receive::delivery`) when `deduplicate` is on: scoped to the
+/// endpoint (its path) and marked, so that it never meets a caller's own
+/// `Idempotency-Key`.
+pub fn delivery_key(rcv: &Receive, req: &Request) -> Option<String> {
+    let v = match &rcv.verify {
+        Some(v) => v,
+        None => rcv.rule.as_ref()?.required_signature()?,
+    };
+    if !rcv.deduplicate {
+        return None;
+    }
+    let id = crate::receive::delivery::id(v, &req.headers, &req.body)?;
+    Some(format!("delivery\n{}\n{id}", req.segments.join("/")))
 }
 
 /// Write the raw body to a temporary file when a run needs it.
@@ -137,6 +153,57 @@ fn shape(answer: &Answer, result: Result<Response, ApiError>) -> Response {
             }
         }
     }
+    if started && resp.run.is_some() && (200..300).contains(&resp.status) {
+        if let Some(body) = &answer.body {
+            resp = with_body(resp, body, answer.content_type.as_deref());
+        }
+    }
     resp.headers.extend(answer.headers.iter().cloned());
     resp
+}
+
+/// A run's success answer `resp` with the trigger's own `body` (a sync
+/// run's stdout needs its `Result`; an async start keeps trigd's JSON
+/// for `stdout` bodies, which do not exist yet).
+fn with_body(resp: Response, body: &AnswerBody, content_type: Option<&str>) -> Response {
+    let last = serde_json::from_slice::<Value>(&resp.body)
+        .ok()
+        .and_then(|v| v.get("Result")?.as_array()?.last().cloned());
+    let (bytes, default_type) = match (body, last) {
+        (AnswerBody::Text(t), _) => (t.clone().into_bytes(), TEXT),
+        (AnswerBody::Stdout, Some(Value::String(s))) => (s.into_bytes(), TEXT),
+        (AnswerBody::Stdout, Some(v)) => (v.to_string().into_bytes(), TEXT),
+        (AnswerBody::StdoutJson, Some(Value::String(s))) => {
+            match serde_json::from_str::<Value>(&s) {
+                Ok(v) => (v.to_string().into_bytes(), JSON),
+                Err(_) => return not_json(resp),
+            }
+        }
+        (AnswerBody::StdoutJson, Some(v)) => (v.to_string().into_bytes(), JSON),
+        (_, None) => return resp,
+    };
+    let mut out = resp;
+    out.headers
+        .retain(|(k, _)| !k.eq_ignore_ascii_case("content-type"));
+    out.headers.push((
+        "Content-Type".into(),
+        content_type.unwrap_or(default_type).into(),
+    ));
+    out.body = bytes;
+    out
+}
+
+const TEXT: &str = "text/plain; charset=utf-8";
+const JSON: &str = "application/json";
+
+/// The answer when `stdout_json` is not JSON: the error, with the run.
+fn not_json(resp: Response) -> Response {
+    let mut e = Response::from(ApiError::AnswerNotJson);
+    e.run = resp.run;
+    e.headers.extend(
+        resp.headers
+            .into_iter()
+            .filter(|(k, _)| !k.eq_ignore_ascii_case("content-type")),
+    );
+    e
 }

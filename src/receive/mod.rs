@@ -13,6 +13,7 @@
 //! `ping` has no `head_commit`) must be *ignored* by a rule, not refused
 //! because a value the run would need is absent.
 
+pub mod delivery;
 pub mod json;
 pub mod multipart;
 pub mod payload;
@@ -32,6 +33,10 @@ use values::{Source, ValueError};
 pub struct Receive {
     /// Checked before anything else is read (`verify`).
     pub verify: Option<Verifier>,
+    /// A request without `Idempotency-Key` that carries its sender's
+    /// delivery id ([`delivery::id`]) is deduplicated by it
+    /// (`verify.deduplicate`, on by default).
+    pub deduplicate: bool,
     /// Where each output's value comes from, in output order (`values`);
     /// `None`: by output name from the query and a flat JSON object.
     pub values: Option<Vec<ValueSpec>>,
@@ -134,6 +139,24 @@ pub struct Answer {
     /// Status of the answer to a request the rule ignores
     /// (`ignored_status`, default 200: senders retry other statuses).
     pub ignored_status: u16,
+    /// The body of a success answer (`text` or `body`), instead of trigd's
+    /// JSON.
+    pub body: Option<AnswerBody>,
+    /// Its `Content-Type` (`content_type`); by default `text/plain;
+    /// charset=utf-8`, `application/json` for `stdout_json`.
+    pub content_type: Option<String>,
+}
+
+/// What a success answer's body is (`[tools.triggers.response]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AnswerBody {
+    /// This fixed text (`text`), sync or async.
+    Text(String),
+    /// The last step's stdout, as text (`body = "stdout"`); a sync run's.
+    Stdout,
+    /// The last step's stdout, which must be JSON (`body =
+    /// "stdout_json"`), as JSON; a sync run's.
+    StdoutJson,
 }
 
 impl Default for Answer {
@@ -144,6 +167,8 @@ impl Default for Answer {
             output: true,
             run_async: false,
             ignored_status: 200,
+            body: None,
+            content_type: None,
         }
     }
 }

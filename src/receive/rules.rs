@@ -128,6 +128,23 @@ impl Rule {
         !found.is_empty()
     }
 
+    /// The signature check every match of this rule passes, if there is
+    /// one: a signature leaf of an `and` (at any depth), or of every
+    /// branch of an `or` (of one scheme: the delivery id is read by it).
+    pub fn required_signature(&self) -> Option<&Verifier> {
+        match self {
+            Rule::Match(Leaf::Signature(v) | Leaf::SignatureIn(_, v), _) => Some(v),
+            Rule::Match(..) | Rule::Not(_) => None,
+            Rule::And(children) => children.iter().find_map(Rule::required_signature),
+            Rule::Or(children) => {
+                let mut each = children.iter().map(Rule::required_signature);
+                let first = each.next()??;
+                each.all(|v| v.is_some_and(|v| v.scheme == first.scheme))
+                    .then_some(first)
+            }
+        }
+    }
+
     /// Where this rule is, for messages.
     fn place(&self) -> String {
         match self {

@@ -2,7 +2,10 @@
 //! body in a header (GitHub, Gitea, Bitbucket), a shared token in a header
 //! (GitLab), and the timestamped schemes of Stripe (`Stripe-Signature:
 //! t=…,v1=…`) and Slack (`v0:<ts>:<body>` in `X-Slack-Signature`), which
-//! refuse a replay outside a tolerance window.
+//! refuse a replay outside a tolerance window, and Standard Webhooks
+//! (`webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<base64>`
+//! over `<id>.<timestamp>.<body>`, or the same under Svix's `svix-*`
+//! names, several space-separated signatures during a key rotation).
 //!
 //! Owns: the schemes and their checks, [`Secret`] (which never prints).
 //! Does not own: where the secret comes from (`config` resolves it at load)
@@ -53,6 +56,15 @@ impl Secret {
             return Err(format!("{} is empty", path.display()));
         }
         Ok(Secret(b))
+    }
+}
+
+impl Secret {
+    /// The key of a Standard Webhooks secret (see [`whsec`]); `None` when
+    /// the text is not one.
+    pub fn standard_key(&self) -> Option<Secret> {
+        let text = std::str::from_utf8(&self.0).ok()?;
+        whsec(text.trim()).map(Secret)
     }
 }
 
@@ -157,6 +169,31 @@ pub enum Scheme {
     /// `Date` (`Mon 02 Jan 2006 15:04:05 UTC`) within `tolerance` of now
     /// (adnanh/webhook's `scalr-signature` rule).
     Scalr,
+    /// Standard Webhooks: `webhook-signature: v1,<base64 hmac-sha256 of
+    /// "<id>.<timestamp>.<body>">[ v1,…]` with `webhook-id` and
+    /// `webhook-timestamp`, or the same three under `svix-*` names.
+    StandardWebhooks,
+}
+
+/// The two header families of Standard Webhooks, tried in this order:
+/// the standard names and Svix's.
+pub const STANDARD_FAMILIES: [&str; 2] = ["webhook-", "svix-"];
+
+/// Longest `webhook-id` accepted, in bytes (Svix's are 30; the id is also
+/// an idempotency key).
+pub const MAX_MESSAGE_ID: usize = 256;
+
+/// The key of a Standard Webhooks secret: base64 after an optional
+/// `whsec_`, padded or not (as the official libraries read it); `None`
+/// when it is not base64 or empty.
+pub fn whsec(text: &str) -> Option<Vec<u8>> {
+    use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+    const LENIENT: GeneralPurpose = GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
+    );
+    let b64 = text.strip_prefix("whsec_").unwrap_or(text);
+    LENIENT.decode(b64).ok().filter(|k| !k.is_empty())
 }
 
 /// The header Slack sends its timestamp in (lower case).
@@ -246,9 +283,16 @@ impl Verifier {
     /// Whether the secret file now holds another secret than the one in
     /// use (or cannot be read): the config must be loaded again.
     pub fn secret_file_changed(&self) -> bool {
-        self.secret_file
-            .as_ref()
-            .is_some_and(|p| Secret::from_file(p).map_or(true, |s| s != self.secret))
+        let key = |s: Secret| match self.scheme {
+            Scheme::StandardWebhooks => s.standard_key(),
+            _ => Some(s),
+        };
+        self.secret_file.as_ref().is_some_and(|p| {
+            Secret::from_file(p)
+                .ok()
+                .and_then(key)
+                .is_none_or(|s| s != self.secret)
+        })
     }
 
     /// Check `body` and `headers` (names lower case) at unix time `now`.
@@ -261,6 +305,9 @@ impl Verifier {
         body: &[u8],
         now: u64,
     ) -> Result<(), SigError> {
+        if self.scheme == Scheme::StandardWebhooks {
+            return self.standard(headers, body, now);
+        }
         let value = header(headers, &self.header)
             .map(str::trim)
             .filter(|v| !v.is_empty())
@@ -273,6 +320,7 @@ impl Verifier {
             Scheme::Stripe => self.stripe(value, body, now),
             Scheme::Slack => self.slack(headers, value, body, now),
             Scheme::Scalr => self.scalr(headers, value, body, now),
+            Scheme::StandardWebhooks => self.standard(headers, body, now),
         }
     }
 
@@ -475,6 +523,67 @@ impl Verifier {
             why: "not a date like 'Fri 08 Sep 2017 11:24:32 UTC'".into(),
         })?;
         self.fresh(ts, now)
+    }
+
+    /// Standard Webhooks, under the first family of header names
+    /// ([`STANDARD_FAMILIES`]) whose signature header is present.
+    fn standard(
+        &self,
+        headers: &[(String, String)],
+        body: &[u8],
+        now: u64,
+    ) -> Result<(), SigError> {
+        let present = |name: &str| {
+            header(headers, name)
+                .map(str::trim)
+                .filter(|v| !v.is_empty())
+        };
+        let found = STANDARD_FAMILIES
+            .iter()
+            .find_map(|f| present(&format!("{f}signature")).map(|v| (*f, v)));
+        let Some((family, value)) = found else {
+            return Err(SigError::Missing {
+                header: "webhook-signature".into(),
+            });
+        };
+        let named = |n: &str| format!("{family}{n}");
+        let missing = |n: &str| SigError::Missing { header: named(n) };
+        let bad = |n: &str, why: &str| SigError::Malformed {
+            header: named(n),
+            why: why.into(),
+        };
+        let id = present(&named("id")).ok_or_else(|| missing("id"))?;
+        if id.len() > MAX_MESSAGE_ID {
+            return Err(bad("id", &format!("longer than {MAX_MESSAGE_ID} bytes")));
+        }
+        let t = present(&named("timestamp")).ok_or_else(|| missing("timestamp"))?;
+        let ts: u64 = t
+            .parse()
+            .map_err(|_| bad("timestamp", "not a number of seconds"))?;
+        let me = Verifier {
+            header: named("signature"),
+            encoding: Encoding::Base64,
+            ..self.clone()
+        };
+        let entries: Vec<&str> = value
+            .split(' ')
+            .filter(|e| !e.is_empty())
+            .take(MAX_SIGNATURES + 1)
+            .collect();
+        if entries.len() > MAX_SIGNATURES {
+            let why = format!("more than {MAX_SIGNATURES} space-separated signatures");
+            return Err(me.malformed(why));
+        }
+        let sigs: Vec<&str> = entries
+            .iter()
+            .filter_map(|e| e.strip_prefix("v1,"))
+            .collect();
+        if sigs.is_empty() {
+            return Err(me.malformed("no v1,<base64> signature"));
+        }
+        let parts: [&[u8]; 5] = [id.as_bytes(), b".", t.as_bytes(), b".", body];
+        me.any_matches(Algo::Sha256, &sigs, &parts)?;
+        me.fresh(ts, now)
     }
 
     fn fresh(&self, ts: u64, now: u64) -> Result<(), SigError> {

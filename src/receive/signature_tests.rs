@@ -279,3 +279,120 @@ fn many_signatures_cost_one_mac_and_too_many_are_refused() {
         Err(SigError::Malformed { .. })
     ));
 }
+
+/// The Standard Webhooks test vector of the official libraries
+/// (`TestWebhookSign`, github.com/standard-webhooks/standard-webhooks).
+const SW_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+const SW_ID: &str = "msg_p5jXN8AQM9LWM0D4loKWxJek";
+const SW_T: u64 = 1_614_265_330;
+const SW_BODY: &[u8] = br#"{"test": 2432232314}"#;
+const SW_SIG: &str = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=";
+
+fn standard() -> Verifier {
+    let mut v = verifier(Scheme::StandardWebhooks, "webhook-signature", "", SW_SECRET);
+    v.secret = v.secret.standard_key().unwrap();
+    v
+}
+
+fn sw_headers(family: &str, sig: &str, t: &str) -> Vec<(String, String)> {
+    h(&[
+        (&format!("{family}id"), SW_ID),
+        (&format!("{family}timestamp"), t),
+        (&format!("{family}signature"), sig),
+    ])
+}
+
+#[test]
+fn standard_webhooks_vector_under_both_header_families() {
+    let v = standard();
+    let t = SW_T.to_string();
+    for family in STANDARD_FAMILIES {
+        let ok = sw_headers(family, SW_SIG, &t);
+        assert_eq!(v.verify(&ok, SW_BODY, SW_T), Ok(()), "{family}");
+        assert_eq!(v.verify(&ok, SW_BODY, SW_T + 300), Ok(()), "{family}");
+        let e = v.verify(&ok, SW_BODY, SW_T + 301).unwrap_err();
+        assert!(matches!(e, SigError::Expired { .. }), "{e:?}");
+        let e = v.verify(&ok, b"{}", SW_T).unwrap_err();
+        assert!(matches!(e, SigError::Mismatch { .. }), "{e:?}");
+    }
+    // Several signatures (a rotation, or an asymmetric v1a beside): any v1.
+    let many =
+        format!("v1a,AAAA v1,Ceo5qEr07ixe2NLpvHk3FH9bwy/WavXrAFQ/9tdO6mc= v2,x {SW_SIG} v1,!!");
+    assert_eq!(
+        v.verify(&sw_headers("webhook-", &many, &t), SW_BODY, SW_T),
+        Ok(())
+    );
+    // The id is signed: another id does not match.
+    let mut other = sw_headers("webhook-", SW_SIG, &t);
+    other[0].1 = "msg_other".into();
+    assert!(matches!(
+        v.verify(&other, SW_BODY, SW_T),
+        Err(SigError::Mismatch { .. })
+    ));
+    // An unpadded secret is the same key.
+    let mut unpadded = verifier(
+        Scheme::StandardWebhooks,
+        "",
+        "",
+        "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+    );
+    unpadded.secret = unpadded.secret.standard_key().unwrap();
+    assert_eq!(unpadded.secret, v.secret);
+    assert!(Secret::new(b"whsec_!!!".to_vec()).standard_key().is_none());
+    assert!(Secret::new(b"whsec_".to_vec()).standard_key().is_none());
+}
+
+#[test]
+fn standard_webhooks_hostile_headers_are_answered_cheaply() {
+    let v = standard();
+    let t = SW_T.to_string();
+    let code = |hs: &[(String, String)]| match v.verify(hs, SW_BODY, SW_T) {
+        Err(SigError::Missing { header }) => format!("missing {header}"),
+        Err(SigError::Malformed { header, .. }) => format!("malformed {header}"),
+        other => format!("{other:?}"),
+    };
+    assert_eq!(code(&h(&[])), "missing webhook-signature");
+    assert_eq!(
+        code(&h(&[
+            ("webhook-signature", SW_SIG),
+            ("webhook-timestamp", &t)
+        ])),
+        "missing webhook-id"
+    );
+    assert_eq!(
+        code(&sw_headers("svix-", SW_SIG, "yesterday")),
+        "malformed svix-timestamp"
+    );
+    assert_eq!(
+        code(&sw_headers("webhook-", SW_SIG, "-5")),
+        "malformed webhook-timestamp"
+    );
+    let mut long_id = sw_headers("webhook-", SW_SIG, &t);
+    long_id[0].1 = "x".repeat(MAX_MESSAGE_ID + 1);
+    assert_eq!(code(&long_id), "malformed webhook-id");
+    assert_eq!(
+        code(&sw_headers("webhook-", "v1,not*base64", &t)),
+        "malformed webhook-signature"
+    );
+    assert_eq!(
+        code(&sw_headers("webhook-", "v1a,AAAA", &t)),
+        "malformed webhook-signature"
+    );
+    // A megabyte of signatures: refused after MAX_SIGNATURES + 1 entries,
+    // before any HMAC.
+    let huge = format!("{SW_SIG} ").repeat(40_000);
+    let n = macs_during(|| {
+        assert_eq!(
+            code(&sw_headers("webhook-", &huge, &t)),
+            "malformed webhook-signature"
+        );
+    });
+    assert_eq!(n, 0);
+    // Sixteen wrong signatures and the right one last: one HMAC.
+    let wrong = "v1,Ceo5qEr07ixe2NLpvHk3FH9bwy/WavXrAFQ/9tdO6mc= ".repeat(MAX_SIGNATURES - 1);
+    let n = macs_during(|| {
+        let hs = sw_headers("webhook-", &format!("{wrong}{SW_SIG}"), &t);
+        assert_eq!(v.verify(&hs, SW_BODY, SW_T), Ok(()));
+    });
+    assert_eq!(n, 1);
+}

@@ -29,6 +29,7 @@
 //! [`queue`]; the execution of one function (processes, timeouts, output)
 //! in [`step`].
 
+pub mod cluster;
 pub mod handle;
 mod queue;
 pub mod step;
@@ -424,6 +425,8 @@ pub struct Runner {
     /// `max_waiting_bytes`); added to under the slots lock.
     waiting_bytes: AtomicUsize,
     callbacks: OnceLock<Arc<Callbacks>>,
+    /// The cluster queue, with the PostgreSQL backend ([`Runner::share`]).
+    cluster: OnceLock<Arc<cluster::Shared>>,
 }
 
 impl Runner {
@@ -445,6 +448,7 @@ impl Runner {
             children: AtomicUsize::new(0),
             waiting_bytes: AtomicUsize::new(0),
             callbacks: OnceLock::new(),
+            cluster: OnceLock::new(),
         }
     }
 
@@ -493,6 +497,9 @@ impl Runner {
                 }
                 return Err(RunError::Storage(e));
             }
+        }
+        if let Some(c) = self.callbacks() {
+            c.started(&rec);
         }
         Ok(SyncRun { slot, rec, job })
     }
@@ -652,6 +659,11 @@ impl Runner {
     /// [`RunError::Cancelled`]); a running one is stopped (SIGTERM to its
     /// process group, SIGKILL after `kill_grace`) and ends `cancelled`.
     pub fn cancel(&self, id: &str) -> Cancel {
+        // With a database, the run may be in the cluster queue or held by
+        // another instance.
+        if let Some(done) = self.cluster.get().and_then(|c| self.cancel_shared(c, id)) {
+            return done;
+        }
         // A run passes from recorded to queued or live without the
         // record showing it: look again for a moment before giving up.
         for _ in 0..50 {
@@ -782,6 +794,12 @@ impl Runner {
     /// 1 s when each waited for a durable write of its own
     /// (`bench/schedules.sh`; issue 33 asks for 50 ms).
     pub fn start_async_all(self: &Arc<Self>, jobs: Vec<Job>) -> Vec<Result<String, RunError>> {
+        if let Some(shared) = self.cluster.get() {
+            return jobs
+                .into_iter()
+                .map(|job| self.start_shared(shared, job))
+                .collect();
+        }
         let staged: Vec<Result<Staged, RunError>> =
             jobs.into_iter().map(|job| self.stage(job)).collect();
         let synced = match &self.store {
@@ -931,6 +949,9 @@ impl Runner {
         let (next, freed) = lock(&self.slots).release(key);
         if freed {
             self.freed.notify_all();
+            if let Some(shared) = self.cluster.get() {
+                shared.slot_freed();
+            }
         }
         wake(next?)
     }
@@ -987,6 +1008,9 @@ impl Runner {
         if let Some(store) = &self.store {
             store.record(&rec);
         }
+        if let Some(c) = self.callbacks() {
+            c.started(&rec);
+        }
         let id = rec.run.clone();
         let ran = catch_unwind(AssertUnwindSafe(|| {
             self.execute(rec, &job, log::Level::Info)
@@ -1009,7 +1033,12 @@ impl Runner {
         }
         let rec = self.store.as_ref()?.get(&q.run);
         let Some(rec) = rec.filter(|r| r.state == RunState::Queued) else {
-            log::error!("run {}: its queued record cannot be read; not run", q.run);
+            match self.cluster.get() {
+                // Taken from the cluster queue while the database failed:
+                // it goes back there once it answers.
+                Some(shared) => shared.lost(q.run),
+                None => log::error!("run {}: its queued record cannot be read; not run", q.run),
+            }
             return None;
         };
         let input = rec.input.clone().unwrap_or_default();
@@ -1103,6 +1132,7 @@ impl Runner {
             Err(e) => no_handle(e),
         };
         drop(output);
+        self.ship_end(&rec.run);
         let mut outcome = outcome;
         self.record_outcome(&mut rec, job, &mut outcome);
         drop(live);

@@ -28,7 +28,8 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
 
 use crate::http::Response;
 use crate::runner::handle::RunHandle;
@@ -170,16 +171,19 @@ impl Follower {
                 Frame::Data(s, data) => {
                     let text = self.text[usize::from(*s == Stream::Stderr)].feed(data);
                     if !text.is_empty() {
-                        let v = json!({"Stream": stream_name(*s), "Text": text});
-                        event(&mut self.out, "output", &v);
+                        let data = Piece {
+                            stream: stream_name(*s),
+                            text: Some(&text),
+                        };
+                        event(&mut self.out, "output", &data);
                     }
                 }
                 Frame::Truncated(s) => {
-                    event(
-                        &mut self.out,
-                        "truncated",
-                        &json!({"Stream": stream_name(*s)}),
-                    );
+                    let data = Piece {
+                        stream: stream_name(*s),
+                        text: None,
+                    };
+                    event(&mut self.out, "truncated", &data);
                 }
             }
         }
@@ -242,12 +246,25 @@ pub fn stream_name(s: Stream) -> &'static str {
     }
 }
 
-fn event(out: &mut Vec<u8>, name: &str, data: &Value) {
+/// The data of an `output` event (with its text) or a `truncated` one.
+#[derive(Serialize)]
+struct Piece<'a> {
+    #[serde(rename = "Stream")]
+    stream: &'static str,
+    #[serde(rename = "Text", skip_serializing_if = "Option::is_none")]
+    text: Option<&'a str>,
+}
+
+/// Append event `name` with `data` to `out`, the JSON written in place
+/// (not built apart and copied: `out` is the one buffer of a follower
+/// that holds a batch's events).
+fn event(out: &mut Vec<u8>, name: &str, data: &Piece) {
     out.extend_from_slice(b"event: ");
     out.extend_from_slice(name.as_bytes());
     out.extend_from_slice(b"\ndata: ");
-    // JSON text has no raw line breaks, so it is one `data` line.
-    out.extend_from_slice(&serde_json::to_vec(data).unwrap_or_default());
+    // JSON text has no raw line breaks, so it is one `data` line. Writing
+    // to a Vec does not fail.
+    let _ = serde_json::to_writer(&mut *out, data);
     out.extend_from_slice(b"\n\n");
 }
 
@@ -255,6 +272,7 @@ fn event(out: &mut Vec<u8>, name: &str, data: &Value) {
 mod tests {
     use super::*;
     use crate::state::output::OutputFile;
+    use serde_json::json;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
 
@@ -288,6 +306,25 @@ mod tests {
             rest,
             "event: output\ndata: {\"Stream\":\"stdout\",\"Text\":\"late\\n\"}\n\n\
              event: end\ndata: {\"State\":\"finished\"}\n\n"
+        );
+    }
+
+    #[test]
+    fn a_truncated_stream_is_an_event_without_text() {
+        let d = std::env::temp_dir().join(format!("trigd-follow-trunc-{}", std::process::id()));
+        let p = output::path(&d, "t");
+        let out = OutputFile::new(&p, 3);
+        out.push(Stream::Stderr, b"abcd");
+        let end: End = Box::new(|| Some(shared(&json!(null))));
+        let mut got = String::new();
+        Follower::new(p, end, Box::new(|| None))
+            .read_to_string(&mut got)
+            .unwrap();
+        assert_eq!(
+            got,
+            "event: output\ndata: {\"Stream\":\"stderr\",\"Text\":\"abc\"}\n\n\
+             event: truncated\ndata: {\"Stream\":\"stderr\"}\n\n\
+             event: end\ndata: null\n\n"
         );
     }
 

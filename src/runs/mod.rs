@@ -25,7 +25,8 @@ use crate::http::{ApiError, Request, Response};
 use crate::invoke;
 use crate::runner::Cancel;
 use crate::state::output;
-use crate::state::record::{Origin, Owner, RunRecord, RunState};
+use crate::state::pg::output::Mirror;
+use crate::state::record::{Origin, Owner, RunHead, RunRecord, RunState};
 use follow::{End, Follower, Live};
 
 /// Query parameters of the output endpoint.
@@ -100,6 +101,33 @@ pub fn authorize(
     Ok((rec, origin))
 }
 
+/// [`authorize`] for the output endpoint: the run's head only (its id,
+/// state and owner, [`RunStore::fetch_head`]), not its record, whose Result can
+/// hold `max_output_bytes` of output: each of 20 followers starting at
+/// once held their own copy of a 10 MB Result (8 MB per follower at the
+/// peak, issue 31).
+///
+/// [`RunStore::fetch_head`]: crate::state::store::RunStore::fetch_head
+///
+/// # Errors
+/// Those of [`authorize`].
+fn authorize_head(
+    app: &App,
+    cfg: &Config,
+    req: &Request,
+    id: &str,
+    takes: Takes,
+) -> Result<RunHead, ApiError> {
+    let asker = authenticate(app, cfg, req, takes)?;
+    let found = app
+        .store
+        .fetch_head(id)
+        .map_err(|e| ApiError::storage(&e))?;
+    let head = found.ok_or_else(|| not_here(app, cfg, id))?;
+    may_see(cfg, req, asker, head.owner)?;
+    Ok(head)
+}
+
 /// Whether `asker` may see a run of `owner`; who they are, for a cancel's
 /// log line.
 ///
@@ -148,12 +176,18 @@ fn uses_api_key(cfg: &Config, req: &Request) -> Result<bool, ApiError> {
 /// `run_not_found`, never another instance's.
 pub fn record(app: &App, cfg: &Config, id: &str) -> Result<RunRecord, ApiError> {
     let found = app.store.fetch(id).map_err(|e| ApiError::storage(&e))?;
-    found.ok_or_else(|| match cluster::foreign_owner(id, &cfg.server.instance) {
+    found.ok_or_else(|| not_here(app, cfg, id))
+}
+
+/// Why run `id` is not found here: another instance's (file logs only),
+/// or unknown.
+fn not_here(app: &App, cfg: &Config, id: &str) -> ApiError {
+    match cluster::foreign_owner(id, &cfg.server.instance) {
         Some(owner) if !app.store.is_shared() => ApiError::RunOnOtherInstance {
             instance: owner.to_string(),
         },
         _ => ApiError::RunNotFound,
-    })
+    }
 }
 
 /// The `end` event of the run whose followers are ending now, shared by
@@ -192,20 +226,42 @@ fn end_event(store: &crate::state::store::RunStore, run: &str) -> Option<Arc<[u8
 /// See [`authorize`]; `invalid_parameter` for a bad `follow` or an unknown
 /// parameter.
 pub fn output(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Response, ApiError> {
-    let (rec, _) = authorize(app, cfg, req, id, Takes::KeysAndUsers)?;
+    let rec = authorize_head(app, cfg, req, id, Takes::KeysAndUsers)?;
     let follow = invoke::parse_bool("follow", req.query_one("follow")?)?;
     reject_unknown(req, &OUTPUT_PARAMS)?;
     let path = app.store.output_path(&rec.run);
+    // With a database, output of a run not executed here is read from it.
+    let here = app.runner.handle(&rec.run).is_some() || output::open(&path).is_some();
+    let db = app.state.db().filter(|_| !here);
     if follow || invoke::wants_events(req) {
-        let store = std::sync::Arc::clone(&app.store);
+        let store = Arc::clone(&app.store);
         let run = rec.run.clone();
-        let end: End = Box::new(move || end_event(&store, &run));
-        let runner = std::sync::Arc::clone(&app.runner);
-        let run = rec.run.clone();
+        let runner = Arc::clone(&app.runner);
         let live: Live = Box::new(move || runner.handle(&run));
-        return Ok(follow::events(Follower::new(path, end, live)));
+        let run = rec.run.clone();
+        let Some(db) = db else {
+            let end: End = Box::new(move || end_event(&store, &run));
+            return Ok(follow::events(Follower::new(path, end, live)));
+        };
+        let mut mirror = Mirror::new(&rec.run, &path);
+        let at = mirror.path().to_path_buf();
+        let db = Arc::clone(db);
+        let end: End = Box::new(move || {
+            // Whether it had ended before the copy: then the copy has all.
+            let ended = end_event(&store, &run);
+            if let Err(e) = mirror.sync(&db) {
+                log::warn!("run {run}: cannot read its output from the database: {e}");
+            }
+            ended
+        });
+        return Ok(follow::events(Follower::new(at, end, live)));
     }
-    let w = output::read_whole(&path);
+    let w = match db {
+        Some(db) => Mirror::new(&rec.run, &path)
+            .read_whole(db)
+            .map_err(|e| ApiError::db(&e))?,
+        None => output::read_whole(&path),
+    };
     Ok(Response::json(
         200,
         &json!({

@@ -2,9 +2,14 @@
 //! is expected at least that often, whoever starts it (a schedule, cron
 //! outside calling `POST /api`, a sender's webhook). Computed when asked
 //! (`/metrics`, `GET /api/overdue`) from the last success the runner noted
-//! (`Metrics::succeeded`, seeded from the run log at start): no timer.
+//! (`Metrics::succeeded`, seeded from the run log at start). One small
+//! thread ([`watch`]) looks once a second, only to fire the callbacks
+//! whose `on` has `overdue`: once per overdue spell (a success ends the
+//! spell; a restart starts counting again).
 
+use std::collections::HashSet;
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
@@ -89,4 +94,60 @@ pub fn prometheus(list: &[Expectation]) -> String {
         );
     }
     s
+}
+
+/// How often [`watch`] looks.
+const WATCH_EVERY: Duration = Duration::from_secs(1);
+
+/// Start the thread that fires the `overdue` callbacks of functions with
+/// `expect_every` when they become overdue.
+///
+/// # Errors
+/// The thread cannot be started.
+pub fn watch(app: &Arc<crate::http::app::App>) -> std::io::Result<()> {
+    let app = Arc::clone(app);
+    std::thread::Builder::new()
+        .name("overdue".into())
+        .spawn(move || {
+            let mut notified = HashSet::new();
+            while !app.closing.load(std::sync::atomic::Ordering::Relaxed) {
+                look(&app, &mut notified);
+                std::thread::sleep(WATCH_EVERY);
+            }
+        })
+        .map(|_| ())
+}
+
+/// One look: fire the callback of each function that became overdue since
+/// the last look (`notified` holds those told, until their next success).
+fn look(app: &crate::http::app::App, notified: &mut HashSet<(u64, String)>) {
+    let cfg = app.config();
+    let Some(service) = app.runner.callbacks() else {
+        return;
+    };
+    let metrics = &app.runner.metrics;
+    let last = |p: u64, f: &str| metrics.last_success(p, f);
+    let now = Timestamp::now();
+    for e in expectations(&cfg, |_| true, last, app.schedules.started, now) {
+        let id = (e.program, e.function.clone());
+        if !e.overdue {
+            notified.remove(&id);
+            continue;
+        }
+        if notified.contains(&id) {
+            continue;
+        }
+        notified.insert(id);
+        let callback = cfg
+            .program(e.program)
+            .and_then(|p| p.function(&e.function))
+            .and_then(|f| f.callback.clone());
+        if let Some(cb) =
+            callback.filter(|c| c.on.contains(&crate::state::delivery::Outcome::Overdue))
+        {
+            let every = humantime::format_duration(e.every).to_string();
+            let last = e.last_success.map(|t| format!("{t:.3}"));
+            service.overdue(&cb, (e.program, &e.function), &every, last.as_deref());
+        }
+    }
 }

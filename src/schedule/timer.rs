@@ -121,10 +121,14 @@ impl Timer {
     pub fn new(app: Arc<App>, clock: Clock) -> Timer {
         let cfg = app.config();
         let state = State::new(&cfg.server.state_dir, &cfg.server.shared_state_dir);
+        let mut marks = state.schedule_marks();
+        if let Some(db) = app.state.db() {
+            marks = marks.in_cluster(Arc::clone(db), &cfg.server.instance);
+        }
         Timer {
             app,
             clock,
-            marks: state.schedule_marks(),
+            marks,
             slots: HashMap::new(),
             heap: BinaryHeap::new(),
             generation: 0,
@@ -348,6 +352,10 @@ impl Timer {
         let Some(slot) = self.slots.get(id) else {
             return;
         };
+        if !self.marks.claim(id, Time::from(at)) {
+            log::debug!("schedule {id}: the occurrence of {at} is another instance's");
+            return;
+        }
         let cfg = self.app.config();
         let function = &slot.program.functions[slot.place.0];
         let mut job = invoke::job(
@@ -428,6 +436,10 @@ impl Timer {
         let Some(slot) = self.slots.get(id) else {
             return;
         };
+        if !self.marks.claim(id, Time::from(at)) {
+            log::debug!("schedule {id}: the occurrence of {at} is another instance's");
+            return;
+        }
         let cfg = self.app.config();
         let now = Time::now();
         let rec = RunRecord {

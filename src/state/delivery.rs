@@ -33,6 +33,77 @@ impl Source {
     }
 }
 
+/// What a callback's body looks like.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Format {
+    /// The run record (JSON), as `GET /api/runs/<id>` shows it.
+    #[default]
+    Record,
+    /// A Slack incoming webhook's JSON (`text`).
+    Slack,
+    /// A Discord webhook's JSON (`content`).
+    Discord,
+    /// An ntfy message: text body, `Title`, `Priority`, `Tags` headers.
+    Ntfy,
+    /// A healthchecks.io ping: `/start` at the start, `/<exit status>` or
+    /// `/fail` at the end, `rid=` the run.
+    Healthchecks,
+}
+
+impl Format {
+    /// Whether this is the default (not written in records).
+    pub fn is_record(&self) -> bool {
+        *self == Format::Record
+    }
+}
+
+/// An outcome a callback may be limited to (`on`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The run succeeded.
+    Finished,
+    /// A step failed.
+    Failed,
+    /// The run outlasted its timeout.
+    TimedOut,
+    /// The run was cancelled.
+    Cancelled,
+    /// A shutdown or a crash cut the run off.
+    Interrupted,
+    /// The run succeeded and the function's previous ended run did not.
+    Recovered,
+    /// The function has had no success within its `expect_every`.
+    Overdue,
+}
+
+impl Outcome {
+    /// Every outcome, in the order the manual lists them.
+    pub const ALL: [Outcome; 7] = [
+        Outcome::Finished,
+        Outcome::Failed,
+        Outcome::TimedOut,
+        Outcome::Cancelled,
+        Outcome::Interrupted,
+        Outcome::Recovered,
+        Outcome::Overdue,
+    ];
+
+    /// The snake_case name, as in JSON and the config.
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Finished => "finished",
+            Outcome::Failed => "failed",
+            Outcome::TimedOut => "timed_out",
+            Outcome::Cancelled => "cancelled",
+            Outcome::Interrupted => "interrupted",
+            Outcome::Recovered => "recovered",
+            Outcome::Overdue => "overdue",
+        }
+    }
+}
+
 /// A callback URL of a run, known when the run is accepted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
@@ -40,6 +111,10 @@ pub struct Target {
     pub url: String,
     /// Where it came from.
     pub source: Source,
+    /// Its body's shape.
+    pub format: Format,
+    /// The outcomes it is sent for; empty: every end of a run.
+    pub on: Vec<Outcome>,
 }
 
 /// How far a delivery got.
@@ -55,12 +130,17 @@ pub enum DeliveryState {
     /// Given up: a 4xx answer (not 408/429), a refused address, the retry
     /// time used up, or no room in the backlog.
     Failed,
+    /// Not sent: the run's outcome is not among the callback's `on`.
+    Skipped,
 }
 
 impl DeliveryState {
     /// Whether nothing more will happen to the delivery.
     pub fn is_final(self) -> bool {
-        matches!(self, DeliveryState::Delivered | DeliveryState::Failed)
+        matches!(
+            self,
+            DeliveryState::Delivered | DeliveryState::Failed | DeliveryState::Skipped
+        )
     }
 
     /// The snake_case name, as in JSON.
@@ -70,6 +150,7 @@ impl DeliveryState {
             DeliveryState::Pending => "pending",
             DeliveryState::Delivered => "delivered",
             DeliveryState::Failed => "failed",
+            DeliveryState::Skipped => "skipped",
         }
     }
 }
@@ -112,6 +193,15 @@ pub struct Delivery {
     /// Why it failed, when it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The body's shape (absent: the run record).
+    #[serde(default, skip_serializing_if = "Format::is_record")]
+    pub format: Format,
+    /// The outcomes it is sent for (absent: every end).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub on: Vec<Outcome>,
+    /// What it reports, once the run ended (sent as `Trigd-Outcome`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<Outcome>,
 }
 
 impl Delivery {
@@ -126,6 +216,9 @@ impl Delivery {
             attempt_count: 0,
             attempts: Vec::new(),
             error: None,
+            format: target.format,
+            on: target.on.clone(),
+            outcome: None,
         }
     }
 
@@ -161,6 +254,8 @@ mod tests {
         let t = Target {
             url: "https://a.example/".into(),
             source: Source::Function,
+            format: Format::Record,
+            on: Vec::new(),
         };
         let mut d = Delivery::new(&t);
         for i in 0..(ATTEMPTS_KEPT + 5) {

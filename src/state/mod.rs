@@ -44,7 +44,10 @@
 //! each of these types (an enum of a file backend and a database one), not
 //! a rewrite of callers; there is no trait while there is one backend.
 //! Kept output and request bodies stay files on each host whatever the
-//! backend: they are read by path (`follow`, a step's stdin).
+//! backend: they are read by path (`follow`, a step's stdin). With the
+//! database, the executing instance also copies kept output to it
+//! (`pg::output`), and another instance reads that copy into a temporary
+//! `output/<hex>.<16 hex>.mirror` file, removed when its reader is done.
 //! With the database, application keys, sessions and the limiters'
 //! windows are its tables `trigd_app_keys`, `trigd_sessions` and
 //! `trigd_limits` ([`pg::keys`], [`pg::sessions`], [`pg::limits`]; the
@@ -205,12 +208,15 @@ impl State {
     }
 
     /// Open the callback spool: it and the deliveries pending in it, in
-    /// order.
+    /// order (with the database: those instance `me` holds).
     ///
     /// # Errors
     /// The spool cannot be created or listed.
-    pub fn open_spool(&self) -> io::Result<(spool::Spool, Vec<spool::Pending>)> {
-        spool::Spool::open(&self.dir)
+    pub fn open_spool(&self, me: &str) -> io::Result<(spool::Spool, Vec<spool::Pending>)> {
+        match self.db() {
+            Some(db) => spool::Spool::database(pg::spool::DbSpool::new(Arc::clone(db), me)),
+            None => spool::Spool::open(&self.dir),
+        }
     }
 
     /// The application keys.

@@ -8,13 +8,20 @@ use std::collections::BTreeMap;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
+use std::sync::Arc;
+
+use super::pg::cluster::claim_occurrence;
+use super::pg::Db;
 use super::time::Time;
 use super::{file, Kept};
 
-/// The marks file of one state dir.
+/// The marks file of one state dir; with the database, also the claims
+/// that make an occurrence fire on one instance of the cluster.
 #[derive(Debug, Clone)]
 pub struct MarkFile {
     path: PathBuf,
+    /// The database and this instance's name.
+    cluster: Option<(Arc<Db>, String)>,
 }
 
 /// Schedule id → the last occurrence handled (run, skipped or missed).
@@ -25,6 +32,34 @@ impl MarkFile {
     pub fn new(state_dir: &Path) -> MarkFile {
         MarkFile {
             path: Kept::Schedules.path_in(state_dir),
+            cluster: None,
+        }
+    }
+
+    /// The same marks, occurrences claimed in `db` as instance `me`
+    /// ([`MarkFile::claim`]).
+    pub fn in_cluster(self, db: Arc<Db>, me: &str) -> MarkFile {
+        MarkFile {
+            cluster: Some((db, me.to_string())),
+            ..self
+        }
+    }
+
+    /// Whether this instance handles occurrence `at` of schedule `id`: on
+    /// one host always; with the database only where the insert of the
+    /// occurrence's row succeeds, so it fires once per cluster (not at all
+    /// while the database is unreachable: logged).
+    pub fn claim(&self, id: &str, at: Time) -> bool {
+        let Some((db, me)) = &self.cluster else {
+            return true;
+        };
+        let ms = at.timestamp().as_millisecond();
+        match claim_occurrence(db, me, id, ms) {
+            Ok(won) => won,
+            Err(e) => {
+                log::error!("schedule {id}: cannot claim the occurrence of {at}: {e}; not handled");
+                false
+            }
         }
     }
 

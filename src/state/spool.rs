@@ -9,11 +9,13 @@
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::{Deserialize, Serialize};
 
 use crate::state::delivery::Delivery;
 use crate::state::file::write_atomic;
+use crate::state::pg::spool::DbSpool;
 
 /// One pending delivery, as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -31,13 +33,34 @@ pub struct Pending {
     /// from it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_attempt_ms: Option<u64>,
-    /// The exact JSON body sent on every attempt.
+    /// The URL called, when the callback's format makes another than
+    /// `delivery.url` (a `healthchecks` ping, ntfy's parameters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The exact body sent on every attempt.
     pub body: String,
 }
 
-/// The directory of pending deliveries.
+impl Pending {
+    /// The URL each attempt calls.
+    pub fn url(&self) -> &str {
+        self.url.as_deref().unwrap_or(&self.delivery.url)
+    }
+}
+
+/// The pending deliveries: a directory, or with `[state] url` the
+/// database's `trigd_callbacks` ([`DbSpool`]), where every instance finds
+/// those of an instance that is gone.
 pub struct Spool {
     dir: PathBuf,
+    db: Option<DbSpool>,
+    /// With the database: the deliveries held from before the start are
+    /// still to be read (it was unreachable at start).
+    unread: AtomicBool,
+}
+
+fn db_io(e: crate::state::pg::DbError) -> io::Error {
+    io::Error::other(e)
 }
 
 impl Spool {
@@ -72,7 +95,56 @@ impl Spool {
             }
         }
         found.sort_by_key(|p| p.seq);
-        Ok((Spool { dir }, found))
+        let spool = Spool {
+            dir,
+            db: None,
+            unread: AtomicBool::new(false),
+        };
+        Ok((spool, found))
+    }
+
+    /// The spool in the database: it and the deliveries this instance
+    /// holds, in order; none yet while the database is unreachable
+    /// ([`Spool::read_held`] reads them once it answers).
+    ///
+    /// # Errors
+    /// None today (the signature is the file spool's).
+    pub fn database(db: DbSpool) -> io::Result<(Spool, Vec<Pending>)> {
+        let found = db.held().map(|texts| parse_all(&texts));
+        let spool = Spool {
+            dir: PathBuf::new(),
+            db: Some(db),
+            unread: AtomicBool::new(found.is_err()),
+        };
+        match found {
+            Ok(found) => Ok((spool, found)),
+            Err(e) => {
+                log::warn!("callbacks: pending deliveries not read yet: {e}");
+                Ok((spool, Vec::new()))
+            }
+        }
+    }
+
+    /// The deliveries held from before the start that could not be read
+    /// then (the database was unreachable), once it answers; `None` when
+    /// there is nothing left to read.
+    pub fn read_held(&self) -> Option<Vec<Pending>> {
+        let db = self.db.as_ref()?;
+        if !self.unread.load(Ordering::SeqCst) {
+            return None;
+        }
+        let found = parse_all(&db.held().ok()?);
+        self.unread.store(false, Ordering::SeqCst);
+        Some(found)
+    }
+
+    /// Where the sequence numbers of new deliveries start: after those
+    /// found, and in the database after those of every instance.
+    pub fn first_seq(&self) -> u64 {
+        match &self.db {
+            Some(_) => crate::state::pg::spool::first_seq(),
+            None => 0,
+        }
     }
 
     fn path(&self, seq: u64) -> PathBuf {
@@ -84,12 +156,24 @@ impl Spool {
     /// # Errors
     /// The file could not be written; the old version, if any, is kept.
     pub fn write(&self, p: &Pending) -> io::Result<()> {
+        if let Some(db) = &self.db {
+            let text = serde_json::to_string(p).map_err(io::Error::other)?;
+            return db.write(p.seq, &p.run, &text).map_err(db_io);
+        }
         let bytes = serde_json::to_vec(p).map_err(io::Error::other)?;
         write_atomic(&self.path(p.seq), |f: &mut File| f.write_all(&bytes))
     }
 
     /// Read pending delivery `seq`, if its file exists.
     pub fn read(&self, seq: u64) -> Option<Pending> {
+        if let Some(db) = &self.db {
+            return db
+                .read(seq)
+                .inspect_err(|e| log::warn!("callbacks: cannot read delivery {seq}: {e}"))
+                .ok()
+                .flatten()
+                .and_then(|text| parse(&text));
+        }
         let bytes = fs::read(self.path(seq)).ok()?;
         serde_json::from_slice(&bytes).ok()
     }
@@ -99,6 +183,9 @@ impl Spool {
     /// # Errors
     /// The file could not be removed.
     pub fn remove(&self, seq: u64) -> io::Result<()> {
+        if let Some(db) = &self.db {
+            return db.remove(seq).map_err(db_io);
+        }
         match fs::remove_file(self.path(seq)) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
@@ -106,6 +193,21 @@ impl Spool {
         }
         File::open(&self.dir)?.sync_all()
     }
+}
+
+/// A pending delivery as the database holds it (JSON); one that does not
+/// parse is logged and skipped.
+pub fn parse(text: &str) -> Option<Pending> {
+    serde_json::from_str(text)
+        .inspect_err(|e| log::error!("callbacks: a pending delivery does not parse: {e}"))
+        .ok()
+}
+
+/// [`parse`] each, in sequence order.
+pub fn parse_all(texts: &[String]) -> Vec<Pending> {
+    let mut found: Vec<Pending> = texts.iter().filter_map(|t| parse(t)).collect();
+    found.sort_by_key(|p| p.seq);
+    found
 }
 
 #[cfg(test)]
@@ -122,6 +224,8 @@ mod tests {
         let target = Target {
             url: "http://127.0.0.1:9/".into(),
             source: Source::Request,
+            format: crate::state::delivery::Format::Record,
+            on: Vec::new(),
         };
         for seq in [12, 3, 7] {
             let p = Pending {
@@ -130,6 +234,7 @@ mod tests {
                 index: 0,
                 delivery: Delivery::new(&target),
                 first_attempt_ms: None,
+                url: None,
                 body: format!("{{\"n\":{seq}}}"),
             };
             s.write(&p).unwrap();

@@ -43,8 +43,9 @@ pub use super::filter::{Cursor, OriginFilter, RunFilter, RunPage, Scope, DEFAULT
 use super::index::{Index, RunId, Slot};
 use crate::state::output;
 use crate::state::pg::runs::{DbRuns, PageQuery};
+use crate::state::pg::unwritten::Unwritten;
 use crate::state::pg::{Db, DbError};
-use crate::state::record::{Owner, RunRecord, RunState};
+use crate::state::record::{Owner, RunHead, RunRecord, RunState};
 use crate::state::time::Time;
 use crate::sys;
 
@@ -64,6 +65,8 @@ enum Backend {
         retention: usize,
         /// Writes since the last trim of old runs.
         writes: std::sync::atomic::AtomicU64,
+        /// State changes made while the database was unreachable.
+        unwritten: Box<Unwritten>,
         /// Held by [`RunStore::update`]: one read-modify-write at a time.
         updating: Mutex<()>,
     },
@@ -104,6 +107,7 @@ impl RunStore {
                 state_dir: state_dir.to_path_buf(),
                 retention: retention.max(1),
                 writes: std::sync::atomic::AtomicU64::new(0),
+                unwritten: Box::default(),
                 updating: Mutex::new(()),
             },
         }
@@ -114,10 +118,43 @@ impl RunStore {
         matches!(self.backend, Backend::Database { .. })
     }
 
-    /// Start the file log's flush thread ([`FileRuns::start_flusher`]).
-    pub fn start_flusher(&self) {
-        if let Backend::Files(f) = &self.backend {
-            f.start_flusher();
+    /// Start the file log's flush thread ([`FileRuns::start_flusher`]);
+    /// with the database, the thread that writes the state changes kept
+    /// while it was unreachable, every half second, once it answers.
+    pub fn start_flusher(self: &Arc<Self>) {
+        match &self.backend {
+            Backend::Files(f) => f.start_flusher(),
+            Backend::Database { .. } => {
+                let weak = Arc::downgrade(self);
+                let spawned = thread::Builder::new()
+                    .name("store-flush".into())
+                    .spawn(move || loop {
+                        thread::sleep(Duration::from_millis(500));
+                        let Some(store) = weak.upgrade() else { return };
+                        store.flush_unwritten();
+                    });
+                if let Err(e) = spawned {
+                    log::error!("cannot start the run store's flush thread: {e}");
+                }
+            }
+        }
+    }
+
+    /// Write the state changes kept while the database was unreachable.
+    fn flush_unwritten(&self) {
+        if let Backend::Database {
+            runs, unwritten, ..
+        } = &self.backend
+        {
+            if unwritten.is_empty() {
+                return;
+            }
+            let n = unwritten.flush(|rec| runs.write(rec));
+            if n > 0 {
+                log::info!(
+                    "{n} run state changes kept while the database was unreachable are recorded"
+                );
+            }
         }
     }
 
@@ -137,9 +174,31 @@ impl RunStore {
         }
     }
 
-    /// A database write whose failure is only logged.
+    /// A database write whose failure is only logged; while the database
+    /// is unreachable, the change is kept in memory and written once it
+    /// answers (after any change of the same run kept before it).
     fn write_logged(&self, rec: &RunRecord) {
-        if let Err(e) = self.write_db(rec) {
+        if let Backend::Database { unwritten, .. } = &self.backend {
+            if unwritten.get(&rec.run).is_some() {
+                return unwritten.keep(rec);
+            }
+        }
+        let r = self.write_db(rec);
+        if let (Err(e), Backend::Database { unwritten, .. }) = (&r, &self.backend) {
+            let unavailable = e
+                .get_ref()
+                .and_then(|x| x.downcast_ref::<DbError>())
+                .is_some_and(DbError::is_unavailable);
+            if unavailable {
+                log::warn!(
+                    "run {}: state {} kept until the database answers: {e}",
+                    rec.run,
+                    rec.state.name()
+                );
+                return unwritten.keep(rec);
+            }
+        }
+        if let Err(e) = r {
             log::error!(
                 "run {}: cannot record state {}: {e}",
                 rec.run,
@@ -173,7 +232,7 @@ impl RunStore {
     pub fn unwritten(&self) -> usize {
         match &self.backend {
             Backend::Files(f) => f.unwritten(),
-            Backend::Database { .. } => 0,
+            Backend::Database { unwritten, .. } => unwritten.len(),
         }
     }
 
@@ -245,7 +304,27 @@ impl RunStore {
     pub fn fetch(&self, id: &str) -> io::Result<Option<RunRecord>> {
         match &self.backend {
             Backend::Files(f) => Ok(f.get(id)),
-            Backend::Database { runs, .. } => runs.get(id).map_err(db_io),
+            Backend::Database {
+                runs, unwritten, ..
+            } => match unwritten.get(id) {
+                Some(rec) => Ok(Some(rec)),
+                None => runs.get(id).map_err(db_io),
+            },
+        }
+    }
+
+    /// The head of run `id` (its id, state and owner), or why it cannot
+    /// be read now: from the file log without reading its Result into
+    /// memory ([`FileRuns::head`]); from the database, of its record.
+    ///
+    /// # Errors
+    /// The database failed (a [`DbError`] inside).
+    pub fn fetch_head(&self, id: &str) -> io::Result<Option<RunHead>> {
+        match &self.backend {
+            Backend::Files(f) => Ok(f.head(id)),
+            Backend::Database { runs, .. } => {
+                Ok(runs.get(id).map_err(db_io)?.as_ref().map(RunHead::of))
+            }
         }
     }
 
@@ -839,29 +918,50 @@ impl FileRuns {
         if let Some((_, rec)) = lock(&self.unwritten).iter().find(|(k, _)| *k == key) {
             return Some(rec.clone());
         }
+        self.read::<RunRecord>(key, LINE_IN_MEMORY, WINDOW)
+            .filter(|r| r.run == id)
+    }
+
+    /// The head of run `id` as [`FileRuns::get`] finds it, without reading
+    /// the rest of its record into memory (its Result can be many MB).
+    pub fn head(&self, id: &str) -> Option<RunHead> {
+        let key = run_id(id)?;
+        if let Some((_, rec)) = lock(&self.unwritten).iter().find(|(k, _)| *k == key) {
+            return Some(RunHead::of(rec)).filter(|h| h.run == id);
+        }
+        self.read::<RunHead>(key, HEAD_WINDOW, HEAD_WINDOW)
+            .filter(|h| h.run == id)
+    }
+
+    /// The last line of run `key` in the log, read as a `T`: whole up to
+    /// `whole` bytes, a longer one through a buffer of `window` bytes.
+    fn read<T: serde::de::DeserializeOwned>(
+        &self,
+        key: RunId,
+        whole: usize,
+        window: usize,
+    ) -> Option<T> {
         let log = lock(&self.log);
         let e = *log.index.get(&key)?;
-        let rec = if e.len as usize <= LINE_IN_MEMORY {
+        if e.len as usize <= whole {
             let mut buf = vec![0; e.len as usize];
             log.file.read_exact_at(&mut buf, e.offset).ok()?;
-            serde_json::from_slice::<RunRecord>(&buf).ok()
-        } else {
-            // A long line (a Result of many MB) is parsed from the file a
-            // window at a time, without the lock: the old file stays
-            // readable through this handle if a compaction replaces it.
-            let (file, at, len) = (log.file.try_clone().ok()?, e.offset, u64::from(e.len));
-            drop(log);
-            let line = io::BufReader::with_capacity(
-                WINDOW,
-                LineAt {
-                    file,
-                    at,
-                    left: len,
-                },
-            );
-            serde_json::from_reader::<_, RunRecord>(line).ok()
-        };
-        rec.filter(|r| r.run == id)
+            return serde_json::from_slice::<T>(&buf).ok();
+        }
+        // A long line (a Result of many MB) is parsed from the file a
+        // window at a time, without the lock: the old file stays readable
+        // through this handle if a compaction replaces it.
+        let (file, at, len) = (log.file.try_clone().ok()?, e.offset, u64::from(e.len));
+        drop(log);
+        let line = io::BufReader::with_capacity(
+            window,
+            LineAt {
+                file,
+                at,
+                left: len,
+            },
+        );
+        serde_json::from_reader::<_, T>(line).ok()
     }
 
     /// Change the record of run `id` with `change` and record it (`durable`:
@@ -982,6 +1082,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// file through a [`WINDOW`], so that reading a run never holds its whole
 /// line besides the record made of it.
 const LINE_IN_MEMORY: usize = 1 << 20;
+
+/// The buffer of a [`RunStore::head`] read: each follower of a run starts
+/// with one (the whole line would be up to [`LINE_IN_MEMORY`], and
+/// [`WINDOW`] a quarter of a MiB, per follower starting at once).
+const HEAD_WINDOW: usize = 32 * 1024;
 
 /// `left` bytes of `file` from `at`, read in order.
 struct LineAt {

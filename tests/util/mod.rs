@@ -243,3 +243,23 @@ pub fn openssl(dir: &TestDir, args: &[&str]) {
         .expect("run openssl");
     assert!(out.status.success(), "openssl {args:?}: {out:?}");
 }
+
+/// Run Python `script` in `dir` with the official `standardwebhooks`
+/// library: the interpreter named by `TRIGD_STANDARDWEBHOOKS_PYTHON` (the
+/// venv `.ci/run` makes), else `python3`. Its stdout, trimmed; panics with
+/// its output when it fails.
+pub fn standardwebhooks_py(dir: &TestDir, script: &str) -> String {
+    let python =
+        std::env::var("TRIGD_STANDARDWEBHOOKS_PYTHON").unwrap_or_else(|_| "python3".into());
+    let out = std::process::Command::new(&python)
+        .args(["-c", script])
+        .current_dir(&dir.root)
+        .output()
+        .expect("run python");
+    assert!(
+        out.status.success(),
+        "{python} (needs `pip install standardwebhooks==1.1.0`): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}

@@ -145,8 +145,14 @@ pub fn compile(d: &HookDef, dir: &Path, server: &Server) -> Result<Endpoint, Str
         .then(|| resolve(dir, Path::new(&d.command_working_directory)));
     let values = values(d, cwd.clone().unwrap_or_else(std::env::temp_dir))?;
     let program = program(d, &cwd, dir, server, values.args.len());
+    // A redelivery deduplicated by its delivery id only where a signature
+    // guards the hook (the id is then the sender's): webhook itself runs
+    // every delivery, and a first delivery is answered as it would be.
+    let deduplicate =
+        server.hooks.deduplicate && rule.as_ref().and_then(Rule::required_signature).is_some();
     let mut receive = Receive {
         rule,
+        deduplicate,
         ..Receive::default()
     };
     receive.answer.ignored_status =

@@ -20,6 +20,9 @@ pub struct Settings {
     /// Methods of a hook without `http-methods` (`hooks_http_methods`,
     /// webhook's `-http-methods`; default none: any method).
     pub http_methods: Vec<Method>,
+    /// A hook whose rule requires a signature deduplicates redeliveries
+    /// by the sender's delivery id (`hooks_deduplicate`, default true).
+    pub deduplicate: bool,
 }
 
 /// How one hook reads its request, makes its values and answers: the

@@ -24,6 +24,7 @@ pub fn settings(src: &Src, raw: &RawServer, dir: &Path, errs: &mut Errors) -> Se
             .as_ref()
             .map_or_else(|| "hooks".to_string(), |p| p.get_ref().clone()),
         http_methods: hooks_http_methods(src, &raw.hooks_http_methods, errs),
+        deduplicate: raw.hooks_deduplicate.unwrap_or(true),
     }
 }
 

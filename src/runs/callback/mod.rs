@@ -21,6 +21,7 @@
 //! `max_pending` files; in memory only sequence numbers wait, the body is
 //! read from disk when it is sent.
 
+pub mod format;
 pub mod redeliver;
 pub mod send;
 
@@ -32,16 +33,16 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, RwLock};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::config::callbacks::Callbacks;
+use crate::config::callbacks::{Callbacks, Fixed};
 use crate::http::metrics::label;
 use crate::http::{ApiError, Request};
-use crate::state::delivery::{Attempt, DeliveryState, Source, Target};
-use crate::state::record::RunRecord;
+use crate::state::delivery::{Attempt, Delivery, DeliveryState, Format, Outcome, Source, Target};
+use crate::state::record::{RunRecord, RunState};
 use crate::state::spool::{Pending, Spool};
-use crate::state::store::RunStore;
+use crate::state::store::{RunFilter, RunStore, Scope};
 use crate::state::time::Time;
 use crate::state::State;
-use send::Outcome;
+use send::Outcome as Attempted;
 
 /// The callback URL a request names: the `callback` query parameter (when
 /// `query` is set: `POST /api`) or the `Trigd-Callback` header.
@@ -71,16 +72,18 @@ pub fn requested(req: &Request, query: bool) -> Result<Option<&str>, ApiError> {
 /// `callback_not_permitted` (403) or `callback_refused` (400).
 pub fn targets(
     cb: &Callbacks,
-    fixed: &[(Option<&String>, Source)],
+    fixed: &[(Option<&Fixed>, Source)],
     requested: Option<&str>,
     permitted: bool,
 ) -> Result<Vec<Target>, ApiError> {
     let mut out: Vec<Target> = fixed
         .iter()
-        .filter_map(|(url, source)| {
-            url.map(|u| Target {
-                url: u.clone(),
+        .filter_map(|(f, source)| {
+            f.map(|f| Target {
+                url: f.url.clone(),
                 source: *source,
+                format: f.format,
+                on: f.on.clone(),
             })
         })
         .collect();
@@ -94,6 +97,8 @@ pub fn targets(
         out.push(Target {
             url,
             source: Source::Request,
+            format: Format::Record,
+            on: Vec::new(),
         });
     }
     Ok(out)
@@ -159,16 +164,21 @@ impl Service {
     /// The spool directory cannot be created or listed.
     pub fn start(
         state: &State,
+        instance: &str,
         store: Arc<RunStore>,
         cb: &Arc<Callbacks>,
         interrupted: &[String],
     ) -> io::Result<Arc<Service>> {
-        let (spool, found) = state.open_spool()?;
+        let (spool, found) = state.open_spool(instance)?;
+        let queue = Queue {
+            next_seq: spool.first_seq(),
+            ..Queue::default()
+        };
         let service = Arc::new(Service {
             store,
             spool,
             settings: RwLock::new(Arc::new(settings(cb))),
-            queue: Mutex::new(Queue::default()),
+            queue: Mutex::new(queue),
             wake: Condvar::new(),
             stats: Stats::default(),
         });
@@ -185,8 +195,9 @@ impl Service {
         Ok(service)
     }
 
-    /// Queue pending deliveries read from disk, one chain per run.
-    fn resume(&self, found: Vec<Pending>) {
+    /// Queue pending deliveries read from disk, one chain per run (also
+    /// those adopted from an instance that is gone: `runner::cluster`).
+    pub fn resume(&self, found: Vec<Pending>) {
         let mut chains: Vec<(String, Chain)> = Vec::new();
         let mut q = lock(&self.queue);
         for p in &found {
@@ -196,7 +207,7 @@ impl Service {
                 None => chains.push((p.run.clone(), Chain(VecDeque::from([p.seq])))),
             }
         }
-        q.backlog = found.len();
+        q.backlog += found.len();
         let now = Instant::now();
         for (_, c) in chains {
             let head = c.0[0];
@@ -204,6 +215,14 @@ impl Service {
         }
         if !found.is_empty() {
             log::info!("callbacks: {} pending deliveries resumed", found.len());
+        }
+    }
+
+    /// Queue the deliveries held from before the start that the spool
+    /// could not read then (the database was unreachable), once it can.
+    pub fn resume_unread(&self) {
+        if let Some(found) = self.spool.read_held() {
+            self.resume(found);
         }
     }
 
@@ -235,9 +254,11 @@ impl Service {
     }
 
     /// The run `rec` has reached its end state (not yet written): spool each
-    /// waiting delivery durably and mark it `pending` in `rec` (or `failed`
-    /// when the backlog is full or the disk refuses). Returns the chain to
-    /// [`submit`](Self::submit) once `rec` is written.
+    /// waiting delivery whose `on` takes the run's outcome durably, in its
+    /// format, and mark it `pending` in `rec` (or `failed` when the backlog
+    /// is full or the disk refuses; `skipped` when `on` does not take the
+    /// outcome). Returns the chain to [`submit`](Self::submit) once `rec`
+    /// is written.
     pub fn ended(&self, rec: &mut RunRecord) -> Option<Chain> {
         if !rec
             .callbacks
@@ -246,56 +267,193 @@ impl Service {
         {
             return None;
         }
-        let body = payload(rec);
-        let max = self.current().cb.max_pending;
+        let record = payload(rec);
+        let outcome = format::outcome_of(rec.state);
+        let recovered = outcome == Some(Outcome::Finished) && self.wants_recovery(rec);
         let mut chain = VecDeque::new();
-        for (index, d) in rec.callbacks.iter_mut().enumerate() {
+        let mut deliveries = std::mem::take(&mut rec.callbacks);
+        for (index, d) in deliveries.iter_mut().enumerate() {
             if d.state != DeliveryState::Waiting {
                 continue;
             }
-            let seq = {
-                let mut q = lock(&self.queue);
-                if q.backlog >= max {
-                    None
-                } else {
-                    q.backlog += 1;
-                    q.next_seq += 1;
-                    Some(q.next_seq - 1)
-                }
-            };
-            let Some(seq) = seq else {
-                d.state = DeliveryState::Failed;
-                d.error = Some(format!(
-                    "not sent: {max} deliveries were already waiting ([callbacks] max_pending)"
-                ));
-                self.stats.dropped.fetch_add(1, Ordering::Relaxed);
-                log::warn!(
-                    "run {}: callback to {} dropped: backlog full",
-                    rec.run,
-                    d.url
-                );
+            let Some(o) = outcome.filter(|o| wanted(&d.on, *o, recovered)) else {
+                d.state = DeliveryState::Skipped;
                 continue;
             };
-            d.state = DeliveryState::Pending;
-            let p = Pending {
-                seq,
-                run: rec.run.clone(),
-                index,
-                delivery: d.clone(),
-                first_attempt_ms: None,
-                body: body.clone(),
-            };
-            if let Err(e) = self.spool.write(&p) {
-                lock(&self.queue).backlog -= 1;
-                d.state = DeliveryState::Failed;
-                d.error = Some(format!("not sent: the delivery could not be stored ({e})"));
-                self.stats.dropped.fetch_add(1, Ordering::Relaxed);
-                log::error!("run {}: cannot store a callback delivery: {e}", rec.run);
+            d.outcome = Some(if recovered { Outcome::Recovered } else { o });
+            let msg = self.message(rec, d, &record);
+            if let Some(seq) = self.spool_one(&rec.run, index, d, msg) {
+                chain.push_back(seq);
+            }
+        }
+        rec.callbacks = deliveries;
+        (!chain.is_empty()).then_some(Chain(chain))
+    }
+
+    /// The run `rec` has started (and is recorded): send the `/start`
+    /// ping of each `healthchecks` callback. The pings are not in the run
+    /// record (their delivery has no place there); the log and `/metrics`
+    /// count them.
+    pub fn started(&self, rec: &RunRecord) {
+        let mut chain = VecDeque::new();
+        for d in &rec.callbacks {
+            if d.format != Format::Healthchecks || d.state != DeliveryState::Waiting {
                 continue;
             }
-            chain.push_back(seq);
+            let msg = format::at_start(&d.url, rec);
+            let mut ping = d.clone();
+            if let Some(seq) = self.spool_one(&rec.run, NOT_IN_RECORD, &mut ping, msg) {
+                chain.push_back(seq);
+            }
         }
-        (!chain.is_empty()).then_some(Chain(chain))
+        if !chain.is_empty() {
+            self.submit(Chain(chain));
+        }
+    }
+
+    /// Function `function` of `program` has become overdue: send callback
+    /// `cb` (its `on` has `overdue`). The delivery belongs to no run: the
+    /// log and `/metrics` count it.
+    pub fn overdue(
+        &self,
+        cb: &Fixed,
+        (program, function): (u64, &str),
+        every: &str,
+        last_success: Option<&str>,
+    ) {
+        let target = Target {
+            url: cb.url.clone(),
+            source: Source::Function,
+            format: cb.format,
+            on: cb.on.clone(),
+        };
+        let mut d = Delivery::new(&target);
+        d.outcome = Some(Outcome::Overdue);
+        let msg = format::overdue(cb.format, &cb.url, (program, function), every, last_success);
+        log::warn!("function {function} of program {program} is overdue (expect_every {every}); callback {} to {}", d.delivery, cb.url);
+        if let Some(seq) = self.spool_one("", NOT_IN_RECORD, &mut d, msg) {
+            self.submit(Chain(VecDeque::from([seq])));
+        }
+    }
+
+    /// What delivery `d` of the ended run `rec` sends: the URL (the
+    /// callback's, or one its format makes: a ping, ntfy's parameters) and
+    /// the body, in its format, for the outcome it reports (`d.outcome`,
+    /// else the run's end state); `record` is the run record's JSON
+    /// ([`payload`]). The same every time: a redelivery calls it again.
+    pub fn message(&self, rec: &RunRecord, d: &Delivery, record: &str) -> format::Message {
+        let reported = d
+            .outcome
+            .or_else(|| format::outcome_of(rec.state))
+            .unwrap_or(Outcome::Interrupted);
+        let public_url = self.current().cb.public_url.clone();
+        format::at_end(
+            d.format,
+            &d.url,
+            rec,
+            reported,
+            public_url.as_deref(),
+            record,
+        )
+    }
+
+    /// Spool delivery `d` (at `index` of run `run`'s record) with `body`:
+    /// its sequence number, and `d` marked `pending`; or `None` and `d`
+    /// marked `failed` (the backlog is full, the disk refuses).
+    fn spool_one(
+        &self,
+        run: &str,
+        index: usize,
+        d: &mut Delivery,
+        msg: format::Message,
+    ) -> Option<u64> {
+        let max = self.current().cb.max_pending;
+        let seq = {
+            let mut q = lock(&self.queue);
+            if q.backlog >= max {
+                None
+            } else {
+                q.backlog += 1;
+                q.next_seq += 1;
+                Some(q.next_seq - 1)
+            }
+        };
+        let Some(seq) = seq else {
+            d.state = DeliveryState::Failed;
+            d.error = Some(format!(
+                "not sent: {max} deliveries were already waiting ([callbacks] max_pending)"
+            ));
+            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            log::warn!("run {run}: callback to {} dropped: backlog full", d.url);
+            return None;
+        };
+        d.state = DeliveryState::Pending;
+        let p = Pending {
+            seq,
+            run: run.to_string(),
+            index,
+            delivery: d.clone(),
+            first_attempt_ms: None,
+            url: (msg.url != d.url).then_some(msg.url),
+            body: msg.body,
+        };
+        if let Err(e) = self.spool.write(&p) {
+            lock(&self.queue).backlog -= 1;
+            d.state = DeliveryState::Failed;
+            d.error = Some(format!("not sent: the delivery could not be stored ({e})"));
+            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            log::error!("run {run}: cannot store a callback delivery: {e}");
+            return None;
+        }
+        Some(seq)
+    }
+
+    /// Whether `rec`, a success, is a recovery that a waiting callback
+    /// wants to know of (`on` has `recovered`, or a message says so): the
+    /// function's previous ended run failed, timed out or was interrupted.
+    /// Read from the run log (so a restart in between changes nothing),
+    /// newest first, at most [`RECOVERY_SCAN`] runs of the same function back;
+    /// cancelled runs are passed over.
+    fn wants_recovery(&self, rec: &RunRecord) -> bool {
+        let wanted = rec.callbacks.iter().any(|d| {
+            d.state == DeliveryState::Waiting
+                && (d.on.contains(&Outcome::Recovered) || d.format != Format::Record)
+        });
+        if !wanted {
+            return false;
+        }
+        let mut filter = RunFilter {
+            scope: Scope::Only {
+                programs: rec.owner.program().into_iter().collect(),
+                hooks: rec.owner.program().is_none(),
+            },
+            program: rec.owner.program(),
+            function: Some(rec.function.clone()),
+            ..RunFilter::default()
+        };
+        let mut scanned = 0;
+        while scanned < RECOVERY_SCAN {
+            let page = self.store.list(&filter);
+            scanned += page.runs.len();
+            let previous = page.runs.iter().find(|r| {
+                r.run != rec.run
+                    && !matches!(
+                        r.state,
+                        RunState::Queued
+                            | RunState::Running
+                            | RunState::Cancelled
+                            | RunState::Skipped
+                    )
+            });
+            if let Some(r) = previous {
+                return r.state != RunState::Finished;
+            }
+            match page.next {
+                Some(c) => filter.before = Some(c),
+                None => return false,
+            }
+        }
+        false
     }
 
     /// Hand a run's deliveries to the delivery threads.
@@ -369,11 +527,14 @@ impl Service {
         let first = *p.first_attempt_ms.get_or_insert_with(unix_ms);
         let (at, start) = (Time::now(), Instant::now());
         let n = p.delivery.attempt_count.saturating_add(1);
-        let outcome = send::attempt(&s.cb, s.tls(), &p, n);
+        let (outcome, asked) = send::attempt(&s.cb, s.tls(), &p, n);
         let (status, error) = match &outcome {
-            Outcome::Delivered(c) => (Some(*c), None),
-            Outcome::Retry(c, e) | Outcome::Failed(c, e) => (*c, e.clone()),
+            Attempted::Delivered(c) => (Some(*c), None),
+            Attempted::Retry(c, e) | Attempted::Failed(c, e) => (*c, e.clone()),
         };
+        let error = error.or_else(|| {
+            asked.map(|a| format!("the receiver asked to wait {}s (Retry-After)", a.as_secs()))
+        });
         let duration_ms = send::elapsed_ms(start);
         p.delivery.push_attempt(Attempt {
             at,
@@ -382,34 +543,49 @@ impl Service {
             duration_ms,
         });
         match outcome {
-            Outcome::Delivered(_) => {
+            Attempted::Delivered(_) => {
                 self.stats.attempts_ok.fetch_add(1, Ordering::Relaxed);
                 self.finish(p, DeliveryState::Delivered, None);
                 None
             }
-            Outcome::Failed(c, e) => {
+            Attempted::Failed(c, e) => {
                 self.stats.attempts_failed.fetch_add(1, Ordering::Relaxed);
                 let why = e.unwrap_or_else(|| answered(c));
                 self.finish(p, DeliveryState::Failed, Some(why));
                 None
             }
-            Outcome::Retry(..) => {
+            Attempted::Retry(..) => {
                 self.stats.attempts_retry.fetch_add(1, Ordering::Relaxed);
-                self.retry_later(p, &s.cb, first, n)
+                self.retry_later(p, &s.cb, first, n, asked)
             }
         }
     }
 
-    /// After a retryable attempt: wait with backoff, or give up when the
-    /// wait would end past `retry_for`.
-    fn retry_later(&self, p: Pending, cb: &Callbacks, first: u64, n: u32) -> Option<Instant> {
-        let wait = backoff(cb, n);
+    /// After a retryable attempt: wait with backoff, or as long as the
+    /// receiver's `Retry-After` (`asked`) says when that is longer; give up
+    /// when the wait would end past `retry_for`.
+    fn retry_later(
+        &self,
+        p: Pending,
+        cb: &Callbacks,
+        first: u64,
+        n: u32,
+        asked: Option<Duration>,
+    ) -> Option<Instant> {
+        let wait = backoff(cb, n).max(asked.unwrap_or(Duration::ZERO));
         let spent = Duration::from_millis(unix_ms().saturating_sub(first));
-        if spent + wait > cb.retry_for {
-            let why = format!(
-                "gave up after {n} attempt(s): no success within retry_for ({}s)",
-                cb.retry_for.as_secs()
-            );
+        if spent.saturating_add(wait) > cb.retry_for {
+            let why = match asked.filter(|a| *a == wait) {
+                Some(a) => format!(
+                    "gave up after {n} attempt(s): the receiver asked to wait {}s (Retry-After), past retry_for ({}s)",
+                    a.as_secs(),
+                    cb.retry_for.as_secs()
+                ),
+                None => format!(
+                    "gave up after {n} attempt(s): no success within retry_for ({}s)",
+                    cb.retry_for.as_secs()
+                ),
+            };
             self.finish(p, DeliveryState::Failed, Some(why));
             return None;
         }
@@ -533,6 +709,20 @@ impl Service {
     }
 }
 
+/// The index of a delivery that has no place in its run's record (a
+/// `healthchecks` start ping).
+const NOT_IN_RECORD: usize = usize::MAX;
+
+/// How many of an owner's newest runs are read, at most, to find whether
+/// a success is a recovery.
+pub const RECOVERY_SCAN: usize = 500;
+
+/// Whether a callback with outcomes `on` is sent for a run that ended `o`
+/// (a success that is a recovery when `recovered`).
+fn wanted(on: &[Outcome], o: Outcome, recovered: bool) -> bool {
+    on.is_empty() || on.contains(&o) || (recovered && on.contains(&Outcome::Recovered))
+}
+
 fn settings(cb: &Arc<Callbacks>) -> Settings {
     Settings {
         cb: Arc::clone(cb),
@@ -581,6 +771,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn outcome_filters() {
+        use Outcome::*;
+        assert!(wanted(&[], Failed, false));
+        assert!(wanted(&[Failed], Failed, false));
+        assert!(!wanted(&[Failed], Finished, false));
+        assert!(wanted(&[Failed, Recovered], Finished, true));
+        assert!(!wanted(&[Recovered], Finished, false));
+        assert!(!wanted(&[Overdue], Failed, false));
+    }
+
+    #[test]
     fn backoff_doubles_within_bounds() {
         let cb = Callbacks {
             backoff: Duration::from_millis(100),
@@ -608,10 +809,18 @@ mod tests {
             allow: vec![crate::config::callbacks::Allow::Host("a.example".into())],
             ..Callbacks::default()
         };
-        let fixed = String::from("https://f.example/");
+        let fixed = Fixed {
+            url: "https://f.example/".into(),
+            format: Format::Slack,
+            on: vec![Outcome::Failed],
+        };
         let fx = [(Some(&fixed), Source::Function), (None, Source::Trigger)];
         let t = targets(&cb, &fx, None, false).unwrap();
         assert_eq!(t.len(), 1);
+        assert_eq!(
+            (t[0].format, t[0].on.as_slice()),
+            (Format::Slack, &[Outcome::Failed][..])
+        );
         assert_eq!(
             targets(&cb, &fx, Some("https://a.example/x"), false).unwrap_err(),
             ApiError::CallbackNotPermitted

@@ -13,6 +13,7 @@
 
 use std::collections::VecDeque;
 
+use super::format::Message;
 use super::{lock, payload, Chain, Service};
 use crate::http::ApiError;
 use crate::state::delivery::{Delivery, DeliveryState};
@@ -55,8 +56,11 @@ impl Service {
             let entry = &mut rec.callbacks[index];
             entry.state = DeliveryState::Pending;
             entry.error = None;
-            let body = payload(rec);
-            match self.spool_again(&rec.run, index, rec.callbacks[index].clone(), body) {
+            // The exact message of its format, as first built (notify's
+            // `Service::message`): a ping URL, a Slack text, the record.
+            let d = rec.callbacks[index].clone();
+            let msg = self.message(rec, &d, &payload(rec));
+            match self.spool_again(&rec.run, index, d, msg) {
                 Ok(p) => {
                     spooled = Some(p);
                     true
@@ -96,7 +100,7 @@ impl Service {
         run: &str,
         index: usize,
         delivery: Delivery,
-        body: String,
+        msg: Message,
     ) -> Result<Pending, ApiError> {
         let max = self.current().cb.max_pending;
         let seq = {
@@ -117,9 +121,10 @@ impl Service {
             seq,
             run: run.to_string(),
             index,
-            delivery,
             first_attempt_ms: None,
-            body,
+            url: (msg.url != delivery.url).then_some(msg.url),
+            delivery,
+            body: msg.body,
         };
         if let Err(e) = self.spool.write(&p) {
             lock(&self.queue).backlog -= 1;

@@ -5,20 +5,26 @@
 //! the check and the connection), and POST the signed body. TLS is rustls
 //! with the bundled webpki roots plus `[callbacks] ca_file`.
 //!
-//! Headers sent: `Content-Type: application/json`, `User-Agent: trigd/<v>`,
-//! `Trigd-Delivery: <id>`, `Trigd-Run: <run>`, `Trigd-Attempt: <n>` and
-//! `Trigd-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`.
+//! Signed the Standard Webhooks way (standardwebhooks.com): `webhook-id`
+//! (the delivery id, the same on every attempt), `webhook-timestamp` (unix
+//! seconds of this attempt) and `webhook-signature: v1,<base64 HMAC-SHA256
+//! of "<id>.<timestamp>.<body>">`, one signature per secret in use (two
+//! during a rotation), separated by a space. Besides: `Content-Type:
+//! application/json`, `User-Agent: trigd/<v>`, `Trigd-Delivery: <id>`,
+//! `Trigd-Run: <run>`, `Trigd-Attempt: <n>`, `Trigd-Outcome: <outcome>`.
+//! The body's type follows the callback's format (`format.rs`).
 
 use std::io;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use base64::Engine as _;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use url::Url;
 
-use crate::config::callbacks::Callbacks;
+use crate::config::callbacks::{Callbacks, Secret};
 use crate::state::spool::Pending;
 
 /// How an attempt ended.
@@ -34,13 +40,25 @@ pub enum Outcome {
     Failed(Option<u16>, Option<String>),
 }
 
-/// The `Trigd-Signature` value for `body` signed at unix time `t`.
-pub fn signature(secret: &[u8], t: u64, body: &[u8]) -> String {
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes keys of any length");
-    mac.update(t.to_string().as_bytes());
-    mac.update(b".");
-    mac.update(body);
-    format!("t={t},v1={}", hex::encode(mac.finalize().into_bytes()))
+/// The `webhook-signature` value for delivery `id` of `body` at unix time
+/// `t`: `v1,<base64>` per key of `secret`, space-separated (the current
+/// key first).
+pub fn signature(secret: &Secret, id: &str, t: u64, body: &[u8]) -> String {
+    let signed = |key: &[u8]| {
+        // HMAC takes a key of any length: `new_from_slice` cannot fail.
+        let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(key) else {
+            return String::new();
+        };
+        mac.update(id.as_bytes());
+        mac.update(b".");
+        mac.update(t.to_string().as_bytes());
+        mac.update(b".");
+        mac.update(body);
+        let b64 = base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes());
+        format!("v1,{b64}")
+    };
+    let sigs: Vec<String> = secret.keys().map(signed).collect();
+    sigs.join(" ")
 }
 
 /// The TLS settings of every attempt: the bundled webpki roots plus
@@ -95,9 +113,29 @@ fn resolve(cfg: &Callbacks, url: &Url) -> Result<Vec<SocketAddr>, Outcome> {
     Ok(addrs)
 }
 
-/// Make attempt number `n` (1-based) of `p` and say how it ended.
-pub fn attempt(cfg: &Callbacks, tls: &Arc<rustls::ClientConfig>, p: &Pending, n: u32) -> Outcome {
-    let Ok(url) = Url::parse(&p.delivery.url) else {
+/// Make attempt number `n` (1-based) of `p` and say how it ended, with
+/// the wait a retryable answer asked for (`Retry-After`).
+pub fn attempt(
+    cfg: &Callbacks,
+    tls: &Arc<rustls::ClientConfig>,
+    p: &Pending,
+    n: u32,
+) -> (Outcome, Option<Duration>) {
+    let mut asked = None;
+    let outcome = call(cfg, tls, p, n, &mut asked);
+    (outcome, asked)
+}
+
+/// One HTTP call of [`attempt`]; `asked` gets a retryable answer's
+/// `Retry-After`.
+fn call(
+    cfg: &Callbacks,
+    tls: &Arc<rustls::ClientConfig>,
+    p: &Pending,
+    n: u32,
+    asked: &mut Option<Duration>,
+) -> Outcome {
+    let Ok(url) = Url::parse(p.url()) else {
         return Outcome::Failed(None, Some("the URL does not parse".into()));
     };
     // The allow list in force now: a reload may have narrowed it.
@@ -122,20 +160,36 @@ pub fn attempt(cfg: &Callbacks, tls: &Arc<rustls::ClientConfig>, p: &Pending, n:
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
         .as_secs();
-    let result = agent
-        .post(url.as_str())
-        .set("Content-Type", "application/json")
+    let mut req = agent.post(url.as_str());
+    if let Some(o) = p.delivery.outcome {
+        req = req.set("Trigd-Outcome", o.name());
+    }
+    let result = req
+        .set(
+            "Content-Type",
+            super::format::content_type(p.delivery.format),
+        )
+        .set("webhook-id", &p.delivery.delivery)
+        .set("webhook-timestamp", &t.to_string())
+        .set(
+            "webhook-signature",
+            &signature(secret, &p.delivery.delivery, t, p.body.as_bytes()),
+        )
         .set("Trigd-Delivery", &p.delivery.delivery)
         .set("Trigd-Run", &p.run)
         .set("Trigd-Attempt", &n.to_string())
-        .set(
-            "Trigd-Signature",
-            &signature(secret.bytes(), t, p.body.as_bytes()),
-        )
         .send_string(&p.body);
     match result {
         Ok(r) => classify(r.status()),
-        Err(ureq::Error::Status(code, _)) => classify(code),
+        Err(ureq::Error::Status(code, r)) => {
+            let outcome = classify(code);
+            if matches!(outcome, Outcome::Retry(..)) {
+                *asked = r
+                    .header("retry-after")
+                    .and_then(|v| retry_after(v, jiff::Timestamp::now()));
+            }
+            outcome
+        }
         Err(ureq::Error::Transport(t)) => Outcome::Retry(None, Some(transport(&t, cfg.timeout))),
     }
 }
@@ -151,6 +205,23 @@ pub fn classify(status: u16) -> Outcome {
         ),
         _ => Outcome::Failed(Some(status), None),
     }
+}
+
+/// The wait a `Retry-After` value asks for: delay-seconds, or an HTTP date
+/// (`Wed, 21 Oct 2026 07:28:00 GMT`) less `now` (a date past is no wait).
+/// `None` for anything else (the backoff applies).
+pub fn retry_after(value: &str, now: jiff::Timestamp) -> Option<Duration> {
+    let v = value.trim();
+    if !v.is_empty() && v.len() <= 40 && v.bytes().all(|b| b.is_ascii_digit()) {
+        // Too many digits for a u64: as long as can be (past retry_for).
+        return Some(Duration::from_secs(v.parse().unwrap_or(u64::MAX)));
+    }
+    if v.len() > 64 {
+        return None;
+    }
+    let at = jiff::fmt::rfc2822::parse(v).ok()?.timestamp();
+    let wait = at.duration_since(now);
+    Some(Duration::try_from(wait).unwrap_or(Duration::ZERO))
 }
 
 /// A transport error in one line; a timeout says so plainly.
@@ -185,15 +256,48 @@ pub fn elapsed_ms(start: Instant) -> u64 {
 mod tests {
     use super::*;
 
-    /// The same computation as `printf '%s' "1700000000.{}" | openssl dgst
-    /// -sha256 -hmac 0123456789abcdef`.
+    /// The Standard Webhooks test vector (`TestWebhookSign` of the
+    /// official Go, JavaScript, Java and PHP libraries,
+    /// github.com/standard-webhooks/standard-webhooks).
     #[test]
-    fn signature_matches_openssl() {
-        let s = signature(b"0123456789abcdef", 1_700_000_000, b"{}");
+    fn signature_matches_the_standard_webhooks_vector() {
+        let secret = Secret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap();
+        let body = br#"{"test": 2432232314}"#;
+        let s = signature(&secret, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1_614_265_330, body);
+        assert_eq!(s, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
+        // During a rotation: one signature per key, the current one first.
+        let two = Secret::parse(
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\nan-older-raw-secret-of-32-bytes!",
+        )
+        .unwrap();
+        let s2 = signature(&two, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1_614_265_330, body);
+        let (first, second) = s2.split_once(' ').unwrap();
+        assert_eq!(first, s);
+        assert!(second.starts_with("v1,") && second.len() == 47, "{second}");
+    }
+
+    #[test]
+    fn retry_after_takes_seconds_and_dates() {
+        let now: jiff::Timestamp = "2026-10-21T07:28:00Z".parse().unwrap();
+        let s = |v: &str| retry_after(v, now);
+        assert_eq!(s("120"), Some(Duration::from_secs(120)));
+        assert_eq!(s(" 0 "), Some(Duration::ZERO));
+        assert_eq!(s(&"9".repeat(40)), Some(Duration::from_secs(u64::MAX)));
         assert_eq!(
-            s,
-            "t=1700000000,v1=e4f8e2ecae2295b2ddb2f0b5584c8275e226c0ebe9b3b819e70156bb67122e3e"
+            s("Wed, 21 Oct 2026 07:29:30 GMT"),
+            Some(Duration::from_secs(90))
         );
+        assert_eq!(s("Wed, 21 Oct 2026 07:00:00 GMT"), Some(Duration::ZERO));
+        for bad in [
+            "",
+            "-5",
+            "1.5",
+            "soon",
+            "Wed, 32 Oct 2026 07:29:30 GMT",
+            &"9".repeat(41),
+        ] {
+            assert_eq!(s(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

@@ -18,13 +18,17 @@
 //! trips to the server.
 
 pub mod claims;
+pub mod cluster;
 pub mod keys;
 pub mod limits;
+pub mod output;
 pub mod runs;
 pub mod schema;
 pub mod sessions;
 pub mod settings;
+pub mod spool;
 mod tls;
+pub mod unwritten;
 mod watch;
 
 use std::fmt;

@@ -1,0 +1,559 @@
+//! Runs not tied to a host (the PostgreSQL backend, `[state] url`): the
+//! runner's side of `state::pg::cluster`.
+//!
+//! With a database, an accepted async run is a `queued` row in the cluster
+//! queue, not a place in this runner's slot queue: one thread per instance
+//! (the lease thread, [`Runner::share`]) takes the oldest ones while this
+//! runner has a free slot (`FOR UPDATE SKIP LOCKED`) and hands them to the
+//! slots like any queued run, so the slots and [`Job`](super::Job) stay
+//! the one place a run starts. The thread is woken at once when this
+//! instance accepts a run or frees a slot, and otherwise polls every
+//! [`POLL`]: a run accepted on a busy instance starts on another one with
+//! a free slot within about [`POLL`].
+//!
+//! The same thread renews the instance's lease every `lease / 3`
+//! (`trigd_instances`), adopts the runs of instances whose lease lapsed
+//! (their running runs end `interrupted`, or are queued again with
+//! `retry_on_restart`; their taken-but-not-started runs go back to the
+//! queue), and hands on cancel requests made through other instances. An
+//! instance whose own lease has lapsed (a long stall, a partition) takes
+//! nothing until it has renewed it; one that finds it was adopted stops
+//! what it still runs (those runs belong to another instance now).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::queue::{Queued, Waiter};
+use super::{concurrency, lock, program_of, Cancel, Job, RunError, Runner};
+use crate::config::Config;
+use crate::state::pg::cluster::{self as sql, Beat, CancelAt};
+use crate::state::pg::output::{self as kept, Shipping};
+use crate::state::pg::Db;
+use crate::state::record::{RunInput, RunRecord, RunState};
+
+/// How often the lease thread looks at the cluster queue and at cancel
+/// requests when nothing woke it.
+pub const POLL: Duration = Duration::from_millis(200);
+
+/// This instance's membership of the cluster.
+pub(super) struct Shared {
+    db: Arc<Db>,
+    me: String,
+    lease: Duration,
+    /// Set to wake the lease thread (a run was accepted, a slot freed).
+    woken: Mutex<bool>,
+    wake: Condvar,
+    /// The lease is held (renewed within `lease`).
+    leased: AtomicBool,
+    /// The cluster queue held a run at the last look (or this instance
+    /// just accepted one): a freed slot wakes the lease thread only then,
+    /// so that an idle cluster costs no statement per run.
+    backlog: AtomicBool,
+    /// How far the output of each run executing here is copied to the
+    /// database; held while a copy is sent, so one run's chunks are
+    /// committed in order.
+    shipping: Mutex<HashMap<String, Shipping>>,
+    /// Runs taken from the cluster queue whose record could not be read
+    /// when a slot started them (the database failed): given back to the
+    /// queue once it answers.
+    lost: Mutex<Vec<String>>,
+}
+
+impl Shared {
+    /// A slot came free: wake the lease thread if the cluster queue may
+    /// hold a run.
+    pub(super) fn slot_freed(&self) {
+        if self.backlog.load(Ordering::SeqCst) {
+            self.wake();
+        }
+    }
+
+    /// Wake the lease thread: there may be a run to take.
+    pub(super) fn wake(&self) {
+        *lock(&self.woken) = true;
+        self.wake.notify_one();
+    }
+
+    /// Run `run` was taken but could not be started (its record could not
+    /// be read): give it back to the queue at the next tick.
+    pub(super) fn lost(&self, run: String) {
+        log::warn!("run {run}: its record cannot be read now; back to the queue once it can");
+        lock(&self.lost).push(run);
+    }
+
+    /// Give the lost runs back to the queue; those that fail stay.
+    fn give_back_lost(&self) {
+        let lost = std::mem::take(&mut *lock(&self.lost));
+        let left: Vec<String> = lost
+            .into_iter()
+            .filter(|id| sql::give_back(&self.db, &self.me, id).is_err())
+            .collect();
+        let given = left.is_empty();
+        lock(&self.lost).extend(left);
+        if given {
+            self.wake();
+        }
+    }
+
+    /// Wait until woken, at most `limit`.
+    fn wait(&self, limit: Duration) {
+        let mut w = lock(&self.woken);
+        if !*w {
+            w = self
+                .wake
+                .wait_timeout(w, limit)
+                .map_or_else(|e| e.into_inner().0, |r| r.0);
+        }
+        *w = false;
+    }
+}
+
+/// The current config, as the lease thread reads it for each run it takes.
+pub type ConfigFn = Box<dyn Fn() -> Arc<Config> + Send>;
+
+impl Runner {
+    /// Share the run queue with the other instances on `db` as instance
+    /// `me`, holding a lease of `lease`: start the lease thread.
+    ///
+    /// # Errors
+    /// The thread cannot be started.
+    pub fn share(
+        self: &Arc<Self>,
+        db: Arc<Db>,
+        me: &str,
+        lease: Duration,
+        config: ConfigFn,
+    ) -> std::io::Result<()> {
+        let shared = Arc::new(Shared {
+            db,
+            me: me.to_string(),
+            lease,
+            woken: Mutex::new(false),
+            wake: Condvar::new(),
+            leased: AtomicBool::new(false),
+            backlog: AtomicBool::new(true),
+            shipping: Mutex::default(),
+            lost: Mutex::default(),
+        });
+        let _ = self.cluster.set(Arc::clone(&shared));
+        let runner = Arc::clone(self);
+        thread::Builder::new()
+            .name("lease".into())
+            .spawn(move || runner.lease_loop(&shared, &config))
+            .map(drop)
+    }
+
+    /// The lease thread: renew, adopt, hand on cancels, take runs; at
+    /// shutdown, the runs taken but not started go back to the queue.
+    fn lease_loop(self: &Arc<Self>, shared: &Shared, config: &ConfigFn) {
+        let every = shared.lease / 3;
+        let mut beat = Lease::default();
+        let mut next_beat = Instant::now();
+        let mut gave_back = false;
+        loop {
+            // The lease is still renewed while a shutdown lets the runs
+            // here finish: they are this instance's until they end.
+            let closing = lock(&self.slots).closing;
+            if closing && !gave_back {
+                self.give_back_taken(shared);
+                gave_back = true;
+            }
+            if Instant::now() >= next_beat {
+                next_beat = Instant::now() + every;
+                self.beat(shared, &mut beat, &config());
+            }
+            self.ship_live(shared);
+            if beat.held(shared.lease) {
+                if !lock(&shared.lost).is_empty() {
+                    shared.give_back_lost();
+                }
+                self.hand_on_cancels(shared);
+                if !closing {
+                    self.take_runs(shared, &config());
+                }
+            }
+            let left = next_beat.saturating_duration_since(Instant::now());
+            shared.wait(left.min(POLL));
+        }
+    }
+
+    /// Renew the lease; at the first success, adopt this instance's runs
+    /// of before its start; then adopt those of lapsed instances.
+    fn beat(self: &Arc<Self>, shared: &Shared, lease: &mut Lease, cfg: &Arc<Config>) {
+        let sent = Instant::now();
+        match sql::heartbeat(&shared.db, &shared.me, shared.lease) {
+            Ok(beat) => {
+                if beat == Beat::Lost && lease.renewed.is_some() {
+                    log::error!(
+                        "cluster: this instance's lease lapsed and its runs were adopted by \
+                         another instance; stopping the runs it still executes"
+                    );
+                    self.disown();
+                }
+                lease.renewed = Some(sent);
+                lease.healthy_since.get_or_insert(sent);
+                if !lease.adopted_own {
+                    lease.adopted_own = self.adopt(shared, &shared.me, cfg);
+                }
+                if let Some(c) = self.callbacks() {
+                    c.resume_unread();
+                }
+            }
+            Err(e) => {
+                lease.healthy_since = None;
+                log::warn!("cluster: cannot renew this instance's lease: {e}");
+            }
+        }
+        let held = lease.held(shared.lease);
+        if held != shared.leased.swap(held, Ordering::SeqCst) {
+            if held {
+                log::info!("cluster: lease held; taking queued runs");
+            } else {
+                log::warn!(
+                    "cluster: this instance's lease has lapsed (not renewed for {:?}); \
+                     taking no runs until it is renewed",
+                    shared.lease
+                );
+            }
+        }
+        // After an outage of the database (or at start), the others get a
+        // whole lease to renew theirs before any is taken for dead.
+        let settled = lease
+            .healthy_since
+            .is_some_and(|t| t.elapsed() >= shared.lease);
+        if held && settled {
+            self.adopt_lapsed(shared, cfg);
+        }
+    }
+
+    /// Adopt the runs of every other instance whose lease lapsed.
+    fn adopt_lapsed(self: &Arc<Self>, shared: &Shared, cfg: &Arc<Config>) {
+        match sql::lapsed(&shared.db, &shared.me) {
+            Ok(dead) => {
+                for name in dead {
+                    self.adopt(shared, &name, cfg);
+                }
+            }
+            Err(e) => log::warn!("cluster: cannot look for lapsed leases: {e}"),
+        }
+    }
+
+    /// Adopt the runs of `dead`; whether that was done (or not needed).
+    fn adopt(self: &Arc<Self>, shared: &Shared, dead: &str, cfg: &Arc<Config>) -> bool {
+        let adopted = match sql::adopt(&shared.db, &shared.me, dead) {
+            Ok(Some(a)) => a,
+            Ok(None) => return true,
+            Err(e) => {
+                log::warn!("cluster: cannot adopt the runs of instance {dead}: {e}");
+                return false;
+            }
+        };
+        if adopted.requeued + adopted.runs.len() > 0 || dead != shared.me {
+            log::warn!(
+                "cluster: instance {dead} stopped holding its lease: {} of its runs went back \
+                 to the queue, {} are ended or queued again here",
+                adopted.requeued,
+                adopted.runs.len()
+            );
+        }
+        for rec in adopted.runs {
+            self.end_adopted(shared, rec, dead, cfg);
+        }
+        if let (Some(c), false) = (self.callbacks(), adopted.callbacks.is_empty()) {
+            log::warn!(
+                "cluster: sending the {} pending callback deliveries of instance {dead}",
+                adopted.callbacks.len()
+            );
+            c.resume(adopted.callbacks);
+        }
+        if adopted.requeued > 0 {
+            shared.wake();
+        }
+        true
+    }
+
+    /// End a run adopted from `dead`: a running async run of a
+    /// `retry_on_restart` function goes back to the queue, any other ends
+    /// `interrupted` (a run whose request body file was on `dead`:
+    /// `failed`).
+    fn end_adopted(&self, shared: &Shared, mut rec: RunRecord, dead: &str, cfg: &Config) {
+        let retry = rec.state == RunState::Running
+            && rec.r#async
+            && rec.input.as_ref().is_some_and(|i| !i.body)
+            && program_of(cfg, rec.owner, &rec.function)
+                .and_then(|p| p.function(&rec.function))
+                .is_some_and(|f| f.retry_on_restart);
+        if retry {
+            rec.state = RunState::Queued;
+            (rec.started_at, rec.finished_at, rec.error, rec.stdout) = (None, None, None, None);
+            rec.steps.clear();
+            self.record(&rec);
+            if let Err(e) = sql::give_back(&shared.db, &shared.me, &rec.run) {
+                log::warn!("cluster: run {}: cannot queue it again: {e}", rec.run);
+            }
+            return;
+        }
+        let body = rec.input.as_ref().is_some_and(|i| i.body);
+        let (state, why) = if body && rec.state == RunState::Queued {
+            let why = format!("its request body or files were on instance {dead}, which stopped");
+            (RunState::Failed, why)
+        } else {
+            let why = format!("instance {dead} stopped before the run finished");
+            (RunState::Interrupted, why)
+        };
+        self.end_unstarted(rec, state, &why, false);
+    }
+
+    /// Stop everything this instance holds: its lease was lost and another
+    /// instance has adopted its runs (their records are that one's now).
+    fn disown(&self) {
+        let dropped: std::collections::VecDeque<Waiter> = {
+            let mut s = lock(&self.slots);
+            let (asyncs, rest) = s
+                .queue
+                .drain(..)
+                .partition(|w| matches!(w, Waiter::Async(_)));
+            s.queue = rest;
+            asyncs
+        };
+        for w in dropped {
+            if let Waiter::Async(q) = w {
+                drop(self.take_unrecorded(&q.run));
+            }
+        }
+        for handle in lock(&self.live).runs.values() {
+            handle.abort();
+        }
+    }
+
+    /// Copy what the runs executing here printed since the last tick to
+    /// the database, in one statement.
+    fn ship_live(&self, shared: &Shared) {
+        let Some(store) = &self.store else { return };
+        let live: Vec<String> = lock(&self.live).runs.keys().cloned().collect();
+        let mut shipping = lock(&shared.shipping);
+        shipping.retain(|run, _| live.contains(run));
+        let chunks: Vec<kept::Chunk> = live
+            .iter()
+            .filter_map(|run| {
+                let s = shipping.entry(run.clone()).or_default();
+                s.collect(run, &store.output_path(run))
+            })
+            .collect();
+        if let Err(e) = kept::ship(&shared.db, chunks, true) {
+            log::warn!("cluster: cannot copy the output of the runs here: {e}");
+        }
+    }
+
+    /// Copy the rest of run `run`'s output to the database, at its end
+    /// (before the end is recorded: a reader that sees the end finds all
+    /// of it).
+    pub(super) fn ship_end(&self, run: &str) {
+        let (Some(shared), Some(store)) = (self.cluster.get(), &self.store) else {
+            return;
+        };
+        let mut shipping = lock(&shared.shipping);
+        let mut s = shipping.remove(run).unwrap_or_default();
+        let chunk = s.collect(run, &store.output_path(run));
+        if let Err(e) = kept::ship(&shared.db, chunk.into_iter().collect(), false) {
+            log::warn!("run {run}: cannot copy its output to the database: {e}");
+        }
+    }
+
+    /// Hand on to the local runs the cancels asked through other
+    /// instances.
+    fn hand_on_cancels(&self, shared: &Shared) {
+        match sql::cancels(&shared.db, &shared.me) {
+            Ok(ids) => {
+                for id in ids {
+                    let done = self.cancel(&id);
+                    log::info!("run {id}: cancel asked through another instance: {done:?}");
+                }
+            }
+            Err(e) => log::warn!("cluster: cannot read cancel requests: {e}"),
+        }
+    }
+
+    /// Take queued runs from the cluster queue while a slot is free.
+    fn take_runs(self: &Arc<Self>, shared: &Shared, cfg: &Arc<Config>) {
+        while self.room(cfg) > 0 {
+            match sql::take(&shared.db, &shared.me) {
+                Ok(Some(rec)) => {
+                    shared.backlog.store(true, Ordering::SeqCst);
+                    log::debug!("run {} taken from the cluster queue", rec.run);
+                    self.enqueue_taken(cfg, rec);
+                }
+                Ok(None) => return shared.backlog.store(false, Ordering::SeqCst),
+                Err(e) => return log::warn!("cluster: cannot take a queued run: {e}"),
+            }
+        }
+    }
+
+    /// Slots free for runs taken from the cluster queue: the free slots
+    /// less the async runs already waiting here for one.
+    fn room(&self, cfg: &Config) -> usize {
+        let mut s = lock(&self.slots);
+        if s.closing {
+            return 0;
+        }
+        s.max = cfg.server.max_concurrent_runs;
+        let waiting = s
+            .queue
+            .iter()
+            .filter(|w| matches!(w, Waiter::Async(_)))
+            .count();
+        s.max.saturating_sub(s.used + waiting)
+    }
+
+    /// Queue run `rec`, just taken by this instance, for a slot.
+    fn enqueue_taken(self: &Arc<Self>, cfg: &Arc<Config>, rec: RunRecord) {
+        let body = rec.input.as_ref().is_some_and(|i| i.body);
+        let kept = body && lock(&self.unrecorded).contains_key(&rec.run);
+        match program_of(cfg, rec.owner, &rec.function) {
+            Some(p) if !body || kept => {
+                let mut s = lock(&self.slots);
+                s.queue.push_back(Waiter::Async(Queued {
+                    concurrency: concurrency(p, &rec.function),
+                    key: (rec.owner, rec.function),
+                    run: rec.run,
+                    program: Arc::clone(p),
+                    cfg: Arc::clone(cfg),
+                }));
+                let start = s.fill();
+                drop(s);
+                self.start_granted(start);
+            }
+            _ => {
+                let why = if body {
+                    "its request body or files (temporary files) did not survive a restart"
+                } else {
+                    "its program or function no longer exists"
+                };
+                self.end_unstarted(rec, RunState::Failed, why, false);
+            }
+        }
+    }
+
+    /// Accept the async `job` into the cluster queue: recorded durably
+    /// (with its input), then taken by whichever instance has a free slot
+    /// first (this one is woken at once).
+    pub(super) fn start_shared(&self, shared: &Shared, job: Job) -> Result<String, RunError> {
+        if lock(&self.slots).closing {
+            return Err(RunError::ShuttingDown);
+        }
+        let mut rec = self.new_record(&job, true);
+        rec.input = Some(RunInput {
+            values: job.values.clone(),
+            vars: job.vars.clone(),
+            body: job.body_file.is_some() || !job.files.is_empty(),
+        });
+        let id = rec.run.clone();
+        let held = job.kept_in_memory(true).then(|| job.kept_bytes());
+        if let Some(held) = held {
+            self.keep_in_memory(&job, held)?;
+            // Kept before it is recorded: only this instance takes it (its
+            // body file is here), and it may do so at once.
+            lock(&self.unrecorded).insert(id.clone(), (rec.clone(), job));
+        }
+        let written = match &self.store {
+            Some(store) => store.append(&rec, true),
+            None => Ok(()),
+        };
+        if let Err(e) = written {
+            if held.is_some() {
+                drop(self.take_unrecorded(&id));
+            }
+            return Err(RunError::Storage(e));
+        }
+        shared.backlog.store(true, Ordering::SeqCst);
+        shared.wake();
+        Ok(id)
+    }
+
+    /// Count `job`, whose request body is in a file here, against
+    /// `max_waiting_bytes` while it waits.
+    fn keep_in_memory(&self, job: &Job, held: usize) -> Result<(), RunError> {
+        let budget = job.cfg.server.max_waiting_bytes;
+        if self.waiting_bytes.load(Ordering::SeqCst) + held > budget {
+            let waiting = lock(&self.slots).queue.len();
+            return Err(RunError::WaitingBytesFull {
+                budget,
+                retry_after: self.retry_after(waiting),
+            });
+        }
+        self.waiting_bytes.fetch_add(held, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Cancel run `id` where it is held, when that is not here: taken off
+    /// the cluster queue (recorded `cancelled` here) or asked of the
+    /// instance that holds it. `None`: it is this instance's (or ended).
+    pub(super) fn cancel_shared(&self, shared: &Shared, id: &str) -> Option<Cancel> {
+        match sql::cancel(&shared.db, &shared.me, id) {
+            Ok(CancelAt::Taken(rec)) => {
+                let why = "the run was cancelled before it started";
+                self.end_unstarted(*rec, RunState::Cancelled, why, true);
+                Some(Cancel::Dequeued)
+            }
+            Ok(CancelAt::Asked(at)) => {
+                log::info!("run {id}: cancel handed to instance {at}");
+                Some(Cancel::Stopping)
+            }
+            Ok(CancelAt::Here) => None,
+            Err(e) => {
+                log::warn!("run {id}: cannot hand its cancel on: {e}");
+                None
+            }
+        }
+    }
+
+    /// At shutdown: the runs taken here but not started leave this
+    /// runner's queue and go back to the cluster queue, so that other
+    /// instances take them at once (a run whose request body file is here
+    /// stays: only this instance can run it).
+    fn give_back_taken(&self, shared: &Shared) {
+        let taken: Vec<String> = {
+            let mut s = lock(&self.slots);
+            let kept = lock(&self.unrecorded);
+            let (taken, rest) = s
+                .queue
+                .drain(..)
+                .partition(|w| matches!(w, Waiter::Async(q) if !kept.contains_key(&q.run)));
+            s.queue = rest;
+            taken.iter().map(|w| w.run().to_string()).collect()
+        };
+        for id in &taken {
+            if let Err(e) = sql::give_back(&shared.db, &shared.me, id) {
+                log::warn!("run {id}: cannot give it back to the queue: {e}");
+            }
+        }
+        if !taken.is_empty() {
+            log::info!(
+                "cluster: {} taken runs given back to the queue",
+                taken.len()
+            );
+        }
+    }
+}
+
+/// The lease thread's view of its lease.
+#[derive(Debug, Default)]
+struct Lease {
+    /// When the last renewal that succeeded was sent.
+    renewed: Option<Instant>,
+    /// This instance's runs from before its start were adopted.
+    adopted_own: bool,
+    /// Since when every renewal succeeded.
+    healthy_since: Option<Instant>,
+}
+
+impl Lease {
+    /// Whether the lease still holds by this instance's clock: renewed
+    /// (sent) less than `lease` ago; the database's `expires_at` is later.
+    fn held(&self, lease: Duration) -> bool {
+        self.adopted_own && self.renewed.is_some_and(|t| t.elapsed() < lease)
+    }
+}

@@ -1,0 +1,282 @@
+//! Runs not tied to a host (`cluster.sql`): the instances' leases, the
+//! cluster queue taken with `FOR UPDATE SKIP LOCKED`, the adoption of a
+//! lapsed instance's runs, and cancel requests to the instance executing a
+//! run. Each function here is one statement (one round trip) or one short
+//! transaction; what to do with the rows is the runner's
+//! (`runner::cluster`).
+//!
+//! The `instance` column of `trigd_runs` says which instance holds a run:
+//! `NULL` for an async run in the cluster queue, else the instance that
+//! executes it or has taken it into its own slot queue ("queued but
+//! taken"). Only the statements here change it.
+
+use std::time::Duration;
+
+use postgres::types::Type;
+use postgres::Client;
+
+use super::{Db, DbError};
+use crate::state::record::RunRecord;
+use crate::state::spool::Pending;
+
+/// What a heartbeat found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Beat {
+    /// The lease was renewed.
+    Renewed,
+    /// The row was gone (another instance found the lease lapsed and
+    /// adopted this instance's runs): it was made again.
+    Lost,
+}
+
+/// Renew `me`'s lease for `lease` (`first`: at start, when no row is
+/// expected).
+///
+/// # Errors
+/// The database failed.
+pub fn heartbeat(db: &Db, me: &str, lease: Duration) -> Result<Beat, DbError> {
+    let ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
+    let row = db.with_background(|c| {
+        c.query_typed_one(
+            "INSERT INTO trigd_instances (name, expires_at) \
+             VALUES ($1, now() + $2::bigint * interval '1 millisecond') \
+             ON CONFLICT (name) DO UPDATE SET renewed_at = now(), \
+             expires_at = EXCLUDED.expires_at \
+             RETURNING (xmax = 0) AS inserted",
+            &[(&me, Type::TEXT), (&ms, Type::INT8)],
+        )
+    })?;
+    let inserted: bool = row.get(0);
+    Ok(if inserted { Beat::Lost } else { Beat::Renewed })
+}
+
+/// The instances other than `me` whose lease lapsed.
+///
+/// # Errors
+/// The database failed.
+pub fn lapsed(db: &Db, me: &str) -> Result<Vec<String>, DbError> {
+    let rows = db.with_background(|c| {
+        c.query_typed(
+            "SELECT name FROM trigd_instances WHERE expires_at < now() AND name <> $1",
+            &[(&me, Type::TEXT)],
+        )
+    })?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// Take over the runs of instance `dead` (whose lease lapsed, or `me`
+/// itself at start: its previous life's runs) and delete its row, in one
+/// transaction. Its async runs still queued go back to the cluster queue
+/// (counted in [`Adopted::requeued`]); the others (running, sync, or
+/// reading a request body file that was on `dead`) are `me`'s now, for the
+/// runner to end or queue again. `None` when another instance is adopting
+/// them now (its row is locked) or `dead` renewed its lease meanwhile.
+///
+/// # Errors
+/// The database failed.
+pub fn adopt(db: &Db, me: &str, dead: &str) -> Result<Option<Adopted>, DbError> {
+    db.with_background(|c| adopt_in(c, me, dead))
+}
+
+/// The runs of a lapsed instance, once adopted.
+#[derive(Debug, Default)]
+pub struct Adopted {
+    /// Async runs it had taken but not started, back in the cluster queue.
+    pub requeued: usize,
+    /// Runs now held by the adopting instance.
+    pub runs: Vec<RunRecord>,
+    /// The pending callback deliveries it held, now the adopter's to send.
+    pub callbacks: Vec<Pending>,
+}
+
+fn adopt_in(c: &mut Client, me: &str, dead: &str) -> Result<Option<Adopted>, postgres::Error> {
+    let mut tx = c.transaction()?;
+    if dead != me {
+        let locked = tx.query_typed_opt(
+            "SELECT 1 FROM trigd_instances WHERE name = $1 AND expires_at < now() \
+             FOR UPDATE SKIP LOCKED",
+            &[(&dead, Type::TEXT)],
+        )?;
+        if locked.is_none() {
+            return Ok(None);
+        }
+    }
+    let rows = tx.query_typed(
+        "UPDATE trigd_runs SET instance = CASE WHEN state = 'queued' \
+           AND (record->>'Async')::boolean \
+           AND NOT coalesce((record->'Input'->>'Body')::boolean, false) THEN NULL ELSE $1 END \
+         WHERE instance = $2 AND state IN ('queued', 'running') \
+         RETURNING instance IS NULL, record::text",
+        &[(&me, Type::TEXT), (&dead, Type::TEXT)],
+    )?;
+    let mut adopted = Adopted::default();
+    if dead != me {
+        adopted.callbacks = adopt_callbacks(&mut tx, me, dead)?;
+        tx.execute_typed(
+            "DELETE FROM trigd_instances WHERE name = $1",
+            &[(&dead, Type::TEXT)],
+        )?;
+    }
+    tx.commit()?;
+    for row in &rows {
+        if row.get::<_, bool>(0) {
+            adopted.requeued += 1;
+        } else if let Some(rec) = parse(&row.get::<_, String>(1)) {
+            adopted.runs.push(rec);
+        }
+    }
+    Ok(Some(adopted))
+}
+
+/// Move the pending callback deliveries `dead` held to `me`, and the
+/// ended runs they report with them (their records are written by the
+/// sender: the delivery's attempts).
+fn adopt_callbacks(
+    tx: &mut postgres::Transaction<'_>,
+    me: &str,
+    dead: &str,
+) -> Result<Vec<Pending>, postgres::Error> {
+    let rows = tx.query_typed(
+        "UPDATE trigd_callbacks SET holder = $1 WHERE holder = $2 RETURNING pending::text",
+        &[(&me, Type::TEXT), (&dead, Type::TEXT)],
+    )?;
+    if !rows.is_empty() {
+        tx.execute_typed(
+            "UPDATE trigd_runs SET instance = $1 WHERE instance = $2 \
+             AND id IN (SELECT run FROM trigd_callbacks WHERE holder = $1)",
+            &[(&me, Type::TEXT), (&dead, Type::TEXT)],
+        )?;
+    }
+    let texts: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    Ok(crate::state::spool::parse_all(&texts))
+}
+
+/// Take the oldest async run of the cluster queue for `me`: it is marked
+/// taken by `me` (still `queued`; the runner records it `running` when a
+/// slot starts it). A run that reads a request body from a file is taken
+/// only by the instance that accepted it (the file is there). `None`: the
+/// queue is empty, or `me`'s lease has lapsed (an instance that stalled
+/// must not take runs until it has renewed it).
+///
+/// # Errors
+/// The database failed.
+pub fn take(db: &Db, me: &str) -> Result<Option<RunRecord>, DbError> {
+    let prefix = format!("{me}-%");
+    let row = db.with_background(|c| {
+        c.query_typed_opt(
+            "UPDATE trigd_runs SET instance = $1 WHERE id = ( \
+               SELECT id FROM trigd_runs WHERE state = 'queued' AND instance IS NULL \
+               AND (record->>'Async')::boolean \
+               AND (NOT coalesce((record->'Input'->>'Body')::boolean, false) OR id LIKE $2) \
+               AND EXISTS (SELECT 1 FROM trigd_instances WHERE name = $1 AND expires_at > now()) \
+               ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED) \
+             AND state = 'queued' AND instance IS NULL RETURNING record::text",
+            &[(&me, Type::TEXT), (&prefix, Type::TEXT)],
+        )
+    })?;
+    Ok(row.and_then(|r| parse(&r.get::<_, String>(0))))
+}
+
+/// Where a cancel of a run not found on this instance goes.
+#[derive(Debug)]
+pub enum CancelAt {
+    /// The run was in the cluster queue: `me` has taken it, to record it
+    /// `cancelled`.
+    Taken(Box<RunRecord>),
+    /// Another instance holds it: it was asked to stop it.
+    Asked(String),
+    /// Neither: it is this instance's, has ended, or is unknown.
+    Here,
+}
+
+/// Cancel run `id` where it is: take it off the cluster queue, or flag it
+/// for the instance that holds it (it sees the flag within its poll).
+///
+/// # Errors
+/// The database failed.
+pub fn cancel(db: &Db, me: &str, id: &str) -> Result<CancelAt, DbError> {
+    let taken = db.with(|c| {
+        c.query_typed_opt(
+            "UPDATE trigd_runs SET instance = $1 \
+             WHERE id = $2 AND state = 'queued' AND instance IS NULL RETURNING record::text",
+            &[(&me, Type::TEXT), (&id, Type::TEXT)],
+        )
+    })?;
+    if let Some(rec) = taken.and_then(|r| parse(&r.get::<_, String>(0))) {
+        return Ok(CancelAt::Taken(Box::new(rec)));
+    }
+    let asked = db.with(|c| {
+        c.query_typed_opt(
+            "UPDATE trigd_runs SET cancel_requested = true \
+             WHERE id = $1 AND state IN ('queued', 'running') AND instance <> $2 \
+             RETURNING instance",
+            &[(&id, Type::TEXT), (&me, Type::TEXT)],
+        )
+    })?;
+    Ok(match asked {
+        Some(r) => CancelAt::Asked(r.get(0)),
+        None => CancelAt::Here,
+    })
+}
+
+/// The runs `me` holds that another instance asked to cancel; the
+/// requests are cleared (each is handed over once).
+///
+/// # Errors
+/// The database failed.
+pub fn cancels(db: &Db, me: &str) -> Result<Vec<String>, DbError> {
+    let rows = db.with_background(|c| {
+        c.query_typed(
+            "UPDATE trigd_runs SET cancel_requested = false \
+             WHERE instance = $1 AND cancel_requested AND state IN ('queued', 'running') \
+             RETURNING id",
+            &[(&me, Type::TEXT)],
+        )
+    })?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// Put run `id`, taken by `me`, back in the cluster queue (this instance
+/// is stopping before it started).
+///
+/// # Errors
+/// The database failed.
+pub fn give_back(db: &Db, me: &str, id: &str) -> Result<(), DbError> {
+    db.with_background(|c| {
+        c.execute_typed(
+            "UPDATE trigd_runs SET instance = NULL \
+             WHERE id = $1 AND instance = $2 AND state = 'queued'",
+            &[(&id, Type::TEXT), (&me, Type::TEXT)],
+        )
+    })
+    .map(drop)
+}
+
+/// A record as `trigd_runs.record` holds it; a row that does not parse is
+/// logged and skipped (it was not written by this trigd).
+fn parse(text: &str) -> Option<RunRecord> {
+    serde_json::from_str(text)
+        .inspect_err(|e| log::error!("state: a run record in the database does not parse: {e}"))
+        .ok()
+}
+
+/// Claim occurrence `at_ms` (Unix ms) of schedule `schedule` for `me`:
+/// whether this instance is the one to handle it (its insert succeeded;
+/// another instance's came first otherwise).
+///
+/// # Errors
+/// The database failed (the occurrence is not handled here then).
+pub fn claim_occurrence(db: &Db, me: &str, schedule: &str, at_ms: i64) -> Result<bool, DbError> {
+    let n = db.with_background(|c| {
+        c.execute_typed(
+            "INSERT INTO trigd_occurrences (schedule, occurrence, instance) \
+             VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+            &[
+                (&schedule, Type::TEXT),
+                (&at_ms, Type::INT8),
+                (&me, Type::TEXT),
+            ],
+        )
+    })?;
+    Ok(n == 1)
+}

@@ -1,0 +1,293 @@
+//! Runs not tied to a host (the PostgreSQL backend): two real trigd
+//! instances on one database of the harness's PostgreSQL — a run accepted
+//! on a busy instance executed by the other, `kill -9` of an instance with
+//! running and queued runs (its lease lapses, the other ends or queues
+//! them again and runs the queued ones), a cancel and the kept output
+//! through the other instance, also after the owner is killed.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::util::*;
+
+/// `slow` sleeps long (killed or cancelled in the tests), `again` is a
+/// `retry_on_restart` run that takes a few seconds, `quick` answers at
+/// once, `talk` prints and then sleeps.
+const WORK: &str = r#"
+id = 1
+name = "work"
+workspace = "ops"
+
+[[functions]]
+name = "slow"
+steps = [{ shell = "sleep 60" }]
+[functions.webhook]
+
+[[functions]]
+name = "again"
+retry_on_restart = true
+steps = [{ shell = "sleep 3; printf again" }]
+[functions.webhook]
+
+[[functions]]
+name = "quick"
+steps = [{ shell = "printf ok" }]
+[functions.webhook]
+
+[[functions]]
+name = "talk"
+steps = [{ shell = "printf 'hello from the owner'; printf 'to stderr' >&2; sleep 2; printf ' again'; sleep 60" }]
+[functions.webhook]
+"#;
+
+/// The lease of the test instances: short, so that a killed instance's
+/// runs are taken over quickly.
+const LEASE: &str = r#"lease = "2s""#;
+
+/// An instance named `name` on `db`, with `slots` run slots.
+fn instance(db: &PgDb, test: &str, name: &str, slots: usize) -> (TestDir, Trigd) {
+    let server = format!("instance = {name:?}\nmax_concurrent_runs = {slots}\nkill_grace = \"1s\"");
+    let dir = setup(&format!("{test}_{name}"), &server, &[("w.toml", WORK)]);
+    db.configure(&dir, LEASE);
+    let t = Trigd::start(&dir);
+    (dir, t)
+}
+
+fn accept(t: &Trigd, function: &str) -> String {
+    let r = t.post(&format!(
+        "/api?api_key={KEY}&program_id=1&function={function}&run_async=true"
+    ));
+    r.run_id(&r.ok())
+}
+
+/// The instance holding run `id` (`trigd_runs.instance`), "" for none.
+fn held_by(db: &PgDb, id: &str) -> String {
+    db.psql(&format!(
+        "SELECT coalesce(instance, '') FROM trigd_runs WHERE id = '{id}'"
+    ))
+}
+
+/// Wait until `t` says run `id` is in `state` (read from the database,
+/// whichever instance is asked).
+fn wait_state(t: &Trigd, id: &str, state: &str, bound: Duration) -> Value {
+    let mut last = Value::Null;
+    let ok = wait_until(bound, || {
+        last = run_record(t, id);
+        last["State"] == json!(state)
+    });
+    t.check(
+        ok,
+        format!("run {id} did not reach {state} within {bound:?}: {last}"),
+    );
+    last
+}
+
+#[test]
+fn a_run_accepted_on_a_busy_instance_runs_on_the_other() {
+    let db = pg_database("pgrun_busy");
+    let (_da, a) = instance(&db, "pgrun_busy", "a", 1);
+    let first = accept(&a, "slow");
+    wait_state(&a, &first, "running", WAIT);
+    let (_db, b) = instance(&db, "pgrun_busy", "b", 1);
+    // A has no free slot: B takes the next run A accepts.
+    let second = accept(&a, "quick");
+    let rec = wait_state(&b, &second, "finished", WAIT);
+    b.check_eq(rec["Result"].clone(), json!(["ok"]), "the run's Result");
+    b.check_eq(held_by(&db, &second), "b".to_string(), "executed by b");
+    a.check_eq(
+        held_by(&db, &first),
+        "a".to_string(),
+        "the first one is a's",
+    );
+    a.post(&format!("/api/runs/{first}/cancel?api_key={KEY}"));
+}
+
+#[test]
+fn kill9_of_an_instance_ends_its_runs_and_its_queued_runs_run_elsewhere() {
+    let db = pg_database("pgrun_kill");
+    let (_da, mut a) = instance(&db, "pgrun_kill", "a", 2);
+    let lost = accept(&a, "slow");
+    let retried = accept(&a, "again");
+    wait_state(&a, &lost, "running", WAIT);
+    wait_state(&a, &retried, "running", WAIT);
+    let (_db, b) = instance(&db, "pgrun_kill", "b", 1);
+    let busy = accept(&b, "slow");
+    wait_state(&b, &busy, "running", WAIT);
+    // Every slot is taken: these wait in the cluster queue.
+    let queued: Vec<String> = (0..3).map(|_| accept(&a, "quick")).collect();
+    for id in &queued {
+        a.check_eq(held_by(&db, id), String::new(), "in the cluster queue");
+    }
+    a.kill9();
+    let killed = Instant::now();
+    // Within the lease (2 s) and a heartbeat, b ends a's running run …
+    let rec = wait_state(&b, &lost, "interrupted", Duration::from_secs(20));
+    let took = killed.elapsed();
+    b.check(
+        rec["Error"]
+            .as_str()
+            .is_some_and(|e| e.contains("instance a")),
+        format!("the error names the instance: {rec}"),
+    );
+    // … and runs the retry_on_restart one again, then the queued ones.
+    b.post(&format!("/api/runs/{busy}/cancel?api_key={KEY}"));
+    let rec = wait_state(&b, &retried, "finished", Duration::from_secs(30));
+    b.check_eq(rec["Result"].clone(), json!(["again"]), "run again on b");
+    for id in &queued {
+        wait_state(&b, id, "finished", Duration::from_secs(30));
+        b.check_eq(held_by(&db, id), "b".to_string(), "run on b");
+    }
+    eprintln!("a's running run was ended {took:?} after the kill (lease 2s)");
+    b.check(
+        took < Duration::from_secs(10),
+        format!("ended within the lease and a heartbeat: {took:?}"),
+    );
+}
+
+#[test]
+fn a_cancel_through_the_other_instance_stops_the_process() {
+    let db = pg_database("pgrun_cancel");
+    let (_da, a) = instance(&db, "pgrun_cancel", "a", 2);
+    let id = accept(&a, "slow");
+    wait_state(&a, &id, "running", WAIT);
+    let (_db, b) = instance(&db, "pgrun_cancel", "b", 2);
+    let r = b.post(&format!("/api/runs/{id}/cancel?api_key={KEY}"));
+    let v = r.json();
+    r.check(
+        r.status == 200 || r.status == 202,
+        format!("the cancel is accepted: {v}"),
+    );
+    let rec = wait_state(&b, &id, "cancelled", WAIT);
+    a.check_eq(rec["State"].clone(), json!("cancelled"), "ended cancelled");
+    a.check_eq(held_by(&db, &id), "a".to_string(), "it ran on a");
+    // A queued run is cancelled from the cluster queue, wherever asked.
+    let hold = accept(&a, "slow");
+    wait_state(&a, &hold, "running", WAIT);
+    let busy_b: Vec<String> = (0..2).map(|_| accept(&b, "slow")).collect();
+    for id in &busy_b {
+        wait_state(&b, id, "running", WAIT);
+    }
+    let last = accept(&a, "slow");
+    let waiting = accept(&a, "quick");
+    b.check_eq(
+        run_record(&b, &waiting)["State"].clone(),
+        json!("queued"),
+        "queued",
+    );
+    let r = b.post(&format!("/api/runs/{waiting}/cancel?api_key={KEY}"));
+    r.check_eq(r.json()["State"].clone(), json!("cancelled"), "dequeued");
+    for id in busy_b.iter().chain([&hold, &last]) {
+        b.post(&format!("/api/runs/{id}/cancel?api_key={KEY}"));
+    }
+}
+
+#[test]
+fn output_is_read_through_the_other_instance_also_after_the_owner_is_killed() {
+    let db = pg_database("pgrun_output");
+    let (_da, mut a) = instance(&db, "pgrun_output", "a", 1);
+    let id = accept(&a, "talk");
+    wait_state(&a, &id, "running", WAIT);
+    let (_db, b) = instance(&db, "pgrun_output", "b", 1);
+    let url = format!("/api/runs/{id}/output?api_key={KEY}");
+    // While a executes it: copied to the database within a tick (the
+    // delay after a's own file shows the second line is the follow
+    // latency; b's connections are open by then).
+    let stdout = |t: &Trigd| t.get(&url).ok()["Stdout"].clone();
+    let first = wait_until(WAIT, || stdout(&b) == json!("hello from the owner"));
+    b.check(first, "the output through b while a runs it");
+    let all = json!("hello from the owner again");
+    wait_until(WAIT, || stdout(&a) == all);
+    let local = Instant::now();
+    let ok = wait_until(WAIT, || stdout(&b) == all);
+    eprintln!("output seen through b {:?} after a had it", local.elapsed());
+    b.check(ok, "the second line through b");
+    let v = b.get(&url).ok();
+    b.check_eq(v["Stderr"].clone(), json!("to stderr"), "stderr too");
+    a.kill9();
+    wait_state(&b, &id, "interrupted", Duration::from_secs(20));
+    let v = b.get(&url).ok();
+    b.check_eq(
+        v["Stdout"].clone(),
+        all,
+        "the output through b after a is gone",
+    );
+    // Followed through b once it has ended: the events, then its end.
+    let text = b.get(&format!("{url}&follow=1")).text();
+    b.check(
+        text.contains("hello from the owner")
+            && text.contains(" again")
+            && text.contains("event: end"),
+        format!("the follow through b: {text}"),
+    );
+}
+
+/// Program 2: `tick`, scheduled every second.
+const TICK: &str = r#"
+id = 2
+name = "tick"
+
+[[functions]]
+name = "tick"
+steps = [{ shell = "printf tick" }]
+[[functions.schedules]]
+name = "s"
+cron = "* * * * * *"
+"#;
+
+#[test]
+fn a_schedule_fires_once_per_cluster() {
+    let db = pg_database("pgrun_sched");
+    let start = |name: &str| {
+        let server = format!("instance = {name:?}");
+        let dir = setup(&format!("pgrun_sched_{name}"), &server, &[("t.toml", TICK)]);
+        db.configure(&dir, LEASE);
+        let t = Trigd::start(&dir);
+        (dir, t)
+    };
+    let (_da, a) = start("a");
+    let (_db, b) = start("b");
+    let by = "record->>'By' = 'schedule:2/tick/s'";
+    let ok = wait_until(Duration::from_secs(30), || {
+        db.count(&format!(
+            "SELECT count(*) FROM trigd_runs WHERE {by} AND state = 'finished'"
+        )) >= 6
+    });
+    a.check(ok, "six occurrences ran");
+    let twice = db.psql(&format!(
+        "SELECT record->>'ScheduledAt' FROM trigd_runs WHERE {by} \
+         GROUP BY 1 HAVING count(*) > 1"
+    ));
+    b.check_eq(twice, String::new(), "occurrences that ran twice");
+    let claimed = db.count("SELECT count(DISTINCT occurrence) FROM trigd_occurrences");
+    let runs = db.count(&format!("SELECT count(*) FROM trigd_runs WHERE {by}"));
+    b.check(
+        claimed >= runs,
+        format!("each run's occurrence was claimed: {claimed} >= {runs}"),
+    );
+}
+
+#[test]
+fn an_end_made_while_the_database_is_down_is_recorded_when_it_returns() {
+    let pg = Pg::start("pgrun_down");
+    let db = pg.database("down");
+    let (_d, t) = instance(&db, "pgrun_down", "a", 2);
+    let id = accept(&t, "again");
+    wait_state(&t, &id, "running", WAIT);
+    pg.stop(true);
+    // The run ends (3 s) while the database is down: kept in memory.
+    t.wait_for(Duration::from_secs(30), "the end kept in memory", || {
+        std::fs::read_to_string(&t.stderr_log)
+            .is_ok_and(|l| l.contains(&format!("run {id}: state finished kept until")))
+    });
+    pg.start_again();
+    let ok = wait_until(Duration::from_secs(30), || {
+        db.try_psql(&format!("SELECT state FROM trigd_runs WHERE id = '{id}'"))
+            .is_ok_and(|s| s == "finished")
+    });
+    t.check(ok, "the end is in the database once it is back");
+    let rec = wait_state(&t, &id, "finished", WAIT);
+    t.check_eq(rec["Result"].clone(), json!(["again"]), "its Result");
+    let out = t.get(&format!("/api/runs/{id}/output?api_key={KEY}")).ok();
+    t.check_eq(out["Stdout"].clone(), json!("again"), "its output");
+}
