@@ -424,26 +424,28 @@ impl RunStore {
     /// Write a record changed by [`RunStore::update`] to the database: an
     /// ended run's from any instance, another's as its executor writes.
     fn rewrite(&self, rec: &RunRecord, durable: bool) -> io::Result<()> {
-        let Backend::Database { runs, .. } = &self.backend else {
+        let Backend::Database {
+            runs, unwritten, ..
+        } = &self.backend
+        else {
             return Ok(());
         };
-        let done = if rec.state.is_terminal() {
-            runs.replace_ended(rec).map_err(db_io)
+        // A state still waiting in memory goes with it (written in order
+        // once the database answers), not around it.
+        if rec.state.is_terminal() && unwritten.get(&rec.run).is_none() {
+            match runs.replace_ended(rec) {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(e) if durable => return Err(db_io(e)),
+                // Kept in memory below while the database is unavailable.
+                Err(_) => {}
+            }
+        }
+        if durable {
+            self.write_db(rec)
         } else {
-            Ok(false)
-        };
-        match done {
-            Ok(true) => Ok(()),
-            Ok(false) if durable => self.write_db(rec),
-            Ok(false) => {
-                self.write_logged(rec);
-                Ok(())
-            }
-            Err(e) if durable => Err(e),
-            Err(e) => {
-                log::error!("run {}: cannot record a change: {e}", rec.run);
-                Ok(())
-            }
+            self.write_logged(rec);
+            Ok(())
         }
     }
 
