@@ -176,12 +176,14 @@ fn a_sync_run_costs_two_round_trips_and_async_accepts_share_them() {
         sync <= 3,
         format!("a sync run took {sync} round trips (at most 3)"),
     );
-    // The server's count agrees (pg_stat_statements, when installed; the
-    // first count's own statement is counted too).
+    // The server saw them (pg_stat_statements, when installed; the first
+    // count's own statement is counted too). Not an equality: the
+    // instance's background work (lease and queue polls, the key
+    // watcher's pings on its own connection) lands in the same window.
     if let (Some(a), Some(b)) = (server_before, db.statement_calls()) {
         let statements = b - a - 1;
         r.check(
-            statements == i64::try_from(sync).unwrap(),
+            statements >= i64::try_from(sync).unwrap(),
             format!("pg_stat_statements saw {statements} statements, trigd counted {sync}"),
         );
     }
@@ -212,9 +214,12 @@ fn a_sync_run_costs_two_round_trips_and_async_accepts_share_them() {
         db.count("SELECT count(*) FROM trigd_runs WHERE state = 'finished'") == 67
     });
     let used = round_trips(&t) - before;
-    // Unbatched: 3 writes per run (accepted, running, ended) = 192.
+    // Unbatched: 5 statements per run = 320: 3 writes (accepted, running,
+    // ended), taking it from the cluster queue and the final copy of its
+    // output (both per run, counted). Batched writes share statements
+    // (243 measured on a loaded 2-core machine).
     assert!(
-        used < 192,
+        used < 320,
         "64 async runs took {used} round trips: not batched"
     );
     eprintln!("sync run: {sync} round trips; with a key: {with_key}; 64 async runs: {used}");
