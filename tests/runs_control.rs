@@ -78,6 +78,27 @@ fn the_run_list_filters_and_cursor_work_the_same_with_postgresql() {
     check_cursor(&t);
 }
 
+/// With the database down the list answers 503 `state_unavailable` (with
+/// `Retry-After`), never an empty page; it answers again once it is back.
+#[test]
+fn the_run_list_with_the_database_down_is_503_state_unavailable() {
+    let pg = Pg::start("list_down");
+    let db = pg.database("list_down");
+    let dir = setup("list_down", "");
+    db.configure(&dir, "");
+    let t = Trigd::start(&dir);
+    let id = run(&t, 2, "noisy", "");
+    pg.stop(true);
+    let r = t.get(&format!("/api/runs?api_key={KEY}"));
+    r.err(503, "state_unavailable");
+    r.check(r.header("retry-after").is_some(), "Retry-After");
+    pg.start_again();
+    t.wait_for(WAIT, "the list answers again", || {
+        t.get(&format!("/api/runs?api_key={KEY}")).status == 200
+    });
+    t.check_eq(ids(&list(&t, KEY, "")), vec![id], "the run listed");
+}
+
 /// Runs of several programs, functions, tools and origins, listed
 /// with each filter, `since`/`until` and each credential's scope.
 fn check_filters(t: &Trigd) {
