@@ -1,11 +1,12 @@
--- wrk script for bench/run.sh: every request is a POST to the path given on
+-- wrk script for bench/run.sh: every request is a POST (WRK_METHOD: another
+-- method, e.g. GET for the run list) to the path given on
 -- the wrk command line, with an empty body (Content-Length: 0), or with the
 -- content of the file named by WRK_BODY_FILE and the headers in WRK_HEADERS
 -- ("Name: value" lines) when those are set (the signed-webhook cases). Counts the
 -- responses by HTTP status in each thread and prints, when wrk is done:
 --   WRKSUM <duration_us> <requests> <connect> <read> <write> <timeout> errors
 --   STATUS <code> <count>       (one line per status seen)
-wrk.method = "POST"
+wrk.method = os.getenv("WRK_METHOD") or "POST"
 wrk.body = ""
 
 local body_file = os.getenv("WRK_BODY_FILE")

@@ -175,7 +175,7 @@ start_trigd() {
     "$TRIGD" serve --config "$dir/config.toml" --listen 127.0.0.1:0 >"$out" 2>"$err" &
     T_PID=$!
     PIDS+=("$T_PID")
-    deadline=$((t0 + 60000000))
+    deadline=$((t0 + ${START_BOUND_S:-60} * 1000000))
     # The port is known only from the listening line.
     while :; do
         if [[ -s $out ]]; then
@@ -995,6 +995,70 @@ want tools && for ((k = 1; k <= START_TRIALS; k++)); do
     done
 done
 
+# ---------------------------------------------------------------- run list over 1,000,000 runs
+# trigd only: GET /api/runs over a state dir of 1,000,000 runs (10 programs,
+# 4 states, tool and schedule origins mixed in), one connection, each query
+# for SECS: the p99 of a filtered page must stay within 20 ms (nomatch
+# matches no run: the whole index is searched). The index's
+# memory: VmRSS with the 1,000,000 runs minus VmRSS with none, per run.
+RUNLIST_N=${BENCH_RUNLIST_RUNS:-1000000}
+RL=$WORK/runlist
+if ! ((SKIP_TRIGD)) && want runlist; then
+    log "case runlist: $RUNLIST_N runs in the state dir, GET /api/runs, ${SECS}s a query"
+    mkdir -p "$RL/programs" "$RL/state"
+    { trigd_base_config "$SHA" "$MAX_RUNS" | sed "s/^workers = 8$/workers = 8\nrun_retention = $((RUNLIST_N * 2))/"; } >"$RL/config.toml"
+    for p in $(seq 1 10); do
+        printf 'id = %d\nname = "p%d"\n\n[[functions]]\nname = "deploy"\ncommand = ["/bin/true"]\n[functions.webhook]\n\n[[functions]]\nname = "backup"\ncommand = ["/bin/true"]\n[functions.webhook]\n' \
+            "$p" "$p" >"$RL/programs/p$p.toml"
+    done
+    main_pid=$T_PID main_port=$T_PORT
+    start_trigd "$RL"
+    snooze 1
+    read -r v _ < <(mem_of "$T_PID"); add runlist.rss0 "$v"
+    stop_pid "$T_PID"; forget_pid "$T_PID"
+    rm -rf "$RL/state"; mkdir -p "$RL/state"
+    # CreatedAt one millisecond apart from 2026-11-20T10:00:00Z.
+    awk -v n="$RUNLIST_N" 'BEGIN {
+        split("finished failed timed_out cancelled", st, " ")
+        base = 1795168800
+        for (i = 0; i < n; i++) {
+            s = base + int(i / 1000); ms = i % 1000
+            t = strftime("%Y-%m-%dT%H:%M:%S", s, 1) sprintf(".%03dZ", ms)
+            by = (i % 5 == 0) ? "schedule:" (i % 10 + 1) "/backup/nightly" : "api_key:bench"
+            tool = (i % 10 == 3) ? ",\"Tool\":\"inventory/staging\"" : ""
+            printf "{\"Run\":\"bench-%032x\",\"State\":\"%s\",\"Owner\":\"program\",\"Program\":%d,\"Function\":\"%s\",\"Async\":true,\"By\":\"%s\"%s,\"CreatedAt\":\"%s\",\"StartedAt\":\"%s\",\"FinishedAt\":\"%s\",\"Steps\":[{\"DurationMs\":3,\"ExitCode\":0,\"Kind\":\"command\",\"StderrTruncated\":false,\"StdoutTruncated\":false}],\"Result\":[\"ok %d\"]}\n", \
+                i, st[i % 4 + 1], i % 10 + 1, (i % 2 ? "deploy" : "backup"), by, tool, t, t, t, i
+        }
+    }' >"$RL/state/runs.log"
+    START_BOUND_S=900 start_trigd "$RL"
+    add runlist.start "$(calc "$STARTUP_US / 1000")"
+    T_BASE_RL=http://127.0.0.1:$T_PORT
+    snooze 1
+    read -r v _ < <(mem_of "$T_PID"); add runlist.rss1 "$v"
+    mid=$(printf '%d.%032x' $((1795168800000 + RUNLIST_N / 2)) $((RUNLIST_N / 2)))
+    RUNLIST_QUERIES=(
+        "newest:limit=50"
+        "program_state:program=7&state=timed_out&limit=50"
+        "function_origin:function=deploy&origin=schedule&limit=200"
+        "tool_cursor:tool=inventory&state=failed&limit=50&cursor=$mid"
+        "window:program=3&since=2026-11-20T10:05:00Z&until=2026-11-20T10:06:00Z&limit=100"
+        "nomatch:program=7&state=failed&limit=50"
+    )
+    export WRK_METHOD=GET
+    for q in "${RUNLIST_QUERIES[@]}"; do
+        qn=${q%%:*}
+        run_wrk "$WORK/wrk/runlist-$qn.txt" 1 "$SECS" "$T_BASE_RL/api/runs?api_key=$KEY&${q#*:}" 200
+        add "runlist.$qn.p99" "$WR_P99"
+        add "runlist.$qn.rps" "$WR_RPS"
+        [[ $WR_OTHER == - && $WR_ERRS == 0 ]] || add "runlist.$qn.note" "other=$WR_OTHER,sockerr=$WR_ERRS"
+        log "  $qn: $WR_RPS/s p50 ${WR_P50}ms p99 ${WR_P99}ms (other $WR_OTHER)"
+    done
+    unset WRK_METHOD
+    stop_pid "$T_PID"; forget_pid "$T_PID"
+    T_PID=$main_pid T_PORT=$main_port
+    rm -rf "$RL/state"
+fi
+
 # ---------------------------------------------------------------- PostgreSQL
 # The database backend against the embedded one, and 1-3 instances on one
 # database behind HAProxy (bench/pg.sh).
@@ -1177,6 +1241,19 @@ row "memory" "VmRSS with $NTOOLS tools × 3 environments (3,000 endpoints/hooks)
 t=$(tm start_tools.trigd); w=$(med start_tools.webhook)
 row "start-up, $NTOOLS tools × 3 environments" "ms to first 200" "$(fmt "$t" %.1f)" "$(fmt "$w" %.1f)" "$(fmt "$(ratio "$t" "$w")" %.2f×)" "" ""
 
+RLQ="GET /api/runs over $RUNLIST_N runs"
+row "$RLQ" "start-up with them, ms to first 200" "$(fmt "$(tm runlist.start)" %.0f)" "n/a" "" "" ""
+worst=nan
+for qn in newest program_state function_origin tool_cursor window nomatch; do
+    p=$(tm "runlist.$qn.p99")
+    row "$RLQ" "$qn: p99 ms (req/s $(fmt "$(tm "runlist.$qn.rps")" %.0f))" "$(fmt "$p" %.2f)" "n/a" "" "" ""
+    if [[ $worst == nan ]] || ge "$p" "$worst"; then worst=$p; fi
+done
+verdict "$(passif le "$worst" 20)"
+row "$RLQ" "worst p99 of the filtered pages, ms" "$(fmt "$worst" %.2f)" "n/a" "" "≤ 20 ms" "$V"
+rlb=$(awk -v a="$(tm runlist.rss1)" -v b="$(tm runlist.rss0)" -v n="$RUNLIST_N" 'BEGIN { if (a == "nan" || b == "nan" || a == "" || b == "") print "nan"; else printf "%.1f", (a - b) * 1024 / n }')
+verdict "$(passif le "$rlb" 64)"
+row "$RLQ" "VmRSS with them minus VmRSS with none, bytes a run" "$(fmt "$rlb" %.1f)" "n/a" "" "≤ 64" "$V"
 if want schedules && ! ((SKIP_TRIGD)); then
     SC="$(med sched.count) schedules firing every $(printf '%s' ${S[sched.every]:-}) + sync /bin/true, 8 conns ($(fmt "$(med sched.syncrps)" %.0f) req/s)"
     share=$(awk -v a="$(med sched.within50)" -v b="$(med sched.firings)" 'BEGIN { if (b > 0) printf "%.4f", a / b; else print "nan" }')

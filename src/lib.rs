@@ -36,17 +36,20 @@
 //! authenticate a caller, rate limits, CSRF, logins   access/ (mod.rs, limiter.rs, csrf.rs, login.rs, cidr.rs;
 //!   (cluster-wide with [state] url)                   shared_limits.rs the database's windows, leases)
 //! load and validate the config, hot reload           config/ (validate.rs, endpoint.rs, reload.rs, stamp.rs)
-//! start a run, read and check its values            invoke/ (mod.rs, read.rs, values.rs, signed.rs, answer.rs)
+//! start a run, read and check its values            invoke/ (mod.rs, read.rs, values.rs, signed.rs, answer.rs,
+//!   (a re-run too)                                    rerun.rs)
 //! signed endpoints (GitHub, Stripe… requests):       receive/ (signature.rs, payload.rs, values.rs, rules.rs,
 //!   signatures, payloads, rules, delivery ids        delivery.rs: the sender's id a redelivery repeats)
-//! a run once accepted: status, output, follow,      runs/ (mod.rs, follow.rs, replay.rs,
+//! a run once accepted: status, output, follow,      runs/ (mod.rs, follow.rs, replay.rs, list.rs the run list,
 //!   cancel, Idempotency-Key, callbacks, instances     idempotency.rs, callback/ (mod.rs the service, send.rs
-//!   (callback formats: Slack, ntfy, healthchecks…)     Standard Webhooks signing, format.rs), cluster.rs)
+//!   (callback formats: Slack, ntfy, healthchecks…)     Standard Webhooks signing, format.rs, redeliver.rs),
+//!                                                     cluster.rs)
 //! schedules: cron and time zones, catch-up,        schedule/ (cron.rs, plan.rs, timer.rs: one thread
 //!   overlap, the timer thread                         for all; compiled in config/schedules.rs)
 //! run slots, the wait queue, child processes        runner/ (mod.rs, queue.rs, step.rs, handle.rs;
 //!   the cluster queue and leases (database)           cluster.rs: the lease thread)
-//! what is kept in the state directory: one table,   state/ (mod.rs: State, Kept; store.rs the run log, record.rs
+//! what is kept in the state directory: one table,   state/ (mod.rs: State, Kept; store.rs the run log, index.rs
+//!                                                     its index in memory, filter.rs the list's filter, record.rs
 //!   one door (State), every file operation on it      a run's typed record, commit.rs the group commit, time.rs,
 //!                                                     output.rs, idempotency.rs, ...)
 //!   or, with [state] url, in PostgreSQL               state/pg/ (mod.rs: Db, the pool; schema.rs the

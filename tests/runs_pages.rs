@@ -346,11 +346,16 @@ fn a_page_of_runs_with_100000_runs_in_the_state_dir() {
             "/runs?state=timed_out&program=2",
             format!("{:032x}", 99_998),
         ),
+        // The cursor of the 150th tool run: the 4th page starts after it.
         (
-            "/runs?tool=inventory&page=3",
+            "/runs?tool=inventory&cursor=1795168800000.000000000000000000000000000180c4",
             format!("{:032x}", 99_990 - 150 * 10),
         ),
-        ("/runs?page=999", format!("{:032x}", 99_998 - 999 * 50 * 2)),
+        // Far back: the cursor is a position, found by a binary search.
+        (
+            "/runs?cursor=1795168800000.00000000000000000000000000000064",
+            format!("{:032x}", 98),
+        ),
         ("/runs?state=failed", String::new()),
     ];
     for (path, first) in &cases {

@@ -25,6 +25,7 @@ mod queue; // waiting for a slot, full queue, floods, idempotency keys, runs aft
 mod reload; // hot reload: every edit style, ConfigMap symlink swap, invalid edits, SIGHUP, 10k files
 mod runs; // run records: GET /api/runs/<id>, output caps, crash recovery, SIGTERM, per-function concurrency
 mod runs_access; // who may read, follow and cancel a run (hook runs, auth before lookup), cancel racing the end, metrics labels, the demo Runs page
+mod runs_control; // issue 35: the run list API (filters, cursor, scope, hostile queries), re-run, redeliver, retries
 mod runs_output; // kept output, following it (events, curl -N), streamed sync calls, cancel and its process group
 mod runs_pages; // the runs pages: list, filters, a run's page, untrusted output, the Cancel form, 100,000 runs
 mod schedules; // schedule triggers: firing ordinary runs, reload, overlap, kill -9 and catch-up, load errors, bundled zones

@@ -21,6 +21,7 @@ pub(crate) mod raw;
 mod receive;
 pub mod reference;
 pub mod reload;
+pub mod retry;
 pub mod schedules;
 mod server;
 mod stamp;
@@ -337,6 +338,8 @@ pub struct Function {
     pub expect_every: Option<Duration>,
     /// Its schedule triggers (`[[functions.schedules]]`).
     pub schedules: Vec<schedules::Schedule>,
+    /// How its runs are attempted again (`[functions.retry]`).
+    pub retry: Option<retry::Retry>,
 }
 
 impl Function {

@@ -336,6 +336,10 @@ fn function(
         combined_output: false,
         expect_every,
         schedules,
+        retry: f
+            .retry
+            .as_ref()
+            .map(|r| super::retry::compile(src, r, &format!("{key}.retry"), errs)),
     }
 }
 

@@ -631,6 +631,29 @@ pub struct RawFunction {
     /// `[[functions.schedules]]`: when the clock starts it.
     #[serde(default)]
     pub schedules: Vec<Spanned<RawSchedule>>,
+    /// `[functions.retry]`: attempts again after a failure.
+    pub retry: Option<Spanned<RawRetry>>,
+}
+
+/// `[functions.retry]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRetry {
+    /// `attempts`, 2 to 20, default 3.
+    pub attempts: Option<Spanned<i64>>,
+    /// `backoff`: the first wait, default 10s.
+    pub backoff: Option<Spanned<RawDuration>>,
+    /// `strategy`: `exponential` (default) or `fixed`.
+    pub strategy: Option<Spanned<String>>,
+    /// `max_backoff`: the longest wait, default 10m.
+    pub max_backoff: Option<Spanned<RawDuration>>,
+    /// `jitter`, default true.
+    pub jitter: Option<bool>,
+    /// `on`: the outcomes retried, default `["failed", "timed_out"]`.
+    pub on: Option<Spanned<Vec<Spanned<String>>>>,
+    /// `callbacks`: `final` (default) or `each` (also after every attempt
+    /// that is retried).
+    pub callbacks: Option<Spanned<String>>,
 }
 
 /// `[[functions.schedules]]`: a schedule trigger (`config/schedules.rs`).

@@ -297,6 +297,21 @@ pub const SECTIONS: &[Section] = &[
     },
     Section {
         file: "program files",
+        header: "[functions.retry]",
+        path: "functions[].retry",
+        about: "Retries: a run whose attempt ends in one of `on` is attempted again after a backoff, up to `attempts` in all; earlier attempts are in the record's `Attempts`, the run is `queued` with `RetryAt` between them (durably), a cancel stops the rest (docs/runs.md).",
+        keys: &[
+            key("attempts", "integer", Is("`3`"), "attempts in all, the first included: 2 to 20"),
+            key("backoff", "duration", Str("10s"), "the wait after the first failed attempt"),
+            key("strategy", "string", Str("exponential"), "`\"exponential\"` (each wait doubles) or `\"fixed\"` (always `backoff`)"),
+            key("max_backoff", "duration", Str("10m"), "the longest wait; not shorter than `backoff`"),
+            key("jitter", "bool", Is("`true`"), "multiply each wait by a random factor from 0.8 to 1.2 (then cap it)"),
+            key("on", "array of strings", Is("`[\"failed\", \"timed_out\"]`"), "the outcomes retried: `failed`, `timed_out`, `interrupted` (the next attempt after a restart)"),
+            key("callbacks", "string", Str("final"), "`\"final\"`: the function's callbacks on the final outcome only; `\"each\"`: also after every attempt that is retried"),
+        ],
+    },
+    Section {
+        file: "program files",
         header: "[[functions.schedules]]",
         path: "functions[].schedules[]",
         about: "A schedule trigger: each occurrence is an ordinary async run of the function, recorded with `By` `schedule:<program>/<function>/<name>` and its `ScheduledAt` (docs/schedules.md).",
@@ -567,6 +582,7 @@ const FUNCTION: &[Key] = &[
     key("callback", "URL or { url, format, on }", NONE, "completion callback of every run of this function: a URL, or `{ url, format, on }` (format `record`, `slack`, `discord`, `ntfy`, `healthchecks`; on: `finished`, `failed`, `timed_out`, `cancelled`, `interrupted`, `recovered`, `overdue`); checked against `[callbacks]` at load"),
     key("expect_every", "duration", Is("none"), "a successful run is expected at least this often, whatever starts it; past it the function is overdue (`/metrics`, `GET /api/overdue`, a `callback` with `on = [\"overdue\"]`)"),
     key("schedules", "array of tables", Is("`[]`"), "schedule triggers: the clock runs the function: `[[functions.schedules]]`"),
+    key("retry", "table", NONE, "attempt a failed run again after a backoff: `[functions.retry]` (docs/runs.md)"),
 ];
 
 #[cfg(test)]

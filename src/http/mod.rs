@@ -498,6 +498,25 @@ pub enum ApiError {
         /// Its final state.
         state: &'static str,
     },
+    /// A re-run of a run that has not ended (`POST /api/runs/<id>/rerun`).
+    RunNotEnded {
+        /// Run id.
+        run: String,
+        /// Its state.
+        state: &'static str,
+    },
+    /// A re-run of a run whose values were not kept.
+    RerunUnavailable {
+        /// Why.
+        reason: &'static str,
+    },
+    /// A re-run whose function or trigger no longer exists.
+    RerunTargetGone {
+        /// What is gone.
+        what: String,
+    },
+    /// No callback delivery of this id in the run's record.
+    DeliveryNotFound,
     /// No run slot or the queue is full.
     Busy {
         /// Seconds for `Retry-After`.
@@ -653,6 +672,8 @@ impl ApiError {
             RunOnOtherInstance { .. } => 421,
             TriggerInactive { .. } | NoActiveTrigger => 409,
             RunCancelled { .. } | RunEnded { .. } => 409,
+            RunNotEnded { .. } | RerunUnavailable { .. } | RerunTargetGone { .. } => 409,
+            DeliveryNotFound => 404,
             ConfigNotWritable { .. } | ConfigInvalid { .. } => 409,
             MethodNotAllowed { .. } => 405,
             Ignored { status, .. } => *status,
@@ -706,6 +727,10 @@ impl ApiError {
             RunInterrupted { .. } => "run_interrupted",
             RunCancelled { .. } => "run_cancelled",
             RunEnded { .. } => "run_ended",
+            RunNotEnded { .. } => "run_not_ended",
+            RerunUnavailable { .. } => "rerun_unavailable",
+            RerunTargetGone { .. } => "rerun_target_gone",
+            DeliveryNotFound => "delivery_not_found",
             Busy { .. } => "busy",
             StorageUnavailable => "storage_unavailable",
             StateUnavailable => "state_unavailable",
@@ -776,6 +801,10 @@ impl ApiError {
             RunInterrupted { .. } => "trigd is shutting down; the run was stopped before it finished.".into(),
             RunCancelled { .. } => "The run was cancelled (POST /api/runs/<id>/cancel) before it finished.".into(),
             RunEnded { state, .. } => format!("The run has already ended ({state}); only a queued or running run can be cancelled.").into(),
+            RunNotEnded { state, .. } => format!("The run has not ended yet ({state}); re-run it once it has (or cancel it first).").into(),
+            RerunUnavailable { reason } => format!("This run cannot be re-run: {reason}. Start a new run with its values instead.").into(),
+            RerunTargetGone { what } => format!("This run cannot be re-run: {what} no longer exists in the config.").into(),
+            DeliveryNotFound => "The run has no callback delivery with this id (see Callbacks in its record).".into(),
             Busy { msg, .. } => msg.clone().into(),
             StorageUnavailable => "The run could not be recorded (state directory not writable), so it was not started. Retry later.".into(),
             StateUnavailable => "The database holding trigd's state cannot be reached; nothing was done. Retry after Retry-After seconds.".into(),
@@ -852,7 +881,7 @@ impl ApiError {
             RunTimeout { run } | RunInterrupted { run } | RunCancelled { run } => {
                 body.insert("Run".into(), json!(run));
             }
-            RunEnded { run, state } => {
+            RunEnded { run, state } | RunNotEnded { run, state } => {
                 body.insert("Run".into(), json!(run));
                 body.insert("State".into(), json!(state));
             }

@@ -38,9 +38,14 @@ pub fn handle(app: &App, req: &mut Request) -> Response {
         (Post, ["api"]) => api::run(app, &cfg, req),
         (Get | Head, ["api", "overdue"]) => api::overdue(app, &cfg, req),
         (Get | Head, ["api", "schedules"]) => api::schedules(app, &cfg, req),
+        (Get | Head, ["api", "runs"]) => runs::list::list(app, &cfg, req),
         (Get | Head, ["api", "runs", id]) => api::run_status(app, &cfg, req, id),
         (Get | Head, ["api", "runs", id, "output"]) => runs::output(app, &cfg, req, id),
         (Post, ["api", "runs", id, "cancel"]) => runs::cancel(app, &cfg, req, id),
+        (Post, ["api", "runs", id, "rerun"]) => runs::rerun(app, &cfg, req, id),
+        (Post, ["api", "runs", id, "callbacks", d, "redeliver"]) => {
+            runs::redeliver(app, &cfg, req, id, d)
+        }
         (Get | Head, []) => ui::home(app, &cfg, req),
         (Get | Head, ["login"]) => ui::login_form(app, &cfg, req),
         (Post, ["login"]) => ui::login(app, &cfg, req),
@@ -53,6 +58,10 @@ pub fn handle(app: &App, req: &mut Request) -> Response {
         (Get | Head, ["schedules"]) => ui::schedules_page(app, &cfg, req),
         (Get | Head, ["runs", id]) => ui::run_show(app, &cfg, req, id),
         (Post, ["runs", id, "cancel"]) => ui::run_cancel(app, &cfg, req, id),
+        (Post, ["runs", id, "rerun"]) => ui::run_rerun(app, &cfg, req, id),
+        (Post, ["runs", id, "callbacks", d, "redeliver"]) => {
+            ui::run_redeliver(app, &cfg, req, id, d)
+        }
         (Get | Head, ["static", name]) => ui::asset(name),
         (Get | Head, ["tools", tool, "endpoints"]) if ui::wants_html(req) => {
             ui::endpoints(app, &cfg, req, tool)
@@ -73,9 +82,11 @@ pub fn handle(app: &App, req: &mut Request) -> Response {
         (
             _,
             ["api"]
-            | ["api", "runs", _, "cancel"]
+            | ["api", "runs", _, "cancel" | "rerun"]
+            | ["api", "runs", _, "callbacks", _, "redeliver"]
             | ["logout"]
-            | ["runs", _, "cancel"]
+            | ["runs", _, "cancel" | "rerun"]
+            | ["runs", _, "callbacks", _, "redeliver"]
             | ["workspaces", _, "settings", "application-key"],
         ) => only(&["POST"]),
         (_, ["login"]) => only(&["GET", "HEAD", "POST"]),
@@ -84,7 +95,7 @@ pub fn handle(app: &App, req: &mut Request) -> Response {
             _,
             []
             | ["healthz" | "livez" | "metrics" | "openapi.json" | "runs" | "schedules"]
-            | ["api", "overdue" | "schedules"]
+            | ["api", "overdue" | "schedules" | "runs"]
             | ["api", "runs", _]
             | ["api", "runs", _, "output"]
             | ["runs" | "static", _]

@@ -286,10 +286,10 @@ fn connect_later(db: &Db) {
 fn seed_successes(store: &crate::state::store::RunStore, metrics: &Metrics, retention: usize) {
     let finished = crate::state::store::RunFilter {
         state: Some(crate::state::record::RunState::Finished),
+        limit: retention,
         ..Default::default()
     };
-    let (recs, _) = store.list(|_| true, &finished, 0, retention);
-    for r in recs {
+    for r in store.list(&finished).runs {
         if let (Some(id), Some(at)) = (r.owner.program(), r.finished_at) {
             metrics.succeeded(id, &r.function, at.timestamp());
         }

@@ -28,6 +28,7 @@
 mod answer;
 mod parse_limit;
 mod read;
+pub mod rerun;
 mod signed;
 mod values;
 
@@ -364,6 +365,7 @@ pub fn job(
         stdin_body: false,
         files: Vec::new(),
         occurrence: None,
+        rerun_of: None,
     }
 }
 

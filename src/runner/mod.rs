@@ -46,10 +46,10 @@ use serde_json::Value;
 
 use crate::config::{Config, Program};
 use crate::http::metrics::Metrics;
-use crate::runs::callback::Service as Callbacks;
-use crate::state::delivery::{waiting, Target};
+use crate::runs::callback::{Chain, Service as Callbacks};
+use crate::state::delivery::{waiting, DeliveryState, Target};
 use crate::state::output::OutputFile;
-use crate::state::record::{Origin, Owner, RunInput, RunRecord, RunState, ToolEnv};
+use crate::state::record::{AttemptReport, Origin, Owner, RunInput, RunRecord, RunState, ToolEnv};
 use crate::state::store::{new_run_id, RunStore};
 use crate::state::time::Time;
 use handle::{RunHandle, Stream};
@@ -90,6 +90,8 @@ pub struct Job {
     /// The occurrence a schedule's run is, and the missed ones it stands
     /// for (`RunRecord::scheduled_at`, `RunRecord::missed`).
     pub occurrence: Option<(Time, Option<u64>)>,
+    /// The run this one re-runs (`RunRecord::rerun_of`).
+    pub rerun_of: Option<String>,
 }
 
 /// A copy of `e` for each of the runs one failed write or sync concerns
@@ -148,7 +150,7 @@ impl Job {
 /// The program of a run of `function` of `owner` under `cfg`: a program
 /// file's, or a hooks-file hook's (its one function named like the hook).
 /// `None` when it is gone.
-fn program_of<'c>(cfg: &'c Config, owner: Owner, function: &str) -> Option<&'c Arc<Program>> {
+pub fn program_of<'c>(cfg: &'c Config, owner: Owner, function: &str) -> Option<&'c Arc<Program>> {
     let program = match owner {
         Owner::Program(id) => cfg.program(id),
         Owner::Hook => cfg.hooks.program(function),
@@ -313,6 +315,61 @@ impl Drop for Registered<'_> {
     fn drop(&mut self) {
         self.unlist();
         self.handle.close();
+    }
+}
+
+/// The number of the attempt `rec` is at (1 for the first).
+fn attempt_number(rec: &RunRecord) -> u32 {
+    u32::try_from(rec.attempts.len())
+        .unwrap_or(u32::MAX)
+        .saturating_add(1)
+}
+
+/// The state an attempt with `outcome` ends in.
+fn state_of(outcome: &Outcome) -> RunState {
+    match &outcome.error {
+        None => RunState::Finished,
+        Some(StepError::TimedOut { .. }) => RunState::TimedOut,
+        Some(StepError::Aborted { .. }) => RunState::Interrupted,
+        Some(StepError::Cancelled { .. }) => RunState::Cancelled,
+        Some(_) => RunState::Failed,
+    }
+}
+
+/// Move the attempt `n` that `rec` ended (its `State` and `Error`) into its
+/// `Attempts`, and make it `queued` for the next one in `wait`, with its
+/// input (a sync run's too: its values are its `RerunInput`).
+fn note_attempt(rec: &mut RunRecord, n: u32, wait: Duration) {
+    rec.attempts.push(AttemptReport {
+        attempt: n,
+        state: rec.state,
+        started_at: rec.started_at,
+        finished_at: Time::now(),
+        error: rec.error.take(),
+    });
+    rec.retry_at = Some(Time::try_from(std::time::SystemTime::now() + wait).unwrap_or_default());
+    if rec.input.is_none() {
+        rec.input.clone_from(&rec.rerun_input);
+    }
+    rec.state = RunState::Queued;
+    (rec.started_at, rec.finished_at, rec.stdout) = (None, None, None);
+    rec.steps.clear();
+}
+
+/// Wait until `at` unless the run is stopped meanwhile; whether the wait
+/// ran out (not stopped).
+fn wait_until(at: Time, handle: &RunHandle) -> bool {
+    loop {
+        if handle.signal().is_triggered() {
+            return false;
+        }
+        let Some(left) = at.since(Time::now()) else {
+            return true;
+        };
+        if left.is_zero() {
+            return true;
+        }
+        thread::sleep(left.min(Duration::from_millis(50)));
     }
 }
 
@@ -1000,6 +1057,7 @@ impl Runner {
             // Its record already names its callbacks.
             callbacks: Vec::new(),
             occurrence: rec.scheduled_at.map(|t| (t, rec.missed)),
+            rerun_of: rec.rerun_of.clone(),
         };
         Some((rec, job))
     }
@@ -1028,6 +1086,17 @@ impl Runner {
             stdout: None,
             input: None,
             callbacks: waiting(&job.callbacks),
+            rerun_of: job.rerun_of.clone(),
+            reruns: Vec::new(),
+            attempts: Vec::new(),
+            retry_at: None,
+            // What a re-run starts with; a run that read its request body
+            // or files from temporary files cannot be re-run.
+            rerun_input: Some(RunInput {
+                values: job.values.clone(),
+                vars: job.vars.clone(),
+                body: job.body_file.is_some() || !job.files.is_empty(),
+            }),
         }
     }
 
@@ -1047,7 +1116,7 @@ impl Runner {
         let live = self.register(&rec.run);
         let outcome = match &live {
             Ok(live) => {
-                let mut outcome = self.execute_with(job, &live.handle, output.as_ref());
+                let mut outcome = self.attempts(&mut rec, job, &live.handle, output.as_ref());
                 // The end is decided here, under the handle's lock: a
                 // cancel accepted before this wins, whatever the steps
                 // did; one after it is refused (`run_ended`).
@@ -1119,12 +1188,28 @@ impl Runner {
                 rec.stdout = failed_stdout(e);
             }
         }
-        let retry = rec.state == RunState::Interrupted
-            && rec.input.is_some()
-            && job
-                .program
-                .function(&job.function)
-                .is_some_and(|f| f.retry_on_restart);
+        let function = job.program.function(&job.function);
+        if rec.state == RunState::Interrupted && rec.retry_at.is_none() {
+            // `[functions.retry]` with `on` interrupted: the next attempt
+            // at the next start, after its backoff.
+            if let Some(r) = function.and_then(|f| f.retry.as_ref()) {
+                let n = attempt_number(rec);
+                if r.on.interrupted && n < r.attempts {
+                    note_attempt(rec, n, r.wait(n));
+                }
+            }
+        }
+        // Interrupted while waiting for its next attempt: it waits again
+        // after the restart.
+        let retry = rec.input.is_some()
+            && match rec.state {
+                RunState::Interrupted => {
+                    rec.retry_at.is_some() || function.is_some_and(|f| f.retry_on_restart)
+                }
+                // Noted above for its next attempt.
+                RunState::Queued => true,
+                _ => false,
+            };
         if retry {
             rec.state = RunState::Queued;
             (rec.started_at, rec.finished_at, rec.error, rec.stdout) = (None, None, None, None);
@@ -1132,11 +1217,116 @@ impl Runner {
             self.record(rec);
         } else {
             rec.input = None;
+            rec.retry_at = None;
             self.record_end(rec, false);
         }
         if let Some(Value::Array(result)) = rec.result.take() {
             outcome.result = result;
         }
+    }
+
+    /// Execute the job's function, and again while an attempt ends in an
+    /// outcome its `[functions.retry]` retries and attempts are left: each
+    /// failed attempt goes into the record's `Attempts`, and the run is
+    /// recorded `queued` with its `RetryAt` (durably, with its input, so a
+    /// kill -9 does not lose the pending attempt) until then. The run keeps
+    /// its slot and its handle meanwhile: a cancel stops the wait and the
+    /// remaining attempts; a shutdown leaves it queued for the next start.
+    /// The outcome of the last attempt.
+    fn attempts(
+        &self,
+        rec: &mut RunRecord,
+        job: &Job,
+        handle: &RunHandle,
+        output: Option<&OutputFile>,
+    ) -> Outcome {
+        let retry = job
+            .program
+            .function(&job.function)
+            .and_then(|f| f.retry.clone());
+        loop {
+            if let Some(at) = rec.retry_at {
+                if !wait_until(at, handle) {
+                    return Outcome {
+                        result: Vec::new(),
+                        steps: Vec::new(),
+                        error: Some(StepError::Aborted { step: 0 }),
+                    };
+                }
+                rec.retry_at = None;
+                rec.state = RunState::Running;
+                rec.started_at = Some(Time::now());
+                self.record(rec);
+            }
+            let outcome = self.execute_with(job, handle, output);
+            let Some(r) = &retry else { return outcome };
+            let n = attempt_number(rec);
+            let retried = match state_of(&outcome) {
+                RunState::Failed => r.on.failed,
+                RunState::TimedOut => r.on.timed_out,
+                _ => false,
+            };
+            if !retried || n >= r.attempts || handle.signal().is_triggered() {
+                return outcome;
+            }
+            rec.error = outcome.error.as_ref().map(describe);
+            rec.state = state_of(&outcome);
+            let wait = r.wait(n);
+            let chain = r
+                .each_attempt
+                .then(|| self.attempt_callbacks(rec))
+                .flatten();
+            note_attempt(rec, n, wait);
+            if let Some(store) = &self.store {
+                store.record_synced(rec);
+            }
+            if let (Some(c), Some(chain)) = (self.callbacks(), chain) {
+                c.submit(chain);
+            }
+            log::info!(
+                "run {} attempt {n} of {} ended {}; the next in {} ms",
+                rec.run,
+                r.attempts,
+                rec.attempts.last().map_or("", |a| a.state.name()),
+                wait.as_millis()
+            );
+        }
+    }
+
+    /// `callbacks = "each"`: spool the run's callbacks for the attempt
+    /// that just ended (the record as it ended, `State` its outcome), as
+    /// new entries of `Callbacks` with new ids, leaving the ones for the
+    /// final outcome waiting. The chain to submit once `rec` is written.
+    fn attempt_callbacks(&self, rec: &mut RunRecord) -> Option<Chain> {
+        let service = self.callbacks()?;
+        let finals: Vec<_> = rec
+            .callbacks
+            .iter()
+            .filter(|d| d.state == DeliveryState::Waiting)
+            .cloned()
+            .collect();
+        if finals.is_empty() {
+            return None;
+        }
+        // Only the new entries wait in the copy the service sees.
+        let mut ended = rec.clone();
+        for d in &mut ended.callbacks {
+            if d.state == DeliveryState::Waiting {
+                // Any other state: the service spools waiting ones only.
+                d.state = DeliveryState::Pending;
+            }
+        }
+        for d in finals {
+            let mut each = d;
+            each.delivery = hex::encode(rand::random::<[u8; 16]>());
+            ended.callbacks.push(each);
+        }
+        let chain = service.ended(&mut ended);
+        // The new entries (now pending) join the record; the final ones
+        // stay waiting.
+        let known = rec.callbacks.len();
+        rec.callbacks.extend(ended.callbacks.drain(known..));
+        chain
     }
 
     /// Execute the job's function without slots or records (`trigd run`

@@ -66,6 +66,7 @@ fn func(name: &str, inputs: &[&str], steps: Vec<Step>) -> Function {
         combined_output: false,
         expect_every: None,
         schedules: Vec::new(),
+        retry: None,
     }
 }
 

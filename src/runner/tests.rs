@@ -126,6 +126,7 @@ fn job(server: &str, script: &str) -> Job {
         files: Vec::new(),
         callbacks: Vec::new(),
         occurrence: None,
+        rerun_of: None,
     }
 }
 

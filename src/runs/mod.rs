@@ -10,6 +10,7 @@ pub mod callback;
 pub mod cluster;
 pub mod follow;
 pub mod idempotency;
+pub mod list;
 pub mod replay;
 
 use std::sync::{Arc, Mutex, Weak};
@@ -331,6 +332,65 @@ pub fn stop(app: &App, cfg: &Config, rec: RunRecord, by: &Origin) -> Result<RunR
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// `POST /api/runs/<id>/rerun`: start the run again, same function, same
+/// values (`invoke::rerun`); async unless `run_async=false`.
+///
+/// # Errors
+/// See [`authorize`]; `invalid_parameter`; those of `invoke::rerun::rerun`.
+pub fn rerun(app: &App, cfg: &Arc<Config>, req: &Request, id: &str) -> Result<Response, ApiError> {
+    let (rec, by) = authorize(app, cfg, req, id, Takes::KeysAndUsers)?;
+    let run_async = match req.query_one("run_async")? {
+        None => true,
+        raw => invoke::parse_bool("run_async", raw)?,
+    };
+    reject_unknown(req, &["api_key", "run_async"])?;
+    invoke::rerun::rerun(app, cfg, &rec, by, run_async)
+}
+
+/// `POST /api/runs/<id>/callbacks/<delivery>/redeliver`: send a callback
+/// of the run again, as a new attempt (`callback::redeliver`).
+///
+/// # Errors
+/// See [`authorize`]; `delivery_not_found`; 409 `run_not_ended` while the
+/// delivery is not over; `busy`, `storage_unavailable`; 404 `not_found`
+/// without a callback service (no state dir).
+pub fn redeliver(
+    app: &App,
+    cfg: &Config,
+    req: &Request,
+    id: &str,
+    delivery: &str,
+) -> Result<Response, ApiError> {
+    let (rec, by) = authorize(app, cfg, req, id, Takes::KeysAndUsers)?;
+    reject_unknown(req, &["api_key"])?;
+    let sent = redeliver_as(app, &rec, delivery, &by)?;
+    let body = json!({
+        "Success": "Callback queued for delivery.",
+        "Run": rec.run,
+        "Delivery": sent,
+    });
+    Ok(Response::json(202, &body).with_run(&rec.run))
+}
+
+/// Redeliver `delivery` of `rec` for `by`; the id of the delivery sent.
+///
+/// # Errors
+/// As [`redeliver`].
+pub fn redeliver_as(
+    app: &App,
+    rec: &RunRecord,
+    delivery: &str,
+    by: &Origin,
+) -> Result<String, ApiError> {
+    let service = app.runner.callbacks().ok_or(ApiError::DeliveryNotFound)?;
+    let sent = service.redeliver(&rec.run, delivery)?;
+    log::info!(
+        "run {} callback {delivery} redelivered by {by} (as {sent})",
+        rec.run
+    );
+    Ok(sent)
 }
 
 /// Refuse query parameters outside `known`, naming the first one.

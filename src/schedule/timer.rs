@@ -168,11 +168,11 @@ impl Timer {
     /// the newest run records.
     fn marks_at_start(&self) -> Marks {
         let mut marks = self.marks.load();
-        let (recent, _) = self
-            .app
-            .store
-            .list(|_| true, &RunFilter::default(), 0, RECENT_RECORDS);
-        for rec in recent {
+        let recent = RunFilter {
+            limit: RECENT_RECORDS,
+            ..RunFilter::default()
+        };
+        for rec in self.app.store.list(&recent).runs {
             if let (Origin::Schedule(id), Some(at)) = (&rec.by, rec.scheduled_at) {
                 let mark = marks.entry(id.clone()).or_insert(at);
                 *mark = (*mark).max(at);
@@ -462,6 +462,11 @@ impl Timer {
             stdout: None,
             input: None,
             callbacks: Vec::new(),
+            rerun_of: None,
+            reruns: Vec::new(),
+            attempts: Vec::new(),
+            retry_at: None,
+            rerun_input: None,
         };
         if let Err(e) = self.app.store.append(&rec, true) {
             log::error!("schedule {id}: cannot record the skipped occurrence of {at}: {e}");

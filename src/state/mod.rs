@@ -29,8 +29,9 @@
 //! nothing above `state/` names a path in the state dir ([`Kept`] names
 //! every file). Each kind of thing kept has one type here whose methods are
 //! the whole interface its users see: [`store::RunStore`] (run records,
-//! [`record::RunRecord`]: `append`, `record`, `get`, `list` with a
-//! [`store::RunFilter`] and a cursor (`skip`); the queue of accepted runs
+//! [`record::RunRecord`]: `append`, `record`, `update`, `get`, `list` with
+//! a [`store::RunFilter`] (scope, filters, a [`store::Cursor`], a limit;
+//! its index in memory is [`index`]); the queue of accepted runs
 //! is its `queued` records, handed to the runner by `open`),
 //! [`idempotency::Log`], [`keys::KeyFile`],
 //! [`sessions::SessionFile`], [`spool::Spool`], [`output`] (kept output),
@@ -85,7 +86,9 @@ pub mod bodies;
 pub mod commit;
 pub mod delivery;
 pub mod file;
+pub mod filter;
 pub mod idempotency;
+pub mod index;
 pub mod keys;
 pub mod output;
 pub mod passwords;

@@ -460,12 +460,53 @@ pub struct RunRecord {
     /// Completion callbacks of the run: URL, delivery id, attempts, state.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub callbacks: Vec<Delivery>,
+    /// The run this one re-runs (`POST /api/runs/<id>/rerun`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rerun_of: Option<String>,
+    /// The re-runs of this run, oldest first (the newest [`MAX_RERUNS`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reruns: Vec<String>,
+    /// The values and environment a re-run starts with, kept after the
+    /// run ended (never served: [`RunRecord::public`] drops it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rerun_input: Option<RunInput>,
+    /// The attempts before the current one, oldest first (functions with
+    /// `[functions.retry]`); the record's own fields are the current one's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<AttemptReport>,
+    /// When the next attempt starts (state `queued` between attempts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_at: Option<Time>,
 }
 
+/// How one earlier attempt of a run ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct AttemptReport {
+    /// Its number, from 1.
+    pub attempt: u32,
+    /// How it ended: `failed`, `timed_out` or `interrupted`.
+    pub state: RunState,
+    /// When it started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    /// When it ended.
+    pub finished_at: Time,
+    /// What went wrong.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Re-runs a record lists; older ones drop off its `Reruns` (each still
+/// names this run in its own `RerunOf`).
+pub const MAX_RERUNS: usize = 100;
+
 impl RunRecord {
-    /// The record as served: without its input.
+    /// The record as served: without its input (nor the copy kept for a
+    /// re-run).
     pub fn public(mut self) -> RunRecord {
         self.input = None;
+        self.rerun_input = None;
         self
     }
 }

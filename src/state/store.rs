@@ -28,7 +28,7 @@
 //! one (atomic: temp file, fsync, rename). The same compaction runs again
 //! whenever the log holds about twice that many lines.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -39,6 +39,8 @@ use std::time::Duration;
 
 use super::commit::GroupCommit;
 use super::file::{sync_dir, tmp_path, write_atomic};
+pub use super::filter::{Cursor, OriginFilter, RunFilter, RunPage, Scope, DEFAULT_PAGE, MAX_PAGE};
+use super::index::{Index, RunId, Slot};
 use crate::state::output;
 use crate::state::pg::runs::{DbRuns, PageQuery};
 use crate::state::pg::unwritten::Unwritten;
@@ -46,52 +48,6 @@ use crate::state::pg::{Db, DbError};
 use crate::state::record::{Owner, RunHead, RunRecord, RunState};
 use crate::state::time::Time;
 use crate::sys;
-
-/// Where the latest line of a run sits in the log, and what the runs
-/// pages filter on.
-#[derive(Debug, Clone)]
-struct Entry {
-    offset: u64,
-    len: u32,
-    meta: Meta,
-}
-
-/// The fields of a run the runs pages filter on, kept in the index.
-#[derive(Debug, Clone)]
-struct Meta {
-    owner: Owner,
-    state: RunState,
-    /// The tool's name, for runs of a tool endpoint.
-    tool: Option<Box<str>>,
-}
-
-impl Meta {
-    fn of(rec: &RunRecord) -> Meta {
-        Meta {
-            owner: rec.owner,
-            state: rec.state,
-            tool: rec.tool.as_ref().map(|t| t.tool.as_str().into()),
-        }
-    }
-}
-
-impl Entry {
-    /// The run has not ended: compaction keeps it whatever its age.
-    fn live(&self) -> bool {
-        !self.meta.state.is_terminal()
-    }
-}
-
-/// Which runs a runs page lists.
-#[derive(Debug, Clone, Default)]
-pub struct RunFilter {
-    /// Only runs of this program.
-    pub program: Option<u64>,
-    /// Only runs in this state.
-    pub state: Option<RunState>,
-    /// Only runs of this tool's endpoints.
-    pub tool: Option<String>,
-}
 
 /// The run records: the run log in the state dir ([`FileRuns`]), or with
 /// `[state] url` the database ([`DbRuns`]), which every instance reads.
@@ -111,6 +67,8 @@ enum Backend {
         writes: std::sync::atomic::AtomicU64,
         /// State changes made while the database was unreachable.
         unwritten: Box<Unwritten>,
+        /// Held by [`RunStore::update`]: one read-modify-write at a time.
+        updating: Mutex<()>,
     },
 }
 
@@ -150,6 +108,7 @@ impl RunStore {
                 retention: retention.max(1),
                 writes: std::sync::atomic::AtomicU64::new(0),
                 unwritten: Box::default(),
+                updating: Mutex::new(()),
             },
         }
     }
@@ -408,29 +367,85 @@ impl RunStore {
         }
     }
 
-    /// A page of runs, newest first ([`FileRuns::list`]); empty when the
-    /// database failed (logged).
-    pub fn list(
-        &self,
-        visible: impl Fn(Owner) -> bool,
-        filter: &RunFilter,
-        skip: usize,
-        take: usize,
-    ) -> (Vec<RunRecord>, bool) {
+    /// A page of runs, newest first, as `filter` says ([`FileRuns::list`];
+    /// the same order, filters and cursor in SQL with the database).
+    ///
+    /// # Errors
+    /// The database failed (a [`DbError`] inside).
+    pub fn page(&self, filter: &RunFilter) -> io::Result<RunPage> {
         match &self.backend {
-            Backend::Files(f) => f.list(visible, filter, skip, take),
+            Backend::Files(f) => Ok(f.list(filter)),
             Backend::Database { runs, .. } => {
-                let q = PageQuery {
-                    program: filter.program,
-                    tool: filter.tool.clone(),
-                    state: filter.state,
-                    ..PageQuery::default()
-                };
-                runs.list(visible, q, skip, take).unwrap_or_else(|e| {
-                    log::warn!("cannot list runs: {e}");
-                    (Vec::new(), false)
+                let (recs, next) = runs.page(&page_query(filter)).map_err(db_io)?;
+                Ok(RunPage {
+                    runs: recs.into_iter().map(RunRecord::public).collect(),
+                    next: next.and_then(|(created_ms, hex)| cursor(created_ms, &hex)),
                 })
             }
+        }
+    }
+
+    /// [`RunStore::page`] for internal callers: empty when the database
+    /// failed (logged).
+    pub fn list(&self, filter: &RunFilter) -> RunPage {
+        self.page(filter).unwrap_or_else(|e| {
+            log::warn!("cannot list runs: {e}");
+            RunPage::default()
+        })
+    }
+
+    /// Change the kept record of run `id` ([`FileRuns::update`]): one
+    /// change at a time on this instance. With the database a read and a
+    /// write (two round trips, not atomic across instances: the changes
+    /// made this way are of ended runs, by the instance acting on them).
+    ///
+    /// # Errors
+    /// The read failed, or the write when `durable`.
+    pub fn update(
+        &self,
+        id: &str,
+        durable: bool,
+        change: impl FnOnce(&mut RunRecord) -> bool,
+    ) -> io::Result<Option<RunRecord>> {
+        let updating = match &self.backend {
+            Backend::Files(f) => return f.update(id, durable, change),
+            Backend::Database { updating, .. } => updating,
+        };
+        let _one = lock(updating);
+        let Some(mut rec) = self.fetch(id)? else {
+            return Ok(None);
+        };
+        if change(&mut rec) {
+            self.rewrite(&rec, durable)?;
+        }
+        Ok(Some(rec))
+    }
+
+    /// Write a record changed by [`RunStore::update`] to the database: an
+    /// ended run's from any instance, another's as its executor writes.
+    fn rewrite(&self, rec: &RunRecord, durable: bool) -> io::Result<()> {
+        let Backend::Database {
+            runs, unwritten, ..
+        } = &self.backend
+        else {
+            return Ok(());
+        };
+        // A state still waiting in memory goes with it (written in order
+        // once the database answers), not around it.
+        if rec.state.is_terminal() && unwritten.get(&rec.run).is_none() {
+            match runs.replace_ended(rec) {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(e) if durable => return Err(db_io(e)),
+                // Kept in memory below while the database is unavailable.
+                Err(_) => {}
+            }
+        }
+        if durable {
+            self.write_db(rec)
+        } else {
+            self.write_logged(rec);
+            Ok(())
         }
     }
 
@@ -453,9 +468,40 @@ impl RunStore {
     }
 }
 
-/// A run id as stored in the index: the 16 bytes its 32 hex digits spell
-/// (no heap allocation per run).
-type RunId = [u8; 16];
+/// `filter` in the plain values of [`DbRuns::page`].
+fn page_query(filter: &RunFilter) -> PageQuery {
+    let (all, programs, hooks) = match &filter.scope {
+        Scope::All => (true, Vec::new(), false),
+        Scope::Only { programs, hooks } => (false, programs.iter().copied().collect(), *hooks),
+    };
+    let (origin, origin_kind) = match &filter.origin {
+        Some(OriginFilter::Exact(o)) => (Some(o.to_string()), None),
+        Some(OriginFilter::Kind(k)) => (None, Some(k.clone())),
+        None => (None, None),
+    };
+    PageQuery {
+        all,
+        programs,
+        hooks,
+        program: filter.program,
+        function: filter.function.clone(),
+        tool: filter.tool.clone(),
+        origin,
+        origin_kind,
+        state: filter.state,
+        since_ms: filter.since.map(|t| t.timestamp().as_millisecond()),
+        until_ms: filter.until.map(|t| t.timestamp().as_millisecond()),
+        before: filter.before.map(|c| (c.created_ms, hex::encode(c.id))),
+        limit: filter.limit,
+    }
+}
+
+/// The cursor of a database position (ms, 32 hex digits).
+fn cursor(created_ms: i64, hex: &str) -> Option<Cursor> {
+    let mut id = [0u8; 16];
+    hex::decode_to_slice(hex, &mut id).ok()?;
+    Some(Cursor { created_ms, id })
+}
 
 /// The index key of `id`, if it is a run id: the 16 bytes of its 32 hex
 /// digits, with or without the instance name in front (see `cluster.rs`).
@@ -470,30 +516,11 @@ fn run_id(id: &str) -> Option<RunId> {
 struct Log {
     file: File,
     len: u64,
-    index: HashMap<RunId, Entry>,
-    /// Run ids oldest first, for retention.
-    order: VecDeque<RunId>,
+    index: Index,
     /// Lines in the file (compaction trigger).
     lines: usize,
     /// Sequence number of the last line written.
     seq: u64,
-    /// Runs in the index that have not ended.
-    live: usize,
-}
-
-impl Log {
-    /// Index a line just written at `offset`.
-    fn put(&mut self, id: RunId, entry: Entry) {
-        let live = entry.live();
-        match self.index.insert(id, entry) {
-            None => self.order.push_back(id),
-            Some(old) if old.live() => self.live -= 1,
-            Some(_) => {}
-        }
-        if live {
-            self.live += 1;
-        }
-    }
 }
 
 /// When to give freed memory back after a burst of runs: every run
@@ -537,6 +564,9 @@ pub struct FileRuns {
     interrupted: Vec<String>,
     /// Held by the one compaction running.
     compacting: Mutex<()>,
+    /// Held while a kept record is read, changed and written again
+    /// ([`RunStore::update`]), so that two changes never undo each other.
+    updating: Mutex<()>,
 }
 
 impl FileRuns {
@@ -575,29 +605,34 @@ impl FileRuns {
         }
         let finished = records.iter().filter(|r| r.state.is_terminal()).count();
         let mut drop_finished = finished.saturating_sub(retention.max(1));
-        let lines: Vec<(RunId, Meta, Vec<u8>)> = records
+        // The list order (and so the file's after this rewrite): by
+        // creation time, then id; queued runs resume in it.
+        records.sort_by_cached_key(|r| (r.created_at, run_id(&r.run)));
+        let lines: Vec<(RunId, &RunRecord, Vec<u8>)> = records
             .iter()
             .filter(|r| {
                 let old = r.state.is_terminal() && drop_finished > 0;
                 drop_finished -= usize::from(old);
                 !old
             })
-            .filter_map(|r| Some((run_id(&r.run)?, Meta::of(r), to_line(r))))
+            .filter_map(|r| Some((run_id(&r.run)?, r, to_line(r))))
             .collect();
-        drop(records);
-        let log = rewrite(&path, lines.len(), |f| {
-            let mut entries = Vec::with_capacity(lines.len());
-            for (id, meta, line) in &lines {
+        let log = rewrite(&path, |f| {
+            let mut index = Index::with_capacity(lines.len());
+            let mut offset = 0u64;
+            for (id, rec, line) in &lines {
                 f.write_all(line)?;
-                entries.push((*id, meta.clone(), line.len()));
+                index.put(*id, rec, offset, line.len() as u32);
+                offset += line.len() as u64;
             }
-            Ok(entries)
+            Ok(index)
         })?;
         drop(lines);
+        drop(records);
         sys::trim_heap();
         let commit = GroupCommit::new(log.file.try_clone()?);
         output::sweep(state_dir, |name| {
-            run_id(name).is_some_and(|id| log.index.contains_key(&id))
+            run_id(name).is_some_and(|id| log.index.get(&id).is_some())
         });
         let store = FileRuns {
             path,
@@ -608,6 +643,7 @@ impl FileRuns {
             unwritten: Mutex::new(Vec::new()),
             interrupted,
             compacting: Mutex::new(()),
+            updating: Mutex::new(()),
         };
         Ok((store, resumed))
     }
@@ -734,13 +770,9 @@ impl FileRuns {
         log.len += len;
         log.lines += 1;
         log.seq += 1;
-        let entry = Entry {
-            offset,
-            len: u32::try_from(len).unwrap_or(u32::MAX),
-            meta: Meta::of(rec),
-        };
         if let Some(id) = run_id(&rec.run) {
-            log.put(id, entry);
+            let len = u32::try_from(len).unwrap_or(u32::MAX);
+            log.index.put(id, rec, offset, len);
         }
         Ok(log.seq)
     }
@@ -801,7 +833,7 @@ impl FileRuns {
 
     /// The log holds about twice the lines it would after a compaction.
     fn too_long(&self, log: &Log) -> bool {
-        log.lines > 2 * (self.retention + log.live) + 64
+        log.lines > 2 * (self.retention + log.index.live()) + 64
     }
 
     /// Rewrite the log with the newest `retention` finished runs plus every
@@ -912,7 +944,7 @@ impl FileRuns {
         window: usize,
     ) -> Option<T> {
         let log = lock(&self.log);
-        let e = log.index.get(&key)?;
+        let e = *log.index.get(&key)?;
         if e.len as usize <= whole {
             let mut buf = vec![0; e.len as usize];
             log.file.read_exact_at(&mut buf, e.offset).ok()?;
@@ -934,6 +966,35 @@ impl FileRuns {
         serde_json::from_reader::<_, T>(line).ok()
     }
 
+    /// Change the record of run `id` with `change` and record it (`durable`:
+    /// on disk before this returns), one change at a time: the links of a
+    /// re-run and the deliveries of callbacks change ended records from
+    /// several threads. `change` returns whether to write; the record as
+    /// written, or `None` when the run is not kept.
+    ///
+    /// # Errors
+    /// The write failed (only reported when `durable`; else it is kept and
+    /// written later, as [`RunStore::record`] does).
+    pub fn update(
+        &self,
+        id: &str,
+        durable: bool,
+        change: impl FnOnce(&mut RunRecord) -> bool,
+    ) -> io::Result<Option<RunRecord>> {
+        let _one = lock(&self.updating);
+        let Some(mut rec) = self.get(id) else {
+            return Ok(None);
+        };
+        if change(&mut rec) {
+            if durable {
+                self.append(&rec, true)?;
+            } else {
+                self.record(&rec);
+            }
+        }
+        Ok(Some(rec))
+    }
+
     /// Fail unless a run could be recorded now: `runs.log` can be opened
     /// for writing and is still the file this store writes (`/healthz`
     /// readiness).
@@ -947,10 +1008,7 @@ impl FileRuns {
 
     /// The owner of run `id`, without reading the record.
     pub fn owner_of(&self, id: &str) -> Option<Owner> {
-        lock(&self.log)
-            .index
-            .get(&run_id(id)?)
-            .map(|e| e.meta.owner)
+        lock(&self.log).index.owner(&run_id(id)?)
     }
 
     /// Whether run `id` has ended, from the index (no read of its
@@ -958,8 +1016,8 @@ impl FileRuns {
     pub fn has_ended(&self, id: &str) -> Option<bool> {
         lock(&self.log)
             .index
-            .get(&run_id(id)?)
-            .map(|e| e.meta.state.is_terminal())
+            .state(&run_id(id)?)
+            .map(RunState::is_terminal)
     }
 
     /// Where the output of run `id` is kept.
@@ -967,64 +1025,51 @@ impl FileRuns {
         output::path(&self.state_dir, output::hex_of(id))
     }
 
-    /// A page of runs, newest first: those of owners `visible` lets
-    /// through that match `filter`, after skipping `skip` of them; at most
-    /// `take`, and whether more follow. The index is scanned in memory from
-    /// the newest run; only the records shown are read from disk.
-    pub fn list(
-        &self,
-        visible: impl Fn(Owner) -> bool,
-        filter: &RunFilter,
-        skip: usize,
-        take: usize,
-    ) -> (Vec<RunRecord>, bool) {
-        let log = lock(&self.log);
-        let matches = |m: &Meta| {
-            visible(m.owner)
-                && filter.program.is_none_or(|p| m.owner == Owner::Program(p))
-                && filter.state.is_none_or(|s| s == m.state)
-                && filter
-                    .tool
-                    .as_deref()
-                    .is_none_or(|t| m.tool.as_deref() == Some(t))
+    /// A page of runs, newest first, as `filter` says (see [`RunFilter`]).
+    /// The index is searched in memory; only the records shown are read
+    /// from disk.
+    pub fn list(&self, filter: &RunFilter) -> RunPage {
+        let (slots, more, file) = {
+            let log = lock(&self.log);
+            let (slots, more) = log.index.select(filter);
+            // Read through a handle of this file, without the lock: the
+            // offsets stay valid in it even if a compaction replaces it.
+            let Ok(file) = log.file.try_clone() else {
+                return RunPage::default();
+            };
+            (slots, more, file)
         };
-        let mut hits = log
-            .order
-            .iter()
-            .rev()
-            .filter_map(|id| log.index.get(id))
-            .filter(|e| matches(&e.meta))
-            .skip(skip);
-        let mut page = Vec::with_capacity(take);
-        for e in hits.by_ref().take(take) {
-            let mut buf = vec![0; e.len as usize];
-            if log.file.read_exact_at(&mut buf, e.offset).is_ok() {
+        let mut runs = Vec::with_capacity(slots.len());
+        let mut buf = Vec::new();
+        for e in &slots {
+            buf.resize(e.len as usize, 0);
+            if file.read_exact_at(&mut buf, e.offset).is_ok() {
                 if let Ok(r) = serde_json::from_slice::<RunRecord>(&buf) {
-                    page.push(r);
+                    runs.push(r.public());
                 }
             }
         }
-        let more = hits.next().is_some();
-        (page, more)
+        let next = more.then(|| slots.last().map(Slot::key)).flatten();
+        RunPage { runs, next }
     }
 
     /// How many runs of the index cannot be read back at their offset.
     #[cfg(test)]
     pub fn unreadable(&self) -> usize {
         let log = lock(&self.log);
-        let ok = |(id, e): (&RunId, &Entry)| {
+        let ok = |e: &Slot| {
             let mut buf = vec![0; e.len as usize];
             log.file.read_exact_at(&mut buf, e.offset).is_ok()
                 && serde_json::from_slice::<RunRecord>(&buf)
-                    .is_ok_and(|r| run_id(&r.run) == Some(*id))
+                    .is_ok_and(|r| run_id(&r.run) == Some(e.id))
         };
-        log.index.iter().filter(|&p| !ok(p)).count()
+        log.index.slots().iter().filter(|e| !ok(e)).count()
     }
 
     /// How many runs the log knows.
     #[cfg(test)]
     pub fn count(&self) -> usize {
-        lock(&self.log).order.len()
+        lock(&self.log).index.len()
     }
 }
 
@@ -1184,16 +1229,16 @@ impl Snapshot {
 /// The lines a compaction keeps, oldest first: every unfinished run and
 /// the newest `retention` finished ones (id, offset, length).
 fn kept_lines(log: &Log, retention: usize) -> Vec<(RunId, u64, u32)> {
-    let finished = log.order.len() - log.live;
+    let slots = log.index.slots();
+    let finished = slots.len() - log.index.live();
     let mut excess = finished.saturating_sub(retention);
-    let mut kept = Vec::with_capacity(log.order.len() - excess);
-    for id in &log.order {
-        let e = &log.index[id];
-        if !e.live() && excess > 0 {
+    let mut kept = Vec::with_capacity(slots.len() - excess);
+    for (p, e) in slots.iter().enumerate() {
+        if !log.index.live_at(p) && excess > 0 {
             excess -= 1;
             continue;
         }
-        kept.push((*id, e.offset, e.len));
+        kept.push((e.id, e.offset, e.len));
     }
     kept
 }
@@ -1209,25 +1254,16 @@ fn reindex(
     base: u64,
     kept: usize,
 ) -> Vec<RunId> {
-    let mut order = VecDeque::with_capacity(log.order.len());
-    let mut dropped = Vec::new();
-    for id in log.order.drain(..) {
-        let Some(e) = log.index.get_mut(&id) else {
-            continue;
-        };
+    let dropped = log.index.retain(|e| {
         if e.offset >= snap.len {
             e.offset = base + (e.offset - snap.len);
-        } else if let Some(&at) = moved.get(&id) {
+        } else if let Some(&at) = moved.get(&e.id) {
             e.offset = at;
         } else {
-            log.index.remove(&id);
-            dropped.push(id);
-            continue;
+            return false;
         }
-        order.push_back(id);
-    }
-    log.order = order;
-    log.index.shrink_to_fit();
+        true
+    });
     log.lines = kept + (log.lines - snap.lines);
     log.len = base + (log.len - snap.len);
     dropped
@@ -1316,43 +1352,21 @@ fn copy_range(src: &File, from: u64, to: u64, dst: &mut File) -> io::Result<()> 
 }
 
 /// Atomically replace the log with what `write` writes, and open it for
-/// appending. `write` returns, in file order, each line's run id, program
-/// and length, from which the index is built.
-fn rewrite(
-    path: &Path,
-    capacity: usize,
-    write: impl FnOnce(&mut File) -> io::Result<Vec<(RunId, Meta, usize)>>,
-) -> io::Result<Log> {
-    let mut entries = Vec::new();
+/// appending. `write` returns the index of the lines it wrote.
+fn rewrite(path: &Path, write: impl FnOnce(&mut File) -> io::Result<Index>) -> io::Result<Log> {
+    let mut index = Index::default();
     write_atomic(path, |f| {
-        entries = write(f)?;
+        index = write(f)?;
         Ok(())
     })?;
     let file = OpenOptions::new().read(true).append(true).open(path)?;
-    let mut index = HashMap::with_capacity(capacity);
-    let mut order = VecDeque::with_capacity(capacity);
-    let mut offset = 0u64;
-    let lines = entries.len();
-    let mut live = 0;
-    for (id, meta, len) in entries {
-        let entry = Entry {
-            offset,
-            len: len as u32,
-            meta,
-        };
-        live += usize::from(entry.live());
-        index.insert(id, entry);
-        order.push_back(id);
-        offset += len as u64;
-    }
+    let len = index.slots().iter().map(|e| u64::from(e.len)).sum();
     Ok(Log {
         file,
-        len: offset,
+        len,
+        lines: index.len(),
         index,
-        order,
-        lines,
         seq: 0,
-        live,
     })
 }
 
@@ -1503,6 +1517,11 @@ mod tests {
             stdout: None,
             input: None,
             callbacks: Vec::new(),
+            rerun_of: None,
+            reruns: Vec::new(),
+            attempts: Vec::new(),
+            retry_at: None,
+            rerun_input: None,
         }
     }
 

@@ -24,7 +24,10 @@ mod switch;
 
 pub use endpoints::endpoints;
 pub use login::{login, login_form, logout};
-pub use runs::{cancel as run_cancel, list as runs_list, show as run_show};
+pub use runs::{
+    cancel as run_cancel, list as runs_list, redeliver as run_redeliver, rerun as run_rerun,
+    show as run_show,
+};
 pub use schedules::list as schedules_page;
 pub use settings::{home, regenerate, settings};
 pub use switch::{post as switch_post, put as switch_put};

@@ -8,6 +8,7 @@
 //! terminal escape sequences (ANSI colours) are removed ([`strip_ansi`]).
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use maud::{html, Markup, PreEscaped};
 use serde_json::Value;
@@ -15,22 +16,18 @@ use serde_json::Value;
 use super::{
     csrf_field, field, finish, form, html_response, login_required, page, redirect, top_bar,
 };
-use crate::access::{check_csrf, Carrier, Session, SignedIn};
+use crate::access::{check_csrf, Carrier, Session, SignedIn, User};
 use crate::config::Config;
 use crate::http::app::App;
 use crate::http::{percent_encode, ApiError, Request, Response};
+use crate::invoke;
 use crate::runs;
 use crate::runs::follow;
+use crate::runs::{list, Asker};
 use crate::state::delivery::Delivery;
 use crate::state::output::{self, Frame, Stream};
-use crate::state::record::{Origin, Owner, RunRecord, RunState, StepReport, ALL_STATES};
-use crate::state::store::RunFilter;
-
-/// Runs per page.
-pub const PAGE: usize = 50;
-
-/// Query parameters of `GET /runs`.
-const LIST_PARAMS: [&str; 4] = ["tool", "program", "state", "page"];
+use crate::state::record::{Origin, Owner, RunRecord, StepReport, ALL_STATES};
+use crate::state::store::{Cursor, RunFilter};
 
 /// The Content-Security-Policy of the page of a run that is not over: the
 /// one of every page, plus `connect-src 'self'` for its event stream.
@@ -60,66 +57,6 @@ pub(super) fn workspaces_of<'a>(cfg: &'a Config, user: &str) -> BTreeSet<&'a str
         .collect()
 }
 
-/// A number of 1 to `max` ASCII digits (no sign: what openapi.json's
-/// pattern says), which fits a `u64` for `max` up to 19.
-fn digits(s: &str, max: usize) -> Option<u64> {
-    let plain = !s.is_empty() && s.len() <= max && s.bytes().all(|b| b.is_ascii_digit());
-    plain.then(|| s.parse().ok()).flatten()
-}
-
-/// The filter and page of a `GET /runs` query.
-fn parse_filter(req: &Request) -> Result<(RunFilter, usize), ApiError> {
-    let bad = |name: &str, msg: String| ApiError::InvalidParameter {
-        name: name.into(),
-        msg,
-    };
-    if let Some((k, _)) = req
-        .query
-        .iter()
-        .find(|(k, _)| !LIST_PARAMS.contains(&k.as_str()))
-    {
-        let msg = format!(
-            "Unknown parameter '{k}'. Accepted: {}.",
-            LIST_PARAMS.join(", ")
-        );
-        return Err(bad(k, msg));
-    }
-    let nonempty = |name: &'static str| -> Result<Option<&str>, ApiError> {
-        Ok(req.query_one(name)?.filter(|v| !v.is_empty()))
-    };
-    let program = match nonempty("program")? {
-        Some(p) => Some(
-            digits(p, 19).ok_or_else(|| bad("program", "program must be a program id.".into()))?,
-        ),
-        None => None,
-    };
-    let state = match nonempty("state")? {
-        Some(s) => Some(RunState::from_name(s).ok_or_else(|| {
-            let names: Vec<&str> = ALL_STATES.iter().map(|s| s.name()).collect();
-            bad(
-                "state",
-                format!("state must be one of {}.", names.join(", ")),
-            )
-        })?),
-        None => None,
-    };
-    let page = match nonempty("page")? {
-        Some(p) => digits(p, 5)
-            .and_then(|p| usize::try_from(p).ok())
-            .ok_or_else(|| bad("page", "page must be a number from 0 to 99999.".into()))?,
-        None => 0,
-    };
-    let tool = nonempty("tool")?.map(str::to_string);
-    Ok((
-        RunFilter {
-            program,
-            state,
-            tool,
-        },
-        page,
-    ))
-}
-
 /// `GET /runs`: the runs of the member's workspaces.
 ///
 /// # Errors
@@ -134,17 +71,13 @@ pub fn list(app: &App, cfg: &Config, req: &Request) -> Result<Response, ApiError
 }
 
 fn list_page(app: &App, cfg: &Config, req: &Request, s: &Session) -> Result<Response, ApiError> {
-    let (filter, page_no) = parse_filter(req)?;
+    // The same query and scope as `GET /api/runs`: a hooks-file hook's
+    // run belongs to no workspace, so it is never listed here.
+    let mut filter = list::parse(req, &[])?;
+    filter.scope = list::scope_of(cfg, &Asker::User(User::Session(s.clone())));
     let wss = workspaces_of(cfg, &s.user);
-    // A hooks-file hook's run belongs to no workspace: never listed here.
-    let visible = |owner: Owner| {
-        owner
-            .program()
-            .and_then(|id| cfg.program(id))
-            .and_then(|p| p.workspace.as_deref())
-            .is_some_and(|w| wss.contains(w))
-    };
-    let (runs, more) = app.store.list(visible, &filter, page_no * PAGE, PAGE);
+    let page_of = app.store.page(&filter).map_err(|e| ApiError::storage(&e))?;
+    let runs = page_of.runs;
     let body = html! {
         (top_bar(s))
         main {
@@ -162,7 +95,7 @@ fn list_page(app: &App, cfg: &Config, req: &Request, s: &Session) -> Result<Resp
                     }
                 }
             }
-            (pager(req, page_no, more))
+            (pager(req, filter.before.is_some(), page_of.next))
         }
     };
     Ok(html_response(200, page("Runs", body)))
@@ -242,23 +175,26 @@ fn filter_form(cfg: &Config, wss: &BTreeSet<&str>, f: &RunFilter) -> Markup {
     }
 }
 
-/// Links to the newer and older pages, keeping the filter.
-fn pager(req: &Request, page_no: usize, more: bool) -> Markup {
-    let link = |p: usize| {
+/// Links to the newest page and the next older one, keeping the filter
+/// (the cursor only goes back in time: "Newest" starts again).
+fn pager(req: &Request, paged: bool, next: Option<Cursor>) -> Markup {
+    let link = |cursor: Option<Cursor>| {
         let mut q: String = req
             .query
             .iter()
-            .filter(|(k, _)| k != "page")
+            .filter(|(k, v)| k != "cursor" && !v.is_empty())
             .map(|(k, v)| format!("{}={}&", percent_encode(k), percent_encode(v)))
             .collect();
-        q.push_str(&format!("page={p}"));
-        format!("/runs?{q}")
+        if let Some(c) = cursor {
+            q.push_str(&format!("cursor={c}"));
+        }
+        format!("/runs?{}", q.trim_end_matches('&'))
     };
     html! {
         nav class="pager" {
-            @if page_no > 0 { a href=(link(page_no - 1)) { "\u{2190} Newer" } }
-            " " span class="muted" { "page " (page_no + 1) } " "
-            @if more { a href=(link(page_no + 1)) { "Older \u{2192}" } }
+            @if paged { a href=(link(None)) { "\u{2190} Newest" } }
+            " "
+            @if let Some(c) = next { a href=(link(Some(c))) { "Older \u{2192}" } }
         }
     }
 }
@@ -315,6 +251,67 @@ pub fn cancel(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Respon
     finish(req, inner())
 }
 
+/// `POST /runs/<id>/rerun`: the Re-run button; on to the new run's page.
+///
+/// # Errors
+/// 403 `csrf_rejected` without the session's token; those of
+/// `invoke::rerun::rerun`.
+pub fn rerun(app: &App, cfg: &Arc<Config>, req: &Request, id: &str) -> Result<Response, ApiError> {
+    let next = format!("/runs/{}", percent_encode(id));
+    let s = match signed_in(app, cfg, req, &next) {
+        Ok(s) => s,
+        Err(r) => return Ok(r),
+    };
+    let inner = || {
+        let f = form(req)?;
+        check_csrf(cfg, req, Some(&s), Carrier::Form(field(&f, "csrf")))?;
+        let rec = visible_run(app, cfg, &s, id)?;
+        let by = Origin::Session(s.user.clone());
+        let started = invoke::rerun::rerun(app, cfg, &rec, by, true)?;
+        let new = started.run.as_deref().unwrap_or(id);
+        Ok(redirect(&format!("/runs/{}", percent_encode(new))))
+    };
+    finish(req, inner())
+}
+
+/// `POST /runs/<id>/callbacks/<delivery>/redeliver`: the Redeliver button;
+/// back to the run's page.
+///
+/// # Errors
+/// 403 `csrf_rejected` without the session's token; those of
+/// `runs::redeliver`.
+pub fn redeliver(
+    app: &App,
+    cfg: &Config,
+    req: &Request,
+    id: &str,
+    delivery: &str,
+) -> Result<Response, ApiError> {
+    let next = format!("/runs/{}", percent_encode(id));
+    let s = match signed_in(app, cfg, req, &next) {
+        Ok(s) => s,
+        Err(r) => return Ok(r),
+    };
+    let inner = || {
+        let f = form(req)?;
+        check_csrf(cfg, req, Some(&s), Carrier::Form(field(&f, "csrf")))?;
+        let rec = visible_run(app, cfg, &s, id)?;
+        runs::redeliver_as(app, &rec, delivery, &Origin::Session(s.user.clone()))?;
+        Ok(redirect(&next))
+    };
+    finish(req, inner())
+}
+
+/// A button that POSTs the session's CSRF token to `action`.
+fn post_button(s: &Session, action: &str, id: &str, label: &str) -> Markup {
+    html! {
+        form method="post" action=(action) class="cancel" {
+            (csrf_field(s))
+            button type="submit" id=(id) { (label) }
+        }
+    }
+}
+
 fn run_page(app: &App, cfg: &Config, s: &Session, r: &RunRecord) -> Response {
     let program = match r.owner {
         Owner::Program(id) => cfg
@@ -335,10 +332,9 @@ fn run_page(app: &App, cfg: &Config, s: &Session, r: &RunRecord) -> Response {
             h1 { "Run " code { (r.run) } }
             p { "State: " span id="state" class={ "state state-" (r.state.name()) } { (r.state.name()) } }
             @if live {
-                form method="post" action={ "/runs/" (percent_encode(&r.run)) "/cancel" } class="cancel" {
-                    (csrf_field(s))
-                    button type="submit" id="cancel" { "Cancel" }
-                }
+                (post_button(s, &format!("/runs/{}/cancel", percent_encode(&r.run)), "cancel", "Cancel"))
+            } @else {
+                (post_button(s, &format!("/runs/{}/rerun", percent_encode(&r.run)), "rerun", "Re-run"))
             }
             dl class="facts" {
                 dt { "Program" } dd { (program) }
@@ -349,16 +345,31 @@ fn run_page(app: &App, cfg: &Config, s: &Session, r: &RunRecord) -> Response {
                 dt { "Finished" } dd { (or_dash(r.finished_at)) }
                 dt { "Duration" } dd { (duration(r)) }
                 @if let Some(e) = &r.error { dt { "Error" } dd { (strip_ansi(e)) } }
+                @if let Some(at) = r.retry_at {
+                    dt { "Next attempt" } dd id="retry-at" { (at) }
+                }
+                @if let Some(of) = &r.rerun_of {
+                    dt { "Re-run of" } dd { a href={ "/runs/" (percent_encode(of)) } { code { (of) } } }
+                }
+                @if !r.reruns.is_empty() {
+                    dt { "Re-runs" } dd id="reruns" {
+                        @for x in &r.reruns { a href={ "/runs/" (percent_encode(x)) } { code { (x) } } " " }
+                    }
+                }
             }
             h2 { "Steps" }
             (steps_table(&r.steps))
+            @if !r.attempts.is_empty() {
+                h2 { "Earlier attempts" }
+                (attempts_table(r))
+            }
             @if let Some(text) = &result {
                 h2 { "Result" }
                 pre id="result" { (text) }
             }
             @if !r.callbacks.is_empty() {
                 h2 { "Callbacks" }
-                (callbacks_table(&r.callbacks))
+                (callbacks_table(s, &r.run, &r.callbacks))
             }
             h2 { "Output" }
             pre id="output" class="output" data-follow=[follow] {
@@ -404,6 +415,29 @@ fn steps_table(steps: &[StepReport]) -> Markup {
     }
 }
 
+/// The earlier attempts of a run with `[functions.retry]`: number, how
+/// it ended, when, and why.
+fn attempts_table(r: &RunRecord) -> Markup {
+    html! {
+        table class="steps" id="attempts" {
+            thead { tr {
+                th { "Attempt" } th { "State" } th { "Started" } th { "Finished" } th { "Error" }
+            } }
+            tbody {
+                @for a in &r.attempts {
+                    tr {
+                        td { (a.attempt) }
+                        td { span class={ "state state-" (a.state.name()) } { (a.state.name()) } }
+                        td { (or_dash(a.started_at)) }
+                        td { (a.finished_at) }
+                        td { (a.error.as_deref().map(strip_ansi).unwrap_or_default()) }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// `v`, or an em dash when there is none.
 fn or_dash(v: Option<impl std::fmt::Display>) -> String {
     v.map_or_else(|| "\u{2014}".to_string(), |v| v.to_string())
@@ -411,11 +445,11 @@ fn or_dash(v: Option<impl std::fmt::Display>) -> String {
 
 /// The run's completion callbacks: one row per delivery (URL, state, why it
 /// failed), then one row per kept attempt (time, status or error).
-fn callbacks_table(deliveries: &[Delivery]) -> Markup {
+fn callbacks_table(s: &Session, run: &str, deliveries: &[Delivery]) -> Markup {
     html! {
         table class="steps" id="callbacks" {
             thead { tr {
-                th { "URL" } th { "Source" } th { "State" } th { "Attempt" } th { "Status or error" }
+                th { "URL" } th { "Source" } th { "State" } th { "Attempt" } th { "Status or error" } th {}
             } }
             tbody {
                 @for d in deliveries {
@@ -424,6 +458,11 @@ fn callbacks_table(deliveries: &[Delivery]) -> Markup {
                         td { span class={ "state state-" (d.state.name()) } { (d.state.name()) } }
                         td { (d.attempt_count) " attempt(s)" }
                         td { (d.error.as_deref().map(strip_ansi).unwrap_or_default()) }
+                        td {
+                            @if d.state.is_final() {
+                                (post_button(s, &format!("/runs/{}/callbacks/{}/redeliver", percent_encode(run), percent_encode(&d.delivery)), &format!("redeliver-{}", d.delivery), "Redeliver"))
+                            }
+                        }
                     }
                     @for a in &d.attempts {
                         tr class="attempt" {
@@ -432,6 +471,7 @@ fn callbacks_table(deliveries: &[Delivery]) -> Markup {
                                 @if let Some(c) = a.status { (c) } @else { (a.error.as_deref().unwrap_or("")) }
                                 " (" (a.duration_ms) " ms)"
                             }
+                            td {}
                         }
                     }
                 }

@@ -324,6 +324,7 @@ fn program(d: &HookDef, cwd: &Option<PathBuf>, dir: &Path, server: &Server, n: u
         combined_output: true,
         expect_every: None,
         schedules: Vec::new(),
+        retry: None,
         // A hooks-file hook has no completion callback (the file format
         // has none).
         callback: None,

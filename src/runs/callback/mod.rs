@@ -22,6 +22,7 @@
 //! read from disk when it is sent.
 
 pub mod format;
+pub mod redeliver;
 pub mod send;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -38,7 +39,7 @@ use crate::http::{ApiError, Request};
 use crate::state::delivery::{Attempt, Delivery, DeliveryState, Format, Outcome, Source, Target};
 use crate::state::record::{RunRecord, RunState};
 use crate::state::spool::{Pending, Spool};
-use crate::state::store::{RunFilter, RunStore};
+use crate::state::store::{RunFilter, RunStore, Scope};
 use crate::state::time::Time;
 use crate::state::State;
 use send::Outcome as Attempted;
@@ -411,7 +412,7 @@ impl Service {
     /// wants to know of (`on` has `recovered`, or a message says so): the
     /// function's previous ended run failed, timed out or was interrupted.
     /// Read from the run log (so a restart in between changes nothing),
-    /// newest first, at most [`RECOVERY_SCAN`] runs of the same owner back;
+    /// newest first, at most [`RECOVERY_SCAN`] runs of the same function back;
     /// cancelled runs are passed over.
     fn wants_recovery(&self, rec: &RunRecord) -> bool {
         let wanted = rec.callbacks.iter().any(|d| {
@@ -421,16 +422,21 @@ impl Service {
         if !wanted {
             return false;
         }
-        let filter = RunFilter {
+        let mut filter = RunFilter {
+            scope: Scope::Only {
+                programs: rec.owner.program().into_iter().collect(),
+                hooks: rec.owner.program().is_none(),
+            },
             program: rec.owner.program(),
+            function: Some(rec.function.clone()),
             ..RunFilter::default()
         };
-        let mut skip = 0;
-        while skip < RECOVERY_SCAN {
-            let (page, more) = self.store.list(|o| o == rec.owner, &filter, skip, 50);
-            let previous = page.iter().find(|r| {
+        let mut scanned = 0;
+        while scanned < RECOVERY_SCAN {
+            let page = self.store.list(&filter);
+            scanned += page.runs.len();
+            let previous = page.runs.iter().find(|r| {
                 r.run != rec.run
-                    && r.function == rec.function
                     && !matches!(
                         r.state,
                         RunState::Queued
@@ -442,10 +448,10 @@ impl Service {
             if let Some(r) = previous {
                 return r.state != RunState::Finished;
             }
-            if !more {
-                return false;
+            match page.next {
+                Some(c) => filter.before = Some(c),
+                None => return false,
             }
-            skip += 50;
         }
         false
     }
@@ -648,17 +654,18 @@ impl Service {
 
     /// Put the delivery's progress into its run's record.
     fn update_record(&self, p: &Pending, durable: bool) {
-        let Some(mut rec) = self.store.get(&p.run) else {
-            return;
-        };
-        let Some(slot) = rec.callbacks.get_mut(p.index) else {
-            return;
-        };
-        if slot.delivery != p.delivery.delivery {
-            return;
-        }
-        *slot = p.delivery.clone();
-        if let Err(e) = self.store.append(&rec, durable) {
+        // Through `update`: a redelivery or a re-run's link may change the
+        // same record meanwhile.
+        let written = self.store.update(&p.run, durable, |rec| {
+            match rec.callbacks.get_mut(p.index) {
+                Some(slot) if slot.delivery == p.delivery.delivery => {
+                    *slot = p.delivery.clone();
+                    true
+                }
+                _ => false,
+            }
+        });
+        if let Err(e) = written {
             log::error!("run {}: cannot record its callback: {e}", p.run);
         }
     }

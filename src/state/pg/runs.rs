@@ -304,41 +304,26 @@ impl DbRuns {
         Ok(row.and_then(|(o, s)| Some((parse_owner(&o)?, RunState::from_name(&s)?))))
     }
 
-    /// A page of runs, newest first, as `RunStore::list`: `filter`'s
-    /// conditions in the query, `visible` (the caller's code) here, read
-    /// in chunks of [`DbRuns::page`] from the newest.
+    /// Replace the record of ended run `rec.run` from any instance (a
+    /// re-run's link, a delivery's bookkeeping): unlike [`DbRuns::write`]
+    /// not fenced by the executing instance, since an ended run has no
+    /// executor left; a run that has not ended is left alone (false). One
+    /// statement.
     ///
     /// # Errors
     /// The database failed.
-    pub fn list(
-        &self,
-        visible: impl Fn(Owner) -> bool,
-        filter: PageQuery,
-        skip: usize,
-        take: usize,
-    ) -> Result<(Vec<RunRecord>, bool), DbError> {
-        let mut q = PageQuery {
-            all: true,
-            limit: 200,
-            ..filter
-        };
-        let (mut seen, mut out) = (0usize, Vec::with_capacity(take));
-        loop {
-            let (recs, next) = self.page(&q)?;
-            for r in recs.into_iter().filter(|r| visible(r.owner)) {
-                seen += 1;
-                if seen > skip + take {
-                    return Ok((out, true));
-                }
-                if seen > skip {
-                    out.push(r);
-                }
-            }
-            match next {
-                Some(at) => q.before = Some(at),
-                None => return Ok((out, false)),
-            }
-        }
+    pub fn replace_ended(&self, rec: &RunRecord) -> Result<bool, DbError> {
+        // As `write` does: a record always serialises (no maps with
+        // non-string keys).
+        let text = serde_json::to_string(rec).unwrap_or_default();
+        let n = self.db.with(|c| {
+            c.execute_typed(
+                "UPDATE trigd_runs SET record = $2::text::jsonb
+                 WHERE id = $1 AND ended_at IS NOT NULL",
+                &[(&rec.run, Type::TEXT), (&text, Type::TEXT)],
+            )
+        })?;
+        Ok(n > 0)
     }
 
     /// A page of the run list (issue 35's `RunFilter`, given as plain
