@@ -516,15 +516,18 @@ fn a_stalled_head_is_408_and_an_idle_keep_alive_connection_closes_silently() {
     );
 }
 
-/// The descriptors of `pid` open on the server end of the TCP connection
-/// whose client port is `client_port` (tiny_http holds two: the reader and
+/// The descriptors of `pid` open on the server end (`server_port`) of the
+/// TCP connection from `client_port` (tiny_http holds two: the reader and
 /// the writer).
-fn server_fds_of(pid: u32, client_port: u16) -> BTreeSet<u64> {
+fn server_fds_of(pid: u32, server_port: u16, client_port: u16) -> BTreeSet<u64> {
     let tcp = fs::read_to_string("/proc/net/tcp").unwrap_or_default();
-    let want = format!(":{client_port:04X}");
+    let (local, remote) = (format!(":{server_port:04X}"), format!(":{client_port:04X}"));
+    // Both ends, and a live socket: another test's connection in
+    // TIME_WAIT (inode 0) may share the client's port with another server.
     let inode = tcp.lines().skip(1).find_map(|l| {
         let f: Vec<&str> = l.split_whitespace().collect();
-        (f.len() > 9 && f[2].ends_with(&want)).then(|| f[9].to_string())
+        (f.len() > 9 && f[1].ends_with(&local) && f[2].ends_with(&remote) && f[9] != "0")
+            .then(|| f[9].to_string())
     });
     let Some(inode) = inode else {
         return BTreeSet::new();
@@ -585,9 +588,10 @@ fn a_body_read_woken_by_a_signal_is_still_answered() {
     let pid = t.pid();
     let mut s = connect(&t.addr);
     let port = s.local_addr().unwrap().port();
+    let server_port = s.peer_addr().unwrap().port();
     let mut blocked = None;
     t.wait_for(WAIT, "the connection's thread waiting for a head", || {
-        blocked = thread_blocked_on(pid, &server_fds_of(pid, port));
+        blocked = thread_blocked_on(pid, &server_fds_of(pid, server_port, port));
         blocked.is_some()
     });
     let (tid, idle_switches) = blocked.unwrap_or_default();
@@ -600,7 +604,7 @@ fn a_body_read_woken_by_a_signal_is_still_answered() {
     s.write_all(head.as_bytes()).unwrap();
     // The head read returned and the same thread waits again, now for
     // the body.
-    let fds = server_fds_of(pid, port);
+    let fds = server_fds_of(pid, server_port, port);
     t.wait_for(WAIT, "the connection's thread waiting for the body", || {
         thread_blocked_on(pid, &fds).is_some_and(|(id, n)| id == tid && n > idle_switches)
     });
