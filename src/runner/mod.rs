@@ -103,8 +103,8 @@ fn copy_error(e: &io::Error) -> io::Error {
     }
 }
 
-/// An async run recorded but not yet durable nor started
-/// ([`Runner::start_async_all`]).
+/// An async run promised a slot or a queue place, its record not yet
+/// written ([`Runner::start_async_all`]).
 struct Staged {
     job: Job,
     rec: RunRecord,
@@ -113,7 +113,6 @@ struct Staged {
     held: usize,
     in_memory: bool,
     has_slot: bool,
-    written: io::Result<()>,
 }
 
 impl Job {
@@ -788,8 +787,9 @@ impl Runner {
     }
 
     /// [`Runner::start_async`] for several runs accepted together (a
-    /// schedule's wake): each is recorded, then one durable write covers
-    /// all of them, then each is started or queued; the answers in the
+    /// schedule's wake): each is promised its place, then their records
+    /// are written and synced together (`RunStore::append_all`), then each
+    /// is started or queued; the answers in the
     /// jobs' order. 1,000 schedules firing at once were accepted in up to
     /// 1 s when each waited for a durable write of its own
     /// (`bench/schedules.sh`; issue 33 asks for 50 ms).
@@ -802,25 +802,22 @@ impl Runner {
         }
         let staged: Vec<Result<Staged, RunError>> =
             jobs.into_iter().map(|job| self.stage(job)).collect();
-        let synced = match &self.store {
-            Some(store) if staged.iter().any(Result::is_ok) => store.sync(),
-            _ => Ok(()),
+        let recs: Vec<&RunRecord> = staged.iter().flatten().map(|st| &st.rec).collect();
+        let written = match &self.store {
+            Some(store) => store.append_all(&recs),
+            None => Ok(()),
         };
         staged
             .into_iter()
             .map(|st| {
-                let st = st?;
-                let written = match (&st.written, &synced) {
-                    (Err(e), _) | (Ok(()), Err(e)) => Err(copy_error(e)),
-                    (Ok(()), Ok(())) => Ok(()),
-                };
-                self.hand_on(st, written)
+                let written = written.as_ref().map_err(copy_error).copied();
+                self.hand_on(st?, written)
             })
             .collect()
     }
 
-    /// Promise `job` a slot or a queue place, then write its record (with
-    /// its input; not yet durable).
+    /// Promise `job` a slot or a queue place, and make its record (with
+    /// its input; written by the caller).
     fn stage(&self, job: Job) -> Result<Staged, RunError> {
         let (key, n) = (job.slot_key(), job.concurrency());
         let in_memory = job.kept_in_memory(self.store.is_some());
@@ -834,10 +831,6 @@ impl Runner {
             vars: job.vars.clone(),
             body: job.body_file.is_some() || !job.files.is_empty(),
         });
-        let written = match &self.store {
-            Some(store) => store.append_unsynced(&rec),
-            None => Ok(()),
-        };
         Ok(Staged {
             job,
             rec,
@@ -846,7 +839,6 @@ impl Runner {
             held,
             in_memory,
             has_slot,
-            written,
         })
     }
 
@@ -861,7 +853,6 @@ impl Runner {
             held,
             in_memory,
             has_slot,
-            ..
         } = st;
         let id = rec.run.clone();
         if has_slot {
