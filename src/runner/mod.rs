@@ -825,12 +825,7 @@ impl Runner {
         // Promise a slot or a queue place before the (slow) durable write,
         // so that concurrent requests cannot overfill the queue.
         let has_slot = self.reserve(&job, &key, n, held)?;
-        let mut rec = self.new_record(&job, true);
-        rec.input = Some(RunInput {
-            values: job.values.clone(),
-            vars: job.vars.clone(),
-            body: job.body_file.is_some() || !job.files.is_empty(),
-        });
+        let rec = self.accepted_record(&job);
         Ok(Staged {
             job,
             rec,
@@ -840,6 +835,38 @@ impl Runner {
             in_memory,
             has_slot,
         })
+    }
+
+    /// The `queued` record of async run `job`, with its input.
+    fn accepted_record(&self, job: &Job) -> RunRecord {
+        let mut rec = self.new_record(job, true);
+        rec.input = Some(RunInput {
+            values: job.values.clone(),
+            vars: job.vars.clone(),
+            body: job.body_file.is_some() || !job.files.is_empty(),
+        });
+        rec
+    }
+
+    /// Record `job` `queued`, durably, without queueing it: a scheduled run
+    /// that waits for its schedule's running run (`overlap = "queue"`).
+    /// [`Runner::start_async_all`] of the job with this `id` starts it
+    /// later; after a restart it is resumed like every run recorded
+    /// `queued` ([`Runner::resume`]), so a crash does not lose it. `None`
+    /// with a shared database, whose `queued` records are the cluster's
+    /// queue: there the wait is kept in memory only.
+    ///
+    /// # Errors
+    /// The record cannot be written or synced.
+    pub fn record_waiting(&self, job: &Job) -> io::Result<Option<String>> {
+        if self.cluster.get().is_some() {
+            return Ok(None);
+        }
+        let rec = self.accepted_record(job);
+        if let Some(store) = &self.store {
+            store.append(&rec, true)?;
+        }
+        Ok(Some(rec.run))
     }
 
     /// Start or queue a staged run once its record is durable (`written`);

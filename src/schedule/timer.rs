@@ -75,6 +75,15 @@ struct Pending {
     job: crate::runner::Job,
 }
 
+/// An occurrence waiting for its schedule's running run: recorded
+/// `queued` as run `run` (`Runner::record_waiting`), so that after a crash
+/// it is resumed like any queued run; `None` with a shared database (held
+/// in memory only).
+struct Waiting {
+    at: Timestamp,
+    run: Option<String>,
+}
+
 /// Run records read back at start for occurrences newer than their mark.
 const RECENT_RECORDS: usize = 1_000;
 
@@ -91,7 +100,7 @@ struct Slot {
     /// The last run started, while it may still run.
     running: Option<String>,
     /// An occurrence waiting for the running one (`overlap = "queue"`).
-    waiting: Option<Timestamp>,
+    waiting: Option<Waiting>,
     /// The next firing, as pushed on the heap.
     next: Option<Timestamp>,
 }
@@ -152,7 +161,9 @@ impl Timer {
             if !self.app.config().server.fire_schedules {
                 // `schedules = "off"`: another instance fires them. Taken
                 // up anew (from the marks kept) when turned on.
-                self.slots.clear();
+                for (id, slot) in std::mem::take(&mut self.slots) {
+                    self.drop_waiting(&id, slot.waiting, "schedules were turned off here");
+                }
                 self.heap.clear();
                 self.generation = 0;
                 self.app.schedules.wait(MAX_SLEEP);
@@ -232,7 +243,9 @@ impl Timer {
             };
             slots.insert(Arc::from(id), slot);
         }
-        self.slots = slots;
+        for (id, old) in std::mem::replace(&mut self.slots, slots) {
+            self.drop_waiting(&id, old.waiting, "its schedule was removed");
+        }
         lock(&self.app.schedules.status).retain(|id, _| self.slots.contains_key(id));
         self.heap.clear();
         let ids: Vec<Arc<str>> = self.slots.keys().cloned().collect();
@@ -338,12 +351,7 @@ impl Timer {
                     let why = format!("run {run} of this schedule was still running");
                     return self.skip(id, at, 0, SkipReason::Overlap, Some(why));
                 }
-                Overlap::Queue if slot.waiting.is_none() => {
-                    if let Some(slot) = self.slots.get_mut(id) {
-                        slot.waiting = Some(at);
-                    }
-                    return;
-                }
+                Overlap::Queue if slot.waiting.is_none() => return self.hold(id, at, &run),
                 Overlap::Queue => {
                     let why = format!(
                         "run {run} was still running and an occurrence already waited for it"
@@ -369,13 +377,28 @@ impl Timer {
     /// Start the run of occurrence `at`: the function's run with the
     /// schedule's values, its callback, timeout and concurrency.
     fn start(&mut self, id: &str, at: Timestamp, missed: u64) {
-        let Some(slot) = self.slots.get(id) else {
-            return;
-        };
-        if !self.marks.claim(id, Time::from(at)) {
-            log::debug!("schedule {id}: the occurrence of {at} is another instance's");
+        if !self.claim(id, at) {
             return;
         }
+        if let Some(job) = self.job(id, at, missed) {
+            self.push_pending(id, at, missed, job);
+        }
+    }
+
+    /// Whether occurrence `at` of schedule `id` is this instance's to
+    /// handle (always, but with a shared database).
+    fn claim(&self, id: &str, at: Timestamp) -> bool {
+        let mine = self.marks.claim(id, Time::from(at));
+        if !mine {
+            log::debug!("schedule {id}: the occurrence of {at} is another instance's");
+        }
+        mine
+    }
+
+    /// The run of occurrence `at` of schedule `id`, as the current config
+    /// says.
+    fn job(&self, id: &str, at: Timestamp, missed: u64) -> Option<crate::runner::Job> {
+        let slot = self.slots.get(id)?;
         let cfg = self.app.config();
         let function = &slot.program.functions[slot.place.0];
         let mut job = invoke::job(
@@ -390,6 +413,14 @@ impl Timer {
         let fixed = [(function.callback.as_ref(), Source::Function)];
         job.callbacks =
             callback::targets(&cfg.server.callbacks, &fixed, None, false).unwrap_or_default();
+        Some(job)
+    }
+
+    /// Start `job`, the run of occurrence `at`, at the end of this wake.
+    fn push_pending(&mut self, id: &str, at: Timestamp, missed: u64, job: crate::runner::Job) {
+        let Some(slot) = self.slots.get(id) else {
+            return;
+        };
         let delay = slot.sched().delay(id);
         self.pending.push(Pending {
             id: id.to_string(),
@@ -502,22 +533,81 @@ impl Timer {
         self.note(id, at, &format!("skipped: {}", reason.name()));
     }
 
+    /// Let occurrence `at` wait for run `running` (`overlap = "queue"`):
+    /// recorded `queued` now, started when `running` ends.
+    fn hold(&mut self, id: &str, at: Timestamp, running: &str) {
+        if !self.claim(id, at) {
+            return;
+        }
+        let Some(job) = self.job(id, at, 0) else {
+            return;
+        };
+        match self.app.runner.record_waiting(&job) {
+            Ok(run) => {
+                let what = run.as_deref().map(|r| format!(" as run {r}"));
+                let what = what.unwrap_or_default();
+                log::info!("schedule {id}: the occurrence of {at} waits{what} for run {running}");
+                self.note(id, at, &format!("waiting{what} for {running}"));
+                if let Some(slot) = self.slots.get_mut(id) {
+                    slot.waiting = Some(Waiting { at, run });
+                }
+            }
+            Err(e) => {
+                let why = invoke::run_error(RunError::Storage(e))
+                    .message()
+                    .into_owned();
+                self.skip(id, at, 0, SkipReason::NotStarted, Some(why));
+            }
+        }
+    }
+
     /// Start the occurrences that waited for a run now ended; whether any.
     fn start_waiting(&mut self) -> bool {
-        let ready: Vec<(Arc<str>, Timestamp)> = self
+        let ready: Vec<Arc<str>> = self
             .slots
             .iter()
-            .filter_map(|(id, s)| Some((id.clone(), s.waiting?, s.running.clone())))
-            .filter(|(_, _, r)| !r.as_deref().is_some_and(|r| self.still_runs(r)))
-            .map(|(id, at, _)| (id, at))
+            .filter(|(_, s)| s.waiting.is_some())
+            .filter(|(_, s)| !s.running.as_deref().is_some_and(|r| self.still_runs(r)))
+            .map(|(id, _)| id.clone())
             .collect();
-        for (id, at) in &ready {
-            if let Some(slot) = self.slots.get_mut(id) {
-                slot.waiting = None;
+        for id in &ready {
+            let Some(w) = self.slots.get_mut(id).and_then(|s| s.waiting.take()) else {
+                continue;
+            };
+            let Some(mut job) = self.job(id, w.at, 0) else {
+                continue;
+            };
+            if let Some(run) = w.run {
+                // Its record may have been ended meanwhile (cancelled).
+                if !self.still_runs(&run) {
+                    log::info!("schedule {id}: run {run}, which waited, has ended; not started");
+                    continue;
+                }
+                job.id = Some(run);
             }
-            self.start(id, *at, 0);
+            self.push_pending(id, w.at, 0, job);
         }
         !ready.is_empty()
+    }
+
+    /// End the record of an occurrence that waited for a schedule no
+    /// longer fired here: `cancelled`, saying `why`.
+    fn drop_waiting(&self, id: &str, waiting: Option<Waiting>, why: &str) {
+        let Some(run) = waiting.and_then(|w| w.run) else {
+            return;
+        };
+        let Some(mut rec) = self.app.store.get(&run) else {
+            return;
+        };
+        if rec.state != RunState::Queued {
+            return;
+        }
+        rec.state = RunState::Cancelled;
+        rec.finished_at = Some(Time::now());
+        rec.error = Some(format!("it waited for a run of schedule {id}, and {why}"));
+        if let Err(e) = self.app.store.append(&rec, true) {
+            log::error!("schedule {id}: cannot record run {run} cancelled: {e}");
+        }
     }
 
     /// Sync the run log ahead of the next firing, at each of the
