@@ -181,7 +181,7 @@ impl Timer {
             self.start_pending();
             if runs > 0 {
                 log::debug!(
-                    "schedules: woke {:?} after the first firing due, planned {runs} runs in {planned:?}, accepted them in {:?}",
+                    "schedules: woke {:?} after the first firing due, planned {runs} runs in {planned:?}, accepted and logged them in {:?}",
                     first.map(|f| now.duration_since(f)),
                     t0.elapsed() - planned
                 );
