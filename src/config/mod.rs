@@ -15,6 +15,7 @@ pub mod callbacks;
 pub mod edit;
 mod endpoint;
 pub mod file;
+pub mod group;
 mod named;
 mod program;
 pub(crate) mod raw;
@@ -340,6 +341,9 @@ pub struct Function {
     pub schedules: Vec<schedules::Schedule>,
     /// How its runs are attempted again (`[functions.retry]`).
     pub retry: Option<retry::Retry>,
+    /// The concurrency group its runs belong to
+    /// (`[functions.concurrency_group]`).
+    pub concurrency_group: Option<group::Group>,
 }
 
 impl Function {

@@ -633,6 +633,22 @@ pub struct RawFunction {
     pub schedules: Vec<Spanned<RawSchedule>>,
     /// `[functions.retry]`: attempts again after a failure.
     pub retry: Option<Spanned<RawRetry>>,
+    /// `[functions.concurrency_group]`: a limit shared by every run whose
+    /// group key renders the same.
+    pub concurrency_group: Option<Spanned<RawGroup>>,
+}
+
+/// `[functions.concurrency_group]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawGroup {
+    /// `key`: a template over the function's inputs.
+    pub key: Spanned<String>,
+    /// `limit`, 1 to 10,000, default 1.
+    pub limit: Option<Spanned<i64>>,
+    /// `policy`: `queue` (default), `replace_pending`, `cancel_running`
+    /// or `skip`.
+    pub policy: Option<Spanned<String>>,
 }
 
 /// `[functions.retry]` as written.

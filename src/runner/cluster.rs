@@ -414,8 +414,10 @@ impl Runner {
         let kept = body && lock(&self.unrecorded).contains_key(&rec.run);
         match program_of(cfg, rec.owner, &rec.function) {
             Some(p) if !body || kept => {
+                let group = super::resumed_group(p, &rec);
                 let mut s = lock(&self.slots);
                 s.queue.push_back(Waiter::Async(Queued {
+                    group,
                     concurrency: concurrency(p, &rec.function),
                     key: (rec.owner, rec.function),
                     run: rec.run,

@@ -1521,6 +1521,8 @@ mod tests {
             reruns: Vec::new(),
             attempts: Vec::new(),
             retry_at: None,
+            group: None,
+            superseded_by: None,
             rerun_input: None,
         }
     }

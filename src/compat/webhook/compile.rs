@@ -325,6 +325,7 @@ fn program(d: &HookDef, cwd: &Option<PathBuf>, dir: &Path, server: &Server, n: u
         expect_every: None,
         schedules: Vec::new(),
         retry: None,
+        concurrency_group: None,
         // A hooks-file hook has no completion callback (the file format
         // has none).
         callback: None,
