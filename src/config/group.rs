@@ -101,7 +101,12 @@ pub fn compile(
         },
     };
     if r.key.get_ref().is_empty() {
-        errs.at(src, r.key.span(), format!("{key}.key"), "key must not be empty");
+        errs.at(
+            src,
+            r.key.span(),
+            format!("{key}.key"),
+            "key must not be empty",
+        );
         return None;
     }
     match parse_template(r.key.get_ref(), inputs) {
@@ -111,7 +116,12 @@ pub fn compile(
             policy,
         }),
         Err((offset, msg)) => {
-            errs.at(src, inner(src.text, &r.key, offset), format!("{key}.key"), msg);
+            errs.at(
+                src,
+                inner(src.text, &r.key, offset),
+                format!("{key}.key"),
+                msg,
+            );
             None
         }
     }

@@ -55,7 +55,7 @@ use crate::state::record::{
 use crate::state::store::{new_run_id, RunStore};
 use crate::state::time::Time;
 use handle::{RunHandle, Stream};
-use queue::{Drain, GroupClaim, Granted, Queued, Room, SlotKey, Slots, Ticket, Waiter};
+use queue::{Drain, Granted, GroupClaim, Queued, Room, SlotKey, Slots, Ticket, Waiter};
 use step::{Outcome, StepError};
 
 /// Everything needed to execute one run, owned, so that a detached thread can
@@ -196,7 +196,12 @@ fn group_claim(
 fn resumed_group(program: &Program, rec: &RunRecord) -> Option<GroupClaim> {
     group_claim(program, &rec.function, |g| match &rec.group {
         Some(key) => key.clone(),
-        None => g.key_of(&rec.input.as_ref().map(|i| i.values.clone()).unwrap_or_default()),
+        None => g.key_of(
+            &rec.input
+                .as_ref()
+                .map(|i| i.values.clone())
+                .unwrap_or_default(),
+        ),
     })
 }
 
@@ -781,7 +786,10 @@ impl Runner {
         let kept = self.take_unrecorded(&q.run).map(|(rec, _)| rec);
         let rec = kept.or_else(|| self.store.as_ref()?.get(&q.run));
         if rec.is_none() {
-            log::error!("run {}: taken off the queue, but its record cannot be read", q.run);
+            log::error!(
+                "run {}: taken off the queue, but its record cannot be read",
+                q.run
+            );
         }
         rec
     }
