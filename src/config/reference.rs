@@ -312,6 +312,17 @@ pub const SECTIONS: &[Section] = &[
     },
     Section {
         file: "program files",
+        header: "[functions.concurrency_group]",
+        path: "functions[].concurrency_group",
+        about: "A concurrency group: runs whose `key` renders the same (from any function, of any program) share `limit`; `policy` says what a run finding its key at the limit does. The record's `Group` holds the key; `superseded` runs name the newer run in `SupersededBy` (docs/runs.md).",
+        keys: &[
+            key("key", "string", REQUIRED, "the group key: a template, `{name}` takes the run's value of the function's output `name` (`\"deploy-{branch}\"`)"),
+            key("limit", "integer", Is("`1`"), "runs of one key executing at once: 1 to 10000"),
+            key("policy", "string", Str("queue"), "at the limit: `\"queue\"` (wait), `\"replace_pending\"` (wait, replacing the one waiting: it ends `superseded`), `\"cancel_running\"` (the oldest running one is cancelled and any waiting one superseded; this one starts next) or `\"skip\"` (this one ends `skipped`)"),
+        ],
+    },
+    Section {
+        file: "program files",
         header: "[[functions.schedules]]",
         path: "functions[].schedules[]",
         about: "A schedule trigger: each occurrence is an ordinary async run of the function, recorded with `By` `schedule:<program>/<function>/<name>` and its `ScheduledAt` (docs/schedules.md).",
@@ -583,6 +594,7 @@ const FUNCTION: &[Key] = &[
     key("expect_every", "duration", Is("none"), "a successful run is expected at least this often, whatever starts it; past it the function is overdue (`/metrics`, `GET /api/overdue`, a `callback` with `on = [\"overdue\"]`)"),
     key("schedules", "array of tables", Is("`[]`"), "schedule triggers: the clock runs the function: `[[functions.schedules]]`"),
     key("retry", "table", NONE, "attempt a failed run again after a backoff: `[functions.retry]` (docs/runs.md)"),
+    key("concurrency_group", "table", NONE, "a limit shared by every run whose group key renders the same, with a policy at the limit: `[functions.concurrency_group]` (docs/runs.md)"),
 ];
 
 #[cfg(test)]
