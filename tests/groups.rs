@@ -9,15 +9,20 @@ use serde_json::{json, Value};
 
 use crate::util::*;
 
-/// Program `id`'s function `name`: records its value `v` in
-/// `work/started`, waits until `work/release-<v>` exists, then records it
-/// in `work/ran` and answers it. Its group key is `deploy-{branch}`
-/// (`key` replaces it) with `policy`.
+/// Program `id` with one function, [`function`]`(name, policy, key)`.
 fn deploy(id: u64, name: &str, policy: &str, key: &str) -> String {
     format!(
+        "id = {id}\nname = \"{name}\"\n{}",
+        function(name, policy, key)
+    )
+}
+
+/// Function `name`: records its value `v` in `work/started`, waits until
+/// `work/release-<v>` exists, then records it in `work/ran` and answers
+/// it. Its group key is `key` (e.g. `deploy-{branch}`), under `policy`.
+fn function(name: &str, policy: &str, key: &str) -> String {
+    format!(
         r#"
-id = {id}
-name = "{name}"
 [[functions]]
 name = "{name}"
 workdir = "../work"
@@ -395,4 +400,108 @@ fn bad_group_settings_are_located_load_errors() {
             format!("{group}: a located error naming {want}"),
         );
     }
+}
+
+/// Instance `name` of a two-instance test on `db`, running `prog` (whose
+/// work directory is `work`, shared by both).
+fn pg_instance(db: &PgDb, test: &str, name: &str, prog: &str) -> (TestDir, Trigd) {
+    let server = format!("instance = {name:?}\nmax_concurrent_runs = 4");
+    let dir = setup(&format!("{test}_{name}"), &server, &[("deploy.toml", prog)]);
+    db.configure(&dir, "lease = \"2s\"");
+    let t = Trigd::start(&dir);
+    (dir, t)
+}
+
+/// Two instances on one PostgreSQL database: `limit = 1` holds across
+/// them (a run of a key waits while the key's run executes on the other
+/// instance; another key runs meanwhile), in order; `replace_pending`
+/// supersedes a run waiting in the cluster queue from either instance.
+#[test]
+fn two_instances_on_one_database_hold_limit_1_across_instances() {
+    let db = pg_database("groups_pg");
+    let work = TestDir::new("groups_pg_work");
+    let abs = work.path_str("");
+    let prog = deploy(1, "deploy", "queue", "deploy-{branch}")
+        + &function("latest", "replace_pending", "latest-{branch}");
+    let prog = prog.replace("../work", &abs);
+    let (_da, a) = pg_instance(&db, "groups_pg", "a", &prog);
+    let (_db, b) = pg_instance(&db, "groups_pg", "b", &prog);
+    let started = || work.lines("started");
+    let wait_started = |t: &Trigd, v: &str| {
+        t.wait_for(WAIT, &format!("run {v} to start"), || {
+            started().iter().any(|l| l == v)
+        })
+    };
+    let r1 = push_fn(&a, "deploy", "main", "1");
+    wait_started(&a, "1");
+    let r2 = push_fn(&b, "deploy", "main", "2");
+    let r3 = push_fn(&a, "deploy", "main", "3");
+    let x = push_fn(&b, "deploy", "dev", "x");
+    // x was accepted after 2 and 3 and runs: they wait for their key.
+    wait_started(&b, "x");
+    a.check_eq(started(), vec!["1".to_string(), "x".into()], "2 and 3 wait");
+    for id in [&r2, &r3] {
+        b.check_eq(field(&run_record(&b, id), "State"), &json!("queued"), id);
+    }
+    let holding = "SELECT count(*) FROM trigd_runs WHERE group_key = 'deploy-main' \
+                   AND state IN ('queued', 'running') AND instance IS NOT NULL";
+    a.check_eq(
+        db.count(holding),
+        1,
+        "one run of the key held in the cluster",
+    );
+    work.write("release-1", "");
+    wait_started(&a, "2");
+    a.check_eq(started().len(), 3, "3 still waits");
+    work.write("release-2", "");
+    wait_started(&a, "3");
+    for v in ["3", "x"] {
+        work.write(&format!("release-{v}"), "");
+    }
+    for id in [&r1, &r2, &r3, &x] {
+        wait_run_state(&a, id, "finished");
+    }
+    let main: Vec<String> = started().into_iter().filter(|v| v != "x").collect();
+    a.check_eq(
+        main,
+        vec!["1".into(), "2".into(), "3".into()],
+        "in order, one at a time",
+    );
+
+    // replace_pending in the cluster queue, from either instance: 5
+    // waits behind 4, 6 (through the other instance) replaces it, 7
+    // replaces 6; once 4 ends only 7 runs.
+    let r4 = latest(&a, "4");
+    wait_started(&a, "4");
+    let r5 = latest(&a, "5");
+    let r6 = latest(&b, "6");
+    let r7 = latest(&a, "7");
+    let rec = wait_run_state(&a, &r5, "superseded");
+    a.check_eq(field(&rec, "SupersededBy"), &json!(r6), "5 superseded by 6");
+    let rec = wait_run_state(&b, &r6, "superseded");
+    b.check_eq(field(&rec, "SupersededBy"), &json!(r7), "6 superseded by 7");
+    work.write("release-4", "");
+    wait_started(&a, "7");
+    work.write("release-7", "");
+    wait_run_state(&a, &r4, "finished");
+    wait_run_state(&b, &r7, "finished");
+    let all = started();
+    a.check(
+        !all.iter().any(|v| v == "5" || v == "6"),
+        "5 and 6 never ran",
+    );
+}
+
+/// An async run of function `function` of program 1 with `branch` and
+/// `v`, through `t`: its id.
+fn push_fn(t: &Trigd, function: &str, branch: &str, v: &str) -> String {
+    let r = t.post(&format!(
+        "/api?api_key={KEY}&program_id=1&function={function}{}&run_async=true",
+        vars(&[branch, v])
+    ));
+    r.run_id(&r.ok())
+}
+
+fn latest(t: &Trigd, v: &str) -> String {
+    push_fn(t, "latest", "main", v)
 }

@@ -1000,6 +1000,7 @@ impl Runner {
             values: st.job.values.clone(),
             vars: st.job.vars.clone(),
             body: st.job.body_file.is_some() || !st.job.files.is_empty(),
+            ..Default::default()
         });
         st.written = match &self.store {
             Some(store) => store.append_unsynced(&st.rec),
@@ -1275,6 +1276,7 @@ impl Runner {
                 values: job.values.clone(),
                 vars: job.vars.clone(),
                 body: job.body_file.is_some() || !job.files.is_empty(),
+                ..Default::default()
             }),
         }
     }

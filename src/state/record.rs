@@ -543,4 +543,11 @@ pub struct RunInput {
     /// files, which do not survive a restart.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub body: bool,
+    /// The `limit` of its concurrency group, for the cluster queue's take
+    /// (`trigd_runs.group_limit`; the key is the record's `Group`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_limit: Option<usize>,
+    /// The `policy` of its concurrency group, for the cluster queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_policy: Option<String>,
 }

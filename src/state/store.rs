@@ -1582,6 +1582,7 @@ mod tests {
             values: vec!["v".into()],
             vars: BTreeMap::new(),
             body: false,
+            ..Default::default()
         });
         let queued: Vec<RunRecord> = (0..50)
             .map(|i| RunRecord {
