@@ -505,3 +505,47 @@ fn push_fn(t: &Trigd, function: &str, branch: &str, v: &str) -> String {
 fn latest(t: &Trigd, v: &str) -> String {
     push_fn(t, "latest", "main", v)
 }
+
+/// Two instances on one database: `cancel_running` cancels the key's run
+/// executing on the other instance (it ends `cancelled`, naming the new
+/// run) and the new one runs; `skip` skips a run whose key runs on the
+/// other instance.
+#[test]
+fn two_instances_cancel_running_and_skip_across_instances() {
+    let db = pg_database("groups_pg_cancel");
+    let work = TestDir::new("groups_pg_cancel_work");
+    let abs = work.path_str("");
+    let prog = deploy(1, "deploy", "cancel_running", "deploy-{branch}")
+        + &function("once", "skip", "once-{branch}");
+    let prog = prog.replace("../work", &abs);
+    let (_da, a) = pg_instance(&db, "groups_pg_cancel", "a", &prog);
+    let (_db, b) = pg_instance(&db, "groups_pg_cancel", "b", &prog);
+    let started = || work.lines("started");
+    let wait_started = |t: &Trigd, v: &str| {
+        t.wait_for(WAIT, &format!("run {v} to start"), || {
+            started().iter().any(|l| l == v)
+        })
+    };
+    let first = push_fn(&a, "deploy", "main", "1");
+    wait_started(&a, "1");
+    let runs_on = db.psql(&format!(
+        "SELECT instance FROM trigd_runs WHERE id = '{first}'"
+    ));
+    // Through the instance that does not run it.
+    let other = if runs_on == "a" { &b } else { &a };
+    let second = push_fn(other, "deploy", "main", "2");
+    let rec = wait_run_state(&a, &first, "cancelled");
+    a.check_eq(field(&rec, "SupersededBy"), &json!(second), "1 names 2");
+    wait_started(&a, "2");
+    work.write("release-2", "");
+    wait_run_state(&a, &second, "finished");
+
+    let once = push_fn(&a, "once", "main", "o1");
+    wait_started(&a, "o1");
+    let skipped = push_fn(&b, "once", "main", "o2");
+    let rec = wait_run_state(&b, &skipped, "skipped");
+    b.check_eq(field(&rec, "Skipped"), &json!("group"), "Skipped");
+    work.write("release-o1", "");
+    wait_run_state(&a, &once, "finished");
+    a.check(!started().iter().any(|v| v == "o2"), "o2 never ran");
+}
