@@ -323,7 +323,7 @@ fn instances_starting_at_once_migrate_once_and_a_newer_schema_is_refused() {
     assert!(!done.status.success(), "refuses to start");
     let out = String::from_utf8_lossy(&done.stderr);
     assert!(
-        out.contains("version 99") && out.contains("version 1"),
+        out.contains("version 99") && out.contains("version 2"),
         "names both versions: {out}"
     );
 }

@@ -191,6 +191,38 @@ fn group_claim(
     })
 }
 
+/// Queue `rec` of `program` again at start-up, making room in its group
+/// as when it was accepted: a newer run of a key replaces the one waiting
+/// before it, but not one of `retrying` (between two attempts, it held its
+/// place in the group before the restart; it stays, in front). The room
+/// made, and the run's id.
+fn requeue(
+    s: &mut Slots,
+    cfg: &Arc<Config>,
+    program: &Arc<Program>,
+    rec: RunRecord,
+    retrying: &std::collections::HashSet<String>,
+) -> (Room, String) {
+    let group = resumed_group(program, &rec);
+    let mut room = s.make_room(group.as_ref(), &rec.run);
+    let (kept, gone) = std::mem::take(&mut room.superseded)
+        .into_iter()
+        .partition::<Vec<_>, _>(|w| retrying.contains(w.run()));
+    room.superseded = gone;
+    for w in kept.into_iter().rev() {
+        s.queue.push_front(w);
+    }
+    s.queue.push_back(Waiter::Async(Queued {
+        concurrency: concurrency(program, &rec.function),
+        key: (rec.owner, rec.function),
+        run: rec.run.clone(),
+        program: Arc::clone(program),
+        cfg: Arc::clone(cfg),
+        group,
+    }));
+    (room, rec.run)
+}
+
 /// The group of `rec`, queued before a restart: the key it was recorded
 /// with (rendered from its values when the group is new).
 fn resumed_group(program: &Program, rec: &RunRecord) -> Option<GroupClaim> {
@@ -1075,6 +1107,7 @@ impl Runner {
         let mut s = lock(&self.slots);
         s.max = cfg.server.max_concurrent_runs;
         let mut rooms = Vec::new();
+        let mut retrying = std::collections::HashSet::new();
         for id in ids {
             let Some(mut rec) = store.get(&id) else {
                 continue;
@@ -1082,18 +1115,11 @@ impl Runner {
             let body = rec.input.as_ref().is_some_and(|i| i.body);
             match program_of(cfg, rec.owner, &rec.function) {
                 Some(p) if !body => {
-                    let group = resumed_group(p, &rec);
-                    // The same decisions as before the restart: a newer
-                    // run of a group replaces the one waiting before it.
-                    rooms.push((s.make_room(group.as_ref(), &rec.run), rec.run.clone()));
-                    s.queue.push_back(Waiter::Async(Queued {
-                        concurrency: concurrency(p, &rec.function),
-                        key: (rec.owner, rec.function),
-                        run: rec.run,
-                        program: Arc::clone(p),
-                        cfg: Arc::clone(cfg),
-                        group,
-                    }));
+                    if rec.retry_at.is_some() {
+                        retrying.insert(rec.run.clone());
+                    }
+                    let room = requeue(&mut s, cfg, p, rec, &retrying);
+                    rooms.push(room);
                 }
                 _ => {
                     rec.state = RunState::Failed;
