@@ -374,6 +374,48 @@ fn a_restart_replays_a_replacement_the_log_does_not_show_yet() {
     t.check_eq(started, vec!["a".to_string(), "c".into()], "b never ran");
 }
 
+/// A run between two attempts (`[functions.retry]`) holds its place in
+/// its group; after a `kill -9` a newer run of its key that waited behind
+/// it still waits, and does not replace it.
+#[test]
+fn kill9_keeps_a_run_between_attempts_ahead_of_a_newer_run_of_its_key() {
+    let prog = deploy(1, "deploy", "replace_pending", "deploy-{branch}").replace(
+        r#"echo "$v" >> started; "#,
+        r#"echo "$v" >> started; if [ -e "fail-$v" ]; then rm "fail-$v"; exit 1; fi; "#,
+    ) + "[functions.retry]\nattempts = 2\nbackoff = \"6s\"\njitter = false\n";
+    let (dir, mut t) = serve("groups_retry_kill9", "", &[("deploy.toml", &prog)]);
+    dir.write("work/fail-a", "");
+    let a = push(&t, 1, "main", "a");
+    t.wait_for(WAIT, "a's first attempt to fail", || {
+        run_record(&t, &a)["RetryAt"].is_string()
+    });
+    let b = push(&t, 1, "main", "b");
+    t.check_eq(
+        field(&run_record(&t, &b), "State"),
+        &json!("queued"),
+        "b waits",
+    );
+    t.kill9();
+    t.restart();
+    t.wait_for(WAIT, "a's second attempt", || {
+        dir.lines("work/started") == ["a", "a"]
+    });
+    t.check_eq(
+        field(&run_record(&t, &b), "State"),
+        &json!("queued"),
+        "b still waits",
+    );
+    dir.write("work/release-a", "");
+    dir.write("work/release-b", "");
+    wait_run_state(&t, &a, "finished");
+    wait_run_state(&t, &b, "finished");
+    t.check_eq(
+        dir.lines("work/ran"),
+        vec!["a".to_string(), "b".into()],
+        "a, then b",
+    );
+}
+
 #[test]
 fn bad_group_settings_are_located_load_errors() {
     for (group, want) in [
