@@ -416,6 +416,73 @@ fn kill9_keeps_a_run_between_attempts_ahead_of_a_newer_run_of_its_key() {
     );
 }
 
+/// A tool trigger's `concurrency_group` applies to runs through it, in
+/// place of the function's (here: none): runs of the function through
+/// `POST /api` are not in the group. Its decisions survive a `kill -9`
+/// (the group is kept with the queued run, not looked up again).
+#[test]
+fn a_tool_triggers_group_applies_to_runs_through_it_also_after_kill9() {
+    let plain = function("plain", "queue", "unused");
+    let plain = plain.split("[functions.concurrency_group]").next().unwrap();
+    let prog = format!("id = 1\nname = \"plain\"\n{plain}");
+    let dir = setup("groups_trigger", "", &[("plain.toml", &prog)]);
+    dir.append(
+        "config.toml",
+        r#"
+[[tools]]
+name = "ship"
+workspace = "ops"
+[tools.environments.open]
+public = true
+[[tools.triggers]]
+kind = "endpoint"
+name = "deploy"
+program = 1
+function = "plain"
+[tools.triggers.concurrency_group]
+key = "ship-{branch}"
+policy = "replace_pending"
+"#,
+    );
+    let mut t = Trigd::start(&dir);
+    let ship = |t: &Trigd, v: &str| {
+        let r = t.post(&format!(
+            "/tools/ship/open/deploy?branch=main&v={v}&run_async=true"
+        ));
+        r.run_id(&r.ok())
+    };
+    let a = ship(&t, "a");
+    wait_started(&t, &dir, "a");
+    let b = ship(&t, "b");
+    t.check_eq(
+        field(&run_record(&t, &b), "Group"),
+        &json!("ship-main"),
+        "b's Group",
+    );
+    t.kill9();
+    dir.write("work/release-a", "");
+    t.restart();
+    wait_run_state(&t, &a, "interrupted");
+    wait_started(&t, &dir, "b");
+    let c = ship(&t, "c");
+    let d = ship(&t, "d");
+    let rc = wait_run_state(&t, &c, "superseded");
+    t.check_eq(field(&rc, "SupersededBy"), &json!(d), "c superseded by d");
+    // The function through POST /api: no group, runs at once.
+    let e = push(&t, 1, "main", "e");
+    wait_started(&t, &dir, "e");
+    for v in ["b", "d", "e"] {
+        dir.write(&format!("work/release-{v}"), "");
+    }
+    for id in [&b, &d, &e] {
+        wait_run_state(&t, id, "finished");
+    }
+    t.check(
+        !dir.lines("work/started").contains(&"c".into()),
+        "c never ran",
+    );
+}
+
 #[test]
 fn bad_group_settings_are_located_load_errors() {
     for (group, want) in [
@@ -442,6 +509,23 @@ fn bad_group_settings_are_located_load_errors() {
             format!("{group}: a located error naming {want}"),
         );
     }
+    // A tool trigger's group, in config.toml.
+    let prog = "id = 1\nname = \"d\"\n[[functions]]\nname = \"d\"\noutputs = [\"branch\"]\n\
+                command = [\"true\"]\n";
+    let dir = setup("groups_bad_trigger", "", &[("d.toml", prog)]);
+    dir.append(
+        "config.toml",
+        "\n[[tools]]\nname = \"t\"\nworkspace = \"ops\"\n[tools.environments.e]\n\
+         [[tools.triggers]]\nkind = \"endpoint\"\nname = \"x\"\nprogram = 1\n\
+         function = \"d\"\n[tools.triggers.concurrency_group]\nkey = \"d-{nope}\"\n",
+    );
+    let out = crate::util::cli::trigd(&["check", "--config", &dir.path_str("config.toml")], None);
+    out.code_is(1);
+    let want = "tools[0].triggers[0].concurrency_group.key";
+    out.check(
+        out.stderr.contains("config.toml:") && out.stderr.contains(want),
+        format!("a located error naming {want}"),
+    );
 }
 
 /// Instance `name` of a two-instance test on `db`, running `prog` (whose

@@ -41,6 +41,13 @@ impl Policy {
     }
 }
 
+impl Policy {
+    /// The policy named `name` (as in the config).
+    pub fn from_name(name: &str) -> Option<Policy> {
+        POLICIES.into_iter().find(|x| x.name() == name)
+    }
+}
+
 const POLICIES: [Policy; 4] = [
     Policy::Queue,
     Policy::ReplacePending,
@@ -87,7 +94,7 @@ pub fn compile(
     };
     let policy = match &r.policy {
         None => Policy::Queue,
-        Some(p) => match POLICIES.into_iter().find(|x| x.name() == p.get_ref()) {
+        Some(p) => match Policy::from_name(p.get_ref()) {
             Some(x) => x,
             None => {
                 let msg = format!(

@@ -522,6 +522,9 @@ pub struct Trigger {
     /// Verification, value sources, rule and answer shape (default: none,
     /// values by output name, no rule, plain answer).
     pub receive: Arc<crate::receive::Receive>,
+    /// The concurrency group of runs through it, in place of the
+    /// function's (`[tools.triggers.concurrency_group]`).
+    pub group: Option<group::Group>,
 }
 
 /// A problem in a config or program file, with where it is.

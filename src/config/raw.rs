@@ -452,6 +452,9 @@ pub struct RawTrigger {
     pub stdin: Option<Spanned<String>>,
     /// `[tools.triggers.response]`: the answer's shape.
     pub response: Option<RawResponse>,
+    /// `[tools.triggers.concurrency_group]`: the group of the runs through
+    /// this trigger, in place of the function's.
+    pub concurrency_group: Option<Spanned<RawGroup>>,
 }
 
 /// A signature or token check (`verify`, or a rule's `signature`).

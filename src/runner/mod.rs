@@ -44,6 +44,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::config::group::Policy;
 use crate::config::{Config, Program};
 use crate::http::metrics::Metrics;
 use crate::runs::callback::{Chain, Service as Callbacks};
@@ -94,6 +95,9 @@ pub struct Job {
     pub occurrence: Option<(Time, Option<u64>)>,
     /// The run this one re-runs (`RunRecord::rerun_of`).
     pub rerun_of: Option<String>,
+    /// The concurrency group of the trigger it came through, in place of
+    /// the function's.
+    pub group: Option<crate::config::group::Group>,
 }
 
 /// A copy of `e` for each of the runs one failed write or sync concerns
@@ -139,8 +143,12 @@ impl Job {
         concurrency(&self.program, &self.function)
     }
 
-    /// The run's concurrency group, its key rendered from the values.
+    /// The run's concurrency group (its trigger's, else its function's),
+    /// its key rendered from the values.
     fn group(&self) -> Option<GroupClaim> {
+        if let Some(g) = &self.group {
+            return Some(claim(g, g.key_of(&self.values)));
+        }
         group_claim(&self.program, &self.function, |g| g.key_of(&self.values))
     }
 
@@ -184,11 +192,16 @@ fn group_claim(
     key: impl FnOnce(&crate::config::group::Group) -> String,
 ) -> Option<GroupClaim> {
     let g = program.function(function)?.concurrency_group.as_ref()?;
-    Some(GroupClaim {
-        key: key(g),
+    Some(claim(g, key(g)))
+}
+
+/// Group `g`, its key rendered as `key`.
+fn claim(g: &crate::config::group::Group, key: String) -> GroupClaim {
+    GroupClaim {
+        key,
         limit: g.limit,
         policy: g.policy,
-    })
+    }
 }
 
 /// Queue `rec` of `program` again at start-up, making room in its group
@@ -223,9 +236,17 @@ fn requeue(
     (room, rec.run)
 }
 
-/// The group of `rec`, queued before a restart: the key it was recorded
-/// with (rendered from its values when the group is new).
+/// The group of `rec`, queued before a restart: as it was recorded (key,
+/// and limit and policy in its input), else its function's (the key
+/// rendered from its values when the group is new).
 fn resumed_group(program: &Program, rec: &RunRecord) -> Option<GroupClaim> {
+    let input = rec.input.as_ref();
+    let limit = input.and_then(|i| i.group_limit);
+    let policy = input.and_then(|i| i.group_policy.as_deref().and_then(Policy::from_name));
+    if let (Some(key), Some(limit), Some(policy)) = (&rec.group, limit, policy) {
+        let key = key.clone();
+        return Some(GroupClaim { key, limit, policy });
+    }
     group_claim(program, &rec.function, |g| match &rec.group {
         Some(key) => key.clone(),
         None => g.key_of(
@@ -1032,7 +1053,9 @@ impl Runner {
             values: st.job.values.clone(),
             vars: st.job.vars.clone(),
             body: st.job.body_file.is_some() || !st.job.files.is_empty(),
-            ..Default::default()
+            // Its group as decided now, for a restart.
+            group_limit: st.group.as_ref().map(|g| g.limit),
+            group_policy: st.group.as_ref().map(|g| g.policy.name().to_string()),
         });
         st.written = match &self.store {
             Some(store) => store.append_unsynced(&st.rec),
@@ -1262,6 +1285,8 @@ impl Runner {
             callbacks: Vec::new(),
             occurrence: rec.scheduled_at.map(|t| (t, rec.missed)),
             rerun_of: rec.rerun_of.clone(),
+            // Its group is the queue's, decided when it was accepted.
+            group: None,
         };
         Some((rec, job))
     }

@@ -196,6 +196,7 @@ fn job(server: &str, script: &str) -> Job {
         callbacks: Vec::new(),
         occurrence: None,
         rerun_of: None,
+        group: None,
     }
 }
 

@@ -189,6 +189,7 @@ pub fn compile(d: &HookDef, dir: &Path, server: &Server) -> Result<Endpoint, Str
         request_callbacks: false,
         receive: Arc::new(receive),
         entry: Entry::Hook(d.id.clone()),
+        group: None,
     })
 }
 
