@@ -205,7 +205,11 @@ fn skip_ends_the_new_run_skipped_and_answers_sync_callers_run_skipped() {
     dir.write("work/release-x", "");
     wait_run_state(&t, &a, "finished");
     wait_run_state(&t, &other, "finished");
-    // The group has room again.
+    // The group has room again once the run's slot is given back (a
+    // moment after its end is recorded).
+    t.wait_for(WAIT, "the slots to be free", || {
+        t.get("/healthz").ok()["RunsInFlight"] == json!(0)
+    });
     let later = push(&t, 1, "main", "l");
     wait_started(&t, &dir, "l");
     dir.write("work/release-l", "");
