@@ -1555,6 +1555,8 @@ mod tests {
             reruns: Vec::new(),
             attempts: Vec::new(),
             retry_at: None,
+            group: None,
+            superseded_by: None,
             rerun_input: None,
         }
     }
@@ -1614,6 +1616,7 @@ mod tests {
             values: vec!["v".into()],
             vars: BTreeMap::new(),
             body: false,
+            ..Default::default()
         });
         let queued: Vec<RunRecord> = (0..50)
             .map(|i| RunRecord {
