@@ -466,6 +466,8 @@ impl Timer {
             reruns: Vec::new(),
             attempts: Vec::new(),
             retry_at: None,
+            group: None,
+            superseded_by: None,
             rerun_input: None,
         };
         if let Err(e) = self.app.store.append(&rec, true) {

@@ -1469,10 +1469,13 @@ mod tests {
         let d = tmpdir("bad-fields");
         fs::create_dir_all(&d).unwrap();
         let good = |name: &str| String::from_utf8(to_line(&rec(name, RunState::Finished))).unwrap();
-        let bad_time = good("t").replace(
-            &rec("t", RunState::Finished).created_at.to_string(),
-            "yesterday",
-        );
+        // One record, its own time replaced (a second `rec` may be made in
+        // another millisecond on a loaded machine).
+        let t = rec("t", RunState::Finished);
+        let bad_time = String::from_utf8(to_line(&t))
+            .unwrap()
+            .replace(&t.created_at.to_string(), "yesterday");
+        assert!(bad_time.contains("yesterday"));
         let steps = r#""Steps":[{"DurationMs":1,"Kind":"teleport","StderrTruncated":false,"StdoutTruncated":false}]"#;
         let bad_kind = good("k").replace(r#""Steps":[]"#, steps);
         let deep = format!(
@@ -1521,6 +1524,8 @@ mod tests {
             reruns: Vec::new(),
             attempts: Vec::new(),
             retry_at: None,
+            group: None,
+            superseded_by: None,
             rerun_input: None,
         }
     }
@@ -1580,6 +1585,7 @@ mod tests {
             values: vec!["v".into()],
             vars: BTreeMap::new(),
             body: false,
+            ..Default::default()
         });
         let queued: Vec<RunRecord> = (0..50)
             .map(|i| RunRecord {
