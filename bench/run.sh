@@ -39,10 +39,10 @@ fi
 
 # ---------------------------------------------------------------- settings
 if ((QUICK)); then
-    d_seconds=1 d_rounds=1 d_async=2 d_async_rounds=1 d_programs=1000 d_start=1 d_reload=2 d_warmup=0 d_output=20
+    d_seconds=1 d_rounds=1 d_async=2 d_async_rounds=1 d_programs=1000 d_start=1 d_reload=2 d_warmup=0 d_output=20 d_runlist=100000
     d_results=$BENCH_DIR/RESULTS.quick.md
 else
-    d_seconds=5 d_rounds=3 d_async=10 d_async_rounds=2 d_programs=10000 d_start=9 d_reload=5 d_warmup=1 d_output=100
+    d_seconds=5 d_rounds=3 d_async=10 d_async_rounds=2 d_programs=10000 d_start=9 d_reload=5 d_warmup=1 d_output=100 d_runlist=1000000
     d_results=$BENCH_DIR/RESULTS.md
 fi
 SECS=${BENCH_SECONDS:-$d_seconds}              # one wrk measurement
@@ -1001,7 +1001,7 @@ done
 # for SECS: the p99 of a filtered page must stay within 20 ms (nomatch
 # matches no run: the whole index is searched). The index's
 # memory: VmRSS with the 1,000,000 runs minus VmRSS with none, per run.
-RUNLIST_N=${BENCH_RUNLIST_RUNS:-1000000}
+RUNLIST_N=${BENCH_RUNLIST_RUNS:-$d_runlist}
 RL=$WORK/runlist
 if ! ((SKIP_TRIGD)) && want runlist; then
     log "case runlist: $RUNLIST_N runs in the state dir, GET /api/runs, ${SECS}s a query"
@@ -1045,6 +1045,12 @@ if ! ((SKIP_TRIGD)) && want runlist; then
         "nomatch:program=7&state=failed&limit=50"
     )
     export WRK_METHOD=GET
+    # The machine's floor: the p99 of GET /healthz (no work) on the same
+    # server just before the queries; on a loaded machine the queries'
+    # p99 cannot be below it.
+    run_wrk "$WORK/wrk/runlist-healthz.txt" 1 "$SECS" "$T_BASE_RL/healthz" 200
+    add runlist.healthz.p99 "$WR_P99"
+    log "  healthz (floor): $WR_RPS/s p50 ${WR_P50}ms p99 ${WR_P99}ms"
     for q in "${RUNLIST_QUERIES[@]}"; do
         qn=${q%%:*}
         run_wrk "$WORK/wrk/runlist-$qn.txt" 1 "$SECS" "$T_BASE_RL/api/runs?api_key=$KEY&${q#*:}" 200
@@ -1251,6 +1257,7 @@ for qn in newest program_state function_origin tool_cursor window nomatch; do
 done
 verdict "$(passif le "$worst" 20)"
 row "$RLQ" "worst p99 of the filtered pages, ms" "$(fmt "$worst" %.2f)" "n/a" "" "≤ 20 ms" "$V"
+row "$RLQ" "the machine's floor: GET /healthz p99 ms, just before" "$(fmt "$(tm runlist.healthz.p99)" %.2f)" "n/a" "" "" ""
 rlb=$(awk -v a="$(tm runlist.rss1)" -v b="$(tm runlist.rss0)" -v n="$RUNLIST_N" 'BEGIN { if (a == "nan" || b == "nan" || a == "" || b == "") print "nan"; else printf "%.1f", (a - b) * 1024 / n }')
 verdict "$(passif le "$rlb" 64)"
 row "$RLQ" "VmRSS with them minus VmRSS with none, bytes a run" "$(fmt "$rlb" %.1f)" "n/a" "" "≤ 64" "$V"

@@ -142,8 +142,13 @@ pub mod testing {
             }
         }
     }
-    /// Callback signatures.
+    /// Callback signatures; the run list's query.
     pub mod runs {
+        /// `GET /api/runs`: its query parser and the filter it makes.
+        pub mod list {
+            pub use crate::runs::list::{parse, FILTER_PARAMS};
+            pub use crate::state::store::{Cursor, RunFilter, DEFAULT_PAGE, MAX_PAGE};
+        }
         /// Sending callbacks.
         pub mod callback {
             /// Signing.

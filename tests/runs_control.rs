@@ -214,38 +214,80 @@ fn hostile_run_list_queries_are_400_with_a_code() {
     let (_dir, t) = start("list_hostile", "");
     run(&t, 2, "noisy", "");
     let long = "x".repeat(3000);
-    let bad = [
-        "limit=0".to_string(),
-        "limit=201".into(),
-        "limit=-1".into(),
-        "limit=abc".into(),
-        "limit=99999999999999999999999".into(),
-        "cursor=garbage".into(),
-        format!("cursor={long}"),
-        format!("cursor=1.{}", "g".repeat(32)),
-        format!("cursor=1.{}", "A".repeat(32)),
-        format!("cursor=99999999999999999999999.{}", "0".repeat(32)),
-        "since=yesterday".into(),
-        "until=2026-13-01T00:00:00Z".into(),
-        "since=2026-02-01T00:00:00Z&until=2026-01-01T00:00:00Z".into(),
-        "state=sleeping".into(),
-        "program=-1".into(),
-        "program=99999999999999999999".into(),
-        "origin=bogus".into(),
-        format!("function={long}"),
-        format!("tool={long}"),
-        "colour=red".into(),
-        "state=failed&state=finished".into(),
-        "page=2".into(),
+    let hex = "0123456789abcdef".repeat(2);
+    // Each query and the parameter its 400 names.
+    let bad: Vec<(String, &str)> = vec![
+        ("limit=0".into(), "limit"),
+        ("limit=201".into(), "limit"),
+        ("limit=-1".into(), "limit"),
+        ("limit=abc".into(), "limit"),
+        ("limit=99999999999999999999999".into(), "limit"),
+        ("limit=%2B5".into(), "limit"),
+        ("limit=%205".into(), "limit"),
+        ("limit=5.0".into(), "limit"),
+        ("limit=0x10".into(), "limit"),
+        ("limit=5&limit=6".into(), "limit"),
+        ("cursor=garbage".into(), "cursor"),
+        (format!("cursor={long}"), "cursor"),
+        (format!("cursor=1.{}", "g".repeat(32)), "cursor"),
+        (format!("cursor=1.{}", "A".repeat(32)), "cursor"),
+        (format!("cursor=1.{hex}0"), "cursor"),
+        (format!("cursor=1.{}", &hex[1..]), "cursor"),
+        (format!("cursor=.{hex}"), "cursor"),
+        (format!("cursor=-.{hex}"), "cursor"),
+        (format!("cursor=%2B1.{hex}"), "cursor"),
+        (format!("cursor=1.{hex}%00"), "cursor"),
+        (
+            format!("cursor=99999999999999999999999.{}", "0".repeat(32)),
+            "cursor",
+        ),
+        // One past i64::MAX milliseconds: well-formed, not a position.
+        (format!("cursor=9223372036854775808.{hex}"), "cursor"),
+        (format!("cursor=1.{hex}&cursor=2.{hex}"), "cursor"),
+        ("since=yesterday".into(), "since"),
+        ("until=2026-13-01T00:00:00Z".into(), "until"),
+        ("since=99999-01-01T00:00:00Z".into(), "since"),
+        (format!("until={long}"), "until"),
+        (
+            "since=2026-02-01T00:00:00Z&until=2026-01-01T00:00:00Z".into(),
+            "until",
+        ),
+        ("state=sleeping".into(), "state"),
+        ("state=FAILED".into(), "state"),
+        ("program=-1".into(), "program"),
+        ("program=99999999999999999999".into(), "program"),
+        ("program=1&program=2".into(), "program"),
+        ("origin=bogus".into(), "origin"),
+        (format!("function={long}"), "function"),
+        (format!("tool={long}"), "tool"),
+        (format!("origin=api_key:{long}"), "origin"),
+        ("colour=red".into(), "colour"),
+        ("state=failed&state=finished".into(), "state"),
+        ("page=2".into(), "page"),
     ];
-    for q in &bad {
+    for (q, name) in &bad {
         let r = t.get(&format!("/api/runs?api_key={KEY}&{q}"));
         let v = r.err(400, "invalid_parameter");
         r.check(
             v["Error"].as_str().is_some_and(|e| !e.is_empty()),
             "says why",
         );
+        r.check_eq(v["Parameter"].as_str(), Some(*name), q);
     }
+    // A well-formed cursor is only a position, whatever its time: with
+    // several instances on one database, a page may end at a run stamped
+    // by a clock ahead of this one. At the ends of the range: all, none.
+    let far = format!("cursor=9223372036854775807.{}", "f".repeat(32));
+    t.check_eq(ids(&list(&t, KEY, &far)).len(), 1, "a cursor far ahead");
+    let past = format!("cursor=-9223372036854775808.{}", "0".repeat(32));
+    t.check_eq(ids(&list(&t, KEY, &past)), vec![], "a cursor far back");
+    // since = until is an empty window, not an error.
+    let at = "2026-01-01T00:00:00Z";
+    t.check_eq(
+        ids(&list(&t, KEY, &format!("since={at}&until={at}"))),
+        vec![],
+        "an empty window",
+    );
     // Empty values are no filter; the page bound is accepted.
     let v = list(&t, KEY, "state=&program=&limit=200");
     t.check_eq(v["Runs"].as_array().map(Vec::len), Some(1), "one run");

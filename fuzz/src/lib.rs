@@ -856,3 +856,72 @@ pub fn notify_inputs(data: &[u8]) {
         }
     }
 }
+
+/// The query of `GET /api/runs` (issue 35): the input is the query string
+/// of `/api/runs?…`, read by `runs::list::parse` (the Runs page reads its
+/// query with the same function), and the raw input as a cursor. No
+/// panic; a refusal is 400 `invalid_parameter` naming a parameter of the
+/// query, with a message; an accepted query has a page size in
+/// 1..=`MAX_PAGE` (`DEFAULT_PAGE` when not given), `since` not after
+/// `until`, names of at most 256 bytes, only known parameters, each once,
+/// every non-empty filter set and every empty one unset, and a cursor that
+/// reads back from its own text; a cursor is at most 54 bytes
+/// (`<20 digits>.<32 hex>` with a sign) and reads back from what it writes.
+pub fn run_list_query(data: &[u8]) {
+    use trigd::testing::runs::list::{parse, Cursor, DEFAULT_PAGE, FILTER_PARAMS, MAX_PAGE};
+    let text = String::from_utf8_lossy(data);
+    if let Ok(c) = text.parse::<Cursor>() {
+        assert!(text.len() <= 54, "a cursor of {} bytes", text.len());
+        assert_eq!(c.to_string().parse::<Cursor>(), Ok(c), "{text:?}");
+    }
+    let Ok(req) = Request::new("GET", &format!("/api/runs?{text}")) else {
+        return;
+    };
+    let f = match parse(&req, &["api_key"]) {
+        Ok(f) => f,
+        Err(e) => {
+            assert_eq!((e.status(), e.code()), (400, "invalid_parameter"), "{e:?}");
+            assert!(!e.message().is_empty(), "an empty message");
+            let msg = e.message();
+            let named = req.query.iter().any(|(k, _)| msg.contains(k.as_str()));
+            assert!(named, "the error names no parameter of the query: {msg}");
+            return;
+        }
+    };
+    assert!((1..=MAX_PAGE).contains(&f.limit), "limit {}", f.limit);
+    if let (Some(s), Some(u)) = (f.since, f.until) {
+        assert!(s <= u, "since after until");
+    }
+    for n in [&f.function, &f.tool].into_iter().flatten() {
+        assert!(!n.is_empty() && n.len() <= 256, "a name of {} bytes", n.len());
+    }
+    let given = |k: &'static str| req.query_one(k).ok().flatten().filter(|v| !v.is_empty());
+    for (k, _) in &req.query {
+        assert!(
+            FILTER_PARAMS.contains(&k.as_str()) || k == "api_key",
+            "unknown {k:?} accepted"
+        );
+        assert!(req.query_one(k).is_ok() || k == "api_key", "{k:?} twice");
+    }
+    let set = [
+        ("program", f.program.is_some()),
+        ("function", f.function.is_some()),
+        ("tool", f.tool.is_some()),
+        ("origin", f.origin.is_some()),
+        ("state", f.state.is_some()),
+        ("since", f.since.is_some()),
+        ("until", f.until.is_some()),
+        ("cursor", f.before.is_some()),
+    ];
+    for (k, is_set) in set {
+        assert_eq!(given(k).is_some(), is_set, "{k}");
+    }
+    if given("limit").is_none() {
+        assert_eq!(f.limit, DEFAULT_PAGE);
+    }
+    if let Some(c) = f.before {
+        let text = given("cursor").unwrap_or_default();
+        assert_eq!(text.parse::<Cursor>(), Ok(c), "{text:?}");
+        assert_eq!(c.to_string().parse::<Cursor>(), Ok(c));
+    }
+}

@@ -43,6 +43,10 @@ const TOKENS: &[&str] = &[
     "..",
     "api_key=",
     "program_id=",
+    "cursor=",
+    "limit=",
+    "since=",
+    "state=",
     "variables=",
     "run_async=",
     "id = ",
@@ -237,4 +241,9 @@ fn cron_expr() {
 #[test]
 fn notify_inputs() {
     run("notify_inputs", trigd_fuzz::notify_inputs);
+}
+
+#[test]
+fn run_list_query() {
+    run("run_list_query", trigd_fuzz::run_list_query);
 }
