@@ -129,7 +129,11 @@ fn an_idempotency_key_retried_on_another_instance_replays_the_first_run() {
     // The keys are rows of the database: /healthz does not count them
     // (null), rather than say 0.
     let h = a.get("/healthz");
-    h.check_eq(&h.json()["IdempotencyKeys"], &json!(null), "IdempotencyKeys");
+    h.check_eq(
+        &h.json()["IdempotencyKeys"],
+        &json!(null),
+        "IdempotencyKeys",
+    );
 }
 
 /// The same key sent to two instances at once, many times: one run per key.
