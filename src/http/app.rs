@@ -85,13 +85,12 @@ impl App {
         if let Some(cb) = self.runner.callbacks() {
             cb.configure(&config.server.callbacks);
         }
+        // The error first: a request served by the new config, then a
+        // `/healthz`, must not see the refusal that this config ends.
+        self.clear_reload_error();
         *self.config.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(config);
         self.generation.fetch_add(1, Ordering::SeqCst);
         self.schedules.ring();
-        *self
-            .last_reload_error
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = None;
     }
 
     /// Record why the last reload was refused.

@@ -40,9 +40,11 @@
 //! transaction that records the occurrence, and takes a lease per
 //! occurrence there so that it fires once per cluster: `schedule/`),
 //! and [`acme::AcmeFiles`].
-//! A second backend (PostgreSQL) becomes a variant of [`State`] and inside
-//! each of these types (an enum of a file backend and a database one), not
-//! a rewrite of callers; there is no trait while there is one backend.
+//! The second backend (PostgreSQL, [`pg`]) is a variant inside each of
+//! these types (an enum of the file side and the database side, chosen
+//! once at open), not a rewrite of callers and not a trait: each type has
+//! exactly two sides, both here, and an enum keeps every call site a plain
+//! method call with no boxing.
 //! Kept output and request bodies stay files on each host whatever the
 //! backend: they are read by path (`follow`, a step's stdin). With the
 //! database, the executing instance also copies kept output to it
