@@ -377,26 +377,16 @@ impl Runner {
         }
     }
 
-    /// Take queued runs from the cluster queue while a slot is free: as
-    /// many as there are free slots in each statement.
+    /// Take queued runs from the cluster queue while a slot is free.
     fn take_runs(self: &Arc<Self>, shared: &Shared, cfg: &Arc<Config>) {
-        loop {
-            let room = self.room(cfg);
-            if room == 0 {
-                return;
-            }
-            match sql::take(&shared.db, &shared.me, room) {
-                Ok(taken) => {
-                    let more = taken.len() == room;
-                    shared.backlog.store(more, Ordering::SeqCst);
-                    for rec in taken {
-                        log::debug!("run {} taken from the cluster queue", rec.run);
-                        self.enqueue_taken(cfg, rec);
-                    }
-                    if !more {
-                        return;
-                    }
+        while self.room(cfg) > 0 {
+            match sql::take(&shared.db, &shared.me) {
+                Ok(Some(rec)) => {
+                    shared.backlog.store(true, Ordering::SeqCst);
+                    log::debug!("run {} taken from the cluster queue", rec.run);
+                    self.enqueue_taken(cfg, rec);
                 }
+                Ok(None) => return shared.backlog.store(false, Ordering::SeqCst),
                 Err(e) => return log::warn!("cluster: cannot take a queued run: {e}"),
             }
         }

@@ -162,38 +162,30 @@ fn adopt_callbacks(
     Ok(crate::state::spool::parse_all(&texts))
 }
 
-/// Take the oldest async runs of the cluster queue for `me`, at most `n`,
-/// in one statement (one commit for all of them): they are marked taken
-/// by `me` (still `queued`; the runner records each `running` when a slot
-/// starts it), oldest first. A run that reads a request body from a file
-/// is taken only by the instance that accepted it (the file is there).
-/// Empty: the queue is empty, or `me`'s lease has lapsed (an instance
-/// that stalled must not take runs until it has renewed it).
+/// Take the oldest async run of the cluster queue for `me`: it is marked
+/// taken by `me` (still `queued`; the runner records it `running` when a
+/// slot starts it). A run that reads a request body from a file is taken
+/// only by the instance that accepted it (the file is there). `None`: the
+/// queue is empty, or `me`'s lease has lapsed (an instance that stalled
+/// must not take runs until it has renewed it).
 ///
 /// # Errors
 /// The database failed.
-pub fn take(db: &Db, me: &str, n: usize) -> Result<Vec<RunRecord>, DbError> {
+pub fn take(db: &Db, me: &str) -> Result<Option<RunRecord>, DbError> {
     let prefix = format!("{me}-%");
-    let limit = i64::try_from(n).unwrap_or(i64::MAX);
-    let rows = db.with_background(|c| {
-        c.query_typed(
-            "UPDATE trigd_runs SET instance = $1 WHERE id IN ( \
+    let row = db.with_background(|c| {
+        c.query_typed_opt(
+            "UPDATE trigd_runs SET instance = $1 WHERE id = ( \
                SELECT id FROM trigd_runs WHERE state = 'queued' AND instance IS NULL \
                AND (record->>'Async')::boolean \
                AND (NOT coalesce((record->'Input'->>'Body')::boolean, false) OR id LIKE $2) \
                AND EXISTS (SELECT 1 FROM trigd_instances WHERE name = $1 AND expires_at > now()) \
-               ORDER BY seq LIMIT $3 FOR UPDATE SKIP LOCKED) \
-             AND state = 'queued' AND instance IS NULL RETURNING seq, record::text",
-            &[
-                (&me, Type::TEXT),
-                (&prefix, Type::TEXT),
-                (&limit, Type::INT8),
-            ],
+               ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED) \
+             AND state = 'queued' AND instance IS NULL RETURNING record::text",
+            &[(&me, Type::TEXT), (&prefix, Type::TEXT)],
         )
     })?;
-    let mut taken: Vec<(i64, String)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
-    taken.sort_unstable_by_key(|t| t.0);
-    Ok(taken.iter().filter_map(|(_, text)| parse(text)).collect())
+    Ok(row.and_then(|r| parse(&r.get::<_, String>(0))))
 }
 
 /// Where a cancel of a run not found on this instance goes.
