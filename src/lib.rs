@@ -46,8 +46,9 @@
 //!                                                     cluster.rs)
 //! schedules: cron and time zones, catch-up,        schedule/ (cron.rs, plan.rs, timer.rs: one thread
 //!   overlap, the timer thread                         for all; compiled in config/schedules.rs)
-//! run slots, the wait queue, child processes        runner/ (mod.rs, queue.rs, step.rs, handle.rs;
-//!   the cluster queue and leases (database)           cluster.rs: the lease thread)
+//! run slots, the wait queue, child processes        runner/ (mod.rs, queue.rs with concurrency groups,
+//!   the cluster queue and leases (database)           step.rs, handle.rs; cluster.rs: the lease thread;
+//!                                                     config/group.rs reads [functions.concurrency_group])
 //! what is kept in the state directory: one table,   state/ (mod.rs: State, Kept; store.rs the run log, index.rs
 //!                                                     its index in memory, filter.rs the list's filter, record.rs
 //!   one door (State), every file operation on it      a run's typed record, commit.rs the group commit, time.rs,
@@ -55,7 +56,8 @@
 //!   or, with [state] url, in PostgreSQL               state/pg/ (mod.rs: Db, the pool; schema.rs the
 //!                                                     migrations, *.sql; settings.rs, tls.rs; keys.rs,
 //!                                                     sessions.rs, limits.rs, watch.rs: what access keeps;
-//!                                                     cluster.rs leases, taking, adoption; output.rs,
+//!                                                     cluster.rs leases, taking, adoption; groups.rs
+//!                                                     concurrency groups across instances; output.rs,
 //!                                                     spool.rs, unwritten.rs: runs not tied to a host)
 //! adnanh/webhook hooks files, import-webhook        compat/webhook/ (what removing it takes: compat/mod.rs)
 //! the browser pages (maud templates)                ui/ (login, settings, endpoints, runs, schedules, switch, view)

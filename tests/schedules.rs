@@ -234,6 +234,54 @@ fn overlap_queue_runs_the_next_after_the_running_one() {
     }
 }
 
+/// An occurrence waiting under `overlap = "queue"` is a `queued` run
+/// record: a `kill -9` while it waits does not lose it, and after the
+/// restart it runs once (the schedule made inactive meanwhile, so that
+/// nothing else runs).
+#[test]
+fn kill9_keeps_an_occurrence_waiting_under_overlap_queue_and_runs_it_once() {
+    let s = "[[functions.schedules]]\nname = \"q\"\ncron = \"* * * * * *\"\noverlap = \"queue\"\n";
+    let dir = setup("sched_queue_kill9", "", &[]);
+    let (ran, release) = (dir.path_str("ran"), dir.path_str("release"));
+    // Each run notes that it ran, then holds on until `release` exists.
+    let cmd = format!("echo x >> {ran}; while [ ! -e {release} ]; do sleep 0.05; done");
+    dir.write("programs/p.toml", &program(&cmd, s));
+    let mut t = Trigd::start(&dir);
+    // Every run is recorded `queued` a moment before it runs: wait for
+    // one recorded `queued` while an earlier occurrence runs.
+    let waiting = || {
+        let running = in_state(&dir, "1/tick/q", "running");
+        let first = running.first()?["ScheduledAt"].as_str()?.to_string();
+        in_state(&dir, "1/tick/q", "queued").into_iter().find(|r| {
+            r["ScheduledAt"]
+                .as_str()
+                .is_some_and(|at| at > first.as_str())
+        })
+    };
+    t.wait_for(WAIT, "an occurrence waiting for the running one", || {
+        waiting().is_some()
+    });
+    let id = waiting().map(|r| r["Run"].to_string()).unwrap_or_default();
+    let id = id.trim_matches('"').to_string();
+    t.kill9();
+    dir.write("release", "");
+    dir.write(
+        "programs/p.toml",
+        &program(&cmd, &format!("{s}active = false\n")),
+    );
+    t.restart();
+    t.wait_for(WAIT, &format!("the waiting run {id} to finish"), || {
+        records_of(&dir, "1/tick/q")
+            .get(&id)
+            .is_some_and(|r| r["State"] == "finished")
+    });
+    let lines = dir.read_opt("ran").unwrap_or_default().lines().count();
+    t.check_eq(lines, 2, "the running run, then the waiting one, once");
+    let occ = occurrences(&dir, "1/tick/q");
+    let twice: Vec<_> = occ.iter().filter(|(_, n)| **n > 1).collect();
+    t.check(twice.is_empty(), format!("occurrences twice: {twice:?}"));
+}
+
 /// `trigd check` on a program file with `schedules`; its output.
 fn check(name: &str, schedules: &str, env: &[(&str, &str)]) -> (TestDir, std::process::Output) {
     let dir = setup(name, "", &[("p.toml", &program("true", schedules))]);

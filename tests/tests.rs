@@ -8,6 +8,7 @@ mod callbacks; // completion callbacks: signed deliveries to a local receiver, r
 mod cli; // subcommands: check, keygen, hash-password, run, --help/--version, usage errors
 mod cluster; // several instances: run ids naming their instance, 421, readiness and draining, three instances behind HAProxy
 mod docs; // the manual (docs/, an mdBook): links and anchors resolve, every page in SUMMARY.md, every Code in troubleshooting, config keys
+mod groups; // concurrency groups: each policy on real processes, three pushes while a deploy runs, sync callers of superseded and skipped runs, a key shared by two programs, kill -9, load errors, two instances on PostgreSQL
 mod hooks_diff; // adnanh/webhook hooks files: the real webhook and trigd given the same file and requests
 mod hooks_pipeline; // a hook through the one pipeline: Idempotency-Key, busy, storage_unavailable, shutting_down
 mod hostile_files; // config and hooks files that try to take the server down: alias bombs, deep nesting, huge files, unreachable hook ids

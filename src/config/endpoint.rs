@@ -54,6 +54,9 @@ pub struct Endpoint {
     pub receive: Arc<Receive>,
     /// What it is, as logs, metrics and run records name it.
     pub entry: Entry,
+    /// The concurrency group of runs through it, in place of the
+    /// function's (a tool trigger's `concurrency_group`).
+    pub group: Option<super::group::Group>,
 }
 
 /// The methods an endpoint serves.
@@ -182,6 +185,7 @@ impl Endpoint {
             request_callbacks: false,
             receive: Arc::default(),
             entry: Entry::Api,
+            group: None,
         }
     }
 }

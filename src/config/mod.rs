@@ -15,6 +15,7 @@ pub mod callbacks;
 pub mod edit;
 mod endpoint;
 pub mod file;
+pub mod group;
 mod named;
 mod program;
 pub(crate) mod raw;
@@ -340,6 +341,9 @@ pub struct Function {
     pub schedules: Vec<schedules::Schedule>,
     /// How its runs are attempted again (`[functions.retry]`).
     pub retry: Option<retry::Retry>,
+    /// The concurrency group its runs belong to
+    /// (`[functions.concurrency_group]`).
+    pub concurrency_group: Option<group::Group>,
 }
 
 impl Function {
@@ -518,6 +522,9 @@ pub struct Trigger {
     /// Verification, value sources, rule and answer shape (default: none,
     /// values by output name, no rule, plain answer).
     pub receive: Arc<crate::receive::Receive>,
+    /// The concurrency group of runs through it, in place of the
+    /// function's (`[tools.triggers.concurrency_group]`).
+    pub group: Option<group::Group>,
 }
 
 /// A problem in a config or program file, with where it is.

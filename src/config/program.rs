@@ -340,6 +340,10 @@ fn function(
             .retry
             .as_ref()
             .map(|r| super::retry::compile(src, r, &format!("{key}.retry"), errs)),
+        concurrency_group: f.concurrency_group.as_ref().and_then(|g| {
+            let key = format!("{key}.concurrency_group");
+            super::group::compile(src, g, &key, &own, errs)
+        }),
     }
 }
 

@@ -452,6 +452,9 @@ pub struct RawTrigger {
     pub stdin: Option<Spanned<String>>,
     /// `[tools.triggers.response]`: the answer's shape.
     pub response: Option<RawResponse>,
+    /// `[tools.triggers.concurrency_group]`: the group of the runs through
+    /// this trigger, in place of the function's.
+    pub concurrency_group: Option<Spanned<RawGroup>>,
 }
 
 /// A signature or token check (`verify`, or a rule's `signature`).
@@ -633,6 +636,22 @@ pub struct RawFunction {
     pub schedules: Vec<Spanned<RawSchedule>>,
     /// `[functions.retry]`: attempts again after a failure.
     pub retry: Option<Spanned<RawRetry>>,
+    /// `[functions.concurrency_group]`: a limit shared by every run whose
+    /// group key renders the same.
+    pub concurrency_group: Option<Spanned<RawGroup>>,
+}
+
+/// `[functions.concurrency_group]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawGroup {
+    /// `key`: a template over the function's inputs.
+    pub key: Spanned<String>,
+    /// `limit`, 1 to 10,000, default 1.
+    pub limit: Option<Spanned<i64>>,
+    /// `policy`: `queue` (default), `replace_pending`, `cancel_running`
+    /// or `skip`.
+    pub policy: Option<Spanned<String>>,
 }
 
 /// `[functions.retry]` as written.

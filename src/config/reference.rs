@@ -211,6 +211,13 @@ pub const SECTIONS: &[Section] = &[
     },
     Section {
         file: "config.toml",
+        header: "[tools.triggers.concurrency_group]",
+        path: "tools[].triggers[].concurrency_group",
+        about: "The concurrency group of the runs through this trigger, in place of the function's `[functions.concurrency_group]`; `{name}` in `key` takes the value of the function's output `name` (docs/runs.md).",
+        keys: GROUP,
+    },
+    Section {
+        file: "config.toml",
         header: "[tools.triggers.response]",
         path: "tools[].triggers[].response",
         about: "The shape of the trigger's answers.",
@@ -312,6 +319,13 @@ pub const SECTIONS: &[Section] = &[
     },
     Section {
         file: "program files",
+        header: "[functions.concurrency_group]",
+        path: "functions[].concurrency_group",
+        about: "A concurrency group: runs whose `key` renders the same (from any function, of any program) share `limit`; `policy` says what a run finding its key at the limit does. The record's `Group` holds the key; `superseded` runs name the newer run in `SupersededBy` (docs/runs.md).",
+        keys: GROUP,
+    },
+    Section {
+        file: "program files",
         header: "[[functions.schedules]]",
         path: "functions[].schedules[]",
         about: "A schedule trigger: each occurrence is an ordinary async run of the function, recorded with `By` `schedule:<program>/<function>/<name>` and its `ScheduledAt` (docs/schedules.md).",
@@ -387,6 +401,7 @@ const TRIGGER: &[Key] = &[
     key("rule", "table", NONE, "must match or the request is ignored: `[tools.triggers.rule]`"),
     key("stdin", "string", NONE, "`\"body\"`: every step reads the raw request body on stdin"),
     key("response", "table", Is("every default"), "the answer's shape: `[tools.triggers.response]`"),
+    key("concurrency_group", "table", Is("the function's"), "the concurrency group of runs through this trigger, in place of the function's: `[tools.triggers.concurrency_group]` (docs/runs.md)"),
 ];
 
 const VERIFY: &[Key] = &[
@@ -452,6 +467,13 @@ const VALUES: &[Key] = &[
         Is("none (400 when absent)"),
         "the value when the request does not carry it",
     ),
+];
+
+/// The keys of a `concurrency_group` table (a function's or a tool trigger's).
+const GROUP: &[Key] = &[
+    key("key", "string", REQUIRED, "the group key: a template, `{name}` takes the run's value of the function's output `name` (`\"deploy-{branch}\"`)"),
+    key("limit", "integer", Is("`1`"), "runs of one key executing at once: 1 to 10000"),
+    key("policy", "string", Str("queue"), "at the limit: `\"queue\"` (wait), `\"replace_pending\"` (wait, replacing the one waiting: it ends `superseded`), `\"cancel_running\"` (the oldest running one is cancelled and any waiting one superseded; this one starts next) or `\"skip\"` (this one ends `skipped`)"),
 ];
 
 const RULE: &[Key] = &[
@@ -583,6 +605,7 @@ const FUNCTION: &[Key] = &[
     key("expect_every", "duration", Is("none"), "a successful run is expected at least this often, whatever starts it; past it the function is overdue (`/metrics`, `GET /api/overdue`, a `callback` with `on = [\"overdue\"]`)"),
     key("schedules", "array of tables", Is("`[]`"), "schedule triggers: the clock runs the function: `[[functions.schedules]]`"),
     key("retry", "table", NONE, "attempt a failed run again after a backoff: `[functions.retry]` (docs/runs.md)"),
+    key("concurrency_group", "table", NONE, "a limit shared by every run whose group key renders the same, with a policy at the limit: `[functions.concurrency_group]` (docs/runs.md)"),
 ];
 
 #[cfg(test)]

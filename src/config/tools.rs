@@ -129,6 +129,16 @@ fn triggers(
             .and_then(|p| p.function(tr.function.get_ref()))
             .map(|f| f.inputs());
         let receive = shared(super::receive::receive(src, tr, &key, outputs, dir, errs));
+        // Without the function's outputs (its program is broken, reported
+        // there) the key cannot be checked.
+        let group = tr
+            .concurrency_group
+            .as_ref()
+            .zip(outputs)
+            .and_then(|(g, o)| {
+                let key = format!("{key}.concurrency_group");
+                super::group::compile(src, g, &key, o, errs)
+            });
         let (Ok(kind), Ok(method), Ok(program)) = (kind, method, u64::try_from(id)) else {
             continue;
         };
@@ -141,6 +151,7 @@ fn triggers(
             callback,
             request_callbacks,
             receive,
+            group,
         });
     }
     out
@@ -192,6 +203,7 @@ fn environment(
                 callback: t.callback.clone(),
                 request_callbacks: t.request_callbacks,
                 receive: Arc::clone(&t.receive),
+                group: t.group.clone(),
                 entry: Entry::Tool(TriggerName {
                     tool: tool.to_string(),
                     environment: name.clone(),

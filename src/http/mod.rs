@@ -491,6 +491,21 @@ pub enum ApiError {
         /// Run id.
         run: String,
     },
+    /// A newer run of its concurrency group replaced the run while it
+    /// waited (`replace_pending`, `cancel_running`).
+    RunSuperseded {
+        /// Run id.
+        run: String,
+        /// The newer run.
+        by: String,
+    },
+    /// The run's concurrency group was at its limit (`policy = "skip"`).
+    RunSkipped {
+        /// Run id.
+        run: String,
+        /// The group key.
+        group: String,
+    },
     /// Cancel of a run that has already ended.
     RunEnded {
         /// Run id.
@@ -672,6 +687,7 @@ impl ApiError {
             RunOnOtherInstance { .. } => 421,
             TriggerInactive { .. } | NoActiveTrigger => 409,
             RunCancelled { .. } | RunEnded { .. } => 409,
+            RunSuperseded { .. } | RunSkipped { .. } => 409,
             RunNotEnded { .. } | RerunUnavailable { .. } | RerunTargetGone { .. } => 409,
             DeliveryNotFound => 404,
             ConfigNotWritable { .. } | ConfigInvalid { .. } => 409,
@@ -726,6 +742,8 @@ impl ApiError {
             RunTimeout { .. } => "run_timeout",
             RunInterrupted { .. } => "run_interrupted",
             RunCancelled { .. } => "run_cancelled",
+            RunSuperseded { .. } => "run_superseded",
+            RunSkipped { .. } => "run_skipped",
             RunEnded { .. } => "run_ended",
             RunNotEnded { .. } => "run_not_ended",
             RerunUnavailable { .. } => "rerun_unavailable",
@@ -800,6 +818,8 @@ impl ApiError {
             RunTimeout { .. } => "The program did not finish within its timeout and was stopped.".into(),
             RunInterrupted { .. } => "trigd is shutting down; the run was stopped before it finished.".into(),
             RunCancelled { .. } => "The run was cancelled (POST /api/runs/<id>/cancel) before it finished.".into(),
+            RunSuperseded { by, .. } => format!("The run did not run: run {by}, a newer run of its concurrency group, replaced it while it waited (see SupersededBy in its record).").into(),
+            RunSkipped { group, .. } => format!("The run did not run: its concurrency group {group:?} was at its limit (policy skip). Retry once the group's run has ended.").into(),
             RunEnded { state, .. } => format!("The run has already ended ({state}); only a queued or running run can be cancelled.").into(),
             RunNotEnded { state, .. } => format!("The run has not ended yet ({state}); re-run it once it has (or cancel it first).").into(),
             RerunUnavailable { reason } => format!("This run cannot be re-run: {reason}. Start a new run with its values instead.").into(),
@@ -880,6 +900,14 @@ impl ApiError {
             }
             RunTimeout { run } | RunInterrupted { run } | RunCancelled { run } => {
                 body.insert("Run".into(), json!(run));
+            }
+            RunSuperseded { run, by } => {
+                body.insert("Run".into(), json!(run));
+                body.insert("SupersededBy".into(), json!(by));
+            }
+            RunSkipped { run, group } => {
+                body.insert("Run".into(), json!(run));
+                body.insert("Group".into(), json!(group));
             }
             RunEnded { run, state } | RunNotEnded { run, state } => {
                 body.insert("Run".into(), json!(run));
@@ -1013,7 +1041,9 @@ impl From<ApiError> for Response {
         if let ApiError::RunFailed { run, .. }
         | ApiError::RunTimeout { run }
         | ApiError::RunInterrupted { run }
-        | ApiError::RunCancelled { run } = &e
+        | ApiError::RunCancelled { run }
+        | ApiError::RunSuperseded { run, .. }
+        | ApiError::RunSkipped { run, .. } = &e
         {
             r.run = Some(run.clone());
         }

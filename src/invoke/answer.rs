@@ -158,6 +158,8 @@ pub fn run_error(e: RunError) -> ApiError {
         RunError::Storage(err) => ApiError::storage(&err),
         RunError::ShuttingDown => ApiError::ShuttingDown,
         RunError::Cancelled { run } => ApiError::RunCancelled { run },
+        RunError::Superseded { run, by } => ApiError::RunSuperseded { run, by },
+        RunError::Skipped { run, group } => ApiError::RunSkipped { run, group },
     }
 }
 

@@ -153,6 +153,7 @@ fn steps(
     job.body_file = body_file;
     job.stdin_body = rcv.stdin_body;
     job.callbacks = callbacks;
+    job.group.clone_from(&endpoint.group);
     if let Entry::Tool(t) = &endpoint.entry {
         job.tool = Some(ToolEnv {
             tool: t.tool.clone(),
@@ -366,6 +367,7 @@ pub fn job(
         files: Vec::new(),
         occurrence: None,
         rerun_of: None,
+        group: None,
     }
 }
 

@@ -26,13 +26,15 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::queue::{Queued, Waiter};
+use super::queue::{GroupClaim, Queued, Waiter};
 use super::{concurrency, lock, program_of, Cancel, Job, RunError, Runner};
+use crate::config::group::Policy;
 use crate::config::Config;
 use crate::state::pg::cluster::{self as sql, Beat, CancelAt};
 use crate::state::pg::output::{self as kept, Shipping};
-use crate::state::pg::Db;
+use crate::state::pg::{groups, Db};
 use crate::state::record::{RunInput, RunRecord, RunState};
+use crate::state::time::Time;
 
 /// How often the lease thread looks at the cluster queue and at cancel
 /// requests when nothing woke it.
@@ -368,7 +370,11 @@ impl Runner {
     fn hand_on_cancels(&self, shared: &Shared) {
         match sql::cancels(&shared.db, &shared.me) {
             Ok(ids) => {
-                for id in ids {
+                for (id, by) in ids {
+                    if let Some(by) = by {
+                        self.cancel_displaced(&id, &by);
+                        continue;
+                    }
                     let done = self.cancel(&id);
                     log::info!("run {id}: cancel asked through another instance: {done:?}");
                 }
@@ -414,8 +420,10 @@ impl Runner {
         let kept = body && lock(&self.unrecorded).contains_key(&rec.run);
         match program_of(cfg, rec.owner, &rec.function) {
             Some(p) if !body || kept => {
+                let group = super::resumed_group(p, &rec);
                 let mut s = lock(&self.slots);
                 s.queue.push_back(Waiter::Async(Queued {
+                    group,
                     concurrency: concurrency(p, &rec.function),
                     key: (rec.owner, rec.function),
                     run: rec.run,
@@ -444,13 +452,23 @@ impl Runner {
         if lock(&self.slots).closing {
             return Err(RunError::ShuttingDown);
         }
+        let group = job.group();
         let mut rec = self.new_record(&job, true);
         rec.input = Some(RunInput {
             values: job.values.clone(),
             vars: job.vars.clone(),
             body: job.body_file.is_some() || !job.files.is_empty(),
+            group_limit: group.as_ref().map(|g| g.limit),
+            group_policy: group.as_ref().map(|g| g.policy.name().to_string()),
         });
         let id = rec.run.clone();
+        if let Some(g) = group.as_ref().filter(|g| g.policy == Policy::Skip) {
+            let busy = groups::busy(&shared.db, &g.key, g.limit);
+            if busy.map_err(|e| RunError::Storage(std::io::Error::other(e)))? {
+                self.skip(rec, group, true);
+                return Ok(id);
+            }
+        }
         let held = job.kept_in_memory(true).then(|| job.kept_bytes());
         if let Some(held) = held {
             self.keep_in_memory(&job, held)?;
@@ -468,9 +486,42 @@ impl Runner {
             }
             return Err(RunError::Storage(e));
         }
+        if let Some(g) = &group {
+            self.make_room_shared(shared, g, &id);
+        }
         shared.backlog.store(true, Ordering::SeqCst);
         shared.wake();
         Ok(id)
+    }
+
+    /// Run `by` of group `g` is in the cluster queue: under
+    /// `replace_pending` and `cancel_running` the runs of its key still
+    /// there end `superseded`, and under `cancel_running` the oldest
+    /// running one (on whichever instance) is cancelled. A failure is
+    /// logged: the take settles a replacement left undone.
+    fn make_room_shared(&self, shared: &Shared, g: &GroupClaim, by: &str) {
+        if !matches!(g.policy, Policy::ReplacePending | Policy::CancelRunning) {
+            return;
+        }
+        let at = serde_json::to_string(&Time::now()).unwrap_or_default();
+        match groups::supersede(&shared.db, &g.key, by, &at) {
+            Ok(ids) => {
+                for id in ids {
+                    log::info!("run {id} superseded by run {by}");
+                }
+                self.ended.notify_all();
+            }
+            Err(e) => log::warn!("run {by}: cannot supersede the waiting runs of its group: {e}"),
+        }
+        if g.policy != Policy::CancelRunning {
+            return;
+        }
+        match groups::cancel_oldest(&shared.db, &g.key, by, g.limit, &shared.me) {
+            Ok(Some((run, at))) if at == shared.me => self.cancel_displaced(&run, by),
+            Ok(Some((run, at))) => log::info!("run {run}: cancel for run {by} asked of {at}"),
+            Ok(None) => {}
+            Err(e) => log::warn!("run {by}: cannot cancel the running run of its group: {e}"),
+        }
     }
 
     /// Count `job`, whose request body is in a file here, against

@@ -39,6 +39,8 @@ struct Written {
 struct Fate {
     cancelled: bool,
     ended: bool,
+    /// The newer run of its concurrency group the cancel made room for.
+    superseded_by: Option<String>,
 }
 
 /// One executing run, shared by the thread executing it and anyone who
@@ -75,14 +77,28 @@ impl RunHandle {
     /// ends `cancelled`, whatever its steps do meanwhile. False, and
     /// nothing done, once the run's end is decided ([`RunHandle::end`]).
     pub fn cancel(&self) -> bool {
+        self.cancel_for(None)
+    }
+
+    /// [`RunHandle::cancel`], for run `by` of its concurrency group
+    /// (`policy = "cancel_running"`) when given: the record names it.
+    pub(super) fn cancel_for(&self, by: Option<&str>) -> bool {
         let mut fate = lock(&self.fate);
         if fate.ended {
             return false;
         }
         fate.cancelled = true;
+        if fate.superseded_by.is_none() {
+            fate.superseded_by = by.map(str::to_string);
+        }
         drop(fate);
         self.abort();
         true
+    }
+
+    /// The run a cancel made room for, once the run's end is decided.
+    pub(super) fn superseded_by(&self) -> Option<String> {
+        lock(&self.fate).superseded_by.clone()
     }
 
     /// Decide the run's end: no cancel is accepted from now on. Whether

@@ -44,16 +44,19 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::config::group::Policy;
 use crate::config::{Config, Program};
 use crate::http::metrics::Metrics;
 use crate::runs::callback::{Chain, Service as Callbacks};
 use crate::state::delivery::{waiting, DeliveryState, Target};
 use crate::state::output::OutputFile;
-use crate::state::record::{AttemptReport, Origin, Owner, RunInput, RunRecord, RunState, ToolEnv};
+use crate::state::record::{
+    AttemptReport, Origin, Owner, RunInput, RunRecord, RunState, SkipReason, ToolEnv,
+};
 use crate::state::store::{new_run_id, RunStore};
 use crate::state::time::Time;
 use handle::{RunHandle, Stream};
-use queue::{Drain, Granted, Queued, SlotKey, Slots, Ticket, Waiter};
+use queue::{Drain, Granted, GroupClaim, Queued, Room, SlotKey, Slots, Ticket, Waiter};
 use step::{Outcome, StepError};
 
 /// Everything needed to execute one run, owned, so that a detached thread can
@@ -92,6 +95,21 @@ pub struct Job {
     pub occurrence: Option<(Time, Option<u64>)>,
     /// The run this one re-runs (`RunRecord::rerun_of`).
     pub rerun_of: Option<String>,
+    /// The concurrency group of the trigger it came through, in place of
+    /// the function's.
+    pub group: Option<crate::config::group::Group>,
+}
+
+/// What an async run `job` in `group` starts with, kept in its record.
+fn run_input(job: &Job, group: Option<&GroupClaim>) -> RunInput {
+    RunInput {
+        values: job.values.clone(),
+        vars: job.vars.clone(),
+        body: job.body_file.is_some() || !job.files.is_empty(),
+        // Its group as decided now, for a restart.
+        group_limit: group.map(|g| g.limit),
+        group_policy: group.map(|g| g.policy.name().to_string()),
+    }
 }
 
 /// A copy of `e` for each of the runs one failed write or sync concerns
@@ -110,10 +128,21 @@ struct Staged {
     rec: RunRecord,
     key: SlotKey,
     n: usize,
+    group: Option<GroupClaim>,
     held: usize,
     in_memory: bool,
-    has_slot: bool,
-    written: io::Result<()>,
+    place: Place,
+}
+
+/// Where an async run goes once recorded ([`Runner::reserve`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// A slot is taken for it.
+    Slot,
+    /// A queue place is promised to it.
+    Queue,
+    /// Its concurrency group is at its limit (`skip`): it ends `skipped`.
+    Skip,
 }
 
 impl Job {
@@ -123,6 +152,15 @@ impl Job {
 
     fn concurrency(&self) -> usize {
         concurrency(&self.program, &self.function)
+    }
+
+    /// The run's concurrency group (its trigger's, else its function's),
+    /// its key rendered from the values.
+    fn group(&self) -> Option<GroupClaim> {
+        if let Some(g) = &self.group {
+            return Some(claim(g, g.key_of(&self.values)));
+        }
+        group_claim(&self.program, &self.function, |g| g.key_of(&self.values))
     }
 
     /// Bytes of request data this job holds in memory while it waits:
@@ -156,6 +194,79 @@ pub fn program_of<'c>(cfg: &'c Config, owner: Owner, function: &str) -> Option<&
         Owner::Hook => cfg.hooks.program(function),
     };
     program.filter(|p| p.function(function).is_some())
+}
+
+/// The group of a run of `function` in `program` whose key `key` gives.
+fn group_claim(
+    program: &Program,
+    function: &str,
+    key: impl FnOnce(&crate::config::group::Group) -> String,
+) -> Option<GroupClaim> {
+    let g = program.function(function)?.concurrency_group.as_ref()?;
+    Some(claim(g, key(g)))
+}
+
+/// Group `g`, its key rendered as `key`.
+fn claim(g: &crate::config::group::Group, key: String) -> GroupClaim {
+    GroupClaim {
+        key,
+        limit: g.limit,
+        policy: g.policy,
+    }
+}
+
+/// Queue `rec` of `program` again at start-up, making room in its group
+/// as when it was accepted: a newer run of a key replaces the one waiting
+/// before it, but not one of `retrying` (between two attempts, it held its
+/// place in the group before the restart; it stays, in front). The room
+/// made, and the run's id.
+fn requeue(
+    s: &mut Slots,
+    cfg: &Arc<Config>,
+    program: &Arc<Program>,
+    rec: RunRecord,
+    retrying: &std::collections::HashSet<String>,
+) -> (Room, String) {
+    let group = resumed_group(program, &rec);
+    let mut room = s.make_room(group.as_ref(), &rec.run);
+    let (kept, gone) = std::mem::take(&mut room.superseded)
+        .into_iter()
+        .partition::<Vec<_>, _>(|w| retrying.contains(w.run()));
+    room.superseded = gone;
+    for w in kept.into_iter().rev() {
+        s.queue.push_front(w);
+    }
+    s.queue.push_back(Waiter::Async(Queued {
+        concurrency: concurrency(program, &rec.function),
+        key: (rec.owner, rec.function),
+        run: rec.run.clone(),
+        program: Arc::clone(program),
+        cfg: Arc::clone(cfg),
+        group,
+    }));
+    (room, rec.run)
+}
+
+/// The group of `rec`, queued before a restart: as it was recorded (key,
+/// and limit and policy in its input), else its function's (the key
+/// rendered from its values when the group is new).
+fn resumed_group(program: &Program, rec: &RunRecord) -> Option<GroupClaim> {
+    let input = rec.input.as_ref();
+    let limit = input.and_then(|i| i.group_limit);
+    let policy = input.and_then(|i| i.group_policy.as_deref().and_then(Policy::from_name));
+    if let (Some(key), Some(limit), Some(policy)) = (&rec.group, limit, policy) {
+        let key = key.clone();
+        return Some(GroupClaim { key, limit, policy });
+    }
+    group_claim(program, &rec.function, |g| match &rec.group {
+        Some(key) => key.clone(),
+        None => g.key_of(
+            &rec.input
+                .as_ref()
+                .map(|i| i.values.clone())
+                .unwrap_or_default(),
+        ),
+    })
 }
 
 fn concurrency(program: &Program, function: &str) -> usize {
@@ -200,6 +311,21 @@ pub enum RunError {
     Cancelled {
         /// The run's id.
         run: String,
+    },
+    /// A newer run of its concurrency group replaced the sync run while
+    /// it waited (`replace_pending`, `cancel_running`).
+    Superseded {
+        /// The run's id.
+        run: String,
+        /// The newer run.
+        by: String,
+    },
+    /// The sync run's concurrency group was at its limit (`skip`).
+    Skipped {
+        /// The run's id.
+        run: String,
+        /// The group key.
+        group: String,
     },
 }
 
@@ -250,21 +376,22 @@ impl SyncRun {
 /// it still frees or hands on the slot.
 struct SlotGuard {
     runner: Arc<Runner>,
-    key: Option<SlotKey>,
+    /// The function's key and the run's id.
+    key: Option<(SlotKey, String)>,
 }
 
 impl SlotGuard {
     /// Give the slot up; an async run handed it comes back to be executed.
     fn finish(mut self) -> Option<Queued> {
-        let key = self.key.take()?;
-        self.runner.release(&key)
+        let (key, run) = self.key.take()?;
+        self.runner.release(&key, &run)
     }
 }
 
 impl Drop for SlotGuard {
     fn drop(&mut self) {
-        if let Some(key) = self.key.take() {
-            if let Some(q) = self.runner.release(&key) {
+        if let Some((key, run)) = self.key.take() {
+            if let Some(q) = self.runner.release(&key, &run) {
                 self.runner.spawn_worker(Work::Queued(q));
             }
         }
@@ -279,10 +406,11 @@ enum Work {
 }
 
 impl Work {
-    fn key(&self) -> SlotKey {
+    /// The function's key and the run's id.
+    fn key(&self) -> (SlotKey, String) {
         match self {
-            Work::Ready(b) => b.1.slot_key(),
-            Work::Queued(q) => q.key.clone(),
+            Work::Ready(b) => (b.1.slot_key(), b.0.run.clone()),
+            Work::Queued(q) => (q.key.clone(), q.run.clone()),
         }
     }
 }
@@ -485,7 +613,7 @@ impl Runner {
         let waited = self.acquire(&job, &rec)?;
         let slot = SlotGuard {
             runner: Arc::clone(self),
-            key: Some(job.slot_key()),
+            key: Some((job.slot_key(), rec.run.clone())),
         };
         rec.state = RunState::Running;
         rec.started_at = Some(Time::now());
@@ -507,7 +635,7 @@ impl Runner {
     /// Take a slot for the sync run `rec` of `job`, waiting in the queue
     /// for at most `queue_timeout`; whether it waited.
     fn acquire(self: &Arc<Self>, job: &Job, rec: &RunRecord) -> Result<bool, RunError> {
-        let (key, n) = (job.slot_key(), job.concurrency());
+        let (key, n, group) = (job.slot_key(), job.concurrency(), job.group());
         let server = &job.cfg.server;
         let mut s = lock(&self.slots);
         if s.closing {
@@ -520,8 +648,12 @@ impl Runner {
             self.start_granted(start);
             s = lock(&self.slots);
         }
-        if s.slot_free(&key, n) {
-            s.take(&key);
+        if s.skips(group.as_ref()) {
+            drop(s);
+            return Err(self.skip(rec.clone(), group, false));
+        }
+        if s.slot_free(&key, n, group.as_ref()) {
+            s.take(&key, &rec.run, group.as_ref());
             return Ok(false);
         }
         if s.queue.len() + s.reserved >= server.max_queued_runs {
@@ -542,12 +674,15 @@ impl Runner {
             });
         }
         self.waiting_bytes.fetch_add(held, Ordering::SeqCst);
+        let room = s.make_room(group.as_ref(), &rec.run);
         let t = Arc::new(Ticket {
             run: rec.run.clone(),
             key,
             concurrency: n,
+            group,
             granted: AtomicBool::new(false),
             cancelled: AtomicBool::new(false),
+            superseded_by: std::sync::OnceLock::new(),
             wake: Condvar::new(),
         });
         s.queue.push_back(Waiter::Sync(Arc::clone(&t)));
@@ -556,6 +691,7 @@ impl Runner {
         // Recorded while it waits: listed, and found by a cancel. Only this
         // thread writes its record until it runs.
         self.record(rec);
+        self.supersede(room, &rec.run);
         log::debug!("run {} waits for a slot", rec.run);
         let waited = self.wait_in_queue(&t, rec, server.queue_timeout, deadline);
         self.waiting_bytes.fetch_sub(held, Ordering::SeqCst);
@@ -576,6 +712,10 @@ impl Runner {
         loop {
             if t.granted.load(Ordering::SeqCst) {
                 return Ok(());
+            }
+            if let Some(by) = t.superseded_by.get() {
+                drop(s);
+                return Err(self.superseded(rec.clone(), by, false));
             }
             if t.cancelled.load(Ordering::SeqCst) {
                 drop(s);
@@ -704,19 +844,90 @@ impl Runner {
         Some(kept)
     }
 
-    /// Record the async run `q`, just taken off the queue, `cancelled`.
-    fn cancel_queued(&self, q: &Queued) {
-        // A run kept whole in memory (and its request body file) goes.
+    /// The record of the async run `q`, just taken off the queue; a run
+    /// kept whole in memory (and its request body file) goes.
+    fn unqueued_record(&self, q: &Queued) -> Option<RunRecord> {
         let kept = self.take_unrecorded(&q.run).map(|(rec, _)| rec);
         let rec = kept.or_else(|| self.store.as_ref()?.get(&q.run));
-        match rec {
-            Some(rec) => {
-                let why = "the run was cancelled before it started";
-                self.end_unstarted(rec, RunState::Cancelled, why, true);
-            }
-            None => log::error!("run {}: cancelled, but its record cannot be read", q.run),
+        if rec.is_none() {
+            log::error!(
+                "run {}: taken off the queue, but its record cannot be read",
+                q.run
+            );
+        }
+        rec
+    }
+
+    /// Record the async run `q`, just taken off the queue, `cancelled`.
+    fn cancel_queued(&self, q: &Queued) {
+        if let Some(rec) = self.unqueued_record(q) {
+            let why = "the run was cancelled before it started";
+            self.end_unstarted(rec, RunState::Cancelled, why, true);
         }
         self.freed.notify_all();
+    }
+
+    /// Record `rec` `skipped`: its concurrency group `g` is at its limit
+    /// (`policy = "skip"`). The answer for its sync caller.
+    fn skip(&self, mut rec: RunRecord, g: Option<GroupClaim>, durable: bool) -> RunError {
+        let group = g.map(|g| g.key).unwrap_or_default();
+        rec.skipped = Some(SkipReason::Group);
+        let why = format!("its concurrency group {group:?} was at its limit; not run");
+        let run = rec.run.clone();
+        self.end_unstarted(rec, RunState::Skipped, &why, durable);
+        log::info!("run {run} skipped: its group {group:?} is at its limit");
+        RunError::Skipped { run, group }
+    }
+
+    /// Record `rec`, a run that waited, `superseded` by run `by`. The
+    /// answer for its sync caller.
+    fn superseded(&self, mut rec: RunRecord, by: &str, durable: bool) -> RunError {
+        rec.superseded_by = Some(by.to_string());
+        let why = format!("superseded by run {by}, a newer run of its concurrency group; not run");
+        let run = rec.run.clone();
+        self.end_unstarted(rec, RunState::Superseded, &why, durable);
+        log::info!("run {run} superseded by run {by}");
+        let by = by.to_string();
+        RunError::Superseded { run, by }
+    }
+
+    /// Carry out the room run `by` made in its group (the slots lock is
+    /// not held): the async runs it replaced are recorded `superseded`
+    /// (durably: not run after a restart; sync callers replaced are
+    /// woken and record it themselves), and the running run it displaces
+    /// is cancelled.
+    fn supersede(&self, room: Room, by: &str) {
+        for w in room.superseded {
+            match w {
+                Waiter::Async(q) => {
+                    if let Some(rec) = self.unqueued_record(&q) {
+                        self.superseded(rec, by, true);
+                    }
+                }
+                Waiter::Sync(t) => t.wake.notify_one(),
+            }
+        }
+        self.freed.notify_all();
+        if let Some(run) = room.cancel {
+            self.cancel_displaced(&run, by);
+        }
+    }
+
+    /// Cancel run `run`, executing in the group of run `by`
+    /// (`cancel_running`); it may not have registered its handle yet.
+    fn cancel_displaced(&self, run: &str, by: &str) {
+        for _ in 0..100 {
+            if let Some(h) = self.handle(run) {
+                h.cancel_for(Some(by));
+                log::info!("run {run} cancelled: run {by} of its group supersedes it");
+                return;
+            }
+            if !lock(&self.slots).group_of.contains_key(run) {
+                return;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        log::warn!("run {run}: to be cancelled for run {by}, but it did not start in time");
     }
 
     /// Wait until some run ends, at most `limit`.
@@ -730,21 +941,27 @@ impl Runner {
         lock(&self.drain).retry_after(waiting)
     }
 
-    /// Take a slot for the async `job` (true), or else a queue place
-    /// (false), for which it holds `held` bytes of `max_waiting_bytes`.
+    /// Take a slot for run `run` of the async `job`, or else a queue
+    /// place, for which it holds `held` bytes of `max_waiting_bytes`; or
+    /// neither when its group skips it.
     ///
     /// # Errors
     /// As [`Runner::start_async`], but storage.
-    fn reserve(&self, job: &Job, key: &SlotKey, n: usize, held: usize) -> Result<bool, RunError> {
+    fn reserve(&self, st: &Staged) -> Result<Place, RunError> {
+        let (job, run) = (&st.job, &st.rec.run);
+        let (key, n, g, held) = (&st.key, st.n, st.group.as_ref(), st.held);
         let mut s = lock(&self.slots);
         if s.closing {
             return Err(RunError::ShuttingDown);
         }
         s.max = job.cfg.server.max_concurrent_runs;
         let max_queued = job.cfg.server.max_queued_runs;
-        if s.slot_free(key, n) {
-            s.take(key);
-            return Ok(true);
+        if s.skips(g) {
+            return Ok(Place::Skip);
+        }
+        if s.slot_free(key, n, g) {
+            s.take(key, run, g);
+            return Ok(Place::Slot);
         }
         let waiting = s.queue.len();
         let queue_full = waiting + s.reserved >= max_queued;
@@ -753,7 +970,7 @@ impl Runner {
         if !queue_full && self.waiting_bytes.load(Ordering::SeqCst) + held <= budget {
             self.waiting_bytes.fetch_add(held, Ordering::SeqCst);
             s.reserved += 1;
-            return Ok(false);
+            return Ok(Place::Queue);
         }
         drop(s);
         let retry_after = self.retry_after(waiting);
@@ -802,52 +1019,73 @@ impl Runner {
         }
         let staged: Vec<Result<Staged, RunError>> =
             jobs.into_iter().map(|job| self.stage(job)).collect();
-        let synced = match &self.store {
-            Some(store) if staged.iter().any(Result::is_ok) => store.sync(),
-            _ => Ok(()),
+        // A skipped run is recorded as it ends, in `hand_on`.
+        let recs: Vec<&RunRecord> = staged
+            .iter()
+            .flatten()
+            .filter(|st| st.place != Place::Skip)
+            .map(|st| &st.rec)
+            .collect();
+        let written = match &self.store {
+            Some(store) => store.append_all(&recs),
+            None => Ok(()),
         };
         staged
             .into_iter()
             .map(|st| {
-                let st = st?;
-                let written = match (&st.written, &synced) {
-                    (Err(e), _) | (Ok(()), Err(e)) => Err(copy_error(e)),
-                    (Ok(()), Ok(())) => Ok(()),
-                };
-                self.hand_on(st, written)
+                let written = written.as_ref().map_err(copy_error).copied();
+                self.hand_on(st?, written)
             })
             .collect()
     }
 
-    /// Promise `job` a slot or a queue place, then write its record (with
-    /// its input; not yet durable).
-    fn stage(&self, job: Job) -> Result<Staged, RunError> {
-        let (key, n) = (job.slot_key(), job.concurrency());
+    /// Promise `job` a slot or a queue place, and make its record (with
+    /// its input; written by the caller).
+    fn stage(&self, mut job: Job) -> Result<Staged, RunError> {
         let in_memory = job.kept_in_memory(self.store.is_some());
-        let held = if in_memory { job.kept_bytes() } else { 0 };
+        let rec = self.new_record(&job, true);
+        job.id = Some(rec.run.clone());
+        let mut st = Staged {
+            key: job.slot_key(),
+            n: job.concurrency(),
+            group: job.group(),
+            held: if in_memory { job.kept_bytes() } else { 0 },
+            in_memory,
+            place: Place::Queue,
+            rec,
+            job,
+        };
         // Promise a slot or a queue place before the (slow) durable write,
         // so that concurrent requests cannot overfill the queue.
-        let has_slot = self.reserve(&job, &key, n, held)?;
-        let mut rec = self.new_record(&job, true);
-        rec.input = Some(RunInput {
-            values: job.values.clone(),
-            vars: job.vars.clone(),
-            body: job.body_file.is_some() || !job.files.is_empty(),
-        });
-        let written = match &self.store {
-            Some(store) => store.append_unsynced(&rec),
-            None => Ok(()),
-        };
-        Ok(Staged {
-            job,
-            rec,
-            key,
-            n,
-            held,
-            in_memory,
-            has_slot,
-            written,
-        })
+        st.place = self.reserve(&st)?;
+        if st.place == Place::Skip {
+            // Recorded (durably) as it ends, in `hand_on`.
+            return Ok(st);
+        }
+        st.rec.input = Some(run_input(&st.job, st.group.as_ref()));
+        Ok(st)
+    }
+
+    /// Record `job` `queued`, durably, without queueing it: a scheduled run
+    /// that waits for its schedule's running run (`overlap = "queue"`).
+    /// [`Runner::start_async_all`] of the job with this `id` starts it
+    /// later; after a restart it is resumed like every run recorded
+    /// `queued` ([`Runner::resume`]), so a crash does not lose it. `None`
+    /// with a shared database, whose `queued` records are the cluster's
+    /// queue: there the wait is kept in memory only.
+    ///
+    /// # Errors
+    /// The record cannot be written or synced.
+    pub fn record_waiting(&self, job: &Job) -> io::Result<Option<String>> {
+        if self.cluster.get().is_some() {
+            return Ok(None);
+        }
+        let mut rec = self.new_record(job, true);
+        rec.input = Some(run_input(job, job.group().as_ref()));
+        if let Some(store) = &self.store {
+            store.append(&rec, true)?;
+        }
+        Ok(Some(rec.run))
     }
 
     /// Start or queue a staged run once its record is durable (`written`);
@@ -858,15 +1096,20 @@ impl Runner {
             rec,
             key,
             n,
+            group,
             held,
             in_memory,
-            has_slot,
+            place,
             ..
         } = st;
         let id = rec.run.clone();
-        if has_slot {
+        if place == Place::Skip {
+            self.skip(rec, group, true);
+            return Ok(id);
+        }
+        if place == Place::Slot {
             if let Err(e) = written {
-                if let Some(q) = self.release(&key) {
+                if let Some(q) = self.release(&key, &id) {
                     self.spawn_worker(Work::Queued(q));
                 }
                 return Err(RunError::Storage(e));
@@ -880,12 +1123,14 @@ impl Runner {
             self.waiting_bytes.fetch_sub(held, Ordering::SeqCst);
             return Err(RunError::Storage(e));
         }
+        let room = s.make_room(group.as_ref(), &id);
         s.queue.push_back(Waiter::Async(Queued {
             run: rec.run.clone(),
             program: Arc::clone(&job.program),
             cfg: Arc::clone(&job.cfg),
             key,
             concurrency: n,
+            group,
         }));
         // A request body (or a hook's file) in a temporary file lives as
         // long as its job.
@@ -895,6 +1140,7 @@ impl Runner {
         // A slot may have come free while the run was being recorded.
         let start = s.fill();
         drop(s);
+        self.supersede(room, &id);
         self.start_granted(start);
         Ok(id)
     }
@@ -907,6 +1153,8 @@ impl Runner {
         let Some(store) = &self.store else { return };
         let mut s = lock(&self.slots);
         s.max = cfg.server.max_concurrent_runs;
+        let mut rooms = Vec::new();
+        let mut retrying = std::collections::HashSet::new();
         for id in ids {
             let Some(mut rec) = store.get(&id) else {
                 continue;
@@ -914,13 +1162,11 @@ impl Runner {
             let body = rec.input.as_ref().is_some_and(|i| i.body);
             match program_of(cfg, rec.owner, &rec.function) {
                 Some(p) if !body => {
-                    s.queue.push_back(Waiter::Async(Queued {
-                        concurrency: concurrency(p, &rec.function),
-                        key: (rec.owner, rec.function),
-                        run: rec.run,
-                        program: Arc::clone(p),
-                        cfg: Arc::clone(cfg),
-                    }));
+                    if rec.retry_at.is_some() {
+                        retrying.insert(rec.run.clone());
+                    }
+                    let room = requeue(&mut s, cfg, p, rec, &retrying);
+                    rooms.push(room);
                 }
                 _ => {
                     rec.state = RunState::Failed;
@@ -938,15 +1184,19 @@ impl Runner {
         }
         let start = s.fill();
         drop(s);
+        // Off the queue already: nothing superseded runs.
+        for (room, by) in rooms {
+            self.supersede(room, &by);
+        }
         self.start_granted(start);
     }
 
-    /// Give up the slot of a run of `key`: handed to the next runnable
+    /// Give up the slot of run `run` of `key`: handed to the next runnable
     /// waiter or freed. An async run handed the slot comes back.
-    fn release(&self, key: &SlotKey) -> Option<Queued> {
+    fn release(&self, key: &SlotKey, run: &str) -> Option<Queued> {
         // The slots lock is released at the end of this statement, before
         // a sync caller handed the slot is woken.
-        let (next, freed) = lock(&self.slots).release(key);
+        let (next, freed) = lock(&self.slots).release(key, run);
         if freed {
             self.freed.notify_all();
             if let Some(shared) = self.cluster.get() {
@@ -967,7 +1217,7 @@ impl Runner {
     /// Run `first` on a detached thread, then keep the slot for the next
     /// runnable async run handed to it, until none is.
     fn spawn_worker(self: &Arc<Self>, first: Work) {
-        let key = first.key();
+        let (key, run) = first.key();
         let me = Arc::clone(self);
         let spawned = thread::Builder::new().name("run".into()).spawn(move || {
             let mut next = Some(first);
@@ -984,9 +1234,10 @@ impl Runner {
             // The run is recorded `queued` on disk and runs at the next
             // start; the slot goes on to the queue.
             log::error!("cannot start a run thread: {e}");
-            if let Some(q) = self.release(&key) {
+            if let Some(q) = self.release(&key, &run) {
                 let mut s = lock(&self.slots);
                 s.release_fn(&q.key);
+                s.leave(&q.run);
                 s.used -= 1;
                 s.queue.push_front(Waiter::Async(q));
             }
@@ -1058,6 +1309,8 @@ impl Runner {
             callbacks: Vec::new(),
             occurrence: rec.scheduled_at.map(|t| (t, rec.missed)),
             rerun_of: rec.rerun_of.clone(),
+            // Its group is the queue's, decided when it was accepted.
+            group: None,
         };
         Some((rec, job))
     }
@@ -1090,12 +1343,15 @@ impl Runner {
             reruns: Vec::new(),
             attempts: Vec::new(),
             retry_at: None,
+            group: job.group().map(|g| g.key),
+            superseded_by: None,
             // What a re-run starts with; a run that read its request body
             // or files from temporary files cannot be re-run.
             rerun_input: Some(RunInput {
                 values: job.values.clone(),
                 vars: job.vars.clone(),
                 body: job.body_file.is_some() || !job.files.is_empty(),
+                ..Default::default()
             }),
         }
     }
@@ -1122,6 +1378,7 @@ impl Runner {
                 // did; one after it is refused (`run_ended`).
                 if live.handle.end() {
                     cancelled(&mut outcome);
+                    rec.superseded_by = live.handle.superseded_by();
                 }
                 // No cancel finds the run once its end is being recorded;
                 // followers waiting on the handle learn of the end once it
@@ -1184,7 +1441,10 @@ impl Runner {
                     StepError::Cancelled { .. } => RunState::Cancelled,
                     _ => RunState::Failed,
                 };
-                rec.error = Some(describe(e));
+                rec.error = Some(match &rec.superseded_by {
+                    Some(by) => format!("{}, superseded by run {by} of its group", describe(e)),
+                    None => describe(e),
+                });
                 rec.stdout = failed_stdout(e);
             }
         }

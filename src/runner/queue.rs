@@ -1,20 +1,36 @@
 //! The wait queue's bookkeeping: run slots in use (globally and per
 //! function), one FIFO queue of waiting sync callers ([`Ticket`]) and async
-//! runs ([`Queued`]), and the drain rate behind `Retry-After`. Everything
-//! here runs under the runner's one slots lock; threads and records are
-//! the runner's.
+//! runs ([`Queued`]), the concurrency groups' executing runs, and the
+//! drain rate behind `Retry-After`. Everything here runs under the
+//! runner's one slots lock; threads and records are the runner's.
+//!
+//! A concurrency group is one more rule of the same queue: a waiter is
+//! runnable when a slot is free, its function is below its `concurrency`
+//! and its group key below its `limit`; what a run finding its group full
+//! does (wait, replace the waiting one, cancel the running one, skip) is
+//! decided here too ([`Slots::make_room`], [`Slots::skips`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar};
+use std::sync::{Arc, Condvar, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::config::group::Policy;
 use crate::config::{Config, Program};
 use crate::state::record::Owner;
 
 /// Owner (a program, or the hooks) and function name (for a hook, its
 /// id): the unit of `concurrency`.
 pub(super) type SlotKey = (Owner, String);
+
+/// A run's concurrency group: the key rendered from its values, and the
+/// group's limit and policy.
+#[derive(Debug, Clone)]
+pub(super) struct GroupClaim {
+    pub(super) key: String,
+    pub(super) limit: usize,
+    pub(super) policy: Policy,
+}
 
 /// An async run waiting in the queue: its record (with its input) is on
 /// disk, so memory holds only what finds it again.
@@ -24,17 +40,21 @@ pub(super) struct Queued {
     pub(super) program: Arc<Program>,
     pub(super) key: SlotKey,
     pub(super) concurrency: usize,
+    pub(super) group: Option<GroupClaim>,
 }
 
 /// A sync caller waiting for a slot, for run `run` (recorded `queued`).
 /// `granted` is set (under the slots lock) when a slot is handed to it,
-/// `cancelled` when the run is cancelled: it is then off the queue.
+/// `cancelled` when the run is cancelled, `superseded_by` when a newer run
+/// of its group replaced it: it is then off the queue.
 pub(super) struct Ticket {
     pub(super) run: String,
     pub(super) key: SlotKey,
     pub(super) concurrency: usize,
+    pub(super) group: Option<GroupClaim>,
     pub(super) granted: AtomicBool,
     pub(super) cancelled: AtomicBool,
+    pub(super) superseded_by: OnceLock<String>,
     pub(super) wake: Condvar,
 }
 
@@ -49,6 +69,14 @@ impl Waiter {
         match self {
             Waiter::Async(q) => (&q.key, q.concurrency),
             Waiter::Sync(t) => (&t.key, t.concurrency),
+        }
+    }
+
+    /// The concurrency group of the run waiting here.
+    pub(super) fn group(&self) -> Option<&GroupClaim> {
+        match self {
+            Waiter::Async(q) => q.group.as_ref(),
+            Waiter::Sync(t) => t.group.as_ref(),
         }
     }
 
@@ -88,6 +116,18 @@ pub(super) struct Slots {
     pub(super) closing: bool,
     /// Waiting runs are no longer started (the shutdown grace is over).
     pub(super) stopping: bool,
+    /// The runs executing now by concurrency group key, oldest first.
+    pub(super) groups: HashMap<String, Vec<String>>,
+    /// The group key of each executing run that has one.
+    pub(super) group_of: HashMap<String, String>,
+}
+
+/// What a run finding its group at its limit does besides waiting: the
+/// waiters it replaces, and the running run it has cancelled.
+#[derive(Default)]
+pub(super) struct Room {
+    pub(super) superseded: Vec<Waiter>,
+    pub(super) cancel: Option<String>,
 }
 
 impl Slots {
@@ -95,13 +135,83 @@ impl Slots {
         self.per_fn.get(key).copied().unwrap_or(0) < concurrency
     }
 
-    pub(super) fn slot_free(&self, key: &SlotKey, concurrency: usize) -> bool {
-        self.used < self.max && self.fn_free(key, concurrency)
+    /// Runs of group key `key` executing now.
+    fn running(&self, key: &str) -> usize {
+        self.groups.get(key).map_or(0, Vec::len)
     }
 
-    pub(super) fn take(&mut self, key: &SlotKey) {
+    fn group_free(&self, g: Option<&GroupClaim>) -> bool {
+        g.is_none_or(|g| self.running(&g.key) < g.limit)
+    }
+
+    pub(super) fn slot_free(&self, key: &SlotKey, n: usize, g: Option<&GroupClaim>) -> bool {
+        self.used < self.max && self.fn_free(key, n) && self.group_free(g)
+    }
+
+    /// Take a slot for run `run` of `key` and group `g`.
+    pub(super) fn take(&mut self, key: &SlotKey, run: &str, g: Option<&GroupClaim>) {
         self.used += 1;
         *self.per_fn.entry(key.clone()).or_default() += 1;
+        self.join(run, g);
+    }
+
+    fn join(&mut self, run: &str, g: Option<&GroupClaim>) {
+        if let Some(g) = g {
+            self.groups
+                .entry(g.key.clone())
+                .or_default()
+                .push(run.to_string());
+            self.group_of.insert(run.to_string(), g.key.clone());
+        }
+    }
+
+    /// Run `run` no longer executes: its group has room for one more.
+    pub(super) fn leave(&mut self, run: &str) {
+        let Some(key) = self.group_of.remove(run) else {
+            return;
+        };
+        if let Some(runs) = self.groups.get_mut(&key) {
+            runs.retain(|r| r != run);
+            if runs.is_empty() {
+                self.groups.remove(&key);
+            }
+        }
+    }
+
+    /// Whether a new run of group `g` is skipped (`policy = "skip"`): its
+    /// key has `limit` runs executing or waiting.
+    pub(super) fn skips(&self, g: Option<&GroupClaim>) -> bool {
+        let Some(g) = g.filter(|g| g.policy == Policy::Skip) else {
+            return false;
+        };
+        let waiting = self.queue.iter().filter(|w| same_group(w, &g.key)).count();
+        self.running(&g.key) + waiting >= g.limit
+    }
+
+    /// Make room for run `by` of group `g`, about to wait: with
+    /// `replace_pending` and `cancel_running` the runs of its key waiting
+    /// now leave the queue, superseded by it (a sync caller's ticket says
+    /// so, set under this lock so that its wait cannot miss it), and with
+    /// `cancel_running` the oldest running one is to be cancelled when
+    /// the key is at its limit.
+    pub(super) fn make_room(&mut self, g: Option<&GroupClaim>, by: &str) -> Room {
+        let Some(g) = g else {
+            return Room::default();
+        };
+        if !matches!(g.policy, Policy::ReplacePending | Policy::CancelRunning) {
+            return Room::default();
+        }
+        let mut room = Room::default();
+        while let Some(i) = self.queue.iter().position(|w| same_group(w, &g.key)) {
+            if let Some(Waiter::Sync(t)) = self.queue.get(i) {
+                let _ = t.superseded_by.set(by.to_string());
+            }
+            room.superseded.extend(self.take_at(i));
+        }
+        if g.policy == Policy::CancelRunning && self.running(&g.key) >= g.limit {
+            room.cancel = self.groups.get(&g.key).and_then(|r| r.first().cloned());
+        }
+        room
     }
 
     pub(super) fn release_fn(&mut self, key: &SlotKey) {
@@ -120,7 +230,7 @@ impl Slots {
         }
         let i = self.queue.iter().position(|w| {
             let (key, n) = w.key();
-            self.fn_free(key, n)
+            self.fn_free(key, n) && self.group_free(w.group())
         })?;
         self.take_at(i)
     }
@@ -140,6 +250,7 @@ impl Slots {
     /// marked granted); it comes back to be woken or started.
     pub(super) fn grant(&mut self, w: Waiter) -> Granted {
         *self.per_fn.entry(w.key().0.clone()).or_default() += 1;
+        self.join(w.run(), w.group());
         match w {
             Waiter::Sync(t) => {
                 t.granted.store(true, Ordering::SeqCst);
@@ -161,11 +272,12 @@ impl Slots {
         start
     }
 
-    /// A run of `key` ended: hand its slot to the next runnable waiter
+    /// Run `run` of `key` ended: hand its slot to the next runnable waiter
     /// (which comes back, to be woken or started), or free it (then
     /// `true`).
-    pub(super) fn release(&mut self, key: &SlotKey) -> (Option<Granted>, bool) {
+    pub(super) fn release(&mut self, key: &SlotKey, run: &str) -> (Option<Granted>, bool) {
         self.release_fn(key);
+        self.leave(run);
         // Hand the slot on, unless a reload lowered the limit.
         if self.used <= self.max {
             if let Some(w) = self.next_runnable() {
@@ -191,6 +303,11 @@ impl Slots {
             self.take_at(i);
         }
     }
+}
+
+/// Whether `w` waits in group `key`.
+fn same_group(w: &Waiter, key: &str) -> bool {
+    w.group().is_some_and(|g| g.key == key)
 }
 
 /// Runs ended in the last 5 to 10 seconds: the drain rate behind
@@ -249,8 +366,10 @@ mod tests {
             run: format!("{n:032x}"),
             key: (Owner::Program(1), "run".into()),
             concurrency: usize::MAX,
+            group: None,
             granted: AtomicBool::new(false),
             cancelled: AtomicBool::new(false),
+            superseded_by: OnceLock::new(),
             wake: Condvar::new(),
         })
     }

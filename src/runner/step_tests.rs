@@ -67,6 +67,7 @@ fn func(name: &str, inputs: &[&str], steps: Vec<Step>) -> Function {
         expect_every: None,
         schedules: Vec::new(),
         retry: None,
+        concurrency_group: None,
     }
 }
 

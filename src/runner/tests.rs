@@ -3,16 +3,32 @@
 //! runner without a run log, panics inside runs, the run handle.
 
 use super::*;
+use crate::config::group::Policy;
+use std::sync::OnceLock;
 
 fn ticket(program: u64, function: &str, concurrency: usize) -> Arc<Ticket> {
     Arc::new(Ticket {
         run: format!("{program}-{function}"),
         key: (Owner::Program(program), function.to_string()),
         concurrency,
+        group: None,
         granted: AtomicBool::new(false),
         cancelled: AtomicBool::new(false),
+        superseded_by: OnceLock::new(),
         wake: Condvar::new(),
     })
+}
+
+/// [`ticket`] in group `key` (limit `limit`, `policy`).
+fn grouped(program: u64, function: &str, key: &str, limit: usize, policy: Policy) -> Arc<Ticket> {
+    let t = ticket(program, function, usize::MAX);
+    let mut t = Arc::try_unwrap(t).unwrap_or_else(|_| unreachable!());
+    t.group = Some(GroupClaim {
+        key: key.into(),
+        limit,
+        policy,
+    });
+    Arc::new(t)
 }
 
 fn granted(t: &Arc<Ticket>) -> bool {
@@ -31,20 +47,20 @@ fn a_freed_slot_goes_to_the_first_waiter_in_order() {
         ..Slots::default()
     };
     let a = (Owner::Program(1), "a".to_string());
-    s.take(&a);
+    s.take(&a, "1-a", None);
     let (first, second) = (ticket(1, "b", 9), ticket(1, "c", 9));
     s.queue.push_back(Waiter::Sync(Arc::clone(&first)));
     s.queue.push_back(Waiter::Sync(Arc::clone(&second)));
     assert!(s.fill().is_empty() && !granted(&first), "no free slot yet");
-    let (next, freed) = s.release(&a);
+    let (next, freed) = s.release(&a, "1-a");
     assert!(!freed, "the slot is handed on, not freed");
     // The caller comes back to be woken once the slots lock is released.
     assert!(to_caller(&next, &first), "handed to the first waiter");
     assert!(granted(&first) && !granted(&second));
     assert_eq!(s.used, 1);
-    let (next, freed) = s.release(&(Owner::Program(1), "b".to_string()));
+    let (next, freed) = s.release(&(Owner::Program(1), "b".to_string()), "1-b");
     assert!(!freed && granted(&second) && to_caller(&next, &second));
-    let (_, freed) = s.release(&(Owner::Program(1), "c".to_string()));
+    let (_, freed) = s.release(&(Owner::Program(1), "c".to_string()), "1-c");
     assert!(freed, "nobody waits: the slot is freed");
     assert_eq!((s.used, s.per_fn.len()), (0, 0));
 }
@@ -56,7 +72,7 @@ fn a_function_at_its_limit_does_not_hold_up_the_others() {
         ..Slots::default()
     };
     let a = (Owner::Program(1), "a".to_string());
-    s.take(&a);
+    s.take(&a, "1-a", None);
     let (same, other) = (ticket(1, "a", 1), ticket(1, "b", 1));
     s.queue.push_back(Waiter::Sync(Arc::clone(&same)));
     s.queue.push_back(Waiter::Sync(Arc::clone(&other)));
@@ -68,9 +84,62 @@ fn a_function_at_its_limit_does_not_hold_up_the_others() {
         granted(&other),
         "the free slot goes to the next runnable waiter"
     );
-    let (_, freed) = s.release(&a);
+    let (_, freed) = s.release(&a, "1-a");
     assert!(!freed && granted(&same));
     assert_eq!(s.used, 2);
+}
+
+#[test]
+fn a_group_key_is_one_limit_across_functions_and_programs() {
+    let mut s = Slots {
+        max: 4,
+        ..Slots::default()
+    };
+    let g = |p, f| grouped(p, f, "site-main", 1, Policy::Queue);
+    let (first, same_key, other_key) = (g(1, "deploy"), g(2, "publish"), ticket(1, "other", 9));
+    s.queue.push_back(Waiter::Sync(Arc::clone(&first)));
+    s.queue.push_back(Waiter::Sync(Arc::clone(&same_key)));
+    s.queue.push_back(Waiter::Sync(Arc::clone(&other_key)));
+    assert_eq!(s.fill().len(), 2, "the key's first run and the other one");
+    assert!(granted(&first) && !granted(&same_key) && granted(&other_key));
+    assert_eq!(s.groups["site-main"], vec!["1-deploy".to_string()]);
+    let (next, _) = s.release(&first.key, "1-deploy");
+    assert!(to_caller(&next, &same_key), "the key's place goes on");
+    assert_eq!(s.groups["site-main"], vec!["2-publish".to_string()]);
+    let (_, freed) = s.release(&same_key.key, "2-publish");
+    assert!(freed && s.groups.is_empty() && s.group_of.is_empty());
+}
+
+#[test]
+fn make_room_supersedes_the_waiting_and_names_the_running_to_cancel() {
+    let mut s = Slots {
+        max: 4,
+        ..Slots::default()
+    };
+    let running = grouped(1, "a", "k", 1, Policy::ReplacePending);
+    s.take(&running.key, "1-a", running.group.as_ref());
+    let waiting = grouped(1, "b", "k", 1, Policy::ReplacePending);
+    s.queue.push_back(Waiter::Sync(Arc::clone(&waiting)));
+    let replace = grouped(1, "c", "k", 1, Policy::ReplacePending);
+    let room = s.make_room(replace.group.as_ref(), "1-c");
+    assert_eq!(room.superseded.len(), 1);
+    assert!(room.cancel.is_none() && s.queue.is_empty());
+    assert_eq!(waiting.superseded_by.get().map(String::as_str), Some("1-c"));
+    let cancel = grouped(1, "d", "k", 1, Policy::CancelRunning);
+    assert_eq!(
+        s.make_room(cancel.group.as_ref(), "1-d").cancel.as_deref(),
+        Some("1-a")
+    );
+    // `queue` and `skip` make no room; `skip` counts waiting runs too.
+    let skip = grouped(1, "e", "k", 2, Policy::Skip);
+    assert!(s
+        .make_room(skip.group.as_ref(), "1-e")
+        .superseded
+        .is_empty());
+    assert!(!s.skips(skip.group.as_ref()), "1 of 2 places used");
+    s.queue
+        .push_back(Waiter::Sync(grouped(1, "f", "k", 2, Policy::Queue)));
+    assert!(s.skips(skip.group.as_ref()), "1 running and 1 waiting");
 }
 
 #[test]
@@ -80,11 +149,11 @@ fn a_stopping_queue_hands_nothing_on() {
         ..Slots::default()
     };
     let a = (Owner::Program(1), "a".to_string());
-    s.take(&a);
+    s.take(&a, "1-a", None);
     let t = ticket(1, "a", 9);
     s.queue.push_back(Waiter::Sync(Arc::clone(&t)));
     s.stopping = true;
-    let (_, freed) = s.release(&a);
+    let (_, freed) = s.release(&a, "1-a");
     assert!(freed && !granted(&t));
 }
 
@@ -127,6 +196,7 @@ fn job(server: &str, script: &str) -> Job {
         callbacks: Vec::new(),
         occurrence: None,
         rerun_of: None,
+        group: None,
     }
 }
 

@@ -175,6 +175,14 @@ fn ended(rec: RunRecord) -> Result<Response, ApiError> {
         RunState::TimedOut => Err(ApiError::RunTimeout { run }),
         RunState::Interrupted => Err(ApiError::RunInterrupted { run }),
         RunState::Cancelled => Err(ApiError::RunCancelled { run }),
+        RunState::Superseded => Err(ApiError::RunSuperseded {
+            run,
+            by: rec.superseded_by.unwrap_or_default(),
+        }),
+        RunState::Skipped if rec.group.is_some() => Err(ApiError::RunSkipped {
+            run,
+            group: rec.group.unwrap_or_default(),
+        }),
         // A sync original that gave up waiting for a slot (it was
         // answered `busy` and gives its key back): retry.
         RunState::Failed if rec.started_at.is_none() => Err(ApiError::Busy {

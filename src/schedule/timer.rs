@@ -61,6 +61,11 @@ const MAX_SLEEP: Duration = Duration::from_secs(5);
 /// running one has ended.
 const QUEUE_POLL: Duration = Duration::from_millis(200);
 
+/// How long before a firing the run log is synced ahead of it
+/// ([`Timer::presync`]): a first time for the backlog, a second time for
+/// what was written meanwhile.
+const PRESYNC: [Duration; 2] = [Duration::from_secs(1), Duration::from_millis(100)];
+
 /// A run to start at the end of this wake.
 struct Pending {
     id: String,
@@ -68,6 +73,15 @@ struct Pending {
     missed: u64,
     delay: Duration,
     job: crate::runner::Job,
+}
+
+/// An occurrence waiting for its schedule's running run: recorded
+/// `queued` as run `run` (`Runner::record_waiting`), so that after a crash
+/// it is resumed like any queued run; `None` with a shared database (held
+/// in memory only).
+struct Waiting {
+    at: Timestamp,
+    run: Option<String>,
 }
 
 /// Run records read back at start for occurrences newer than their mark.
@@ -86,7 +100,7 @@ struct Slot {
     /// The last run started, while it may still run.
     running: Option<String>,
     /// An occurrence waiting for the running one (`overlap = "queue"`).
-    waiting: Option<Timestamp>,
+    waiting: Option<Waiting>,
     /// The next firing, as pushed on the heap.
     next: Option<Timestamp>,
 }
@@ -114,6 +128,9 @@ pub struct Timer {
     generation: u64,
     /// Runs to start at the end of this wake ([`Timer::start_pending`]).
     pending: Vec<Pending>,
+    /// The firing the run log was last synced ahead of, and at how many
+    /// of the [`PRESYNC`] leads.
+    presynced: (Timestamp, usize),
 }
 
 impl Timer {
@@ -133,6 +150,7 @@ impl Timer {
             heap: BinaryHeap::new(),
             generation: 0,
             pending: Vec::new(),
+            presynced: (Timestamp::MIN, 0),
         }
     }
 
@@ -143,7 +161,9 @@ impl Timer {
             if !self.app.config().server.fire_schedules {
                 // `schedules = "off"`: another instance fires them. Taken
                 // up anew (from the marks kept) when turned on.
-                self.slots.clear();
+                for (id, slot) in std::mem::take(&mut self.slots) {
+                    self.drop_waiting(&id, slot.waiting, "schedules were turned off here");
+                }
                 self.heap.clear();
                 self.generation = 0;
                 self.app.schedules.wait(MAX_SLEEP);
@@ -153,13 +173,25 @@ impl Timer {
                 self.sync(&mut marks);
             }
             let now = (self.clock.now)();
+            let first = self.heap.peek().map(|Reverse((at, _))| *at);
+            let t0 = std::time::Instant::now();
             let changed = self.fire_due(now) | self.start_waiting();
+            let (planned, runs) = (t0.elapsed(), self.pending.len());
             // The records first, then the marks that name them.
             self.start_pending();
+            if runs > 0 {
+                log::debug!(
+                    "schedules: woke {:?} after the first firing due, planned {runs} runs in {planned:?}, accepted and logged them in {:?}",
+                    first.map(|f| now.duration_since(f)),
+                    t0.elapsed() - planned
+                );
+            }
             if changed {
                 self.save();
             }
-            let sleep = self.sleep_for((self.clock.now)());
+            let now = (self.clock.now)();
+            self.presync(now);
+            let sleep = self.sleep_for(now);
             self.app.schedules.wait(sleep);
         }
     }
@@ -211,7 +243,9 @@ impl Timer {
             };
             slots.insert(Arc::from(id), slot);
         }
-        self.slots = slots;
+        for (id, old) in std::mem::replace(&mut self.slots, slots) {
+            self.drop_waiting(&id, old.waiting, "its schedule was removed");
+        }
         lock(&self.app.schedules.status).retain(|id, _| self.slots.contains_key(id));
         self.heap.clear();
         let ids: Vec<Arc<str>> = self.slots.keys().cloned().collect();
@@ -317,12 +351,7 @@ impl Timer {
                     let why = format!("run {run} of this schedule was still running");
                     return self.skip(id, at, 0, SkipReason::Overlap, Some(why));
                 }
-                Overlap::Queue if slot.waiting.is_none() => {
-                    if let Some(slot) = self.slots.get_mut(id) {
-                        slot.waiting = Some(at);
-                    }
-                    return;
-                }
+                Overlap::Queue if slot.waiting.is_none() => return self.hold(id, at, &run),
                 Overlap::Queue => {
                     let why = format!(
                         "run {run} was still running and an occurrence already waited for it"
@@ -338,24 +367,38 @@ impl Timer {
         self.start(id, at, missed);
     }
 
-    /// Whether run `id` has not ended.
+    /// Whether run `id` has not ended: from the run index, as every
+    /// schedule with a run before asks at each firing (reading 1,000
+    /// records back from the log took 4 to 30 ms of a wake under load).
     fn still_runs(&self, run: &str) -> bool {
-        self.app
-            .store
-            .get(run)
-            .is_some_and(|r| !r.state.is_terminal())
+        self.app.store.has_ended(run) == Some(false)
     }
 
     /// Start the run of occurrence `at`: the function's run with the
     /// schedule's values, its callback, timeout and concurrency.
     fn start(&mut self, id: &str, at: Timestamp, missed: u64) {
-        let Some(slot) = self.slots.get(id) else {
-            return;
-        };
-        if !self.marks.claim(id, Time::from(at)) {
-            log::debug!("schedule {id}: the occurrence of {at} is another instance's");
+        if !self.claim(id, at) {
             return;
         }
+        if let Some(job) = self.job(id, at, missed) {
+            self.push_pending(id, at, missed, job);
+        }
+    }
+
+    /// Whether occurrence `at` of schedule `id` is this instance's to
+    /// handle (always, but with a shared database).
+    fn claim(&self, id: &str, at: Timestamp) -> bool {
+        let mine = self.marks.claim(id, Time::from(at));
+        if !mine {
+            log::debug!("schedule {id}: the occurrence of {at} is another instance's");
+        }
+        mine
+    }
+
+    /// The run of occurrence `at` of schedule `id`, as the current config
+    /// says.
+    fn job(&self, id: &str, at: Timestamp, missed: u64) -> Option<crate::runner::Job> {
+        let slot = self.slots.get(id)?;
         let cfg = self.app.config();
         let function = &slot.program.functions[slot.place.0];
         let mut job = invoke::job(
@@ -370,6 +413,14 @@ impl Timer {
         let fixed = [(function.callback.as_ref(), Source::Function)];
         job.callbacks =
             callback::targets(&cfg.server.callbacks, &fixed, None, false).unwrap_or_default();
+        Some(job)
+    }
+
+    /// Start `job`, the run of occurrence `at`, at the end of this wake.
+    fn push_pending(&mut self, id: &str, at: Timestamp, missed: u64, job: crate::runner::Job) {
+        let Some(slot) = self.slots.get(id) else {
+            return;
+        };
         let delay = slot.sched().delay(id);
         self.pending.push(Pending {
             id: id.to_string(),
@@ -466,6 +517,8 @@ impl Timer {
             reruns: Vec::new(),
             attempts: Vec::new(),
             retry_at: None,
+            group: None,
+            superseded_by: None,
             rerun_input: None,
         };
         if let Err(e) = self.app.store.append(&rec, true) {
@@ -482,31 +535,129 @@ impl Timer {
         self.note(id, at, &format!("skipped: {}", reason.name()));
     }
 
+    /// Let occurrence `at` wait for run `running` (`overlap = "queue"`):
+    /// recorded `queued` now, started when `running` ends.
+    fn hold(&mut self, id: &str, at: Timestamp, running: &str) {
+        if !self.claim(id, at) {
+            return;
+        }
+        let Some(job) = self.job(id, at, 0) else {
+            return;
+        };
+        match self.app.runner.record_waiting(&job) {
+            Ok(run) => {
+                let what = run.as_deref().map(|r| format!(" as run {r}"));
+                let what = what.unwrap_or_default();
+                log::info!("schedule {id}: the occurrence of {at} waits{what} for run {running}");
+                self.note(id, at, &format!("waiting{what} for {running}"));
+                if let Some(slot) = self.slots.get_mut(id) {
+                    slot.waiting = Some(Waiting { at, run });
+                }
+            }
+            Err(e) => {
+                let why = invoke::run_error(RunError::Storage(e))
+                    .message()
+                    .into_owned();
+                self.skip(id, at, 0, SkipReason::NotStarted, Some(why));
+            }
+        }
+    }
+
     /// Start the occurrences that waited for a run now ended; whether any.
     fn start_waiting(&mut self) -> bool {
-        let ready: Vec<(Arc<str>, Timestamp)> = self
+        let ready: Vec<Arc<str>> = self
             .slots
             .iter()
-            .filter_map(|(id, s)| Some((id.clone(), s.waiting?, s.running.clone())))
-            .filter(|(_, _, r)| !r.as_deref().is_some_and(|r| self.still_runs(r)))
-            .map(|(id, at, _)| (id, at))
+            .filter(|(_, s)| s.waiting.is_some())
+            .filter(|(_, s)| !s.running.as_deref().is_some_and(|r| self.still_runs(r)))
+            .map(|(id, _)| id.clone())
             .collect();
-        for (id, at) in &ready {
-            if let Some(slot) = self.slots.get_mut(id) {
-                slot.waiting = None;
+        for id in &ready {
+            let Some(w) = self.slots.get_mut(id).and_then(|s| s.waiting.take()) else {
+                continue;
+            };
+            let Some(mut job) = self.job(id, w.at, 0) else {
+                continue;
+            };
+            if let Some(run) = w.run {
+                // Its record may have been ended meanwhile (cancelled).
+                if !self.still_runs(&run) {
+                    log::info!("schedule {id}: run {run}, which waited, has ended; not started");
+                    continue;
+                }
+                job.id = Some(run);
             }
-            self.start(id, *at, 0);
+            self.push_pending(id, w.at, 0, job);
         }
         !ready.is_empty()
     }
 
-    /// How long to sleep: until the first firing, shorter while an
-    /// occurrence waits, never longer than [`MAX_SLEEP`].
+    /// End the record of an occurrence that waited for a schedule no
+    /// longer fired here: `cancelled`, saying `why`.
+    fn drop_waiting(&self, id: &str, waiting: Option<Waiting>, why: &str) {
+        let Some(run) = waiting.and_then(|w| w.run) else {
+            return;
+        };
+        let Some(mut rec) = self.app.store.get(&run) else {
+            return;
+        };
+        if rec.state != RunState::Queued {
+            return;
+        }
+        rec.state = RunState::Cancelled;
+        rec.finished_at = Some(Time::now());
+        rec.error = Some(format!("it waited for a run of schedule {id}, and {why}"));
+        if let Err(e) = self.app.store.append(&rec, true) {
+            log::error!("schedule {id}: cannot record run {run} cancelled: {e}");
+        }
+    }
+
+    /// Sync the run log ahead of the next firing, at each of the
+    /// [`PRESYNC`] leads before it that has come.
+    ///
+    /// Why: sync runs write their records without a sync (about 1.6 MB/s
+    /// at 2,000 runs/s), and the kernel writes them back only every few
+    /// seconds, so the one sync of a wake's records also had to flush
+    /// seconds of other records: 30 to 60 ms of the 1,000 firings'
+    /// lateness (`bench/schedules.sh`). Synced just before, it flushes
+    /// the wake's records and little more.
+    fn presync(&mut self, now: Timestamp) {
+        let Some(Reverse((next, _))) = self.heap.peek() else {
+            return;
+        };
+        let until = Duration::try_from(next.duration_since(now)).unwrap_or(Duration::ZERO);
+        let due = PRESYNC.iter().filter(|lead| until <= **lead).count();
+        if due == 0 || self.presynced >= (*next, due) {
+            return;
+        }
+        self.presynced = (*next, due);
+        let t0 = std::time::Instant::now();
+        let synced = self.app.store.sync();
+        log::debug!(
+            "run log synced {:?} ahead of a firing in {until:?}",
+            t0.elapsed()
+        );
+        if let Err(e) = synced {
+            log::warn!("cannot sync the run log ahead of the next schedule firing: {e}");
+        }
+    }
+
+    /// How long to sleep: until the first firing or the next lead before
+    /// it ([`Timer::presync`]), shorter while an occurrence waits, never
+    /// longer than [`MAX_SLEEP`].
     fn sleep_for(&self, now: Timestamp) -> Duration {
         let mut sleep = MAX_SLEEP;
         if let Some(Reverse((at, _))) = self.heap.peek() {
-            let until = at.duration_since(now);
-            sleep = sleep.min(Duration::try_from(until).unwrap_or(Duration::ZERO));
+            let until = Duration::try_from(at.duration_since(now)).unwrap_or(Duration::ZERO);
+            sleep = sleep.min(until);
+            let done = if self.presynced.0 == *at {
+                self.presynced.1
+            } else {
+                0
+            };
+            if let Some(lead) = PRESYNC.get(done).filter(|lead| until > **lead) {
+                sleep = sleep.min(until - *lead);
+            }
         }
         if self.slots.values().any(|s| s.waiting.is_some()) {
             sleep = sleep.min(QUEUE_POLL);

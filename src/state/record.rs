@@ -31,8 +31,12 @@ pub enum RunState {
     Interrupted,
     /// Stopped on request (`POST /api/runs/<id>/cancel`).
     Cancelled,
-    /// A schedule's occurrence that did not run (its `Skipped` says why).
+    /// Did not run: a schedule's occurrence, or a run whose concurrency
+    /// group was at its limit (`policy = "skip"`); its `Skipped` says why.
     Skipped,
+    /// Did not run: a newer run of its concurrency group replaced it while
+    /// it waited (its `SupersededBy` names that run).
+    Superseded,
 }
 
 impl RunState {
@@ -52,6 +56,7 @@ impl RunState {
             RunState::Interrupted => "interrupted",
             RunState::Cancelled => "cancelled",
             RunState::Skipped => "skipped",
+            RunState::Superseded => "superseded",
         }
     }
 
@@ -62,7 +67,7 @@ impl RunState {
 }
 
 /// Every run state, in the order a run can reach them.
-pub const ALL_STATES: [RunState; 8] = [
+pub const ALL_STATES: [RunState; 9] = [
     RunState::Queued,
     RunState::Running,
     RunState::Finished,
@@ -71,6 +76,7 @@ pub const ALL_STATES: [RunState; 8] = [
     RunState::Interrupted,
     RunState::Cancelled,
     RunState::Skipped,
+    RunState::Superseded,
 ];
 
 /// Why a schedule's occurrence did not run (a `skipped` record's `Skipped`).
@@ -87,6 +93,8 @@ pub enum SkipReason {
     Inactive,
     /// The run could not be started (busy, storage): its `Error` says.
     NotStarted,
+    /// Its concurrency group was at its limit (`policy = "skip"`).
+    Group,
 }
 
 impl SkipReason {
@@ -98,6 +106,7 @@ impl SkipReason {
             SkipReason::Overlap => "overlap",
             SkipReason::Inactive => "inactive",
             SkipReason::NotStarted => "not_started",
+            SkipReason::Group => "group",
         }
     }
 }
@@ -477,6 +486,14 @@ pub struct RunRecord {
     /// When the next attempt starts (state `queued` between attempts).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_at: Option<Time>,
+    /// The key of its concurrency group (`[functions.concurrency_group]`),
+    /// as rendered from its values.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// The newer run of its group that replaced it (state `superseded`) or
+    /// had it cancelled (`policy = "cancel_running"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub superseded_by: Option<String>,
 }
 
 /// How one earlier attempt of a run ended.
@@ -526,4 +543,11 @@ pub struct RunInput {
     /// files, which do not survive a restart.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub body: bool,
+    /// The `limit` of its concurrency group, for the cluster queue's take
+    /// (`trigd_runs.group_limit`; the key is the record's `Group`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_limit: Option<usize>,
+    /// The `policy` of its concurrency group, for the cluster queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_policy: Option<String>,
 }

@@ -348,6 +348,12 @@ fn run_page(app: &App, cfg: &Config, s: &Session, r: &RunRecord) -> Response {
                 @if let Some(at) = r.retry_at {
                     dt { "Next attempt" } dd id="retry-at" { (at) }
                 }
+                @if let Some(g) = &r.group {
+                    dt { "Group" } dd id="group" { code { (g) } }
+                }
+                @if let Some(by) = &r.superseded_by {
+                    dt { "Superseded by" } dd id="superseded-by" { a href={ "/runs/" (percent_encode(by)) } { code { (by) } } }
+                }
                 @if let Some(of) = &r.rerun_of {
                     dt { "Re-run of" } dd { a href={ "/runs/" (percent_encode(of)) } { code { (of) } } }
                 }

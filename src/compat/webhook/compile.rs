@@ -189,6 +189,7 @@ pub fn compile(d: &HookDef, dir: &Path, server: &Server) -> Result<Endpoint, Str
         request_callbacks: false,
         receive: Arc::new(receive),
         entry: Entry::Hook(d.id.clone()),
+        group: None,
     })
 }
 
@@ -325,6 +326,7 @@ fn program(d: &HookDef, cwd: &Option<PathBuf>, dir: &Path, server: &Server, n: u
         expect_every: None,
         schedules: Vec::new(),
         retry: None,
+        concurrency_group: None,
         // A hooks-file hook has no completion callback (the file format
         // has none).
         callback: None,

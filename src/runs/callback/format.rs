@@ -38,7 +38,8 @@ pub fn content_type(format: Format) -> &'static str {
 }
 
 /// The outcome a record's end state reports; `None` for a state that is
-/// not an end of a run (queued, running, a schedule's skipped occurrence).
+/// not an end of a run (queued, running, a skipped occurrence or run, a
+/// superseded run: none of them ran).
 pub fn outcome_of(state: RunState) -> Option<Outcome> {
     match state {
         RunState::Finished => Some(Outcome::Finished),
@@ -46,7 +47,7 @@ pub fn outcome_of(state: RunState) -> Option<Outcome> {
         RunState::TimedOut => Some(Outcome::TimedOut),
         RunState::Cancelled => Some(Outcome::Cancelled),
         RunState::Interrupted => Some(Outcome::Interrupted),
-        RunState::Queued | RunState::Running | RunState::Skipped => None,
+        RunState::Queued | RunState::Running | RunState::Skipped | RunState::Superseded => None,
     }
 }
 

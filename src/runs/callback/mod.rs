@@ -443,6 +443,7 @@ impl Service {
                             | RunState::Running
                             | RunState::Cancelled
                             | RunState::Skipped
+                            | RunState::Superseded
                     )
             });
             if let Some(r) = previous {

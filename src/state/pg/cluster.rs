@@ -173,19 +173,91 @@ fn adopt_callbacks(
 /// The database failed.
 pub fn take(db: &Db, me: &str) -> Result<Option<RunRecord>, DbError> {
     let prefix = format!("{me}-%");
-    let row = db.with_background(|c| {
-        c.query_typed_opt(
-            "UPDATE trigd_runs SET instance = $1 WHERE id = ( \
-               SELECT id FROM trigd_runs WHERE state = 'queued' AND instance IS NULL \
-               AND (record->>'Async')::boolean \
-               AND (NOT coalesce((record->'Input'->>'Body')::boolean, false) OR id LIKE $2) \
-               AND EXISTS (SELECT 1 FROM trigd_instances WHERE name = $1 AND expires_at > now()) \
-               ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED) \
-             AND state = 'queued' AND instance IS NULL RETURNING record::text",
-            &[(&me, Type::TEXT), (&prefix, Type::TEXT)],
-        )
-    })?;
-    Ok(row.and_then(|r| parse(&r.get::<_, String>(0))))
+    db.with_background(|c| {
+        // A lost race for a key's last place, or a waiting run a newer one
+        // of its key replaces, is settled and the next run looked at; a
+        // few rounds, then the next poll.
+        for _ in 0..8 {
+            match take_one(c, me, &prefix)? {
+                Taken::Run(rec) => return Ok(parse(&rec)),
+                Taken::None => return Ok(None),
+                Taken::Again => {}
+            }
+        }
+        Ok(None)
+    })
+}
+
+/// What one round of [`take`] found.
+enum Taken {
+    /// A run, taken (its record as text).
+    Run(String),
+    /// The queue holds no run to take.
+    None,
+    /// A run was found but not taken: look again.
+    Again,
+}
+
+/// The oldest async run of the cluster queue that `me` may take and whose
+/// group key (if any) has a free place on every instance.
+const TAKE: &str = "UPDATE trigd_runs SET instance = $1 WHERE id = ( \
+   SELECT id FROM trigd_runs t WHERE state = 'queued' AND instance IS NULL \
+   AND (record->>'Async')::boolean \
+   AND (NOT coalesce((record->'Input'->>'Body')::boolean, false) OR id LIKE $2) \
+   AND EXISTS (SELECT 1 FROM trigd_instances WHERE name = $1 AND expires_at > now()) \
+   AND (t.group_key IS NULL OR (SELECT count(*) FROM trigd_runs g \
+        WHERE g.group_key = t.group_key AND g.state IN ('queued', 'running') \
+        AND g.instance IS NOT NULL) < coalesce(t.group_limit, 1)) \
+   ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED) \
+ AND state = 'queued' AND instance IS NULL \
+ RETURNING record::text, id, group_key, coalesce(group_limit, 1), group_policy, seq";
+
+/// One round of [`take`]: take a run in a transaction; one of a group is
+/// kept only if, under the key's lock, its key still has a free place
+/// (another instance may have taken one of the key meanwhile) and no newer
+/// run of the key replaces it (`replace_pending`, `cancel_running`: the
+/// decision of an accept that a crash cut short).
+fn take_one(c: &mut Client, me: &str, prefix: &str) -> Result<Taken, postgres::Error> {
+    let mut tx = c.transaction()?;
+    let Some(row) = tx.query_typed_opt(TAKE, &[(&me, Type::TEXT), (&prefix, Type::TEXT)])? else {
+        return Ok(Taken::None);
+    };
+    let (rec, id, key): (String, String, Option<String>) = (row.get(0), row.get(1), row.get(2));
+    let Some(key) = key else {
+        tx.commit()?;
+        return Ok(Taken::Run(rec));
+    };
+    let (limit, policy, seq): (i32, Option<String>, i64) = (row.get(3), row.get(4), row.get(5));
+    super::groups::lock_key(&mut tx, &key)?;
+    let held: i64 = tx
+        .query_typed_one(
+            "SELECT count(*) FROM trigd_runs WHERE group_key = $1 AND id <> $2 \
+             AND state IN ('queued', 'running') AND instance IS NOT NULL",
+            &[(&key, Type::TEXT), (&id, Type::TEXT)],
+        )?
+        .get(0);
+    if held >= i64::from(limit) {
+        tx.rollback()?;
+        return Ok(Taken::Again);
+    }
+    if matches!(
+        policy.as_deref(),
+        Some("replace_pending" | "cancel_running")
+    ) {
+        let newer = tx.query_typed_opt(
+            "SELECT id FROM trigd_runs WHERE group_key = $1 AND state = 'queued' \
+             AND instance IS NULL AND seq > $2 ORDER BY seq DESC LIMIT 1",
+            &[(&key, Type::TEXT), (&seq, Type::INT8)],
+        )?;
+        if let Some(by) = newer {
+            let at = serde_json::to_string(&crate::state::time::Time::now()).unwrap_or_default();
+            super::groups::supersede_taken(&mut tx, &id, &by.get::<_, String>(0), &at)?;
+            tx.commit()?;
+            return Ok(Taken::Again);
+        }
+    }
+    tx.commit()?;
+    Ok(Taken::Run(rec))
 }
 
 /// Where a cancel of a run not found on this instance goes.
@@ -230,21 +302,23 @@ pub fn cancel(db: &Db, me: &str, id: &str) -> Result<CancelAt, DbError> {
     })
 }
 
-/// The runs `me` holds that another instance asked to cancel; the
-/// requests are cleared (each is handed over once).
+/// The runs `me` holds that another instance asked to cancel, each with
+/// the run of its concurrency group it is cancelled for (`SupersededBy`,
+/// `cancel_running`), if any; the requests are cleared (each is handed
+/// over once).
 ///
 /// # Errors
 /// The database failed.
-pub fn cancels(db: &Db, me: &str) -> Result<Vec<String>, DbError> {
+pub fn cancels(db: &Db, me: &str) -> Result<Vec<(String, Option<String>)>, DbError> {
     let rows = db.with_background(|c| {
         c.query_typed(
             "UPDATE trigd_runs SET cancel_requested = false \
              WHERE instance = $1 AND cancel_requested AND state IN ('queued', 'running') \
-             RETURNING id",
+             RETURNING id, record->>'SupersededBy'",
             &[(&me, Type::TEXT)],
         )
     })?;
-    Ok(rows.iter().map(|r| r.get(0)).collect())
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 
 /// Put run `id`, taken by `me`, back in the cluster queue (this instance

@@ -19,6 +19,7 @@
 
 pub mod claims;
 pub mod cluster;
+pub mod groups;
 pub mod keys;
 pub mod limits;
 pub mod output;

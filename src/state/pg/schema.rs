@@ -9,22 +9,26 @@
 //! expect.
 //!
 //! Migration 1 is every table of this round, one `.sql` file per concern
-//! (`runs.sql`, `cluster.sql`, `shared.sql`). A later change is a new
-//! entry of [`MIGRATIONS`], never an edit of an applied one.
+//! (`runs.sql`, `cluster.sql`, `shared.sql`); migration 2 the columns of
+//! concurrency groups (`groups.sql`). A later change is a new entry of
+//! [`MIGRATIONS`], never an edit of an applied one.
 
 use postgres::{Client, Transaction};
 
 use super::DbError;
 
 /// The migrations, in order: (version, SQL).
-pub const MIGRATIONS: &[(i32, &str)] = &[(
-    1,
-    concat!(
-        include_str!("runs.sql"),
-        include_str!("cluster.sql"),
-        include_str!("shared.sql")
+pub const MIGRATIONS: &[(i32, &str)] = &[
+    (
+        1,
+        concat!(
+            include_str!("runs.sql"),
+            include_str!("cluster.sql"),
+            include_str!("shared.sql")
+        ),
     ),
-)];
+    (2, include_str!("groups.sql")),
+];
 
 /// The schema version this trigd writes and reads.
 pub const VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
