@@ -126,6 +126,14 @@ fn an_idempotency_key_retried_on_another_instance_replays_the_first_run() {
         "two runs, not seven"
     );
     assert_eq!(db.count("SELECT count(*) FROM trigd_idempotency"), 2);
+    // The keys are rows of the database: /healthz does not count them
+    // (null), rather than say 0.
+    let h = a.get("/healthz");
+    h.check_eq(
+        &h.json()["IdempotencyKeys"],
+        &json!(null),
+        "IdempotencyKeys",
+    );
 }
 
 /// The same key sent to two instances at once, many times: one run per key.
@@ -210,9 +218,15 @@ fn a_sync_run_costs_two_round_trips_and_async_accepts_share_them() {
     for h in handles {
         h.join().expect("accept thread");
     }
-    t.wait_for(PG_WAIT, "the 64 runs end", || {
+    let ended = wait_until(PG_WAIT, || {
         db.count("SELECT count(*) FROM trigd_runs WHERE state = 'finished'") == 67
     });
+    if !ended {
+        t.fail(format!(
+            "timed out after {PG_WAIT:?} waiting for the 64 runs to end; runs by state/instance: {}",
+            db.runs_by_state()
+        ));
+    }
     let used = round_trips(&t) - before;
     // Unbatched: 5 statements per run = 320: 3 writes (accepted, running,
     // ended), taking it from the cluster queue and the final copy of its

@@ -149,7 +149,7 @@ impl RunStore {
             if unwritten.is_empty() {
                 return;
             }
-            let n = unwritten.flush(|rec| runs.write(rec));
+            let n = unwritten.flush(|rec| runs.write(rec, true));
             if n > 0 {
                 log::info!(
                     "{n} run state changes kept while the database was unreachable are recorded"
@@ -162,7 +162,7 @@ impl RunStore {
     pub fn record(&self, rec: &RunRecord) {
         match &self.backend {
             Backend::Files(f) => f.record(rec),
-            Backend::Database { .. } => self.write_logged(rec),
+            Backend::Database { .. } => self.write_logged(rec, false),
         }
     }
 
@@ -170,20 +170,20 @@ impl RunStore {
     pub fn record_synced(&self, rec: &RunRecord) {
         match &self.backend {
             Backend::Files(f) => f.record_synced(rec),
-            Backend::Database { .. } => self.write_logged(rec),
+            Backend::Database { .. } => self.write_logged(rec, true),
         }
     }
 
     /// A database write whose failure is only logged; while the database
     /// is unreachable, the change is kept in memory and written once it
     /// answers (after any change of the same run kept before it).
-    fn write_logged(&self, rec: &RunRecord) {
+    fn write_logged(&self, rec: &RunRecord, durable: bool) {
         if let Backend::Database { unwritten, .. } = &self.backend {
             if unwritten.get(&rec.run).is_some() {
                 return unwritten.keep(rec);
             }
         }
-        let r = self.write_db(rec);
+        let r = self.write_db(rec, durable);
         if let (Err(e), Backend::Database { unwritten, .. }) = (&r, &self.backend) {
             let unavailable = e
                 .get_ref()
@@ -207,8 +207,9 @@ impl RunStore {
         }
     }
 
-    /// Write `rec` to the database; trim old runs now and then.
-    fn write_db(&self, rec: &RunRecord) -> io::Result<()> {
+    /// Write `rec` to the database (`durable`: the commit flushed, see
+    /// [`DbRuns::write`]); trim old runs now and then.
+    fn write_db(&self, rec: &RunRecord, durable: bool) -> io::Result<()> {
         let Backend::Database {
             runs,
             retention,
@@ -218,7 +219,7 @@ impl RunStore {
         else {
             return Ok(());
         };
-        runs.write(rec).map_err(db_io)?;
+        runs.write(rec, durable).map_err(db_io)?;
         if writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % TRIM_EVERY == TRIM_EVERY - 1
         {
             if let Err(e) = runs.trim(*retention) {
@@ -245,7 +246,7 @@ impl RunStore {
     pub fn append(&self, rec: &RunRecord, durable: bool) -> io::Result<()> {
         match &self.backend {
             Backend::Files(f) => f.append(rec, durable),
-            Backend::Database { .. } => self.write_db(rec),
+            Backend::Database { .. } => self.write_db(rec, durable),
         }
     }
 
@@ -259,7 +260,7 @@ impl RunStore {
     pub fn append_all(&self, recs: &[&RunRecord]) -> io::Result<()> {
         match &self.backend {
             Backend::Files(f) => f.append_all(recs),
-            Backend::Database { .. } => recs.iter().try_for_each(|rec| self.write_db(rec)),
+            Backend::Database { .. } => recs.iter().try_for_each(|rec| self.write_db(rec, true)),
         }
     }
 
@@ -445,9 +446,9 @@ impl RunStore {
             }
         }
         if durable {
-            self.write_db(rec)
+            self.write_db(rec, true)
         } else {
-            self.write_logged(rec);
+            self.write_logged(rec, false);
             Ok(())
         }
     }

@@ -18,6 +18,7 @@
 
 use std::env;
 use std::fs;
+use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -380,6 +381,54 @@ impl PgDb {
             .unwrap_or_else(|_| panic!("{sql:?} gave {s:?}, not a number"))
     }
 
+    /// Run `sql` (a statement that takes a lock, such as `SELECT … FOR
+    /// UPDATE`) in a transaction left open by a `psql` session, returning
+    /// once it has run: the lock is held until [`Held::release`] (or drop).
+    pub fn hold(&self, sql: &str) -> Held {
+        let mut child = Command::new(self.bin.join("psql"))
+            .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1"])
+            .arg("-h")
+            .arg(&self.socket_dir)
+            .args([
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                PG_USER,
+                "-d",
+                &self.name,
+            ])
+            .env("PGCONNECT_TIMEOUT", "5")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run psql: {e}"));
+        let mut stdin = child.stdin.take().expect("piped stdin");
+        writeln!(stdin, "BEGIN;\n{sql};\nSELECT 'held';").expect("write to psql");
+        let out = BufReader::new(child.stdout.take().expect("piped stdout"));
+        // The statement's own rows come first; EOF: psql failed.
+        let held = out
+            .lines()
+            .map_while(Result::ok)
+            .any(|line| line.trim() == "held");
+        assert!(held, "psql did not run {sql:?}");
+        Held {
+            child,
+            stdin: Some(stdin),
+        }
+    }
+
+    /// The runs per state and holder (`queued/-: 3, finished/alpha: 64`),
+    /// for a test's failure message: where runs that did not end are.
+    pub fn runs_by_state(&self) -> String {
+        self.try_psql(
+            "SELECT coalesce(string_agg(s, ', ' ORDER BY s), 'no runs') FROM ( \
+             SELECT state || '/' || coalesce(instance, '-') || ': ' || count(*) AS s \
+             FROM trigd_runs GROUP BY state, instance) AS t",
+        )
+        .unwrap_or_else(|e| format!("(cannot count the runs: {e})"))
+    }
+
     /// Statements executed in this database so far, from
     /// `pg_stat_statements` (`None` when it is not installed); the tests'
     /// own `psql` statements are counted too: take differences.
@@ -388,6 +437,31 @@ impl PgDb {
                    WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) \
                    AND userid = (SELECT oid FROM pg_roles WHERE rolname = current_user)";
         self.try_psql(sql).ok()?.parse().ok()
+    }
+}
+
+/// A `psql` session holding a transaction open ([`PgDb::hold`]).
+pub struct Held {
+    child: process::Child,
+    stdin: Option<process::ChildStdin>,
+}
+
+impl Held {
+    /// Commit the transaction (its locks are released) and end `psql`.
+    pub fn release(mut self) {
+        if let Some(mut stdin) = self.stdin.take() {
+            let _ = writeln!(stdin, "COMMIT;");
+        }
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if self.stdin.take().is_some() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }
 

@@ -65,8 +65,9 @@ pub fn lapsed(db: &Db, me: &str) -> Result<Vec<String>, DbError> {
 }
 
 /// Take over the runs of instance `dead` (whose lease lapsed, or `me`
-/// itself at start: its previous life's runs) and delete its row, in one
-/// transaction. Its async runs still queued go back to the cluster queue
+/// itself at start: its previous life's runs, those up to
+/// [`Db::seq_at_start`], never a run this process recorded before the
+/// lease thread got here) and delete its row, in one transaction. Its async runs still queued go back to the cluster queue
 /// (counted in [`Adopted::requeued`]); the others (running, sync, or
 /// reading a request body file that was on `dead`) are `me`'s now, for the
 /// runner to end or queue again. `None` when another instance is adopting
@@ -75,7 +76,12 @@ pub fn lapsed(db: &Db, me: &str) -> Result<Vec<String>, DbError> {
 /// # Errors
 /// The database failed.
 pub fn adopt(db: &Db, me: &str, dead: &str) -> Result<Option<Adopted>, DbError> {
-    db.with_background(|c| adopt_in(c, me, dead))
+    let upto = if dead == me {
+        db.seq_at_start()?
+    } else {
+        i64::MAX
+    };
+    db.with_background(|c| adopt_in(c, me, dead, upto))
 }
 
 /// The runs of a lapsed instance, once adopted.
@@ -89,7 +95,12 @@ pub struct Adopted {
     pub callbacks: Vec<Pending>,
 }
 
-fn adopt_in(c: &mut Client, me: &str, dead: &str) -> Result<Option<Adopted>, postgres::Error> {
+fn adopt_in(
+    c: &mut Client,
+    me: &str,
+    dead: &str,
+    upto: i64,
+) -> Result<Option<Adopted>, postgres::Error> {
     let mut tx = c.transaction()?;
     if dead != me {
         let locked = tx.query_typed_opt(
@@ -105,9 +116,9 @@ fn adopt_in(c: &mut Client, me: &str, dead: &str) -> Result<Option<Adopted>, pos
         "UPDATE trigd_runs SET instance = CASE WHEN state = 'queued' \
            AND (record->>'Async')::boolean \
            AND NOT coalesce((record->'Input'->>'Body')::boolean, false) THEN NULL ELSE $1 END \
-         WHERE instance = $2 AND state IN ('queued', 'running') \
+         WHERE instance = $2 AND state IN ('queued', 'running') AND seq <= $3 \
          RETURNING instance IS NULL, record::text",
-        &[(&me, Type::TEXT), (&dead, Type::TEXT)],
+        &[(&me, Type::TEXT), (&dead, Type::TEXT), (&upto, Type::INT8)],
     )?;
     let mut adopted = Adopted::default();
     if dead != me {

@@ -133,6 +133,9 @@ pub struct Db {
     round_trips: AtomicU64,
     background_trips: AtomicU64,
     health: Mutex<Health>,
+    /// The newest `trigd_runs.seq` when the schema was first checked,
+    /// before this process could record a run: its runs are all past it.
+    seq_at_start: std::sync::OnceLock<i64>,
     /// Idempotency claims waiting for their run's first write.
     pub claims: claims::Pending,
 }
@@ -155,13 +158,15 @@ impl Db {
             round_trips: AtomicU64::new(0),
             background_trips: AtomicU64::new(0),
             health: Mutex::new(Health::default()),
+            seq_at_start: std::sync::OnceLock::new(),
             claims: claims::Pending::default(),
         }
     }
 
     /// Connect to the database and bring its schema up to this trigd's
     /// version ([`schema::migrate`]); once per process, the first success
-    /// sticks.
+    /// sticks. Notes the newest run then ([`Db::seq_at_start`]): every
+    /// other statement waits for this, so no run of this process is older.
     ///
     /// # Errors
     /// The database cannot be reached ([`DbError::Unavailable`]), or its
@@ -170,7 +175,17 @@ impl Db {
         if self.health().migrated {
             return Ok(());
         }
-        let r = self.use_conn(schema::migrate);
+        let r = self.use_conn(|c| {
+            schema::migrate(c)?;
+            let newest = c
+                .query_one("SELECT coalesce(max(seq), 0) FROM trigd_runs", &[])
+                .and_then(|row| row.try_get::<_, i64>(0))
+                .map_err(DbError::from_pg)?;
+            // The first to get here wins: a later read may count runs of
+            // this process already.
+            let _ = self.seq_at_start.set(newest);
+            Ok(())
+        });
         let mut h = self.health_mut();
         match &r {
             Ok(()) => h.migrated = true,
@@ -178,6 +193,20 @@ impl Db {
             Err(_) => {}
         }
         r
+    }
+
+    /// The newest run (`trigd_runs.seq`) recorded before this process
+    /// could record any: the runs of this instance up to it are its
+    /// previous life's (cut off by a crash), those after it this life's.
+    ///
+    /// # Errors
+    /// As [`Db::migrate`], which it needs first.
+    pub fn seq_at_start(&self) -> Result<i64, DbError> {
+        self.migrate()?;
+        self.seq_at_start
+            .get()
+            .copied()
+            .ok_or_else(|| DbError::Unavailable("the schema is not checked yet".into()))
     }
 
     /// Where the database is, for messages (no password).

@@ -62,6 +62,8 @@ impl Shipping {
 
 /// Insert `chunks` (of any runs) in one statement; `background`: sent by
 /// the lease thread, not on a request's path (counted apart).
+/// Its commit does not wait for the WAL flush (`synchronous_commit = off`
+/// for this transaction): the output file on disk is not synced either.
 ///
 /// # Errors
 /// The database failed.
@@ -81,6 +83,7 @@ pub fn ship(db: &Db, chunks: Vec<Chunk>, background: bool) -> Result<(), DbError
         c.execute_typed(
             "INSERT INTO trigd_output (run, n, frames) \
              SELECT * FROM unnest($1::text[], $2::integer[], $3::bytea[]) \
+             WHERE set_config('synchronous_commit', 'off', true) IS NOT NULL \
              ON CONFLICT DO NOTHING",
             &[
                 (&runs, Type::TEXT_ARRAY),

@@ -24,6 +24,9 @@ use crate::state::time::Time;
 
 /// One statement writes a batch: the runs as parallel arrays, the claims
 /// first (a run whose claim lost is not written), the upsert fenced.
+/// Unless `$16` (a write that must be durable is in the batch), its commit
+/// does not wait for the WAL flush (`synchronous_commit = off` for this
+/// transaction only, set inside the statement: no extra round trip).
 const UPSERT: &str = "
 WITH input AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
@@ -31,6 +34,8 @@ WITH input AS (
                          $11::text[], $12::text[], $13::text[], $14::int8[])
         AS t(id, state, program, function, tool, owner, origin, instance,
              created_ms, ended_ms, record, claim_key, claim_req, window_ms)
+    WHERE CASE WHEN $16 THEN true
+          ELSE set_config('synchronous_commit', 'off', true) IS NOT NULL END
 ), claims AS (
     INSERT INTO trigd_idempotency AS i (key_hash, request_hash, run_id, expires_at)
     SELECT claim_key, claim_req, id, now() + window_ms * interval '1 millisecond'
@@ -117,6 +122,9 @@ pub struct PageQuery {
 struct Row {
     rec: RunRecord,
     claim: Option<Claim>,
+    /// Committed with the WAL flushed before the writer goes on (an
+    /// accepted async run, an end, a claim); else written, not synced.
+    durable: bool,
 }
 
 /// Tickets of one batch: which ones were written, which claims lost.
@@ -175,21 +183,34 @@ impl DbRuns {
     }
 
     /// Write `rec` (insert or update), with the claim waiting for it. Ends
-    /// once it is committed.
+    /// once it is committed; when `durable`, `rec` has ended or makes an
+    /// idempotency claim, once the commit is flushed to disk. Else (a
+    /// `running` or `queued` state, which the run log does not sync
+    /// either) the commit does not wait for the flush
+    /// (`synchronous_commit = off`): a crash of PostgreSQL may lose the
+    /// last fraction of a second of such states; the run's end, written
+    /// durably with its whole record, makes them good.
     ///
     /// # Errors
     /// The database failed; or the claim was lost to another request
     /// ([`Outcome::Lost`] noted in the pending claims): nothing written.
-    pub fn write(&self, rec: &RunRecord) -> Result<(), DbError> {
+    pub fn write(&self, rec: &RunRecord, durable: bool) -> Result<(), DbError> {
         if let Some(Outcome::Lost { run, .. }) = self.db.claims.outcome(&rec.run) {
             // Its request is answered as a repeat of `run`: it must not run.
             return Err(DbError::Claimed(run));
         }
         let claim = self.db.claims.waiting(&rec.run);
         let has_claim = claim.is_some();
+        // A claim is synced as the key log syncs it: a retry after a crash
+        // must find it. An end is synced too (the run log does not sync
+        // it): a run's last write is then always durable, so a crash of
+        // PostgreSQL that loses a state written before it (`running`) is
+        // made good by that end, and no run stays `running` for good.
+        let durable = durable || has_claim || rec.state.is_terminal();
         let row = Row {
             rec: rec.clone(),
             claim,
+            durable,
         };
         let ticket = self.enqueue(row);
         let outcome = self.await_ticket(ticket)?;
@@ -252,8 +273,10 @@ impl DbRuns {
     fn send(&self, rows: &[(u64, Row)]) -> Result<Written, DbError> {
         let cols = Columns::of(rows.iter().map(|(_, r)| r), &self.me);
         let me = self.me.clone();
+        let durable = rows.iter().any(|(_, r)| r.durable);
         let runs: Vec<String> = self.db.with(|c| {
-            let p = cols.params(&me);
+            let mut p = cols.params(&me);
+            p.push((&durable, Type::BOOL));
             let rows = c.query_typed(UPSERT, &p)?;
             rows.iter().map(|r| r.try_get(0)).collect()
         })?;
@@ -541,7 +564,7 @@ struct Columns {
 impl Columns {
     fn of<'r>(rows: impl Iterator<Item = &'r Row>, me: &str) -> Columns {
         let mut c = Columns::default();
-        for Row { rec, claim } in rows {
+        for Row { rec, claim, .. } in rows {
             c.id.push(rec.run.clone());
             c.state.push(rec.state.name().to_string());
             c.program.push(rec.owner.program().map(|p| p.to_string()));
