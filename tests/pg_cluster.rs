@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::cluster::{
-    accept_slow, app_key, async_url, bearer_call, haproxy_bin, owner, run_url, state,
-    wait_terminal, Haproxy, Load, Node,
+    accept_slow, app_key, async_url, bearer_call, haproxy_bin, owner, run_url, wait_terminal,
+    Haproxy, Load, Node,
 };
 use crate::util::*;
 
@@ -317,28 +317,22 @@ fn sessions_throttling_and_limits_are_cluster_wide(lb: &Client, nodes: &[Node]) 
 /// answer for all four at once; those t2 was executing at the kill end
 /// `interrupted` once its lease lapses, every other one (queued on t2, or
 /// taken from the cluster queue by t1 or t3 meanwhile) finishes elsewhere.
-/// Which instance executes which run is the cluster queue's choice, so
-/// the runs t2 executed are read from the database right after the kill
-/// (nothing of t2's can change them until its lease lapses).
+/// Which instance executes which run is the cluster queue's choice (on a
+/// loaded machine t1 and t3 may take all four first), so a batch is
+/// accepted again until the database shows t2 executing one of its own,
+/// and the runs t2 executed are read from the database right after the
+/// kill (nothing of t2's can change them until its lease lapses).
 fn a_dead_instances_runs_are_answered_and_its_queue_runs_elsewhere(
     hx: &Haproxy,
     lb: &Client,
     nodes: &mut [Node],
     db: &PgDb,
 ) {
-    let ids = accept_slow(&nodes[1].client(), 4);
-    let running = wait_until(WAIT, || {
-        ids.iter().filter(|i| state(lb, i) == "running").count() >= 2
-    });
-    assert!(running, "two of the runs running before the kill");
+    let ids = slow_runs_t2_executes(lb, &nodes[1], db);
     nodes[1].kill9();
-    let list = ids
-        .iter()
-        .map(|i| format!("'{i}'"))
-        .collect::<Vec<_>>()
-        .join(",");
     let on_t2 = db.count(&format!(
-        "SELECT count(*) FROM trigd_runs WHERE instance = 't2' AND state = 'running' AND id IN ({list})"
+        "SELECT count(*) FROM trigd_runs WHERE instance = 't2' AND state = 'running' AND id IN ({})",
+        sql_list(&ids)
     ));
     let on_t2 = usize::try_from(on_t2).unwrap_or(0);
     assert!(on_t2 >= 1, "t2 executed at least one of its own runs");
@@ -360,6 +354,32 @@ fn a_dead_instances_runs_are_answered_and_its_queue_runs_elsewhere(
     );
     nodes[1].start();
     hx.wait_status("t2", "UP", WAIT);
+}
+
+/// `'a','b'` for an SQL `IN (…)` of run ids.
+fn sql_list(ids: &[String]) -> String {
+    ids.iter()
+        .map(|i| format!("'{i}'"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Four slow runs accepted by t2, at least one of which t2 itself is
+/// executing (per the database): up to five batches, each waited for to
+/// end before the next when t1 and t3 took all of it.
+fn slow_runs_t2_executes(lb: &Client, t2: &Node, db: &PgDb) -> Vec<String> {
+    for _ in 0..5 {
+        let ids = accept_slow(&t2.client(), 4);
+        let own = format!(
+            "SELECT count(*) FROM trigd_runs WHERE instance = 't2' AND state = 'running' AND id IN ({})",
+            sql_list(&ids)
+        );
+        if wait_until(WAIT, || db.count(&own) >= 1) {
+            return ids;
+        }
+        wait_terminal(lb, &ids);
+    }
+    panic!("in five batches of four, t2 never executed one of its own runs");
 }
 
 /// kill -9 of t3 while clients start runs through the balancer: every run
