@@ -519,6 +519,47 @@ pub struct AttemptReport {
 pub const MAX_RERUNS: usize = 100;
 
 impl RunRecord {
+    /// A new run's record, created now, in `state`: every other field
+    /// empty (not async, no steps, result, input, callbacks, links). The
+    /// one place a record is made from nothing, so that a new field gets
+    /// its default here; callers set the rest with `..RunRecord::new(..)`.
+    pub fn new(
+        run: String,
+        state: RunState,
+        owner: Owner,
+        function: String,
+        by: Origin,
+    ) -> RunRecord {
+        RunRecord {
+            run,
+            state,
+            owner,
+            function,
+            r#async: false,
+            by,
+            tool: None,
+            scheduled_at: None,
+            skipped: None,
+            missed: None,
+            created_at: Time::now(),
+            started_at: None,
+            finished_at: None,
+            steps: Vec::new(),
+            result: None,
+            error: None,
+            stdout: None,
+            input: None,
+            callbacks: Vec::new(),
+            rerun_of: None,
+            reruns: Vec::new(),
+            rerun_input: None,
+            attempts: Vec::new(),
+            retry_at: None,
+            group: None,
+            superseded_by: None,
+        }
+    }
+
     /// The record as served: without its input (nor the copy kept for a
     /// re-run).
     pub fn public(mut self) -> RunRecord {

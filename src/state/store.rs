@@ -1610,32 +1610,8 @@ mod tests {
 
     fn rec(name: &str, state: RunState) -> RunRecord {
         RunRecord {
-            run: id(name),
-            state,
-            owner: Owner::Program(1),
-            function: "f".into(),
             r#async: true,
-            by: Origin::Cli,
-            tool: None,
-            scheduled_at: None,
-            skipped: None,
-            missed: None,
-            created_at: Time::now(),
-            started_at: None,
-            finished_at: None,
-            steps: vec![],
-            result: None,
-            error: None,
-            stdout: None,
-            input: None,
-            callbacks: Vec::new(),
-            rerun_of: None,
-            reruns: Vec::new(),
-            attempts: Vec::new(),
-            retry_at: None,
-            group: None,
-            superseded_by: None,
-            rerun_input: None,
+            ..RunRecord::new(id(name), state, Owner::Program(1), "f".into(), Origin::Cli)
         }
     }
 
