@@ -611,7 +611,11 @@ impl FileRuns {
             .create(true)
             .mode(0o600)
             .open(&path)?;
-        let (mut log, skipped) = read_log(file, &path)?;
+        let Loaded {
+            mut log,
+            skipped,
+            live,
+        } = read_log(file, &path)?;
         let past_retention = drop_past_retention(&mut log.index, retention);
         let commit = GroupCommit::new(log.file.try_clone()?);
         let mut store = FileRuns {
@@ -626,7 +630,7 @@ impl FileRuns {
             compact_due: AtomicBool::new(past_retention || skipped > 0),
             updating: Mutex::new(()),
         };
-        let resumed = store.recover(retry)?;
+        let resumed = store.recover(live, retry)?;
         output::sweep(state_dir, |name| {
             run_id(name).is_some_and(|id| lock(&store.log).index.get(&id).is_some())
         });
@@ -634,19 +638,15 @@ impl FileRuns {
         Ok((store, resumed))
     }
 
-    /// Start-up's repair of the runs a stop cut off: each unfinished run is
-    /// queued again (the ones `retry` or its state say) or recorded
-    /// `interrupted`, by a line appended for each run that changes, all
-    /// synced once. The queued runs' ids, oldest first.
-    fn recover(&mut self, retry: impl Fn(&RunRecord) -> bool) -> io::Result<Vec<String>> {
-        let live: Vec<RunId> = {
-            let log = lock(&self.log);
-            let slots = log.index.slots().iter().enumerate();
-            slots
-                .filter(|(p, _)| log.index.live_at(*p))
-                .map(|(_, s)| s.id)
-                .collect()
-        };
+    /// Start-up's repair of the runs a stop cut off (`live`, in the order
+    /// they were accepted): each is queued again (the ones `retry` or its
+    /// state say) or recorded `interrupted`, by a line appended for each
+    /// run that changes, all synced once. The queued runs' ids, in order.
+    fn recover(
+        &mut self,
+        live: Vec<RunId>,
+        retry: impl Fn(&RunRecord) -> bool,
+    ) -> io::Result<Vec<String>> {
         let now = Time::now();
         let (mut resumed, mut interrupted, mut written) = (Vec::new(), Vec::new(), false);
         for key in live {
@@ -1231,9 +1231,8 @@ fn to_line(rec: &RunRecord) -> Vec<u8> {
 /// per id winning, reading it once through a buffer: no record is held
 /// but the one being read. A last line without its newline (cut off by a
 /// crash) is cut off the file, or given its newline when it reads as a
-/// run; other lines that do not read as a run are skipped. The log and
-/// how many skipped lines it still holds.
-fn read_log(file: File, path: &Path) -> io::Result<(Log, usize)> {
+/// run; other lines that do not read as a run are skipped.
+fn read_log(file: File, path: &Path) -> io::Result<Loaded> {
     let mut index = Index::default();
     let mut skipped = Skipped::default();
     let (mut len, mut lines, mut cut) = (0u64, 0usize, 0usize);
@@ -1276,6 +1275,13 @@ fn read_log(file: File, path: &Path) -> io::Result<(Log, usize)> {
     // Skipped lines left in the file (a torn last line is gone).
     let count = skipped.count - cut;
     skipped.report(path);
+    // Before the sort the runs are in the order of their first lines, the
+    // order they were accepted in (the list order ties runs created in
+    // the same millisecond by id): the unfinished ones resume in it.
+    let live = (0..index.len())
+        .filter(|&p| index.live_at(p))
+        .map(|p| index.slots()[p].id)
+        .collect();
     index.sort();
     let log = Log {
         file,
@@ -1284,7 +1290,20 @@ fn read_log(file: File, path: &Path) -> io::Result<(Log, usize)> {
         lines,
         seq: 0,
     };
-    Ok((log, count))
+    Ok(Loaded {
+        log,
+        skipped: count,
+        live,
+    })
+}
+
+/// The run log as start-up read it.
+struct Loaded {
+    log: Log,
+    /// Lines in it that do not read as a run.
+    skipped: usize,
+    /// The unfinished runs, in the order they were accepted.
+    live: Vec<RunId>,
 }
 
 /// Drop from `index` the oldest finished runs past `retention` (their
