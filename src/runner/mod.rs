@@ -29,6 +29,7 @@
 //! [`queue`]; the execution of one function (processes, timeouts, output)
 //! in [`step`].
 
+pub mod ahead;
 pub mod cluster;
 pub mod handle;
 mod queue;
@@ -482,6 +483,11 @@ fn note_attempt(rec: &mut RunRecord, n: u32, wait: Duration) {
     rec.state = RunState::Queued;
     (rec.started_at, rec.finished_at, rec.stdout) = (None, None, None);
     rec.steps.clear();
+}
+
+/// Whether instant `at` has come.
+fn passed(at: Time) -> bool {
+    at.since(Time::now()).is_none_or(|left| left.is_zero())
 }
 
 /// Wait until `at` unless the run is stopped meanwhile; whether the wait
@@ -1254,6 +1260,11 @@ impl Runner {
                 None => return,
             },
         };
+        // A run accepted ahead (`ahead`) whose instant has come starts with
+        // this record; one resumed before its instant waits in `attempts`.
+        if rec.attempts.is_empty() && rec.retry_at.is_some_and(|at| passed(at)) {
+            rec.retry_at = None;
+        }
         rec.state = RunState::Running;
         rec.started_at = Some(Time::now());
         if let Some(store) = &self.store {
