@@ -252,12 +252,12 @@ impl Timer {
         let mut slots = HashMap::new();
         // Schedules whose runs accepted ahead still stand: the same times,
         // still active (an edit of values applies from the next one).
-        let mut kept = std::collections::HashSet::new();
+        let mut standing = std::collections::HashSet::new();
         for (id, program, place) in placed(&cfg) {
             let sched = &program.functions[place.0].schedules[place.1];
             let old = self.slots.remove(id.as_str());
             if sched.active && old.as_ref().is_some_and(|o| same_times(o.sched(), sched)) {
-                kept.insert(id.clone());
+                standing.insert(id.clone());
             }
             let kept = marks.remove(&id).map(Time::timestamp);
             let last = match (&old, kept) {
@@ -281,7 +281,7 @@ impl Timer {
             self.drop_waiting(&id, old.waiting, "its schedule was removed");
         }
         let why = "its schedule was removed, changed or made inactive";
-        self.withdraw(|c| !kept.contains(&*c.id), why);
+        self.withdraw(|c| !standing.contains(&*c.id), why);
         lock(&self.app.schedules.status).retain(|id, _| self.slots.contains_key(id));
         self.heap.clear();
         // A run accepted ahead stands for its schedule's next firing.
@@ -699,7 +699,7 @@ impl Timer {
             match self.plan_ahead(&id, fire) {
                 Ahead::Stale => {}
                 Ahead::AtFiring => later.push(Reverse((fire, id))),
-                Ahead::Run(at, job) => chosen.push((id, at, fire, job)),
+                Ahead::Run(at, job) => chosen.push((id, at, fire, *job)),
             }
         }
         self.heap.extend(later);
@@ -750,7 +750,7 @@ impl Timer {
         {
             Some(([Action::Run { at, missed: 0 }], newest)) if !busy && *at == newest => {
                 match self.job(id, *at, 0) {
-                    Some(job) => Ahead::Run(*at, job),
+                    Some(job) => Ahead::Run(*at, Box::new(job)),
                     None => Ahead::AtFiring,
                 }
             }
@@ -909,7 +909,7 @@ enum Ahead {
     /// Handled at its firing.
     AtFiring,
     /// Its occurrence and run, to accept ahead.
-    Run(Timestamp, crate::runner::Job),
+    Run(Timestamp, Box<crate::runner::Job>),
 }
 
 /// Whether two versions of a schedule name the same times.
