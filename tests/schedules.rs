@@ -653,3 +653,69 @@ fn the_runs_of_one_wake_share_one_sync() {
         format!("{synced} syncs of runs.log for {ran} scheduled runs"),
     );
 }
+
+/// Whether `rec` (from `runs.log`) is a run accepted ahead of its firing:
+/// `queued` with a `RetryAt` (its firing) still to come.
+fn accepted_ahead(rec: &Value) -> bool {
+    let at = rec["RetryAt"]
+        .as_str()
+        .and_then(|a| a.parse::<jiff::Timestamp>().ok());
+    rec["State"] == "queued" && rec["Attempts"].is_null() && at > Some(jiff::Timestamp::now())
+}
+
+/// The runs of a firing are accepted ahead of it (recorded `queued` with
+/// `RetryAt` the firing: at the firing only their hand-off is left, issue
+/// 33 point 10). A `kill -9` while one waits for its firing neither loses
+/// its occurrence nor fires it twice, and it never starts early: the
+/// program's own clock (its result) is never before its occurrence.
+#[test]
+fn runs_accepted_ahead_survive_kill9_and_never_start_early() {
+    let s = "[[functions.schedules]]\nname = \"s\"\ncron = \"* * * * * *\"\ncatch_up = \"all\"\n";
+    let (dir, mut t) = serve("sched_ahead", "", &[("p.toml", &program("date +%s.%N", s))]);
+    for _ in 0..3 {
+        t.wait_for(WAIT, "a run accepted ahead of its firing", || {
+            records_of(&dir, "1/tick/s").values().any(accepted_ahead)
+        });
+        t.kill9();
+        t.restart();
+    }
+    let seen = in_state(&dir, "1/tick/s", "finished").len();
+    t.wait_for(WAIT, "firings after the last restart", || {
+        in_state(&dir, "1/tick/s", "finished").len() >= seen + 2
+    });
+    let occ = occurrences(&dir, "1/tick/s");
+    let twice: Vec<_> = occ.iter().filter(|(_, n)| **n > 1).collect();
+    t.check(
+        twice.is_empty(),
+        format!("occurrences fired twice: {twice:?}"),
+    );
+    let secs: BTreeSet<i64> = occ
+        .keys()
+        .filter_map(|at| at.parse::<jiff::Timestamp>().ok())
+        .map(|t| t.as_second())
+        .collect();
+    let (first, last) = (*secs.first().unwrap(), *secs.last().unwrap());
+    let lost: Vec<i64> = (first..=last).filter(|s| !secs.contains(s)).collect();
+    t.check(lost.is_empty(), format!("occurrences lost: {lost:?}"));
+    for rec in in_state(&dir, "1/tick/s", "finished") {
+        let at = rec["ScheduledAt"]
+            .as_str()
+            .and_then(|a| a.parse::<jiff::Timestamp>().ok());
+        let ran = rec["Result"][0]
+            .as_str()
+            .and_then(|r| r.parse::<f64>().ok());
+        let (Some(at), Some(ran)) = (at, ran) else {
+            t.fail(format!(
+                "a finished run without its occurrence or clock: {rec}"
+            ));
+        };
+        t.check(
+            ran >= at.as_millisecond() as f64 / 1000.0,
+            format!("started before its occurrence: {rec}"),
+        );
+        t.check(
+            rec["StartedAt"].as_str() >= rec["ScheduledAt"].as_str(),
+            format!("recorded started before its occurrence: {rec}"),
+        );
+    }
+}
