@@ -13,7 +13,8 @@ use crate::util::*;
 
 /// `slow` sleeps long (killed or cancelled in the tests), `again` is a
 /// `retry_on_restart` run that takes a few seconds, `quick` answers at
-/// once, `own` answers after 4 s, `talk` prints and then sleeps.
+/// once, `own` answers after 4 s, `talk` prints a line, prints the next
+/// once the test creates `work/go` (at most 60 s later), then sleeps.
 const WORK: &str = r#"
 id = 1
 name = "work"
@@ -42,7 +43,7 @@ steps = [{ shell = "sleep 4; printf own" }]
 
 [[functions]]
 name = "talk"
-steps = [{ shell = "printf 'hello from the owner'; printf 'to stderr' >&2; sleep 2; printf ' again'; sleep 60" }]
+steps = [{ shell = "printf 'hello from the owner'; printf 'to stderr' >&2; i=0; while [ ! -e ../work/go ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; printf ' again'; sleep 60" }]
 [functions.webhook]
 "#;
 
@@ -190,17 +191,27 @@ fn a_cancel_through_the_other_instance_stops_the_process() {
 #[test]
 fn output_is_read_through_the_other_instance_also_after_the_owner_is_killed() {
     let db = pg_database("pgrun_output");
-    let (_da, mut a) = instance(&db, "pgrun_output", "a", 1);
+    let (da, mut a) = instance(&db, "pgrun_output", "a", 1);
     let id = accept(&a, "talk");
     wait_state(&a, &id, "running", WAIT);
     let (_db, b) = instance(&db, "pgrun_output", "b", 1);
     let url = format!("/api/runs/{id}/output?api_key={KEY}");
-    // While a executes it: copied to the database within a tick (the
-    // delay after a's own file shows the second line is the follow
-    // latency; b's connections are open by then).
+    // While a executes it: copied to the database within a tick. The
+    // second line is printed only when the test says so (a fixed pause in
+    // the program was shorter than b's start under load: b then never saw
+    // the first line alone). The delay after a's own file shows the second
+    // line is the follow latency; b's connections are open by then.
     let stdout = |t: &Trigd| t.get(&url).ok()["Stdout"].clone();
-    let first = wait_until(WAIT, || stdout(&b) == json!("hello from the owner"));
-    b.check(first, "the output through b while a runs it");
+    let mut seen = Value::Null;
+    let first = wait_until(WAIT, || {
+        seen = stdout(&b);
+        seen == json!("hello from the owner")
+    });
+    b.check(
+        first,
+        format!("the output through b while a runs it: {seen}"),
+    );
+    da.write("work/go", "");
     let all = json!("hello from the owner again");
     wait_until(WAIT, || stdout(&a) == all);
     let local = Instant::now();
