@@ -3,8 +3,13 @@
 //! on a busy instance executed by the other, `kill -9` of an instance with
 //! running and queued runs (its lease lapses, the other ends or queues
 //! them again and runs the queued ones), a cancel and the kept output
-//! through the other instance, also after the owner is killed.
+//! through the other instance, also after the owner is killed, and a take
+//! from the cluster queue whose COMMIT answer was lost.
 
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -348,4 +353,132 @@ fn a_run_made_before_the_first_lease_renewal_is_not_taken_for_a_previous_lifes()
     r.check_eq(&v["Result"], &json!(["own"]), "the sync run's Result");
     let state = db.psql("SELECT string_agg(state, ',') FROM trigd_runs WHERE function = 'own'");
     a.check_eq(state, "finished".to_string(), "its state in the database");
+}
+
+/// A TCP proxy in front of the harness's PostgreSQL that cuts the first
+/// connection, once armed, whose transaction took a run from the cluster
+/// queue: it passes that transaction's `COMMIT` on, and when the server
+/// answers (the commit done) it closes both sides without passing the
+/// answer back. That is what a database shutting down can do to a take:
+/// it answers the COMMIT it did with the error that ends the connection.
+struct CommitCut {
+    port: u16,
+    armed: Arc<AtomicBool>,
+    cuts: Arc<AtomicUsize>,
+}
+
+impl CommitCut {
+    fn start(pg_port: u16) -> CommitCut {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
+        let port = listener.local_addr().expect("its address").port();
+        let armed = Arc::new(AtomicBool::new(false));
+        let cuts = Arc::new(AtomicUsize::new(0));
+        let (a, n) = (Arc::clone(&armed), Arc::clone(&cuts));
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let Ok(server) = TcpStream::connect(("127.0.0.1", pg_port)) else {
+                    continue;
+                };
+                let (a, n) = (Arc::clone(&a), Arc::clone(&n));
+                std::thread::spawn(move || proxy_one(client, server, &a, &n));
+            }
+        });
+        CommitCut { port, armed, cuts }
+    }
+}
+
+/// One connection through [`CommitCut`]: client messages are read whole
+/// (type byte, length) and passed on; the answers are copied on a thread
+/// that, once the connection is cut, closes both sides at the first byte.
+fn proxy_one(mut client: TcpStream, server: TcpStream, armed: &AtomicBool, cuts: &AtomicUsize) {
+    let cut = Arc::new(AtomicBool::new(false));
+    let (mut from_server, mut to_client) =
+        (server.try_clone().unwrap(), client.try_clone().unwrap());
+    let c = Arc::clone(&cut);
+    let answers = std::thread::spawn(move || {
+        let mut buf = [0u8; 8192];
+        while let Ok(n @ 1..) = from_server.read(&mut buf) {
+            if c.load(Ordering::SeqCst) {
+                break;
+            }
+            if to_client.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        let _ = from_server.shutdown(Shutdown::Both);
+        let _ = to_client.shutdown(Shutdown::Both);
+    });
+    let mut server = server;
+    // The startup message: a length, no type byte.
+    let mut len = [0u8; 4];
+    if client.read_exact(&mut len).is_err() {
+        return;
+    }
+    let mut body = vec![0u8; (u32::from_be_bytes(len) as usize).saturating_sub(4)];
+    if client.read_exact(&mut body).is_err() || server.write_all(&len).is_err() {
+        return;
+    }
+    let _ = server.write_all(&body);
+    let mut took = false;
+    loop {
+        let mut head = [0u8; 5];
+        if client.read_exact(&mut head).is_err() {
+            break;
+        }
+        let n = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+        let mut body = vec![0u8; n.saturating_sub(4)];
+        if client.read_exact(&mut body).is_err() {
+            break;
+        }
+        let text = String::from_utf8_lossy(&body);
+        let commit = head[0] == b'Q' && text.starts_with("COMMIT");
+        if commit && took && armed.swap(false, Ordering::SeqCst) {
+            cut.store(true, Ordering::SeqCst);
+            cuts.fetch_add(1, Ordering::SeqCst);
+        }
+        if head[0] == b'Q' {
+            took = false;
+        }
+        if head[0] == b'P' && text.contains("UPDATE trigd_runs SET instance = $1 WHERE id = ( ") {
+            took = true;
+        }
+        if server.write_all(&head).is_err() || server.write_all(&body).is_err() {
+            break;
+        }
+    }
+    let _ = server.shutdown(Shutdown::Both);
+    let _ = answers.join();
+}
+
+/// A take whose COMMIT was done but whose answer was lost (the CI flake of
+/// `pg_cluster::postgresql_stopped_and_started_under_load_loses_nothing`:
+/// an acknowledged run stayed `queued` for good, held by a live instance
+/// that did not know it had taken it) is settled once the database
+/// answers: the run runs.
+#[test]
+fn a_take_whose_commit_answer_was_lost_still_runs() {
+    let db = pg_database("pgrun_cut");
+    let proxy = CommitCut::start(db.port);
+    let mut via = db.clone();
+    via.port = proxy.port;
+    let server = "instance = \"a\"\nmax_concurrent_runs = 2\nkill_grace = \"1s\"";
+    let dir = setup("pgrun_cut_a", server, &[("w.toml", WORK)]);
+    via.configure(&dir, LEASE);
+    let a = Trigd::start(&dir);
+    a.wait_for(WAIT, "the lease held", || {
+        std::fs::read_to_string(&a.stderr_log).is_ok_and(|l| l.contains("cluster: lease held"))
+    });
+    proxy.armed.store(true, Ordering::SeqCst);
+    let id = accept(&a, "quick");
+    a.wait_for(WAIT, "the take's commit cut", || {
+        proxy.cuts.load(Ordering::SeqCst) == 1
+    });
+    let rec = wait_state(&a, &id, "finished", WAIT);
+    a.check_eq(rec["Result"].clone(), json!(["ok"]), "the run's Result");
+    a.check_eq(held_by(&db, &id), "a".to_string(), "executed by a");
+    let log = std::fs::read_to_string(&a.stderr_log).unwrap_or_default();
+    a.check(
+        log.contains(&format!("run {id}: its take was committed after all")),
+        "the lost answer was settled by asking the database",
+    );
 }
