@@ -482,3 +482,75 @@ fn a_take_whose_commit_answer_was_lost_still_runs() {
         "the lost answer was settled by asking the database",
     );
 }
+
+/// Send `sig` to trigd `t` (SIGSTOP: a stalled instance; SIGCONT).
+fn signal(t: &Trigd, sig: libc::c_int) {
+    let pid = libc::pid_t::try_from(t.pid()).expect("a pid");
+    // SAFETY: kill(2) on the test's own child.
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0, "kill({pid}, {sig})");
+}
+
+/// After an outage longer than a lease, an instance gives the others a
+/// whole lease from when the database answered it, not from when its
+/// answered renewal was sent: a renewal sent while the database was away
+/// and answered seconds later made it take a live instance for dead at
+/// once and end its running run `interrupted` (the CI flake of
+/// `pg_cluster::postgresql_stopped_and_started_under_load_loses_nothing`:
+/// "runs executing during the outage finished": one was `interrupted`).
+/// Here a's renewals wait for a held lock on its row: the first fails
+/// (lock_timeout, 10 s: the database "down" for a), the next is answered
+/// when the lock is released, more than a lease after it was sent; b is
+/// stopped (SIGSTOP) until then: both leases have lapsed.
+#[test]
+fn a_renewal_answered_late_does_not_take_a_live_instance_for_dead() {
+    let db = pg_database("pgrun_late");
+    let start = |name: &str| {
+        let server = format!("instance = {name:?}\nmax_concurrent_runs = 2\nkill_grace = \"1s\"");
+        let dir = setup(&format!("pgrun_late_{name}"), &server, &[("w.toml", WORK)]);
+        db.configure(&dir, r#"lease = "6s""#);
+        let t = Trigd::start(&dir);
+        (dir, t)
+    };
+    let (_db, b) = start("b");
+    let id = accept(&b, "slow");
+    wait_state(&b, &id, "running", WAIT);
+    b.check_eq(held_by(&db, &id), "b".to_string(), "executed by b");
+    let (_da, a) = start("a");
+    let path = a.stderr_log.clone();
+    let log = move || std::fs::read_to_string(&path).unwrap_or_default();
+    a.wait_for(WAIT, "a's lease held", || {
+        log().contains("cluster: lease held")
+    });
+    let from = log().len();
+    let since = |l: String| l.get(from..).unwrap_or_default().to_string();
+    let row = db.hold("SELECT 1 FROM trigd_instances WHERE name = 'a' FOR UPDATE");
+    signal(&b, libc::SIGSTOP);
+    let failed = wait_until(PG_WAIT, || {
+        since(log()).contains("cannot renew this instance's lease")
+    });
+    // The next renewal, sent at once, waits more than a lease (6 s).
+    std::thread::sleep(Duration::from_secs(7));
+    row.release();
+    a.wait_for(PG_WAIT, "a's lease held again", || {
+        since(log()).contains("cluster: lease held")
+    });
+    // b comes back 2 s later: within a lease of a's answer, but after
+    // a's adoption when a took the renewal's sending for its answer.
+    std::thread::sleep(Duration::from_secs(2));
+    signal(&b, libc::SIGCONT);
+    a.check(failed, "a renewal failed while the lock was held");
+    // b renews within a lease of a's answer; a then finds no lapsed lease.
+    let renewed = "SELECT count(*) FROM trigd_instances WHERE name = 'b' AND expires_at > now()";
+    b.wait_for(PG_WAIT, "b's lease renewed", || db.count(renewed) == 1);
+    std::thread::sleep(Duration::from_secs(7));
+    let adopted = since(log())
+        .lines()
+        .filter(|l| l.contains("stopped holding its lease"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    a.check_eq(adopted, String::new(), "a live instance's runs adopted");
+    let rec = run_record(&b, &id);
+    b.check_eq(rec["State"].clone(), json!("running"), "b's run");
+    b.check_eq(held_by(&db, &id), "b".to_string(), "still b's");
+    b.post(&format!("/api/runs/{id}/cancel?api_key={KEY}"));
+}

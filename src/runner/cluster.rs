@@ -204,7 +204,11 @@ impl Runner {
                     self.disown();
                 }
                 lease.renewed = Some(sent);
-                lease.healthy_since.get_or_insert(sent);
+                // Healthy from the answer, not from the sending: a renewal
+                // sent while the database was starting up can be answered
+                // seconds later, and the others' renewals sent meanwhile
+                // are answered no sooner than this one.
+                lease.healthy_since.get_or_insert_with(Instant::now);
                 if !lease.adopted_own {
                     lease.adopted_own = self.adopt(shared, &shared.me, cfg);
                 }
@@ -638,7 +642,8 @@ struct Lease {
     renewed: Option<Instant>,
     /// This instance's runs from before its start were adopted.
     adopted_own: bool,
-    /// Since when every renewal succeeded.
+    /// Since when every renewal succeeded: when the first of them was
+    /// answered (the others' leases are judged a whole lease after it).
     healthy_since: Option<Instant>,
 }
 
