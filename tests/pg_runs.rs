@@ -18,7 +18,8 @@ use crate::util::*;
 
 /// `slow` sleeps long (killed or cancelled in the tests), `again` is a
 /// `retry_on_restart` run that takes a few seconds, `quick` answers at
-/// once, `own` answers after 4 s, `talk` prints a line, prints the next
+/// once, `gated` is a `retry_on_restart` run that ends once its instance's
+/// `work/go` exists (at most 60 s), `own` answers after 4 s, `talk` prints a line, prints the next
 /// once the test creates `work/go` (at most 60 s later), then sleeps.
 const WORK: &str = r#"
 id = 1
@@ -34,6 +35,12 @@ steps = [{ shell = "sleep 60" }]
 name = "again"
 retry_on_restart = true
 steps = [{ shell = "sleep 3; printf again" }]
+[functions.webhook]
+
+[[functions]]
+name = "gated"
+retry_on_restart = true
+steps = [{ shell = "i=0; while [ ! -e ../work/go ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; printf again" }]
 [functions.webhook]
 
 [[functions]]
@@ -119,10 +126,13 @@ fn kill9_of_an_instance_ends_its_runs_and_its_queued_runs_run_elsewhere() {
     let db = pg_database("pgrun_kill");
     let (_da, mut a) = instance(&db, "pgrun_kill", "a", 2);
     let lost = accept(&a, "slow");
-    let retried = accept(&a, "again");
+    // Not a fixed 3 s: under load a's kill came after it ended, a's slot
+    // was free and a took a queued run ("run on b: got a").
+    let retried = accept(&a, "gated");
     wait_state(&a, &lost, "running", WAIT);
     wait_state(&a, &retried, "running", WAIT);
-    let (_db, b) = instance(&db, "pgrun_kill", "b", 1);
+    let (db_dir, b) = instance(&db, "pgrun_kill", "b", 1);
+    db_dir.write("work/go", "");
     let busy = accept(&b, "slow");
     wait_state(&b, &busy, "running", WAIT);
     // Every slot is taken: these wait in the cluster queue.
