@@ -196,7 +196,9 @@ fn catch_up_skip_records_the_missed_occurrences() {
             .into_iter()
             .find(|r| r["Skipped"] == "missed")
     };
-    t.wait_for(WAIT, "a record skipped for missed", || missed(&dir).is_some());
+    t.wait_for(WAIT, "a record skipped for missed", || {
+        missed(&dir).is_some()
+    });
     let skipped = missed(&dir).unwrap_or_default();
     t.check_eq(&skipped["Skipped"], &Value::from("missed"), "reason");
     let covered = skipped["Missed"].as_u64().unwrap_or(0) + 1;
