@@ -3,8 +3,9 @@
 //! on a busy instance executed by the other, `kill -9` of an instance with
 //! running and queued runs (its lease lapses, the other ends or queues
 //! them again and runs the queued ones), a cancel and the kept output
-//! through the other instance, also after the owner is killed, and a take
-//! from the cluster queue whose COMMIT answer was lost.
+//! through the other instance, also after the owner is killed, a take
+//! from the cluster queue whose COMMIT answer was lost, and a lease renewal
+//! answered late that must not make a live instance look dead.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
