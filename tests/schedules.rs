@@ -1,6 +1,6 @@
 //! Schedules on the real binary: firing runs through the ordinary run
-//! path, hot reload, overlap, kill -9 and catch-up, load errors, the
-//! bundled time-zone data.
+//! path, hot reload, overlap, kill -9 and catch-up, load errors, zones
+//! from the host's time-zone database (none bundled).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
@@ -359,17 +359,49 @@ fn bad_schedules_are_load_errors_with_their_place() {
     }
 }
 
-#[test]
-fn zones_load_without_the_hosts_zoneinfo() {
-    // An empty TZDIR: jiff finds no zoneinfo there and takes the
-    // database bundled in trigd.
-    let s = "[[functions.schedules]]\nname = \"s\"\ncron = \"30 2 * * *\"\ntimezone = \"America/New_York\"\n";
-    let empty = TestDir::new("sched_tzdir_empty");
-    let tzdir = empty.path_str(".");
-    let (_dir, out) = check("sched_tz_bundled", s, &[("TZDIR", &tzdir)]);
+/// `trigd check`'s output (stdout and stderr) and exit code.
+fn check_text(name: &str, schedules: &str, env: &[(&str, &str)]) -> (String, Option<i32>) {
+    let (_dir, out) = check(name, schedules, env);
     let text =
         String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{text}");
+    (text, out.status.code())
+}
+
+#[test]
+fn a_zone_missing_from_the_host_is_a_located_load_error_and_utc_always_loads() {
+    // trigd bundles no zone database. A TZDIR holding only New York stands
+    // for a host whose tzdata lacks a zone (an empty TZDIR would not: jiff
+    // then falls back to /usr/share/zoneinfo): Berlin is a load error at
+    // its place that says what to install; New York loads; UTC needs no
+    // database file.
+    let one = TestDir::new("sched_tzdir_one");
+    std::fs::create_dir_all(one.path("America")).unwrap();
+    std::fs::copy(
+        "/usr/share/zoneinfo/America/New_York",
+        one.path("America/New_York"),
+    )
+    .unwrap();
+    let tzdir = one.path_str(".");
+    let env = [("TZDIR", tzdir.as_str())];
+    let sched = |zone: &str| {
+        format!(
+            "[[functions.schedules]]\nname = \"s\"\ncron = \"30 2 * * *\"\ntimezone = \"{zone}\"\n"
+        )
+    };
+    let (text, code) = check_text("sched_tz_missing", &sched("Europe/Berlin"), &env);
+    assert_eq!(code, Some(1), "{text}");
+    for want in [
+        "p.toml:",
+        "schedules[0].timezone",
+        "unknown time zone \"Europe/Berlin\": not in the host's time-zone database",
+        "install or update tzdata, or set TZDIR",
+    ] {
+        assert!(text.contains(want), "no {want:?} in {text}");
+    }
+    for zone in ["America/New_York", "UTC", "Etc/UTC", "utc"] {
+        let (text, code) = check_text("sched_tz_ok", &sched(zone), &env);
+        assert_eq!(code, Some(0), "{zone}: {text}");
+    }
 }
 
 #[test]

@@ -1316,43 +1316,28 @@ impl Runner {
     }
 
     fn new_record(&self, job: &Job, is_async: bool) -> RunRecord {
+        let run = job
+            .id
+            .clone()
+            .unwrap_or_else(|| new_run_id(&job.cfg.server.instance));
         RunRecord {
-            run: job
-                .id
-                .clone()
-                .unwrap_or_else(|| new_run_id(&job.cfg.server.instance)),
-            state: RunState::Queued,
-            owner: job.program.owner(),
-            function: job.function.clone(),
             r#async: is_async,
-            by: job.by.clone(),
             tool: job.tool.clone(),
             scheduled_at: job.occurrence.map(|o| o.0),
-            skipped: None,
             missed: job.occurrence.and_then(|o| o.1),
-            created_at: Time::now(),
-            started_at: None,
-            finished_at: None,
-            steps: Vec::new(),
-            result: None,
-            error: None,
-            stdout: None,
-            input: None,
             callbacks: waiting(&job.callbacks),
             rerun_of: job.rerun_of.clone(),
-            reruns: Vec::new(),
-            attempts: Vec::new(),
-            retry_at: None,
             group: job.group().map(|g| g.key),
-            superseded_by: None,
             // What a re-run starts with; a run that read its request body
             // or files from temporary files cannot be re-run.
-            rerun_input: Some(RunInput {
-                values: job.values.clone(),
-                vars: job.vars.clone(),
-                body: job.body_file.is_some() || !job.files.is_empty(),
-                ..Default::default()
-            }),
+            rerun_input: Some(run_input(job, None)),
+            ..RunRecord::new(
+                run,
+                RunState::Queued,
+                job.program.owner(),
+                job.function.clone(),
+                job.by.clone(),
+            )
         }
     }
 

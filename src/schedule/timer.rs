@@ -494,32 +494,20 @@ impl Timer {
         let cfg = self.app.config();
         let now = Time::now();
         let rec = RunRecord {
-            run: new_run_id(&cfg.server.instance),
-            state: RunState::Skipped,
-            owner: slot.program.owner(),
-            function: slot.function().to_string(),
             r#async: true,
-            by: Origin::Schedule(id.to_string()),
-            tool: None,
             scheduled_at: Some(Time::from(at)),
             skipped: Some(reason),
             missed: (before > 0).then_some(before),
             created_at: now,
-            started_at: None,
             finished_at: Some(now),
-            steps: Vec::new(),
-            result: None,
             error: why,
-            stdout: None,
-            input: None,
-            callbacks: Vec::new(),
-            rerun_of: None,
-            reruns: Vec::new(),
-            attempts: Vec::new(),
-            retry_at: None,
-            group: None,
-            superseded_by: None,
-            rerun_input: None,
+            ..RunRecord::new(
+                new_run_id(&cfg.server.instance),
+                RunState::Skipped,
+                slot.program.owner(),
+                slot.function().to_string(),
+                Origin::Schedule(id.to_string()),
+            )
         };
         if let Err(e) = self.app.store.append(&rec, true) {
             log::error!("schedule {id}: cannot record the skipped occurrence of {at}: {e}");
