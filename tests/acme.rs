@@ -195,7 +195,9 @@ impl Pebble {
             directory: format!("https://127.0.0.1:{acme}/dir"),
             management: format!("https://127.0.0.1:{mgmt}"),
         };
-        let up = wait_until(WAIT, || p.get(dir, &p.directory).is_ok());
+        // A bound for a pebble that never answers (it starts slowly
+        // beside a full test run on a loaded machine).
+        let up = wait_until(Duration::from_secs(60), || p.get(dir, &p.directory).is_ok());
         assert!(up, "pebble did not answer:\n{}", dir.read("pebble.log"));
         p
     }

@@ -528,7 +528,21 @@ fn postgresql_stopped_and_started_under_load_loses_nothing() {
         c.join().unwrap();
     }
     let seen = std::mem::take(&mut *lock(&seen));
-    nothing_lost_after_the_outage(&mut nodes, &seen, &executing);
+    // On a failure, the database's side of the runs not finished (which
+    // instance holds them) goes with it.
+    let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        nothing_lost_after_the_outage(&mut nodes, &seen, &executing)
+    }));
+    if let Err(e) = checked {
+        eprintln!(
+            "runs not finished in the database (id|state|instance|seq|cancel_requested):\n{}",
+            db.psql(
+                "SELECT id, state, coalesce(instance, '-'), seq, cancel_requested \
+                 FROM trigd_runs WHERE state <> 'finished' ORDER BY seq"
+            )
+        );
+        std::panic::resume_unwind(e);
+    }
 }
 
 /// After the outage: every answer was 200 or 503 `state_unavailable`

@@ -19,7 +19,7 @@ mod old_records; // a state dir written by an earlier version: loaded, served th
 mod openapi; // openapi.json against src/http/routes.rs and the error codes; GET /openapi.json
 mod payloads; // hostile bodies: XML/JSON/form/multipart bounds, cheap checks first, signature entries, names twice, LF multipart, hook value bounds
 mod pg_cluster; // the PostgreSQL backend: the harness, three instances on one database behind HAProxy, kill -9 and PostgreSQL restarts under load, round trips of a sync run
-mod pg_runs; // runs not tied to a host: a busy instance's run taken by another, kill -9 and leases, cancel and output through another instance
+mod pg_runs; // runs not tied to a host: a busy instance's run taken by another, kill -9 and leases, cancel and output through another instance, a take whose COMMIT answer was lost, a renewal answered late after an outage
 mod pg_shared; // with [state] url, what access keeps is shared: application keys (NOTIFY-kept copy), sessions, login throttling and API key rate limits over two instances
 mod pg_state; // [state] url: config errors, migrations once and refused when newer, every instance's runs and idempotency keys, round trips, the database down
 mod queue; // waiting for a slot, full queue, floods, idempotency keys, runs after a crash, full disk

@@ -62,6 +62,10 @@ pub(super) struct Shared {
     /// when a slot started them (the database failed): given back to the
     /// queue once it answers.
     lost: Mutex<Vec<String>>,
+    /// Runs whose take failed at its COMMIT ([`sql::TakeFailed`]): this
+    /// instance may hold them all the same; settled once the database
+    /// answers ([`Runner::settle_unsure`]).
+    unsure: Mutex<Vec<String>>,
 }
 
 impl Shared {
@@ -139,6 +143,7 @@ impl Runner {
             backlog: AtomicBool::new(true),
             shipping: Mutex::default(),
             lost: Mutex::default(),
+            unsure: Mutex::default(),
         });
         let _ = self.cluster.set(Arc::clone(&shared));
         let runner = Arc::clone(self);
@@ -173,6 +178,9 @@ impl Runner {
                     shared.give_back_lost();
                 }
                 self.hand_on_cancels(shared);
+                if !lock(&shared.unsure).is_empty() {
+                    self.settle_unsure(shared, &config());
+                }
                 if !closing {
                     self.take_runs(shared, &config());
                 }
@@ -196,7 +204,11 @@ impl Runner {
                     self.disown();
                 }
                 lease.renewed = Some(sent);
-                lease.healthy_since.get_or_insert(sent);
+                // Healthy from the answer, not from the sending: a renewal
+                // sent while the database was starting up can be answered
+                // seconds later, and the others' renewals sent meanwhile
+                // are answered no sooner than this one.
+                lease.healthy_since.get_or_insert_with(Instant::now);
                 if !lease.adopted_own {
                     lease.adopted_own = self.adopt(shared, &shared.me, cfg);
                 }
@@ -393,7 +405,40 @@ impl Runner {
                     self.enqueue_taken(cfg, rec);
                 }
                 Ok(None) => return shared.backlog.store(false, Ordering::SeqCst),
-                Err(e) => return log::warn!("cluster: cannot take a queued run: {e}"),
+                Err(failed) => {
+                    log::warn!("cluster: cannot take a queued run: {}", failed.error);
+                    if let Some(id) = failed.maybe_taken {
+                        log::warn!(
+                            "run {id}: its take failed at the commit; looked at again once \
+                             the database answers"
+                        );
+                        lock(&shared.unsure).push(id);
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Settle the takes that failed at their COMMIT: a run this instance
+    /// holds still `queued` was taken after all and goes to a slot here
+    /// (no other instance takes a run that is held, and this one's lease
+    /// is alive: without this it would stay `queued` for good); one it
+    /// does not hold is in the cluster queue or taken by another. Those
+    /// the database cannot tell about yet stay for the next tick.
+    fn settle_unsure(self: &Arc<Self>, shared: &Shared, cfg: &Arc<Config>) {
+        let unsure = std::mem::take(&mut *lock(&shared.unsure));
+        for id in unsure {
+            match sql::held_queued(&shared.db, &shared.me, &id) {
+                Ok(Some(rec)) => {
+                    log::warn!("run {id}: its take was committed after all; queued here");
+                    self.enqueue_taken(cfg, rec);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    log::warn!("run {id}: cannot tell whether its take was committed: {e}");
+                    lock(&shared.unsure).push(id);
+                }
             }
         }
     }
@@ -591,7 +636,8 @@ struct Lease {
     renewed: Option<Instant>,
     /// This instance's runs from before its start were adopted.
     adopted_own: bool,
-    /// Since when every renewal succeeded.
+    /// Since when every renewal succeeded: when the first of them was
+    /// answered (the others' leases are judged a whole lease after it).
     healthy_since: Option<Instant>,
 }
 

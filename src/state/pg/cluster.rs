@@ -171,14 +171,15 @@ fn adopt_callbacks(
 ///
 /// # Errors
 /// The database failed.
-pub fn take(db: &Db, me: &str) -> Result<Option<RunRecord>, DbError> {
+pub fn take(db: &Db, me: &str) -> Result<Option<RunRecord>, TakeFailed> {
     let prefix = format!("{me}-%");
+    let mut maybe_taken = None;
     db.with_background(|c| {
         // A lost race for a key's last place, or a waiting run a newer one
         // of its key replaces, is settled and the next run looked at; a
         // few rounds, then the next poll.
         for _ in 0..8 {
-            match take_one(c, me, &prefix)? {
+            match take_one(c, me, &prefix, &mut maybe_taken)? {
                 Taken::Run(rec) => return Ok(parse(&rec)),
                 Taken::None => return Ok(None),
                 Taken::Again => {}
@@ -186,6 +187,37 @@ pub fn take(db: &Db, me: &str) -> Result<Option<RunRecord>, DbError> {
         }
         Ok(None)
     })
+    .map_err(|error| TakeFailed { error, maybe_taken })
+}
+
+/// A failed [`take`].
+#[derive(Debug)]
+pub struct TakeFailed {
+    /// Why it failed.
+    pub error: DbError,
+    /// The run the failed transaction had marked taken, if it got that
+    /// far: its COMMIT may have been done although its answer was lost (a
+    /// database shutting down answers a COMMIT it did with the error that
+    /// ends the connection). Then `me` holds that run, still `queued`, and
+    /// no other instance takes it: [`held_queued`] tells, once the
+    /// database answers.
+    pub maybe_taken: Option<String>,
+}
+
+/// The record of run `id` when `me` holds it still `queued` (a
+/// [`TakeFailed::maybe_taken`] that was committed after all).
+///
+/// # Errors
+/// The database failed.
+pub fn held_queued(db: &Db, me: &str, id: &str) -> Result<Option<RunRecord>, DbError> {
+    let row = db.with_background(|c| {
+        c.query_typed_opt(
+            "SELECT record::text FROM trigd_runs \
+             WHERE id = $1 AND instance = $2 AND state = 'queued'",
+            &[(&id, Type::TEXT), (&me, Type::TEXT)],
+        )
+    })?;
+    Ok(row.and_then(|r| parse(&r.get::<_, String>(0))))
 }
 
 /// What one round of [`take`] found.
@@ -217,12 +249,19 @@ const TAKE: &str = "UPDATE trigd_runs SET instance = $1 WHERE id = ( \
 /// (another instance may have taken one of the key meanwhile) and no newer
 /// run of the key replaces it (`replace_pending`, `cancel_running`: the
 /// decision of an accept that a crash cut short).
-fn take_one(c: &mut Client, me: &str, prefix: &str) -> Result<Taken, postgres::Error> {
+/// `maybe_taken`: the run marked taken, set before the commit.
+fn take_one(
+    c: &mut Client,
+    me: &str,
+    prefix: &str,
+    maybe_taken: &mut Option<String>,
+) -> Result<Taken, postgres::Error> {
     let mut tx = c.transaction()?;
     let Some(row) = tx.query_typed_opt(TAKE, &[(&me, Type::TEXT), (&prefix, Type::TEXT)])? else {
         return Ok(Taken::None);
     };
     let (rec, id, key): (String, String, Option<String>) = (row.get(0), row.get(1), row.get(2));
+    *maybe_taken = Some(id.clone());
     let Some(key) = key else {
         tx.commit()?;
         return Ok(Taken::Run(rec));
