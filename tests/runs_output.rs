@@ -840,8 +840,11 @@ steps = [{ shell = 'yes | head -c 2097152; while [ ! -e go ]; do sleep 0.1; done
             .collect();
         for d in drained {
             let (bytes, tail) = d.join().unwrap();
+            // Each of the output's "y\n" is at least 3 bytes of events
+            // (`y\n` escaped in `Text`), whatever the batching: a loaded
+            // machine sends fewer, bigger events, with less framing.
             assert!(
-                bytes as u64 > 2 * OUTPUT_KB * 1024,
+                bytes as u64 >= 3 * OUTPUT_KB * 1024 / 2,
                 "{bytes} bytes of events"
             );
             assert!(

@@ -638,8 +638,9 @@ fn the_schedules_page_lists_a_members_schedules_with_last_next_outcome_and_overd
 /// The runs of the occurrences due at one wake are accepted together: one
 /// sync of the run log covers all of them (`Runner::start_async_all`), not
 /// one each or one per starter thread. 60 schedules firing every second:
-/// at most one sync per 10 runs (about one per 60 now; one per 8 at best
-/// before, with 8 starter threads sharing group commits).
+/// at most one sync per 4 runs, the runs' own synced ends included (about
+/// one per 60 on a quiet machine, one per 7 at load 20; one per 2.9 before,
+/// with 8 starter threads sharing group commits, one per 8 at best).
 #[test]
 fn the_runs_of_one_wake_share_one_sync() {
     let many: String = (0..60)
@@ -658,8 +659,9 @@ fn the_runs_of_one_wake_share_one_sync() {
     });
     let (runs1, syncs1) = (runs(&dir), crate::queue::run_log_fsyncs(&t));
     let (ran, synced) = (runs1 - runs0, syncs1 - syncs0);
+    // The runs' ends are synced too, and share fewer syncs under load.
     t.check(
-        synced as usize * 10 <= ran,
+        synced as usize * 4 <= ran,
         format!("{synced} syncs of runs.log for {ran} scheduled runs"),
     );
 }
