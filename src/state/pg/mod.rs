@@ -112,6 +112,10 @@ struct Conn {
     prepared: HashMap<&'static str, Statement>,
 }
 
+/// The statements every connection prepares as it opens: the batched
+/// write of run records, on every run's path.
+const HOT: [(&'static str, &[Type]); 1] = [(runs::UPSERT, &runs::UPSERT_TYPES)];
+
 /// Connections open and idle.
 #[derive(Default)]
 struct Pool {
@@ -405,10 +409,7 @@ impl Db {
                 drop(pool);
                 return self
                     .open()
-                    .map(|client| Conn {
-                        client,
-                        prepared: HashMap::new(),
-                    })
+                    .map(|client| self.prepare_hot(client))
                     .inspect_err(|_| self.forget_one());
             }
             let left = until.saturating_duration_since(Instant::now());
@@ -425,6 +426,22 @@ impl Db {
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
+    }
+
+    /// A new connection with the statements of the requests' path
+    /// prepared ([`HOT`]) as part of opening it, once the schema is there
+    /// (the connection that checks it prepares them at their first use).
+    /// One that fails is prepared at its first use.
+    fn prepare_hot(&self, mut client: Client) -> Conn {
+        let mut prepared = HashMap::new();
+        if self.health().migrated {
+            for (sql, types) in HOT.iter().copied() {
+                if let Ok(st) = client.prepare_typed(sql, types) {
+                    prepared.insert(sql, st);
+                }
+            }
+        }
+        Conn { client, prepared }
     }
 
     /// Back into the pool, or closed when `broken`.

@@ -29,7 +29,7 @@ use crate::state::time::Time;
 /// transaction only, set inside the statement: no extra round trip).
 /// With `$17` (ends written again after the server restarted), a run
 /// already ended is left as it is.
-const UPSERT: &str = "
+pub const UPSERT: &str = "
 WITH input AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
                          $6::text[], $7::text[], $8::text[], $9::int8[], $10::int8[],
@@ -63,6 +63,28 @@ WITH input AS (
     RETURNING id
 )
 SELECT id FROM runs";
+
+/// The types of [`UPSERT`]'s parameters, as [`Columns::params`] gives
+/// them (prepared with them when a connection opens).
+pub const UPSERT_TYPES: [Type; 17] = [
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::INT8_ARRAY,
+    Type::INT8_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::INT8_ARRAY,
+    Type::TEXT,
+    Type::BOOL,
+    Type::BOOL,
+];
 
 /// The run list's page, as [`DbRuns::page`] reads it.
 const PAGE: &str = "
