@@ -114,7 +114,7 @@ struct Conn {
 
 /// The statements every connection prepares as it opens: the batched
 /// write of run records, on every run's path.
-const HOT: [(&'static str, &[Type]); 1] = [(runs::UPSERT, &runs::UPSERT_TYPES)];
+const HOT: [(&str, &[Type]); 1] = [(runs::UPSERT, &runs::UPSERT_TYPES)];
 
 /// Connections open and idle.
 #[derive(Default)]
