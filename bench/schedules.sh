@@ -91,6 +91,9 @@ metrics=$(curl -s "http://127.0.0.1:$port/metrics")
 fired=$(awk '/^trigd_schedule_lateness_seconds_count/ {print $2}' <<<"$metrics")
 within=$(awk -F'[ "]' '/^trigd_schedule_lateness_seconds_bucket\{le="0.05"\}/ {print $NF}' <<<"$metrics")
 kill "$pid"
+# BENCH_SCHED_LOG=FILE: keep the server's log (with RUST_LOG=trigd::schedule=debug:
+# each wake's stages).
+if [[ -n ${BENCH_SCHED_LOG:-} ]]; then cp "$WORK/late/log" "$BENCH_SCHED_LOG"; fi
 echo "| $N schedules, every $EVERY, sync load ${rps:-nan} req/s | firings: $fired | within 50 ms: $within ($(awk -v a="$within" -v b="$fired" 'BEGIN { if (b > 0) printf "%.1f%%", 100 * a / b }')) |"
 grep '^trigd_schedule_lateness_seconds_bucket' <<<"$metrics" >&2
 

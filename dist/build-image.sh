@@ -23,6 +23,14 @@ mkdir -p "$root/usr/bin" "$root/etc/ssl/certs" "$root/etc/trigd" "$root/var/lib"
 install -m 0755 "$bin" "$root/usr/bin/trigd"
 # For programs that call out over TLS; trigd itself bundles its roots.
 install -m 0644 /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/"
+# Time zones of schedules (trigd bundles none): the build host's tzdata,
+# without the leap-second copies under right/ (about 2 MB).
+if [ ! -f /usr/share/zoneinfo/Europe/Berlin ]; then
+    echo "build-image: /usr/share/zoneinfo is missing: apt install tzdata" >&2
+    exit 1
+fi
+mkdir -p "$root/usr/share"
+tar -C /usr/share --exclude=zoneinfo/right -cf - zoneinfo | tar -C "$root/usr/share" -xf -
 cp -r dist/image/config.toml dist/image/programs "$root/etc/trigd/"
 chmod -R u=rwX,go=rX "$root/etc/trigd"
 # The user (uid 65532, as distroless's nonroot) by name, for logs and `id`.

@@ -15,7 +15,7 @@
 //! http::routes::handle   one match on method and path → a handler
 //! http::api / http::tools / compat::webhook   find the config::Endpoint (compiled at load) → invoke::invoke
 //! invoke::invoke         credentials (access) → method → signature → function → read → rule → values → callbacks → idempotency → start → answer
-//! schedule::timer        the clock's entry: a config::schedules::Schedule → invoke::job → Runner::start_async
+//! schedule::timer        the clock's entry: a config::schedules::Schedule → invoke::job → Runner::accept_ahead (0.4 s before) → Runner::start_ahead (at the firing; else Runner::start_async)
 //! runner                 slots and the FIFO queue → runner::step runs the processes → state records the run
 //! ```
 //!
@@ -48,6 +48,7 @@
 //!   overlap, the timer thread                         for all; compiled in config/schedules.rs)
 //! run slots, the wait queue, child processes        runner/ (mod.rs, queue.rs with concurrency groups,
 //!   the cluster queue and leases (database)           step.rs, handle.rs; cluster.rs: the lease thread;
+//!   runs accepted ahead (schedules)                   ahead.rs;
 //!                                                     config/group.rs reads [functions.concurrency_group])
 //! what is kept in the state directory: one table,   state/ (mod.rs: State, Kept; store.rs the run log, index.rs
 //!                                                     its index in memory, filter.rs the list's filter, record.rs

@@ -267,7 +267,7 @@ fn signature_ok(got: &Got, key: &str) -> bool {
     if id.is_empty() || t.is_empty() {
         return false;
     }
-    let mut mac = Hmac::<Sha256>::new_from_slice(key.as_bytes()).unwrap();
+    let mut mac = <Hmac<Sha256> as hmac::KeyInit>::new_from_slice(key.as_bytes()).unwrap();
     mac.update(format!("{id}.{t}.").as_bytes());
     mac.update(&got.body);
     let want = base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes());

@@ -230,7 +230,7 @@ fn a_hook_waiting_for_a_slot_at_shutdown_gets_shutting_down() {
 /// hook's secret, with delivery id `delivery`.
 fn github(t: &Trigd, id: &str, delivery: &str, body: &str) -> Reply {
     use hmac::{Hmac, Mac};
-    let mut m = Hmac::<sha2::Sha256>::new_from_slice(b"hook-secret-3c9a").unwrap();
+    let mut m = <Hmac<sha2::Sha256> as hmac::KeyInit>::new_from_slice(b"hook-secret-3c9a").unwrap();
     m.update(body.as_bytes());
     let sig = format!("sha256={}", hex::encode(m.finalize().into_bytes()));
     let h = [

@@ -125,7 +125,7 @@ fn start(name: &str, server: &str) -> (TestDir, Trigd) {
 }
 
 fn sign(body: &[u8]) -> String {
-    let mut m = Hmac::<sha2::Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
+    let mut m = <Hmac<sha2::Sha256> as hmac::KeyInit>::new_from_slice(SECRET.as_bytes()).unwrap();
     m.update(body);
     format!("sha256={}", hex::encode(m.finalize().into_bytes()))
 }

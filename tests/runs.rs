@@ -482,3 +482,84 @@ steps = [{ shell = "echo start $$ >> log; sleep 0.4; echo end $$ >> log" }]
         );
     }
 }
+
+/// One `runs.log` line of run `i` (32 hex digits), `state`, created `i`
+/// ms after 2026-11-20T10:00:00Z.
+fn log_line(i: usize, state: &str) -> String {
+    let t = format!(
+        "2026-11-20T10:{:02}:{:02}.{:03}Z",
+        i / 60_000,
+        i / 1000 % 60,
+        i % 1000
+    );
+    format!(
+        "{{\"Run\":\"{i:032x}\",\"State\":\"{state}\",\"Owner\":\"program\",\"Program\":1,\
+         \"Function\":\"quick\",\"Async\":true,\"By\":\"api_key:all\",\"CreatedAt\":\"{t}\",\
+         \"StartedAt\":\"{t}\",\"Steps\":[],\"Result\":[\"r{i}\"]}}\n"
+    )
+}
+
+/// The inode of `path` (a rewrite replaces the file: a new inode).
+fn inode(path: &std::path::Path) -> u64 {
+    std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(path).unwrap())
+}
+
+/// Start-up with 100,000 runs reads `runs.log` and writes only what it
+/// repairs: the file keeps its inode and its bytes, a torn last line is
+/// cut off, a run cut off by a crash gets one `interrupted` line, and the
+/// next start writes nothing (start-up used to rewrite every record:
+/// 11–45 s at 1,000,000 runs). A lower `run_retention` drops the oldest
+/// runs at once; their lines go in a compaction after start.
+#[test]
+fn start_up_with_100000_runs_does_not_rewrite_runs_log() {
+    let dir = setup(
+        "runs_start_no_rewrite",
+        "run_retention = 200000",
+        &[("gate.toml", GATE)],
+    );
+    dir.mkdir("state");
+    let n = 100_000;
+    let mut log = String::with_capacity(n * 300);
+    for i in 0..n {
+        log.push_str(&log_line(i, "finished"));
+    }
+    let cut = format!("{n:032x}");
+    log.push_str(&log_line(n, "running"));
+    let kept = log.len();
+    log.push_str(r#"{"Run":"0123456789abcdef0123456789abcdef","State":"fin"#);
+    dir.write("state/runs.log", &log);
+    let path = dir.path("state/runs.log");
+    let ino = inode(&path);
+    let mut t = Trigd::start_within(&dir, Duration::from_secs(120));
+    let r = t.get(&run_url(&cut, KEY));
+    r.check_eq(&r.ok()["State"], &json!("interrupted"), "the cut-off run");
+    let r = t.get(&run_url(&format!("{:032x}", 12_345), KEY));
+    r.check_eq(&r.ok()["Result"], &json!(["r12345"]), "an old run's Result");
+    let after = dir.read_bytes("state/runs.log");
+    t.check(inode(&path) == ino, "runs.log was replaced at start-up");
+    t.check(
+        after[..kept] == log.as_bytes()[..kept],
+        "the lines before start-up are unchanged",
+    );
+    let added = String::from_utf8_lossy(&after[kept..]);
+    t.check(
+        added.lines().count() == 1 && added.contains(&cut) && added.contains("interrupted"),
+        format!("start-up appended one line, the cut-off run's: {added:.300}"),
+    );
+    t.kill9();
+    t.restart();
+    t.get(&run_url(&cut, KEY)).ok();
+    t.check(
+        inode(&path) == ino && dir.read_bytes("state/runs.log") == after,
+        "a start with nothing to repair writes nothing",
+    );
+    t.kill9();
+    dir.write("config.toml", &config("run_retention = 1000"));
+    t.restart();
+    t.get(&run_url(&format!("{:032x}", n - 1), KEY)).ok();
+    t.get(&run_url(&format!("{:032x}", 12_345), KEY))
+        .err(404, "run_not_found");
+    t.wait_for(WAIT, "the compaction to 1,000 runs", || {
+        dir.lines("state/runs.log").len() == 1000
+    });
+}

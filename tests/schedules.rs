@@ -1,6 +1,6 @@
 //! Schedules on the real binary: firing runs through the ordinary run
-//! path, hot reload, overlap, kill -9 and catch-up, load errors, the
-//! bundled time-zone data.
+//! path, hot reload, overlap, kill -9 and catch-up, load errors, zones
+//! from the host's time-zone database (none bundled).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
@@ -349,17 +349,49 @@ fn bad_schedules_are_load_errors_with_their_place() {
     }
 }
 
-#[test]
-fn zones_load_without_the_hosts_zoneinfo() {
-    // An empty TZDIR: jiff finds no zoneinfo there and takes the
-    // database bundled in trigd.
-    let s = "[[functions.schedules]]\nname = \"s\"\ncron = \"30 2 * * *\"\ntimezone = \"America/New_York\"\n";
-    let empty = TestDir::new("sched_tzdir_empty");
-    let tzdir = empty.path_str(".");
-    let (_dir, out) = check("sched_tz_bundled", s, &[("TZDIR", &tzdir)]);
+/// `trigd check`'s output (stdout and stderr) and exit code.
+fn check_text(name: &str, schedules: &str, env: &[(&str, &str)]) -> (String, Option<i32>) {
+    let (_dir, out) = check(name, schedules, env);
     let text =
         String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{text}");
+    (text, out.status.code())
+}
+
+#[test]
+fn a_zone_missing_from_the_host_is_a_located_load_error_and_utc_always_loads() {
+    // trigd bundles no zone database. A TZDIR holding only New York stands
+    // for a host whose tzdata lacks a zone (an empty TZDIR would not: jiff
+    // then falls back to /usr/share/zoneinfo): Berlin is a load error at
+    // its place that says what to install; New York loads; UTC needs no
+    // database file.
+    let one = TestDir::new("sched_tzdir_one");
+    std::fs::create_dir_all(one.path("America")).unwrap();
+    std::fs::copy(
+        "/usr/share/zoneinfo/America/New_York",
+        one.path("America/New_York"),
+    )
+    .unwrap();
+    let tzdir = one.path_str(".");
+    let env = [("TZDIR", tzdir.as_str())];
+    let sched = |zone: &str| {
+        format!(
+            "[[functions.schedules]]\nname = \"s\"\ncron = \"30 2 * * *\"\ntimezone = \"{zone}\"\n"
+        )
+    };
+    let (text, code) = check_text("sched_tz_missing", &sched("Europe/Berlin"), &env);
+    assert_eq!(code, Some(1), "{text}");
+    for want in [
+        "p.toml:",
+        "schedules[0].timezone",
+        "unknown time zone \"Europe/Berlin\": not in the host's time-zone database",
+        "install or update tzdata, or set TZDIR",
+    ] {
+        assert!(text.contains(want), "no {want:?} in {text}");
+    }
+    for zone in ["America/New_York", "UTC", "Etc/UTC", "utc"] {
+        let (text, code) = check_text("sched_tz_ok", &sched(zone), &env);
+        assert_eq!(code, Some(0), "{zone}: {text}");
+    }
 }
 
 #[test]
@@ -620,4 +652,70 @@ fn the_runs_of_one_wake_share_one_sync() {
         synced as usize * 10 <= ran,
         format!("{synced} syncs of runs.log for {ran} scheduled runs"),
     );
+}
+
+/// Whether `rec` (from `runs.log`) is a run accepted ahead of its firing:
+/// `queued` with a `RetryAt` (its firing) still to come.
+fn accepted_ahead(rec: &Value) -> bool {
+    let at = rec["RetryAt"]
+        .as_str()
+        .and_then(|a| a.parse::<jiff::Timestamp>().ok());
+    rec["State"] == "queued" && rec["Attempts"].is_null() && at > Some(jiff::Timestamp::now())
+}
+
+/// The runs of a firing are accepted ahead of it (recorded `queued` with
+/// `RetryAt` the firing: at the firing only their hand-off is left, issue
+/// 33 point 10). A `kill -9` while one waits for its firing neither loses
+/// its occurrence nor fires it twice, and it never starts early: the
+/// program's own clock (its result) is never before its occurrence.
+#[test]
+fn runs_accepted_ahead_survive_kill9_and_never_start_early() {
+    let s = "[[functions.schedules]]\nname = \"s\"\ncron = \"* * * * * *\"\ncatch_up = \"all\"\n";
+    let (dir, mut t) = serve("sched_ahead", "", &[("p.toml", &program("date +%s.%N", s))]);
+    for _ in 0..3 {
+        t.wait_for(WAIT, "a run accepted ahead of its firing", || {
+            records_of(&dir, "1/tick/s").values().any(accepted_ahead)
+        });
+        t.kill9();
+        t.restart();
+    }
+    let seen = in_state(&dir, "1/tick/s", "finished").len();
+    t.wait_for(WAIT, "firings after the last restart", || {
+        in_state(&dir, "1/tick/s", "finished").len() >= seen + 2
+    });
+    let occ = occurrences(&dir, "1/tick/s");
+    let twice: Vec<_> = occ.iter().filter(|(_, n)| **n > 1).collect();
+    t.check(
+        twice.is_empty(),
+        format!("occurrences fired twice: {twice:?}"),
+    );
+    let secs: BTreeSet<i64> = occ
+        .keys()
+        .filter_map(|at| at.parse::<jiff::Timestamp>().ok())
+        .map(|t| t.as_second())
+        .collect();
+    let (first, last) = (*secs.first().unwrap(), *secs.last().unwrap());
+    let lost: Vec<i64> = (first..=last).filter(|s| !secs.contains(s)).collect();
+    t.check(lost.is_empty(), format!("occurrences lost: {lost:?}"));
+    for rec in in_state(&dir, "1/tick/s", "finished") {
+        let at = rec["ScheduledAt"]
+            .as_str()
+            .and_then(|a| a.parse::<jiff::Timestamp>().ok());
+        let ran = rec["Result"][0]
+            .as_str()
+            .and_then(|r| r.parse::<f64>().ok());
+        let (Some(at), Some(ran)) = (at, ran) else {
+            t.fail(format!(
+                "a finished run without its occurrence or clock: {rec}"
+            ));
+        };
+        t.check(
+            ran >= at.as_millisecond() as f64 / 1000.0,
+            format!("started before its occurrence: {rec}"),
+        );
+        t.check(
+            rec["StartedAt"].as_str() >= rec["ScheduledAt"].as_str(),
+            format!("recorded started before its occurrence: {rec}"),
+        );
+    }
 }

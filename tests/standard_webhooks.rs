@@ -105,7 +105,7 @@ fn now() -> u64 {
 }
 
 fn hmac(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
-    let mut m = Hmac::<sha2::Sha256>::new_from_slice(key).unwrap();
+    let mut m = <Hmac<sha2::Sha256> as hmac::KeyInit>::new_from_slice(key).unwrap();
     for p in parts {
         m.update(p);
     }

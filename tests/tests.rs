@@ -29,7 +29,7 @@ mod runs_access; // who may read, follow and cancel a run (hook runs, auth befor
 mod runs_control; // issue 35: the run list API (filters, cursor, scope, hostile queries), re-run, redeliver, retries
 mod runs_output; // kept output, following it (events, curl -N), streamed sync calls, cancel and its process group
 mod runs_pages; // the runs pages: list, filters, a run's page, untrusted output, the Cancel form, 100,000 runs
-mod schedules; // schedule triggers: firing ordinary runs, reload, overlap, kill -9 and catch-up, load errors, bundled zones
+mod schedules; // schedule triggers: firing ordinary runs, reload, overlap, kill -9 and catch-up, load errors, zones from the host
 mod standard_webhooks; // Standard Webhooks received (webhook-*/svix-*, the official library, hostile headers); redeliveries deduplicated by the sender's delivery id
 mod state_table; // the state directory table of src/state/mod.rs, the manual's (docs/operations.md) and state::Kept list the same files
 mod switch; // the public switch flipped from trigd: HTTP operation, form, confirmation, config rewrite, read-only, admins, CSRF, races

@@ -250,7 +250,7 @@ fn start(name: &str, server: &str) -> (TestDir, Trigd) {
 }
 
 fn hmac_sha256(key: &str, parts: &[&[u8]]) -> Vec<u8> {
-    let mut m = Hmac::<sha2::Sha256>::new_from_slice(key.as_bytes()).unwrap();
+    let mut m = <Hmac<sha2::Sha256> as hmac::KeyInit>::new_from_slice(key.as_bytes()).unwrap();
     for p in parts {
         m.update(p);
     }
@@ -258,7 +258,7 @@ fn hmac_sha256(key: &str, parts: &[&[u8]]) -> Vec<u8> {
 }
 
 fn hmac_sha1(key: &str, body: &[u8]) -> Vec<u8> {
-    let mut m = Hmac::<sha1::Sha1>::new_from_slice(key.as_bytes()).unwrap();
+    let mut m = <Hmac<sha1::Sha1> as hmac::KeyInit>::new_from_slice(key.as_bytes()).unwrap();
     m.update(body);
     m.finalize().into_bytes().to_vec()
 }

@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use rand::Rng;
 use toml::Spanned;
 
 use super::raw::RawRetry;
@@ -56,7 +55,7 @@ impl Retry {
         };
         let base = base.min(self.max_backoff);
         let waited = if self.jitter {
-            base.mul_f64(rand::thread_rng().gen_range(0.8..=1.2))
+            base.mul_f64(rand::random_range(0.8..=1.2))
         } else {
             base
         };

@@ -184,8 +184,9 @@ fn expression(src: &Src, raw: &Spanned<String>, key: &str, errs: &mut Errors) ->
     }
 }
 
-/// `timezone`: an IANA name known to the zone database (the host's
-/// zoneinfo, else the one bundled in trigd).
+/// `timezone`: an IANA name known to the host's zone database
+/// (`/usr/share/zoneinfo`, or `TZDIR`; trigd bundles none, see
+/// docs/schedules.md). UTC needs no database.
 fn zone(
     src: &Src,
     raw: Option<&Spanned<String>>,
@@ -196,14 +197,39 @@ fn zone(
         return ("UTC".into(), Some(TimeZone::UTC));
     };
     let name = raw.get_ref().clone();
+    if is_utc(&name) {
+        return (name, Some(TimeZone::UTC));
+    }
     match TimeZone::get(&name) {
         Ok(z) => (name, Some(z)),
         Err(_) => {
-            let msg =
-                format!("unknown time zone \"{name}\": an IANA name such as Europe/Berlin or UTC");
-            errs.at(src, raw.span(), key, msg);
+            errs.at(src, raw.span(), key, zone_not_found(&name));
             (name, None)
         }
+    }
+}
+
+/// The names of UTC that must work on a host without tzdata.
+fn is_utc(name: &str) -> bool {
+    ["UTC", "Etc/UTC"]
+        .iter()
+        .any(|u| u.eq_ignore_ascii_case(name))
+}
+
+/// Why `name` did not load: no database on this host at all, or a name
+/// the database does not have.
+fn zone_not_found(name: &str) -> String {
+    if jiff::tz::db().is_definitively_empty() {
+        format!(
+            "time zone \"{name}\" not found: this host has no time-zone database \
+             (/usr/share/zoneinfo, or TZDIR); install tzdata or set TZDIR (UTC needs none)"
+        )
+    } else {
+        format!(
+            "unknown time zone \"{name}\": not in the host's time-zone database \
+             (/usr/share/zoneinfo, or TZDIR); an IANA name such as Europe/Berlin or UTC; \
+             install or update tzdata, or set TZDIR"
+        )
     }
 }
 

@@ -42,7 +42,10 @@ fn app(dir: &std::path::Path) -> App {
     let json_file = dir.join("deep.json");
     std::fs::write(&json_file, deepest_json()).unwrap();
     let hash = Argon2::default()
-        .hash_password(b"pw", &SaltString::generate(&mut rand::rngs::OsRng))
+        .hash_password(
+            b"pw",
+            &SaltString::encode_b64(&rand::random::<[u8; 16]>()).unwrap(),
+        )
         .unwrap()
         .to_string();
     let config = format!(

@@ -33,7 +33,7 @@ use crate::config::Config;
 use crate::state::pg::cluster::{self as sql, Beat, CancelAt};
 use crate::state::pg::output::{self as kept, Shipping};
 use crate::state::pg::{groups, Db};
-use crate::state::record::{RunInput, RunRecord, RunState};
+use crate::state::record::{RunRecord, RunState};
 use crate::state::time::Time;
 
 /// How often the lease thread looks at the cluster queue and at cancel
@@ -462,13 +462,7 @@ impl Runner {
         }
         let group = job.group();
         let mut rec = self.new_record(&job, true);
-        rec.input = Some(RunInput {
-            values: job.values.clone(),
-            vars: job.vars.clone(),
-            body: job.body_file.is_some() || !job.files.is_empty(),
-            group_limit: group.as_ref().map(|g| g.limit),
-            group_policy: group.as_ref().map(|g| g.policy.name().to_string()),
-        });
+        rec.input = Some(super::run_input(&job, group.as_ref()));
         let id = rec.run.clone();
         if let Some(g) = group.as_ref().filter(|g| g.policy == Policy::Skip) {
             let busy = groups::busy(&shared.db, &g.key, g.limit);

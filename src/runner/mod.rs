@@ -29,6 +29,7 @@
 //! [`queue`]; the execution of one function (processes, timeouts, output)
 //! in [`step`].
 
+pub mod ahead;
 pub mod cluster;
 pub mod handle;
 mod queue;
@@ -132,6 +133,15 @@ struct Staged {
     held: usize,
     in_memory: bool,
     place: Place,
+}
+
+/// Why [`Runner::reserve_in`] gave an async run neither a slot nor a
+/// queue place: shutting down, or the queue (`max_queued_runs`) or the
+/// memory budget (`max_waiting_bytes`) full, with the runs waiting.
+enum Refusal {
+    ShuttingDown,
+    QueueFull(usize, usize),
+    WaitingBytesFull(usize, usize),
 }
 
 /// Where an async run goes once recorded ([`Runner::reserve`]).
@@ -482,6 +492,11 @@ fn note_attempt(rec: &mut RunRecord, n: u32, wait: Duration) {
     rec.state = RunState::Queued;
     (rec.started_at, rec.finished_at, rec.stdout) = (None, None, None);
     rec.steps.clear();
+}
+
+/// Whether instant `at` has come.
+fn passed(at: Time) -> bool {
+    at.since(Time::now()).is_none_or(|left| left.is_zero())
 }
 
 /// Wait until `at` unless the run is stopped meanwhile; whether the wait
@@ -948,11 +963,16 @@ impl Runner {
     /// # Errors
     /// As [`Runner::start_async`], but storage.
     fn reserve(&self, st: &Staged) -> Result<Place, RunError> {
+        let placed = self.reserve_in(&mut lock(&self.slots), st);
+        placed.map_err(|r| self.refused(r))
+    }
+
+    /// [`Runner::reserve`] under the slots lock `s`.
+    fn reserve_in(&self, s: &mut Slots, st: &Staged) -> Result<Place, Refusal> {
         let (job, run) = (&st.job, &st.rec.run);
         let (key, n, g, held) = (&st.key, st.n, st.group.as_ref(), st.held);
-        let mut s = lock(&self.slots);
         if s.closing {
-            return Err(RunError::ShuttingDown);
+            return Err(Refusal::ShuttingDown);
         }
         s.max = job.cfg.server.max_concurrent_runs;
         let max_queued = job.cfg.server.max_queued_runs;
@@ -972,18 +992,26 @@ impl Runner {
             s.reserved += 1;
             return Ok(Place::Queue);
         }
-        drop(s);
-        let retry_after = self.retry_after(waiting);
         Err(match queue_full {
-            true => RunError::QueueFull {
-                queued: max_queued,
-                retry_after,
-            },
-            false => RunError::WaitingBytesFull {
-                budget,
-                retry_after,
-            },
+            true => Refusal::QueueFull(max_queued, waiting),
+            false => Refusal::WaitingBytesFull(budget, waiting),
         })
+    }
+
+    /// The answer to a run refused by [`Runner::reserve_in`] (the slots
+    /// lock not held: the drain rate has a lock of its own).
+    fn refused(&self, r: Refusal) -> RunError {
+        match r {
+            Refusal::ShuttingDown => RunError::ShuttingDown,
+            Refusal::QueueFull(queued, waiting) => RunError::QueueFull {
+                queued,
+                retry_after: self.retry_after(waiting),
+            },
+            Refusal::WaitingBytesFull(budget, waiting) => RunError::WaitingBytesFull {
+                budget,
+                retry_after: self.retry_after(waiting),
+            },
+        }
     }
 
     /// Record `job` durably (with its input), then start it or queue it,
@@ -1254,6 +1282,11 @@ impl Runner {
                 None => return,
             },
         };
+        // A run accepted ahead (`ahead`) whose instant has come starts with
+        // this record; one resumed before its instant waits in `attempts`.
+        if rec.attempts.is_empty() && rec.retry_at.is_some_and(passed) {
+            rec.retry_at = None;
+        }
         rec.state = RunState::Running;
         rec.started_at = Some(Time::now());
         if let Some(store) = &self.store {
@@ -1316,43 +1349,28 @@ impl Runner {
     }
 
     fn new_record(&self, job: &Job, is_async: bool) -> RunRecord {
+        let run = job
+            .id
+            .clone()
+            .unwrap_or_else(|| new_run_id(&job.cfg.server.instance));
         RunRecord {
-            run: job
-                .id
-                .clone()
-                .unwrap_or_else(|| new_run_id(&job.cfg.server.instance)),
-            state: RunState::Queued,
-            owner: job.program.owner(),
-            function: job.function.clone(),
             r#async: is_async,
-            by: job.by.clone(),
             tool: job.tool.clone(),
             scheduled_at: job.occurrence.map(|o| o.0),
-            skipped: None,
             missed: job.occurrence.and_then(|o| o.1),
-            created_at: Time::now(),
-            started_at: None,
-            finished_at: None,
-            steps: Vec::new(),
-            result: None,
-            error: None,
-            stdout: None,
-            input: None,
             callbacks: waiting(&job.callbacks),
             rerun_of: job.rerun_of.clone(),
-            reruns: Vec::new(),
-            attempts: Vec::new(),
-            retry_at: None,
             group: job.group().map(|g| g.key),
-            superseded_by: None,
             // What a re-run starts with; a run that read its request body
             // or files from temporary files cannot be re-run.
-            rerun_input: Some(RunInput {
-                values: job.values.clone(),
-                vars: job.vars.clone(),
-                body: job.body_file.is_some() || !job.files.is_empty(),
-                ..Default::default()
-            }),
+            rerun_input: Some(run_input(job, None)),
+            ..RunRecord::new(
+                run,
+                RunState::Queued,
+                job.program.owner(),
+                job.function.clone(),
+                job.by.clone(),
+            )
         }
     }
 

@@ -62,9 +62,15 @@ const MAX_SLEEP: Duration = Duration::from_secs(5);
 const QUEUE_POLL: Duration = Duration::from_millis(200);
 
 /// How long before a firing the run log is synced ahead of it
-/// ([`Timer::presync`]): a first time for the backlog, a second time for
-/// what was written meanwhile.
-const PRESYNC: [Duration; 2] = [Duration::from_secs(1), Duration::from_millis(100)];
+/// ([`Timer::presync`]), so that the sync of the runs accepted ahead has
+/// little else to flush.
+const PRESYNC: [Duration; 1] = [Duration::from_secs(1)];
+
+/// How long before their firing runs are accepted ahead
+/// ([`Timer::accept_ahead`]): more than the write and sync of 1,000
+/// records take under load (up to about 110 ms measured), and less than a
+/// cancel looks for a run about to be queued (`Runner::cancel`, 0.5 s).
+const AHEAD: Duration = Duration::from_millis(400);
 
 /// A run to start at the end of this wake.
 struct Pending {
@@ -73,6 +79,17 @@ struct Pending {
     missed: u64,
     delay: Duration,
     job: crate::runner::Job,
+}
+
+/// The run of an occurrence accepted ahead of its firing
+/// ([`Timer::accept_ahead`]), started at its firing
+/// ([`Timer::start_ahead`]).
+struct Claim {
+    id: Arc<str>,
+    at: Timestamp,
+    /// The firing: the occurrence plus the schedule's jitter delay.
+    fire: Timestamp,
+    run: crate::runner::ahead::Ahead,
 }
 
 /// An occurrence waiting for its schedule's running run: recorded
@@ -131,6 +148,11 @@ pub struct Timer {
     /// The firing the run log was last synced ahead of, and at how many
     /// of the [`PRESYNC`] leads.
     presynced: (Timestamp, usize),
+    /// Runs accepted ahead, not yet started.
+    ahead: Vec<Claim>,
+    /// The firings on the heap up to this instant were looked at for
+    /// accepting ahead; those left on it are started at their firing.
+    ahead_upto: Timestamp,
 }
 
 impl Timer {
@@ -151,6 +173,8 @@ impl Timer {
             generation: 0,
             pending: Vec::new(),
             presynced: (Timestamp::MIN, 0),
+            ahead: Vec::new(),
+            ahead_upto: Timestamp::MIN,
         }
     }
 
@@ -164,6 +188,7 @@ impl Timer {
                 for (id, slot) in std::mem::take(&mut self.slots) {
                     self.drop_waiting(&id, slot.waiting, "schedules were turned off here");
                 }
+                self.withdraw(|_| true, "schedules were turned off here");
                 self.heap.clear();
                 self.generation = 0;
                 self.app.schedules.wait(MAX_SLEEP);
@@ -173,9 +198,10 @@ impl Timer {
                 self.sync(&mut marks);
             }
             let now = (self.clock.now)();
+            let started = self.start_ahead(now);
             let first = self.heap.peek().map(|Reverse((at, _))| *at);
             let t0 = std::time::Instant::now();
-            let changed = self.fire_due(now) | self.start_waiting();
+            let changed = started | self.fire_due(now) | self.start_waiting();
             let (planned, runs) = (t0.elapsed(), self.pending.len());
             // The records first, then the marks that name them.
             self.start_pending();
@@ -191,6 +217,8 @@ impl Timer {
             }
             let now = (self.clock.now)();
             self.presync(now);
+            self.accept_ahead(now);
+            let now = (self.clock.now)();
             let sleep = self.sleep_for(now);
             self.app.schedules.wait(sleep);
         }
@@ -222,9 +250,15 @@ impl Timer {
         self.generation = self.app.generation();
         let now = (self.clock.now)();
         let mut slots = HashMap::new();
+        // Schedules whose runs accepted ahead still stand: the same times,
+        // still active (an edit of values applies from the next one).
+        let mut standing = std::collections::HashSet::new();
         for (id, program, place) in placed(&cfg) {
             let sched = &program.functions[place.0].schedules[place.1];
             let old = self.slots.remove(id.as_str());
+            if sched.active && old.as_ref().is_some_and(|o| same_times(o.sched(), sched)) {
+                standing.insert(id.clone());
+            }
             let kept = marks.remove(&id).map(Time::timestamp);
             let last = match (&old, kept) {
                 (Some(o), _) if same_times(o.sched(), sched) => o.last,
@@ -246,11 +280,22 @@ impl Timer {
         for (id, old) in std::mem::replace(&mut self.slots, slots) {
             self.drop_waiting(&id, old.waiting, "its schedule was removed");
         }
+        let why = "its schedule was removed, changed or made inactive";
+        self.withdraw(|c| !standing.contains(&*c.id), why);
         lock(&self.app.schedules.status).retain(|id, _| self.slots.contains_key(id));
         self.heap.clear();
+        // A run accepted ahead stands for its schedule's next firing.
+        let claimed: HashMap<Arc<str>, Timestamp> = self
+            .ahead
+            .iter()
+            .map(|c| (Arc::clone(&c.id), c.fire))
+            .collect();
         let ids: Vec<Arc<str>> = self.slots.keys().cloned().collect();
         for id in ids {
-            self.push_next(&id);
+            match (claimed.get(&id), self.slots.get_mut(&id)) {
+                (Some(fire), Some(slot)) => slot.next = Some(*fire),
+                _ => self.push_next(&id),
+            }
         }
         self.save();
         // The config just loaded left its parse trees freed in the
@@ -446,18 +491,18 @@ impl Timer {
         let now = (self.clock.now)();
         for ((id, at, missed, delay), accepted) in rest.into_iter().zip(accepted) {
             let late = now.duration_since(at).unsigned_abs().saturating_sub(delay);
-            self.started(&id, at, missed, late, accepted);
+            self.started(&id, (at, missed, late), accepted, None);
         }
     }
 
-    /// What became of the run of occurrence `at`, accepted `late`.
+    /// What became of the run of occurrence `at`, accepted `late`; `claim`:
+    /// the run accepted ahead for it, whose record a refusal ends.
     fn started(
         &mut self,
         id: &str,
-        at: Timestamp,
-        missed: u64,
-        late: Duration,
+        (at, missed, late): (Timestamp, u64, Duration),
         accepted: Result<String, RunError>,
+        claim: Option<String>,
     ) {
         match accepted {
             Ok(run) => {
@@ -470,7 +515,8 @@ impl Timer {
             }
             Err(e) => {
                 let why = invoke::run_error(e).message().into_owned();
-                self.skip(id, at, missed, SkipReason::NotStarted, Some(why));
+                let skip = (at, missed, SkipReason::NotStarted, Some(why));
+                self.skip_as(id, skip, claim);
             }
         }
     }
@@ -484,42 +530,41 @@ impl Timer {
         reason: SkipReason,
         why: Option<String>,
     ) {
+        self.skip_as(id, (at, before, reason, why), None);
+    }
+
+    /// [`Timer::skip`], as the record of run `run` when given (a run
+    /// accepted ahead that could not start).
+    fn skip_as(
+        &mut self,
+        id: &str,
+        (at, before, reason, why): (Timestamp, u64, SkipReason, Option<String>),
+        run: Option<String>,
+    ) {
         let Some(slot) = self.slots.get(id) else {
             return;
         };
-        if !self.marks.claim(id, Time::from(at)) {
+        if run.is_none() && !self.marks.claim(id, Time::from(at)) {
             log::debug!("schedule {id}: the occurrence of {at} is another instance's");
             return;
         }
         let cfg = self.app.config();
         let now = Time::now();
         let rec = RunRecord {
-            run: new_run_id(&cfg.server.instance),
-            state: RunState::Skipped,
-            owner: slot.program.owner(),
-            function: slot.function().to_string(),
             r#async: true,
-            by: Origin::Schedule(id.to_string()),
-            tool: None,
             scheduled_at: Some(Time::from(at)),
             skipped: Some(reason),
             missed: (before > 0).then_some(before),
             created_at: now,
-            started_at: None,
             finished_at: Some(now),
-            steps: Vec::new(),
-            result: None,
             error: why,
-            stdout: None,
-            input: None,
-            callbacks: Vec::new(),
-            rerun_of: None,
-            reruns: Vec::new(),
-            attempts: Vec::new(),
-            retry_at: None,
-            group: None,
-            superseded_by: None,
-            rerun_input: None,
+            ..RunRecord::new(
+                run.unwrap_or_else(|| new_run_id(&cfg.server.instance)),
+                RunState::Skipped,
+                slot.program.owner(),
+                slot.function().to_string(),
+                Origin::Schedule(id.to_string()),
+            )
         };
         if let Err(e) = self.app.store.append(&rec, true) {
             log::error!("schedule {id}: cannot record the skipped occurrence of {at}: {e}");
@@ -612,6 +657,155 @@ impl Timer {
         }
     }
 
+    /// Accept ahead the runs of the firings due within [`AHEAD`]: plan
+    /// them, make their jobs and write their records (`queued` until
+    /// their firing, one write and one sync for all), so that at the
+    /// firing only their hand-off to the runner is left
+    /// ([`Timer::start_ahead`]). Only a plain on-time run of a schedule
+    /// with no run of its own running or waiting is accepted ahead; every
+    /// other case (catch-up, overlap, inactive) stays on the heap and is
+    /// handled at its firing. With a shared database nothing is: an
+    /// occurrence's lease is taken at its firing.
+    fn accept_ahead(&mut self, now: Timestamp) {
+        let upto = now.checked_add(AHEAD).unwrap_or(now);
+        if upto <= self.ahead_upto {
+            return;
+        }
+        if self.app.state.db().is_some() {
+            // Looked at: each is started at its firing.
+            self.ahead_upto = upto;
+            return;
+        }
+        let t0 = std::time::Instant::now();
+        let mut chosen = Vec::new();
+        let mut later = Vec::new();
+        while let Some(Reverse((fire, id))) = self.heap.peek().cloned() {
+            if fire > upto {
+                break;
+            }
+            self.heap.pop();
+            match self.plan_ahead(&id, fire) {
+                Ahead::Stale => {}
+                Ahead::AtFiring => later.push(Reverse((fire, id))),
+                Ahead::Run(at, job) => chosen.push((id, at, fire, *job)),
+            }
+        }
+        self.heap.extend(later);
+        self.ahead_upto = upto;
+        if chosen.is_empty() {
+            return;
+        }
+        let planned = t0.elapsed();
+        let (jobs, claims): (Vec<_>, Vec<_>) = chosen
+            .into_iter()
+            .map(|(id, at, fire, job)| ((job, Time::from(fire)), (id, at, fire)))
+            .unzip();
+        let n = jobs.len();
+        match self.app.runner.accept_ahead(jobs) {
+            Some(Ok(runs)) => {
+                for ((id, at, fire), run) in claims.into_iter().zip(runs) {
+                    self.ahead.push(Claim { id, at, fire, run });
+                }
+                log::debug!(
+                    "schedules: accepted {n} runs ahead (planned in {planned:?}, recorded in {:?})",
+                    t0.elapsed() - planned
+                );
+            }
+            failed => {
+                if let Some(Err(e)) = failed {
+                    log::warn!("cannot accept {n} scheduled runs ahead (started at their firing instead): {e}");
+                }
+                for (id, _, fire) in claims {
+                    self.heap.push(Reverse((fire, id)));
+                }
+            }
+        }
+    }
+
+    /// Whether the heap's firing `fire` of schedule `id` can be accepted
+    /// ahead, and its occurrence and job when it can.
+    fn plan_ahead(&self, id: &Arc<str>, fire: Timestamp) -> Ahead {
+        let Some(slot) = self.slots.get(id).filter(|s| s.next == Some(fire)) else {
+            return Ahead::Stale;
+        };
+        let busy =
+            slot.waiting.is_some() || slot.running.as_deref().is_some_and(|r| self.still_runs(r));
+        let delay = slot.sched().delay(id);
+        let planned = plan::plan(slot.sched(), delay, slot.last, fire);
+        match planned
+            .as_ref()
+            .map(|(actions, newest)| (actions.as_slice(), *newest))
+        {
+            Some(([Action::Run { at, missed: 0 }], newest)) if !busy && *at == newest => {
+                match self.job(id, *at, 0) {
+                    Some(job) => Ahead::Run(*at, Box::new(job)),
+                    None => Ahead::AtFiring,
+                }
+            }
+            _ => Ahead::AtFiring,
+        }
+    }
+
+    /// Start the runs accepted ahead whose firing has come; whether any.
+    fn start_ahead(&mut self, now: Timestamp) -> bool {
+        let (due, rest): (Vec<Claim>, Vec<Claim>) = std::mem::take(&mut self.ahead)
+            .into_iter()
+            .partition(|c| c.fire <= now);
+        self.ahead = rest;
+        if due.is_empty() {
+            return false;
+        }
+        let (runs, due): (Vec<_>, Vec<_>) = due
+            .into_iter()
+            .map(|c| {
+                let run = c.run.run().to_string();
+                (c.run, (c.id, c.at, c.fire, run))
+            })
+            .unzip();
+        let t0 = std::time::Instant::now();
+        let accepted = self.app.runner.start_ahead(runs);
+        let now = (self.clock.now)();
+        let late = due
+            .iter()
+            .map(|d| now.duration_since(d.2).unsigned_abs())
+            .max();
+        log::debug!(
+            "schedules: started {} runs accepted ahead in {:?}, {late:?} after their firing",
+            due.len(),
+            t0.elapsed()
+        );
+        for ((id, at, fire, run), accepted) in due.into_iter().zip(accepted) {
+            let late = now.duration_since(fire).unsigned_abs();
+            self.started(&id, (at, 0, late), accepted, Some(run));
+            if let Some(slot) = self.slots.get_mut(&id) {
+                slot.last = slot.last.max(at);
+            }
+            self.push_next(&id);
+        }
+        true
+    }
+
+    /// End the runs accepted ahead that `gone` picks (`why`: what became
+    /// of their schedule): their firing does not come.
+    fn withdraw(&mut self, gone: impl Fn(&Claim) -> bool, why: &str) {
+        let (out, keep): (Vec<Claim>, Vec<Claim>) =
+            std::mem::take(&mut self.ahead).into_iter().partition(gone);
+        self.ahead = keep;
+        for c in out {
+            log::info!(
+                "schedule {}: run {} accepted ahead for the occurrence of {} withdrawn: {why}",
+                c.id,
+                c.run.run(),
+                c.at
+            );
+            let why = format!(
+                "accepted ahead for the occurrence of {}, withdrawn before it: {why}",
+                c.at
+            );
+            self.app.runner.withdraw(c.run, &why);
+        }
+    }
+
     /// Sync the run log ahead of the next firing, at each of the
     /// [`PRESYNC`] leads before it that has come.
     ///
@@ -647,9 +841,16 @@ impl Timer {
     /// longer than [`MAX_SLEEP`].
     fn sleep_for(&self, now: Timestamp) -> Duration {
         let mut sleep = MAX_SLEEP;
+        let until = |at: Timestamp| Duration::try_from(at.duration_since(now)).unwrap_or_default();
+        if let Some(fire) = self.ahead.iter().map(|c| c.fire).min() {
+            sleep = sleep.min(until(fire));
+        }
         if let Some(Reverse((at, _))) = self.heap.peek() {
-            let until = Duration::try_from(at.duration_since(now)).unwrap_or(Duration::ZERO);
+            let until = until(*at);
             sleep = sleep.min(until);
+            if *at > self.ahead_upto {
+                sleep = sleep.min(until.saturating_sub(AHEAD));
+            }
             let done = if self.presynced.0 == *at {
                 self.presynced.1
             } else {
@@ -687,6 +888,16 @@ impl Timer {
         s.last = Some(at);
         s.outcome = outcome.to_string();
     }
+}
+
+/// What [`Timer::plan_ahead`] makes of a firing on the heap.
+enum Ahead {
+    /// The schedule changed since it was pushed: dropped.
+    Stale,
+    /// Handled at its firing.
+    AtFiring,
+    /// Its occurrence and run, to accept ahead.
+    Run(Timestamp, Box<crate::runner::Job>),
 }
 
 /// Whether two versions of a schedule name the same times.

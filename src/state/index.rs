@@ -152,16 +152,6 @@ pub struct Index {
 }
 
 impl Index {
-    /// An empty index with room for `n` runs.
-    pub fn with_capacity(n: usize) -> Index {
-        Index {
-            slots: Vec::with_capacity(n),
-            meta: Vec::with_capacity(n),
-            by_id: HashTable::with_capacity(n),
-            ..Index::default()
-        }
-    }
-
     /// Runs kept.
     pub fn len(&self) -> usize {
         self.slots.len()
@@ -209,16 +199,61 @@ impl Index {
     /// `offset`: a known run gets its new place and state, a new one its
     /// slot in the order.
     pub fn put(&mut self, id: RunId, rec: &RunRecord, offset: u64, len: u32) {
-        if let Some(p) = self.position(&id) {
-            let s = &mut self.slots[p];
-            s.offset = offset;
-            s.len = len;
-            let m = &mut self.meta[p];
-            self.live -= usize::from(m.live());
-            *m = m.with_state(rec.state);
-            self.live += usize::from(m.live());
+        if !self.moved(&id, rec, offset, len) {
+            let (slot, meta) = self.new_slot(id, rec, offset, len);
+            self.insert(slot, meta);
+        }
+    }
+
+    /// [`Index::put`] for a line read from the log at start-up, in file
+    /// order: a new run goes to the end whatever its place, and
+    /// [`Index::sort`] puts the runs in order once every line is read (one
+    /// sort, where putting each in its place shifted every run after it
+    /// for each run out of order).
+    pub fn load(&mut self, id: RunId, rec: &RunRecord, offset: u64, len: u32) {
+        if self.moved(&id, rec, offset, len) {
             return;
         }
+        let (slot, meta) = self.new_slot(id, rec, offset, len);
+        let at = self.slots.len() as u32;
+        self.slots.push(slot);
+        self.meta.push(meta);
+        let (slots, hasher) = (&self.slots, &self.hasher);
+        self.by_id.insert_unique(hasher.hash_one(id), at, |&q| {
+            hasher.hash_one(slots[q as usize].id)
+        });
+    }
+
+    /// Put the runs [`Index::load`] added in the list order.
+    pub fn sort(&mut self) {
+        if self.slots.is_sorted_by_key(Slot::key) {
+            return;
+        }
+        let mut order: Vec<u32> = (0..self.slots.len() as u32).collect();
+        order.sort_unstable_by_key(|&p| self.slots[p as usize].key());
+        self.slots = order.iter().map(|&p| self.slots[p as usize]).collect();
+        self.meta = order.iter().map(|&p| self.meta[p as usize]).collect();
+        drop(order);
+        self.rehash();
+    }
+
+    /// Give known run `id` its new line and state; false when it is new.
+    fn moved(&mut self, id: &RunId, rec: &RunRecord, offset: u64, len: u32) -> bool {
+        let Some(p) = self.position(id) else {
+            return false;
+        };
+        let s = &mut self.slots[p];
+        s.offset = offset;
+        s.len = len;
+        let m = &mut self.meta[p];
+        self.live -= usize::from(m.live());
+        *m = m.with_state(rec.state);
+        self.live += usize::from(m.live());
+        true
+    }
+
+    /// The slot and filter fields of a new run (counted live if it is).
+    fn new_slot(&mut self, id: RunId, rec: &RunRecord, offset: u64, len: u32) -> (Slot, Meta) {
         let kind = self.kinds.number(Kind {
             owner: rec.owner,
             function: rec.function.as_str().into(),
@@ -233,7 +268,7 @@ impl Index {
         };
         let meta = Meta::new(kind, origin, rec.state);
         self.live += usize::from(meta.live());
-        self.insert(slot, meta);
+        (slot, meta)
     }
 
     /// Add a new slot at its place in the order: almost always the end
@@ -280,6 +315,12 @@ impl Index {
         self.slots.shrink_to_fit();
         self.meta.shrink_to_fit();
         self.live = self.meta.iter().filter(|m| m.live()).count();
+        self.rehash();
+        dropped
+    }
+
+    /// Find every run by id at its current position again.
+    fn rehash(&mut self) {
         self.by_id = HashTable::with_capacity(self.slots.len());
         let (slots, hasher) = (&self.slots, &self.hasher);
         for (p, s) in slots.iter().enumerate() {
@@ -288,7 +329,6 @@ impl Index {
                     hasher.hash_one(slots[q as usize].id)
                 });
         }
-        dropped
     }
 
     /// The runs `filter` selects, newest first, at most its `limit`; and
@@ -440,6 +480,38 @@ mod tests {
         );
         assert!(per_run <= 64.0, "{per_run} bytes a run");
         assert_eq!(ix.get(&id(123_456)).unwrap().offset, 123_456 * 300);
+    }
+
+    /// Start-up's load (in file order, one sort at the end) makes the
+    /// index runs put one by one make, a later line of a run winning.
+    #[test]
+    fn a_load_in_file_order_then_sorted_equals_puts() {
+        let times = [5, 3, 9, 1, 5, 7, 2, 8, 5, 0];
+        let (mut put, mut load) = (Index::default(), Index::default());
+        for (i, t) in times.iter().enumerate() {
+            let r = rec(i as u64, *t, RunState::Queued);
+            put.put(id(i as u64), &r, i as u64, 1);
+            load.load(id(i as u64), &r, i as u64, 1);
+        }
+        let ended = rec(3, 1, RunState::Failed);
+        put.put(id(3), &ended, 99, 2);
+        load.load(id(3), &ended, 99, 2);
+        load.sort();
+        let keys = |ix: &Index| {
+            ix.slots()
+                .iter()
+                .map(|s| (s.key(), s.offset))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(keys(&load), keys(&put));
+        assert_eq!(load.live(), put.live());
+        for i in 0..times.len() as u64 {
+            assert_eq!(
+                load.get(&id(i)).unwrap().offset,
+                put.get(&id(i)).unwrap().offset
+            );
+            assert_eq!(load.state(&id(i)), put.state(&id(i)));
+        }
     }
 
     #[test]

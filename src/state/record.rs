@@ -278,9 +278,9 @@ pub struct StepReport {
 /// Which run a record is, its state and whose it is: what deciding who may
 /// see the run needs, read without the rest of the record. A record's
 /// `Result` can hold `max_output_bytes` of output, and reading it whole
-/// (it is buffered twice over, `Owner` being a flattened field) for each
-/// of 20 concurrent followers of a run that printed 10 MB grew trigd's
-/// peak by 8 MB per follower. Fields not named here are skipped unread.
+/// (it was buffered twice over while `Owner` was read as a flattened
+/// field) for each of 20 concurrent followers of a run that printed 10 MB
+/// grew trigd's peak by 8 MB per follower. Fields not named here are skipped unread.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(from = "HeadFields")]
 pub struct RunHead {
@@ -409,13 +409,14 @@ impl From<Owner> for OwnerFields {
 
 /// One run, as stored and as served by `GET /api/runs/<id>`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "PascalCase")]
+#[serde(rename_all = "PascalCase", from = "RecordFields")]
 pub struct RunRecord {
     /// Run id: `<instance>-<32 hex>` (older runs: the 32 hex alone).
     pub run: String,
     /// Current state.
     pub state: RunState,
-    /// Whose run it is (`Owner`, and `Program` for a program's run).
+    /// Whose run it is (`Owner`, and `Program` for a program's run):
+    /// written as those two fields (`flatten`), read by [`RecordFields`].
     #[serde(flatten)]
     pub owner: Owner,
     /// Function name (for a hook's run: the hook id).
@@ -496,6 +497,134 @@ pub struct RunRecord {
     pub superseded_by: Option<String>,
 }
 
+/// [`RunRecord`] as read: its fields, `Owner` as the two fields it is
+/// written as. A `flatten`ed field made serde buffer every other field of
+/// the line (the Result too: up to `max_output_bytes`) before reading it,
+/// and made reading a record twice the work: start-up reads every line of
+/// the run log. Written by [`RunRecord`]'s own `Serialize` (unchanged).
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct RecordFields {
+    run: String,
+    state: RunState,
+    #[serde(rename = "Owner", default)]
+    owner_kind: Option<OwnerKind>,
+    #[serde(default)]
+    program: Option<u64>,
+    function: String,
+    #[serde(default)]
+    r#async: bool,
+    #[serde(default)]
+    by: Origin,
+    #[serde(default)]
+    tool: Option<ToolEnv>,
+    #[serde(default)]
+    scheduled_at: Option<Time>,
+    #[serde(default)]
+    skipped: Option<SkipReason>,
+    #[serde(default)]
+    missed: Option<u64>,
+    created_at: Time,
+    #[serde(default)]
+    started_at: Option<Time>,
+    #[serde(default)]
+    finished_at: Option<Time>,
+    #[serde(default)]
+    steps: Vec<StepReport>,
+    #[serde(default)]
+    result: Option<Value>,
+    #[serde(default)]
+    error: Option<String>,
+    #[serde(default)]
+    stdout: Option<String>,
+    #[serde(default)]
+    input: Option<RunInput>,
+    #[serde(default)]
+    callbacks: Vec<Delivery>,
+    #[serde(default)]
+    rerun_of: Option<String>,
+    #[serde(default)]
+    reruns: Vec<String>,
+    #[serde(default)]
+    rerun_input: Option<RunInput>,
+    #[serde(default)]
+    attempts: Vec<AttemptReport>,
+    #[serde(default)]
+    retry_at: Option<Time>,
+    #[serde(default)]
+    group: Option<String>,
+    #[serde(default)]
+    superseded_by: Option<String>,
+}
+
+impl From<RecordFields> for RunRecord {
+    fn from(f: RecordFields) -> RunRecord {
+        // Destructured whole: a field added to one struct and not the
+        // other does not compile.
+        let RecordFields {
+            run,
+            state,
+            owner_kind,
+            program,
+            function,
+            r#async,
+            by,
+            tool,
+            scheduled_at,
+            skipped,
+            missed,
+            created_at,
+            started_at,
+            finished_at,
+            steps,
+            result,
+            error,
+            stdout,
+            input,
+            callbacks,
+            rerun_of,
+            reruns,
+            rerun_input,
+            attempts,
+            retry_at,
+            group,
+            superseded_by,
+        } = f;
+        let owner = Owner::from(OwnerFields {
+            kind: owner_kind,
+            program,
+        });
+        RunRecord {
+            run,
+            state,
+            function,
+            r#async,
+            by,
+            tool,
+            scheduled_at,
+            skipped,
+            missed,
+            created_at,
+            started_at,
+            finished_at,
+            steps,
+            result,
+            error,
+            stdout,
+            input,
+            callbacks,
+            rerun_of,
+            reruns,
+            rerun_input,
+            attempts,
+            retry_at,
+            group,
+            superseded_by,
+            owner,
+        }
+    }
+}
+
 /// How one earlier attempt of a run ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
@@ -519,6 +648,47 @@ pub struct AttemptReport {
 pub const MAX_RERUNS: usize = 100;
 
 impl RunRecord {
+    /// A new run's record, created now, in `state`: every other field
+    /// empty (not async, no steps, result, input, callbacks, links). The
+    /// one place a record is made from nothing, so that a new field gets
+    /// its default here; callers set the rest with `..RunRecord::new(..)`.
+    pub fn new(
+        run: String,
+        state: RunState,
+        owner: Owner,
+        function: String,
+        by: Origin,
+    ) -> RunRecord {
+        RunRecord {
+            run,
+            state,
+            owner,
+            function,
+            r#async: false,
+            by,
+            tool: None,
+            scheduled_at: None,
+            skipped: None,
+            missed: None,
+            created_at: Time::now(),
+            started_at: None,
+            finished_at: None,
+            steps: Vec::new(),
+            result: None,
+            error: None,
+            stdout: None,
+            input: None,
+            callbacks: Vec::new(),
+            rerun_of: None,
+            reruns: Vec::new(),
+            rerun_input: None,
+            attempts: Vec::new(),
+            retry_at: None,
+            group: None,
+            superseded_by: None,
+        }
+    }
+
     /// The record as served: without its input (nor the copy kept for a
     /// re-run).
     pub fn public(mut self) -> RunRecord {

@@ -20,25 +20,28 @@
 //! (values, environment), so that it can run after a restart; the input is
 //! dropped from the line that ends the run and never served.
 //!
-//! Start-up replays the log, skips a torn last line, keeps `queued` runs
-//! queued (and `running` ones whose function says `retry_on_restart`, which
-//! the caller decides) for the runner to start again in their original
-//! order, marks the other unfinished runs `interrupted`, and rewrites the
-//! file with the newest `run_retention` finished runs plus every unfinished
-//! one (atomic: temp file, fsync, rename). The same compaction runs again
-//! whenever the log holds about twice that many lines.
+//! Start-up reads the log once into the index, cuts off a torn last line,
+//! keeps `queued` runs queued (and `running` ones whose function says
+//! `retry_on_restart`, which the caller decides) for the runner to start
+//! again in their original order, and appends an `interrupted` line for
+//! each other unfinished run: it writes only what it repairs. Compaction
+//! rewrites the file with the newest `run_retention` finished runs plus
+//! every unfinished one (temp file, fsync, rename) whenever the log holds
+//! about twice that many lines, and once after start-up when that found
+//! runs past `run_retention` or unreadable lines.
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread;
 use std::time::Duration;
 
 use super::commit::GroupCommit;
-use super::file::{sync_dir, tmp_path, write_atomic};
+use super::file::{sync_dir, tmp_path};
 pub use super::filter::{Cursor, OriginFilter, RunFilter, RunPage, Scope, DEFAULT_PAGE, MAX_PAGE};
 use super::index::{Index, RunId, Slot};
 use crate::state::output;
@@ -583,17 +586,29 @@ pub struct FileRuns {
     interrupted: Vec<String>,
     /// Held by the one compaction running.
     compacting: Mutex<()>,
+    /// A compaction is due whatever the log's length: start-up found
+    /// finished runs past retention or lines that do not read as a run.
+    compact_due: AtomicBool,
     /// Held while a kept record is read, changed and written again
     /// ([`RunStore::update`]), so that two changes never undo each other.
     updating: Mutex<()>,
 }
 
 impl FileRuns {
-    /// Open (creating) `state_dir/runs.log`, recover it, and compact it to
-    /// `retention` finished runs plus the unfinished ones. A `queued` run
-    /// stays queued, a `running` one is queued again when `retry` says so;
-    /// their ids come back in their original order, for the runner to
-    /// start. Every other unfinished run becomes `interrupted`.
+    /// Open (creating) `state_dir/runs.log` and recover it: index its lines
+    /// in place, cut off a torn last line, and record the end of every
+    /// unfinished run that will not run again. A `queued` run stays queued,
+    /// a `running` one is queued again when `retry` says so; their ids come
+    /// back in their original order, for the runner to start. Every other
+    /// unfinished run becomes `interrupted`.
+    ///
+    /// The log is not rewritten here: start-up reads it once and writes
+    /// only the lines of the runs it changes, so that it takes about the
+    /// time of a read of the file whatever the history (rewriting 1,000,000
+    /// runs took 11–45 s, past a systemd start timeout). The finished runs
+    /// past `retention` leave the index at once; the compaction that drops
+    /// their lines (and lines that do not read as a run) runs on the flush
+    /// thread once serving has started ([`FileRuns::start_flusher`]).
     ///
     /// # Errors
     /// The state dir cannot be created or the log cannot be read or written.
@@ -604,67 +619,80 @@ impl FileRuns {
     ) -> io::Result<(FileRuns, Vec<String>)> {
         fs::create_dir_all(state_dir)?;
         let path = super::Kept::Runs.path_in(state_dir);
-        let mut records = read_log(&path)?;
+        let retention = retention.max(1);
+        let file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .open(&path)?;
+        let Loaded {
+            mut log,
+            skipped,
+            live,
+        } = read_log(file, &path)?;
+        let past_retention = drop_past_retention(&mut log.index, retention);
+        let commit = GroupCommit::new(log.file.try_clone()?);
+        let mut store = FileRuns {
+            path,
+            state_dir: state_dir.to_path_buf(),
+            retention,
+            log: Mutex::new(log),
+            commit,
+            unwritten: Mutex::new(Vec::new()),
+            interrupted: Vec::new(),
+            compacting: Mutex::new(()),
+            compact_due: AtomicBool::new(past_retention || skipped > 0),
+            updating: Mutex::new(()),
+        };
+        let resumed = store.recover(live, retry)?;
+        output::sweep(state_dir, |name| {
+            run_id(name).is_some_and(|id| lock(&store.log).index.get(&id).is_some())
+        });
+        sys::trim_heap();
+        Ok((store, resumed))
+    }
+
+    /// Start-up's repair of the runs a stop cut off (`live`, in the order
+    /// they were accepted): each is queued again (the ones `retry` or its
+    /// state say) or recorded `interrupted`, by a line appended for each
+    /// run that changes, all synced once. The queued runs' ids, in order.
+    fn recover(
+        &mut self,
+        live: Vec<RunId>,
+        retry: impl Fn(&RunRecord) -> bool,
+    ) -> io::Result<Vec<String>> {
         let now = Time::now();
-        let mut resumed = Vec::new();
-        let mut interrupted = Vec::new();
-        for r in records.iter_mut().filter(|r| !r.state.is_terminal()) {
-            let again = r.input.is_some() && (r.state == RunState::Queued || retry(r));
-            if again {
+        let (mut resumed, mut interrupted, mut written) = (Vec::new(), Vec::new(), false);
+        for key in live {
+            let Some(mut r) = self.read::<RunRecord>(key, LINE_IN_MEMORY, WINDOW) else {
+                continue;
+            };
+            let again = r.input.is_some() && (r.state == RunState::Queued || retry(&r));
+            let changed = if again {
+                resumed.push(r.run.clone());
+                let changed = r.state != RunState::Queued || r.started_at.is_some();
                 r.state = RunState::Queued;
                 r.started_at = None;
-                resumed.push(r.run.clone());
+                changed
             } else {
                 interrupted.push(r.run.clone());
                 r.state = RunState::Interrupted;
                 r.finished_at = Some(now);
                 r.error = Some("trigd stopped before the run finished".into());
                 r.input = None;
+                true
+            };
+            if changed {
+                self.write(&r, false)?;
+                written = true;
             }
         }
-        let finished = records.iter().filter(|r| r.state.is_terminal()).count();
-        let mut drop_finished = finished.saturating_sub(retention.max(1));
-        // The list order (and so the file's after this rewrite): by
-        // creation time, then id; queued runs resume in it.
-        records.sort_by_cached_key(|r| (r.created_at, run_id(&r.run)));
-        let lines: Vec<(RunId, &RunRecord, Vec<u8>)> = records
-            .iter()
-            .filter(|r| {
-                let old = r.state.is_terminal() && drop_finished > 0;
-                drop_finished -= usize::from(old);
-                !old
-            })
-            .filter_map(|r| Some((run_id(&r.run)?, r, to_line(r))))
-            .collect();
-        let log = rewrite(&path, |f| {
-            let mut index = Index::with_capacity(lines.len());
-            let mut offset = 0u64;
-            for (id, rec, line) in &lines {
-                f.write_all(line)?;
-                index.put(*id, rec, offset, line.len() as u32);
-                offset += line.len() as u64;
-            }
-            Ok(index)
-        })?;
-        drop(lines);
-        drop(records);
-        sys::trim_heap();
-        let commit = GroupCommit::new(log.file.try_clone()?);
-        output::sweep(state_dir, |name| {
-            run_id(name).is_some_and(|id| log.index.get(&id).is_some())
-        });
-        let store = FileRuns {
-            path,
-            state_dir: state_dir.to_path_buf(),
-            retention: retention.max(1),
-            log: Mutex::new(log),
-            commit,
-            unwritten: Mutex::new(Vec::new()),
-            interrupted,
-            compacting: Mutex::new(()),
-            updating: Mutex::new(()),
-        };
-        Ok((store, resumed))
+        if written {
+            self.sync()?;
+        }
+        self.interrupted = interrupted;
+        Ok(resumed)
     }
 
     /// Start the thread that writes kept state changes once the disk takes
@@ -680,6 +708,9 @@ impl FileRuns {
                     thread::sleep(Duration::from_millis(500));
                     let Some(store) = weak.upgrade() else { return };
                     store.flush_unwritten();
+                    if store.compact_due.load(Ordering::Relaxed) {
+                        store.compact_logged();
+                    }
                     let seq = lock(&store.log).seq;
                     drop(store);
                     if quiet.tick(seq) {
@@ -829,9 +860,14 @@ impl FileRuns {
     /// lines are written: a failed compaction (disk full) must not undo
     /// their acceptance; the next append tries again.
     fn compact_if_too_long(&self) {
-        if !self.too_long(&lock(&self.log)) {
-            return;
+        if self.too_long(&lock(&self.log)) {
+            self.compact_logged();
         }
+    }
+
+    /// [`FileRuns::compact`], a failure logged (the next append or tick
+    /// tries again).
+    fn compact_logged(&self) {
         if let Err(e) = self.compact() {
             log::warn!("cannot compact {}: {e}", self.path.display());
         }
@@ -883,6 +919,12 @@ impl FileRuns {
         log.lines > 2 * (self.retention + log.index.live()) + 64
     }
 
+    /// A compaction is due: the log is [too long](FileRuns::too_long), or
+    /// start-up left lines of runs it dropped or lines it could not read.
+    fn due(&self, log: &Log) -> bool {
+        self.compact_due.load(Ordering::Relaxed) || self.too_long(log)
+    }
+
     /// Rewrite the log with the newest `retention` finished runs plus every
     /// unfinished one, copying each kept line from the old file to the
     /// new one through a [`Window`] (nothing is re-parsed; at most a window
@@ -904,7 +946,7 @@ impl FileRuns {
         };
         let (snap, kept, old) = {
             let log = lock(&self.log);
-            if !self.too_long(&log) {
+            if !self.due(&log) {
                 return Ok(()); // compacted since the caller looked
             }
             (
@@ -947,6 +989,7 @@ impl FileRuns {
             // Everything written so far is in the new file, synced.
             Ok((log.file.try_clone()?, log.seq, dropped))
         })?;
+        self.compact_due.store(false, Ordering::Relaxed);
         drop((moved, kept));
         remove_outputs(&self.state_dir, dropped);
         sys::trim_heap();
@@ -1192,42 +1235,112 @@ fn write_line(file: &mut File, rec: &RunRecord) -> io::Result<u64> {
     Ok(w.n)
 }
 
+#[cfg(test)]
 fn to_line(rec: &RunRecord) -> Vec<u8> {
     let mut line = serde_json::to_vec(rec).unwrap_or_default();
     line.push(b'\n');
     line
 }
 
-/// Read every record of the log, last line per id winning, in the order
-/// the runs were accepted (first line per id).
-/// Lines that do not parse (a torn last line) are skipped.
-fn read_log(path: &Path) -> io::Result<Vec<RunRecord>> {
-    let file = match File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e),
-    };
-    let mut pos: HashMap<String, usize> = HashMap::new();
-    let mut records: Vec<RunRecord> = Vec::new();
+/// Index every line of the log `file` (opened for appending), last line
+/// per id winning, reading it once through a buffer: no record is held
+/// but the one being read. A last line without its newline (cut off by a
+/// crash) is cut off the file, or given its newline when it reads as a
+/// run; other lines that do not read as a run are skipped.
+fn read_log(file: File, path: &Path) -> io::Result<Loaded> {
+    let mut index = Index::default();
     let mut skipped = Skipped::default();
-    for (n, line) in BufReader::new(file).split(b'\n').enumerate() {
-        let rec = match serde_json::from_slice::<RunRecord>(&line?) {
-            Ok(rec) => rec,
-            Err(e) => {
-                skipped.note(n + 1, e);
-                continue;
+    let (mut len, mut lines, mut cut) = (0u64, 0usize, 0usize);
+    let mut reader = BufReader::with_capacity(WINDOW, &file);
+    // (the file only grows at its end, where nothing is left to read)
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = reader.read_until(b'\n', &mut line)?;
+        if n == 0 {
+            break;
+        }
+        let parsed = serde_json::from_slice::<RunRecord>(&line);
+        // Only the last line can lack its newline.
+        let last = !line.ends_with(b"\n");
+        let mut n = n as u64;
+        if last {
+            if parsed.is_err() {
+                file.set_len(len)?;
+                skipped.note(lines + 1, parsed.err());
+                cut = 1;
+                break;
             }
-        };
-        match pos.get(&rec.run) {
-            Some(&i) => records[i] = rec,
-            None => {
-                pos.insert(rec.run.clone(), records.len());
-                records.push(rec);
+            (&file).write_all(b"\n")?;
+            n += 1;
+        }
+        lines += 1;
+        match parsed.map(|r| (run_id(&r.run), r)) {
+            Ok((Some(id), rec)) => {
+                index.load(id, &rec, len, u32::try_from(n).unwrap_or(u32::MAX));
             }
+            Ok((None, _)) => skipped.note(lines, None),
+            Err(e) => skipped.note(lines, Some(e)),
+        }
+        len += n;
+        if last {
+            break;
         }
     }
+    // Skipped lines left in the file (a torn last line is gone).
+    let count = skipped.count - cut;
     skipped.report(path);
-    Ok(records)
+    // Before the sort the runs are in the order of their first lines, the
+    // order they were accepted in (the list order ties runs created in
+    // the same millisecond by id): the unfinished ones resume in it.
+    let live = (0..index.len())
+        .filter(|&p| index.live_at(p))
+        .map(|p| index.slots()[p].id)
+        .collect();
+    index.sort();
+    let log = Log {
+        file,
+        len,
+        index,
+        lines,
+        seq: 0,
+    };
+    Ok(Loaded {
+        log,
+        skipped: count,
+        live,
+    })
+}
+
+/// The run log as start-up read it.
+struct Loaded {
+    log: Log,
+    /// Lines in it that do not read as a run.
+    skipped: usize,
+    /// The unfinished runs, in the order they were accepted.
+    live: Vec<RunId>,
+}
+
+/// Drop from `index` the oldest finished runs past `retention` (their
+/// lines stay until the next compaction); whether any was dropped.
+fn drop_past_retention(index: &mut Index, retention: usize) -> bool {
+    let mut excess = (index.len() - index.live()).saturating_sub(retention);
+    if excess == 0 {
+        return false;
+    }
+    let old: Vec<bool> = (0..index.len())
+        .map(|p| {
+            let old = !index.live_at(p) && excess > 0;
+            excess -= usize::from(old);
+            old
+        })
+        .collect();
+    let mut at = 0;
+    index.retain(|_| {
+        at += 1;
+        !old[at - 1]
+    });
+    true
 }
 
 /// The lines of the log that did not parse when it was read: a torn last
@@ -1236,19 +1349,21 @@ fn read_log(path: &Path) -> io::Result<Vec<RunRecord>> {
 #[derive(Default)]
 struct Skipped {
     count: usize,
-    first: Option<(usize, serde_json::Error)>,
+    /// The first one's line number and error (none: not a run id).
+    first: Option<(usize, Option<serde_json::Error>)>,
 }
 
 impl Skipped {
-    fn note(&mut self, line: usize, e: serde_json::Error) {
+    fn note(&mut self, line: usize, e: Option<serde_json::Error>) {
         self.count += 1;
         self.first.get_or_insert((line, e));
     }
 
     fn report(self, path: &Path) {
         if let Some((line, e)) = self.first {
+            let why = e.map_or_else(|| "its Run is not a run id".into(), |e| e.to_string());
             log::warn!(
-                "{}: {} line(s) that do not read as a run skipped (the first, line {line}: {e})",
+                "{}: {} line(s) that do not read as a run skipped (the first, line {line}: {why})",
                 path.display(),
                 self.count
             );
@@ -1398,25 +1513,6 @@ fn copy_range(src: &File, from: u64, to: u64, dst: &mut File) -> io::Result<()> 
     Ok(())
 }
 
-/// Atomically replace the log with what `write` writes, and open it for
-/// appending. `write` returns the index of the lines it wrote.
-fn rewrite(path: &Path, write: impl FnOnce(&mut File) -> io::Result<Index>) -> io::Result<Log> {
-    let mut index = Index::default();
-    write_atomic(path, |f| {
-        index = write(f)?;
-        Ok(())
-    })?;
-    let file = OpenOptions::new().read(true).append(true).open(path)?;
-    let len = index.slots().iter().map(|e| u64::from(e.len)).sum();
-    Ok(Log {
-        file,
-        len,
-        lines: index.len(),
-        index,
-        seq: 0,
-    })
-}
-
 /// A new random run id of `instance`: its name, `-`, then 128 bits as 32
 /// lower-case hex characters (see `cluster.rs`).
 pub fn new_run_id(instance: &str) -> String {
@@ -1507,6 +1603,36 @@ mod tests {
         }
     }
 
+    /// Lines as this version writes them (owner, origin, tool, schedule,
+    /// steps, a Result of many kinds of values, callbacks, input, links)
+    /// read into a record (through `RecordFields`, not a `flatten`) and
+    /// are written back byte for byte.
+    #[test]
+    fn current_lines_read_and_write_back_the_same() {
+        let lines = [
+            concat!(
+                r#"{"Run":"bench-000000000000000000000000000f4240","State":"finished","Owner":"program","Program":7,"Function":"deploy","Async":true,"#,
+                r#""By":"schedule:7/deploy/nightly","Tool":"inventory/staging","ScheduledAt":"2026-11-20T10:00:00.000Z","Missed":3,"#,
+                r#""CreatedAt":"2026-11-20T10:00:00.000Z","StartedAt":"2026-11-20T10:00:00.001Z","FinishedAt":"2026-11-20T10:00:01.500Z","#,
+                r#""Steps":[{"DurationMs":3,"ExitCode":0,"Kind":"command","StderrTruncated":false,"StdoutTruncated":false}],"#,
+                r#""Result":["ok",1,-2,1.5,18446744073709551615,null,true,{"a":{"x":"\u0000\"\\"},"b":[]}],"#,
+                r#""Reruns":["00000000000000000000000000000001"],"Group":"g","SupersededBy":"00000000000000000000000000000002"}"#
+            ),
+            concat!(
+                r#"{"Run":"00000000000000000000000000000003","State":"queued","Owner":"hook","Function":"redeploy","Async":false,"By":"public","#,
+                r#""CreatedAt":"2026-11-20T10:00:00.000Z","Steps":[],"Input":{"Values":["a"],"Vars":{"K":"v"},"Body":true,"GroupLimit":2,"GroupPolicy":"queue"},"#,
+                r#""RerunOf":"00000000000000000000000000000004","RerunInput":{"Values":["a"]},"RetryAt":"2026-11-20T10:00:05.000Z"}"#
+            ),
+        ];
+        for line in lines {
+            let rec: RunRecord = serde_json::from_str(line).unwrap();
+            assert_eq!(
+                String::from_utf8(to_line(&rec)).unwrap(),
+                format!("{line}\n")
+            );
+        }
+    }
+
     /// Lines a typed record refuses (a time that is not one, a step kind
     /// this version does not know, steps nested past serde_json's depth
     /// limit) are skipped at open, without a panic; the lines around them
@@ -1548,32 +1674,8 @@ mod tests {
 
     fn rec(name: &str, state: RunState) -> RunRecord {
         RunRecord {
-            run: id(name),
-            state,
-            owner: Owner::Program(1),
-            function: "f".into(),
             r#async: true,
-            by: Origin::Cli,
-            tool: None,
-            scheduled_at: None,
-            skipped: None,
-            missed: None,
-            created_at: Time::now(),
-            started_at: None,
-            finished_at: None,
-            steps: vec![],
-            result: None,
-            error: None,
-            stdout: None,
-            input: None,
-            callbacks: Vec::new(),
-            rerun_of: None,
-            reruns: Vec::new(),
-            attempts: Vec::new(),
-            retry_at: None,
-            group: None,
-            superseded_by: None,
-            rerun_input: None,
+            ..RunRecord::new(id(name), state, Owner::Program(1), "f".into(), Origin::Cli)
         }
     }
 

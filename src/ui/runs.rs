@@ -220,8 +220,7 @@ fn visible_run(app: &App, cfg: &Config, s: &Session, id: &str) -> Result<RunReco
 /// 401 for a non-browser client without a session; 404 for a run the
 /// member may not see.
 pub fn show(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Response, ApiError> {
-    let next = format!("/runs/{}", percent_encode(id));
-    let s = match signed_in(app, cfg, req, &next) {
+    let s = match signed_in(app, cfg, req, &page_of(id)) {
         Ok(s) => s,
         Err(r) => return Ok(r),
     };
@@ -231,13 +230,23 @@ pub fn show(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Response
     )
 }
 
-/// `POST /runs/<id>/cancel`: the Cancel button; back to the run's page.
-///
-/// # Errors
-/// 403 `csrf_rejected` without the session's token; 409 `run_ended`.
-pub fn cancel(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Response, ApiError> {
-    let next = format!("/runs/{}", percent_encode(id));
-    let s = match signed_in(app, cfg, req, &next) {
+/// The page of run `id`.
+fn page_of(id: &str) -> String {
+    format!("/runs/{}", percent_encode(id))
+}
+
+/// What the buttons of a run's page share: the session (or the answer
+/// that asks to sign in), the form's CSRF token, and the run if the
+/// user may see it; then `act` with the run and the user as its origin.
+/// The answer as `finish` makes it (a redirect, or the error's page).
+fn run_action(
+    app: &App,
+    cfg: &Config,
+    req: &Request,
+    id: &str,
+    act: impl FnOnce(RunRecord, Origin) -> Result<Response, ApiError>,
+) -> Result<Response, ApiError> {
+    let s = match signed_in(app, cfg, req, &page_of(id)) {
         Ok(s) => s,
         Err(r) => return Ok(r),
     };
@@ -245,10 +254,20 @@ pub fn cancel(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Respon
         let f = form(req)?;
         check_csrf(cfg, req, Some(&s), Carrier::Form(field(&f, "csrf")))?;
         let rec = visible_run(app, cfg, &s, id)?;
-        runs::stop(app, cfg, rec, &Origin::Session(s.user.clone()))?;
-        Ok(redirect(&next))
+        act(rec, Origin::Session(s.user.clone()))
     };
     finish(req, inner())
+}
+
+/// `POST /runs/<id>/cancel`: the Cancel button; back to the run's page.
+///
+/// # Errors
+/// 403 `csrf_rejected` without the session's token; 409 `run_ended`.
+pub fn cancel(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Response, ApiError> {
+    run_action(app, cfg, req, id, |rec, by| {
+        runs::stop(app, cfg, rec, &by)?;
+        Ok(redirect(&page_of(id)))
+    })
 }
 
 /// `POST /runs/<id>/rerun`: the Re-run button; on to the new run's page.
@@ -257,21 +276,10 @@ pub fn cancel(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Respon
 /// 403 `csrf_rejected` without the session's token; those of
 /// `invoke::rerun::rerun`.
 pub fn rerun(app: &App, cfg: &Arc<Config>, req: &Request, id: &str) -> Result<Response, ApiError> {
-    let next = format!("/runs/{}", percent_encode(id));
-    let s = match signed_in(app, cfg, req, &next) {
-        Ok(s) => s,
-        Err(r) => return Ok(r),
-    };
-    let inner = || {
-        let f = form(req)?;
-        check_csrf(cfg, req, Some(&s), Carrier::Form(field(&f, "csrf")))?;
-        let rec = visible_run(app, cfg, &s, id)?;
-        let by = Origin::Session(s.user.clone());
+    run_action(app, cfg, req, id, |rec, by| {
         let started = invoke::rerun::rerun(app, cfg, &rec, by, true)?;
-        let new = started.run.as_deref().unwrap_or(id);
-        Ok(redirect(&format!("/runs/{}", percent_encode(new))))
-    };
-    finish(req, inner())
+        Ok(redirect(&page_of(started.run.as_deref().unwrap_or(id))))
+    })
 }
 
 /// `POST /runs/<id>/callbacks/<delivery>/redeliver`: the Redeliver button;
@@ -287,19 +295,10 @@ pub fn redeliver(
     id: &str,
     delivery: &str,
 ) -> Result<Response, ApiError> {
-    let next = format!("/runs/{}", percent_encode(id));
-    let s = match signed_in(app, cfg, req, &next) {
-        Ok(s) => s,
-        Err(r) => return Ok(r),
-    };
-    let inner = || {
-        let f = form(req)?;
-        check_csrf(cfg, req, Some(&s), Carrier::Form(field(&f, "csrf")))?;
-        let rec = visible_run(app, cfg, &s, id)?;
-        runs::redeliver_as(app, &rec, delivery, &Origin::Session(s.user.clone()))?;
-        Ok(redirect(&next))
-    };
-    finish(req, inner())
+    run_action(app, cfg, req, id, |rec, by| {
+        runs::redeliver_as(app, &rec, delivery, &by)?;
+        Ok(redirect(&page_of(id)))
+    })
 }
 
 /// A button that POSTs the session's CSRF token to `action`.

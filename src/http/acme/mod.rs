@@ -26,7 +26,6 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rand::Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::config::acme::Acme as Settings;
@@ -348,7 +347,7 @@ fn backoff(s: &Settings, failures: u32) -> Duration {
         .retry_min
         .saturating_mul(1u32 << failures.saturating_sub(1).min(20));
     let base = doubled.min(s.retry_max);
-    let jitter = rand::thread_rng().gen_range(0..=base.as_millis() as u64 / 4);
+    let jitter = rand::random_range(0..=base.as_millis() as u64 / 4);
     base + Duration::from_millis(jitter)
 }
 
