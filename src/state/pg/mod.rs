@@ -151,6 +151,9 @@ pub struct Db {
     /// The newest `trigd_runs.seq` when the schema was first checked,
     /// before this process could record a run: its runs are all past it.
     seq_at_start: std::sync::OnceLock<i64>,
+    /// `pg_postmaster_start_time()` (µs) when the schema was first
+    /// checked: the server this process first wrote to.
+    pub server_at_start: std::sync::OnceLock<i64>,
     /// Idempotency claims waiting for their run's first write.
     pub claims: claims::Pending,
 }
@@ -174,6 +177,7 @@ impl Db {
             background_trips: AtomicU64::new(0),
             health: Mutex::new(Health::default()),
             seq_at_start: std::sync::OnceLock::new(),
+            server_at_start: std::sync::OnceLock::new(),
             claims: claims::Pending::default(),
         }
     }
@@ -190,17 +194,36 @@ impl Db {
         if self.health().migrated {
             return Ok(());
         }
-        let r = self.use_conn(|Conn { client: c, .. }| {
-            schema::migrate(c)?;
-            let newest = c
-                .query_one("SELECT coalesce(max(seq), 0) FROM trigd_runs", &[])
-                .and_then(|row| row.try_get::<_, i64>(0))
-                .map_err(DbError::from_pg)?;
-            // The first to get here wins: a later read may count runs of
-            // this process already.
-            let _ = self.seq_at_start.set(newest);
-            Ok(())
-        });
+        let r = self.use_conn(
+            |Conn {
+                 client: c,
+                 prepared,
+             }| {
+                schema::migrate(c)?;
+                let newest = c
+                    .query_one("SELECT coalesce(max(seq), 0) FROM trigd_runs", &[])
+                    .and_then(|row| row.try_get::<_, i64>(0))
+                    .map_err(DbError::from_pg)?;
+                // The first to get here wins: a later read may count runs of
+                // this process already.
+                let _ = self.seq_at_start.set(newest);
+                let server = c
+                    .query_one(
+                        "SELECT (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::int8",
+                        &[],
+                    )
+                    .and_then(|row| row.try_get::<_, i64>(0))
+                    .map_err(DbError::from_pg)?;
+                let _ = self.server_at_start.set(server);
+                // As every later connection does as it opens.
+                for (sql, types) in HOT.iter().copied() {
+                    if let Ok(st) = c.prepare_typed(sql, types) {
+                        prepared.insert(sql, st);
+                    }
+                }
+                Ok(())
+            },
+        );
         let mut h = self.health_mut();
         match &r {
             Ok(()) => h.migrated = true,

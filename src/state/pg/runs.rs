@@ -304,7 +304,11 @@ impl DbRuns {
         let server: i64 = self
             .db
             .with_background(|c| c.query_typed_one(FLUSHED, &[])?.try_get(0))?;
-        let known = *lock(&self.server);
+        let known = *lock(&self.server).get_or_insert_with(|| {
+            // Every end of this process was committed after the check.
+            self.db.server_at_start.get().copied().unwrap_or(-1)
+        });
+        let known = Some(known).filter(|k| *k >= 0);
         if known == Some(server) {
             lock(&self.unflushed).drain(..n);
             return Ok(());
