@@ -565,3 +565,132 @@ fn a_renewal_answered_late_does_not_take_a_live_instance_for_dead() {
     b.check_eq(held_by(&db, &id), "b".to_string(), "still b's");
     b.post(&format!("/api/runs/{id}/cancel?api_key={KEY}"));
 }
+
+// ---------------------------------------------------------------------------
+// What waits for the WAL flush: as the run log's fsyncs (docs/cluster.md)
+
+/// Whether a backend of `db` waits for synchronous replication (every
+/// flushed commit does while `synchronous_standby_names` names a standby
+/// that never comes) on the statement that writes runs.
+fn a_run_write_waits_for_the_flush(db: &PgDb) -> bool {
+    db.try_psql(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep' \
+         AND query LIKE '%INSERT INTO trigd_runs%'",
+    )
+    .is_ok_and(|n| n != "0")
+}
+
+/// The run log syncs an async accept but not a sync run's states: with
+/// the database, a sync run's `running` and its end commit without
+/// waiting for the WAL flush (its answer comes while every flushed commit
+/// is held), an async accept waits for it. Held: PostgreSQL's own
+/// synchronous replication to a standby that does not exist, which holds
+/// exactly the commits that wait for the flush.
+#[test]
+fn a_sync_run_does_not_wait_for_the_wal_flush_an_async_accept_does() {
+    let pg = Pg::start("pgrun_flush");
+    let db = pg.database("flush");
+    let (_d, t) = instance(&db, "pgrun_flush", "a", 4);
+    let sync = format!("/api?api_key={KEY}&program_id=1&function=quick");
+    t.post(&sync).ok(); // the pool warm, the lease held
+    db.psql("ALTER SYSTEM SET synchronous_standby_names = 'nobody'");
+    db.psql("SELECT pg_reload_conf()");
+    t.wait_for(WAIT, "the server holds flushed commits", || {
+        db.psql("SHOW synchronous_standby_names") == "nobody"
+    });
+    // A sync run: answered, and none of its writes was seen held (a held
+    // end would be seen for the 10 s statement_timeout before its commit
+    // is let go).
+    let c = t.client();
+    let call = std::thread::spawn(move || c.post(&sync));
+    let held = wait_until(WAIT, || {
+        call.is_finished() || a_run_write_waits_for_the_flush(&db)
+    });
+    t.check(
+        held && !a_run_write_waits_for_the_flush(&db),
+        "a sync run's writes do not wait for the WAL flush (the run log does not sync them)",
+    );
+    let r = call.join().expect("the sync call");
+    r.check_eq(
+        r.status,
+        200,
+        "the sync run answered while flushes are held",
+    );
+    // An async accept: held until the flush is let go.
+    let c = t.client();
+    let path = format!("/api?api_key={KEY}&program_id=1&function=quick&run_async=true");
+    let call = std::thread::spawn(move || c.post(&path));
+    t.wait_for(WAIT, "the accept's write waits for the flush", || {
+        a_run_write_waits_for_the_flush(&db)
+    });
+    t.check(
+        !call.is_finished(),
+        "an async accept is not answered before its record is flushed",
+    );
+    db.psql("ALTER SYSTEM RESET synchronous_standby_names");
+    db.psql("SELECT pg_reload_conf()");
+    let r = call.join().expect("the async call");
+    let id = r.run_id(&r.ok());
+    wait_state(&t, &id, "finished", WAIT);
+}
+
+/// Concurrent async accepts share statements and commits (the group
+/// commit of `state::pg::runs`, as the run log's share an fdatasync):
+/// 320 accepts over 32 connections take fewer statements (each its own
+/// transaction: one commit) than runs, counted with `pg_stat_statements`
+/// (`xact_commit` of `pg_stat_database` lags up to a second). The runs
+/// wait behind one slot held by a sleeping run, so the writes counted are
+/// the accepts'.
+#[test]
+fn concurrent_async_accepts_share_commits() {
+    let db = pg_database("pgrun_group_commit");
+    let (_d, t) = instance(&db, "pgrun_group_commit", "a", 1);
+    let slow = accept(&t, "slow");
+    wait_state(&t, &slow, "running", WAIT);
+    let upserts = || {
+        db.try_psql(
+            "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements \
+             WHERE query LIKE '%INSERT INTO trigd_runs AS r%'",
+        )
+        .ok()
+        .and_then(|n| n.parse::<i64>().ok())
+    };
+    let u0 = upserts();
+    let n = 320;
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let clients: Vec<_> = (0..32)
+        .map(|_| {
+            let (c, next) = (t.client(), std::sync::Arc::clone(&next));
+            std::thread::spawn(move || {
+                let mut ids = Vec::new();
+                while next.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < n {
+                    let r = c.post(&format!(
+                        "/api?api_key={KEY}&program_id=1&function=quick&run_async=true"
+                    ));
+                    ids.push(r.run_id(&r.ok()));
+                }
+                ids
+            })
+        })
+        .collect();
+    let ids: Vec<String> = clients
+        .into_iter()
+        .flat_map(|c| c.join().expect("a client"))
+        .collect();
+    let u1 = upserts();
+    t.check_eq(ids.len(), n, "every accept answered");
+    // Each statement is one transaction: one commit.
+    let (Some(u0), Some(u1)) = (u0, u1) else {
+        return eprintln!("pg_stat_statements not installed: commits not counted");
+    };
+    let commits = u1 - u0;
+    eprintln!(
+        "{n} concurrent async accepts: {commits} statements = commits ({:.2} a run)",
+        commits as f64 / n as f64
+    );
+    t.check(commits >= 1, "the accepts were written");
+    t.check(
+        commits < n as i64,
+        format!("{commits} commits for {n} accepts: none shared"),
+    );
+}

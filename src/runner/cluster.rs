@@ -159,6 +159,7 @@ impl Runner {
         let every = shared.lease / 3;
         let mut beat = Lease::default();
         let mut next_beat = Instant::now();
+        let mut next_settle = Instant::now();
         let mut gave_back = false;
         loop {
             // The lease is still renewed while a shutdown lets the runs
@@ -173,6 +174,13 @@ impl Runner {
                 self.beat(shared, &mut beat, &config());
             }
             self.ship_live(shared);
+            if Instant::now() >= next_settle {
+                // At most once a POLL: each look waits for a WAL flush.
+                next_settle = Instant::now() + POLL;
+                if let Some(Err(e)) = self.store.as_ref().map(|s| s.settle_ends()) {
+                    log::debug!("cluster: cannot confirm the run ends written unflushed: {e}");
+                }
+            }
             if beat.held(shared.lease) {
                 if !lock(&shared.lost).is_empty() {
                     shared.give_back_lost();

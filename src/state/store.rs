@@ -279,6 +279,21 @@ impl RunStore {
         }
     }
 
+    /// With the database, forget the ends committed without waiting for
+    /// the WAL flush once they are known flushed, or write them again when
+    /// the server restarted meanwhile ([`DbRuns::settle_ends`]); the run
+    /// log has nothing to do (its ends are not synced either, and a crash
+    /// that loses them restarts trigd, which interrupts the runs).
+    ///
+    /// # Errors
+    /// The database failed (they stay for the next call).
+    pub fn settle_ends(&self) -> io::Result<()> {
+        match &self.backend {
+            Backend::Files(_) => Ok(()),
+            Backend::Database { runs, .. } => runs.settle_ends().map_err(db_io),
+        }
+    }
+
     /// `fdatasync` calls on the run log.
     pub fn fsyncs(&self) -> u64 {
         match &self.backend {

@@ -37,7 +37,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use postgres::Client;
+use std::collections::HashMap;
+
+use postgres::types::{ToSql, Type};
+use postgres::{Client, Row, Statement};
 
 use settings::{defaults, SslMode, StateDb};
 
@@ -101,10 +104,22 @@ impl DbError {
     }
 }
 
+/// One connection of the pool and the statements prepared on it.
+struct Conn {
+    client: Client,
+    /// By their text ([`Db::with_prepared`]): parsed and planned once per
+    /// connection, not at each use.
+    prepared: HashMap<&'static str, Statement>,
+}
+
+/// The statements every connection prepares as it opens: the batched
+/// write of run records, on every run's path.
+const HOT: [(&str, &[Type]); 1] = [(runs::UPSERT, &runs::UPSERT_TYPES)];
+
 /// Connections open and idle.
 #[derive(Default)]
 struct Pool {
-    idle: Vec<Client>,
+    idle: Vec<Conn>,
     /// Connections that exist (idle or in use).
     open: usize,
 }
@@ -136,6 +151,9 @@ pub struct Db {
     /// The newest `trigd_runs.seq` when the schema was first checked,
     /// before this process could record a run: its runs are all past it.
     seq_at_start: std::sync::OnceLock<i64>,
+    /// `pg_postmaster_start_time()` (µs) when the schema was first
+    /// checked: the server this process first wrote to.
+    pub server_at_start: std::sync::OnceLock<i64>,
     /// Idempotency claims waiting for their run's first write.
     pub claims: claims::Pending,
 }
@@ -159,6 +177,7 @@ impl Db {
             background_trips: AtomicU64::new(0),
             health: Mutex::new(Health::default()),
             seq_at_start: std::sync::OnceLock::new(),
+            server_at_start: std::sync::OnceLock::new(),
             claims: claims::Pending::default(),
         }
     }
@@ -175,17 +194,36 @@ impl Db {
         if self.health().migrated {
             return Ok(());
         }
-        let r = self.use_conn(|c| {
-            schema::migrate(c)?;
-            let newest = c
-                .query_one("SELECT coalesce(max(seq), 0) FROM trigd_runs", &[])
-                .and_then(|row| row.try_get::<_, i64>(0))
-                .map_err(DbError::from_pg)?;
-            // The first to get here wins: a later read may count runs of
-            // this process already.
-            let _ = self.seq_at_start.set(newest);
-            Ok(())
-        });
+        let r = self.use_conn(
+            |Conn {
+                 client: c,
+                 prepared,
+             }| {
+                schema::migrate(c)?;
+                let newest = c
+                    .query_one("SELECT coalesce(max(seq), 0) FROM trigd_runs", &[])
+                    .and_then(|row| row.try_get::<_, i64>(0))
+                    .map_err(DbError::from_pg)?;
+                // The first to get here wins: a later read may count runs of
+                // this process already.
+                let _ = self.seq_at_start.set(newest);
+                let server = c
+                    .query_one(
+                        "SELECT (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::int8",
+                        &[],
+                    )
+                    .and_then(|row| row.try_get::<_, i64>(0))
+                    .map_err(DbError::from_pg)?;
+                let _ = self.server_at_start.set(server);
+                // As every later connection does as it opens.
+                for (sql, types) in HOT.iter().copied() {
+                    if let Ok(st) = c.prepare_typed(sql, types) {
+                        prepared.insert(sql, st);
+                    }
+                }
+                Ok(())
+            },
+        );
         let mut h = self.health_mut();
         match &r {
             Ok(()) => h.migrated = true,
@@ -257,7 +295,47 @@ impl Db {
             self.migrate()?;
         }
         trips.fetch_add(1, Ordering::Relaxed);
-        self.use_conn(|c| f(c).map_err(DbError::from_pg))
+        self.use_conn(|c| f(&mut c.client).map_err(DbError::from_pg))
+    }
+
+    /// Run `sql` with `params` (of `types`) as a statement prepared once
+    /// per connection: one round trip, plus one the first time on a
+    /// connection (both counted in [`Db::round_trips`]). The statements
+    /// of a request's path go this way: the server then plans them once,
+    /// not at every use (the batched upsert of the runs cost about as
+    /// much to plan as to execute).
+    ///
+    /// # Errors
+    /// As [`Db::with`].
+    pub fn query_prepared(
+        &self,
+        sql: &'static str,
+        types: &[Type],
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, DbError> {
+        let h = self.health();
+        if let Some(why) = h.refused {
+            return Err(DbError::Schema(why));
+        }
+        if !h.migrated {
+            self.migrate()?;
+        }
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        self.use_conn(|c| {
+            let stmt = match c.prepared.get(sql) {
+                Some(st) => st.clone(),
+                None => {
+                    self.round_trips.fetch_add(1, Ordering::Relaxed);
+                    let st = c
+                        .client
+                        .prepare_typed(sql, types)
+                        .map_err(DbError::from_pg)?;
+                    c.prepared.insert(sql, st.clone());
+                    st
+                }
+            };
+            c.client.query(&stmt, params).map_err(DbError::from_pg)
+        })
     }
 
     /// Uses of [`Db::with_background`] since start.
@@ -312,18 +390,18 @@ impl Db {
 
     /// Take a connection, run `f`, give it back unless it broke; note the
     /// outcome.
-    fn use_conn<T>(&self, f: impl FnOnce(&mut Client) -> Result<T, DbError>) -> Result<T, DbError> {
+    fn use_conn<T>(&self, f: impl FnOnce(&mut Conn) -> Result<T, DbError>) -> Result<T, DbError> {
         let taken = self.take();
-        let mut client = match taken {
+        let mut conn = match taken {
             Ok(c) => c,
             Err(e) => {
                 self.note(Some(&e));
                 return Err(e);
             }
         };
-        let r = f(&mut client);
-        let broken = client.is_closed() || matches!(&r, Err(e) if e.is_unavailable());
-        self.give_back(client, broken);
+        let r = f(&mut conn);
+        let broken = conn.client.is_closed() || matches!(&r, Err(e) if e.is_unavailable());
+        self.give_back(conn, broken);
         self.note(r.as_ref().err());
         r
     }
@@ -341,7 +419,7 @@ impl Db {
 
     /// An idle connection, a new one while fewer than `pool` exist, or the
     /// first one freed within the connect timeout.
-    fn take(&self) -> Result<Client, DbError> {
+    fn take(&self) -> Result<Conn, DbError> {
         let bound = Duration::from_secs(defaults::CONNECT_TIMEOUT_SECS);
         let until = Instant::now() + bound;
         let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
@@ -352,7 +430,10 @@ impl Db {
             if pool.open < self.settings.pool {
                 pool.open += 1;
                 drop(pool);
-                return self.open().inspect_err(|_| self.forget_one());
+                return self
+                    .open()
+                    .map(|client| self.prepare_hot(client))
+                    .inspect_err(|_| self.forget_one());
             }
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -370,15 +451,31 @@ impl Db {
         }
     }
 
+    /// A new connection with the statements of the requests' path
+    /// prepared ([`HOT`]) as part of opening it, once the schema is there
+    /// (the connection that checks it prepares them at their first use).
+    /// One that fails is prepared at its first use.
+    fn prepare_hot(&self, mut client: Client) -> Conn {
+        let mut prepared = HashMap::new();
+        if self.health().migrated {
+            for (sql, types) in HOT.iter().copied() {
+                if let Ok(st) = client.prepare_typed(sql, types) {
+                    prepared.insert(sql, st);
+                }
+            }
+        }
+        Conn { client, prepared }
+    }
+
     /// Back into the pool, or closed when `broken`.
-    fn give_back(&self, client: Client, broken: bool) {
+    fn give_back(&self, conn: Conn, broken: bool) {
         if broken {
-            drop(client);
+            drop(conn);
             self.forget_one();
             return;
         }
         let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
-        pool.idle.push(client);
+        pool.idle.push(conn);
         drop(pool);
         self.freed.notify_one();
     }

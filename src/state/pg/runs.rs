@@ -27,7 +27,9 @@ use crate::state::time::Time;
 /// Unless `$16` (a write that must be durable is in the batch), its commit
 /// does not wait for the WAL flush (`synchronous_commit = off` for this
 /// transaction only, set inside the statement: no extra round trip).
-const UPSERT: &str = "
+/// With `$17` (ends written again after the server restarted), a run
+/// already ended is left as it is.
+pub const UPSERT: &str = "
 WITH input AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
                          $6::text[], $7::text[], $8::text[], $9::int8[], $10::int8[],
@@ -56,10 +58,33 @@ WITH input AS (
     WHERE claim_key IS NULL OR id IN (SELECT run_id FROM claims)
     ON CONFLICT (id) DO UPDATE
         SET state = excluded.state, ended_at = excluded.ended_at, record = excluded.record
-        WHERE r.instance = $15 OR r.instance IS NULL
+        WHERE (r.instance = $15 OR r.instance IS NULL)
+          AND NOT ($17 AND r.ended_at IS NOT NULL)
     RETURNING id
 )
 SELECT id FROM runs";
+
+/// The types of [`UPSERT`]'s parameters, as [`Columns::params`] gives
+/// them (prepared with them when a connection opens).
+pub const UPSERT_TYPES: [Type; 17] = [
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::INT8_ARRAY,
+    Type::INT8_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::INT8_ARRAY,
+    Type::TEXT,
+    Type::BOOL,
+    Type::BOOL,
+];
 
 /// The run list's page, as [`DbRuns::page`] reads it.
 const PAGE: &str = "
@@ -164,12 +189,33 @@ struct Batch {
     turn: Condvar,
 }
 
+/// Ends committed without waiting for the WAL flush, kept until they are
+/// known to be on the server's disk, at most this many: past it, an end
+/// waits for the flush (a flood of ends while the database cannot confirm
+/// them keeps no more memory).
+const MAX_UNFLUSHED: usize = 4096;
+
+/// Says whether the WAL is flushed past every commit made before it, and
+/// which server answered: `txid_current()` gives the transaction an id,
+/// so its commit (synchronous, the connection's default) waits for the
+/// flush of the WAL up to its own commit record, which follows every
+/// commit made before the statement began.
+const FLUSHED: &str = "SELECT (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::int8 \
+                       FROM (SELECT txid_current()) AS t";
+
 /// The run records of one instance in the database.
 pub struct DbRuns {
     db: Arc<Db>,
     /// This instance's name (`trigd_runs.instance`).
     me: String,
     batch: Batch,
+    /// Ends committed with `synchronous_commit = off`, oldest first, until
+    /// [`DbRuns::settle_ends`] knows them flushed (or writes them again
+    /// after a restart of the server lost them).
+    unflushed: Mutex<Vec<RunRecord>>,
+    /// The start of the server (`pg_postmaster_start_time()`, µs) the
+    /// unflushed ends were committed to, once known.
+    server: Mutex<Option<i64>>,
 }
 
 impl DbRuns {
@@ -179,17 +225,22 @@ impl DbRuns {
             db,
             me: me.to_string(),
             batch: Batch::default(),
+            unflushed: Mutex::default(),
+            server: Mutex::default(),
         }
     }
 
     /// Write `rec` (insert or update), with the claim waiting for it. Ends
-    /// once it is committed; when `durable`, `rec` has ended or makes an
-    /// idempotency claim, once the commit is flushed to disk. Else (a
-    /// `running` or `queued` state, which the run log does not sync
-    /// either) the commit does not wait for the flush
-    /// (`synchronous_commit = off`): a crash of PostgreSQL may lose the
-    /// last fraction of a second of such states; the run's end, written
-    /// durably with its whole record, makes them good.
+    /// once it is committed; when `durable` or `rec` makes an idempotency
+    /// claim, once the commit is flushed to disk, as the run log and the
+    /// key log sync them. Else (`running`, `queued`, an end: states the
+    /// run log writes without a sync) the commit does not wait for the
+    /// flush (`synchronous_commit = off`): PostgreSQL writes it to disk
+    /// within about `3 × wal_writer_delay`. An end written so is kept
+    /// ([`DbRuns::settle_ends`]) until the lease thread knows it flushed,
+    /// and written again if the server restarted meanwhile (a crash of
+    /// PostgreSQL alone, which the run log has no counterpart of: trigd
+    /// lives on and must not leave the run `running` for good).
     ///
     /// # Errors
     /// The database failed; or the claim was lost to another request
@@ -202,11 +253,9 @@ impl DbRuns {
         let claim = self.db.claims.waiting(&rec.run);
         let has_claim = claim.is_some();
         // A claim is synced as the key log syncs it: a retry after a crash
-        // must find it. An end is synced too (the run log does not sync
-        // it): a run's last write is then always durable, so a crash of
-        // PostgreSQL that loses a state written before it (`running`) is
-        // made good by that end, and no run stays `running` for good.
-        let durable = durable || has_claim || rec.state.is_terminal();
+        // must find it.
+        let end = rec.state.is_terminal();
+        let durable = durable || has_claim || (end && self.unflushed_full());
         let row = Row {
             rec: rec.clone(),
             claim,
@@ -214,6 +263,9 @@ impl DbRuns {
         };
         let ticket = self.enqueue(row);
         let outcome = self.await_ticket(ticket)?;
+        if end && !durable {
+            lock(&self.unflushed).push(rec.clone());
+        }
         match outcome {
             Some(Outcome::Lost { run, .. }) => Err(DbError::Claimed(run)),
             Some(Outcome::Made) | Some(Outcome::Waiting) | None => {
@@ -223,6 +275,67 @@ impl DbRuns {
                 Ok(())
             }
         }
+    }
+
+    /// Whether [`MAX_UNFLUSHED`] ends wait for [`DbRuns::settle_ends`].
+    fn unflushed_full(&self) -> bool {
+        lock(&self.unflushed).len() >= MAX_UNFLUSHED
+    }
+
+    /// Ends committed without waiting for the flush and not yet known
+    /// flushed.
+    pub fn unflushed(&self) -> usize {
+        lock(&self.unflushed).len()
+    }
+
+    /// Forget the ends written without waiting for the flush once a
+    /// flushed commit covers them (one background round trip, [`FLUSHED`]);
+    /// when the server restarted since they were committed (a crash may
+    /// have lost them), write them again, durably, leaving alone the runs
+    /// whose end is there. Called by the lease thread at each tick.
+    ///
+    /// # Errors
+    /// The database failed: they stay, for the next call.
+    pub fn settle_ends(&self) -> Result<(), DbError> {
+        let n = self.unflushed();
+        if n == 0 {
+            return Ok(());
+        }
+        let server: i64 = self
+            .db
+            .with_background(|c| c.query_typed_one(FLUSHED, &[])?.try_get(0))?;
+        let known = *lock(&self.server).get_or_insert_with(|| {
+            // Every end of this process was committed after the check.
+            self.db.server_at_start.get().copied().unwrap_or(-1)
+        });
+        let known = Some(known).filter(|k| *k >= 0);
+        if known == Some(server) {
+            lock(&self.unflushed).drain(..n);
+            return Ok(());
+        }
+        // The first look, or a restart (a failover): write them again.
+        let recs: Vec<RunRecord> = lock(&self.unflushed).clone();
+        let rows: Vec<(u64, Row)> = recs
+            .into_iter()
+            .map(|rec| {
+                let row = Row {
+                    rec,
+                    claim: None,
+                    durable: true,
+                };
+                (0, row)
+            })
+            .collect();
+        self.send(&rows, true)?;
+        if known.is_some() {
+            log::warn!(
+                "the database restarted: {} run ends committed just before are written again",
+                rows.len()
+            );
+        }
+        *lock(&self.server) = Some(server);
+        lock(&self.unflushed).drain(..rows.len());
+        Ok(())
     }
 
     /// Queue `row`, returning its ticket.
@@ -251,7 +364,7 @@ impl DbRuns {
                 if !rows.is_empty() {
                     q.in_flight += 1;
                     drop(q);
-                    let outcome = self.send(&rows);
+                    let outcome = self.send(&rows, false);
                     q = self.lock();
                     q.in_flight -= 1;
                     for (_, r) in &rows {
@@ -269,17 +382,21 @@ impl DbRuns {
     }
 
     /// One statement for `rows`, then, when claims were lost, one to read
-    /// who holds them.
-    fn send(&self, rows: &[(u64, Row)]) -> Result<Written, DbError> {
+    /// who holds them; `again`: ends written again, not over an end.
+    fn send(&self, rows: &[(u64, Row)], again: bool) -> Result<Written, DbError> {
         let cols = Columns::of(rows.iter().map(|(_, r)| r), &self.me);
         let me = self.me.clone();
         let durable = rows.iter().any(|(_, r)| r.durable);
-        let runs: Vec<String> = self.db.with(|c| {
-            let mut p = cols.params(&me);
-            p.push((&durable, Type::BOOL));
-            let rows = c.query_typed(UPSERT, &p)?;
-            rows.iter().map(|r| r.try_get(0)).collect()
-        })?;
+        let mut p = cols.params(&me);
+        p.push((&durable, Type::BOOL));
+        p.push((&again, Type::BOOL));
+        let (values, types): (Vec<_>, Vec<Type>) = p.into_iter().unzip();
+        let runs = self.db.query_prepared(UPSERT, &types, &values)?;
+        let runs: Vec<String> = runs
+            .iter()
+            .map(|r| r.try_get(0))
+            .collect::<Result<_, _>>()
+            .map_err(DbError::from_pg)?;
         let lost_keys: Vec<String> = rows
             .iter()
             .filter(|(_, r)| !runs.contains(&r.rec.run))
@@ -434,8 +551,12 @@ impl DbRuns {
     }
 
     fn lock(&self) -> MutexGuard<'_, Queue> {
-        self.batch.queue.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.batch.queue)
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The waiting rows to send now (noted in `flying`): one write per run
