@@ -3,6 +3,7 @@
 //! split out.
 
 use std::sync::atomic::Ordering;
+use std::sync::OnceLock;
 
 use serde_json::json;
 
@@ -17,8 +18,19 @@ use crate::runs::cluster;
 use crate::ui;
 
 /// The OpenAPI 3.0 description of every route below, served at
-/// `GET /openapi.json`: the file `openapi.json`, minified by `build.rs`.
-pub const OPENAPI: &str = include_str!(concat!(env!("OUT_DIR"), "/openapi.min.json"));
+/// `GET /openapi.json`: the file `openapi.json`, minified and deflated by
+/// `build.rs` (the static binary's size), inflated at the first request.
+pub fn openapi() -> &'static str {
+    static PACKED: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/openapi.min.json.deflate"));
+    static DOC: OnceLock<String> = OnceLock::new();
+    // build.rs wrote it: it inflates to UTF-8 (the unit test below checks it).
+    DOC.get_or_init(|| {
+        miniz_oxide::inflate::decompress_to_vec(PACKED)
+            .ok()
+            .and_then(|doc| String::from_utf8(doc).ok())
+            .unwrap_or_default()
+    })
+}
 
 /// Answer one request.
 pub fn handle(app: &App, req: &mut Request) -> Response {
@@ -33,7 +45,7 @@ pub fn handle(app: &App, req: &mut Request) -> Response {
         (Get | Head, ["healthz"]) => Ok(healthz(app)),
         (Get | Head, ["livez"]) => Ok(Response::json(200, &json!({ "Status": "alive" }))),
         (Get | Head, ["metrics"]) => Ok(metrics(app)),
-        (Get | Head, ["openapi.json"]) => Ok(Response::text(200, "application/json", OPENAPI)),
+        (Get | Head, ["openapi.json"]) => Ok(Response::text(200, "application/json", openapi())),
         (Get | Head, [".well-known", "acme-challenge", token]) => Ok(acme_challenge(app, token)),
         (Post, ["api"]) => api::run(app, &cfg, req),
         (Get | Head, ["api", "overdue"]) => api::overdue(app, &cfg, req),
@@ -207,4 +219,16 @@ fn metrics(app: &App) -> Response {
         ));
     }
     Response::text(200, "text/plain; version=0.0.4", text)
+}
+
+#[cfg(test)]
+mod tests {
+    /// The deflated copy build.rs stored inflates to `openapi.json` itself.
+    #[test]
+    fn openapi_inflates_to_the_document() {
+        let served: serde_json::Value = serde_json::from_str(super::openapi()).unwrap();
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.json"));
+        let file: serde_json::Value = serde_json::from_str(&text.unwrap()).unwrap();
+        assert_eq!(served, file);
+    }
 }

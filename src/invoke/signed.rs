@@ -174,7 +174,7 @@ fn with_body(resp: Response, body: &AnswerBody, content_type: Option<&str>) -> R
         (AnswerBody::Stdout, Some(Value::String(s))) => (s.into_bytes(), TEXT),
         (AnswerBody::Stdout, Some(v)) => (v.to_string().into_bytes(), TEXT),
         (AnswerBody::StdoutJson, Some(Value::String(s))) => {
-            match serde_json::from_str::<Value>(&s) {
+            match serde_json::from_slice::<Value>(s.as_bytes()) {
                 Ok(v) => (v.to_string().into_bytes(), JSON),
                 Err(_) => return not_json(resp),
             }

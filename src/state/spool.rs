@@ -198,7 +198,7 @@ impl Spool {
 /// A pending delivery as the database holds it (JSON); one that does not
 /// parse is logged and skipped.
 pub fn parse(text: &str) -> Option<Pending> {
-    serde_json::from_str(text)
+    serde_json::from_slice(text.as_bytes())
         .inspect_err(|e| log::error!("callbacks: a pending delivery does not parse: {e}"))
         .ok()
 }

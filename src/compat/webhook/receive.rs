@@ -294,7 +294,7 @@ fn client_ip(remote: &str) -> Option<std::net::IpAddr> {
 
 /// The first JSON value of `text`, when it is an object.
 fn json_object(text: &str) -> Option<Value> {
-    let mut de = serde_json::Deserializer::from_str(text).into_iter::<Value>();
+    let mut de = serde_json::Deserializer::from_slice(text.as_bytes()).into_iter::<Value>();
     match de.next() {
         Some(Ok(obj @ Value::Object(_))) => Some(obj),
         _ => None,

@@ -379,7 +379,7 @@ pub fn give_back(db: &Db, me: &str, id: &str) -> Result<(), DbError> {
 /// A record as `trigd_runs.record` holds it; a row that does not parse is
 /// logged and skipped (it was not written by this trigd).
 fn parse(text: &str) -> Option<RunRecord> {
-    serde_json::from_str(text)
+    serde_json::from_slice(text.as_bytes())
         .inspect_err(|e| log::error!("state: a run record in the database does not parse: {e}"))
         .ok()
 }

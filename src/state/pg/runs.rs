@@ -425,7 +425,7 @@ impl DbRuns {
             .map(|r| r.try_get(0))
             .transpose()
         })?;
-        Ok(text.and_then(|t| serde_json::from_str::<RunRecord>(&t).ok()))
+        Ok(text.and_then(|t| serde_json::from_slice::<RunRecord>(t.as_bytes()).ok()))
     }
 
     /// The owner and state of run `id`, without its record.
@@ -508,7 +508,7 @@ impl DbRuns {
         let mut page = Vec::with_capacity(q.limit);
         let mut last = None;
         for (text, ms, hex) in rows.into_iter().take(q.limit) {
-            if let Ok(r) = serde_json::from_str::<RunRecord>(&text) {
+            if let Ok(r) = serde_json::from_slice::<RunRecord>(text.as_bytes()) {
                 page.push(r);
             }
             last = Some((ms, hex));
