@@ -185,7 +185,7 @@ impl Launched {
         }
         let mut child = cmd.spawn().expect("spawn sh");
         let out = child.stdout.take().expect("piped");
-        let line = match first_line(out).recv_timeout(Duration::from_secs(10)) {
+        let line = match first_line(out).recv_timeout(Duration::from_secs(30)) {
             Ok(Ok(l)) => l,
             other => {
                 let _ = child.kill();
@@ -1160,7 +1160,7 @@ command = ["true"]
     // otherwise sleep.
     let leftovers = |m: &str| session_procs_with(pid, m);
     for m in ["sleep 31.41", "sleep 31.42", "sleep 31.43"] {
-        let gone = wait_until(Duration::from_secs(10), || leftovers(m).is_empty());
+        let gone = wait_until(Duration::from_secs(20), || leftovers(m).is_empty());
         t.check(
             gone,
             format!("processes of `{m}` survive the timeout: {:?}", leftovers(m)),
