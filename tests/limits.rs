@@ -1242,7 +1242,7 @@ steps = [{{ shell = 'touch {marker}; sleep 0.5; printf done' }}]
         &json!(["done"]),
         "Result of the run SIGINT let finish",
     );
-    let exit = t.wait_exit(Duration::from_secs(15));
+    let exit = t.wait_exit(Duration::from_secs(30));
     t.check(
         exit.is_some_and(|s| s.code() == Some(0)),
         format!("exit after SIGINT: {exit:?}"),

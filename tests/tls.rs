@@ -561,9 +561,9 @@ fn expiry_is_in_metrics_and_healthz_and_check_warns_under_14_days() {
 fn idle_and_stalled_handshakes_do_not_delay_others_and_are_closed_at_the_timeout() {
     // Under a handshake on the accept thread, the first silent client
     // would hold every later one for the whole timeout.
-    let timeout = Duration::from_secs(8);
+    let timeout = Duration::from_secs(12);
     let server = format!(
-        "{}tls_handshake_timeout = \"8s\"\n",
+        "{}tls_handshake_timeout = \"12s\"\n",
         tls_server("one.pem", "one.key")
     );
     let dir = setup_tls("tls-slow", &server);
@@ -585,8 +585,10 @@ fn idle_and_stalled_handshakes_do_not_delay_others_and_are_closed_at_the_timeout
         worst = worst.max(start.elapsed());
     }
     eprintln!("healthz over TLS beside 220 silent clients: worst of 10 {worst:?}");
+    // Held behind a silent client, a request would wait the whole timeout
+    // at least; below it is a loaded machine's delay, not a measure.
     t.check(
-        worst < timeout / 2,
+        worst < timeout,
         format!("healthz took {worst:?} beside silent clients (timeout {timeout:?})"),
     );
     // Every silent client is closed by the server after the timeout.
