@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::cluster::{
-    accept_runs, accept_slow, app_key, async_url, bearer_call, haproxy_bin, owner, run_url, wait_terminal,
-    Haproxy, Load, Node,
+    accept_runs, accept_slow, app_key, async_url, bearer_call, haproxy_bin, owner, run_url,
+    wait_terminal, Haproxy, Load, Node,
 };
 use crate::util::*;
 

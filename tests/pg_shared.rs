@@ -369,9 +369,7 @@ fn while_the_database_is_down_logins_and_sessions_answer_503_and_come_back() {
     page(&t, &token, false).err(503, "state_unavailable");
     // Bearer keys: once the copy is unconfirmed for 5 s (fail closed: a
     // revocation could not be seen).
-    let closed = wait_until(PG_WAIT, || {
-        bearer_call(&t, &key).status == 503
-    });
+    let closed = wait_until(PG_WAIT, || bearer_call(&t, &key).status == 503);
     assert!(closed, "a bearer key kept working with the database down");
     let config = dir.path_str("config.toml");
     let out = trigd(
