@@ -520,9 +520,15 @@ fn postgresql_stopped_and_started_under_load_loses_nothing() {
         "503 state_unavailable while PostgreSQL is down; bad: {:?}",
         lock(&seen).bad
     );
+    // Each instance learns it at its next use of the database (a failed
+    // one), or by a ping once none came for a second.
     for n in &nodes {
-        let r = n.client().get("/healthz");
-        r.check_eq(r.status, 503, "not ready while the database is down");
+        let c = n.client();
+        assert!(
+            wait_until(PG_WAIT, || c.get("/healthz").status == 503),
+            "{} not ready while the database is down",
+            n.name
+        );
     }
     pg.start_again();
     let after = accepted() + 10;
