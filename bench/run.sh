@@ -57,7 +57,7 @@ ONLY=${BENCH_ONLY:-}                           # cases to run (names, space-sepa
 [[ -n $ONLY ]] && d_results=$BENCH_DIR/RESULTS.only.md
 RESULTS=${BENCH_RESULTS:-$d_results}
 SKIP_TRIGD=${BENCH_SKIP_TRIGD:-0}              # 1: webhook side + floor only (development aid)
-MAX_RUNS=16                                    # trigd max_concurrent_runs
+MAX_RUNS=${BENCH_MAX_RUNS:-16}                  # trigd max_concurrent_runs
 KEY="bench-key-4f1c2a9e7d3b"                   # fixed API key; config holds its sha256
 
 # want CASE: whether BENCH_ONLY (empty: every case) names CASE
