@@ -10,7 +10,9 @@
 //!
 //! Migration 1 is every table of this round, one `.sql` file per concern
 //! (`runs.sql`, `cluster.sql`, `shared.sql`); migration 2 the columns of
-//! concurrency groups (`groups.sql`). A later change is a new entry of
+//! concurrency groups (`groups.sql`); migration 3 drops the indexes of
+//! `trigd_runs` no query used, which every run write paid for
+//! (`indexes.sql`). A later change is a new entry of
 //! [`MIGRATIONS`], never an edit of an applied one.
 
 use postgres::{Client, Transaction};
@@ -28,6 +30,7 @@ pub const MIGRATIONS: &[(i32, &str)] = &[
         ),
     ),
     (2, include_str!("groups.sql")),
+    (3, include_str!("indexes.sql")),
 ];
 
 /// The schema version this trigd writes and reads.

@@ -1,0 +1,18 @@
+-- Fewer indexes on trigd_runs (issue 32, migration 3; owner: pg). A sync
+-- run writes its row twice (`running`, then its end), and neither write
+-- can be a HOT update (`state` is in the partial indexes' predicates), so
+-- every write adds an entry to each index whose predicate it meets. These
+-- indexes served no query:
+-- the take reads trigd_runs_free, not trigd_runs_queue;
+DROP INDEX trigd_runs_queue;
+-- the run list orders by trigd_runs_list, never by (created_at, seq);
+DROP INDEX trigd_runs_created;
+-- no query filters on owner or state alone with seq (the list's filters
+-- are checked along trigd_runs_list; a lease's runs and the cluster
+-- queue have their partial indexes);
+DROP INDEX trigd_runs_state;
+DROP INDEX trigd_runs_owner;
+-- and the trim of old runs looks for the boundary by seq among ended runs,
+-- which an index on ended_at did not give (a scan of the whole table).
+DROP INDEX trigd_runs_ended;
+CREATE INDEX trigd_runs_ended ON trigd_runs (seq) WHERE ended_at IS NOT NULL;
