@@ -4,7 +4,7 @@
 #
 #   bench/ab.sh [-c CASE] [-r ROUNDS] [-s SECONDS] LABEL=BINARY[,VAR=VALUE...] ...
 #
-# CASE: true1, true8 (default), true32, echo8 or reject8, as in
+# CASE: true1, true8 (default), true32, echo8, echo32 or reject8, as in
 # bench/run.sh. Every variant is started once on the same configuration;
 # then each round measures each of them with wrk for SECONDS (the order
 # rotates from round to round), and the table gives per variant the median
@@ -37,6 +37,7 @@ true1) CONNS=1 PATH_Q="/api?api_key=$KEY&program_id=1" ;;
 true8) CONNS=8 PATH_Q="/api?api_key=$KEY&program_id=1" ;;
 true32) CONNS=32 PATH_Q="/api?api_key=$KEY&program_id=1" ;;
 echo8) CONNS=8 PATH_Q="/api?api_key=$KEY&program_id=2&variables=hello&variables=world" ;;
+echo32) CONNS=32 PATH_Q="/api?api_key=$KEY&program_id=2&variables=hello&variables=world" ;;
 reject8) CONNS=8 PATH_Q="/api?api_key=wrong-$KEY&program_id=1" ;;
 *) echo "ab.sh: unknown case $CASE" >&2; exit 2 ;;
 esac
@@ -50,7 +51,9 @@ cleanup() {
     rm -rf "$WORK"
 }
 trap cleanup EXIT
-printf 'secret\n' >"$WORK/secret"
+# In a directory of its own, as in bench/run.sh (trigd watches it).
+mkdir -p "$WORK/secrets"
+printf 'secret\n' >"$WORK/secrets/secret"
 
 mem_of() { awk '/^VmRSS:/ {r=$2} /^VmHWM:/ {h=$2} END {print r+0, h+0}' "/proc/$1/status"; }
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {
@@ -67,7 +70,7 @@ for spec in "$@"; do
     dir=$WORK/v$i
     max_runs=16
     for e in "${envs[@]+"${envs[@]}"}"; do [[ $e == MAX_RUNS=* ]] && max_runs=${e#MAX_RUNS=}; done
-    write_trigd_config "$dir" "$SHA" "$max_runs" "$WORK/secret" "$WORK/async$i.out" "$WORK/once$i.out"
+    write_trigd_config "$dir" "$SHA" "$max_runs" "$WORK/secrets/secret" "$WORK/async$i.out" "$WORK/once$i.out"
     env "${envs[@]+"${envs[@]}"}" "$bin" serve --config "$dir/config.toml" --listen 127.0.0.1:0 \
         >"$dir.out" 2>/dev/null &
     pid=$!

@@ -118,6 +118,36 @@ fn three_pushes_while_one_deploy_runs_only_the_latest_runs_afterwards() {
     t.check_eq(ran, vec!["a".into(), "d".into(), "x".into()], "what ran");
 }
 
+/// A full queue (`max_queued_runs`) still takes a run that replaces a
+/// waiting one of its key: the queue does not grow. A run of another key
+/// (no slot free either) finds it full and is answered 503 `busy`; it
+/// starts once the queue has room.
+#[test]
+fn a_run_that_replaces_a_pending_one_is_taken_by_a_full_queue() {
+    let prog = deploy(1, "deploy", "replace_pending", "deploy-{branch}");
+    let (dir, t) = serve(
+        "groups_replace_full",
+        "max_queued_runs = 1\nmax_concurrent_runs = 1",
+        &[("deploy.toml", &prog)],
+    );
+    let a = push(&t, 1, "main", "a");
+    wait_started(&t, &dir, "a");
+    let b = push(&t, 1, "main", "b");
+    let c = push(&t, 1, "main", "c");
+    let rb = wait_run_state(&t, &b, "superseded");
+    t.check_eq(field(&rb, "SupersededBy"), &json!(c), "b superseded by c");
+    let r = t.post(&push_path(1, "dev", "x", true));
+    r.err(503, "busy");
+    dir.write("work/release-a", "");
+    wait_started(&t, &dir, "c");
+    dir.write("work/release-c", "");
+    wait_run_state(&t, &a, "finished");
+    wait_run_state(&t, &c, "finished");
+    let x = push(&t, 1, "dev", "x");
+    dir.write("work/release-x", "");
+    wait_run_state(&t, &x, "finished");
+}
+
 /// A superseded run's page shows its group and links the run that
 /// replaced it.
 #[test]

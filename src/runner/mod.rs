@@ -984,7 +984,7 @@ impl Runner {
             return Ok(Place::Slot);
         }
         let waiting = s.queue.len();
-        let queue_full = waiting + s.reserved >= max_queued;
+        let queue_full = waiting + s.reserved >= max_queued && !s.replaces(g);
         // A run that waits in memory counts like a waiting sync run.
         let budget = job.cfg.server.max_waiting_bytes;
         if !queue_full && self.waiting_bytes.load(Ordering::SeqCst) + held <= budget {

@@ -188,6 +188,17 @@ impl Slots {
         self.running(&g.key) + waiting >= g.limit
     }
 
+    /// Whether a new run of group `g` takes the place of a run of its key
+    /// waiting now (`replace_pending`, `cancel_running`: [`Slots::make_room`]
+    /// takes that one out of the queue), so that it needs no room in a
+    /// full queue.
+    pub(super) fn replaces(&self, g: Option<&GroupClaim>) -> bool {
+        g.is_some_and(|g| {
+            matches!(g.policy, Policy::ReplacePending | Policy::CancelRunning)
+                && self.queue.iter().any(|w| same_group(w, &g.key))
+        })
+    }
+
     /// Make room for run `by` of group `g`, about to wait: with
     /// `replace_pending` and `cancel_running` the runs of its key waiting
     /// now leave the queue, superseded by it (a sync caller's ticket says
