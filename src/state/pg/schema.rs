@@ -10,9 +10,8 @@
 //!
 //! Migration 1 is every table of this round, one `.sql` file per concern
 //! (`runs.sql`, `cluster.sql`, `shared.sql`); migration 2 the columns of
-//! concurrency groups (`groups.sql`); migration 3 drops the indexes of
-//! `trigd_runs` no query used, which every run write paid for
-//! (`indexes.sql`). A later change is a new entry of
+//! concurrency groups (`groups.sql`); migration 3 leaves `trigd_runs`
+//! fewer indexes, which every run write pays for (`indexes.sql`). A later change is a new entry of
 //! [`MIGRATIONS`], never an edit of an applied one.
 
 use postgres::{Client, Transaction};
