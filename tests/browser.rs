@@ -75,7 +75,7 @@ impl Browser {
                 .expect("target dir")
                 .join("screenshots"),
         };
-        let ready = wait_until(Duration::from_secs(20), || {
+        let ready = wait_until(Duration::from_secs(30), || {
             b.client
                 .try_request("GET", "/status", &[], b"")
                 .ok()
@@ -241,8 +241,8 @@ impl Browser {
     #[track_caller]
     fn wait_for(&self, css: &str) {
         assert!(
-            wait_until(Duration::from_secs(10), || self.exists(css)),
-            "no {css:?} on {} within 10s",
+            wait_until(Duration::from_secs(30), || self.exists(css)),
+            "no {css:?} on {} within 30s",
             self.url()
         );
     }
@@ -306,8 +306,8 @@ fn driver_port(driver: &mut Child) -> u16 {
             }
         }
     });
-    rx.recv_timeout(Duration::from_secs(20))
-        .expect("chromedriver did not say which port it listens on within 20 s")
+    rx.recv_timeout(Duration::from_secs(30))
+        .expect("chromedriver did not say which port it listens on within 30 s")
 }
 
 #[test]
@@ -342,7 +342,7 @@ fn browser_login_key_endpoints_logout() {
     assert!(k1.starts_with("tk_") && k1.len() == 67, "key {k1:?}");
     b.click("button[data-copy=app-key]");
     assert!(
-        wait_until(Duration::from_secs(15), || b.text("#app-key-status")
+        wait_until(Duration::from_secs(30), || b.text("#app-key-status")
             == "Copied."),
         "the Copy button reported {:?}",
         b.text("#app-key-status")
@@ -376,7 +376,7 @@ fn browser_login_key_endpoints_logout() {
     );
     b.click("button[data-copy=curl-0-1]");
     assert!(
-        wait_until(Duration::from_secs(15), || b.text("#curl-0-1-status")
+        wait_until(Duration::from_secs(30), || b.text("#curl-0-1-status")
             == "Copied."),
         "copy curl reported {:?}",
         b.text("#curl-0-1-status")
@@ -444,7 +444,7 @@ fn browser_public_switch_through_confirmation() {
     b.click("#confirm-public");
     b.wait_for("#switch-state-production");
     assert!(
-        wait_until(Duration::from_secs(10), || state() == "on"),
+        wait_until(Duration::from_secs(30), || state() == "on"),
         "the view shows {:?} at {}",
         state(),
         b.url()
@@ -461,7 +461,7 @@ fn browser_public_switch_through_confirmation() {
     assert_eq!(b.text("#switch-production"), "Turn off");
     b.click("#switch-production");
     assert!(
-        wait_until(Duration::from_secs(10), || b
+        wait_until(Duration::from_secs(30), || b
             .exists("#switch-state-production")
             && state() == "off"),
         "the view shows {:?}",
@@ -570,12 +570,14 @@ fn browser_run_page_follows_output_and_cancels() {
     b.screenshot("runs-01-untrusted-output");
 
     // A run printing a line every 200 ms: lines appear while it runs, and
-    // the page ends by itself on the final state.
-    let ticks = run(&t, 2, "ticks", "&run_async=true");
+    // the page ends by itself on the final state. It waits after its
+    // second line until told: a loaded machine may take longer to load
+    // the page than the run's 3 s.
+    let ticks = run(&t, 2, "ticks_gated", "&run_async=true");
     b.go(&format!("{base}/runs/{ticks}"));
     b.wait_for("pre[data-follow]");
     assert!(
-        wait_until(Duration::from_secs(20), || b
+        wait_until(Duration::from_secs(30), || b
             .text("#output")
             .contains("tick 2")),
         "no live output: {:?}",
@@ -587,6 +589,7 @@ fn browser_run_page_follows_output_and_cancels() {
         "the page showed lines before the end"
     );
     b.screenshot("runs-02-live-output");
+    dir.write("work/go-ticks", "");
     assert!(
         wait_until(Duration::from_secs(30), || b
             .exists("#state.state-finished")),
@@ -600,7 +603,7 @@ fn browser_run_page_follows_output_and_cancels() {
 
     // Cancel from the page: no process of the group is left.
     let id = run(&t, 2, "stubborn", "&run_async=true");
-    t.wait_for(Duration::from_secs(20), "the run to start", || {
+    t.wait_for(Duration::from_secs(30), "the run to start", || {
         dir.read_opt("work/leader")
             .is_some_and(|s| !s.trim().is_empty())
     });
@@ -616,7 +619,7 @@ fn browser_run_page_follows_output_and_cancels() {
     b.screenshot("runs-03-cancelled");
     assert_eq!(state(&id), "cancelled");
     assert!(
-        wait_until(Duration::from_secs(20), || group_members(leader).is_empty()),
+        wait_until(Duration::from_secs(30), || group_members(leader).is_empty()),
         "processes of the group left: {:?}",
         group_members(leader)
     );

@@ -180,7 +180,9 @@ fn setup_cb_server(
         ("backoff", r#""100ms""#),
         ("backoff_max", r#""300ms""#),
         ("retry_for", r#""5m""#),
-        ("timeout", r#""5s""#),
+        // Far above a local answer's time, also on a loaded machine: an
+        // attempt timed out would be one attempt too many.
+        ("timeout", r#""20s""#),
         ("workers", "1"),
     ]
     .into_iter()

@@ -26,7 +26,10 @@ use serde_json::json;
 
 use crate::util::*;
 
-/// Program 1: `quick` answers at once, `slow` takes 2 s.
+/// Program 1: `quick` answers at once, `slow` takes 2 s, `gated` ends
+/// once `go` exists in the directory above the program file (at most
+/// 60 s): a run that holds its slot until the test says, however slow the
+/// machine.
 pub(crate) const WORK: &str = r#"
 id = 1
 name = "work"
@@ -40,6 +43,11 @@ steps = [{ shell = "printf ok" }]
 [[functions]]
 name = "slow"
 steps = [{ shell = "sleep 2; printf slow" }]
+[functions.webhook]
+
+[[functions]]
+name = "gated"
+steps = [{ shell = "i=0; while [ ! -e ../go ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; printf gated" }]
 [functions.webhook]
 "#;
 
@@ -56,12 +64,27 @@ pub(crate) fn async_url(function: &str) -> String {
 
 /// Accept `n` async runs of `slow` through `c`; their ids.
 pub(crate) fn accept_slow(c: &Client, n: usize) -> Vec<String> {
+    accept_runs(c, "slow", n)
+}
+
+/// Accept `n` async runs of `function` through `c`; their ids.
+pub(crate) fn accept_runs(c: &Client, function: &str, n: usize) -> Vec<String> {
     (0..n)
         .map(|_| {
-            let r = c.post(&async_url("slow"));
+            let r = c.post(&async_url(function));
             r.run_id(&r.ok())
         })
         .collect()
+}
+
+/// Wait until every run of `ids` is `running` (read through `c`).
+fn wait_running(c: &Client, ids: &[String]) {
+    let mut states = Vec::new();
+    let running = wait_until(WAIT, || {
+        states = ids.iter().map(|id| state(c, id)).collect();
+        states.iter().all(|s| s == "running")
+    });
+    assert!(running, "runs {ids:?} not running: {states:?}");
 }
 
 /// The last line of `state/runs.log` of `dir` naming run `id` (empty
@@ -288,7 +311,7 @@ impl Node {
         let dir = root.path(name);
         fs::create_dir_all(dir.join("programs")).unwrap();
         let server = format!(
-            "instance = {name:?}\nmax_concurrent_runs = 2\ndrain_delay = \"4s\"\n\
+            "instance = {name:?}\nmax_concurrent_runs = 2\ndrain_delay = \"30s\"\n\
              shutdown_grace = \"30s\"\ntrusted_proxies = [\"127.0.0.1\"]\n{server}"
         );
         let text = cluster_config(&server) + &tail(&dir);
@@ -333,7 +356,8 @@ impl Node {
             .stderr(log)
             .spawn()
             .expect("spawn trigd");
-        let line = first_line(child.stdout.take().unwrap()).recv_timeout(Duration::from_secs(15));
+        // A bound for a start that never comes (as the harness's 30 s).
+        let line = first_line(child.stdout.take().unwrap()).recv_timeout(Duration::from_secs(30));
         self.child = Some(child);
         match line {
             Ok(Ok(l)) if l.starts_with("listening on") => {}
@@ -807,13 +831,19 @@ fn shared_keys_and_sticky_sessions(lb: &Client, nodes: &[Node]) {
 /// nothing sent after that fails, the survivors' runs finish, and t2's runs
 /// reach a final state once it is back.
 fn kill9_under_load(hx: &Haproxy, lb: &Client, nodes: &mut [Node]) {
-    // Runs accepted by t2 before the kill: two running, two queued.
+    // Runs accepted by t2 before the kill: two running, two queued. The
+    // running ones are gated: a 2 s run could end before the kill on a
+    // loaded machine.
     let t2 = nodes[1].client();
-    let t2_slow = accept_slow(&t2, 4);
+    let mut t2_slow = accept_runs(&t2, "gated", 2);
+    wait_running(&t2, &t2_slow);
+    t2_slow.extend(accept_slow(&t2, 2));
     let load = Load::start(lb, 3);
     load.wait_accepted(15, "before the kill");
     nodes[1].kill9();
-    let took = hx.wait_status("t2", "DOWN", Duration::from_secs(10));
+    // The gated processes outlive trigd: let them end.
+    fs::write(nodes[1].dir.join("go"), "").unwrap();
+    let took = hx.wait_status("t2", "DOWN", Duration::from_secs(30));
     eprintln!("HAProxy marked t2 DOWN {took:?} after kill -9 (inter 250ms, fall 2)");
     let down = Instant::now();
     load.wait_accepted(15, "after t2 was marked down");
@@ -868,11 +898,13 @@ fn kill9_under_load(hx: &Haproxy, lb: &Client, nodes: &mut [Node]) {
 /// SIGTERM of t3 under load: it drains (HAProxy marks it down while it
 /// still serves), finishes what it accepted, exits 0; no request fails.
 fn sigterm_under_load(hx: &Haproxy, lb: &Client, nodes: &mut [Node]) {
-    let t3_slow = accept_slow(&nodes[2].client(), 3);
+    // Gated runs: t3 cannot finish them, and exit, before the checks of
+    // its draining below (2 s runs could end first on a loaded machine).
+    let t3_slow = accept_runs(&nodes[2].client(), "gated", 3);
     let load = Load::start(lb, 3);
     load.wait_accepted(15, "before SIGTERM");
     nodes[2].sigterm();
-    hx.wait_status("t3", "DOWN", Duration::from_secs(10));
+    hx.wait_status("t3", "DOWN", Duration::from_secs(30));
     // The balancer stopped sending before t3 stopped accepting: t3 still
     // answers, and says it is draining.
     assert!(
@@ -890,6 +922,10 @@ fn sigterm_under_load(hx: &Haproxy, lb: &Client, nodes: &mut [Node]) {
         &json!(t3_slow[0]),
         "a draining instance's run",
     );
+    // The drain (30 s: HAProxy's marking down may take seconds on a
+    // loaded machine) is ended early by a second signal, as operators do.
+    fs::write(nodes[2].dir.join("go"), "").unwrap();
+    nodes[2].sigterm();
     let st = nodes[2]
         .wait_exit(Duration::from_secs(40))
         .expect("t3 exits within 40s of SIGTERM");

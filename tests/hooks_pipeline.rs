@@ -88,15 +88,23 @@ fn runs_are(t: &Trigd, dir: &TestDir, want: &[&str], what: &str) {
     t.check(got == want, format!("{what}: runs {got:?}, want {want:?}"));
 }
 
-/// The run ids of the access-log lines of `POST /hooks/<id>`, in order.
-fn logged_runs(t: &Trigd, id: &str) -> Vec<String> {
+/// The run ids of the access-log lines of `POST /hooks/<id>`, in order,
+/// once there are `n` of them: a line another thread's log write holds up
+/// may come a moment after its answer.
+fn logged_runs(t: &Trigd, id: &str, n: usize) -> Vec<String> {
     let needle = format!(" POST /hooks/{id} ");
-    t.stderr_tail()
-        .lines()
-        .filter(|l| l.contains(&needle))
-        .filter_map(|l| l.split(" run=").nth(1))
-        .map(|r| r.trim().to_string())
-        .collect()
+    let mut ids = Vec::new();
+    wait_until(WAIT, || {
+        ids = t
+            .stderr_tail()
+            .lines()
+            .filter(|l| l.contains(&needle))
+            .filter_map(|l| l.split(" run=").nth(1))
+            .map(|r| r.trim().to_string())
+            .collect();
+        ids.len() >= n
+    });
+    ids
 }
 
 #[test]
@@ -120,7 +128,7 @@ fn an_idempotency_key_on_a_hook_runs_once_and_a_repeat_gets_its_answer() {
         "Content-Type",
     );
     runs_are(&t, &dir, &["a "], "after the repeat");
-    let ids = logged_runs(&t, "out");
+    let ids = logged_runs(&t, "out", 2);
     t.check(
         ids.len() == 2 && ids[0] == ids[1],
         format!("both answers name one run: {ids:?}"),
@@ -152,7 +160,7 @@ fn an_idempotency_key_on_a_hook_runs_once_and_a_repeat_gets_its_answer() {
     again.status_is(202);
     again.check_eq(again.text(), "started".to_string(), "message");
     again.check_eq(again.header("Idempotent-Replayed"), Some("true"), "marked");
-    let ids = logged_runs(&t, "bg");
+    let ids = logged_runs(&t, "bg", 2);
     t.check(
         ids.len() == 2 && ids[0] == ids[1],
         format!("both answers name one run: {ids:?}"),

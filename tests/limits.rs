@@ -185,7 +185,7 @@ impl Launched {
         }
         let mut child = cmd.spawn().expect("spawn sh");
         let out = child.stdout.take().expect("piped");
-        let line = match first_line(out).recv_timeout(Duration::from_secs(10)) {
+        let line = match first_line(out).recv_timeout(Duration::from_secs(30)) {
             Ok(Ok(l)) => l,
             other => {
                 let _ = child.kill();
@@ -297,10 +297,12 @@ fn idle_connections_and_slowloris_do_not_starve_requests() {
         "idle connections: {idle}; VmRSS {rss_before} kB before, {rss} kB with them; \
          request latency p99 {p:?}, max {max:?}"
     );
-    // Generous bounds for a loaded 2-core machine: a request is ~1 ms idle.
+    // A bound against a request left waiting behind the idle connections
+    // (until they time out), not a measure: a request is ~1 ms on an idle
+    // machine, but a loaded 2-core CI machine can hold one for seconds.
     t.check(
-        max < Duration::from_secs(3),
-        format!("max latency {max:?} >= 3s"),
+        max < Duration::from_secs(20),
+        format!("max latency {max:?} >= 20s"),
     );
     // One thread per open connection, with a stack of which little is
     // touched: about 10-30 kB each.
@@ -323,7 +325,9 @@ fn past_max_connections_a_new_connection_gets_503_busy_at_once() {
     let took = start.elapsed();
     let v = r.err(503, "busy");
     assert!(r.header("Retry-After").is_some(), "Retry-After; {r:?} {v}");
-    assert!(took < Duration::from_secs(2), "503 took {took:?}");
+    // "At once": well before request_timeout (30 s) would end the wait
+    // for a request; not a measure (a loaded machine can take seconds).
+    assert!(took < Duration::from_secs(15), "503 took {took:?}");
     // One closes: new connections are served again.
     let c = held.pop().unwrap();
     c.shutdown(Shutdown::Both).unwrap();
@@ -422,8 +426,10 @@ fn oversized_requests_get_json_errors() {
         eprintln!("stalled body of {len} bytes cut off after {took:?}: {reply:?}");
         let reply = reply.unwrap_or_else(|e| panic!("no reply to a stalled body of {len}: {e}"));
         reply.err(408, "request_timeout");
+        // Not before the deadline; the upper bound only tells the 1 s
+        // deadline from a hang (the client gives up after 30 s).
         assert!(
-            took >= Duration::from_millis(900) && took < Duration::from_secs(5),
+            took >= Duration::from_millis(900) && took < Duration::from_secs(20),
             "cut off after {took:?}, want about 1s"
         );
     }
@@ -681,8 +687,11 @@ fn keep_alive_connections_are_served_fairly_with_two_workers() {
         "keep-alive fairness: {CONNS} connections x {REQS} requests, workers = 2: \
          all answered; p99 {p:?}, max {max:?}"
     );
-    // Generous: an answer takes ~1 ms (a run ~5 ms) when the machine is idle.
-    t.check(p < Duration::from_secs(2), format!("p99 {p:?} >= 2s"));
+    // An answer takes ~1 ms (a run ~5 ms) when the machine is idle; the
+    // unfairness looked for is a worker kept by an idle keep-alive
+    // connection until request_timeout (20 s). The bound tells that from
+    // a loaded machine's delays, it is not a measure.
+    t.check(p < Duration::from_secs(10), format!("p99 {p:?} >= 10s"));
 }
 
 /// Threads of process `pid` now (`/proc/<pid>/task`).
@@ -1151,7 +1160,7 @@ command = ["true"]
     // otherwise sleep.
     let leftovers = |m: &str| session_procs_with(pid, m);
     for m in ["sleep 31.41", "sleep 31.42", "sleep 31.43"] {
-        let gone = wait_until(Duration::from_secs(10), || leftovers(m).is_empty());
+        let gone = wait_until(Duration::from_secs(20), || leftovers(m).is_empty());
         t.check(
             gone,
             format!("processes of `{m}` survive the timeout: {:?}", leftovers(m)),
@@ -1233,7 +1242,7 @@ steps = [{{ shell = 'touch {marker}; sleep 0.5; printf done' }}]
         &json!(["done"]),
         "Result of the run SIGINT let finish",
     );
-    let exit = t.wait_exit(Duration::from_secs(15));
+    let exit = t.wait_exit(Duration::from_secs(30));
     t.check(
         exit.is_some_and(|s| s.code() == Some(0)),
         format!("exit after SIGINT: {exit:?}"),

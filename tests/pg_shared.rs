@@ -160,10 +160,8 @@ fn an_application_key_made_on_one_instance_works_on_the_other_and_regenerating_s
     bearer_call(&b, &first).err(401, "unauthorized");
     // a learns it by NOTIFY (milliseconds); the documented bound is 5 s.
     let t0 = Instant::now();
-    let refused = wait_until(Duration::from_secs(15), || {
-        bearer_call(&a, &first).status == 401
-    });
-    assert!(refused, "the old key still works on a after 15 s");
+    let refused = wait_until(PG_WAIT, || bearer_call(&a, &first).status == 401);
+    assert!(refused, "the old key still works on a after {PG_WAIT:?}");
     eprintln!(
         "old key refused on a {:?} after b regenerated it",
         t0.elapsed()
@@ -173,7 +171,7 @@ fn an_application_key_made_on_one_instance_works_on_the_other_and_regenerating_s
 
     // A key deleted by hand (psql) stops too: the trigger notifies.
     db.psql("DELETE FROM trigd_app_keys");
-    let gone = wait_until(Duration::from_secs(15), || {
+    let gone = wait_until(PG_WAIT, || {
         bearer_call(&a, &second).status == 401 && bearer_call(&b, &second).status == 401
     });
     assert!(gone, "a deleted key still works");
@@ -186,7 +184,7 @@ fn a_bearer_request_costs_no_database_round_trip_once_the_watcher_listens() {
     // The watcher connects within a second or so; until then each lookup
     // asks the database once.
     let mut costs = Vec::new();
-    let free = wait_until(Duration::from_secs(15), || {
+    let free = wait_until(PG_WAIT, || {
         costs.push(lookup_cost(&a, &key));
         costs.len() >= 2 && costs[costs.len() - 2..] == [0, 0]
     });
@@ -371,9 +369,7 @@ fn while_the_database_is_down_logins_and_sessions_answer_503_and_come_back() {
     page(&t, &token, false).err(503, "state_unavailable");
     // Bearer keys: once the copy is unconfirmed for 5 s (fail closed: a
     // revocation could not be seen).
-    let closed = wait_until(Duration::from_secs(20), || {
-        bearer_call(&t, &key).status == 503
-    });
+    let closed = wait_until(PG_WAIT, || bearer_call(&t, &key).status == 503);
     assert!(closed, "a bearer key kept working with the database down");
     let config = dir.path_str("config.toml");
     let out = trigd(
@@ -394,7 +390,8 @@ fn while_the_database_is_down_logins_and_sessions_answer_503_and_come_back() {
         "and says it is the database",
     );
     pg.start_again();
-    let back = wait_until(Duration::from_secs(20), || {
+    // The watcher reconnects after a backoff of up to 10 s.
+    let back = wait_until(PG_WAIT, || {
         page(&t, &token, false).status == 200 && bearer_call(&t, &key).status == 200
     });
     assert!(
@@ -443,14 +440,16 @@ fn a_database_session_ends_after_session_idle_and_hostile_cookies_are_refused() 
     let dir = instance(&db, "pg_session_idle", "a");
     let text = dir.read("config.toml").replace(
         "instance = \"a\"",
-        "instance = \"a\"\nsession_idle = \"2s\"",
+        "instance = \"a\"\nsession_idle = \"3s\"",
     );
     dir.write("config.toml", &text);
     let t = Trigd::start(&dir);
     let token = login(&t);
     page(&t, &token, false).status_is(200);
     // Idle as the database's clock counts it: never less than this sleep.
-    std::thread::sleep(Duration::from_millis(2500));
+    // (3 s: the first use right after the login must come within it, also
+    // on a loaded machine.)
+    std::thread::sleep(Duration::from_millis(3500));
     page(&t, &token, false).err(401, "unauthorized");
     assert_eq!(
         db.count("SELECT count(*) FROM trigd_sessions"),

@@ -476,7 +476,7 @@ fn the_database_down_gives_503_state_unavailable_then_trigd_recovers() {
     t.post(&quick()).ok();
     // The first run's commits were not flushed: the immediate stop may
     // have lost them, and they are written again at the next lease tick.
-    t.wait_for(Duration::from_secs(10), "the first run known again", || {
+    t.wait_for(PG_WAIT, "the first run known again", || {
         t.get(&format!("/api/runs/{id}?api_key={KEY}")).status == 200
     });
 }

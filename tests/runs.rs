@@ -379,8 +379,8 @@ steps = [{ shell = "echo > started; sleep 1; echo done > finished; printf bye" }
     t.wait_for(WAIT, "the run to start", || dir.exists("work/started"));
     t.sigterm();
     let st = t
-        .wait_exit(Duration::from_secs(15))
-        .unwrap_or_else(|| t.fail("trigd did not exit within 15s of SIGTERM"));
+        .wait_exit(Duration::from_secs(30))
+        .unwrap_or_else(|| t.fail("trigd did not exit within 30s of SIGTERM"));
     t.check(
         dir.exists("work/finished"),
         "trigd exited before the running run finished",
@@ -428,8 +428,9 @@ steps = [{ shell = "sleep 30 & echo $! > bg.pid; wait" }]
     });
     t.sigterm();
     let st = t
-        .wait_exit(Duration::from_secs(10))
-        .unwrap_or_else(|| t.fail("trigd did not exit within 10s of SIGTERM (grace 1s)"));
+        // Tells the 1 s grace (+1 s kill_grace) from the step's own 30 s.
+        .wait_exit(Duration::from_secs(20))
+        .unwrap_or_else(|| t.fail("trigd did not exit within 20s of SIGTERM (grace 1s)"));
     t.check(
         st.code() == Some(0),
         format!("exit status after SIGTERM: {st}"),

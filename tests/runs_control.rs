@@ -408,7 +408,8 @@ fn a_rerun_is_refused_with_a_code_when_it_cannot_run() {
         "/api?api_key={KEY}&program_id=1&function=add&variables=apple"
     ));
     let orig = r.run_id(&r.ok());
-    let slow = run(&t, 2, "ticks", "&run_async=true");
+    // Gated: not ended before the re-run is asked, however slow the machine.
+    let slow = run(&t, 2, "ticks_gated", "&run_async=true");
     rerun(&t, &slow, "").err(409, "run_not_ended");
     t.post(&format!("/api/runs/{slow}/cancel?api_key={KEY}"));
     // Scope: a key that may not see the run does not learn it exists.

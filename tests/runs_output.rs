@@ -13,9 +13,12 @@ use serde_json::{json, Value};
 use crate::api::GATE;
 use crate::util::*;
 
-/// Program 3: `ticks` prints a line every 200 ms (ten lines); `noisy`
-/// prints untrusted text on both streams; `stubborn` ignores SIGTERM and
-/// leaves a grandchild in its group; `big` prints more than the bound.
+/// Program 3: `ticks` prints a line every 200 ms (ten lines);
+/// `ticks_gated` the same, waiting after its second line until `work/go`
+/// exists (at most 60 s: a check that it still runs cannot come too late
+/// on a loaded machine); `noisy` prints untrusted text on both streams;
+/// `stubborn` ignores SIGTERM and leaves a grandchild in its group; `big`
+/// prints more than the bound.
 pub const TICKS: &str = r#"
 id = 3
 name = "ticks"
@@ -24,6 +27,13 @@ name = "ticks"
 name = "ticks"
 timeout = "60s"
 steps = [{ shell = 'for i in 1 2 3 4 5 6 7 8 9 10; do echo "tick $i"; sleep 0.2; done' }]
+[functions.webhook]
+
+[[functions]]
+name = "ticks_gated"
+workdir = "../work"
+timeout = "90s"
+steps = [{ shell = 'for i in 1 2 3 4 5 6 7 8 9 10; do echo "tick $i"; sleep 0.2; if [ $i = 2 ]; then j=0; while [ ! -e go ] && [ $j -lt 600 ]; do sleep 0.1; j=$((j+1)); done; fi; done' }]
 [functions.webhook]
 
 [[functions]]
@@ -246,19 +256,21 @@ fn output_goes_with_its_run_under_run_retention() {
 
 #[test]
 fn a_followed_run_streams_lines_before_it_ends() {
-    let (_dir, t) = serve("output_follow", "", &[("ticks.toml", TICKS)]);
-    let r = t.post(&api("ticks", "&run_async=true"));
+    let (dir, t) = serve("output_follow", "", &[("ticks.toml", TICKS)]);
+    let r = t.post(&api("ticks_gated", "&run_async=true"));
     let id = r.run_id(&r.ok());
     let mut s = Stream::open(&t, "GET", &output_url(&id, "&follow=1"), "");
     assert!(s.head.starts_with("HTTP/1.1 200"), "{}", s.head);
     assert!(s.head.contains("text/event-stream"), "{}", s.head);
     assert!(s.until("tick 2"), "stream ended early: {}", s.text());
-    // The run prints ten lines 200 ms apart: it is still running now.
+    // The run waits after its second line until told: it is still
+    // running now.
     assert_eq!(
         state(&t, &id),
         json!("running"),
         "lines arrive while it runs"
     );
+    dir.write("work/go", "");
     let body = s.read_to_end();
     let end = end_event(&body);
     assert_eq!(end["State"], json!("finished"), "{body}");
@@ -281,8 +293,8 @@ fn a_followed_run_streams_lines_before_it_ends() {
 
 #[test]
 fn curl_n_reads_lines_as_they_are_printed() {
-    let (_dir, t) = serve("output_curl", "", &[("ticks.toml", TICKS)]);
-    let r = t.post(&api("ticks", "&run_async=true"));
+    let (dir, t) = serve("output_curl", "", &[("ticks.toml", TICKS)]);
+    let r = t.post(&api("ticks_gated", "&run_async=true"));
     let id = r.run_id(&r.ok());
     let url = format!("http://{}{}", t.addr, output_url(&id, "&follow=1"));
     let mut curl = Command::new("curl")
@@ -306,6 +318,7 @@ fn curl_n_reads_lines_as_they_are_printed() {
         json!("running"),
         "curl saw a line before the end"
     );
+    dir.write("work/go", "");
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     assert!(curl.wait().unwrap().success());
     let last_data = rest.iter().rev().find(|l| l.starts_with("data: ")).unwrap();
@@ -316,12 +329,12 @@ fn curl_n_reads_lines_as_they_are_printed() {
 
 #[test]
 fn a_sync_call_can_stream_and_ends_with_the_sync_answer() {
-    let (_dir, t) = serve(
+    let (dir, t) = serve(
         "output_sync_stream",
         "",
         &[("ticks.toml", TICKS), ("gate.toml", GATE)],
     );
-    let mut s = Stream::open(&t, "POST", &api("ticks", "&stream=1"), "");
+    let mut s = Stream::open(&t, "POST", &api("ticks_gated", "&stream=1"), "");
     assert!(s.head.starts_with("HTTP/1.1 200"), "{}", s.head);
     let id = s
         .head
@@ -335,6 +348,7 @@ fn a_sync_call_can_stream_and_ends_with_the_sync_answer() {
     if let Some(id) = &id {
         assert_eq!(state(&t, id), json!("running"));
     }
+    dir.write("work/go", "");
     let body = s.read_to_end();
     let end = end_event(&body);
     let result: String = (1..=10)

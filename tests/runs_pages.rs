@@ -14,7 +14,9 @@ use crate::ui::{cookie, hidden, key_on, login, ui_config, CSP, HTML, INV};
 use crate::util::*;
 
 /// Program 1 (the `inventory` tool's), program 2 in `ops` with untrusted
-/// output and a run that ignores SIGTERM, program 3 in `dev`.
+/// output, a run that ignores SIGTERM, `ticks` (a line every 200 ms, 15
+/// lines) and `ticks_gated` (the same, waiting after its second line until
+/// `work/go-ticks` exists), program 3 in `dev`.
 const PROGRAMS: [(&str, &str); 3] = [
     ("inv.toml", INV),
     (
@@ -39,6 +41,13 @@ steps = [{ shell = 'trap "" TERM; sleep 300 & echo $$ > leader; echo started; wa
 name = "ticks"
 timeout = "60s"
 steps = [{ shell = 'for i in $(seq 1 15); do echo "tick $i"; sleep 0.2; done' }]
+[functions.webhook]
+
+[[functions]]
+name = "ticks_gated"
+workdir = "../work"
+timeout = "90s"
+steps = [{ shell = 'for i in $(seq 1 15); do echo "tick $i"; sleep 0.2; if [ $i = 2 ]; then j=0; while [ ! -e go-ticks ] && [ $j -lt 600 ]; do sleep 0.1; j=$((j+1)); done; fi; done' }]
 [functions.webhook]
 "#,
     ),

@@ -407,15 +407,14 @@ fn certbot_renewal_through_symlinks_is_served_while_open_connections_go_on() {
     // Both symlinks move within the watcher's quiet time: one reload. (A
     // reader scheduled between the two would see a mismatched pair once
     // and keep the old one until the second: never a wrong pair served.)
-    t.check(
-        metric(&t, &cfg, "trigd_tls_reloads_total") >= 1.0,
-        "reloads counted",
-    );
-    t.check_eq(
-        metric(&t, &cfg, "trigd_tls_certificate_ok"),
-        1.0,
-        "certificate_ok",
-    );
+    // Counted and the error cleared a moment after the new pair is
+    // served: polled.
+    t.wait_for(WAIT, "the reload counted", || {
+        metric(&t, &cfg, "trigd_tls_reloads_total") >= 1.0
+    });
+    t.wait_for(WAIT, "certificate_ok 1", || {
+        metric(&t, &cfg, "trigd_tls_certificate_ok") == 1.0
+    });
 }
 
 #[test]
@@ -561,9 +560,9 @@ fn expiry_is_in_metrics_and_healthz_and_check_warns_under_14_days() {
 fn idle_and_stalled_handshakes_do_not_delay_others_and_are_closed_at_the_timeout() {
     // Under a handshake on the accept thread, the first silent client
     // would hold every later one for the whole timeout.
-    let timeout = Duration::from_secs(8);
+    let timeout = Duration::from_secs(12);
     let server = format!(
-        "{}tls_handshake_timeout = \"8s\"\n",
+        "{}tls_handshake_timeout = \"12s\"\n",
         tls_server("one.pem", "one.key")
     );
     let dir = setup_tls("tls-slow", &server);
@@ -585,8 +584,10 @@ fn idle_and_stalled_handshakes_do_not_delay_others_and_are_closed_at_the_timeout
         worst = worst.max(start.elapsed());
     }
     eprintln!("healthz over TLS beside 220 silent clients: worst of 10 {worst:?}");
+    // Held behind a silent client, a request would wait the whole timeout
+    // at least; below it is a loaded machine's delay, not a measure.
     t.check(
-        worst < timeout / 2,
+        worst < timeout,
         format!("healthz took {worst:?} beside silent clients (timeout {timeout:?})"),
     );
     // Every silent client is closed by the server after the timeout.

@@ -199,9 +199,18 @@ impl Timer {
             }
             let now = (self.clock.now)();
             let started = self.start_ahead(now);
+            // Occurrences that waited for a run now ended start first: each
+            // is then its schedule's running run when the firings due now
+            // are planned (`overlap`), as when the queue's look came before
+            // them. Planned after them, a firing saw the ended run and
+            // started beside the waiting one.
+            let waited = self.start_waiting();
+            if waited {
+                self.start_pending();
+            }
             let first = self.heap.peek().map(|Reverse((at, _))| *at);
             let t0 = std::time::Instant::now();
-            let changed = started | self.fire_due(now) | self.start_waiting();
+            let changed = started | waited | self.fire_due(now);
             let (planned, runs) = (t0.elapsed(), self.pending.len());
             // The records first, then the marks that name them.
             self.start_pending();
