@@ -11,7 +11,7 @@
 # req/s, p50 and p99 over the rounds with their spread (min–max), its idle
 # VmRSS (0.5 s after the first 200) and its VmRSS and VmHWM at the end.
 # VAR=VALUE pairs go into that variant's environment, except MAX_RUNS=N,
-# which sets its max_concurrent_runs (default 16). Needs wrk and curl.
+# which sets its max_concurrent_runs (default: trigd's own). Needs wrk and curl.
 set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -68,7 +68,7 @@ for spec in "$@"; do
     IFS=, read -r -a parts <<<"$rest"
     bin=${parts[0]} envs=("${parts[@]:1}")
     dir=$WORK/v$i
-    max_runs=16
+    max_runs=""
     for e in "${envs[@]+"${envs[@]}"}"; do [[ $e == MAX_RUNS=* ]] && max_runs=${e#MAX_RUNS=}; done
     write_trigd_config "$dir" "$SHA" "$max_runs" "$WORK/secrets/secret" "$WORK/async$i.out" "$WORK/once$i.out"
     env "${envs[@]+"${envs[@]}"}" "$bin" serve --config "$dir/config.toml" --listen 127.0.0.1:0 \

@@ -2,7 +2,8 @@
 # sourced by bench/run.sh.
 #
 #   trigd_base_config KEY_SHA256 MAX_RUNS
-#       print the [server] settings and the API key
+#       print the [server] settings and the API key (MAX_RUNS empty:
+#       max_concurrent_runs left to trigd's default)
 #   write_trigd_config DIR KEY_SHA256 MAX_RUNS SECRET_FILE ASYNC_OUT ONCE_OUT
 #       write DIR/config.toml (the base, one tool with a signed GitHub
 #       endpoint verified with SECRET_FILE), DIR/programs/ (ids 1-5: true,
@@ -14,7 +15,7 @@ trigd_base_config() {
 [server]
 listen = "127.0.0.1:0"
 workers = 8
-max_concurrent_runs = $2
+${2:+max_concurrent_runs = $2}
 shutdown_grace = "2s"
 # The peer has no failed-authentication limit: the rejected case would
 # otherwise turn every later request from 127.0.0.1 into 429.

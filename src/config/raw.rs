@@ -32,8 +32,26 @@ pub mod defaults {
     pub const PROGRAMS_DIR: &str = "programs";
     /// `state_dir`.
     pub const STATE_DIR: &str = "state";
-    /// `max_concurrent_runs`.
-    pub const MAX_CONCURRENT_RUNS: usize = 16;
+    /// `max_concurrent_runs`: runs per core when it is not set
+    /// ([`max_concurrent_runs`]).
+    pub const RUNS_PER_CORE: usize = 4;
+    /// `max_concurrent_runs` when it is not set, at least.
+    pub const MIN_CONCURRENT_RUNS: usize = 4;
+    /// `max_concurrent_runs` when it is not set, at most.
+    pub const MAX_DEFAULT_CONCURRENT_RUNS: usize = 64;
+
+    /// `max_concurrent_runs` when it is not set: [`RUNS_PER_CORE`] per core
+    /// this process may use (its CPU affinity and cgroup quota), within
+    /// [`MIN_CONCURRENT_RUNS`]..=[`MAX_DEFAULT_CONCURRENT_RUNS`]. Measured
+    /// on 2 cores (bench/README.md, "The tail at 32 connections"): 8 slots
+    /// gave sync calls at 32 connections a lower p99 than 16 (the runs
+    /// beyond the slots wait in the fair queue instead of taking turns on
+    /// the CPU) at the same throughput at 8 connections, and left the CPU
+    /// to accepting async runs under a burst.
+    pub fn max_concurrent_runs() -> usize {
+        (crate::sys::cores() * RUNS_PER_CORE)
+            .clamp(MIN_CONCURRENT_RUNS, MAX_DEFAULT_CONCURRENT_RUNS)
+    }
     /// `max_queued_runs`.
     pub const MAX_QUEUED_RUNS: usize = 100_000;
     /// `queue_timeout`, in seconds.

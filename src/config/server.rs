@@ -97,7 +97,12 @@ pub fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) ->
         fire_schedules,
         drain_delay,
         public_url: raw.public_url.as_ref().map(|u| u.get_ref().clone()),
-        max_concurrent_runs: count!(max_concurrent_runs, MAX_CONCURRENT_RUNS, 1),
+        max_concurrent_runs: r.count(
+            &raw.max_concurrent_runs,
+            "max_concurrent_runs",
+            defaults::max_concurrent_runs(),
+            1,
+        ),
         max_queued_runs: count!(max_queued_runs, MAX_QUEUED_RUNS, 0),
         run_timeout: duration!(run_timeout, RUN_TIMEOUT_SECS),
         kill_grace: duration!(kill_grace, KILL_GRACE_SECS),

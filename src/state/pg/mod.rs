@@ -112,9 +112,12 @@ struct Conn {
     prepared: HashMap<&'static str, Statement>,
 }
 
-/// The statements every connection prepares as it opens: the batched
-/// write of run records, on every run's path.
-const HOT: [(&str, &[Type]); 1] = [(runs::UPSERT, &runs::UPSERT_TYPES)];
+/// The statements every connection prepares as it opens: the writes of
+/// run records, batched and of one run, on every run's path.
+const HOT: [(&str, &[Type]); 2] = [
+    (runs::UPSERT, &runs::UPSERT_TYPES),
+    (runs::UPSERT_ONE, &runs::UPSERT_ONE_TYPES),
+];
 
 /// Connections open and idle.
 #[derive(Default)]

@@ -5,6 +5,8 @@
 //! same statement. Writes that arrive while another is in flight are sent
 //! together by the next one ([`Batch`]): concurrent async accepts share a
 //! round trip and a commit, as they share an `fdatasync` in `runs.log`.
+//! A run written alone without a claim, the usual write of a sync run,
+//! goes as a one-row statement ([`UPSERT_ONE`]), cheaper for the server.
 //!
 //! Fencing (for `cluster.sql`'s leases): an insert names this instance as
 //! the run's executor, except an async run accepted `queued`, which waits
@@ -84,6 +86,46 @@ pub const UPSERT_TYPES: [Type; 17] = [
     Type::TEXT,
     Type::BOOL,
     Type::BOOL,
+];
+
+/// [`UPSERT`] for a batch of one run that makes no claim, the usual write
+/// of a sync run (its `running` state, then its end): the same fenced
+/// upsert with scalar parameters, none of the arrays, the claims' insert
+/// and the CTE scans, which the server initialises at every execution
+/// even when unused (alone on PostgreSQL, `pgbench` with 8 clients, it
+/// wrote 1.25–2.3 times as many runs per second, median 1.5). `$12` durable, `$13` written again, `$14` this instance.
+pub const UPSERT_ONE: &str = "
+INSERT INTO trigd_runs AS r (id, state, program, function, tool, owner, origin,
+                             instance, created_at, ended_at, record)
+SELECT $1, $2, $3, $4, $5, $6, $7, $8,
+       timestamptz 'epoch' + $9 * interval '1 millisecond',
+       timestamptz 'epoch' + $10 * interval '1 millisecond',
+       $11::jsonb
+WHERE CASE WHEN $12 THEN true
+      ELSE set_config('synchronous_commit', 'off', true) IS NOT NULL END
+ON CONFLICT (id) DO UPDATE
+    SET state = excluded.state, ended_at = excluded.ended_at, record = excluded.record
+    WHERE (r.instance = $14 OR r.instance IS NULL)
+      AND NOT ($13 AND r.ended_at IS NOT NULL)
+RETURNING id";
+
+/// The types of [`UPSERT_ONE`]'s parameters, as [`Values::params`] gives
+/// them.
+pub const UPSERT_ONE_TYPES: [Type; 14] = [
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::INT8,
+    Type::INT8,
+    Type::TEXT,
+    Type::BOOL,
+    Type::BOOL,
+    Type::TEXT,
 ];
 
 /// The run list's page, as [`DbRuns::page`] reads it.
@@ -384,6 +426,11 @@ impl DbRuns {
     /// One statement for `rows`, then, when claims were lost, one to read
     /// who holds them; `again`: ends written again, not over an end.
     fn send(&self, rows: &[(u64, Row)], again: bool) -> Result<Written, DbError> {
+        if let [(_, row)] = rows {
+            if row.claim.is_none() {
+                return self.send_one(row, again);
+            }
+        }
         let cols = Columns::of(rows.iter().map(|(_, r)| r), &self.me);
         let me = self.me.clone();
         let durable = rows.iter().any(|(_, r)| r.durable);
@@ -410,6 +457,26 @@ impl DbRuns {
             written.lost = self.db.with(|c| holders(c, &lost_keys))?;
         }
         Ok(written)
+    }
+
+    /// [`DbRuns::send`] of one row without a claim ([`UPSERT_ONE`]).
+    fn send_one(&self, row: &Row, again: bool) -> Result<Written, DbError> {
+        let v = Values::of(&row.rec, &self.me);
+        let mut p = v.params();
+        p.push((&row.durable, Type::BOOL));
+        p.push((&again, Type::BOOL));
+        p.push((&self.me, Type::TEXT));
+        let (values, types): (Vec<_>, Vec<Type>) = p.into_iter().unzip();
+        let runs = self.db.query_prepared(UPSERT_ONE, &types, &values)?;
+        let runs = runs
+            .iter()
+            .map(|r| r.try_get(0))
+            .collect::<Result<_, _>>()
+            .map_err(DbError::from_pg)?;
+        Ok(Written {
+            runs,
+            lost: HashMap::new(),
+        })
     }
 
     /// The record of run `id`.
@@ -663,6 +730,61 @@ fn millis(t: Time) -> i64 {
     t.timestamp().as_millisecond()
 }
 
+/// One record's columns, as [`UPSERT_ONE`] takes them.
+struct Values {
+    id: String,
+    state: String,
+    program: Option<String>,
+    function: String,
+    tool: Option<String>,
+    owner: String,
+    origin: String,
+    instance: Option<String>,
+    created: i64,
+    ended: Option<i64>,
+    record: String,
+}
+
+impl Values {
+    fn of(rec: &RunRecord, me: &str) -> Values {
+        let waits = rec.r#async && rec.state == RunState::Queued;
+        Values {
+            id: rec.run.clone(),
+            state: rec.state.name().to_string(),
+            program: rec.owner.program().map(|p| p.to_string()),
+            function: rec.function.clone(),
+            tool: rec.tool.as_ref().map(|t| t.tool.clone()),
+            owner: owner_text(rec.owner),
+            origin: rec.by.to_string(),
+            instance: (!waits).then(|| me.to_string()),
+            created: millis(rec.created_at),
+            ended: rec
+                .finished_at
+                .filter(|_| rec.state.is_terminal())
+                .map(millis),
+            // A record always serialises (no maps with non-string keys).
+            record: serde_json::to_string(rec).unwrap_or_default(),
+        }
+    }
+
+    /// Parameters `$1`–`$11` of [`UPSERT_ONE`].
+    fn params(&self) -> Vec<(&(dyn postgres::types::ToSql + Sync), Type)> {
+        vec![
+            (&self.id, Type::TEXT),
+            (&self.state, Type::TEXT),
+            (&self.program, Type::TEXT),
+            (&self.function, Type::TEXT),
+            (&self.tool, Type::TEXT),
+            (&self.owner, Type::TEXT),
+            (&self.origin, Type::TEXT),
+            (&self.instance, Type::TEXT),
+            (&self.created, Type::INT8),
+            (&self.ended, Type::INT8),
+            (&self.record, Type::TEXT),
+        ]
+    }
+}
+
 /// The batch as the statement's parallel arrays.
 #[derive(Default)]
 struct Columns {
@@ -686,23 +808,18 @@ impl Columns {
     fn of<'r>(rows: impl Iterator<Item = &'r Row>, me: &str) -> Columns {
         let mut c = Columns::default();
         for Row { rec, claim, .. } in rows {
-            c.id.push(rec.run.clone());
-            c.state.push(rec.state.name().to_string());
-            c.program.push(rec.owner.program().map(|p| p.to_string()));
-            c.function.push(rec.function.clone());
-            c.tool.push(rec.tool.as_ref().map(|t| t.tool.clone()));
-            c.owner.push(owner_text(rec.owner));
-            c.origin.push(rec.by.to_string());
-            let waits = rec.r#async && rec.state == RunState::Queued;
-            c.instance.push((!waits).then(|| me.to_string()));
-            c.created.push(millis(rec.created_at));
-            c.ended.push(
-                rec.finished_at
-                    .filter(|_| rec.state.is_terminal())
-                    .map(millis),
-            );
-            c.record
-                .push(serde_json::to_string(rec).unwrap_or_default());
+            let v = Values::of(rec, me);
+            c.id.push(v.id);
+            c.state.push(v.state);
+            c.program.push(v.program);
+            c.function.push(v.function);
+            c.tool.push(v.tool);
+            c.owner.push(v.owner);
+            c.origin.push(v.origin);
+            c.instance.push(v.instance);
+            c.created.push(v.created);
+            c.ended.push(v.ended);
+            c.record.push(v.record);
             c.claim_key.push(claim.as_ref().map(|k| k.key.clone()));
             c.claim_req.push(claim.as_ref().map(|k| k.request.clone()));
             let ms = |k: &Claim| i64::try_from(k.window.as_millis()).unwrap_or(i64::MAX);

@@ -10,7 +10,8 @@
 //!
 //! Migration 1 is every table of this round, one `.sql` file per concern
 //! (`runs.sql`, `cluster.sql`, `shared.sql`); migration 2 the columns of
-//! concurrency groups (`groups.sql`). A later change is a new entry of
+//! concurrency groups (`groups.sql`); migration 3 leaves `trigd_runs`
+//! fewer indexes, which every run write pays for (`indexes.sql`). A later change is a new entry of
 //! [`MIGRATIONS`], never an edit of an applied one.
 
 use postgres::{Client, Transaction};
@@ -28,6 +29,7 @@ pub const MIGRATIONS: &[(i32, &str)] = &[
         ),
     ),
     (2, include_str!("groups.sql")),
+    (3, include_str!("indexes.sql")),
 ];
 
 /// The schema version this trigd writes and reads.
