@@ -622,6 +622,22 @@ fn a_sync_run_does_not_wait_for_the_wal_flush_an_async_accept_does() {
         200,
         "the sync run answered while flushes are held",
     );
+    // Its end, committed unflushed, is kept until a flushed commit covers
+    // it: the lease thread's barrier must itself wait for the flush (a
+    // barrier that wrote no WAL was committed at once, and the end was
+    // forgotten before it was on disk: the CI failure of
+    // pg_state::the_database_down_gives_503_state_unavailable_then_trigd_recovers).
+    t.wait_for(
+        WAIT,
+        "the barrier for the unflushed end waits for the flush",
+        || {
+            db.try_psql(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep' \
+             AND query LIKE '%pg_logical_emit_message%'",
+            )
+            .is_ok_and(|n| n != "0")
+        },
+    );
     // An async accept: held until the flush is let go.
     let c = t.client();
     let path = format!("/api?api_key={KEY}&program_id=1&function=quick&run_async=true");

@@ -238,12 +238,17 @@ struct Batch {
 const MAX_UNFLUSHED: usize = 4096;
 
 /// Says whether the WAL is flushed past every commit made before it, and
-/// which server answered: `txid_current()` gives the transaction an id,
-/// so its commit (synchronous, the connection's default) waits for the
-/// flush of the WAL up to its own commit record, which follows every
-/// commit made before the statement began.
+/// which server answered. A transactional logical message is WAL its
+/// transaction wrote, so the commit (synchronous, the connection's
+/// default) waits for the flush of the WAL up to its own commit record
+/// (and for a synchronous standby, where one is configured), which
+/// follows every commit made before the statement began. (`txid_current()`
+/// alone, the first version, writes no WAL: PostgreSQL commits such a
+/// transaction without waiting for any flush, so ends were forgotten that
+/// an immediate stop then lost.) Any role may emit one; it needs no
+/// `wal_level = logical`, only a decoder would read it.
 const FLUSHED: &str = "SELECT (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::int8 \
-                       FROM (SELECT txid_current()) AS t";
+                       FROM (SELECT pg_logical_emit_message(true, 'trigd', 'flushed')) AS t";
 
 /// The run records of one instance in the database.
 pub struct DbRuns {
