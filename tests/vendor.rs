@@ -134,11 +134,15 @@ fn request_heads_are_read_alike_in_one_piece_and_a_byte_at_a_time() {
 fn the_answer_to_a_last_request_says_connection_close() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
-    let handler: tiny_http::Handler = Arc::new(|rq: tiny_http::Request| {
-        let _ = if rq.url() == "/bytes" {
-            rq.respond_bytes(200, &[("Content-Type", "text/plain")], b"ok".to_vec())
-        } else {
-            rq.respond(tiny_http::Response::from_string("ok"))
+    let handler: tiny_http::Handler = Arc::new(|mut rq: tiny_http::Request| {
+        let _ = match rq.url() {
+            "/bytes" => rq.respond_bytes(200, &[("Content-Type", "text/plain")], b"ok".to_vec()),
+            // As trigd's server answers: the headers moved out first.
+            "/taken" => {
+                let _ = rq.take_headers();
+                rq.respond_bytes(200, &[("Content-Type", "text/plain")], b"ok".to_vec())
+            }
+            _ => rq.respond(tiny_http::Response::from_string("ok")),
         };
     });
     let limits = tiny_http::ServerLimits {
@@ -146,7 +150,7 @@ fn the_answer_to_a_last_request_says_connection_close() {
         ..Default::default()
     };
     let _server = tiny_http::Server::from_listener_with_handler(listener, limits, handler).unwrap();
-    for path in ["/bytes", "/response"] {
+    for path in ["/bytes", "/taken", "/response"] {
         for (version, connection, closes) in [
             ("1.1", "Connection: close\r\n", true),
             ("1.1", "Connection: Keep-Alive, Close\r\n", true),
@@ -162,5 +166,25 @@ fn the_answer_to_a_last_request_says_connection_close() {
             let want = closes.then_some("close");
             reply.check_eq(reply.header("Connection"), want, &format!("{head:?}"));
         }
+    }
+}
+
+/// The server's own answers say `Connection: close` to a request that
+/// ends its connection: its handler moves the request's headers out
+/// before answering (`Request::take_headers`), which once took the
+/// `Connection` header the answer is composed from (the connection was
+/// closed without a word: wrk counted a read error per request).
+#[test]
+fn trigd_says_connection_close_to_a_request_that_ends_its_connection() {
+    let (_dir, t) = serve("vendor_close", "", &[]);
+    for (head, want) in [
+        ("GET /healthz HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n", Some("close")),
+        ("POST /api?api_key=wrong HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", Some("close")),
+        ("GET /healthz HTTP/1.1\r\nHost: h\r\n\r\n", None),
+    ] {
+        let mut s = connect(&t.addr);
+        s.write_all(head.as_bytes()).unwrap();
+        let reply = read_reply(&mut std::io::BufReader::new(s)).unwrap();
+        reply.check_eq(reply.header("Connection"), want, &format!("{head:?}"));
     }
 }

@@ -273,16 +273,16 @@ impl Request {
     }
 
     /// (trigd patch) Moves the headers out of the request, without
-    ///  copying them, except `TE`, which the response still reads to choose
-    ///  its transfer encoding: [`Request::headers`] then lists only those.
+    ///  copying them, except those the response still reads: `TE`, to
+    ///  choose its transfer encoding (moved), and `Connection`, to say
+    ///  `Connection: close` when the request ends its connection (copied:
+    ///  the caller gets it too). [`Request::headers`] then lists only
+    ///  those.
     pub fn take_headers(&mut self) -> Vec<Header> {
         let mut all = std::mem::take(&mut self.headers);
-        if all.iter().any(|h| h.field.equiv("TE")) {
-            self.headers = all
-                .iter()
-                .filter(|h| h.field.equiv("TE"))
-                .cloned()
-                .collect();
+        let read_by_response = |h: &Header| h.field.equiv("TE") || h.field.equiv("Connection");
+        if all.iter().any(read_by_response) {
+            self.headers = all.iter().filter(|h| read_by_response(h)).cloned().collect();
             all.retain(|h| !h.field.equiv("TE"));
         }
         all
