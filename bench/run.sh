@@ -297,6 +297,42 @@ run_wrk() {
     return 0
 }
 
+url_port() { local p=${1#http://*:}; echo "${p%%/*}"; } # URL -> its port
+
+# trigd_idle PORT: whether the trigd on PORT has no run executing or
+# waiting: its gauges trigd_runs_in_flight and trigd_runs_queued (this
+# instance's slots and queue) and, for the cluster queue of the PostgreSQL
+# backend (rows, not in the gauge), no run listed `queued` or `running`
+# (GET /api/runs, docs/runs.md). Counting trigd's children with pgrep is
+# no such test: a run of append.sh lives about 1 ms, so a sample sees none
+# for a while even with thousands of runs still queued (2026-11-27: 0
+# children in 5 polls in a row while the gauges said 8 in flight and
+# 2,000+ queued).
+trigd_idle() {
+    local m st body
+    m=$(curl -s --max-time 5 "http://127.0.0.1:$1/metrics") || return 1
+    awk '$1 == "trigd_runs_in_flight" || $1 == "trigd_runs_queued" { n++; if ($2 != 0) busy = 1 }
+        END { exit !(n == 2 && !busy) }' <<<"$m" || return 1
+    for st in queued running; do
+        body=$(curl -s --max-time 5 -H "Authorization: Bearer $KEY" \
+            "http://127.0.0.1:$1/api/runs?state=$st&limit=1") || return 1
+        [[ $body == '{"Runs":[],'* ]] || return 1
+    done
+}
+
+# trigd_drain PORT BOUND_S -> DRAIN_S (seconds waited); status 0 once the
+# trigd on PORT is idle (trigd_idle), 1 when BOUND_S passed first.
+trigd_drain() {
+    local t0 deadline
+    now_us; t0=$NOW_US; deadline=$((t0 + $2 * 1000000))
+    while :; do
+        if trigd_idle "$1"; then now_us; DRAIN_S=$(calc "($NOW_US - $t0) / 1e6"); return 0; fi
+        now_us
+        ((NOW_US < deadline)) || { DRAIN_S=$(calc "($NOW_US - $t0) / 1e6"); return 1; }
+        snooze 0.1
+    done
+}
+
 # ---------------------------------------------------------------- start
 install_missing
 command -v cargo >/dev/null || ((SKIP_TRIGD)) || [[ -n ${BENCH_TRIGD:-} ]] || die "cargo not found (needed to build trigd)"
@@ -624,8 +660,14 @@ async_round() { # SIDE PID URL OUTFILE ROUND
     PIDS+=("$spid")
     now_us; t0=$NOW_US
     run_wrk "$WORK/wrk/async-$side-$r.txt" 32 "$ASYNC_SECS" "$url" 200
-    # settle: no child left and the line count unchanged for 1 s (at most 240 s)
     now_us; t_end=$NOW_US; deadline=$((t_end + 240000000)); stable_since=$t_end
+    # trigd: until no run is queued or running (its gauges and run list),
+    # so that no backlog is left for the cases after this one.
+    if [[ $side == trigd ]] && ! trigd_drain "$(url_port "$url")" 240; then
+        log "  $side: runs still queued or running 240 s after the load"
+        add "async.$side.note" "r$r:not-drained-after-240s"
+    fi
+    # settle: no child left and the line count unchanged for 1 s (at most 240 s)
     while :; do
         n=$(pgrep -c -P "$pid" 2>/dev/null) || n=0
         l=$(wc -l <"$file")
