@@ -11,7 +11,9 @@ use serde_json::json;
 
 use crate::util::*;
 
-/// A quick sync function and a slower async one.
+/// Quick sync functions (`quick` prints, `true` does not), `held` ends
+/// once its instance's `work/go` exists (at most 60 s), `stamp` writes
+/// the time it started to `work/started`, and `arg`.
 const PROG: &str = r#"
 id = 1
 name = "p"
@@ -20,6 +22,21 @@ name = "p"
 name = "quick"
 command = ["sh", "-c", "echo '{\"ok\":1}'"]
 output = "json"
+webhook = { active = true, outputs = [] }
+
+[[functions]]
+name = "true"
+command = ["true"]
+webhook = { active = true, outputs = [] }
+
+[[functions]]
+name = "held"
+steps = [{ shell = "i=0; while [ ! -e ../work/go ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done" }]
+webhook = { active = true, outputs = [] }
+
+[[functions]]
+name = "stamp"
+steps = [{ shell = "mkdir -p ../work && date +%s.%N > ../work/started" }]
 webhook = { active = true, outputs = [] }
 
 [[functions]]
@@ -195,8 +212,9 @@ fn a_sync_run_costs_two_round_trips_and_async_accepts_share_them() {
             format!("pg_stat_statements saw {statements} statements, trigd counted {sync}"),
         );
     }
-    // Alone, without a claim, its two writes (`running`, the end) are the
-    // one-row upsert, not the batched one (a count, when installed).
+    // Alone, without a claim, a short run that prints nothing writes its
+    // row once, with its end (its `running` is deferred), with the one-row
+    // upsert, not the batched one (a count, when installed).
     let one_row = || {
         db.try_psql(
             "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements \
@@ -206,9 +224,10 @@ fn a_sync_run_costs_two_round_trips_and_async_accepts_share_them() {
         .and_then(|n| n.parse::<i64>().ok())
     };
     if let Some(a) = one_row() {
-        t.post(&quick()).ok();
+        t.post(&format!("/api?api_key={KEY}&program_id=1&function=true"))
+            .ok();
         let b = one_row().unwrap_or(a);
-        assert_eq!(b - a, 2, "one-row upserts for a lone sync run");
+        assert_eq!(b - a, 1, "one-row upserts for a lone sync /bin/true run");
     }
     let key = [("Idempotency-Key", "trips-1")];
     let before = round_trips(&t);
@@ -309,6 +328,77 @@ fn config_errors_of_state_are_located() {
             "the password is never shown",
         );
     }
+}
+
+/// The runs of `t` listed in state `state` through `other`'s run list.
+fn listed(other: &Trigd, state: &str) -> Vec<String> {
+    other
+        .get(&format!("/api/runs?api_key={KEY}&state={state}"))
+        .json()["Runs"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|r| r["Run"].as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_long_sync_run_is_listed_running_on_another_instance_within_the_bound() {
+    let db = pg_database("pg_deferred");
+    let (a_dir, a) = instance("pg_deferred", "alpha", &db);
+    let (_b_dir, b) = instance("pg_deferred", "beta", &db);
+    let c = a.client();
+    let url = format!("/api?api_key={KEY}&program_id=1&function=held");
+    let call = thread::spawn(move || c.post(&url));
+    // The `running` of a sync run is deferred by 0.1 s and written at the
+    // lease thread's next tick: listed within 0.3 s; 30 s is the bound
+    // for a loaded machine.
+    let mut running = Vec::new();
+    let seen = wait_until(PG_WAIT, || {
+        running = listed(&b, "running");
+        !running.is_empty()
+    });
+    assert!(seen, "the held sync run is not listed running on beta");
+    assert_eq!(running.len(), 1, "{running:?}");
+    a_dir.write("work/go", "");
+    let r = call.join().expect("call thread");
+    r.ok();
+    // Its end is written over the deferred `running`, never under it.
+    let id = running[0].clone();
+    let ended = wait_until(PG_WAIT, || {
+        b.get(&format!("/api/runs/{id}?api_key={KEY}")).json()["State"] == "finished"
+    });
+    assert!(ended, "run {id} not finished: {}", db.runs_by_state());
+    assert!(listed(&b, "running").is_empty());
+}
+
+#[test]
+fn a_sync_run_with_an_idempotency_key_is_written_before_it_runs() {
+    let db = pg_database("pg_idem_first");
+    let (a_dir, a) = instance("pg_idem_first", "alpha", &db);
+    let url = format!("/api?api_key={KEY}&program_id=1&function=stamp");
+    let key = [("Idempotency-Key", "first-1")];
+    a.request("POST", &url, &key, b"").ok();
+    // The claim is committed with the run's `running` row before the
+    // process starts (a deferred write would start its transaction at
+    // least 0.1 s after): the claim's transaction began before the
+    // process wrote the time it started.
+    let started: f64 = a_dir
+        .read("work/started")
+        .trim()
+        .parse()
+        .expect("the start time the process wrote");
+    let claimed: f64 = db
+        .psql("SELECT extract(epoch FROM created_at) FROM trigd_idempotency")
+        .trim()
+        .parse()
+        .expect("the claim's time");
+    assert!(
+        claimed < started,
+        "claim written at {claimed}, after the process started at {started}"
+    );
 }
 
 #[test]
@@ -456,7 +546,17 @@ fn the_database_down_gives_503_state_unavailable_then_trigd_recovers() {
     let id = r.run_id(&r.ok());
     pg.stop(true);
     let started = Instant::now();
-    let r = t.post(&quick());
+    // A sync run's `running` is deferred (docs/cluster.md): one started
+    // before the instance noticed the outage runs, and its end is kept
+    // until the database returns (200); the failed write is noticed, and
+    // the next one is refused before it runs.
+    let mut r = t.post(&quick());
+    for _ in 0..3 {
+        if r.status != 200 {
+            break;
+        }
+        r = t.post(&quick());
+    }
     let v = r.err(503, "state_unavailable");
     r.check(r.header("retry-after").is_some(), "Retry-After");
     r.check(

@@ -31,6 +31,7 @@ use super::{concurrency, lock, program_of, Cancel, Job, RunError, Runner};
 use crate::config::group::Policy;
 use crate::config::Config;
 use crate::state::pg::cluster::{self as sql, Beat, CancelAt};
+use crate::state::pg::deferred::DEFER;
 use crate::state::pg::output::{self as kept, Shipping};
 use crate::state::pg::{groups, Db};
 use crate::state::record::{RunRecord, RunState};
@@ -193,8 +194,15 @@ impl Runner {
                     self.take_runs(shared, &config());
                 }
             }
+            // Sync runs still running DEFER after their start are written
+            // `running` now; the wait ends when the next one is due.
+            let due = self
+                .store
+                .as_ref()
+                .and_then(|s| s.write_deferred(DEFER))
+                .unwrap_or(POLL);
             let left = next_beat.saturating_duration_since(Instant::now());
-            shared.wait(left.min(POLL));
+            shared.wait(left.min(POLL).min(due));
         }
     }
 
@@ -362,7 +370,10 @@ impl Runner {
             .iter()
             .filter_map(|run| {
                 let s = shipping.entry(run.clone()).or_default();
-                s.collect(run, &store.output_path(run))
+                let chunk = s.collect(run, &store.output_path(run))?;
+                // The copy refers to the run's row.
+                store.write_deferred_run(run);
+                Some(chunk)
             })
             .collect();
         if let Err(e) = kept::ship(&shared.db, chunks, true) {
@@ -380,6 +391,11 @@ impl Runner {
         let mut shipping = lock(&shared.shipping);
         let mut s = shipping.remove(run).unwrap_or_default();
         let chunk = s.collect(run, &store.output_path(run));
+        if chunk.is_some() {
+            // The copy refers to the run's row: a short run that printed
+            // something is written `running` first.
+            store.write_deferred_run(run);
+        }
         if let Err(e) = kept::ship(&shared.db, chunk.into_iter().collect(), false) {
             log::warn!("run {run}: cannot copy its output to the database: {e}");
         }

@@ -601,7 +601,7 @@ impl Runner {
     /// # Errors
     /// As [`Runner::begin_sync`].
     pub fn run_sync(self: &Arc<Self>, job: Job) -> Result<(String, Outcome), RunError> {
-        let run = self.begin_sync(job)?;
+        let run = self.begin(job, true)?;
         let id = run.id().to_string();
         // Answered at its end: the request's access line, written then,
         // is the run's line at `info` (it names the run and its status).
@@ -622,7 +622,19 @@ impl Runner {
     /// `queue_timeout`, [`RunError::Cancelled`] when the run was cancelled
     /// while it waited; [`RunError::Storage`] when the run cannot be
     /// recorded (disk full): it is not started.
-    pub fn begin_sync(self: &Arc<Self>, mut job: Job) -> Result<SyncRun, RunError> {
+    pub fn begin_sync(self: &Arc<Self>, job: Job) -> Result<SyncRun, RunError> {
+        // A streamed call gives the run id to its caller at once: the
+        // record must be there.
+        self.begin(job, false)
+    }
+
+    /// [`Runner::begin_sync`]; with `may_defer`, the `running` state of a
+    /// run nobody can know of before its answer may be deferred
+    /// ([`Runner::defers`]).
+    fn begin(self: &Arc<Self>, mut job: Job, may_defer: bool) -> Result<SyncRun, RunError> {
+        // An id given before the run (an `Idempotency-Key` claim, a
+        // re-run's) is known to someone already.
+        let known = job.id.is_some();
         let mut rec = self.new_record(&job, false);
         job.id = Some(rec.run.clone());
         let waited = self.acquire(&job, &rec)?;
@@ -633,7 +645,16 @@ impl Runner {
         rec.state = RunState::Running;
         rec.started_at = Some(Time::now());
         if let Some(store) = &self.store {
-            if let Err(e) = store.append(&rec, false) {
+            let deferred = may_defer && !known && !waited && Self::defers(&job, &rec, store);
+            // Deferred: the lease thread writes it at its first tick after
+            // DEFER if the run is still running (not woken for it: a wake
+            // per run would cost the thread's statements per run).
+            let written = if deferred {
+                Ok(())
+            } else {
+                store.append(&rec, false)
+            };
+            if let Err(e) = written {
                 if waited {
                     let why = format!("the run could not be recorded ({e}); not run");
                     self.end_unstarted(rec, RunState::Failed, &why, false);
@@ -645,6 +666,19 @@ impl Runner {
             c.started(&rec);
         }
         Ok(SyncRun { slot, rec, job })
+    }
+
+    /// Whether sync run `rec` of `job`, which took a free slot at once
+    /// (no `queued` written), is written `running` only if it still runs
+    /// [`DEFER`](crate::state::pg::deferred::DEFER) after its start (the
+    /// database backend): not a run of a concurrency group (the cluster
+    /// counts a group's places from the rows), nor one with callbacks (a
+    /// start ping names the run; deliveries refer to its row).
+    fn defers(job: &Job, rec: &RunRecord, store: &RunStore) -> bool {
+        rec.group.is_none()
+            && job.group().is_none()
+            && rec.callbacks.is_empty()
+            && store.defer_running(rec)
     }
 
     /// Take a slot for the sync run `rec` of `job`, waiting in the queue

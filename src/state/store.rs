@@ -45,6 +45,7 @@ use super::file::{sync_dir, tmp_path};
 pub use super::filter::{Cursor, OriginFilter, RunFilter, RunPage, Scope, DEFAULT_PAGE, MAX_PAGE};
 use super::index::{Index, RunId, Slot};
 use crate::state::output;
+use crate::state::pg::deferred::Deferred;
 use crate::state::pg::runs::{DbRuns, PageQuery};
 use crate::state::pg::unwritten::Unwritten;
 use crate::state::pg::{Db, DbError};
@@ -72,6 +73,8 @@ enum Backend {
         unwritten: Box<Unwritten>,
         /// Held by [`RunStore::update`]: one read-modify-write at a time.
         updating: Mutex<()>,
+        /// Sync runs whose `running` state is not written yet.
+        deferred: Box<Deferred>,
     },
 }
 
@@ -112,6 +115,7 @@ impl RunStore {
                 writes: std::sync::atomic::AtomicU64::new(0),
                 unwritten: Box::default(),
                 updating: Mutex::new(()),
+                deferred: Box::default(),
             },
         }
     }
@@ -217,11 +221,13 @@ impl RunStore {
             runs,
             retention,
             writes,
+            deferred,
             ..
         } = &self.backend
         else {
             return Ok(());
         };
+        deferred.settle(&rec.run);
         runs.write(rec, durable).map_err(db_io)?;
         if writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % TRIM_EVERY == TRIM_EVERY - 1
         {
@@ -250,6 +256,59 @@ impl RunStore {
         match &self.backend {
             Backend::Files(f) => f.append(rec, durable),
             Backend::Database { .. } => self.write_db(rec, durable),
+        }
+    }
+
+    /// Record sync run `rec` `running` later, if it still runs
+    /// [`DEFER`](crate::state::pg::deferred::DEFER) after now ([`RunStore::write_deferred`]); a run that ends
+    /// first is written once, with its end. Only with the database, not
+    /// for a run with an `Idempotency-Key` claim (the claim is committed
+    /// with the `running` write, before the run starts), nor while the
+    /// database is known to be down ([`DbRuns::may_defer`]): false when
+    /// not deferred (write it with [`RunStore::append`]).
+    pub fn defer_running(&self, rec: &RunRecord) -> bool {
+        match &self.backend {
+            Backend::Database { runs, deferred, .. } if runs.may_defer(&rec.run) => {
+                deferred.defer(rec);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Write the `running` states deferred at least `age` (all with zero),
+    /// and return how long until the next one is due (the lease thread
+    /// calls it at each tick). A failed write is logged only: the run's
+    /// end makes it good.
+    pub fn write_deferred(&self, age: Duration) -> Option<Duration> {
+        let Backend::Database { runs, deferred, .. } = &self.backend else {
+            return None;
+        };
+        let due = deferred.due(age);
+        Self::write_running(runs, &due);
+        deferred.done(&due);
+        deferred.next_due()
+    }
+
+    /// Write run `run`'s deferred `running` now, if it waits: before its
+    /// output is copied to the database (the copy refers to the row).
+    pub fn write_deferred_run(&self, run: &str) {
+        if let Backend::Database { runs, deferred, .. } = &self.backend {
+            if let Some(rec) = deferred.take(run) {
+                let recs = [rec];
+                Self::write_running(runs, &recs);
+                deferred.done(&recs);
+            }
+        }
+    }
+
+    /// Write deferred `running` states (not through
+    /// [`RunStore::write_db`], which would wait for them).
+    fn write_running(runs: &DbRuns, recs: &[RunRecord]) {
+        for rec in recs {
+            if let Err(e) = runs.write(rec, false) {
+                log::warn!("run {}: cannot record state running: {e}", rec.run);
+            }
         }
     }
 
@@ -327,8 +386,11 @@ impl RunStore {
         match &self.backend {
             Backend::Files(f) => Ok(f.get(id)),
             Backend::Database {
-                runs, unwritten, ..
-            } => match unwritten.get(id) {
+                runs,
+                unwritten,
+                deferred,
+                ..
+            } => match unwritten.get(id).or_else(|| deferred.get(id)) {
                 Some(rec) => Ok(Some(rec)),
                 None => runs.get(id).map_err(db_io),
             },

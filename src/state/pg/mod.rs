@@ -19,6 +19,7 @@
 
 pub mod claims;
 pub mod cluster;
+pub mod deferred;
 pub mod groups;
 pub mod keys;
 pub mod limits;
@@ -373,6 +374,13 @@ impl Db {
         }
         h.down
             .map(|why| format!("the database ({}) is unavailable: {why}", self.settings.url))
+    }
+
+    /// Whether the database is known not to answer now (the last use
+    /// failed, the schema is refused or not yet checked), asking nothing.
+    pub fn known_down(&self) -> bool {
+        let h = self.health();
+        h.refused.is_some() || !h.migrated || h.down.is_some()
     }
 
     /// Check that the database answers now (`SELECT 1`), recording the

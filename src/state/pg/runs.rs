@@ -324,6 +324,14 @@ impl DbRuns {
         }
     }
 
+    /// Whether run `run`'s `running` state may wait: it has no
+    /// `Idempotency-Key` claim to commit with its first write, and the
+    /// database is not known to be down (then the write is tried, and
+    /// fails, before the run starts: 503 `state_unavailable`).
+    pub fn may_defer(&self, run: &str) -> bool {
+        self.db.claims.waiting(run).is_none() && !self.db.known_down()
+    }
+
     /// Whether [`MAX_UNFLUSHED`] ends wait for [`DbRuns::settle_ends`].
     fn unflushed_full(&self) -> bool {
         lock(&self.unflushed).len() >= MAX_UNFLUSHED
