@@ -352,7 +352,11 @@ fn a_run_made_before_the_first_lease_renewal_is_not_taken_for_a_previous_lifes()
     let since = |log: String| log.get(from..).unwrap_or_default().to_string();
     let c = a.client();
     let url = format!("/api?api_key={KEY}&program_id=1&function=own");
-    let sync = std::thread::spawn(move || c.post(&url));
+    // With an Idempotency-Key the `running` row is written before the run
+    // starts (without one, the lease thread would write it, after the
+    // renewal this test holds back).
+    let sync =
+        std::thread::spawn(move || c.request("POST", &url, &[("Idempotency-Key", "own-1")], b""));
     let running = "SELECT count(*) FROM trigd_runs WHERE function = 'own' AND state = 'running'";
     a.wait_for(WAIT, "the sync run running", || db.count(running) == 1);
     row.release();
