@@ -192,7 +192,8 @@ pg_rows() {
     # A round with non-200 answers, socket errors or no answer at all, or
     # one started on a backlog the drain's bound left, measured something
     # else: the row says so instead of pass/short.
-    bad=$(( $(printf '%s\n' ${S[pg.sync_bad]:-} | grep -c .) + $(printf '%s\n' ${S[pg.drain_timeouts]:-} | grep -c .) ))
+    local marks=(${S[pg.sync_bad]:-} ${S[pg.drain_timeouts]:-})
+    bad=${#marks[@]}
     if ((bad > 0)); then
         V="invalid ($bad bad round(s), see notes)"
         VERDICTS[-1]=short
