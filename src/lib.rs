@@ -59,7 +59,8 @@
 //!                                                     sessions.rs, limits.rs, watch.rs: what access keeps;
 //!                                                     cluster.rs leases, taking, adoption; groups.rs
 //!                                                     concurrency groups across instances; output.rs,
-//!                                                     spool.rs, unwritten.rs: runs not tied to a host)
+//!                                                     spool.rs, unwritten.rs: runs not tied to a host;
+//!                                                     deferred.rs: a short sync run's `running` write)
 //! adnanh/webhook hooks files, import-webhook        compat/webhook/ (what removing it takes: compat/mod.rs)
 //! the browser pages (maud templates)                ui/ (login, settings, endpoints, runs, schedules, switch, view)
 //! the only unsafe code, and each speed trick        sys/ (spawn.rs: how a step starts, the clone

@@ -30,7 +30,7 @@ pub struct Deferred {
 #[derive(Debug)]
 enum Entry {
     /// Not written; the run started at `since`.
-    Waiting { rec: RunRecord, since: Instant },
+    Waiting { rec: Box<RunRecord>, since: Instant },
     /// Being written by the lease thread (or before an output copy).
     Writing,
 }
@@ -39,7 +39,7 @@ impl Deferred {
     /// Keep `rec`'s `running` state until it is [`DEFER`] old.
     pub fn defer(&self, rec: &RunRecord) {
         let entry = Entry::Waiting {
-            rec: rec.clone(),
+            rec: Box::new(rec.clone()),
             since: Instant::now(),
         };
         self.lock().insert(rec.run.clone(), entry);
@@ -48,7 +48,7 @@ impl Deferred {
     /// The unwritten record of run `run`, to answer for it meanwhile.
     pub fn get(&self, run: &str) -> Option<RunRecord> {
         match self.lock().get(run) {
-            Some(Entry::Waiting { rec, .. }) => Some(rec.clone()),
+            Some(Entry::Waiting { rec, .. }) => Some(RunRecord::clone(rec)),
             _ => None,
         }
     }
@@ -66,7 +66,7 @@ impl Deferred {
             .collect();
         ids.into_iter()
             .filter_map(|id| match runs.insert(id, Entry::Writing) {
-                Some(Entry::Waiting { rec, .. }) => Some(rec),
+                Some(Entry::Waiting { rec, .. }) => Some(*rec),
                 _ => None,
             })
             .collect()
@@ -78,7 +78,7 @@ impl Deferred {
         let mut runs = self.lock();
         match runs.get(run) {
             Some(Entry::Waiting { .. }) => match runs.insert(run.to_string(), Entry::Writing) {
-                Some(Entry::Waiting { rec, .. }) => Some(rec),
+                Some(Entry::Waiting { rec, .. }) => Some(*rec),
                 _ => None,
             },
             _ => None,
