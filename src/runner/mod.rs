@@ -645,7 +645,7 @@ impl Runner {
         rec.state = RunState::Running;
         rec.started_at = Some(Time::now());
         if let Some(store) = &self.store {
-            let deferred = may_defer && !known && !waited && Self::defers(&job, &rec, store);
+            let deferred = may_defer && !known && !waited && Self::defers(&rec, store);
             // Deferred: the lease thread writes it at its first tick after
             // DEFER if the run is still running (not woken for it: a wake
             // per run would cost the thread's statements per run).
@@ -668,17 +668,14 @@ impl Runner {
         Ok(SyncRun { slot, rec, job })
     }
 
-    /// Whether sync run `rec` of `job`, which took a free slot at once
+    /// Whether sync run `rec`, which took a free slot at once
     /// (no `queued` written), is written `running` only if it still runs
     /// [`DEFER`](crate::state::pg::deferred::DEFER) after its start (the
     /// database backend): not a run of a concurrency group (the cluster
     /// counts a group's places from the rows), nor one with callbacks (a
     /// start ping names the run; deliveries refer to its row).
-    fn defers(job: &Job, rec: &RunRecord, store: &RunStore) -> bool {
-        rec.group.is_none()
-            && job.group().is_none()
-            && rec.callbacks.is_empty()
-            && store.defer_running(rec)
+    fn defers(rec: &RunRecord, store: &RunStore) -> bool {
+        rec.group.is_none() && rec.callbacks.is_empty() && store.defer_running(rec)
     }
 
     /// Take a slot for the sync run `rec` of `job`, waiting in the queue

@@ -303,11 +303,16 @@ impl RunStore {
     }
 
     /// Write deferred `running` states (not through
-    /// [`RunStore::write_db`], which would wait for them).
+    /// [`RunStore::write_db`], which would wait for them). Once the
+    /// database is unavailable the rest are not tried: each would hold the
+    /// lease thread for a timeout, and their ends make them good.
     fn write_running(runs: &DbRuns, recs: &[RunRecord]) {
         for rec in recs {
             if let Err(e) = runs.write(rec, false) {
                 log::warn!("run {}: cannot record state running: {e}", rec.run);
+                if e.is_unavailable() {
+                    return;
+                }
             }
         }
     }
