@@ -63,7 +63,7 @@
 //! adnanh/webhook hooks files, import-webhook        compat/webhook/ (what removing it takes: compat/mod.rs)
 //! the browser pages (maud templates)                ui/ (login, settings, endpoints, runs, schedules, switch, view)
 //! the only unsafe code, and each speed trick        sys/ (spawn.rs: how a step starts, the clone
-//!   behind one function with its figure              spawner in vfork.rs; tune_malloc, trim_heap;
+//!   behind one function with its figure              spawner in vfork.rs; tune_malloc, trim_heap, release_code_pages;
 //!                                                     systemd.rs: the socket systemd passes;
 //!                                                     the run log's group commit: state/commit.rs)
 //! ```

@@ -774,3 +774,67 @@ fn runs_accepted_ahead_survive_kill9_and_never_start_early() {
         );
     }
 }
+
+/// `VmHWM` and `VmRSS` of `pid`, in KiB.
+fn peak_and_resident(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib = |name: &str| -> u64 {
+        let line = status.lines().find(|l| l.starts_with(name)).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    };
+    (kib("VmHWM:"), kib("VmRSS:"))
+}
+
+/// `2026-11-20T10:00:00.000Z` plus `ms` milliseconds (under a day).
+fn stamp(ms: u64) -> String {
+    let (s, ms) = (ms / 1000, ms % 1000);
+    format!(
+        "2026-11-20T{:02}:{:02}:{:02}.{ms:03}Z",
+        10 + s / 3600,
+        s / 60 % 60,
+        s % 60
+    )
+}
+
+#[test]
+fn the_last_success_is_read_back_from_a_long_run_log_a_page_at_a_time() {
+    let p = "id = 1\nname = \"p\"\n[[functions]]\nname = \"job\"\nexpect_every = \"1h\"\n\
+             command = [\"true\"]\n[functions.webhook]\n";
+    let dir = setup("sched_seed", "run_retention = 50000", &[("p.toml", p)]);
+    dir.mkdir("state");
+    // 20,000 finished runs with a 4 KB Result each, created a millisecond
+    // apart; the oldest finished last of all, an hour later, so only a
+    // look at every finished run (not the newest page) finds it.
+    let result = "x".repeat(4000);
+    let mut log = String::with_capacity(20_000 * 4400);
+    for i in 0..20_000u64 {
+        let finished = if i == 0 { 3_600_000 } else { i + 5 };
+        log.push_str(&format!(
+            "{{\"Run\":\"seed-{i:032x}\",\"State\":\"finished\",\"Owner\":\"program\",\"Program\":1,\
+             \"Function\":\"job\",\"Async\":true,\"By\":\"api_key:all\",\"CreatedAt\":\"{c}\",\
+             \"StartedAt\":\"{c}\",\"FinishedAt\":\"{f}\",\"Steps\":[{{\"DurationMs\":3,\"ExitCode\":0,\
+             \"Kind\":\"command\",\"StderrTruncated\":false,\"StdoutTruncated\":false}}],\
+             \"Result\":[\"{result}\"]}}\n",
+            c = stamp(i),
+            f = stamp(finished),
+        ));
+    }
+    dir.write("state/runs.log", &log);
+    let t = Trigd::start(&dir);
+    let (peak, resident) = peak_and_resident(t.pid());
+    // Read at once, the 20,000 records (80 MB of Results) raised the peak
+    // over 80 MiB above what stays; a page at a time, a few MiB (and the
+    // start-up's code, which leaves the resident set after it).
+    t.check(
+        peak < resident + 40 * 1024,
+        format!("VmHWM {peak} KiB against VmRSS {resident} KiB after start-up"),
+    );
+    let l = t
+        .get(&format!("/api/overdue?api_key={}", crate::util::KEY))
+        .ok();
+    t.check_eq(
+        &l["Functions"][0]["LastSuccessAt"],
+        &Value::from("2026-11-20T11:00:00.000Z"),
+        "the last success of all, read from the oldest run",
+    );
+}

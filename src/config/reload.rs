@@ -184,6 +184,8 @@ pub fn start(app: Arc<App>, config_path: PathBuf, watch: Option<Watch>) -> Sende
         // first requests (`malloc_trim` of the heap of thousands of
         // program files takes milliseconds).
         crate::sys::trim_heap();
+        // And the pages of the code that loaded it.
+        crate::sys::release_code_pages();
         let reloader = Reloader {
             app: &app,
             config_path: &config_path,
@@ -606,6 +608,7 @@ fn reload(app: &App, config_path: &Path, forced: bool, only: Option<&[PathBuf]>)
                 app.generation(),
                 started.elapsed().as_millis()
             );
+            crate::sys::release_code_pages();
         }
         Err(errors) => {
             for e in &errors {

@@ -283,18 +283,34 @@ fn connect_later(db: &Db) {
 
 /// Note the last successful run of each function the run log still holds
 /// (for `expect_every`: a restart does not make a function overdue).
+///
+/// Every finished run is looked at (a run started earlier may have
+/// finished later), a page of [`SEED_PAGE`] at a time: read at once, the
+/// finished runs of a log of 1,000,000 runs held about 300 MB at start-up.
 fn seed_successes(store: &crate::state::store::RunStore, metrics: &Metrics, retention: usize) {
-    let finished = crate::state::store::RunFilter {
+    let mut page = crate::state::store::RunFilter {
         state: Some(crate::state::record::RunState::Finished),
-        limit: retention,
+        limit: SEED_PAGE.min(retention),
         ..Default::default()
     };
-    for r in store.list(&finished).runs {
-        if let (Some(id), Some(at)) = (r.owner.program(), r.finished_at) {
-            metrics.succeeded(id, &r.function, at.timestamp());
+    let mut seen = 0;
+    loop {
+        let runs = store.list(&page);
+        for r in &runs.runs {
+            if let (Some(id), Some(at)) = (r.owner.program(), r.finished_at) {
+                metrics.succeeded(id, &r.function, at.timestamp());
+            }
+        }
+        seen += runs.runs.len();
+        match runs.next {
+            Some(cursor) if seen < retention => page.before = Some(cursor),
+            _ => break,
         }
     }
 }
+
+/// Finished runs read at a time by [`seed_successes`].
+const SEED_PAGE: usize = 1000;
 
 /// The ACME manager of `[acme]`, not started.
 fn new_acme(server: &config::Server) -> Option<Arc<acme::Acme>> {
