@@ -7,7 +7,8 @@
 # layers inspected, then run and called with podman (runc).
 # Needs cargo-deb, man-db, systemd, curl; zsh and fish to check their
 # completions; buildah, podman and runc for the image (else it is skipped,
-# saying so). Both builds reuse one `cargo static`.
+# saying so). Both builds reuse one `cargo static`, which must stay under
+# 8 MiB (dist/check-size.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "deb-test.sh: run as root" >&2; exit 1; }
@@ -24,6 +25,7 @@ trap cleanup EXIT
 
 step "build the package"
 dist/build-deb.sh >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; fail "dist/build-deb.sh"; }
+dist/check-size.sh || fail "the static binary is over 8 MiB"
 deb=$(ls -t target/debian/trigd_*_amd64.deb | head -n 1)
 echo "$deb ($(stat -c %s "$deb") bytes)"
 dpkg --purge trigd >/dev/null 2>&1 || true
