@@ -5,7 +5,9 @@
 #   bench/ab.sh [-c CASE] [-r ROUNDS] [-s SECONDS] LABEL=BINARY[,VAR=VALUE...] ...
 #
 # CASE: true1, true8 (default), true32, echo8, echo32 or reject8, as in
-# bench/run.sh. Every variant is started once on the same configuration;
+# bench/run.sh, or tls_true8, tls_reject8 (keep-alive over HTTPS) or
+# tls_new8 (rejected, `Connection: close`: a full handshake per request),
+# with a P-256 certificate made by openssl. Every variant is started once on the same configuration;
 # then each round measures each of them with wrk for SECONDS (the order
 # rotates from round to round), and the table gives per variant the median
 # req/s, p50 and p99 over the rounds with their spread (min–max), its idle
@@ -39,6 +41,8 @@ true32) CONNS=32 PATH_Q="/api?api_key=$KEY&program_id=1" ;;
 echo8) CONNS=8 PATH_Q="/api?api_key=$KEY&program_id=2&variables=hello&variables=world" ;;
 echo32) CONNS=32 PATH_Q="/api?api_key=$KEY&program_id=2&variables=hello&variables=world" ;;
 reject8) CONNS=8 PATH_Q="/api?api_key=wrong-$KEY&program_id=1" ;;
+tls_true8) CONNS=8 PATH_Q="/api?api_key=$KEY&program_id=1" ;;
+tls_reject8 | tls_new8) CONNS=8 PATH_Q="/api?api_key=wrong-$KEY&program_id=1" ;;
 *) echo "ab.sh: unknown case $CASE" >&2; exit 2 ;;
 esac
 
@@ -54,6 +58,13 @@ trap cleanup EXIT
 # In a directory of its own, as in bench/run.sh (trigd watches it).
 mkdir -p "$WORK/secrets"
 printf 'secret\n' >"$WORK/secrets/secret"
+SCHEME=http HEADER=()
+if [[ $CASE == tls_* ]]; then
+    SCHEME=https
+    [[ $CASE == tls_new8 ]] && HEADER=(-H "Connection: close")
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$WORK/key.pem" \
+        -out "$WORK/cert.pem" -days 30 -subj /CN=localhost 2>/dev/null
+fi
 
 mem_of() { awk '/^VmRSS:/ {r=$2} /^VmHWM:/ {h=$2} END {print r+0, h+0}' "/proc/$1/status"; }
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {
@@ -71,6 +82,8 @@ for spec in "$@"; do
     max_runs=""
     for e in "${envs[@]+"${envs[@]}"}"; do [[ $e == MAX_RUNS=* ]] && max_runs=${e#MAX_RUNS=}; done
     write_trigd_config "$dir" "$SHA" "$max_runs" "$WORK/secrets/secret" "$WORK/async$i.out" "$WORK/once$i.out"
+    [[ $SCHEME == https ]] &&
+        sed -i "s|^\[server\]\$|[server]\ntls_cert = \"$WORK/cert.pem\"\ntls_key = \"$WORK/key.pem\"|" "$dir/config.toml"
     env "${envs[@]+"${envs[@]}"}" "$bin" serve --config "$dir/config.toml" --listen 127.0.0.1:0 \
         >"$dir.out" 2>/dev/null &
     pid=$!
@@ -79,9 +92,9 @@ for spec in "$@"; do
         grep -q '^listening on' "$dir.out" 2>/dev/null && break
         sleep 0.05
     done
-    port=$(sed -n 's/^listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$dir.out")
+    port=$(sed -n "s/^listening on $SCHEME:\/\/127.0.0.1:\([0-9]*\).*/\1/p" "$dir.out")
     [[ -n $port ]] || { echo "ab.sh: $label did not start" >&2; exit 1; }
-    until curl -sf "http://127.0.0.1:$port/healthz" >/dev/null; do sleep 0.05; done
+    until curl -sfk "$SCHEME://127.0.0.1:$port/healthz" >/dev/null; do sleep 0.05; done
     sleep 0.5
     read -r rss _ < <(mem_of "$pid")
     LABELS+=("$label") PORTS+=("$port") SPIDS+=("$pid")
@@ -97,7 +110,8 @@ for ((r = 0; r < ROUNDS; r++)); do
         threads=2
         ((CONNS < 2)) && threads=1
         wrk -t$threads -c"$CONNS" -d"${SECS}s" --latency --timeout 10s \
-            -s "$BENCH_DIR/post.lua" "http://127.0.0.1:${PORTS[$v]}$PATH_Q" >"$out" 2>&1 || true
+            -s "$BENCH_DIR/post.lua" "${HEADER[@]+"${HEADER[@]}"}" \
+            "$SCHEME://127.0.0.1:${PORTS[$v]}$PATH_Q" >"$out" 2>&1 || true
         read -r rps p50 p99 < <(awk '
             function ms(v) {
                 if (v ~ /us$/) return substr(v, 1, length(v) - 2) / 1000

@@ -7,7 +7,8 @@
 # layers inspected, then run and called with podman (runc).
 # Needs cargo-deb, man-db, systemd, curl; zsh and fish to check their
 # completions; buildah, podman and runc for the image (else it is skipped,
-# saying so). Both builds reuse one `cargo static`.
+# saying so). Both builds reuse one `cargo static`, which must stay under
+# 8 MiB (dist/check-size.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "deb-test.sh: run as root" >&2; exit 1; }
@@ -24,6 +25,7 @@ trap cleanup EXIT
 
 step "build the package"
 dist/build-deb.sh >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; fail "dist/build-deb.sh"; }
+dist/check-size.sh || fail "the static binary is over 8 MiB"
 deb=$(ls -t target/debian/trigd_*_amd64.deb | head -n 1)
 echo "$deb ($(stat -c %s "$deb") bytes)"
 dpkg --purge trigd >/dev/null 2>&1 || true
@@ -49,6 +51,23 @@ dpkg-query -W -f='${Conffiles}\n' trigd | grep -q '/etc/trigd/config.toml' || fa
 dpkg-query -W -f='${Conffiles}\n' trigd | grep -q '/etc/trigd/programs/hello.toml' || fail "hello.toml is not a conffile"
 grep -q '^listen = "127.0.0.1:' /etc/trigd/config.toml || fail "the default listens beyond loopback"
 ! grep -q api_keys /etc/trigd/config.toml || fail "the default has an API key"
+
+step "user and group names with the static binary"
+# Static glibc cannot load NSS modules: a name /etc/passwd does not hold
+# made it dlopen Debian's next source (systemd) and crash (exit 139).
+mkdir -p "$tmp/users/programs"
+printf '[server]\nlisten = "127.0.0.1:0"\n' >"$tmp/users/config.toml"
+printf 'id = 1\nname = "p"\n[[functions]]\nname = "a"\nuser = "trigd"\ngroup = "trigd"\ncommand = ["true"]\n' \
+    >"$tmp/users/programs/p.toml"
+trigd check --config "$tmp/users/config.toml" || fail "trigd check with user = \"trigd\""
+printf 'id = 1\nname = "p"\n[[functions]]\nname = "a"\nuser = "no-such-user-trigd"\ncommand = ["true"]\n[[functions]]\nname = "b"\ngroup = "no-such-group-trigd"\ncommand = ["true"]\n' \
+    >"$tmp/users/programs/p.toml"
+rc=0
+trigd check --config "$tmp/users/config.toml" >"$tmp/users/out" 2>&1 || rc=$?
+cat "$tmp/users/out"
+[ "$rc" = 1 ] || fail "trigd check with an unknown user and group: exit $rc, not 1"
+grep -q 'no-such-user-trigd' "$tmp/users/out" && grep -q 'no-such-group-trigd' "$tmp/users/out" ||
+    fail "trigd check does not name the unknown user and group"
 
 step "systemd-analyze verify"
 unit=$(dpkg -L trigd | grep '/systemd/system/trigd.service$')

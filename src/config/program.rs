@@ -349,7 +349,7 @@ fn function(
 
 /// `user` and `group`, resolved to numeric ids now (so a run never looks
 /// names up). A `user` without `group` takes the user's primary group from
-/// the user database; a numeric `user` without an entry there needs `group`.
+/// /etc/passwd; a numeric `user` without an entry there needs `group`.
 fn identity(
     src: &Src,
     f: &RawFunction,
@@ -367,7 +367,7 @@ fn identity(
                 primary = crate::sys::primary_group_of(uid);
                 if primary.is_none() && f.group.is_none() {
                     let msg = format!(
-                        "uid {uid} has no entry in the user database, so its group is unknown: set `group` too"
+                        "uid {uid} has no entry in /etc/passwd, so its group is unknown: set `group` too"
                     );
                     errs.at(src, u.span(), format!("{key}.user"), msg);
                 }
@@ -384,7 +384,7 @@ fn identity(
                 Some(uid)
             }
             None => {
-                let msg = format!("no user \"{name}\" in the user database of this system");
+                let msg = format!("no user \"{name}\" in /etc/passwd (give a user of another source by uid)");
                 errs.at(src, u.span(), format!("{key}.user"), msg);
                 None
             }
@@ -392,23 +392,25 @@ fn identity(
     });
     let group = match &f.group {
         None => primary,
-        Some(g) => match g.get_ref() {
-            raw::RawId::Id(n) => match u32::try_from(*n) {
-                Ok(gid) if gid != u32::MAX => Some(gid),
-                _ => {
-                    bad_id(g, "group", errs);
-                    None
+        Some(g) => {
+            match g.get_ref() {
+                raw::RawId::Id(n) => match u32::try_from(*n) {
+                    Ok(gid) if gid != u32::MAX => Some(gid),
+                    _ => {
+                        bad_id(g, "group", errs);
+                        None
+                    }
+                },
+                raw::RawId::Name(name) => {
+                    let gid = crate::sys::group_by_name(name);
+                    if gid.is_none() {
+                        let msg = format!("no group \"{name}\" in /etc/group (give a group of another source by gid)");
+                        errs.at(src, g.span(), format!("{key}.group"), msg);
+                    }
+                    gid
                 }
-            },
-            raw::RawId::Name(name) => {
-                let gid = crate::sys::group_by_name(name);
-                if gid.is_none() {
-                    let msg = format!("no group \"{name}\" in the group database of this system");
-                    errs.at(src, g.span(), format!("{key}.group"), msg);
-                }
-                gid
             }
-        },
+        }
     };
     (user, group)
 }

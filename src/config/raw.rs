@@ -344,7 +344,7 @@ impl<'de> Deserialize<'de> for RawDuration {
 pub enum RawId {
     /// A numeric id.
     Id(i64),
-    /// A name, looked up in the system's user or group database.
+    /// A name, looked up in /etc/passwd or /etc/group.
     Name(String),
 }
 

@@ -12,10 +12,12 @@ use std::time::Duration;
 
 mod spawn;
 pub mod systemd;
+mod users;
 #[cfg(all(target_os = "linux", target_arch = "x86_64", not(trigd_std_spawn)))]
 mod vfork;
 
 pub use spawn::{Exec, Spawned};
+pub use users::{group_by_name, primary_group_of, user_by_name};
 
 /// The ids a child switches to before it runs its program.
 #[derive(Debug, Clone, Copy, Default)]
@@ -385,89 +387,6 @@ pub fn write_stderr(mut buf: &[u8]) {
     }
 }
 
-/// Initial buffer size for the `get*_r` lookups; doubled on ERANGE up to
-/// [`MAX_LOOKUP_BUF`].
-const LOOKUP_BUF: usize = 1024;
-/// Largest buffer a user or group lookup may use.
-const MAX_LOOKUP_BUF: usize = 1 << 20;
-
-/// Call a `get*_r` function with a growing buffer. `f(buf, len)` returns
-/// the function's result code (0 or an errno) and whether an entry was
-/// found; the entry's fields must be copied out by `f` itself while `buf`
-/// is alive.
-fn with_lookup_buf(mut f: impl FnMut(*mut libc::c_char, usize) -> (libc::c_int, bool)) -> bool {
-    let mut len = LOOKUP_BUF;
-    loop {
-        let mut buf = vec![0 as libc::c_char; len];
-        let (rc, found) = f(buf.as_mut_ptr(), buf.len());
-        if rc == libc::ERANGE && len < MAX_LOOKUP_BUF {
-            len *= 2;
-            continue;
-        }
-        return rc == 0 && found;
-    }
-}
-
-/// The uid and primary gid of the user called `name`, from the system's
-/// user database (`getpwnam_r`); `None` when there is no such user.
-pub fn user_by_name(name: &str) -> Option<(u32, u32)> {
-    let cname = std::ffi::CString::new(name).ok()?;
-    let mut ids = None;
-    let found = with_lookup_buf(|buf, len| {
-        // SAFETY: passwd is plain data, valid when zeroed; it is only read
-        // after getpwnam_r reports an entry.
-        let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
-        let mut out: *mut libc::passwd = std::ptr::null_mut();
-        // SAFETY: `cname` is NUL-terminated; `pw`, `buf` (of `len` bytes,
-        // alive for this call) and `out` are valid and writable.
-        let rc = unsafe { libc::getpwnam_r(cname.as_ptr(), &mut pw, buf, len, &mut out) };
-        if rc == 0 && !out.is_null() {
-            ids = Some((pw.pw_uid, pw.pw_gid));
-        }
-        (rc, !out.is_null())
-    });
-    ids.filter(|_| found)
-}
-
-/// The primary gid of the user with `uid` (`getpwuid_r`); `None` when the
-/// user database has no such user.
-pub fn primary_group_of(uid: u32) -> Option<u32> {
-    let mut gid = None;
-    let found = with_lookup_buf(|buf, len| {
-        // SAFETY: passwd is plain data, valid when zeroed.
-        let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
-        let mut out: *mut libc::passwd = std::ptr::null_mut();
-        // SAFETY: `pw`, `buf` (of `len` bytes, alive for this call) and
-        // `out` are valid and writable.
-        let rc = unsafe { libc::getpwuid_r(uid, &mut pw, buf, len, &mut out) };
-        if rc == 0 && !out.is_null() {
-            gid = Some(pw.pw_gid);
-        }
-        (rc, !out.is_null())
-    });
-    gid.filter(|_| found)
-}
-
-/// The gid of the group called `name` (`getgrnam_r`); `None` when there
-/// is no such group.
-pub fn group_by_name(name: &str) -> Option<u32> {
-    let cname = std::ffi::CString::new(name).ok()?;
-    let mut gid = None;
-    let found = with_lookup_buf(|buf, len| {
-        // SAFETY: group is plain data, valid when zeroed.
-        let mut gr: libc::group = unsafe { std::mem::zeroed() };
-        let mut out: *mut libc::group = std::ptr::null_mut();
-        // SAFETY: `cname` is NUL-terminated; `gr`, `buf` (of `len` bytes,
-        // alive for this call) and `out` are valid and writable.
-        let rc = unsafe { libc::getgrnam_r(cname.as_ptr(), &mut gr, buf, len, &mut out) };
-        if rc == 0 && !out.is_null() {
-            gid = Some(gr.gr_gid);
-        }
-        (rc, !out.is_null())
-    });
-    gid.filter(|_| found)
-}
-
 /// The effective uid and gid of trigd.
 pub fn effective_ids() -> (u32, u32) {
     // SAFETY: geteuid and getegid cannot fail and touch no memory.
@@ -710,18 +629,6 @@ mod tests {
         kill_group(0, libc::SIGKILL);
         kill_group(1, libc::SIGKILL);
         kill_group(u32::MAX, libc::SIGKILL);
-    }
-
-    #[test]
-    fn user_and_group_lookups() {
-        // Opens descriptors: not while a test counts them.
-        let _g = SPAWN_LOCK.read().unwrap_or_else(|e| e.into_inner());
-        assert_eq!(user_by_name("root"), Some((0, 0)));
-        assert_eq!(primary_group_of(0), Some(0));
-        assert_eq!(group_by_name("root"), Some(0));
-        assert_eq!(user_by_name("no-such-user-trigd"), None);
-        assert_eq!(group_by_name("no-such-group-trigd"), None);
-        assert_eq!(user_by_name("nul\0byte"), None);
     }
 
     #[test]
