@@ -600,7 +600,14 @@ fn a_run_write_waits_for_the_flush(db: &PgDb) -> bool {
 fn a_sync_run_does_not_wait_for_the_wal_flush_an_async_accept_does() {
     let pg = Pg::start("pgrun_flush");
     let db = pg.database("flush");
-    let (_d, t) = instance(&db, "pgrun_flush", "a", 4);
+    // A long lease: the heartbeat's commit waits for the flush as well,
+    // and one due before the barrier holds the lease thread (seen under
+    // load: the barrier never came). Renewed every 20 s, none falls in
+    // the few seconds this test holds the flushes.
+    let server = "instance = \"a\"\nmax_concurrent_runs = 4\nkill_grace = \"1s\"";
+    let _d = setup("pgrun_flush_a", server, &[("w.toml", WORK)]);
+    db.configure(&_d, r#"lease = "60s""#);
+    let t = Trigd::start(&_d);
     let sync = format!("/api?api_key={KEY}&program_id=1&function=quick");
     t.post(&sync).ok(); // the pool warm, the lease held
     db.psql("ALTER SYSTEM SET synchronous_standby_names = 'nobody'");
