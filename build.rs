@@ -5,7 +5,7 @@
 //! files differ from that commit, else empty). Also writes `openapi.json`
 //! minified and deflated to `OUT_DIR`, which `GET /openapi.json` serves.
 //! With `+crt-static` (`cargo static`) the binary's relative relocations
-//! are packed (DT_RELR) and identical functions folded (`--icf=all`).
+//! are packed (DT_RELR).
 
 use std::env;
 use std::path::Path;
@@ -24,23 +24,14 @@ fn main() {
 /// `+crt-static`: a dynamic build would ask the host's loader for
 /// GLIBC_ABI_DT_RELR.
 ///
-/// `--icf=all` folds identical functions into one (-52,736 bytes with LLD
-/// 22, issue 29). `--icf=safe` folds nothing here: it only folds sections
-/// of objects that list which addresses are taken (`.llvm_addrsig`), and
-/// rustc writes no such table, nor does GCC for glibc and ring's C. `all`
-/// is sound because of what it folds: Rust promises no distinct address
-/// for distinct functions (`std::ptr::fn_addr_eq`; LLVM merges them
-/// too), and of the C only glibc's cold paths of strtod/printf/
-/// resolver code and the code of memcpy = memmove, wmemcpy = wmemmove,
-/// `__longjmp` = `__longjmp_cancel` (IFUNC resolvers and jumps whose
-/// addresses nothing compares; `-Wl,--print-icf-sections` lists them;
-/// ring's C and assembly fold nothing). A C function compared by address
-/// would be wrong to fold: recheck that list when glibc or ring changes.
+/// Not `--icf=all` (fold identical functions): 52,736 bytes less with LLD
+/// 22, but sound only while no C function it folds is compared by
+/// address, which nothing would check when glibc or ring changes;
+/// `--icf=safe` folds nothing here (no `.llvm_addrsig` from rustc or GCC).
 fn pack_static_relocations() {
     let features = env::var("CARGO_CFG_TARGET_FEATURE").unwrap_or_default();
     if features.split(',').any(|f| f == "crt-static") {
         println!("cargo:rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
-        println!("cargo:rustc-link-arg-bins=-Wl,--icf=all");
     }
 }
 
