@@ -193,7 +193,7 @@ include-path-regex = "^/tools/[^/]+/[^/]+/[^/]+$"
 checks.positive_data_acceptance.expected-statuses = ["2xx", 400, 401, 403, 404, 405, 409, 415, 422, 429]
 
 # The run list: a time the format allows but trigd does not read (an
-# offset other than Z, a month 13), `until` before `since`: 400.
+# offset other than Z, a month 13), until before since: 400 (no backquotes here: this heredoc expands them).
 [[operations]]
 include-operation-id = ["listRuns", "runsPage"]
 checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", 400, 401, 403, 429]
