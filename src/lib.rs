@@ -65,7 +65,8 @@
 //! the browser pages (maud templates)                ui/ (login, settings, endpoints, runs, schedules, switch, view)
 //! the only unsafe code, and each speed trick        sys/ (spawn.rs: how a step starts, the clone
 //!   behind one function with its figure              spawner in vfork.rs; tune_malloc, trim_heap, release_code_pages;
-//!                                                     systemd.rs: the socket systemd passes;
+//!                                                     systemd.rs: the socket systemd passes; users.rs:
+//!                                                     user and group names from /etc/passwd, /etc/group;
 //!                                                     the run log's group commit: state/commit.rs)
 //! ```
 #![deny(unsafe_code)]
