@@ -638,15 +638,28 @@ fn a_sync_run_does_not_wait_for_the_wal_flush_an_async_accept_does() {
     // barrier that wrote no WAL was committed at once, and the end was
     // forgotten before it was on disk: the CI failure of
     // pg_state::the_database_down_gives_503_state_unavailable_then_trigd_recovers).
+    // A backend applies the reloaded setting at its next command, a
+    // moment after a new session's SHOW saw it: a barrier made by trigd's
+    // connection before that was not held (seen in CI under load). So
+    // while none is seen waiting, another sync run every second leaves
+    // another unflushed end, which asks for another barrier.
+    let quick = format!("/api?api_key={KEY}&program_id=1&function=quick");
+    let mut next_run = Instant::now() + Duration::from_secs(1);
     t.wait_for(
         WAIT,
         "the barrier for the unflushed end waits for the flush",
         || {
-            db.try_psql(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep' \
-             AND query LIKE '%pg_logical_emit_message%'",
-            )
-            .is_ok_and(|n| n != "0")
+            let seen = db
+                .try_psql(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep' \
+                 AND query LIKE '%pg_logical_emit_message%'",
+                )
+                .is_ok_and(|n| n != "0");
+            if !seen && Instant::now() >= next_run {
+                next_run = Instant::now() + Duration::from_secs(1);
+                t.post(&quick).ok();
+            }
+            seen
         },
     );
     // An async accept: held until the flush is let go.
