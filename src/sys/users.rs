@@ -46,7 +46,9 @@ fn entries(text: &str, user: bool) -> impl Iterator<Item = Entry<'_>> {
 
 /// The first entry of `path` that `pick` accepts, turned into a value.
 fn find<T>(path: &Path, user: bool, pick: impl Fn(&Entry<'_>) -> Option<T>) -> Option<T> {
-    let text = fs::read_to_string(path).ok()?;
+    // Not `read_to_string`: a gecos field in Latin-1 would hide every
+    // entry of the file.
+    let text = String::from_utf8_lossy(&fs::read(path).ok()?).into_owned();
     let found = entries(&text, user).find_map(|e| pick(&e));
     found
 }
