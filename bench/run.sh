@@ -969,8 +969,13 @@ want reloadmany && for many in 10 "$NPROGRAMS"; do
             start_webhook "$wdir" -hotreload
             hooks=$(sed '$ d' "$wdir/hooks.orig" | sed '$ s/}$/},/')
             for ((k = 1; k <= RELOAD_TRIALS; k++)); do
+                # Answered when /bin/true has ended, as trigd's sync call
+                # is (and as the reload case above): without
+                # include-command-output-in-response webhook answers
+                # before it starts the command, ~1 ms less (2.1 against
+                # 3.5 ms in one run of 2026-11-27).
                 hooks+='
-  {"id": "r'"$k"'", "execute-command": "/bin/true"},'
+  {"id": "r'"$k"'", "execute-command": "/bin/true", "include-command-output-in-response": true},'
                 content=$(printf '%s\n' "${hooks%,}" "]")
                 now_us; t0=$NOW_US
                 printf '%s\n' "$content" >"$wdir/hooks.json"

@@ -63,6 +63,11 @@ const QUIET: Duration = Duration::from_millis(3);
 /// A burst of events delays a reload at most this long.
 const MAX_DELAY: Duration = Duration::from_millis(100);
 
+/// Time after the reload thread's start when start-up is taken to have
+/// settled (every thread started and waiting): its code pages are given
+/// back then.
+const SETTLED: Duration = Duration::from_millis(200);
+
 /// Paths noted for one reload at most; past it (a burst of writes during
 /// a long reload) the next reload looks at every file instead, and the
 /// list takes no more memory.
@@ -184,8 +189,6 @@ pub fn start(app: Arc<App>, config_path: PathBuf, watch: Option<Watch>) -> Sende
         // first requests (`malloc_trim` of the heap of thousands of
         // program files takes milliseconds).
         crate::sys::trim_heap();
-        // And the pages of the code that loaded it.
-        crate::sys::release_code_pages();
         let reloader = Reloader {
             app: &app,
             config_path: &config_path,
@@ -411,7 +414,28 @@ impl Reloader<'_> {
     /// Reload after each burst of events, then update the watches; `again`
     /// asks for one more check after a new watch.
     fn run(&self, rx: &Receiver<Trigger>, again: &Sender<Trigger>, mut ws: WatchState) {
-        while let Ok(first) = rx.recv() {
+        // The code pages of start-up are given back once it has settled
+        // (no event for [`SETTLED`]): the server's other threads fault in
+        // code as they start, and creating the state dir is an event of
+        // the watched directory, whose reload finds nothing new.
+        let mut settled = false;
+        loop {
+            let first = if settled {
+                match rx.recv() {
+                    Ok(t) => t,
+                    Err(_) => return,
+                }
+            } else {
+                match rx.recv_timeout(SETTLED) {
+                    Ok(t) => t,
+                    Err(RecvTimeoutError::Timeout) => {
+                        crate::sys::release_code_pages();
+                        settled = true;
+                        continue;
+                    }
+                    Err(RecvTimeoutError::Disconnected) => return,
+                }
+            };
             let forced = wait_quiet(rx, first);
             // Taken before the files are read: what changes from now on is
             // noted for the next reload, which its event asks for.

@@ -417,7 +417,13 @@ pub fn trim_heap() {
 /// ≤ 0.60× (5,366). 0.5 s after a first sync run (`bench/ab.sh -c echo8
 /// -r 2 -s 3 base=OLD rel=NEW`, column "idle VmRSS": that run's code is
 /// resident again) 6,508 against 5,612, and after the load 7,916 against
-/// 7,752. Without it trigd idles at 0.68× webhook.
+/// 7,752. Without it trigd idles at 0.68× webhook. Called once start-up
+/// has settled (`config::reload`, `SETTLED`) rather than as the reload
+/// thread starts, which the other threads' start-up then undid (static
+/// build of 61b0a14, `bench/ab.sh`-like start, 5 trials each): 0.6 s
+/// after start 3,976-4,488 KiB → 1,720-1,728; 0.5 s after a first
+/// `/healthz` 5,416-5,488 → 5,292-5,300 (that request alone faults about
+/// 55 code pages back, 64 KiB each).
 pub fn release_code_pages() {
     // SAFETY: the callback reads the program headers dl_iterate_phdr
     // hands it, valid during the call; it only advises the kernel about
