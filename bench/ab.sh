@@ -13,7 +13,8 @@
 # req/s, p50 and p99 over the rounds with their spread (min–max), its idle
 # VmRSS (0.5 s after the first 200) and its VmRSS and VmHWM at the end.
 # VAR=VALUE pairs go into that variant's environment, except MAX_RUNS=N,
-# which sets its max_concurrent_runs (default: trigd's own). Needs wrk and curl.
+# which sets its max_concurrent_runs (default: trigd's own), and
+# RETENTION=N, its run_retention. Needs wrk and curl.
 set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -26,7 +27,7 @@ while getopts c:r:s:h opt; do
     c) CASE=$OPTARG ;;
     r) ROUNDS=$OPTARG ;;
     s) SECS=$OPTARG ;;
-    *) sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
@@ -80,8 +81,13 @@ for spec in "$@"; do
     bin=${parts[0]} envs=("${parts[@]:1}")
     dir=$WORK/v$i
     max_runs=""
-    for e in "${envs[@]+"${envs[@]}"}"; do [[ $e == MAX_RUNS=* ]] && max_runs=${e#MAX_RUNS=}; done
+    retention=""
+    for e in "${envs[@]+"${envs[@]}"}"; do
+        [[ $e == MAX_RUNS=* ]] && max_runs=${e#MAX_RUNS=}
+        [[ $e == RETENTION=* ]] && retention=${e#RETENTION=}
+    done
     write_trigd_config "$dir" "$SHA" "$max_runs" "$WORK/secrets/secret" "$WORK/async$i.out" "$WORK/once$i.out"
+    [[ -n $retention ]] && sed -i "s|^\[server\]\$|[server]\nrun_retention = $retention|" "$dir/config.toml"
     [[ $SCHEME == https ]] &&
         sed -i "s|^\[server\]\$|[server]\ntls_cert = \"$WORK/cert.pem\"\ntls_key = \"$WORK/key.pem\"|" "$dir/config.toml"
     env "${envs[@]+"${envs[@]}"}" "$bin" serve --config "$dir/config.toml" --listen 127.0.0.1:0 \

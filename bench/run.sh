@@ -428,6 +428,14 @@ start_webhook "$WD" -hotreload
 W_MAIN=$W_PID
 W_BASE=http://127.0.0.1:$W_PORT
 log "webhook pid $W_MAIN on $W_BASE"
+# Idle after start-up has settled and one more request was answered:
+# trigd gives its start-up's code pages back once start-up has settled
+# (200 ms without reload events), and a request maps those of its own path
+# back, so this is the figure of a server that has served (a figure taken
+# right after start-up would hold less). webhook answers `/` with "OK".
+snooze 1
+((SKIP_TRIGD)) || http_status GET "$T_PORT" /healthz
+http_status GET "$W_PORT" /
 snooze 0.5
 if ! ((SKIP_TRIGD)); then read -r v h < <(mem_of "$T_MAIN"); add rss_idle.trigd "$v"; add hwm_idle.trigd "$h"; fi
 read -r v h < <(mem_of "$W_MAIN"); add rss_idle.webhook "$v"; add hwm_idle.webhook "$h"
