@@ -37,24 +37,37 @@ pub fn start(certs: Arc<Certs>) {
             let _ = tx.send(ev);
         }
     });
-    let watcher = match watcher {
+    let mut watcher = match watcher {
         Ok(w) => w,
         Err(e) => {
             log::warn!("TLS files are not watched ({e}); SIGHUP reloads them");
             return;
         }
     };
+    // Watched before this returns (before the server listens), then read
+    // once more: a change between the first read and the watch (a renewal
+    // just after the start) has no event of its own. Watched from the new
+    // thread instead, a key renamed over the old one a moment after the
+    // start went unnoticed on a loaded machine.
+    let mut watched = BTreeSet::new();
+    rewatch(&certs, &mut watcher, &mut watched);
+    let _ = certs.reload();
     let spawned = thread::Builder::new()
         .name("tls-watch".into())
-        .spawn(move || run(&certs, watcher, &rx));
+        .spawn(move || run(&certs, watcher, &rx, watched));
     if let Err(e) = spawned {
         log::warn!("TLS files are not watched ({e}); SIGHUP reloads them");
     }
 }
 
 /// Wait for events naming the files, then reload once they are quiet.
-fn run(certs: &Certs, mut watcher: RecommendedWatcher, rx: &Receiver<Event>) {
-    let mut watched = BTreeSet::new();
+fn run(
+    certs: &Certs,
+    mut watcher: RecommendedWatcher,
+    rx: &Receiver<Event>,
+    mut watched: BTreeSet<PathBuf>,
+) {
+    // Once more: the read in `start` may have moved to other files.
     let mut names = rewatch(certs, &mut watcher, &mut watched);
     while let Ok(ev) = rx.recv() {
         if !names_any(&ev, &names) {
