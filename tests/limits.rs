@@ -1048,6 +1048,9 @@ fn async_run_is_refused_when_the_state_dir_is_gone_or_readonly() {
     let url = format!("/api?api_key={KEY}&program_id=1&run_async=true");
     let first = t.post(&url);
     let first = first.run_id(&first.ok());
+    // Ended before the state dir moves: its output file, written as it
+    // runs, would create `state/` again.
+    crate::util::wait_run_state(&t, &first, "finished");
     let ids_in_log = || -> BTreeSet<String> {
         let text = fs::read_to_string(dir.path("state.moved/runs.log"))
             .or_else(|_| fs::read_to_string(dir.path("state/runs.log")))
