@@ -423,7 +423,10 @@ pub fn trim_heap() {
 /// build of 61b0a14, `bench/ab.sh`-like start, 5 trials each): 0.6 s
 /// after start 3,976-4,488 KiB → 1,720-1,728; 0.5 s after a first
 /// `/healthz` 5,416-5,488 → 5,292-5,300 (that request alone faults about
-/// 55 code pages back, 64 KiB each).
+/// 55 code pages back, 64 KiB each). After an applied reload it waits
+/// for the same quiet: called at once, the first request after the reload
+/// faulted its whole path back in, on the time the bench counts as the
+/// reload's.
 pub fn release_code_pages() {
     // SAFETY: the callback reads the program headers dl_iterate_phdr
     // hands it, valid during the call; it only advises the kernel about
