@@ -50,7 +50,7 @@ use crate::config::{Config, Program};
 use crate::http::metrics::Metrics;
 use crate::runs::callback::{Chain, Service as Callbacks};
 use crate::state::delivery::{waiting, DeliveryState, Target};
-use crate::state::output::OutputFile;
+use crate::state::output::{Held, OutputFile};
 use crate::state::record::{
     AttemptReport, Origin, Owner, RunInput, RunRecord, RunState, SkipReason, ToolEnv,
 };
@@ -1437,6 +1437,9 @@ impl Runner {
             }
             Err(e) => no_handle(e),
         };
+        // Output still held in memory goes into the end record, not into
+        // a file of its own (`state/output.rs`).
+        rec.output = output.as_ref().and_then(OutputFile::finish);
         drop(output);
         self.ship_end(&rec.run);
         let mut outcome = outcome;
@@ -1555,6 +1558,10 @@ impl Runner {
             .and_then(|f| f.retry.clone());
         loop {
             if let Some(at) = rec.retry_at {
+                // Not held in memory through the wait (`output::HOLD`).
+                if output.is_some_and(OutputFile::release) {
+                    handle.wrote();
+                }
                 if !wait_until(at, handle) {
                     return Outcome {
                         result: Vec::new(),
@@ -1683,6 +1690,14 @@ impl Runner {
             }
             handle.wrote();
         };
+        let release_output = |now: Instant| match output.map(|out| out.release_due(now)) {
+            Some(Held::Until(at)) => Some(at),
+            Some(Held::Released) => {
+                handle.wrote();
+                None
+            }
+            Some(Held::Nothing) | None => None,
+        };
         let ctx = step::Ctx {
             program: &job.program,
             vars: &job.vars,
@@ -1698,6 +1713,7 @@ impl Runner {
                 .filter(|_| job.stdin_body)
                 .map(|f| f.path()),
             on_output: &on_output,
+            release_output: &release_output,
         };
         step::run_function(&ctx, function, &job.values)
     }

@@ -24,10 +24,10 @@ use crate::http::app::App;
 use crate::http::{ApiError, Request, Response};
 use crate::invoke;
 use crate::runner::Cancel;
-use crate::state::output;
+use crate::state::output::{self, Stored};
 use crate::state::pg::output::Mirror;
 use crate::state::record::{Origin, Owner, RunHead, RunRecord, RunState};
-use follow::{End, Follower, Live};
+use follow::{End, Follower, InRecord, Live};
 
 /// Query parameters of the output endpoint.
 const OUTPUT_PARAMS: [&str; 2] = ["api_key", "follow"];
@@ -230,10 +230,23 @@ pub fn output(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Respon
     let follow = invoke::parse_bool("follow", req.query_one("follow")?)?;
     reject_unknown(req, &OUTPUT_PARAMS)?;
     let path = app.store.output_path(&rec.run);
+    // A run that ended with its output held in memory keeps it in its
+    // record, not in a file (`state/output.rs`).
+    let inline = match rec.state.is_terminal() {
+        true => app.store.inline_output(&rec.run),
+        false => None,
+    };
     // With a database, output of a run not executed here is read from it.
-    let here = app.runner.handle(&rec.run).is_some() || output::open(&path).is_some();
+    let here =
+        inline.is_some() || app.runner.handle(&rec.run).is_some() || output::open(&path).is_some();
     let db = app.state.db().filter(|_| !here);
     if follow || invoke::wants_events(req) {
+        let store = Arc::clone(&app.store);
+        let run = rec.run.clone();
+        let in_record: InRecord = match inline {
+            Some(i) => Box::new(move || Some(i)),
+            None => Box::new(move || store.inline_output(&run)),
+        };
         let store = Arc::clone(&app.store);
         let run = rec.run.clone();
         let runner = Arc::clone(&app.runner);
@@ -241,7 +254,7 @@ pub fn output(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Respon
         let run = rec.run.clone();
         let Some(db) = db else {
             let end: End = Box::new(move || end_event(&store, &run));
-            return Ok(follow::events(Follower::new(path, end, live)));
+            return Ok(follow::events(Follower::new(path, end, live, in_record)));
         };
         let mut mirror = Mirror::new(&rec.run, &path);
         let at = mirror.path().to_path_buf();
@@ -254,13 +267,14 @@ pub fn output(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Respon
             }
             ended
         });
-        return Ok(follow::events(Follower::new(at, end, live)));
+        return Ok(follow::events(Follower::new(at, end, live, in_record)));
     }
-    let w = match db {
-        Some(db) => Mirror::new(&rec.run, &path)
+    let w = match (inline, db) {
+        (Some(inline), _) => output::whole(&Stored::Inline(inline)),
+        (None, Some(db)) => Mirror::new(&rec.run, &path)
             .read_whole(db)
             .map_err(|e| ApiError::db(&e))?,
-        None => output::read_whole(&path),
+        (None, None) => output::read_whole(&path),
     };
     Ok(Response::json(
         200,
