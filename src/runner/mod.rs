@@ -50,7 +50,7 @@ use crate::config::{Config, Program};
 use crate::http::metrics::Metrics;
 use crate::runs::callback::{Chain, Service as Callbacks};
 use crate::state::delivery::{waiting, DeliveryState, Target};
-use crate::state::output::{Held, OutputFile};
+use crate::state::output::{Held, Inline, OutputFile};
 use crate::state::record::{
     AttemptReport, Origin, Owner, RunInput, RunRecord, RunState, SkipReason, ToolEnv,
 };
@@ -513,6 +513,21 @@ fn wait_until(at: Time, handle: &RunHandle) -> bool {
             return true;
         }
         thread::sleep(left.min(Duration::from_millis(50)));
+    }
+}
+
+/// The output `out` still holds in memory, for the end record instead of
+/// a file of its own (`state/output.rs`). A run stopped by a shutdown may
+/// be queued again ([`Runner::record_outcome`]): its output goes to its
+/// file, where it stays until the next attempt prints, as any output did
+/// before it could be held.
+fn kept_inline(out: &OutputFile, outcome: &Outcome) -> Option<Inline> {
+    match outcome.error {
+        Some(StepError::Aborted { .. }) => {
+            out.release();
+            None
+        }
+        _ => out.finish(),
     }
 }
 
@@ -1437,9 +1452,7 @@ impl Runner {
             }
             Err(e) => no_handle(e),
         };
-        // Output still held in memory goes into the end record, not into
-        // a file of its own (`state/output.rs`).
-        rec.output = output.as_ref().and_then(OutputFile::finish);
+        rec.output = output.as_ref().and_then(|out| kept_inline(out, &outcome));
         drop(output);
         self.ship_end(&rec.run);
         let mut outcome = outcome;
