@@ -29,7 +29,7 @@ while getopts c:r:s:h opt; do
     c) CASE=$OPTARG ;;
     r) ROUNDS=$OPTARG ;;
     s) SECS=$OPTARG ;;
-    *) sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
