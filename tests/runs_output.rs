@@ -78,11 +78,14 @@ struct Stream {
 
 impl Stream {
     fn open(t: &Trigd, method: &str, path: &str, headers: &str) -> Stream {
-        let mut s = connect(&t.addr);
+        Stream::open_at(&t.addr, method, path, headers)
+    }
+
+    fn open_at(addr: &str, method: &str, path: &str, headers: &str) -> Stream {
+        let mut s = connect(addr);
         s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
         let req = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: 0\r\n{headers}\r\n",
-            t.addr
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: 0\r\n{headers}\r\n"
         );
         s.write_all(req.as_bytes()).unwrap();
         let mut r = BufReader::new(s);
@@ -880,8 +883,8 @@ steps = [{ shell = 'yes | head -c 2097152; while [ ! -e go ]; do sleep 0.1; done
 /// file once held for `output::HOLD`, 50 ms); `cut` passes
 /// `max_output_bytes` (200 here); `large` prints more than
 /// `output::INLINE_MAX` (4 KiB); `late` prints only once `work/go` exists,
-/// then ends; `held` prints, then waits until `work/go` exists (at most
-/// 60 s).
+/// then ends; `held` prints once `work/start` exists (at most 6 s), then
+/// waits until `work/go` exists (at most 60 s).
 const SMALL: &str = r#"
 id = 8
 name = "small"
@@ -917,7 +920,7 @@ steps = [{ shell = 'i=0; while [ ! -e go ] && [ $i -lt 600 ]; do sleep 0.1; i=$(
 name = "held"
 workdir = "../work"
 timeout = "90s"
-steps = [{ shell = 'printf "first\n"; i=0; while [ ! -e go ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; printf "second\n"' }]
+steps = [{ shell = 'i=0; while [ ! -e start ] && [ $i -lt 600 ]; do sleep 0.01; i=$((i+1)); done; printf "first\n"; i=0; while [ ! -e go ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; printf "second\n"' }]
 [functions.webhook]
 "#;
 
@@ -1028,17 +1031,38 @@ fn a_large_output_has_its_file_a_follower_sees_held_output_and_inline_output() {
     assert_eq!(v["Stdout"], json!("z".repeat(6000)));
 
     // Printed, then the run waits: the follower sees the line while it
-    // runs, once it is written out (50 ms after it was printed).
+    // runs, once it is written out (50 ms after it was printed; the
+    // program looks for `start` every 10 ms).
     let r = t.post(&small_url("held", "&run_async=true"));
     let id = r.run_id(&r.ok());
-    let mut s = Stream::open(&t, "GET", &output_url(&id, "&follow=1"), "");
+    wait_run_state(&t, &id, "running");
+    // The answer's head comes with its first event: opened on a thread.
+    let url = output_url(&id, "&follow=1");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let follower = std::thread::spawn({
+        let addr = t.addr.clone();
+        move || {
+            let mut s = Stream::open_at(&addr, "GET", &url, "");
+            let seen = s.until("first");
+            tx.send(std::time::Instant::now()).unwrap();
+            (s, seen)
+        }
+    });
+    // Let the follower attach before the line is printed (if it attaches
+    // later, it finds the line in the file and the bound holds too).
+    std::thread::sleep(Duration::from_millis(200));
+    dir.write("work/start", "");
     let start = std::time::Instant::now();
-    assert!(s.until("first"), "{}", s.text());
-    let waited = start.elapsed();
-    eprintln!("the first line reached the follower after {waited:?}");
+    let at = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the first line");
+    let waited = at.saturating_duration_since(start);
+    eprintln!("the first line reached the follower {waited:?} after `start`");
     assert_eq!(state(&t, &id), json!("running"), "seen while it runs");
     assert!(waited < Duration::from_secs(10), "{waited:?}");
     assert!(has_file(&dir, &id), "written out to its file");
+    let (mut s, seen) = follower.join().unwrap();
+    assert!(seen, "{}", s.text());
     dir.write("work/go", "");
     let body = s.read_to_end();
     assert_eq!(output_text(&body, "stdout"), "first\nsecond\n", "{body}");
@@ -1050,10 +1074,16 @@ fn a_large_output_has_its_file_a_follower_sees_held_output_and_inline_output() {
     for _ in 0..5 {
         let r = t.post(&small_url("late", "&run_async=true"));
         let id = r.run_id(&r.ok());
-        let mut s = Stream::open(&t, "GET", &output_url(&id, "&follow=1"), "");
         wait_run_state(&t, &id, "running");
+        let url = output_url(&id, "&follow=1");
+        let addr = t.addr.clone();
+        let follower =
+            std::thread::spawn(move || Stream::open_at(&addr, "GET", &url, "").read_to_end());
+        // Attached before the run prints (the answer's head waits for the
+        // first event).
+        std::thread::sleep(Duration::from_millis(200));
         dir.write("work/go", "");
-        let body = s.read_to_end();
+        let body = follower.join().unwrap();
         fs::remove_file(dir.path("work/go")).unwrap();
         assert_eq!(output_text(&body, "stdout"), "late line\n", "{body}");
         assert_eq!(output_text(&body, "stderr"), "late err\n", "{body}");
