@@ -364,8 +364,12 @@ fn cancel_takes_waiting_runs_off_the_queue_and_stops_a_running_one() {
 
 #[test]
 fn held_output_goes_to_the_end_record_unless_a_shutdown_stopped_the_run() {
-    let d = std::env::temp_dir().join(format!("trigd-kept-inline-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
+    // A new directory each time: nothing of an earlier run is left in it.
+    let d = std::env::temp_dir().join(format!(
+        "trigd-kept-inline-{}-{:x}",
+        std::process::id(),
+        rand::random::<u64>()
+    ));
     let outcome = |error| Outcome {
         result: Vec::new(),
         steps: Vec::new(),
