@@ -993,6 +993,11 @@ fn a_small_output_is_kept_in_its_record_and_served_as_from_a_file() {
         rec.get("Output").is_none(),
         "not in the public record: {rec}"
     );
+    let list = t.get(&format!("/api/runs?api_key={KEY}")).text();
+    assert!(
+        list.contains(inline.as_str()) && !list.contains("\"Output\""),
+        "nor in the list: {list}"
+    );
 
     // Past max_output_bytes: the truncation marks, kept in the record.
     let r = t.post(&small_url("cut", ""));
