@@ -64,10 +64,12 @@
 //! `run_retention` frees one per run (`bench/README.md`, "What a sync
 //! `/bin/echo` call costs"). Re-using dropped runs' files instead gained
 //! less than the spread of the bench. Holding small output (interleaved
-//! `bench/ab.sh -r 7 -s 4`, static builds, loaded VM): trigd's system time
-//! per echo call 0.34–0.41 → 0.10–0.14 ms (lower in each of 28 rounds),
-//! echo8 1,526–1,795 → 2,036–2,283 req/s, echo32 p99 37.6–41.7 → 25.5–29.2
-//! ms (medians of two runs each). Re-measure with `INLINE_MAX` at 0.
+//! `bench/ab.sh -r 7 -s 4`, static builds, medians of three runs each on
+//! a VM under other work; `bench/README.md` has them all): trigd's system
+//! time per echo call 0.33–0.41 → 0.09–0.14 ms (lower in each of 42
+//! rounds), echo8 1,526–2,036 → 2,036–2,715 req/s with p99 9.6 → 8.1 ms
+//! in the quietest run, echo32 p99 30.7–41.7 → 25.5–29.2 ms. Re-measure
+//! with `INLINE_MAX` at 0.
 //!
 //! What it costs: a follower sees a held byte at most [`HOLD`] late (it
 //! reads the file, written out then, or the record at the run's end); a
