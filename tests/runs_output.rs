@@ -1017,11 +1017,12 @@ fn a_small_output_is_kept_in_its_record_and_served_as_from_a_file() {
     assert_eq!(output_text(&body, "stderr"), "warn\n", "{body}");
     assert_eq!(end_event(&body)["Result"], json!(["a b\n<\u{e9}>"]));
 
-    // Read back from runs.log after a restart: the same.
+    // Read back from runs.log after a kill -9 and a start (`restart`):
+    // the same.
     let before: Vec<_> = [&inline, &cut].iter().map(|id| served(&t, id).0).collect();
     t.restart();
     let after: Vec<_> = [&inline, &cut].iter().map(|id| served(&t, id).0).collect();
-    assert_eq!(before, after, "after a restart");
+    assert_eq!(before, after, "after a kill -9 and a start");
     assert!(!has_file(&dir, &inline), "still no file");
 }
 
