@@ -10,8 +10,10 @@
 # with a P-256 certificate made by openssl. Every variant is started once on the same configuration;
 # then each round measures each of them with wrk for SECONDS (the order
 # rotates from round to round), and the table gives per variant the median
-# req/s, p50 and p99 over the rounds with their spread (min–max), its idle
-# VmRSS (0.5 s after the first 200) and its VmRSS and VmHWM at the end.
+# req/s, p50 and p99 over the rounds with their spread (min–max), trigd's
+# own CPU time per call (user and system, µs, from /proc/PID/stat around
+# each round; its children not counted), its idle VmRSS (0.5 s after the
+# first 200) and its VmRSS and VmHWM at the end.
 # VAR=VALUE pairs go into that variant's environment, except MAX_RUNS=N,
 # which sets its max_concurrent_runs (default: trigd's own), and
 # RETENTION=N, its run_retention. Needs wrk and curl.
@@ -27,7 +29,7 @@ while getopts c:r:s:h opt; do
     c) CASE=$OPTARG ;;
     r) ROUNDS=$OPTARG ;;
     s) SECS=$OPTARG ;;
-    *) sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
@@ -68,12 +70,16 @@ if [[ $CASE == tls_* ]]; then
 fi
 
 mem_of() { awk '/^VmRSS:/ {r=$2} /^VmHWM:/ {h=$2} END {print r+0, h+0}' "/proc/$1/status"; }
+# utime and stime of process $1 in clock ticks (fields 14 and 15, counted
+# after the command name, which may hold spaces).
+cpu_of() { sed 's/.*) //' "/proc/$1/stat" | awk '{print $12, $13}'; }
+TICK_US=$((1000000 / $(getconf CLK_TCK)))
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {
     if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2 }'; }
 spread() { printf '%s\n' "$@" | sort -g | awk 'NR==1 {lo=$1} {hi=$1} END {print lo "–" hi}'; }
 
 LABELS=() PORTS=() SPIDS=()
-declare -A RPS P50 P99
+declare -A RPS P50 P99 USR SYS
 i=0
 for spec in "$@"; do
     label=${spec%%=*} rest=${spec#*=}
@@ -115,10 +121,11 @@ for ((r = 0; r < ROUNDS; r++)); do
         out=$WORK/wrk-$v-$r.txt
         threads=2
         ((CONNS < 2)) && threads=1
+        read -r u0 s0 < <(cpu_of "${SPIDS[$v]}")
         wrk -t$threads -c"$CONNS" -d"${SECS}s" --latency --timeout 10s \
             -s "$BENCH_DIR/post.lua" "${HEADER[@]+"${HEADER[@]}"}" \
             "$SCHEME://127.0.0.1:${PORTS[$v]}$PATH_Q" >"$out" 2>&1 || true
-        read -r rps p50 p99 < <(awk '
+        read -r rps p50 p99 calls < <(awk '
             function ms(v) {
                 if (v ~ /us$/) return substr(v, 1, length(v) - 2) / 1000
                 if (v ~ /ms$/) return substr(v, 1, length(v) - 2) + 0
@@ -128,20 +135,26 @@ for ((r = 0; r < ROUNDS; r++)); do
             $1 == "50%" { p50 = ms($2) }
             $1 == "99%" { p99 = ms($2) }
             $1 == "WRKSUM" { dur = $2 / 1e6; total = $3 }
-            END { printf "%.1f %.3f %.3f\n", (dur > 0 ? total / dur : 0), p50, p99 }' "$out")
+            END { printf "%.1f %.3f %.3f %d\n", (dur > 0 ? total / dur : 0), p50, p99, total }' "$out")
+        read -r u1 s1 < <(cpu_of "${SPIDS[$v]}")
+        read -r usr sys < <(awk -v n="$calls" -v t="$TICK_US" -v du=$((u1 - u0)) -v ds=$((s1 - s0)) \
+            'BEGIN { if (n > 0) printf "%.0f %.0f\n", du * t / n, ds * t / n; else print "0 0" }')
         RPS[$v]="${RPS[$v]:-} $rps" P50[$v]="${P50[$v]:-} $p50" P99[$v]="${P99[$v]:-} $p99"
-        echo "round $((r + 1)) ${LABELS[$v]}: $rps req/s p50 $p50 ms p99 $p99 ms" >&2
+        USR[$v]="${USR[$v]:-} $usr" SYS[$v]="${SYS[$v]:-} $sys"
+        echo "round $((r + 1)) ${LABELS[$v]}: $rps req/s p50 $p50 ms p99 $p99 ms, trigd CPU/call user $usr µs sys $sys µs" >&2
     done
 done
 
 echo "case $CASE ($CONNS conns), $ROUNDS rounds x ${SECS}s, load at end $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '| %s | %s | %s | %s | %s | %s |\n' variant "req/s median (min–max)" "p50 ms" \
-    "p99 ms median (min–max)" "idle VmRSS KiB" "VmRSS / VmHWM at end KiB"
-echo "|---|---:|---:|---:|---:|---:|"
+printf '| %s | %s | %s | %s | %s | %s | %s |\n' variant "req/s median (min–max)" "p50 ms" \
+    "p99 ms median (min–max)" "trigd CPU/call µs user / sys (sys min–max)" "idle VmRSS KiB" \
+    "VmRSS / VmHWM at end KiB"
+echo "|---|---:|---:|---:|---:|---:|---:|"
 for ((v = 0; v < n; v++)); do
     read -r rss hwm < <(mem_of "${SPIDS[$v]}")
     # shellcheck disable=SC2086
-    printf '| %s | %s (%s) | %s | %s (%s) | %s | %s / %s |\n' "${LABELS[$v]}" \
+    printf '| %s | %s (%s) | %s | %s (%s) | %s / %s (%s) | %s | %s / %s |\n' "${LABELS[$v]}" \
         "$(median ${RPS[$v]})" "$(spread ${RPS[$v]})" "$(median ${P50[$v]})" \
-        "$(median ${P99[$v]})" "$(spread ${P99[$v]})" "${IDLE[$v]}" "$rss" "$hwm"
+        "$(median ${P99[$v]})" "$(spread ${P99[$v]})" "$(median ${USR[$v]})" \
+        "$(median ${SYS[$v]})" "$(spread ${SYS[$v]})" "${IDLE[$v]}" "$rss" "$hwm"
 done

@@ -17,7 +17,9 @@ use serde_json::{json, Value};
 
 use crate::util::*;
 
-/// `slow` sleeps long (killed or cancelled in the tests), `again` is a
+/// `brief` prints a little on both streams, `large` 6,000 bytes (past
+/// the 4 KiB a record keeps instead of a file), `slow` sleeps long (killed
+/// or cancelled in the tests), `again` is a
 /// `retry_on_restart` run that takes a few seconds, `quick` answers at
 /// once, `gated` is a `retry_on_restart` run that ends once its instance's
 /// `work/go` exists (at most 60 s), `own` answers after 4 s, `talk` prints a line, prints the next
@@ -52,6 +54,16 @@ steps = [{ shell = "printf ok" }]
 [[functions]]
 name = "own"
 steps = [{ shell = "sleep 4; printf own" }]
+[functions.webhook]
+
+[[functions]]
+name = "brief"
+steps = [{ shell = "printf 'brief out'; printf 'brief err' >&2" }]
+[functions.webhook]
+
+[[functions]]
+name = "large"
+steps = [{ shell = "head -c 6000 /dev/zero | tr '\\0' z" }]
 [functions.webhook]
 
 [[functions]]
@@ -739,4 +751,74 @@ fn concurrent_async_accepts_share_commits() {
         commits < n as i64,
         format!("{commits} commits for {n} accepts: none shared"),
     );
+}
+
+/// What `GET /api/runs/<id>/output` serves through `t`: the whole output
+/// (without `Run`), and the text of the events of a follow after the end.
+fn served(t: &Trigd, id: &str) -> (Value, String) {
+    let url = format!("/api/runs/{id}/output?api_key={KEY}");
+    let mut v = t.get(&url).ok();
+    v.as_object_mut().unwrap().remove("Run");
+    let body = t.get(&format!("{url}&follow=1")).text();
+    assert!(body.contains("event: end"), "{body}");
+    let events: String = body
+        .split("\n\n")
+        .filter(|e| e.starts_with("event: output"))
+        .collect::<Vec<_>>()
+        .join("|");
+    (v, events)
+}
+
+#[test]
+fn a_small_output_is_kept_in_the_record_and_read_through_the_other_instance() {
+    let db = pg_database("pgrun_inline");
+    let (da, a) = instance(&db, "pgrun_inline", "a", 2);
+    let (_db, b) = instance(&db, "pgrun_inline", "b", 1);
+    let sync = |f: &str| {
+        let r = a.post(&format!("/api?api_key={KEY}&program_id=1&function={f}"));
+        r.run_id(&r.ok())
+    };
+    let file = |id: &str| {
+        let hex = id.rsplit('-').next().unwrap();
+        da.path(&format!("state/output/{hex}")).exists()
+    };
+    let chunks = |id: &str| {
+        db.psql(&format!(
+            "SELECT count(*) FROM trigd_output WHERE run = '{id}'"
+        ))
+    };
+    // Executed by a; on a loaded machine a run may pass 50 ms after its
+    // first byte (then its output goes to a file): one of a few must not.
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        ids.push(sync("brief"));
+        if !file(ids.last().unwrap()) {
+            break;
+        }
+    }
+    let inline = ids
+        .iter()
+        .find(|id| !file(id))
+        .expect("a run without a file");
+    a.check_eq(chunks(inline), "0".to_string(), "no chunks in trigd_output");
+    for id in &ids {
+        let (v, events) = served(&b, id);
+        b.check_eq(v["Stdout"].clone(), json!("brief out"), "stdout through b");
+        b.check_eq(v["Stderr"].clone(), json!("brief err"), "stderr through b");
+        b.check_eq(
+            served(&a, id),
+            (v, events.clone()),
+            "a and b serve the same",
+        );
+        b.check(
+            events.contains("brief out") && events.contains("brief err"),
+            format!("the events through b: {events}"),
+        );
+    }
+    // Past 4 KiB: a's file, copied to the database as before.
+    let large = sync("large");
+    a.check(file(&large), "a large output has its file");
+    a.check(chunks(&large) != "0", "and its chunks");
+    let (v, _) = served(&b, &large);
+    b.check_eq(v["Stdout"].clone(), json!("z".repeat(6000)), "through b");
 }

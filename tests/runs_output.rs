@@ -78,11 +78,14 @@ struct Stream {
 
 impl Stream {
     fn open(t: &Trigd, method: &str, path: &str, headers: &str) -> Stream {
-        let mut s = connect(&t.addr);
+        Stream::open_at(&t.addr, method, path, headers)
+    }
+
+    fn open_at(addr: &str, method: &str, path: &str, headers: &str) -> Stream {
+        let mut s = connect(addr);
         s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
         let req = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: 0\r\n{headers}\r\n",
-            t.addr
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: 0\r\n{headers}\r\n"
         );
         s.write_all(req.as_bytes()).unwrap();
         let mut r = BufReader::new(s);
@@ -179,7 +182,7 @@ fn state(t: &Trigd, id: &str) -> Value {
 #[test]
 fn output_of_a_finished_run_is_kept_across_a_restart_and_bounded() {
     let server = "max_output_bytes = 1000";
-    let (dir, mut t) = serve("output_kept", server, &[("ticks.toml", TICKS)]);
+    let (_dir, mut t) = serve("output_kept", server, &[("ticks.toml", TICKS)]);
     let r = t.post(&api("noisy", ""));
     let id = r.run_id(&r.ok());
     let r = t.post(&api("big", ""));
@@ -196,8 +199,6 @@ fn output_of_a_finished_run_is_kept_across_a_restart_and_bounded() {
     );
     r.check_eq(&v["Stderr"], &json!("to stderr\n"), "Stderr");
     r.check_eq(&v["StdoutTruncated"], &json!(false), "StdoutTruncated");
-    let file = dir.path(&format!("state/output/{}", id.rsplit('-').next().unwrap()));
-    r.check(file.exists(), format!("{} exists", file.display()));
 
     let r = t.get(&output_url(&big, ""));
     let v = r.ok();
@@ -231,9 +232,11 @@ fn output_goes_with_its_run_under_run_retention() {
         "run_retention = 1",
         &[("ticks.toml", TICKS)],
     );
+    // Past 4 KiB each: output files (a small output is kept in its record,
+    // `a_small_output_is_kept_in_its_record_and_served_as_from_a_file`).
     let mut ids = Vec::new();
     for _ in 0..3 {
-        let r = t.post(&api("noisy", ""));
+        let r = t.post(&api("big", ""));
         ids.push(r.run_id(&r.ok()));
     }
     t.check(
@@ -873,4 +876,228 @@ steps = [{ shell = 'yes | head -c 2097152; while [ ! -e go ]; do sleep 0.1; done
         grown < 8 * OUTPUT_KB + FOLLOWERS * 1024,
         "peak grew by {grown} kB with {FOLLOWERS} followers read to the end"
     );
+}
+
+/// Program 8: the same output from `quick` (ends at once: its output stays
+/// in its record) and `slow` (sleeps after it: its output goes to its
+/// file once held for `output::HOLD`, 50 ms); `cut` passes
+/// `max_output_bytes` (200 here); `large` prints more than
+/// `output::INLINE_MAX` (4 KiB); `late` prints only once `work/go` exists,
+/// then ends; `held` prints once `work/start` exists (at most 6 s), then
+/// waits until `work/go` exists (at most 60 s).
+const SMALL: &str = r#"
+id = 8
+name = "small"
+
+[[functions]]
+name = "quick"
+steps = [{ shell = 'printf "a b\n<\303"; printf "warn\n" >&2; printf "\251>\n"' }]
+[functions.webhook]
+
+[[functions]]
+name = "slow"
+steps = [{ shell = 'printf "a b\n<\303"; printf "warn\n" >&2; printf "\251>\n"; sleep 0.5' }]
+[functions.webhook]
+
+[[functions]]
+name = "cut"
+steps = [{ shell = 'head -c 300 /dev/zero | tr "\0" y; echo err >&2' }]
+[functions.webhook]
+
+[[functions]]
+name = "large"
+steps = [{ shell = 'head -c 6000 /dev/zero | tr "\0" z' }]
+[functions.webhook]
+
+[[functions]]
+name = "late"
+workdir = "../work"
+timeout = "90s"
+steps = [{ shell = 'i=0; while [ ! -e go ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; printf "late line\n"; printf "late err\n" >&2' }]
+[functions.webhook]
+
+[[functions]]
+name = "held"
+workdir = "../work"
+timeout = "90s"
+steps = [{ shell = 'i=0; while [ ! -e start ] && [ $i -lt 600 ]; do sleep 0.01; i=$((i+1)); done; printf "first\n"; i=0; while [ ! -e go ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; printf "second\n"' }]
+[functions.webhook]
+"#;
+
+fn small_url(function: &str, extra: &str) -> String {
+    format!("/api?api_key={KEY}&program_id=8&function={function}{extra}")
+}
+
+/// Whether run `id` has an output file in `dir`'s state dir.
+fn has_file(dir: &TestDir, id: &str) -> bool {
+    let hex = id.rsplit('-').next().unwrap();
+    dir.path(&format!("state/output/{hex}")).exists()
+}
+
+/// What `GET /api/runs/<id>/output` serves of run `id` but the id: the
+/// whole output, and the text of its events (per stream, truncation marks
+/// noted) followed after its end.
+fn served(t: &Trigd, id: &str) -> (Value, String, String) {
+    let mut v = t.get(&output_url(id, "")).ok();
+    v.as_object_mut().unwrap().remove("Run");
+    let body = t.get(&output_url(id, "&follow=1")).text();
+    assert_eq!(end_event(&body)["Run"], json!(id), "{body}");
+    let marks: String = body
+        .split("\n\n")
+        .filter(|e| e.starts_with("event: truncated"))
+        .collect();
+    let events = format!(
+        "{}|{}|{marks}",
+        output_text(&body, "stdout"),
+        output_text(&body, "stderr")
+    );
+    (v, events, body)
+}
+
+#[test]
+fn a_small_output_is_kept_in_its_record_and_served_as_from_a_file() {
+    let (dir, mut t) = serve(
+        "output_inline",
+        "max_output_bytes = 200",
+        &[("small.toml", SMALL)],
+    );
+    // The same output through a file: the reference.
+    let r = t.post(&small_url("slow", ""));
+    let slow = r.run_id(&r.ok());
+    assert!(has_file(&dir, &slow), "held past 50 ms: in its file");
+    // A run's output stays in its record unless the run lasted 50 ms past
+    // its first byte: on a loaded machine that can happen, so of a few
+    // quick runs one must have no file, and every one reads the same.
+    let mut quick = Vec::new();
+    for _ in 0..5 {
+        let r = t.post(&small_url("quick", ""));
+        let v = r.ok();
+        r.check_eq(&v["Result"], &json!(["a b\n<\u{e9}>"]), "the sync answer");
+        quick.push(r.run_id(&v));
+        if !has_file(&dir, quick.last().unwrap()) {
+            break;
+        }
+    }
+    let inline = quick.iter().find(|id| !has_file(&dir, id)).cloned();
+    let inline = inline.expect("a quick run without an output file");
+    let (want, want_events, _) = served(&t, &slow);
+    assert_eq!(want["Stdout"], json!("a b\n<\u{e9}>\n"));
+    assert_eq!(want["Stderr"], json!("warn\n"));
+    for id in &quick {
+        let (v, events, body) = served(&t, id);
+        assert_eq!(v, want, "run {id}: the whole output");
+        assert_eq!(events, want_events, "run {id}: the events: {body}");
+    }
+    let rec = run_record(&t, &inline);
+    assert!(
+        rec.get("Output").is_none(),
+        "not in the public record: {rec}"
+    );
+    let list = t.get(&format!("/api/runs?api_key={KEY}")).text();
+    assert!(
+        list.contains(inline.as_str()) && !list.contains("\"Output\""),
+        "nor in the list: {list}"
+    );
+
+    // Past max_output_bytes: the truncation marks, kept in the record.
+    let r = t.post(&small_url("cut", ""));
+    let cut = r.run_id(&r.ok());
+    let (v, events, _) = served(&t, &cut);
+    assert_eq!(v["Stdout"], json!("y".repeat(200)));
+    assert_eq!(
+        (&v["StdoutTruncated"], &v["Stderr"]),
+        (&json!(true), &json!("err\n"))
+    );
+    assert!(events.contains("truncated"), "{events}");
+
+    // A streamed sync call: its events, then the sync answer.
+    let mut s = Stream::open(&t, "POST", &small_url("quick", "&stream=1"), "");
+    let body = s.read_to_end();
+    assert_eq!(output_text(&body, "stdout"), "a b\n<\u{e9}>\n", "{body}");
+    assert_eq!(output_text(&body, "stderr"), "warn\n", "{body}");
+    assert_eq!(end_event(&body)["Result"], json!(["a b\n<\u{e9}>"]));
+
+    // Read back from runs.log after a kill -9 and a start (`restart`):
+    // the same.
+    let before: Vec<_> = [&inline, &cut].iter().map(|id| served(&t, id).0).collect();
+    t.restart();
+    let after: Vec<_> = [&inline, &cut].iter().map(|id| served(&t, id).0).collect();
+    assert_eq!(before, after, "after a kill -9 and a start");
+    assert!(!has_file(&dir, &inline), "still no file");
+}
+
+#[test]
+fn a_large_output_has_its_file_a_follower_sees_held_output_and_inline_output() {
+    let (dir, t) = serve("output_held", "", &[("small.toml", SMALL)]);
+    // Past 4 KiB: a file, as before.
+    let r = t.post(&small_url("large", ""));
+    let large = r.run_id(&r.ok());
+    assert!(has_file(&dir, &large), "a large output has its file");
+    let v = t.get(&output_url(&large, "")).ok();
+    assert_eq!(v["Stdout"], json!("z".repeat(6000)));
+
+    // Printed, then the run waits: the follower sees the line while it
+    // runs, once it is written out (50 ms after it was printed; the
+    // program looks for `start` every 10 ms).
+    let r = t.post(&small_url("held", "&run_async=true"));
+    let id = r.run_id(&r.ok());
+    wait_run_state(&t, &id, "running");
+    // The answer's head comes with its first event: opened on a thread.
+    let url = output_url(&id, "&follow=1");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let follower = std::thread::spawn({
+        let addr = t.addr.clone();
+        move || {
+            let mut s = Stream::open_at(&addr, "GET", &url, "");
+            let seen = s.until("first");
+            tx.send(std::time::Instant::now()).unwrap();
+            (s, seen)
+        }
+    });
+    // Let the follower attach before the line is printed (if it attaches
+    // later, it finds the line in the file and the bound holds too).
+    std::thread::sleep(Duration::from_millis(200));
+    dir.write("work/start", "");
+    let start = std::time::Instant::now();
+    let at = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the first line");
+    let waited = at.saturating_duration_since(start);
+    eprintln!("the first line reached the follower {waited:?} after `start`");
+    assert_eq!(state(&t, &id), json!("running"), "seen while it runs");
+    assert!(waited < Duration::from_secs(10), "{waited:?}");
+    assert!(has_file(&dir, &id), "written out to its file");
+    let (mut s, seen) = follower.join().unwrap();
+    assert!(seen, "{}", s.text());
+    dir.write("work/go", "");
+    let body = s.read_to_end();
+    assert_eq!(output_text(&body, "stdout"), "first\nsecond\n", "{body}");
+    fs::remove_file(dir.path("work/go")).unwrap();
+
+    // Followed before it prints; it prints and ends at once: its output
+    // ends up in its record, and the follower reads it there.
+    let mut inline = 0;
+    for _ in 0..5 {
+        let r = t.post(&small_url("late", "&run_async=true"));
+        let id = r.run_id(&r.ok());
+        wait_run_state(&t, &id, "running");
+        let url = output_url(&id, "&follow=1");
+        let addr = t.addr.clone();
+        let follower =
+            std::thread::spawn(move || Stream::open_at(&addr, "GET", &url, "").read_to_end());
+        // Attached before the run prints (the answer's head waits for the
+        // first event).
+        std::thread::sleep(Duration::from_millis(200));
+        dir.write("work/go", "");
+        let body = follower.join().unwrap();
+        fs::remove_file(dir.path("work/go")).unwrap();
+        assert_eq!(output_text(&body, "stdout"), "late line\n", "{body}");
+        assert_eq!(output_text(&body, "stderr"), "late err\n", "{body}");
+        assert_eq!(end_event(&body)["State"], json!("finished"), "{body}");
+        if !has_file(&dir, &id) {
+            inline += 1;
+            break;
+        }
+    }
+    assert!(inline > 0, "a run whose output stayed in its record");
 }

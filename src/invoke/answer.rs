@@ -12,7 +12,7 @@ use crate::http::app::App;
 use crate::http::{ApiError, Response};
 use crate::runner::step::{Outcome, StepError};
 use crate::runner::{Job, RunError, SyncRun};
-use crate::runs::follow::{events, shared, End, Follower, Live};
+use crate::runs::follow::{events, shared, End, Follower, InRecord, Live};
 
 /// Start `job` sync or async and build the response object.
 ///
@@ -72,7 +72,10 @@ pub fn start_streamed(app: &App, job: Job) -> Result<Response, ApiError> {
     let runner = std::sync::Arc::clone(&app.runner);
     let run = id.clone();
     let live: Live = Box::new(move || runner.handle(&run));
-    Ok(events(Follower::new(path, end, live)).with_run(&id))
+    let store = std::sync::Arc::clone(&app.store);
+    let run = id.clone();
+    let in_record: InRecord = Box::new(move || store.inline_output(&run));
+    Ok(events(Follower::new(path, end, live, in_record)).with_run(&id))
 }
 
 /// The final object of a streamed sync call: the body the sync call

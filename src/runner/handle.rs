@@ -8,7 +8,9 @@
 //! group, then SIGKILL after `kill_grace`, and the run ends as aborted.
 //!
 //! Live output is a notification, not a copy: the bytes go to the run's
-//! output file (`output.rs`), and the handle counts the writes. A follower
+//! output file (`output.rs`; a small output is held in memory for at most
+//! `output::HOLD` first, and its writing out counts as a write), and the
+//! handle counts the writes. A follower
 //! (`follow.rs`) notes the count, reads the file from its own offset, and
 //! when there is nothing new waits on the handle for the next write or the
 //! run's end. The handle holds no output, so a slow follower cannot make

@@ -50,7 +50,7 @@ use crate::config::{Config, Program};
 use crate::http::metrics::Metrics;
 use crate::runs::callback::{Chain, Service as Callbacks};
 use crate::state::delivery::{waiting, DeliveryState, Target};
-use crate::state::output::OutputFile;
+use crate::state::output::{Held, Inline, OutputFile};
 use crate::state::record::{
     AttemptReport, Origin, Owner, RunInput, RunRecord, RunState, SkipReason, ToolEnv,
 };
@@ -513,6 +513,21 @@ fn wait_until(at: Time, handle: &RunHandle) -> bool {
             return true;
         }
         thread::sleep(left.min(Duration::from_millis(50)));
+    }
+}
+
+/// The output `out` still holds in memory, for the end record instead of
+/// a file of its own (`state/output.rs`). A run stopped by a shutdown may
+/// be queued again ([`Runner::record_outcome`]): its output goes to its
+/// file, where it stays until the next attempt prints, as any output did
+/// before it could be held.
+fn kept_inline(out: &OutputFile, outcome: &Outcome) -> Option<Inline> {
+    match outcome.error {
+        Some(StepError::Aborted { .. }) => {
+            out.release();
+            None
+        }
+        _ => out.finish(),
     }
 }
 
@@ -1437,6 +1452,7 @@ impl Runner {
             }
             Err(e) => no_handle(e),
         };
+        rec.output = output.as_ref().and_then(|out| kept_inline(out, &outcome));
         drop(output);
         self.ship_end(&rec.run);
         let mut outcome = outcome;
@@ -1555,6 +1571,10 @@ impl Runner {
             .and_then(|f| f.retry.clone());
         loop {
             if let Some(at) = rec.retry_at {
+                // Not held in memory through the wait (`output::HOLD`).
+                if output.is_some_and(OutputFile::release) {
+                    handle.wrote();
+                }
                 if !wait_until(at, handle) {
                     return Outcome {
                         result: Vec::new(),
@@ -1683,6 +1703,14 @@ impl Runner {
             }
             handle.wrote();
         };
+        let release_output = |now: Instant| match output.map(|out| out.release_due(now)) {
+            Some(Held::Until(at)) => Some(at),
+            Some(Held::Released) => {
+                handle.wrote();
+                None
+            }
+            Some(Held::Nothing) | None => None,
+        };
         let ctx = step::Ctx {
             program: &job.program,
             vars: &job.vars,
@@ -1698,6 +1726,7 @@ impl Runner {
                 .filter(|_| job.stdin_body)
                 .map(|f| f.path()),
             on_output: &on_output,
+            release_output: &release_output,
         };
         step::run_function(&ctx, function, &job.values)
     }

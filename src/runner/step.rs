@@ -49,6 +49,11 @@ pub struct Ctx<'a> {
     /// Called with every chunk read from a step's stdout or stderr, as it
     /// arrives (before any cap), for followers of the live run.
     pub on_output: &'a (dyn Fn(Stream, &[u8]) + Sync),
+    /// Called with the time at each wake of a step's supervision: writes
+    /// out the run's output held in memory once it is due
+    /// (`state::output::HOLD`); when to call it again at the latest
+    /// (`None`: only at the next wake).
+    pub release_output: &'a (dyn Fn(Instant) -> Option<Instant> + Sync),
 }
 
 /// Why a function run did not finish.
@@ -847,6 +852,7 @@ fn supervise(
         } else {
             sv.stop_if_due(now);
         }
+        sv.release_at = (ctx.release_output)(now);
         if let Err(err) = sv.poll_and_read(now, &mut buf) {
             sys::kill_group(sv.pid, libc::SIGKILL);
             sv.w.poll_error = Some(err);
@@ -874,6 +880,9 @@ struct Supervisor<'c, 'a> {
     /// When SIGTERM was sent: SIGKILL is due at this instant.
     kill_at: Option<Instant>,
     killed: bool,
+    /// When the output held in memory is due to be written out
+    /// ([`Ctx::release_output`]).
+    release_at: Option<Instant>,
 }
 
 impl<'c, 'a> Supervisor<'c, 'a> {
@@ -901,6 +910,7 @@ impl<'c, 'a> Supervisor<'c, 'a> {
             exited: false,
             kill_at: None,
             killed: false,
+            release_at: None,
         }
     }
 
@@ -951,6 +961,10 @@ impl<'c, 'a> Supervisor<'c, 'a> {
             self.kill_at
         } else {
             None
+        };
+        let wake = match (wake, self.release_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         };
         let timeout = wake.map(|at| at.saturating_duration_since(now));
         if self.pidfd.is_none() && !self.exited {

@@ -121,6 +121,7 @@ fn run_with(
         on_spawn,
         stdin: None,
         on_output: &|_, _| {},
+        release_output: &|_| None,
     };
     let values: Vec<String> = values.iter().map(|s| s.to_string()).collect();
     run_function(&ctx, prog.function(name).unwrap(), &values)

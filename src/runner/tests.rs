@@ -361,3 +361,32 @@ fn cancel_takes_waiting_runs_off_the_queue_and_stops_a_running_one() {
     assert_eq!(canceller.join().unwrap(), Cancel::Stopping);
     assert_eq!(outcome.error, Some(StepError::Cancelled { step: 0 }));
 }
+
+#[test]
+fn held_output_goes_to_the_end_record_unless_a_shutdown_stopped_the_run() {
+    // A new directory each time: nothing of an earlier run is left in it.
+    let d = std::env::temp_dir().join(format!(
+        "trigd-kept-inline-{}-{:x}",
+        std::process::id(),
+        rand::random::<u64>()
+    ));
+    let outcome = |error| Outcome {
+        result: Vec::new(),
+        steps: Vec::new(),
+        error,
+    };
+    let ended = OutputFile::new(&d.join("ended"), 100);
+    ended.push(Stream::Stdout, b"done\n");
+    assert!(kept_inline(&ended, &outcome(None)).is_some());
+    assert!(!d.join("ended").exists(), "no file");
+    // Stopped by a shutdown: it may be queued again, its output in its
+    // file as before.
+    let stopped = OutputFile::new(&d.join("stopped"), 100);
+    stopped.push(Stream::Stdout, b"begun\n");
+    let aborted = outcome(Some(StepError::Aborted { step: 0 }));
+    assert!(kept_inline(&stopped, &aborted).is_none());
+    assert_eq!(
+        crate::state::output::read_whole(&d.join("stopped")).stdout,
+        b"begun\n"
+    );
+}

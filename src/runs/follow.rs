@@ -8,6 +8,12 @@
 //! over; once it is, it drains what is left and ends with an `end` event
 //! carrying the final object (the run record, or a sync call's answer).
 //!
+//! A run that ended with its output still held in memory has no file: its
+//! output is in its record (`output.rs`), which the follower reads once the
+//! run is over and it found no file ([`InRecord`]). Held output reaches the
+//! file at most `output::HOLD` after its first byte, so that is the most a
+//! follower of a live run waits for it.
+//!
 //! While the run executes, the follower waits on the run's handle
 //! ([`RunHandle::wait_output`]) for its next write or its end. Before the
 //! run starts (queued) and in the moment between the handle's close and
@@ -21,7 +27,6 @@
 //! A comment line (`: keep-alive`) is sent after [`KEEP_ALIVE`] without
 //! events, so that a client that went away is noticed.
 
-use std::fs::File;
 use std::io::{self, Read};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -33,7 +38,7 @@ use serde_json::Value;
 
 use crate::http::Response;
 use crate::runner::handle::RunHandle;
-use crate::state::output::{self, Frame, Stream, Utf8Carry};
+use crate::state::output::{self, Frame, Inline, Stored, Stream, Utf8Carry};
 
 /// How often the follower looks again while the run has no handle.
 const POLL: Duration = Duration::from_millis(100);
@@ -55,6 +60,10 @@ pub fn shared(v: &Value) -> Arc<[u8]> {
 
 /// The handle of the followed run while it executes (`Runner::handle`).
 pub type Live = Box<dyn FnMut() -> Option<Arc<RunHandle>> + Send>;
+
+/// The output the followed run keeps in its record (`RunStore::inline_output`),
+/// asked once it has ended without a file.
+pub type InRecord = Box<dyn FnOnce() -> Option<Inline> + Send>;
 
 /// What the follower waits on when nothing new is on disk.
 struct Wake {
@@ -90,7 +99,8 @@ impl Wake {
 /// An SSE body following one run's output file.
 pub struct Follower {
     path: PathBuf,
-    file: Option<File>,
+    file: Option<Stored>,
+    in_record: Option<InRecord>,
     offset: output::Pos,
     out: Vec<u8>,
     pos: usize,
@@ -107,11 +117,13 @@ pub struct Follower {
 
 impl Follower {
     /// Follow the output file at `path`; `end` says when the run is over,
-    /// `live` finds its handle while it executes.
-    pub fn new(path: PathBuf, end: End, live: Live) -> Follower {
+    /// `live` finds its handle while it executes, `in_record` its output
+    /// once it has ended without a file.
+    pub fn new(path: PathBuf, end: End, live: Live, in_record: InRecord) -> Follower {
         Follower {
             path,
             file: None,
+            in_record: Some(in_record),
             offset: output::Pos::default(),
             out: Vec::new(),
             pos: 0,
@@ -143,8 +155,8 @@ impl Follower {
             self.done = true;
             return true;
         }
-        // Once the run is over, everything it printed is on disk: pull
-        // once more before the end event.
+        // Once the run is over, everything it printed is on disk or in its
+        // record: pull once more before the end event.
         self.last = (self.end)();
         if self.last.is_some() {
             return true;
@@ -160,6 +172,12 @@ impl Follower {
     fn pull(&mut self) -> bool {
         if self.file.is_none() {
             self.file = output::open(&self.path);
+        }
+        if self.file.is_none() && self.last.is_some() {
+            // Over without a file: what it printed, if anything, is in its
+            // record.
+            let in_record = self.in_record.take();
+            self.file = in_record.and_then(|f| f()).map(Stored::Inline);
         }
         let Some(file) = &self.file else {
             return false;
@@ -283,13 +301,14 @@ mod tests {
         let out = OutputFile::new(&p, 100);
         out.push(Stream::Stdout, "a\n<b>\u{e9}".as_bytes());
         out.push(Stream::Stderr, b"warn\n");
+        out.release();
         let over = Arc::new(AtomicBool::new(false));
         let o2 = Arc::clone(&over);
         let end: End = Box::new(move || {
             o2.load(Ordering::SeqCst)
                 .then(|| shared(&json!({"State": "finished"})))
         });
-        let mut f = Follower::new(p, end, Box::new(|| None));
+        let mut f = Follower::new(p, end, Box::new(|| None), Box::new(|| None));
         let mut buf = [0u8; 4096];
         let n = f.read(&mut buf).unwrap();
         let first = String::from_utf8_lossy(&buf[..n]).to_string();
@@ -315,17 +334,28 @@ mod tests {
         let p = output::path(&d, "t");
         let out = OutputFile::new(&p, 3);
         out.push(Stream::Stderr, b"abcd");
+        // Read from the file, then from the record (the run ended with
+        // its output held in memory): the same events.
+        let inline = out.finish();
+        assert!(inline.is_some() && !p.exists());
+        let want = "event: output\ndata: {\"Stream\":\"stderr\",\"Text\":\"abc\"}\n\n\
+                    event: truncated\ndata: {\"Stream\":\"stderr\"}\n\n\
+                    event: end\ndata: null\n\n";
         let end: End = Box::new(|| Some(shared(&json!(null))));
         let mut got = String::new();
-        Follower::new(p, end, Box::new(|| None))
+        Follower::new(p.clone(), end, Box::new(|| None), Box::new(|| inline))
             .read_to_string(&mut got)
             .unwrap();
-        assert_eq!(
-            got,
-            "event: output\ndata: {\"Stream\":\"stderr\",\"Text\":\"abc\"}\n\n\
-             event: truncated\ndata: {\"Stream\":\"stderr\"}\n\n\
-             event: end\ndata: null\n\n"
-        );
+        assert_eq!(got, want, "from the record");
+        let out = OutputFile::new(&p, 3);
+        out.push(Stream::Stderr, b"abcd");
+        out.release();
+        let end: End = Box::new(|| Some(shared(&json!(null))));
+        let mut got = String::new();
+        Follower::new(p, end, Box::new(|| None), Box::new(|| None))
+            .read_to_string(&mut got)
+            .unwrap();
+        assert_eq!(got, want, "from the file");
     }
 
     #[test]
@@ -338,7 +368,12 @@ mod tests {
         let over = Arc::new(AtomicBool::new(false));
         let o2 = Arc::clone(&over);
         let end: End = Box::new(move || o2.load(Ordering::SeqCst).then(|| shared(&json!({}))));
-        let mut f = Follower::new(p, end, Box::new(move || Some(Arc::clone(&h2))));
+        let mut f = Follower::new(
+            p,
+            end,
+            Box::new(move || Some(Arc::clone(&h2))),
+            Box::new(|| None),
+        );
         // No keep-alive for an hour: only the handle can wake the follower
         // in time for the bounded waits below.
         f.keep_alive = Duration::from_secs(3600);
@@ -357,6 +392,7 @@ mod tests {
         let bound = Duration::from_secs(60);
         for line in ["one", "two"] {
             out.push(Stream::Stdout, format!("{line}\n").as_bytes());
+            out.release();
             h.wrote();
             let got = rx.recv_timeout(bound).expect("the write woke the follower");
             assert!(got.contains(&format!("\"{line}\\n\"")), "{got}");

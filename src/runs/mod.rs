@@ -13,6 +13,7 @@ pub mod idempotency;
 pub mod list;
 pub mod replay;
 
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -24,10 +25,11 @@ use crate::http::app::App;
 use crate::http::{ApiError, Request, Response};
 use crate::invoke;
 use crate::runner::Cancel;
-use crate::state::output;
+use crate::state::output::{self, Inline, Stored};
 use crate::state::pg::output::Mirror;
+use crate::state::pg::Db;
 use crate::state::record::{Origin, Owner, RunHead, RunRecord, RunState};
-use follow::{End, Follower, Live};
+use follow::{End, Follower, InRecord, Live};
 
 /// Query parameters of the output endpoint.
 const OUTPUT_PARAMS: [&str; 2] = ["api_key", "follow"];
@@ -230,37 +232,25 @@ pub fn output(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Respon
     let follow = invoke::parse_bool("follow", req.query_one("follow")?)?;
     reject_unknown(req, &OUTPUT_PARAMS)?;
     let path = app.store.output_path(&rec.run);
+    // A run that ended with its output held in memory keeps it in its
+    // record, not in a file (`state/output.rs`).
+    let inline = match rec.state.is_terminal() {
+        true => app.store.inline_output(&rec.run),
+        false => None,
+    };
     // With a database, output of a run not executed here is read from it.
-    let here = app.runner.handle(&rec.run).is_some() || output::open(&path).is_some();
+    let here =
+        inline.is_some() || app.runner.handle(&rec.run).is_some() || output::open(&path).is_some();
     let db = app.state.db().filter(|_| !here);
     if follow || invoke::wants_events(req) {
-        let store = Arc::clone(&app.store);
-        let run = rec.run.clone();
-        let runner = Arc::clone(&app.runner);
-        let live: Live = Box::new(move || runner.handle(&run));
-        let run = rec.run.clone();
-        let Some(db) = db else {
-            let end: End = Box::new(move || end_event(&store, &run));
-            return Ok(follow::events(Follower::new(path, end, live)));
-        };
-        let mut mirror = Mirror::new(&rec.run, &path);
-        let at = mirror.path().to_path_buf();
-        let db = Arc::clone(db);
-        let end: End = Box::new(move || {
-            // Whether it had ended before the copy: then the copy has all.
-            let ended = end_event(&store, &run);
-            if let Err(e) = mirror.sync(&db) {
-                log::warn!("run {run}: cannot read its output from the database: {e}");
-            }
-            ended
-        });
-        return Ok(follow::events(Follower::new(at, end, live)));
+        return Ok(follow_output(app, &rec.run, path, db, inline));
     }
-    let w = match db {
-        Some(db) => Mirror::new(&rec.run, &path)
+    let w = match (inline, db) {
+        (Some(inline), _) => output::whole(&Stored::Inline(inline)),
+        (None, Some(db)) => Mirror::new(&rec.run, &path)
             .read_whole(db)
             .map_err(|e| ApiError::db(&e))?,
-        None => output::read_whole(&path),
+        (None, None) => output::read_whole(&path),
     };
     Ok(Response::json(
         200,
@@ -273,6 +263,46 @@ pub fn output(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Respon
             "StderrTruncated": w.stderr_truncated,
         }),
     ))
+}
+
+/// The events of run `run`'s output as it is written (`follow.rs`): from
+/// its file at `path`, or with `db` from a mirror of the copy the
+/// database keeps; from its record once it has ended without a file
+/// (`inline` when that is known already).
+fn follow_output(
+    app: &App,
+    run: &str,
+    path: PathBuf,
+    db: Option<&Arc<Db>>,
+    inline: Option<Inline>,
+) -> Response {
+    let store = Arc::clone(&app.store);
+    let id = run.to_string();
+    let in_record: InRecord = match inline {
+        Some(i) => Box::new(move || Some(i)),
+        None => Box::new(move || store.inline_output(&id)),
+    };
+    let runner = Arc::clone(&app.runner);
+    let id = run.to_string();
+    let live: Live = Box::new(move || runner.handle(&id));
+    let store = Arc::clone(&app.store);
+    let id = run.to_string();
+    let Some(db) = db else {
+        let end: End = Box::new(move || end_event(&store, &id));
+        return follow::events(Follower::new(path, end, live, in_record));
+    };
+    let mut mirror = Mirror::new(run, &path);
+    let at = mirror.path().to_path_buf();
+    let db = Arc::clone(db);
+    let end: End = Box::new(move || {
+        // Whether it had ended before the copy: then the copy has all.
+        let ended = end_event(&store, &id);
+        if let Err(e) = mirror.sync(&db) {
+            log::warn!("run {id}: cannot read its output from the database: {e}");
+        }
+        ended
+    });
+    follow::events(Follower::new(at, end, live, in_record))
 }
 
 /// `POST /api/runs/<id>/cancel`: stop a queued or running run.

@@ -24,16 +24,73 @@
 //! creating it with the run's first output: a run that printed nothing has
 //! no file, which every reader takes as empty output (creating a file for
 //! each run and removing it with the record was a tenth of trigd's work on
-//! a sync run of a silent program).
-//! readers ([`read_frames`]) read it from any offset, so a follower only
-//! ever holds one batch in memory, however far behind it is. The run store
-//! removes the file together with the run's record (`run_retention`).
+//! a sync run of a silent program). Readers ([`read_frames`]) read it from
+//! any offset, so a follower only ever holds one batch in memory, however
+//! far behind it is. The run store removes the file together with the
+//! run's record (`run_retention`).
+//!
+//! ## A small output stays out of the file system
+//!
+//! Until a run's output passes [`INLINE_MAX`] bytes (as the file would hold
+//! them, headers included) or [`HOLD`] has passed since its first byte, the
+//! writer keeps the bytes the file would hold in memory instead
+//! ([`OutputFile::release_due`], called by the step's supervision loop).
+//! Past either, it creates the file and writes them there: from then on
+//! the file is byte for byte the one it would have been. A run that ends
+//! while its output is still held hands it to its end record
+//! ([`OutputFile::finish`]; `RunRecord::output`, `"Output"` in `runs.log`
+//! and the database's copy of the record, base64 of the frames, closed,
+//! never served) and gets no file at all. So after its end a run's output
+//! is in one place: its record, or its file. A reader of an ended run
+//! looks at the record first; a follower reads the file while the run
+//! executes and the record once it has ended without one. [`Stored`] reads
+//! both alike, so every reader sees the same frames, bytes and truncation
+//! marks either way.
+//!
+//! Why this shape, the simplest found to keep every reader as it was: what
+//! is held is the file's own bytes, written by the same code, so writing
+//! it out is one `write` and no reader needs a second format; the time
+//! bound comes from the run's own supervision loop (it already wakes for
+//! the run's deadline), so no reader has to reach the writer to make it
+//! write out; and the end record is written anyway, so keeping the output
+//! there costs no write of its own and is exactly as durable as the run's
+//! end. The record's public JSON is unchanged (`RunRecord::public` drops
+//! it).
+//!
+//! Why: a sync call of a program that prints a line cost trigd 0.53–0.59 ms
+//! of system time against 0.11–0.13 ms with no file (8 connections, the
+//! 2-core bench VM): creating an inode on ext4 without a journal skips, one
+//! by one, every inode of its group freed in the last minute, and
+//! `run_retention` frees one per run (`bench/README.md`, "What a sync
+//! `/bin/echo` call costs"). Re-using dropped runs' files instead gained
+//! less than the spread of the bench. Holding small output (interleaved
+//! `bench/ab.sh -r 7 -s 4`, static builds, medians of three runs each on
+//! a VM under other work; `bench/README.md` has them all): trigd's system
+//! time per echo call 0.33–0.41 → 0.09–0.14 ms (lower in each of 42
+//! rounds), echo8 1,526–2,036 → 2,036–2,715 req/s with p99 9.6 → 8.1 ms
+//! in the quietest run, echo32 p99 30.7–41.7 → 25.5–29.2 ms. Re-measure
+//! with `INLINE_MAX` at 0.
+//!
+//! What it costs: a follower sees a held byte at most [`HOLD`] late (it
+//! reads the file, written out then, or the record at the run's end); a
+//! whole-output read of a running run sees only what is in the file; a
+//! kill -9 of trigd loses what was held: the output of runs whose first
+//! byte came less than [`HOLD`] before it, at most [`INLINE_MAX`] bytes
+//! each (a file, never fsynced, survives a kill -9 in the page cache; a
+//! run whose end was not recorded is `interrupted` after the restart
+//! either way). A record
+//! with its output in it is at most 5,476 bytes longer (`"Output":` and
+//! the base64 of [`INLINE_MAX`] bytes); listing reads it with the rest.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Largest frame a reader accepts (the writer closes an open frame before
 /// it grows past it); a longer length means a damaged file.
@@ -44,6 +101,17 @@ const HEAD: u64 = 5;
 
 /// Bytes of frame data [`read_frames`] returns at most per call.
 pub const BATCH: usize = 64 * 1024;
+
+/// Most bytes of a run's output (as its file would hold them) kept in
+/// memory and then in its record instead of a file: an `echo` of a line
+/// or a short report, not a log.
+pub const INLINE_MAX: usize = 4096;
+
+/// Longest time output is held in memory after its first byte before it
+/// is written to the file: the delay a follower may see, and what a
+/// kill -9 may lose. A sync `/bin/echo` ends well within it, also under
+/// the bench's 32 connections.
+pub const HOLD: Duration = Duration::from_millis(50);
 
 /// The directory of output files in `state_dir`.
 pub fn dir(state_dir: &Path) -> PathBuf {
@@ -140,9 +208,13 @@ struct Kept {
 #[derive(Debug)]
 struct Writer {
     path: PathBuf,
-    /// Created at the first output.
+    /// Created once the output is no longer held in memory.
     file: Option<File>,
-    /// The file's length.
+    /// While there is no file: the bytes it would hold.
+    held: Vec<u8>,
+    /// When the first of `held` came.
+    held_since: Option<Instant>,
+    /// The file's length (or what is held).
     end: u64,
     /// The last frame, while it is open.
     open: Option<Open>,
@@ -150,8 +222,8 @@ struct Writer {
     failed: bool,
 }
 
-/// The output file of a run being executed. Shared by the threads reading
-/// the step's pipes.
+/// The output file of a run being executed, held in memory while it is
+/// small and young (see the module doc).
 #[derive(Debug)]
 pub struct OutputFile {
     max: usize,
@@ -160,13 +232,16 @@ pub struct OutputFile {
 
 impl OutputFile {
     /// The output file at `path`, keeping at most `max` bytes of each
-    /// stream; the file is created (truncating) at the first output.
+    /// stream; the file is created (truncating) once the output is not
+    /// held in memory any more.
     pub fn new(path: &Path, max: usize) -> OutputFile {
         OutputFile {
             max,
             w: Mutex::new(Writer {
                 path: path.to_path_buf(),
                 file: None,
+                held: Vec::new(),
+                held_since: None,
                 end: 0,
                 open: None,
                 kept: [Kept::default(); 2],
@@ -192,20 +267,76 @@ impl OutputFile {
             bytes: k.bytes + take,
             truncated,
         };
-        if let Err(e) = w.append(stream, &data[..take], truncated) {
-            log::error!("cannot keep a run's output in {}: {e}", w.path.display());
-            w.failed = true;
+        let done = w.append(stream, &data[..take], truncated);
+        w.check(done);
+    }
+
+    /// Write the output held in memory to the file once [`HOLD`] has
+    /// passed since its first byte (`now`): [`Held::Released`] then; else
+    /// until when it is held, or [`Held::Nothing`].
+    pub fn release_due(&self, now: Instant) -> Held {
+        let mut w = self.w.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(since) = w.held_since.filter(|_| w.file.is_none() && !w.failed) else {
+            return Held::Nothing;
+        };
+        if now < since + HOLD {
+            return Held::Until(since + HOLD);
         }
+        let done = w.spill();
+        w.check(done);
+        Held::Released
+    }
+
+    /// Write the output held in memory to the file now (the run waits
+    /// for its next attempt); whether there was any.
+    pub fn release(&self) -> bool {
+        let mut w = self.w.lock().unwrap_or_else(|e| e.into_inner());
+        if w.held.is_empty() || w.file.is_some() || w.failed {
+            return false;
+        }
+        let done = w.spill();
+        w.check(done);
+        true
+    }
+
+    /// At the run's end: the output still held in memory, as closed
+    /// frames, for its record (none when it went to the file or there was
+    /// none). Nothing is written after this.
+    pub fn finish(&self) -> Option<Inline> {
+        let mut w = self.w.lock().unwrap_or_else(|e| e.into_inner());
+        if w.file.is_some() || w.held.is_empty() {
+            return None;
+        }
+        // In memory: closing cannot fail.
+        let _ = w.close();
+        w.failed = true;
+        Some(Inline(std::mem::take(&mut w.held)))
     }
 }
 
+/// Whether a run's output is held in memory ([`OutputFile::release_due`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Held {
+    /// Nothing is (no output yet, or it is in the file).
+    Nothing,
+    /// Until this instant.
+    Until(Instant),
+    /// It was, and has just been written to the file.
+    Released,
+}
+
 impl Writer {
+    /// Log a write error once: the rest of the output is not kept.
+    fn check(&mut self, done: io::Result<()>) {
+        if let Err(e) = done {
+            log::error!("cannot keep a run's output in {}: {e}", self.path.display());
+            self.failed = true;
+        }
+    }
+
     /// Append `data` of `stream`, then, with `truncated`, the stream's
     /// truncation mark (after closing the open frame).
     fn append(&mut self, stream: Stream, data: &[u8], truncated: bool) -> io::Result<()> {
-        if self.file.is_none() {
-            self.file = Some(create(&self.path)?);
-        }
         for piece in data.chunks(MAX_FRAME as usize) {
             self.append_data(stream, piece)?;
         }
@@ -247,20 +378,50 @@ impl Writer {
 
     /// Close the open frame, if any: its length, then its tag.
     fn close(&mut self) -> io::Result<()> {
-        let (Some(o), Some(file)) = (self.open.take(), &self.file) else {
+        let Some(o) = self.open.take() else {
             return Ok(());
         };
-        file.write_all_at(&o.len.to_be_bytes(), o.at + 1)?;
-        file.write_all_at(&[tag(o.stream, false)], o.at)
+        self.patch(o.at + 1, &o.len.to_be_bytes())?;
+        self.patch(o.at, &[tag(o.stream, false)])
     }
 
-    /// Append `buf` at the end of the file.
+    /// Overwrite the bytes at `at` (of a frame header).
+    fn patch(&mut self, at: u64, bytes: &[u8]) -> io::Result<()> {
+        match &self.file {
+            Some(file) => file.write_all_at(bytes, at),
+            None => {
+                let at = at as usize;
+                self.held[at..at + bytes.len()].copy_from_slice(bytes);
+                Ok(())
+            }
+        }
+    }
+
+    /// Append `buf` at the end of the file, or of what is held while that
+    /// stays within [`INLINE_MAX`]: this module's speed trick, its figure
+    /// in the module doc.
     fn write(&mut self, buf: &[u8]) -> io::Result<()> {
-        let Some(file) = &mut self.file else {
-            return Ok(());
-        };
-        file.write_all(buf)?;
+        if self.file.is_none() && self.held.len() + buf.len() > INLINE_MAX {
+            self.spill()?;
+        }
+        match &mut self.file {
+            Some(file) => file.write_all(buf)?,
+            None => {
+                self.held_since.get_or_insert_with(Instant::now);
+                self.held.extend_from_slice(buf);
+            }
+        }
         self.end += buf.len() as u64;
+        Ok(())
+    }
+
+    /// Create the file and write what is held to it.
+    fn spill(&mut self) -> io::Result<()> {
+        let mut file = create(&self.path)?;
+        file.write_all(&self.held)?;
+        self.file = Some(file);
+        self.held = Vec::new();
+        self.held_since = None;
         Ok(())
     }
 }
@@ -298,7 +459,7 @@ pub struct Pos {
 /// the bytes written so far (the rest comes at the next call). A frame cut
 /// off at the end (being written, or torn by a crash) is left for the next
 /// call.
-pub fn read_frames(file: &File, pos: Pos) -> (Vec<Frame>, Pos) {
+pub fn read_frames(file: &Stored, pos: Pos) -> (Vec<Frame>, Pos) {
     let mut frames = Vec::new();
     let mut pos = pos;
     let mut size = 0usize;
@@ -360,12 +521,12 @@ pub fn read_frames(file: &File, pos: Pos) -> (Vec<Frame>, Pos) {
 /// a reader holds one batch, not a whole frame of up to [`MAX_FRAME`]: 24
 /// followers of a run printed in 1 MiB frames held 1.7 MiB each. `None`
 /// while the frame is not all on disk (torn, see [`read_frames`]).
-fn read_closed(file: &File, pos: Pos, len: u32, max: usize) -> Option<Vec<u8>> {
+fn read_closed(file: &Stored, pos: Pos, len: u32, max: usize) -> Option<Vec<u8>> {
     let end = pos.frame + HEAD + u64::from(len);
     let from = pos.frame + HEAD + pos.done;
     let n = (end - from).min(max as u64);
     // Read whole, the frame is checked by `read_exact_at` itself.
-    if n < end - from && file.metadata().ok()?.len() < end {
+    if n < end - from && file.len().ok()? < end {
         return None;
     }
     let mut data = vec![0u8; n as usize];
@@ -377,9 +538,9 @@ fn read_closed(file: &File, pos: Pos, len: u32, max: usize) -> Option<Vec<u8>> {
 /// if the frame is still open once they are read (`tag` is its open tag):
 /// only then are they all its own, since the writer closes a frame before
 /// it appends anything after it. `None`: it was closed meanwhile.
-fn read_open(file: &File, pos: Pos, tag: u8, max: usize) -> Option<Vec<u8>> {
+fn read_open(file: &Stored, pos: Pos, tag: u8, max: usize) -> Option<Vec<u8>> {
     let from = pos.frame + HEAD + pos.done;
-    let end = file.metadata().map_or(from, |m| m.len());
+    let end = file.len().unwrap_or(from);
     let n = end.saturating_sub(from).min(max.max(1) as u64) as usize;
     let mut data = vec![0u8; n];
     let got = file.read_at(&mut data, from).unwrap_or(0);
@@ -405,9 +566,83 @@ pub fn encode(frames: &[Frame], buf: &mut Vec<u8>) {
 }
 
 /// Open the output file at `path` for reading: `None` while the run
-/// has printed nothing (it has no file then) or once it is removed.
-pub fn open(path: &Path) -> Option<File> {
-    File::open(path).ok()
+/// has printed nothing (it has no file then), when its output is in its
+/// record, or once it is removed.
+pub fn open(path: &Path) -> Option<Stored> {
+    File::open(path).ok().map(Stored::File)
+}
+
+/// A run's output as its record keeps it (see the module doc): the frames
+/// its file would hold, closed; base64 in JSON.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Inline(Vec<u8>);
+
+impl Inline {
+    /// The frames held.
+    pub fn frames(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl Serialize for Inline {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(&self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for Inline {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Inline, D::Error> {
+        let text = String::deserialize(d)?;
+        base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .map(Inline)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// A run's kept output, opened for reading: its file, or the frames its
+/// record holds. Both read alike ([`read_frames`]).
+#[derive(Debug)]
+pub enum Stored {
+    /// The output file.
+    File(File),
+    /// Kept in the run's record.
+    Inline(Inline),
+}
+
+impl Stored {
+    /// Read exactly `buf.len()` bytes at `at`.
+    fn read_exact_at(&self, buf: &mut [u8], at: u64) -> io::Result<()> {
+        match self {
+            Stored::File(f) => f.read_exact_at(buf, at),
+            Stored::Inline(_) if self.read_at(buf, at)? < buf.len() => {
+                Err(io::ErrorKind::UnexpectedEof.into())
+            }
+            Stored::Inline(_) => Ok(()),
+        }
+    }
+
+    /// Read at most `buf.len()` bytes at `at`; how many.
+    fn read_at(&self, buf: &mut [u8], at: u64) -> io::Result<usize> {
+        match self {
+            Stored::File(f) => f.read_at(buf, at),
+            Stored::Inline(b) => {
+                let b = b.frames();
+                let from = usize::try_from(at).map_or(b.len(), |a| a.min(b.len()));
+                let n = buf.len().min(b.len() - from);
+                buf[..n].copy_from_slice(&b[from..from + n]);
+                Ok(n)
+            }
+        }
+    }
+
+    /// Its length in bytes.
+    fn len(&self) -> io::Result<u64> {
+        match self {
+            Stored::File(f) => Ok(f.metadata()?.len()),
+            Stored::Inline(b) => Ok(b.frames().len() as u64),
+        }
+    }
 }
 
 /// The whole kept output of a run, each stream apart.
@@ -426,13 +661,15 @@ pub struct Whole {
 /// Read the whole output file at `path` (bounded by `max_output_bytes` per
 /// stream when it was written); a missing file is empty output.
 pub fn read_whole(path: &Path) -> Whole {
+    open(path).map_or_else(Whole::default, |file| whole(&file))
+}
+
+/// The whole output `file` holds.
+pub fn whole(file: &Stored) -> Whole {
     let mut w = Whole::default();
-    let Ok(file) = File::open(path) else {
-        return w;
-    };
     let mut offset = Pos::default();
     loop {
-        let (frames, next) = read_frames(&file, offset);
+        let (frames, next) = read_frames(file, offset);
         if frames.is_empty() {
             return w;
         }
@@ -522,7 +759,8 @@ mod tests {
         out.push(Stream::Stderr, b"err\n");
         out.push(Stream::Stdout, b"two\n");
         out.push(Stream::Stdout, b"three\n");
-        let f = File::open(&p).unwrap();
+        assert!(out.release(), "held in memory so far");
+        let f = Stored::File(File::open(&p).unwrap());
         let (frames, end) = read_frames(&f, Pos::default());
         assert_eq!(
             frames,
@@ -559,7 +797,7 @@ mod tests {
         fs::create_dir_all(&d).unwrap();
         let p = d.join("x");
         fs::write(&p, [b'o', 0, 0, 0, 4, b'a', b'b']).unwrap();
-        let f = File::open(&p).unwrap();
+        let f = Stored::File(File::open(&p).unwrap());
         assert_eq!(read_frames(&f, Pos::default()), (vec![], Pos::default()));
     }
 
@@ -574,10 +812,10 @@ mod tests {
         frame(&mut file, b'E', b"");
         // A long frame torn by a crash: nothing of it is read.
         fs::write(&p, &file[..file.len() - 6]).unwrap();
-        let f = File::open(&p).unwrap();
+        let f = Stored::File(File::open(&p).unwrap());
         assert_eq!(read_frames(&f, Pos::default()), (vec![], Pos::default()));
         fs::write(&p, &file).unwrap();
-        let f = File::open(&p).unwrap();
+        let f = Stored::File(File::open(&p).unwrap());
         let (frames, at) = read_frames(&f, Pos::default());
         assert_eq!(
             frames,
@@ -622,7 +860,8 @@ mod tests {
         let p = path(&d, "g");
         let out = OutputFile::new(&p, 100);
         out.push(Stream::Stdout, b"ab");
-        let f = File::open(&p).unwrap();
+        out.release();
+        let f = Stored::File(File::open(&p).unwrap());
         let (frames, at) = read_frames(&f, Pos::default());
         assert_eq!(frames, vec![Frame::Data(Stream::Stdout, b"ab".to_vec())]);
         assert_eq!(read_frames(&f, at).0, vec![], "nothing new yet");
@@ -663,6 +902,112 @@ mod tests {
             (w.stdout.as_slice(), w.stderr.as_slice()),
             (&b"a"[..], &b"bc"[..])
         );
+    }
+
+    /// What `pieces` make: frames read whole, the file's bytes (written
+    /// out at once, when `release`), and what `finish` hands on.
+    fn write(name: &str, max: usize, release: bool, pieces: &[(Stream, &[u8])]) -> Written {
+        let d = tmp(name);
+        let p = path(&d, "w");
+        let out = OutputFile::new(&p, max);
+        for (i, (stream, data)) in pieces.iter().enumerate() {
+            out.push(*stream, data);
+            if release && i == 0 {
+                assert!(out.release());
+            }
+        }
+        let inline = out.finish();
+        let file = fs::read(&p).ok();
+        let stored = match (&inline, open(&p)) {
+            (Some(i), _) => Stored::Inline(i.clone()),
+            (None, Some(f)) => f,
+            (None, None) => Stored::Inline(Inline::default()),
+        };
+        let mut frames = Vec::new();
+        let mut pos = Pos::default();
+        loop {
+            let (f, next) = read_frames(&stored, pos);
+            if f.is_empty() {
+                break;
+            }
+            frames.extend(f);
+            pos = next;
+        }
+        Written {
+            frames,
+            whole: whole(&stored),
+            file,
+            inline,
+        }
+    }
+
+    struct Written {
+        frames: Vec<Frame>,
+        whole: Whole,
+        file: Option<Vec<u8>>,
+        inline: Option<Inline>,
+    }
+
+    #[test]
+    fn a_small_output_is_handed_to_the_record_and_reads_as_the_file_would() {
+        let pieces: &[(Stream, &[u8])] = &[
+            (Stream::Stdout, b"a b\n"),
+            (Stream::Stdout, b"\xc3"),
+            (Stream::Stderr, b"err\n"),
+            (Stream::Stdout, b"\xa9\n"),
+            (Stream::Stderr, &[b'x'; 2000]),
+            (Stream::Stderr, &[b'y'; 1500]),
+        ];
+        let held = write("held", 3000, false, pieces);
+        let filed = write("filed", 3000, true, pieces);
+        assert!(held.file.is_none(), "no file");
+        assert!(held.inline.is_some() && filed.inline.is_none());
+        assert!(filed.file.is_some());
+        assert_eq!(held.frames, filed.frames, "the same frames");
+        assert_eq!(held.whole, filed.whole, "the same output");
+        assert!(held.whole.stderr_truncated, "the truncation mark too");
+        assert_eq!(held.frames.len(), 5);
+        let json = serde_json::to_string(&held.inline).unwrap();
+        let back: Option<Inline> = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, held.inline, "base64 in JSON: {json}");
+    }
+
+    #[test]
+    fn an_output_past_inline_max_goes_to_the_file_as_it_would_have() {
+        let big = vec![b'z'; INLINE_MAX];
+        let pieces: &[(Stream, &[u8])] = &[
+            (Stream::Stdout, b"start\n"),
+            (Stream::Stderr, b"e"),
+            (Stream::Stdout, &big[..1000]),
+            (Stream::Stdout, &big),
+            (Stream::Stderr, b"end"),
+        ];
+        let held = write("past", 1 << 20, false, pieces);
+        let filed = write("past-filed", 1 << 20, true, pieces);
+        assert!(held.inline.is_none(), "not in the record");
+        assert_eq!(held.file, filed.file, "byte for byte the same file");
+        assert_eq!(held.frames, filed.frames);
+    }
+
+    #[test]
+    fn held_output_is_written_out_once_hold_has_passed() {
+        let d = tmp("hold");
+        let p = path(&d, "h");
+        let out = OutputFile::new(&p, 100);
+        let start = Instant::now();
+        assert_eq!(out.release_due(start), Held::Nothing, "nothing yet");
+        out.push(Stream::Stdout, b"first");
+        let Held::Until(at) = out.release_due(Instant::now()) else {
+            panic!("held");
+        };
+        assert!(at >= start + HOLD && at <= Instant::now() + HOLD);
+        assert!(!p.exists());
+        assert_eq!(out.release_due(at), Held::Released);
+        assert_eq!(read_whole(&p).stdout, b"first");
+        out.push(Stream::Stdout, b" second");
+        assert_eq!(out.release_due(at + HOLD), Held::Nothing, "in the file");
+        assert_eq!(read_whole(&p).stdout, b"first second");
+        assert_eq!(out.finish(), None);
     }
 
     #[test]

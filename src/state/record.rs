@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::state::delivery::Delivery;
+use crate::state::output::Inline;
 use crate::state::time::Time;
 
 /// The states of a run.
@@ -495,6 +496,12 @@ pub struct RunRecord {
     /// had it cancelled (`policy = "cancel_running"`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub superseded_by: Option<String>,
+    /// Its kept output, when the run ended with it still held in memory
+    /// (at most `output::INLINE_MAX` bytes; `state/output.rs`): then it has
+    /// no output file. Never served ([`RunRecord::public`] drops it); read
+    /// by `GET /api/runs/<id>/output` and the run's page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<Inline>,
 }
 
 /// [`RunRecord`] as read: its fields, `Owner` as the two fields it is
@@ -555,6 +562,8 @@ struct RecordFields {
     group: Option<String>,
     #[serde(default)]
     superseded_by: Option<String>,
+    #[serde(default)]
+    output: Option<Inline>,
 }
 
 impl From<RecordFields> for RunRecord {
@@ -589,6 +598,7 @@ impl From<RecordFields> for RunRecord {
             retry_at,
             group,
             superseded_by,
+            output,
         } = f;
         let owner = Owner::from(OwnerFields {
             kind: owner_kind,
@@ -620,6 +630,7 @@ impl From<RecordFields> for RunRecord {
             retry_at,
             group,
             superseded_by,
+            output,
             owner,
         }
     }
@@ -686,14 +697,16 @@ impl RunRecord {
             retry_at: None,
             group: None,
             superseded_by: None,
+            output: None,
         }
     }
 
     /// The record as served: without its input (nor the copy kept for a
-    /// re-run).
+    /// re-run) and without its output (served apart).
     pub fn public(mut self) -> RunRecord {
         self.input = None;
         self.rerun_input = None;
+        self.output = None;
         self
     }
 }

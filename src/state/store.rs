@@ -44,7 +44,7 @@ use super::commit::GroupCommit;
 use super::file::{sync_dir, tmp_path};
 pub use super::filter::{Cursor, OriginFilter, RunFilter, RunPage, Scope, DEFAULT_PAGE, MAX_PAGE};
 use super::index::{Index, RunId, Slot};
-use crate::state::output;
+use crate::state::output::{self, Inline};
 use crate::state::pg::deferred::Deferred;
 use crate::state::pg::runs::{DbRuns, PageQuery};
 use crate::state::pg::unwritten::Unwritten;
@@ -445,6 +445,17 @@ impl RunStore {
                 .ok()
                 .flatten()
                 .map(|o| o.1.is_terminal()),
+        }
+    }
+
+    /// The output run `id` keeps in its record, if it ended with it
+    /// there (`output.rs`), without reading the rest of its record into
+    /// memory from the file log ([`FileRuns::inline_output`]). `None` also
+    /// when the database failed (logged).
+    pub fn inline_output(&self, id: &str) -> Option<Inline> {
+        match &self.backend {
+            Backend::Files(f) => f.inline_output(id),
+            Backend::Database { .. } => self.get(id)?.output,
         }
     }
 
@@ -1092,6 +1103,17 @@ impl FileRuns {
             .filter(|h| h.run == id)
     }
 
+    /// The output run `id` keeps in its record ([`RunStore::inline_output`]).
+    pub fn inline_output(&self, id: &str) -> Option<Inline> {
+        let key = run_id(id)?;
+        if let Some((_, rec)) = lock(&self.unwritten).iter().find(|(k, _)| *k == key) {
+            return rec.output.clone().filter(|_| rec.run == id);
+        }
+        self.read::<OutputOf>(key, HEAD_WINDOW, HEAD_WINDOW)
+            .filter(|o| o.run == id)?
+            .output
+    }
+
     /// The last line of run `key` in the log, read as a `T`: whole up to
     /// `whole` bytes, a longer one through a buffer of `window` bytes.
     fn read<T: serde::de::DeserializeOwned>(
@@ -1228,6 +1250,16 @@ impl FileRuns {
     pub fn count(&self) -> usize {
         lock(&self.log).index.len()
     }
+}
+
+/// The output a record keeps, read without its other fields (skipped
+/// unread, as [`RunHead`] does).
+#[derive(serde::Deserialize)]
+struct OutputOf {
+    #[serde(rename = "Run")]
+    run: String,
+    #[serde(rename = "Output", default)]
+    output: Option<Inline>,
 }
 
 /// Lock, recovering from poisoning: the data behind these locks is always

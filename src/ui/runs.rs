@@ -378,7 +378,7 @@ fn run_page(app: &App, cfg: &Config, s: &Session, r: &RunRecord) -> Response {
             }
             h2 { "Output" }
             pre id="output" class="output" data-follow=[follow] {
-                (output_html(&app.store.output_path(&r.run)))
+                (output_html(r.output.clone(), &app.store.output_path(&r.run)))
             }
         }
     };
@@ -485,10 +485,14 @@ fn callbacks_table(s: &Session, run: &str, deliveries: &[Delivery]) -> Markup {
     }
 }
 
-/// The kept output, interleaved as printed, stderr marked; escaped (by
-/// maud) and without terminal escape sequences.
-fn output_html(path: &std::path::Path) -> Markup {
-    let Some(file) = output::open(path) else {
+/// The kept output (`inline` when the record has it, else the file at
+/// `path`), interleaved as printed, stderr marked; escaped (by maud) and
+/// without terminal escape sequences.
+fn output_html(inline: Option<output::Inline>, path: &std::path::Path) -> Markup {
+    let Some(file) = inline
+        .map(output::Stored::Inline)
+        .or_else(|| output::open(path))
+    else {
         return PreEscaped(String::new());
     };
     let mut out = String::new();

@@ -9,6 +9,10 @@
 //! end is recorded. A chunk is frames as the file holds them (closed), so
 //! the copy is bounded by the same `max_output_bytes` per stream.
 //!
+//! A run whose output ended while it was still held in memory has no file
+//! and no chunks: its output is in its record (`output.rs`, "A small
+//! output stays out of the file system"), which every instance reads.
+//!
 //! Another instance reads them into a file of its own ([`Mirror`]), which
 //! the ordinary readers (whole output, follow) then read as if the run had
 //! executed there; the mirror is removed when the reader is done.
@@ -26,7 +30,7 @@ use crate::state::output::{self, Pos};
 /// How far the copy of one run's output file has got.
 #[derive(Debug, Default)]
 pub struct Shipping {
-    file: Option<File>,
+    file: Option<output::Stored>,
     pos: Pos,
     /// Number of the next chunk.
     next: i32,
