@@ -981,6 +981,15 @@ fn hooks_files_reload_and_refuse_what_they_cannot_serve() {
     t.wait_for(WAIT, "the new hook", || {
         t.client().request("POST", "/hooks/fresh", &[], b"").text() == "fresh one"
     });
+    // An empty hooks file (a save between its truncation and its write) is
+    // not swapped in: it would drop the file's hooks.
+    dir.write("hooks.yaml", "");
+    t.wait_for(WAIT, "the empty file refused", || {
+        t.stderr_tail().contains("hooks.yaml: the file is empty")
+    });
+    t.client()
+        .request("POST", "/hooks/fresh", &[], b"")
+        .status_is(200);
     // A hook with an option trigd does not serve is refused, naming the
     // file, the hook and the option; the last good hooks stay served.
     let bad = r#"[{"id": "tpl", "execute-command": "/bin/true", "response-message": "{{ getenv \"X\" }}"},

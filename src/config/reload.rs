@@ -596,16 +596,8 @@ fn reload(app: &App, config_path: &Path, forced: bool, only: Option<&[PathBuf]>)
         Some(paths) => format!("the {} program files the watcher named", paths.len()),
         None => "every program file".into(),
     };
-    let loaded = if is_empty_file(config_path) {
-        Err(vec![config::ConfigError {
-            file: config_path.to_path_buf(),
-            line: 0,
-            col: 0,
-            key: String::new(),
-            msg: "the file is empty (a save in progress?): not swapped in for a running \
-                  server, whose keys, users and tools it would drop"
-                .into(),
-        }])
+    let loaded = if let Some(error) = half_written(config_path, &current.server) {
+        Err(vec![error])
     } else if secrets {
         config::load(config_path).map(Some)
     } else {
@@ -654,9 +646,29 @@ fn reload(app: &App, config_path: &Path, forced: bool, only: Option<&[PathBuf]>)
     applied
 }
 
-/// Whether `path` is an empty file: what a writer that truncates and then
-/// writes leaves between the two. It would load as a valid config with no
-/// keys, users or tools.
+/// The error for the config file or a hooks file that is empty: what a
+/// writer that truncates and then writes leaves between the two. Either
+/// would load as valid, with no keys, users and tools or no hooks, and
+/// the next event (the write) could come after the reload.
+fn half_written(config_path: &Path, server: &config::Server) -> Option<config::ConfigError> {
+    let error = |file: &Path, drops: &str| config::ConfigError {
+        file: file.to_path_buf(),
+        line: 0,
+        col: 0,
+        key: String::new(),
+        msg: format!(
+            "the file is empty (a save in progress?): not swapped in for a running server, \
+             whose {drops} it would drop"
+        ),
+    };
+    if is_empty_file(config_path) {
+        return Some(error(config_path, "keys, users and tools"));
+    }
+    let hooks = server.hooks.files.iter().find(|f| is_empty_file(f))?;
+    Some(error(hooks, "hooks of this file (write [] for none)"))
+}
+
+/// Whether `path` is an empty file.
 fn is_empty_file(path: &Path) -> bool {
     fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() == 0)
 }
