@@ -460,7 +460,7 @@ fn proxy_one(mut client: TcpStream, server: TcpStream, armed: &AtomicBool, cuts:
         if head[0] == b'Q' {
             took = false;
         }
-        if head[0] == b'P' && text.contains("UPDATE trigd_runs SET instance = $1 WHERE id = ( ") {
+        if head[0] == b'P' && text.contains("UPDATE trigd_runs SET instance = $1 WHERE id = (") {
             took = true;
         }
         if server.write_all(&head).is_err() || server.write_all(&body).is_err() {
