@@ -609,7 +609,13 @@ fn a_sync_run_does_not_wait_for_the_wal_flush_an_async_accept_does() {
     db.configure(&_d, r#"lease = "60s""#);
     let t = Trigd::start(&_d);
     let sync = format!("/api?api_key={KEY}&program_id=1&function=quick");
-    t.post(&sync).ok(); // the pool warm, the lease held
+    t.post(&sync).ok(); // the pool warm
+                        // The first renewal made before flushes are held: made after, it
+                        // would wait for the flush and hold the lease thread (seen under load,
+                        // with the lease thread's start behind the first requests).
+    t.wait_for(WAIT, "the lease held", || {
+        std::fs::read_to_string(&t.stderr_log).is_ok_and(|l| l.contains("cluster: lease held"))
+    });
     db.psql("ALTER SYSTEM SET synchronous_standby_names = 'nobody'");
     db.psql("SELECT pg_reload_conf()");
     t.wait_for(WAIT, "the server holds flushed commits", || {
