@@ -725,8 +725,8 @@ const COMPAT_SITES: &[(&str, usize, &str)] = &[
     ),
     (
         "config/reload.rs",
-        3,
-        "hooks files' changes reload (stage: reload)",
+        4,
+        "hooks files' changes reload, an empty one is refused (stage: reload)",
     ),
     (
         "http/routes.rs",
