@@ -658,14 +658,17 @@ fn half_written(config_path: &Path, server: &config::Server) -> Option<config::C
         key: String::new(),
         msg: format!(
             "the file is empty (a save in progress?): not swapped in for a running server, \
-             whose {drops} it would drop"
+             as it would drop {drops}"
         ),
     };
     if is_empty_file(config_path) {
-        return Some(error(config_path, "keys, users and tools"));
+        return Some(error(config_path, "every key, user and tool"));
     }
     let hooks = server.hooks.files.iter().find(|f| is_empty_file(f))?;
-    Some(error(hooks, "hooks of this file (write [] for none)"))
+    Some(error(
+        hooks,
+        "the file's hooks (write [] for a file with none)",
+    ))
 }
 
 /// Whether `path` is an empty file.
