@@ -188,6 +188,22 @@ impl Browser {
             .is_some_and(|a| !a.is_empty())
     }
 
+    /// The text of what `css` selects, or `None` when nothing does or the
+    /// element went stale between the lookup and the read (the page was
+    /// replaced meanwhile): for conditions polled while a page changes.
+    fn text_if_there(&self, css: &str) -> Option<String> {
+        let v = self.select("/elements", css);
+        let e = v.as_array()?.first()?[ELEMENT].as_str()?.to_string();
+        let r = self.client.request(
+            "GET",
+            &self.s(&format!("/element/{e}/text")),
+            &[("Content-Type", "application/json")],
+            b"",
+        );
+        let v: Value = serde_json::from_slice(&r.body).ok()?;
+        (r.status == 200).then(|| v["value"].as_str().map(str::to_string))?
+    }
+
     #[track_caller]
     fn type_into(&self, css: &str, text: &str) {
         let e = self.find(css);
@@ -409,6 +425,8 @@ fn browser_public_switch_through_confirmation() {
     let base = format!("http://{}", t.addr);
     let anonymous = || t.get("/tools/inventory/production/list").status;
     let state = || b.text("#switch-state-production");
+    // Polled while the page is replaced: a stale element is not yet.
+    let state_now = || b.text_if_there("#switch-state-production");
 
     // Log in on the way to the endpoint view.
     b.go(&format!("{base}/tools/inventory/endpoints"));
@@ -444,9 +462,10 @@ fn browser_public_switch_through_confirmation() {
     b.click("#confirm-public");
     b.wait_for("#switch-state-production");
     assert!(
-        wait_until(Duration::from_secs(30), || state() == "on"),
+        wait_until(Duration::from_secs(30), || state_now().as_deref()
+            == Some("on")),
         "the view shows {:?} at {}",
-        state(),
+        state_now(),
         b.url()
     );
     assert!(
@@ -461,11 +480,10 @@ fn browser_public_switch_through_confirmation() {
     assert_eq!(b.text("#switch-production"), "Turn off");
     b.click("#switch-production");
     assert!(
-        wait_until(Duration::from_secs(30), || b
-            .exists("#switch-state-production")
-            && state() == "off"),
+        wait_until(Duration::from_secs(30), || state_now().as_deref()
+            == Some("off")),
         "the view shows {:?}",
-        state()
+        state_now()
     );
     assert_eq!(anonymous(), 401, "protected again");
     assert_eq!(
