@@ -704,3 +704,30 @@ fn redirect_http_on_a_unix_socket_is_a_clear_error() {
         out.stderr
     );
 }
+
+#[test]
+fn a_client_cannot_drive_the_log_with_tls_warnings() {
+    // rustls warns of a client that gives an IP address as its SNI name
+    // (wrk does, and some embedded clients), once per connection: written
+    // once per minute, the repeats at debug (RUST_LOG=info leaves them out).
+    let dir = setup_tls("tls-sni-warning", &tls_server("one.pem", "one.key"));
+    let t = Trigd::start(&dir);
+    for _ in 0..5 {
+        let (done, text) = s_client(&t.addr, &["-servername", "127.0.0.1"]);
+        t.check(
+            done,
+            format!("the handshake with an IP as SNI name:\n{text}"),
+        );
+    }
+    // The server has logged what the five handshakes made it log once
+    // the healthz that follows them is in the access log.
+    https_get(&t, &client_config(&dir), "/healthz").ok();
+    t.wait_for(
+        Duration::from_secs(10),
+        "the access line of /healthz",
+        || std::fs::read_to_string(&t.stderr_log).is_ok_and(|log| log.contains("GET /healthz")),
+    );
+    let log = std::fs::read_to_string(&t.stderr_log).unwrap();
+    let warned = log.lines().filter(|l| l.contains("Illegal SNI")).count();
+    t.check_eq(warned, 1, "lines about the IP address as SNI name");
+}

@@ -141,21 +141,71 @@ impl Log for StderrLog {
         if !self.filter.matches(record) {
             return;
         }
+        let (level, left_out) = match peer_caused(record) {
+            None => (record.level(), 0),
+            Some(kind) => match repeats_left_out(kind, Instant::now()) {
+                Some(n) => (record.level(), n),
+                None if self.filter.enabled(&demoted(record)) => (Level::Debug, 0),
+                None => return,
+            },
+        };
         self.with_line(|line| {
-            let _ = writeln!(
+            let _ = write!(
                 line,
                 "[{} {:<5} {}] {}",
                 Time::now(),
-                record.level(),
+                level,
                 record.target(),
                 record.args()
             );
+            if left_out > 0 {
+                let _ = write!(
+                    line,
+                    " ({left_out} more like it since the last such line, at debug)"
+                );
+            }
+            line.push('\n');
             escape_controls(line);
             true
         });
     }
 
     fn flush(&self) {}
+}
+
+/// The repeat kind of a warning a TLS peer causes at will, or `None`:
+/// rustls warns of what a peer sent (a client's IP address as its SNI
+/// name, as wrk and some embedded clients send; a warning alert; a
+/// message out of order) on every connection that sends it, so that a
+/// client could drive the log's volume with new connections. Such lines
+/// are written as [`warn_repeated`] writes a client's refused signatures:
+/// once per kind (the module) and [`REPEAT_INTERVAL`], the repeats at
+/// `debug`.
+fn peer_caused(record: &Record<'_>) -> Option<&'static str> {
+    if record.level() != Level::Warn {
+        return None;
+    }
+    // `Record::target` borrows the record; the kinds are the few modules
+    // of rustls that warn.
+    let target = record.target();
+    let kind = if target.starts_with("rustls::msgs") {
+        "rustls: a peer's handshake message"
+    } else if target.starts_with("rustls::common_state") {
+        "rustls: an alert"
+    } else if target.starts_with("rustls::") || target == "rustls" {
+        "rustls: a peer's message"
+    } else {
+        return None;
+    };
+    Some(kind)
+}
+
+/// `record`'s metadata at `debug`, where its repeats go.
+fn demoted<'a>(record: &Record<'a>) -> Metadata<'a> {
+    Metadata::builder()
+        .level(Level::Debug)
+        .target(record.target())
+        .build()
 }
 
 /// `line` (ending in its newline) with every other control character
