@@ -42,7 +42,7 @@ pub use endpoint::{
     Credentials, Dialect, Endpoint, Entry, Hooks, Methods, Target, TriggerName, Values,
 };
 pub use named::Named;
-pub use stamp::Stamp;
+pub use stamp::{Stamp, StampCell};
 pub use state_db::StateDb;
 
 use crate::http::Method;
@@ -258,7 +258,7 @@ pub struct Program {
     /// Functions in file order.
     pub functions: Vec<Function>,
     /// The file as it was read; `None`: read it again at the next reload.
-    pub stamp: Option<Stamp>,
+    pub stamp: StampCell,
     /// Hash of the file's text: a file read again with the same text
     /// keeps this program.
     pub digest: u64,

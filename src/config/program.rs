@@ -133,7 +133,7 @@ pub fn check_one(
         workspace_ref(&src, ws, wss, "workspace".into(), &mut errs);
     }
     let mut program = program(&src, &raw, server, &mut errs);
-    program.stamp = stamp;
+    program.stamp = super::StampCell::new(stamp);
     program.digest = super::stamp::digest(text);
     let at = |span: Range<usize>| line_col(text, span.start);
     let at = (at(raw.id.span()), at(raw.name.span()));
@@ -256,7 +256,7 @@ fn program(src: &Src, raw: &RawProgram, server: &Server, errs: &mut Errors) -> P
         workspace: raw.workspace.as_ref().map(|w| w.get_ref().clone()),
         file: src.file.to_path_buf(),
         functions,
-        stamp: None,
+        stamp: super::StampCell::default(),
         digest: 0,
         hook: false,
     }

@@ -8,11 +8,11 @@
 //! the nanosecond), so such a file gets no stamp ([`Stamp::of`] returns
 //! `None`) and is read again at the next reload, as git does with its
 //! "racily clean" index entries; when its text is the same, its program is
-//! kept.
+//! kept and gets the stamp the file has then ([`StampCell`]).
 
 use std::fs::Metadata;
 use std::os::unix::fs::MetadataExt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::types::Errors;
@@ -22,6 +22,32 @@ use super::Program;
 /// change made after a read carries a change time later than the read's
 /// start minus this.
 const RACY: Duration = Duration::from_millis(50);
+
+/// A program's [`Stamp`]; `None`: read the file again at the next reload.
+/// Replaced when a reload reads the file again and finds the same text
+/// (the program is kept): a file read too soon after its write, or only
+/// touched, then gets the stamp it has now. Were it kept unstamped or
+/// with its old stamp, every later reload would read it again (a reload
+/// of one new program re-read each program added since the start).
+#[derive(Debug, Default)]
+pub struct StampCell(Mutex<Option<Stamp>>);
+
+impl StampCell {
+    /// A cell holding `stamp`.
+    pub fn new(stamp: Option<Stamp>) -> StampCell {
+        StampCell(Mutex::new(stamp))
+    }
+
+    /// The stamp now.
+    pub fn get(&self) -> Option<Stamp> {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Replace the stamp.
+    pub fn set(&self, stamp: Option<Stamp>) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = stamp;
+    }
+}
 
 /// The identity and times of one file's content as it was read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

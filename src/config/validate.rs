@@ -161,7 +161,7 @@ pub fn load_changed(
 fn programs_unchanged(current: &Config) -> bool {
     let mut stamps: Vec<(&OsStr, Stamp)> = Vec::with_capacity(current.programs.len());
     for p in current.programs.values() {
-        match p.stamp {
+        match p.stamp.get() {
             Some(stamp) => stamps.push((p.file.as_os_str(), stamp)),
             None => return false,
         }
@@ -477,7 +477,7 @@ fn read_listed(dir: &Path, current: &Config, changed: &[PathBuf]) -> ReadFiles {
     let mut files: Vec<(PathBuf, Option<&Arc<Program>>, bool)> = current
         .programs
         .values()
-        .map(|p| (p.file.clone(), Some(p), p.stamp.is_none()))
+        .map(|p| (p.file.clone(), Some(p), p.stamp.get().is_none()))
         .collect();
     files.sort_unstable_by(|a, b| a.0.as_os_str().cmp(b.0.as_os_str()));
     // A file written is named by several events (create, write, close).
@@ -524,7 +524,7 @@ fn read_source(
 ) -> Option<std::io::Result<Source>> {
     if let Some(p) = loaded {
         match std::fs::metadata(path) {
-            Ok(m) if m.is_file() && Some(Stamp::now(&m)) == p.stamp => {
+            Ok(m) if m.is_file() && Some(Stamp::now(&m)) == p.stamp.get() => {
                 return Some(Ok(Source::Loaded(Arc::clone(p))));
             }
             Ok(m) if !m.is_file() => return None,
@@ -553,7 +553,10 @@ fn read_source(
     let stamp = Stamp::of(&meta, started);
     Some(
         file::read_to_end(&mut file, meta.len()).map(|text| match loaded {
-            Some(p) if p.digest == stamp::digest(&text) => Source::Loaded(Arc::clone(p)),
+            Some(p) if p.digest == stamp::digest(&text) => {
+                p.stamp.set(stamp);
+                Source::Loaded(Arc::clone(p))
+            }
             _ => Source::Text { text, stamp },
         }),
     )

@@ -518,7 +518,7 @@ fn a_reload_reads_only_the_files_that_changed() {
     write("a.toml", prog(1, "a"));
     settled(&write("b.toml", prog(2, "b")));
     let first = load(&config).unwrap();
-    assert!(first.programs.values().all(|p| p.stamp.is_some()));
+    assert!(first.programs.values().all(|p| p.stamp.get().is_some()));
     assert!(
         load_changed(&config, &first, None).unwrap().is_none(),
         "unchanged"
@@ -531,11 +531,36 @@ fn a_reload_reads_only_the_files_that_changed() {
     assert!(Arc::ptr_eq(&first.programs[&1], &second.programs[&1]));
     assert!(Arc::ptr_eq(&first.programs[&2], &second.programs[&2]));
     assert!(
-        second.programs[&3].stamp.is_none(),
+        second.programs[&3].stamp.get().is_none(),
         "just written: read again"
     );
     let again = load_changed(&config, &second, None).unwrap();
     assert!(again.is_none(), "read again, the same text: unchanged");
+    // Read again once settled, with the same text: the kept program now
+    // has the file's stamp, so later reloads leave the file alone (it was
+    // read again at every reload, each program added since the start).
+    settled(&dir.join("programs/c.toml"));
+    let c = dir.join("programs/c.toml");
+    assert!(load_changed(&config, &second, Some(&[c]))
+        .unwrap()
+        .is_none());
+    assert!(
+        second.programs[&3].stamp.get().is_some(),
+        "read again once settled: stamped"
+    );
+    // Touched: a new stamp, the same text: kept, and stamped anew.
+    let old = second.programs[&2].stamp.get();
+    let b = dir.join("programs/b.toml");
+    std::fs::File::options()
+        .append(true)
+        .open(&b)
+        .unwrap()
+        .set_modified(std::time::SystemTime::now())
+        .unwrap();
+    settled(&b);
+    assert!(load_changed(&config, &second, None).unwrap().is_none());
+    let new = second.programs[&2].stamp.get();
+    assert!(new.is_some() && new != old, "touched: stamped anew");
 
     // Rewritten in place, same size: the change time tells.
     settled(&write("b.toml", prog(2, "x")));
@@ -593,7 +618,7 @@ fn a_reload_told_which_files_changed_looks_at_those_only() {
     let b = write("b.toml", prog(2, "b"));
     settled(&write("c.toml", prog(3, "c")));
     let first = load(&config).unwrap();
-    assert!(first.programs.values().all(|p| p.stamp.is_some()));
+    assert!(first.programs.values().all(|p| p.stamp.get().is_some()));
 
     // Nothing named, nothing changed.
     assert!(load_changed(&config, &first, Some(&[])).unwrap().is_none());

@@ -78,7 +78,7 @@ fn program(functions: Vec<Function>) -> Program {
         workspace: None,
         file: std::env::temp_dir().join("test.toml"),
         functions,
-        stamp: None,
+        stamp: crate::config::StampCell::default(),
         digest: 0,
         hook: false,
     }

@@ -24,7 +24,7 @@ use crate::compat::webhook::file::{
 use crate::config::types::{error, Errors};
 use crate::config::{
     resolve, ConfigError, Credentials, Dialect, Endpoint, Entry, Function, Hooks, Methods,
-    OutputMode, Piece, Program, Server, Step, Target, Template, Values,
+    OutputMode, Piece, Program, Server, StampCell, Step, Target, Template, Values,
 };
 use crate::http::Method;
 use crate::receive::rules::{Leaf, Rule};
@@ -338,7 +338,7 @@ fn program(d: &HookDef, cwd: &Option<PathBuf>, dir: &Path, server: &Server, n: u
         workspace: None,
         file: dir.to_path_buf(),
         functions: vec![function],
-        stamp: None,
+        stamp: StampCell::default(),
         digest: 0,
         hook: true,
     }
