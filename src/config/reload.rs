@@ -63,9 +63,8 @@ const QUIET: Duration = Duration::from_millis(3);
 /// A burst of events delays a reload at most this long.
 const MAX_DELAY: Duration = Duration::from_millis(100);
 
-/// Time without events after the reload thread's start, or after an
-/// applied reload, when start-up or the reload is taken to have settled:
-/// the code pages are given back then.
+/// Time without events after the reload thread's start when start-up is
+/// taken to have settled: the code pages are given back then.
 const SETTLED: Duration = Duration::from_millis(200);
 
 /// Paths noted for one reload at most; past it (a burst of writes during
@@ -414,11 +413,12 @@ impl Reloader<'_> {
     /// Reload after each burst of events, then update the watches; `again`
     /// asks for one more check after a new watch.
     fn run(&self, rx: &Receiver<Trigger>, again: &Sender<Trigger>, mut ws: WatchState) {
-        // Code pages are given back once start-up, or an applied reload,
-        // has settled (no event for [`SETTLED`]): the server's other
-        // threads fault in code as they start, creating the state dir is an
-        // event of the watched directory, and the first request after a
-        // reload should not fault its path back in on the reload's time.
+        // Code pages are given back once start-up has settled (no event
+        // for [`SETTLED`]): the server's other threads fault in code as
+        // they start, and creating the state dir is an event of the
+        // watched directory. Not after a reload: the reload and the first
+        // request after it then faulted about 80 pages back in (64 KiB
+        // each), on the time a caller waits for the new program.
         let mut release_due = true;
         loop {
             let first = if release_due {
@@ -447,7 +447,7 @@ impl Reloader<'_> {
                 .then(|| program_paths(changes.paths, self.config_path, &cfg.server))
                 .flatten();
             drop(cfg);
-            release_due |= reload(self.app, self.config_path, forced, only.as_deref());
+            reload(self.app, self.config_path, forced, only.as_deref());
             match ws.watch_config(self.config_path, &self.app.config()) {
                 Missed::Nothing => {}
                 Missed::Secrets => {
@@ -568,15 +568,14 @@ fn secret_files(cfg: &config::Config) -> Vec<PathBuf> {
 /// Load everything and swap it in if it is valid and changed. With `forced`
 /// (SIGHUP) an unchanged config is still reported in the log.
 pub fn reload_now(app: &App, config_path: &Path, forced: bool) {
-    let _ = reload(app, config_path, forced, None);
+    reload(app, config_path, forced, None);
 }
 
 /// [`reload_now`]; with `only`, the program files that changed since the
 /// current snapshot was loaded (the rest are not looked at), unless the
 /// last reload was refused: the files it found wrong are in no snapshot,
-/// so every file is looked at again. Whether a new configuration was
-/// swapped in.
-fn reload(app: &App, config_path: &Path, forced: bool, only: Option<&[PathBuf]>) -> bool {
+/// so every file is looked at again.
+fn reload(app: &App, config_path: &Path, forced: bool, only: Option<&[PathBuf]>) {
     // One reload at a time: the watcher, SIGHUP and the public switch may all
     // reload, and a reload that read the files earlier must not swap in its
     // older snapshot after one that read them later.
@@ -603,7 +602,6 @@ fn reload(app: &App, config_path: &Path, forced: bool, only: Option<&[PathBuf]>)
     } else {
         config::load_changed(config_path, &current, only)
     };
-    let applied = matches!(loaded, Ok(Some(_)));
     match loaded {
         Ok(None) => {
             app.clear_reload_error();
@@ -643,7 +641,6 @@ fn reload(app: &App, config_path: &Path, forced: bool, only: Option<&[PathBuf]>)
         }
     }
     crate::http::systemd::ready(app);
-    applied
 }
 
 /// The error for the config file or a hooks file that is empty: what a

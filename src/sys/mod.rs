@@ -423,10 +423,11 @@ pub fn trim_heap() {
 /// build of 61b0a14, `bench/ab.sh`-like start, 5 trials each): 0.6 s
 /// after start 3,976-4,488 KiB → 1,720-1,728; 0.5 s after a first
 /// `/healthz` 5,416-5,488 → 5,292-5,300 (that request alone faults about
-/// 55 code pages back, 64 KiB each). After an applied reload it waits
-/// for the same quiet: called at once, the first request after the reload
-/// faulted its whole path back in, on the time the bench counts as the
-/// reload's.
+/// 55 code pages back, 64 KiB each). Not called after a reload: a reload
+/// trial of bench/run.sh (a new program file, then its first sync call)
+/// faulted 78-83 pages back with it and 3-13 without (release build of
+/// e69868c); no bench row measures memory after a reload.
+/// (An earlier build released the pages after each reload.)
 pub fn release_code_pages() {
     // SAFETY: the callback reads the program headers dl_iterate_phdr
     // hands it, valid during the call; it only advises the kernel about
