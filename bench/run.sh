@@ -42,7 +42,7 @@ if ((QUICK)); then
     d_seconds=1 d_rounds=1 d_async=2 d_async_rounds=1 d_programs=1000 d_start=1 d_reload=2 d_warmup=0 d_output=20 d_runlist=100000
     d_results=$BENCH_DIR/RESULTS.quick.md
 else
-    d_seconds=5 d_rounds=3 d_async=10 d_async_rounds=2 d_programs=10000 d_start=9 d_reload=5 d_warmup=1 d_output=100 d_runlist=1000000
+    d_seconds=5 d_rounds=3 d_async=10 d_async_rounds=2 d_programs=10000 d_start=9 d_reload=11 d_warmup=1 d_output=100 d_runlist=1000000
     d_results=$BENCH_DIR/RESULTS.md
 fi
 SECS=${BENCH_SECONDS:-$d_seconds}              # one wrk measurement
