@@ -620,10 +620,10 @@ fn reload(app: &App, config_path: &Path, forced: bool, only: Option<&[PathBuf]>)
             app.set_config(new);
             crate::sys::trim_heap();
             log::info!(
-                "reloaded: {programs} programs, {tools} tools (generation {}, {} ms; \
+                "reloaded: {programs} programs, {tools} tools (generation {}, {:.2} ms; \
                  looked at {looked_at})",
                 app.generation(),
-                started.elapsed().as_millis()
+                started.elapsed().as_secs_f64() * 1000.0
             );
         }
         Err(errors) => {
