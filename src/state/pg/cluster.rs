@@ -176,10 +176,12 @@ fn adopt_callbacks(
 /// thread waited for a flush a run, one after the other, while the slots
 /// it was to fill waited for it. Draining 40,000–55,000 queued runs of
 /// the bench's async program (8 slots, fsync on, the 2-core machine
-/// loaded, interleaved pairs, 2026-11-27): 3.3 runs a commit, 0.32 WAL
-/// flushes a run instead of 1.1, PostgreSQL's CPU a run 1.15 ms instead
-/// of 1.31, 555 runs a second instead of 344 (pairs before that, noisier:
-/// 248/310/567/740 against 181/329/682/547).
+/// loaded, six interleaved pairs, 2026-11-27): about 3 runs a commit,
+/// 0.33 WAL flushes a run instead of 1.0–1.1, runs a second after/before
+/// 248/181, 310/329, 567/682, 740/547, 555/344, 461/416 (medians 508
+/// against 380); the CPU a run did not change
+/// (PostgreSQL 1.15–1.36 ms, trigd with the run 1.17–1.33 ms, the
+/// machine saturated): that is the drain's bound now.
 ///
 /// # Errors
 /// The database failed.
