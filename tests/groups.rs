@@ -708,3 +708,46 @@ fn two_instances_cancel_running_and_skip_across_instances() {
     wait_run_state(&a, &once, "finished");
     a.check(!started().iter().any(|v| v == "o2"), "o2 never ran");
 }
+
+/// The runs a free room takes from the cluster queue in one transaction
+/// keep their keys' limits: four runs of two keys (`limit = 1`) wait
+/// behind the one slot of the instance, which a reload makes seven; one
+/// run of each key starts, the next of a key only once the one before it
+/// ended (a run of a second key ends a take's transaction, which holds
+/// one key's lock at most).
+#[test]
+fn a_batched_take_keeps_each_keys_limit() {
+    let db = pg_database("groups_pg_batch");
+    let prog = deploy(1, "deploy", "queue", "deploy-{branch}");
+    let server = "instance = \"a\"\nmax_concurrent_runs = 1";
+    let dir = setup("groups_pg_batch", server, &[("deploy.toml", &prog)]);
+    db.configure(&dir, "lease = \"2s\"");
+    let t = Trigd::start(&dir);
+    let started = |v: &str| dir.lines("work/started").iter().any(|l| l == v);
+    let hold = push(&t, 1, "hold", "h");
+    wait_started(&t, &dir, "h");
+    let runs = [
+        push(&t, 1, "main", "1"),
+        push(&t, 1, "main", "2"),
+        push(&t, 1, "dev", "x"),
+        push(&t, 1, "dev", "y"),
+    ];
+    let config = std::fs::read_to_string(dir.path("config.toml")).expect("config.toml");
+    dir.write(
+        "config.toml",
+        &config.replace("max_concurrent_runs = 1", "max_concurrent_runs = 7"),
+    );
+    wait_started(&t, &dir, "1");
+    wait_started(&t, &dir, "x");
+    // Taken in queue order: 2 before x, y before 2 once 1 has ended.
+    t.check(!started("2"), "run 2 waits while run 1 of its key runs");
+    dir.write("work/release-1", "");
+    wait_started(&t, &dir, "2");
+    t.check(!started("y"), "run y waits while run x of its key runs");
+    for v in ["x", "2", "y", "h"] {
+        dir.write(&format!("work/release-{v}"), "");
+    }
+    for id in runs.iter().chain([&hold]) {
+        wait_run_state(&t, id, "finished");
+    }
+}

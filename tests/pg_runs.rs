@@ -867,3 +867,48 @@ fn cluster_take_reads_the_run_by_its_key() {
         "the taken run is updated through its key:\n{plan}"
     );
 }
+
+/// The runs a free room takes are taken in one transaction (one COMMIT,
+/// one WAL flush: `state::pg::cluster::take`), not one each: six runs
+/// queued behind the one slot of instance `a` (held by a sleeping run)
+/// are taken when a reload gives it seven, and the COMMITs counted by
+/// `pg_stat_statements` meanwhile are the takes' (the runs' own writes
+/// are single statements, no other transaction runs on a lone instance).
+#[test]
+fn a_free_room_takes_its_runs_in_one_commit() {
+    let db = pg_database("pgrun_batch");
+    let (dir, t) = instance(&db, "pgrun_batch", "a", 1);
+    let slow = accept(&t, "slow");
+    wait_state(&t, &slow, "running", WAIT);
+    let ids: Vec<String> = (0..6).map(|_| accept(&t, "quick")).collect();
+    let commits = || {
+        db.try_psql(
+            "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE query = 'COMMIT' \
+             AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())",
+        )
+        .ok()
+        .and_then(|n| n.parse::<i64>().ok())
+    };
+    let c0 = commits();
+    t.check_eq(
+        held_by(&db, &ids[5]),
+        String::new(),
+        "the runs wait in the cluster queue",
+    );
+    let config = std::fs::read_to_string(dir.path("config.toml")).expect("config.toml");
+    dir.write(
+        "config.toml",
+        &config.replace("max_concurrent_runs = 1", "max_concurrent_runs = 7"),
+    );
+    for id in &ids {
+        wait_state(&t, id, "finished", WAIT);
+    }
+    let (Some(c0), Some(c1)) = (c0, commits()) else {
+        return eprintln!("pg_stat_statements not installed: commits not counted");
+    };
+    eprintln!("6 runs taken with {} COMMITs", c1 - c0);
+    t.check(
+        c1 - c0 <= 2,
+        format!("{} COMMITs to take 6 runs: one a run", c1 - c0),
+    );
+}

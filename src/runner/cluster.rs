@@ -419,25 +419,34 @@ impl Runner {
         }
     }
 
-    /// Take queued runs from the cluster queue while a slot is free.
+    /// Take queued runs from the cluster queue while a slot is free: as
+    /// many as the free room holds at once ([`sql::take`]).
     fn take_runs(self: &Arc<Self>, shared: &Shared, cfg: &Arc<Config>) {
-        while self.room(cfg) > 0 {
-            match sql::take(&shared.db, &shared.me) {
-                Ok(Some(rec)) => {
-                    shared.backlog.store(true, Ordering::SeqCst);
-                    log::debug!("run {} taken from the cluster queue", rec.run);
-                    self.enqueue_taken(cfg, rec);
+        loop {
+            let room = self.room(cfg);
+            if room == 0 {
+                return;
+            }
+            match sql::take(&shared.db, &shared.me, room) {
+                Ok(runs) if runs.is_empty() => {
+                    return shared.backlog.store(false, Ordering::SeqCst);
                 }
-                Ok(None) => return shared.backlog.store(false, Ordering::SeqCst),
+                Ok(runs) => {
+                    shared.backlog.store(true, Ordering::SeqCst);
+                    for rec in runs {
+                        log::debug!("run {} taken from the cluster queue", rec.run);
+                        self.enqueue_taken(cfg, rec);
+                    }
+                }
                 Err(failed) => {
                     log::warn!("cluster: cannot take a queued run: {}", failed.error);
-                    if let Some(id) = failed.maybe_taken {
+                    for id in &failed.maybe_taken {
                         log::warn!(
                             "run {id}: its take failed at the commit; looked at again once \
                              the database answers"
                         );
-                        lock(&shared.unsure).push(id);
                     }
+                    lock(&shared.unsure).extend(failed.maybe_taken);
                     return;
                 }
             }
