@@ -165,8 +165,16 @@ pub mod testing {
     pub mod schedule {
         pub use crate::schedule::cron::Cron;
     }
-    /// The state directory's file kinds.
+    /// The state directory's file kinds; a run's output and its record.
     pub mod state {
+        pub use crate::state::record::RunRecord;
         pub use crate::state::Kept;
+        /// A run's output: its writer and its frame reader.
+        pub mod output {
+            pub use crate::state::output::{
+                open, read_frames, whole, Frame, Inline, OutputFile, Pos, Stored, Stream, Whole,
+                BATCH, INLINE_MAX, MAX_FRAME,
+            };
+        }
     }
 }

@@ -8,6 +8,7 @@
 #![allow(dead_code, unused_imports, clippy::all)]
 #![deny(unsafe_code)]
 
+use trigd::testing::state::output;
 use trigd::testing::{compat, config, http, invoke, receive};
 
 use std::path::{Path, PathBuf};
@@ -893,7 +894,11 @@ pub fn run_list_query(data: &[u8]) {
         assert!(s <= u, "since after until");
     }
     for n in [&f.function, &f.tool].into_iter().flatten() {
-        assert!(!n.is_empty() && n.len() <= 256, "a name of {} bytes", n.len());
+        assert!(
+            !n.is_empty() && n.len() <= 256,
+            "a name of {} bytes",
+            n.len()
+        );
     }
     let given = |k: &'static str| req.query_one(k).ok().flatten().filter(|v| !v.is_empty());
     for (k, _) in &req.query {
@@ -924,4 +929,503 @@ pub fn run_list_query(data: &[u8]) {
         assert_eq!(text.parse::<Cursor>(), Ok(c), "{text:?}");
         assert_eq!(c.to_string().parse::<Cursor>(), Ok(c));
     }
+}
+
+/// Length of an output frame's header (tag, 4-byte length), as
+/// `state/output.rs` writes it.
+const FRAME_HEAD: usize = 5;
+
+/// The reads of an output file, one a call: the frames, the position.
+type Reads = Vec<(Vec<output::Frame>, output::Pos)>;
+
+/// A run's output frames, the reader of stored state that every output
+/// reader goes through (`state::output::read_frames`: the follower, the
+/// whole output, the run's page, the database copy). The input is the
+/// bytes of an output file, met both ways a reader meets them: as a file
+/// (read whole, and followed as it grows in three pieces), and as the
+/// output kept in a run's record (`Inline`, through its base64 decoding
+/// in JSON, and in a runs.log line read as a `RunRecord`, then written
+/// back and read again); also the input itself as a record's `"Output"`
+/// text. Each read goes on from the position the last returned until one
+/// does not move on, as a follower does.
+///
+/// Invariants: a position never goes back; a call returns at most
+/// `BATCH` bytes of data and `BATCH / 5 + 2` frames; a call that returns
+/// frames moves on (else a reader looping until an empty batch never
+/// ends), and after an empty batch no call returns frames (a reader may
+/// stop at one); the data of all calls is at most the input's length and
+/// the number of calls at most twice it; the frames, merged, are the
+/// plain reading of the file ([`output_model`]), and so is `whole`; the
+/// file and the record read alike, call for call (both are read through
+/// `Stored`'s positioned reads: nothing may differ); a record keeps its
+/// output through a write and a read.
+pub fn output_frames(data: &[u8]) {
+    use base64::Engine as _;
+    use output::{whole, Inline, Pos, Stored};
+    use serde_json::Value;
+    use std::fs::File;
+    use std::io::Write as _;
+    use trigd::testing::state::RunRecord;
+
+    let want = output_model(data);
+    let whole_want = whole_of(&want);
+
+    // An output file, read whole.
+    let path = scratch("file");
+    std::fs::write(&path, data).expect("write the output file");
+    let file = Stored::File(File::open(&path).expect("open the output file"));
+    let mut by_file = Reads::new();
+    follow(&file, Pos::default(), data.len(), &mut by_file);
+    assert_eq!(merged(&by_file), want, "the frames of the file");
+
+    // The same file followed while it grows, in three pieces.
+    let path = scratch("grow");
+    let mut w = File::create(&path).expect("create the output file");
+    let growing = Stored::File(File::open(&path).expect("open the output file"));
+    let first = data
+        .first()
+        .map_or(0, |b| data.len() * usize::from(*b) / 256);
+    let last = data
+        .last()
+        .map_or(0, |b| (data.len() - first) * usize::from(*b) / 256);
+    let (mut pos, mut from, mut grown) = (Pos::default(), 0, Reads::new());
+    for to in [first, first + last, data.len()] {
+        w.write_all(&data[from..to])
+            .expect("append to the output file");
+        from = to;
+        pos = follow(&growing, pos, data.len(), &mut grown);
+    }
+    assert_eq!(merged(&grown), want, "the frames of the file as it grew");
+    for name in ["file", "grow"] {
+        let _ = std::fs::remove_file(scratch(name));
+    }
+    output_live(data);
+
+    // Kept in a record: base64 in JSON.
+    let b64 = base64::engine::general_purpose::STANDARD.encode(data);
+    let inline: Inline =
+        serde_json::from_value(Value::String(b64.clone())).expect("base64 of any bytes reads");
+    assert_eq!(inline.frames(), data);
+    let inline = Stored::Inline(inline);
+    let mut by_inline = Reads::new();
+    follow(&inline, Pos::default(), data.len(), &mut by_inline);
+    assert_eq!(by_inline, by_file, "the record reads as the file");
+    // Read from memory: from the file, the same reads (just checked)
+    // cost a system call a frame, 13,000 of them in 64 KiB.
+    assert_eq!(whole(&inline), whole_want, "the whole output");
+
+    // In a runs.log line, up to RECORD_INPUT bytes: the reads are those
+    // just checked; what is new is the line's parsing, whose cost grows
+    // with the input and under AddressSanitizer on a loaded machine
+    // approached libFuzzer's -timeout of 1 s.
+    if data.len() > RECORD_INPUT {
+        return;
+    }
+    let rec: RunRecord =
+        serde_json::from_str(&record_line(Value::String(b64))).expect("a run's record");
+    let kept = rec.output.clone().expect("its output");
+    assert_eq!(kept.frames(), data);
+    let mut by_record = Reads::new();
+    follow(
+        &Stored::Inline(kept),
+        Pos::default(),
+        data.len(),
+        &mut by_record,
+    );
+    assert_eq!(by_record, by_file, "the record's line reads as the file");
+    let line = serde_json::to_string(&rec).expect("a record writes");
+    let again: RunRecord = serde_json::from_str(&line).expect("a written record reads");
+    assert!(again.output == rec.output, "its output read back the same");
+
+    // The input itself as a record's "Output" text, when it can be base64
+    // (else the record is refused before anything is read).
+    let base64_text = |b: &u8| b.is_ascii_alphanumeric() || b"+/=".contains(b);
+    if !data.iter().all(base64_text) {
+        return;
+    }
+    let text = String::from_utf8_lossy(data).into_owned();
+    if let Ok(rec) = serde_json::from_str::<RunRecord>(&record_line(Value::String(text))) {
+        let kept = rec.output.expect("an output given");
+        let bytes = kept.frames().to_vec();
+        let mut reads = Reads::new();
+        follow(
+            &Stored::Inline(kept),
+            Pos::default(),
+            bytes.len(),
+            &mut reads,
+        );
+        assert_eq!(
+            merged(&reads),
+            output_model(&bytes),
+            "the frames of a record"
+        );
+    }
+}
+
+/// The input as a script for trigd's output writer (`OutputFile`), with a
+/// follower reading the file between its writes, so that reads meet open
+/// frames that grow and are closed after they were read (which bytes as
+/// they are never show). Byte 1 picks the bound on each stream (7, 100,
+/// 5,000 bytes, 1 MiB); then each byte is an operation, bit 0 its stream:
+/// bits 1-2 = 0, push the next `(byte >> 3) + 1` bytes; 1, push the next
+/// byte `((byte >> 3) + 1) * 512` times (past `INLINE_MAX`, and a batch in
+/// a few); 2, read; 3, write out what is held (`release`). At the end (or
+/// after 1,024 operations, or once 256 KiB were pushed) the run
+/// finishes and the follower reads what is left, from the
+/// file or else from what the record would keep. The follower's frames,
+/// merged, are what was pushed within the bounds, each stream's mark
+/// where it passed its bound; each read keeps `follow`'s invariants.
+fn output_live(data: &[u8]) {
+    // Enough to pass a batch several times, and few enough to stay far
+    // within libFuzzer's limits (a 64 KiB input is 64 Ki operations; with
+    // 3 MiB and pushes of up to 64 KiB, AddressSanitizer's quarantine of
+    // freed memory passed -rss_limit_mb=256 in the first seconds).
+    // Passing `MAX_FRAME` (1 MiB of a stream) is left out for that.
+    const LIVE_OPS: usize = 1024;
+    const LIVE_BYTES: usize = 256 << 10;
+    use output::{Frame, OutputFile, Pos, Stored, Stream};
+    let Some((&first, mut rest)) = data.split_first() else {
+        return;
+    };
+    let max = [7, 100, 5000, 1 << 20][usize::from(first & 3)];
+    let path = scratch("live");
+    let _ = std::fs::remove_file(&path);
+    let out = OutputFile::new(&path, max);
+    let (mut want, mut kept, mut cut) = (Vec::new(), [0usize; 2], [false; 2]);
+    let (mut file, mut pos, mut reads) = (None, Pos::default(), Reads::new());
+    let mut pushed = 0;
+    for _ in 0..LIVE_OPS {
+        let Some((&op, tail)) = rest.split_first() else {
+            break;
+        };
+        rest = tail;
+        if pushed > LIVE_BYTES {
+            break;
+        }
+        let (stream, i) = match op & 1 {
+            0 => (Stream::Stdout, 0),
+            _ => (Stream::Stderr, 1),
+        };
+        let n = usize::from(op >> 3) + 1;
+        let piece = match (op >> 1) & 3 {
+            0 => {
+                let (piece, tail) = rest.split_at(n.min(rest.len()));
+                rest = tail;
+                piece.to_vec()
+            }
+            1 => {
+                let Some((&b, tail)) = rest.split_first() else {
+                    break;
+                };
+                rest = tail;
+                vec![b; n * 512]
+            }
+            2 => {
+                if file.is_none() {
+                    file = output::open(&path);
+                }
+                if let Some(f) = &file {
+                    pos = follow(f, pos, pushed, &mut reads);
+                }
+                continue;
+            }
+            _ => {
+                out.release();
+                continue;
+            }
+        };
+        out.push(stream, &piece);
+        pushed += piece.len();
+        if !cut[i] && !piece.is_empty() {
+            let take = piece.len().min(max - kept[i]);
+            want.push(Frame::Data(stream, piece[..take].to_vec()));
+            kept[i] += take;
+            if take < piece.len() {
+                cut[i] = true;
+                want.push(Frame::Truncated(stream));
+            }
+        }
+    }
+    let inline = out.finish();
+    if file.is_none() {
+        file = output::open(&path).or(inline.map(Stored::Inline));
+    }
+    if let Some(f) = &file {
+        follow(f, pos, pushed, &mut reads);
+    }
+    assert_eq!(
+        merged(&reads),
+        merge(want),
+        "what the follower read of a run"
+    );
+    let _ = std::fs::remove_file(&path);
+}
+
+/// The largest input [`output_frames`] also reads in a runs.log line.
+const RECORD_INPUT: usize = 16 << 10;
+
+/// A scratch file of this process for [`output_frames`], in memory when
+/// `/dev/shm` is there: rewritten on ext4 (truncated, written, closed), a
+/// file is flushed to disk each time, and the target ran 260 inputs a
+/// second (2,000 in 7.7 s, 1 s of it CPU); on tmpfs 2,000 take 0.4 s.
+fn scratch(name: &str) -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    let dir = if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    };
+    dir.join(format!("trigd-fuzz-output-{}-{name}", std::process::id()))
+}
+
+/// A runs.log line of an ended run whose record keeps `output`.
+fn record_line(output: serde_json::Value) -> String {
+    serde_json::json!({
+        "Run": "fuzz-0123456789abcdef0123456789abcdef",
+        "State": "finished",
+        "Function": "f",
+        "CreatedAt": "2026-11-27T00:00:00.000Z",
+        "Output": output,
+    })
+    .to_string()
+}
+
+/// Read `file` from `pos` as a follower does, each call from the position
+/// the last one returned, until one does not move on; each call's result
+/// appended to `reads` and checked (the invariants of [`output_frames`];
+/// `len`: the input's length). The position reached.
+fn follow(
+    file: &output::Stored,
+    mut pos: output::Pos,
+    len: usize,
+    reads: &mut Reads,
+) -> output::Pos {
+    use output::{read_frames, BATCH};
+    let mut empty = false;
+    for n in 0.. {
+        assert!(n <= 2 * len + 2, "{n} calls and no end in {len} bytes");
+        let (frames, next) = read_frames(file, pos);
+        assert!(next >= pos, "back from {pos:?} to {next:?}");
+        let bytes: usize = frames.iter().map(data_len).sum();
+        assert!(bytes <= BATCH, "{bytes} bytes in one call");
+        let most = BATCH / FRAME_HEAD + 2;
+        assert!(frames.len() <= most, "{} frames in one call", frames.len());
+        if !frames.is_empty() {
+            assert!(next > pos, "frames without moving on from {pos:?}");
+            assert!(!empty, "frames after an empty batch, at {pos:?}");
+        }
+        empty |= frames.is_empty();
+        reads.push((frames, next));
+        if next == pos {
+            break;
+        }
+        pos = next;
+    }
+    let total: usize = reads.iter().flat_map(|(f, _)| f).map(data_len).sum();
+    assert!(total <= len, "{total} bytes of data read from {len}");
+    pos
+}
+
+fn data_len(f: &output::Frame) -> usize {
+    match f {
+        output::Frame::Data(_, d) => d.len(),
+        output::Frame::Truncated(_) => 0,
+    }
+}
+
+/// The frames of `reads` as a reader shows them: the data of one stream
+/// in a row joined, empty data dropped.
+fn merged(reads: &Reads) -> Vec<output::Frame> {
+    merge(reads.iter().flat_map(|(f, _)| f).cloned())
+}
+
+fn merge(frames: impl IntoIterator<Item = output::Frame>) -> Vec<output::Frame> {
+    use output::Frame;
+    let mut out: Vec<Frame> = Vec::new();
+    for f in frames {
+        if let Frame::Data(t, d) = &f {
+            if d.is_empty() {
+                continue;
+            }
+            if let Some(Frame::Data(s, acc)) = out.last_mut() {
+                if s == t {
+                    acc.extend_from_slice(d);
+                    continue;
+                }
+            }
+        }
+        out.push(f);
+    }
+    out
+}
+
+/// The frames of the output file `b`, read the plain way, each frame
+/// whole and at once, as `state/output.rs`'s module doc describes the
+/// format: closed frames `o`/`e` (data), `O`/`E` (a truncation mark, no
+/// data), an open frame `p`/`q` running to the end; the first damaged
+/// frame (unknown tag, a length over `MAX_FRAME`, a mark with data) or
+/// one cut off ends it. Merged as [`merged`].
+pub fn output_model(b: &[u8]) -> Vec<output::Frame> {
+    use output::{Frame, Stream, MAX_FRAME};
+    let mut out = Vec::new();
+    let mut at = 0;
+    while let Some(head) = b.get(at..at + FRAME_HEAD) {
+        let stream = match head[0] {
+            b'o' | b'O' | b'p' => Stream::Stdout,
+            b'e' | b'E' | b'q' => Stream::Stderr,
+            _ => break,
+        };
+        let body = at + FRAME_HEAD;
+        let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]);
+        match head[0] {
+            b'p' | b'q' => {
+                out.push(Frame::Data(stream, b[body..].to_vec()));
+                break;
+            }
+            _ if len > MAX_FRAME || b.len() - body < len as usize => break,
+            b'O' | b'E' if len != 0 => break,
+            b'O' | b'E' => out.push(Frame::Truncated(stream)),
+            _ => out.push(Frame::Data(stream, b[body..body + len as usize].to_vec())),
+        }
+        at = body + len as usize;
+    }
+    merge(out)
+}
+
+/// The whole output `frames` make, each stream apart.
+fn whole_of(frames: &[output::Frame]) -> output::Whole {
+    use output::{Frame, Stream};
+    let mut w = output::Whole::default();
+    for f in frames {
+        match f {
+            Frame::Data(Stream::Stdout, d) => w.stdout.extend_from_slice(d),
+            Frame::Data(Stream::Stderr, d) => w.stderr.extend_from_slice(d),
+            Frame::Truncated(Stream::Stdout) => w.stdout_truncated = true,
+            Frame::Truncated(Stream::Stderr) => w.stderr_truncated = true,
+        }
+    }
+    w
+}
+
+/// The seeds of `output_frames` (`seeds/output_frames/`), by name: what
+/// trigd's own writer (`OutputFile`) makes of a few runs' output, and
+/// those damaged as a crash or a bad disk would. `tests/random.rs` checks
+/// that the committed seeds are these (`FUZZ_WRITE_SEEDS=1 cargo test
+/// output_frames_seeds` rewrites them).
+pub fn output_seeds() -> Vec<(&'static str, Vec<u8>)> {
+    use base64::{engine::general_purpose::STANDARD, Engine as _};
+    use output::{Stream::Stderr as E, Stream::Stdout as O, BATCH, MAX_FRAME};
+    let mut lines: Vec<(output::Stream, Vec<u8>)> = Vec::new();
+    for i in 0..20 {
+        let s = if i % 3 == 0 { E } else { O };
+        lines.push((s, format!("line {i}\n").into_bytes()));
+    }
+    let lines: Vec<(output::Stream, &[u8])> = lines.iter().map(|(s, l)| (*s, &l[..])).collect();
+    let utf8 = written(
+        "utf8",
+        1 << 20,
+        &[
+            (O, b"h\xc3"),
+            (O, b"\xa9llo w\xe2\x82"),
+            (E, b"warn: \xf0\x9f"),
+            (O, b"\xac\n"),
+            (E, b"\x98\x80\n"),
+        ],
+        false,
+    );
+    let interleaved = written("lines", 1 << 20, &lines, false);
+    let truncated = written(
+        "truncated",
+        16,
+        &[
+            (O, b"0123456789"),
+            (E, b"e1\n"),
+            (O, b"abcdefXYZ"),
+            (E, &[b'e'; 20]),
+            (O, b"lost"),
+        ],
+        false,
+    );
+    let bytes: Vec<u8> = (0..500u32).map(|i| b'a' + (i % 26) as u8).collect();
+    let one_by_one: Vec<(output::Stream, &[u8])> = bytes
+        .chunks(1)
+        .map(|b| (O, b))
+        .chain([(E, &b"!"[..])])
+        .collect();
+    let running = written("running", 1 << 20, &one_by_one, true);
+    let (big, more) = (vec![b'x'; 3000], vec![b'y'; 2000]);
+    let spilled = written(
+        "spilled",
+        1 << 20,
+        &[(O, &big), (E, &more), (O, b"end\n")],
+        false,
+    );
+    let long: Vec<u8> = (0..BATCH as u32 + 500)
+        .map(|i| b' ' + (i % 90) as u8)
+        .collect();
+    let pieces: Vec<(output::Stream, &[u8])> = long
+        .chunks(4096)
+        .map(|c| (O, c))
+        .chain([(E, &b"done\n"[..]), (O, &b"tail\n"[..])])
+        .collect();
+    let over_batch = written("over-batch", 1 << 20, &pieces, false);
+
+    let frame = |tag: u8, len: u32, data: &[u8]| {
+        let mut f = vec![tag];
+        f.extend_from_slice(&len.to_be_bytes());
+        f.extend_from_slice(data);
+        f
+    };
+    let mut bad_tag = utf8.clone();
+    let second = FRAME_HEAD + u32::from_be_bytes(utf8[1..5].try_into().unwrap()) as usize;
+    bad_tag[second] = b'x';
+    let mut mark_with_bytes = frame(b'O', BATCH as u32 + 10, &vec![b'm'; BATCH + 10]);
+    mark_with_bytes.extend(frame(b'e', 1, b"b"));
+    let mut open_in_middle = frame(b'q', 0, b"abc");
+    open_in_middle.extend_from_slice(&interleaved);
+    let mut empty_frames = frame(b'o', 0, b"").repeat(BATCH / FRAME_HEAD + 100);
+    empty_frames.extend(frame(b'e', 1, b"!"));
+    vec![
+        ("utf8-split", utf8.clone()),
+        ("base64-text", STANDARD.encode(&utf8).into_bytes()),
+        ("interleaved", interleaved.clone()),
+        ("truncated", truncated),
+        ("running-open-frame", running),
+        ("ended-file-open-frame", spilled),
+        ("over-batch", over_batch.clone()),
+        ("torn-header", interleaved[..second + 2].to_vec()),
+        ("torn-body", over_batch[..FRAME_HEAD + BATCH + 100].to_vec()),
+        ("torn-mark", frame(b'E', 0, b"")[..3].to_vec()),
+        ("bad-tag", bad_tag),
+        ("length-over-max", frame(b'o', MAX_FRAME + 1, b"0123456789")),
+        ("mark-with-bytes", mark_with_bytes),
+        ("open-in-middle", open_in_middle),
+        ("empty-frames", empty_frames),
+        ("empty", Vec::new()),
+    ]
+}
+
+/// The bytes trigd's writer leaves for `pieces` (at most `max` bytes a
+/// stream): with `running`, the file as a reader finds it while the run
+/// executes (written out, its last frame open); else as the run's end
+/// leaves them: in its record while small (closed frames), else the file.
+fn written(name: &str, max: usize, pieces: &[(output::Stream, &[u8])], running: bool) -> Vec<u8> {
+    let path = scratch(&format!("seed-{name}"));
+    let _ = std::fs::remove_file(&path);
+    let out = output::OutputFile::new(&path, max);
+    for (s, d) in pieces {
+        out.push(*s, d);
+    }
+    let kept = if running {
+        out.release();
+        None
+    } else {
+        out.finish()
+    };
+    let bytes = match kept {
+        Some(kept) => kept.frames().to_vec(),
+        None => std::fs::read(&path).expect("the output file"),
+    };
+    let _ = std::fs::remove_file(&path);
+    bytes
 }

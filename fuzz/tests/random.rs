@@ -247,3 +247,29 @@ fn notify_inputs() {
 fn run_list_query() {
     run("run_list_query", trigd_fuzz::run_list_query);
 }
+
+#[test]
+fn output_frames() {
+    run("output_frames", trigd_fuzz::output_frames);
+}
+
+/// The committed seeds of `output_frames` are what trigd's writer makes
+/// today (`trigd_fuzz::output_seeds`), so that a change of the format
+/// cannot leave them describing another one; `FUZZ_WRITE_SEEDS=1`
+/// rewrites them.
+#[test]
+fn output_frames_seeds_are_the_writers() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("seeds/output_frames");
+    for (name, bytes) in trigd_fuzz::output_seeds() {
+        let path = dir.join(name);
+        if std::env::var_os("FUZZ_WRITE_SEEDS").is_some() {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(&path, &bytes).unwrap();
+        }
+        let committed = std::fs::read(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(
+            committed == bytes,
+            "seed {name} is not what the writer makes"
+        );
+    }
+}

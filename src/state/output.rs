@@ -94,7 +94,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Largest frame a reader accepts (the writer closes an open frame before
 /// it grows past it); a longer length means a damaged file.
-const MAX_FRAME: u32 = 1 << 20;
+pub const MAX_FRAME: u32 = 1 << 20;
 
 /// Length of a frame header: tag and length.
 const HEAD: u64 = 5;
@@ -446,8 +446,9 @@ fn frame(buf: &mut Vec<u8>, tag: u8, data: &[u8]) {
 }
 
 /// Where a reader of an output file is: at the frame starting at `frame`,
-/// of which it has read `done` data bytes (an open frame grows).
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+/// of which it has read `done` data bytes (an open frame grows). Ordered
+/// as a reader moves on: by frame, then by bytes read of it.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Pos {
     frame: u64,
     done: u64,
@@ -458,7 +459,9 @@ pub struct Pos {
 /// of a longer closed frame its next [`BATCH`] bytes, and of an open frame
 /// the bytes written so far (the rest comes at the next call). A frame cut
 /// off at the end (being written, or torn by a crash) is left for the next
-/// call.
+/// call. A damaged frame (an unknown tag, a length over [`MAX_FRAME`], a
+/// truncation mark with bytes) ends the reading there: no call returns an
+/// empty batch while there is more to read, so a reader may stop at one.
 pub fn read_frames(file: &Stored, pos: Pos) -> (Vec<Frame>, Pos) {
     let mut frames = Vec::new();
     let mut pos = pos;
@@ -485,7 +488,12 @@ pub fn read_frames(file: &Stored, pos: Pos) -> (Vec<Frame>, Pos) {
             }
         }
         let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]);
-        if len > MAX_FRAME || u64::from(len) < pos.done {
+        // The writer gives a truncation mark no bytes. Read as a mark, one
+        // with more than a batch of them made an empty batch that was not
+        // the end: what came after was lost to every reader that stops at
+        // one (the whole output, the run's page, the database copy).
+        let damaged = kind == Kind::Truncated && len != 0;
+        if damaged || len > MAX_FRAME || u64::from(len) < pos.done {
             break;
         }
         let Some(data) = read_closed(file, pos, len, BATCH - size) else {
@@ -507,8 +515,7 @@ pub fn read_frames(file: &Stored, pos: Pos) -> (Vec<Frame>, Pos) {
         };
         size += data.len();
         match kind {
-            Kind::Truncated if rest == 0 => frames.push(Frame::Truncated(stream)),
-            Kind::Truncated => {}
+            Kind::Truncated => frames.push(Frame::Truncated(stream)),
             _ if data.is_empty() && !first => {}
             _ => frames.push(Frame::Data(stream, data)),
         }
@@ -831,6 +838,29 @@ mod tests {
         );
         assert_eq!(read_frames(&f, at).0, vec![]);
         assert_eq!(read_whole(&p).stdout, data);
+    }
+
+    #[test]
+    fn an_empty_batch_is_the_end_past_a_mark_with_bytes() {
+        // Damage the writer never makes (its marks have no bytes): a mark
+        // with more than a batch of bytes, then a frame. The fuzz target
+        // `output_frames` checks the same (its seed `mark-with-bytes`).
+        let d = tmp("mark");
+        fs::create_dir_all(&d).unwrap();
+        let p = d.join("m");
+        let mut file = Vec::new();
+        frame(&mut file, b'O', &vec![b'x'; BATCH + 10]);
+        frame(&mut file, b'e', b"b");
+        fs::write(&p, &file).unwrap();
+        let f = Stored::File(File::open(&p).unwrap());
+        let (frames, at) = read_frames(&f, Pos::default());
+        assert_eq!(frames, vec![]);
+        assert_eq!(
+            read_frames(&f, at).0,
+            vec![],
+            "nothing after an empty batch"
+        );
+        assert_eq!(read_whole(&p), Whole::default());
     }
 
     #[test]
