@@ -6,7 +6,7 @@
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
@@ -34,6 +34,13 @@ name = "ticks_gated"
 workdir = "../work"
 timeout = "90s"
 steps = [{ shell = 'for i in 1 2 3 4 5 6 7 8 9 10; do echo "tick $i"; sleep 0.2; if [ $i = 2 ]; then j=0; while [ ! -e go ] && [ $j -lt 600 ]; do sleep 0.1; j=$((j+1)); done; fi; done' }]
+[functions.webhook]
+
+[[functions]]
+name = "silent_gated"
+workdir = "../work"
+timeout = "90s"
+steps = [{ shell = 'j=0; while [ ! -e go ] && [ $j -lt 600 ]; do sleep 0.1; j=$((j+1)); done; echo "at last"' }]
 [functions.webhook]
 
 [[functions]]
@@ -292,6 +299,30 @@ fn a_followed_run_streams_lines_before_it_ends() {
     let body = s.read_to_end();
     assert_eq!(output_text(&body, "stdout"), want);
     assert_eq!(end_event(&body)["State"], json!("finished"));
+}
+
+#[test]
+fn a_follower_of_a_silent_run_gets_the_head_at_once() {
+    let (dir, t) = serve("output_silent_head", "", &[("ticks.toml", TICKS)]);
+    let r = t.post(&api("silent_gated", "&run_async=true"));
+    let id = r.run_id(&r.ok());
+    let asked = Instant::now();
+    let mut s = Stream::open(&t, "GET", &output_url(&id, "&follow=1"), "");
+    // The first `: keep-alive` comment comes after 15 s without events:
+    // a head held back until the first piece of the body comes then.
+    let waited = asked.elapsed();
+    assert!(waited < Duration::from_secs(10), "head after {waited:?}");
+    assert!(s.head.starts_with("HTTP/1.1 200"), "{}", s.head);
+    assert!(s.head.contains("text/event-stream"), "{}", s.head);
+    let now = state(&t, &id);
+    assert!(
+        now == json!("queued") || now == json!("running"),
+        "it has printed nothing yet: {now}"
+    );
+    dir.write("work/go", "");
+    let body = s.read_to_end();
+    assert_eq!(output_text(&body, "stdout"), "at last\n", "{body}");
+    assert_eq!(end_event(&body)["State"], json!("finished"), "{body}");
 }
 
 #[test]

@@ -309,7 +309,11 @@ fn write_body<W: Write>(
 
             // (trigd patch) each piece read is sent at once: a body
             // produced while it is sent (a followed run's output)
-            // reaches the client as it is written.
+            // reaches the client as it is written. The head goes out
+            // first, before the reader is asked for a piece: a body whose
+            // first bytes take time (a followed run that prints nothing
+            // yet) must not hold back the status a client waits for.
+            writer.flush()?;
             let mut writer = Encoder::with_flush_after_write(FlushEach(writer));
             io::copy(reader, &mut writer)?;
         }
