@@ -586,18 +586,26 @@ fn two_instances_on_one_database_hold_limit_1_across_instances() {
     let (_da, a) = pg_instance(&db, "groups_pg", "a", &prog);
     let (_db, b) = pg_instance(&db, "groups_pg", "b", &prog);
     let started = || work.lines("started");
-    let wait_started = |t: &Trigd, v: &str| {
-        t.wait_for(WAIT, &format!("run {v} to start"), || {
-            started().iter().any(|l| l == v)
-        })
+    // On a timeout: both instances' logs, what started, where the runs are.
+    let wait_started = |v: &str| {
+        if !wait_until(WAIT, || started().iter().any(|l| l == v)) {
+            panic!(
+                "\ntimed out after {WAIT:?} waiting for: run {v} to start; started: {:?}; \
+                 runs: {}\n--- a: stderr.log (tail) ---\n{}\n--- b: stderr.log (tail) ---\n{}\n",
+                started(),
+                db.runs_by_state(),
+                a.stderr_tail(),
+                b.stderr_tail()
+            );
+        }
     };
     let r1 = push_fn(&a, "deploy", "main", "1");
-    wait_started(&a, "1");
+    wait_started("1");
     let r2 = push_fn(&b, "deploy", "main", "2");
     let r3 = push_fn(&a, "deploy", "main", "3");
     let x = push_fn(&b, "deploy", "dev", "x");
     // x was accepted after 2 and 3 and runs: they wait for their key.
-    wait_started(&b, "x");
+    wait_started("x");
     a.check_eq(started(), vec!["1".to_string(), "x".into()], "2 and 3 wait");
     for id in [&r2, &r3] {
         b.check_eq(field(&run_record(&b, id), "State"), &json!("queued"), id);
@@ -610,10 +618,10 @@ fn two_instances_on_one_database_hold_limit_1_across_instances() {
         "one run of the key held in the cluster",
     );
     work.write("release-1", "");
-    wait_started(&a, "2");
+    wait_started("2");
     a.check_eq(started().len(), 3, "3 still waits");
     work.write("release-2", "");
-    wait_started(&a, "3");
+    wait_started("3");
     for v in ["3", "x"] {
         work.write(&format!("release-{v}"), "");
     }
@@ -631,7 +639,7 @@ fn two_instances_on_one_database_hold_limit_1_across_instances() {
     // waits behind 4, 6 (through the other instance) replaces it, 7
     // replaces 6; once 4 ends only 7 runs.
     let r4 = latest(&a, "4");
-    wait_started(&a, "4");
+    wait_started("4");
     let r5 = latest(&a, "5");
     let r6 = latest(&b, "6");
     let r7 = latest(&a, "7");
@@ -640,7 +648,7 @@ fn two_instances_on_one_database_hold_limit_1_across_instances() {
     let rec = wait_run_state(&b, &r6, "superseded");
     b.check_eq(field(&rec, "SupersededBy"), &json!(r7), "6 superseded by 7");
     work.write("release-4", "");
-    wait_started(&a, "7");
+    wait_started("7");
     work.write("release-7", "");
     wait_run_state(&a, &r4, "finished");
     wait_run_state(&b, &r7, "finished");
