@@ -759,3 +759,53 @@ fn a_batched_take_keeps_each_keys_limit() {
         wait_run_state(&t, id, "finished");
     }
 }
+
+/// A take does not pass an older run of its key that another instance's
+/// take holds (row-locked until that take's COMMIT, which `FOR UPDATE
+/// SKIP LOCKED` skips): with `limit = 1` the younger one would run first
+/// and the older wait for it. Here a `psql` session holds run 2's row as
+/// such a take does; once run 1 has ended, run 3 is not taken, a run of
+/// another key accepted after 3 is (the take goes in queue order: 3 was
+/// looked at before it), and once the lock goes 2 runs, then 3.
+#[test]
+fn a_take_does_not_pass_an_older_run_of_its_key_that_another_take_holds() {
+    let db = pg_database("groups_pg_order");
+    let prog = deploy(1, "deploy", "queue", "deploy-{branch}");
+    let server = "instance = \"a\"\nmax_concurrent_runs = 4";
+    let dir = setup("groups_pg_order", server, &[("deploy.toml", &prog)]);
+    db.configure(&dir, "lease = \"2s\"");
+    let t = Trigd::start(&dir);
+    let started = |v: &str| dir.lines("work/started").iter().any(|l| l == v);
+    let r1 = push(&t, 1, "main", "1");
+    wait_started(&t, &dir, "1");
+    let r2 = push(&t, 1, "main", "2");
+    let r3 = push(&t, 1, "main", "3");
+    let held = db.hold(&format!(
+        "SELECT 1 FROM trigd_runs WHERE id = '{r2}' FOR UPDATE"
+    ));
+    dir.write("work/release-1", "");
+    let ended = format!("SELECT count(*) FROM trigd_runs WHERE id = '{r1}' AND state = 'finished'");
+    t.wait_for(WAIT, "run 1's end in the database", || {
+        db.count(&ended) == 1
+    });
+    let x = push(&t, 1, "dev", "x");
+    wait_started(&t, &dir, "x");
+    let taken =
+        format!("SELECT count(*) FROM trigd_runs WHERE id = '{r3}' AND instance IS NOT NULL");
+    t.check_eq(db.count(&taken), 0, "run 3 is not taken past run 2");
+    held.release();
+    wait_started(&t, &dir, "2");
+    t.check(!started("3"), "run 3 waits while run 2 of its key runs");
+    for v in ["2", "3", "x"] {
+        dir.write(&format!("work/release-{v}"), "");
+    }
+    for id in [&r1, &r2, &r3, &x] {
+        wait_run_state(&t, id, "finished");
+    }
+    let order: Vec<String> = dir.lines("work/started");
+    t.check_eq(
+        order,
+        vec!["1".to_string(), "x".into(), "2".into(), "3".into()],
+        "order",
+    );
+}
