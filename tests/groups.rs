@@ -586,18 +586,26 @@ fn two_instances_on_one_database_hold_limit_1_across_instances() {
     let (_da, a) = pg_instance(&db, "groups_pg", "a", &prog);
     let (_db, b) = pg_instance(&db, "groups_pg", "b", &prog);
     let started = || work.lines("started");
-    let wait_started = |t: &Trigd, v: &str| {
-        t.wait_for(WAIT, &format!("run {v} to start"), || {
-            started().iter().any(|l| l == v)
-        })
+    // On a timeout: both instances' logs, what started, where the runs are.
+    let wait_started = |v: &str| {
+        if !wait_until(WAIT, || started().iter().any(|l| l == v)) {
+            panic!(
+                "\ntimed out after {WAIT:?} waiting for: run {v} to start; started: {:?}; \
+                 runs: {}\n--- a: stderr.log (tail) ---\n{}\n--- b: stderr.log (tail) ---\n{}\n",
+                started(),
+                db.runs_by_state(),
+                a.stderr_tail(),
+                b.stderr_tail()
+            );
+        }
     };
     let r1 = push_fn(&a, "deploy", "main", "1");
-    wait_started(&a, "1");
+    wait_started("1");
     let r2 = push_fn(&b, "deploy", "main", "2");
     let r3 = push_fn(&a, "deploy", "main", "3");
     let x = push_fn(&b, "deploy", "dev", "x");
     // x was accepted after 2 and 3 and runs: they wait for their key.
-    wait_started(&b, "x");
+    wait_started("x");
     a.check_eq(started(), vec!["1".to_string(), "x".into()], "2 and 3 wait");
     for id in [&r2, &r3] {
         b.check_eq(field(&run_record(&b, id), "State"), &json!("queued"), id);
@@ -610,10 +618,10 @@ fn two_instances_on_one_database_hold_limit_1_across_instances() {
         "one run of the key held in the cluster",
     );
     work.write("release-1", "");
-    wait_started(&a, "2");
+    wait_started("2");
     a.check_eq(started().len(), 3, "3 still waits");
     work.write("release-2", "");
-    wait_started(&a, "3");
+    wait_started("3");
     for v in ["3", "x"] {
         work.write(&format!("release-{v}"), "");
     }
@@ -631,7 +639,7 @@ fn two_instances_on_one_database_hold_limit_1_across_instances() {
     // waits behind 4, 6 (through the other instance) replaces it, 7
     // replaces 6; once 4 ends only 7 runs.
     let r4 = latest(&a, "4");
-    wait_started(&a, "4");
+    wait_started("4");
     let r5 = latest(&a, "5");
     let r6 = latest(&b, "6");
     let r7 = latest(&a, "7");
@@ -640,7 +648,7 @@ fn two_instances_on_one_database_hold_limit_1_across_instances() {
     let rec = wait_run_state(&b, &r6, "superseded");
     b.check_eq(field(&rec, "SupersededBy"), &json!(r7), "6 superseded by 7");
     work.write("release-4", "");
-    wait_started(&a, "7");
+    wait_started("7");
     work.write("release-7", "");
     wait_run_state(&a, &r4, "finished");
     wait_run_state(&b, &r7, "finished");
@@ -750,4 +758,54 @@ fn a_batched_take_keeps_each_keys_limit() {
     for id in runs.iter().chain([&hold]) {
         wait_run_state(&t, id, "finished");
     }
+}
+
+/// A take does not pass an older run of its key that another instance's
+/// take holds (row-locked until that take's COMMIT, which `FOR UPDATE
+/// SKIP LOCKED` skips): with `limit = 1` the younger one would run first
+/// and the older wait for it. Here a `psql` session holds run 2's row as
+/// such a take does; once run 1 has ended, run 3 is not taken, a run of
+/// another key accepted after 3 is (the take goes in queue order: 3 was
+/// looked at before it), and once the lock goes 2 runs, then 3.
+#[test]
+fn a_take_does_not_pass_an_older_run_of_its_key_that_another_take_holds() {
+    let db = pg_database("groups_pg_order");
+    let prog = deploy(1, "deploy", "queue", "deploy-{branch}");
+    let server = "instance = \"a\"\nmax_concurrent_runs = 4";
+    let dir = setup("groups_pg_order", server, &[("deploy.toml", &prog)]);
+    db.configure(&dir, "lease = \"2s\"");
+    let t = Trigd::start(&dir);
+    let started = |v: &str| dir.lines("work/started").iter().any(|l| l == v);
+    let r1 = push(&t, 1, "main", "1");
+    wait_started(&t, &dir, "1");
+    let r2 = push(&t, 1, "main", "2");
+    let r3 = push(&t, 1, "main", "3");
+    let held = db.hold(&format!(
+        "SELECT 1 FROM trigd_runs WHERE id = '{r2}' FOR UPDATE"
+    ));
+    dir.write("work/release-1", "");
+    let ended = format!("SELECT count(*) FROM trigd_runs WHERE id = '{r1}' AND state = 'finished'");
+    t.wait_for(WAIT, "run 1's end in the database", || {
+        db.count(&ended) == 1
+    });
+    let x = push(&t, 1, "dev", "x");
+    wait_started(&t, &dir, "x");
+    let taken =
+        format!("SELECT count(*) FROM trigd_runs WHERE id = '{r3}' AND instance IS NOT NULL");
+    t.check_eq(db.count(&taken), 0, "run 3 is not taken past run 2");
+    held.release();
+    wait_started(&t, &dir, "2");
+    t.check(!started("3"), "run 3 waits while run 2 of its key runs");
+    for v in ["2", "3", "x"] {
+        dir.write(&format!("work/release-{v}"), "");
+    }
+    for id in [&r1, &r2, &r3, &x] {
+        wait_run_state(&t, id, "finished");
+    }
+    let order: Vec<String> = dir.lines("work/started");
+    t.check_eq(
+        order,
+        vec!["1".to_string(), "x".into(), "2".into(), "3".into()],
+        "order",
+    );
 }

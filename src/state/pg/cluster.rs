@@ -250,6 +250,19 @@ struct Batch {
 /// holds them) and skips none of them: they are no longer `instance IS
 /// NULL`.
 ///
+/// A run of a group is taken only when no older run of its key is still
+/// in the cluster queue (as the statement's snapshot shows it). `SKIP
+/// LOCKED` passes over a run that another instance's take holds until its
+/// COMMIT: without this, that take and this one each marked a run of the
+/// key (the oldest there, the next one here), and whichever locked the
+/// key first kept its run. When this one did, the younger run started and
+/// the older one was given back to wait for it: under `limit = 1` a
+/// deploy ran before the one accepted before it (the two-instance test
+/// of `tests/groups.rs` timed out so under load, waiting for run 2 while
+/// run 3 ran). An older run this instance may not take (its request body
+/// file is on another one) holds the younger ones back the same way: the
+/// key's runs start in the order they were accepted.
+///
 /// The update names the run by its id alone: the subquery's row lock
 /// holds it `queued` and untaken (`FOR UPDATE` rechecks the conditions on
 /// its newest version). With the conditions repeated in the update, the
