@@ -731,3 +731,95 @@ fn a_client_cannot_drive_the_log_with_tls_warnings() {
     let warned = log.lines().filter(|l| l.contains("Illegal SNI")).count();
     t.check_eq(warned, 1, "lines about the IP address as SNI name");
 }
+
+#[test]
+fn a_certificate_overwritten_in_place_with_a_broken_one_keeps_the_old_one() {
+    // Written in place (truncated, then written), as `cp` or an editor
+    // does: a half-written file, a PEM block whose body is not a
+    // certificate, an empty file. Each is refused with its reason in the
+    // log, `/healthz` and `/metrics`; the old pair stays served.
+    let dir = setup_tls("tls-broken-cert", &tls_server("cert.pem", "key.pem"));
+    let good = dir.read_bytes("one.pem");
+    std::fs::write(dir.path("cert.pem"), &good).unwrap();
+    std::fs::copy(dir.path("one.key"), dir.path("key.pem")).unwrap();
+    let t = Trigd::start(&dir);
+    let cfg = client_config(&dir);
+    let one = leaf_der(&dir.path("one.pem"));
+    let junk = "-----BEGIN CERTIFICATE-----\nMIIBkTCB+wIJAKHBfpegPjMCMA0GCSqGSIb3DQEBCwUAMBExDzANBgNVBAMMBmp1\n-----END CERTIFICATE-----\n";
+    for (what, bytes) in [
+        ("half of the file", &good[..good.len() / 2]),
+        ("a PEM block that is not a certificate", junk.as_bytes()),
+        ("an empty file", &b""[..]),
+    ] {
+        let failures = metric(&t, &cfg, "trigd_tls_reload_failures_total");
+        std::fs::write(dir.path("cert.pem"), bytes).unwrap();
+        t.wait_for(WAIT, &format!("{what}: the failure counted"), || {
+            metric(&t, &cfg, "trigd_tls_reload_failures_total") > failures
+        });
+        let h = https_get(&t, &cfg, "/healthz").ok();
+        t.check(
+            h["Tls"]["Ok"] == false
+                && h["Tls"]["LastError"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("cert.pem")),
+            format!("{what}: healthz {h}"),
+        );
+        t.check_eq(
+            metric(&t, &cfg, "trigd_tls_certificate_ok"),
+            0.0,
+            &format!("{what}: certificate_ok"),
+        );
+        t.check(
+            served_leaf(&t, &cfg) == one,
+            format!("{what}: old pair served"),
+        );
+    }
+    let log = std::fs::read_to_string(&t.stderr_log).unwrap();
+    t.check(
+        log.lines().any(|l| {
+            l.contains("TLS certificate not reloaded, the old one is still served: ")
+                && l.contains("cert.pem")
+        }),
+        "the reason in the log",
+    );
+    // The good file back in place: served again, the error cleared.
+    std::fs::write(dir.path("cert.pem"), &good).unwrap();
+    t.wait_for(WAIT, "the error cleared", || {
+        metric(&t, &cfg, "trigd_tls_certificate_ok") == 1.0
+    });
+    t.check(served_leaf(&t, &cfg) == one, "the pair served");
+}
+
+#[test]
+fn the_key_from_a_systemd_credential_is_served() {
+    // `tls_key = "credential:NAME"`: systemd's LoadCredential= copy in
+    // $CREDENTIALS_DIRECTORY (docs/systemd.md).
+    let dir = setup_tls(
+        "tls-credential",
+        &tls_server("one.pem", "credential:tls.key"),
+    );
+    dir.mkdir("creds");
+    std::fs::copy(dir.path("one.key"), dir.path("creds/tls.key")).unwrap();
+    let creds = dir.path_str("creds");
+    let t = Trigd::start_env(&dir, &[("CREDENTIALS_DIRECTORY", &creds)]);
+    let cfg = client_config(&dir);
+    t.check(
+        served_leaf(&t, &cfg) == leaf_der(&dir.path("one.pem")),
+        "the certificate served with the credential's key",
+    );
+    https_get(&t, &cfg, "/healthz").ok();
+    // Without the directory: a load error naming the setting.
+    let config = dir.path_str("config.toml");
+    let out = Command::new(BIN)
+        .args(["check", "--config", &config])
+        .env_remove("CREDENTIALS_DIRECTORY")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    t.check(
+        out.status.code() == Some(1)
+            && err.contains("server.tls_key")
+            && err.contains("$CREDENTIALS_DIRECTORY is not set"),
+        format!("check without the credentials: {err}"),
+    );
+}
