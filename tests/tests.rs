@@ -1,7 +1,7 @@
 //! Integration tests: every test drives the real `trigd` binary, except
 //! `vendor`, which drives the patched tiny_http through its own API.
 
-mod acme; // [acme]: certificates from pebble (issuance, restart, renewal, failed challenge), hostile directories, config errors
+mod acme; // [acme]: certificates from pebble (issuance, restart, renewal, failed challenge), hostile directories, config errors, the manual's five-line config
 mod api; // POST /api: success shapes, every error row of the manual, limits, injection safety
 mod browser; // headless Chromium through chromedriver: login, application key, endpoint view, logout, public switch
 mod callbacks; // completion callbacks: signed deliveries to a local receiver, retries, kill -9, allow list
