@@ -842,3 +842,23 @@ fn the_key_from_a_systemd_credential_is_served() {
         format!("check without the credentials: {err}"),
     );
 }
+
+#[test]
+fn a_client_offering_only_h2_is_told_why() {
+    // ALPN without `http/1.1`: rustls refuses the handshake with the
+    // alert `no_application_protocol` (RFC 7301), which comes after the
+    // ServerHello: the client must get it, not a bare close.
+    let dir = setup_tls("tls-alpn-h2", &tls_server("one.pem", "one.key"));
+    let t = Trigd::start(&dir);
+    let mut h2 = (*client_config(&dir)).clone();
+    h2.alpn_protocols = vec![b"h2".to_vec()];
+    let err = match Https::connect(&t.addr, &Arc::new(h2)) {
+        Ok(_) => t.fail("a handshake without http/1.1 was completed"),
+        Err(e) => e,
+    };
+    t.check(
+        err.contains("NoApplicationProtocol"),
+        format!("want the alert no_application_protocol, got: {err}"),
+    );
+    https_get(&t, &client_config(&dir), "/healthz").ok();
+}
