@@ -878,3 +878,32 @@ fn a_client_offering_only_h2_is_told_why() {
     );
     https_get(&t, &client_config(&dir), "/healthz").ok();
 }
+
+#[test]
+fn every_metric_of_an_https_trigd_is_in_the_operations_table() {
+    // The manual's one list of metrics (docs/operations.md, "Health and
+    // metrics") names each `# TYPE` of `/metrics`, HTTPS's included.
+    let dir = setup_tls("tls-metrics-doc", &tls_server("one.pem", "one.key"));
+    let t = Trigd::start(&dir);
+    let text = https_get(&t, &client_config(&dir), "/metrics").text();
+    let page =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/operations.md"))
+            .unwrap();
+    let names: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .collect();
+    t.check(
+        names.contains(&"trigd_tls_certificate_ok"),
+        format!("no TLS metrics:\n{text}"),
+    );
+    let missing: Vec<&&str> = names
+        .iter()
+        .filter(|n| !page.contains(&format!("| `{n}` |")))
+        .collect();
+    t.check(
+        missing.is_empty(),
+        format!("not in docs/operations.md's table: {missing:?}"),
+    );
+}
