@@ -907,3 +907,52 @@ fn every_metric_of_an_https_trigd_is_in_the_operations_table() {
         format!("not in docs/operations.md's table: {missing:?}"),
     );
 }
+
+/// Whether `trigd serve --listen <listen>` with `server` warns that it
+/// serves plain HTTP beyond loopback.
+fn warns_exposed(dir: &TestDir, server: &str, listen: &str) -> bool {
+    dir.write("config.toml", &config(server));
+    let log = dir.path("exposed.log");
+    let mut child = Command::new(BIN)
+        .args(["serve", "--config", &dir.path_str("config.toml")])
+        .args(["--listen", listen])
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("start trigd");
+    let mut line = String::new();
+    let read =
+        std::io::BufRead::read_line(&mut BufReader::new(child.stdout.take().unwrap()), &mut line);
+    // The log line that follows the warning, when there is one.
+    let logged = wait_until(WAIT, || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("(open files limit"))
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        read.is_ok() && line.starts_with("listening on ") && logged,
+        "{listen}: {line:?}\n{text}"
+    );
+    text.contains("a non-loopback address, without TLS")
+}
+
+#[test]
+fn plain_http_beyond_loopback_is_warned_about_and_https_is_not() {
+    let dir = setup_tls("tls-exposed", "");
+    let https = tls_server("one.pem", "one.key");
+    assert!(
+        warns_exposed(&dir, "", "0.0.0.0:0"),
+        "plain HTTP on 0.0.0.0"
+    );
+    assert!(
+        !warns_exposed(&dir, "", "127.0.0.1:0"),
+        "plain HTTP on loopback"
+    );
+    assert!(
+        !warns_exposed(&dir, &https, "0.0.0.0:0"),
+        "HTTPS on 0.0.0.0"
+    );
+}
