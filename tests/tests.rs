@@ -34,7 +34,7 @@ mod standard_webhooks; // Standard Webhooks received (webhook-*/svix-*, the offi
 mod state_table; // the state directory table of src/state/mod.rs, the manual's (docs/operations.md) and state::Kept list the same files
 mod switch; // the public switch flipped from trigd: HTTP operation, form, confirmation, config rewrite, read-only, admins, CSRF, races
 mod systemd; // a Unix socket (mode, stale and live files, hostile paths, HAProxy with X-Forwarded-For), socket activation, the notify protocol message by message, the watchdog, credentials, the watchdog while max_connections is full
-mod tls; // HTTPS from tls_cert/tls_key: protocols, ALPN, certbot renewal, SIGHUP, bad pairs kept out (renamed or written in place), expiry, slow and hostile TLS clients, redirect_http, the key as a systemd credential, every metric in the operations table, the warning for plain HTTP beyond loopback
+mod tls; // HTTPS from tls_cert/tls_key: protocols, ALPN, certbot renewal, SIGHUP, bad pairs kept out (renamed or written in place), expiry, slow and hostile TLS clients, redirect_http, the key as a systemd credential, every metric in the operations table, the warning for plain HTTP beyond loopback, a FIFO at the certificate path
 mod tools; // generated tool endpoints: environments, values by name, bearer app keys, User-Agent rule, endpoint view
 mod ui; // browser access over HTTP: login, throttle, sessions, CSRF, settings, escaping, headers
 mod util; // harness: per-test dirs, the trigd child process, one HTTP client (raw bytes too), polling, CLI runner

@@ -956,3 +956,42 @@ fn plain_http_beyond_loopback_is_warned_about_and_https_is_not() {
         "HTTPS on 0.0.0.0"
     );
 }
+
+#[test]
+fn a_fifo_in_place_of_the_certificate_holds_no_reload() {
+    // Opening a FIFO blocks until a writer comes: the reload would wait
+    // for good, and SIGHUP (which re-reads the files) with it.
+    let dir = setup_tls("tls-fifo", &tls_server("cert.pem", "key.pem"));
+    std::fs::copy(dir.path("one.pem"), dir.path("cert.pem")).unwrap();
+    std::fs::copy(dir.path("one.key"), dir.path("key.pem")).unwrap();
+    let t = Trigd::start(&dir);
+    let cfg = client_config(&dir);
+    std::fs::remove_file(dir.path("cert.pem")).unwrap();
+    let made = Command::new("mkfifo")
+        .arg(dir.path("cert.pem"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    t.wait_for(WAIT, "the FIFO refused", || {
+        https_get(&t, &cfg, "/healthz").json()["Tls"]["LastError"]
+            .as_str()
+            .is_some_and(|e| e.contains("cert.pem") && e.contains("not a regular file"))
+    });
+    // `trigd check` says so too, at once.
+    let out = trigd(&["check", "--config", &dir.path_str("config.toml")], None);
+    out.check(
+        out.code == Some(1) && out.stderr.contains("not a regular file"),
+        "check with a FIFO",
+    );
+    // The next pair is still picked up: by SIGHUP after a swap the watcher
+    // would see anyway.
+    rename_over(&dir, "cert.pem", &dir.read_bytes("two.pem"));
+    rename_over(&dir, "key.pem", &dir.read_bytes("two.key"));
+    // SAFETY: kill(2) on the child's pid.
+    unsafe { libc::kill(t.pid() as i32, libc::SIGHUP) };
+    let two = leaf_der(&dir.path("two.pem"));
+    t.wait_for(WAIT, "the new pair served", || served_leaf(&t, &cfg) == two);
+    t.wait_for(WAIT, "the error cleared", || {
+        metric(&t, &cfg, "trigd_tls_certificate_ok") == 1.0
+    });
+}

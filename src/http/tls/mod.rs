@@ -23,8 +23,9 @@ pub mod redirect;
 pub mod watch;
 
 use std::fmt;
-use std::fs::File;
+use std::fs::OpenOptions;
 use std::io::{self, Read};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -192,15 +193,28 @@ fn pem_reason(e: &pem::Error, wanted: &str) -> String {
     }
 }
 
-/// The bytes of `path`, refused past [`MAX_FILE_BYTES`].
+/// The bytes of `path`, refused past [`MAX_FILE_BYTES`] and when it is not
+/// a regular file.
 fn read_small(path: &Path) -> Result<Vec<u8>, TlsError> {
     let err = |source| TlsError::Read {
         path: path.to_path_buf(),
         source,
     };
+    // O_NONBLOCK: opening a FIFO put at the path would otherwise wait for
+    // a writer for good, and hold the thread that reloads (the watcher's,
+    // or SIGHUP's, which then reloads nothing more).
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(err)?;
+    if !file.metadata().map_err(err)?.is_file() {
+        let odd = io::Error::new(io::ErrorKind::InvalidInput, "not a regular file");
+        return Err(err(odd));
+    }
     let mut bytes = Vec::new();
-    File::open(path)
-        .and_then(|f| f.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes))
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
         .map_err(err)?;
     if bytes.len() as u64 > MAX_FILE_BYTES {
         let too_big = io::Error::new(io::ErrorKind::InvalidData, "larger than 1 MiB");
