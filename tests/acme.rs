@@ -625,3 +625,27 @@ fn acme_settings_are_checked_with_their_location() {
         );
     }
 }
+
+/// docs/acme.md's first example, "HTTPS on a public host in five lines of
+/// TOML", is a whole config that `trigd check` accepts, in five lines.
+#[test]
+fn the_manual_s_five_line_config_is_one() {
+    let page = fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/acme.md"))
+        .expect("docs/acme.md");
+    let section = page
+        .split("## HTTPS on a public host in five lines of TOML\n")
+        .nth(1)
+        .expect("the five-line section");
+    let toml = section
+        .split("```toml\n")
+        .nth(1)
+        .and_then(|b| b.split("\n```").next())
+        .expect("its TOML block");
+    let lines = toml.lines().filter(|l| !l.trim().is_empty()).count();
+    assert!(lines <= 5, "{lines} lines:\n{toml}");
+    let dir = TestDir::new("acme_five_lines");
+    dir.mkdir("programs");
+    dir.write("config.toml", toml);
+    let out = trigd(&["check", "--config", &dir.path_str("config.toml")], None);
+    out.code_is(0);
+}

@@ -770,3 +770,37 @@ fn secret_files_from_systemd_credentials() {
     // The secret never shows in an error.
     assert!(!err.contains(&"s".repeat(40)));
 }
+
+#[test]
+fn the_watchdog_pings_on_while_idle_connections_fill_max_connections() {
+    // A server that answers "full" (503 busy) is not hung: a flood of idle
+    // connections must not stop the pings and get trigd restarted.
+    let dir = setup(
+        "watchdog-full",
+        "max_connections = 4\nrequest_timeout = \"60s\"",
+        &[],
+    );
+    let n = Notify::bind(&dir);
+    let sock = dir.path("t.sock");
+    let listen = format!("unix:{}", sock.display());
+    let mut cmd = serve_cmd(&dir, &["--listen", &listen]);
+    cmd.env("NOTIFY_SOCKET", &n.path)
+        .env("WATCHDOG_USEC", "1000000");
+    let _t = Served::start(cmd, &dir.path("stderr.log"));
+    assert!(n.next().starts_with("READY=1\n"));
+    let held: Vec<UnixStream> = (0..4)
+        .map(|_| UnixStream::connect(&sock).unwrap())
+        .collect();
+    let full = wait_until(WAIT, || unix_get(&sock, "/healthz").status == 503);
+    assert!(full, "max_connections not reached");
+    // Drain what was sent while filling up, then pings go on.
+    n.sock.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 512];
+    while n.sock.recv(&mut buf).is_ok() {}
+    n.sock.set_nonblocking(false).unwrap();
+    for _ in 0..3 {
+        assert_eq!(n.next_state_or_ping(), "WATCHDOG=1");
+    }
+    assert!(unix_get(&sock, "/healthz").status == 503, "still full");
+    drop(held);
+}

@@ -1,7 +1,7 @@
 //! Integration tests: every test drives the real `trigd` binary, except
 //! `vendor`, which drives the patched tiny_http through its own API.
 
-mod acme; // [acme]: certificates from pebble (issuance, restart, renewal, failed challenge), hostile directories, config errors
+mod acme; // [acme]: certificates from pebble (issuance, restart, renewal, failed challenge), hostile directories, config errors, the manual's five-line config
 mod api; // POST /api: success shapes, every error row of the manual, limits, injection safety
 mod browser; // headless Chromium through chromedriver: login, application key, endpoint view, logout, public switch
 mod callbacks; // completion callbacks: signed deliveries to a local receiver, retries, kill -9, allow list
@@ -33,8 +33,8 @@ mod schedules; // schedule triggers: firing ordinary runs, reload, overlap, kill
 mod standard_webhooks; // Standard Webhooks received (webhook-*/svix-*, the official library, hostile headers); redeliveries deduplicated by the sender's delivery id
 mod state_table; // the state directory table of src/state/mod.rs, the manual's (docs/operations.md) and state::Kept list the same files
 mod switch; // the public switch flipped from trigd: HTTP operation, form, confirmation, config rewrite, read-only, admins, CSRF, races
-mod systemd; // a Unix socket (mode, stale and live files, hostile paths, HAProxy with X-Forwarded-For), socket activation, the notify protocol message by message, the watchdog, credentials
-mod tls; // HTTPS from tls_cert/tls_key: protocols, ALPN, certbot renewal, SIGHUP, bad pairs kept out, expiry, slow and hostile TLS clients, redirect_http
+mod systemd; // a Unix socket (mode, stale and live files, hostile paths, HAProxy with X-Forwarded-For), socket activation, the notify protocol message by message, the watchdog, credentials, the watchdog while max_connections is full
+mod tls; // HTTPS from tls_cert/tls_key: protocols, ALPN, certbot renewal, SIGHUP, bad pairs kept out (renamed or written in place), expiry, slow and hostile TLS clients, redirect_http, the key as a systemd credential, every metric in the operations table, the warning for plain HTTP beyond loopback, a FIFO at the certificate path
 mod tools; // generated tool endpoints: environments, values by name, bearer app keys, User-Agent rule, endpoint view
 mod ui; // browser access over HTTP: login, throttle, sessions, CSRF, settings, escaping, headers
 mod util; // harness: per-test dirs, the trigd child process, one HTTP client (raw bytes too), polling, CLI runner

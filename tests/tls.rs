@@ -577,26 +577,61 @@ fn idle_and_stalled_handshakes_do_not_delay_others_and_are_closed_at_the_timeout
             .unwrap();
         hostile.push(s);
     }
+    // A ClientHello a byte a second: the deadline counts from the
+    // connection, not from the last byte (500 bytes would take 500 s).
+    let drip = connect(&t.addr);
+    let mut writer = drip.try_clone().unwrap();
+    std::thread::spawn(move || {
+        let head = [
+            0x16u8, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03,
+        ];
+        for b in head.into_iter().chain(std::iter::repeat_n(0u8, 500)) {
+            if writer.write_all(&[b]).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    });
+    hostile.push(drip);
+    // A whole ClientHello, the server's flight read, then nothing: stopped
+    // in the middle of the handshake.
+    let name = ServerName::try_from("localhost").unwrap();
+    for _ in 0..20 {
+        let mut s = connect(&t.addr);
+        let mut conn = ClientConnection::new(Arc::clone(&cfg), name.clone()).unwrap();
+        conn.write_tls(&mut s).unwrap();
+        while conn.is_handshaking() && !conn.wants_write() {
+            if conn.read_tls(&mut s).unwrap_or(0) == 0 {
+                t.fail("closed in the middle of the handshake");
+            }
+            conn.process_new_packets().unwrap_or_else(|e| t.fail(e));
+        }
+        hostile.push(s);
+    }
     let mut worst = Duration::ZERO;
     for _ in 0..10 {
         let start = Instant::now();
         https_get(&t, &cfg, "/healthz").ok();
         worst = worst.max(start.elapsed());
     }
-    eprintln!("healthz over TLS beside 220 silent clients: worst of 10 {worst:?}");
+    eprintln!("healthz over TLS beside 241 silent clients: worst of 10 {worst:?}");
     // Held behind a silent client, a request would wait the whole timeout
     // at least; below it is a loaded machine's delay, not a measure.
     t.check(
         worst < timeout,
         format!("healthz took {worst:?} beside silent clients (timeout {timeout:?})"),
     );
-    // Every silent client is closed by the server after the timeout.
+    // Every silent client is closed by the server after the timeout (the
+    // stopped ones read the rest of the server's flight first).
     for (i, s) in hostile.iter_mut().enumerate() {
         s.set_read_timeout(Some(timeout * 3)).unwrap();
-        let mut buf = [0u8; 64];
-        let closed = match s.read(&mut buf) {
-            Ok(_) => true,
-            Err(e) => !matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
+        let mut buf = [0u8; 4096];
+        let closed = loop {
+            match s.read(&mut buf) {
+                Ok(0) => break true,
+                Ok(_) => continue,
+                Err(e) => break !matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
+            }
         };
         t.check(
             closed,
@@ -730,4 +765,233 @@ fn a_client_cannot_drive_the_log_with_tls_warnings() {
     let log = std::fs::read_to_string(&t.stderr_log).unwrap();
     let warned = log.lines().filter(|l| l.contains("Illegal SNI")).count();
     t.check_eq(warned, 1, "lines about the IP address as SNI name");
+}
+
+#[test]
+fn a_certificate_overwritten_in_place_with_a_broken_one_keeps_the_old_one() {
+    // Written in place (truncated, then written), as `cp` or an editor
+    // does: a half-written file, a PEM block whose body is not a
+    // certificate, an empty file. Each is refused with its reason in the
+    // log, `/healthz` and `/metrics`; the old pair stays served.
+    let dir = setup_tls("tls-broken-cert", &tls_server("cert.pem", "key.pem"));
+    let good = dir.read_bytes("one.pem");
+    std::fs::write(dir.path("cert.pem"), &good).unwrap();
+    std::fs::copy(dir.path("one.key"), dir.path("key.pem")).unwrap();
+    let t = Trigd::start(&dir);
+    let cfg = client_config(&dir);
+    let one = leaf_der(&dir.path("one.pem"));
+    let junk = "-----BEGIN CERTIFICATE-----\nMIIBkTCB+wIJAKHBfpegPjMCMA0GCSqGSIb3DQEBCwUAMBExDzANBgNVBAMMBmp1\n-----END CERTIFICATE-----\n";
+    for (what, bytes) in [
+        ("half of the file", &good[..good.len() / 2]),
+        ("a PEM block that is not a certificate", junk.as_bytes()),
+        ("an empty file", &b""[..]),
+    ] {
+        let failures = metric(&t, &cfg, "trigd_tls_reload_failures_total");
+        std::fs::write(dir.path("cert.pem"), bytes).unwrap();
+        t.wait_for(WAIT, &format!("{what}: the failure counted"), || {
+            metric(&t, &cfg, "trigd_tls_reload_failures_total") > failures
+        });
+        let h = https_get(&t, &cfg, "/healthz").ok();
+        t.check(
+            h["Tls"]["Ok"] == false
+                && h["Tls"]["LastError"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("cert.pem")),
+            format!("{what}: healthz {h}"),
+        );
+        t.check_eq(
+            metric(&t, &cfg, "trigd_tls_certificate_ok"),
+            0.0,
+            &format!("{what}: certificate_ok"),
+        );
+        t.check(
+            served_leaf(&t, &cfg) == one,
+            format!("{what}: old pair served"),
+        );
+    }
+    let log = std::fs::read_to_string(&t.stderr_log).unwrap();
+    t.check(
+        log.lines().any(|l| {
+            l.contains("TLS certificate not reloaded, the old one is still served: ")
+                && l.contains("cert.pem")
+        }),
+        "the reason in the log",
+    );
+    // The good file back in place: served again, the error cleared.
+    std::fs::write(dir.path("cert.pem"), &good).unwrap();
+    t.wait_for(WAIT, "the error cleared", || {
+        metric(&t, &cfg, "trigd_tls_certificate_ok") == 1.0
+    });
+    t.check(served_leaf(&t, &cfg) == one, "the pair served");
+}
+
+#[test]
+fn the_key_from_a_systemd_credential_is_served() {
+    // `tls_key = "credential:NAME"`: systemd's LoadCredential= copy in
+    // $CREDENTIALS_DIRECTORY (docs/systemd.md).
+    let dir = setup_tls(
+        "tls-credential",
+        &tls_server("one.pem", "credential:tls.key"),
+    );
+    dir.mkdir("creds");
+    std::fs::copy(dir.path("one.key"), dir.path("creds/tls.key")).unwrap();
+    let creds = dir.path_str("creds");
+    let t = Trigd::start_env(&dir, &[("CREDENTIALS_DIRECTORY", &creds)]);
+    let cfg = client_config(&dir);
+    t.check(
+        served_leaf(&t, &cfg) == leaf_der(&dir.path("one.pem")),
+        "the certificate served with the credential's key",
+    );
+    https_get(&t, &cfg, "/healthz").ok();
+    // Without the directory: a load error naming the setting.
+    let config = dir.path_str("config.toml");
+    let out = Command::new(BIN)
+        .args(["check", "--config", &config])
+        .env_remove("CREDENTIALS_DIRECTORY")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    t.check(
+        out.status.code() == Some(1)
+            && err.contains("server.tls_key")
+            && err.contains("$CREDENTIALS_DIRECTORY is not set"),
+        format!("check without the credentials: {err}"),
+    );
+}
+
+#[test]
+fn a_client_offering_only_h2_is_told_why() {
+    // ALPN without `http/1.1`: rustls refuses the handshake with the
+    // alert `no_application_protocol` (RFC 7301), which comes after the
+    // ServerHello: the client must get it, not a bare close.
+    let dir = setup_tls("tls-alpn-h2", &tls_server("one.pem", "one.key"));
+    let t = Trigd::start(&dir);
+    let mut h2 = (*client_config(&dir)).clone();
+    h2.alpn_protocols = vec![b"h2".to_vec()];
+    let err = match Https::connect(&t.addr, &Arc::new(h2)) {
+        Ok(_) => t.fail("a handshake without http/1.1 was completed"),
+        Err(e) => e,
+    };
+    t.check(
+        err.contains("NoApplicationProtocol"),
+        format!("want the alert no_application_protocol, got: {err}"),
+    );
+    https_get(&t, &client_config(&dir), "/healthz").ok();
+}
+
+#[test]
+fn every_metric_of_an_https_trigd_is_in_the_operations_table() {
+    // The manual's one list of metrics (docs/operations.md, "Health and
+    // metrics") names each `# TYPE` of `/metrics`, HTTPS's included.
+    let dir = setup_tls("tls-metrics-doc", &tls_server("one.pem", "one.key"));
+    let t = Trigd::start(&dir);
+    let text = https_get(&t, &client_config(&dir), "/metrics").text();
+    let page =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/operations.md"))
+            .unwrap();
+    let names: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .collect();
+    t.check(
+        names.contains(&"trigd_tls_certificate_ok"),
+        format!("no TLS metrics:\n{text}"),
+    );
+    let missing: Vec<&&str> = names
+        .iter()
+        .filter(|n| !page.contains(&format!("| `{n}` |")))
+        .collect();
+    t.check(
+        missing.is_empty(),
+        format!("not in docs/operations.md's table: {missing:?}"),
+    );
+}
+
+/// Whether `trigd serve --listen <listen>` with `server` warns that it
+/// serves plain HTTP beyond loopback.
+fn warns_exposed(dir: &TestDir, server: &str, listen: &str) -> bool {
+    dir.write("config.toml", &config(server));
+    let log = dir.path("exposed.log");
+    let mut child = Command::new(BIN)
+        .args(["serve", "--config", &dir.path_str("config.toml")])
+        .args(["--listen", listen])
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("start trigd");
+    let mut line = String::new();
+    let read =
+        std::io::BufRead::read_line(&mut BufReader::new(child.stdout.take().unwrap()), &mut line);
+    // The log line that follows the warning, when there is one.
+    let logged = wait_until(WAIT, || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("(open files limit"))
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        read.is_ok() && line.starts_with("listening on ") && logged,
+        "{listen}: {line:?}\n{text}"
+    );
+    text.contains("a non-loopback address, without TLS")
+}
+
+#[test]
+fn plain_http_beyond_loopback_is_warned_about_and_https_is_not() {
+    let dir = setup_tls("tls-exposed", "");
+    let https = tls_server("one.pem", "one.key");
+    assert!(
+        warns_exposed(&dir, "", "0.0.0.0:0"),
+        "plain HTTP on 0.0.0.0"
+    );
+    assert!(
+        !warns_exposed(&dir, "", "127.0.0.1:0"),
+        "plain HTTP on loopback"
+    );
+    assert!(
+        !warns_exposed(&dir, &https, "0.0.0.0:0"),
+        "HTTPS on 0.0.0.0"
+    );
+}
+
+#[test]
+fn a_fifo_in_place_of_the_certificate_holds_no_reload() {
+    // Opening a FIFO blocks until a writer comes: the reload would wait
+    // for good, and SIGHUP (which re-reads the files) with it.
+    let dir = setup_tls("tls-fifo", &tls_server("cert.pem", "key.pem"));
+    std::fs::copy(dir.path("one.pem"), dir.path("cert.pem")).unwrap();
+    std::fs::copy(dir.path("one.key"), dir.path("key.pem")).unwrap();
+    let t = Trigd::start(&dir);
+    let cfg = client_config(&dir);
+    std::fs::remove_file(dir.path("cert.pem")).unwrap();
+    let made = Command::new("mkfifo")
+        .arg(dir.path("cert.pem"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    t.wait_for(WAIT, "the FIFO refused", || {
+        https_get(&t, &cfg, "/healthz").json()["Tls"]["LastError"]
+            .as_str()
+            .is_some_and(|e| e.contains("cert.pem") && e.contains("not a regular file"))
+    });
+    // `trigd check` says so too, at once.
+    let out = trigd(&["check", "--config", &dir.path_str("config.toml")], None);
+    out.check(
+        out.code == Some(1) && out.stderr.contains("not a regular file"),
+        "check with a FIFO",
+    );
+    // The next pair is still picked up: by SIGHUP after a swap the watcher
+    // would see anyway.
+    rename_over(&dir, "cert.pem", &dir.read_bytes("two.pem"));
+    rename_over(&dir, "key.pem", &dir.read_bytes("two.key"));
+    // SAFETY: kill(2) on the child's pid.
+    unsafe { libc::kill(t.pid() as i32, libc::SIGHUP) };
+    let two = leaf_der(&dir.path("two.pem"));
+    t.wait_for(WAIT, "the new pair served", || served_leaf(&t, &cfg) == two);
+    t.wait_for(WAIT, "the error cleared", || {
+        metric(&t, &cfg, "trigd_tls_certificate_ok") == 1.0
+    });
 }

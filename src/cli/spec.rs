@@ -100,8 +100,8 @@ pub const COMMANDS: &[Sub] = &[
         usage: "trigd check [--config PATH]",
         about: "Prints `ok: N programs, M tools` and exits 0, or prints every error (file,\n\
                 line, column, key) and exits 1. Warnings (a command file that does not\n\
-                exist, a `{name}` placeholder inside a shell script) go to stderr and do not\n\
-                change the exit code.",
+                exist, a `{name}` placeholder inside a shell script, a `tls_cert` that\n\
+                expires within 14 days) go to stderr and do not change the exit code.",
         args: &[],
         flags: &[CONFIG],
     },

@@ -487,10 +487,12 @@ pub(super) fn ca_file(
 ) -> Vec<CertificateDer<'static>> {
     let Some(f) = raw else { return Vec::new() };
     let path = resolve(dir, Path::new(f.get_ref()));
-    let certs: Result<Vec<_>, String> = CertificateDer::pem_file_iter(&path)
+    let certs: Result<Vec<_>, String> = super::file::read_ca(&path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))
-        .and_then(|it| {
-            it.collect::<Result<Vec<_>, _>>()
+        .and_then(|pem| {
+            CertificateDer::pem_slice_iter(&pem)
+                .map(|c| c.map(CertificateDer::into_owned))
+                .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| format!("{} is not PEM: {e}", path.display()))
         });
     let usable =

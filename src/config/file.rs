@@ -4,8 +4,9 @@
 //! grows while it is read, a symlink to a huge file), so that no file can
 //! make a load, a reload or `trigd check` exhaust memory.
 
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io::{self, Read};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 /// The largest file a config is read from: every file of a real config
@@ -75,15 +76,34 @@ pub const MAX_SECRET_BYTES: u64 = 64 << 10;
 /// # Errors
 /// The file cannot be opened or read, or is too big.
 pub fn read_secret(path: &Path) -> io::Result<Vec<u8>> {
+    read_bounded(path, MAX_SECRET_BYTES, "64 KiB, the limit of a secret file")
+}
+
+/// The largest CA file (`ca_file`): Debian's whole bundle of roots is
+/// ~220 KB.
+pub const MAX_CA_BYTES: u64 = 1 << 20;
+
+/// The content of the PEM CA file at `path`, at most [`MAX_CA_BYTES`].
+///
+/// # Errors
+/// The file cannot be opened or read, or is too big.
+pub fn read_ca(path: &Path) -> io::Result<Vec<u8>> {
+    read_bounded(path, MAX_CA_BYTES, "1 MiB, the limit of a CA file")
+}
+
+/// At most `max` bytes of `path`; `limit` says it in the error.
+fn read_bounded(path: &Path, max: u64, limit: &str) -> io::Result<Vec<u8>> {
     let mut buf = Vec::new();
-    File::open(path)?
-        .take(MAX_SECRET_BYTES + 1)
+    // O_NONBLOCK: opening a FIFO at the path would otherwise wait for a
+    // writer for good, and hold the load (and every reload after it).
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?
+        .take(max + 1)
         .read_to_end(&mut buf)?;
-    if buf.len() as u64 > MAX_SECRET_BYTES {
-        let msg = format!(
-            "the file is larger than {} KiB, the limit of a secret file",
-            MAX_SECRET_BYTES >> 10
-        );
+    if buf.len() as u64 > max {
+        let msg = format!("the file is larger than {limit}");
         return Err(io::Error::new(io::ErrorKind::InvalidData, msg));
     }
     Ok(buf)
@@ -126,6 +146,48 @@ mod tests {
         // A length that lies (a file that grew since `fstat`): still bounded.
         let mut f = File::open(&over).unwrap();
         assert!(read_to_end(&mut f, 10).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A FIFO nobody writes to is read as empty at once, not waited on.
+    #[test]
+    fn a_fifo_as_a_secret_file_does_not_block() {
+        let dir = std::env::temp_dir().join(format!("trigd-fifo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("secret");
+        let _ = std::fs::remove_file(&fifo);
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = fifo.clone();
+        std::thread::spawn(move || tx.send(read_secret(&path).map(|b| b.len())));
+        let got = rx.recv_timeout(std::time::Duration::from_secs(10));
+        assert!(matches!(got, Ok(Ok(0))), "{got:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A CA file is read the same way: a FIFO is empty, `/dev/zero` too
+    /// big.
+    #[test]
+    fn a_ca_file_is_bounded_and_a_fifo_does_not_block() {
+        let e = read_ca(Path::new("/dev/zero")).unwrap_err();
+        assert!(e.to_string().contains("larger than 1 MiB"), "{e}");
+        let dir = std::env::temp_dir().join(format!("trigd-fifo-ca-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("ca.pem");
+        let _ = std::fs::remove_file(&fifo);
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(read_ca(&fifo).map(|b| b.len())));
+        let got = rx.recv_timeout(std::time::Duration::from_secs(10));
+        assert!(matches!(got, Ok(Ok(0))), "{got:?}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

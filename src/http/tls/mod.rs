@@ -23,14 +23,15 @@ pub mod redirect;
 pub mod watch;
 
 use std::fmt;
-use std::fs::File;
+use std::fs::OpenOptions;
 use std::io::{self, Read};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
@@ -131,16 +132,21 @@ pub fn pair_from_pem(
     };
     let chain = CertificateDer::pem_slice_iter(cert_pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| no_cert(e.to_string()))?;
-    let leaf = chain
-        .first()
-        .ok_or_else(|| no_cert("the file is empty".into()))?;
+        .map_err(|e| no_cert(pem_reason(&e, CERT_BLOCK)))?;
+    let leaf = chain.first().ok_or_else(|| {
+        no_cert(if cert_pem.trim_ascii().is_empty() {
+            "the file is empty".into()
+        } else {
+            format!("no {CERT_BLOCK} block in the file")
+        })
+    })?;
     let not_after = not_after(leaf);
     let key_err = |why: String| TlsError::Key {
         path: key.to_path_buf(),
         why,
     };
-    let der = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| key_err(e.to_string()))?;
+    let der =
+        PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| key_err(pem_reason(&e, KEY_BLOCKS)))?;
     let signing = provider()
         .key_provider
         .load_private_key(der)
@@ -164,15 +170,51 @@ pub fn pair_from_pem(
     })
 }
 
-/// The bytes of `path`, refused past [`MAX_FILE_BYTES`].
+/// The PEM label of a certificate.
+const CERT_BLOCK: &str = "\"-----BEGIN CERTIFICATE-----\"";
+
+/// The PEM labels of the private keys rustls takes.
+const KEY_BLOCKS: &str = "\"-----BEGIN PRIVATE KEY-----\" (or RSA PRIVATE KEY, or EC PRIVATE KEY)";
+
+/// Why PEM text did not parse, in words an operator reads in the log and
+/// `/healthz`: rustls-pki-types prints a missing END line as a list of
+/// byte values. `wanted` names the blocks looked for. A base64 error's
+/// detail is left out: it would quote the key file's bytes.
+fn pem_reason(e: &pem::Error, wanted: &str) -> String {
+    match e {
+        pem::Error::MissingSectionEnd { end_marker } => format!(
+            "the file ends inside a PEM block, before its \"-----END {}-----\" line (cut short, or still being written)",
+            String::from_utf8_lossy(end_marker)
+        ),
+        pem::Error::IllegalSectionStart { .. } => "a malformed \"-----BEGIN\" line".into(),
+        pem::Error::Base64Decode(_) => "a PEM block whose body is not base64".into(),
+        pem::Error::NoItemsFound => format!("no {wanted} block in the file"),
+        other => other.to_string(),
+    }
+}
+
+/// The bytes of `path`, refused past [`MAX_FILE_BYTES`] and when it is not
+/// a regular file.
 fn read_small(path: &Path) -> Result<Vec<u8>, TlsError> {
     let err = |source| TlsError::Read {
         path: path.to_path_buf(),
         source,
     };
+    // O_NONBLOCK: opening a FIFO put at the path would otherwise wait for
+    // a writer for good, and hold the thread that reloads (the watcher's,
+    // or SIGHUP's, which then reloads nothing more).
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(err)?;
+    if !file.metadata().map_err(err)?.is_file() {
+        let odd = io::Error::new(io::ErrorKind::InvalidInput, "not a regular file");
+        return Err(err(odd));
+    }
     let mut bytes = Vec::new();
-    File::open(path)
-        .and_then(|f| f.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes))
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
         .map_err(err)?;
     if bytes.len() as u64 > MAX_FILE_BYTES {
         let too_big = io::Error::new(io::ErrorKind::InvalidData, "larger than 1 MiB");
@@ -438,4 +480,60 @@ pub fn check(server: &crate::config::Server) -> Result<Vec<String>, String> {
         )],
         _ => Vec::new(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::pair_from_pem;
+
+    /// The reason `pair_from_pem` gives for `cert` and `key`.
+    fn reason(cert: &[u8], key: &[u8]) -> String {
+        match pair_from_pem(cert, key, Path::new("c.pem"), Path::new("k.pem")) {
+            Ok(_) => "loaded".into(),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    /// A broken file is named with a reason in words: no byte lists, no
+    /// quoted key material.
+    #[test]
+    fn a_broken_pem_file_is_explained_in_words() {
+        let made = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        let cert = made.cert.pem();
+        let key = made.signing_key.serialize_pem();
+        assert_eq!(reason(cert.as_bytes(), key.as_bytes()), "loaded");
+        let half = &cert.as_bytes()[..cert.len() / 2];
+        assert_eq!(
+            reason(half, key.as_bytes()),
+            "c.pem: no PEM certificate could be read: the file ends inside a PEM block, \
+             before its \"-----END CERTIFICATE-----\" line (cut short, or still being written)"
+        );
+        assert_eq!(
+            reason(key.as_bytes(), key.as_bytes()),
+            "c.pem: no PEM certificate could be read: no \"-----BEGIN CERTIFICATE-----\" block in the file"
+        );
+        assert_eq!(
+            reason(b"\n", key.as_bytes()),
+            "c.pem: no PEM certificate could be read: the file is empty"
+        );
+        let bad64 = "-----BEGIN CERTIFICATE-----\nZm9v!!!\n-----END CERTIFICATE-----\n";
+        assert_eq!(
+            reason(bad64.as_bytes(), key.as_bytes()),
+            "c.pem: no PEM certificate could be read: a PEM block whose body is not base64"
+        );
+        assert_eq!(
+            reason(cert.as_bytes(), cert.as_bytes()),
+            "k.pem: no usable PEM private key: no \"-----BEGIN PRIVATE KEY-----\" \
+             (or RSA PRIVATE KEY, or EC PRIVATE KEY) block in the file"
+        );
+        let half = &key.as_bytes()[..key.len() / 2];
+        let why = reason(cert.as_bytes(), half);
+        assert!(
+            why.starts_with("k.pem: no usable PEM private key: the file ends inside")
+                && why.contains("-----END PRIVATE KEY-----"),
+            "{why}"
+        );
+    }
 }

@@ -134,7 +134,15 @@ fn handshake(conn: &mut ServerConnection, sock: &mut Connection, deadline: Insta
         }
         if let Err(e) = conn.process_new_packets() {
             // rustls has queued an alert saying why: send it, then close.
-            let _ = arm(sock, deadline).and_then(|()| conn.write_tls(sock));
+            // It may sit behind records of the server's flight (a ServerHello
+            // before `no_application_protocol`), and one `write_tls` sends
+            // one record here: write until nothing is queued.
+            while conn.wants_write() {
+                match arm(sock, deadline).and_then(|()| again(conn.write_tls(sock))) {
+                    Ok(Some(0)) | Err(_) => break,
+                    Ok(_) => {}
+                }
+            }
             return Err(io::Error::new(ErrorKind::InvalidData, e));
         }
     }
