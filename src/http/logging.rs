@@ -14,14 +14,11 @@
 //! A line costs no allocation: it is formatted into a buffer its thread
 //! keeps, and the shared buffer and the one being written are swapped, not
 //! reallocated (both are kept while small).
-//!
-//! Access lines, one per request, are written later, in batches: see
-//! [`StderrLog::emit_later`].
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use log::{Level, Log, Metadata, Record};
@@ -43,10 +40,6 @@ const MAX_BUFFER: usize = 1 << 20;
 /// Capacity a kept buffer (a thread's line, the spare batch) may keep.
 const KEEP: usize = 1 << 16;
 
-/// How long an access line may wait for the lines that follow it before
-/// the log writer thread writes them all ([`StderrLog::emit_later`]).
-const LINGER: Duration = Duration::from_millis(2);
-
 thread_local! {
     /// The line this thread is formatting.
     static LINE: RefCell<String> = const { RefCell::new(String::new()) };
@@ -56,11 +49,6 @@ thread_local! {
 struct StderrLog {
     filter: env_logger::Logger,
     sink: Mutex<Sink>,
-    /// Wakes the log writer thread ([`Sink::wake_pending`]).
-    wake: Condvar,
-    /// Whether the log writer thread runs ([`start_writer`]: the server
-    /// starts it; a command that serves nothing writes every line at once).
-    writer: OnceLock<bool>,
 }
 
 /// Lines waiting to be written.
@@ -71,21 +59,7 @@ struct Sink {
     spare: Vec<u8>,
     /// A thread is writing: it will pick up what is appended meanwhile.
     writing: bool,
-    /// The log writer thread was woken for lines waiting in `buf`.
-    wake_pending: bool,
     dropped: u64,
-}
-
-impl Sink {
-    /// Append `line`, or count it dropped when the buffer is full.
-    fn append(&mut self, line: &[u8]) -> bool {
-        if self.buf.len() + line.len() > MAX_BUFFER {
-            self.dropped += 1;
-            return false;
-        }
-        self.buf.extend_from_slice(line);
-        true
-    }
 }
 
 impl StderrLog {
@@ -93,71 +67,17 @@ impl StderrLog {
         self.sink.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Append `line`; write the buffer (the access lines waiting in it
-    /// first: the log keeps its order) unless another thread is at it.
+    /// Append `line`; write the buffer unless another thread is at it.
     fn emit(&self, line: &[u8]) {
         let mut sink = self.lock();
-        if !sink.append(line) || sink.writing {
+        if sink.buf.len() + line.len() > MAX_BUFFER {
+            sink.dropped += 1;
             return;
         }
-        self.write_out(sink);
-    }
-
-    /// Append access line `line` for the log writer thread, which writes
-    /// it within [`LINGER`] together with the lines that came meanwhile;
-    /// any other line written first takes it along. With each line
-    /// written at once, a short request's line cost a `write(2)` of its
-    /// own: on a log file that is the inode's lock and a change of its
-    /// times (the journal on ext4), on journald's socket a wake-up of
-    /// journald. Rejected requests over TLS, 8 keep-alive connections
-    /// (`bench/ab.sh -c tls_reject8`, 2026-11-27, 5 rounds): trigd's CPU a
-    /// request was 20 µs with the access log and 15 µs without it
-    /// (`RUST_LOG=warn`). At worst the last [`LINGER`] of access lines are
-    /// lost with the process (SIGKILL); a clean stop logs `stopped`,
-    /// which writes them.
-    fn emit_later(&'static self, line: &[u8]) {
-        if self.writer.get() != Some(&true) {
-            return self.emit(line);
-        }
-        let mut sink = self.lock();
-        if !sink.append(line) || sink.writing || sink.wake_pending {
+        sink.buf.extend_from_slice(line);
+        if sink.writing {
             return;
         }
-        sink.wake_pending = true;
-        drop(sink);
-        self.wake.notify_one();
-    }
-
-    /// Start the log writer thread; false when it cannot be started (the
-    /// lines are then written at once).
-    fn start_writer(&'static self) -> bool {
-        std::thread::Builder::new()
-            .name("log-writer".into())
-            .spawn(move || self.write_later())
-            .is_ok()
-    }
-
-    /// The log writer thread: woken for waiting access lines, it lets
-    /// [`LINGER`] pass and writes everything waiting then.
-    fn write_later(&self) {
-        loop {
-            let mut sink = self.lock();
-            while !sink.wake_pending {
-                sink = self.wake.wait(sink).unwrap_or_else(|e| e.into_inner());
-            }
-            drop(sink);
-            std::thread::sleep(LINGER);
-            let mut sink = self.lock();
-            sink.wake_pending = false;
-            if !sink.writing {
-                self.write_out(sink);
-            }
-        }
-    }
-
-    /// Write the buffer until it is empty, appends made meanwhile
-    /// included; `sink` is not being written by another thread.
-    fn write_out<'a>(&'a self, mut sink: MutexGuard<'a, Sink>) {
         sink.writing = true;
         loop {
             if sink.dropped > 0 {
@@ -192,18 +112,11 @@ impl StderrLog {
     /// if `format` says so. A line whose arguments log while they are
     /// formatted gets a buffer of its own.
     fn with_line(&self, format: impl FnOnce(&mut String) -> bool) {
-        self.format_line(format, |line| self.emit(line));
-    }
-
-    /// Format a line into this thread's buffer with `format` and give it
-    /// to `emit` if `format` says so. A line whose arguments log while
-    /// they are formatted gets a buffer of its own.
-    fn format_line(&self, format: impl FnOnce(&mut String) -> bool, emit: impl FnOnce(&[u8])) {
         LINE.with(|cell| match cell.try_borrow_mut() {
             Ok(mut line) => {
                 line.clear();
                 if format(&mut line) {
-                    emit(line.as_bytes());
+                    self.emit(line.as_bytes());
                 }
                 if line.capacity() > KEEP {
                     *line = String::new();
@@ -212,7 +125,7 @@ impl StderrLog {
             Err(_) => {
                 let mut line = String::with_capacity(160);
                 if format(&mut line) {
-                    emit(line.as_bytes());
+                    self.emit(line.as_bytes());
                 }
             }
         });
@@ -334,7 +247,7 @@ pub fn access(text: impl FnOnce(&mut String)) {
     if !logger.filter.enabled(&metadata) {
         return;
     }
-    let format = |line: &mut String| {
+    logger.with_line(|line| {
         let _ = write!(line, "[{} INFO  {ACCESS}] ", Time::now());
         let start = line.len();
         text(line);
@@ -347,22 +260,11 @@ pub fn access(text: impl FnOnce(&mut String)) {
         );
         line.push('\n');
         keep
-    };
-    logger.format_line(format, |line| logger.emit_later(line));
+    });
 }
 
 /// The target of access-log lines.
 const ACCESS: &str = "access";
-
-/// Start the thread that writes access lines in batches
-/// ([`StderrLog::emit_later`]); until then, and if it cannot start, they
-/// are written at once. Called once the server starts: a thread from the
-/// start keeps the count of idle threads steady.
-pub fn start_writer() {
-    if let Some(logger) = LOGGER.get() {
-        logger.writer.get_or_init(|| logger.start_writer());
-    }
-}
 
 /// Install the logger: `RUST_LOG` as env_logger reads it, `info` by default.
 pub fn init() {
@@ -370,12 +272,7 @@ pub fn init() {
         env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).build();
     log::set_max_level(filter.filter());
     let sink = Mutex::new(Sink::default());
-    let logger = LOGGER.get_or_init(|| StderrLog {
-        filter,
-        sink,
-        wake: Condvar::new(),
-        writer: OnceLock::new(),
-    });
+    let logger = LOGGER.get_or_init(|| StderrLog { filter, sink });
     let _ = log::set_logger(logger);
 }
 

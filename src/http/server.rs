@@ -51,7 +51,6 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
     let passed = sys::systemd::take_listen_fds().map_err(|e| Error::Other(e.to_string()))?;
     systemd::init();
     sys::tune_malloc(sys::cores());
-    logging::start_writer();
     let (mut watch, mut early) = (None, None);
     let cfg =
         crate::cli::firststart::load_for_serve(config_path, listen.as_deref(), &mut |before| {
