@@ -149,12 +149,12 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
-    /// A FIFO nobody writes to is read as empty at once, not waited on.
-    #[test]
-    fn a_fifo_as_a_secret_file_does_not_block() {
-        let dir = std::env::temp_dir().join(format!("trigd-fifo-{}", std::process::id()));
+    /// `read` of a FIFO nobody writes to (made in a temp dir named after
+    /// `name`) returns empty at once instead of waiting for a writer.
+    fn reads_a_fifo_at_once(name: &str, read: fn(&Path) -> io::Result<Vec<u8>>) {
+        let dir = std::env::temp_dir().join(format!("trigd-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let fifo = dir.join("secret");
+        let fifo = dir.join(name);
         let _ = std::fs::remove_file(&fifo);
         let made = std::process::Command::new("mkfifo")
             .arg(&fifo)
@@ -162,11 +162,16 @@ mod tests {
             .unwrap();
         assert!(made.success());
         let (tx, rx) = std::sync::mpsc::channel();
-        let path = fifo.clone();
-        std::thread::spawn(move || tx.send(read_secret(&path).map(|b| b.len())));
+        std::thread::spawn(move || tx.send(read(&fifo).map(|b| b.len())));
         let got = rx.recv_timeout(std::time::Duration::from_secs(10));
-        assert!(matches!(got, Ok(Ok(0))), "{got:?}");
+        assert!(matches!(got, Ok(Ok(0))), "{name}: {got:?}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A FIFO nobody writes to is read as empty at once, not waited on.
+    #[test]
+    fn a_fifo_as_a_secret_file_does_not_block() {
+        reads_a_fifo_at_once("fifo-secret", read_secret);
     }
 
     /// A CA file is read the same way: a FIFO is empty, `/dev/zero` too
@@ -175,20 +180,7 @@ mod tests {
     fn a_ca_file_is_bounded_and_a_fifo_does_not_block() {
         let e = read_ca(Path::new("/dev/zero")).unwrap_err();
         assert!(e.to_string().contains("larger than 1 MiB"), "{e}");
-        let dir = std::env::temp_dir().join(format!("trigd-fifo-ca-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let fifo = dir.join("ca.pem");
-        let _ = std::fs::remove_file(&fifo);
-        let made = std::process::Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .unwrap();
-        assert!(made.success());
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || tx.send(read_ca(&fifo).map(|b| b.len())));
-        let got = rx.recv_timeout(std::time::Duration::from_secs(10));
-        assert!(matches!(got, Ok(Ok(0))), "{got:?}");
-        std::fs::remove_dir_all(&dir).unwrap();
+        reads_a_fifo_at_once("fifo-ca", read_ca);
     }
 
     #[test]
