@@ -657,17 +657,24 @@ fn notify_protocol_message_by_message() {
     assert!(n.sock.recv(&mut buf).is_err(), "a message after STOPPING=1");
 }
 
-#[test]
-fn watchdog_pings_only_while_the_server_answers() {
-    let dir = setup("watchdog", "", &[]);
-    let n = Notify::bind(&dir);
+/// trigd in `dir` on a Unix socket (its path returned) with a 1 s
+/// watchdog, its `NOTIFY_SOCKET` past `READY=1`.
+fn start_with_watchdog(dir: &TestDir) -> (Notify, std::path::PathBuf, Served) {
+    let n = Notify::bind(dir);
     let sock = dir.path("t.sock");
     let listen = format!("unix:{}", sock.display());
-    let mut cmd = serve_cmd(&dir, &["--listen", &listen]);
+    let mut cmd = serve_cmd(dir, &["--listen", &listen]);
     cmd.env("NOTIFY_SOCKET", &n.path)
         .env("WATCHDOG_USEC", "1000000");
     let t = Served::start(cmd, &dir.path("stderr.log"));
     assert!(n.next().starts_with("READY=1\n"));
+    (n, sock, t)
+}
+
+#[test]
+fn watchdog_pings_only_while_the_server_answers() {
+    let dir = setup("watchdog", "", &[]);
+    let (n, sock, t) = start_with_watchdog(&dir);
     // Pings come while the server answers (every 0.5 s).
     for _ in 0..3 {
         assert_eq!(n.next_state_or_ping(), "WATCHDOG=1");
@@ -780,14 +787,7 @@ fn the_watchdog_pings_on_while_idle_connections_fill_max_connections() {
         "max_connections = 4\nrequest_timeout = \"60s\"",
         &[],
     );
-    let n = Notify::bind(&dir);
-    let sock = dir.path("t.sock");
-    let listen = format!("unix:{}", sock.display());
-    let mut cmd = serve_cmd(&dir, &["--listen", &listen]);
-    cmd.env("NOTIFY_SOCKET", &n.path)
-        .env("WATCHDOG_USEC", "1000000");
-    let _t = Served::start(cmd, &dir.path("stderr.log"));
-    assert!(n.next().starts_with("READY=1\n"));
+    let (n, sock, _t) = start_with_watchdog(&dir);
     let held: Vec<UnixStream> = (0..4)
         .map(|_| UnixStream::connect(&sock).unwrap())
         .collect();
