@@ -912,3 +912,48 @@ fn a_free_room_takes_its_runs_in_one_commit() {
         format!("{} COMMITs to take 6 runs: one a run", c1 - c0),
     );
 }
+
+/// A slot reads the record of each run it starts through a statement
+/// prepared on the connection (`DbRuns::get`), not one parsed and planned
+/// at every call: over 60 runs, `pg_stat_statements` (with
+/// `track_planning`, set on this database before trigd connects) counts
+/// far fewer plans of the read than calls (each call its own plan
+/// without the change; prepared, a few custom plans a connection, then
+/// the generic one).
+#[test]
+fn a_runs_record_is_read_by_a_prepared_statement() {
+    let db = pg_database("pgrun_prepared_get");
+    if db
+        .try_psql(
+            "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET \
+             pg_stat_statements.track_planning = on', current_database()); END $$",
+        )
+        .is_err()
+    {
+        return eprintln!("pg_stat_statements not installed: plans not counted");
+    }
+    let (_dir, t) = instance(&db, "pgrun_prepared_get", "a", 1);
+    let ids: Vec<String> = (0..60).map(|_| accept(&t, "quick")).collect();
+    for id in &ids {
+        wait_state(&t, id, "finished", WAIT);
+    }
+    let counts = db.psql(
+        "SELECT coalesce(sum(plans), 0) || ' ' || coalesce(sum(calls), 0) \
+         FROM pg_stat_statements \
+         WHERE query = 'SELECT record::text FROM trigd_runs WHERE id = $1' \
+         AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())",
+    );
+    let (plans, calls) = counts
+        .split_once(' ')
+        .and_then(|(p, c)| Some((p.parse::<i64>().ok()?, c.parse::<i64>().ok()?)))
+        .expect("plans and calls");
+    eprintln!("the record read: {plans} plans for {calls} calls");
+    t.check(
+        calls >= 60,
+        format!("{calls} reads of a record for 60 runs"),
+    );
+    t.check(
+        plans * 2 < calls,
+        format!("{plans} plans for {calls} reads of a record: planned at each call"),
+    );
+}

@@ -114,10 +114,12 @@ struct Conn {
 }
 
 /// The statements every connection prepares as it opens: the writes of
-/// run records, batched and of one run, on every run's path.
-const HOT: [(&str, &[Type]); 2] = [
+/// run records, batched and of one run, and the read of one run's record,
+/// on every run's path.
+const HOT: [(&str, &[Type]); 3] = [
     (runs::UPSERT, &runs::UPSERT_TYPES),
     (runs::UPSERT_ONE, &runs::UPSERT_ONE_TYPES),
+    (runs::GET, &runs::GET_TYPES),
 ];
 
 /// Connections open and idle.
