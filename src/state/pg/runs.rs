@@ -500,7 +500,7 @@ impl DbRuns {
 
     /// The record of run `id` ([`GET`]).
     ///
-    /// Speed trick (DESIGN §11): a statement prepared on each connection
+    /// Prepared on each connection like the record writes
     /// ([`super::Db::query_prepared`], among the connection's first), not
     /// planned at every call: a slot reads the record of each run it
     /// starts, so during 10 s of async accepts on 32 connections
