@@ -717,6 +717,19 @@ fn two_instances_cancel_running_and_skip_across_instances() {
     a.check(!started().iter().any(|v| v == "o2"), "o2 never ran");
 }
 
+/// Instance "a", alone on a database of its own named after `test`, with
+/// `max_runs` slots and the `deploy` program of queued key
+/// `deploy-{branch}`.
+fn lone_pg_instance(test: &str, max_runs: usize) -> (PgDb, TestDir, Trigd) {
+    let db = pg_database(test);
+    let prog = deploy(1, "deploy", "queue", "deploy-{branch}");
+    let server = format!("instance = \"a\"\nmax_concurrent_runs = {max_runs}");
+    let dir = setup(test, &server, &[("deploy.toml", &prog)]);
+    db.configure(&dir, "lease = \"2s\"");
+    let t = Trigd::start(&dir);
+    (db, dir, t)
+}
+
 /// The runs a free room takes from the cluster queue in one transaction
 /// keep their keys' limits: four runs of two keys (`limit = 1`) wait
 /// behind the one slot of the instance, which a reload makes seven; one
@@ -725,12 +738,7 @@ fn two_instances_cancel_running_and_skip_across_instances() {
 /// one key's lock at most).
 #[test]
 fn a_batched_take_keeps_each_keys_limit() {
-    let db = pg_database("groups_pg_batch");
-    let prog = deploy(1, "deploy", "queue", "deploy-{branch}");
-    let server = "instance = \"a\"\nmax_concurrent_runs = 1";
-    let dir = setup("groups_pg_batch", server, &[("deploy.toml", &prog)]);
-    db.configure(&dir, "lease = \"2s\"");
-    let t = Trigd::start(&dir);
+    let (_db, dir, t) = lone_pg_instance("groups_pg_batch", 1);
     let started = |v: &str| dir.lines("work/started").iter().any(|l| l == v);
     let hold = push(&t, 1, "hold", "h");
     wait_started(&t, &dir, "h");
@@ -769,12 +777,7 @@ fn a_batched_take_keeps_each_keys_limit() {
 /// looked at before it), and once the lock goes 2 runs, then 3.
 #[test]
 fn a_take_does_not_pass_an_older_run_of_its_key_that_another_take_holds() {
-    let db = pg_database("groups_pg_order");
-    let prog = deploy(1, "deploy", "queue", "deploy-{branch}");
-    let server = "instance = \"a\"\nmax_concurrent_runs = 4";
-    let dir = setup("groups_pg_order", server, &[("deploy.toml", &prog)]);
-    db.configure(&dir, "lease = \"2s\"");
-    let t = Trigd::start(&dir);
+    let (db, dir, t) = lone_pg_instance("groups_pg_order", 4);
     let started = |v: &str| dir.lines("work/started").iter().any(|l| l == v);
     let r1 = push(&t, 1, "main", "1");
     wait_started(&t, &dir, "1");
