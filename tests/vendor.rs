@@ -72,6 +72,33 @@ fn without_answers_of_its_own_a_refused_request_gets_an_empty_body() {
     send_raw(&addr, b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n").status_is(200);
 }
 
+#[test]
+fn every_answer_names_trigd_as_its_server_and_nothing_more() {
+    let limits = tiny_http::ServerLimits {
+        head: tiny_http::HeadLimits {
+            max_request_line: 64,
+            ..Default::default()
+        },
+        socket_timeout: Duration::from_secs(10),
+        ..Default::default()
+    };
+    let (_server, addr) = server(limits);
+    // The handler's answer (written by `compose_in_memory`) and the
+    // server's own refusal (`Response::raw_print`) alike.
+    let ok = send_raw(&addr, b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n");
+    ok.status_is(200);
+    ok.check_eq(ok.header("Server"), Some("trigd"), "Server of a 200");
+    let long = format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(100));
+    let refused = send_raw(&addr, long.as_bytes());
+    refused.status_is(414);
+    refused.check_eq(refused.header("Server"), Some("trigd"), "Server of a 414");
+    let servers = refused
+        .headers
+        .iter()
+        .filter(|(k, _)| k.eq_ignore_ascii_case("Server"));
+    refused.check_eq(servers.count(), 1, "Server headers");
+}
+
 /// A server on a free loopback port whose answer is what it read of each
 /// request: the URL, then each header as `name=value`, separated by `|`.
 fn echo_server() -> (tiny_http::Server, String) {

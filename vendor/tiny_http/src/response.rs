@@ -12,6 +12,12 @@ use std::fs::File;
 use std::str::FromStr;
 use std::time::SystemTime;
 
+/// The `Server` header of every answer that sets none (trigd patch: upstream
+/// says `tiny-http (Rust)`). The product's name only, no version: the
+/// name of a library and its version tell a prober more than a caller
+/// needs.
+pub const SERVER: &str = "trigd";
+
 /// Object representing an HTTP response whose purpose is to be given to a `Request`.
 ///
 /// Some headers cannot be changed. Trying to define the value
@@ -170,7 +176,9 @@ pub(crate) fn compose_in_memory<K: AsRef<str>, V: AsRef<str>>(
     out.extend_from_slice(status_code.default_reason_phrase().as_bytes());
     out.extend_from_slice(b"\r\n");
     if !server {
-        out.extend_from_slice(b"Server: tiny-http (Rust)\r\n");
+        out.extend_from_slice(b"Server: ");
+        out.extend_from_slice(SERVER.as_bytes());
+        out.extend_from_slice(b"\r\n");
     }
     if !date {
         out.extend_from_slice(b"Date: ");
@@ -625,7 +633,7 @@ where
         if !self.headers.iter().any(|h| h.field.equiv("Server")) {
             self.headers.insert(
                 0,
-                Header::from_bytes(&b"Server"[..], &b"tiny-http (Rust)"[..]).unwrap(),
+                Header::from_bytes(&b"Server"[..], SERVER.as_bytes()).unwrap(),
             );
         }
     }
