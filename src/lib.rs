@@ -68,6 +68,8 @@
 //!                                                     systemd.rs: the socket systemd passes; users.rs:
 //!                                                     user and group names from /etc/passwd, /etc/group;
 //!                                                     the run log's group commit: state/commit.rs)
+//! a unit test's directory in the temp dir, removed  test_dir.rs (the integration tests': tests/util/dir.rs)
+//!   when it passes
 //! ```
 #![deny(unsafe_code)]
 
@@ -83,6 +85,8 @@ mod runs;
 mod schedule;
 mod state;
 mod sys;
+#[cfg(test)]
+mod test_dir;
 mod ui;
 
 /// What `fuzz/` and the integration tests call directly, and nothing else:

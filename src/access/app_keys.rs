@@ -216,18 +216,19 @@ impl Files {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_dir::TestDir;
     use std::fs;
     use std::os::unix::fs::MetadataExt;
 
     #[test]
     fn regenerate_invalidates_the_old_key() {
-        let d = std::env::temp_dir().join(format!("trigd-appkeys-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        let keys = AppKeys::new(&State::new(&d, &d));
+        let dir = TestDir::new("appkeys");
+        let d = dir.path();
+        let keys = AppKeys::new(&State::new(d, d));
         let (k1, _) = keys.regenerate("ops", "alice").unwrap();
         assert_eq!(keys.lookup(&k1).unwrap().unwrap().member, "alice");
         // Another handle (as another process would be) sees the change.
-        let other = AppKeys::new(&State::new(&d, &d));
+        let other = AppKeys::new(&State::new(d, d));
         let (k2, _) = other.regenerate("ops", "alice").unwrap();
         assert!(
             keys.lookup(&k1).unwrap().is_none(),

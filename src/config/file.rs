@@ -131,11 +131,11 @@ pub fn too_big_msg() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_dir::TestDir;
 
     #[test]
     fn a_file_over_the_bound_is_refused_and_one_at_it_is_read() {
-        let dir = std::env::temp_dir().join(format!("trigd-file-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = TestDir::new("file");
         let at = dir.join("at.toml");
         std::fs::write(&at, vec![b'#'; MAX_FILE_BYTES as usize]).unwrap();
         assert_eq!(read_text(&at).unwrap().len() as u64, MAX_FILE_BYTES);
@@ -146,16 +146,13 @@ mod tests {
         // A length that lies (a file that grew since `fstat`): still bounded.
         let mut f = File::open(&over).unwrap();
         assert!(read_to_end(&mut f, 10).is_err());
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// `read` of a FIFO nobody writes to (made in a temp dir named after
     /// `name`) returns empty at once instead of waiting for a writer.
     fn reads_a_fifo_at_once(name: &str, read: fn(&Path) -> io::Result<Vec<u8>>) {
-        let dir = std::env::temp_dir().join(format!("trigd-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = TestDir::new(name);
         let fifo = dir.join(name);
-        let _ = std::fs::remove_file(&fifo);
         let made = std::process::Command::new("mkfifo")
             .arg(&fifo)
             .status()
@@ -165,7 +162,6 @@ mod tests {
         std::thread::spawn(move || tx.send(read(&fifo).map(|b| b.len())));
         let got = rx.recv_timeout(std::time::Duration::from_secs(10));
         assert!(matches!(got, Ok(Ok(0))), "{name}: {got:?}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// A FIFO nobody writes to is read as empty at once, not waited on.

@@ -147,11 +147,11 @@ pub struct Checked {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_dir::TestDir;
 
     #[test]
     fn a_file_changed_just_before_reading_has_no_stamp() {
-        let dir = std::env::temp_dir().join(format!("trigd-stamp-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = TestDir::new("stamp");
         let file = dir.join("a.toml");
         std::fs::write(&file, "x").unwrap();
         let meta = std::fs::metadata(&file).unwrap();
@@ -161,16 +161,14 @@ mod tests {
         std::fs::write(&file, "yy").unwrap();
         let changed = Stamp::now(&std::fs::metadata(&file).unwrap());
         assert_ne!(Some(changed), Stamp::of(&meta, later), "rewritten in place");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn a_stamp_by_the_directory_equals_the_stamp_by_path() {
-        let dir = std::env::temp_dir().join(format!("trigd-stamp-at-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = TestDir::new("stamp-at");
         let file = dir.join("b.toml");
         std::fs::write(&file, "id = 1").unwrap();
-        let dir_fd = std::fs::File::open(&dir).unwrap();
+        let dir_fd = std::fs::File::open(dir.path()).unwrap();
         let name = std::ffi::OsStr::new("b.toml");
         let st = crate::sys::stat_in(&dir_fd, name).unwrap();
         assert!(st.is_file);
@@ -186,6 +184,5 @@ mod tests {
         assert_eq!(gone.kind(), std::io::ErrorKind::NotFound);
         let nul = crate::sys::stat_in(&dir_fd, std::ffi::OsStr::new("a\0b")).unwrap_err();
         assert_eq!(nul.kind(), std::io::ErrorKind::InvalidInput);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

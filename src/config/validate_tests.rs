@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::config::{Credentials, Piece, Step};
+use crate::test_dir::TestDir;
 
 const CONFIG: &str = r#"
 [server]
@@ -366,8 +367,7 @@ fn duplicate_programs_and_broken_files() {
 
 #[test]
 fn load_reads_the_programs_dir() {
-    let dir = std::env::temp_dir().join(format!("trigd-config-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = TestDir::new("config");
     std::fs::create_dir_all(dir.join("programs/sub")).unwrap();
     let config = dir.join("config.toml");
     std::fs::write(&config, "[server]\nprograms_dir = \"progs\"\n").unwrap();
@@ -393,7 +393,6 @@ fn load_reads_the_programs_dir() {
         dir.join("programs")
     );
     assert_eq!(c.server.state_dir, dir.join("state"));
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -502,8 +501,7 @@ fn settled(file: &Path) {
 
 #[test]
 fn a_reload_reads_only_the_files_that_changed() {
-    let dir = std::env::temp_dir().join(format!("trigd-reuse-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = TestDir::new("reuse");
     std::fs::create_dir_all(dir.join("programs")).unwrap();
     let config = dir.join("config.toml");
     std::fs::write(&config, "").unwrap();
@@ -595,13 +593,11 @@ fn a_reload_reads_only_the_files_that_changed() {
         .expect("c.toml gone");
     assert_eq!(fifth.programs.len(), 2);
     assert!(load_changed(&config, &fifth, None).unwrap().is_none());
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn a_reload_told_which_files_changed_looks_at_those_only() {
-    let dir = std::env::temp_dir().join(format!("trigd-named-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = TestDir::new("named");
     let programs = dir.join("programs");
     std::fs::create_dir_all(&programs).unwrap();
     let config = dir.join("config.toml");
@@ -674,5 +670,4 @@ fn a_reload_told_which_files_changed_looks_at_those_only() {
         .unwrap()
         .expect("programs dir moved");
     assert_eq!(fifth.programs.keys().copied().collect::<Vec<_>>(), [5]);
-    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -24,6 +24,7 @@ use crate::http::routes;
 use crate::http::Request;
 use crate::runner::Runner;
 use crate::state::store::RunStore;
+use crate::test_dir::TestDir;
 
 const KEY: &str = "stack-test-key-0123456789";
 
@@ -110,11 +111,10 @@ fn deepest_requests(app: &App) {
 
 #[test]
 fn the_deepest_requests_fit_in_half_a_connection_stack() {
-    let dir = std::env::temp_dir().join(format!("trigd-stack-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = TestDir::new("stack");
     std::fs::create_dir_all(dir.join("state")).unwrap();
     std::fs::create_dir_all(dir.join("programs")).unwrap();
-    let app = Arc::new(app(&dir));
+    let app = Arc::new(app(dir.path()));
     let stack = std::env::var("TRIGD_TEST_STACK_KIB")
         .ok()
         .and_then(|s| s.parse::<usize>().ok())
@@ -126,5 +126,4 @@ fn the_deepest_requests_fit_in_half_a_connection_stack() {
         .unwrap()
         .join()
         .expect("the requests failed");
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,6 +1,7 @@
 //! Known vectors: GitHub's documented example, Slack's documented example,
 //! and values computed with `openssl dgst -hmac` (independent of this code).
 use super::*;
+use crate::test_dir::TestDir;
 use std::cell::Cell;
 
 thread_local! {
@@ -217,8 +218,7 @@ fn messages_and_debug_hold_no_secret() {
 
 #[test]
 fn secret_files_lose_one_newline_and_changes_are_seen() {
-    let dir = std::env::temp_dir().join(format!("trigd-secret-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TestDir::new("secret");
     let f = dir.join("s");
     std::fs::write(&f, "abc\r\n").unwrap();
     assert_eq!(Secret::from_file(&f).unwrap(), Secret::new(b"abc".to_vec()));
@@ -232,7 +232,6 @@ fn secret_files_lose_one_newline_and_changes_are_seen() {
     assert!(v.secret_file_changed());
     std::fs::remove_file(&f).unwrap();
     assert!(v.secret_file_changed());
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]

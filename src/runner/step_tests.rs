@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::config::{Piece, Template, WebhookTrigger};
+use crate::test_dir::TestDir;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::RwLockReadGuard;
 
@@ -135,18 +136,6 @@ fn run(prog: &Program, name: &str, values: &[&str], opts: &Opts) -> Outcome {
 fn run1(steps: Vec<Step>, opts: &Opts) -> Outcome {
     let prog = program(vec![func("f", &[], steps)]);
     run(&prog, "f", &[], opts)
-}
-
-/// A fresh path under the temp dir (removed first).
-fn tmp(tag: &str) -> PathBuf {
-    static N: AtomicU32 = AtomicU32::new(0);
-    let p = std::env::temp_dir().join(format!(
-        "trigd-step-{}-{}-{tag}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::SeqCst)
-    ));
-    let _ = std::fs::remove_file(&p);
-    p
 }
 
 /// Gone, or a zombie waiting for init: no longer running.
@@ -317,7 +306,8 @@ const NASTY: &[&str] = &[
 #[test]
 fn values_reach_argv_and_env_verbatim() {
     let _g = shared();
-    let mark = tmp("mark");
+    let dir = TestDir::new("step-mark");
+    let mark = dir.join("mark");
     let long = "x".repeat(1000);
     let mut values: Vec<String> = NASTY
         .iter()
@@ -393,25 +383,25 @@ fn clean_environment_with_precedence() {
 #[test]
 fn relative_argv0_resolves_against_workdir() {
     let _g = shared();
-    let dir = tmp("wd");
+    let dir = TestDir::new("step-wd");
     std::fs::create_dir_all(dir.join("bin")).unwrap();
     let script = dir.join("bin/hello");
     std::fs::write(&script, "#!/bin/sh\necho \"hi from $(pwd)\"\n").unwrap();
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
     let mut f = func("f", &[], vec![cmd(&["bin/hello"], &[])]);
-    f.workdir = dir.clone();
+    f.workdir = dir.path().to_path_buf();
     let prog = program(vec![f]);
     let out = run(&prog, "f", &[], &Opts::default());
     assert_eq!(out.error, None);
-    let want = format!("hi from {}", dir.display());
+    let want = format!("hi from {}", dir.path().display());
     assert_eq!(out.result, vec![Value::String(want)]);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn failure_stops_later_steps() {
     let _g = shared();
-    let mark = tmp("after");
+    let dir = TestDir::new("step-after");
+    let mark = dir.join("mark");
     let out = run1(
         vec![
             sh("echo ok"),
@@ -472,7 +462,8 @@ fn stderr_tail_is_last_2k() {
 #[test]
 fn timeout_kills_whole_group() {
     let _g = shared();
-    let pidfile = tmp("bgpid");
+    let dir = TestDir::new("step-bgpid");
+    let pidfile = dir.join("pid");
     let script = format!("sleep 100 & echo $! > {}; sleep 100", pidfile.display());
     let opts = Opts {
         timeout: Duration::from_millis(300),
@@ -486,7 +477,6 @@ fn timeout_kills_whole_group() {
     assert!(took < Duration::from_millis(1500), "{took:?}");
     assert_eq!(out.steps.len(), 2);
     assert!(wait_gone(read_pid(&pidfile)));
-    let _ = std::fs::remove_file(&pidfile);
 }
 
 #[test]
@@ -509,7 +499,8 @@ fn term_ignoring_child_killed_after_grace() {
 #[test]
 fn background_child_holding_stdout_is_killed() {
     let _g = shared();
-    let pidfile = tmp("holder");
+    let dir = TestDir::new("step-holder");
+    let pidfile = dir.join("pid");
     let script = format!("sleep 100 & echo $! > {}; echo done", pidfile.display());
     let start = Instant::now();
     let out = run1(vec![sh(&script)], &Opts::default());
@@ -521,7 +512,6 @@ fn background_child_holding_stdout_is_killed() {
     assert_eq!(out.error, None);
     assert_eq!(out.result, vec![Value::String("done".into())]);
     assert!(wait_gone(read_pid(&pidfile)));
-    let _ = std::fs::remove_file(&pidfile);
 }
 
 #[test]
@@ -635,7 +625,8 @@ fn spawn_errors() {
         "cannot start /nonexistent/trigd-bin: No such file or directory (os error 2)"
     );
     assert!(out.steps.is_empty());
-    let plain = tmp("not-executable");
+    let dir = TestDir::new("step-not-executable");
+    let plain = dir.join("plain");
     std::fs::write(&plain, "#!/bin/sh\necho never\n").unwrap();
     let out = run1(vec![cmd(&[plain.to_str().unwrap()], &[])], &Opts::default());
     let want = format!(
@@ -643,7 +634,6 @@ fn spawn_errors() {
         plain.display()
     );
     assert_eq!(spawn_message(&out, 0), want);
-    let _ = std::fs::remove_file(&plain);
     let out = run1(vec![cmd(&["/bin/echo", "a\0b"], &[])], &Opts::default());
     assert_eq!(
         spawn_message(&out, 0),
@@ -736,7 +726,8 @@ fn a_step_reads_dev_null_without_a_request_body() {
 fn fallback_without_pidfd() {
     let _g = shared();
     NO_PIDFD.with(|c| c.set(true));
-    let pidfile = tmp("fallback");
+    let dir = TestDir::new("step-fallback");
+    let pidfile = dir.join("pid");
     let script = format!("sleep 100 & echo $! > {}; echo done", pidfile.display());
     let start = Instant::now();
     let out = run1(vec![sh("echo '[true]'"), sh(&script)], &Opts::default());
@@ -758,7 +749,6 @@ fn fallback_without_pidfd() {
     assert_eq!(out.error, Some(StepError::TimedOut { step: 0 }));
     assert!(start.elapsed() < Duration::from_secs(3));
     NO_PIDFD.with(|c| c.set(false));
-    let _ = std::fs::remove_file(&pidfile);
 }
 
 /// This process's open pipes and pidfds: what a step could leak. (Other

@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::config::group::Policy;
+use crate::test_dir::TestDir;
 use std::sync::OnceLock;
 
 fn ticket(program: u64, function: &str, concurrency: usize) -> Arc<Ticket> {
@@ -364,12 +365,7 @@ fn cancel_takes_waiting_runs_off_the_queue_and_stops_a_running_one() {
 
 #[test]
 fn held_output_goes_to_the_end_record_unless_a_shutdown_stopped_the_run() {
-    // A new directory each time: nothing of an earlier run is left in it.
-    let d = std::env::temp_dir().join(format!(
-        "trigd-kept-inline-{}-{:x}",
-        std::process::id(),
-        rand::random::<u64>()
-    ));
+    let d = TestDir::new("kept-inline");
     let outcome = |error| Outcome {
         result: Vec::new(),
         steps: Vec::new(),

@@ -290,14 +290,15 @@ fn event(out: &mut Vec<u8>, name: &str, data: &Piece) {
 mod tests {
     use super::*;
     use crate::state::output::OutputFile;
+    use crate::test_dir::TestDir;
     use serde_json::json;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
 
     #[test]
     fn events_in_order_then_end() {
-        let d = std::env::temp_dir().join(format!("trigd-follow-{}", std::process::id()));
-        let p = output::path(&d, "f");
+        let d = TestDir::new("follow");
+        let p = output::path(d.path(), "f");
         let out = OutputFile::new(&p, 100);
         out.push(Stream::Stdout, "a\n<b>\u{e9}".as_bytes());
         out.push(Stream::Stderr, b"warn\n");
@@ -330,8 +331,8 @@ mod tests {
 
     #[test]
     fn a_truncated_stream_is_an_event_without_text() {
-        let d = std::env::temp_dir().join(format!("trigd-follow-trunc-{}", std::process::id()));
-        let p = output::path(&d, "t");
+        let d = TestDir::new("follow-trunc");
+        let p = output::path(d.path(), "t");
         let out = OutputFile::new(&p, 3);
         out.push(Stream::Stderr, b"abcd");
         // Read from the file, then from the record (the run ended with
@@ -360,8 +361,8 @@ mod tests {
 
     #[test]
     fn a_follower_wakes_on_the_handle_not_on_a_clock() {
-        let d = std::env::temp_dir().join(format!("trigd-follow-live-{}", std::process::id()));
-        let p = output::path(&d, "g");
+        let d = TestDir::new("follow-live");
+        let p = output::path(d.path(), "g");
         let out = OutputFile::new(&p, 100);
         let h = Arc::new(RunHandle::new().unwrap());
         let h2 = Arc::clone(&h);

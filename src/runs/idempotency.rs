@@ -386,14 +386,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::PathBuf;
-
-    fn dir(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("trigd-idem-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
-    }
+    use crate::test_dir::TestDir;
 
     const LIMITS: Policy<'static> = Policy {
         window: Duration::from_secs(3600),
@@ -403,8 +396,9 @@ mod tests {
 
     #[test]
     fn a_kept_key_survives_reopen_and_a_given_back_one_does_not() {
-        let d = dir("reopen");
-        let k = Keys::open(&crate::state::State::new(&d, &d), LIMITS.window).unwrap();
+        let dir = TestDir::new("idem-reopen");
+        let d = dir.path();
+        let k = Keys::open(&crate::state::State::new(d, d), LIMITS.window).unwrap();
         let fp = fingerprint("api/1", "f", &["a".into()]);
         let Claim::New(held) = k.claim(LIMITS, "api_key:a", "x", fp, |_| false).unwrap() else {
             panic!("first claim is new")
@@ -416,7 +410,7 @@ mod tests {
         };
         drop(other);
         drop(k);
-        let k = Keys::open(&crate::state::State::new(&d, &d), LIMITS.window).unwrap();
+        let k = Keys::open(&crate::state::State::new(d, d), LIMITS.window).unwrap();
         assert_eq!(k.count(), Some(1));
         match k
             .claim(LIMITS, "api_key:a", "x", fp, |id| id == run)
@@ -439,8 +433,9 @@ mod tests {
 
     #[test]
     fn an_unknown_run_is_started_again_only_if_it_never_started() {
-        let d = dir("unknown");
-        let k = Keys::open(&crate::state::State::new(&d, &d), LIMITS.window).unwrap();
+        let dir = TestDir::new("idem-unknown");
+        let d = dir.path();
+        let k = Keys::open(&crate::state::State::new(d, d), LIMITS.window).unwrap();
         let fp = fingerprint("api/1", "f", &[]);
         let Claim::New(started) = k.claim(LIMITS, "s", "started", fp, |_| false).unwrap() else {
             panic!("new")
@@ -453,7 +448,7 @@ mod tests {
         };
         std::mem::forget(lost);
         drop(k);
-        let k = Keys::open(&crate::state::State::new(&d, &d), LIMITS.window).unwrap();
+        let k = Keys::open(&crate::state::State::new(d, d), LIMITS.window).unwrap();
         // Neither run is in the run log any more.
         match k.claim(LIMITS, "s", "started", fp, |_| false).unwrap() {
             Claim::Repeat(r) => assert_eq!(r, run),
@@ -467,8 +462,9 @@ mod tests {
 
     #[test]
     fn the_number_of_keys_is_bounded() {
-        let d = dir("bound");
-        let k = Keys::open(&crate::state::State::new(&d, &d), LIMITS.window).unwrap();
+        let dir = TestDir::new("idem-bound");
+        let d = dir.path();
+        let k = Keys::open(&crate::state::State::new(d, d), LIMITS.window).unwrap();
         for i in 0..10 {
             let fp = fingerprint("api/1", "f", &[]);
             if let Claim::New(h) = k.claim(LIMITS, "s", &i.to_string(), fp, |_| false).unwrap() {

@@ -84,12 +84,13 @@ pub fn clean(dir: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_dir::TestDir;
 
     #[test]
     fn written_private_and_removed_on_drop() {
         use std::os::unix::fs::PermissionsExt;
-        let dir = std::env::temp_dir().join(format!("trigd-bodyfile-{}", std::process::id()));
-        let f = BodyFile::write(&dir, b"{\"a\":1}").unwrap();
+        let dir = TestDir::new("bodyfile");
+        let f = BodyFile::write(dir.path(), b"{\"a\":1}").unwrap();
         let p = f.path().to_path_buf();
         assert_eq!(fs::read(&p).unwrap(), b"{\"a\":1}");
         assert_eq!(
@@ -98,6 +99,5 @@ mod tests {
         );
         drop(f);
         assert!(!p.exists());
-        let _ = fs::remove_dir_all(dir);
     }
 }

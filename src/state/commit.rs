@@ -132,13 +132,13 @@ impl GroupCommit {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_dir::TestDir;
     use std::sync::Barrier;
     use std::thread;
 
-    fn file(name: &str) -> File {
-        let dir = std::env::temp_dir().join(format!("trigd-commit-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        File::create(dir.join("log")).unwrap()
+    /// A new file `name` in `dir`.
+    fn file(dir: &TestDir, name: &str) -> File {
+        File::create(dir.join(name)).unwrap()
     }
 
     /// 16 lines written, then their 16 writers wait durable at once: the
@@ -146,7 +146,8 @@ mod tests {
     /// covers all 16 (whoever comes after it finds its line covered).
     #[test]
     fn one_sync_covers_every_line_written_before_it() {
-        let gc = Arc::new(GroupCommit::new(file("one")));
+        let dir = TestDir::new("commit-one");
+        let gc = Arc::new(GroupCommit::new(file(&dir, "log")));
         let seq = Arc::new(AtomicU64::new(0));
         let go = Arc::new(Barrier::new(16));
         let threads: Vec<_> = (0..16)
@@ -171,7 +172,8 @@ mod tests {
     /// durable point.
     #[test]
     fn waiters_during_syncs_and_a_swap_are_each_covered() {
-        let gc = Arc::new(GroupCommit::new(file("many")));
+        let dir = TestDir::new("commit-many");
+        let gc = Arc::new(GroupCommit::new(file(&dir, "log")));
         let seq = Arc::new(AtomicU64::new(0));
         let threads: Vec<_> = (0..8)
             .map(|_| {
@@ -186,7 +188,7 @@ mod tests {
             })
             .collect();
         let now = gc
-            .swap(|| Ok((file("swapped"), seq.load(Ordering::SeqCst), ())))
+            .swap(|| Ok((file(&dir, "swapped"), seq.load(Ordering::SeqCst), ())))
             .map(|()| seq.load(Ordering::SeqCst));
         assert!(now.is_ok());
         for t in threads {

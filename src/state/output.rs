@@ -750,17 +750,16 @@ pub fn sweep(state_dir: &Path, kept: impl Fn(&str) -> bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_dir::TestDir;
 
-    fn tmp(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("trigd-output-{name}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        d
+    fn tmp(name: &str) -> TestDir {
+        TestDir::new(&format!("output-{name}"))
     }
 
     #[test]
     fn frames_keep_order_and_truncation() {
         let d = tmp("frames");
-        let p = path(&d, "ab");
+        let p = path(d.path(), "ab");
         let out = OutputFile::new(&p, 5);
         out.push(Stream::Stdout, b"one\n");
         out.push(Stream::Stderr, b"err\n");
@@ -801,7 +800,6 @@ mod tests {
     #[test]
     fn a_torn_frame_waits() {
         let d = tmp("torn");
-        fs::create_dir_all(&d).unwrap();
         let p = d.join("x");
         fs::write(&p, [b'o', 0, 0, 0, 4, b'a', b'b']).unwrap();
         let f = Stored::File(File::open(&p).unwrap());
@@ -811,7 +809,6 @@ mod tests {
     #[test]
     fn a_long_frame_is_read_a_batch_at_a_time() {
         let d = tmp("long");
-        fs::create_dir_all(&d).unwrap();
         let p = d.join("l");
         let data: Vec<u8> = (0..3 * BATCH as u32 / 2).map(|i| (i % 251) as u8).collect();
         let mut file = Vec::new();
@@ -846,7 +843,6 @@ mod tests {
         // with more than a batch of bytes, then a frame. The fuzz target
         // `output_frames` checks the same (its seed `mark-with-bytes`).
         let d = tmp("mark");
-        fs::create_dir_all(&d).unwrap();
         let p = d.join("m");
         let mut file = Vec::new();
         frame(&mut file, b'O', &vec![b'x'; BATCH + 10]);
@@ -866,7 +862,7 @@ mod tests {
     #[test]
     fn one_byte_at_a_time_costs_a_byte_a_byte() {
         let d = tmp("bytes");
-        let p = path(&d, "b");
+        let p = path(d.path(), "b");
         let out = OutputFile::new(&p, 1 << 20);
         let data: Vec<u8> = (0..10_000u32).map(|i| b'a' + (i % 26) as u8).collect();
         for b in &data {
@@ -887,7 +883,7 @@ mod tests {
     #[test]
     fn a_reader_follows_an_open_frame_as_it_grows_and_closes() {
         let d = tmp("grow");
-        let p = path(&d, "g");
+        let p = path(d.path(), "g");
         let out = OutputFile::new(&p, 100);
         out.push(Stream::Stdout, b"ab");
         out.release();
@@ -922,7 +918,6 @@ mod tests {
     #[test]
     fn an_open_frame_left_by_a_crash_runs_to_the_end() {
         let d = tmp("crash");
-        fs::create_dir_all(&d).unwrap();
         let p = d.join("x");
         // A closed frame (as files written before open frames), then an
         // open one cut off by a crash.
@@ -938,7 +933,7 @@ mod tests {
     /// out at once, when `release`), and what `finish` hands on.
     fn write(name: &str, max: usize, release: bool, pieces: &[(Stream, &[u8])]) -> Written {
         let d = tmp(name);
-        let p = path(&d, "w");
+        let p = path(d.path(), "w");
         let out = OutputFile::new(&p, max);
         for (i, (stream, data)) in pieces.iter().enumerate() {
             out.push(*stream, data);
@@ -1022,7 +1017,7 @@ mod tests {
     #[test]
     fn held_output_is_written_out_once_hold_has_passed() {
         let d = tmp("hold");
-        let p = path(&d, "h");
+        let p = path(d.path(), "h");
         let out = OutputFile::new(&p, 100);
         let start = Instant::now();
         assert_eq!(out.release_due(start), Held::Nothing, "nothing yet");

@@ -102,13 +102,12 @@ mod tests {
     use std::os::unix::fs::MetadataExt;
 
     use super::*;
+    use crate::test_dir::TestDir;
 
     #[test]
     fn marks_unchanged_are_not_written_again() {
-        let dir = std::env::temp_dir().join(format!("trigd-marks-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let marks = MarkFile::new(&dir);
+        let dir = TestDir::new("marks");
+        let marks = MarkFile::new(dir.path());
         let inode = || std::fs::metadata(dir.join("schedules.json")).unwrap().ino();
         marks.write(&Marks::new()).unwrap();
         let first = inode();
@@ -119,6 +118,5 @@ mod tests {
         marks.write(&one).unwrap();
         assert_ne!(inode(), first, "other marks: the file is replaced");
         assert_eq!(marks.load(), one);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -214,12 +214,12 @@ pub fn parse_all(texts: &[String]) -> Vec<Pending> {
 mod tests {
     use super::*;
     use crate::state::delivery::{Source, Target};
+    use crate::test_dir::TestDir;
 
     #[test]
     fn written_files_come_back_in_order_and_bad_ones_are_set_aside() {
-        let d = std::env::temp_dir().join(format!("trigd-spool-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        let (s, found) = Spool::open(&d).unwrap();
+        let d = TestDir::new("spool");
+        let (s, found) = Spool::open(d.path()).unwrap();
         assert!(found.is_empty());
         let target = Target {
             url: "http://127.0.0.1:9/".into(),
@@ -242,7 +242,7 @@ mod tests {
         fs::write(d.join("callbacks/00000000000000000001.json"), b"{torn").unwrap();
         s.remove(7).unwrap();
         s.remove(7).unwrap();
-        let (s, found) = Spool::open(&d).unwrap();
+        let (s, found) = Spool::open(d.path()).unwrap();
         let seqs: Vec<u64> = found.iter().map(|p| p.seq).collect();
         assert_eq!(seqs, [3, 12]);
         assert_eq!(s.read(12).unwrap().body, "{\"n\":12}");

@@ -1622,13 +1622,12 @@ pub fn new_run_id(instance: &str) -> String {
 mod tests {
     use super::*;
     use crate::state::record::{Origin, RunInput};
+    use crate::test_dir::TestDir;
     use std::collections::BTreeMap;
     use std::time::Duration;
 
-    fn tmpdir(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("trigd-store-{name}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        d
+    fn tmpdir(name: &str) -> TestDir {
+        TestDir::new(&format!("store-{name}"))
     }
 
     #[test]
@@ -1738,8 +1737,8 @@ mod tests {
     /// load.
     #[test]
     fn lines_with_bad_fields_are_skipped_and_the_others_load() {
-        let d = tmpdir("bad-fields");
-        fs::create_dir_all(&d).unwrap();
+        let dir = tmpdir("bad-fields");
+        let d = dir.path();
         let good = |name: &str| String::from_utf8(to_line(&rec(name, RunState::Finished))).unwrap();
         // One record, its own time replaced (a second `rec` may be made in
         // another millisecond on a loaded machine).
@@ -1758,7 +1757,7 @@ mod tests {
         ) + "\n";
         let text = [good("a"), bad_time, bad_kind, deep, good("b")].concat();
         fs::write(d.join("runs.log"), text).unwrap();
-        let s = open(&d, 100);
+        let s = open(d, 100);
         assert!(s.get(&id("a")).is_some() && s.get(&id("b")).is_some());
         for name in ["t", "k", "deep"] {
             assert!(s.get(&id(name)).is_none(), "{name}");
@@ -1784,8 +1783,9 @@ mod tests {
 
     #[test]
     fn last_line_wins_and_survives_reopen() {
-        let d = tmpdir("reopen");
-        let s = open(&d, 100);
+        let dir = tmpdir("reopen");
+        let d = dir.path();
+        let s = open(d, 100);
         s.append(&rec("a", RunState::Queued), true).unwrap();
         s.append(&rec("b", RunState::Running), false).unwrap();
         let mut done = rec("a", RunState::Finished);
@@ -1793,7 +1793,7 @@ mod tests {
         s.append(&done, false).unwrap();
         assert_eq!(s.get(&id("a")).unwrap().state, RunState::Finished);
         drop(s);
-        let s = open(&d, 100);
+        let s = open(d, 100);
         assert_eq!(
             s.get(&id("a")).unwrap().result,
             Some(serde_json::json!(["ok"]))
@@ -1804,8 +1804,9 @@ mod tests {
 
     #[test]
     fn torn_last_line_is_skipped() {
-        let d = tmpdir("torn");
-        let s = open(&d, 100);
+        let dir = tmpdir("torn");
+        let d = dir.path();
+        let s = open(d, 100);
         s.append(&rec("a", RunState::Finished), true).unwrap();
         drop(s);
         let mut f = OpenOptions::new()
@@ -1813,12 +1814,12 @@ mod tests {
             .open(d.join("runs.log"))
             .unwrap();
         f.write_all(b"{\"Run\":\"b\",\"Sta").unwrap();
-        let s = open(&d, 100);
+        let s = open(d, 100);
         assert!(s.get(&id("a")).is_some());
         assert!(s.get(&id("b")).is_none());
         s.append(&rec("c", RunState::Finished), true).unwrap();
         drop(s);
-        let s = open(&d, 100);
+        let s = open(d, 100);
         assert!(
             s.get(&id("c")).is_some(),
             "a line after a torn one must stay readable"
@@ -1827,8 +1828,9 @@ mod tests {
 
     #[test]
     fn queued_runs_outlive_retention_and_come_back_in_order() {
-        let d = tmpdir("queued");
-        let s = open(&d, 5);
+        let dir = tmpdir("queued");
+        let d = dir.path();
+        let s = open(d, 5);
         let input = Some(RunInput {
             values: vec!["v".into()],
             vars: BTreeMap::new(),
@@ -1855,7 +1857,7 @@ mod tests {
         };
         s.append(&running, false).unwrap();
         drop(s);
-        let (s, resumed) = RunStore::open(&d, 5, |r| r.run == id("q3")).unwrap();
+        let (s, resumed) = RunStore::open(d, 5, |r| r.run == id("q3")).unwrap();
         let want: Vec<String> = (0..50).map(|i| id(&format!("q{i}"))).collect();
         assert_eq!(resumed, want, "queued runs in the order accepted");
         let again = s.get(&id("q3")).unwrap();
@@ -1863,15 +1865,16 @@ mod tests {
         assert_eq!(again.input, input);
         assert!(s.count() <= 50 + 5, "{}", s.count());
         drop(s);
-        let (s, resumed) = RunStore::open(&d, 5, |_| false).unwrap();
+        let (s, resumed) = RunStore::open(d, 5, |_| false).unwrap();
         assert_eq!(resumed.len(), 50);
         assert!(s.get(&id("f299")).is_some());
     }
 
     #[test]
     fn retention_bounds_the_log() {
-        let d = tmpdir("retention");
-        let s = open(&d, 10);
+        let dir = tmpdir("retention");
+        let d = dir.path();
+        let s = open(d, 10);
         for i in 0..200 {
             s.append(&rec(&format!("r{i}"), RunState::Finished), false)
                 .unwrap();
@@ -1893,13 +1896,14 @@ mod tests {
     /// removed.
     #[test]
     fn appends_during_compaction_are_kept() {
-        let d = tmpdir("concurrent");
-        let s = Arc::new(open(&d, 50));
-        fs::create_dir_all(output::dir(&d)).unwrap();
+        let dir = tmpdir("concurrent");
+        let d = dir.path();
+        let s = Arc::new(open(d, 50));
+        fs::create_dir_all(output::dir(d)).unwrap();
         let writers: Vec<_> = (0..4)
             .map(|t| {
                 let s = Arc::clone(&s);
-                let d = d.clone();
+                let d = d.to_path_buf();
                 thread::spawn(move || {
                     for i in 0..1500 {
                         let name = format!("t{t}r{i}");
@@ -1926,7 +1930,7 @@ mod tests {
         // a batch at a time: wait for it (bounded).
         let until = std::time::Instant::now() + Duration::from_secs(10);
         loop {
-            let outputs = fs::read_dir(output::dir(&d)).unwrap().count();
+            let outputs = fs::read_dir(output::dir(d)).unwrap().count();
             if outputs <= known + 4 {
                 break;
             }
@@ -1937,7 +1941,7 @@ mod tests {
             thread::sleep(Duration::from_millis(5));
         }
         drop(s);
-        let again = open(&d, 50);
+        let again = open(d, 50);
         assert_eq!(again.unreadable(), 0);
         assert_eq!(again.get(&id("last")).unwrap().state, RunState::Finished);
         assert_eq!(again.count(), 50);

@@ -7,6 +7,7 @@ use std::os::fd::AsFd;
 
 use super::*;
 use crate::sys::wait_child;
+use crate::test_dir::TestDir;
 
 /// A shell script printing what a child gets from the spawn: argv (with
 /// argv[0]), environment, working directory, ids and groups, signal mask
@@ -81,11 +82,10 @@ fn glibc_own_signals(report: &str) -> String {
 }
 
 /// A directory every user may enter (a switched child starts in it).
-fn shared_dir(test: &str) -> std::path::PathBuf {
+fn shared_dir(test: &str) -> TestDir {
     use std::os::unix::fs::PermissionsExt;
-    let dir = std::env::temp_dir().join(format!("trigd-{test}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let dir = TestDir::new(&format!("spawn-{test}"));
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     dir
 }
 
@@ -102,10 +102,9 @@ fn the_clone_and_std_start_the_same_process() {
         let mut reports = vec![];
         let root = crate::sys::effective_ids().0 == 0;
         for ids in [None].into_iter().chain(root.then_some(Some(65534))) {
-            let exec = report_exec(&dir, ids);
+            let exec = report_exec(dir.path(), ids);
             reports.push((ids, run(&exec, true), run(&exec, false)));
         }
-        let _ = std::fs::remove_dir(&dir);
         reports
     })
     .join()
@@ -151,9 +150,15 @@ fn the_clone_and_std_fail_alike() {
     let plain = dir.join("plain");
     std::fs::write(&plain, "exit 0\n").unwrap();
     std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let missing = Exec::new(std::path::Path::new("/nonexistent/trigd"), ["x"], [], &dir).unwrap();
+    let missing = Exec::new(
+        std::path::Path::new("/nonexistent/trigd"),
+        ["x"],
+        [],
+        dir.path(),
+    )
+    .unwrap();
     let bad_dir = report_exec(std::path::Path::new("/nonexistent/trigd-dir"), None);
-    let not_exec = Exec::new(&plain, ["x"], [], &dir).unwrap();
+    let not_exec = Exec::new(&plain, ["x"], [], dir.path()).unwrap();
     let nul = std::fs::File::open("/dev/null").unwrap();
     let stdio = || [nul.as_fd(), nul.as_fd(), nul.as_fd()];
     for exec in [missing, bad_dir, not_exec] {
@@ -165,10 +170,9 @@ fn the_clone_and_std_fail_alike() {
     // The one known difference (`Exec::spawn_std`): an executable file the
     // kernel cannot run fails with the clone, std runs it with /bin/sh.
     std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let script = Exec::new(&plain, ["x"], [], &dir).unwrap();
+    let script = Exec::new(&plain, ["x"], [], dir.path()).unwrap();
     let clone = script.spawn_clone(stdio()).map(|_| ()).unwrap_err();
     assert_eq!(clone.raw_os_error(), Some(libc::ENOEXEC), "{clone}");
     let std = script.spawn_std(stdio()).unwrap();
     assert_eq!(wait_child(std.pid).unwrap().code(), Some(0));
-    let _ = std::fs::remove_dir_all(&dir);
 }
