@@ -607,6 +607,39 @@ fn trigd_starts_before_the_database_and_is_ready_once_it_answers() {
     t.post(&quick()).ok();
 }
 
+/// A wrong database password: trigd starts, is not ready, answers 503
+/// `state_unavailable` with `Retry-After`, and `/healthz` and the log name
+/// the server's reason (not the client's bare "db error"), never the
+/// password itself.
+#[test]
+fn a_wrong_password_is_named_in_healthz_and_the_log_never_shown() {
+    let db = pg_database("pg_wrong_pw");
+    let dir = setup("pg_wrong_pw", r#"instance = "alpha""#, &[("p.toml", PROG)]);
+    db.configure(&dir, "");
+    let wrong = "wrong-pw-3c9d0e";
+    dir.write("pg-password", &format!("{wrong}\n"));
+    let t = Trigd::start(&dir);
+    let mut reason = String::new();
+    t.wait_for(PG_WAIT, "/healthz names the refused password", || {
+        let r = t.get("/healthz");
+        reason = r.json()["Reason"].as_str().unwrap_or_default().to_string();
+        r.status == 503 && reason.contains("password authentication failed")
+    });
+    assert!(reason.contains("28P01"), "the SQLSTATE: {reason}");
+    let r = t.post(&quick());
+    r.err(503, "state_unavailable");
+    r.check(r.header("retry-after") == Some("2"), "Retry-After: 2");
+    let log = std::fs::read_to_string(dir.path("stderr.log")).unwrap_or_default();
+    assert!(
+        log.contains("password authentication failed for user"),
+        "the log names the reason: {log}"
+    );
+    assert!(
+        !log.contains(wrong) && !reason.contains(wrong),
+        "the password is never shown: {log}"
+    );
+}
+
 /// The runs page lists every instance's runs from the database, with its
 /// filters, newest first.
 #[test]

@@ -69,7 +69,7 @@ impl fmt::Display for DbError {
         match self {
             DbError::Unavailable(why) => write!(f, "the database is unavailable: {why}"),
             DbError::Schema(why) => f.write_str(why),
-            DbError::Query(e) => write!(f, "database error: {e}"),
+            DbError::Query(e) => write!(f, "database error: {}", describe(e)),
             DbError::Claimed(run) => write!(f, "the Idempotency-Key is held by run {run}"),
         }
     }
@@ -93,7 +93,7 @@ impl DbError {
             }
         };
         if transient {
-            DbError::Unavailable(e.to_string())
+            DbError::Unavailable(describe(&e))
         } else {
             DbError::Query(e)
         }
@@ -519,6 +519,26 @@ impl Db {
                 pg.connect(tokio_postgres_rustls::MakeRustlsConnect::new(tls))
             }
         };
-        r.map_err(|e| DbError::Unavailable(e.to_string()))
+        r.map_err(|e| DbError::Unavailable(describe(&e)))
     }
+}
+
+/// A client error with its causes: the `postgres` crate's own text is only
+/// the kind ("db error", "error connecting to server"); what an operator
+/// needs is the server's message (`FATAL: password authentication failed
+/// for user "trigd"`, with its SQLSTATE) or the socket's (`Connection
+/// refused`). On one line, for the log and `/healthz` `Reason`. The server
+/// never quotes the password, and the client's settings are not part of it.
+fn describe(e: &postgres::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string().replace('\n', " "));
+        cause = c.source();
+    }
+    if let Some(code) = e.code() {
+        text.push_str(&format!(" (SQLSTATE {})", code.code()));
+    }
+    text
 }
