@@ -640,6 +640,82 @@ fn a_wrong_password_is_named_in_healthz_and_the_log_never_shown() {
     );
 }
 
+/// Threads of trigd `pid` opening a database connection
+/// (`state-db-open`).
+fn connect_threads(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|tasks| {
+            tasks
+                .flatten()
+                .filter(|t| {
+                    std::fs::read_to_string(t.path().join("comm"))
+                        .is_ok_and(|c| c.trim_end() == "state-db-open")
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// A server that accepts connections and never answers (a frozen
+/// PostgreSQL, a pooler waiting for its primary, a wrong port): requests
+/// get 503 `state_unavailable` within the connect bound (5 s, plus the
+/// wait for a pooled connection), not a hang, and the connects given up
+/// on stay at most `pool`.
+#[test]
+fn a_server_that_accepts_and_never_answers_gives_503_within_the_bound() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = silent.local_addr().expect("addr").port();
+    // Accept and hold every connection, answering nothing.
+    thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in silent.incoming().flatten() {
+            held.push(s);
+        }
+    });
+    let dir = setup("pg_silent", r#"instance = "alpha""#, &[("p.toml", PROG)]);
+    dir.append(
+        "config.toml",
+        &format!(
+            "\n[state]\nurl = \"postgres://trigd@127.0.0.1:{port}/x?sslmode=disable\"\n\
+             password_env = \"TRIGD_TEST_SILENT_PW\"\npool = 2\n"
+        ),
+    );
+    let t = Trigd::start_env(&dir, &[("TRIGD_TEST_SILENT_PW", "x")]);
+    let missing = format!("/api/runs/alpha-{}?api_key={KEY}", "0".repeat(32));
+    let answers: Vec<(Reply, Duration)> = thread::scope(|s| {
+        let hs: Vec<_> = (0..6)
+            .map(|_| {
+                s.spawn(|| {
+                    let began = Instant::now();
+                    let r = t.get(&missing);
+                    (r, began.elapsed())
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("request")).collect()
+    });
+    for (r, took) in &answers {
+        r.err(503, "state_unavailable");
+        r.check(r.header("retry-after").is_some(), "Retry-After");
+        // 5 s to connect, 5 s at most for a pooled connection, and the
+        // loaded machine's slack.
+        r.check(
+            *took < Duration::from_secs(20),
+            format!("answered in {took:?}"),
+        );
+    }
+    let threads = connect_threads(t.pid());
+    assert!(threads <= 2, "{threads} connects pending, pool = 2");
+    let r = t.get("/healthz");
+    r.status_is(503);
+    r.check(
+        r.json()["Reason"]
+            .as_str()
+            .is_some_and(|s| s.contains("did not complete the connection")),
+        "the reason says the server did not answer",
+    );
+}
+
 /// The runs page lists every instance's runs from the database, with its
 /// filters, newest first.
 #[test]
