@@ -640,6 +640,160 @@ fn a_wrong_password_is_named_in_healthz_and_the_log_never_shown() {
     );
 }
 
+/// Whether every connection of trigd to `db` is TLS (and there is one).
+fn all_tls(db: &PgDb) -> bool {
+    db.try_psql(
+        "SELECT count(*) FILTER (WHERE s.ssl) || '/' || count(*) FROM pg_stat_ssl s \
+         JOIN pg_stat_activity a USING (pid) WHERE a.application_name = 'trigd'",
+    )
+    .is_ok_and(|n| {
+        let (tls, all) = n.split_once('/').unwrap_or(("0", "0"));
+        tls == all && all != "0"
+    })
+}
+
+/// TLS to the database: `verify-full` with the CA in `ca_file` connects
+/// over TLS (the password from `password_env`); without the CA the
+/// certificate is refused, and `/healthz` says why; `require` (the
+/// password as a systemd credential) encrypts without checking.
+#[test]
+fn tls_to_the_database_verify_full_with_ca_file_and_require() {
+    let pg = Pg::start("pg_tls");
+    let db = pg.database("tls");
+    let certs = setup("pg_tls_certs", "", &[]);
+    openssl(
+        &certs,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "30",
+            "-subj",
+            "/CN=Test DB CA",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign",
+        ],
+    );
+    openssl(
+        &certs,
+        &[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            "db.key",
+            "-out",
+            "db.csr",
+            "-subj",
+            "/CN=localhost",
+        ],
+    );
+    certs.write(
+        "db.ext",
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    );
+    openssl(
+        &certs,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "db.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "db.pem",
+            "-days",
+            "30",
+            "-extfile",
+            "db.ext",
+        ],
+    );
+    pg.enable_tls(&certs.path("db.pem"), &certs.path("db.key"));
+    let url = |mode: &str| {
+        db.url()
+            .replace("sslmode=disable", &format!("sslmode={mode}"))
+    };
+    let instance = |name: &str, state: String| {
+        let dir = setup(
+            &format!("pg_tls_{name}"),
+            &format!("instance = {name:?}"),
+            &[("p.toml", PROG)],
+        );
+        dir.append("config.toml", &format!("\n[state]\n{state}"));
+        dir
+    };
+
+    let checked = instance(
+        "checked",
+        format!(
+            "url = {:?}\npassword_env = \"TRIGD_TEST_DB_PW\"\nca_file = {:?}\n",
+            url("verify-full"),
+            certs.path_str("ca.pem")
+        ),
+    );
+    let t = Trigd::start_env(&checked, &[("TRIGD_TEST_DB_PW", PG_PASSWORD)]);
+    t.wait_for(PG_WAIT, "ready over verify-full", || {
+        t.get("/healthz").status == 200
+    });
+    t.post(&quick()).ok();
+    assert!(all_tls(&db), "trigd's connections are TLS");
+    drop(t);
+
+    let unknown_ca = instance(
+        "unknown",
+        format!(
+            "url = {:?}\npassword_env = \"TRIGD_TEST_DB_PW\"\n",
+            url("verify-full")
+        ),
+    );
+    let t = Trigd::start_env(&unknown_ca, &[("TRIGD_TEST_DB_PW", PG_PASSWORD)]);
+    let mut reason = String::new();
+    t.wait_for(PG_WAIT, "not ready, the certificate named", || {
+        let r = t.get("/healthz");
+        reason = r.json()["Reason"].as_str().unwrap_or_default().to_string();
+        r.status == 503 && reason.contains("certificate")
+    });
+    t.post(&quick()).err(503, "state_unavailable");
+    drop(t);
+
+    let creds = setup("pg_tls_creds", "", &[]);
+    creds.write("db", &format!("{PG_PASSWORD}\n"));
+    let require = instance(
+        "require",
+        format!(
+            "url = {:?}\npassword_file = \"credential:db\"\n",
+            url("require")
+        ),
+    );
+    let t = Trigd::start_env(
+        &require,
+        &[("CREDENTIALS_DIRECTORY", &creds.root.to_string_lossy())],
+    );
+    t.wait_for(PG_WAIT, "ready over require", || {
+        t.get("/healthz").status == 200
+    });
+    t.post(&quick()).ok();
+    assert!(all_tls(&db), "trigd's connections are TLS");
+}
+
 /// Threads of trigd `pid` opening a database connection
 /// (`state-db-open`).
 fn connect_threads(pid: u32) -> usize {
