@@ -569,6 +569,10 @@ fn the_database_down_gives_503_state_unavailable_then_trigd_recovers() {
     let r = t.get("/healthz");
     r.status_is(503);
     r.check_eq(&r.json()["Status"], &json!("not_ready"), "not ready");
+    // Alive all the same: a liveness probe must not restart trigd for an
+    // outage of the database (docs/cluster.md).
+    let r = t.get("/livez");
+    r.check_eq(&r.ok()["Status"], &json!("alive"), "/livez stays 200");
     pg.start_again();
     t.wait_for(Duration::from_secs(30), "ready again", || {
         t.get("/healthz").status == 200
