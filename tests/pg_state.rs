@@ -284,6 +284,15 @@ fn config_errors_of_state_are_located() {
             "state.url: the URL holds a password",
         ),
         (
+            // Not a URL at all, a password in it: named, never echoed.
+            "[state]\nurl = \"postgres://u:secret@localhost:99999/db\"\n",
+            "state.url: not a URL (invalid port number)",
+        ),
+        (
+            "[state]\nurl = \"postgres://u@localhost/db?password=secret\"\n",
+            "state.url: the URL holds a password (password=",
+        ),
+        (
             "[state]\nurl = \"postgres://u@localhost/db?sslmode=maybe\"\n",
             "state.url: sslmode=maybe is not supported",
         ),
