@@ -2,7 +2,8 @@
 //! instance's run, old run ids, `/healthz` readiness and draining, and three
 //! real trigd instances behind a real HAProxy started from
 //! `dist/haproxy.cfg` (run-id routing, kill -9 and SIGTERM under load,
-//! application keys shared through `shared_state_dir`, sticky sessions).
+//! application keys shared through `shared_state_dir`, sticky sessions),
+//! and `dist/kubernetes.yaml` checked as shipped.
 //!
 //! The HAProxy test is `#[ignore]`d, like the browser tests: a plain
 //! `cargo test` lists it as `ignored`, and `cargo test -- --include-ignored`
@@ -996,4 +997,70 @@ fn runs_still_queued_when_the_grace_ends_run_at_the_next_start() {
         v["State"] == "finished",
         format!("the queued run ran after the restart: {v}"),
     );
+}
+
+/// The block scalar `key: |` of `dist/kubernetes.yaml`'s ConfigMap (its
+/// lines indented four spaces), unindented.
+fn configmap_file(yaml: &str, key: &str) -> String {
+    let head = format!("\n  {key}: |\n");
+    let start = yaml
+        .find(&head)
+        .unwrap_or_else(|| panic!("no {key} in dist/kubernetes.yaml"))
+        + head.len();
+    yaml[start..]
+        .lines()
+        .take_while(|l| l.is_empty() || l.starts_with("    "))
+        .map(|l| l.strip_prefix("    ").unwrap_or(l))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `dist/kubernetes.yaml` as shipped: its config.toml and program pass
+/// `trigd check` (the key's placeholder replaced, the password from the
+/// Secret's environment variable), and the program's command is the one
+/// file the `FROM scratch` image has besides its data (`/usr/bin/trigd`).
+#[test]
+fn the_kubernetes_recipe_passes_check_and_runs_what_its_image_has() {
+    let yaml = fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/dist/kubernetes.yaml"))
+        .expect("read dist/kubernetes.yaml");
+    let dir = TestDir::new("k8s_recipe");
+    let config = configmap_file(&yaml, "config.toml")
+        .replace("/var/lib/trigd", &dir.path_str("state"))
+        .replace(
+            "replace-with-the-output-of-trigd-keygen",
+            &sha256_hex("k8s-key"),
+        );
+    dir.write("config.toml", &config);
+    let mut programs = 0;
+    for key in yaml
+        .lines()
+        .filter_map(|l| l.strip_prefix("  programs."))
+        .filter_map(|l| l.strip_suffix(": |"))
+    {
+        let program = configmap_file(&yaml, &format!("programs.{key}"));
+        for line in program.lines().filter(|l| l.starts_with("command")) {
+            assert!(
+                line.contains("[\"/usr/bin/trigd\""),
+                "{key}: the image has no other command: {line}"
+            );
+        }
+        dir.write(&format!("programs/{key}"), &program);
+        programs += 1;
+    }
+    assert!(programs > 0, "the ConfigMap holds a program");
+    let child = Command::new(BIN)
+        .args(["check", "--config", &dir.path_str("config.toml")])
+        .env("TRIGD_DB_PASSWORD", "from-the-secret")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn trigd check");
+    let out = wait_bounded(child, "trigd check");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "trigd check: {text}");
+    assert!(text.contains("ok: 1 program"), "{text}");
 }

@@ -284,6 +284,15 @@ fn config_errors_of_state_are_located() {
             "state.url: the URL holds a password",
         ),
         (
+            // Not a URL at all, a password in it: named, never echoed.
+            "[state]\nurl = \"postgres://u:secret@localhost:99999/db\"\n",
+            "state.url: not a URL (invalid port number)",
+        ),
+        (
+            "[state]\nurl = \"postgres://u@localhost/db?password=secret\"\n",
+            "state.url: the URL holds a password (password=",
+        ),
+        (
             "[state]\nurl = \"postgres://u@localhost/db?sslmode=maybe\"\n",
             "state.url: sslmode=maybe is not supported",
         ),
@@ -569,6 +578,10 @@ fn the_database_down_gives_503_state_unavailable_then_trigd_recovers() {
     let r = t.get("/healthz");
     r.status_is(503);
     r.check_eq(&r.json()["Status"], &json!("not_ready"), "not ready");
+    // Alive all the same: a liveness probe must not restart trigd for an
+    // outage of the database (docs/cluster.md).
+    let r = t.get("/livez");
+    r.check_eq(&r.ok()["Status"], &json!("alive"), "/livez stays 200");
     pg.start_again();
     t.wait_for(Duration::from_secs(30), "ready again", || {
         t.get("/healthz").status == 200
@@ -605,6 +618,269 @@ fn trigd_starts_before_the_database_and_is_ready_once_it_answers() {
         || t.get("/healthz").status == 200,
     );
     t.post(&quick()).ok();
+}
+
+/// A wrong database password: trigd starts, is not ready, answers 503
+/// `state_unavailable` with `Retry-After`, and `/healthz` and the log name
+/// the server's reason (not the client's bare "db error"), never the
+/// password itself.
+#[test]
+fn a_wrong_password_is_named_in_healthz_and_the_log_never_shown() {
+    let db = pg_database("pg_wrong_pw");
+    let dir = setup("pg_wrong_pw", r#"instance = "alpha""#, &[("p.toml", PROG)]);
+    db.configure(&dir, "");
+    let wrong = "wrong-pw-3c9d0e";
+    dir.write("pg-password", &format!("{wrong}\n"));
+    let t = Trigd::start(&dir);
+    let mut reason = String::new();
+    t.wait_for(PG_WAIT, "/healthz names the refused password", || {
+        let r = t.get("/healthz");
+        reason = r.json()["Reason"].as_str().unwrap_or_default().to_string();
+        r.status == 503 && reason.contains("password authentication failed")
+    });
+    assert!(reason.contains("28P01"), "the SQLSTATE: {reason}");
+    let r = t.post(&quick());
+    r.err(503, "state_unavailable");
+    r.check(r.header("retry-after") == Some("2"), "Retry-After: 2");
+    let log = std::fs::read_to_string(dir.path("stderr.log")).unwrap_or_default();
+    assert!(
+        log.contains("password authentication failed for user"),
+        "the log names the reason: {log}"
+    );
+    assert!(
+        !log.contains(wrong) && !reason.contains(wrong),
+        "the password is never shown: {log}"
+    );
+}
+
+/// Whether every connection of trigd to `db` is TLS (and there is one).
+fn all_tls(db: &PgDb) -> bool {
+    db.try_psql(
+        "SELECT count(*) FILTER (WHERE s.ssl) || '/' || count(*) FROM pg_stat_ssl s \
+         JOIN pg_stat_activity a USING (pid) WHERE a.application_name = 'trigd'",
+    )
+    .is_ok_and(|n| {
+        let (tls, all) = n.split_once('/').unwrap_or(("0", "0"));
+        tls == all && all != "0"
+    })
+}
+
+/// TLS to the database: `verify-full` with the CA in `ca_file` connects
+/// over TLS (the password from `password_env`); without the CA the
+/// certificate is refused, and `/healthz` says why; `require` (the
+/// password as a systemd credential) encrypts without checking.
+#[test]
+fn tls_to_the_database_verify_full_with_ca_file_and_require() {
+    let pg = Pg::start("pg_tls");
+    let db = pg.database("tls");
+    let certs = setup("pg_tls_certs", "", &[]);
+    openssl(
+        &certs,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "30",
+            "-subj",
+            "/CN=Test DB CA",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign",
+        ],
+    );
+    openssl(
+        &certs,
+        &[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            "db.key",
+            "-out",
+            "db.csr",
+            "-subj",
+            "/CN=localhost",
+        ],
+    );
+    certs.write(
+        "db.ext",
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    );
+    openssl(
+        &certs,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "db.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "db.pem",
+            "-days",
+            "30",
+            "-extfile",
+            "db.ext",
+        ],
+    );
+    pg.enable_tls(&certs.path("db.pem"), &certs.path("db.key"));
+    let url = |mode: &str| {
+        db.url()
+            .replace("sslmode=disable", &format!("sslmode={mode}"))
+    };
+    let instance = |name: &str, state: String| {
+        let dir = setup(
+            &format!("pg_tls_{name}"),
+            &format!("instance = {name:?}"),
+            &[("p.toml", PROG)],
+        );
+        dir.append("config.toml", &format!("\n[state]\n{state}"));
+        dir
+    };
+
+    let checked = instance(
+        "checked",
+        format!(
+            "url = {:?}\npassword_env = \"TRIGD_TEST_DB_PW\"\nca_file = {:?}\n",
+            url("verify-full"),
+            certs.path_str("ca.pem")
+        ),
+    );
+    let t = Trigd::start_env(&checked, &[("TRIGD_TEST_DB_PW", PG_PASSWORD)]);
+    t.wait_for(PG_WAIT, "ready over verify-full", || {
+        t.get("/healthz").status == 200
+    });
+    t.post(&quick()).ok();
+    assert!(all_tls(&db), "trigd's connections are TLS");
+    drop(t);
+
+    let unknown_ca = instance(
+        "unknown",
+        format!(
+            "url = {:?}\npassword_env = \"TRIGD_TEST_DB_PW\"\n",
+            url("verify-full")
+        ),
+    );
+    let t = Trigd::start_env(&unknown_ca, &[("TRIGD_TEST_DB_PW", PG_PASSWORD)]);
+    let mut reason = String::new();
+    t.wait_for(PG_WAIT, "not ready, the certificate named", || {
+        let r = t.get("/healthz");
+        reason = r.json()["Reason"].as_str().unwrap_or_default().to_string();
+        r.status == 503 && reason.contains("certificate")
+    });
+    t.post(&quick()).err(503, "state_unavailable");
+    drop(t);
+
+    let creds = setup("pg_tls_creds", "", &[]);
+    creds.write("db", &format!("{PG_PASSWORD}\n"));
+    let require = instance(
+        "require",
+        format!(
+            "url = {:?}\npassword_file = \"credential:db\"\n",
+            url("require")
+        ),
+    );
+    let t = Trigd::start_env(
+        &require,
+        &[("CREDENTIALS_DIRECTORY", &creds.root.to_string_lossy())],
+    );
+    t.wait_for(PG_WAIT, "ready over require", || {
+        t.get("/healthz").status == 200
+    });
+    t.post(&quick()).ok();
+    assert!(all_tls(&db), "trigd's connections are TLS");
+}
+
+/// Threads of trigd `pid` opening a database connection
+/// (`state-db-open`).
+fn connect_threads(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|tasks| {
+            tasks
+                .flatten()
+                .filter(|t| {
+                    std::fs::read_to_string(t.path().join("comm"))
+                        .is_ok_and(|c| c.trim_end() == "state-db-open")
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// A server that accepts connections and never answers (a frozen
+/// PostgreSQL, a pooler waiting for its primary, a wrong port): requests
+/// get 503 `state_unavailable` within the connect bound (5 s, plus the
+/// wait for a pooled connection), not a hang, and the connects given up
+/// on stay at most `pool`.
+#[test]
+fn a_server_that_accepts_and_never_answers_gives_503_within_the_bound() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = silent.local_addr().expect("addr").port();
+    // Accept and hold every connection, answering nothing.
+    thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in silent.incoming().flatten() {
+            held.push(s);
+        }
+    });
+    let dir = setup("pg_silent", r#"instance = "alpha""#, &[("p.toml", PROG)]);
+    dir.append(
+        "config.toml",
+        &format!(
+            "\n[state]\nurl = \"postgres://trigd@127.0.0.1:{port}/x?sslmode=disable\"\n\
+             password_env = \"TRIGD_TEST_SILENT_PW\"\npool = 2\n"
+        ),
+    );
+    let t = Trigd::start_env(&dir, &[("TRIGD_TEST_SILENT_PW", "x")]);
+    let missing = format!("/api/runs/alpha-{}?api_key={KEY}", "0".repeat(32));
+    let answers: Vec<(Reply, Duration)> = thread::scope(|s| {
+        let hs: Vec<_> = (0..6)
+            .map(|_| {
+                s.spawn(|| {
+                    let began = Instant::now();
+                    let r = t.get(&missing);
+                    (r, began.elapsed())
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("request")).collect()
+    });
+    for (r, took) in &answers {
+        r.err(503, "state_unavailable");
+        r.check(r.header("retry-after").is_some(), "Retry-After");
+        // 5 s to connect, 5 s at most for a pooled connection, and the
+        // loaded machine's slack.
+        r.check(
+            *took < Duration::from_secs(20),
+            format!("answered in {took:?}"),
+        );
+    }
+    let threads = connect_threads(t.pid());
+    assert!(threads <= 2, "{threads} connects pending, pool = 2");
+    let r = t.get("/healthz");
+    r.status_is(503);
+    r.check(
+        r.json()["Reason"]
+            .as_str()
+            .is_some_and(|s| s.contains("did not complete the connection")),
+        "the reason says the server did not answer",
+    );
 }
 
 /// The runs page lists every instance's runs from the database, with its

@@ -6,7 +6,7 @@ mod api; // POST /api: success shapes, every error row of the manual, limits, in
 mod browser; // headless Chromium through chromedriver: login, application key, endpoint view, logout, public switch
 mod callbacks; // completion callbacks: signed deliveries to a local receiver, retries, kill -9, allow list
 mod cli; // subcommands: check, keygen, hash-password, run, --help/--version, usage errors
-mod cluster; // several instances: run ids naming their instance, 421, readiness and draining, three instances behind HAProxy
+mod cluster; // several instances: run ids naming their instance, 421, readiness and draining, three instances behind HAProxy, the Kubernetes recipe checked
 mod docs; // the manual (docs/, an mdBook): links and anchors resolve, every page in SUMMARY.md, every Code in troubleshooting, config keys
 mod groups; // concurrency groups: each policy on real processes, three pushes while a deploy runs, sync callers of superseded and skipped runs, a key shared by two programs, kill -9, load errors, two instances on PostgreSQL
 mod hooks_diff; // adnanh/webhook hooks files: the real webhook and trigd given the same file and requests

@@ -211,6 +211,28 @@ impl Pg {
         check_output("pg_ctl stop", &out);
     }
 
+    /// Serve TLS with the PEM files `cert` and `key` (copied into the
+    /// data directory, owned by the server user, the key mode 0600), then
+    /// reload the server. Password authentication stays as it was, so a
+    /// client may still connect without TLS.
+    pub fn enable_tls(&self, cert: &Path, key: &Path) {
+        let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        for (from, to) in [(cert, "server.crt"), (key, "server.key")] {
+            let dest = self.data().join(to);
+            fs::copy(from, &dest).unwrap_or_else(|e| panic!("copy {}: {e}", from.display()));
+            fs::set_permissions(&dest, fs::Permissions::from_mode(0o600)).expect("chmod");
+            if is_root() {
+                std::os::unix::fs::chown(&dest, Some(65534), Some(65534)).expect("chown");
+            }
+        }
+        let path = self.data().join("postgresql.conf");
+        let mut text = fs::read_to_string(&path).expect("postgresql.conf");
+        text.push_str("ssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n");
+        fs::write(&path, text).expect("write postgresql.conf");
+        let out = self.as_server_user("pg_ctl", &["reload", "-D", &path_str(&self.data())]);
+        check_output("pg_ctl reload", &out);
+    }
+
     /// A fresh database for the test `name`.
     pub fn database(&self, name: &str) -> PgDb {
         let n = PG_COUNTER.fetch_add(1, Ordering::SeqCst);

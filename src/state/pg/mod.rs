@@ -34,7 +34,7 @@ pub mod unwritten;
 mod watch;
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -69,7 +69,7 @@ impl fmt::Display for DbError {
         match self {
             DbError::Unavailable(why) => write!(f, "the database is unavailable: {why}"),
             DbError::Schema(why) => f.write_str(why),
-            DbError::Query(e) => write!(f, "database error: {e}"),
+            DbError::Query(e) => write!(f, "database error: {}", describe(e)),
             DbError::Claimed(run) => write!(f, "the Idempotency-Key is held by run {run}"),
         }
     }
@@ -93,7 +93,7 @@ impl DbError {
             }
         };
         if transient {
-            DbError::Unavailable(e.to_string())
+            DbError::Unavailable(describe(&e))
         } else {
             DbError::Query(e)
         }
@@ -162,6 +162,9 @@ pub struct Db {
     pub server_at_start: std::sync::OnceLock<i64>,
     /// Idempotency claims waiting for their run's first write.
     pub claims: claims::Pending,
+    /// Connects under way on their threads ([`Db::open`]), given up on
+    /// or not.
+    connecting: Arc<AtomicUsize>,
 }
 
 impl fmt::Debug for Db {
@@ -185,6 +188,7 @@ impl Db {
             seq_at_start: std::sync::OnceLock::new(),
             server_at_start: std::sync::OnceLock::new(),
             claims: claims::Pending::default(),
+            connecting: Arc::new(AtomicUsize::new(0)),
         }
     }
 
@@ -501,24 +505,87 @@ impl Db {
         self.freed.notify_one();
     }
 
-    /// Open a new connection with the configured TLS.
+    /// Open a new connection with the configured TLS within the connect
+    /// timeout, startup and authentication included. The client bounds
+    /// only the TCP connect: a server that accepts and never answers (a
+    /// frozen PostgreSQL, a pooler waiting for a primary, a wrong port)
+    /// would hold the startup, and the request waiting on it, for good. So
+    /// the connect runs on a thread of its own and is given up after the
+    /// timeout; such a thread ends when the socket does, and at most
+    /// `pool` of them exist (past that a connect fails at once).
     fn open(&self) -> Result<Client, DbError> {
-        let s = &self.settings;
-        let mut pg = s.pg.clone();
-        let r = match s.ssl {
-            SslMode::Disable => {
-                pg.ssl_mode(postgres::config::SslMode::Disable);
-                pg.connect(postgres::NoTls)
-            }
-            mode => {
-                pg.ssl_mode(match mode {
-                    SslMode::Prefer => postgres::config::SslMode::Prefer,
-                    _ => postgres::config::SslMode::Require,
-                });
-                let tls = tls::client_config(mode, &s.roots);
-                pg.connect(tokio_postgres_rustls::MakeRustlsConnect::new(tls))
-            }
-        };
-        r.map_err(|e| DbError::Unavailable(e.to_string()))
+        let bound = Duration::from_secs(defaults::CONNECT_TIMEOUT_SECS);
+        let pending = Arc::clone(&self.connecting);
+        if pending.fetch_add(1, Ordering::SeqCst) >= self.settings.pool {
+            pending.fetch_sub(1, Ordering::SeqCst);
+            return Err(DbError::Unavailable(format!(
+                "the server did not complete the connection within {}s \
+                 ({} connects still wait for it)",
+                bound.as_secs(),
+                self.settings.pool
+            )));
+        }
+        let settings = Arc::clone(&self.settings);
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let spawned = std::thread::Builder::new()
+            .name("state-db-open".into())
+            .spawn(move || {
+                let r = connect(&settings);
+                pending.fetch_sub(1, Ordering::SeqCst);
+                // Given up on: the connection, if any, closes as it drops.
+                let _ = tx.send(r);
+            });
+        if let Err(e) = spawned {
+            self.connecting.fetch_sub(1, Ordering::SeqCst);
+            return Err(DbError::Unavailable(format!(
+                "cannot start a thread to connect: {e}"
+            )));
+        }
+        match rx.recv_timeout(bound) {
+            Ok(r) => r.map_err(|e| DbError::Unavailable(describe(&e))),
+            Err(_) => Err(DbError::Unavailable(format!(
+                "the server did not complete the connection within {}s",
+                bound.as_secs()
+            ))),
+        }
     }
+}
+
+/// Connect with the settings' TLS mode (blocking; [`Db::open`] bounds it).
+fn connect(s: &StateDb) -> Result<Client, postgres::Error> {
+    let mut pg = s.pg.clone();
+    match s.ssl {
+        SslMode::Disable => {
+            pg.ssl_mode(postgres::config::SslMode::Disable);
+            pg.connect(postgres::NoTls)
+        }
+        mode => {
+            pg.ssl_mode(match mode {
+                SslMode::Prefer => postgres::config::SslMode::Prefer,
+                _ => postgres::config::SslMode::Require,
+            });
+            let tls = tls::client_config(mode, &s.roots);
+            pg.connect(tokio_postgres_rustls::MakeRustlsConnect::new(tls))
+        }
+    }
+}
+
+/// A client error with its causes: the `postgres` crate's own text is only
+/// the kind ("db error", "error connecting to server"); what an operator
+/// needs is the server's message (`FATAL: password authentication failed
+/// for user "trigd"`, with its SQLSTATE) or the socket's (`Connection
+/// refused`). On one line, for the log and `/healthz` `Reason`. The server
+/// never quotes the password, and the client's settings are not part of it.
+fn describe(e: &postgres::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string().replace('\n', " "));
+        cause = c.source();
+    }
+    if let Some(code) = e.code() {
+        text.push_str(&format!(" (SQLSTATE {})", code.code()));
+    }
+    text
 }

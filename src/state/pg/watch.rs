@@ -60,7 +60,10 @@ fn run(db: &Db, channel: &str, tell: &dyn Fn(Seen)) {
                 Ok(mut client) => {
                     wait = Duration::from_secs(1);
                     if let Err(e) = watch(&mut client, channel, tell) {
-                        log::warn!("state: the watcher of application keys lost the database: {e}");
+                        log::warn!(
+                            "state: the watcher of application keys lost the database: {}",
+                            super::describe(&e)
+                        );
                     }
                 }
                 Err(e) => log::debug!("state: the watcher cannot connect: {e}"),
