@@ -237,7 +237,34 @@ fn output_is_read_through_the_other_instance_also_after_the_owner_is_killed() {
         first,
         format!("the output through b while a runs it: {seen}"),
     );
+    // A live follow through b, opened while a runs it: the second line
+    // reaches it while the run still runs (it sleeps after that line).
+    let mut live = connect(&b.addr);
+    write!(live, "GET {url}&follow=1 HTTP/1.1\r\nHost: b\r\n\r\n").unwrap();
+    live.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let mut followed = Vec::new();
+    let head = read_until(&mut live, &mut followed, "hello from the owner");
+    let text = String::from_utf8_lossy(&followed).into_owned();
+    b.check(
+        head && text.starts_with("HTTP/1.1 200") && text.contains("text/event-stream"),
+        format!("a live follow through b: {text}"),
+    );
     da.write("work/go", "");
+    let again = read_until(&mut live, &mut followed, " again");
+    b.check(
+        again,
+        format!(
+            "the second line through b's live follow: {}",
+            String::from_utf8_lossy(&followed)
+        ),
+    );
+    b.check_eq(
+        b.get(&format!("/api/runs/{id}?api_key={KEY}")).ok()["State"].clone(),
+        json!("running"),
+        "the state once the follow had the second line",
+    );
+    drop(live);
     let all = json!("hello from the owner again");
     wait_until(WAIT, || stdout(&a) == all);
     let local = Instant::now();
@@ -262,6 +289,29 @@ fn output_is_read_through_the_other_instance_also_after_the_owner_is_killed() {
             && text.contains("event: end"),
         format!("the follow through b: {text}"),
     );
+}
+
+/// Read `s` into `got` until it holds `want` (true), or the connection
+/// ends or `WAIT` passes (false). `s` has a short read timeout.
+fn read_until(s: &mut TcpStream, got: &mut Vec<u8>, want: &str) -> bool {
+    let deadline = Instant::now() + WAIT;
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(got).contains(want) {
+        if Instant::now() > deadline {
+            return false;
+        }
+        match s.read(&mut buf) {
+            Ok(0) => return false,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return false,
+        }
+    }
+    true
 }
 
 /// Program 2: `tick`, scheduled every second.
