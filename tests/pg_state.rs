@@ -620,6 +620,29 @@ fn trigd_starts_before_the_database_and_is_ready_once_it_answers() {
     t.post(&quick()).ok();
 }
 
+/// `options` in `[state] url` reach the session, beside trigd's own: with
+/// `-c search_path=…`, trigd's tables are made in that schema.
+#[test]
+fn the_urls_options_reach_the_database_session() {
+    let db = pg_database("pg_options");
+    db.psql("CREATE SCHEMA trigd_own");
+    let dir = setup("pg_options", r#"instance = "alpha""#, &[("p.toml", PROG)]);
+    let table = db.state_toml(&dir.root, "");
+    let url = db.url();
+    let with = format!("{url}&options=-c%20search_path%3Dtrigd_own");
+    dir.append("config.toml", &table.replacen(&url, &with, 1));
+    let t = Trigd::start(&dir);
+    t.wait_for(WAIT, "ready", || t.get("/healthz").status == 200);
+    t.post(&quick()).ok();
+    let at = db.psql("SELECT schemaname FROM pg_tables WHERE tablename = 'trigd_runs'");
+    t.check_eq(at.trim(), "trigd_own", "the schema of trigd_runs");
+    t.check_eq(
+        db.count("SELECT count(*) FROM trigd_own.trigd_runs"),
+        1,
+        "the run recorded there",
+    );
+}
+
 /// A wrong database password: trigd starts, is not ready, answers 503
 /// `state_unavailable` with `Retry-After`, and `/healthz` and the log name
 /// the server's reason (not the client's bare "db error"), never the

@@ -510,7 +510,7 @@ const ACME: &[Key] = &[
 ];
 
 const STATE: &[Key] = &[
-    key("url", "string", Is("none (the state directory)"), "`postgres://USER@HOST:PORT/DATABASE?sslmode=MODE`; `sslmode` is `disable`, `prefer` (the default: TLS when offered, certificate not checked), `require` (TLS, certificate not checked) or `verify-full` (TLS, certificate and host name checked); a password in it is refused"),
+    key("url", "string", Is("none (the state directory)"), "`postgres://USER@HOST:PORT/DATABASE?sslmode=MODE`; `sslmode` is `disable`, `prefer` (the default: TLS when offered, certificate not checked), `require` (TLS, certificate not checked) or `verify-full` (TLS, certificate and host name checked); a password in it is refused; `options=-c NAME=VALUE …` (e.g. `-c search_path=trigd`) is passed on, followed by trigd's own `statement_timeout`, `lock_timeout` and `client_min_messages`, which win where both set one"),
     key("password_env", "string", NONE, "environment variable holding the database password"),
     key("password_file", "path", NONE, "file holding the database password, or `credential:NAME` for a systemd credential; at most one of this and `password_env`"),
     key("ca_file", "path", NONE, "PEM file of the CA certificates trusted for the database's certificate under `verify-full`, instead of the bundled roots"),

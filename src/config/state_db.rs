@@ -35,11 +35,8 @@ pub fn state_db(src: &Src, raw: &RawState, dir: &Path, errs: &mut Errors) -> Opt
     pg.connect_timeout(Duration::from_secs(defaults::CONNECT_TIMEOUT_SECS));
     pg.tcp_user_timeout(Duration::from_secs(defaults::STATEMENT_TIMEOUT_SECS));
     pg.keepalives_idle(Duration::from_secs(defaults::STATEMENT_TIMEOUT_SECS));
-    pg.options(&format!(
-        "-c statement_timeout={}s -c lock_timeout={}s -c client_min_messages=warning",
-        defaults::STATEMENT_TIMEOUT_SECS,
-        defaults::STATEMENT_TIMEOUT_SECS
-    ));
+    let options = session_options(pg.get_options());
+    pg.options(&options);
     pg.application_name("trigd");
     let lease = duration(
         src,
@@ -56,6 +53,22 @@ pub fn state_db(src: &Src, raw: &RawState, dir: &Path, errs: &mut Errors) -> Opt
         lease,
         pool: count(src, &raw.pool, "state.pool", defaults::POOL, 1, errs),
     })
+}
+
+/// The session settings trigd needs (its bounds on statements and locks,
+/// quiet notices) after those of the URL's `options` (`-c search_path=…`,
+/// say): the URL's are kept, and where both set one, trigd's bound wins
+/// (the later `-c` does), since requests rely on it.
+fn session_options(url_options: Option<&str>) -> String {
+    let ours = format!(
+        "-c statement_timeout={}s -c lock_timeout={}s -c client_min_messages=warning",
+        defaults::STATEMENT_TIMEOUT_SECS,
+        defaults::STATEMENT_TIMEOUT_SECS
+    );
+    match url_options.map(str::trim).filter(|o| !o.is_empty()) {
+        Some(theirs) => format!("{theirs} {ours}"),
+        None => ours,
+    }
 }
 
 /// A key of `[state]` that means nothing without `url`, and where it is.
@@ -89,8 +102,13 @@ fn parse_url(text: &str) -> Result<(String, SslMode, postgres::Config), String> 
         );
     }
     let mut ssl = SslMode::parse(defaults::SSLMODE).unwrap_or(SslMode::Prefer);
+    // The other parameters are passed on as written: encoded again, a
+    // space would become `+`, which the client reads as a `+`.
     let mut rest = Vec::new();
-    for (k, v) in u.query_pairs() {
+    for raw in u.query().unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let Some((k, v)) = url::form_urlencoded::parse(raw.as_bytes()).next() else {
+            continue;
+        };
         match k.as_ref() {
             "sslmode" => {
                 ssl = SslMode::parse(&v).ok_or_else(|| {
@@ -102,14 +120,11 @@ fn parse_url(text: &str) -> Result<(String, SslMode, postgres::Config), String> 
                                       set password_env or password_file instead"
                     .into())
             }
-            _ => rest.push((k.into_owned(), v.into_owned())),
+            _ => rest.push(raw.to_string()),
         }
     }
-    if rest.is_empty() {
-        u.set_query(None);
-    } else {
-        u.query_pairs_mut().clear().extend_pairs(rest);
-    }
+    let query = rest.join("&");
+    u.set_query((!query.is_empty()).then_some(query.as_str()));
     let pg = postgres::Config::from_str(u.as_str())
         .map_err(|e| format!("not a PostgreSQL URL: {e}: {hint}"))?;
     if pg.get_user().is_none() {
@@ -156,4 +171,24 @@ fn password(src: &Src, raw: &RawState, dir: &Path, errs: &mut Errors) -> Option<
         .map(|v| v.trim().to_string())
         .map_err(|msg| errs.at(src, span, key, msg))
         .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_urls_options_are_kept_before_trigds_own() {
+        let (_, _, pg) =
+            parse_url("postgres://trigd@db/trigd?options=-c%20search_path%3Dtrigd").unwrap();
+        let o = session_options(pg.get_options());
+        assert!(
+            o.starts_with("-c search_path=trigd -c statement_timeout="),
+            "{o}"
+        );
+        let (_, _, pg) = parse_url("postgres://trigd@db/trigd").unwrap();
+        let o = session_options(pg.get_options());
+        assert!(o.starts_with("-c statement_timeout="), "{o}");
+        assert!(o.ends_with("-c client_min_messages=warning"), "{o}");
+    }
 }
