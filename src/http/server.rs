@@ -194,6 +194,12 @@ fn open_app(cfg: config::Config) -> Result<Arc<App>, Error> {
     let (store, resumed) = state
         .open_runs(cfg.server.run_retention, &cfg.server.instance, retry)
         .map_err(io_error(Kept::Runs))?;
+    // Before any of them is started again or called back about.
+    crate::runner::orphans::stop(
+        store.running_at_open(),
+        &crate::runner::orphans::step_uids(&cfg),
+        cfg.server.kill_grace,
+    );
     let store = Arc::new(store);
     store.start_flusher();
     let metrics = Arc::new(Metrics::default());

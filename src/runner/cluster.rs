@@ -289,6 +289,19 @@ impl Runner {
                 adopted.runs.len()
             );
         }
+        if dead == shared.me {
+            // This instance's runs of before its start: what its previous
+            // life left running on this host is stopped before any of
+            // them is queued again.
+            let running: Vec<String> = adopted
+                .runs
+                .iter()
+                .filter(|r| r.state == RunState::Running)
+                .map(|r| r.run.clone())
+                .collect();
+            let uids = super::orphans::step_uids(cfg);
+            super::orphans::stop(&running, &uids, cfg.server.kill_grace);
+        }
         for rec in adopted.runs {
             self.end_adopted(shared, rec, dead, cfg);
         }
