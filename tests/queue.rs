@@ -429,7 +429,10 @@ fn a_restart_stops_the_process_group_a_killed_trigd_left_running() {
 #[test]
 fn a_run_retried_on_restart_never_overlaps_its_old_process() {
     // The first attempt leaves `again` and runs until stopped, logging its
-    // end on SIGTERM; the second one finishes at once.
+    // end on SIGTERM; the second one finishes at once. (The first one's
+    // stdout and stderr, pipes nobody reads once trigd is killed, are
+    // /dev/null: sh reports a `sleep` ended by SIGTERM on stderr and would
+    // die of SIGPIPE before its trap.)
     let prog = r#"
 id = 1
 name = "retry"
@@ -438,7 +441,7 @@ name = "twice"
 workdir = "../work"
 timeout = "300s"
 retry_on_restart = true
-steps = [{ shell = 'echo "start $$" >> log; if [ -e again ]; then printf done; exit 0; fi; trap "echo end $$ >> log; exit 0" TERM; : > again; i=0; while [ $i -lt 3000 ] && [ -e "$PWD" ]; do sleep 0.1; i=$((i+1)); done' }]
+steps = [{ shell = 'echo "start $$" >> log; if [ -e again ]; then printf done; exit 0; fi; exec >/dev/null 2>&1; trap "echo end $$ >> log; exit 0" TERM; : > again; i=0; while [ $i -lt 3000 ] && [ -e "$PWD" ]; do sleep 0.1; i=$((i+1)); done' }]
 [functions.webhook]
 "#;
     let (dir, mut t) = serve("queue_retry_orphan", "", &[("retry.toml", prog)]);

@@ -7,10 +7,12 @@
 //! a timeout does: SIGTERM, then SIGKILL after `kill_grace`.
 //!
 //! Only processes of a uid trigd starts steps as ([`step_uids`]) count, and
-//! only with the id of a run the state found `running`. Everything is read
-//! from `/proc` (Linux only): a process that ends meanwhile, an `environ`
-//! that cannot be read (another user's process), a pid reused by then are
-//! skipped, never an error that stops the start.
+//! only with the id of a run the state found `running`; `/proc` is read by
+//! `sys::procs` (Linux only; elsewhere nothing is found). A group is taken
+//! for gone once no process in it carries such an id any more: the next
+//! look finds a pid reused meanwhile by another program no more.
+// Without /proc (not Linux) nothing is looked for: the policy is unused.
+#![cfg_attr(not(target_os = "linux"), allow(dead_code, unused_imports))]
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::Duration;
@@ -31,18 +33,9 @@ const POLL: Duration = Duration::from_millis(20);
 const AFTER_KILL: Duration = Duration::from_secs(2);
 
 /// The uids trigd starts steps as: its own effective uid, and every
-/// function's configured `user` (programs and hooks-file hooks).
+/// program function's configured `user` (hooks-file hooks have none).
 pub fn step_uids(cfg: &Config) -> BTreeSet<u32> {
-    let hooks = cfg
-        .hooks
-        .by_id
-        .keys()
-        .filter_map(|id| cfg.hooks.program(id));
-    let functions = cfg
-        .programs
-        .values()
-        .chain(hooks)
-        .flat_map(|p| p.functions.iter());
+    let functions = cfg.programs.values().flat_map(|p| p.functions.iter());
     let mut uids: BTreeSet<u32> = functions.filter_map(|f| f.user).collect();
     uids.insert(crate::sys::effective_ids().0);
     uids
@@ -58,181 +51,105 @@ pub fn stop(runs: &[String], uids: &BTreeSet<u32>, grace: Duration) {
         return;
     }
     let wanted: HashSet<&str> = runs.iter().map(String::as_str).collect();
-    imp::stop(&wanted, uids, grace);
+    #[cfg(target_os = "linux")]
+    stop_found(&Look { wanted, uids }, grace);
+    #[cfg(not(target_os = "linux"))]
+    let _ = (wanted, uids, grace);
 }
 
+/// How a group left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    /// Gone after SIGTERM.
+    Term,
+    /// Gone after SIGKILL.
+    Kill,
+    /// Still there after SIGKILL and [`AFTER_KILL`].
+    Left,
+}
+
+impl Ended {
+    /// The end of the group's log line.
+    fn says(self) -> &'static str {
+        match self {
+            Ended::Term => "ended on SIGTERM",
+            Ended::Kill => "killed (SIGKILL) after kill_grace",
+            Ended::Left => "still there after SIGKILL",
+        }
+    }
+}
+
+/// What is looked for in `/proc`.
+struct Look<'a> {
+    /// The runs' ids.
+    wanted: HashSet<&'a str>,
+    /// The uids of the processes.
+    uids: &'a BTreeSet<u32>,
+}
+
+impl Look<'_> {
+    /// The groups found now, each with its run's id.
+    #[cfg(target_os = "linux")]
+    fn groups(&self) -> BTreeMap<u32, String> {
+        crate::sys::procs::groups_with(RUN_ID_ENV, &self.wanted, self.uids)
+    }
+}
+
+/// [`stop`], once the ids and uids are known.
 #[cfg(target_os = "linux")]
-mod imp {
-    use super::{BTreeMap, BTreeSet, Duration, HashSet, AFTER_KILL, POLL, RUN_ID_ENV};
+fn stop_found(look: &Look<'_>, grace: Duration) {
     use crate::sys;
-    use std::fs;
-    use std::os::unix::fs::MetadataExt;
-    use std::time::Instant;
-
-    /// How a group left.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    enum Ended {
-        /// Gone after SIGTERM.
-        Term,
-        /// Gone after SIGKILL.
-        Kill,
-        /// Still there after SIGKILL and [`AFTER_KILL`].
-        Left,
+    let found = look.groups();
+    if found.is_empty() {
+        return;
     }
-
-    impl Ended {
-        fn says(self) -> &'static str {
-            match self {
-                Ended::Term => "ended on SIGTERM",
-                Ended::Kill => "killed (SIGKILL) after kill_grace",
-                Ended::Left => "still there after SIGKILL",
-            }
-        }
+    for pgid in found.keys() {
+        sys::kill_group(*pgid, libc::SIGTERM);
     }
-
-    pub(super) fn stop(wanted: &HashSet<&str>, uids: &BTreeSet<u32>, grace: Duration) {
-        let found = groups(wanted, uids);
-        if found.is_empty() {
-            return;
-        }
-        for pgid in found.keys() {
-            sys::kill_group(*pgid, libc::SIGTERM);
-        }
-        let mut ended: BTreeMap<u32, Ended> = BTreeMap::new();
-        let left = wait_gone(&found, wanted, uids, grace, Ended::Term, &mut ended);
-        for pgid in &left {
-            sys::kill_group(*pgid, libc::SIGKILL);
-        }
-        let left = wait_gone(&found, wanted, uids, AFTER_KILL, Ended::Kill, &mut ended);
-        for pgid in left {
-            ended.insert(pgid, Ended::Left);
-        }
-        for (pgid, run) in &found {
-            let how = ended.get(pgid).copied().unwrap_or(Ended::Left);
-            let line = format!(
-                "run {run}: stopped process group {pgid} that the previous trigd left running: {}",
-                how.says()
-            );
-            if how == Ended::Left {
-                log::error!("{line}");
-            } else {
-                log::warn!("{line}");
-            }
-        }
+    let mut ended: BTreeMap<u32, Ended> = BTreeMap::new();
+    let left = wait_gone(look, &found, grace, Ended::Term, &mut ended);
+    for pgid in &left {
+        sys::kill_group(*pgid, libc::SIGKILL);
     }
-
-    /// Look at the groups of `found` until none is left or `bound` passed;
-    /// each one gone is noted `how` in `ended`. The groups still there.
-    fn wait_gone(
-        found: &BTreeMap<u32, String>,
-        wanted: &HashSet<&str>,
-        uids: &BTreeSet<u32>,
-        bound: Duration,
-        how: Ended,
-        ended: &mut BTreeMap<u32, Ended>,
-    ) -> Vec<u32> {
-        let until = Instant::now() + bound;
-        loop {
-            let now = groups(wanted, uids);
-            let left: Vec<u32> = found
-                .keys()
-                .filter(|g| !ended.contains_key(g))
-                .copied()
-                .collect();
-            let (still, gone): (Vec<u32>, Vec<u32>) =
-                left.into_iter().partition(|g| now.contains_key(g));
-            for g in gone {
-                ended.insert(g, how);
-            }
-            if still.is_empty() || Instant::now() >= until {
-                return still;
-            }
-            std::thread::sleep(POLL);
+    let left = wait_gone(look, &found, AFTER_KILL, Ended::Kill, &mut ended);
+    for pgid in left {
+        ended.insert(pgid, Ended::Left);
+    }
+    for (pgid, run) in &found {
+        let how = ended.get(pgid).copied().unwrap_or(Ended::Left);
+        let line = format!(
+            "run {run}: stopped process group {pgid} that the previous trigd left running: {}",
+            how.says()
+        );
+        if how == Ended::Left {
+            log::error!("{line}");
+        } else {
+            log::warn!("{line}");
         }
-    }
-
-    /// The process groups with a live process of one of `uids` whose
-    /// environment names one of the `wanted` runs, and that run's id.
-    fn groups(wanted: &HashSet<&str>, uids: &BTreeSet<u32>) -> BTreeMap<u32, String> {
-        let mut out = BTreeMap::new();
-        let Ok(dir) = fs::read_dir("/proc") else {
-            return out;
-        };
-        let me = std::process::id();
-        let pids = dir
-            .flatten()
-            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok());
-        for pid in pids.filter(|p| *p != me) {
-            if let Some((pgid, run)) = process(pid, wanted, uids) {
-                out.entry(pgid).or_insert(run);
-            }
-        }
-        out
-    }
-
-    /// Process `pid`'s group and run, when it is one to stop; `None` for
-    /// anything else, a process gone or unreadable included.
-    fn process(pid: u32, wanted: &HashSet<&str>, uids: &BTreeSet<u32>) -> Option<(u32, String)> {
-        let dir = format!("/proc/{pid}");
-        // The owner of /proc/PID is the process's effective uid.
-        if !uids.contains(&fs::metadata(&dir).ok()?.uid()) {
-            return None;
-        }
-        let environ = fs::read(format!("{dir}/environ")).ok()?;
-        let run = run_of(&environ).filter(|r| wanted.contains(r))?.to_string();
-        let stat = fs::read_to_string(format!("{dir}/stat")).ok()?;
-        let (state, pgid) = state_and_group(&stat)?;
-        // A zombie is gone already: only its parent's wait is left.
-        (state != 'Z' && pgid > 1).then_some((pgid, run))
-    }
-
-    /// The value of `TRIGD_RUN_ID` in a NUL-separated environment block.
-    pub(super) fn run_of(environ: &[u8]) -> Option<&str> {
-        let key = RUN_ID_ENV.as_bytes();
-        environ.split(|b| *b == 0).find_map(|var| {
-            let value = var.strip_prefix(key)?.strip_prefix(b"=")?;
-            std::str::from_utf8(value).ok()
-        })
-    }
-
-    /// The state letter and the process group of a `/proc/PID/stat` line
-    /// (`pid (comm) state ppid pgrp …`; comm may hold spaces and `)`, so
-    /// the fields are read after its last `)`).
-    pub(super) fn state_and_group(stat: &str) -> Option<(char, u32)> {
-        let rest = &stat[stat.rfind(')')? + 1..];
-        let mut fields = rest.split_ascii_whitespace();
-        let state = fields.next()?.chars().next()?;
-        let pgid = fields.nth(1)?.parse().ok()?;
-        Some((state, pgid))
     }
 }
 
-#[cfg(not(target_os = "linux"))]
-mod imp {
-    use super::{BTreeSet, Duration, HashSet};
-
-    /// Without `/proc`, nothing is found: the previous life's processes go
-    /// on (the operator's service manager may stop them).
-    pub(super) fn stop(_: &HashSet<&str>, _: &BTreeSet<u32>, _: Duration) {}
-}
-
-#[cfg(all(test, target_os = "linux"))]
-mod tests {
-    use super::imp::{run_of, state_and_group};
-
-    #[test]
-    fn the_run_id_is_read_from_an_environment_block() {
-        let env = b"PATH=/bin\0TRIGD_RUN_IDX=no\0TRIGD_RUN_ID=vm-1\0A=b\0";
-        assert_eq!(run_of(env), Some("vm-1"));
-        assert_eq!(run_of(b"PATH=/bin\0"), None);
-        assert_eq!(run_of(b""), None);
-    }
-
-    #[test]
-    fn the_group_is_read_after_the_last_parenthesis() {
-        let stat = "42 (a) b (c)) S 1 4242 4242 0 -1 4194560 0";
-        assert_eq!(state_and_group(stat), Some(('S', 4242)));
-        assert_eq!(state_and_group("7 (z) Z 1 7 7"), Some(('Z', 7)));
-        assert_eq!(state_and_group("garbage"), None);
+/// Look at the groups of `found` until none is left or `bound` passed;
+/// each one gone is noted `how` in `ended`. The groups still there.
+#[cfg(target_os = "linux")]
+fn wait_gone(
+    look: &Look<'_>,
+    found: &BTreeMap<u32, String>,
+    bound: Duration,
+    how: Ended,
+    ended: &mut BTreeMap<u32, Ended>,
+) -> Vec<u32> {
+    let until = std::time::Instant::now() + bound;
+    loop {
+        let now = look.groups();
+        let left = found.keys().filter(|g| !ended.contains_key(g)).copied();
+        let (still, gone): (Vec<u32>, Vec<u32>) = left.partition(|g| now.contains_key(g));
+        for g in gone {
+            ended.insert(g, how);
+        }
+        if still.is_empty() || std::time::Instant::now() >= until {
+            return still;
+        }
+        std::thread::sleep(POLL);
     }
 }
