@@ -424,6 +424,8 @@ fn a_restart_stops_the_process_group_a_killed_trigd_left_running() {
         t.stderr_tail().contains(&line),
         format!("log line {line:?}"),
     );
+    let metric = "trigd_orphan_groups_stopped_total{how=\"term\"} 1";
+    t.check(t.get("/metrics").text().contains(metric), metric);
 }
 
 #[test]

@@ -300,7 +300,9 @@ impl Runner {
                 .map(|r| r.run.clone())
                 .collect();
             let uids = super::orphans::step_uids(cfg);
-            super::orphans::stop(&running, &uids, cfg.server.kill_grace);
+            for how in super::orphans::stop(&running, &uids, cfg.server.kill_grace) {
+                self.metrics.orphan_group_stopped(how.label());
+            }
         }
         for rec in adopted.runs {
             self.end_adopted(shared, rec, dead, cfg);

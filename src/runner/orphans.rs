@@ -45,21 +45,24 @@ pub fn step_uids(cfg: &Config) -> BTreeSet<u32> {
 /// previous life of trigd left `running`) and belong to one of `uids`:
 /// SIGTERM to each group, SIGKILL after `grace` to the groups still there,
 /// each bounded; one log line per group. Returns once every group found is
-/// gone, or past those bounds (logged).
-pub fn stop(runs: &[String], uids: &BTreeSet<u32>, grace: Duration) {
+/// gone, or past those bounds (logged): how each group found ended.
+pub fn stop(runs: &[String], uids: &BTreeSet<u32>, grace: Duration) -> Vec<Ended> {
     if runs.is_empty() {
-        return;
+        return Vec::new();
     }
     let wanted: HashSet<&str> = runs.iter().map(String::as_str).collect();
     #[cfg(target_os = "linux")]
-    stop_found(&Look { wanted, uids }, grace);
+    return stop_found(&Look { wanted, uids }, grace);
     #[cfg(not(target_os = "linux"))]
-    let _ = (wanted, uids, grace);
+    {
+        let _ = (wanted, uids, grace);
+        Vec::new()
+    }
 }
 
-/// How a group left.
+/// How a group found by [`stop`] ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Ended {
+pub enum Ended {
     /// Gone after SIGTERM.
     Term,
     /// Gone after SIGKILL.
@@ -69,6 +72,15 @@ enum Ended {
 }
 
 impl Ended {
+    /// Its label in the metric `trigd_orphan_groups_stopped_total`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Ended::Term => "term",
+            Ended::Kill => "kill",
+            Ended::Left => "left",
+        }
+    }
+
     /// The end of the group's log line.
     fn says(self) -> &'static str {
         match self {
@@ -97,11 +109,11 @@ impl Look<'_> {
 
 /// [`stop`], once the ids and uids are known.
 #[cfg(target_os = "linux")]
-fn stop_found(look: &Look<'_>, grace: Duration) {
+fn stop_found(look: &Look<'_>, grace: Duration) -> Vec<Ended> {
     use crate::sys;
     let found = look.groups();
     if found.is_empty() {
-        return;
+        return Vec::new();
     }
     for pgid in found.keys() {
         sys::kill_group(*pgid, libc::SIGTERM);
@@ -115,8 +127,10 @@ fn stop_found(look: &Look<'_>, grace: Duration) {
     for pgid in left {
         ended.insert(pgid, Ended::Left);
     }
+    let mut out = Vec::with_capacity(found.len());
     for (pgid, run) in &found {
         let how = ended.get(pgid).copied().unwrap_or(Ended::Left);
+        out.push(how);
         let line = format!(
             "run {run}: stopped process group {pgid} that the previous trigd left running: {}",
             how.says()
@@ -127,6 +141,7 @@ fn stop_found(look: &Look<'_>, grace: Duration) {
             log::warn!("{line}");
         }
     }
+    out
 }
 
 /// Look at the groups of `found` until none is left or `bound` passed;
