@@ -419,6 +419,8 @@ fn a_restarted_instance_stops_what_its_previous_life_left_running() {
         a.stderr_tail().contains(&line),
         format!("log line {line:?}"),
     );
+    let metric = "trigd_orphan_groups_stopped_total{how=\"term\"} 1";
+    a.check(a.get("/metrics").text().contains(metric), metric);
 }
 
 /// A TCP proxy in front of the harness's PostgreSQL that cuts the first
