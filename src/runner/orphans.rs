@@ -8,9 +8,15 @@
 //!
 //! Only processes of a uid trigd starts steps as ([`step_uids`]) count, and
 //! only with the id of a run the state found `running`; `/proc` is read by
-//! `sys::procs` (Linux only; elsewhere nothing is found). A group is taken
-//! for gone once no process in it carries such an id any more: the next
-//! look finds a pid reused meanwhile by another program no more.
+//! `sys::procs` (Linux only; elsewhere nothing is found). A group counts
+//! as still there while a live process in it carries such an id, and only
+//! such groups get the next signal: a group whose processes all ended is
+//! never signalled again, so an unrelated program given a reused pid is not
+//! hit (the kernel gives no new process an id still in use as a group's;
+//! only between a look and the signal right after it could the group end
+//! and its id be reused). A process that cleared its environment
+//! (`env -i`) or switched to another user is not found; a zombie (nothing
+//! reaps it, as under a container's PID 1 that does not) counts as gone.
 // Without /proc (not Linux) nothing is looked for: the policy is unused.
 #![cfg_attr(not(target_os = "linux"), allow(dead_code, unused_imports))]
 
