@@ -48,7 +48,8 @@
 //!   overlap, the timer thread                         for all; compiled in config/schedules.rs)
 //! run slots, the wait queue, child processes        runner/ (mod.rs, queue.rs with concurrency groups,
 //!   the cluster queue and leases (database)           step.rs, handle.rs; cluster.rs: the lease thread;
-//!   runs accepted ahead (schedules)                   ahead.rs;
+//!   runs accepted ahead (schedules)                   ahead.rs; orphans.rs: found by TRIGD_RUN_ID,
+//!   what a killed trigd left running                  stopped at the next start;
 //!                                                     config/group.rs reads [functions.concurrency_group])
 //! what is kept in the state directory: one table,   state/ (mod.rs: State, Kept; store.rs the run log, index.rs
 //!                                                     its index in memory, filter.rs the list's filter, record.rs
@@ -67,6 +68,7 @@
 //!   behind one function with its figure              spawner in vfork.rs; tune_malloc, trim_heap, release_code_pages;
 //!                                                     systemd.rs: the socket systemd passes; users.rs:
 //!                                                     user and group names from /etc/passwd, /etc/group;
+//!                                                     procs.rs: process groups by an environment variable;
 //!                                                     the run log's group commit: state/commit.rs)
 //! a unit test's directory in the temp dir, removed  test_dir.rs (the integration tests': tests/util/dir.rs)
 //!   when it passes

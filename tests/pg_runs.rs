@@ -22,7 +22,9 @@ use crate::util::*;
 /// or cancelled in the tests), `again` is a
 /// `retry_on_restart` run that takes a few seconds, `quick` answers at
 /// once, `gated` is a `retry_on_restart` run that ends once its instance's
-/// `work/go` exists (at most 60 s), `own` answers after 4 s, `talk` prints a line, prints the next
+/// `work/go` exists (at most 60 s), `own` answers after 4 s, `left` writes
+/// its pid (its process group) to `work/left` and runs until its instance's
+/// directory is removed (at most 60 s), `talk` prints a line, prints the next
 /// once the test creates `work/go` (at most 60 s later), then sleeps.
 const WORK: &str = r#"
 id = 1
@@ -64,6 +66,11 @@ steps = [{ shell = "printf 'brief out'; printf 'brief err' >&2" }]
 [[functions]]
 name = "large"
 steps = [{ shell = "head -c 6000 /dev/zero | tr '\\0' z" }]
+[functions.webhook]
+
+[[functions]]
+name = "left"
+steps = [{ shell = "echo $$ > ../work/left; i=0; while [ -e ../work ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done" }]
 [functions.webhook]
 
 [[functions]]
@@ -436,6 +443,34 @@ fn a_run_made_before_the_first_lease_renewal_is_not_taken_for_a_previous_lifes()
     r.check_eq(&v["Result"], &json!(["own"]), "the sync run's Result");
     let state = db.psql("SELECT string_agg(state, ',') FROM trigd_runs WHERE function = 'own'");
     a.check_eq(state, "finished".to_string(), "its state in the database");
+}
+
+/// An instance restarted after kill -9 under the same name stops the
+/// process group its previous life left running before it ends the run.
+#[test]
+fn a_restarted_instance_stops_what_its_previous_life_left_running() {
+    let db = pg_database("pgrun_left");
+    let (dir, mut a) = instance(&db, "pgrun_left", "a", 2);
+    let id = accept(&a, "left");
+    wait_state(&a, &id, "running", PG_WAIT);
+    a.wait_for(WAIT, "the run's pid", || {
+        dir.exists("work/left") && !dir.read("work/left").is_empty()
+    });
+    let pgid: u32 = dir.read("work/left").trim().parse().unwrap();
+    a.kill9();
+    assert!(pid_alive(pgid), "the run outlives trigd");
+    a.restart();
+    a.wait_for(PG_WAIT, "the old process group to be gone", || {
+        !pid_alive(pgid)
+    });
+    wait_state(&a, &id, "interrupted", PG_WAIT);
+    let line = format!("run {id}: stopped process group {pgid} that the previous trigd left");
+    a.check(
+        a.stderr_tail().contains(&line),
+        format!("log line {line:?}"),
+    );
+    let metric = "trigd_orphan_groups_stopped_total{how=\"term\"} 1";
+    a.check(a.get("/metrics").text().contains(metric), metric);
 }
 
 /// A TCP proxy in front of the harness's PostgreSQL that cuts the first

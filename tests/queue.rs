@@ -376,6 +376,99 @@ steps = [{ shell = 'echo "$$" >> started; while [ ! -e release ] && [ -e "$PWD" 
     assert_eq!(dir.read("work/started").lines().count(), 2, "started twice");
 }
 
+/// A program whose `hold` function records its run id (`work/id`), its
+/// process group (`work/pgid`: the step leads its group) and a child in
+/// that group (`work/child`), then runs until `work` is removed (at most
+/// 300 s): what a killed trigd leaves running.
+const LEFT_RUNNING: &str = r#"
+id = 1
+name = "hold"
+[[functions]]
+name = "hold"
+workdir = "../work"
+timeout = "300s"
+steps = [{ shell = 'echo "$TRIGD_RUN_ID" > id; (i=0; while [ $i -lt 3000 ] && [ -e "$PWD" ]; do sleep 0.1; i=$((i+1)); done) & echo $! > child; echo $$ > pgid; wait' }]
+[functions.webhook]
+"#;
+
+/// The pid in `work/<name>`.
+fn pid_in(dir: &TestDir, name: &str) -> u32 {
+    dir.read(&format!("work/{name}")).trim().parse().unwrap()
+}
+
+#[test]
+fn a_restart_stops_the_process_group_a_killed_trigd_left_running() {
+    let (dir, mut t) = serve("queue_orphans", "", &[("hold.toml", LEFT_RUNNING)]);
+    let r = t.post(&api("&run_async=true"));
+    let id = r.run_id(&r.ok());
+    t.wait_for(WAIT, "the run to start", || dir.exists("work/pgid"));
+    assert_eq!(
+        dir.read("work/id").trim(),
+        id,
+        "TRIGD_RUN_ID is the run's id"
+    );
+    let (pgid, child) = (pid_in(&dir, "pgid"), pid_in(&dir, "child"));
+    t.kill9();
+    assert!(
+        pid_alive(pgid) && pid_alive(child),
+        "the run outlives trigd"
+    );
+    t.restart();
+    t.wait_for(WAIT, "the old process group to be gone", || {
+        !pid_alive(pgid) && !pid_alive(child)
+    });
+    let v = wait_run_state(&t, &id, "interrupted");
+    assert_eq!(v["State"], json!("interrupted"), "{v}");
+    let line = format!("run {id}: stopped process group {pgid} that the previous trigd left");
+    t.check(
+        t.stderr_tail().contains(&line),
+        format!("log line {line:?}"),
+    );
+    let metric = "trigd_orphan_groups_stopped_total{how=\"term\"} 1";
+    t.check(t.get("/metrics").text().contains(metric), metric);
+}
+
+#[test]
+fn a_run_retried_on_restart_never_overlaps_its_old_process() {
+    // The first attempt leaves `again` and runs until stopped, logging its
+    // end on SIGTERM; the second one finishes at once. (The first one's
+    // stdout and stderr, pipes nobody reads once trigd is killed, are
+    // /dev/null: sh reports a `sleep` ended by SIGTERM on stderr and would
+    // die of SIGPIPE before its trap.)
+    let prog = r#"
+id = 1
+name = "retry"
+[[functions]]
+name = "twice"
+workdir = "../work"
+timeout = "300s"
+retry_on_restart = true
+steps = [{ shell = 'echo "start $$" >> log; if [ -e again ]; then printf done; exit 0; fi; exec >/dev/null 2>&1; trap "echo end $$ >> log; exit 0" TERM; : > again; i=0; while [ $i -lt 3000 ] && [ -e "$PWD" ]; do sleep 0.1; i=$((i+1)); done' }]
+[functions.webhook]
+"#;
+    let (dir, mut t) = serve("queue_retry_orphan", "", &[("retry.toml", prog)]);
+    let r = t.post(&api("&run_async=true"));
+    let id = r.run_id(&r.ok());
+    t.wait_for(WAIT, "the first attempt to start", || {
+        dir.exists("work/again")
+    });
+    let first = dir.lines("work/log");
+    t.kill9();
+    t.restart();
+    let v = wait_run_state(&t, &id, "finished");
+    assert_eq!(v["Result"], json!(["done"]), "{v}");
+    let log = dir.lines("work/log");
+    let old = first[0].strip_prefix("start ").unwrap();
+    assert_eq!(log.len(), 3, "{log:?}");
+    assert_eq!(
+        log[..2],
+        [format!("start {old}"), format!("end {old}")],
+        "{log:?}"
+    );
+    assert!(log[2].starts_with("start ") && log[2] != log[0], "{log:?}");
+    assert!(!pid_alive(old.parse().unwrap()), "the old process is gone");
+}
+
 /// Mount a 4 MiB tmpfs on `path`; `false` (with a message) when this
 /// machine does not allow it, unless TRIGD_REQUIRE_TMPFS=1.
 fn mount_tmpfs(path: &std::path::Path) -> bool {

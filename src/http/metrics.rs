@@ -42,6 +42,9 @@ pub struct Metrics {
     switch_flips: [AtomicU64; 2],
     /// Schedule occurrences by outcome (`started`, or a skip reason).
     firings: Mutex<BTreeMap<&'static str, u64>>,
+    /// Process groups a killed trigd left running, stopped at start, by
+    /// how they ended (`runner::orphans::Ended::label`).
+    orphans: Mutex<BTreeMap<&'static str, u64>>,
     /// Lateness of started firings: buckets of [`LATENESS`], count, sum.
     lateness: [AtomicU64; LATENESS.len()],
     lateness_count: AtomicU64,
@@ -85,6 +88,7 @@ impl Default for Metrics {
             duration_sum_us: AtomicU64::new(0),
             switch_flips: Default::default(),
             firings: Mutex::new(BTreeMap::new()),
+            orphans: Mutex::new(BTreeMap::new()),
             lateness: Default::default(),
             lateness_count: AtomicU64::new(0),
             lateness_sum_us: AtomicU64::new(0),
@@ -144,6 +148,17 @@ impl Metrics {
         last.get(&(id, function.to_string())).copied()
     }
 
+    /// Count one process group a killed trigd left running, stopped at
+    /// start, ended `how` (`term`, `kill` or `left`).
+    pub fn orphan_group_stopped(&self, how: &'static str) {
+        *self
+            .orphans
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(how)
+            .or_default() += 1;
+    }
+
     /// Count one schedule occurrence with `outcome` (`started` or a skip
     /// reason); a started one `late` after its firing time.
     pub fn schedule_fired(&self, outcome: &'static str, late: Duration) {
@@ -189,7 +204,20 @@ impl Metrics {
         g.render(&mut s);
         self.render_switch_flips(&mut s);
         self.render_firings(&mut s);
+        self.render_orphans(&mut s);
         s
+    }
+
+    fn render_orphans(&self, s: &mut String) {
+        let _ = writeln!(
+            s,
+            "# HELP trigd_orphan_groups_stopped_total Process groups a killed trigd left running, stopped at start, by how they ended.\n\
+             # TYPE trigd_orphan_groups_stopped_total counter"
+        );
+        let orphans = self.orphans.lock().unwrap_or_else(|e| e.into_inner());
+        for (how, n) in orphans.iter() {
+            let _ = writeln!(s, "trigd_orphan_groups_stopped_total{{how=\"{how}\"}} {n}");
+        }
     }
 
     fn render_firings(&self, s: &mut String) {
@@ -455,5 +483,12 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("trigd_public_switch_flips_total{to=\"off\"} 0"));
+        m.orphan_group_stopped("term");
+        m.orphan_group_stopped("term");
+        let t = m.render(&g);
+        assert!(
+            t.contains("trigd_orphan_groups_stopped_total{how=\"term\"} 2"),
+            "{t}"
+        );
     }
 }

@@ -194,9 +194,15 @@ fn open_app(cfg: config::Config) -> Result<Arc<App>, Error> {
     let (store, resumed) = state
         .open_runs(cfg.server.run_retention, &cfg.server.instance, retry)
         .map_err(io_error(Kept::Runs))?;
+    let metrics = Arc::new(Metrics::default());
+    // Before any of them is started again or called back about.
+    let uids = crate::runner::orphans::step_uids(&cfg);
+    let grace = cfg.server.kill_grace;
+    for how in crate::runner::orphans::stop(store.running_at_open(), &uids, grace) {
+        metrics.orphan_group_stopped(how.label());
+    }
     let store = Arc::new(store);
     store.start_flusher();
-    let metrics = Arc::new(Metrics::default());
     seed_successes(&store, &metrics, cfg.server.run_retention);
     let runner = Runner::new(Some(Arc::clone(&store)), metrics);
     let interrupted = store.interrupted_at_open().to_vec();

@@ -289,6 +289,23 @@ impl Runner {
                 adopted.runs.len()
             );
         }
+        if dead == shared.me {
+            // This instance's runs of before its start: what its previous
+            // life left running on this host is stopped before any of
+            // them is queued again. On this thread, which renews the
+            // lease: the grace is cut to a renewal's interval.
+            let grace = cfg.server.kill_grace.min(shared.lease / 3);
+            let running: Vec<String> = adopted
+                .runs
+                .iter()
+                .filter(|r| r.state == RunState::Running)
+                .map(|r| r.run.clone())
+                .collect();
+            let uids = super::orphans::step_uids(cfg);
+            for how in super::orphans::stop(&running, &uids, grace) {
+                self.metrics.orphan_group_stopped(how.label());
+            }
+        }
         for rec in adopted.runs {
             self.end_adopted(shared, rec, dead, cfg);
         }

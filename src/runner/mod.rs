@@ -32,6 +32,7 @@
 pub mod ahead;
 pub mod cluster;
 pub mod handle;
+pub mod orphans;
 mod queue;
 pub mod step;
 
@@ -1587,7 +1588,7 @@ impl Runner {
                 rec.started_at = Some(Time::now());
                 self.record(rec);
             }
-            let outcome = self.execute_with(job, handle, output);
+            let outcome = self.execute_with(job, handle, output, Some(&rec.run));
             let Some(r) = &retry else { return outcome };
             let n = attempt_number(rec);
             let retried = match state_of(&outcome) {
@@ -1662,7 +1663,7 @@ impl Runner {
     /// uses this directly).
     pub fn execute_only(&self, job: &Job) -> Outcome {
         match RunHandle::new() {
-            Ok(handle) => self.execute_with(job, &handle, None),
+            Ok(handle) => self.execute_with(job, &handle, None, None),
             Err(e) => no_handle(&e),
         }
     }
@@ -1676,8 +1677,15 @@ impl Runner {
     }
 
     /// Execute the job's function under `handle` (its stop signal and its
-    /// live output), keeping the output in `output`.
-    fn execute_with(&self, job: &Job, handle: &RunHandle, output: Option<&OutputFile>) -> Outcome {
+    /// live output), keeping the output in `output`; `run` names the run
+    /// to its steps (`TRIGD_RUN_ID`).
+    fn execute_with(
+        &self,
+        job: &Job,
+        handle: &RunHandle,
+        output: Option<&OutputFile>,
+        run: Option<&str>,
+    ) -> Outcome {
         #[cfg(test)]
         tests::maybe_panic(job);
         let Some(function) = job.program.function(&job.function) else {
@@ -1727,6 +1735,7 @@ impl Runner {
                 .map(|f| f.path()),
             on_output: &on_output,
             release_output: &release_output,
+            run_id: run,
         };
         step::run_function(&ctx, function, &job.values)
     }

@@ -54,6 +54,10 @@ pub struct Ctx<'a> {
     /// (`state::output::HOLD`); when to call it again at the latest
     /// (`None`: only at the next wake).
     pub release_output: &'a (dyn Fn(Instant) -> Option<Instant> + Sync),
+    /// The id of the run, given to every step as `TRIGD_RUN_ID`
+    /// ([`super::orphans::RUN_ID_ENV`]); `None` (`trigd run`): no such
+    /// variable.
+    pub run_id: Option<&'a str>,
 }
 
 /// Why a function run did not finish.
@@ -558,8 +562,9 @@ fn dev_null() -> io::Result<BorrowedFd<'static>> {
 
 /// The command of one step: a clean environment (PATH, the function's
 /// `env`, the tool `vars`, the inputs by name; a later one of the same
-/// name wins), the workdir, and the configured user and group; and its
-/// stdin.
+/// name wins; then `TRIGD_RUN_ID`, which nothing overrides: a start-up
+/// finds the processes a killed trigd left by it), the workdir, and the
+/// configured user and group; and its stdin.
 fn command(
     ctx: &Ctx<'_>,
     function: &Function,
@@ -575,6 +580,9 @@ fn command(
     if function.env_inputs {
         let inputs = function.inputs().iter().zip(values);
         env.extend(inputs.map(|(k, v)| (k.as_str(), v.as_str())));
+    }
+    if let Some(run) = ctx.run_id {
+        env.insert(super::orphans::RUN_ID_ENV, run);
     }
     let argv = std::iter::once(argv0).chain(args.iter().map(String::as_str));
     let mut exec = sys::Exec::new(program, argv, env, &function.workdir)

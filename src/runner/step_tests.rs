@@ -90,6 +90,7 @@ struct Opts {
     grace: Duration,
     max_output: usize,
     vars: BTreeMap<String, String>,
+    run_id: Option<&'static str>,
 }
 
 impl Default for Opts {
@@ -99,6 +100,7 @@ impl Default for Opts {
             grace: Duration::from_millis(200),
             max_output: 1 << 20,
             vars: BTreeMap::new(),
+            run_id: None,
         }
     }
 }
@@ -123,6 +125,7 @@ fn run_with(
         stdin: None,
         on_output: &|_, _| {},
         release_output: &|_| None,
+        run_id: opts.run_id,
     };
     let values: Vec<String> = values.iter().map(|s| s.to_string()).collect();
     run_function(&ctx, prog.function(name).unwrap(), &values)
@@ -378,6 +381,28 @@ fn clean_environment_with_precedence() {
             "VAR=v",
         ]
     );
+}
+
+#[test]
+fn the_run_id_is_in_the_environment_and_wins() {
+    let _g = shared();
+    let inputs = ["TRIGD_RUN_ID"];
+    let mut f = func("f", &inputs, vec![cmd(&["env"], &inputs)]);
+    f.env.insert("TRIGD_RUN_ID".into(), "from-env".into());
+    let mut opts = Opts {
+        run_id: Some("vm-0123"),
+        ..Opts::default()
+    };
+    opts.vars.insert("TRIGD_RUN_ID".into(), "from-vars".into());
+    let prog = program(vec![f]);
+    let out = run(&prog, "f", &["from-input"], &opts);
+    assert_eq!(out.error, None);
+    let text = out.result[0].as_str().unwrap().to_string();
+    let ids: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("TRIGD_RUN_ID="))
+        .collect();
+    assert_eq!(ids, ["TRIGD_RUN_ID=vm-0123"]);
 }
 
 #[test]

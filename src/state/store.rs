@@ -374,6 +374,16 @@ impl RunStore {
         }
     }
 
+    /// Runs found `running` at open, whose processes the previous trigd
+    /// may have left ([`crate::runner::orphans`]); none with the database,
+    /// whose lease thread adopts this instance's runs instead.
+    pub fn running_at_open(&self) -> &[String] {
+        match &self.backend {
+            Backend::Files(f) => f.running_at_open(),
+            Backend::Database { .. } => &[],
+        }
+    }
+
     /// The record of run `id`; `None` also when the database failed
     /// (logged): see [`RunStore::fetch`].
     pub fn get(&self, id: &str) -> Option<RunRecord> {
@@ -662,6 +672,9 @@ pub struct FileRuns {
     unwritten: Mutex<Vec<(RunId, RunRecord)>>,
     /// Runs found cut off at open and recorded `interrupted`.
     interrupted: Vec<String>,
+    /// Runs found `running` at open (recorded `interrupted` or queued
+    /// again): their processes may have outlived the previous trigd.
+    running: Vec<String>,
     /// Held by the one compaction running.
     compacting: Mutex<()>,
     /// A compaction is due whatever the log's length: start-up found
@@ -719,6 +732,7 @@ impl FileRuns {
             commit,
             unwritten: Mutex::new(Vec::new()),
             interrupted: Vec::new(),
+            running: Vec::new(),
             compacting: Mutex::new(()),
             compact_due: AtomicBool::new(past_retention || skipped > 0),
             updating: Mutex::new(()),
@@ -734,7 +748,8 @@ impl FileRuns {
     /// Start-up's repair of the runs a stop cut off (`live`, in the order
     /// they were accepted): each is queued again (the ones `retry` or its
     /// state say) or recorded `interrupted`, by a line appended for each
-    /// run that changes, all synced once. The queued runs' ids, in order.
+    /// run that changes, all synced once. The queued runs' ids, in order;
+    /// the ones found `running` are kept for [`FileRuns::running_at_open`].
     fn recover(
         &mut self,
         live: Vec<RunId>,
@@ -746,6 +761,9 @@ impl FileRuns {
             let Some(mut r) = self.read::<RunRecord>(key, LINE_IN_MEMORY, WINDOW) else {
                 continue;
             };
+            if r.state == RunState::Running {
+                self.running.push(r.run.clone());
+            }
             let again = r.input.is_some() && (r.state == RunState::Queued || retry(&r));
             let changed = if again {
                 resumed.push(r.run.clone());
@@ -1078,6 +1096,12 @@ impl FileRuns {
     /// when the log was opened.
     pub fn interrupted_at_open(&self) -> &[String] {
         &self.interrupted
+    }
+
+    /// The runs found `running` when the log was opened (whatever they
+    /// were recorded as then).
+    pub fn running_at_open(&self) -> &[String] {
+        &self.running
     }
 
     /// The record of run `id`, if it is known (the whole id must match,

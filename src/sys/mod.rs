@@ -1,7 +1,8 @@
 //! The only module with `unsafe`: starting a child process (`spawn`,
 //! `vfork`), process groups,
 //! signals, poll, rlimits, and opening or `stat`ing a directory's entry by
-//! its descriptor, and the socket systemd passes (`systemd`).
+//! its descriptor, and the socket systemd passes (`systemd`); the
+//! machine's processes as `/proc` shows them (`procs`).
 //! Each unsafe block carries a `// SAFETY:` comment.
 #![allow(unsafe_code)]
 
@@ -10,6 +11,8 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+#[cfg(target_os = "linux")]
+pub mod procs;
 mod spawn;
 pub mod systemd;
 mod users;
