@@ -70,7 +70,7 @@
 //!                                                     user and group names from /etc/passwd, /etc/group;
 //!                                                     procs.rs: process groups by an environment variable;
 //!                                                     the run log's group commit: state/commit.rs)
-//! a unit test's directory in the temp dir, removed  test_dir.rs (the integration tests': tests/util/dir.rs)
+//! a unit test's directory in the temp dir, removed  state/test_dir.rs (the integration tests': tests/util/dir.rs)
 //!   when it passes
 //! ```
 #![deny(unsafe_code)]
@@ -87,8 +87,6 @@ mod runs;
 mod schedule;
 mod state;
 mod sys;
-#[cfg(test)]
-mod test_dir;
 mod ui;
 
 /// What `fuzz/` and the integration tests call directly, and nothing else:

@@ -973,3 +973,27 @@ fn every_answered_async_accept_survives_kill9_during_a_burst() {
     let v = run_record(&t, &gate);
     assert_eq!(v["State"], json!("interrupted"), "{v}");
 }
+
+/// One state dir, one server: a second `trigd serve` on the state dir of a
+/// running one exits 1 naming the holder's pid, and the first serves on;
+/// a start right after a `kill -9` is not refused (the lock goes with the
+/// process).
+#[test]
+fn a_second_server_on_one_state_dir_is_refused_and_a_restart_after_kill9_is_not() {
+    let (dir, mut t) = serve("queue_state_lock", "", &[("append.toml", APPEND)]);
+    let config = dir.path_str("config.toml");
+    let second = crate::util::cli::trigd(
+        &["serve", "--config", &config, "--listen", "127.0.0.1:0"],
+        None,
+    );
+    second.code_is(1);
+    let want = format!("is in use by another trigd (pid {})", t.pid());
+    second.check(
+        second.stderr.contains("state_dir") && second.stderr.contains(&want),
+        format!("the refusal names the state dir and {want}"),
+    );
+    t.post(&api("&variables=a")).ok();
+    t.restart();
+    t.post(&api("&variables=b")).ok();
+    assert_eq!(ran(&dir), ["a", "b"]);
+}

@@ -216,7 +216,7 @@ impl Files {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_dir::TestDir;
+    use crate::state::test_dir::TestDir;
     use std::fs;
     use std::os::unix::fs::MetadataExt;
 

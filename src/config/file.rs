@@ -131,7 +131,7 @@ pub fn too_big_msg() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_dir::TestDir;
+    use crate::state::test_dir::TestDir;
 
     #[test]
     fn a_file_over_the_bound_is_refused_and_one_at_it_is_read() {

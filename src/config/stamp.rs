@@ -147,7 +147,7 @@ pub struct Checked {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_dir::TestDir;
+    use crate::state::test_dir::TestDir;
 
     #[test]
     fn a_file_changed_just_before_reading_has_no_stamp() {

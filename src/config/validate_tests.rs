@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::config::{Credentials, Piece, Step};
-use crate::test_dir::TestDir;
+use crate::state::test_dir::TestDir;
 
 const CONFIG: &str = r#"
 [server]

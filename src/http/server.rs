@@ -35,7 +35,7 @@ use crate::runs::callback;
 use crate::runs::idempotency::Keys;
 use crate::state::pg::{Db, DbError};
 use crate::state::record::RunRecord;
-use crate::state::{Kept, State};
+use crate::state::{HoldError, Kept, State};
 use crate::sys::{self, Signal};
 
 /// `trigd serve`: load, bind (or take the socket systemd passed), print
@@ -175,8 +175,18 @@ fn listener(
 
 /// Open the state under `cfg` (run store, callbacks, idempotency keys)
 /// and start the accepted runs that had not started before the last stop.
+/// How long a server waits for the state dir's lock before it refuses to
+/// start: a server killed a moment ago (`kill -9`, then a start) still
+/// holds it until its process has ended.
+const STATE_LOCK_WAIT: Duration = Duration::from_secs(5);
+
 fn open_app(cfg: config::Config) -> Result<Arc<App>, Error> {
-    let mut state = State::new(&cfg.server.state_dir, &cfg.server.shared_state_dir);
+    let mut state = State::new(&cfg.server.state_dir, &cfg.server.shared_state_dir)
+        .hold(STATE_LOCK_WAIT)
+        .map_err(|e| match e {
+            HoldError::Io(path, source) => Error::Io { path, source },
+            in_use => Error::Other(in_use.to_string()),
+        })?;
     if let Some(settings) = &cfg.server.state_db {
         state = state.with_db(open_db(settings)?);
     }

@@ -24,7 +24,7 @@ use crate::http::routes;
 use crate::http::Request;
 use crate::runner::Runner;
 use crate::state::store::RunStore;
-use crate::test_dir::TestDir;
+use crate::state::test_dir::TestDir;
 
 const KEY: &str = "stack-test-key-0123456789";
 

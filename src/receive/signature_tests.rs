@@ -1,7 +1,7 @@
 //! Known vectors: GitHub's documented example, Slack's documented example,
 //! and values computed with `openssl dgst -hmac` (independent of this code).
 use super::*;
-use crate::test_dir::TestDir;
+use crate::state::test_dir::TestDir;
 use std::cell::Cell;
 
 thread_local! {

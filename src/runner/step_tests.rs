@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::config::{Piece, Template, WebhookTrigger};
-use crate::test_dir::TestDir;
+use crate::state::test_dir::TestDir;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::RwLockReadGuard;
 

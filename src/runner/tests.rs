@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::config::group::Policy;
-use crate::test_dir::TestDir;
+use crate::state::test_dir::TestDir;
 use std::sync::OnceLock;
 
 fn ticket(program: u64, function: &str, concurrency: usize) -> Arc<Ticket> {

@@ -290,7 +290,7 @@ fn event(out: &mut Vec<u8>, name: &str, data: &Piece) {
 mod tests {
     use super::*;
     use crate::state::output::OutputFile;
-    use crate::test_dir::TestDir;
+    use crate::state::test_dir::TestDir;
     use serde_json::json;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;

@@ -386,7 +386,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_dir::TestDir;
+    use crate::state::test_dir::TestDir;
 
     const LIMITS: Policy<'static> = Policy {
         window: Duration::from_secs(3600),

@@ -84,7 +84,7 @@ pub fn clean(dir: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_dir::TestDir;
+    use crate::state::test_dir::TestDir;
 
     #[test]
     fn written_private_and_removed_on_drop() {

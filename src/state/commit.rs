@@ -132,7 +132,7 @@ impl GroupCommit {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_dir::TestDir;
+    use crate::state::test_dir::TestDir;
     use std::sync::Barrier;
     use std::thread;
 

@@ -19,6 +19,7 @@
 //! | generated passwords | `passwords.json` | pretty JSON object: user → argon2 hash | temp file `.passwords.json.tmp`, fsync, rename (mode 0600), at the first start that needs one | the old or the new file |
 //! | schedule marks | `schedules.json` | JSON object: schedule id → the last occurrence handled | atomic rename, after the `runs.log` lines (synced) of the occurrences it covers | the old or the new file; occurrences recorded but not yet marked are found in the newest run records at start, so none fires twice |
 //! | ACME account and certificate | `acme/` (mode 0700): `account.json`, `certificate.pem`, `certificate.json` | JSON (account URL and private key, its directory); PEM (the certificate's private key and full chain, one file); JSON (domains, directory, times) | atomic rename (mode 0600) when the account is made and when a certificate is issued (the PEM before its JSON) | the old or the new file; a PEM whose JSON does not match is ordered again |
+//! | server lock | `trigd.lock` | the server's pid, as text | created once (mode 0600); `flock` held by `trigd serve` from start to exit, the pid written when it is taken | nothing to keep: the kernel releases the lock with the process |
 //!
 //! Temporary files (`<file>.tmp`) are the half-written side of an atomic
 //! rename: a crash leaves at most one per file, replaced by the next write.
@@ -100,8 +101,11 @@ pub mod schedules;
 pub mod sessions;
 pub mod spool;
 pub mod store;
+#[cfg(test)]
+pub(crate) mod test_dir;
 pub mod time;
 
+use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -118,6 +122,9 @@ pub struct State {
     dir: PathBuf,
     shared: PathBuf,
     backend: Backend,
+    /// `trigd.lock`, open and locked while the server holds the state dir
+    /// ([`State::hold`]); dropped with the last clone.
+    _held: Option<Arc<fs::File>>,
 }
 
 /// Where the shared things are kept.
@@ -151,7 +158,53 @@ impl State {
             dir: state_dir.to_path_buf(),
             shared: shared_state_dir.to_path_buf(),
             backend: Backend::Files,
+            _held: None,
         }
+    }
+
+    /// Hold the state dir for this server: `trigd.lock` locked (`flock`)
+    /// for as long as the returned state (or a clone) lives, with this
+    /// process's pid in it. Two servers on one state dir would take each
+    /// other's runs for their own (one `runs.log` appended by both, the
+    /// other's running runs recorded `interrupted` at start and their
+    /// processes stopped), so a second one waits up to `wait` for the lock
+    /// (a server just killed releases it as its process ends), then
+    /// refuses, naming the holder.
+    ///
+    /// # Errors
+    /// The lock file cannot be made or locked, or another server holds it.
+    pub fn hold(self, wait: std::time::Duration) -> Result<State, HoldError> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = Kept::ServerLock.path_in(&self.dir);
+        let file = fs::create_dir_all(&self.dir)
+            .and_then(|()| {
+                fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .mode(0o600)
+                    .open(&path)
+            })
+            .map_err(|e| HoldError::Io(path.clone(), e))?;
+        let until = std::time::Instant::now() + wait;
+        while !crate::sys::try_lock(&file).map_err(|e| HoldError::Io(path.clone(), e))? {
+            if std::time::Instant::now() >= until {
+                let pid = fs::read_to_string(&path).ok();
+                let pid = pid.and_then(|t| t.trim().parse().ok());
+                return Err(HoldError::InUse { dir: self.dir, pid });
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let mut f = &file;
+        file.set_len(0)
+            .and_then(|()| writeln!(f, "{}", std::process::id()))
+            .map_err(|e| HoldError::Io(path, e))?;
+        Ok(State {
+            _held: Some(Arc::new(file)),
+            ..self
+        })
     }
 
     /// The same directories, the shared things in `db`.
@@ -247,6 +300,40 @@ impl State {
     }
 }
 
+/// Why [`State::hold`] did not hold the state dir.
+#[derive(Debug)]
+pub enum HoldError {
+    /// `trigd.lock` could not be made or locked.
+    Io(PathBuf, io::Error),
+    /// Another server holds it (its pid, when the file says it).
+    InUse {
+        /// The state dir.
+        dir: PathBuf,
+        /// The holder's pid, from `trigd.lock`.
+        pid: Option<u32>,
+    },
+}
+
+impl std::fmt::Display for HoldError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HoldError::Io(path, e) => write!(f, "{}: {e}", path.display()),
+            HoldError::InUse { dir, pid } => {
+                let who = pid.map_or("another trigd".to_string(), |p| {
+                    format!("another trigd (pid {p})")
+                });
+                write!(
+                    f,
+                    "state_dir {} is in use by {who}: two servers on one state directory \
+                     would take each other's runs for their own; stop the other one, or give \
+                     this one a state_dir of its own",
+                    dir.display()
+                )
+            }
+        }
+    }
+}
+
 /// Every kind of file in the state dir, each with its path; the rows of the
 /// table above, in its order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -273,11 +360,13 @@ pub enum Kept {
     Schedules,
     /// `acme/`: the ACME account and certificate.
     Acme,
+    /// `trigd.lock`: held by the server for as long as it runs.
+    ServerLock,
 }
 
 impl Kept {
     /// Every kind, in the table's order.
-    pub const ALL: [Kept; 11] = [
+    pub const ALL: [Kept; 12] = [
         Kept::Runs,
         Kept::Output,
         Kept::Idempotency,
@@ -289,6 +378,7 @@ impl Kept {
         Kept::Passwords,
         Kept::Schedules,
         Kept::Acme,
+        Kept::ServerLock,
     ];
 
     /// Its file or directory name in the state dir.
@@ -305,6 +395,7 @@ impl Kept {
             Kept::Passwords => "passwords.json",
             Kept::Schedules => "schedules.json",
             Kept::Acme => "acme",
+            Kept::ServerLock => "trigd.lock",
         }
     }
 

@@ -750,7 +750,7 @@ pub fn sweep(state_dir: &Path, kept: impl Fn(&str) -> bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_dir::TestDir;
+    use crate::state::test_dir::TestDir;
 
     fn tmp(name: &str) -> TestDir {
         TestDir::new(&format!("output-{name}"))

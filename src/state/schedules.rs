@@ -102,7 +102,7 @@ mod tests {
     use std::os::unix::fs::MetadataExt;
 
     use super::*;
-    use crate::test_dir::TestDir;
+    use crate::state::test_dir::TestDir;
 
     #[test]
     fn marks_unchanged_are_not_written_again() {

@@ -214,7 +214,7 @@ pub fn parse_all(texts: &[String]) -> Vec<Pending> {
 mod tests {
     use super::*;
     use crate::state::delivery::{Source, Target};
-    use crate::test_dir::TestDir;
+    use crate::state::test_dir::TestDir;
 
     #[test]
     fn written_files_come_back_in_order_and_bad_ones_are_set_aside() {

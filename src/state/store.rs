@@ -1646,7 +1646,7 @@ pub fn new_run_id(instance: &str) -> String {
 mod tests {
     use super::*;
     use crate::state::record::{Origin, RunInput};
-    use crate::test_dir::TestDir;
+    use crate::state::test_dir::TestDir;
     use std::collections::BTreeMap;
     use std::time::Duration;
 

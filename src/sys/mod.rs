@@ -337,6 +337,29 @@ pub fn pipe_nonblocking_reader() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok((read, write))
 }
 
+/// Take the exclusive advisory lock (`flock`) on `file` if no one holds
+/// it: `Ok(false)` when another open file description holds it. Held until
+/// `file` (every descriptor of its description) is closed.
+///
+/// # Errors
+/// The OS refused the lock for another reason.
+pub fn try_lock(file: &std::fs::File) -> io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    loop {
+        // SAFETY: flock on a valid, open descriptor borrowed for the call.
+        let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if r == 0 {
+            return Ok(true);
+        }
+        let e = io::Error::last_os_error();
+        match e.kind() {
+            io::ErrorKind::WouldBlock => return Ok(false),
+            io::ErrorKind::Interrupted => continue,
+            _ => return Err(e),
+        }
+    }
+}
+
 /// An exclusive advisory lock (`flock`) on an open file, released on drop.
 /// Serialises writers of a state file across processes (server and CLI).
 pub struct FileLock<'a> {

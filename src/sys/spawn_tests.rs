@@ -6,8 +6,8 @@ use std::io::Read;
 use std::os::fd::AsFd;
 
 use super::*;
+use crate::state::test_dir::TestDir;
 use crate::sys::wait_child;
-use crate::test_dir::TestDir;
 
 /// A shell script printing what a child gets from the spawn: argv (with
 /// argv[0]), environment, working directory, ids and groups, signal mask
