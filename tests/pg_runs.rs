@@ -851,6 +851,7 @@ fn cluster_take_reads_the_run_by_its_key() {
         include_str!("../src/state/pg/shared.sql"),
         include_str!("../src/state/pg/groups.sql"),
         include_str!("../src/state/pg/indexes.sql"),
+        include_str!("../src/state/pg/entries.sql"),
     ));
     db.psql(
         "ALTER TABLE trigd_runs SET (autovacuum_enabled = false);

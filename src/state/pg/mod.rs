@@ -224,8 +224,16 @@ impl Db {
                  prepared,
              }| {
                 schema::migrate(c)?;
+                // The sequence's last value, not max(seq): no index on seq
+                // gives the latter (`entries.sql`), and a value the
+                // sequence gave that no committed run holds is past every
+                // run of this instance's previous life all the same.
                 let newest = c
-                    .query_one("SELECT coalesce(max(seq), 0) FROM trigd_runs", &[])
+                    .query_one(
+                        "SELECT CASE WHEN is_called THEN last_value ELSE 0 END \
+                         FROM trigd_runs_seq_seq",
+                        &[],
+                    )
                     .and_then(|row| row.try_get::<_, i64>(0))
                     .map_err(DbError::from_pg)?;
                 // The first to get here wins: a later read may count runs of
