@@ -960,8 +960,11 @@ fn the_cluster_take_and_the_cancel_poll_are_prepared() {
     let (plans, calls) = plans_and_calls(&db, "-- The cluster queue''s take%");
     eprintln!("the take: {plans} plans for {calls} calls");
     t.check(calls >= 60, format!("{calls} takes for 60 runs"));
+    // Once a connection the lease thread used (a few), not a custom plan
+    // at each take (prepared, but without `force_generic_plan`: 18 plans
+    // for 63 takes).
     t.check(
-        plans * 2 < calls,
+        plans * 4 < calls,
         format!("{plans} plans for {calls} takes: planned at each call"),
     );
     // The lease thread polls at least every 200 ms (`runner::cluster::POLL`).

@@ -281,7 +281,13 @@ struct Batch {
 /// running it (10 s of async accepts on 32 connections, 2026-11-28,
 /// `pg_stat_statements` with `track_planning`: 2,131 takes, 0.33 s of
 /// execution, 0.88 s of planning, a sixth of the server's CPU in that
-/// round; `pg_runs::the_cluster_take_is_prepared`).
+/// round; `pg_runs::the_cluster_take_and_the_cancel_poll_are_prepared`).
+/// Prepared is not enough: after five executions PostgreSQL keeps
+/// planning a statement for its parameters when the plan for any
+/// parameters is estimated dearer, as this one is (the bench's queue:
+/// 82 against 50, the same plan), and it still planned 1,296 of 3,622
+/// takes in such a round. The take's transaction asks for the plan for
+/// any parameters (`plan_cache_mode`, for that transaction only).
 const TAKE: &str = include_str!("take.sql");
 
 /// The types of [`TAKE`]'s parameters: this instance, its run id prefix.
@@ -306,6 +312,8 @@ fn take_batch(
     maybe_taken: &mut Vec<String>,
 ) -> Result<Batch, postgres::Error> {
     let mut tx = c.transaction()?;
+    // The plan prepared once, not one at each take: see [`TAKE`].
+    tx.batch_execute("SET LOCAL plan_cache_mode = force_generic_plan")?;
     let mut batch = Batch {
         runs: Vec::new(),
         more: false,
