@@ -538,6 +538,9 @@ fn proxy_one(mut client: TcpStream, server: TcpStream, armed: &AtomicBool, cuts:
     }
     let _ = server.write_all(&body);
     let mut took = false;
+    // The take is prepared once a connection (`Parse` names it, with its
+    // text), then bound by that name at each take (`Bind`).
+    let mut take_name: Option<Vec<u8>> = None;
     loop {
         let mut head = [0u8; 5];
         if client.read_exact(&mut head).is_err() {
@@ -558,6 +561,10 @@ fn proxy_one(mut client: TcpStream, server: TcpStream, armed: &AtomicBool, cuts:
             took = false;
         }
         if head[0] == b'P' && text.contains("UPDATE trigd_runs SET instance = $1 WHERE id = (") {
+            take_name = body.split(|b| *b == 0).next().map(<[u8]>::to_vec);
+        }
+        // `Bind`: the portal's name, then the statement's.
+        if head[0] == b'B' && body.split(|b| *b == 0).nth(1) == take_name.as_deref() {
             took = true;
         }
         if server.write_all(&head).is_err() || server.write_all(&body).is_err() {
@@ -929,6 +936,7 @@ fn cluster_take_reads_the_run_by_its_key() {
         include_str!("../src/state/pg/shared.sql"),
         include_str!("../src/state/pg/groups.sql"),
         include_str!("../src/state/pg/indexes.sql"),
+        include_str!("../src/state/pg/entries.sql"),
     ));
     db.psql(
         "ALTER TABLE trigd_runs SET (autovacuum_enabled = false);
@@ -995,6 +1003,69 @@ fn a_free_room_takes_its_runs_in_one_commit() {
     t.check(
         c1 - c0 <= 2,
         format!("{} COMMITs to take 6 runs: one a run", c1 - c0),
+    );
+}
+
+/// Plans and calls of the statements whose text is `like` (SQL `LIKE`),
+/// as `pg_stat_statements` counted them in `db`.
+fn plans_and_calls(db: &PgDb, like: &str) -> (i64, i64) {
+    let counts = db.psql(&format!(
+        "SELECT coalesce(sum(plans), 0) || ' ' || coalesce(sum(calls), 0) \
+         FROM pg_stat_statements WHERE query LIKE '{like}' \
+         AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    ));
+    counts
+        .split_once(' ')
+        .and_then(|(p, c)| Some((p.parse::<i64>().ok()?, c.parse::<i64>().ok()?)))
+        .expect("plans and calls")
+}
+
+/// The cluster queue's take and the cancel poll, which the lease thread
+/// runs for every run it takes and at every tick, are prepared on its
+/// connection: the server plans them a few times, not at each call (the
+/// take cost more to plan than to run: `state::pg::cluster::TAKE`).
+/// Sixty async runs through one slot are sixty takes at least.
+#[test]
+fn the_cluster_take_and_the_cancel_poll_are_prepared() {
+    let db = pg_database("pgrun_prepared_take");
+    if db
+        .try_psql(
+            "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET \
+             pg_stat_statements.track_planning = on', current_database()); END $$",
+        )
+        .is_err()
+    {
+        return eprintln!("pg_stat_statements not installed: plans not counted");
+    }
+    let (_dir, t) = instance(&db, "pgrun_prepared_take", "a", 1);
+    let ids: Vec<String> = (0..60).map(|_| accept(&t, "quick")).collect();
+    for id in &ids {
+        wait_state(&t, id, "finished", WAIT);
+    }
+    let (plans, calls) = plans_and_calls(&db, "-- The cluster queue''s take%");
+    eprintln!("the take: {plans} plans for {calls} calls");
+    t.check(calls >= 60, format!("{calls} takes for 60 runs"));
+    // Once a connection the lease thread used (a few), not a custom plan
+    // at each take (prepared, but without `force_generic_plan`: 18 plans
+    // for 63 takes).
+    t.check(
+        plans * 4 < calls,
+        format!("{plans} plans for {calls} takes: planned at each call"),
+    );
+    // The lease thread polls at least every 200 ms (`runner::cluster::POLL`).
+    // Each connection it used plans the poll up to six times (five for
+    // its parameters, then the generic plan): 48 for a pool of 8.
+    let cancels = "UPDATE trigd_runs SET cancel_requested = % RETURNING id%";
+    let (mut plans, mut calls) = (0, 0);
+    wait_until(PG_WAIT, || {
+        (plans, calls) = plans_and_calls(&db, cancels);
+        calls >= 120
+    });
+    eprintln!("the cancel poll: {plans} plans for {calls} calls");
+    t.check(calls >= 120, format!("{calls} cancel polls"));
+    t.check(
+        plans * 2 < calls,
+        format!("{plans} plans for {calls} cancel polls: planned at each call"),
     );
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::util::*;
 
@@ -434,7 +434,7 @@ fn instances_starting_at_once_migrate_once_and_a_newer_schema_is_refused() {
     }
     assert_eq!(
         db.psql("SELECT string_agg(version::text, ',' ORDER BY version) FROM trigd_schema"),
-        "1,2,3"
+        "1,2,3,4"
     );
     drop(started);
     db.psql("INSERT INTO trigd_schema (version, by_trigd) VALUES (99, 'future')");
@@ -453,7 +453,7 @@ fn instances_starting_at_once_migrate_once_and_a_newer_schema_is_refused() {
     assert!(!done.status.success(), "refuses to start");
     let out = String::from_utf8_lossy(&done.stderr);
     assert!(
-        out.contains("version 99") && out.contains("version 3"),
+        out.contains("version 99") && out.contains("version 4"),
         "names both versions: {out}"
     );
 }
@@ -497,7 +497,7 @@ fn a_version_2_database_is_migrated_to_fewer_run_indexes_and_keeps_its_runs() {
     let (_dir, t) = instance("pg_mig3", "alpha", &old);
     assert_eq!(
         old.psql("SELECT string_agg(version::text, ',' ORDER BY version) FROM trigd_schema"),
-        "1,2,3"
+        "1,2,3,4"
     );
     // Its run is still served, and new runs are recorded.
     let r = t.get(&format!("/api/runs/{id}?api_key={KEY}"));
@@ -536,9 +536,80 @@ fn a_version_2_database_is_migrated_to_fewer_run_indexes_and_keeps_its_runs() {
         after.contains("trigd_runs_by_state (state, created_at DESC"),
         "{after}"
     );
-    assert_eq!(after.lines().count(), 8, "{after}");
+    assert_eq!(after.lines().count(), 7, "{after}");
     let fresh = pg_database("pg_mig3_new");
     let (_dir2, _t2) = instance("pg_mig3", "beta", &fresh);
+    assert_eq!(
+        run_indexes(&fresh),
+        after,
+        "a new database and a migrated one"
+    );
+}
+
+/// Migration 4 (`entries.sql`): a database of migration 3 loses the
+/// unique index on `seq` and the index of the runs an instance holds, and
+/// gets the cancel poll's; the runs it held stay served, a queued run
+/// that a lapsed instance had taken runs (adopted through the other
+/// indexes), and new runs are recorded.
+#[test]
+fn a_version_3_database_is_migrated_to_fewer_index_entries_a_write() {
+    let old = pg_database("pg_mig4_old");
+    old.psql(concat!(
+        include_str!("../src/state/pg/runs.sql"),
+        include_str!("../src/state/pg/cluster.sql"),
+        include_str!("../src/state/pg/shared.sql"),
+        include_str!("../src/state/pg/groups.sql"),
+        include_str!("../src/state/pg/indexes.sql"),
+        "CREATE TABLE trigd_schema (version integer PRIMARY KEY, \
+         applied_at timestamptz NOT NULL DEFAULT now(), by_trigd text NOT NULL);
+         INSERT INTO trigd_schema (version, by_trigd) VALUES (1, '0.old'), (2, '0.old'), (3, '0.old');
+         INSERT INTO trigd_instances (name, expires_at) VALUES ('gone', now() - interval '1 hour');"
+    ));
+    // A run the lapsed instance `gone` took from the cluster queue.
+    let id = "gone-00112233445566778899aabbccddeeff";
+    let rec = json!({
+        "Run": id, "By": "api_key:all", "Async": true, "Owner": "program",
+        "State": "queued", "Program": 1, "Function": "quick",
+        "CreatedAt": "2026-01-02T03:04:05.006Z", "RerunInput": {"Values": []}
+    });
+    old.psql(&format!(
+        "INSERT INTO trigd_runs (id, state, program, function, owner, origin, instance, \
+         created_at, record) VALUES ('{id}', 'queued', '1', 'quick', '1', \
+         'api_key:all', 'gone', '2026-01-02T03:04:05.006Z', '{rec}')"
+    ));
+    let before = run_indexes(&old);
+    let (_dir, t) = instance("pg_mig4", "alpha", &old);
+    assert_eq!(
+        old.psql("SELECT string_agg(version::text, ',' ORDER BY version) FROM trigd_schema"),
+        "1,2,3,4"
+    );
+    let mut last = Value::Null;
+    let ran = wait_until(PG_WAIT, || {
+        last = t.get(&format!("/api/runs/{id}?api_key={KEY}")).ok();
+        last["State"] == json!("finished")
+    });
+    assert!(ran, "the adopted run ran: {last}");
+    let r = t.post(&quick());
+    let new = r.run_id(&r.ok());
+    let r = t.get(&format!("/api/runs/{new}?api_key={KEY}"));
+    r.check_eq(
+        &r.ok()["State"],
+        &json!("finished"),
+        "a run after the migration",
+    );
+    let after = run_indexes(&old);
+    for gone in ["trigd_runs_seq_key ", "trigd_runs_instance "] {
+        assert!(
+            before.contains(gone) && !after.contains(gone),
+            "{gone}: before\n{before}\nafter\n{after}"
+        );
+    }
+    assert!(
+        after.contains("trigd_runs_cancel (instance) WHERE cancel_requested"),
+        "{after}"
+    );
+    let fresh = pg_database("pg_mig4_new");
+    let (_dir2, _t2) = instance("pg_mig4", "beta", &fresh);
     assert_eq!(
         run_indexes(&fresh),
         after,

@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use postgres::types::Type;
-use postgres::Client;
+use postgres::{Client, Statement};
 
 use super::{Db, DbError};
 use crate::state::record::RunRecord;
@@ -188,13 +188,14 @@ fn adopt_callbacks(
 pub fn take(db: &Db, me: &str, n: usize) -> Result<Vec<RunRecord>, TakeFailed> {
     let prefix = format!("{me}-%");
     let mut maybe_taken = Vec::new();
-    db.with_background(|c| {
+    db.with_background_conn(|c| {
+        let stmt = c.prepared(TAKE, &TAKE_TYPES)?;
         // A batch that ended without a run (a lost race for a key's last
         // place, a waiting run a newer one of its key replaces) is
         // settled and the next looked at; a few rounds, then the next poll.
         for _ in 0..8 {
             maybe_taken.clear();
-            let batch = take_batch(c, me, &prefix, n, &mut maybe_taken)?;
+            let batch = take_batch(&mut c.client, &stmt, me, &prefix, n, &mut maybe_taken)?;
             if !batch.runs.is_empty() || !batch.more {
                 return Ok(batch.runs.iter().filter_map(|r| parse(r)).collect());
             }
@@ -274,9 +275,26 @@ struct Batch {
 /// during the bench's async rounds (pg_stat_statements: 5.9 s of execution
 /// in a 10 s round, 0.35 s after). `pg_runs::cluster_take_reads_the_run_by_its_key`
 /// checks the plan.
+///
+/// Prepared on the lease thread's connection ([`super::Conn::prepared`]),
+/// not planned at each take: planning it cost the server more than
+/// running it (10 s of async accepts on 32 connections, 2026-11-28,
+/// `pg_stat_statements` with `track_planning`: 2,131 takes, 0.33 s of
+/// execution, 0.88 s of planning, a sixth of the server's CPU in that
+/// round; `pg_runs::the_cluster_take_and_the_cancel_poll_are_prepared`).
+/// Prepared is not enough: after five executions PostgreSQL keeps
+/// planning a statement for its parameters when the plan for any
+/// parameters is estimated dearer, as this one is (the bench's queue:
+/// 82 against 50, the same plan), and it still planned 1,296 of 3,622
+/// takes in such a round. The take's transaction asks for the plan for
+/// any parameters (`plan_cache_mode`, for that transaction only).
 const TAKE: &str = include_str!("take.sql");
 
-/// One transaction of [`take`]: take up to `n` runs with [`TAKE`]. One of
+/// The types of [`TAKE`]'s parameters: this instance, its run id prefix.
+const TAKE_TYPES: [Type; 2] = [Type::TEXT, Type::TEXT];
+
+/// One transaction of [`take`]: take up to `n` runs with [`TAKE`] (`take`,
+/// prepared on `c`). One of
 /// a group is kept only if, under the key's lock, its key still has a
 /// free place (another instance may have taken one of the key meanwhile)
 /// and no newer run of the key replaces it (`replace_pending`,
@@ -287,12 +305,15 @@ const TAKE: &str = include_str!("take.sql");
 /// `maybe_taken`: the runs marked taken, set before the commit.
 fn take_batch(
     c: &mut Client,
+    take: &Statement,
     me: &str,
     prefix: &str,
     n: usize,
     maybe_taken: &mut Vec<String>,
 ) -> Result<Batch, postgres::Error> {
     let mut tx = c.transaction()?;
+    // The plan prepared once, not one at each take: see [`TAKE`].
+    tx.batch_execute("SET LOCAL plan_cache_mode = force_generic_plan")?;
     let mut batch = Batch {
         runs: Vec::new(),
         more: false,
@@ -301,8 +322,7 @@ fn take_batch(
     let mut wrote = false;
     let mut lost = 0;
     while batch.runs.len() < n {
-        let Some(row) = tx.query_typed_opt(TAKE, &[(&me, Type::TEXT), (&prefix, Type::TEXT)])?
-        else {
+        let Some(row) = tx.query_opt(take, &[&me, &prefix])? else {
             batch.more = false;
             break;
         };
@@ -442,6 +462,14 @@ pub fn cancel(db: &Db, me: &str, id: &str) -> Result<CancelAt, DbError> {
     })
 }
 
+/// The poll of [`cancels`], prepared on the lease thread's connection as
+/// [`TAKE`] is: it runs at every tick of the lease thread (913 times in
+/// the round [`TAKE`] cites, 0.12 s of planning against 0.05 s of
+/// execution).
+const CANCELS: &str = "UPDATE trigd_runs SET cancel_requested = false \
+    WHERE instance = $1 AND cancel_requested AND state IN ('queued', 'running') \
+    RETURNING id, record->>'SupersededBy'";
+
 /// The runs `me` holds that another instance asked to cancel, each with
 /// the run of its concurrency group it is cancelled for (`SupersededBy`,
 /// `cancel_running`), if any; the requests are cleared (each is handed
@@ -450,13 +478,9 @@ pub fn cancel(db: &Db, me: &str, id: &str) -> Result<CancelAt, DbError> {
 /// # Errors
 /// The database failed.
 pub fn cancels(db: &Db, me: &str) -> Result<Vec<(String, Option<String>)>, DbError> {
-    let rows = db.with_background(|c| {
-        c.query_typed(
-            "UPDATE trigd_runs SET cancel_requested = false \
-             WHERE instance = $1 AND cancel_requested AND state IN ('queued', 'running') \
-             RETURNING id, record->>'SupersededBy'",
-            &[(&me, Type::TEXT)],
-        )
+    let rows = db.with_background_conn(|c| {
+        let stmt = c.prepared(CANCELS, &[Type::TEXT])?;
+        c.client.query(&stmt, &[&me])
     })?;
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }

@@ -113,6 +113,24 @@ struct Conn {
     prepared: HashMap<&'static str, Statement>,
 }
 
+impl Conn {
+    /// Statement `sql` (its parameters of `types`) as this connection
+    /// prepared it, prepared now at its first use here (one round trip
+    /// more, once a connection).
+    fn prepared(
+        &mut self,
+        sql: &'static str,
+        types: &[Type],
+    ) -> Result<Statement, postgres::Error> {
+        if let Some(st) = self.prepared.get(sql) {
+            return Ok(st.clone());
+        }
+        let st = self.client.prepare_typed(sql, types)?;
+        self.prepared.insert(sql, st.clone());
+        Ok(st)
+    }
+}
+
 /// The statements every connection prepares as it opens: the writes of
 /// run records, batched and of one run, and the read of one run's record,
 /// on every run's path.
@@ -210,8 +228,16 @@ impl Db {
                  prepared,
              }| {
                 schema::migrate(c)?;
+                // The sequence's last value, not max(seq): no index on seq
+                // gives the latter (`entries.sql`), and a value the
+                // sequence gave that no committed run holds is past every
+                // run of this instance's previous life all the same.
                 let newest = c
-                    .query_one("SELECT coalesce(max(seq), 0) FROM trigd_runs", &[])
+                    .query_one(
+                        "SELECT CASE WHEN is_called THEN last_value ELSE 0 END \
+                         FROM trigd_runs_seq_seq",
+                        &[],
+                    )
                     .and_then(|row| row.try_get::<_, i64>(0))
                     .map_err(DbError::from_pg)?;
                 // The first to get here wins: a later read may count runs of
@@ -289,6 +315,21 @@ impl Db {
         self.counted(&self.background_trips, f)
     }
 
+    /// [`Db::with_background`] on the connection itself: `f` may use the
+    /// statements prepared on it ([`Conn::prepared`]), for a background
+    /// thread's statements that run often (the cluster queue's take, the
+    /// cancel poll), which the server then plans once a connection, not at
+    /// each use.
+    ///
+    /// # Errors
+    /// As [`Db::with`].
+    fn with_background_conn<T>(
+        &self,
+        f: impl FnOnce(&mut Conn) -> Result<T, postgres::Error>,
+    ) -> Result<T, DbError> {
+        self.counted_conn(&self.background_trips, f)
+    }
+
     /// Run `f` on a connection once the schema is known to be this
     /// trigd's, counting it in `trips` ([`Db::with`] and
     /// [`Db::with_background`] differ only in their counter).
@@ -296,6 +337,15 @@ impl Db {
         &self,
         trips: &AtomicU64,
         f: impl FnOnce(&mut Client) -> Result<T, postgres::Error>,
+    ) -> Result<T, DbError> {
+        self.counted_conn(trips, |c| f(&mut c.client))
+    }
+
+    /// [`Db::counted`] with the whole connection given to `f`.
+    fn counted_conn<T>(
+        &self,
+        trips: &AtomicU64,
+        f: impl FnOnce(&mut Conn) -> Result<T, postgres::Error>,
     ) -> Result<T, DbError> {
         let h = self.health();
         if let Some(why) = h.refused {
@@ -305,7 +355,7 @@ impl Db {
             self.migrate()?;
         }
         trips.fetch_add(1, Ordering::Relaxed);
-        self.use_conn(|c| f(&mut c.client).map_err(DbError::from_pg))
+        self.use_conn(|c| f(c).map_err(DbError::from_pg))
     }
 
     /// Run `sql` with `params` (of `types`) as a statement prepared once

@@ -11,7 +11,9 @@
 //! Migration 1 is every table of this round, one `.sql` file per concern
 //! (`runs.sql`, `cluster.sql`, `shared.sql`); migration 2 the columns of
 //! concurrency groups (`groups.sql`); migration 3 leaves `trigd_runs`
-//! fewer indexes, which every run write pays for (`indexes.sql`). A later change is a new entry of
+//! fewer indexes, which every run write pays for (`indexes.sql`);
+//! migration 4 two index entries fewer an async run write
+//! (`entries.sql`). A later change is a new entry of
 //! [`MIGRATIONS`], never an edit of an applied one.
 
 use postgres::{Client, Transaction};
@@ -30,6 +32,7 @@ pub const MIGRATIONS: &[(i32, &str)] = &[
     ),
     (2, include_str!("groups.sql")),
     (3, include_str!("indexes.sql")),
+    (4, include_str!("entries.sql")),
 ];
 
 /// The schema version this trigd writes and reads.
