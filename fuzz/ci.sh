@@ -30,9 +30,15 @@ else
   export RUSTC_BOOTSTRAP=1
 fi
 
+# FUZZ_OPT_LEVEL (3 by default, cargo-fuzz's): the optimisation of trigd
+# and the crates the harnesses run. CI's short smoke run gives 1: a cold
+# build spends a fifth less CPU and the runs execute about half the inputs
+# (fuzz/README.md, "Build time"); the longer runs by hand keep 3.
+export CARGO_PROFILE_RELEASE_OPT_LEVEL=${FUZZ_OPT_LEVEL:-3}
+
 start=$SECONDS
-cargo "${toolchain[@]}" fuzz build
-echo "fuzz: built every target in $((SECONDS - start)) s"
+TIMEFORMAT="fuzz: built every target (opt-level $CARGO_PROFILE_RELEASE_OPT_LEVEL) in %0R s, CPU %0U s user + %0S s sys"
+time cargo "${toolchain[@]}" fuzz build
 
 targets=$(cargo "${toolchain[@]}" fuzz list)
 if [ -n "${FUZZ_BUDGET:-}" ]; then
