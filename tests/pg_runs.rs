@@ -1020,6 +1020,24 @@ fn plans_and_calls(db: &PgDb, like: &str) -> (i64, i64) {
         .expect("plans and calls")
 }
 
+/// A database of its own with `pg_stat_statements.track_planning` on
+/// (set before trigd connects), and an instance with one slot that has run
+/// 60 async runs of `quick` to their end; `None` without the extension.
+fn sixty_runs_with_plans_counted(test: &str) -> Option<(PgDb, TestDir, Trigd)> {
+    let db = pg_database(test);
+    db.try_psql(
+        "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET \
+         pg_stat_statements.track_planning = on', current_database()); END $$",
+    )
+    .ok()?;
+    let (dir, t) = instance(&db, test, "a", 1);
+    let ids: Vec<String> = (0..60).map(|_| accept(&t, "quick")).collect();
+    for id in &ids {
+        wait_state(&t, id, "finished", WAIT);
+    }
+    Some((db, dir, t))
+}
+
 /// The cluster queue's take and the cancel poll, which the lease thread
 /// runs for every run it takes and at every tick, are prepared on its
 /// connection: the server plans them a few times, not at each call (the
@@ -1027,21 +1045,9 @@ fn plans_and_calls(db: &PgDb, like: &str) -> (i64, i64) {
 /// Sixty async runs through one slot are sixty takes at least.
 #[test]
 fn the_cluster_take_and_the_cancel_poll_are_prepared() {
-    let db = pg_database("pgrun_prepared_take");
-    if db
-        .try_psql(
-            "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET \
-             pg_stat_statements.track_planning = on', current_database()); END $$",
-        )
-        .is_err()
-    {
+    let Some((db, _dir, t)) = sixty_runs_with_plans_counted("pgrun_prepared_take") else {
         return eprintln!("pg_stat_statements not installed: plans not counted");
-    }
-    let (_dir, t) = instance(&db, "pgrun_prepared_take", "a", 1);
-    let ids: Vec<String> = (0..60).map(|_| accept(&t, "quick")).collect();
-    for id in &ids {
-        wait_state(&t, id, "finished", WAIT);
-    }
+    };
     let (plans, calls) = plans_and_calls(&db, "-- The cluster queue''s take%");
     eprintln!("the take: {plans} plans for {calls} calls");
     t.check(calls >= 60, format!("{calls} takes for 60 runs"));
@@ -1078,21 +1084,9 @@ fn the_cluster_take_and_the_cancel_poll_are_prepared() {
 /// the generic one).
 #[test]
 fn a_runs_record_is_read_by_a_prepared_statement() {
-    let db = pg_database("pgrun_prepared_get");
-    if db
-        .try_psql(
-            "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET \
-             pg_stat_statements.track_planning = on', current_database()); END $$",
-        )
-        .is_err()
-    {
+    let Some((db, _dir, t)) = sixty_runs_with_plans_counted("pgrun_prepared_get") else {
         return eprintln!("pg_stat_statements not installed: plans not counted");
-    }
-    let (_dir, t) = instance(&db, "pgrun_prepared_get", "a", 1);
-    let ids: Vec<String> = (0..60).map(|_| accept(&t, "quick")).collect();
-    for id in &ids {
-        wait_state(&t, id, "finished", WAIT);
-    }
+    };
     let counts = db.psql(
         "SELECT coalesce(sum(plans), 0) || ' ' || coalesce(sum(calls), 0) \
          FROM pg_stat_statements \

@@ -432,10 +432,7 @@ fn instances_starting_at_once_migrate_once_and_a_newer_schema_is_refused() {
     for t in &started {
         t.get("/healthz").ok();
     }
-    assert_eq!(
-        db.psql("SELECT string_agg(version::text, ',' ORDER BY version) FROM trigd_schema"),
-        "1,2,3,4"
-    );
+    at_the_latest_version(&db);
     drop(started);
     db.psql("INSERT INTO trigd_schema (version, by_trigd) VALUES (99, 'future')");
     let child = std::process::Command::new(BIN)
@@ -495,10 +492,7 @@ fn a_version_2_database_is_migrated_to_fewer_run_indexes_and_keeps_its_runs() {
     ));
     let before = run_indexes(&old);
     let (_dir, t) = instance("pg_mig3", "alpha", &old);
-    assert_eq!(
-        old.psql("SELECT string_agg(version::text, ',' ORDER BY version) FROM trigd_schema"),
-        "1,2,3,4"
-    );
+    at_the_latest_version(&old);
     // Its run is still served, and new runs are recorded.
     let r = t.get(&format!("/api/runs/{id}?api_key={KEY}"));
     r.check_eq(
@@ -506,28 +500,20 @@ fn a_version_2_database_is_migrated_to_fewer_run_indexes_and_keeps_its_runs() {
         &json!([{"ok": 1}]),
         "the run recorded before",
     );
-    let r = t.post(&quick());
-    let new = r.run_id(&r.ok());
-    let r = t.get(&format!("/api/runs/{new}?api_key={KEY}"));
-    r.check_eq(
-        &r.ok()["State"],
-        &json!("finished"),
-        "a run after the migration",
-    );
+    a_new_run_finishes(&t);
     // The indexes no query used are gone; the trim's index is on seq; a new
     // database gets the same set.
     let after = run_indexes(&old);
-    for gone in [
-        "trigd_runs_queue ",
-        "trigd_runs_created ",
-        "trigd_runs_state ",
-        "trigd_runs_owner ",
-    ] {
-        assert!(
-            before.contains(gone) && !after.contains(gone),
-            "{gone}: before\n{before}\nafter\n{after}"
-        );
-    }
+    assert_gone(
+        &before,
+        &after,
+        &[
+            "trigd_runs_queue ",
+            "trigd_runs_created ",
+            "trigd_runs_state ",
+            "trigd_runs_owner ",
+        ],
+    );
     assert!(
         after.contains("trigd_runs_ended (seq) WHERE (ended_at IS NOT NULL)"),
         "{after}"
@@ -579,31 +565,20 @@ fn a_version_3_database_is_migrated_to_fewer_index_entries_a_write() {
     ));
     let before = run_indexes(&old);
     let (_dir, t) = instance("pg_mig4", "alpha", &old);
-    assert_eq!(
-        old.psql("SELECT string_agg(version::text, ',' ORDER BY version) FROM trigd_schema"),
-        "1,2,3,4"
-    );
+    at_the_latest_version(&old);
     let mut last = Value::Null;
     let ran = wait_until(PG_WAIT, || {
         last = t.get(&format!("/api/runs/{id}?api_key={KEY}")).ok();
         last["State"] == json!("finished")
     });
     assert!(ran, "the adopted run ran: {last}");
-    let r = t.post(&quick());
-    let new = r.run_id(&r.ok());
-    let r = t.get(&format!("/api/runs/{new}?api_key={KEY}"));
-    r.check_eq(
-        &r.ok()["State"],
-        &json!("finished"),
-        "a run after the migration",
-    );
+    a_new_run_finishes(&t);
     let after = run_indexes(&old);
-    for gone in ["trigd_runs_seq_key ", "trigd_runs_instance "] {
-        assert!(
-            before.contains(gone) && !after.contains(gone),
-            "{gone}: before\n{before}\nafter\n{after}"
-        );
-    }
+    assert_gone(
+        &before,
+        &after,
+        &["trigd_runs_seq_key ", "trigd_runs_instance "],
+    );
     assert!(
         after.contains("trigd_runs_cancel (instance) WHERE cancel_requested"),
         "{after}"
@@ -615,6 +590,36 @@ fn a_version_3_database_is_migrated_to_fewer_index_entries_a_write() {
         after,
         "a new database and a migrated one"
     );
+}
+
+/// `db`'s schema has every migration this trigd knows.
+fn at_the_latest_version(db: &PgDb) {
+    assert_eq!(
+        db.psql("SELECT string_agg(version::text, ',' ORDER BY version) FROM trigd_schema"),
+        "1,2,3,4"
+    );
+}
+
+/// A sync run on `t` is recorded `finished`.
+fn a_new_run_finishes(t: &Trigd) {
+    let r = t.post(&quick());
+    let new = r.run_id(&r.ok());
+    let r = t.get(&format!("/api/runs/{new}?api_key={KEY}"));
+    r.check_eq(
+        &r.ok()["State"],
+        &json!("finished"),
+        "a run after the migration",
+    );
+}
+
+/// Each index of `names` is in `before` ([`run_indexes`]) and not `after`.
+fn assert_gone(before: &str, after: &str, names: &[&str]) {
+    for gone in names {
+        assert!(
+            before.contains(gone) && !after.contains(gone),
+            "{gone}: before\n{before}\nafter\n{after}"
+        );
+    }
 }
 
 #[test]
@@ -768,71 +773,8 @@ fn tls_to_the_database_verify_full_with_ca_file_and_require() {
     let pg = Pg::start("pg_tls");
     let db = pg.database("tls");
     let certs = setup("pg_tls_certs", "", &[]);
-    openssl(
-        &certs,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-            "-days",
-            "30",
-            "-subj",
-            "/CN=Test DB CA",
-            "-addext",
-            "basicConstraints=critical,CA:TRUE",
-            "-addext",
-            "keyUsage=critical,keyCertSign",
-        ],
-    );
-    openssl(
-        &certs,
-        &[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-keyout",
-            "db.key",
-            "-out",
-            "db.csr",
-            "-subj",
-            "/CN=localhost",
-        ],
-    );
-    certs.write(
-        "db.ext",
-        "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
-    );
-    openssl(
-        &certs,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "db.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "db.pem",
-            "-days",
-            "30",
-            "-extfile",
-            "db.ext",
-        ],
-    );
+    crate::tls::make_ca(&certs);
+    crate::tls::make_leaf(&certs, "db", 30);
     pg.enable_tls(&certs.path("db.pem"), &certs.path("db.key"));
     let url = |mode: &str| {
         db.url()

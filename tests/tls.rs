@@ -18,7 +18,7 @@ use crate::util::cli::trigd;
 use crate::util::*;
 
 /// A private CA in `dir`: `ca.pem`, `ca.key`.
-fn make_ca(dir: &TestDir) {
+pub(crate) fn make_ca(dir: &TestDir) {
     openssl(
         dir,
         &[
@@ -47,7 +47,7 @@ fn make_ca(dir: &TestDir) {
 
 /// A certificate for `localhost` signed by the CA, valid `days`:
 /// `<name>.pem` and `<name>.key`.
-fn make_leaf(dir: &TestDir, name: &str, days: u32) {
+pub(crate) fn make_leaf(dir: &TestDir, name: &str, days: u32) {
     let (key, csr, pem) = (
         format!("{name}.key"),
         format!("{name}.csr"),

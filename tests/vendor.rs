@@ -52,17 +52,21 @@ fn a_connection_thread_that_cannot_start_closes_its_connection_and_accepting_goe
     );
 }
 
-#[test]
-fn without_answers_of_its_own_a_refused_request_gets_an_empty_body() {
-    let limits = tiny_http::ServerLimits {
+/// Limits that refuse a request line past 64 bytes (414).
+fn short_request_lines() -> tiny_http::ServerLimits {
+    tiny_http::ServerLimits {
         head: tiny_http::HeadLimits {
             max_request_line: 64,
             ..Default::default()
         },
         socket_timeout: Duration::from_secs(10),
         ..Default::default()
-    };
-    let (_server, addr) = server(limits);
+    }
+}
+
+#[test]
+fn without_answers_of_its_own_a_refused_request_gets_an_empty_body() {
+    let (_server, addr) = server(short_request_lines());
     let long = format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(100));
     let r = send_raw(&addr, long.as_bytes());
     r.status_is(414);
@@ -74,15 +78,7 @@ fn without_answers_of_its_own_a_refused_request_gets_an_empty_body() {
 
 #[test]
 fn every_answer_names_trigd_as_its_server_and_nothing_more() {
-    let limits = tiny_http::ServerLimits {
-        head: tiny_http::HeadLimits {
-            max_request_line: 64,
-            ..Default::default()
-        },
-        socket_timeout: Duration::from_secs(10),
-        ..Default::default()
-    };
-    let (_server, addr) = server(limits);
+    let (_server, addr) = server(short_request_lines());
     // The handler's answer (written by `compose_in_memory`) and the
     // server's own refusal (`Response::raw_print`) alike.
     let ok = send_raw(&addr, b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n");
