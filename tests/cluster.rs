@@ -230,7 +230,7 @@ fn healthz_is_not_ready_while_the_run_log_cannot_be_written() {
 fn sigterm_drains_then_runs_the_queue_within_the_grace() {
     let (dir, mut t) = serve(
         "cluster_drain",
-        "max_concurrent_runs = 1\ndrain_delay = \"30s\"\nshutdown_grace = \"30s\"",
+        "max_concurrent_runs = 1\nmax_concurrent_async_runs = 1\ndrain_delay = \"30s\"\nshutdown_grace = \"30s\"",
         &[("w.toml", WORK)],
     );
     let ids = accept_slow(&t.client(), 3);
@@ -312,7 +312,7 @@ impl Node {
         let dir = root.path(name);
         fs::create_dir_all(dir.join("programs")).unwrap();
         let server = format!(
-            "instance = {name:?}\nmax_concurrent_runs = 2\ndrain_delay = \"30s\"\n\
+            "instance = {name:?}\nmax_concurrent_runs = 2\nmax_concurrent_async_runs = 2\ndrain_delay = \"30s\"\n\
              shutdown_grace = \"30s\"\ntrusted_proxies = [\"127.0.0.1\"]\n{server}"
         );
         let text = cluster_config(&server) + &tail(&dir);
@@ -963,7 +963,7 @@ fn sigterm_under_load(hx: &Haproxy, lb: &Client, nodes: &mut [Node]) {
 fn runs_still_queued_when_the_grace_ends_run_at_the_next_start() {
     let (dir, mut t) = serve(
         "cluster_grace_ends",
-        "max_concurrent_runs = 1\nshutdown_grace = \"1s\"\nkill_grace = \"1s\"",
+        "max_concurrent_runs = 1\nmax_concurrent_async_runs = 1\nshutdown_grace = \"1s\"\nkill_grace = \"1s\"",
         &[("w.toml", WORK)],
     );
     let ids = accept_slow(&t.client(), 3);

@@ -85,7 +85,7 @@ const LEASE: &str = r#"lease = "2s""#;
 
 /// An instance named `name` on `db`, with `slots` run slots.
 fn instance(db: &PgDb, test: &str, name: &str, slots: usize) -> (TestDir, Trigd) {
-    let server = format!("instance = {name:?}\nmax_concurrent_runs = {slots}\nkill_grace = \"1s\"");
+    let server = format!("instance = {name:?}\nmax_concurrent_runs = {slots}\nmax_concurrent_async_runs = {slots}\nkill_grace = \"1s\"");
     let dir = setup(&format!("{test}_{name}"), &server, &[("w.toml", WORK)]);
     db.configure(&dir, LEASE);
     let t = Trigd::start(&dir);
@@ -586,7 +586,7 @@ fn a_take_whose_commit_answer_was_lost_still_runs() {
     let proxy = CommitCut::start(db.port);
     let mut via = db.clone();
     via.port = proxy.port;
-    let server = "instance = \"a\"\nmax_concurrent_runs = 2\nkill_grace = \"1s\"";
+    let server = "instance = \"a\"\nmax_concurrent_runs = 2\nmax_concurrent_async_runs = 2\nkill_grace = \"1s\"";
     let dir = setup("pgrun_cut_a", server, &[("w.toml", WORK)]);
     via.configure(&dir, LEASE);
     let a = Trigd::start(&dir);
@@ -630,7 +630,7 @@ fn signal(t: &Trigd, sig: libc::c_int) {
 fn a_renewal_answered_late_does_not_take_a_live_instance_for_dead() {
     let db = pg_database("pgrun_late");
     let start = |name: &str| {
-        let server = format!("instance = {name:?}\nmax_concurrent_runs = 2\nkill_grace = \"1s\"");
+        let server = format!("instance = {name:?}\nmax_concurrent_runs = 2\nmax_concurrent_async_runs = 2\nkill_grace = \"1s\"");
         let dir = setup(&format!("pgrun_late_{name}"), &server, &[("w.toml", WORK)]);
         db.configure(&dir, r#"lease = "6s""#);
         let t = Trigd::start(&dir);
@@ -708,7 +708,7 @@ fn a_sync_run_does_not_wait_for_the_wal_flush_an_async_accept_does() {
     // and one due before the barrier holds the lease thread (seen under
     // load: the barrier never came). Renewed every 20 s, none falls in
     // the few seconds this test holds the flushes.
-    let server = "instance = \"a\"\nmax_concurrent_runs = 4\nkill_grace = \"1s\"";
+    let server = "instance = \"a\"\nmax_concurrent_runs = 4\nmax_concurrent_async_runs = 4\nkill_grace = \"1s\"";
     let _d = setup("pgrun_flush_a", server, &[("w.toml", WORK)]);
     db.configure(&_d, r#"lease = "60s""#);
     let t = Trigd::start(&_d);
@@ -991,7 +991,12 @@ fn a_free_room_takes_its_runs_in_one_commit() {
     let config = std::fs::read_to_string(dir.path("config.toml")).expect("config.toml");
     dir.write(
         "config.toml",
-        &config.replace("max_concurrent_runs = 1", "max_concurrent_runs = 7"),
+        &config
+            .replace("max_concurrent_runs = 1", "max_concurrent_runs = 7")
+            .replace(
+                "max_concurrent_async_runs = 1",
+                "max_concurrent_async_runs = 7",
+            ),
     );
     for id in &ids {
         wait_state(&t, id, "finished", WAIT);

@@ -204,6 +204,39 @@ fn queue_full_is_503_busy_with_retry_after_for_sync_and_async() {
 }
 
 #[test]
+fn async_runs_take_half_the_slots_and_a_sync_call_starts_beside_their_backlog() {
+    // 3 slots: 2 for async runs (the default, half rounded up). Without
+    // the limit the third gate would take the last slot and the sync call
+    // would wait until `queue_timeout` (503).
+    let (dir, t) = serve(
+        "async_half",
+        "max_concurrent_runs = 3\nqueue_timeout = \"3s\"",
+        &[("append.toml", &append_behind_gate())],
+    );
+    let gates: Vec<String> = (0..3)
+        .map(|_| {
+            let r = t.post(&api("&function=gate&run_async=true"));
+            r.run_id(&r.ok())
+        })
+        .collect();
+    t.wait_for(WAIT, "two gate runs to start", || {
+        dir.lines("work/started").len() == 2
+    });
+    let h = t.get("/healthz").ok();
+    assert_eq!(h["RunsQueued"], json!(1), "the third waits: {h}");
+    let r = t.post(&api("&function=append&variables=sync"));
+    let v = r.ok();
+    r.check_eq(&v["Result"], &json!(["sync"]), "the sync call ran");
+    assert_eq!(dir.lines("work/started").len(), 2, "still two gates");
+    assert_eq!(run_record(&t, &gates[2])["State"], json!("queued"));
+    dir.write("work/release", "");
+    for id in &gates {
+        wait_run_state(&t, id, "finished");
+    }
+    assert_eq!(dir.lines("work/started").len(), 3);
+}
+
+#[test]
 fn sync_run_waits_for_a_function_at_its_concurrency() {
     let prog = r#"
 id = 1

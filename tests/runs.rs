@@ -284,7 +284,7 @@ steps = [
 fn kill9_then_restart_interrupts_running_runs_and_runs_queued_ones() {
     let (dir, mut t) = serve(
         "runs_kill9",
-        "max_concurrent_runs = 2",
+        "max_concurrent_runs = 2\nmax_concurrent_async_runs = 2",
         &[("gate.toml", GATE)],
     );
     let ids: Vec<String> = (0..4)

@@ -117,6 +117,10 @@ pub struct Server {
     pub public_url: Option<String>,
     /// Runs executing at once, sync and async together (default 16).
     pub max_concurrent_runs: usize,
+    /// Async runs executing at once, at most (default: half of
+    /// `max_concurrent_runs`, rounded up); the other slots stay free for
+    /// sync calls while async runs wait.
+    pub max_concurrent_async_runs: usize,
     /// Runs waiting for a slot, sync and async together (default 100000).
     pub max_queued_runs: usize,
     /// How long a sync run waits in the queue for a slot before it is

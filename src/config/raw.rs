@@ -52,6 +52,16 @@ pub mod defaults {
         (crate::sys::cores() * RUNS_PER_CORE)
             .clamp(MIN_CONCURRENT_RUNS, MAX_DEFAULT_CONCURRENT_RUNS)
     }
+    /// `max_concurrent_async_runs` when it is not set: half the run slots,
+    /// rounded up. Measured on 2 cores (bench/README.md, "Async runs take
+    /// half the slots"): async `sh` runs drained as fast with 4 slots as
+    /// with 8 (the children keep both cores busy either way), while the
+    /// accepts of a 32-connection burst went up by 30–60 % and their p99
+    /// halved; sync calls keep all 8 slots, and always find room beside
+    /// an async backlog.
+    pub fn max_concurrent_async_runs(max_concurrent_runs: usize) -> usize {
+        max_concurrent_runs.div_ceil(2)
+    }
     /// `max_queued_runs`.
     pub const MAX_QUEUED_RUNS: usize = 100_000;
     /// `queue_timeout`, in seconds.
@@ -149,6 +159,8 @@ pub struct RawServer {
     pub public_url: Option<Spanned<String>>,
     /// `max_concurrent_runs`.
     pub max_concurrent_runs: Count,
+    /// `max_concurrent_async_runs`.
+    pub max_concurrent_async_runs: Count,
     /// `max_queued_runs`.
     pub max_queued_runs: Count,
     /// `run_timeout`.

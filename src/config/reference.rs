@@ -352,6 +352,7 @@ const SERVER: &[Key] = &[
     key("state_dir", "path", Str(server::STATE_DIR), "written by trigd only: run log, application keys, sessions"),
     key("public_url", "string", Is("`http://<Host header>`"), "base URL shown for generated endpoints and linked from `slack`, `discord`, `ntfy` callbacks (`https://...` also marks cookies `Secure`)"),
     key("max_concurrent_runs", "integer", Is("4 per CPU core trigd may use, from 4 to 64 (`8` on 2 cores)"), "runs executing at once, sync and async together"),
+    key("max_concurrent_async_runs", "integer", Is("half of `max_concurrent_runs`, rounded up (`4` on 2 cores)"), "async runs executing at once, at most (at most `max_concurrent_runs`): the other slots stay free for sync calls while async runs wait"),
     key("max_queued_runs", "integer", Count(server::MAX_QUEUED_RUNS), "runs waiting for a slot, sync and async together (0: no queue)"),
     key("queue_timeout", "duration", Secs(server::QUEUE_TIMEOUT_SECS), "how long a sync run waits in the queue for a slot before `503 busy`"),
     key("idempotency_window", "duration", Secs(server::IDEMPOTENCY_WINDOW_SECS), "how long an `Idempotency-Key` is remembered"),

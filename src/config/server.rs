@@ -63,6 +63,12 @@ pub fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) ->
     let hooks = crate::compat::webhook::settings::settings(src, raw, dir, errs);
     let tls = super::tls::tls(src, raw, dir, errs);
     let mut r = Reader { src, errs };
+    let max_concurrent_runs = r.count(
+        &raw.max_concurrent_runs,
+        "max_concurrent_runs",
+        defaults::max_concurrent_runs(),
+        1,
+    );
     // The key in errors is the field's name, so the two cannot drift apart.
     macro_rules! count {
         ($field:ident, $default:ident, $min:expr) => {
@@ -97,12 +103,8 @@ pub fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) ->
         fire_schedules,
         drain_delay,
         public_url: raw.public_url.as_ref().map(|u| u.get_ref().clone()),
-        max_concurrent_runs: r.count(
-            &raw.max_concurrent_runs,
-            "max_concurrent_runs",
-            defaults::max_concurrent_runs(),
-            1,
-        ),
+        max_concurrent_runs,
+        max_concurrent_async_runs: async_runs(src, raw, max_concurrent_runs, r.errs),
         max_queued_runs: count!(max_queued_runs, MAX_QUEUED_RUNS, 0),
         run_timeout: duration!(run_timeout, RUN_TIMEOUT_SECS),
         kill_grace: duration!(kill_grace, KILL_GRACE_SECS),
@@ -135,6 +137,22 @@ pub fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) ->
 }
 
 /// `drain_delay`: a duration, and unlike the others it may be 0 (no drain).
+/// `max_concurrent_async_runs`: at least 1, at most `max_concurrent_runs`
+/// (`max`); by default half of it.
+fn async_runs(src: &Src, raw: &raw::RawServer, max: usize, errs: &mut Errors) -> usize {
+    let key = "server.max_concurrent_async_runs";
+    let default = defaults::max_concurrent_async_runs(max);
+    let n = count(src, &raw.max_concurrent_async_runs, key, default, 1, errs);
+    if n > max {
+        if let Some(v) = &raw.max_concurrent_async_runs {
+            let msg = format!("must be at most max_concurrent_runs ({max}), got {n}");
+            errs.at(src, v.span(), key, msg);
+        }
+        return max;
+    }
+    n
+}
+
 fn drain_delay(src: &Src, raw: &raw::RawServer, errs: &mut Errors) -> Duration {
     match raw.drain_delay.as_ref().map(|v| v.get_ref()) {
         Some(RawDuration::Secs(0)) => Duration::ZERO,

@@ -671,3 +671,30 @@ fn a_reload_told_which_files_changed_looks_at_those_only() {
         .expect("programs dir moved");
     assert_eq!(fifth.programs.keys().copied().collect::<Vec<_>>(), [5]);
 }
+
+#[test]
+fn async_runs_take_half_the_slots_unless_set_and_never_more_than_all() {
+    let slots = |server: &str| {
+        let cfg = run(&format!("[server]\n{server}\n"), &[]).unwrap_or_else(|e| panic!("{e:?}"));
+        let s = &cfg.server;
+        (s.max_concurrent_runs, s.max_concurrent_async_runs)
+    };
+    assert_eq!(slots("max_concurrent_runs = 8"), (8, 4));
+    assert_eq!(slots("max_concurrent_runs = 3"), (3, 2));
+    assert_eq!(slots("max_concurrent_runs = 1"), (1, 1));
+    assert_eq!(
+        slots("max_concurrent_runs = 8\nmax_concurrent_async_runs = 8"),
+        (8, 8)
+    );
+    let e = errors(
+        "[server]\nmax_concurrent_runs = 2\nmax_concurrent_async_runs = 3\n",
+        &[],
+    );
+    expect(&e, &["config.toml:3:"]);
+    assert!(
+        e[0].contains("at most max_concurrent_runs (2), got 3"),
+        "{e:?}"
+    );
+    let e = errors("[server]\nmax_concurrent_async_runs = 0\n", &[]);
+    assert!(e[0].contains("must be at least 1"), "{e:?}");
+}

@@ -90,7 +90,7 @@ impl Runner {
                         s.reserved -= 1;
                         let run = st.rec.run.clone();
                         rooms.push((s.make_room(st.group.as_ref(), &run), run.clone()));
-                        s.queue.push_back(Waiter::Async(Queued {
+                        s.push_back(Waiter::Async(Queued {
                             run: run.clone(),
                             program: st.job.program,
                             cfg: st.job.cfg,

@@ -493,20 +493,23 @@ impl Runner {
         }
     }
 
-    /// Slots free for runs taken from the cluster queue: the free slots
-    /// less the async runs already waiting here for one.
+    /// Slots free for runs taken from the cluster queue: the free slots,
+    /// within `max_concurrent_async_runs`, less the async runs already
+    /// waiting here for one.
     fn room(&self, cfg: &Config) -> usize {
         let mut s = lock(&self.slots);
         if s.closing {
             return 0;
         }
-        s.max = cfg.server.max_concurrent_runs;
+        s.set_limits(&cfg.server);
         let waiting = s
             .queue
             .iter()
             .filter(|w| matches!(w, Waiter::Async(_)))
             .count();
-        s.max.saturating_sub(s.used + waiting)
+        let free = s.max.saturating_sub(s.used);
+        let async_free = s.async_max.0.saturating_sub(s.async_used);
+        free.min(async_free).saturating_sub(waiting)
     }
 
     /// Queue run `rec`, just taken by this instance, for a slot.
@@ -517,7 +520,7 @@ impl Runner {
             Some(p) if !body || kept => {
                 let group = super::resumed_group(p, &rec);
                 let mut s = lock(&self.slots);
-                s.queue.push_back(Waiter::Async(Queued {
+                s.push_back(Waiter::Async(Queued {
                     group,
                     concurrency: concurrency(p, &rec.function),
                     key: (rec.owner, rec.function),

@@ -58,7 +58,7 @@ use crate::state::record::{
 use crate::state::store::{new_run_id, RunStore};
 use crate::state::time::Time;
 use handle::{RunHandle, Stream};
-use queue::{Drain, Granted, GroupClaim, Queued, Room, SlotKey, Slots, Ticket, Waiter};
+use queue::{Drain, Granted, GroupClaim, Kind, Queued, Room, SlotKey, Slots, Ticket, Waiter};
 use step::{Outcome, StepError};
 
 /// Everything needed to execute one run, owned, so that a detached thread can
@@ -245,9 +245,9 @@ fn requeue(
         .partition::<Vec<_>, _>(|w| retrying.contains(w.run()));
     room.superseded = gone;
     for w in kept.into_iter().rev() {
-        s.queue.push_front(w);
+        s.push_front(w);
     }
-    s.queue.push_back(Waiter::Async(Queued {
+    s.push_back(Waiter::Async(Queued {
         concurrency: concurrency(program, &rec.function),
         key: (rec.owner, rec.function),
         run: rec.run.clone(),
@@ -389,20 +389,21 @@ struct SlotGuard {
     runner: Arc<Runner>,
     /// The function's key and the run's id.
     key: Option<(SlotKey, String)>,
+    kind: Kind,
 }
 
 impl SlotGuard {
     /// Give the slot up; an async run handed it comes back to be executed.
     fn finish(mut self) -> Option<Queued> {
         let (key, run) = self.key.take()?;
-        self.runner.release(&key, &run)
+        self.runner.release(&key, &run, self.kind)
     }
 }
 
 impl Drop for SlotGuard {
     fn drop(&mut self) {
         if let Some((key, run)) = self.key.take() {
-            if let Some(q) = self.runner.release(&key, &run) {
+            if let Some(q) = self.runner.release(&key, &run, self.kind) {
                 self.runner.spawn_worker(Work::Queued(q));
             }
         }
@@ -657,6 +658,7 @@ impl Runner {
         let slot = SlotGuard {
             runner: Arc::clone(self),
             key: Some((job.slot_key(), rec.run.clone())),
+            kind: Kind::Sync,
         };
         rec.state = RunState::Running;
         rec.started_at = Some(Time::now());
@@ -703,7 +705,7 @@ impl Runner {
         if s.closing {
             return Err(RunError::ShuttingDown);
         }
-        s.max = server.max_concurrent_runs;
+        s.set_limits(server);
         let start = s.fill();
         if !start.is_empty() {
             drop(s);
@@ -747,7 +749,7 @@ impl Runner {
             superseded_by: std::sync::OnceLock::new(),
             wake: Condvar::new(),
         });
-        s.queue.push_back(Waiter::Sync(Arc::clone(&t)));
+        s.push_back(Waiter::Sync(Arc::clone(&t)));
         let deadline = Instant::now() + server.queue_timeout;
         drop(s);
         // Recorded while it waits: listed, and found by a cancel. Only this
@@ -1021,13 +1023,13 @@ impl Runner {
         if s.closing {
             return Err(Refusal::ShuttingDown);
         }
-        s.max = job.cfg.server.max_concurrent_runs;
+        s.set_limits(&job.cfg.server);
         let max_queued = job.cfg.server.max_queued_runs;
         if s.skips(g) {
             return Ok(Place::Skip);
         }
-        if s.slot_free(key, n, g) {
-            s.take(key, run, g);
+        if s.async_free() && s.slot_free(key, n, g) {
+            s.take_async(key, run, g);
             return Ok(Place::Slot);
         }
         let waiting = s.queue.len();
@@ -1184,7 +1186,7 @@ impl Runner {
         }
         if place == Place::Slot {
             if let Err(e) = written {
-                if let Some(q) = self.release(&key, &id) {
+                if let Some(q) = self.release(&key, &id, Kind::Async) {
                     self.spawn_worker(Work::Queued(q));
                 }
                 return Err(RunError::Storage(e));
@@ -1199,7 +1201,7 @@ impl Runner {
             return Err(RunError::Storage(e));
         }
         let room = s.make_room(group.as_ref(), &id);
-        s.queue.push_back(Waiter::Async(Queued {
+        s.push_back(Waiter::Async(Queued {
             run: rec.run.clone(),
             program: Arc::clone(&job.program),
             cfg: Arc::clone(&job.cfg),
@@ -1227,7 +1229,7 @@ impl Runner {
     pub fn resume(self: &Arc<Self>, cfg: &Arc<Config>, ids: Vec<String>) {
         let Some(store) = &self.store else { return };
         let mut s = lock(&self.slots);
-        s.max = cfg.server.max_concurrent_runs;
+        s.set_limits(&cfg.server);
         let mut rooms = Vec::new();
         let mut retrying = std::collections::HashSet::new();
         for id in ids {
@@ -1268,10 +1270,10 @@ impl Runner {
 
     /// Give up the slot of run `run` of `key`: handed to the next runnable
     /// waiter or freed. An async run handed the slot comes back.
-    fn release(&self, key: &SlotKey, run: &str) -> Option<Queued> {
+    fn release(&self, key: &SlotKey, run: &str, kind: Kind) -> Option<Queued> {
         // The slots lock is released at the end of this statement, before
         // a sync caller handed the slot is woken.
-        let (next, freed) = lock(&self.slots).release(key, run);
+        let (next, freed) = lock(&self.slots).release(key, run, kind);
         if freed {
             self.freed.notify_all();
             if let Some(shared) = self.cluster.get() {
@@ -1300,6 +1302,7 @@ impl Runner {
                 let slot = SlotGuard {
                     runner: Arc::clone(&me),
                     key: Some(work.key()),
+                    kind: Kind::Async,
                 };
                 me.run_work(work);
                 next = slot.finish().map(Work::Queued);
@@ -1309,12 +1312,13 @@ impl Runner {
             // The run is recorded `queued` on disk and runs at the next
             // start; the slot goes on to the queue.
             log::error!("cannot start a run thread: {e}");
-            if let Some(q) = self.release(&key, &run) {
+            if let Some(q) = self.release(&key, &run, Kind::Async) {
                 let mut s = lock(&self.slots);
                 s.release_fn(&q.key);
                 s.leave(&q.run);
                 s.used -= 1;
-                s.queue.push_front(Waiter::Async(q));
+                s.async_used -= 1;
+                s.push_front(Waiter::Async(q));
             }
         }
     }
@@ -1797,7 +1801,7 @@ impl Runner {
         {
             let mut s = lock(&self.slots);
             s.stopping = true;
-            for w in s.queue.drain(..) {
+            for w in s.drain_queue() {
                 if let Waiter::Sync(t) = w {
                     t.wake.notify_one();
                 }

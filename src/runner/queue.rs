@@ -58,6 +58,13 @@ pub(super) struct Ticket {
     pub(super) wake: Condvar,
 }
 
+/// Whether a run holding a slot is a sync call or an async run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    Sync,
+    Async,
+}
+
 /// One place in the queue.
 pub(super) enum Waiter {
     Async(Queued),
@@ -108,6 +115,15 @@ pub(super) const QUEUE_KEPT: usize = 256;
 pub(super) struct Slots {
     pub(super) used: usize,
     pub(super) max: usize,
+    /// Async runs executing (of `used`), and their limit
+    /// (`max_concurrent_async_runs`): an async run is runnable only below
+    /// it, so the other slots stay free for sync calls.
+    pub(super) async_used: usize,
+    pub(super) async_max: AsyncMax,
+    /// Sync callers in `queue`: when async runs are at their limit, the
+    /// queue is searched only if one waits (a backlog of async runs is
+    /// not walked at every run's end).
+    pub(super) sync_waiting: usize,
     pub(super) per_fn: HashMap<SlotKey, usize>,
     pub(super) queue: VecDeque<Waiter>,
     /// Queue places promised to async runs being recorded right now.
@@ -130,7 +146,47 @@ pub(super) struct Room {
     pub(super) cancel: Option<String>,
 }
 
+/// `max_concurrent_async_runs`; unlimited until the runner sets it from
+/// the config ([`Slots::set_limits`]).
+#[derive(Clone, Copy)]
+pub(super) struct AsyncMax(pub(super) usize);
+
+impl Default for AsyncMax {
+    fn default() -> AsyncMax {
+        AsyncMax(usize::MAX)
+    }
+}
+
 impl Slots {
+    /// Take the slot limits of `server` (a reload may change them).
+    pub(super) fn set_limits(&mut self, server: &crate::config::Server) {
+        self.max = server.max_concurrent_runs;
+        self.async_max = AsyncMax(server.max_concurrent_async_runs);
+    }
+
+    /// Whether one more async run may execute.
+    pub(super) fn async_free(&self) -> bool {
+        self.async_used < self.async_max.0
+    }
+
+    /// Queue `w` last.
+    pub(super) fn push_back(&mut self, w: Waiter) {
+        self.sync_waiting += usize::from(matches!(w, Waiter::Sync(_)));
+        self.queue.push_back(w);
+    }
+
+    /// Queue `w` first.
+    pub(super) fn push_front(&mut self, w: Waiter) {
+        self.sync_waiting += usize::from(matches!(w, Waiter::Sync(_)));
+        self.queue.push_front(w);
+    }
+
+    /// Empty the queue (shutdown).
+    pub(super) fn drain_queue(&mut self) -> Vec<Waiter> {
+        self.sync_waiting = 0;
+        self.queue.drain(..).collect()
+    }
+
     pub(super) fn fn_free(&self, key: &SlotKey, concurrency: usize) -> bool {
         self.per_fn.get(key).copied().unwrap_or(0) < concurrency
     }
@@ -146,6 +202,12 @@ impl Slots {
 
     pub(super) fn slot_free(&self, key: &SlotKey, n: usize, g: Option<&GroupClaim>) -> bool {
         self.used < self.max && self.fn_free(key, n) && self.group_free(g)
+    }
+
+    /// Take a slot for the async run `run` of `key` and group `g`.
+    pub(super) fn take_async(&mut self, key: &SlotKey, run: &str, g: Option<&GroupClaim>) {
+        self.async_used += 1;
+        self.take(key, run, g);
     }
 
     /// Take a slot for run `run` of `key` and group `g`.
@@ -239,9 +301,14 @@ impl Slots {
         if self.stopping {
             return None;
         }
+        let async_free = self.async_free();
+        if !async_free && self.sync_waiting == 0 {
+            return None;
+        }
         let i = self.queue.iter().position(|w| {
             let (key, n) = w.key();
-            self.fn_free(key, n) && self.group_free(w.group())
+            let kind_free = async_free || matches!(w, Waiter::Sync(_));
+            kind_free && self.fn_free(key, n) && self.group_free(w.group())
         })?;
         self.take_at(i)
     }
@@ -251,6 +318,9 @@ impl Slots {
     /// 32,000 queued runs, for as long as the server runs).
     fn take_at(&mut self, i: usize) -> Option<Waiter> {
         let w = self.queue.remove(i);
+        if let Some(Waiter::Sync(_)) = w {
+            self.sync_waiting = self.sync_waiting.saturating_sub(1);
+        }
         if self.queue.is_empty() && self.queue.capacity() > QUEUE_KEPT {
             self.queue.shrink_to(QUEUE_KEPT);
         }
@@ -267,7 +337,10 @@ impl Slots {
                 t.granted.store(true, Ordering::SeqCst);
                 Granted::Sync(t)
             }
-            Waiter::Async(q) => Granted::Async(q),
+            Waiter::Async(q) => {
+                self.async_used += 1;
+                Granted::Async(q)
+            }
         }
     }
 
@@ -286,7 +359,15 @@ impl Slots {
     /// Run `run` of `key` ended: hand its slot to the next runnable waiter
     /// (which comes back, to be woken or started), or free it (then
     /// `true`).
-    pub(super) fn release(&mut self, key: &SlotKey, run: &str) -> (Option<Granted>, bool) {
+    pub(super) fn release(
+        &mut self,
+        key: &SlotKey,
+        run: &str,
+        kind: Kind,
+    ) -> (Option<Granted>, bool) {
+        if kind == Kind::Async {
+            self.async_used -= 1;
+        }
         self.release_fn(key);
         self.leave(run);
         // Hand the slot on, unless a reload lowered the limit.
@@ -389,7 +470,7 @@ mod tests {
     fn a_drained_queue_gives_back_the_buffer_of_a_burst() {
         let mut s = Slots::default();
         for n in 0..5_000 {
-            s.queue.push_back(Waiter::Sync(ticket(n)));
+            s.push_back(Waiter::Sync(ticket(n)));
         }
         let mut taken = 0;
         while let Some(w) = s.next_runnable() {
@@ -406,9 +487,9 @@ mod tests {
         // The same when the last waiters leave otherwise.
         let last = ticket(3_000);
         for n in 0..3_000 {
-            s.queue.push_back(Waiter::Sync(ticket(n)));
+            s.push_back(Waiter::Sync(ticket(n)));
         }
-        s.queue.push_back(Waiter::Sync(Arc::clone(&last)));
+        s.push_back(Waiter::Sync(Arc::clone(&last)));
         for n in 0..3_000 {
             assert!(s.remove_run(&format!("{n:032x}")).is_some());
         }

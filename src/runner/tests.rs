@@ -50,18 +50,18 @@ fn a_freed_slot_goes_to_the_first_waiter_in_order() {
     let a = (Owner::Program(1), "a".to_string());
     s.take(&a, "1-a", None);
     let (first, second) = (ticket(1, "b", 9), ticket(1, "c", 9));
-    s.queue.push_back(Waiter::Sync(Arc::clone(&first)));
-    s.queue.push_back(Waiter::Sync(Arc::clone(&second)));
+    s.push_back(Waiter::Sync(Arc::clone(&first)));
+    s.push_back(Waiter::Sync(Arc::clone(&second)));
     assert!(s.fill().is_empty() && !granted(&first), "no free slot yet");
-    let (next, freed) = s.release(&a, "1-a");
+    let (next, freed) = s.release(&a, "1-a", Kind::Sync);
     assert!(!freed, "the slot is handed on, not freed");
     // The caller comes back to be woken once the slots lock is released.
     assert!(to_caller(&next, &first), "handed to the first waiter");
     assert!(granted(&first) && !granted(&second));
     assert_eq!(s.used, 1);
-    let (next, freed) = s.release(&(Owner::Program(1), "b".to_string()), "1-b");
+    let (next, freed) = s.release(&(Owner::Program(1), "b".to_string()), "1-b", Kind::Sync);
     assert!(!freed && granted(&second) && to_caller(&next, &second));
-    let (_, freed) = s.release(&(Owner::Program(1), "c".to_string()), "1-c");
+    let (_, freed) = s.release(&(Owner::Program(1), "c".to_string()), "1-c", Kind::Sync);
     assert!(freed, "nobody waits: the slot is freed");
     assert_eq!((s.used, s.per_fn.len()), (0, 0));
 }
@@ -75,8 +75,8 @@ fn a_function_at_its_limit_does_not_hold_up_the_others() {
     let a = (Owner::Program(1), "a".to_string());
     s.take(&a, "1-a", None);
     let (same, other) = (ticket(1, "a", 1), ticket(1, "b", 1));
-    s.queue.push_back(Waiter::Sync(Arc::clone(&same)));
-    s.queue.push_back(Waiter::Sync(Arc::clone(&other)));
+    s.push_back(Waiter::Sync(Arc::clone(&same)));
+    s.push_back(Waiter::Sync(Arc::clone(&other)));
     let filled = s.fill();
     assert_eq!(filled.len(), 1);
     assert!(to_caller(&filled.into_iter().next(), &other));
@@ -85,7 +85,7 @@ fn a_function_at_its_limit_does_not_hold_up_the_others() {
         granted(&other),
         "the free slot goes to the next runnable waiter"
     );
-    let (_, freed) = s.release(&a, "1-a");
+    let (_, freed) = s.release(&a, "1-a", Kind::Sync);
     assert!(!freed && granted(&same));
     assert_eq!(s.used, 2);
 }
@@ -98,16 +98,16 @@ fn a_group_key_is_one_limit_across_functions_and_programs() {
     };
     let g = |p, f| grouped(p, f, "site-main", 1, Policy::Queue);
     let (first, same_key, other_key) = (g(1, "deploy"), g(2, "publish"), ticket(1, "other", 9));
-    s.queue.push_back(Waiter::Sync(Arc::clone(&first)));
-    s.queue.push_back(Waiter::Sync(Arc::clone(&same_key)));
-    s.queue.push_back(Waiter::Sync(Arc::clone(&other_key)));
+    s.push_back(Waiter::Sync(Arc::clone(&first)));
+    s.push_back(Waiter::Sync(Arc::clone(&same_key)));
+    s.push_back(Waiter::Sync(Arc::clone(&other_key)));
     assert_eq!(s.fill().len(), 2, "the key's first run and the other one");
     assert!(granted(&first) && !granted(&same_key) && granted(&other_key));
     assert_eq!(s.groups["site-main"], vec!["1-deploy".to_string()]);
-    let (next, _) = s.release(&first.key, "1-deploy");
+    let (next, _) = s.release(&first.key, "1-deploy", Kind::Sync);
     assert!(to_caller(&next, &same_key), "the key's place goes on");
     assert_eq!(s.groups["site-main"], vec!["2-publish".to_string()]);
-    let (_, freed) = s.release(&same_key.key, "2-publish");
+    let (_, freed) = s.release(&same_key.key, "2-publish", Kind::Sync);
     assert!(freed && s.groups.is_empty() && s.group_of.is_empty());
 }
 
@@ -120,7 +120,7 @@ fn make_room_supersedes_the_waiting_and_names_the_running_to_cancel() {
     let running = grouped(1, "a", "k", 1, Policy::ReplacePending);
     s.take(&running.key, "1-a", running.group.as_ref());
     let waiting = grouped(1, "b", "k", 1, Policy::ReplacePending);
-    s.queue.push_back(Waiter::Sync(Arc::clone(&waiting)));
+    s.push_back(Waiter::Sync(Arc::clone(&waiting)));
     let replace = grouped(1, "c", "k", 1, Policy::ReplacePending);
     let room = s.make_room(replace.group.as_ref(), "1-c");
     assert_eq!(room.superseded.len(), 1);
@@ -152,9 +152,9 @@ fn a_stopping_queue_hands_nothing_on() {
     let a = (Owner::Program(1), "a".to_string());
     s.take(&a, "1-a", None);
     let t = ticket(1, "a", 9);
-    s.queue.push_back(Waiter::Sync(Arc::clone(&t)));
+    s.push_back(Waiter::Sync(Arc::clone(&t)));
     s.stopping = true;
-    let (_, freed) = s.release(&a, "1-a");
+    let (_, freed) = s.release(&a, "1-a", Kind::Sync);
     assert!(freed && !granted(&t));
 }
 
@@ -273,6 +273,47 @@ fn a_panic_inside_an_async_run_frees_its_slot_for_the_queued_run() {
     );
     let (_, outcome) = r.run_sync(job(server, "echo free")).unwrap();
     assert_eq!(outcome.result, vec![serde_json::json!("free")]);
+}
+
+/// [`Queued`] run `run` of [`job`]'s function.
+fn queued(run: &str) -> Queued {
+    let j = job("", "true");
+    Queued {
+        run: run.into(),
+        key: j.slot_key(),
+        concurrency: j.concurrency(),
+        group: None,
+        cfg: j.cfg,
+        program: j.program,
+    }
+}
+
+#[test]
+fn async_runs_stop_at_their_limit_and_a_sync_caller_behind_them_gets_the_free_slot() {
+    let mut s = Slots {
+        max: 3,
+        async_max: queue::AsyncMax(1),
+        ..Slots::default()
+    };
+    let running = queued("1-running");
+    s.take_async(&running.key, &running.run, None);
+    s.push_back(Waiter::Async(queued("2-waits")));
+    let caller = ticket(2, "g", 9);
+    s.push_back(Waiter::Sync(Arc::clone(&caller)));
+    let start = s.fill();
+    assert_eq!(start.len(), 1, "only the sync caller starts");
+    assert!(granted(&caller));
+    assert_eq!((s.used, s.async_used, s.queue.len()), (2, 1, 1));
+    // The async run's end hands its slot to the async run waiting.
+    let (next, freed) = s.release(&running.key, &running.run, Kind::Async);
+    assert!(matches!(next, Some(Granted::Async(q)) if q.run == "2-waits"));
+    assert!(!freed);
+    assert_eq!((s.used, s.async_used), (2, 1));
+    // The sync call's end frees its slot: no async run may take it.
+    s.push_back(Waiter::Async(queued("3-waits")));
+    let (next, freed) = s.release(&caller.key, &caller.run, Kind::Sync);
+    assert!(next.is_none() && freed);
+    assert_eq!((s.used, s.async_used, s.queue.len()), (1, 1, 1));
 }
 
 #[test]

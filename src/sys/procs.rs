@@ -108,7 +108,14 @@ mod tests {
             .unwrap();
         let wanted = HashSet::from(["mark-1"]);
         let uids = BTreeSet::from([crate::sys::effective_ids().0]);
-        let found = groups_with("TRIGD_PROCS_TEST", &wanted, &uids);
+        // The child carries the variable once it has exec'd `sleep`:
+        // until then /proc shows the environment of this test's process.
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut found = groups_with("TRIGD_PROCS_TEST", &wanted, &uids);
+        while found.is_empty() && std::time::Instant::now() < until {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            found = groups_with("TRIGD_PROCS_TEST", &wanted, &uids);
+        }
         let others = BTreeSet::from([u32::MAX]);
         let of_others = groups_with("TRIGD_PROCS_TEST", &wanted, &others);
         let _ = child.kill();
