@@ -1317,7 +1317,7 @@ impl Runner {
                 s.release_fn(&q.key);
                 s.leave(&q.run);
                 s.used -= 1;
-                s.async_used -= 1;
+                s.async_used = s.async_used.saturating_sub(1);
                 s.push_front(Waiter::Async(q));
             }
         }

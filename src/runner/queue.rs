@@ -366,7 +366,7 @@ impl Slots {
         kind: Kind,
     ) -> (Option<Granted>, bool) {
         if kind == Kind::Async {
-            self.async_used -= 1;
+            self.async_used = self.async_used.saturating_sub(1);
         }
         self.release_fn(key);
         self.leave(run);
