@@ -136,7 +136,6 @@ pub fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) ->
     }
 }
 
-/// `drain_delay`: a duration, and unlike the others it may be 0 (no drain).
 /// `max_concurrent_async_runs`: at least 1, at most `max_concurrent_runs`
 /// (`max`); by default half of it.
 fn async_runs(src: &Src, raw: &raw::RawServer, max: usize, errs: &mut Errors) -> usize {
@@ -153,6 +152,7 @@ fn async_runs(src: &Src, raw: &raw::RawServer, max: usize, errs: &mut Errors) ->
     n
 }
 
+/// `drain_delay`: a duration, and unlike the others it may be 0 (no drain).
 fn drain_delay(src: &Src, raw: &raw::RawServer, errs: &mut Errors) -> Duration {
     match raw.drain_delay.as_ref().map(|v| v.get_ref()) {
         Some(RawDuration::Secs(0)) => Duration::ZERO,
