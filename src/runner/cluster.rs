@@ -508,8 +508,7 @@ impl Runner {
             .filter(|w| matches!(w, Waiter::Async(_)))
             .count();
         let free = s.max.saturating_sub(s.used);
-        let async_free = s.async_max.0.saturating_sub(s.async_used);
-        free.min(async_free).saturating_sub(waiting)
+        free.min(s.async_room()).saturating_sub(waiting)
     }
 
     /// Queue run `rec`, just taken by this instance, for a slot.

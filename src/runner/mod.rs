@@ -716,7 +716,7 @@ impl Runner {
             drop(s);
             return Err(self.skip(rec.clone(), group, false));
         }
-        if s.slot_free(&key, n, group.as_ref()) {
+        if s.slot_free(Kind::Sync, &key, n, group.as_ref()) {
             s.take(&key, &rec.run, group.as_ref());
             return Ok(false);
         }
@@ -1028,7 +1028,7 @@ impl Runner {
         if s.skips(g) {
             return Ok(Place::Skip);
         }
-        if s.async_free() && s.slot_free(key, n, g) {
+        if s.slot_free(Kind::Async, key, n, g) {
             s.take_async(key, run, g);
             return Ok(Place::Slot);
         }
@@ -1313,12 +1313,7 @@ impl Runner {
             // start; the slot goes on to the queue.
             log::error!("cannot start a run thread: {e}");
             if let Some(q) = self.release(&key, &run, Kind::Async) {
-                let mut s = lock(&self.slots);
-                s.release_fn(&q.key);
-                s.leave(&q.run);
-                s.used -= 1;
-                s.async_used = s.async_used.saturating_sub(1);
-                s.push_front(Waiter::Async(q));
+                lock(&self.slots).ungrant(q);
             }
         }
     }

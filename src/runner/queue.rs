@@ -72,6 +72,14 @@ pub(super) enum Waiter {
 }
 
 impl Waiter {
+    /// Whether the run waiting here is a sync call or an async run.
+    pub(super) fn kind(&self) -> Kind {
+        match self {
+            Waiter::Async(_) => Kind::Async,
+            Waiter::Sync(_) => Kind::Sync,
+        }
+    }
+
     pub(super) fn key(&self) -> (&SlotKey, usize) {
         match self {
             Waiter::Async(q) => (&q.key, q.concurrency),
@@ -164,9 +172,15 @@ impl Slots {
         self.async_max = AsyncMax(server.max_concurrent_async_runs);
     }
 
-    /// Whether one more async run may execute.
-    pub(super) fn async_free(&self) -> bool {
-        self.async_used < self.async_max.0
+    /// Async runs that may start before they reach their limit.
+    pub(super) fn async_room(&self) -> usize {
+        self.async_max.0.saturating_sub(self.async_used)
+    }
+
+    /// Whether a run of `kind` may take a slot as far as its kind goes: a
+    /// sync call always, an async run below `max_concurrent_async_runs`.
+    fn kind_free(&self, kind: Kind) -> bool {
+        kind == Kind::Sync || self.async_room() > 0
     }
 
     /// Queue `w` last.
@@ -200,8 +214,16 @@ impl Slots {
         g.is_none_or(|g| self.running(&g.key) < g.limit)
     }
 
-    pub(super) fn slot_free(&self, key: &SlotKey, n: usize, g: Option<&GroupClaim>) -> bool {
-        self.used < self.max && self.fn_free(key, n) && self.group_free(g)
+    /// Whether a run of `kind`, `key` (at most `n` at once) and group `g`
+    /// may take a slot now.
+    pub(super) fn slot_free(
+        &self,
+        kind: Kind,
+        key: &SlotKey,
+        n: usize,
+        g: Option<&GroupClaim>,
+    ) -> bool {
+        self.used < self.max && self.kind_free(kind) && self.fn_free(key, n) && self.group_free(g)
     }
 
     /// Take a slot for the async run `run` of `key` and group `g`.
@@ -301,14 +323,12 @@ impl Slots {
         if self.stopping {
             return None;
         }
-        let async_free = self.async_free();
-        if !async_free && self.sync_waiting == 0 {
+        if !self.kind_free(Kind::Async) && self.sync_waiting == 0 {
             return None;
         }
         let i = self.queue.iter().position(|w| {
             let (key, n) = w.key();
-            let kind_free = async_free || matches!(w, Waiter::Sync(_));
-            kind_free && self.fn_free(key, n) && self.group_free(w.group())
+            self.kind_free(w.kind()) && self.fn_free(key, n) && self.group_free(w.group())
         })?;
         self.take_at(i)
     }
@@ -378,6 +398,16 @@ impl Slots {
         }
         self.used -= 1;
         (None, true)
+    }
+
+    /// Undo the grant of a slot to async run `q`, which could not start,
+    /// and queue it first again.
+    pub(super) fn ungrant(&mut self, q: Queued) {
+        self.release_fn(&q.key);
+        self.leave(&q.run);
+        self.used -= 1;
+        self.async_used = self.async_used.saturating_sub(1);
+        self.push_front(Waiter::Async(q));
     }
 
     /// Take run `run` off the queue (it holds no slot: nothing is freed).
