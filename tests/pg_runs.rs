@@ -792,8 +792,8 @@ fn a_sync_run_does_not_wait_for_the_wal_flush_an_async_accept_does() {
 
 /// Concurrent async accepts share statements and commits (the group
 /// commit of `state::pg::runs`, as the run log's share an fdatasync):
-/// 320 accepts over 32 connections take fewer statements (each its own
-/// transaction: one commit) than runs, counted with `pg_stat_statements`
+/// 320 accepts over 32 connections take at most an eighth as many
+/// statements (each its own transaction: one commit) as runs, counted with `pg_stat_statements`
 /// (`xact_commit` of `pg_stat_database` lags up to a second). The runs
 /// wait behind one slot held by a sleeping run, so the writes counted are
 /// the accepts'.
@@ -845,9 +845,12 @@ fn concurrent_async_accepts_share_commits() {
         commits as f64 / n as f64
     );
     t.check(commits >= 1, "the accepts were written");
+    // One write statement in flight: the accepts arriving meanwhile go
+    // together in the next (24-29 statements in five runs on a quiet
+    // 2-core machine; with 4 in flight, the value before, 52 and 89).
     t.check(
-        commits < n as i64,
-        format!("{commits} commits for {n} accepts: none shared"),
+        commits * 8 <= n as i64,
+        format!("{commits} commits for {n} accepts: fewer than 8 runs a commit"),
     );
 }
 
