@@ -793,8 +793,9 @@ fn a_sync_run_does_not_wait_for_the_wal_flush_an_async_accept_does() {
 /// Concurrent async accepts share statements and commits (the group
 /// commit of `state::pg::runs`, as the run log's share an fdatasync):
 /// 320 accepts over 32 connections take at most an eighth as many
-/// statements (each its own transaction: one commit) as runs, counted with `pg_stat_statements`
-/// (`xact_commit` of `pg_stat_database` lags up to a second). The runs
+/// statements (each its own transaction: one commit) as runs, counted
+/// with `pg_stat_statements` (`xact_commit` of `pg_stat_database` lags up
+/// to a second). The runs
 /// wait behind one slot held by a sleeping run, so the writes counted are
 /// the accepts'.
 #[test]
