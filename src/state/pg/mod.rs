@@ -134,8 +134,9 @@ impl Conn {
 /// The statements every connection prepares as it opens: the writes of
 /// run records, batched and of one run, and the read of one run's record,
 /// on every run's path.
-const HOT: [(&str, &[Type]); 3] = [
+const HOT: [(&str, &[Type]); 4] = [
     (runs::UPSERT, &runs::UPSERT_TYPES),
+    (runs::UPSERT_MANY, &runs::UPSERT_MANY_TYPES),
     (runs::UPSERT_ONE, &runs::UPSERT_ONE_TYPES),
     (runs::GET, &runs::GET_TYPES),
 ];
