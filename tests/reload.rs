@@ -267,6 +267,104 @@ fn new_program_file_is_served() {
     assert_eq!(served(&t, 1), Ok("one".to_string()));
 }
 
+/// Append a line to `file` every 2 ms until `stop` (or `n` lines): a
+/// comment, or an empty line in a JSON hooks file. Each is a modify
+/// event, which keeps the file changing and defers its reload (3 ms of
+/// quiet, or at most 100 ms).
+fn keep_writing(mut file: fs::File, n: usize, stop: Arc<AtomicBool>) -> thread::JoinHandle<()> {
+    thread::spawn(move || {
+        for i in 0..n {
+            if stop.load(Ordering::SeqCst) {
+                break;
+            }
+            file.write_all(format!("# {i}\n").as_bytes())
+                .expect("append");
+            thread::sleep(Duration::from_millis(2));
+        }
+    })
+}
+
+/// [`keep_writing`] for a JSON file: empty lines.
+fn keep_writing_json(mut file: fs::File, n: usize) -> thread::JoinHandle<()> {
+    thread::spawn(move || {
+        for _ in 0..n {
+            file.write_all(b"\n").expect("append");
+            thread::sleep(Duration::from_millis(2));
+        }
+    })
+}
+
+/// A call that arrives while a change the watcher saw is still to be
+/// reloaded waits for that reload: a program file still being written
+/// (appended to every 2 ms) is called in the middle of the writing and
+/// answers with the program once the reload comes, not
+/// `404 program_not_found` from the configuration before the write (what
+/// it answered before the wait existed: checked by taking it out).
+#[test]
+fn a_call_while_its_file_is_written_waits_for_the_reload() {
+    let (dir, t) = serve("reload_wait", "", &[("a.toml", &prog(1, "one"))]);
+    wait_served(&t, 1, Ok("one"));
+    let mut file = fs::File::create(dir.path("programs/b.toml")).expect("create");
+    file.write_all(prog(2, "bee").as_bytes()).expect("write");
+    let writer = keep_writing(file, 25, Arc::default());
+    // Long enough for the watcher to note the first events, well before
+    // the writing stops (about 50 ms on).
+    thread::sleep(Duration::from_millis(15));
+    let answer = served(&t, 2);
+    writer.join().expect("writer");
+    assert_eq!(answer, Ok("bee".to_string()), "{}", t.stderr_tail());
+}
+
+/// The same for a hook added to a hooks file (`hooks_files`) while it is
+/// written: not webhook's `404 Hook not found.`
+#[test]
+fn a_hook_called_while_its_file_is_written_waits_for_the_reload() {
+    let dir = setup("reload_wait_hook", "hooks_files = [\"hooks.json\"]", &[]);
+    dir.write(
+        "hooks.json",
+        r#"[{"id": "h", "execute-command": "/bin/true"}]"#,
+    );
+    let t = Trigd::start(&dir);
+    assert_eq!(t.post("/hooks/h").status, 200);
+    let mut file = OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(dir.path("hooks.json"))
+        .expect("open");
+    let hooks = r#"[{"id": "h", "execute-command": "/bin/true"},
+                    {"id": "g", "execute-command": "/bin/true"}]"#;
+    file.write_all(hooks.as_bytes()).expect("write");
+    let writer = keep_writing_json(file, 25);
+    thread::sleep(Duration::from_millis(15));
+    let answer = t.post("/hooks/g");
+    writer.join().expect("writer");
+    assert_eq!(answer.status, 200, "{answer:?} {}", t.stderr_tail());
+}
+
+/// The wait is for the changes seen before the call, not for the files to
+/// stop changing: a file appended to for up to 30 s does not hold a call
+/// that long (a burst reloads at least every 100 ms, and a call waits at
+/// most 250 ms).
+#[test]
+fn a_file_that_keeps_changing_does_not_hold_calls() {
+    let (dir, t) = serve("reload_busy", "", &[("a.toml", &prog(1, "one"))]);
+    wait_served(&t, 1, Ok("one"));
+    let file = fs::File::create(dir.path("programs/b.toml")).expect("create");
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = keep_writing(file, 15_000, Arc::clone(&stop));
+    thread::sleep(Duration::from_millis(20));
+    for _ in 0..5 {
+        assert_eq!(served(&t, 1), Ok("one".to_string()));
+    }
+    let stopped_first = writer.is_finished();
+    stop.store(true, Ordering::SeqCst);
+    writer.join().expect("writer");
+    assert!(
+        !stopped_first,
+        "the calls returned only after 30 s of writing: they waited for the file to stop changing"
+    );
+}
+
 #[test]
 fn removed_program_file_is_no_longer_served() {
     let (dir, t) = serve(

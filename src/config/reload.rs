@@ -20,10 +20,15 @@
 //! edit made after a read has an event and the files need no second look;
 //! after any new watch at a reload the files are checked once more.
 //!
-//! The notify callback notes the paths it was told about ([`Changes`]) and
-//! wakes the reload thread. That thread waits for a quiet moment
-//! (debounce), then loads and validates **everything**, reading again only
-//! the files that changed (`config::load_changed`): when the events named
+//! The notify callback notes the paths it was told about ([`Changes`]),
+//! counts the change ([`Applied`]: a call that arrives while a change the
+//! watcher has seen is still to be reloaded waits for that reload, at most
+//! [`crate::http::app::WAIT_APPLIED`], so that a caller who writes a
+//! program file and then calls it gets the program, not a `404` from the
+//! configuration before the write) and wakes the reload thread. That
+//! thread waits for a quiet moment (debounce), then loads and validates
+//! **everything**, reading again only the files that changed
+//! (`config::load_changed`): when the events named
 //! only program files (and `config.toml` or a hooks file, which are read
 //! at every reload anyway), only those program files are looked at — the
 //! programs directory is not listed and the other files are not `stat`ed,
@@ -50,7 +55,7 @@ use notify::event::{AccessKind, AccessMode, ModifyKind, RenameMode};
 use notify::{Event, EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 
 use crate::config;
-use crate::http::app::App;
+use crate::http::app::{App, Applied};
 
 /// How long the files must be quiet before a reload.
 /// How long to wait after an event that may leave a file half-written
@@ -71,6 +76,16 @@ const SETTLED: Duration = Duration::from_millis(200);
 /// a long reload) the next reload looks at every file instead, and the
 /// list takes no more memory.
 const MAX_PATHS: usize = 10_000;
+
+/// Ends the waits of [`Applied`] for good when the reload thread ends
+/// (a panic): no reload is coming, so no request may wait for one.
+struct NoMoreReloads(Arc<Applied>);
+
+impl Drop for NoMoreReloads {
+    fn drop(&mut self) {
+        self.0.reloaded(u64::MAX);
+    }
+}
 
 /// Why the reload thread wakes up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,6 +137,7 @@ pub struct Watch {
     tx: Sender<Trigger>,
     rx: Receiver<Trigger>,
     changes: SharedChanges,
+    applied: Arc<Applied>,
     /// The name of the programs directory, once `config.toml` says it.
     programs_name: Arc<OnceLock<OsString>>,
 }
@@ -131,12 +147,13 @@ impl Watch {
     pub fn new(config_path: &Path) -> Watch {
         let (tx, rx) = mpsc::channel();
         let changes = SharedChanges::default();
+        let applied = Arc::<Applied>::default();
         let programs_name = Arc::default();
         let mut state = WatchState::new(
             config_path,
             Arc::clone(&programs_name),
             tx.clone(),
-            Arc::clone(&changes),
+            (Arc::clone(&changes), Arc::clone(&applied)),
         );
         state.watch(&[watched_config_dir(config_path).to_path_buf()]);
         Watch {
@@ -144,6 +161,7 @@ impl Watch {
             tx,
             rx,
             changes,
+            applied,
             programs_name,
         }
     }
@@ -170,6 +188,7 @@ pub fn start(app: Arc<App>, config_path: PathBuf, watch: Option<Watch>) -> Sende
         tx,
         rx,
         changes,
+        applied,
         programs_name,
     } = watch.unwrap_or_else(|| Watch::new(&config_path));
     if let Some(name) = app.config().server.programs_dir.file_name() {
@@ -183,7 +202,10 @@ pub fn start(app: Arc<App>, config_path: PathBuf, watch: Option<Watch>) -> Sende
         let _ = tx.send(Trigger::Changed);
     }
     let again = tx.clone();
+    let ended = NoMoreReloads(Arc::clone(&applied));
+    let _ = app.applied.set(Arc::clone(&applied));
     let spawned = thread::Builder::new().name("reload".into()).spawn(move || {
+        let _ended = ended;
         // What the first load freed: given back here, off the path of the
         // first requests (`malloc_trim` of the heap of thousands of
         // program files takes milliseconds).
@@ -192,6 +214,7 @@ pub fn start(app: Arc<App>, config_path: PathBuf, watch: Option<Watch>) -> Sende
             app: &app,
             config_path: &config_path,
             changes,
+            applied,
         };
         reloader.run(&rx, &again, watch_state);
     });
@@ -225,7 +248,7 @@ impl WatchState {
         config_path: &Path,
         programs_name: Arc<OnceLock<OsString>>,
         tx: Sender<Trigger>,
-        changes: SharedChanges,
+        (changes, applied): (SharedChanges, Arc<Applied>),
     ) -> WatchState {
         let config_name = config_path.file_name().map(|n| n.to_os_string());
         let secret_names = SecretNames::default();
@@ -241,7 +264,9 @@ impl WatchState {
                     p.file_name()
                         .is_some_and(|n| secrets.iter().any(|s| s == n))
                 };
-                if note(&changes, &ev, |p| relevant(p, names) || is_secret(p)) {
+                if note(&changes, &applied, &ev, |p| {
+                    relevant(p, names) || is_secret(p)
+                }) {
                     let _ = tx.send(trigger_of(&ev.kind));
                 }
             }
@@ -332,13 +357,19 @@ impl WatchState {
 }
 
 /// Note what `ev` changed; returns whether it can change the config.
-fn note(changes: &SharedChanges, ev: &Event, relevant: impl Fn(&Path) -> bool) -> bool {
+fn note(
+    changes: &SharedChanges,
+    applied: &Applied,
+    ev: &Event,
+    relevant: impl Fn(&Path) -> bool,
+) -> bool {
     let everything = ev.paths.is_empty() || ev.need_rescan();
     let mut paths = ev.paths.iter().filter(|p| relevant(p)).peekable();
     if !everything && paths.peek().is_none() {
         return false;
     }
     let mut changes = changes.lock().unwrap_or_else(PoisonError::into_inner);
+    applied.note();
     changes.everything |= everything;
     if !changes.everything {
         changes.paths.extend(paths.cloned());
@@ -407,6 +438,7 @@ struct Reloader<'a> {
     app: &'a App,
     config_path: &'a Path,
     changes: SharedChanges,
+    applied: Arc<Applied>,
 }
 
 impl Reloader<'_> {
@@ -440,14 +472,16 @@ impl Reloader<'_> {
             let forced = wait_quiet(rx, first);
             // Taken before the files are read: what changes from now on is
             // noted for the next reload, which its event asks for.
-            let changes =
-                std::mem::take(&mut *self.changes.lock().unwrap_or_else(PoisonError::into_inner));
+            let (changes, upto) = {
+                let mut shared = self.changes.lock().unwrap_or_else(PoisonError::into_inner);
+                (std::mem::take(&mut *shared), self.applied.count())
+            };
             let cfg = self.app.config();
             let only = (!forced && !changes.everything)
                 .then(|| program_paths(changes.paths, self.config_path, &cfg.server))
                 .flatten();
             drop(cfg);
-            reload(self.app, self.config_path, forced, only.as_deref());
+            reload(self.app, self.config_path, forced, only.as_deref(), upto);
             match ws.watch_config(self.config_path, &self.app.config()) {
                 Missed::Nothing => {}
                 Missed::Secrets => {
@@ -568,14 +602,24 @@ fn secret_files(cfg: &config::Config) -> Vec<PathBuf> {
 /// Load everything and swap it in if it is valid and changed. With `forced`
 /// (SIGHUP) an unchanged config is still reported in the log.
 pub fn reload_now(app: &App, config_path: &Path, forced: bool) {
-    reload(app, config_path, forced, None);
+    // Every file is read after this: the changes counted so far are in.
+    let upto = app.applied.get().map_or(0, |a| a.count());
+    reload(app, config_path, forced, None, upto);
 }
 
 /// [`reload_now`]; with `only`, the program files that changed since the
 /// current snapshot was loaded (the rest are not looked at), unless the
 /// last reload was refused: the files it found wrong are in no snapshot,
-/// so every file is looked at again.
-fn reload(app: &App, config_path: &Path, forced: bool, only: Option<&[PathBuf]>) {
+/// so every file is looked at again. `upto`: the changes counted
+/// ([`Applied`]) when the changes this reload reads were taken; the
+/// requests waiting for them go on as soon as the outcome is in place,
+/// before the heap is trimmed and the log written.
+fn reload(app: &App, config_path: &Path, forced: bool, only: Option<&[PathBuf]>, upto: u64) {
+    let took_in = || {
+        if let Some(applied) = app.applied.get() {
+            applied.reloaded(upto);
+        }
+    };
     // One reload at a time: the watcher, SIGHUP and the public switch may all
     // reload, and a reload that read the files earlier must not swap in its
     // older snapshot after one that read them later.
@@ -605,6 +649,7 @@ fn reload(app: &App, config_path: &Path, forced: bool, only: Option<&[PathBuf]>)
     match loaded {
         Ok(None) => {
             app.clear_reload_error();
+            took_in();
             if only.is_none() {
                 // Listing and `stat`ing every file allocated a path each.
                 crate::sys::trim_heap();
@@ -618,6 +663,7 @@ fn reload(app: &App, config_path: &Path, forced: bool, only: Option<&[PathBuf]>)
             keep_start_only(&current.server, &mut new.server);
             let (programs, tools) = (new.programs.len(), new.tools.len());
             app.set_config(new);
+            took_in();
             crate::sys::trim_heap();
             log::info!(
                 "reloaded: {programs} programs, {tools} tools (generation {}, {:.2} ms; \
@@ -632,6 +678,7 @@ fn reload(app: &App, config_path: &Path, forced: bool, only: Option<&[PathBuf]>)
             }
             let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
             app.set_reload_error(text.join("\n"));
+            took_in();
             let n = errors.len();
             log::error!(
                 "reload refused ({n} error{}); still serving generation {}",

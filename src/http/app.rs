@@ -3,7 +3,8 @@
 //! idempotency keys, and the credentials and limits of `access`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError, RwLock};
+use std::time::{Duration, Instant};
 
 use crate::access::Access;
 use crate::config::Config;
@@ -12,6 +13,68 @@ use crate::runs::cluster::Readiness;
 use crate::runs::idempotency::Keys;
 use crate::state::store::RunStore;
 use crate::state::State;
+
+/// How long a call waits at most for the reload of a change seen before
+/// it arrived ([`Applied::wait`]): a burst of events delays a reload up
+/// to 100 ms (`config::reload`), and a reload of only the changed files
+/// takes well under a millisecond; past this the call is served by the
+/// configuration in place.
+pub const WAIT_APPLIED: Duration = Duration::from_millis(250);
+
+/// Config changes the watcher saw and how many of them a finished reload
+/// took in (applied or refused). Shared by the watcher's callback, the
+/// reload thread (`config::reload`) and the requests ([`App::applied`]).
+#[derive(Debug, Default)]
+pub struct Applied {
+    /// Relevant events noted by the watcher.
+    seen: AtomicU64,
+    /// Of them, those the last finished reload read the files after.
+    done: AtomicU64,
+    lock: Mutex<()>,
+    reloaded: Condvar,
+}
+
+impl Applied {
+    /// Wait until every change seen before now is reloaded, at most
+    /// `bound`. Two atomic loads when none waits.
+    pub fn wait(&self, bound: Duration) {
+        let target = self.seen.load(Ordering::Acquire);
+        if self.done.load(Ordering::Acquire) >= target {
+            return;
+        }
+        let until = Instant::now() + bound;
+        let mut guard = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
+        while self.done.load(Ordering::Acquire) < target {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            guard = self
+                .reloaded
+                .wait_timeout(guard, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
+    /// Count one change (called with the changes' lock held, so that a
+    /// reload taking the changes reads a count that covers them).
+    pub(crate) fn note(&self) {
+        self.seen.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The changes counted so far.
+    pub(crate) fn count(&self) -> u64 {
+        self.seen.load(Ordering::Acquire)
+    }
+
+    /// A reload that took the changes counted `upto` has ended.
+    pub(crate) fn reloaded(&self, upto: u64) {
+        let _guard = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
+        self.done.fetch_max(upto, Ordering::AcqRel);
+        self.reloaded.notify_all();
+    }
+}
 
 /// Shared server state.
 pub struct App {
@@ -43,6 +106,10 @@ pub struct App {
     pub schedules: crate::schedule::Board,
     /// The ACME certificate manager, with `[acme]` (set once at start).
     pub acme: OnceLock<Arc<crate::http::acme::Acme>>,
+    /// The config changes the file watcher saw and the reloads took in
+    /// (set when the reload thread starts): requests wait for the reload
+    /// of a change seen before they arrived.
+    pub applied: OnceLock<Arc<Applied>>,
 }
 
 impl App {
@@ -72,7 +139,18 @@ impl App {
             draining: AtomicBool::new(false),
             schedules: crate::schedule::Board::default(),
             acme: OnceLock::new(),
+            applied: OnceLock::new(),
         }
+    }
+
+    /// The config snapshot a request is served by: once every config
+    /// change the watcher saw before now is reloaded (applied or refused),
+    /// waiting at most [`WAIT_APPLIED`] for it.
+    pub fn config_for_request(&self) -> Arc<Config> {
+        if let Some(applied) = self.applied.get() {
+            applied.wait(WAIT_APPLIED);
+        }
+        self.config()
     }
 
     /// The current config snapshot. Take it once per request and pass it on.

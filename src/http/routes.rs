@@ -40,6 +40,11 @@ pub fn handle(app: &App, req: &mut Request) -> Response {
     if let Some(answer) = crate::compat::webhook::route(app, &cfg, req) {
         return answer;
     }
+    let cfg = if is_call(req) {
+        app.config_for_request()
+    } else {
+        cfg
+    };
     let segs: Vec<&str> = req.segments.iter().map(String::as_str).collect();
     let result = match (req.method, segs.as_slice()) {
         (Get | Head, ["healthz"]) => Ok(healthz(app)),
@@ -117,6 +122,20 @@ pub fn handle(app: &App, req: &mut Request) -> Response {
         _ => ui::not_found(req),
     };
     result.unwrap_or_else(Response::from)
+}
+
+/// Whether `req` calls what the config files define (`POST /api`, a
+/// tool's endpoint; a hook is `compat/`'s): a call is served once the
+/// config changes the watcher saw before it arrived are reloaded
+/// ([`App::config_for_request`]), so that a program written and then
+/// called is found. The rest (health, metrics, runs, pages) is answered
+/// at once by the config in place, also during a long reload.
+fn is_call(req: &Request) -> bool {
+    match req.segments.as_slice() {
+        [api] => api == "api" && req.method == Method::Post,
+        [tools, _, _, _] => tools == "tools",
+        _ => false,
+    }
 }
 
 /// 405 `method_not_allowed` for a known path, with the methods it takes.

@@ -50,7 +50,9 @@ pub fn not_found() -> Response {
 /// first.
 pub fn route(app: &App, cfg: &Arc<Config>, req: &mut Request) -> Option<Response> {
     let id = hook_id(&cfg.hooks.prefix, &req.segments)?;
-    Some(call(app, cfg, req, &id).unwrap_or_else(Response::from))
+    // A call: served once the config changes seen before it are reloaded.
+    let cfg = app.config_for_request();
+    Some(call(app, &cfg, req, &id).unwrap_or_else(Response::from))
 }
 
 /// The hook id of a path under the hooks' URL prefix (the rest of the
