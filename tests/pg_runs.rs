@@ -1084,9 +1084,35 @@ fn the_cluster_take_and_the_cancel_poll_are_prepared() {
     );
 }
 
-/// A slot reads the record of each run it starts through a statement
-/// prepared on the connection (`DbRuns::get`), not one parsed and planned
-/// at every call: over 60 runs, `pg_stat_statements` (with
+/// A run taken from the cluster queue starts with the record the take
+/// returned (`runner::queue::Queued::taken`), not one read back (a round
+/// trip a run before): 60 async runs through one slot, waited for in the
+/// database rather than through trigd's status queries, read no record.
+#[test]
+fn a_taken_run_starts_without_reading_its_record_back() {
+    let db = pg_database("pgrun_taken");
+    if db.statement_calls().is_none() {
+        return eprintln!("pg_stat_statements not installed: reads not counted");
+    }
+    let (_dir, t) = instance(&db, "pgrun_taken", "a", 1);
+    for _ in 0..60 {
+        accept(&t, "quick");
+    }
+    let finished = || db.psql("SELECT count(*) FROM trigd_runs WHERE state = 'finished'");
+    t.check(
+        wait_until(WAIT, || finished() == "60"),
+        format!("{} of 60 runs finished", finished()),
+    );
+    let (_, reads) = plans_and_calls(&db, "SELECT record::text FROM trigd_runs WHERE id = $1");
+    t.check(
+        reads == 0,
+        format!("{reads} reads of a record for 60 taken runs"),
+    );
+}
+
+/// A run's record is read (here by the 60 runs' status queries) through
+/// a statement prepared on the connection (`DbRuns::get`), not one parsed
+/// and planned at every call: over 60 runs, `pg_stat_statements` (with
 /// `track_planning`, set on this database before trigd connects) counts
 /// far fewer plans of the read than calls (each call its own plan
 /// without the change; prepared, a few custom plans a connection, then

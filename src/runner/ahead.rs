@@ -97,6 +97,7 @@ impl Runner {
                             key: st.key,
                             concurrency: st.n,
                             group: st.group,
+                            taken: None,
                         }));
                         Done::Queued(run)
                     }

@@ -161,6 +161,7 @@ impl Runner {
         let mut beat = Lease::default();
         let mut next_beat = Instant::now();
         let mut next_settle = Instant::now();
+        let mut next_cancels = Instant::now();
         let mut gave_back = false;
         loop {
             // The lease is still renewed while a shutdown lets the runs
@@ -186,7 +187,13 @@ impl Runner {
                 if !lock(&shared.lost).is_empty() {
                     shared.give_back_lost();
                 }
-                self.hand_on_cancels(shared);
+                if Instant::now() >= next_cancels {
+                    // At most once a POLL (the documented bound): the
+                    // thread is woken at every free slot, and under a
+                    // burst the poll ran 600 times a second.
+                    next_cancels = Instant::now() + POLL;
+                    self.hand_on_cancels(shared);
+                }
                 if !lock(&shared.unsure).is_empty() {
                     self.settle_unsure(shared, &config());
                 }
@@ -522,10 +529,11 @@ impl Runner {
                 s.push_back(Waiter::Async(Queued {
                     group,
                     concurrency: concurrency(p, &rec.function),
-                    key: (rec.owner, rec.function),
-                    run: rec.run,
+                    key: (rec.owner, rec.function.clone()),
+                    run: rec.run.clone(),
                     program: Arc::clone(p),
                     cfg: Arc::clone(cfg),
+                    taken: Some(Box::new(rec)),
                 }));
                 let start = s.fill();
                 drop(s);

@@ -254,6 +254,7 @@ fn requeue(
         program: Arc::clone(program),
         cfg: Arc::clone(cfg),
         group,
+        taken: None,
     }));
     (room, rec.run)
 }
@@ -1208,6 +1209,7 @@ impl Runner {
             key,
             concurrency: n,
             group,
+            taken: None,
         }));
         // A request body (or a hook's file) in a temporary file lives as
         // long as its job.
@@ -1356,12 +1358,16 @@ impl Runner {
         }
     }
 
-    /// The record and job of a queued run, read back from the run log.
-    fn load(&self, q: Queued) -> Option<(RunRecord, Job)> {
+    /// The record and job of a queued run: read back from the run log, or
+    /// as the cluster queue's take returned it.
+    fn load(&self, mut q: Queued) -> Option<(RunRecord, Job)> {
         if let Some(kept) = self.take_unrecorded(&q.run) {
             return Some(kept);
         }
-        let rec = self.store.as_ref()?.get(&q.run);
+        let rec = match q.taken.take() {
+            Some(rec) => Some(*rec),
+            None => self.store.as_ref()?.get(&q.run),
+        };
         let Some(rec) = rec.filter(|r| r.state == RunState::Queued) else {
             match self.cluster.get() {
                 // Taken from the cluster queue while the database failed:

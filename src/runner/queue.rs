@@ -33,7 +33,9 @@ pub(super) struct GroupClaim {
 }
 
 /// An async run waiting in the queue: its record (with its input) is on
-/// disk, so memory holds only what finds it again.
+/// disk, so memory holds only what finds it again; except a run taken
+/// from the cluster queue, which comes with the record the take returned
+/// (`taken`): reading it back was one more round trip a run.
 pub(super) struct Queued {
     pub(super) run: String,
     pub(super) cfg: Arc<Config>,
@@ -41,6 +43,7 @@ pub(super) struct Queued {
     pub(super) key: SlotKey,
     pub(super) concurrency: usize,
     pub(super) group: Option<GroupClaim>,
+    pub(super) taken: Option<Box<crate::state::record::RunRecord>>,
 }
 
 /// A sync caller waiting for a slot, for run `run` (recorded `queued`).

@@ -285,6 +285,7 @@ fn queued(run: &str) -> Queued {
         group: None,
         cfg: j.cfg,
         program: j.program,
+        taken: None,
     }
 }
 

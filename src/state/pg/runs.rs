@@ -570,12 +570,14 @@ impl DbRuns {
     ///
     /// Prepared on each connection like the record writes
     /// ([`super::Db::query_prepared`], among the connection's first), not
-    /// planned at every call: a slot reads the record of each run it
-    /// starts, so during 10 s of async accepts on 32 connections
-    /// (2026-11-27, loaded 2-core machine, `pg_stat_statements` with
-    /// `track_planning`) its 2,533 reads took 0.28 s of planning against
-    /// 0.08 s of execution; prepared, the server plans it a few times a
-    /// connection (`pg_runs::a_runs_record_is_read_by_a_prepared_statement`).
+    /// planned at every call: status queries read it, and a slot read the
+    /// record of each run it started (until the take's record was kept
+    /// with the run: `runner::queue::Queued::taken`), so during 10 s of
+    /// async accepts on 32 connections (2026-11-27, loaded 2-core
+    /// machine, `pg_stat_statements` with `track_planning`) its 2,533
+    /// reads took 0.28 s of planning against 0.08 s of execution;
+    /// prepared, the server plans it a few times a connection
+    /// (`pg_runs::a_runs_record_is_read_by_a_prepared_statement`).
     ///
     /// # Errors
     /// The database failed.
