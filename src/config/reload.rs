@@ -77,8 +77,9 @@ const SETTLED: Duration = Duration::from_millis(200);
 /// list takes no more memory.
 const MAX_PATHS: usize = 10_000;
 
-/// Ends the waits of [`Applied`] for good when the reload thread ends
-/// (a panic): no reload is coming, so no request may wait for one.
+/// Ends the waits of [`Applied`] for good when the reload thread ends (a
+/// panic) or cannot start: no reload is coming, so no call may wait for
+/// one.
 struct NoMoreReloads(Arc<Applied>);
 
 impl Drop for NoMoreReloads {

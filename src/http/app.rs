@@ -31,7 +31,8 @@ pub struct Applied {
     /// Of them, those the last finished reload read the files after.
     done: AtomicU64,
     lock: Mutex<()>,
-    reloaded: Condvar,
+    /// Notified at the end of each reload.
+    wake: Condvar,
 }
 
 impl Applied {
@@ -50,7 +51,7 @@ impl Applied {
                 return;
             }
             guard = self
-                .reloaded
+                .wake
                 .wait_timeout(guard, left)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
@@ -72,7 +73,7 @@ impl Applied {
     pub(crate) fn reloaded(&self, upto: u64) {
         let _guard = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
         self.done.fetch_max(upto, Ordering::AcqRel);
-        self.reloaded.notify_all();
+        self.wake.notify_all();
     }
 }
 
@@ -107,8 +108,8 @@ pub struct App {
     /// The ACME certificate manager, with `[acme]` (set once at start).
     pub acme: OnceLock<Arc<crate::http::acme::Acme>>,
     /// The config changes the file watcher saw and the reloads took in
-    /// (set when the reload thread starts): requests wait for the reload
-    /// of a change seen before they arrived.
+    /// (set when the reload thread starts): calls wait for the reload of
+    /// a change seen before they arrived.
     pub applied: OnceLock<Arc<Applied>>,
 }
 

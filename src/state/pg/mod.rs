@@ -132,8 +132,8 @@ impl Conn {
 }
 
 /// The statements every connection prepares as it opens: the writes of
-/// run records, batched and of one run, and the read of one run's record,
-/// on every run's path.
+/// run records, batched (with and without idempotency claims) and of one
+/// run, and the read of one run's record.
 const HOT: [(&str, &[Type]); 4] = [
     (runs::UPSERT, &runs::UPSERT_TYPES),
     (runs::UPSERT_MANY, &runs::UPSERT_MANY_TYPES),

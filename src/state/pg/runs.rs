@@ -73,9 +73,9 @@ SELECT id FROM runs";
 /// fenced upsert without the claims' insert and the CTEs, which the
 /// server initialises at every execution even when unused. Measured
 /// 2026-11-28 (10 s of async accepts on 32 connections, PostgreSQL on
-/// the same 2-core machine, `pg_stat_statements`, 9 interleaved pairs):
-/// 34–37 µs of execution a row against 39.5 with [`UPSERT`], and
-/// 73,500 accepts against 69,400 (medians; ahead in 7 of 8 pairs).
+/// the same 2-core machine, `pg_stat_statements`, 9 interleaved rounds
+/// each): 34–37 µs of execution a row against 39.5 with [`UPSERT`], and
+/// 73,500 accepts a round against 69,400 (medians).
 /// `$12` this instance, `$13` durable, `$14` written again.
 pub const UPSERT_MANY: &str = "
 INSERT INTO trigd_runs AS r (id, state, program, function, tool, owner, origin,
@@ -116,8 +116,8 @@ pub const UPSERT_MANY_TYPES: [Type; 14] = [
 ];
 
 /// The types of [`UPSERT`]'s parameters, as [`Columns::runs`] and
-/// [`Columns::claims`] give
-/// them (prepared with them when a connection opens).
+/// [`Columns::claims`] give them (prepared with them when a connection
+/// opens).
 pub const UPSERT_TYPES: [Type; 17] = [
     Type::TEXT_ARRAY,
     Type::TEXT_ARRAY,
