@@ -132,11 +132,9 @@ impl Conn {
 }
 
 /// The statements every connection prepares as it opens: the writes of
-/// run records, batched (with and without idempotency claims) and of one
-/// run, and the read of one run's record.
-const HOT: [(&str, &[Type]); 4] = [
+/// run records, batched and of one run, and the read of one run's record.
+const HOT: [(&str, &[Type]); 3] = [
     (runs::UPSERT, &runs::UPSERT_TYPES),
-    (runs::UPSERT_MANY, &runs::UPSERT_MANY_TYPES),
     (runs::UPSERT_ONE, &runs::UPSERT_ONE_TYPES),
     (runs::GET, &runs::GET_TYPES),
 ];

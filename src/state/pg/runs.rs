@@ -76,7 +76,8 @@ SELECT id FROM runs";
 /// the same 2-core machine, `pg_stat_statements`, 9 interleaved rounds
 /// each): 34–37 µs of execution a row against 39.5 with [`UPSERT`], and
 /// 73,500 accepts a round against 69,400 (medians).
-/// `$12` this instance, `$13` durable, `$14` written again.
+/// `$12` this instance, `$13` durable, `$14` written again. Prepared at
+/// its first use on a connection, with the types [`Columns::runs`] gives.
 pub const UPSERT_MANY: &str = "
 INSERT INTO trigd_runs AS r (id, state, program, function, tool, owner, origin,
                              instance, created_at, ended_at, record)
@@ -96,24 +97,6 @@ ON CONFLICT (id) DO UPDATE
     WHERE (r.instance = $12 OR r.instance IS NULL)
       AND NOT ($14 AND r.ended_at IS NOT NULL)
 RETURNING id";
-
-/// The types of [`UPSERT_MANY`]'s parameters.
-pub const UPSERT_MANY_TYPES: [Type; 14] = [
-    Type::TEXT_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::INT8_ARRAY,
-    Type::INT8_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::TEXT,
-    Type::BOOL,
-    Type::BOOL,
-];
 
 /// The types of [`UPSERT`]'s parameters, as [`Columns::runs`] and
 /// [`Columns::claims`] give them (prepared with them when a connection
