@@ -1003,7 +1003,7 @@ done
 # ---------------------------------------------------------------- reload among many definitions
 # One new program / hook added among 10 and among $NPROGRAMS: a reload should
 # cost work in proportion to the change, not to the directory (or file).
-log "case reload among 10 and $NPROGRAMS definitions: $RELOAD_TRIALS trials each"
+log "case reload among 10 and $NPROGRAMS definitions: $((3 * RELOAD_TRIALS)) and $RELOAD_TRIALS trials each, alternating"
 BS=$WORK/few-trigd
 BSW=$WORK/few-webhook
 mkdir -p "$BS/programs" "$BSW"
@@ -1011,47 +1011,57 @@ cp "$TD/config.toml" "$BS/config.toml"
 cp "$BT"/programs/p0000[1-9].toml "$BT/programs/p00010.toml" "$BS/programs/"
 head -11 "$BW/hooks.json" | sed '$ s/,$//' >"$BSW/hooks.json"
 echo "]" >>"$BSW/hooks.json"
+# reload_trigd_trial DIR K: program 900000+K written into DIR's programs
+# directory, then polled for (RELOAD_MS).
+reload_trigd_trial() {
+    local id=$((900000 + $2)) content
+    content=$(printf 'id = %d\nname = "r%d"\n\n[[functions]]\nname = "run"\ncommand = ["/bin/true"]\n[functions.webhook]\n' "$id" "$2")
+    now_us; t0=$NOW_US
+    printf '%s\n' "$content" >"$1/programs/r$2.toml"
+    reload_wait "$T_PORT" "/api?api_key=$KEY&program_id=$id" "$t0"
+}
+# reload_webhook_trial DIR K: hook rK appended to RELOAD_HOOKS and DIR's
+# hooks file rewritten with them, then polled for (RELOAD_MS). Answered
+# when /bin/true has ended, as trigd's sync call is (and as the reload case
+# above): without include-command-output-in-response webhook answers
+# before it starts the command, ~1 ms less (2.1 against 3.5 ms in one run
+# of 2026-11-27).
+reload_webhook_trial() {
+    local content
+    RELOAD_HOOKS+='
+  {"id": "r'"$2"'", "execute-command": "/bin/true", "include-command-output-in-response": true},'
+    content=$(printf '%s\n' "${RELOAD_HOOKS%,}" "]")
+    now_us; t0=$NOW_US
+    printf '%s\n' "$content" >"$1/hooks.json"
+    reload_wait "$W_PORT" "/hooks/r$2" "$t0"
+}
+# Both servers run side by side and their trials alternate (which goes
+# first alternates too), as in the other cases: a slower spell of the
+# machine falls on both. Among 10, three times $RELOAD_TRIALS trials (a
+# trial is a few ms and 0.3 s of rest): the median of a few trials of a
+# 2-3 ms figure moved by a millisecond between runs of the same build.
 want reloadmany && for many in 10 "$NPROGRAMS"; do
-    if ((many == 10)); then tdir=$BS wdir=$BSW; else tdir=$BT wdir=$BW; fi
-    for side in "${SIDES[@]}"; do
-        if [[ $side == trigd ]]; then
-            rm -rf "$tdir/state"
-            start_trigd "$tdir"
-            for ((k = 1; k <= RELOAD_TRIALS; k++)); do
-                id=$((900000 + k))
-                content=$(printf 'id = %d\nname = "r%d"\n\n[[functions]]\nname = "run"\ncommand = ["/bin/true"]\n[functions.webhook]\n' "$id" "$k")
-                now_us; t0=$NOW_US
-                printf '%s\n' "$content" >"$tdir/programs/r$k.toml"
-                reload_wait "$T_PORT" "/api?api_key=$KEY&program_id=$id" "$t0"
-                add "reload$many.trigd" "$RELOAD_MS"
-                snooze 0.3
-            done
-            stop_pid "$T_PID"; forget_pid "$T_PID"
-            rm -f "$tdir"/programs/r*.toml
-        else
-            cp "$wdir/hooks.json" "$wdir/hooks.orig"
-            start_webhook "$wdir" -hotreload
-            hooks=$(sed '$ d' "$wdir/hooks.orig" | sed '$ s/}$/},/')
-            for ((k = 1; k <= RELOAD_TRIALS; k++)); do
-                # Answered when /bin/true has ended, as trigd's sync call
-                # is (and as the reload case above): without
-                # include-command-output-in-response webhook answers
-                # before it starts the command, ~1 ms less (2.1 against
-                # 3.5 ms in one run of 2026-11-27).
-                hooks+='
-  {"id": "r'"$k"'", "execute-command": "/bin/true", "include-command-output-in-response": true},'
-                content=$(printf '%s\n' "${hooks%,}" "]")
-                now_us; t0=$NOW_US
-                printf '%s\n' "$content" >"$wdir/hooks.json"
-                reload_wait "$W_PORT" "/hooks/r$k" "$t0"
-                add "reload$many.webhook" "$RELOAD_MS"
-                snooze 0.3
-            done
-            stop_pid "$W_PID"; forget_pid "$W_PID"
-            mv "$wdir/hooks.orig" "$wdir/hooks.json"
-        fi
-        log "  $side, $many definitions: $(med "reload$many.$side") ms"
+    if ((many == 10)); then tdir=$BS wdir=$BSW trials=$((3 * RELOAD_TRIALS)); else tdir=$BT wdir=$BW trials=$RELOAD_TRIALS; fi
+    ((SKIP_TRIGD)) || { rm -rf "$tdir/state"; start_trigd "$tdir"; }
+    cp "$wdir/hooks.json" "$wdir/hooks.orig"
+    start_webhook "$wdir" -hotreload
+    RELOAD_HOOKS=$(sed '$ d' "$wdir/hooks.orig" | sed '$ s/}$/},/')
+    for ((k = 1; k <= trials; k++)); do
+        order=("${SIDES[@]}")
+        ((k % 2 == 0 && ${#SIDES[@]} == 2)) && order=(webhook trigd)
+        for side in "${order[@]}"; do
+            if [[ $side == trigd ]]; then reload_trigd_trial "$tdir" "$k"; else reload_webhook_trial "$wdir" "$k"; fi
+            add "reload$many.$side" "$RELOAD_MS"
+            snooze 0.3
+        done
     done
+    if ! ((SKIP_TRIGD)); then
+        stop_pid "$T_PID"; forget_pid "$T_PID"
+        rm -f "$tdir"/programs/r*.toml
+    fi
+    stop_pid "$W_PID"; forget_pid "$W_PID"
+    mv "$wdir/hooks.orig" "$wdir/hooks.json"
+    for side in "${SIDES[@]}"; do log "  $side, $many definitions: $(med "reload$many.$side") ms ($trials trials)"; done
 done
 
 # ---------------------------------------------------------------- schedules (trigd only)
@@ -1448,7 +1458,7 @@ TCOMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
         "load average at start $LOAD_START; open files limit (ulimit -n) $(ulimit -n)."
     echo "trigd $TCOMMIT ($( [[ -n ${BENCH_TRIGD:-} ]] && echo "$TRIGD" || echo "static build, \`cargo static\`")), $(webhook -version 2>&1 | head -1), $(wrk -v 2>&1 | head -1 | cut -d' ' -f1-2)."
     echo "Settings: $SECS s per measurement, $ROUNDS interleaved rounds (A/B/A/B) per case, async ${ASYNC_SECS}s x $ASYNC_ROUNDS," \
-        "$NPROGRAMS programs for start-up ($START_TRIALS trials), $RELOAD_TRIALS reloads;" \
+        "$NPROGRAMS programs for start-up ($START_TRIALS trials), $RELOAD_TRIALS reloads ($((3 * RELOAD_TRIALS)) among 10);" \
         "figures are medians over rounds. trigd max_concurrent_runs = $SLOTS$([[ -z $MAX_RUNS ]] && echo ' (its default)') (async runs at most $ASYNC_SLOTS), workers = 8.$( ((QUICK)) && echo ' QUICK smoke run: not a measurement.')"
     echo "Rerun: \`bench/run.sh\` (see bench/README.md). Ratios are trigd/webhook (or trigd/floor)."
     echo
