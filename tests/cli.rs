@@ -113,6 +113,55 @@ fn check_reports_every_error_with_location_and_count() {
     );
 }
 
+/// A duration too long to make a deadline of (`Instant::now() + d`
+/// panicked at the first run or queued call) is refused at load, located
+/// like any other mistake, in `config.toml` and in a program file.
+#[test]
+fn check_refuses_durations_longer_than_ten_years() {
+    let long = r#"id = 12
+name = "long"
+
+[[functions]]
+name = "f"
+timeout = "3651d"
+command = ["true"]
+[functions.webhook]
+"#;
+    let dir = setup(
+        "cli_check_long",
+        "queue_timeout = 9223372036854775807",
+        &[("ok.toml", OK), ("long.toml", long)],
+    );
+    let out = trigd(&["check", "--config", &dir.path_str("config.toml")], None);
+    out.code_is(1);
+    let (line, _, key, msg) = located(&out, "config.toml");
+    out.check_eq(line, 2, "config.toml: the line of queue_timeout");
+    out.check(
+        key.contains("queue_timeout"),
+        "config.toml: KEY names queue_timeout",
+    );
+    out.check(
+        msg.contains("too long") && msg.contains("3650d"),
+        "config.toml: the bound",
+    );
+    let (line, _, key, msg) = located(&out, "long.toml");
+    out.check_eq(line, 6, "long.toml: the line of timeout");
+    out.check(key.contains("timeout"), "long.toml: KEY names the timeout");
+    out.check(
+        msg.contains("3651d") && msg.contains("too long"),
+        "long.toml: the value and the bound",
+    );
+    out.check_eq(
+        out.stderr.lines().last().map(str::trim),
+        Some("2 errors"),
+        "last stderr line",
+    );
+    // The longest one allowed loads.
+    dir.write("config.toml", &config("queue_timeout = \"3650d\""));
+    dir.write("programs/long.toml", &long.replace("\"3651d\"", "315360000"));
+    trigd(&["check", "--config", &dir.path_str("config.toml")], None).code_is(0);
+}
+
 #[test]
 fn check_of_a_missing_config_exits_1_naming_it() {
     let dir = TestDir::new("cli_check_missing");

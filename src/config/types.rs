@@ -21,11 +21,32 @@ use super::raw::{self, RawDuration};
 use super::{ConfigError, Piece, Program, Template, TriggerKind};
 use crate::http::Method;
 
+/// The longest duration a setting takes: 3650 days, about ten years. No
+/// timeout, window or grace of trigd needs more, and a deadline made of a
+/// longer one (`Instant::now() + d`) could overflow: with `timeout =
+/// 9223372036854775807` every run of the function panicked (`500
+/// internal_error`).
+pub const MAX_DURATION: Duration = Duration::from_secs(3650 * 86_400);
+
+/// `d`, unless it is longer than [`MAX_DURATION`]; `written` is how the
+/// setting wrote it.
+fn at_most_max(d: Duration, written: &str) -> Result<Duration, String> {
+    if d > MAX_DURATION {
+        return Err(format!(
+            "duration {written} is too long: at most \"3650d\" (about ten years, {} seconds)",
+            MAX_DURATION.as_secs()
+        ));
+    }
+    Ok(d)
+}
+
 /// Parse a duration written as `"250ms"`, `"60s"`, `"5m"`, `"1h"` or a
-/// combination like `"1m30s"` (humantime's syntax). Zero is rejected.
+/// combination like `"1m30s"` (humantime's syntax). Zero is rejected, and
+/// so is a duration past [`MAX_DURATION`].
 ///
 /// # Errors
-/// A sentence saying what is accepted, when `s` is empty, malformed or zero.
+/// A sentence saying what is accepted, when `s` is empty, malformed, zero
+/// or too long.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let bad = || {
         format!(
@@ -40,16 +61,17 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     if total.is_zero() {
         return Err(format!("duration \"{s}\" must be greater than zero"));
     }
-    Ok(total)
+    at_most_max(total, &format!("\"{s}\""))
 }
 
-/// A duration given as an integer number of seconds; must be at least 1.
+/// A duration given as an integer number of seconds; must be at least 1
+/// and at most [`MAX_DURATION`].
 ///
 /// # Errors
-/// When `secs` is zero or negative.
+/// When `secs` is zero, negative or too long.
 pub fn duration_from_secs(secs: i64) -> Result<Duration, String> {
     match u64::try_from(secs) {
-        Ok(n) if n > 0 => Ok(Duration::from_secs(n)),
+        Ok(n) if n > 0 => at_most_max(Duration::from_secs(n), &secs.to_string()),
         _ => Err(format!(
             "duration {secs} must be a positive number of seconds"
         )),
@@ -505,6 +527,23 @@ mod tests {
         assert_eq!(duration_from_secs(3), Ok(Duration::from_secs(3)));
         assert!(duration_from_secs(0).is_err());
         assert!(duration_from_secs(-2).is_err());
+    }
+
+    #[test]
+    fn durations_past_ten_years_are_refused() {
+        assert_eq!(parse_duration("3650d"), Ok(MAX_DURATION));
+        assert_eq!(duration_from_secs(315_360_000), Ok(MAX_DURATION));
+        for long in ["3651d", "11y", "18446744073709551615s", "5000000000000s"] {
+            let e = parse_duration(long).unwrap_err();
+            assert!(e.contains("too long") && e.contains("3650d"), "{long}: {e}");
+        }
+        for long in [315_360_001, i64::MAX] {
+            let e = duration_from_secs(long).unwrap_err();
+            assert!(
+                e.contains(&long.to_string()) && e.contains("too long"),
+                "{e}"
+            );
+        }
     }
 
     #[test]

@@ -166,5 +166,6 @@ keys marked \(lqread at start only\(rq need a restart.
 .PP
 Durations are written \fB"250ms"\fR, \fB"60s"\fR, \fB"5m"\fR, \fB"1h"\fR,
 \fB"7d"\fR, \fB"1m30s"\fR, or as an integer number of seconds; zero is
-refused. Counts are integers of at least 1 unless said otherwise.
+refused, and so is anything longer than \fB"3650d"\fR (about ten years).
+Counts are integers of at least 1 unless said otherwise.
 "#;

@@ -58,5 +58,6 @@ and meaning: the same list as `man 5 trigd.toml`, made from the same source,
 which a test compares with the keys the parser accepts. Unknown keys are
 errors. [Configuration](config.md) explains the files with examples;
 durations are written `\"250ms\"`, `\"60s\"`, `\"5m\"`, `\"1h\"`, `\"7d\"`,
-`\"1m30s\"`, or as an integer number of seconds.
+`\"1m30s\"`, or as an integer number of seconds, at most `\"3650d\"`
+(about ten years).
 ";
