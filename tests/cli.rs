@@ -158,7 +158,10 @@ command = ["true"]
     );
     // The longest one allowed loads.
     dir.write("config.toml", &config("queue_timeout = \"3650d\""));
-    dir.write("programs/long.toml", &long.replace("\"3651d\"", "315360000"));
+    dir.write(
+        "programs/long.toml",
+        &long.replace("\"3651d\"", "315360000"),
+    );
     trigd(&["check", "--config", &dir.path_str("config.toml")], None).code_is(0);
 }
 

@@ -661,3 +661,91 @@ fn a_sync_run_takes_at_most_3_database_round_trips() {
         ),
     );
 }
+
+/// A program that takes ~40 ms, on one slot: of two sync calls at once,
+/// one waits in the queue for the other.
+const QUEUED_PROGRAM: &str = "id = 1\nname = \"w\"\nworkspace = \"ops\"\n\n[[functions]]\n\
+    name = \"short\"\nsteps = [{ shell = \"sleep 0.04\" }]\n[functions.webhook]\n";
+
+/// A sync call that waits a few ms for a slot writes its row once, with
+/// its end, as one that finds a slot free: its `queued` state is deferred
+/// like its `running` one (`state::pg::deferred`). Written at once, the
+/// two calls of a pair cost 4 writes (the waiting one's `queued` and
+/// `running`, then both ends) instead of 2.
+#[test]
+#[ignore = "needs PostgreSQL: cargo test -- --include-ignored (as .ci/run does)"]
+fn a_sync_run_that_waits_briefly_for_a_slot_is_written_once() {
+    let db = pg_database("queued_once");
+    let dir = setup("pg_queued_once", "max_concurrent_runs = 1", &[]);
+    dir.write("programs/w.toml", QUEUED_PROGRAM);
+    // A lease of an hour: no heartbeat lands between the two readings.
+    db.configure(&dir, "lease = \"1h\"");
+    let t = Trigd::start(&dir);
+    let url = format!("/api?api_key={KEY}&program_id=1&function=short");
+    t.post(&url).ok(); // warm the pool
+                       // The background work (queue and cancel polls) only adds: the fewest
+                       // round trips over ten pairs is the pair's own count.
+    let mut deltas = Vec::new();
+    let mut ids = Vec::new();
+    for _ in 0..10 {
+        let before = round_trips(&t).unwrap_or_else(|| t.fail("no round trip counter"));
+        let pair: Vec<Reply> = thread::scope(|s| {
+            let hs: Vec<_> = (0..2).map(|_| s.spawn(|| t.post(&url))).collect();
+            hs.into_iter().map(|h| h.join().expect("call")).collect()
+        });
+        for r in &pair {
+            ids.push(r.run_id(&r.ok()));
+        }
+        deltas.push(round_trips(&t).unwrap_or(before) - before);
+    }
+    eprintln!("round trips of 10 pairs of sync runs on one slot: {deltas:?}");
+    let least = deltas.iter().copied().min().unwrap_or(0);
+    let finished = db.count(&format!(
+        "SELECT count(*) FROM trigd_runs WHERE state = 'finished' AND id IN ('{}')",
+        ids.join("','")
+    ));
+    t.check_eq(finished, 20, "every run of the pairs recorded finished");
+    t.check(least >= 1, "the counter counts the runs' writes");
+    t.check(
+        least <= 2,
+        format!("a pair of sync runs, one waiting for the other's slot, took {least} round trips (at most 2: one write a run)"),
+    );
+}
+
+/// A sync call that waits longer than `DEFER` for a slot is in the
+/// database as `queued` while it waits (listed by every instance), and
+/// then runs.
+#[test]
+#[ignore = "needs PostgreSQL: cargo test -- --include-ignored (as .ci/run does)"]
+fn a_sync_run_waiting_longer_for_a_slot_is_listed_queued() {
+    let db = pg_database("queued_listed");
+    let dir = setup("pg_queued_listed", "max_concurrent_runs = 1", &[]);
+    dir.write(
+        "programs/w.toml",
+        &QUEUED_PROGRAM.replace("sleep 0.04", "sleep 2"),
+    );
+    db.configure(&dir, "");
+    let t = Trigd::start(&dir);
+    let url = format!("/api?api_key={KEY}&program_id=1&function=short");
+    let queued = "SELECT count(*) FROM trigd_runs WHERE state = 'queued'";
+    let replies: Vec<Reply> = thread::scope(|s| {
+        let first = s.spawn(|| t.post(&url));
+        let until = Instant::now() + Duration::from_secs(10);
+        while db.count("SELECT count(*) FROM trigd_runs WHERE state = 'running'") == 0 {
+            t.check(Instant::now() < until, "the first run recorded running");
+            thread::sleep(Duration::from_millis(20));
+        }
+        let second = s.spawn(|| t.post(&url));
+        let mut seen = 0;
+        while seen == 0 && Instant::now() < until {
+            seen = db.count(queued);
+            thread::sleep(Duration::from_millis(20));
+        }
+        t.check_eq(seen, 1, "the waiting run is in the database as queued");
+        vec![first.join().expect("first"), second.join().expect("second")]
+    });
+    for r in &replies {
+        r.ok();
+    }
+    t.check_eq(db.count(queued), 0, "no run left queued");
+}

@@ -646,16 +646,16 @@ impl Runner {
         self.begin(job, false)
     }
 
-    /// [`Runner::begin_sync`]; with `may_defer`, the `running` state of a
-    /// run nobody can know of before its answer may be deferred
-    /// ([`Runner::defers`]).
+    /// [`Runner::begin_sync`]; with `may_defer`, the `queued` and
+    /// `running` states of a run nobody can know of before its answer may
+    /// be deferred ([`Runner::defers`]).
     fn begin(self: &Arc<Self>, mut job: Job, may_defer: bool) -> Result<SyncRun, RunError> {
         // An id given before the run (an `Idempotency-Key` claim, a
         // re-run's) is known to someone already.
-        let known = job.id.is_some();
+        let quiet = may_defer && job.id.is_none();
         let mut rec = self.new_record(&job, false);
         job.id = Some(rec.run.clone());
-        let waited = self.acquire(&job, &rec)?;
+        let waited = self.acquire(&job, &rec, quiet)?;
         let slot = SlotGuard {
             runner: Arc::clone(self),
             key: Some((job.slot_key(), rec.run.clone())),
@@ -664,10 +664,13 @@ impl Runner {
         rec.state = RunState::Running;
         rec.started_at = Some(Time::now());
         if let Some(store) = &self.store {
-            let deferred = may_defer && !known && !waited && Self::defers(&rec, store);
+            let deferred = quiet && Self::defers(&rec, store);
             // Deferred: the lease thread writes it at its first tick after
             // DEFER if the run is still running (not woken for it: a wake
-            // per run would cost the thread's statements per run).
+            // per run would cost the thread's statements per run). After a
+            // wait, it replaces the `queued` state deferred the same way;
+            // one the lease thread wrote meanwhile stays in the row until
+            // then (a start DEFER late at most, as for any sync run).
             let written = if deferred {
                 Ok(())
             } else {
@@ -687,19 +690,28 @@ impl Runner {
         Ok(SyncRun { slot, rec, job })
     }
 
-    /// Whether sync run `rec`, which took a free slot at once
-    /// (no `queued` written), is written `running` only if it still runs
-    /// [`DEFER`](crate::state::pg::deferred::DEFER) after its start (the
-    /// database backend): not a run of a concurrency group (the cluster
-    /// counts a group's places from the rows), nor one with callbacks (a
-    /// start ping names the run; deliveries refer to its row).
+    /// Whether sync run `rec`'s state (`queued` while it waits for a
+    /// slot, then `running`) is written only if it is still in it
+    /// [`DEFER`](crate::state::pg::deferred::DEFER) later (the database
+    /// backend): not a run of a concurrency group (the cluster counts a
+    /// group's places from the rows), nor one with callbacks (a start ping
+    /// names the run; deliveries refer to its row). With the queue's wait
+    /// deferred too, a sync call that waits a few ms for a slot (8
+    /// connections on 4 slots) writes its row once, as one that does not.
     fn defers(rec: &RunRecord, store: &RunStore) -> bool {
-        rec.group.is_none() && rec.callbacks.is_empty() && store.defer_running(rec)
+        rec.group.is_none() && rec.callbacks.is_empty() && store.defer_state(rec)
     }
 
     /// Take a slot for the sync run `rec` of `job`, waiting in the queue
-    /// for at most `queue_timeout`; whether it waited.
-    fn acquire(self: &Arc<Self>, job: &Job, rec: &RunRecord) -> Result<bool, RunError> {
+    /// for at most `queue_timeout`; whether it waited. `quiet`: nobody
+    /// knows of the run yet, so its `queued` state may be deferred
+    /// ([`Runner::defers`]).
+    fn acquire(
+        self: &Arc<Self>,
+        job: &Job,
+        rec: &RunRecord,
+        quiet: bool,
+    ) -> Result<bool, RunError> {
         let (key, n, group) = (job.slot_key(), job.concurrency(), job.group());
         let server = &job.cfg.server;
         let mut s = lock(&self.slots);
@@ -753,9 +765,13 @@ impl Runner {
         s.push_back(Waiter::Sync(Arc::clone(&t)));
         let deadline = Instant::now() + server.queue_timeout;
         drop(s);
-        // Recorded while it waits: listed, and found by a cancel. Only this
-        // thread writes its record until it runs.
-        self.record(rec);
+        // Recorded while it waits: listed, and found by a cancel (a run
+        // nobody knows of yet once it has waited DEFER: `quiet`). Only
+        // this thread writes its record until it runs.
+        let deferred = quiet && self.store.as_ref().is_some_and(|s| Self::defers(rec, s));
+        if !deferred {
+            self.record(rec);
+        }
         self.supersede(room, &rec.run);
         log::debug!("run {} waits for a slot", rec.run);
         let waited = self.wait_in_queue(&t, rec, server.queue_timeout, deadline);

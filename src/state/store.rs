@@ -259,14 +259,15 @@ impl RunStore {
         }
     }
 
-    /// Record sync run `rec` `running` later, if it still runs
-    /// [`DEFER`](crate::state::pg::deferred::DEFER) after now ([`RunStore::write_deferred`]); a run that ends
-    /// first is written once, with its end. Only with the database, not
-    /// for a run with an `Idempotency-Key` claim (the claim is committed
-    /// with the `running` write, before the run starts), nor while the
-    /// database is known to be down ([`DbRuns::may_defer`]): false when
-    /// not deferred (write it with [`RunStore::append`]).
-    pub fn defer_running(&self, rec: &RunRecord) -> bool {
+    /// Record sync run `rec`'s state (`queued` or `running`) later, if the
+    /// run is still in it [`DEFER`](crate::state::pg::deferred::DEFER)
+    /// after now ([`RunStore::write_deferred`]); a run that ends first is
+    /// written once, with its end. Only with the database, not for a run
+    /// with an `Idempotency-Key` claim (the claim is committed with the
+    /// run's first write, before the run starts), nor while the database
+    /// is known to be down ([`DbRuns::may_defer`]): false when not
+    /// deferred (write it with [`RunStore::append`]).
+    pub fn defer_state(&self, rec: &RunRecord) -> bool {
         match &self.backend {
             Backend::Database { runs, deferred, .. } if runs.may_defer(&rec.run) => {
                 deferred.defer(rec);
@@ -276,7 +277,7 @@ impl RunStore {
         }
     }
 
-    /// Write the `running` states deferred at least `age` (all with zero),
+    /// Write the states deferred at least `age` (all with zero),
     /// and return how long until the next one is due (the lease thread
     /// calls it at each tick). A failed write is logged only: the run's
     /// end makes it good.
@@ -285,31 +286,35 @@ impl RunStore {
             return None;
         };
         let due = deferred.due(age);
-        Self::write_running(runs, &due);
+        Self::write_states(runs, &due);
         deferred.done(&due);
         deferred.next_due()
     }
 
-    /// Write run `run`'s deferred `running` now, if it waits: before its
+    /// Write run `run`'s deferred state now, if it waits: before its
     /// output is copied to the database (the copy refers to the row).
     pub fn write_deferred_run(&self, run: &str) {
         if let Backend::Database { runs, deferred, .. } = &self.backend {
             if let Some(rec) = deferred.take(run) {
                 let recs = [rec];
-                Self::write_running(runs, &recs);
+                Self::write_states(runs, &recs);
                 deferred.done(&recs);
             }
         }
     }
 
-    /// Write deferred `running` states (not through
+    /// Write deferred states (not through
     /// [`RunStore::write_db`], which would wait for them). Once the
     /// database is unavailable the rest are not tried: each would hold the
     /// lease thread for a timeout, and their ends make them good.
-    fn write_running(runs: &DbRuns, recs: &[RunRecord]) {
+    fn write_states(runs: &DbRuns, recs: &[RunRecord]) {
         for rec in recs {
             if let Err(e) = runs.write(rec, false) {
-                log::warn!("run {}: cannot record state running: {e}", rec.run);
+                log::warn!(
+                    "run {}: cannot record state {}: {e}",
+                    rec.run,
+                    rec.state.name()
+                );
                 if e.is_unavailable() {
                     return;
                 }

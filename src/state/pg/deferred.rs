@@ -1,12 +1,13 @@
-//! Sync runs whose `running` state is not written yet (issue 32): on the
-//! PostgreSQL backend a short sync run writes its row once, with its end,
-//! instead of twice. A run still running [`DEFER`] after its start is
-//! written `running` by the lease thread (`RunStore::write_deferred`), or
-//! at once before its output is first copied to the database (the copy
-//! refers to the row). Any other write of the run first settles its entry
-//! here ([`Deferred::settle`]): a `running` not yet written is dropped (the
-//! new state covers it), one being written is waited for, so a deferred
-//! `running` never lands after (or over) the run's end.
+//! Sync runs whose `queued` or `running` state is not written yet (issue
+//! 32): on the PostgreSQL backend a short sync run writes its row once,
+//! with its end, instead of two or three times, whether it waited in the
+//! queue for a slot or not. A run still waiting or running [`DEFER`] after
+//! that state began is written by the lease thread
+//! (`RunStore::write_deferred`), or at once before its output is first
+//! copied to the database (the copy refers to the row). Any other write of
+//! the run first settles its entry here ([`Deferred::settle`]): a state not
+//! yet written is dropped (the new state covers it), one being written is
+//! waited for, so a deferred state never lands after (or over) the next.
 
 use std::collections::HashMap;
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -14,12 +15,14 @@ use std::time::{Duration, Instant};
 
 use crate::state::record::RunRecord;
 
-/// How long a sync run runs before its `running` state is written: a run
+/// How long a sync run waits or runs before that state is written: a run
 /// that ends sooner is written once, with its end. Another instance lists
-/// a longer run about this long after its start.
+/// a longer run about this long after its arrival (and sees it `running`
+/// about this long after its start).
 pub const DEFER: Duration = Duration::from_millis(100);
 
-/// The sync runs whose `running` state waits (or is being written).
+/// The sync runs whose `queued` or `running` state waits (or is being
+/// written).
 #[derive(Debug, Default)]
 pub struct Deferred {
     runs: Mutex<HashMap<String, Entry>>,
@@ -36,13 +39,22 @@ enum Entry {
 }
 
 impl Deferred {
-    /// Keep `rec`'s `running` state until it is [`DEFER`] old.
+    /// Keep `rec`'s state until it is [`DEFER`] old; it replaces the
+    /// run's state kept before (its `queued`), once a write of that one
+    /// under way is done.
     pub fn defer(&self, rec: &RunRecord) {
         let entry = Entry::Waiting {
             rec: Box::new(rec.clone()),
             since: Instant::now(),
         };
-        self.lock().insert(rec.run.clone(), entry);
+        let mut runs = self.lock();
+        while matches!(runs.get(&rec.run), Some(Entry::Writing)) {
+            runs = self
+                .written
+                .wait(runs)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        runs.insert(rec.run.clone(), entry);
     }
 
     /// The unwritten record of run `run`, to answer for it meanwhile.
@@ -97,7 +109,7 @@ impl Deferred {
     }
 
     /// Before another state of run `run` is written: forget its waiting
-    /// `running`, or wait until the write of it has been made.
+    /// state, or wait until the write of it has been made.
     pub fn settle(&self, run: &str) {
         let mut runs = self.lock();
         loop {
