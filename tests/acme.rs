@@ -467,7 +467,7 @@ fn pebble_issues_renews_and_a_failed_challenge_keeps_the_certificate() {
     // replaced by a new one from the same account, served from then on.
     dir.write(
         "config.toml",
-        &config("renew_before = \"100000d\"\nretry_min = \"1h\""),
+        &config("renew_before = \"3650d\"\nretry_min = \"1h\""),
     );
     t.restart();
     let renewed = wait_acme(&t, "renewal", |a| {
@@ -494,7 +494,7 @@ fn pebble_issues_renews_and_a_failed_challenge_keeps_the_certificate() {
     // A failed challenge: trigd answers HTTP-01 on another port than the
     // one the CA fetches from. The renewal fails with the CA's reason; the
     // certificate stays.
-    let due = "renew_before = \"100000d\"\nretry_min = \"1h\"";
+    let due = "renew_before = \"3650d\"\nretry_min = \"1h\"";
     dir.write(
         "config.toml",
         &acme_config(free_port(), &pebble.directory, due),
