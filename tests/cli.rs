@@ -165,6 +165,26 @@ command = ["true"]
     trigd(&["check", "--config", &dir.path_str("config.toml")], None).code_is(0);
 }
 
+/// `workers` past 1024 is refused at load: a huge one started idle
+/// threads until the system refused more, and trigd listened without ever
+/// answering.
+#[test]
+fn check_refuses_more_than_1024_workers() {
+    let dir = setup(
+        "cli_check_workers",
+        "workers = 9223372036854775807",
+        &[("ok.toml", OK)],
+    );
+    let out = trigd(&["check", "--config", &dir.path_str("config.toml")], None);
+    out.code_is(1);
+    let (line, _, key, msg) = located(&out, "config.toml");
+    out.check_eq(line, 2, "config.toml: the line of workers");
+    out.check(key.contains("workers"), "KEY names workers");
+    out.check(msg.contains("1 to 1024"), "the message gives the bounds");
+    dir.write("config.toml", &config("workers = 1024"));
+    trigd(&["check", "--config", &dir.path_str("config.toml")], None).code_is(0);
+}
+
 #[test]
 fn check_of_a_missing_config_exits_1_naming_it() {
     let dir = TestDir::new("cli_check_missing");

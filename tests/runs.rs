@@ -319,6 +319,37 @@ fn kill9_then_restart_interrupts_running_runs_and_runs_queued_ones() {
     r.check_eq(&r.ok()["Result"], &json!(["quick"]), "Result after restart");
 }
 
+/// `run_retention` as large as the setting takes keeps every run: the
+/// run log's compaction check overflowed at every append (a debug build
+/// answered every call `500 internal_error`; a release build compacted
+/// the log at every write).
+#[test]
+fn the_largest_run_retention_keeps_every_run() {
+    let (_dir, t) = serve(
+        "runs_retention_max",
+        "run_retention = 9223372036854775807",
+        &[("gate.toml", GATE)],
+    );
+    let ids: Vec<String> = (0..3)
+        .map(|_| {
+            let r = t.post(&format!("/api?api_key={KEY}&program_id=1&function=quick"));
+            r.run_id(&r.ok())
+        })
+        .collect();
+    let queued = start_async(&t, 1, "&function=quick");
+    for id in ids.iter().chain([&queued]) {
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let r = t.get(&run_url(id, KEY));
+            if r.ok()["State"] == json!("finished") {
+                break;
+            }
+            r.check(std::time::Instant::now() < until, "the run finished");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
 #[test]
 fn torn_last_line_of_runs_log_is_ignored() {
     let (dir, mut t) = serve("runs_torn_log", "", &[("gate.toml", GATE)]);

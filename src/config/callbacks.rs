@@ -24,7 +24,7 @@ use crate::state::delivery::{Format, Outcome};
 
 use super::raw::{RawCallbacks, RawDuration};
 use super::resolve;
-use super::types::{count, duration, Errors, Src};
+use super::types::{count, count_within, duration, Errors, Src};
 
 /// Defaults of `[callbacks]`.
 pub mod defaults {
@@ -368,7 +368,8 @@ pub(super) fn callbacks(src: &Src, raw: &RawCallbacks, dir: &Path, errs: &mut Er
     let retry_for = dur(&raw.retry_for, "retry_for", d.retry_for);
     let backoff = dur(&raw.backoff, "backoff", d.backoff);
     let backoff_max = dur(&raw.backoff_max, "backoff_max", d.backoff_max);
-    let workers = count(src, &raw.workers, "callbacks.workers", d.workers, 1, errs);
+    let bounds = (d.workers, 1, super::raw::defaults::MAX_WORKERS);
+    let workers = count_within(src, &raw.workers, "callbacks.workers", bounds, errs);
     let max_pending = count(
         src,
         &raw.max_pending,

@@ -28,6 +28,11 @@ pub mod defaults {
     pub const SOCKET_MODE: u32 = 0o660;
     /// `workers`.
     pub const WORKERS: usize = 8;
+    /// `workers` (and `[callbacks] workers`) at most: threads started at
+    /// once and kept idle. More serve nothing that a thread started on
+    /// demand would not, and `workers = 9223372036854775807` exhausted the
+    /// thread limit at start: trigd listened and never answered.
+    pub const MAX_WORKERS: usize = 1024;
     /// `programs_dir`.
     pub const PROGRAMS_DIR: &str = "programs";
     /// `state_dir`.

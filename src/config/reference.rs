@@ -347,7 +347,7 @@ const SERVER: &[Key] = &[
     key("socket_mode", "string", Str("0660"), "permission bits (octal) of the socket file of `listen = \"unix:PATH\"`; read at start only"),
     key("socket_user", "string", Is("trigd's user"), "owner (name or uid) of that socket file; giving it away needs root; read at start only"),
     key("socket_group", "string", Is("trigd's group"), "group (name or gid) of that socket file, e.g. the proxy's; trigd's user must be a member; read at start only"),
-    key("workers", "integer", Count(server::WORKERS), "HTTP threads kept ready while idle; each open connection is served on a thread of its own up to `max_connections`"),
+    key("workers", "integer", Count(server::WORKERS), "HTTP threads kept ready while idle, 1 to 1024; each open connection is served on a thread of its own up to `max_connections`"),
     key("programs_dir", "path", Str(server::PROGRAMS_DIR), "every `*.toml` directly inside is a program"),
     key("state_dir", "path", Str(server::STATE_DIR), "written by trigd only: run log, application keys, sessions"),
     key("public_url", "string", Is("`http://<Host header>`"), "base URL shown for generated endpoints and linked from `slack`, `discord`, `ntfy` callbacks (`https://...` also marks cookies `Secure`)"),
@@ -578,7 +578,7 @@ const CALLBACKS: &[Key] = &[
         "workers",
         "integer",
         Count(cb::WORKERS),
-        "delivery threads; read at start only",
+        "delivery threads, 1 to 1024; read at start only",
     ),
     key(
         "max_pending",

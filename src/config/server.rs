@@ -8,7 +8,7 @@ use std::time::Duration;
 use toml::Spanned;
 
 use super::raw::{self, defaults, RawDuration};
-use super::types::{count, duration, Errors, Src};
+use super::types::{count, count_within, duration, Errors, Src};
 use super::{resolve, Server, SocketFile, TrustedProxies};
 
 /// Reads the settings of one `[server]` table, recording errors.
@@ -92,7 +92,13 @@ pub fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) ->
             .listen
             .clone()
             .unwrap_or_else(|| defaults::LISTEN.into()),
-        workers: count!(workers, WORKERS, 1),
+        workers: count_within(
+            src,
+            &raw.workers,
+            "server.workers",
+            (defaults::WORKERS, 1, defaults::MAX_WORKERS),
+            r.errs,
+        ),
         programs_dir: resolve(
             dir,
             Path::new(programs_dir.unwrap_or(defaults::PROGRAMS_DIR)),

@@ -319,6 +319,25 @@ pub fn count(
     }
 }
 
+/// [`count`], and at most `max`: past it an error, and `default`.
+pub fn count_within(
+    src: &Src,
+    v: &raw::Count,
+    key: &str,
+    (default, min, max): (usize, i64, usize),
+    errs: &mut Errors,
+) -> usize {
+    let n = count(src, v, key, default, min, errs);
+    match v {
+        Some(raw) if n > max => {
+            let msg = format!("must be from {min} to {max}, got {}", raw.get_ref());
+            errs.at(src, raw.span(), key, msg);
+            default
+        }
+        _ => n,
+    }
+}
+
 /// A duration, or `default` when absent or invalid (invalid is recorded).
 pub fn duration(
     src: &Src,

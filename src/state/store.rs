@@ -1017,7 +1017,11 @@ impl FileRuns {
 
     /// The log holds about twice the lines it would after a compaction.
     fn too_long(&self, log: &Log) -> bool {
-        log.lines > 2 * (self.retention + log.index.live()) + 64
+        // Saturating: `run_retention` may be as large as the setting takes
+        // (9223372036854775807 wrapped to 62 here: a compaction at every
+        // append once the log held 62 lines).
+        let kept = self.retention.saturating_add(log.index.live());
+        log.lines > kept.saturating_mul(2).saturating_add(64)
     }
 
     /// A compaction is due: the log is [too long](FileRuns::too_long), or
