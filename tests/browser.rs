@@ -56,14 +56,7 @@ impl Browser {
         // chromedriver picks its own port and prints it: choosing a free
         // port here and passing it on would race with the other tests'
         // servers binding port 0 meanwhile.
-        let mut driver = Command::new(CHROMEDRIVER)
-            .arg("--port=0")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {CHROMEDRIVER}: {e}"));
-        let port = driver_port(&mut driver);
+        let (driver, port) = start_driver(dir);
         let log = dir.path("chromedriver-client.log");
         let client = Client::for_addr(&format!("127.0.0.1:{port}"), &log);
         let mut b = Browser {
@@ -306,10 +299,42 @@ fn call_with_key(t: &Trigd, key: &str) -> u16 {
     list_with_key(t, key).status
 }
 
+/// chromedriver started, and the port it listens on. A chromedriver that
+/// exits before it says which port is started again (twice at most): one
+/// did so once in a CI run of 2026-11-28 with nothing on stdout, and
+/// passed every time it was tried again. Its stderr is kept in `dir` and
+/// shown if it never starts.
+fn start_driver(dir: &TestDir) -> (Child, u16) {
+    let mut errors = Vec::new();
+    for attempt in 1..=3 {
+        let stderr = dir.path(&format!("chromedriver-{attempt}.stderr"));
+        let file = std::fs::File::create(&stderr).expect("chromedriver stderr file");
+        let mut driver = Command::new(CHROMEDRIVER)
+            .arg("--port=0")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(file)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {CHROMEDRIVER}: {e}"));
+        match driver_port(&mut driver) {
+            Ok(port) => return (driver, port),
+            Err(why) => {
+                let _ = driver.kill();
+                let status = driver.wait().map(|s| s.to_string()).unwrap_or_default();
+                let text = std::fs::read_to_string(&stderr).unwrap_or_default();
+                errors.push(format!(
+                    "attempt {attempt}: {why} ({status}); stderr: {text}"
+                ));
+            }
+        }
+    }
+    panic!("chromedriver did not start:\n{}", errors.join("\n"))
+}
+
 /// The port chromedriver announces on stdout ("… started successfully on
-/// port N."), waiting at most 20 s; the rest of its output is drained on a
+/// port N."), waiting at most 30 s; the rest of its output is drained on a
 /// thread so it never blocks on a full pipe.
-fn driver_port(driver: &mut Child) -> u16 {
+fn driver_port(driver: &mut Child) -> Result<u16, String> {
     let out = driver.stdout.take().expect("chromedriver stdout");
     let (tx, rx) = mpsc::channel();
     thread::spawn(move || {
@@ -323,7 +348,10 @@ fn driver_port(driver: &mut Child) -> u16 {
         }
     });
     rx.recv_timeout(Duration::from_secs(30))
-        .expect("chromedriver did not say which port it listens on within 30 s")
+        .map_err(|e| match e {
+            mpsc::RecvTimeoutError::Timeout => "no port announced within 30 s".to_string(),
+            mpsc::RecvTimeoutError::Disconnected => "it closed its stdout without a port".into(),
+        })
 }
 
 #[test]
