@@ -730,18 +730,14 @@ fn a_sync_run_waiting_longer_for_a_slot_is_listed_queued() {
     let queued = "SELECT count(*) FROM trigd_runs WHERE state = 'queued'";
     let replies: Vec<Reply> = thread::scope(|s| {
         let first = s.spawn(|| t.post(&url));
-        let until = Instant::now() + Duration::from_secs(10);
-        while db.count("SELECT count(*) FROM trigd_runs WHERE state = 'running'") == 0 {
-            t.check(Instant::now() < until, "the first run recorded running");
-            thread::sleep(Duration::from_millis(20));
-        }
+        let running = "SELECT count(*) FROM trigd_runs WHERE state = 'running'";
+        t.wait_for(WAIT, "the first run recorded running", || {
+            db.count(running) == 1
+        });
         let second = s.spawn(|| t.post(&url));
-        let mut seen = 0;
-        while seen == 0 && Instant::now() < until {
-            seen = db.count(queued);
-            thread::sleep(Duration::from_millis(20));
-        }
-        t.check_eq(seen, 1, "the waiting run is in the database as queued");
+        t.wait_for(WAIT, "the waiting run in the database as queued", || {
+            db.count(queued) == 1
+        });
         vec![first.join().expect("first"), second.join().expect("second")]
     });
     for r in &replies {

@@ -338,15 +338,7 @@ fn the_largest_run_retention_keeps_every_run() {
         .collect();
     let queued = start_async(&t, 1, "&function=quick");
     for id in ids.iter().chain([&queued]) {
-        let until = std::time::Instant::now() + Duration::from_secs(10);
-        loop {
-            let r = t.get(&run_url(id, KEY));
-            if r.ok()["State"] == json!("finished") {
-                break;
-            }
-            r.check(std::time::Instant::now() < until, "the run finished");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_run_state(&t, id, "finished");
     }
 }
 
