@@ -603,24 +603,30 @@ fn round_trips(t: &Trigd) -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
+/// One instance on database `name` with `server` settings and `program`
+/// as its program 1, for counting round trips: a lease of an hour, so that
+/// no heartbeat lands between two readings of the counter.
+fn counted_instance(name: &str, server: &str, program: &str) -> (PgDb, TestDir, Trigd) {
+    let db = pg_database(name);
+    let dir = setup(&format!("pg_{name}"), server, &[]);
+    dir.write("programs/w.toml", program);
+    db.configure(&dir, "lease = \"1h\"");
+    let t = Trigd::start(&dir);
+    (db, dir, t)
+}
+
 #[test]
 #[ignore = "needs PostgreSQL: cargo test -- --include-ignored (as .ci/run does)"]
 fn a_sync_run_takes_at_most_3_database_round_trips() {
-    let db = pg_database("round_trips");
-    let dir = setup("pg_round_trips", "", &[]);
-    dir.write(
-        "programs/w.toml",
-        "id = 1\nname = \"w\"\nworkspace = \"ops\"\n\n[[functions]]\nname = \"quick\"\n\
-         steps = [{ shell = \"true\" }]\n[functions.webhook]\n",
-    );
-    // A lease of an hour: no heartbeat lands between the two readings.
-    db.configure(&dir, "lease = \"1h\"");
-    let t = Trigd::start(&dir);
+    let program = "id = 1\nname = \"w\"\nworkspace = \"ops\"\n\n[[functions]]\nname = \"quick\"\n\
+         steps = [{ shell = \"true\" }]\n[functions.webhook]\n";
+    let (db, _dir, t) = counted_instance("round_trips", "", program);
     let url = format!("/api?api_key={KEY}&program_id=1&function=quick");
-    t.post(&url).ok(); // warm the pool
-                       // The instance's background work (lease, queue and cancel polls) goes
-                       // through the same counter now and then; it only adds. The fewest
-                       // round trips seen over ten runs is the sync path's own count.
+    // Warm the pool. The instance's background work (lease, queue and
+    // cancel polls) goes through the same counter now and then; it only
+    // adds. The fewest round trips seen over ten runs is the sync path's
+    // own count.
+    t.post(&url).ok();
     let mut id = String::new();
     let mut deltas = Vec::new();
     for _ in 0..10 {
@@ -675,16 +681,11 @@ const QUEUED_PROGRAM: &str = "id = 1\nname = \"w\"\nworkspace = \"ops\"\n\n[[fun
 #[test]
 #[ignore = "needs PostgreSQL: cargo test -- --include-ignored (as .ci/run does)"]
 fn a_sync_run_that_waits_briefly_for_a_slot_is_written_once() {
-    let db = pg_database("queued_once");
-    let dir = setup("pg_queued_once", "max_concurrent_runs = 1", &[]);
-    dir.write("programs/w.toml", QUEUED_PROGRAM);
-    // A lease of an hour: no heartbeat lands between the two readings.
-    db.configure(&dir, "lease = \"1h\"");
-    let t = Trigd::start(&dir);
+    let (db, _dir, t) = counted_instance("queued_once", "max_concurrent_runs = 1", QUEUED_PROGRAM);
     let url = format!("/api?api_key={KEY}&program_id=1&function=short");
-    t.post(&url).ok(); // warm the pool
-                       // The background work (queue and cancel polls) only adds: the fewest
-                       // round trips over ten pairs is the pair's own count.
+    // Warm the pool. The background work (queue and cancel polls) only
+    // adds: the fewest round trips over ten pairs is the pair's own count.
+    t.post(&url).ok();
     let mut deltas = Vec::new();
     let mut ids = Vec::new();
     for _ in 0..10 {
