@@ -122,7 +122,7 @@ pub struct Server {
     /// `max_concurrent_runs`, rounded up); the other slots stay free for
     /// sync calls while async runs wait.
     pub max_concurrent_async_runs: usize,
-    /// Runs waiting for a slot, sync and async together (default 100000).
+    /// Runs waiting for a slot, sync and async together (default 250000).
     pub max_queued_runs: usize,
     /// How long a sync run waits in the queue for a slot before it is
     /// refused with `busy` (`queue_timeout`, default 30s).
