@@ -58,8 +58,8 @@ ONLY=${BENCH_ONLY:-}                           # cases to run (names, space-sepa
 RESULTS=${BENCH_RESULTS:-$d_results}
 SKIP_TRIGD=${BENCH_SKIP_TRIGD:-0}              # 1: webhook side + floor only (development aid)
 MAX_RUNS=${BENCH_MAX_RUNS:-}                    # trigd max_concurrent_runs (empty: its default)
-# The slots trigd runs with: its default is 4 per core, from 4 to 64.
-SLOTS=${MAX_RUNS:-$(( $(nproc) * 4 < 4 ? 4 : ($(nproc) * 4 > 64 ? 64 : $(nproc) * 4) ))}
+# The slots trigd runs with: its default is 2 per core, from 4 to 64.
+SLOTS=${MAX_RUNS:-$(( $(nproc) * 2 < 4 ? 4 : ($(nproc) * 2 > 64 ? 64 : $(nproc) * 2) ))}
 # Of them, async runs take at most half, rounded up (max_concurrent_async_runs).
 ASYNC_SLOTS=$(((SLOTS + 1) / 2))
 KEY="bench-key-4f1c2a9e7d3b"                   # fixed API key; config holds its sha256

@@ -115,7 +115,7 @@ pub struct Server {
     /// Base URL shown for generated endpoints (`public_url`, default none:
     /// `http://<listen>`).
     pub public_url: Option<String>,
-    /// Runs executing at once, sync and async together (default 4 per CPU
+    /// Runs executing at once, sync and async together (default 2 per CPU
     /// core, from 4 to 64: `raw::defaults::max_concurrent_runs`).
     pub max_concurrent_runs: usize,
     /// Async runs executing at once, at most (default: half of

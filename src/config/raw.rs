@@ -39,7 +39,7 @@ pub mod defaults {
     pub const STATE_DIR: &str = "state";
     /// `max_concurrent_runs`: runs per core when it is not set
     /// ([`max_concurrent_runs`]).
-    pub const RUNS_PER_CORE: usize = 4;
+    pub const RUNS_PER_CORE: usize = 2;
     /// `max_concurrent_runs` when it is not set, at least.
     pub const MIN_CONCURRENT_RUNS: usize = 4;
     /// `max_concurrent_runs` when it is not set, at most.
@@ -48,14 +48,20 @@ pub mod defaults {
     /// `max_concurrent_runs` when it is not set: [`RUNS_PER_CORE`] per core
     /// this process may use (its CPU affinity and cgroup quota), within
     /// [`MIN_CONCURRENT_RUNS`]..=[`MAX_DEFAULT_CONCURRENT_RUNS`]. Measured
-    /// on 2 cores (bench/README.md, "The tail at 32 connections"): 8 slots
-    /// gave sync calls at 32 connections a lower p99 than 16 (the runs
-    /// beyond the slots wait in the fair queue instead of taking turns on
-    /// the CPU) at the same throughput at 8 connections, and left the CPU
-    /// to accepting async runs under a burst.
+    /// on 2 cores (bench/README.md, "Four slots instead of eight"): the
+    /// runs beyond the slots wait in the FIFO queue instead of taking
+    /// turns on the CPU, so 4 slots gave sync `/bin/true` and `/bin/echo`
+    /// calls a p99 15–33 % under webhook's at 8 and at 32 connections in
+    /// every one of six interleaved runs (8 slots: at webhook's, short in
+    /// two of three at 32 connections), at the same req/s (3,117–3,170
+    /// against 3,007–3,286), and 1.6–1.7× webhook's async accepts (8
+    /// slots: 1.16–1.40×); 16 slots had been worse than 8.
     pub fn max_concurrent_runs() -> usize {
-        (crate::sys::cores() * RUNS_PER_CORE)
-            .clamp(MIN_CONCURRENT_RUNS, MAX_DEFAULT_CONCURRENT_RUNS)
+        concurrent_runs_for(crate::sys::cores())
+    }
+    /// [`max_concurrent_runs`] on a host of `cores` cores.
+    pub fn concurrent_runs_for(cores: usize) -> usize {
+        (cores * RUNS_PER_CORE).clamp(MIN_CONCURRENT_RUNS, MAX_DEFAULT_CONCURRENT_RUNS)
     }
     /// `max_concurrent_async_runs` when it is not set: half the run slots,
     /// rounded up. Measured on 2 cores (bench/README.md, "Async runs take
@@ -72,7 +78,9 @@ pub mod defaults {
     /// kind (2026-11-28: 11,566 accepts a second against 2,288 runs
     /// executed, 48,245 requests refused with `busy` in a round); a
     /// queued run costs about 270 bytes, so a full queue about 68 MiB,
-    /// given back once it drains.
+    /// given back once it drains. With 4 slots (2 per core) the same
+    /// flood peaked at about 135,000 queued (15,800 accepts a second
+    /// against 2,450 runs executed).
     pub const MAX_QUEUED_RUNS: usize = 250_000;
     /// `queue_timeout`, in seconds.
     pub const QUEUE_TIMEOUT_SECS: u64 = 30;
@@ -1006,6 +1014,19 @@ fn header_at(text: &str, offset: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn default_run_slots_are_the_documented_ones() {
+        // docs/config.md and docs/programs.md: 2 per core, from 4 to 64;
+        // 4 on 2 cores, of which async runs take 2.
+        let by_cores: Vec<usize> = [1, 2, 3, 4, 16, 32, 33, 128]
+            .into_iter()
+            .map(defaults::concurrent_runs_for)
+            .collect();
+        assert_eq!(by_cores, [4, 4, 6, 8, 32, 64, 64, 64]);
+        let two_cores = defaults::concurrent_runs_for(2);
+        assert_eq!(defaults::max_concurrent_async_runs(two_cores), 2);
+    }
 
     #[test]
     fn key_of_a_syntax_error_names_the_table() {
