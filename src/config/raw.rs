@@ -51,11 +51,12 @@ pub mod defaults {
     /// on 2 cores (bench/README.md, "Four slots instead of eight"): the
     /// runs beyond the slots wait in the FIFO queue instead of taking
     /// turns on the CPU, so 4 slots gave sync `/bin/true` and `/bin/echo`
-    /// calls a p99 15–33 % under webhook's at 8 and at 32 connections in
-    /// every one of six interleaved runs (8 slots: at webhook's, short in
-    /// two of three at 32 connections), at the same req/s (3,117–3,170
-    /// against 3,007–3,286), and 1.6–1.7× webhook's async accepts (8
-    /// slots: 1.16–1.40×); 16 slots had been worse than 8.
+    /// calls a p99 13–36 % under webhook's at 8 and at 32 connections in
+    /// each of three runs alternating with three of 8 slots (8 slots: at
+    /// webhook's, `/bin/true` short in two of three at 32 connections),
+    /// at the same req/s (3,117–3,170 against 3,007–3,286), and 1.6–1.7×
+    /// webhook's async accepts (8 slots: 1.16–1.40×); 16 slots had been
+    /// worse than 8.
     pub fn max_concurrent_runs() -> usize {
         concurrent_runs_for(crate::sys::cores())
     }
