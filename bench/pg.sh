@@ -102,10 +102,6 @@ pg_drain() {
 # (no 200 at all, another status, socket errors).
 pg_sync_bad() { [[ $WR_OTHER != - || $WR_ERRS != 0 || $WR_OK == 0 ]]; }
 
-pg_metric() { # PORT NAME -> value (or nan)
-    curl -s "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n { v = $2 } END { print (v == "" ? "nan" : v) }'
-}
-
 pg_case() {
     pg_start || return 0
     local emb pgd e_pid e_port p_pid p_port r side port rt0 rt1
@@ -117,9 +113,9 @@ pg_case() {
     for ((r = 1; r <= ROUNDS; r++)); do
         for side in embedded db; do
             if [[ $side == embedded ]]; then port=$e_port; else port=$p_port; fi
-            rt0=$(pg_metric "$port" trigd_state_db_round_trips_total)
+            rt0=$(trigd_metric "$port" trigd_state_db_round_trips_total)
             run_wrk "$WORK/wrk/pg-sync-$side-$r.txt" 8 "$SECS" "http://127.0.0.1:$port$T_TRUE" 200
-            rt1=$(pg_metric "$port" trigd_state_db_round_trips_total)
+            rt1=$(trigd_metric "$port" trigd_state_db_round_trips_total)
             add "pg.sync.$side" "$WR_RPS"
             add "pg.sync.$side.p99" "$WR_P99"
             if pg_sync_bad; then

@@ -58,10 +58,10 @@ ONLY=${BENCH_ONLY:-}                           # cases to run (names, space-sepa
 RESULTS=${BENCH_RESULTS:-$d_results}
 SKIP_TRIGD=${BENCH_SKIP_TRIGD:-0}              # 1: webhook side + floor only (development aid)
 MAX_RUNS=${BENCH_MAX_RUNS:-}                    # trigd max_concurrent_runs (empty: its default)
-# The slots trigd runs with: its default is 2 per core, from 4 to 64.
-SLOTS=${MAX_RUNS:-$(( $(nproc) * 2 < 4 ? 4 : ($(nproc) * 2 > 64 ? 64 : $(nproc) * 2) ))}
-# Of them, async runs take at most half, rounded up (max_concurrent_async_runs).
-ASYNC_SLOTS=$(((SLOTS + 1) / 2))
+# The slots trigd runs with (max_concurrent_runs, max_concurrent_async_runs),
+# as the main trigd reports them in /metrics once started: its default
+# depends on the cores it may use, which only trigd knows for sure.
+SLOTS=nan ASYNC_SLOTS=nan
 KEY="bench-key-4f1c2a9e7d3b"                   # fixed API key; config holds its sha256
 
 # want CASE: whether BENCH_ONLY (empty: every case) names CASE
@@ -162,6 +162,12 @@ install_missing() {
 }
 
 # ---------------------------------------------------------------- servers
+# trigd_metric PORT NAME: a value of the trigd on PORT from /metrics; nan when
+# it has none (a build from before 2026-11-29 has no slot gauges).
+trigd_metric() {
+    curl -s "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n { v = $2 } END { print (v == "" ? "nan" : v) }'
+}
+
 # The static build is the one shipped: measure it, not the dynamic release
 # build (they start steps differently in std, which once made the static one
 # twice as slow without the bench noticing).
@@ -456,7 +462,9 @@ if ! ((SKIP_TRIGD)); then
     start_trigd "$TD"
     T_MAIN=$T_PID
     T_BASE=http://127.0.0.1:$T_PORT
-    log "trigd pid $T_MAIN on $T_BASE"
+    SLOTS=$(trigd_metric "$T_PORT" trigd_run_slots)
+    ASYNC_SLOTS=$(trigd_metric "$T_PORT" trigd_async_run_slots)
+    log "trigd pid $T_MAIN on $T_BASE; $SLOTS run slots, $ASYNC_SLOTS of them for async runs"
 fi
 start_webhook "$WD" -hotreload
 W_MAIN=$W_PID

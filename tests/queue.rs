@@ -224,6 +224,18 @@ fn async_runs_take_half_the_slots_and_a_sync_call_starts_beside_their_backlog() 
     });
     let h = t.get("/healthz").ok();
     assert_eq!(h["RunsQueued"], json!(1), "the third waits: {h}");
+    let m = t.get("/metrics").status_is(200).text();
+    for line in [
+        "trigd_run_slots 3",
+        "trigd_async_run_slots 2",
+        "trigd_runs_in_flight 2",
+        "trigd_runs_queued 1",
+    ] {
+        assert!(
+            m.lines().any(|l| l == line),
+            "no {line:?} in /metrics:\n{m}"
+        );
+    }
     let r = t.post(&api("&function=append&variables=sync"));
     let v = r.ok();
     r.check_eq(&v["Result"], &json!(["sync"]), "the sync call ran");

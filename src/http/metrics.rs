@@ -61,7 +61,11 @@ const LATENESS: [f64; 8] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0, 5.0];
 pub struct Gauges {
     /// Runs executing now.
     pub in_flight: usize,
-    /// Async runs waiting.
+    /// Runs that may execute at once (`max_concurrent_runs` in effect).
+    pub slots: usize,
+    /// Async runs that may execute at once (`max_concurrent_async_runs`).
+    pub async_slots: usize,
+    /// Runs (sync and async) waiting for a slot.
     pub queued: usize,
     /// Child processes alive.
     pub children: usize,
@@ -374,9 +378,21 @@ impl Gauges {
                 self.in_flight as u64,
             ),
             (
+                "trigd_run_slots",
+                "gauge",
+                "Runs that may execute at once (max_concurrent_runs in effect).",
+                self.slots as u64,
+            ),
+            (
+                "trigd_async_run_slots",
+                "gauge",
+                "Async runs that may execute at once (max_concurrent_async_runs in effect).",
+                self.async_slots as u64,
+            ),
+            (
                 "trigd_runs_queued",
                 "gauge",
-                "Async runs waiting for a slot.",
+                "Runs (sync and async) waiting for a slot.",
                 self.queued as u64,
             ),
             (
@@ -449,6 +465,8 @@ mod tests {
         m.not_run("gh", "push", "ignored");
         let g = Gauges {
             in_flight: 1,
+            slots: 4,
+            async_slots: 2,
             queued: 0,
             children: 1,
             connections: 2,
@@ -458,6 +476,8 @@ mod tests {
             run_log_fsyncs: 7,
         };
         let t = m.render(&g);
+        assert!(t.contains("\ntrigd_run_slots 4\n"), "{t}");
+        assert!(t.contains("\ntrigd_async_run_slots 2\n"), "{t}");
         assert!(
             t.contains("trigd_state_fsyncs_total{file=\"runs.log\"} 7"),
             "{t}"

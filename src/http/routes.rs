@@ -196,8 +196,11 @@ fn acme_challenge(app: &App, token: &str) -> Response {
 /// `GET /metrics`: Prometheus text.
 fn metrics(app: &App) -> Response {
     let (reloads, reload_errors) = app.reload_counts();
+    let server = &app.config().server;
     let g = Gauges {
         in_flight: app.runner.in_flight(),
+        slots: server.max_concurrent_runs,
+        async_slots: server.max_concurrent_async_runs,
         queued: app.runner.queued(),
         children: app.runner.children(),
         connections: app
