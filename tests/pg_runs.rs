@@ -1142,3 +1142,57 @@ fn a_runs_record_is_read_by_a_prepared_statement() {
         format!("{plans} plans for {calls} reads of a record: planned at each call"),
     );
 }
+
+/// Accept `n` async runs of `quick` over 4 connections at once.
+fn accept_many(t: &Trigd, n: usize) {
+    let threads: Vec<_> = (0..4)
+        .map(|i| {
+            let c = t.client();
+            let mine = n / 4 + usize::from(i < n % 4);
+            std::thread::spawn(move || {
+                let url = format!("/api?api_key={KEY}&program_id=1&function=quick&run_async=true");
+                for _ in 0..mine {
+                    c.post(&url).ok();
+                }
+            })
+        })
+        .collect();
+    for h in threads {
+        h.join().expect("accepting thread");
+    }
+}
+
+/// `run_retention` holds in the database: the newest ended runs are kept,
+/// older ones dropped every 1,000 ended runs. Ends are counted, not
+/// writes: an async run is written three times (accepted, `running`,
+/// ended), and 600 of them (1,800 writes) drop nothing yet.
+#[test]
+fn the_database_keeps_the_newest_ended_runs_and_trims_every_1000_ends() {
+    let db = pg_database("pgrun_trim");
+    let server = "instance = \"a\"\nrun_retention = 5";
+    let dir = setup("pgrun_trim", server, &[("w.toml", WORK)]);
+    db.configure(&dir, LEASE);
+    let t = Trigd::start(&dir);
+    let ended = || db.count("SELECT count(*) FROM trigd_runs WHERE ended_at IS NOT NULL");
+    let unended = || db.count("SELECT count(*) FROM trigd_runs WHERE ended_at IS NULL");
+    let done = |n: i64| {
+        let mut last = (0, 0);
+        let ok = wait_until(Duration::from_secs(120), || {
+            last = (ended(), unended());
+            last == (n, 0) || (n == 0 && last.1 == 0)
+        });
+        t.check(
+            ok,
+            format!("(ended, not ended) runs: {last:?}, want {n} ended"),
+        );
+    };
+    accept_many(&t, 600);
+    done(600);
+    accept_many(&t, 400);
+    done(0);
+    let left = ended();
+    t.check(
+        (5..=10).contains(&left),
+        format!("{left} ended runs kept after 1,000 ends with run_retention = 5"),
+    );
+}
