@@ -88,9 +88,9 @@ fn db_io(e: DbError) -> io::Error {
 /// not writes: only an ended run can be trimmed, and each trim costs the
 /// server a fixed search for the retention boundary (1.5–4 ms with the
 /// default `run_retention`, `pg_stat_statements`), so a burst of accepts
-/// that ends few runs trimmed 150 times in 10 s for nothing (0.24–0.63 s
-/// of the server's CPU, in the request threads that made every 1000th
-/// write; 2026-11-29).
+/// that ends few runs trimmed 108–151 times a round of 8–10 s for little
+/// (0.13–0.63 s of the server's CPU, in the request threads that made
+/// every 1000th write; 2 trims with ends counted; 2026-11-29).
 const TRIM_EVERY: u64 = 1000;
 
 impl RunStore {
