@@ -1145,20 +1145,9 @@ fn a_runs_record_is_read_by_a_prepared_statement() {
 
 /// Accept `n` async runs of `quick` over 4 connections at once.
 fn accept_many(t: &Trigd, n: usize) {
-    let threads: Vec<_> = (0..4)
-        .map(|i| {
-            let c = t.client();
-            let mine = n / 4 + usize::from(i < n % 4);
-            std::thread::spawn(move || {
-                let url = format!("/api?api_key={KEY}&program_id=1&function=quick&run_async=true");
-                for _ in 0..mine {
-                    c.post(&url).ok();
-                }
-            })
-        })
-        .collect();
-    for h in threads {
-        h.join().expect("accepting thread");
+    let url = format!("/api?api_key={KEY}&program_id=1&function=quick&run_async=true");
+    for r in crate::queue::burst(t, 4, n, move |_| (url.clone(), vec![])) {
+        r.unwrap_or_else(|e| panic!("{e}")).ok();
     }
 }
 

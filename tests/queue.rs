@@ -78,11 +78,11 @@ fn queue_appends(t: &Trigd, n: usize) -> Vec<String> {
 }
 
 /// A reply, or why the exchange failed.
-type Exchange = Result<Reply, String>;
+pub type Exchange = Result<Reply, String>;
 
 /// Run `n` requests over `conns` client threads released together; each
 /// reply (or the exchange's failure) in request order.
-fn burst(
+pub fn burst(
     t: &Trigd,
     conns: usize,
     n: usize,

@@ -54,9 +54,9 @@ pub mod defaults {
     /// calls a p99 13–36 % under webhook's at 8 and at 32 connections in
     /// each of three runs alternating with three of 8 slots (8 slots: at
     /// webhook's, `/bin/true` short in two of three at 32 connections),
-    /// for about 16 µs more of trigd's CPU a call that waits for a slot
-    /// (`/bin/true` at 8 connections 1.22–1.28× webhook's req/s against
-    /// 1.29–1.30×: "Two full runs of 9d47b19"), and 1.6–1.7×
+    /// for some of trigd's CPU a call that waits for a slot
+    /// (`/bin/true` at 8 connections 1.21–1.28× webhook's req/s against
+    /// 1.29–1.30×: bench/README, "Two full runs of 9d47b19"), and 1.6–1.7×
     /// webhook's async accepts (8 slots: 1.16–1.40×); 16 slots had been
     /// worse than 8.
     pub fn max_concurrent_runs() -> usize {
