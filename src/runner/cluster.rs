@@ -182,6 +182,9 @@ impl Runner {
                 if let Some(Err(e)) = self.store.as_ref().map(|s| s.settle_ends()) {
                     log::debug!("cluster: cannot confirm the run ends written unflushed: {e}");
                 }
+                if let Some(s) = &self.store {
+                    s.trim_if_due();
+                }
             }
             if beat.held(shared.lease) {
                 if !lock(&shared.lost).is_empty() {

@@ -35,7 +35,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread;
 use std::time::Duration;
@@ -67,8 +67,10 @@ enum Backend {
         runs: Box<DbRuns>,
         state_dir: PathBuf,
         retention: usize,
-        /// Run ends written: every [`TRIM_EVERY`]th trims old runs.
-        ends: std::sync::atomic::AtomicU64,
+        /// Run ends written: every [`TRIM_EVERY`]th makes a trim due.
+        ends: AtomicU64,
+        /// A trim of old runs is due ([`RunStore::trim_if_due`]).
+        trim_due: AtomicBool,
         /// State changes made while the database was unreachable.
         unwritten: Box<Unwritten>,
         /// Held by [`RunStore::update`]: one read-modify-write at a time.
@@ -90,7 +92,10 @@ fn db_io(e: DbError) -> io::Error {
 /// default `run_retention`, `pg_stat_statements`), so a burst of accepts
 /// that ends few runs trimmed 108–151 times a round of 8–10 s for little
 /// (0.13–0.63 s of the server's CPU, in the request threads that made
-/// every 1000th write; 2 trims with ends counted; 2026-11-29).
+/// every 1000th write; 2 trims with ends counted; 2026-11-29). The trim
+/// runs on the lease thread ([`RunStore::trim_if_due`]), not in the
+/// request thread whose end made it due: a sync caller is not answered a
+/// few ms late once every 1000 runs.
 const TRIM_EVERY: u64 = 1000;
 
 impl RunStore {
@@ -118,7 +123,8 @@ impl RunStore {
                 runs: Box::new(DbRuns::new(db, me)),
                 state_dir: state_dir.to_path_buf(),
                 retention: retention.max(1),
-                ends: std::sync::atomic::AtomicU64::new(0),
+                ends: AtomicU64::new(0),
+                trim_due: AtomicBool::new(false),
                 unwritten: Box::default(),
                 updating: Mutex::new(()),
                 deferred: Box::default(),
@@ -221,12 +227,13 @@ impl RunStore {
     }
 
     /// Write `rec` to the database (`durable`: the commit flushed, see
-    /// [`DbRuns::write`]); trim old runs now and then.
+    /// [`DbRuns::write`]); every [`TRIM_EVERY`]th end makes a trim of old
+    /// runs due.
     fn write_db(&self, rec: &RunRecord, durable: bool) -> io::Result<()> {
         let Backend::Database {
             runs,
-            retention,
             ends,
+            trim_due,
             deferred,
             ..
         } = &self.backend
@@ -236,14 +243,31 @@ impl RunStore {
         deferred.settle(&rec.run);
         runs.write(rec, durable).map_err(db_io)?;
         let trims = rec.state.is_terminal()
-            && ends.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % TRIM_EVERY
-                == TRIM_EVERY - 1;
+            && ends.fetch_add(1, Ordering::Relaxed) % TRIM_EVERY == TRIM_EVERY - 1;
         if trims {
+            trim_due.store(true, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Drop the database's ended runs past `run_retention` when a trim is
+    /// due (the lease thread calls it at most once a poll). A failed trim
+    /// is logged; the next [`TRIM_EVERY`] ends make one due again.
+    pub fn trim_if_due(&self) {
+        let Backend::Database {
+            runs,
+            retention,
+            trim_due,
+            ..
+        } = &self.backend
+        else {
+            return;
+        };
+        if trim_due.swap(false, Ordering::Relaxed) {
             if let Err(e) = runs.trim(*retention) {
                 log::warn!("cannot drop old runs from the database: {e}");
             }
         }
-        Ok(())
     }
 
     /// State changes waiting to be written.
