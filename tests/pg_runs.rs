@@ -965,6 +965,57 @@ fn cluster_take_reads_the_run_by_its_key() {
     );
 }
 
+/// The take under its transaction's planner settings
+/// (`src/state/pg/take_plan.sql`) reads the queue from `trigd_runs_free`,
+/// oldest first, and sorts nothing, also when the planner's estimates
+/// prefer another way: statistics older than the queue (analysed while
+/// it was empty, then a burst) made it read every queued run and sort
+/// them at each take (21.6 ms a take with 149,353 queued, bench rounds of
+/// 2026-11-29). Here `enable_indexscan = off` stands for such estimates:
+/// without the settings the plan is a sort of the whole queue.
+#[test]
+fn the_take_reads_the_queue_in_order_whatever_the_costs() {
+    let db = pg_database("pg_take_order");
+    db.psql(concat!(
+        include_str!("../src/state/pg/runs.sql"),
+        include_str!("../src/state/pg/cluster.sql"),
+        include_str!("../src/state/pg/shared.sql"),
+        include_str!("../src/state/pg/groups.sql"),
+        include_str!("../src/state/pg/indexes.sql"),
+        include_str!("../src/state/pg/entries.sql"),
+    ));
+    db.psql(
+        "ALTER TABLE trigd_runs SET (autovacuum_enabled = false);
+         INSERT INTO trigd_instances (name, expires_at) VALUES ('me', now() + interval '1 hour');
+         INSERT INTO trigd_runs (id, state, owner, origin, created_at, ended_at, record)
+         SELECT 'f-' || n, 'finished', '1', 'api_key:all', now(), now(), '{\"Async\": true}'
+         FROM generate_series(1, 5000) AS n;
+         ANALYZE trigd_runs;
+         INSERT INTO trigd_runs (id, state, owner, origin, created_at, record)
+         SELECT 'q-' || n, 'queued', '1', 'api_key:all', now(), '{\"Async\": true}'
+         FROM generate_series(1, 20000) AS n;",
+    );
+    let plan = |settings: &str| {
+        db.psql(&format!(
+            "BEGIN; {settings} SET LOCAL enable_indexscan = off;
+             PREPARE take(text, text) AS {};
+             EXPLAIN (COSTS OFF) EXECUTE take('me', 'me-%'); ROLLBACK;",
+            include_str!("../src/state/pg/take.sql")
+        ))
+    };
+    let taken = plan(include_str!("../src/state/pg/take_plan.sql"));
+    assert!(
+        !taken.contains("Sort")
+            && taken.contains("Index Scan using trigd_runs_free on trigd_runs t"),
+        "the take reads the queue in its index's order:\n{taken}"
+    );
+    let unset = plan("");
+    assert!(
+        unset.contains("Sort"),
+        "without the settings these estimates make the planner sort the queue:\n{unset}"
+    );
+}
+
 /// The runs a free room takes are taken in one transaction (one COMMIT,
 /// one WAL flush: `state::pg::cluster::take`), not one each: six runs
 /// queued behind the one slot of instance `a` (held by a sleeping run)

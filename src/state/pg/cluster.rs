@@ -287,8 +287,25 @@ struct Batch {
 /// parameters is estimated dearer, as this one is (the bench's queue:
 /// 82 against 50, the same plan), and it still planned 1,296 of 3,622
 /// takes in such a round. The take's transaction asks for the plan for
-/// any parameters (`plan_cache_mode`, for that transaction only).
+/// any parameters (`plan_cache_mode`, for that transaction only:
+/// [`TAKE_PLAN`]).
 const TAKE: &str = include_str!("take.sql");
+
+/// The planner settings of a take's transaction (`take_plan.sql`, sent
+/// with its `BEGIN`'s next statement, one round trip): the plan for any
+/// parameters ([`TAKE`] says why), and no sort. The queue's order is
+/// `trigd_runs_free`'s (`seq`), so the one plan without a sort reads the
+/// oldest runs first and stops at the first it may take. With the sort
+/// allowed, the planner chose it whenever the statistics were older than
+/// the queue (analyzed while it was nearly empty, a burst then filling
+/// it: `state = 'queued'` estimated at 1 row): each take read every
+/// queued run through `trigd_runs_by_state` and sorted them. Measured
+/// 2026-11-29 (10 s rounds of async accepts on 32 connections,
+/// PostgreSQL 15 on the same 2-core machine, `pg_stat_statements`): 0.11
+/// ms a take in a first round, **21.6 ms** in the second (149,353 queued
+/// runs sorted on disk at each take, 9 s of the server's CPU in a 10 s
+/// round, 415 runs taken); `pg_runs::the_take_reads_the_queue_in_order_whatever_the_costs`.
+const TAKE_PLAN: &str = include_str!("take_plan.sql");
 
 /// The types of [`TAKE`]'s parameters: this instance, its run id prefix.
 const TAKE_TYPES: [Type; 2] = [Type::TEXT, Type::TEXT];
@@ -312,8 +329,9 @@ fn take_batch(
     maybe_taken: &mut Vec<String>,
 ) -> Result<Batch, postgres::Error> {
     let mut tx = c.transaction()?;
-    // The plan prepared once, not one at each take: see [`TAKE`].
-    tx.batch_execute("SET LOCAL plan_cache_mode = force_generic_plan")?;
+    // The plan prepared once, and the queue read in its order: see
+    // [`TAKE_PLAN`].
+    tx.batch_execute(TAKE_PLAN)?;
     let mut batch = Batch {
         runs: Vec::new(),
         more: false,
