@@ -291,8 +291,8 @@ struct Batch {
 /// [`TAKE_PLAN`]).
 const TAKE: &str = include_str!("take.sql");
 
-/// The planner settings of a take's transaction (`take_plan.sql`, sent
-/// with its `BEGIN`'s next statement, one round trip): the plan for any
+/// The planner settings of a take's transaction (`take_plan.sql`, one
+/// simple query after its `BEGIN`, one round trip): the plan for any
 /// parameters ([`TAKE`] says why), and no sort. The queue's order is
 /// `trigd_runs_free`'s (`seq`), so the one plan without a sort reads the
 /// oldest runs first and stops at the first it may take. With the sort
