@@ -925,6 +925,17 @@ fn a_small_output_is_kept_in_the_record_and_read_through_the_other_instance() {
     b.check_eq(v["Stdout"].clone(), json!("z".repeat(6000)), "through b");
 }
 
+/// Every migration of the schema, in order: the tables and indexes trigd
+/// makes at start, for the tests that plan statements without a trigd.
+const SCHEMA: &str = concat!(
+    include_str!("../src/state/pg/runs.sql"),
+    include_str!("../src/state/pg/cluster.sql"),
+    include_str!("../src/state/pg/shared.sql"),
+    include_str!("../src/state/pg/groups.sql"),
+    include_str!("../src/state/pg/indexes.sql"),
+    include_str!("../src/state/pg/entries.sql"),
+);
+
 /// The plan of the cluster queue's take (`src/state/pg/take.sql`)
 /// on a young table (never vacuumed or analysed, as in the first minutes
 /// of a database): the taken run is updated through its primary key, not
@@ -934,14 +945,7 @@ fn a_small_output_is_kept_in_the_record_and_read_through_the_other_instance() {
 #[test]
 fn cluster_take_reads_the_run_by_its_key() {
     let db = pg_database("pg_take_plan");
-    db.psql(concat!(
-        include_str!("../src/state/pg/runs.sql"),
-        include_str!("../src/state/pg/cluster.sql"),
-        include_str!("../src/state/pg/shared.sql"),
-        include_str!("../src/state/pg/groups.sql"),
-        include_str!("../src/state/pg/indexes.sql"),
-        include_str!("../src/state/pg/entries.sql"),
-    ));
+    db.psql(SCHEMA);
     db.psql(
         "ALTER TABLE trigd_runs SET (autovacuum_enabled = false);
          INSERT INTO trigd_instances (name, expires_at) VALUES ('me', now() + interval '1 hour');
@@ -976,14 +980,7 @@ fn cluster_take_reads_the_run_by_its_key() {
 #[test]
 fn the_take_reads_the_queue_in_order_whatever_the_costs() {
     let db = pg_database("pg_take_order");
-    db.psql(concat!(
-        include_str!("../src/state/pg/runs.sql"),
-        include_str!("../src/state/pg/cluster.sql"),
-        include_str!("../src/state/pg/shared.sql"),
-        include_str!("../src/state/pg/groups.sql"),
-        include_str!("../src/state/pg/indexes.sql"),
-        include_str!("../src/state/pg/entries.sql"),
-    ));
+    db.psql(SCHEMA);
     db.psql(
         "ALTER TABLE trigd_runs SET (autovacuum_enabled = false);
          INSERT INTO trigd_instances (name, expires_at) VALUES ('me', now() + interval '1 hour');
