@@ -934,6 +934,7 @@ const SCHEMA: &str = concat!(
     include_str!("../src/state/pg/groups.sql"),
     include_str!("../src/state/pg/indexes.sql"),
     include_str!("../src/state/pg/entries.sql"),
+    include_str!("../src/state/pg/group_queues.sql"),
 );
 
 /// The plan of the cluster queue's take (`src/state/pg/take.sql`)
@@ -1010,6 +1011,75 @@ fn the_take_reads_the_queue_in_order_whatever_the_costs() {
     assert!(
         unset.contains("Sort"),
         "without the settings these estimates make the planner sort the queue:\n{unset}"
+    );
+}
+
+/// A take does not read the runs of keys at their limit over and over
+/// (migration 5, `src/state/pg/group_queues.sql`): with 3,000 runs queued
+/// in each of two keys at `limit = 1` (one run of each held by another
+/// instance), then one run of a third key, the take passes over the
+/// 6,000 and takes the third key's run, asking of each run it passes
+/// through the key's own indexes, a few buffers a run. The old take read
+/// every queued run of the key for each (471,149 buffers, 1.1 s; 9 million
+/// buffers when its statistics were older than the queue). The
+/// statistics here are from before the queue filled, the case that made
+/// the planner read `trigd_runs_by_state` instead.
+#[test]
+fn a_take_reads_a_full_keys_runs_once_not_once_a_run() {
+    let db = pg_database("pg_take_keys");
+    db.psql(SCHEMA);
+    let run = |id: &str, key: &str| {
+        format!(
+            "'{id}', 'queued', '1', 'api_key:all', now(), \
+             ('{{\"Async\": true, \"Group\": \"{key}\", \"Input\": {{\"GroupLimit\": 1}}}}')::jsonb"
+        )
+    };
+    db.psql(&format!(
+        "ALTER TABLE trigd_runs SET (autovacuum_enabled = false);
+         INSERT INTO trigd_instances (name, expires_at) VALUES ('me', now() + interval '1 hour');
+         INSERT INTO trigd_runs (id, state, owner, origin, created_at, ended_at, record)
+         SELECT 'f-' || n, 'finished', '1', 'api_key:all', now(), now(), '{{\"Async\": true}}'
+         FROM generate_series(1, 5000) AS n;
+         ANALYZE trigd_runs;
+         INSERT INTO trigd_runs (id, state, owner, origin, created_at, record, instance)
+         VALUES ({}, 'other'), ({}, 'other');
+         INSERT INTO trigd_runs (id, state, owner, origin, created_at, record)
+         SELECT {} FROM generate_series(1, 3000) AS n;
+         INSERT INTO trigd_runs (id, state, owner, origin, created_at, record)
+         SELECT {} FROM generate_series(1, 3000) AS n;
+         INSERT INTO trigd_runs (id, state, owner, origin, created_at, record) VALUES ({});",
+        run("held-a", "a"),
+        run("held-b", "b"),
+        run("a-' || n || '", "a"),
+        run("b-' || n || '", "b"),
+        run("c-1", "c"),
+    ));
+    let take = |explain: &str| {
+        db.psql(&format!(
+            "BEGIN; {} PREPARE take(text, text) AS {}; {explain} EXECUTE take('me', 'me-%'); ROLLBACK;",
+            include_str!("../src/state/pg/take_plan.sql"),
+            include_str!("../src/state/pg/take.sql")
+        ))
+    };
+    let taken = take("");
+    assert!(
+        taken.contains("\nc-1\t") || taken.contains("|c-1|"),
+        "the third key's run, past the 6,000 that wait: {taken}"
+    );
+    let plan = take("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF)");
+    let buffers: u64 = plan
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Buffers: shared hit="))
+        .and_then(|n| n.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no buffer count in the plan:\n{plan}"));
+    eprintln!("take past 6,000 waiting runs: {buffers} buffers");
+    assert!(
+        !plan.contains("trigd_runs_by_state") && !plan.contains("Sort"),
+        "each key's runs are read through its own indexes:\n{plan}"
+    );
+    assert!(
+        buffers < 8 * 6_000,
+        "{buffers} buffers for a take past 6,000 runs: more than a few a run\n{plan}"
     );
 }
 

@@ -450,7 +450,7 @@ fn instances_starting_at_once_migrate_once_and_a_newer_schema_is_refused() {
     assert!(!done.status.success(), "refuses to start");
     let out = String::from_utf8_lossy(&done.stderr);
     assert!(
-        out.contains("version 99") && out.contains("version 4"),
+        out.contains("version 99") && out.contains("version 5"),
         "names both versions: {out}"
     );
 }
@@ -522,7 +522,9 @@ fn a_version_2_database_is_migrated_to_fewer_run_indexes_and_keeps_its_runs() {
         after.contains("trigd_runs_by_state (state, created_at DESC"),
         "{after}"
     );
-    assert_eq!(after.lines().count(), 7, "{after}");
+    // Seven then, and migration 5 has one more (a key's queue and the runs
+    // holding its places, instead of all of its runs).
+    assert_eq!(after.lines().count(), 8, "{after}");
     let fresh = pg_database("pg_mig3_new");
     let (_dir2, _t2) = instance("pg_mig3", "beta", &fresh);
     assert_eq!(
@@ -592,11 +594,71 @@ fn a_version_3_database_is_migrated_to_fewer_index_entries_a_write() {
     );
 }
 
+/// Migration 5 (`group_queues.sql`): a database of migration 4 trades
+/// the index of a key's runs for one of its queue and one of the runs
+/// holding its places, and the queue's index keeps to the take; a run
+/// left in the cluster queue before the upgrade is taken and runs, and
+/// new runs are recorded.
+#[test]
+fn a_version_4_database_is_migrated_to_the_indexes_of_each_keys_queue() {
+    let old = pg_database("pg_mig5_old");
+    old.psql(concat!(
+        include_str!("../src/state/pg/runs.sql"),
+        include_str!("../src/state/pg/cluster.sql"),
+        include_str!("../src/state/pg/shared.sql"),
+        include_str!("../src/state/pg/groups.sql"),
+        include_str!("../src/state/pg/indexes.sql"),
+        include_str!("../src/state/pg/entries.sql"),
+        "CREATE TABLE trigd_schema (version integer PRIMARY KEY, \
+         applied_at timestamptz NOT NULL DEFAULT now(), by_trigd text NOT NULL);
+         INSERT INTO trigd_schema (version, by_trigd) \
+         VALUES (1, '0.old'), (2, '0.old'), (3, '0.old'), (4, '0.old');"
+    ));
+    // An async run accepted before the upgrade, in the cluster queue.
+    let id = "gone-00112233445566778899aabbccddeeff";
+    let rec = json!({
+        "Run": id, "By": "api_key:all", "Async": true, "Owner": "program",
+        "State": "queued", "Program": 1, "Function": "quick",
+        "CreatedAt": "2026-01-02T03:04:05.006Z", "RerunInput": {"Values": []}
+    });
+    old.psql(&format!(
+        "INSERT INTO trigd_runs (id, state, program, function, owner, origin, \
+         created_at, record) VALUES ('{id}', 'queued', '1', 'quick', '1', \
+         'api_key:all', '2026-01-02T03:04:05.006Z', '{rec}')"
+    ));
+    let before = run_indexes(&old);
+    let (_dir, t) = instance("pg_mig5", "alpha", &old);
+    at_the_latest_version(&old);
+    let mut last = Value::Null;
+    let ran = wait_until(PG_WAIT, || {
+        last = t.get(&format!("/api/runs/{id}?api_key={KEY}")).ok();
+        last["State"] == json!("finished")
+    });
+    assert!(ran, "the queued run ran: {last}");
+    a_new_run_finishes(&t);
+    let after = run_indexes(&old);
+    assert_gone(&before, &after, &["trigd_runs_group "]);
+    for index in [
+        "trigd_runs_group_free (group_key, seq) WHERE ((group_key IS NOT NULL) AND",
+        "trigd_runs_group_held (group_key, seq) WHERE ((group_key IS NOT NULL) AND",
+        "trigd_runs_free (seq) WHERE ((state = 'queued'::text) AND (instance IS NULL) AND (seq > 0))",
+    ] {
+        assert!(after.contains(index), "{index}: {after}");
+    }
+    let fresh = pg_database("pg_mig5_new");
+    let (_dir2, _t2) = instance("pg_mig5", "beta", &fresh);
+    assert_eq!(
+        run_indexes(&fresh),
+        after,
+        "a new database and a migrated one"
+    );
+}
+
 /// `db`'s schema has every migration this trigd knows.
 fn at_the_latest_version(db: &PgDb) {
     assert_eq!(
         db.psql("SELECT string_agg(version::text, ',' ORDER BY version) FROM trigd_schema"),
-        "1,2,3,4"
+        "1,2,3,4,5"
     );
 }
 

@@ -13,7 +13,9 @@
 //! concurrency groups (`groups.sql`); migration 3 leaves `trigd_runs`
 //! fewer indexes, which every run write pays for (`indexes.sql`);
 //! migration 4 two index entries fewer an async run write
-//! (`entries.sql`). A later change is a new entry of
+//! (`entries.sql`); migration 5 the indexes that let a take skip the
+//! runs of keys at their limit without reading them all
+//! (`group_queues.sql`). A later change is a new entry of
 //! [`MIGRATIONS`], never an edit of an applied one.
 
 use postgres::{Client, Transaction};
@@ -33,6 +35,7 @@ pub const MIGRATIONS: &[(i32, &str)] = &[
     (2, include_str!("groups.sql")),
     (3, include_str!("indexes.sql")),
     (4, include_str!("entries.sql")),
+    (5, include_str!("group_queues.sql")),
 ];
 
 /// The schema version this trigd writes and reads.
