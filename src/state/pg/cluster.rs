@@ -264,6 +264,17 @@ struct Batch {
 /// file is on another one) holds the younger ones back the same way: the
 /// key's runs start in the order they were accepted.
 ///
+/// The take reads the runs of no group from their own queue and each
+/// key's next run from the key's queue (`group_queues.sql`), never the
+/// runs waiting behind a key's limit: it used to ask of every queued run
+/// of a group whether it was its key's next and whether the key had a
+/// place, from all of the key's runs, so that a take past N waiting runs
+/// read N² rows (1.1 s with 6,000 waiting in two full keys, 59 buffers
+/// and 0.6 ms now; `pg_runs::a_take_reads_a_full_keys_runs_once_not_once_a_run`).
+/// Each take locks two runs, the oldest of no group and the oldest next
+/// run of a key, and takes the older: the other stays locked until its
+/// COMMIT (other instances' takes pass over it meanwhile).
+///
 /// The update names the run by its id alone: the subquery's row lock
 /// holds it `queued` and untaken (`FOR UPDATE` rechecks the conditions on
 /// its newest version). With the conditions repeated in the update, the
@@ -293,9 +304,10 @@ const TAKE: &str = include_str!("take.sql");
 
 /// The planner settings of a take's transaction (`take_plan.sql`, one
 /// simple query after its `BEGIN`, one round trip): the plan for any
-/// parameters ([`TAKE`] says why), and no sort. The queue's order is
+/// parameters ([`TAKE`] says why), no sort, no JIT. The queue's order is
 /// `trigd_runs_free`'s (`seq`), so the one plan without a sort reads the
-/// oldest runs first and stops at the first it may take. With the sort
+/// oldest runs first and stops at the first it may take (and so for a
+/// key's queue in `trigd_runs_group_free`). With the sort
 /// allowed, the planner chose it whenever the statistics were older than
 /// the queue (analyzed while it was nearly empty, a burst then filling
 /// it: `state = 'queued'` estimated at 1 row): each take read every
@@ -305,6 +317,11 @@ const TAKE: &str = include_str!("take.sql");
 /// ms a take in a first round, **21.6 ms** in the second (149,353 queued
 /// runs sorted on disk at each take, 9 s of the server's CPU in a 10 s
 /// round, 415 runs taken); `pg_runs::the_take_reads_the_queue_in_order_whatever_the_costs`.
+/// The two sorts left (of the two runs the take chooses between, and of
+/// the keys' next runs: no index gives either order) each carry the
+/// planner's penalty for a forbidden sort, which puts the statement's
+/// estimated cost past `jit_above_cost`: PostgreSQL compiled it at each
+/// execution, 256 ms a take against 0.6 ms, hence `jit = off`.
 const TAKE_PLAN: &str = include_str!("take_plan.sql");
 
 /// The types of [`TAKE`]'s parameters: this instance, its run id prefix.
