@@ -479,14 +479,33 @@ fn a_restarted_instance_stops_what_its_previous_life_left_running() {
 /// answers (the commit done) it closes both sides without passing the
 /// answer back. That is what a database shutting down can do to a take:
 /// it answers the COMMIT it did with the error that ends the connection.
+/// [`CommitCut::cancels`] cuts a cancel's update instead.
 struct CommitCut {
     port: u16,
     armed: Arc<AtomicBool>,
     cuts: Arc<AtomicUsize>,
 }
 
+/// The text of the update that takes a run off the cluster queue to
+/// cancel it (`state::pg::cluster::cancel`): one statement, committed at
+/// its `Sync`, whose answer [`CommitCut::cancels`] drops.
+const CANCEL_TAKE: &str = "UPDATE trigd_runs SET instance = $1 WHERE id = $2 AND state = 'queued'";
+
 impl CommitCut {
     fn start(pg_port: u16) -> CommitCut {
+        Self::cutting(pg_port, None)
+    }
+
+    /// A proxy that cuts, once armed, the first connection that sends
+    /// [`CANCEL_TAKE`]: the server executes and commits it, its answer is
+    /// lost.
+    fn cancels(pg_port: u16) -> CommitCut {
+        Self::cutting(pg_port, Some(CANCEL_TAKE))
+    }
+
+    /// `statement`: cut at the statement with this text; `None`: at the
+    /// COMMIT of a take.
+    fn cutting(pg_port: u16, statement: Option<&'static str>) -> CommitCut {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
         let port = listener.local_addr().expect("its address").port();
         let armed = Arc::new(AtomicBool::new(false));
@@ -498,7 +517,7 @@ impl CommitCut {
                     continue;
                 };
                 let (a, n) = (Arc::clone(&a), Arc::clone(&n));
-                std::thread::spawn(move || proxy_one(client, server, &a, &n));
+                std::thread::spawn(move || proxy_one(client, server, &a, &n, statement));
             }
         });
         CommitCut { port, armed, cuts }
@@ -508,7 +527,13 @@ impl CommitCut {
 /// One connection through [`CommitCut`]: client messages are read whole
 /// (type byte, length) and passed on; the answers are copied on a thread
 /// that, once the connection is cut, closes both sides at the first byte.
-fn proxy_one(mut client: TcpStream, server: TcpStream, armed: &AtomicBool, cuts: &AtomicUsize) {
+fn proxy_one(
+    mut client: TcpStream,
+    server: TcpStream,
+    armed: &AtomicBool,
+    cuts: &AtomicUsize,
+    statement: Option<&str>,
+) {
     let cut = Arc::new(AtomicBool::new(false));
     let (mut from_server, mut to_client) =
         (server.try_clone().unwrap(), client.try_clone().unwrap());
@@ -552,8 +577,13 @@ fn proxy_one(mut client: TcpStream, server: TcpStream, armed: &AtomicBool, cuts:
             break;
         }
         let text = String::from_utf8_lossy(&body);
-        let commit = head[0] == b'Q' && text.starts_with("COMMIT");
-        if commit && took && armed.swap(false, Ordering::SeqCst) {
+        let cut_here = match statement {
+            // `Parse`: the server answers nothing before the `Sync` that
+            // follows, by which time it has executed and committed it.
+            Some(statement) => head[0] == b'P' && text.contains(statement),
+            None => head[0] == b'Q' && text.starts_with("COMMIT") && took,
+        };
+        if cut_here && armed.swap(false, Ordering::SeqCst) {
             cut.store(true, Ordering::SeqCst);
             cuts.fetch_add(1, Ordering::SeqCst);
         }
@@ -604,6 +634,52 @@ fn a_take_whose_commit_answer_was_lost_still_runs() {
     let log = std::fs::read_to_string(&a.stderr_log).unwrap_or_default();
     a.check(
         log.contains(&format!("run {id}: its take was committed after all")),
+        "the lost answer was settled by asking the database",
+    );
+}
+
+/// A cancel whose update was done but whose answer was lost (the
+/// database failing over at that moment) is finished, not left half
+/// done: the run it took off the cluster queue was held `queued` by this
+/// instance for good, and the cancel, asked again until the deadline,
+/// answered `409 run_ended` with state `queued`. Here the instance's one
+/// async slot is held by a sleeping run, so the cancelled run waits in
+/// the cluster queue; the answer of the cancel's update is cut.
+#[test]
+fn a_cancel_whose_answer_was_lost_still_cancels_the_run() {
+    let db = pg_database("pgrun_cancel_cut");
+    let proxy = CommitCut::cancels(db.port);
+    let mut via = db.clone();
+    via.port = proxy.port;
+    let server = "instance = \"a\"\nmax_concurrent_runs = 1\nmax_concurrent_async_runs = 1\nkill_grace = \"1s\"";
+    let dir = setup("pgrun_cancel_cut_a", server, &[("w.toml", WORK)]);
+    via.configure(&dir, LEASE);
+    let a = Trigd::start(&dir);
+    let slow = accept(&a, "slow");
+    wait_state(&a, &slow, "running", WAIT);
+    let id = accept(&a, "quick");
+    a.check_eq(held_by(&db, &id), String::new(), "in the cluster queue");
+    proxy.armed.store(true, Ordering::SeqCst);
+    let r = a.post(&format!("/api/runs/{id}/cancel?api_key={KEY}"));
+    a.check_eq(
+        proxy.cuts.load(Ordering::SeqCst),
+        1,
+        "the cancel's answer cut",
+    );
+    let body = r.ok();
+    r.check_eq(&body["State"], &json!("cancelled"), "the run cancelled");
+    let rec = wait_state(&a, &id, "cancelled", WAIT);
+    a.check(rec["StartedAt"].is_null(), "it never started");
+    a.check_eq(
+        db.psql(&format!("SELECT state FROM trigd_runs WHERE id = '{id}'")),
+        "cancelled".to_string(),
+        "recorded cancelled in the database",
+    );
+    let log = std::fs::read_to_string(&a.stderr_log).unwrap_or_default();
+    a.check(
+        log.contains(&format!(
+            "run {id}: its cancel took it off the cluster queue after all"
+        )),
         "the lost answer was settled by asking the database",
     );
 }

@@ -67,9 +67,25 @@ pub(super) struct Shared {
     /// instance may hold them all the same; settled once the database
     /// answers ([`Runner::settle_unsure`]).
     unsure: Mutex<Vec<String>>,
+    /// Runs whose cancel failed in the database ([`Cancel::Unsure`]): the
+    /// update that takes a run off the cluster queue to cancel it may have
+    /// been done although its answer was lost, and then this instance
+    /// holds the run `queued` and no other takes it; finished by whoever
+    /// takes the id out first ([`Runner::settle_cancel`]: the lease thread
+    /// once the database answers, or the cancel asked again).
+    cancels_unsure: Mutex<Vec<String>>,
 }
 
 impl Shared {
+    /// The cancel of run `id` failed in the database: look again once it
+    /// answers (`cancels_unsure`).
+    fn cancel_unsure(&self, id: &str) {
+        let mut unsure = lock(&self.cancels_unsure);
+        if !unsure.iter().any(|u| u == id) {
+            unsure.push(id.to_string());
+        }
+    }
+
     /// A slot came free: wake the lease thread if the cluster queue may
     /// hold a run.
     pub(super) fn slot_freed(&self) {
@@ -145,6 +161,7 @@ impl Runner {
             shipping: Mutex::default(),
             lost: Mutex::default(),
             unsure: Mutex::default(),
+            cancels_unsure: Mutex::default(),
         });
         let _ = self.cluster.set(Arc::clone(&shared));
         let runner = Arc::clone(self);
@@ -199,6 +216,12 @@ impl Runner {
                 }
                 if !lock(&shared.unsure).is_empty() {
                     self.settle_unsure(shared, &config());
+                }
+                // After the takes settled above: a run this instance took
+                // is in its queue by now, and its cancel finds it there.
+                let cancels = std::mem::take(&mut *lock(&shared.cancels_unsure));
+                for id in cancels {
+                    self.settle_cancel(shared, &id);
                 }
                 if !closing {
                     self.take_runs(shared, &config());
@@ -645,6 +668,17 @@ impl Runner {
     /// the cluster queue (recorded `cancelled` here) or asked of the
     /// instance that holds it. `None`: it is this instance's (or ended).
     pub(super) fn cancel_shared(&self, shared: &Shared, id: &str) -> Option<Cancel> {
+        let was_unsure = {
+            let mut unsure = lock(&shared.cancels_unsure);
+            let at = unsure.iter().position(|u| u == id);
+            at.map(|i| unsure.swap_remove(i)).is_some()
+        };
+        if was_unsure {
+            match self.settle_cancel(shared, id) {
+                Cancel::NotActive => {}
+                done => return Some(done),
+            }
+        }
         match sql::cancel(&shared.db, &shared.me, id) {
             Ok(CancelAt::Taken(rec)) => {
                 let why = "the run was cancelled before it started";
@@ -657,8 +691,39 @@ impl Runner {
             }
             Ok(CancelAt::Here) => None,
             Err(e) => {
-                log::warn!("run {id}: cannot hand its cancel on: {e}");
-                None
+                log::warn!(
+                    "run {id}: cannot hand its cancel on: {e}; looked at again once the \
+                     database answers"
+                );
+                shared.cancel_unsure(id);
+                Some(Cancel::Unsure)
+            }
+        }
+    }
+
+    /// Finish the cancel of run `id` that failed in the database
+    /// (`cancels_unsure`, which the caller took it out of): a run this
+    /// instance holds still `queued` was taken off the cluster queue by
+    /// that cancel after all (or by a take of this instance since), and
+    /// is cancelled here; one it does not hold was not (the cancel is not
+    /// done: `NotActive`). While the database cannot tell, the id goes
+    /// back for the next look (`Unsure`).
+    fn settle_cancel(&self, shared: &Shared, id: &str) -> Cancel {
+        match sql::held_queued(&shared.db, &shared.me, id) {
+            Ok(Some(rec)) => match self.cancel_here(id) {
+                Cancel::NotActive => {
+                    log::warn!("run {id}: its cancel took it off the cluster queue after all");
+                    let why = "the run was cancelled before it started";
+                    self.end_unstarted(rec, RunState::Cancelled, why, true);
+                    Cancel::Dequeued
+                }
+                done => done,
+            },
+            Ok(None) => Cancel::NotActive,
+            Err(e) => {
+                log::warn!("run {id}: cannot tell whether its cancel took it: {e}");
+                shared.cancel_unsure(id);
+                Cancel::Unsure
             }
         }
     }

@@ -351,6 +351,11 @@ pub enum Cancel {
     Stopping,
     /// The run is neither queued nor executing here (it has ended).
     NotActive,
+    /// The database failed while the cancel was handed on (a shared
+    /// database): it may have taken the run off the cluster queue without
+    /// its answer arriving. Asked again, the cancel is finished or done;
+    /// the lease thread finishes it once the database answers.
+    Unsure,
 }
 
 /// A sync run holding its slot, recorded `running`, not yet executed.
@@ -882,9 +887,20 @@ impl Runner {
     pub fn cancel(&self, id: &str) -> Cancel {
         // With a database, the run may be in the cluster queue or held by
         // another instance.
-        if let Some(done) = self.cluster.get().and_then(|c| self.cancel_shared(c, id)) {
-            return done;
+        match self.cluster.get().and_then(|c| self.cancel_shared(c, id)) {
+            // It may still be here all the same.
+            Some(Cancel::Unsure) => match self.cancel_here(id) {
+                Cancel::NotActive => Cancel::Unsure,
+                done => done,
+            },
+            Some(done) => done,
+            None => self.cancel_here(id),
         }
+    }
+
+    /// Stop run `id` where this instance has it: in its queue, or
+    /// executing ([`Runner::cancel`]).
+    fn cancel_here(&self, id: &str) -> Cancel {
         // A run passes from recorded to queued or live without the
         // record showing it: look again for a moment before giving up.
         for _ in 0..50 {

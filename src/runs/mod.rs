@@ -330,7 +330,8 @@ pub fn cancel(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Respon
 ///
 /// # Errors
 /// 409 `run_ended` for a run that has already ended, or that ended before
-/// the cancel reached it.
+/// the cancel reached it; 503 `state_unavailable` when the database
+/// failed while the cancel was handed on and still did at the deadline.
 pub fn stop(app: &App, cfg: &Config, rec: RunRecord, by: &Origin) -> Result<RunRecord, ApiError> {
     let ended = |r: &RunRecord| ApiError::RunEnded {
         run: r.run.clone(),
@@ -341,24 +342,35 @@ pub fn stop(app: &App, cfg: &Config, rec: RunRecord, by: &Origin) -> Result<RunR
     }
     let deadline = Instant::now() + cfg.server.kill_grace + Duration::from_secs(10);
     let mut accepted = false;
+    // The database failed while the cancel was handed on: asked again
+    // until it answers (the lease thread finishes a cancel it did).
+    let mut unsure = false;
     loop {
         // A run between the queue and its start is not found for a moment:
         // ask again until its record says it has ended.
         if !accepted {
-            accepted = app.runner.cancel(&rec.run) != Cancel::NotActive;
-            if accepted {
-                log::info!("run {} cancelled by {by}", rec.run);
+            match app.runner.cancel(&rec.run) {
+                Cancel::NotActive => {}
+                Cancel::Unsure => unsure = true,
+                Cancel::Dequeued | Cancel::Stopping => {
+                    accepted = true;
+                    log::info!("run {} cancelled by {by}", rec.run);
+                }
             }
         }
         let now = app.store.get(&rec.run).unwrap_or_else(|| rec.clone());
         if now.state.is_terminal() {
-            let cancelled = accepted && now.state == RunState::Cancelled;
+            let cancelled = (accepted || unsure) && now.state == RunState::Cancelled;
             return if cancelled { Ok(now) } else { Err(ended(&now)) };
         }
         if Instant::now() >= deadline {
             // Still stopping (202); or never found live, which only a run
             // stuck between the queue and its start could be.
-            return if accepted { Ok(now) } else { Err(ended(&now)) };
+            return match (accepted, unsure) {
+                (true, _) => Ok(now),
+                (false, true) => Err(ApiError::StateUnavailable),
+                (false, false) => Err(ended(&now)),
+            };
         }
         std::thread::sleep(Duration::from_millis(20));
     }
