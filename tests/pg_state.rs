@@ -522,9 +522,10 @@ fn a_version_2_database_is_migrated_to_fewer_run_indexes_and_keeps_its_runs() {
         after.contains("trigd_runs_by_state (state, created_at DESC"),
         "{after}"
     );
-    // Seven then, and migration 5 has one more (a key's queue and the runs
-    // holding its places, instead of all of its runs).
-    assert_eq!(after.lines().count(), 8, "{after}");
+    // Seven then, and migration 5 has two more (a key's queue, the runs
+    // holding its places and the runs of any key in order, instead of all
+    // of a key's runs).
+    assert_eq!(after.lines().count(), 9, "{after}");
     let fresh = pg_database("pg_mig3_new");
     let (_dir2, _t2) = instance("pg_mig3", "beta", &fresh);
     assert_eq!(
@@ -642,6 +643,7 @@ fn a_version_4_database_is_migrated_to_the_indexes_of_each_keys_queue() {
         "trigd_runs_group_free (group_key, seq) WHERE ((group_key IS NOT NULL) AND",
         "trigd_runs_group_held (group_key, seq) WHERE ((group_key IS NOT NULL) AND",
         "trigd_runs_free (seq) WHERE ((state = 'queued'::text) AND (instance IS NULL) AND (group_key IS NULL))",
+        "trigd_runs_group_seq (seq) WHERE ((group_key IS NOT NULL) AND",
     ] {
         assert!(after.contains(index), "{index}: {after}");
     }

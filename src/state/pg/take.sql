@@ -1,20 +1,22 @@
 -- The cluster queue's take (`cluster::TAKE`, which says why the update
 -- names the run by its id alone and why a run of a group waits for the
--- older runs of its key still in the queue; owner: pgrun). The oldest of
+-- older runs of its key still in the queue; owner: pgrun). The older of
 -- two runs, each locked (`SKIP LOCKED` passes over the runs other takes
 -- hold until their COMMIT): the oldest run of no group this instance may
--- take, and the oldest of the keys' next runs it may take, a key's next
--- run being the oldest of the key still in the queue (one another take
--- holds included: then the key waits) and taken only while the key has
--- fewer runs than its limit taken or running. The keys are found one
--- after the other in trigd_runs_group_free (a read each), so a take
--- reads a few index pages a key with runs queued, not the runs waiting
--- behind full keys (group_queues.sql). Each subquery is read in its
--- index's order, the only plan without a sort for it (take_plan.sql).
--- The recheck of a key's next run after its lock is written `IS TRUE`
--- so that no index of all queued runs (trigd_runs_by_state) can answer
--- it: with statistics older than the queue, that index looked cheaper
--- than the primary key.
+-- take (trigd_runs_free), and the oldest next run of a key it may take.
+-- A key's next run is its oldest still in the queue (one another take
+-- holds included: then the key waits), taken only while the key has
+-- fewer runs than its limit taken or running (trigd_runs_group_held,
+-- read up to the limit). The next runs are looked for among the 256
+-- oldest runs of any key (trigd_runs_group_seq): with many keys, one of
+-- those nearly always is; when none is (the oldest all wait behind full
+-- keys), each key with runs queued is visited in trigd_runs_group_free,
+-- a few index reads a key, so that no run waiting behind a full key is
+-- read (group_queues.sql). Each subquery is read in its index's order,
+-- the only plan without a sort for it (take_plan.sql). The recheck of a
+-- key's next run after its lock is written `IS TRUE` so that no index of
+-- all queued runs (trigd_runs_by_state) can answer it: with statistics
+-- older than the queue, that index looked cheaper than the primary key.
 UPDATE trigd_runs SET instance = $1 WHERE id = (
     SELECT c.id FROM (
         SELECT f.id, f.seq FROM (
@@ -27,7 +29,21 @@ UPDATE trigd_runs SET instance = $1 WHERE id = (
         UNION ALL
         SELECT g.id, g.seq FROM (
             SELECT id, seq FROM trigd_runs
-            WHERE id = ANY (ARRAY(
+            WHERE id = ANY (coalesce(nullif(ARRAY(
+                SELECT q.id FROM (
+                    SELECT id, seq, group_key, group_limit, record FROM trigd_runs
+                    WHERE group_key IS NOT NULL AND state = 'queued' AND instance IS NULL
+                    AND seq > 0 ORDER BY seq LIMIT 256) AS q
+                WHERE (q.record->>'Async')::boolean
+                AND (NOT coalesce((q.record->'Input'->>'Body')::boolean, false) OR q.id LIKE $2)
+                AND (SELECT o.seq FROM trigd_runs o WHERE o.group_key = q.group_key
+                     AND o.state = 'queued' AND o.instance IS NULL ORDER BY o.seq LIMIT 1) = q.seq
+                AND (SELECT count(*) FROM (SELECT FROM trigd_runs g
+                     WHERE g.group_key = q.group_key AND g.state IN ('queued', 'running')
+                     AND g.instance IS NOT NULL
+                     ORDER BY g.seq LIMIT greatest(coalesce(q.group_limit, 1), 0)) AS held)
+                    < coalesce(q.group_limit, 1)
+                ORDER BY q.seq LIMIT 8), '{}'), ARRAY(
                 WITH RECURSIVE keys (key) AS (
                     (SELECT group_key FROM trigd_runs
                      WHERE group_key IS NOT NULL AND state = 'queued' AND instance IS NULL
@@ -47,7 +63,7 @@ UPDATE trigd_runs SET instance = $1 WHERE id = (
                      WHERE g.group_key = keys.key AND g.state IN ('queued', 'running')
                      AND g.instance IS NOT NULL
                      ORDER BY g.seq LIMIT greatest(coalesce(h.group_limit, 1), 0)) AS held)
-                    < coalesce(h.group_limit, 1)))
+                    < coalesce(h.group_limit, 1))))
             AND (state = 'queued' AND instance IS NULL) IS TRUE
             AND EXISTS (SELECT 1 FROM trigd_instances WHERE name = $1 AND expires_at > now())
             ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED) AS g
