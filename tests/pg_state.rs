@@ -596,10 +596,10 @@ fn a_version_3_database_is_migrated_to_fewer_index_entries_a_write() {
 }
 
 /// Migration 5 (`group_queues.sql`): a database of migration 4 trades
-/// the index of a key's runs for one of its queue and one of the runs
-/// holding its places, and the queue's index keeps to runs of no group; a run
-/// left in the cluster queue before the upgrade is taken and runs, and
-/// new runs are recorded.
+/// the index of a key's runs for one of its queue, one of the runs
+/// holding its places and one of the runs of any key in order, and the
+/// queue's index keeps to runs of no group; a run left in the cluster
+/// queue before the upgrade is taken and runs, and new runs are recorded.
 #[test]
 fn a_version_4_database_is_migrated_to_the_indexes_of_each_keys_queue() {
     let old = pg_database("pg_mig5_old");
