@@ -710,7 +710,10 @@ impl Runner {
     /// back for the next look (`Unsure`).
     fn settle_cancel(&self, shared: &Shared, id: &str) -> Cancel {
         match sql::held_queued(&shared.db, &shared.me, id) {
-            Ok(Some(rec)) => match self.cancel_here(id) {
+            // One look: the lease thread must not wait (its lease), and a
+            // run this instance took is in its queue or running by now
+            // (its take was settled before).
+            Ok(Some(rec)) => match self.cancel_here(id, 1) {
                 Cancel::NotActive => {
                     log::warn!("run {id}: its cancel took it off the cluster queue after all");
                     let why = "the run was cancelled before it started";

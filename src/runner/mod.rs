@@ -341,6 +341,10 @@ pub enum RunError {
     },
 }
 
+/// How many times [`Runner::cancel`] looks for a run here (10 ms apart:
+/// half a second) before it takes the run for ended.
+const LOOKS: u32 = 50;
+
 /// What [`Runner::cancel`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Cancel {
@@ -889,21 +893,24 @@ impl Runner {
         // another instance.
         match self.cluster.get().and_then(|c| self.cancel_shared(c, id)) {
             // It may still be here all the same.
-            Some(Cancel::Unsure) => match self.cancel_here(id) {
+            Some(Cancel::Unsure) => match self.cancel_here(id, LOOKS) {
                 Cancel::NotActive => Cancel::Unsure,
                 done => done,
             },
             Some(done) => done,
-            None => self.cancel_here(id),
+            None => self.cancel_here(id, LOOKS),
         }
     }
 
     /// Stop run `id` where this instance has it: in its queue, or
-    /// executing ([`Runner::cancel`]).
-    fn cancel_here(&self, id: &str) -> Cancel {
-        // A run passes from recorded to queued or live without the
-        // record showing it: look again for a moment before giving up.
-        for _ in 0..50 {
+    /// executing ([`Runner::cancel`]). A run passes from recorded to
+    /// queued or live without the record showing it: `looks` looks, 10 ms
+    /// apart, before giving up.
+    fn cancel_here(&self, id: &str, looks: u32) -> Cancel {
+        for look in 0..looks {
+            if look > 0 {
+                thread::sleep(Duration::from_millis(10));
+            }
             let waiter = lock(&self.slots).remove_run(id);
             match waiter {
                 Some(Waiter::Async(q)) => {
@@ -927,7 +934,6 @@ impl Runner {
                     Cancel::NotActive
                 };
             }
-            thread::sleep(Duration::from_millis(10));
         }
         Cancel::NotActive
     }
