@@ -467,15 +467,7 @@ fn run_indexes(db: &PgDb) -> String {
 fn a_version_2_database_is_migrated_to_fewer_run_indexes_and_keeps_its_runs() {
     // The schema as a trigd of migration 2 left it, holding an ended run.
     let old = pg_database("pg_mig3_old");
-    old.psql(concat!(
-        include_str!("../src/state/pg/runs.sql"),
-        include_str!("../src/state/pg/cluster.sql"),
-        include_str!("../src/state/pg/shared.sql"),
-        include_str!("../src/state/pg/groups.sql"),
-        "CREATE TABLE trigd_schema (version integer PRIMARY KEY, \
-         applied_at timestamptz NOT NULL DEFAULT now(), by_trigd text NOT NULL);
-         INSERT INTO trigd_schema (version, by_trigd) VALUES (1, '0.old'), (2, '0.old');"
-    ));
+    old.psql(&old_schema(2));
     let id = "gone-0123456789abcdef0123456789abcdef";
     let rec = json!({
         "Run": id, "By": "api_key:all", "Async": false, "Owner": "program",
@@ -543,38 +535,17 @@ fn a_version_2_database_is_migrated_to_fewer_run_indexes_and_keeps_its_runs() {
 #[test]
 fn a_version_3_database_is_migrated_to_fewer_index_entries_a_write() {
     let old = pg_database("pg_mig4_old");
-    old.psql(concat!(
-        include_str!("../src/state/pg/runs.sql"),
-        include_str!("../src/state/pg/cluster.sql"),
-        include_str!("../src/state/pg/shared.sql"),
-        include_str!("../src/state/pg/groups.sql"),
-        include_str!("../src/state/pg/indexes.sql"),
-        "CREATE TABLE trigd_schema (version integer PRIMARY KEY, \
-         applied_at timestamptz NOT NULL DEFAULT now(), by_trigd text NOT NULL);
-         INSERT INTO trigd_schema (version, by_trigd) VALUES (1, '0.old'), (2, '0.old'), (3, '0.old');
-         INSERT INTO trigd_instances (name, expires_at) VALUES ('gone', now() - interval '1 hour');"
-    ));
+    old.psql(&old_schema(3));
+    old.psql(
+        "INSERT INTO trigd_instances (name, expires_at) VALUES ('gone', now() - interval '1 hour')",
+    );
     // A run the lapsed instance `gone` took from the cluster queue.
     let id = "gone-00112233445566778899aabbccddeeff";
-    let rec = json!({
-        "Run": id, "By": "api_key:all", "Async": true, "Owner": "program",
-        "State": "queued", "Program": 1, "Function": "quick",
-        "CreatedAt": "2026-01-02T03:04:05.006Z", "RerunInput": {"Values": []}
-    });
-    old.psql(&format!(
-        "INSERT INTO trigd_runs (id, state, program, function, owner, origin, instance, \
-         created_at, record) VALUES ('{id}', 'queued', '1', 'quick', '1', \
-         'api_key:all', 'gone', '2026-01-02T03:04:05.006Z', '{rec}')"
-    ));
+    queue_old_run(&old, id, "'gone'");
     let before = run_indexes(&old);
     let (_dir, t) = instance("pg_mig4", "alpha", &old);
     at_the_latest_version(&old);
-    let mut last = Value::Null;
-    let ran = wait_until(PG_WAIT, || {
-        last = t.get(&format!("/api/runs/{id}?api_key={KEY}")).ok();
-        last["State"] == json!("finished")
-    });
-    assert!(ran, "the adopted run ran: {last}");
+    it_runs(&t, id, "the adopted run ran");
     a_new_run_finishes(&t);
     let after = run_indexes(&old);
     assert_gone(
@@ -603,39 +574,14 @@ fn a_version_3_database_is_migrated_to_fewer_index_entries_a_write() {
 #[test]
 fn a_version_4_database_is_migrated_to_the_indexes_of_each_keys_queue() {
     let old = pg_database("pg_mig5_old");
-    old.psql(concat!(
-        include_str!("../src/state/pg/runs.sql"),
-        include_str!("../src/state/pg/cluster.sql"),
-        include_str!("../src/state/pg/shared.sql"),
-        include_str!("../src/state/pg/groups.sql"),
-        include_str!("../src/state/pg/indexes.sql"),
-        include_str!("../src/state/pg/entries.sql"),
-        "CREATE TABLE trigd_schema (version integer PRIMARY KEY, \
-         applied_at timestamptz NOT NULL DEFAULT now(), by_trigd text NOT NULL);
-         INSERT INTO trigd_schema (version, by_trigd) \
-         VALUES (1, '0.old'), (2, '0.old'), (3, '0.old'), (4, '0.old');"
-    ));
+    old.psql(&old_schema(4));
     // An async run accepted before the upgrade, in the cluster queue.
     let id = "gone-00112233445566778899aabbccddeeff";
-    let rec = json!({
-        "Run": id, "By": "api_key:all", "Async": true, "Owner": "program",
-        "State": "queued", "Program": 1, "Function": "quick",
-        "CreatedAt": "2026-01-02T03:04:05.006Z", "RerunInput": {"Values": []}
-    });
-    old.psql(&format!(
-        "INSERT INTO trigd_runs (id, state, program, function, owner, origin, \
-         created_at, record) VALUES ('{id}', 'queued', '1', 'quick', '1', \
-         'api_key:all', '2026-01-02T03:04:05.006Z', '{rec}')"
-    ));
+    queue_old_run(&old, id, "NULL");
     let before = run_indexes(&old);
     let (_dir, t) = instance("pg_mig5", "alpha", &old);
     at_the_latest_version(&old);
-    let mut last = Value::Null;
-    let ran = wait_until(PG_WAIT, || {
-        last = t.get(&format!("/api/runs/{id}?api_key={KEY}")).ok();
-        last["State"] == json!("finished")
-    });
-    assert!(ran, "the queued run ran: {last}");
+    it_runs(&t, id, "the queued run ran");
     a_new_run_finishes(&t);
     let after = run_indexes(&old);
     assert_gone(&before, &after, &["trigd_runs_group "]);
@@ -654,6 +600,44 @@ fn a_version_4_database_is_migrated_to_the_indexes_of_each_keys_queue() {
         after,
         "a new database and a migrated one"
     );
+}
+
+/// The schema as a trigd of migration `version` left it, `trigd_schema`
+/// included.
+fn old_schema(version: usize) -> String {
+    let versions: Vec<String> = (1..=version).map(|v| format!("({v}, '0.old')")).collect();
+    format!(
+        "{}CREATE TABLE trigd_schema (version integer PRIMARY KEY, \
+         applied_at timestamptz NOT NULL DEFAULT now(), by_trigd text NOT NULL);
+         INSERT INTO trigd_schema (version, by_trigd) VALUES {};",
+        schema_through(version),
+        versions.join(", ")
+    )
+}
+
+/// An async run `id` of function `quick` accepted by an older trigd,
+/// `queued` in `db`, held by `instance` (SQL: `'gone'`, `NULL`).
+fn queue_old_run(db: &PgDb, id: &str, instance: &str) {
+    let rec = json!({
+        "Run": id, "By": "api_key:all", "Async": true, "Owner": "program",
+        "State": "queued", "Program": 1, "Function": "quick",
+        "CreatedAt": "2026-01-02T03:04:05.006Z", "RerunInput": {"Values": []}
+    });
+    db.psql(&format!(
+        "INSERT INTO trigd_runs (id, state, program, function, owner, origin, instance, \
+         created_at, record) VALUES ('{id}', 'queued', '1', 'quick', '1', \
+         'api_key:all', {instance}, '2026-01-02T03:04:05.006Z', '{rec}')"
+    ));
+}
+
+/// Run `id` ends `finished` on `t` within [`PG_WAIT`].
+fn it_runs(t: &Trigd, id: &str, what: &str) {
+    let mut last = Value::Null;
+    let ran = wait_until(PG_WAIT, || {
+        last = t.get(&format!("/api/runs/{id}?api_key={KEY}")).ok();
+        last["State"] == json!("finished")
+    });
+    assert!(ran, "{what}: {last}");
 }
 
 /// `db`'s schema has every migration this trigd knows.

@@ -34,6 +34,31 @@ pub const PG_USER: &str = "trigd";
 /// Its password (scram over TCP).
 pub const PG_PASSWORD: &str = "trigd-test-db-pw-5e1f";
 
+/// trigd's schema migrations, in order (`src/state/pg/schema.rs`'s
+/// `MIGRATIONS`): version N is the first N.
+const MIGRATIONS: [&str; 5] = [
+    concat!(
+        include_str!("../../src/state/pg/runs.sql"),
+        include_str!("../../src/state/pg/cluster.sql"),
+        include_str!("../../src/state/pg/shared.sql"),
+    ),
+    include_str!("../../src/state/pg/groups.sql"),
+    include_str!("../../src/state/pg/indexes.sql"),
+    include_str!("../../src/state/pg/entries.sql"),
+    include_str!("../../src/state/pg/group_queues.sql"),
+];
+
+/// The tables and indexes of schema `version` (1 to the latest), as
+/// trigd's migrations leave them, without `trigd_schema`.
+pub fn schema_through(version: usize) -> String {
+    MIGRATIONS[..version].concat()
+}
+
+/// The tables and indexes of every migration.
+pub fn schema() -> String {
+    schema_through(MIGRATIONS.len())
+}
+
 static SHARED: OnceLock<Pg> = OnceLock::new();
 static PG_COUNTER: AtomicUsize = AtomicUsize::new(0);
 
