@@ -221,6 +221,57 @@ fn a_cancel_through_the_other_instance_stops_the_process() {
     }
 }
 
+/// Cancels asked through another instance of runs their holder no longer
+/// has (ended, their end not yet written: here, rows made to look so) do
+/// not hold the holder's lease thread: it looked half a second for each,
+/// and 20 of them held it 10 s, past the 2 s lease, so that the other
+/// instance took the holder for dead and its running run ended
+/// `interrupted`.
+#[test]
+fn relayed_cancels_of_runs_not_here_do_not_hold_the_lease_thread() {
+    let db = pg_database("pgrun_relayed");
+    let (_da, a) = instance(&db, "pgrun_relayed", "a", 2);
+    let slow = accept(&a, "slow");
+    wait_state(&a, &slow, "running", WAIT);
+    let (_db, b) = instance(&db, "pgrun_relayed", "b", 2);
+    let ghosts = db.psql(&format!(
+        "INSERT INTO trigd_runs (id, state, program, function, owner, origin, instance, \
+         created_at, record) \
+         SELECT g, 'running', program, function, owner, origin, 'a', now(), \
+                jsonb_set(record, '{{Run}}', to_jsonb(g)) \
+         FROM trigd_runs, generate_series(1, 20) i, \
+              LATERAL (SELECT 'a-' || md5(i::text) AS g) n \
+         WHERE id = '{slow}' RETURNING id"
+    ));
+    let ghosts: Vec<&str> = ghosts.lines().collect();
+    b.check_eq(ghosts.len(), 20, "rows held by a that a does not have");
+    // What a cancel of each through b does (`state::pg::cluster::cancel`;
+    // its answer waits for the run's end, here until its deadline).
+    let asked = db.psql(&format!(
+        "UPDATE trigd_runs SET cancel_requested = true WHERE id IN ('{}') \
+         RETURNING now()",
+        ghosts.join("','")
+    ));
+    let asked = asked.lines().next().unwrap_or_default().to_string();
+    // Renewed every lease / 3; blocked, not before 10 s.
+    let renewed = wait_until(Duration::from_secs(4), || {
+        db.psql(&format!(
+            "SELECT renewed_at > '{asked}'::timestamptz + interval '1 second' \
+             FROM trigd_instances WHERE name = 'a'"
+        )) == "t"
+    });
+    a.check(renewed, "a renewed its lease while it looked for the runs");
+    a.check_eq(
+        run_record(&a, &slow)["State"].clone(),
+        json!("running"),
+        "a's run goes on",
+    );
+    a.wait_for(WAIT, "the requests handed on", || {
+        db.psql("SELECT count(*) FROM trigd_runs WHERE cancel_requested") == "0"
+    });
+    a.post(&format!("/api/runs/{slow}/cancel?api_key={KEY}"));
+}
+
 #[test]
 fn output_is_read_through_the_other_instance_also_after_the_owner_is_killed() {
     let db = pg_database("pgrun_output");

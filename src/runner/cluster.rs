@@ -41,6 +41,22 @@ use crate::state::time::Time;
 /// requests when nothing woke it.
 pub const POLL: Duration = Duration::from_millis(200);
 
+/// How long a cancel asked through another instance looks for its run
+/// here, as [`Runner::cancel`] does: a run passes from recorded to queued
+/// or live without the record showing it.
+const RELAYED_LOOKS: Duration = Duration::from_secs(1);
+
+/// A cancel asked through another instance, not yet handed on to its run
+/// here ([`Runner::look_relayed`]).
+struct Relayed {
+    id: String,
+    /// The run of its concurrency group it is cancelled for
+    /// (`cancel_running`), if any.
+    by: Option<String>,
+    /// Looked for until then.
+    until: Instant,
+}
+
 /// This instance's membership of the cluster.
 pub(super) struct Shared {
     db: Arc<Db>,
@@ -180,6 +196,7 @@ impl Runner {
         let mut next_settle = Instant::now();
         let mut next_cancels = Instant::now();
         let mut gave_back = false;
+        let mut relayed = Vec::new();
         loop {
             // The lease is still renewed while a shutdown lets the runs
             // here finish: they are this instance's until they end.
@@ -212,7 +229,10 @@ impl Runner {
                     // thread is woken at every free slot, and under a
                     // burst the poll ran 600 times a second.
                     next_cancels = Instant::now() + POLL;
-                    self.hand_on_cancels(shared);
+                    self.hand_on_cancels(shared, &mut relayed);
+                }
+                if !relayed.is_empty() {
+                    self.look_relayed(&mut relayed);
                 }
                 if !lock(&shared.unsure).is_empty() {
                     self.settle_unsure(shared, &config());
@@ -451,22 +471,55 @@ impl Runner {
         }
     }
 
-    /// Hand on to the local runs the cancels asked through other
-    /// instances.
-    fn hand_on_cancels(&self, shared: &Shared) {
+    /// Read the cancels asked through other instances of runs this
+    /// instance holds: they join `relayed`, which [`Runner::look_relayed`]
+    /// hands on.
+    fn hand_on_cancels(&self, shared: &Shared, relayed: &mut Vec<Relayed>) {
         match sql::cancels(&shared.db, &shared.me) {
             Ok(ids) => {
-                for (id, by) in ids {
-                    if let Some(by) = by {
-                        self.cancel_displaced(&id, &by);
-                        continue;
-                    }
-                    let done = self.cancel(&id);
-                    log::info!("run {id}: cancel asked through another instance: {done:?}");
-                }
+                let until = Instant::now() + RELAYED_LOOKS;
+                relayed.extend(ids.into_iter().map(|(id, by)| Relayed { id, by, until }));
             }
             Err(e) => log::warn!("cluster: cannot read cancel requests: {e}"),
         }
+    }
+
+    /// Hand each relayed cancel on to its run here, one look each: a run
+    /// not found (between its record and its start, or ended with its end
+    /// not yet written) is looked for again at the next tick, until its
+    /// `until`. The lease thread does not wait for it: it renews the lease
+    /// (a cancel of each of 20 runs it no longer had, looked for half a
+    /// second each, held it 10 s, past a 2 s lease).
+    fn look_relayed(&self, relayed: &mut Vec<Relayed>) {
+        let now = Instant::now();
+        relayed.retain(|r| {
+            let done = match &r.by {
+                Some(by) => self.displace(&r.id, by),
+                None => match self.cancel_here(&r.id, 1) {
+                    Cancel::NotActive => false,
+                    done => {
+                        log::info!(
+                            "run {}: cancel asked through another instance: {done:?}",
+                            r.id
+                        );
+                        true
+                    }
+                },
+            };
+            if !done && now >= r.until {
+                match &r.by {
+                    Some(by) => log::warn!(
+                        "run {}: to be cancelled for run {by}, but it did not start in time",
+                        r.id
+                    ),
+                    None => log::info!(
+                        "run {}: cancel asked through another instance: not running here (ended)",
+                        r.id
+                    ),
+                }
+            }
+            !done && now < r.until
+        });
     }
 
     /// Take queued runs from the cluster queue while a slot is free: as

@@ -1020,17 +1020,24 @@ impl Runner {
     /// (`cancel_running`); it may not have registered its handle yet.
     fn cancel_displaced(&self, run: &str, by: &str) {
         for _ in 0..100 {
-            if let Some(h) = self.handle(run) {
-                h.cancel_for(Some(by));
-                log::info!("run {run} cancelled: run {by} of its group supersedes it");
-                return;
-            }
-            if !lock(&self.slots).group_of.contains_key(run) {
+            if self.displace(run, by) {
                 return;
             }
             thread::sleep(Duration::from_millis(10));
         }
         log::warn!("run {run}: to be cancelled for run {by}, but it did not start in time");
+    }
+
+    /// One look of [`Runner::cancel_displaced`]: true once done (the run
+    /// is cancelled, or no longer holds a place of a group here); false
+    /// while its handle is not registered yet.
+    fn displace(&self, run: &str, by: &str) -> bool {
+        if let Some(h) = self.handle(run) {
+            h.cancel_for(Some(by));
+            log::info!("run {run} cancelled: run {by} of its group supersedes it");
+            return true;
+        }
+        !lock(&self.slots).group_of.contains_key(run)
     }
 
     /// Wait until some run ends, at most `limit`.
