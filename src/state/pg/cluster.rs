@@ -305,7 +305,8 @@ const TAKE: &str = include_str!("take.sql");
 
 /// The planner settings of a take's transaction (`take_plan.sql`, one
 /// simple query after its `BEGIN`, one round trip): the plan for any
-/// parameters ([`TAKE`] says why), no sort, no JIT. The queue's order is
+/// parameters ([`TAKE`] says why), no sort, no sequential scan, no JIT.
+/// The queue's order is
 /// `trigd_runs_free`'s (`seq`), so the one plan without a sort reads the
 /// oldest runs first and stops at the first it may take (and so for a
 /// key's queue in `trigd_runs_group_free`). With the sort
@@ -323,6 +324,17 @@ const TAKE: &str = include_str!("take.sql");
 /// planner's penalty for a forbidden sort, which puts the statement's
 /// estimated cost past `jit_above_cost`: PostgreSQL compiled it at each
 /// execution, 256 ms a take against 0.6 ms, hence `jit = off`.
+///
+/// No sequential scan: the plan for any parameters is made once for the
+/// connection, at its first take, and kept until the table's statistics
+/// change (an analyse). Made on a new database, whose table is empty and
+/// was never analysed, it found the runs of a key's next-run list (none,
+/// without groups) by reading the whole table, cheapest while it was
+/// empty, and kept doing so as a burst filled it until autovacuum first
+/// analysed it (it looks once a minute): 6.3–7.2 ms a take and 6 s of the
+/// server's CPU in the first 8 s round of async accepts after a start on
+/// a new database (2026-11-29, `auto_explain`; 0.3 ms a take without it);
+/// `pg_runs::a_take_planned_on_an_empty_table_does_not_read_the_table_as_it_fills`.
 const TAKE_PLAN: &str = include_str!("take_plan.sql");
 
 /// The types of [`TAKE`]'s parameters: this instance, its run id prefix.

@@ -2,4 +2,5 @@
 -- which says why; owner: pgrun), for its transaction only. One round trip.
 SET LOCAL plan_cache_mode = force_generic_plan;
 SET LOCAL enable_sort = off;
+SET LOCAL enable_seqscan = off;
 SET LOCAL jit = off;
