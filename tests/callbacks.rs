@@ -1473,6 +1473,44 @@ fn retry_after_is_honoured_within_retry_for_and_410_still_stops() {
     );
 }
 
+/// The deliveries a killed instance left pending are sent by the instance
+/// that adopts them at once, with nothing else to send: they were queued
+/// without waking the delivery threads, which waited for this instance's
+/// next delivery (two minutes and more in a black-box probe).
+#[test]
+fn a_dead_instances_pending_deliveries_are_sent_by_the_adopter_at_once() {
+    let db = pg_database("cb_adopted");
+    let up = Arc::new(AtomicU16::new(503));
+    let up2 = Arc::clone(&up);
+    let rx = Receiver::start(Receiver::bind(), move |_| {
+        Answer::Status(up2.load(Ordering::SeqCst))
+    });
+    let start = |name: &str| {
+        let dir = setup_cb(
+            &format!("cb-adopted-{name}"),
+            &[],
+            &[("p.toml", &program(None))],
+        );
+        let conf = dir.read("config.toml");
+        dir.write(
+            "config.toml",
+            &conf.replacen("[server]", &format!("[server]\ninstance = \"{name}\""), 1),
+        );
+        db.configure(&dir, r#"lease = "2s""#);
+        let t = Trigd::start(&dir);
+        (dir, t)
+    };
+    let (_da, mut a) = start("a");
+    let run = start_run(&a, KEY_CB, "ok", &vars(&["x"]), Some(&rx.url("/r")));
+    a.wait_for(LONG, "a first attempt", || {
+        run_record(&a, &run)["Callbacks"][0]["AttemptCount"].as_u64() >= Some(1)
+    });
+    a.kill9();
+    up.store(200, Ordering::SeqCst);
+    let (_db, b) = start("b");
+    wait_delivery(&b, &run, 0, "delivered");
+}
+
 /// With the PostgreSQL backend and two instances, each delivery is sent by
 /// one instance (the one that ended its run); when that one is killed
 /// with deliveries pending, the other adopts them with its runs and sends

@@ -24,7 +24,10 @@ use crate::util::*;
 /// once, `gated` is a `retry_on_restart` run that ends once its instance's
 /// `work/go` exists (at most 60 s), `own` answers after 4 s, `left` writes
 /// its pid (its process group) to `work/left` and runs until its instance's
-/// directory is removed (at most 60 s), `talk` prints a line, prints the next
+/// directory is removed (at most 60 s), `gap` prints `one `, `two ` once
+/// `work/go` exists and `three` once `work/go2` does (at most 60 s each),
+/// `nul` prints `a`, a NUL byte and
+/// `b`, `talk` prints a line, prints the next
 /// once the test creates `work/go` (at most 60 s later), then sleeps.
 const WORK: &str = r#"
 id = 1
@@ -71,6 +74,16 @@ steps = [{ shell = "head -c 6000 /dev/zero | tr '\\0' z" }]
 [[functions]]
 name = "left"
 steps = [{ shell = "echo $$ > ../work/left; i=0; while [ -e ../work ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done" }]
+[functions.webhook]
+
+[[functions]]
+name = "gap"
+steps = [{ shell = "printf 'one '; i=0; while [ ! -e ../work/go ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; printf 'two '; i=0; while [ ! -e ../work/go2 ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; printf three" }]
+[functions.webhook]
+
+[[functions]]
+name = "nul"
+steps = [{ shell = "printf 'a\\000b'" }]
 [functions.webhook]
 
 [[functions]]
@@ -272,6 +285,41 @@ fn relayed_cancels_of_runs_not_here_do_not_hold_the_lease_thread() {
     a.post(&format!("/api/runs/{slow}/cancel?api_key={KEY}"));
 }
 
+/// A run whose output holds a NUL byte is recorded in the database and
+/// read through any instance, the NUL as U+FFFD: `jsonb` holds no
+/// `\u0000`, and the record was refused (SQLSTATE 22P05), so that the end
+/// stayed unwritten for good and the other instance answered 404.
+#[test]
+fn a_run_that_prints_a_nul_byte_is_recorded_for_every_instance() {
+    let db = pg_database("pgrun_nul");
+    let (_da, a) = instance(&db, "pgrun_nul", "a", 2);
+    let (_db, b) = instance(&db, "pgrun_nul", "b", 2);
+    let r = a.post(&format!("/api?api_key={KEY}&program_id=1&function=nul"));
+    let id = r.run_id(&r.ok());
+    let rec = wait_state(&b, &id, "finished", WAIT);
+    b.check_eq(
+        rec["Result"].clone(),
+        json!(["a\u{fffd}b"]),
+        "the other instance reads the run, the NUL as U+FFFD",
+    );
+    a.wait_for(WAIT, "nothing left unwritten", || {
+        a.get("/healthz").json()["StatesUnwritten"] == json!(0)
+    });
+    // A NUL in an id or a filter finds nothing (PostgreSQL's `text` refuses
+    // it: it was a 500), as without a database.
+    for path in ["/api/runs/a-00%00", "/api/runs/a-00%00/output"] {
+        let r = b.get(&format!("{path}?api_key={KEY}"));
+        r.check_eq(r.status, 404, &format!("{path}: {}", r.text()));
+    }
+    let r = b.post(&format!("/api/runs/a-00%00/cancel?api_key={KEY}"));
+    r.check_eq(r.status, 404, &format!("cancel: {}", r.text()));
+    for filter in ["function=a%00b", "tool=a%00b", "origin=api_key:a%00b"] {
+        let r = b.get(&format!("/api/runs?{filter}&api_key={KEY}"));
+        r.check_eq(r.status, 200, &format!("{filter}: {}", r.text()));
+        r.check_eq(r.json()["Runs"].clone(), json!([]), filter);
+    }
+}
+
 #[test]
 fn output_is_read_through_the_other_instance_also_after_the_owner_is_killed() {
     let db = pg_database("pgrun_output");
@@ -432,6 +480,16 @@ fn an_end_made_while_the_database_is_down_is_recorded_when_it_returns() {
     let (_d, t) = instance(&db, "pgrun_down", "a", 2);
     let id = accept(&t, "again");
     wait_state(&t, &id, "running", WAIT);
+    // A follow of the run goes on while the database is away (it ended at
+    // once, its end event saying the record was no longer kept).
+    let mut live = connect(&t.addr);
+    let url = format!("/api/runs/{id}/output?api_key={KEY}&follow=1");
+    write!(live, "GET {url} HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    live.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let mut followed = Vec::new();
+    let open = read_until(&mut live, &mut followed, "text/event-stream");
+    t.check(open, "the follow is open");
     pg.stop(true);
     // The run ends (3 s) while the database is down: kept in memory.
     t.wait_for(Duration::from_secs(30), "the end kept in memory", || {
@@ -444,10 +502,51 @@ fn an_end_made_while_the_database_is_down_is_recorded_when_it_returns() {
             .is_ok_and(|s| s == "finished")
     });
     t.check(ok, "the end is in the database once it is back");
+    let ended = read_until(&mut live, &mut followed, "event: end");
+    read_until(&mut live, &mut followed, "finished");
+    let text = String::from_utf8_lossy(&followed).into_owned();
+    t.check(
+        ended && text.contains("again") && text.contains("finished") && !text.contains("no longer"),
+        format!("the follow ends with the run's end: {text}"),
+    );
     let rec = wait_state(&t, &id, "finished", WAIT);
     t.check_eq(rec["Result"].clone(), json!(["again"]), "its Result");
     let out = t.get(&format!("/api/runs/{id}/output?api_key={KEY}")).ok();
     t.check_eq(out["Stdout"].clone(), json!("again"), "its output");
+}
+
+/// Output printed while the database is away reaches it once it is back:
+/// the copy that failed is sent again (it was dropped, and the other
+/// instance served the output cut off at the gap, for good). A fast stop:
+/// the copies committed before it are on the server's disk (an immediate
+/// stop may lose the last of them: they are committed without waiting
+/// for the flush, docs/cluster.md).
+#[test]
+fn output_printed_while_the_database_is_down_is_copied_when_it_returns() {
+    let pg = Pg::start("pgrun_gap");
+    let db = pg.database("gap");
+    let (da, a) = instance(&db, "pgrun_gap", "a", 2);
+    let (_db, b) = instance(&db, "pgrun_gap", "b", 2);
+    let id = accept(&a, "gap");
+    let url = format!("/api/runs/{id}/output?api_key={KEY}");
+    let stdout = |t: &Trigd| t.get(&url).ok()["Stdout"].clone();
+    b.wait_for(WAIT, "the first part copied", || {
+        stdout(&b) == json!("one ")
+    });
+    pg.stop(false);
+    da.write("work/go", "");
+    a.wait_for(WAIT, "a copy that failed", || {
+        std::fs::read_to_string(&a.stderr_log)
+            .is_ok_and(|l| l.contains("cannot copy the output of the runs here"))
+    });
+    pg.start_again();
+    da.write("work/go2", "");
+    wait_state(&b, &id, "finished", WAIT);
+    b.check_eq(
+        stdout(&b),
+        json!("one two three"),
+        "the whole output through b",
+    );
 }
 
 /// At start an instance adopts its runs of before the start (a previous

@@ -317,6 +317,14 @@ fn config_errors_of_state_are_located() {
             "[state]\nurl = \"postgres://u@localhost/db\"\npool = 0\n",
             "state.pool: must be at least 1",
         ),
+        (
+            "[state]\nurl = \"postgres://u@localhost/db\"\nlease = \"1ms\"\n",
+            "state.lease: the lease must be at least 1s",
+        ),
+        (
+            "[state]\nurl = \"postgres://u@localhost/db\"\nlease = \"999ms\"\n",
+            "state.lease: the lease must be at least 1s",
+        ),
     ];
     let base = config("");
     for (table, want) in cases {

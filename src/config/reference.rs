@@ -515,7 +515,7 @@ const STATE: &[Key] = &[
     key("password_env", "string", NONE, "environment variable holding the database password"),
     key("password_file", "path", NONE, "file holding the database password, or `credential:NAME` for a systemd credential; at most one of this and `password_env`"),
     key("ca_file", "path", NONE, "PEM file of the CA certificates trusted for the database's certificate under `verify-full`, instead of the bundled roots"),
-    key("lease", "duration", Secs(state::LEASE_SECS), "how long an instance's lease on the runs it executes lasts without a heartbeat (one every third of it); past it other instances end or retry its runs"),
+    key("lease", "duration", Secs(state::LEASE_SECS), "how long an instance's lease on the runs it executes lasts without a heartbeat (one every third of it); past it other instances end or retry its runs; at least 1s"),
     key("pool", "integer", Count(state::POOL), "connections to the database per instance, at most"),
 ];
 

@@ -45,6 +45,12 @@ pub fn state_db(src: &Src, raw: &RawState, dir: &Path, errs: &mut Errors) -> Opt
         Duration::from_secs(defaults::LEASE_SECS),
         errs,
     );
+    if let Some(v) = raw.lease.as_ref().filter(|_| lease < MIN_LEASE) {
+        let msg = "the lease must be at least 1s: it is renewed every third of it, and a \
+                   shorter one lapses at a slow round trip (other instances then end this \
+                   one's runs)";
+        errs.at(src, v.span(), "state.lease", msg);
+    }
     Some(StateDb {
         url: shown,
         pg,
@@ -54,6 +60,10 @@ pub fn state_db(src: &Src, raw: &RawState, dir: &Path, errs: &mut Errors) -> Opt
         pool: count(src, &raw.pool, "state.pool", defaults::POOL, 1, errs),
     })
 }
+
+/// The shortest `lease` taken (`lease = "1ms"` renewed it 3,700 times a
+/// second and took the instance for lapsed again and again).
+const MIN_LEASE: Duration = Duration::from_secs(1);
 
 /// The session settings trigd needs (its bounds on statements and locks,
 /// quiet notices) after those of the URL's `options` (`-c search_path=…`,

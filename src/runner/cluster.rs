@@ -430,24 +430,33 @@ impl Runner {
     }
 
     /// Copy what the runs executing here printed since the last tick to
-    /// the database, in one statement.
+    /// the database, in one statement, with what earlier copies could not
+    /// send (also of runs that ended since: [`Runner::ship_end`]).
     fn ship_live(&self, shared: &Shared) {
         let Some(store) = &self.store else { return };
         let live: Vec<String> = lock(&self.live).runs.keys().cloned().collect();
         let mut shipping = lock(&shared.shipping);
-        shipping.retain(|run, _| live.contains(run));
-        let chunks: Vec<kept::Chunk> = live
-            .iter()
-            .filter_map(|run| {
-                let s = shipping.entry(run.clone()).or_default();
-                let chunk = s.collect(run, &store.output_path(run))?;
+        shipping.retain(|run, s| live.contains(run) || s.ended);
+        for run in &live {
+            shipping.entry(run.clone()).or_default();
+        }
+        for (run, s) in shipping.iter_mut() {
+            let before = s.unsent().len();
+            s.collect(run, &store.output_path(run));
+            if s.unsent().len() > before && !s.ended {
                 // The copy refers to the run's row.
                 store.write_deferred_run(run);
-                Some(chunk)
-            })
-            .collect();
-        if let Err(e) = kept::ship(&shared.db, chunks, true) {
-            log::warn!("cluster: cannot copy the output of the runs here: {e}");
+            }
+        }
+        let chunks: Vec<&kept::Chunk> = shipping.values().flat_map(|s| s.unsent()).collect();
+        match kept::ship(&shared.db, &chunks, true) {
+            Ok(()) => {
+                shipping.values_mut().for_each(Shipping::sent);
+                shipping.retain(|_, s| !s.done());
+            }
+            Err(e) => log::warn!(
+                "cluster: cannot copy the output of the runs here: {e}; copied at a later tick"
+            ),
         }
     }
 
@@ -460,14 +469,24 @@ impl Runner {
         };
         let mut shipping = lock(&shared.shipping);
         let mut s = shipping.remove(run).unwrap_or_default();
-        let chunk = s.collect(run, &store.output_path(run));
-        if chunk.is_some() {
+        let before = s.unsent().len();
+        s.collect(run, &store.output_path(run));
+        if s.unsent().len() > before {
             // The copy refers to the run's row: a short run that printed
             // something is written `running` first.
             store.write_deferred_run(run);
         }
-        if let Err(e) = kept::ship(&shared.db, chunk.into_iter().collect(), false) {
-            log::warn!("run {run}: cannot copy its output to the database: {e}");
+        s.ended = true;
+        let chunks: Vec<&kept::Chunk> = s.unsent().iter().collect();
+        match kept::ship(&shared.db, &chunks, false) {
+            Ok(()) => s.sent(),
+            Err(e) => {
+                log::warn!("run {run}: cannot copy its output to the database: {e}; copied later");
+            }
+        }
+        if !s.done() {
+            // The lease thread sends the rest with its next copy.
+            shipping.insert(run.to_string(), s);
         }
     }
 

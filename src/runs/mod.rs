@@ -209,11 +209,17 @@ fn end_event(store: &crate::state::store::RunStore, run: &str) -> Option<Arc<[u8
             return Some(data);
         }
     }
-    let data = match store.get(run) {
-        Some(r) if r.state.is_terminal() => follow::shared(&serde_json::to_value(r.public()).ok()?),
-        Some(_) => return None,
+    let data = match store.fetch(run) {
+        Ok(Some(r)) if r.state.is_terminal() => {
+            follow::shared(&serde_json::to_value(r.public()).ok()?)
+        }
+        Ok(Some(_)) => return None,
+        // The database cannot tell now (it is down): the follow goes on
+        // and asks again, as for a run still going. (It ended the follow
+        // as if the record were gone.)
+        Err(_) => return None,
         // Removed under `run_retention` while followed.
-        None => {
+        Ok(None) => {
             follow::shared(&json!({"Run": run, "Error": "The run's record is no longer kept."}))
         }
     };

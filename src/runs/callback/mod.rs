@@ -213,8 +213,13 @@ impl Service {
             let head = c.0[0];
             q.due.insert((now, head), c);
         }
+        drop(q);
         if !found.is_empty() {
             log::info!("callbacks: {} pending deliveries resumed", found.len());
+            // The delivery threads may be waiting with nothing due (those
+            // adopted from a lapsed instance come while they run): without
+            // a wake they waited for the next delivery of this instance.
+            self.wake.notify_all();
         }
     }
 

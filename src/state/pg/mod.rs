@@ -638,3 +638,61 @@ fn describe(e: &postgres::Error) -> String {
     }
     text
 }
+
+/// `json` (serde_json's text of a record or a delivery) as a `jsonb` value
+/// takes it: with each NUL character (`\u0000`, which serde_json writes for
+/// a NUL byte of a run's output) written `\ufffd`, the replacement
+/// character. PostgreSQL's `jsonb` refuses `\u0000` (SQLSTATE 22P05), so
+/// that the record of a run that printed a NUL byte was never written: its
+/// end stayed unwritten for good and the other instances never saw it.
+/// Only escapes are read: a `\\` before `u0000` is an escaped backslash.
+pub fn jsonb_text(json: String) -> String {
+    if !json.contains("\\u0000") {
+        return json;
+    }
+    let mut out = String::with_capacity(json.len());
+    let mut rest = json.as_str();
+    while let Some(at) = rest.find('\\') {
+        out.push_str(&rest[..at]);
+        let escape = &rest[at..];
+        if let Some(after) = escape.strip_prefix("\\u0000") {
+            out.push_str("\\ufffd");
+            rest = after;
+        } else {
+            // The backslash and the character it escapes.
+            let end = 1 + escape[1..].chars().next().map_or(0, char::len_utf8);
+            out.push_str(&escape[..end]);
+            rest = &escape[end..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::jsonb_text;
+
+    #[test]
+    fn nul_escapes_become_replacement_characters_and_nothing_else_changes() {
+        let cases = [
+            (r#"{"a":"x\u0000y"}"#, r#"{"a":"x\ufffdy"}"#),
+            (r#"["\u0000\u0000"]"#, r#"["\ufffd\ufffd"]"#),
+            // An escaped backslash, then the text u0000: unchanged.
+            (r#"["\\u0000"]"#, r#"["\\u0000"]"#),
+            (r#"["\\\u0000"]"#, r#"["\\\ufffd"]"#),
+            (
+                r#"["\u00001","\n\"\u0001é"]"#,
+                r#"["\ufffd1","\n\"\u0001é"]"#,
+            ),
+            (r#"{"plain":"text"}"#, r#"{"plain":"text"}"#),
+        ];
+        for (json, want) in cases {
+            assert_eq!(jsonb_text(json.to_string()), want, "{json}");
+        }
+        // What serde_json writes for a NUL byte reads back as U+FFFD.
+        let text = serde_json::to_string(&["a\0b"]).unwrap();
+        let back: Vec<String> = serde_json::from_str(&jsonb_text(text)).unwrap();
+        assert_eq!(back, ["a\u{fffd}b"]);
+    }
+}

@@ -34,19 +34,42 @@ pub struct Shipping {
     pos: Pos,
     /// Number of the next chunk.
     next: i32,
+    /// Chunks read but not known to be in the database (the copy failed:
+    /// the database was away). Sent again as they are, same numbers and
+    /// bytes, so that a copy whose answer was lost is not doubled (the
+    /// insert skips a chunk already there); a failed copy was dropped, and
+    /// the other instances served the output cut off at the gap.
+    unsent: Vec<Chunk>,
+    /// The run has ended: this is the last of its copy, retried until it
+    /// is in the database.
+    pub ended: bool,
+    /// The last [`Shipping::collect`] left the rest of the file for later
+    /// ([`MAX_UNSENT`]).
+    capped: bool,
 }
 
 /// One chunk to insert: run, number, frames.
 pub type Chunk = (String, i32, Vec<u8>);
 
+/// Bytes of unsent chunks a run keeps in memory at most: past it, what
+/// the file holds beyond waits there until the database takes the rest.
+const MAX_UNSENT: usize = 1 << 20;
+
 impl Shipping {
-    /// What was added to the output file at `path` since the last call,
-    /// as the next chunk of run `run`; `None` when nothing was.
-    pub fn collect(&mut self, run: &str, path: &Path) -> Option<Chunk> {
+    /// Read what was added to the output file at `path` since the last
+    /// call as the next chunk of run `run` ([`Shipping::unsent`]).
+    pub fn collect(&mut self, run: &str, path: &Path) {
+        let held: usize = self.unsent.iter().map(|c| c.2.len()).sum();
+        self.capped = held >= MAX_UNSENT;
+        if self.capped {
+            return;
+        }
         if self.file.is_none() {
             self.file = output::open(path);
         }
-        let file = self.file.as_ref()?;
+        let Some(file) = self.file.as_ref() else {
+            return;
+        };
         let mut buf = Vec::new();
         loop {
             let (frames, pos) = output::read_frames(file, self.pos);
@@ -56,11 +79,26 @@ impl Shipping {
             self.pos = pos;
             output::encode(&frames, &mut buf);
         }
-        if buf.is_empty() {
-            return None;
+        if !buf.is_empty() {
+            self.next += 1;
+            self.unsent.push((run.to_string(), self.next - 1, buf));
         }
-        self.next += 1;
-        Some((run.to_string(), self.next - 1, buf))
+    }
+
+    /// The chunks to send: read, not yet known to be in the database.
+    pub fn unsent(&self) -> &[Chunk] {
+        &self.unsent
+    }
+
+    /// The chunks [`Shipping::unsent`] gave are in the database.
+    pub fn sent(&mut self) {
+        self.unsent.clear();
+    }
+
+    /// Whether an ended run's copy is whole in the database: sent, and
+    /// nothing left in its file.
+    pub fn done(&self) -> bool {
+        self.ended && self.unsent.is_empty() && !self.capped
     }
 }
 
@@ -71,7 +109,7 @@ impl Shipping {
 ///
 /// # Errors
 /// The database failed.
-pub fn ship(db: &Db, chunks: Vec<Chunk>, background: bool) -> Result<(), DbError> {
+pub fn ship(db: &Db, chunks: &[&Chunk], background: bool) -> Result<(), DbError> {
     if chunks.is_empty() {
         return Ok(());
     }
@@ -79,9 +117,9 @@ pub fn ship(db: &Db, chunks: Vec<Chunk>, background: bool) -> Result<(), DbError
     let mut ns = Vec::with_capacity(chunks.len());
     let mut frames = Vec::with_capacity(chunks.len());
     for (run, n, data) in chunks {
-        runs.push(run);
-        ns.push(n);
-        frames.push(data);
+        runs.push(run.as_str());
+        ns.push(*n);
+        frames.push(data.as_slice());
     }
     let insert = |c: &mut postgres::Client| {
         c.execute_typed(

@@ -565,6 +565,9 @@ impl DbRuns {
     /// # Errors
     /// The database failed.
     pub fn get(&self, id: &str) -> Result<Option<RunRecord>, DbError> {
+        if has_nul(id) {
+            return Ok(None);
+        }
         let rows = self.db.query_prepared(GET, &GET_TYPES, &[&id])?;
         let text: Option<String> = rows
             .first()
@@ -579,6 +582,9 @@ impl DbRuns {
     /// # Errors
     /// The database failed.
     pub fn owner_and_state(&self, id: &str) -> Result<Option<(Owner, RunState)>, DbError> {
+        if has_nul(id) {
+            return Ok(None);
+        }
         let row: Option<(String, String)> = self.db.with(|c| {
             c.query_typed_opt(
                 "SELECT owner, state FROM trigd_runs WHERE id = $1",
@@ -601,7 +607,7 @@ impl DbRuns {
     pub fn replace_ended(&self, rec: &RunRecord) -> Result<bool, DbError> {
         // As `write` does: a record always serialises (no maps with
         // non-string keys).
-        let text = serde_json::to_string(rec).unwrap_or_default();
+        let text = super::jsonb_text(serde_json::to_string(rec).unwrap_or_default());
         let n = self.db.with(|c| {
             c.execute_typed(
                 "UPDATE trigd_runs SET record = $2::text::jsonb
@@ -621,6 +627,10 @@ impl DbRuns {
     /// # Errors
     /// The database failed.
     pub fn page(&self, q: &PageQuery) -> Result<Page, DbError> {
+        let texts = [&q.function, &q.tool, &q.origin, &q.origin_kind];
+        if texts.iter().any(|t| t.as_deref().is_some_and(has_nul)) {
+            return Ok((Vec::new(), None));
+        }
         let limit = i64::try_from(q.limit.saturating_add(1)).unwrap_or(i64::MAX);
         let programs: Vec<String> = q.programs.iter().map(u64::to_string).collect();
         let program = q.program.map(|p| p.to_string());
@@ -732,6 +742,14 @@ fn take_batch(
     now
 }
 
+/// Whether `text` (an id or a filter a client sent) holds a NUL
+/// character, which no run's id or column holds and PostgreSQL's `text`
+/// refuses (SQLSTATE 22021: a `500` for `/api/runs/a%00b`): such a
+/// lookup finds nothing without asking the database.
+fn has_nul(text: &str) -> bool {
+    text.contains('\0')
+}
+
 /// Note each ticket's outcome.
 fn settle(
     done: &mut HashMap<u64, Result<Option<Outcome>, String>>,
@@ -742,7 +760,11 @@ fn settle(
     let written = match written {
         Ok(w) => w,
         Err(e) => {
-            let why = e.to_string();
+            // Each writer gets it back as `DbError::Unavailable(why)`.
+            let why = match e {
+                DbError::Unavailable(why) => why,
+                e => e.to_string(),
+            };
             for (t, _) in rows {
                 done.insert(*t, Err(why.clone()));
             }
@@ -842,7 +864,7 @@ impl Values {
                 .filter(|_| rec.state.is_terminal())
                 .map(millis),
             // A record always serialises (no maps with non-string keys).
-            record: serde_json::to_string(rec).unwrap_or_default(),
+            record: super::jsonb_text(serde_json::to_string(rec).unwrap_or_default()),
         }
     }
 

@@ -63,6 +63,7 @@ impl DbSpool {
     /// The database failed.
     pub fn write(&self, seq: u64, run: &str, text: &str) -> Result<(), DbError> {
         let seq = seq_sql(seq);
+        let text = super::jsonb_text(text.to_string());
         self.db
             .with_background(|c| {
                 c.execute_typed(
