@@ -474,6 +474,20 @@ fn check_prints_the_next_three_occurrences_and_warns_about_clusters() {
         "{stderr}"
     );
     assert!(stderr.contains("schedules = \"off\""), "{stderr}");
+    // With a database an occurrence fires once per cluster: no warning
+    // (`check` reads `[state]` without connecting).
+    let text = dir.read("config.toml");
+    dir.write(
+        "config.toml",
+        &format!("{text}\n[state]\nurl = \"postgres://trigd@127.0.0.1:1/trigd\"\n"),
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_trigd"))
+        .args(["check", "--config", &dir.path_str("config.toml")])
+        .output()
+        .expect("run trigd check");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("looks like one of several"), "{stderr}");
 }
 
 #[test]

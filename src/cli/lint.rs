@@ -36,8 +36,9 @@ pub fn warnings(cfg: &Config, path_env: &str) -> Vec<String> {
 }
 
 /// Schedules fired by an instance that looks like one of several (it
-/// shares a state dir, or its `instance` name ends in a number): each
-/// instance fires every schedule.
+/// shares a state dir, or its `instance` name ends in a number) without a
+/// database: each instance fires every schedule. With `[state] url` an
+/// occurrence fires once per cluster (`state::schedules::MarkFile::claim`).
 fn several_instances(cfg: &Config) -> Option<String> {
     let s = &cfg.server;
     let has = cfg
@@ -46,7 +47,7 @@ fn several_instances(cfg: &Config) -> Option<String> {
         .any(|p| p.functions.iter().any(|f| !f.schedules.is_empty()));
     let cluster =
         s.shared_state_dir != s.state_dir || s.instance.ends_with(|c: char| c.is_ascii_digit());
-    (has && cluster && s.fire_schedules).then(|| {
+    (has && cluster && s.fire_schedules && s.state_db.is_none()).then(|| {
         format!(
             "instance `{}` looks like one of several: every instance fires every schedule; set \
              `schedules = \"off\"` in [server] on all but one (docs/schedules.md)",

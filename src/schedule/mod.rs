@@ -13,17 +13,17 @@
 //! timer.rs   the one thread: a heap of next firings, overlap, the marks
 //! ```
 //!
-//! # Several instances, and a database later
+//! # Several instances
 //!
-//! Without shared state every instance whose `[server] schedules` is
+//! Without a database every instance whose `[server] schedules` is
 //! `"fire"` (the default) fires every schedule; `"off"` leaves it to
-//! others (`trigd check` warns when `instance` looks like one of several).
-//! With a shared backend (PostgreSQL, issue 32) "fires once per cluster"
-//! is one step in [`timer`]: before the records of an occurrence are
-//! written, take a lease on (schedule id, occurrence) in the same
-//! transaction that records it and moves the mark; an instance that
-//! loses the lease skips the occurrence silently. The marks are behind
-//! `state::State::schedule_marks` for that reason.
+//! others (`trigd check` warns when `instance` looks like one of several
+//! and `[state] url` is not set). With `[state] url` "fires once per
+//! cluster" is one step in [`timer`]: before an occurrence is handled,
+//! the instance inserts (schedule id, occurrence) into
+//! `trigd_occurrences` (`state::schedules::MarkFile::claim`); one whose
+//! insert finds the row there skips the occurrence silently, and while
+//! the database fails none is handled (logged).
 
 pub mod cron;
 pub mod overdue;
