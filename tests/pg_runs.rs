@@ -526,8 +526,10 @@ fn output_printed_while_the_database_is_down_is_copied_when_it_returns() {
     let pg = Pg::start("pgrun_gap");
     let db = pg.database("gap");
     let (da, a) = instance(&db, "pgrun_gap", "a", 2);
-    let (_db, b) = instance(&db, "pgrun_gap", "b", 2);
     let id = accept(&a, "gap");
+    // b starts once a runs it (b would take it too).
+    wait_state(&a, &id, "running", WAIT);
+    let (_db, b) = instance(&db, "pgrun_gap", "b", 2);
     let url = format!("/api/runs/{id}/output?api_key={KEY}");
     let stdout = |t: &Trigd| t.get(&url).ok()["Stdout"].clone();
     b.wait_for(WAIT, "the first part copied", || {
