@@ -33,7 +33,7 @@ use crate::config::Config;
 use crate::state::pg::cluster::{self as sql, Beat, CancelAt};
 use crate::state::pg::deferred::DEFER;
 use crate::state::pg::output::{self as kept, Shipping};
-use crate::state::pg::{groups, Db};
+use crate::state::pg::{groups, Db, DbError};
 use crate::state::record::{RunRecord, RunState};
 use crate::state::time::Time;
 
@@ -449,14 +449,15 @@ impl Runner {
             }
         }
         let chunks: Vec<&kept::Chunk> = shipping.values().flat_map(|s| s.unsent()).collect();
-        match kept::ship(&shared.db, &chunks, true) {
-            Ok(()) => {
-                shipping.values_mut().for_each(Shipping::sent);
-                shipping.retain(|_, s| !s.done());
-            }
-            Err(e) => log::warn!(
-                "cluster: cannot copy the output of the runs here: {e}; copied at a later tick"
-            ),
+        let shipped = kept::ship(&shared.db, &chunks, true);
+        if let Err(e) = &shipped {
+            log::warn!("cluster: cannot copy the output of the runs here: {e}");
+        }
+        if !shipped.as_ref().is_err_and(DbError::is_unavailable) {
+            // Copied; or refused, which sending again would not change
+            // (and would hold back every run's copy): dropped.
+            shipping.values_mut().for_each(Shipping::sent);
+            shipping.retain(|_, s| !s.done());
         }
     }
 
@@ -478,11 +479,12 @@ impl Runner {
         }
         s.ended = true;
         let chunks: Vec<&kept::Chunk> = s.unsent().iter().collect();
-        match kept::ship(&shared.db, &chunks, false) {
-            Ok(()) => s.sent(),
-            Err(e) => {
-                log::warn!("run {run}: cannot copy its output to the database: {e}; copied later");
-            }
+        let shipped = kept::ship(&shared.db, &chunks, false);
+        if let Err(e) = &shipped {
+            log::warn!("run {run}: cannot copy its output to the database: {e}");
+        }
+        if !shipped.as_ref().is_err_and(DbError::is_unavailable) {
+            s.sent();
         }
         if !s.done() {
             // The lease thread sends the rest with its next copy.
