@@ -318,6 +318,14 @@ fn config_errors_of_state_are_located() {
             "state.pool: must be at least 1",
         ),
         (
+            "[state]\nurl = \"postgres://u@localhost/db?sslmode=verify-full&sslmode=disable\"\n",
+            "state.url: sslmode is given twice: give it once",
+        ),
+        (
+            "[state]\nurl = \"postgres://u@localhost/db?connect_timeout=3&connect_timeout=4\"\n",
+            "state.url: connect_timeout is given twice",
+        ),
+        (
             "[state]\nurl = \"postgres://u@localhost/db\"\nlease = \"1ms\"\n",
             "state.lease: the lease must be at least 1s",
         ),

@@ -115,10 +115,17 @@ fn parse_url(text: &str) -> Result<(String, SslMode, postgres::Config), String> 
     // The other parameters are passed on as written: encoded again, a
     // space would become `+`, which the client reads as a `+`.
     let mut rest = Vec::new();
+    let mut seen: Vec<String> = Vec::new();
     for raw in u.query().unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let Some((k, v)) = url::form_urlencoded::parse(raw.as_bytes()).next() else {
             continue;
         };
+        // The last one would win: `?sslmode=verify-full&sslmode=disable`
+        // connected in plain text.
+        if seen.iter().any(|s| *s == k) {
+            return Err(format!("{k} is given twice: give it once"));
+        }
+        seen.push(k.to_string());
         match k.as_ref() {
             "sslmode" => {
                 ssl = SslMode::parse(&v).ok_or_else(|| {

@@ -831,7 +831,7 @@ impl ApiError {
             DiskFull => "The disk of trigd's state directory is full, so no new run can be recorded and none is started. Runs already accepted are kept. Retry after Retry-After seconds.".into(),
             IdempotencyMismatch => "This Idempotency-Key was already used for a different request (another program, trigger, function or values). Use a new key for a new request.".into(),
             ShuttingDown => "trigd is shutting down and accepts no new runs. Retry shortly.".into(),
-            RateLimited { retry_after } => format!("Too many failed attempts. Wait {retry_after} seconds (Retry-After), then try again.").into(),
+            RateLimited { retry_after } => format!("Too many requests (failed attempts, or the key's rate_per_minute). Wait {retry_after} seconds (Retry-After), then try again.").into(),
             RunNotFound => "No run with this id is visible to this API key.".into(),
             RunOnOtherInstance { instance } => format!("This run belongs to trigd instance '{instance}', not to this one; ask that instance (a load balancer routes /api/runs/{instance}-… there while it is up).").into(),
             RequestTimeout => "The request was not received in time (request_timeout); send the whole body promptly.".into(),
