@@ -1473,6 +1473,20 @@ fn retry_after_is_honoured_within_retry_for_and_410_still_stops() {
     );
 }
 
+/// An instance named `name` on `db` (a 2 s lease) serving `program`, in
+/// test directory `test`.
+fn on_database(db: &PgDb, test: &str, name: &str, program: &str) -> (TestDir, Trigd) {
+    let dir = setup_cb(test, &[], &[("p.toml", program)]);
+    let conf = dir.read("config.toml");
+    dir.write(
+        "config.toml",
+        &conf.replacen("[server]", &format!("[server]\ninstance = \"{name}\""), 1),
+    );
+    db.configure(&dir, r#"lease = "2s""#);
+    let t = Trigd::start(&dir);
+    (dir, t)
+}
+
 /// The deliveries a killed instance left pending are sent by the instance
 /// that adopts them at once, with nothing else to send: they were queued
 /// without waking the delivery threads, which waited for this instance's
@@ -1485,21 +1499,7 @@ fn a_dead_instances_pending_deliveries_are_sent_by_the_adopter_at_once() {
     let rx = Receiver::start(Receiver::bind(), move |_| {
         Answer::Status(up2.load(Ordering::SeqCst))
     });
-    let start = |name: &str| {
-        let dir = setup_cb(
-            &format!("cb-adopted-{name}"),
-            &[],
-            &[("p.toml", &program(None))],
-        );
-        let conf = dir.read("config.toml");
-        dir.write(
-            "config.toml",
-            &conf.replacen("[server]", &format!("[server]\ninstance = \"{name}\""), 1),
-        );
-        db.configure(&dir, r#"lease = "2s""#);
-        let t = Trigd::start(&dir);
-        (dir, t)
-    };
+    let start = |name: &str| on_database(&db, &format!("cb-adopted-{name}"), name, &program(None));
     let (_da, mut a) = start("a");
     let run = start_run(&a, KEY_CB, "ok", &vars(&["x"]), Some(&rx.url("/r")));
     a.wait_for(LONG, "a first attempt", || {
@@ -1524,21 +1524,8 @@ fn two_instances_on_a_database_send_each_delivery_once_also_after_a_kill() {
         Answer::Status(up2.load(Ordering::SeqCst))
     });
     let fixed = rx.url("/f");
-    let start = |name: &str| {
-        let dir = setup_cb(
-            &format!("cb-two-{name}"),
-            &[],
-            &[("p.toml", &program(Some(&fixed)))],
-        );
-        let conf = dir.read("config.toml");
-        dir.write(
-            "config.toml",
-            &conf.replacen("[server]", &format!("[server]\ninstance = \"{name}\""), 1),
-        );
-        db.configure(&dir, r#"lease = "2s""#);
-        let t = Trigd::start(&dir);
-        (dir, t)
-    };
+    let start =
+        |name: &str| on_database(&db, &format!("cb-two-{name}"), name, &program(Some(&fixed)));
     let (_da, mut a) = start("a");
     let runs: Vec<String> = (0..3)
         .map(|i| {

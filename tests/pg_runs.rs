@@ -98,9 +98,16 @@ const LEASE: &str = r#"lease = "2s""#;
 
 /// An instance named `name` on `db`, with `slots` run slots.
 fn instance(db: &PgDb, test: &str, name: &str, slots: usize) -> (TestDir, Trigd) {
+    instance_via(db, db.port, test, name, slots)
+}
+
+/// [`instance`] reaching `db` at `port` (a test proxy in front of it).
+fn instance_via(db: &PgDb, port: u16, test: &str, name: &str, slots: usize) -> (TestDir, Trigd) {
     let server = format!("instance = {name:?}\nmax_concurrent_runs = {slots}\nmax_concurrent_async_runs = {slots}\nkill_grace = \"1s\"");
     let dir = setup(&format!("{test}_{name}"), &server, &[("w.toml", WORK)]);
-    db.configure(&dir, LEASE);
+    let mut via = db.clone();
+    via.port = port;
+    via.configure(&dir, LEASE);
     let t = Trigd::start(&dir);
     (dir, t)
 }
@@ -766,12 +773,7 @@ fn proxy_one(
 fn a_take_whose_commit_answer_was_lost_still_runs() {
     let db = pg_database("pgrun_cut");
     let proxy = CommitCut::start(db.port);
-    let mut via = db.clone();
-    via.port = proxy.port;
-    let server = "instance = \"a\"\nmax_concurrent_runs = 2\nmax_concurrent_async_runs = 2\nkill_grace = \"1s\"";
-    let dir = setup("pgrun_cut_a", server, &[("w.toml", WORK)]);
-    via.configure(&dir, LEASE);
-    let a = Trigd::start(&dir);
+    let (_dir, a) = instance_via(&db, proxy.port, "pgrun_cut", "a", 2);
     a.wait_for(WAIT, "the lease held", || {
         std::fs::read_to_string(&a.stderr_log).is_ok_and(|l| l.contains("cluster: lease held"))
     });
@@ -801,12 +803,7 @@ fn a_take_whose_commit_answer_was_lost_still_runs() {
 fn a_cancel_whose_answer_was_lost_still_cancels_the_run() {
     let db = pg_database("pgrun_cancel_cut");
     let proxy = CommitCut::cancels(db.port);
-    let mut via = db.clone();
-    via.port = proxy.port;
-    let server = "instance = \"a\"\nmax_concurrent_runs = 1\nmax_concurrent_async_runs = 1\nkill_grace = \"1s\"";
-    let dir = setup("pgrun_cancel_cut_a", server, &[("w.toml", WORK)]);
-    via.configure(&dir, LEASE);
-    let a = Trigd::start(&dir);
+    let (_dir, a) = instance_via(&db, proxy.port, "pgrun_cancel_cut", "a", 1);
     let slow = accept(&a, "slow");
     wait_state(&a, &slow, "running", WAIT);
     let id = accept(&a, "quick");
