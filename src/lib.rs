@@ -61,7 +61,6 @@
 //!                                                     cluster.rs leases, taking, adoption; groups.rs
 //!                                                     concurrency groups across instances; output.rs,
 //!                                                     spool.rs, unwritten.rs: runs not tied to a host;
-//!                                                     runs.rs: run records, batched by a writer thread;
 //!                                                     deferred.rs: a short sync run's `running` write)
 //! adnanh/webhook hooks files, import-webhook        compat/webhook/ (what removing it takes: compat/mod.rs)
 //! the browser pages (maud templates)                ui/ (login, settings, endpoints, runs, schedules, switch, view)
