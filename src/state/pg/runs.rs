@@ -2,10 +2,9 @@
 //! `state::store::RunStore`. Every write is one upsert of whole records
 //! (the record as JSON beside the columns queries use), with the
 //! idempotency claims waiting for those runs ([`super::claims`]) in the
-//! same statement. One thread sends them ([`write_loop`]): writes that
-//! arrive while a statement is in flight are sent together by the next
-//! one, so concurrent async accepts share a round trip and a commit, as
-//! they share an `fdatasync` in `runs.log`.
+//! same statement. Writes that arrive while another is in flight are sent
+//! together by the next one ([`Batch`]): concurrent async accepts share a
+//! round trip and a commit, as they share an `fdatasync` in `runs.log`.
 //! A batch without claims goes without the claims' insert
 //! ([`UPSERT_MANY`]), and a run written alone without a claim, the usual
 //! write of a sync run, as a one-row statement ([`UPSERT_ONE`]): both
@@ -17,7 +16,6 @@
 //! and is dropped when another instance holds the run.
 
 use std::collections::HashMap;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use postgres::types::Type;
@@ -244,28 +242,44 @@ struct Written {
     lost: HashMap<String, (String, String)>,
 }
 
+/// Statements of writes in flight at once, at most. One: the writes that
+/// arrive while it is in flight all go in the next statement, so a burst
+/// makes larger batches, and a statement's fixed cost (executor start-up
+/// of the upsert, the commit's flush) is paid by more runs. Measured on a
+/// quiet 2-core machine (2026-11-28, static builds, 10 s of async accepts
+/// on 32 connections, PostgreSQL 15 on the same machine, interleaved): 1
+/// in flight accepted 84,316–87,466 runs in a round (five rounds), 2 in
+/// flight 74,104–84,127 (five), 4 (the value before) 68,226–68,973 (two);
+/// the server's CPU fell from 7.4–7.7 s a round to 6.1–6.4 s and trigd's
+/// from 7.1–7.6 s to 6.0–6.6 s; sync runs on 8 connections were not slower
+/// (2,187 and 2,373 a second against 2,174 and 2,222). The embedded
+/// backend accepted 91,228–91,903 beside them. The cost: a backlog drains
+/// about a sixth slower (its runs' writes no longer overlap); keeping 4 in
+/// flight with only one of durable writes accepted fewer runs still
+/// (docs/cluster.md).
+const MAX_IN_FLIGHT: usize = 1;
+
 /// Writes waiting for a statement, and the outcome of the last ones.
 #[derive(Default)]
 struct Queue {
     waiting: Vec<(u64, Row)>,
+    /// Statements in flight.
+    in_flight: usize,
+    /// Runs with a write in flight: their next write waits for it, so a
+    /// run's writes commit in the order they were made.
+    flying: std::collections::HashSet<String>,
     next_ticket: u64,
     /// Outcomes by ticket, until their writer takes them.
     done: HashMap<u64, Result<Option<Outcome>, String>>,
-    /// The writer thread ([`write_loop`]) was started.
-    started: bool,
-    /// The records were dropped: the writer thread ends once nothing waits.
-    closed: bool,
 }
 
-/// The rows waiting for the writer thread ([`write_loop`]), and the two
-/// signals between it and the writers whose rows wait.
+/// Leaders and followers: a writer whose row waits sends every waiting row
+/// in one statement, when fewer than [`MAX_IN_FLIGHT`] are in flight;
+/// those that arrive meanwhile wait and are sent by the next.
 #[derive(Default)]
 struct Batch {
     queue: Mutex<Queue>,
-    /// A statement was settled: writers look for their outcome.
     turn: Condvar,
-    /// A row was queued, or the records dropped: the writer thread looks.
-    work: Condvar,
 }
 
 /// Ends committed without waiting for the WAL flush, kept until they are
@@ -292,7 +306,7 @@ pub struct DbRuns {
     db: Arc<Db>,
     /// This instance's name (`trigd_runs.instance`).
     me: String,
-    batch: Arc<Batch>,
+    batch: Batch,
     /// Ends committed with `synchronous_commit = off`, oldest first, until
     /// [`DbRuns::settle_ends`] knows them flushed (or writes them again
     /// after a restart of the server lost them).
@@ -308,7 +322,7 @@ impl DbRuns {
         DbRuns {
             db,
             me: me.to_string(),
-            batch: Arc::default(),
+            batch: Batch::default(),
             unflushed: Mutex::default(),
             server: Mutex::default(),
         }
@@ -345,7 +359,7 @@ impl DbRuns {
             claim,
             durable,
         };
-        let ticket = self.enqueue(row)?;
+        let ticket = self.enqueue(row);
         let outcome = self.await_ticket(ticket)?;
         if end && !durable {
             lock(&self.unflushed).push(rec.clone());
@@ -418,7 +432,7 @@ impl DbRuns {
                 (0, row)
             })
             .collect();
-        send(&self.db, &self.me, &rows, true)?;
+        self.send(&rows, true)?;
         if known.is_some() {
             log::warn!(
                 "the database restarted: {} run ends committed just before are written again",
@@ -430,44 +444,109 @@ impl DbRuns {
         Ok(())
     }
 
-    /// Queue `row` for the writer thread (started at the first write),
-    /// returning its ticket.
-    ///
-    /// # Errors
-    /// The writer thread could not be started.
-    fn enqueue(&self, row: Row) -> Result<u64, DbError> {
+    /// Queue `row`, returning its ticket.
+    fn enqueue(&self, row: Row) -> u64 {
         let mut q = self.lock();
-        if !q.started {
-            let (batch, db, me) = (
-                Arc::clone(&self.batch),
-                Arc::clone(&self.db),
-                self.me.clone(),
-            );
-            std::thread::Builder::new()
-                .name("db-writer".into())
-                .spawn(move || write_loop(&batch, &db, &me))
-                .map_err(|e| {
-                    DbError::Unavailable(format!("cannot start the writer thread: {e}"))
-                })?;
-            q.started = true;
-        }
         q.next_ticket += 1;
         let t = q.next_ticket;
         q.waiting.push((t, row));
-        drop(q);
-        self.batch.work.notify_one();
-        Ok(t)
+        t
     }
 
-    /// Wait for ticket `t`'s outcome.
+    /// Wait for ticket `t`'s outcome, sending the waiting rows when no
+    /// write is in flight.
     fn await_ticket(&self, t: u64) -> Result<Option<Outcome>, DbError> {
         let mut q = self.lock();
         loop {
             if let Some(r) = q.done.remove(&t) {
                 return r.map_err(DbError::Unavailable);
             }
+            let mine_waits = q.waiting.iter().any(|(w, _)| *w == t);
+            if mine_waits && q.in_flight < MAX_IN_FLIGHT {
+                let Queue {
+                    waiting, flying, ..
+                } = &mut *q;
+                let rows = take_batch(waiting, flying);
+                if !rows.is_empty() {
+                    q.in_flight += 1;
+                    drop(q);
+                    let outcome = self.send(&rows, false);
+                    q = self.lock();
+                    q.in_flight -= 1;
+                    for (_, r) in &rows {
+                        q.flying.remove(&r.rec.run);
+                    }
+                    settle(&mut q.done, &rows, outcome, &self.db);
+                    drop(q);
+                    self.batch.turn.notify_all();
+                    q = self.lock();
+                    continue;
+                }
+            }
             q = self.batch.turn.wait(q).unwrap_or_else(|e| e.into_inner());
         }
+    }
+
+    /// One statement for `rows`, then, when claims were lost, one to read
+    /// who holds them; `again`: ends written again, not over an end.
+    fn send(&self, rows: &[(u64, Row)], again: bool) -> Result<Written, DbError> {
+        if let [(_, row)] = rows {
+            if row.claim.is_none() {
+                return self.send_one(row, again);
+            }
+        }
+        let cols = Columns::of(rows.iter().map(|(_, r)| r), &self.me);
+        let me = self.me.clone();
+        let durable = rows.iter().any(|(_, r)| r.durable);
+        let claims = rows.iter().any(|(_, r)| r.claim.is_some());
+        let mut p = cols.runs();
+        if claims {
+            p.extend(cols.claims());
+        }
+        p.push((&me, Type::TEXT));
+        p.push((&durable, Type::BOOL));
+        p.push((&again, Type::BOOL));
+        let (values, types): (Vec<_>, Vec<Type>) = p.into_iter().unzip();
+        let sql = if claims { UPSERT } else { UPSERT_MANY };
+        let runs = self.db.query_prepared(sql, &types, &values)?;
+        let runs: Vec<String> = runs
+            .iter()
+            .map(|r| r.try_get(0))
+            .collect::<Result<_, _>>()
+            .map_err(DbError::from_pg)?;
+        let lost_keys: Vec<String> = rows
+            .iter()
+            .filter(|(_, r)| !runs.contains(&r.rec.run))
+            .filter_map(|(_, r)| r.claim.as_ref().map(|c| c.key.clone()))
+            .collect();
+        let mut written = Written {
+            runs,
+            lost: HashMap::new(),
+        };
+        if !lost_keys.is_empty() {
+            written.lost = self.db.with(|c| holders(c, &lost_keys))?;
+        }
+        Ok(written)
+    }
+
+    /// [`DbRuns::send`] of one row without a claim ([`UPSERT_ONE`]).
+    fn send_one(&self, row: &Row, again: bool) -> Result<Written, DbError> {
+        let v = Values::of(&row.rec, &self.me);
+        let mut p = v.params();
+        p.push((&row.durable, Type::BOOL));
+        p.push((&again, Type::BOOL));
+        p.push((&self.me, Type::TEXT));
+        let (values, types): (Vec<_>, Vec<Type>) = p.into_iter().unzip();
+        let runs = self.db.query_prepared(UPSERT_ONE, &types, &values)?;
+        let runs = runs
+            .iter()
+            .map(|r| r.try_get(0))
+            .collect::<Result<_, _>>()
+            .map_err(DbError::from_pg)?;
+        Ok(Written {
+            runs,
+            lost: HashMap::new(),
+        })
     }
 
     /// The record of run `id` ([`GET`]).
@@ -632,131 +711,30 @@ impl DbRuns {
     }
 }
 
-impl Drop for DbRuns {
-    /// The writer thread ends once the rows queued are sent.
-    fn drop(&mut self) {
-        self.lock().closed = true;
-        self.batch.work.notify_all();
-    }
-}
-
-/// The writer thread of `batch`: sends every waiting row in one statement
-/// as soon as the last statement is settled, until the records are
-/// dropped ([`Queue::closed`]) and nothing waits.
-///
-/// One thread sends, where the writer whose row waited used to send
-/// (leaders and followers): a settled statement was followed by the next
-/// only once a woken writer was scheduled, 0.55–0.64 ms later on a loaded
-/// 2-core machine against 0.8–0.9 ms a statement (2026-11-29, measured
-/// in the writes). The thread goes on at once. Async accepts on 32
-/// connections (10 s rounds, static builds, PostgreSQL 15 on the same
-/// machine, interleaved): 166,001–170,188 a round against
-/// 153,347–154,820 (three pairs), 7–9 % more in each of five more pairs;
-/// sync runs on 8 connections unchanged (2,465–2,492 a second against
-/// 2,434–2,517). A second thread sending beside it (while 8 rows or more
-/// wait) accepted no more (162,115–167,206).
-fn write_loop(batch: &Batch, db: &Db, me: &str) {
-    loop {
-        let rows = {
-            let mut q = lock(&batch.queue);
-            while q.waiting.is_empty() && !q.closed {
-                q = batch.work.wait(q).unwrap_or_else(|e| e.into_inner());
-            }
-            if q.waiting.is_empty() {
-                return;
-            }
-            take_batch(&mut q.waiting)
-        };
-        // A panic must not leave the writers waiting for good.
-        let written = catch_unwind(AssertUnwindSafe(|| send(db, me, &rows, false)))
-            .unwrap_or_else(|_| Err(DbError::Unavailable("the write failed (a bug)".into())));
-        settle(&mut lock(&batch.queue).done, &rows, written, db);
-        batch.turn.notify_all();
-    }
-}
-
-/// One statement for `rows`, then, when claims were lost, one to read
-/// who holds them; `again`: ends written again, not over an end.
-fn send(db: &Db, me: &str, rows: &[(u64, Row)], again: bool) -> Result<Written, DbError> {
-    if let [(_, row)] = rows {
-        if row.claim.is_none() {
-            return send_one(db, me, row, again);
-        }
-    }
-    let cols = Columns::of(rows.iter().map(|(_, r)| r), me);
-    let me = me.to_string();
-    let durable = rows.iter().any(|(_, r)| r.durable);
-    let claims = rows.iter().any(|(_, r)| r.claim.is_some());
-    let mut p = cols.runs();
-    if claims {
-        p.extend(cols.claims());
-    }
-    p.push((&me, Type::TEXT));
-    p.push((&durable, Type::BOOL));
-    p.push((&again, Type::BOOL));
-    let (values, types): (Vec<_>, Vec<Type>) = p.into_iter().unzip();
-    let sql = if claims { UPSERT } else { UPSERT_MANY };
-    let runs = db.query_prepared(sql, &types, &values)?;
-    let runs: Vec<String> = runs
-        .iter()
-        .map(|r| r.try_get(0))
-        .collect::<Result<_, _>>()
-        .map_err(DbError::from_pg)?;
-    let lost_keys: Vec<String> = rows
-        .iter()
-        .filter(|(_, r)| !runs.contains(&r.rec.run))
-        .filter_map(|(_, r)| r.claim.as_ref().map(|c| c.key.clone()))
-        .collect();
-    let mut written = Written {
-        runs,
-        lost: HashMap::new(),
-    };
-    if !lost_keys.is_empty() {
-        written.lost = db.with(|c| holders(c, &lost_keys))?;
-    }
-    Ok(written)
-}
-
-/// [`send`] of one row without a claim ([`UPSERT_ONE`]).
-fn send_one(db: &Db, me: &str, row: &Row, again: bool) -> Result<Written, DbError> {
-    let v = Values::of(&row.rec, me);
-    let mut p = v.params();
-    p.push((&row.durable, Type::BOOL));
-    p.push((&again, Type::BOOL));
-    p.push((&me, Type::TEXT));
-    let (values, types): (Vec<_>, Vec<Type>) = p.into_iter().unzip();
-    let runs = db.query_prepared(UPSERT_ONE, &types, &values)?;
-    let runs = runs
-        .iter()
-        .map(|r| r.try_get(0))
-        .collect::<Result<_, _>>()
-        .map_err(DbError::from_pg)?;
-    Ok(Written {
-        runs,
-        lost: HashMap::new(),
-    })
-}
-
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The waiting rows to send now: one write per run (a run's next write
-/// waits for the next statement, so its writes commit in order, and one
-/// statement does not touch a row twice), and at most one claim per key
-/// (a second waits for the next batch, where it finds the first's claim).
-fn take_batch(waiting: &mut Vec<(u64, Row)>) -> Vec<(u64, Row)> {
+/// The waiting rows to send now (noted in `flying`): one write per run
+/// and none of a run with a write in flight (its next write waits, so
+/// writes commit in order), and at most one claim per key (a second waits
+/// for the next batch, where it finds the first's claim).
+fn take_batch(
+    waiting: &mut Vec<(u64, Row)>,
+    flying: &mut std::collections::HashSet<String>,
+) -> Vec<(u64, Row)> {
     let mut now: Vec<(u64, Row)> = Vec::with_capacity(waiting.len());
     let mut later = Vec::new();
-    let mut runs = std::collections::HashSet::new();
     for (t, row) in waiting.drain(..) {
+        let same_run = flying.contains(&row.rec.run);
         let same_key = row.claim.as_ref().is_some_and(|c| {
             now.iter()
                 .any(|(_, r)| r.claim.as_ref().is_some_and(|d| d.key == c.key))
         });
-        if same_key || !runs.insert(row.rec.run.clone()) {
+        if same_run || same_key {
             later.push((t, row));
         } else {
+            flying.insert(row.rec.run.clone());
             now.push((t, row));
         }
     }
