@@ -1609,3 +1609,66 @@ fn the_database_keeps_the_newest_ended_runs_and_trims_every_1000_ends() {
         format!("(ended, not ended) runs after 1,000 ends with run_retention = 5: {last:?}"),
     );
 }
+
+/// The configuration of an instance named `name` (as [`instance`] writes
+/// it) with `[state]` `extra`, in a directory of its own.
+fn instance_dir(db: &PgDb, test: &str, name: &str, extra: &str) -> TestDir {
+    let server = format!("instance = {name:?}\nmax_concurrent_runs = 2\nmax_concurrent_async_runs = 2\nkill_grace = \"1s\"");
+    let dir = setup(test, &server, &[("w.toml", WORK)]);
+    db.configure(&dir, extra);
+    dir
+}
+
+/// A second instance given a live instance's name refuses to start
+/// (exit 1, the name and the remedy said) instead of renewing one lease
+/// with it and taking its runs for its own previous life's; the first
+/// serves on and still takes runs.
+#[test]
+fn a_second_instance_under_a_live_instances_name_refuses_to_start() {
+    let db = pg_database("pgrun_twin");
+    let (_da, a) = instance(&db, "pgrun_twin", "a", 2);
+    let id = accept(&a, "slow");
+    wait_state(&a, &id, "running", PG_WAIT);
+    let twin = instance_dir(&db, "pgrun_twin_again", "a", LEASE);
+    let config = twin.path_str("config.toml");
+    let second = crate::util::cli::trigd(
+        &["serve", "--config", &config, "--listen", "127.0.0.1:0"],
+        None,
+    );
+    second.code_is(1);
+    second.check(
+        second
+            .stderr
+            .contains("the instance name \"a\" is in use by another trigd")
+            && second.stderr.contains("its own `instance`"),
+        "the refusal names the instance and the remedy",
+    );
+    a.check_eq(
+        held_by(&db, &id),
+        "a".to_string(),
+        "the running run's holder",
+    );
+    let quick = accept(&a, "quick");
+    wait_state(&a, &quick, "finished", PG_WAIT);
+    wait_state(&a, &id, "running", WAIT);
+}
+
+/// A clean stop lets the instance's lease go: started again under its
+/// name it serves at once, not after its lease (60 s here) lapsed, and
+/// takes runs.
+#[test]
+fn an_instance_stopped_cleanly_claims_its_name_again_at_once() {
+    let db = pg_database("pgrun_leave");
+    let dir = instance_dir(&db, "pgrun_leave", "a", r#"lease = "60s""#);
+    let mut a = Trigd::start(&dir);
+    accept(&a, "quick");
+    a.sigterm();
+    let stopped = a.wait_exit(WAIT).is_some();
+    a.check(stopped, "a stopped");
+    let expired = db.psql("SELECT expires_at <= now() FROM trigd_instances WHERE name = 'a'");
+    a.check_eq(expired, "t".to_string(), "the lease let go at the stop");
+    // Bounded at 30 s: waiting for the lease to lapse would fail here.
+    a.restart();
+    let id = accept(&a, "quick");
+    wait_state(&a, &id, "finished", PG_WAIT);
+}

@@ -375,7 +375,7 @@ const SERVER: &[Key] = &[
     key("session_max", "duration", Secs(server::SESSION_MAX_SECS), "a login session ends this long after login"),
     key("auth_failures_per_minute", "integer", Count(server::AUTH_FAILURES_PER_MINUTE), "failed authentications per client address and minute; past it `429 rate_limited` until the minute is over (0: off)"),
     key("trusted_proxies", "array of IP addresses", Is("`[]`"), "peers whose `X-Forwarded-For` is believed for the client address; with none, the TCP peer is the client; `\"unix\"` trusts every peer on the Unix socket (a proxy in front of it)"),
-    key("instance", "string", Is("the host name's first label"), "this instance's name, part of every run id: 1\u{2013}63 of `a-z 0-9 _ -`; read at start only"),
+    key("instance", "string", Is("the host name's first label"), "this instance's name, part of every run id: 1\u{2013}63 of `a-z 0-9 _ -`; read at start only; with `[state] url`, unique among the instances on the database (a second live one refuses to start: docs/cluster.md)"),
     key("drain_delay", "duration", Secs(server::DRAIN_DELAY_SECS), "on SIGTERM or SIGINT, time `/healthz` answers 503 `draining` while requests are still served, before the listener closes"),
     key("schedules", "string", Str("fire"), "`\"fire\"`: this instance fires the schedules it loads; `\"off\"`: it does not (another instance of a cluster does); see docs/schedules.md"),
     key("shared_state_dir", "path", Is("`state_dir`"), "directory of `app_keys.json`, shared by several instances; read at start only; unused with `[state] url`"),

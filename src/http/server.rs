@@ -122,6 +122,7 @@ pub fn serve(config_path: &Path, listen: Option<String>) -> Result<(), Error> {
     while in_flight.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
         thread::sleep(Duration::from_millis(10));
     }
+    app.runner.leave();
     log::info!("stopped");
     Ok(())
 }
@@ -256,8 +257,16 @@ fn share_runs(app: &Arc<App>) -> Result<(), Error> {
         weak.upgrade()
             .map_or_else(|| Arc::clone(&first), |a| a.config())
     });
+    let mine = crate::runner::cluster::claim(db, &cfg.server.instance, settings.lease)
+        .map_err(Error::Other)?;
     app.runner
-        .share(Arc::clone(db), &cfg.server.instance, settings.lease, config)
+        .share(
+            Arc::clone(db),
+            &cfg.server.instance,
+            settings.lease,
+            mine,
+            config,
+        )
         .map_err(|e| Error::Other(format!("cannot start the lease thread: {e}")))
 }
 

@@ -90,6 +90,12 @@ pub(super) struct Shared {
     /// takes the id out first ([`Runner::settle_cancel`]: the lease thread
     /// once the database answers, or the cancel asked again).
     cancels_unsure: Mutex<Vec<String>>,
+    /// The `started_at` (µs) of the row of `me` this process claimed
+    /// ([`Beat::Claimed`]); `None` until it has one.
+    mine: Mutex<Option<i64>>,
+    /// The lease was let go at a clean stop ([`Runner::leave`]): no more
+    /// renewals.
+    left: AtomicBool,
 }
 
 impl Shared {
@@ -155,7 +161,8 @@ pub type ConfigFn = Box<dyn Fn() -> Arc<Config> + Send>;
 
 impl Runner {
     /// Share the run queue with the other instances on `db` as instance
-    /// `me`, holding a lease of `lease`: start the lease thread.
+    /// `me`, holding a lease of `lease`: start the lease thread. `mine`:
+    /// the row of `me` this process already claimed ([`claim`]), if any.
     ///
     /// # Errors
     /// The thread cannot be started.
@@ -164,6 +171,7 @@ impl Runner {
         db: Arc<Db>,
         me: &str,
         lease: Duration,
+        mine: Option<i64>,
         config: ConfigFn,
     ) -> std::io::Result<()> {
         let shared = Arc::new(Shared {
@@ -178,6 +186,8 @@ impl Runner {
             lost: Mutex::default(),
             unsure: Mutex::default(),
             cancels_unsure: Mutex::default(),
+            mine: Mutex::new(mine),
+            left: AtomicBool::new(false),
         });
         let _ = self.cluster.set(Arc::clone(&shared));
         let runner = Arc::clone(self);
@@ -259,13 +269,49 @@ impl Runner {
         }
     }
 
+    /// At a clean stop, once the runs here ended: let this instance's
+    /// lease lapse now ([`sql::leave`]) and renew it no more, so that a
+    /// restart under the same name claims it at once ([`claim`]).
+    pub fn leave(&self) {
+        let Some(shared) = self.cluster.get() else {
+            return;
+        };
+        let mine = lock(&shared.mine);
+        shared.left.store(true, Ordering::SeqCst);
+        if let Some(mine) = *mine {
+            if let Err(e) = sql::leave(&shared.db, &shared.me, mine) {
+                log::warn!("cluster: cannot let this instance's lease go: {e}");
+            }
+        }
+    }
+
     /// Renew the lease; at the first success, adopt this instance's runs
     /// of before its start; then adopt those of lapsed instances.
     fn beat(self: &Arc<Self>, shared: &Shared, lease: &mut Lease, cfg: &Arc<Config>) {
         let sent = Instant::now();
-        match sql::heartbeat(&shared.db, &shared.me, shared.lease) {
+        // Held across the renewal: a clean stop's `leave` waits for it.
+        let mut claimed = lock(&shared.mine);
+        if shared.left.load(Ordering::SeqCst) {
+            return;
+        }
+        let mine = *claimed;
+        let renewal = sql::heartbeat(&shared.db, &shared.me, shared.lease, mine);
+        if let Ok(Beat::Claimed(started)) = &renewal {
+            let started = *started;
+            *claimed = Some(started);
+        }
+        drop(claimed);
+        match renewal {
+            Ok(Beat::Held) => {
+                log::error!(
+                    "cluster: the instance name {:?} is held by another process's live lease \
+                     (another instance with the same `instance`, or this one's previous \
+                     process until its lease lapses); taking no runs",
+                    shared.me
+                );
+            }
             Ok(beat) => {
-                if beat == Beat::Lost && lease.renewed.is_some() {
+                if matches!(beat, Beat::Claimed(_)) && mine.is_some() && lease.renewed.is_some() {
                     log::error!(
                         "cluster: this instance's lease lapsed and its runs were adopted by \
                          another instance; stopping the runs it still executes"
@@ -479,7 +525,14 @@ impl Runner {
         }
         s.ended = true;
         let chunks: Vec<&kept::Chunk> = s.unsent().iter().collect();
-        let shipped = kept::ship(&shared.db, &chunks, false);
+        let mut shipped = kept::ship(&shared.db, &chunks, false);
+        if shipped.as_ref().is_err_and(DbError::is_unavailable) {
+            // Once more, at once: after a restart of the database the
+            // pool's first connections are dead ones (each dropped when it
+            // fails), and the end, written next on a live one, would be
+            // seen before the rest of the output (the copy is idempotent).
+            shipped = kept::ship(&shared.db, &chunks, false);
+        }
         if let Err(e) = &shipped {
             log::warn!("run {run}: cannot copy its output to the database: {e}");
         }
@@ -851,5 +904,60 @@ impl Lease {
     /// (sent) less than `lease` ago; the database's `expires_at` is later.
     fn held(&self, lease: Duration) -> bool {
         self.adopted_own && self.renewed.is_some_and(|t| t.elapsed() < lease)
+    }
+}
+
+/// Claim the instance name `me` on `db` before serving: the row of the
+/// name in `trigd_instances` whose lease this process then renews, its
+/// `started_at` (µs) returned. A live lease of another process on the
+/// name is waited for, at most a lease, while it may be this instance's
+/// previous process (killed before its lease lapsed); renewed meanwhile,
+/// it is another instance's of the same name. `Ok(None)`: the database
+/// does not answer (the lease thread claims the name once it does, and
+/// takes no runs while another process holds it).
+///
+/// # Errors
+/// Another live trigd holds the name: the message says so.
+pub fn claim(db: &Db, me: &str, lease: Duration) -> Result<Option<i64>, String> {
+    // A renewal comes every third of a lease; a lapse at most a lease on.
+    let deadline = Instant::now() + lease + lease / 3 + Duration::from_secs(1);
+    let in_use = |why: &str| {
+        format!(
+            "the instance name {me:?} is in use by another trigd on the database ({why}): \
+             give each instance its own `instance` in [server]"
+        )
+    };
+    if db.known_down() {
+        return Ok(None);
+    }
+    let mut seen = None;
+    loop {
+        match sql::heartbeat(db, me, lease, None) {
+            Ok(Beat::Claimed(started)) => return Ok(Some(started)),
+            Ok(_) => {}
+            Err(e) => {
+                log::warn!("cluster: cannot claim the instance name {me:?} yet: {e}");
+                return Ok(None);
+            }
+        }
+        let renewed = sql::renewed_at(db, me).ok().flatten();
+        match seen {
+            None => {
+                log::warn!(
+                    "cluster: the instance name {me:?} has a live lease on the database: \
+                     waiting up to {lease:?} for it to lapse (this instance's previous \
+                     process) or be renewed (another instance of that name)"
+                );
+                seen = Some(renewed);
+            }
+            Some(before) if before != renewed && renewed.is_some() => {
+                return Err(in_use("its lease was renewed meanwhile"));
+            }
+            Some(_) => {}
+        }
+        if Instant::now() >= deadline {
+            return Err(in_use("its lease did not lapse"));
+        }
+        thread::sleep(Duration::from_millis(200));
     }
 }

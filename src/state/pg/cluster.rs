@@ -24,30 +24,84 @@ use crate::state::spool::Pending;
 pub enum Beat {
     /// The lease was renewed.
     Renewed,
-    /// The row was gone (another instance found the lease lapsed and
-    /// adopted this instance's runs): it was made again.
-    Lost,
+    /// The name was claimed anew: its row made (none was there: at the
+    /// first claim, or another instance found the lease lapsed and adopted
+    /// this instance's runs) or taken over from a lease that lapsed. The
+    /// new row's `started_at` (µs since the epoch) tells this process's
+    /// row from another's of the same name.
+    Claimed(i64),
+    /// Another process holds the name: a lease of its row is live that
+    /// this process did not claim (a previous life of this instance whose
+    /// lease has not lapsed yet, or another instance given the same name).
+    Held,
 }
 
-/// Renew `me`'s lease for `lease` (`first`: at start, when no row is
-/// expected).
+/// Renew `me`'s lease for `lease`, the row this process claimed
+/// (`started_at` µs `mine`); with `mine` `None`, claim the name: make its
+/// row, or take it over when its lease lapsed. A row of the name whose
+/// lease is live and that is not `mine` is left alone ([`Beat::Held`]):
+/// two processes never renew one lease between them.
 ///
 /// # Errors
 /// The database failed.
-pub fn heartbeat(db: &Db, me: &str, lease: Duration) -> Result<Beat, DbError> {
+pub fn heartbeat(db: &Db, me: &str, lease: Duration, mine: Option<i64>) -> Result<Beat, DbError> {
     let ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
     let row = db.with_background(|c| {
-        c.query_typed_one(
-            "INSERT INTO trigd_instances (name, expires_at) \
+        c.query_typed(
+            "INSERT INTO trigd_instances AS i (name, expires_at) \
              VALUES ($1, now() + $2::bigint * interval '1 millisecond') \
              ON CONFLICT (name) DO UPDATE SET renewed_at = now(), \
-             expires_at = EXCLUDED.expires_at \
-             RETURNING (xmax = 0) AS inserted",
-            &[(&me, Type::TEXT), (&ms, Type::INT8)],
+             expires_at = EXCLUDED.expires_at, \
+             started_at = CASE WHEN $3::int8 IS NULL THEN now() ELSE i.started_at END \
+             WHERE ($3::int8 IS NULL AND i.expires_at < now()) \
+             OR (extract(epoch FROM i.started_at) * 1000000)::int8 = $3::int8 \
+             RETURNING (xmax = 0 OR $3::int8 IS NULL) AS claimed, \
+             (extract(epoch FROM started_at) * 1000000)::int8",
+            &[(&me, Type::TEXT), (&ms, Type::INT8), (&mine, Type::INT8)],
         )
     })?;
-    let inserted: bool = row.get(0);
-    Ok(if inserted { Beat::Lost } else { Beat::Renewed })
+    let Some(row) = row.first() else {
+        return Ok(Beat::Held);
+    };
+    let (claimed, started): (bool, i64) = (row.get(0), row.get(1));
+    Ok(if claimed {
+        Beat::Claimed(started)
+    } else {
+        Beat::Renewed
+    })
+}
+
+/// When the lease of `me`'s row was last renewed (µs since the epoch),
+/// if there is a row.
+///
+/// # Errors
+/// The database failed.
+pub fn renewed_at(db: &Db, me: &str) -> Result<Option<i64>, DbError> {
+    let rows = db.with_background(|c| {
+        c.query_typed(
+            "SELECT (extract(epoch FROM renewed_at) * 1000000)::int8 \
+             FROM trigd_instances WHERE name = $1",
+            &[(&me, Type::TEXT)],
+        )
+    })?;
+    Ok(rows.first().map(|r| r.get(0)))
+}
+
+/// Let `me`'s lease (the row this process claimed, `mine`) lapse now, at
+/// a clean stop: a restart under the same name claims it at once instead
+/// of waiting for it to lapse ([`Beat::Held`]).
+///
+/// # Errors
+/// The database failed.
+pub fn leave(db: &Db, me: &str, mine: i64) -> Result<(), DbError> {
+    db.with_background(|c| {
+        c.execute_typed(
+            "UPDATE trigd_instances SET expires_at = now() \
+             WHERE name = $1 AND (extract(epoch FROM started_at) * 1000000)::int8 = $2",
+            &[(&me, Type::TEXT), (&mine, Type::INT8)],
+        )
+    })?;
+    Ok(())
 }
 
 /// The instances other than `me` whose lease lapsed.
