@@ -309,6 +309,11 @@ impl Runner {
                      process until its lease lapses); taking no runs",
                     shared.me
                 );
+                if mine.is_some() && lease.renewed.take().is_some() {
+                    // This process's lease lapsed and another process of
+                    // the name claimed it, taking its runs for its own.
+                    self.disown();
+                }
             }
             Ok(beat) => {
                 if matches!(beat, Beat::Claimed(_)) && mine.is_some() && lease.renewed.is_some() {
