@@ -1672,3 +1672,89 @@ fn an_instance_stopped_cleanly_claims_its_name_again_at_once() {
     let id = accept(&a, "quick");
     wait_state(&a, &id, "finished", PG_WAIT);
 }
+
+/// An instance stalled past its lease while a second process of its name
+/// claimed the name and took its run: once it runs again, it finds the
+/// name held, answers `/healthz` 503, stops the run without recording
+/// its end over the other's, and claims the name again (taking runs)
+/// once that process stops.
+#[test]
+fn a_stalled_instance_whose_name_was_claimed_defers_to_the_claimer_then_claims_it_again() {
+    let db = pg_database("pgrun_stall");
+    let first = instance_dir(&db, "pgrun_stall_first", "a", LEASE);
+    let mut a1 = Trigd::start(&first);
+    let id = accept(&a1, "slow");
+    wait_state(&a1, &id, "running", PG_WAIT);
+    signal(&a1, libc::SIGSTOP);
+    let second = instance_dir(&db, "pgrun_stall_second", "a", LEASE);
+    let mut a2 = Trigd::start(&second);
+    wait_state(&a2, &id, "interrupted", PG_WAIT);
+    signal(&a1, libc::SIGCONT);
+    a1.wait_for(
+        PG_WAIT,
+        "the stalled instance's end left unrecorded",
+        || {
+            let log = std::fs::read_to_string(&a1.stderr_log).unwrap_or_default();
+            log.contains(&format!("run {id}: state "))
+                && log.contains("not recorded: this instance's lease lapsed")
+        },
+    );
+    a1.wait_for(PG_WAIT, "/healthz 503 while the name is held", || {
+        a1.get("/healthz").status == 503
+    });
+    let rec = wait_state(&a2, &id, "interrupted", WAIT);
+    a2.check(
+        rec["Error"]
+            .as_str()
+            .is_some_and(|e| e.contains("stopped before the run finished")),
+        format!("the claimer's end stays: {rec}"),
+    );
+    a2.sigterm();
+    let stopped = a2.wait_exit(WAIT).is_some();
+    a2.check(stopped, "the claimer stopped");
+    a1.wait_for(
+        PG_WAIT,
+        "/healthz 200 once the name is claimed again",
+        || a1.get("/healthz").status == 200,
+    );
+    let quick = accept(&a1, "quick");
+    wait_state(&a1, &quick, "finished", PG_WAIT);
+    a1.kill9();
+}
+
+/// An instance started while the database was down, under the name of a
+/// live one (a mistake the start cannot catch): it answers `/healthz` 503
+/// while the other holds the name; when that one is killed it claims the
+/// name and adopts every run held under it, also those the other
+/// recorded after this one started.
+#[test]
+fn an_instance_that_claims_its_name_late_adopts_every_run_of_the_name() {
+    let pg = Pg::start("pgrun_late");
+    let db = pg.database("late");
+    let first = instance_dir(&db, "pgrun_late_first", "a", LEASE);
+    let mut d1 = Trigd::start(&first);
+    pg.stop(false);
+    let second = instance_dir(&db, "pgrun_late_second", "a", LEASE);
+    let d2 = Trigd::start(&second);
+    pg.start_again();
+    d2.wait_for(PG_WAIT, "the name found held", || {
+        std::fs::read_to_string(&d2.stderr_log)
+            .is_ok_and(|l| l.contains("the instance name \"a\" is held by another process"))
+    });
+    d2.wait_for(PG_WAIT, "/healthz 503 while the name is held", || {
+        d2.get("/healthz").status == 503
+    });
+    let id = accept(&d1, "slow");
+    wait_state(&d1, &id, "running", PG_WAIT);
+    d1.kill9();
+    let rec = wait_state(&d2, &id, "interrupted", PG_WAIT);
+    d2.check(
+        rec["Error"]
+            .as_str()
+            .is_some_and(|e| e.contains("stopped before the run finished")),
+        format!("ended by the claimer: {rec}"),
+    );
+    d2.wait_for(PG_WAIT, "/healthz 200 once the name is claimed", || {
+        d2.get("/healthz").status == 200
+    });
+}

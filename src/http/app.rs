@@ -221,7 +221,10 @@ impl App {
             return Readiness::NotReady(format!("state dir not writable: {e}"));
         }
         match self.state.db().and_then(|db| db.unreachable()) {
-            None => Readiness::Ready,
+            None => match self.runner.name_held() {
+                None => Readiness::Ready,
+                Some(why) => Readiness::NotReady(why),
+            },
             Some(why) => Readiness::NotReady(why),
         }
     }

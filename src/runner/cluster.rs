@@ -96,6 +96,21 @@ pub(super) struct Shared {
     /// The lease was let go at a clean stop ([`Runner::leave`]): no more
     /// renewals.
     left: AtomicBool,
+    /// Runs executing here when another process of this instance's name
+    /// claimed it (its lease had lapsed) and took them for its own: their
+    /// ends are not recorded here ([`Runner::disowned`]), since the name
+    /// that fences writes is the same.
+    disowned: Mutex<std::collections::HashSet<String>>,
+    /// The last renewal found the name held by another process
+    /// ([`Beat::Held`]): not ready ([`Runner::name_held`]).
+    held: AtomicBool,
+    /// When the last renewal that succeeded was sent.
+    renewed: Mutex<Option<Instant>>,
+    /// Ends of executions that came while the lease had lapsed by this
+    /// instance's clock ([`Runner::hold_end`]), with whether the run is
+    /// queued again: written once it is renewed, dropped when another
+    /// process took this instance's runs meanwhile.
+    ends_held: Mutex<Vec<(RunRecord, bool)>>,
 }
 
 impl Shared {
@@ -188,6 +203,10 @@ impl Runner {
             cancels_unsure: Mutex::default(),
             mine: Mutex::new(mine),
             left: AtomicBool::new(false),
+            disowned: Mutex::default(),
+            held: AtomicBool::new(false),
+            renewed: Mutex::default(),
+            ends_held: Mutex::default(),
         });
         let _ = self.cluster.set(Arc::clone(&shared));
         let runner = Arc::clone(self);
@@ -299,20 +318,30 @@ impl Runner {
         if let Ok(Beat::Claimed(started)) = &renewal {
             let started = *started;
             *claimed = Some(started);
+            // Claimed here, not at start: another process of the name may
+            // have held it, and recorded runs, since this one started.
+            lease.claimed_late |= mine.is_none();
         }
         drop(claimed);
+        let held = matches!(renewal, Ok(Beat::Held));
+        shared.held.store(held, Ordering::SeqCst);
         match renewal {
             Ok(Beat::Held) => {
                 log::error!(
-                    "cluster: the instance name {:?} is held by another process's live lease \
-                     (another instance with the same `instance`, or this one's previous \
-                     process until its lease lapses); taking no runs",
+                    "cluster: the instance name {:?} is held by another process (another \
+                     instance with the same `instance`, or this one's previous process until \
+                     its lease lapses); taking no runs until its lease lapses",
                     shared.me
                 );
-                if mine.is_some() && lease.renewed.take().is_some() {
+                if mine.is_some() {
                     // This process's lease lapsed and another process of
-                    // the name claimed it, taking its runs for its own.
-                    self.disown();
+                    // the name claimed it, taking its runs for its own: it
+                    // claims the name again once that one's lease lapses.
+                    *lock(&shared.mine) = None;
+                    lease.renewed = None;
+                    lease.adopted_own = false;
+                    self.disown_same_name(shared);
+                    drop_held_ends(shared);
                 }
             }
             Ok(beat) => {
@@ -322,6 +351,12 @@ impl Runner {
                          another instance; stopping the runs it still executes"
                     );
                     self.disown();
+                    drop_held_ends(shared);
+                }
+                *lock(&shared.renewed) = Some(sent);
+                let held = std::mem::take(&mut *lock(&shared.ends_held));
+                for (mut rec, retry) in held {
+                    self.write_end(&mut rec, retry);
                 }
                 lease.renewed = Some(sent);
                 // Healthy from the answer, not from the sending: a renewal
@@ -330,7 +365,7 @@ impl Runner {
                 // are answered no sooner than this one.
                 lease.healthy_since.get_or_insert_with(Instant::now);
                 if !lease.adopted_own {
-                    lease.adopted_own = self.adopt(shared, &shared.me, cfg);
+                    lease.adopted_own = self.adopt(shared, &shared.me, lease.claimed_late, cfg);
                 }
                 if let Some(c) = self.callbacks() {
                     c.resume_unread();
@@ -368,7 +403,7 @@ impl Runner {
         match sql::lapsed(&shared.db, &shared.me) {
             Ok(dead) => {
                 for name in dead {
-                    self.adopt(shared, &name, cfg);
+                    self.adopt(shared, &name, false, cfg);
                 }
             }
             Err(e) => log::warn!("cluster: cannot look for lapsed leases: {e}"),
@@ -376,8 +411,12 @@ impl Runner {
     }
 
     /// Adopt the runs of `dead`; whether that was done (or not needed).
-    fn adopt(self: &Arc<Self>, shared: &Shared, dead: &str, cfg: &Arc<Config>) -> bool {
-        let adopted = match sql::adopt(&shared.db, &shared.me, dead) {
+    fn adopt(self: &Arc<Self>, shared: &Shared, dead: &str, late: bool, cfg: &Arc<Config>) -> bool {
+        // The name claimed after another process of it held it: every run
+        // of the name is that one's but those executing here.
+        let live: Option<Vec<String>> =
+            (dead == shared.me && late).then(|| lock(&self.live).runs.keys().cloned().collect());
+        let adopted = match sql::adopt(&shared.db, &shared.me, dead, live.as_deref()) {
             Ok(Some(a)) => a,
             Ok(None) => return true,
             Err(e) => {
@@ -460,6 +499,56 @@ impl Runner {
 
     /// Stop everything this instance holds: its lease was lost and another
     /// instance has adopted its runs (their records are that one's now).
+    /// Why this instance should get no traffic: its name is held by
+    /// another process (at the last renewal), under which its runs would
+    /// be recorded.
+    pub fn name_held(&self) -> Option<String> {
+        let shared = self.cluster.get()?;
+        shared.held.load(Ordering::SeqCst).then(|| {
+            format!(
+                "the instance name {:?} is held by another process on the database",
+                shared.me
+            )
+        })
+    }
+
+    /// Keep the end of run `rec` (`retry`: queued again) for the lease
+    /// thread when this instance's lease has lapsed by its own clock: it
+    /// was stalled (or the database slow) past the lease, and another
+    /// process may have taken the run meanwhile, one of the same name
+    /// among them, whose writes the database cannot tell from this one's
+    /// (a stalled instance ending a run after SIGCONT wrote `failed` over
+    /// the claimer's `interrupted`). Whether it was kept.
+    pub(super) fn hold_end(&self, rec: &RunRecord, retry: bool) -> bool {
+        let Some(shared) = self.cluster.get() else {
+            return false;
+        };
+        // Not while the database is known down: the store keeps the end
+        // until it answers, fenced by the name (the usual outage).
+        let lapsed = lock(&shared.renewed).is_some_and(|t| t.elapsed() >= shared.lease)
+            && !shared.db.known_down();
+        if lapsed {
+            lock(&shared.ends_held).push((rec.clone(), retry));
+        }
+        lapsed
+    }
+
+    /// [`Runner::disown`], when another process of this instance's name
+    /// took its runs: their ends are not recorded here either.
+    fn disown_same_name(&self, shared: &Shared) {
+        lock(&shared.disowned).extend(lock(&self.live).runs.keys().cloned());
+        self.disown();
+    }
+
+    /// Whether run `run` was disowned when another process of this
+    /// instance's name took it ([`Runner::disown_same_name`]): its end is
+    /// that process's to record. Asked once, at its end.
+    pub(super) fn disowned(&self, run: &str) -> bool {
+        self.cluster
+            .get()
+            .is_some_and(|s| lock(&s.disowned).remove(run))
+    }
+
     fn disown(&self) {
         let dropped: std::collections::VecDeque<Waiter> = {
             let mut s = lock(&self.slots);
@@ -899,6 +988,9 @@ struct Lease {
     renewed: Option<Instant>,
     /// This instance's runs from before its start were adopted.
     adopted_own: bool,
+    /// The lease thread claimed the name (not the start: the database
+    /// did not answer then, or another process held it since).
+    claimed_late: bool,
     /// Since when every renewal succeeded: when the first of them was
     /// answered (the others' leases are judged a whole lease after it).
     healthy_since: Option<Instant>,
@@ -964,5 +1056,18 @@ pub fn claim(db: &Db, me: &str, lease: Duration) -> Result<Option<i64>, String> 
             return Err(in_use("its lease did not lapse"));
         }
         thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Forget the ends kept while the lease had lapsed: another process took
+/// this instance's runs meanwhile, and their ends are its to record.
+fn drop_held_ends(shared: &Shared) {
+    for (rec, _) in std::mem::take(&mut *lock(&shared.ends_held)) {
+        log::warn!(
+            "run {}: state {} not recorded: this instance's lease lapsed and another process \
+             took the run",
+            rec.run,
+            rec.state.name()
+        );
     }
 }

@@ -1477,6 +1477,16 @@ impl Runner {
         }
     }
 
+    /// Record the end of an execution: `rec` queued again (`retry`) or
+    /// ended.
+    fn write_end(&self, rec: &mut RunRecord, retry: bool) {
+        if retry {
+            self.record(rec);
+        } else {
+            self.record_end(rec, false);
+        }
+    }
+
     /// Execute the job's function (its `running` state is recorded) and
     /// record the end state ([`Runner::record_outcome`]). The Result is in
     /// the returned outcome, not in the returned record.
@@ -1590,11 +1600,19 @@ impl Runner {
             rec.state = RunState::Queued;
             (rec.started_at, rec.finished_at, rec.error, rec.stdout) = (None, None, None, None);
             rec.steps.clear();
-            self.record(rec);
         } else {
             rec.input = None;
             rec.retry_at = None;
-            self.record_end(rec, false);
+        }
+        if self.disowned(&rec.run) {
+            log::warn!(
+                "run {}: state {} not recorded: this instance's lease lapsed and another \
+                 process of its name took the run",
+                rec.run,
+                rec.state.name()
+            );
+        } else if !self.hold_end(rec, retry) {
+            self.write_end(rec, retry);
         }
         if let Some(Value::Array(result)) = rec.result.take() {
             outcome.result = result;

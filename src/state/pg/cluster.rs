@@ -121,7 +121,10 @@ pub fn lapsed(db: &Db, me: &str) -> Result<Vec<String>, DbError> {
 /// Take over the runs of instance `dead` (whose lease lapsed, or `me`
 /// itself at start: its previous life's runs, those up to
 /// [`Db::seq_at_start`], never a run this process recorded before the
-/// lease thread got here) and delete its row, in one transaction. Its async runs still queued go back to the cluster queue
+/// lease thread got here; with `all_but`, every run of the name but
+/// those, when this process claimed its name only after another process
+/// of the name had held it) and delete its row, in one transaction. Its
+/// async runs still queued go back to the cluster queue
 /// (counted in [`Adopted::requeued`]); the others (running, sync, or
 /// reading a request body file that was on `dead`) are `me`'s now, for the
 /// runner to end or queue again. `None` when another instance is adopting
@@ -129,13 +132,18 @@ pub fn lapsed(db: &Db, me: &str) -> Result<Vec<String>, DbError> {
 ///
 /// # Errors
 /// The database failed.
-pub fn adopt(db: &Db, me: &str, dead: &str) -> Result<Option<Adopted>, DbError> {
-    let upto = if dead == me {
-        db.seq_at_start()?
-    } else {
-        i64::MAX
+pub fn adopt(
+    db: &Db,
+    me: &str,
+    dead: &str,
+    all_but: Option<&[String]>,
+) -> Result<Option<Adopted>, DbError> {
+    let upto = match (dead == me, all_but) {
+        (true, None) => db.seq_at_start()?,
+        _ => i64::MAX,
     };
-    db.with_background(|c| adopt_in(c, me, dead, upto))
+    let keep = all_but.unwrap_or_default();
+    db.with_background(|c| adopt_in(c, me, dead, upto, keep))
 }
 
 /// The runs of a lapsed instance, once adopted.
@@ -154,6 +162,7 @@ fn adopt_in(
     me: &str,
     dead: &str,
     upto: i64,
+    keep: &[String],
 ) -> Result<Option<Adopted>, postgres::Error> {
     let mut tx = c.transaction()?;
     if dead != me {
@@ -171,8 +180,14 @@ fn adopt_in(
            AND (record->>'Async')::boolean \
            AND NOT coalesce((record->'Input'->>'Body')::boolean, false) THEN NULL ELSE $1 END \
          WHERE instance = $2 AND state IN ('queued', 'running') AND seq <= $3 \
+           AND NOT (id = ANY($4)) \
          RETURNING instance IS NULL, record::text",
-        &[(&me, Type::TEXT), (&dead, Type::TEXT), (&upto, Type::INT8)],
+        &[
+            (&me, Type::TEXT),
+            (&dead, Type::TEXT),
+            (&upto, Type::INT8),
+            (&keep, Type::TEXT_ARRAY),
+        ],
     )?;
     let mut adopted = Adopted::default();
     if dead != me {
