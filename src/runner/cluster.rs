@@ -497,8 +497,6 @@ impl Runner {
         self.end_unstarted(rec, state, &why, false);
     }
 
-    /// Stop everything this instance holds: its lease was lost and another
-    /// instance has adopted its runs (their records are that one's now).
     /// Why this instance should get no traffic: its name is held by
     /// another process (at the last renewal), under which its runs would
     /// be recorded.
@@ -549,6 +547,8 @@ impl Runner {
             .is_some_and(|s| lock(&s.disowned).remove(run))
     }
 
+    /// Stop everything this instance holds: its lease was lost and another
+    /// instance has adopted its runs (their records are that one's now).
     fn disown(&self) {
         let dropped: std::collections::VecDeque<Waiter> = {
             let mut s = lock(&self.slots);
