@@ -498,13 +498,20 @@ fn silent_receiver_times_out_and_the_record_says_so() {
     t.check(!rx.got().is_empty(), "the receiver got the request");
 }
 
-#[test]
-fn pending_deliveries_survive_kill9() {
+/// A receiver answering the status its switch holds: 503 until the test
+/// stores another.
+fn switched_receiver() -> (Arc<AtomicU16>, Receiver) {
     let up = Arc::new(AtomicU16::new(503));
     let up2 = Arc::clone(&up);
     let rx = Receiver::start(Receiver::bind(), move |_| {
         Answer::Status(up2.load(Ordering::SeqCst))
     });
+    (up, rx)
+}
+
+#[test]
+fn pending_deliveries_survive_kill9() {
+    let (up, rx) = switched_receiver();
     let fixed = rx.url("/f");
     let dir = setup_cb("cb-kill9", &[], &[("p.toml", &program(Some(&fixed)))]);
     let mut t = Trigd::start(&dir);
@@ -1494,11 +1501,7 @@ fn on_database(db: &PgDb, test: &str, name: &str, program: &str) -> (TestDir, Tr
 #[test]
 fn a_dead_instances_pending_deliveries_are_sent_by_the_adopter_at_once() {
     let db = pg_database("cb_adopted");
-    let up = Arc::new(AtomicU16::new(503));
-    let up2 = Arc::clone(&up);
-    let rx = Receiver::start(Receiver::bind(), move |_| {
-        Answer::Status(up2.load(Ordering::SeqCst))
-    });
+    let (up, rx) = switched_receiver();
     let start = |name: &str| on_database(&db, &format!("cb-adopted-{name}"), name, &program(None));
     let (_da, mut a) = start("a");
     let run = start_run(&a, KEY_CB, "ok", &vars(&["x"]), Some(&rx.url("/r")));
@@ -1518,11 +1521,7 @@ fn a_dead_instances_pending_deliveries_are_sent_by_the_adopter_at_once() {
 #[test]
 fn two_instances_on_a_database_send_each_delivery_once_also_after_a_kill() {
     let db = pg_database("cb_two_instances");
-    let up = Arc::new(AtomicU16::new(503));
-    let up2 = Arc::clone(&up);
-    let rx = Receiver::start(Receiver::bind(), move |_| {
-        Answer::Status(up2.load(Ordering::SeqCst))
-    });
+    let (up, rx) = switched_receiver();
     let fixed = rx.url("/f");
     let start =
         |name: &str| on_database(&db, &format!("cb-two-{name}"), name, &program(Some(&fixed)));

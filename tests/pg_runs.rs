@@ -103,13 +103,27 @@ fn instance(db: &PgDb, test: &str, name: &str, slots: usize) -> (TestDir, Trigd)
 
 /// [`instance`] reaching `db` at `port` (a test proxy in front of it).
 fn instance_via(db: &PgDb, port: u16, test: &str, name: &str, slots: usize) -> (TestDir, Trigd) {
-    let server = format!("instance = {name:?}\nmax_concurrent_runs = {slots}\nmax_concurrent_async_runs = {slots}\nkill_grace = \"1s\"");
-    let dir = setup(&format!("{test}_{name}"), &server, &[("w.toml", WORK)]);
-    let mut via = db.clone();
-    via.port = port;
-    via.configure(&dir, LEASE);
+    let dir = configured(db, port, &format!("{test}_{name}"), name, slots, LEASE);
     let t = Trigd::start(&dir);
     (dir, t)
+}
+
+/// The directory `dir_name` of an instance named `name` with `slots`
+/// slots, reaching `db` at `port`, with `[state]` `extra`: not started.
+fn configured(
+    db: &PgDb,
+    port: u16,
+    dir_name: &str,
+    name: &str,
+    slots: usize,
+    extra: &str,
+) -> TestDir {
+    let server = format!("instance = {name:?}\nmax_concurrent_runs = {slots}\nmax_concurrent_async_runs = {slots}\nkill_grace = \"1s\"");
+    let dir = setup(dir_name, &server, &[("w.toml", WORK)]);
+    let mut via = db.clone();
+    via.port = port;
+    via.configure(&dir, extra);
+    dir
 }
 
 fn accept(t: &Trigd, function: &str) -> String {
@@ -1613,10 +1627,7 @@ fn the_database_keeps_the_newest_ended_runs_and_trims_every_1000_ends() {
 /// The configuration of an instance named `name` (as [`instance`] writes
 /// it) with `[state]` `extra`, in a directory of its own.
 fn instance_dir(db: &PgDb, test: &str, name: &str, extra: &str) -> TestDir {
-    let server = format!("instance = {name:?}\nmax_concurrent_runs = 2\nmax_concurrent_async_runs = 2\nkill_grace = \"1s\"");
-    let dir = setup(test, &server, &[("w.toml", WORK)]);
-    db.configure(&dir, extra);
-    dir
+    configured(db, db.port, test, name, 2, extra)
 }
 
 /// A second instance given a live instance's name refuses to start
