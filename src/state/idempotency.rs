@@ -165,7 +165,9 @@ fn read(path: &Path, oldest: u64) -> io::Result<Loaded> {
             map.remove(&k);
             continue;
         }
-        if l.c {
+        // A `C` line has no request: a claim line with `C` is a claim
+        // whose run had started when the file was last compacted.
+        if l.c && l.f.is_none() {
             if let Some(e) = map.get_mut(&k) {
                 e.confirmed = true;
             }
@@ -182,7 +184,7 @@ fn read(path: &Path, oldest: u64) -> io::Result<Loaded> {
             run: r.into(),
             at: l.t,
             pending: false,
-            confirmed: false,
+            confirmed: l.c,
         };
         map.insert(k, entry);
         order.push_back((k, l.t));
@@ -208,4 +210,48 @@ fn rewrite(
         w.flush()
     })?;
     file::open_append(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::test_dir::TestDir;
+
+    /// A key whose run started is written back as one line with `C` when
+    /// the file is compacted at open; every later open must keep it
+    /// (read as a `C` mark alone, it was dropped at the second restart).
+    #[test]
+    fn a_started_key_survives_every_reopen() {
+        let dir = TestDir::new("idempotency-reopen");
+        let slot = [7u8; 32];
+        let claim = Claim {
+            request: [9u8; 32],
+            run: "vm-0123456789abcdef0123456789abcdef".into(),
+            at: 1_000,
+            pending: false,
+            confirmed: false,
+        };
+        {
+            let (mut log, _) = Log::open(dir.path(), 0).expect("open");
+            log.claim(&slot, &claim, true).expect("claim");
+            log.mark(&slot, claim.at, true).expect("mark");
+        }
+        for open in 1..=3 {
+            let (_, (map, order)) = Log::open(dir.path(), 0).expect("reopen");
+            let kept = map
+                .get(&slot)
+                .unwrap_or_else(|| panic!("open {open}: key lost"));
+            assert!(kept.confirmed, "open {open}: still started");
+            assert_eq!(kept.request, claim.request, "open {open}");
+            assert_eq!(&*kept.run, &*claim.run, "open {open}");
+            assert_eq!(order.len(), 1, "open {open}");
+        }
+        // A key given back stays given back.
+        {
+            let (mut log, _) = Log::open(dir.path(), 0).expect("open");
+            log.mark(&slot, claim.at, false).expect("give back");
+        }
+        let (_, (map, _)) = Log::open(dir.path(), 0).expect("reopen");
+        assert!(map.is_empty(), "given back: {map:?}");
+    }
 }
