@@ -859,6 +859,55 @@ fn a_pending_attempt_survives_kill_9() {
     );
 }
 
+/// An attempt a `kill -9` cut off is retried after the restart when
+/// `on` has `interrupted`, as after a clean stop (it was recorded
+/// `interrupted` and never attempted again).
+#[test]
+fn an_attempt_cut_by_kill_9_is_attempted_again_after_the_restart() {
+    let dir = setup("retry_interrupted_kill9", "");
+    dir.write(
+        "programs/flaky.toml",
+        r#"id = 5
+name = "flaky"
+workspace = "ops"
+
+[[functions]]
+name = "flaky"
+workdir = "../work"
+steps = [{ shell = 'n=$(cat count 2>/dev/null || echo 0); n=$((n+1)); echo $n > count; [ $n -ge 2 ] || sleep 60' }]
+[functions.webhook]
+[functions.retry]
+attempts = 2
+backoff = "1s"
+jitter = false
+on = ["interrupted"]
+"#,
+    );
+    let mut t = Trigd::start(&dir);
+    let r = t.post(&format!(
+        "/api?api_key={KEY}&program_id=5&function=flaky&run_async=true"
+    ));
+    let id = r.run_id(&r.ok());
+    let started = wait_until(WAIT, || {
+        count(&dir) == 1 && run_record(&t, &id)["State"] == "running"
+    });
+    t.check(started, "the first attempt runs");
+    t.kill9();
+    t.restart();
+    let rec = wait_run_state(&t, &id, "finished");
+    let attempts = rec["Attempts"].as_array().cloned().unwrap_or_default();
+    t.check_eq(attempts.len(), 1, "the cut attempt is recorded");
+    if let Some(a) = attempts.first() {
+        t.check_eq(a["State"].as_str(), Some("interrupted"), "its State");
+        t.check_eq(
+            a["Error"].as_str(),
+            Some("trigd stopped before the run finished"),
+            "its Error",
+        );
+    }
+    t.check_eq(count(&dir), 2, "attempted once more");
+}
+
 #[test]
 fn bad_retry_settings_are_located_load_errors() {
     for (retry, want) in [

@@ -313,7 +313,7 @@ pub const SECTIONS: &[Section] = &[
             key("strategy", "string", Str("exponential"), "`\"exponential\"` (each wait doubles) or `\"fixed\"` (always `backoff`)"),
             key("max_backoff", "duration", Str("10m"), "the longest wait; not shorter than `backoff`"),
             key("jitter", "bool", Is("`true`"), "multiply each wait by a random factor from 0.8 to 1.2 (then cap it)"),
-            key("on", "array of strings", Is("`[\"failed\", \"timed_out\"]`"), "the outcomes retried: `failed`, `timed_out`, `interrupted` (the next attempt after a restart)"),
+            key("on", "array of strings", Is("`[\"failed\", \"timed_out\"]`"), "the outcomes retried: `failed`, `timed_out`, `interrupted` (the next attempt after a restart, also after `kill -9`)"),
             key("callbacks", "string", Str("final"), "`\"final\"`: the function's callbacks on the final outcome only; `\"each\"`: also after every attempt that is retried"),
         ],
     },

@@ -195,12 +195,8 @@ fn open_app(cfg: config::Config) -> Result<Arc<App>, Error> {
         let path = state.path(kept);
         move |source| Error::Io { path, source }
     };
-    let retry = |r: &RunRecord| {
-        r.owner
-            .program()
-            .and_then(|id| cfg.program(id))
-            .and_then(|p| p.function(&r.function))
-            .is_some_and(|f| f.retry_on_restart)
+    let retry = |r: &mut RunRecord| {
+        crate::runner::again_after_crash(r, &cfg, crate::state::store::STOPPED_UNSEEN)
     };
     let (store, resumed) = state
         .open_runs(cfg.server.run_retention, &cfg.server.instance, retry)

@@ -465,17 +465,17 @@ impl Runner {
         true
     }
 
-    /// End a run adopted from `dead`: a running async run of a
-    /// `retry_on_restart` function goes back to the queue, any other ends
+    /// End a run adopted from `dead`: a running async run goes back to the
+    /// queue for its next attempt (`[functions.retry]` retrying
+    /// `interrupted`) or from the start (`retry_on_restart`), any other ends
     /// `interrupted` (a run whose request body file was on `dead`:
     /// `failed`).
     fn end_adopted(&self, shared: &Shared, mut rec: RunRecord, dead: &str, cfg: &Config) {
+        let cut = format!("instance {dead} stopped before the run finished");
         let retry = rec.state == RunState::Running
             && rec.r#async
             && rec.input.as_ref().is_some_and(|i| !i.body)
-            && program_of(cfg, rec.owner, &rec.function)
-                .and_then(|p| p.function(&rec.function))
-                .is_some_and(|f| f.retry_on_restart);
+            && crate::runner::again_after_crash(&mut rec, cfg, &cut);
         if retry {
             rec.state = RunState::Queued;
             (rec.started_at, rec.finished_at, rec.error, rec.stdout) = (None, None, None, None);
@@ -491,8 +491,7 @@ impl Runner {
             let why = format!("its request body or files were on instance {dead}, which stopped");
             (RunState::Failed, why)
         } else {
-            let why = format!("instance {dead} stopped before the run finished");
-            (RunState::Interrupted, why)
+            (RunState::Interrupted, cut)
         };
         self.end_unstarted(rec, state, &why, false);
     }

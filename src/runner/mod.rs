@@ -506,6 +506,32 @@ fn note_attempt(rec: &mut RunRecord, n: u32, wait: Duration) {
     rec.steps.clear();
 }
 
+/// Whether run `rec`, found `running` after a stop of trigd it did not
+/// see (`kill -9`, a lost host: start-up's repair of the run log, or the
+/// adoption of a lapsed instance's runs), runs again. With
+/// `[functions.retry]` retrying `interrupted` and attempts left, the cut
+/// attempt goes into its `Attempts` (`why`: its Error) and the run is
+/// `queued` for the next one after its backoff, as after a clean stop
+/// ([`Runner::record_outcome`]); else it runs again from the start when
+/// its function has `retry_on_restart`.
+pub fn again_after_crash(rec: &mut RunRecord, cfg: &Config, why: &str) -> bool {
+    let Some(function) =
+        program_of(cfg, rec.owner, &rec.function).and_then(|p| p.function(&rec.function))
+    else {
+        return false;
+    };
+    if let Some(r) = function.retry.as_ref().filter(|r| r.on.interrupted) {
+        let n = attempt_number(rec);
+        if rec.state == RunState::Running && n < r.attempts {
+            rec.state = RunState::Interrupted;
+            rec.error = Some(why.into());
+            note_attempt(rec, n, r.wait(n));
+            return true;
+        }
+    }
+    function.retry_on_restart
+}
+
 /// Whether instant `at` has come.
 fn passed(at: Time) -> bool {
     at.since(Time::now()).is_none_or(|left| left.is_zero())

@@ -242,7 +242,7 @@ impl State {
         &self,
         retention: usize,
         instance: &str,
-        retry: impl Fn(&record::RunRecord) -> bool,
+        retry: impl Fn(&mut record::RunRecord) -> bool,
     ) -> io::Result<(store::RunStore, Vec<String>)> {
         match &self.backend {
             Backend::Files => store::RunStore::open(&self.dir, retention, retry),

@@ -106,7 +106,7 @@ impl RunStore {
     pub fn open(
         state_dir: &Path,
         retention: usize,
-        retry: impl Fn(&RunRecord) -> bool,
+        retry: impl Fn(&mut RunRecord) -> bool,
     ) -> io::Result<(RunStore, Vec<String>)> {
         let (files, resumed) = FileRuns::open(state_dir, retention, retry)?;
         let backend = Backend::Files(Arc::new(files));
@@ -743,7 +743,7 @@ impl FileRuns {
     pub fn open(
         state_dir: &Path,
         retention: usize,
-        retry: impl Fn(&RunRecord) -> bool,
+        retry: impl Fn(&mut RunRecord) -> bool,
     ) -> io::Result<(FileRuns, Vec<String>)> {
         fs::create_dir_all(state_dir)?;
         let path = super::Kept::Runs.path_in(state_dir);
@@ -790,7 +790,7 @@ impl FileRuns {
     fn recover(
         &mut self,
         live: Vec<RunId>,
-        retry: impl Fn(&RunRecord) -> bool,
+        retry: impl Fn(&mut RunRecord) -> bool,
     ) -> io::Result<Vec<String>> {
         let now = Time::now();
         let (mut resumed, mut interrupted, mut written) = (Vec::new(), Vec::new(), false);
@@ -801,10 +801,11 @@ impl FileRuns {
             if r.state == RunState::Running {
                 self.running.push(r.run.clone());
             }
-            let again = r.input.is_some() && (r.state == RunState::Queued || retry(&r));
+            let changed = r.state != RunState::Queued || r.started_at.is_some();
+            // `retry` may note the cut attempt and give the run its input.
+            let again = (r.state == RunState::Queued || retry(&mut r)) && r.input.is_some();
             let changed = if again {
                 resumed.push(r.run.clone());
-                let changed = r.state != RunState::Queued || r.started_at.is_some();
                 r.state = RunState::Queued;
                 r.started_at = None;
                 changed
@@ -812,7 +813,7 @@ impl FileRuns {
                 interrupted.push(r.run.clone());
                 r.state = RunState::Interrupted;
                 r.finished_at = Some(now);
-                r.error = Some("trigd stopped before the run finished".into());
+                r.error = Some(STOPPED_UNSEEN.into());
                 r.input = None;
                 true
             };
@@ -1676,6 +1677,10 @@ fn copy_range(src: &File, from: u64, to: u64, dst: &mut File) -> io::Result<()> 
     }
     Ok(())
 }
+
+/// The Error of a run (or attempt) that a stop trigd did not see cut off
+/// (`kill -9`, power loss), as start-up's repair records it.
+pub const STOPPED_UNSEEN: &str = "trigd stopped before the run finished";
 
 /// A new random run id of `instance`: its name, `-`, then 128 bits as 32
 /// lower-case hex characters (see `cluster.rs`).
