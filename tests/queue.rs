@@ -378,6 +378,43 @@ fn the_same_idempotency_key_20_times_at_once_starts_one_run_also_after_kill9() {
     assert_eq!(ran(&dir), ["once", "twice"]);
 }
 
+/// A repeat of a failed sync call gets the failed call's answer, its
+/// `Stderr` (the stderr's last lines, untrimmed) included, also after a
+/// restart: it used to get the record's `Error` there.
+#[test]
+fn a_repeat_of_a_failed_call_gets_the_same_answer_also_after_a_restart() {
+    const FAILS: &str = r#"
+id = 1
+name = "fails"
+[[functions]]
+name = "fails"
+steps = [{ shell = 'echo out1; echo line-a >&2; echo line-b >&2; exit 3' }]
+[functions.webhook]
+"#;
+    let (_dir, mut t) = serve("queue_failed_repeat", "", &[("fails.toml", FAILS)]);
+    let call = |t: &Trigd| {
+        t.client()
+            .request("POST", &api(""), &[("Idempotency-Key", "nf1")], b"")
+    };
+    let first = call(&t);
+    let want = first.err(500, "run_failed");
+    first.check_eq(&want["Stderr"], &json!("line-a\nline-b\n"), "Stderr");
+    for when in ["at once", "after kill -9"] {
+        if when != "at once" {
+            t.kill9();
+            t.restart();
+        }
+        let again = call(&t);
+        let got = again.err(500, "run_failed");
+        again.check_eq(&got, &want, &format!("the answer of a repeat {when}"));
+        again.check_eq(
+            again.header("Idempotent-Replayed"),
+            Some("true"),
+            "replay header",
+        );
+    }
+}
+
 #[test]
 fn kill9_with_100_queued_async_runs_runs_all_after_restart_in_order_once() {
     let programs = append_behind_gate();

@@ -657,25 +657,41 @@ pub enum ApiError {
     AnswerNotJson,
     /// A bug: a handler panicked or an invariant broke.
     Internal,
+    /// A repeat with an `Idempotency-Key` answered with its original
+    /// run's error (`run_failed`, `run_timeout`…): that error, marked
+    /// `Idempotent-Replayed: true` as a replayed success is.
+    Replayed(Box<ApiError>),
 }
 
 impl ApiError {
     /// Whether this is the outcome of a run that was started (it failed,
     /// timed out, was interrupted or cancelled), as opposed to a refusal.
     pub fn is_run_outcome(&self) -> bool {
-        matches!(
-            self,
-            ApiError::RunFailed { .. }
-                | ApiError::RunTimeout { .. }
-                | ApiError::RunInterrupted { .. }
-                | ApiError::RunCancelled { .. }
-        )
+        match self {
+            ApiError::Replayed(e) => e.is_run_outcome(),
+            e => matches!(
+                e,
+                ApiError::RunFailed { .. }
+                    | ApiError::RunTimeout { .. }
+                    | ApiError::RunInterrupted { .. }
+                    | ApiError::RunCancelled { .. }
+            ),
+        }
+    }
+
+    /// The error itself, without a [`ApiError::Replayed`] mark.
+    pub fn unmarked(&self) -> &ApiError {
+        match self {
+            ApiError::Replayed(e) => e.unmarked(),
+            e => e,
+        }
     }
 
     /// The HTTP status.
     pub fn status(&self) -> u16 {
         use ApiError::*;
         match self {
+            Replayed(e) => e.status(),
             MissingApiKey | InvalidApiKey => 401,
             InvalidProgramId | FunctionRequired { .. } | VariablesMismatch { .. } => 400,
             InvalidParameter { .. } | ValuesMismatch { .. } => 400,
@@ -719,6 +735,7 @@ impl ApiError {
     pub fn code(&self) -> &'static str {
         use ApiError::*;
         match self {
+            Replayed(e) => e.code(),
             MissingApiKey => "missing_api_key",
             InvalidApiKey => "invalid_api_key",
             InvalidProgramId => "invalid_program_id",
@@ -785,6 +802,7 @@ impl ApiError {
     pub fn message(&self) -> Cow<'static, str> {
         use ApiError::*;
         match self {
+            Replayed(e) => e.message(),
             MissingApiKey => "An API key is required: pass api_key=<key> in the query string or an 'Authorization: Bearer <key>' header.".into(),
             InvalidApiKey => "The API key is not valid. Check it, or create one with 'trigd keygen'.".into(),
             InvalidProgramId => "program_id is required and must be a non-negative integer.".into(),
@@ -857,6 +875,7 @@ impl ApiError {
     fn extra(&self, body: &mut Map<String, Value>) {
         use ApiError::*;
         match self {
+            Replayed(e) => e.extra(body),
             FunctionNotFound { functions, .. } | FunctionRequired { functions } => {
                 body.insert("Functions".into(), json!(functions));
             }
@@ -923,6 +942,11 @@ impl ApiError {
     /// The headers this error needs.
     fn headers(&self) -> Vec<(String, String)> {
         match self {
+            ApiError::Replayed(e) => {
+                let mut h = e.headers();
+                h.push((crate::runs::replay::REPLAYED.into(), "true".into()));
+                h
+            }
             ApiError::MethodNotAllowed { allow } => vec![("Allow".into(), allow.join(", "))],
             ApiError::Busy { retry_after, .. } | ApiError::RateLimited { retry_after } => {
                 vec![("Retry-After".into(), retry_after.to_string())]
@@ -1043,7 +1067,7 @@ impl From<ApiError> for Response {
         | ApiError::RunInterrupted { run }
         | ApiError::RunCancelled { run }
         | ApiError::RunSuperseded { run, .. }
-        | ApiError::RunSkipped { run, .. } = &e
+        | ApiError::RunSkipped { run, .. } = e.unmarked()
         {
             r.run = Some(run.clone());
         }

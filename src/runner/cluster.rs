@@ -478,7 +478,8 @@ impl Runner {
             && crate::runner::again_after_crash(&mut rec, cfg, &cut);
         if retry {
             rec.state = RunState::Queued;
-            (rec.started_at, rec.finished_at, rec.error, rec.stdout) = (None, None, None, None);
+            (rec.started_at, rec.finished_at, rec.error) = (None, None, None);
+            (rec.stdout, rec.stderr) = (None, None);
             rec.steps.clear();
             self.record(&rec);
             if let Err(e) = sql::give_back(&shared.db, &shared.me, &rec.run) {

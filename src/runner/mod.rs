@@ -502,7 +502,7 @@ fn note_attempt(rec: &mut RunRecord, n: u32, wait: Duration) {
         rec.input.clone_from(&rec.rerun_input);
     }
     rec.state = RunState::Queued;
-    (rec.started_at, rec.finished_at, rec.stdout) = (None, None, None);
+    (rec.started_at, rec.finished_at, rec.stdout, rec.stderr) = (None, None, None, None);
     rec.steps.clear();
 }
 
@@ -1598,6 +1598,7 @@ impl Runner {
                     None => describe(e),
                 });
                 rec.stdout = failed_stdout(e);
+                rec.stderr = failed_stderr(e);
             }
         }
         let function = job.program.function(&job.function);
@@ -1624,7 +1625,8 @@ impl Runner {
             };
         if retry {
             rec.state = RunState::Queued;
-            (rec.started_at, rec.finished_at, rec.error, rec.stdout) = (None, None, None, None);
+            (rec.started_at, rec.finished_at, rec.error) = (None, None, None);
+            (rec.stdout, rec.stderr) = (None, None);
             rec.steps.clear();
         } else {
             rec.input = None;
@@ -1945,6 +1947,16 @@ fn failed_stdout(e: &StepError) -> Option<String> {
         StepError::Failed { stdout_tail, .. } if !stdout_tail.is_empty() => {
             Some(stdout_tail.clone())
         }
+        _ => None,
+    }
+}
+
+/// The `Stderr` of a failed call's answer (`invoke::answer`),
+/// kept in the record for a repeat's answer.
+fn failed_stderr(e: &StepError) -> Option<String> {
+    match e {
+        StepError::Failed { stderr_tail, .. } => Some(stderr_tail.clone()),
+        StepError::Spawn { message, .. } => Some(message.clone()),
         _ => None,
     }
 }

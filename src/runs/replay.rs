@@ -65,7 +65,7 @@ pub fn start_once(
             }
             Claim::Repeat(run) => {
                 if let Some(answer) = repeat(app, (&scope, key), &run, run_async, deadline) {
-                    return answer.map(|r| r.with_header(REPLAYED, "true").with_run(&run));
+                    return replayed(answer, &run);
                 }
             }
         }
@@ -90,9 +90,27 @@ fn lost_to(
         return Err(ApiError::IdempotencyMismatch);
     }
     match repeat(app, key, run, run_async, deadline) {
-        Some(answer) => answer.map(|r| r.with_header(REPLAYED, "true").with_run(run)),
+        Some(answer) => replayed(answer, run),
         None => Err(still_waiting()),
     }
+}
+
+/// The answer to a repeat: the original run's, marked
+/// `Idempotent-Replayed: true` (its error too: [`ApiError::Replayed`]).
+fn replayed(answer: Result<Response, ApiError>, run: &str) -> Result<Response, ApiError> {
+    answer
+        .map(|r| r.with_header(REPLAYED, "true").with_run(run))
+        .map_err(|e| match e {
+            // The original's end, as its caller got it; not a refusal of
+            // this request (`busy`, `run_not_found`).
+            e @ (ApiError::RunFailed { .. }
+            | ApiError::RunTimeout { .. }
+            | ApiError::RunInterrupted { .. }
+            | ApiError::RunCancelled { .. }
+            | ApiError::RunSuperseded { .. }
+            | ApiError::RunSkipped { .. }) => ApiError::Replayed(Box::new(e)),
+            e => e,
+        })
 }
 
 /// How long a repeat may wait for the original: its wait for a slot, its
@@ -197,7 +215,8 @@ fn ended(rec: RunRecord) -> Result<Response, ApiError> {
                 step: rec.steps.len().saturating_sub(1),
                 exit_code: last.and_then(|s| s.exit_code),
                 signal: last.and_then(|s| s.signal),
-                stderr: rec.error.unwrap_or_default(),
+                // `Error` for a run recorded before `Stderr` was kept.
+                stderr: rec.stderr.or(rec.error).unwrap_or_default(),
                 stdout: rec.stdout.unwrap_or_default(),
                 run,
             })

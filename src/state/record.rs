@@ -464,6 +464,13 @@ pub struct RunRecord {
     /// The last 2 KiB of the failed step's stdout, when it printed any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdout: Option<String>,
+    /// The `Stderr` of the failed call's answer (`run_failed`: the last
+    /// 2 KiB of the failed step's stderr, or why it could not start), so
+    /// that a repeat with its `Idempotency-Key` is answered the same
+    /// (`Error` holds it trimmed, after a description). Never served
+    /// ([`RunRecord::public`] drops it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr: Option<String>,
     /// What the run needs to execute, kept while it has not ended (never
     /// served: [`RunRecord::public`] drops it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -545,6 +552,8 @@ struct RecordFields {
     #[serde(default)]
     stdout: Option<String>,
     #[serde(default)]
+    stderr: Option<String>,
+    #[serde(default)]
     input: Option<RunInput>,
     #[serde(default)]
     callbacks: Vec<Delivery>,
@@ -589,6 +598,7 @@ impl From<RecordFields> for RunRecord {
             result,
             error,
             stdout,
+            stderr,
             input,
             callbacks,
             rerun_of,
@@ -621,6 +631,7 @@ impl From<RecordFields> for RunRecord {
             result,
             error,
             stdout,
+            stderr,
             input,
             callbacks,
             rerun_of,
@@ -688,6 +699,7 @@ impl RunRecord {
             result: None,
             error: None,
             stdout: None,
+            stderr: None,
             input: None,
             callbacks: Vec::new(),
             rerun_of: None,
@@ -707,6 +719,7 @@ impl RunRecord {
         self.input = None;
         self.rerun_input = None;
         self.output = None;
+        self.stderr = None;
         self
     }
 }

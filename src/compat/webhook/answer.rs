@@ -47,7 +47,7 @@ pub fn render(h: &HookAnswer, result: Result<Response, ApiError>) -> Result<Resp
     };
     let (id, replayed) = match &run {
         Ok(r) => (r.run.clone(), r.headers.iter().any(|(n, _)| n == REPLAYED)),
-        Err(e) => (run_of(e), false),
+        Err(e) => (run_of(e.unmarked()), matches!(e, ApiError::Replayed(_))),
     };
     let mut answer = match (h.output, run) {
         (false, _) => text(h.success, &h.message),
@@ -79,6 +79,7 @@ fn output_of(r: &Response) -> String {
 fn stdout_of(e: ApiError) -> String {
     match e {
         ApiError::RunFailed { stdout, .. } => stdout,
+        ApiError::Replayed(e) => stdout_of(*e),
         _ => String::new(),
     }
 }
