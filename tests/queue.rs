@@ -375,6 +375,11 @@ fn the_same_idempotency_key_20_times_at_once_starts_one_run_also_after_kill9() {
         let v = r.err(400, "invalid_parameter");
         r.check_eq(&v["Parameter"], &json!("Idempotency-Key"), "Parameter");
     }
+    // Two keys: which one was meant is not guessed.
+    let two = [("Idempotency-Key", "d1"), ("Idempotency-Key", "d2")];
+    let r = t.client().request("POST", &other, &two, b"");
+    let v = r.err(400, "invalid_parameter");
+    r.check_eq(&v["Parameter"], &json!("Idempotency-Key"), "Parameter");
     assert_eq!(ran(&dir), ["once", "twice"]);
 }
 
