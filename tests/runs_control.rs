@@ -249,6 +249,11 @@ fn hostile_run_list_queries_are_400_with_a_code() {
         // One past i64::MAX milliseconds: well-formed, not a position.
         (format!("cursor=9223372036854775808.{hex}"), "cursor"),
         (format!("cursor=1.{hex}&cursor=2.{hex}"), "cursor"),
+        // Not as a cursor is written: leading zeros, a signed zero.
+        (format!("cursor=01795957051293.{hex}"), "cursor"),
+        (format!("cursor=00.{hex}"), "cursor"),
+        (format!("cursor=-0.{hex}"), "cursor"),
+        (format!("cursor=-01.{hex}"), "cursor"),
         ("since=yesterday".into(), "since"),
         ("until=2026-13-01T00:00:00Z".into(), "until"),
         ("since=99999-01-01T00:00:00Z".into(), "since"),
@@ -286,6 +291,17 @@ fn hostile_run_list_queries_are_400_with_a_code() {
     t.check_eq(ids(&list(&t, KEY, &far)).len(), 1, "a cursor far ahead");
     let past = format!("cursor=-9223372036854775808.{}", "0".repeat(32));
     t.check_eq(ids(&list(&t, KEY, &past)), vec![], "a cursor far back");
+    // Any year RFC 3339 can write is a bound (those before 1970 and the
+    // last one were refused as "not an RFC 3339 UTC time").
+    for (q, n) in [
+        ("since=1969-01-01T00:00:00Z", 1),
+        ("since=0001-01-01T00:00:00Z", 1),
+        ("until=9999-12-31T23:59:59Z", 1),
+        ("since=9999-12-31T23:59:59Z", 0),
+        ("until=1969-01-01T00:00:00Z", 0),
+    ] {
+        t.check_eq(ids(&list(&t, KEY, q)).len(), n, q);
+    }
     // since = until is an empty window, not an error.
     let at = "2026-01-01T00:00:00Z";
     t.check_eq(

@@ -110,13 +110,18 @@ impl std::fmt::Display for Cursor {
 impl std::str::FromStr for Cursor {
     type Err = ();
 
-    /// A cursor as [`Cursor`]'s `Display` writes it: at most 20 digits
-    /// (with an optional `-`), a `.`, 32 lower-case hex digits.
+    /// A cursor as [`Cursor`]'s `Display` writes it: the milliseconds
+    /// (an `i64`: a `-` only before a digit other than 0, no leading
+    /// zero), a `.`, 32 lower-case hex digits. Anything else (`05`, `-0`)
+    /// is not a cursor this server gave.
     fn from_str(s: &str) -> Result<Cursor, ()> {
         let (ms, hex) = s.split_once('.').ok_or(())?;
         let digits = ms.strip_prefix('-').unwrap_or(ms);
-        let plain =
-            !digits.is_empty() && digits.len() <= 20 && digits.bytes().all(|b| b.is_ascii_digit());
+        let canonical = digits == "0" && digits == ms || !digits.starts_with('0');
+        let plain = !digits.is_empty()
+            && digits.len() <= 19
+            && digits.bytes().all(|b| b.is_ascii_digit())
+            && canonical;
         let lower = hex.len() == 32 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
         if !plain || !lower {
             return Err(());

@@ -85,10 +85,19 @@ impl std::str::FromStr for Time {
     type Err = BadTime;
 
     /// An RFC 3339 time in UTC (`Z`); digits past the millisecond are
-    /// dropped.
+    /// dropped. Times since 1970 are read by `humantime` (the times
+    /// records hold: quick, and run logs hold millions); the years before
+    /// (a query's bound) by `jiff`. The last day and hours of 9999, past
+    /// what a `jiff` timestamp holds, are read as its last instant.
     fn from_str(s: &str) -> Result<Time, BadTime> {
-        let t = humantime::parse_rfc3339(s).map_err(|_| BadTime)?;
-        Time::try_from(t)
+        match humantime::parse_rfc3339(s) {
+            Ok(t) => Ok(Time::try_from(t).unwrap_or(Time(Timestamp::MAX))),
+            Err(_) if s.ends_with('Z') => {
+                let t: Timestamp = s.parse().map_err(|_| BadTime)?;
+                Ok(Time::from(t))
+            }
+            Err(_) => Err(BadTime),
+        }
     }
 }
 
