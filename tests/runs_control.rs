@@ -473,6 +473,41 @@ fn a_rerun_is_refused_with_a_code_when_it_cannot_run() {
     );
 }
 
+/// A run of a program since removed: an unscoped key still sees it (its
+/// record, the list) and a re-run says the program is gone; a scoped key
+/// sees nothing. It was 404 `run_not_found` to every key.
+#[test]
+fn a_run_of_a_removed_program_stays_visible_to_an_unscoped_key() {
+    let (dir, t) = start("rerun_program_gone", "");
+    dir.write(
+        "programs/gone.toml",
+        "id = 9\nname = \"gone\"\n[[functions]]\nname = \"run\"\nsteps = [{ command = [\"/bin/true\"] }]\n[functions.webhook]\n",
+    );
+    let ok = wait_until(WAIT, || {
+        t.post(&format!("/api?api_key={KEY}&program_id=9")).status == 200
+    });
+    t.check(ok, "program 9 loaded");
+    let r = t.post(&format!("/api?api_key={KEY}&program_id=9"));
+    let id = r.run_id(&r.ok());
+    std::fs::remove_file(dir.path("programs/gone.toml")).unwrap();
+    let gone = wait_until(WAIT, || {
+        t.post(&format!("/api?api_key={KEY}&program_id=9")).status == 404
+    });
+    t.check(gone, "program 9 removed");
+    t.get(&format!("/api/runs/{id}?api_key={KEY}")).ok();
+    t.check(
+        ids(&list(&t, KEY, "program=9")).contains(&id),
+        "the list holds it",
+    );
+    let v = rerun(&t, &id, "").err(409, "rerun_target_gone");
+    t.check(
+        v["Error"].as_str().is_some_and(|e| e.contains("program 9")),
+        "names the program",
+    );
+    t.get(&format!("/api/runs/{id}?api_key={KEY_P2}"))
+        .err(404, "run_not_found");
+}
+
 #[test]
 fn a_run_recorded_without_its_values_cannot_be_rerun() {
     let dir = setup_dir("rerun_old", "");

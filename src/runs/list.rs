@@ -172,8 +172,12 @@ fn limit(v: Option<&str>) -> Result<usize, ApiError> {
     })
 }
 
-/// What `asker` may see, as a [`Scope`].
+/// What `asker` may see, as a [`Scope`]: an unscoped API key every run,
+/// those of programs since removed too.
 pub fn scope_of(cfg: &Config, asker: &Asker) -> Scope {
+    if matches!(asker, Asker::Key(k) if k.is_unscoped()) {
+        return Scope::All;
+    }
     let programs: BTreeSet<u64> = match asker {
         Asker::Key(key) => cfg
             .programs

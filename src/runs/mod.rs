@@ -141,6 +141,8 @@ fn may_see(cfg: &Config, req: &Request, asker: Asker, owner: Owner) -> Result<Or
     match asker {
         Asker::Key(key) => {
             let visible = match owner {
+                // An unscoped key sees the runs of a program since removed.
+                Owner::Program(_) if key.is_unscoped() => true,
                 Owner::Program(_) => program.is_some_and(|p| key.may_access(p)),
                 Owner::Hook => key.is_unscoped(),
             };
