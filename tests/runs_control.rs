@@ -1026,3 +1026,74 @@ fn callbacks_each_attempt_when_asked_and_on_the_final_outcome() {
         "the ids sent",
     );
 }
+
+/// The server of the `callbacks = "each"` tests: program 5's `flaky`
+/// always fails, three attempts 1 s apart, its callback to `rx`; the run
+/// records in PostgreSQL when `db` is given.
+fn each_attempt_server(name: &str, rx: &Receiver, db: Option<&PgDb>) -> (TestDir, Trigd) {
+    let dir = setup(name, "");
+    dir.append(
+        "config.toml",
+        "\n[callbacks]\nallow = [\"127.0.0.1\"]\nallow_private = [\"127.0.0.1\"]\nsecret_file = \"cb.secret\"\n",
+    );
+    dir.write("cb.secret", "retry-each-test-secret-0a1b2c3d4e5f\n");
+    if let Some(db) = db {
+        db.configure(&dir, "");
+    }
+    let retry = "attempts = 3\nbackoff = \"1s\"\njitter = false\ncallbacks = \"each\"";
+    let program = flaky(99, retry).replace(
+        "[functions.webhook]\n[functions.retry]",
+        &format!(
+            "callback = \"http://127.0.0.1:{}/rt\"\n[functions.webhook]\n[functions.retry]",
+            rx.port
+        ),
+    );
+    dir.write("programs/flaky.toml", &program);
+    let t = Trigd::start(&dir);
+    (dir, t)
+}
+
+/// The deliveries of the attempts, sent while the run still waits for its
+/// next attempt, stay recorded `delivered` when the runner writes the run
+/// again (its next attempt, its end), and can be redelivered.
+fn check_each_attempt_recorded(t: &Trigd, rx: &Receiver) {
+    let r = t.post(&format!(
+        "/api?api_key={KEY}&program_id=5&function=flaky&run_async=true"
+    ));
+    let id = r.run_id(&r.ok());
+    let ok = wait_until(std::time::Duration::from_secs(30), || rx.got().len() == 3);
+    t.check(ok, format!("three callbacks: {:?}", rx.got()));
+    let rec = wait_delivery(t, &id, 0, "delivered");
+    let all = rec["Callbacks"].as_array().unwrap().clone();
+    t.check_eq(all.len(), 3, "the final delivery and two of attempts");
+    for d in &all {
+        t.check(
+            d["State"] == "delivered"
+                && d["AttemptCount"] == 1
+                && d["Attempts"][0]["Status"] == 200,
+            format!("delivered with its attempt: {d}"),
+        );
+    }
+    let each = all[1]["Delivery"].as_str().unwrap();
+    t.post(&format!(
+        "/api/runs/{id}/callbacks/{each}/redeliver?api_key={KEY}"
+    ))
+    .status_is(202);
+    let ok = wait_until(std::time::Duration::from_secs(30), || rx.got().len() == 4);
+    t.check(ok, "the redelivery arrived");
+}
+
+#[test]
+fn deliveries_of_attempts_stay_recorded_delivered() {
+    let rx = Receiver::start(200);
+    let (_dir, t) = each_attempt_server("retry_each_kept", &rx, None);
+    check_each_attempt_recorded(&t, &rx);
+}
+
+#[test]
+fn deliveries_of_attempts_stay_recorded_delivered_with_postgresql() {
+    let rx = Receiver::start(200);
+    let db = pg_database("retry_each_kept_pg");
+    let (_dir, t) = each_attempt_server("retry_each_kept_pg", &rx, Some(&db));
+    check_each_attempt_recorded(&t, &rx);
+}

@@ -883,8 +883,10 @@ impl Runner {
     /// handing them on after, so that no ended run loses a callback and no
     /// delivery reports on a record not yet written.
     fn record_end(&self, rec: &mut RunRecord, durable: bool) {
+        let sent = sent_before_the_end(rec);
         let chain = self.callbacks().and_then(|c| c.ended(rec));
         match &self.store {
+            Some(store) if sent => store.record_keeping_deliveries(rec, durable),
             Some(store) if durable => store.record_synced(rec),
             Some(store) => store.record(rec),
             None => {}
@@ -1503,11 +1505,25 @@ impl Runner {
         }
     }
 
+    /// Record a state of `rec` between its attempts (`durable`: synced),
+    /// keeping what the delivery service recorded of the deliveries sent
+    /// for earlier attempts ([`RunStore::record_keeping_deliveries`]).
+    fn record_attempt(&self, rec: &mut RunRecord, durable: bool) {
+        match &self.store {
+            Some(store) if sent_before_the_end(rec) => {
+                store.record_keeping_deliveries(rec, durable);
+            }
+            Some(store) if durable => store.record_synced(rec),
+            Some(store) => store.record(rec),
+            None => {}
+        }
+    }
+
     /// Record the end of an execution: `rec` queued again (`retry`) or
     /// ended.
     fn write_end(&self, rec: &mut RunRecord, retry: bool) {
         if retry {
-            self.record(rec);
+            self.record_attempt(rec, false);
         } else {
             self.record_end(rec, false);
         }
@@ -1682,7 +1698,7 @@ impl Runner {
                 rec.retry_at = None;
                 rec.state = RunState::Running;
                 rec.started_at = Some(Time::now());
-                self.record(rec);
+                self.record_attempt(rec, false);
             }
             let outcome = self.execute_with(job, handle, output, Some(&rec.run));
             let Some(r) = &retry else { return outcome };
@@ -1703,9 +1719,7 @@ impl Runner {
                 .then(|| self.attempt_callbacks(rec))
                 .flatten();
             note_attempt(rec, n, wait);
-            if let Some(store) = &self.store {
-                store.record_synced(rec);
-            }
+            self.record_attempt(rec, true);
             if let (Some(c), Some(chain)) = (self.callbacks(), chain) {
                 c.submit(chain);
             }
@@ -1931,6 +1945,15 @@ impl Runner {
 
 /// Wake a sync caller handed a slot; an async run handed one comes back,
 /// to be started. Called without the slots lock.
+/// Whether deliveries of `rec` are out before its end (`callbacks =
+/// "each"`): the delivery service records their progress in the kept
+/// record while the runner's copy still says `pending`.
+fn sent_before_the_end(rec: &RunRecord) -> bool {
+    rec.callbacks
+        .iter()
+        .any(|d| d.state != DeliveryState::Waiting)
+}
+
 fn wake(granted: Granted) -> Option<Queued> {
     match granted {
         Granted::Sync(t) => {

@@ -233,6 +233,24 @@ impl Delivery {
     }
 }
 
+/// Take into `ours` (a writer's copy of a run's `Callbacks`) each entry
+/// of `stored` (the kept record's) that the delivery service advanced
+/// past it: the same delivery at the same place, final where ours is not,
+/// or with more attempts. Whether any was taken.
+pub fn keep_progress(ours: &mut [Delivery], stored: &[Delivery]) -> bool {
+    let mut taken = false;
+    for (mine, kept) in ours.iter_mut().zip(stored) {
+        let further = kept.delivery == mine.delivery
+            && ((kept.state.is_final() && !mine.state.is_final())
+                || kept.attempt_count > mine.attempt_count);
+        if further {
+            mine.clone_from(kept);
+            taken = true;
+        }
+    }
+    taken
+}
+
 /// The deliveries of a run about to be accepted, one per target (equal URLs
 /// once).
 pub fn waiting(targets: &[Target]) -> Vec<Delivery> {
@@ -275,5 +293,35 @@ mod tests {
         let json = serde_json::to_value(&two[0]).unwrap();
         assert_eq!(json["State"], "waiting");
         assert_eq!(json["Source"], "function");
+    }
+
+    #[test]
+    fn progress_kept_in_the_record_is_not_undone() {
+        let t = Target {
+            url: "https://a.example/".into(),
+            source: Source::Function,
+            format: Format::Record,
+            on: Vec::new(),
+        };
+        let mut pending = Delivery::new(&t);
+        pending.state = DeliveryState::Pending;
+        let waiting = Delivery::new(&t);
+        let mut ours = vec![pending.clone(), waiting.clone()];
+        let mut delivered = pending.clone();
+        delivered.state = DeliveryState::Delivered;
+        delivered.attempt_count = 1;
+        // Another id at the same place is not the same delivery.
+        let mut other = waiting.clone();
+        other.delivery = "0".repeat(32);
+        other.state = DeliveryState::Failed;
+        assert!(keep_progress(&mut ours, &[delivered.clone(), other]));
+        assert_eq!(ours, vec![delivered.clone(), waiting.clone()]);
+        // Ours further along (just spooled): kept.
+        let mut stored = vec![waiting.clone()];
+        stored[0].state = DeliveryState::Waiting;
+        let mut ours = vec![waiting.clone()];
+        ours[0].state = DeliveryState::Pending;
+        assert!(!keep_progress(&mut ours, &stored));
+        assert_eq!(ours[0].state, DeliveryState::Pending);
     }
 }

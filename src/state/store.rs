@@ -44,6 +44,7 @@ use super::commit::GroupCommit;
 use super::file::{sync_dir, tmp_path};
 pub use super::filter::{Cursor, OriginFilter, RunFilter, RunPage, Scope, DEFAULT_PAGE, MAX_PAGE};
 use super::index::{Index, RunId, Slot};
+use crate::state::delivery::keep_progress;
 use crate::state::output::{self, Inline};
 use crate::state::pg::deferred::Deferred;
 use crate::state::pg::runs::{DbRuns, PageQuery};
@@ -539,6 +540,36 @@ impl RunStore {
             log::warn!("cannot list runs: {e}");
             RunPage::default()
         })
+    }
+
+    /// Record `rec` ([`RunStore::record`]; [`RunStore::record_synced`]
+    /// when `durable`) with the progress of its deliveries that the
+    /// delivery service recorded meanwhile taken into it
+    /// ([`keep_progress`]), under [`RunStore::update`]'s lock: a runner's
+    /// copy of a run whose deliveries go out while it still runs
+    /// (`callbacks = "each"`) would otherwise write them back to `pending`,
+    /// and a delivery's update lands either before (taken in) or after
+    /// (on top of) this write, never under it.
+    pub fn record_keeping_deliveries(&self, rec: &mut RunRecord, durable: bool) {
+        let updating = match &self.backend {
+            Backend::Files(f) => &f.updating,
+            Backend::Database { updating, .. } => updating,
+        };
+        let _one = lock(updating);
+        match self.fetch(&rec.run) {
+            Ok(Some(kept)) => {
+                keep_progress(&mut rec.callbacks, &kept.callbacks);
+            }
+            Ok(None) => {}
+            // Written as it is (kept until the database answers): the
+            // state change matters more than a delivery's progress.
+            Err(e) => log::warn!("run {}: cannot read its deliveries: {e}", rec.run),
+        }
+        if durable {
+            self.record_synced(rec);
+        } else {
+            self.record(rec);
+        }
     }
 
     /// Change the kept record of run `id` ([`FileRuns::update`]): one
