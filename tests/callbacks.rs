@@ -686,7 +686,7 @@ fn ipv6_spellings_of_ipv4_addresses_are_refused_at_load() {
         ("http://[::127.0.0.1]:9/x", "IPv4-compatible"),
         ("http://[::8.8.8.8]/x", "IPv4-compatible"),
         ("http://[::ffff:10.0.0.1]/x", "a private address"),
-        ("http://[::]/x", "not a unicast address"),
+        ("http://[::]/x", "the unspecified address"),
         ("http://[64:ff9b::10.0.0.1]/x", "a private address"),
         ("http://[2002:a9fe:a9fe::1]/x", "a link-local address"),
     ] {
@@ -710,6 +710,63 @@ fn ipv6_spellings_of_ipv4_addresses_are_refused_at_load() {
         &[("p.toml", &program(Some("http://[::ffff:127.0.0.1]:9/x")))],
     );
     trigd(&["check", "--config", &dir.path_str("config.toml")], None).code_is(0);
+}
+
+#[test]
+fn unspecified_and_site_local_addresses_are_refused_even_when_listed() {
+    // Allowed and listed in allow_private, still refused: `[::]` reaches
+    // this host's loopback, site-local addresses are deprecated.
+    let opts = [
+        ("allow", r#"["[::]", "[fec0::1]"]"#),
+        ("allow_private", r#"["::", "fec0::/10"]"#),
+    ];
+    for (url, why) in [
+        ("http://[::]:9/x", "the unspecified address"),
+        ("http://[fec0::1]/x", "site-local"),
+    ] {
+        for (name, o) in [
+            ("cb-unspecified-listed", &opts[..]),
+            ("cb-unspecified", &opts[..1]),
+        ] {
+            let dir = setup_cb(name, o, &[("p.toml", &program(Some(url)))]);
+            let out = trigd(&["check", "--config", &dir.path_str("config.toml")], None);
+            out.code_is(1);
+            out.check(
+                out.stderr.contains("functions[0].callback")
+                    && out.stderr.contains(why)
+                    && !out.stderr.contains("allow_private to allow"),
+                format!("{url} ({name}): refused as {why}, without a hint"),
+            );
+        }
+    }
+    // Per request: refused, and nothing reaches a listener on ::1.
+    let Ok(l) = TcpListener::bind("[::1]:0") else {
+        return;
+    };
+    let rx = Receiver::start(l, |_| Answer::Status(200));
+    let dir = setup_cb(
+        "cb-unspecified-request",
+        &opts,
+        &[("p.toml", &program(None))],
+    );
+    let t = Trigd::start(&dir);
+    for url in [
+        format!("http://[::]:{}/x", rx.port),
+        "http://[fec0::1]/x".into(),
+    ] {
+        let r = t.post(&format!(
+            "/api?program_id=1&function=ok&variables=x&run_async=true&api_key={KEY_CB}&callback={}",
+            enc(&url)
+        ));
+        let v = r.err(400, "callback_refused");
+        let msg = v["Error"].as_str().unwrap_or("");
+        t.check(
+            !msg.contains("allow_private to allow"),
+            format!("{url}: no hint to allow_private: {msg}"),
+        );
+    }
+    thread::sleep(Duration::from_millis(500));
+    t.check(rx.got().is_empty(), "nothing reached loopback");
 }
 
 #[test]

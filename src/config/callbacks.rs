@@ -283,13 +283,22 @@ fn host_ip(url: &Url) -> Option<IpAddr> {
     }
 }
 
-/// Why no connection to `ip` can work, whatever `allow_private` says: a
+/// Why no callback may go to `ip`, whatever `allow_private` says: a
 /// deprecated IPv4-compatible IPv6 address (`::a.b.c.d`, RFC 4291 2.5.5.1),
-/// which URL parsers accept and no network routes.
+/// which URL parsers accept and no network routes; a site-local one
+/// (`fec0::/10`, deprecated by RFC 3879: no scope defines where it goes);
+/// the unspecified `::`, which a connect sends to this host's loopback
+/// (listing it would open loopback under another name).
 fn unreachable(ip: IpAddr) -> Option<&'static str> {
     let IpAddr::V6(a) = ip else { return None };
     let s = a.segments();
-    let compatible = s[..6] == [0; 6] && !a.is_unspecified() && !a.is_loopback();
+    if a.is_unspecified() {
+        return Some("the unspecified address, which a connection sends to this host's loopback");
+    }
+    if s[0] & 0xffc0 == 0xfec0 {
+        return Some("a deprecated site-local address (fec0::/10, RFC 3879)");
+    }
+    let compatible = s[..6] == [0; 6] && !a.is_loopback();
     compatible.then_some(
         "a deprecated IPv4-compatible IPv6 address (::a.b.c.d), which no network routes; \
          write the IPv4 address itself",
@@ -748,6 +757,20 @@ mod tests {
         ] {
             let e = all.check_url(u).unwrap_err();
             assert!(e.contains("IPv4-compatible"), "{u}: {e}");
+        }
+        // So are the unspecified address and site-local ones, and the
+        // refusal does not point to allow_private.
+        for (u, why) in [
+            ("http://[::]:9/x", "unspecified"),
+            ("http://[fec0::1]/x", "site-local"),
+            ("http://[feff::1]/x", "site-local"),
+        ] {
+            let e = all.check_url(u).unwrap_err();
+            assert!(e.contains(why) && !e.contains("allow_private"), "{u}: {e}");
+            let e = settings(&[Allow::Prefix("http://".into())], &[])
+                .check_url(u)
+                .unwrap_err();
+            assert!(e.contains(why) && !e.contains("allow_private"), "{u}: {e}");
         }
         for u in [
             "http://[::ffff:127.0.0.1]/",
