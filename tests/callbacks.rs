@@ -1439,6 +1439,21 @@ fn formats_have_the_shape_each_service_documents() {
             && hc[1].header("content-type").starts_with("text/plain"),
         "the end ping's body is the line",
     );
+    // Two deliveries, two ids (a receiver drops an id it has processed).
+    t.check(
+        hc[0].header("webhook-id") != hc[1].header("webhook-id")
+            && hc[0].header("trigd-delivery") != hc[1].header("trigd-delivery")
+            && hc.iter().all(|g| {
+                g.header("webhook-id").len() == 32
+                    && g.header("webhook-id") == g.header("trigd-delivery")
+            }),
+        format!(
+            "healthchecks ids: {:?}",
+            hc.iter()
+                .map(|g| (g.header("webhook-id"), g.header("trigd-delivery")))
+                .collect::<Vec<_>>()
+        ),
+    );
     // Every message is signed all the same.
     t.check(got.iter().all(|g| signature_ok(g, SECRET)), "signed");
 }

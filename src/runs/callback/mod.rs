@@ -307,6 +307,9 @@ impl Service {
             }
             let msg = format::at_start(&d.url, rec);
             let mut ping = d.clone();
+            // Its own delivery id: under the end ping's, a receiver that
+            // drops ids it has processed (Standard Webhooks) drops the end.
+            ping.delivery = hex::encode(rand::random::<[u8; 16]>());
             if let Some(seq) = self.spool_one(&rec.run, NOT_IN_RECORD, &mut ping, msg) {
                 chain.push_back(seq);
             }
