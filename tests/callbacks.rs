@@ -1266,7 +1266,7 @@ fn outcome_filters_and_a_recovery_found_after_a_restart() {
         rec["State"] == "finished" && rec["Callbacks"][0]["Outcome"] == "recovered",
         format!("{rec}"),
     );
-    run_and_see(&t); // a success after a success: skipped
+    let skipped = run_and_see(&t); // a success after a success: skipped
     t.check(
         states == ["delivered", "delivered", "delivered", "skipped"],
         format!("{states:?}"),
@@ -1280,6 +1280,26 @@ fn outcome_filters_and_a_recovery_found_after_a_restart() {
     t.check(
         got[2].json()["State"] == "finished",
         "the record of the success",
+    );
+    // A skipped delivery redelivered is sent for the run's outcome: in
+    // the header and in its entry.
+    let (run, d) = (
+        skipped["Run"].as_str().unwrap(),
+        skipped["Callbacks"][0]["Delivery"].as_str().unwrap(),
+    );
+    t.post(&format!(
+        "/api/runs/{run}/callbacks/{d}/redeliver?api_key={KEY}"
+    ))
+    .status_is(202);
+    let rec = wait_delivery(&t, run, 0, "delivered");
+    t.check(
+        rec["Callbacks"][0]["Outcome"] == "finished",
+        format!("the entry's Outcome: {rec}"),
+    );
+    let got = rx.got();
+    t.check(
+        got.len() == 4 && got[3].header("trigd-outcome") == "finished",
+        format!("Trigd-Outcome of the redelivery: {:?}", got.last()),
     );
 }
 

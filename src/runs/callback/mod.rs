@@ -350,10 +350,7 @@ impl Service {
     /// else the run's end state); `record` is the run record's JSON
     /// ([`payload`]). The same every time: a redelivery calls it again.
     pub fn message(&self, rec: &RunRecord, d: &Delivery, record: &str) -> format::Message {
-        let reported = d
-            .outcome
-            .or_else(|| format::outcome_of(rec.state))
-            .unwrap_or(Outcome::Interrupted);
+        let reported = reported(rec, d);
         let public_url = self.current().cb.public_url.clone();
         format::at_end(
             d.format,
@@ -730,6 +727,15 @@ pub const RECOVERY_SCAN: usize = 500;
 /// (a success that is a recovery when `recovered`).
 fn wanted(on: &[Outcome], o: Outcome, recovered: bool) -> bool {
     on.is_empty() || on.contains(&o) || (recovered && on.contains(&Outcome::Recovered))
+}
+
+/// The outcome delivery `d` of the ended run `rec` reports: its own (set
+/// when it was spooled), else the run's end state's (a delivery its `on`
+/// skipped has none).
+pub fn reported(rec: &RunRecord, d: &Delivery) -> Outcome {
+    d.outcome
+        .or_else(|| format::outcome_of(rec.state))
+        .unwrap_or(Outcome::Interrupted)
 }
 
 fn settings(cb: &Arc<Callbacks>) -> Settings {

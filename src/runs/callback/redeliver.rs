@@ -14,7 +14,7 @@
 use std::collections::VecDeque;
 
 use super::format::Message;
-use super::{lock, payload, Chain, Service};
+use super::{lock, payload, reported, Chain, Service};
 use crate::http::ApiError;
 use crate::state::delivery::{Delivery, DeliveryState};
 use crate::state::spool::Pending;
@@ -53,9 +53,13 @@ impl Service {
             } else {
                 index
             };
+            let outcome = reported(rec, &rec.callbacks[index]);
             let entry = &mut rec.callbacks[index];
             entry.state = DeliveryState::Pending;
             entry.error = None;
+            // A skipped one has none yet: sent, it reports (in the record
+            // and `Trigd-Outcome`) what it tells.
+            entry.outcome = Some(outcome);
             // The exact message of its format, as first built (notify's
             // `Service::message`): a ping URL, a Slack text, the record.
             let d = rec.callbacks[index].clone();
