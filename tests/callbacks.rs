@@ -770,6 +770,37 @@ fn unspecified_and_site_local_addresses_are_refused_even_when_listed() {
 }
 
 #[test]
+fn redelivering_a_pending_delivery_is_refused_naming_the_delivery() {
+    // 503: retried with backoff, pending well after the run's end.
+    let rx = Receiver::start(Receiver::bind(), |_| Answer::Status(503));
+    let fixed = rx.url("/busy");
+    let dir = setup_cb(
+        "cb-redeliver-pending",
+        &[],
+        &[("p.toml", &program(Some(&fixed)))],
+    );
+    let t = Trigd::start(&dir);
+    let run = start_run(&t, KEY, "ok", &vars(&["x"]), None);
+    wait_run_state(&t, &run, "finished");
+    let rec = wait_delivery(&t, &run, 0, "pending");
+    let d = rec["Callbacks"][0]["Delivery"].as_str().unwrap();
+    let v = t
+        .post(&format!(
+            "/api/runs/{run}/callbacks/{d}/redeliver?api_key={KEY}"
+        ))
+        .err(409, "run_not_ended");
+    let msg = v["Error"].as_str().unwrap_or("");
+    t.check(
+        msg.contains("callback delivery is still pending")
+            && msg.contains("redeliver it once")
+            && !msg.contains("re-run")
+            && v["State"] == "pending"
+            && v["Run"] == run.as_str(),
+        format!("the refusal names the delivery: {v}"),
+    );
+}
+
+#[test]
 fn tool_triggers_have_fixed_and_requested_callbacks() {
     let rx = Receiver::start(Receiver::bind(), |_| Answer::Status(200));
     let dir = setup_cb("cb-tool", &[], &[("p.toml", &program(None))]);

@@ -520,6 +520,15 @@ pub enum ApiError {
         /// Its state.
         state: &'static str,
     },
+    /// A redelivery of a callback delivery that is not over: still
+    /// `waiting` or `pending` (`POST /api/runs/<id>/callbacks/<delivery>/
+    /// redeliver`). Code `run_not_ended`, as the manual lists it.
+    DeliveryNotOver {
+        /// Run id.
+        run: String,
+        /// The delivery's state.
+        state: &'static str,
+    },
     /// A re-run of a run whose values were not kept.
     RerunUnavailable {
         /// Why.
@@ -704,7 +713,10 @@ impl ApiError {
             TriggerInactive { .. } | NoActiveTrigger => 409,
             RunCancelled { .. } | RunEnded { .. } => 409,
             RunSuperseded { .. } | RunSkipped { .. } => 409,
-            RunNotEnded { .. } | RerunUnavailable { .. } | RerunTargetGone { .. } => 409,
+            RunNotEnded { .. }
+            | DeliveryNotOver { .. }
+            | RerunUnavailable { .. }
+            | RerunTargetGone { .. } => 409,
             DeliveryNotFound => 404,
             ConfigNotWritable { .. } | ConfigInvalid { .. } => 409,
             MethodNotAllowed { .. } => 405,
@@ -762,7 +774,7 @@ impl ApiError {
             RunSuperseded { .. } => "run_superseded",
             RunSkipped { .. } => "run_skipped",
             RunEnded { .. } => "run_ended",
-            RunNotEnded { .. } => "run_not_ended",
+            RunNotEnded { .. } | DeliveryNotOver { .. } => "run_not_ended",
             RerunUnavailable { .. } => "rerun_unavailable",
             RerunTargetGone { .. } => "rerun_target_gone",
             DeliveryNotFound => "delivery_not_found",
@@ -840,6 +852,7 @@ impl ApiError {
             RunSkipped { group, .. } => format!("The run did not run: its concurrency group {group:?} was at its limit (policy skip). Retry once the group's run has ended.").into(),
             RunEnded { state, .. } => format!("The run has already ended ({state}); only a queued or running run can be cancelled.").into(),
             RunNotEnded { state, .. } => format!("The run has not ended yet ({state}); re-run it once it has (or cancel it first).").into(),
+            DeliveryNotOver { state, .. } => format!("The callback delivery is still {state}; redeliver it once it is over (delivered, failed or skipped).").into(),
             RerunUnavailable { reason } => format!("This run cannot be re-run: {reason}. Start a new run with its values instead.").into(),
             RerunTargetGone { what } => format!("This run cannot be re-run: {what} no longer exists in the config.").into(),
             DeliveryNotFound => "The run has no callback delivery with this id (see Callbacks in its record).".into(),
@@ -928,7 +941,9 @@ impl ApiError {
                 body.insert("Run".into(), json!(run));
                 body.insert("Group".into(), json!(group));
             }
-            RunEnded { run, state } | RunNotEnded { run, state } => {
+            RunEnded { run, state }
+            | RunNotEnded { run, state }
+            | DeliveryNotOver { run, state } => {
                 body.insert("Run".into(), json!(run));
                 body.insert("State".into(), json!(state));
             }

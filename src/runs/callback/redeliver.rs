@@ -24,7 +24,8 @@ impl Service {
     /// and hand it to the delivery threads; the id of the delivery sent.
     ///
     /// # Errors
-    /// `run_not_found`; `delivery_not_found`; 409 `run_not_ended` while
+    /// `run_not_found`; `delivery_not_found`; 409 `run_not_ended`
+    /// ([`ApiError::DeliveryNotOver`]) while
     /// the delivery is still waiting or pending; `busy` when
     /// `max_pending` deliveries already wait; `storage_unavailable` when
     /// the delivery cannot be written.
@@ -38,7 +39,7 @@ impl Service {
             };
             let d = &rec.callbacks[index];
             if !d.state.is_final() {
-                refusal = Some(ApiError::RunNotEnded {
+                refusal = Some(ApiError::DeliveryNotOver {
                     run: rec.run.clone(),
                     state: d.state.name(),
                 });
