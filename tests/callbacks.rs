@@ -1459,9 +1459,13 @@ fn formats_have_the_shape_each_service_documents() {
         enc(&link(&runs[2]))
     );
     t.check(n.path == want, format!("ntfy path {} want {want}", n.path));
+    // The link is the click action (notifications.md), not in the text.
+    let body = String::from_utf8_lossy(&n.body);
     t.check(
         n.header("content-type").starts_with("text/plain")
-            && String::from_utf8_lossy(&n.body).contains("ntfy (program 12) finished"),
+            && body.contains("ntfy (program 12) finished")
+            && body.ends_with(&format!(" · run {}", runs[2]))
+            && !body.contains("https://"),
         format!("ntfy: {n:?}"),
     );
     // healthchecks.io: /start, then /<exit status>, both with rid=<uuid>.

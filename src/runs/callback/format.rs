@@ -12,7 +12,8 @@
 //!
 //! The line: an emoji, the function, the program, the outcome, the
 //! duration, the exit status or error, and the run (a link to its page
-//! when `[server] public_url` is set).
+//! when `[server] public_url` is set; ntfy's is its `click` action, as
+//! tapping the notification opens it, not in the text).
 
 use serde_json::json;
 use url::Url;
