@@ -801,6 +801,27 @@ fn redelivering_a_pending_delivery_is_refused_naming_the_delivery() {
 }
 
 #[test]
+fn two_callback_headers_are_refused_as_two_parameters_are() {
+    let dir = setup_cb("cb-two-headers", &[], &[("p.toml", &program(None))]);
+    let t = Trigd::start(&dir);
+    let api = format!("/api?program_id=1&function=ok&variables=x&run_async=true&api_key={KEY_CB}");
+    let (a, b) = ("http://127.0.0.1:9/a", "http://127.0.0.1:9/b");
+    let v = t
+        .request(
+            "POST",
+            &api,
+            &[("Trigd-Callback", a), ("Trigd-Callback", b)],
+            b"",
+        )
+        .err(400, "invalid_parameter");
+    t.check(v["Parameter"] == "Trigd-Callback", format!("{v}"));
+    let v = t
+        .post(&format!("{api}&callback={}&callback={}", enc(a), enc(b)))
+        .err(400, "invalid_parameter");
+    t.check(v["Parameter"] == "callback", format!("{v}"));
+}
+
+#[test]
 fn tool_triggers_have_fixed_and_requested_callbacks() {
     let rx = Receiver::start(Receiver::bind(), |_| Answer::Status(200));
     let dir = setup_cb("cb-tool", &[], &[("p.toml", &program(None))]);

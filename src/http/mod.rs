@@ -173,6 +173,24 @@ impl Request {
             .map(|(_, v)| v.as_str())
     }
 
+    /// The value of header `name` (lower case) that may appear at most
+    /// once: of two, neither would be safe to pick. `shown` is its name in
+    /// the answer.
+    ///
+    /// # Errors
+    /// [`ApiError::InvalidParameter`] when it is repeated.
+    pub fn header_one(&self, name: &str, shown: &str) -> Result<Option<&str>, ApiError> {
+        let mut it = self.headers.iter().filter(|(k, _)| k == name);
+        let first = it.next().map(|(_, v)| v.as_str());
+        if it.next().is_some() {
+            return Err(ApiError::InvalidParameter {
+                name: shown.to_string(),
+                msg: format!("header '{shown}' may be given only once"),
+            });
+        }
+        Ok(first)
+    }
+
     /// Every value of query parameter `name`, in order.
     pub fn query_all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
         self.query

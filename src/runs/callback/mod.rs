@@ -48,15 +48,19 @@ use send::Outcome as Attempted;
 /// `query` is set: `POST /api`) or the `Trigd-Callback` header.
 ///
 /// # Errors
-/// `invalid_parameter` for a repeated parameter; `callback_refused` when the
-/// parameter and the header name different URLs.
+/// `invalid_parameter` for a repeated parameter or header (as two
+/// `callback` parameters are); `callback_refused` when the parameter and
+/// the header name different URLs.
 pub fn requested(req: &Request, query: bool) -> Result<Option<&str>, ApiError> {
     let from_query = if query {
         req.query_one("callback")?
     } else {
         None
     };
-    match (from_query, req.header("trigd-callback")) {
+    match (
+        from_query,
+        req.header_one("trigd-callback", "Trigd-Callback")?,
+    ) {
         (Some(q), Some(h)) if q != h => Err(ApiError::CallbackRefused {
             msg: "the callback parameter and the Trigd-Callback header name different URLs".into(),
         }),
@@ -854,5 +858,18 @@ mod tests {
         r.headers
             .push(("trigd-callback".into(), "https://other.example/".into()));
         assert!(requested(&r, true).is_err());
+        // Two headers: refused as two parameters are, naming the header.
+        let mut r = Request::new("POST", "/hooks/x").unwrap();
+        for u in ["https://a.example/", "https://a.example/"] {
+            r.headers.push(("trigd-callback".into(), u.into()));
+        }
+        let e = requested(&r, false).unwrap_err();
+        assert_eq!(
+            e,
+            ApiError::InvalidParameter {
+                name: "Trigd-Callback".into(),
+                msg: "header 'Trigd-Callback' may be given only once".into()
+            }
+        );
     }
 }
