@@ -822,6 +822,35 @@ fn two_callback_headers_are_refused_as_two_parameters_are() {
 }
 
 #[test]
+fn settings_that_cannot_work_are_located_load_errors() {
+    // backoff_max shorter than backoff.
+    let dir = setup_cb(
+        "cb-backoff-max",
+        &[("backoff", r#""10s""#), ("backoff_max", r#""1s""#)],
+        &[("p.toml", &program(None))],
+    );
+    let out = trigd(&["check", "--config", &dir.path_str("config.toml")], None);
+    out.code_is(1);
+    out.check(
+        out.stderr.contains("callbacks.backoff_max")
+            && out.stderr.contains("must not be shorter than backoff"),
+        format!("backoff_max: {}", out.stderr),
+    );
+    // on = ["overdue"] on a function without expect_every: never sent.
+    let cb = r#"{ url = "http://127.0.0.1:9/x", format = "slack", on = ["overdue"] }"#;
+    let dir = setup_cb("cb-overdue-never", &[], &[("n.toml", &flaky(cb))]);
+    let out = trigd(&["check", "--config", &dir.path_str("config.toml")], None);
+    out.code_is(1);
+    out.check(
+        out.stderr.contains("functions[0].callback") && out.stderr.contains("expect_every"),
+        format!("overdue without expect_every: {}", out.stderr),
+    );
+    let with = flaky(cb).replace("callback =", "expect_every = \"1h\"\ncallback =");
+    let dir = setup_cb("cb-overdue-ok", &[], &[("n.toml", &with)]);
+    trigd(&["check", "--config", &dir.path_str("config.toml")], None).code_is(0);
+}
+
+#[test]
 fn tool_triggers_have_fixed_and_requested_callbacks() {
     let rx = Receiver::start(Receiver::bind(), |_| Answer::Status(200));
     let dir = setup_cb("cb-tool", &[], &[("p.toml", &program(None))]);

@@ -377,6 +377,10 @@ pub(super) fn callbacks(src: &Src, raw: &RawCallbacks, dir: &Path, errs: &mut Er
     let retry_for = dur(&raw.retry_for, "retry_for", d.retry_for);
     let backoff = dur(&raw.backoff, "backoff", d.backoff);
     let backoff_max = dur(&raw.backoff_max, "backoff_max", d.backoff_max);
+    if let Some(m) = raw.backoff_max.as_ref().filter(|_| backoff_max < backoff) {
+        let msg = "backoff_max must not be shorter than backoff";
+        errs.at(src, m.span(), "callbacks.backoff_max", msg);
+    }
     let bounds = (d.workers, 1, super::raw::defaults::MAX_WORKERS);
     let workers = count_within(src, &raw.workers, "callbacks.workers", bounds, errs);
     let max_pending = count(

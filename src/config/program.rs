@@ -17,6 +17,7 @@ use super::types::{
     workspace_ref, Errors, Known, Src,
 };
 use super::{resolve, Function, Program, Server, Step, WebhookTrigger, Workspace};
+use crate::state::delivery::Outcome;
 
 /// Every program file, checked, by id. Files that are TOML but not valid
 /// programs add their id to `known.broken`; unparsable ones clear
@@ -317,6 +318,7 @@ fn function(
         }
         Some(every)
     });
+    overdue_needs_expect_every(src, f, callback.as_ref(), key, errs);
     let name = f.name.get_ref().clone();
     Function {
         name,
@@ -344,6 +346,24 @@ fn function(
             let key = format!("{key}.concurrency_group");
             super::group::compile(src, g, &key, &own, errs)
         }),
+    }
+}
+
+/// A callback with `on` overdue needs the function's `expect_every`:
+/// without it the function is never overdue, and the callback (or that
+/// part of it) could never be sent.
+fn overdue_needs_expect_every(
+    src: &Src,
+    f: &RawFunction,
+    callback: Option<&super::callbacks::Fixed>,
+    key: &str,
+    errs: &mut Errors,
+) {
+    let overdue = callback.is_some_and(|c| c.on.contains(&Outcome::Overdue));
+    if let (true, None, Some(raw)) = (overdue, &f.expect_every, &f.callback) {
+        let msg = "on has overdue, but the function has no expect_every: it is never overdue; \
+                   set expect_every or leave overdue out";
+        errs.at(src, raw.span(), format!("{key}.callback"), msg);
     }
 }
 

@@ -572,7 +572,7 @@ const CALLBACKS: &[Key] = &[
         "backoff_max",
         "duration",
         Secs(cb::BACKOFF_MAX_SECS),
-        "the longest wait between attempts",
+        "the longest wait between attempts; not shorter than `backoff`",
     ),
     key(
         "workers",
@@ -602,7 +602,7 @@ const FUNCTION: &[Key] = &[
     key("group", "string or integer", Is("the user's primary group"), "run the steps with this group name (from /etc/group) or gid"),
     key("outputs", "array of strings", Is("`[]`"), "the names the values bind to, for every trigger: identifiers `[A-Za-z_][A-Za-z0-9_]*`, no repeats"),
     key("webhook", "table", NONE, "the Webhook Trigger: makes the function reachable through `POST /api`: `[functions.webhook]`"),
-    key("callback", "URL or { url, format, on }", NONE, "completion callback of every run of this function: a URL, or `{ url, format, on }` (format `record`, `slack`, `discord`, `ntfy`, `healthchecks`; on: `finished`, `failed`, `timed_out`, `cancelled`, `interrupted`, `recovered`, `overdue`); checked against `[callbacks]` at load"),
+    key("callback", "URL or { url, format, on }", NONE, "completion callback of every run of this function: a URL, or `{ url, format, on }` (format `record`, `slack`, `discord`, `ntfy`, `healthchecks`; on: `finished`, `failed`, `timed_out`, `cancelled`, `interrupted`, `recovered`, `overdue`: needs `expect_every`); checked against `[callbacks]` at load"),
     key("expect_every", "duration", Is("none"), "a successful run is expected at least this often, whatever starts it; past it the function is overdue (`/metrics`, `GET /api/overdue`, a `callback` with `on = [\"overdue\"]`)"),
     key("schedules", "array of tables", Is("`[]`"), "schedule triggers: the clock runs the function: `[[functions.schedules]]`"),
     key("retry", "table", NONE, "attempt a failed run again after a backoff: `[functions.retry]` (docs/runs.md)"),
