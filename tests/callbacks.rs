@@ -1263,6 +1263,7 @@ fn malformed_or_too_many_signing_secrets_are_load_errors() {
             "at most 2",
         ),
         ("short\n", "at least 16 bytes"),
+        ("", "empty"),
     ] {
         dir.write("cb.secret", text);
         let out = trigd(&["check", "--config", &dir.path_str("config.toml")], None);
@@ -1271,6 +1272,11 @@ fn malformed_or_too_many_signing_secrets_are_load_errors() {
         out.check(
             all.contains("callbacks.secret_file") && all.contains(says),
             format!("{text:?} should say {says:?}"),
+        );
+        // The secret was given: no callback adds "set a secret" to it.
+        out.check(
+            !all.contains("set [callbacks] secret_env or secret_file"),
+            format!("{text:?}: a follow-on error for the callback: {all}"),
         );
         for line in text.lines() {
             out.check(!all.contains(line), "the secret is shown");

@@ -144,6 +144,9 @@ pub struct Callbacks {
     /// The signing secret; `None` when neither `secret_env` nor
     /// `secret_file` is set (then no callback may be configured).
     pub secret: Option<Secret>,
+    /// `secret_env` or `secret_file` was set but gave no secret: its own
+    /// load error says why, so no callback adds "set a secret" to it.
+    pub secret_unusable: bool,
     /// The file the secret was read from (`secret_file`), watched for a
     /// rotation.
     pub secret_file: Option<std::path::PathBuf>,
@@ -199,6 +202,7 @@ impl Default for Callbacks {
             allow: Vec::new(),
             allow_private: Vec::new(),
             secret: None,
+            secret_unusable: false,
             secret_file: None,
             extra_roots: Vec::new(),
             timeout: Duration::from_secs(defaults::TIMEOUT_SECS),
@@ -391,10 +395,13 @@ pub(super) fn callbacks(src: &Src, raw: &RawCallbacks, dir: &Path, errs: &mut Er
         1,
         errs,
     );
+    let secret = secret(src, raw, dir, errs);
+    let given = raw.secret_env.is_some() || raw.secret_file.is_some();
     Callbacks {
         allow: allow_list(src, &raw.allow, errs),
         allow_private: private_list(src, &raw.allow_private, errs),
-        secret: secret(src, raw, dir, errs),
+        secret_unusable: given && secret.is_none(),
+        secret,
         secret_file: raw
             .secret_file
             .as_ref()
@@ -680,7 +687,9 @@ pub(super) fn permit(
 
 fn need_secret(cb: &Callbacks) -> Result<(), String> {
     match cb.secret {
+        // The load fails on the secret's own error already.
         Some(_) => Ok(()),
+        None if cb.secret_unusable => Ok(()),
         None => Err(
             "callbacks are signed: set [callbacks] secret_env or secret_file in config.toml".into(),
         ),
