@@ -880,6 +880,12 @@ fn a_cancel_stops_the_remaining_attempts() {
         Some(1),
         "still one",
     );
+    // No step was stopped: it waited for its next attempt.
+    t.check_eq(
+        rec["Error"].as_str(),
+        Some("the run was cancelled before a step started"),
+        "Error",
+    );
     t.check_eq(count(&dir), 1, "no further attempt ran");
 }
 

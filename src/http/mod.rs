@@ -865,7 +865,7 @@ impl ApiError {
             },
             RunTimeout { .. } => "The program did not finish within its timeout and was stopped.".into(),
             RunInterrupted { .. } => "trigd is shutting down; the run was stopped before it finished.".into(),
-            RunCancelled { .. } => "The run was cancelled (POST /api/runs/<id>/cancel) before it finished.".into(),
+            RunCancelled { .. } => "The run was cancelled before it finished: by POST /api/runs/<id>/cancel, or by a newer run of its concurrency group (cancel_running).".into(),
             RunSuperseded { by, .. } => format!("The run did not run: run {by}, a newer run of its concurrency group, replaced it while it waited (see SupersededBy in its record).").into(),
             RunSkipped { group, .. } => format!("The run did not run: its concurrency group {group:?} was at its limit (policy skip). Retry once the group's run has ended.").into(),
             RunEnded { state, .. } => format!("The run has already ended ({state}); only a queued or running run can be cancelled.").into(),

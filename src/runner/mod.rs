@@ -1609,9 +1609,17 @@ impl Runner {
                     StepError::Cancelled { .. } => RunState::Cancelled,
                     _ => RunState::Failed,
                 };
+                // Cancelled with no step run: while it waited for its
+                // next attempt (no step was stopped).
+                let why = match e {
+                    StepError::Cancelled { .. } if outcome.steps.is_empty() => {
+                        "the run was cancelled before a step started".to_string()
+                    }
+                    e => describe(e),
+                };
                 rec.error = Some(match &rec.superseded_by {
-                    Some(by) => format!("{}, superseded by run {by} of its group", describe(e)),
-                    None => describe(e),
+                    Some(by) => format!("{why}, superseded by run {by} of its group"),
+                    None => why,
                 });
                 rec.stdout = failed_stdout(e);
                 rec.stderr = failed_stderr(e);
