@@ -690,6 +690,11 @@ pub enum ApiError {
     Replayed(Box<ApiError>),
 }
 
+/// The response header marking an answer to a repeat with an
+/// `Idempotency-Key` (`runs::replay`), its error too
+/// ([`ApiError::Replayed`]).
+pub const REPLAYED: &str = "Idempotent-Replayed";
+
 impl ApiError {
     /// Whether this is the outcome of a run that was started (it failed,
     /// timed out, was interrupted or cancelled), as opposed to a refusal.
@@ -977,7 +982,7 @@ impl ApiError {
         match self {
             ApiError::Replayed(e) => {
                 let mut h = e.headers();
-                h.push((crate::runs::replay::REPLAYED.into(), "true".into()));
+                h.push((REPLAYED.into(), "true".into()));
                 h
             }
             ApiError::MethodNotAllowed { allow } => vec![("Allow".into(), allow.join(", "))],

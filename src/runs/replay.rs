@@ -15,7 +15,7 @@ use crate::runs::idempotency::{self, Claim, Policy};
 use crate::state::record::{RunRecord, RunState};
 
 /// The response header marking an answer to a repeat.
-pub const REPLAYED: &str = "Idempotent-Replayed";
+pub use crate::http::REPLAYED;
 
 /// Start `job` once per `key` of its caller (with `start`, which starts
 /// a run now); see the module docs. `request` is the request's

@@ -99,7 +99,11 @@ impl std::str::FromStr for Time {
             .filter(|y| y.bytes().all(|b| b.is_ascii_digit()))
             .and_then(|y| y.parse::<i64>().ok())
             .ok_or(BadTime)?;
-        let cycles = if year < 1970 { (1970 - year + 399) / 400 } else { 0 };
+        let cycles = if year < 1970 {
+            (1970 - year + 399) / 400
+        } else {
+            0
+        };
         let t = if cycles == 0 {
             humantime::parse_rfc3339(s)
         } else {
@@ -153,8 +157,17 @@ mod tests {
             let t: Time = text.parse().unwrap_or_else(|e| panic!("{text}: {e}"));
             assert_eq!(t.to_string(), shown, "{text}");
         }
-        assert_eq!("9999-12-31T23:59:59Z".parse::<Time>(), Ok(Time(Timestamp::MAX)));
-        for bad in ["1969-02-29T00:00:00Z", "+969-01-01T00:00:00Z", "19", "", "1969-13-01T00:00:00Z"] {
+        assert_eq!(
+            "9999-12-31T23:59:59Z".parse::<Time>(),
+            Ok(Time(Timestamp::MAX))
+        );
+        for bad in [
+            "1969-02-29T00:00:00Z",
+            "+969-01-01T00:00:00Z",
+            "19",
+            "",
+            "1969-13-01T00:00:00Z",
+        ] {
             assert_eq!(bad.parse::<Time>(), Err(BadTime), "{bad}");
         }
     }
