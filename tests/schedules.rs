@@ -350,6 +350,13 @@ fn bad_schedules_are_load_errors_with_their_place() {
             "shorter than",
         ),
         (
+            // 23 hours across the spring-forward night (02:00 is the gap's
+            // first missing minute, which fires at 03:00).
+            "cron = \"0 2 * * *\"\ntimezone = \"Europe/Berlin\"\njitter = \"23h30m\"",
+            "schedules[0].jitter",
+            "shorter than",
+        ),
+        (
             "cron = \"@daily\"\ncatch_up = \"some\"",
             "schedules[0].catch_up",
             "not one of",

@@ -289,10 +289,13 @@ fn instant(civil: DateTime, tz: &TimeZone) -> Option<Timestamp> {
         AmbiguousOffset::Unambiguous { offset } => offset.to_timestamp(civil).ok(),
         AmbiguousOffset::Fold { before, .. } => before.to_timestamp(civil).ok(),
         AmbiguousOffset::Gap { before, .. } => {
-            // With the offset before the gap the time lands after the
-            // change: the change itself is the last transition before it.
+            // With the offset before the gap the time lands at or after
+            // the change (at it for the gap's first missing time): the
+            // change is the last transition up to that instant. `preceding`
+            // yields those strictly before, hence the nanosecond.
             let past = before.to_timestamp(civil).ok()?;
-            Some(tz.preceding(past).next()?.timestamp())
+            let through = past.checked_add(jiff::SignedDuration::from_nanos(1)).ok()?;
+            Some(tz.preceding(through).next()?.timestamp())
         }
     }
 }

@@ -205,3 +205,50 @@ fn rare_days_have_a_next_occurrence_years_away() {
         );
     }
 }
+
+/// A time equal to the gap's first missing minute is in the gap too: it
+/// fires at the change, not at the zone's previous transition (which
+/// dropped the day, or moved it months early when that was in the future).
+#[test]
+fn a_time_at_the_very_start_of_a_gap_fires_right_after_it() {
+    // Berlin, 2027-03-28: 02:00 CET becomes 03:00 CEST (01:00Z).
+    assert_eq!(
+        next("0 2 28,29 3 *", "Europe/Berlin", "2027-01-01T00:00:00Z", 2),
+        ["2027-03-28T01:00:00Z", "2027-03-29T00:00:00Z"]
+    );
+    assert_eq!(
+        next("0 2 27-31 3 *", "Europe/Berlin", "2027-01-01T00:00:00Z", 3),
+        [
+            "2027-03-27T01:00:00Z",
+            "2027-03-28T01:00:00Z",
+            "2027-03-29T00:00:00Z"
+        ]
+    );
+    // Six fields, seconds first.
+    assert_eq!(
+        next("0 0 2 28 3 *", "Europe/Berlin", "2027-01-01T00:00:00Z", 1),
+        ["2027-03-28T01:00:00Z"]
+    );
+    // New York, 2027-03-14: 02:00 EST becomes 03:00 EDT (07:00Z).
+    assert_eq!(
+        next("0 2 14 3 *", "America/New_York", "2027-01-01T00:00:00Z", 1),
+        ["2027-03-14T07:00:00Z"]
+    );
+    // Santiago, 2027-09-05: 00:00 -04 becomes 01:00 -03 (04:00Z); the
+    // previous transition (2027-04-04 03:00Z) is in the future from here.
+    for expr in ["0 0 5 9 *", "0 0 * 9 0"] {
+        assert_eq!(
+            next(expr, "America/Santiago", "2027-01-01T00:00:00Z", 1),
+            ["2027-09-05T04:00:00Z"],
+            "{expr}"
+        );
+    }
+}
+
+#[test]
+fn the_shortest_interval_counts_a_gap_at_its_start() {
+    // Daily 02:00 in Berlin: 23 hours across the spring-forward night.
+    let c = Cron::parse("0 2 * * *").unwrap();
+    let short = c.shortest_interval(at("2027-03-20T00:00:00Z"), &tz("Europe/Berlin"), 100);
+    assert_eq!(short, Some(jiff::SignedDuration::from_hours(23)));
+}
