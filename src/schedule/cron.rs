@@ -57,8 +57,6 @@ struct Field {
     names: &'static [&'static str],
     /// The value of the first name (months count from 1).
     first_name: u8,
-    /// The last value of `*` and of `N/step` (weekday 7 is 0 again).
-    top: u8,
 }
 
 const SECOND: Field = Field {
@@ -67,7 +65,6 @@ const SECOND: Field = Field {
     max: 59,
     names: &[],
     first_name: 0,
-    top: 59,
 };
 const MINUTE: Field = Field {
     name: "minute",
@@ -75,7 +72,6 @@ const MINUTE: Field = Field {
     max: 59,
     names: &[],
     first_name: 0,
-    top: 59,
 };
 const HOUR: Field = Field {
     name: "hour",
@@ -83,7 +79,6 @@ const HOUR: Field = Field {
     max: 23,
     names: &[],
     first_name: 0,
-    top: 23,
 };
 const DAY: Field = Field {
     name: "day of month",
@@ -91,7 +86,6 @@ const DAY: Field = Field {
     max: 31,
     names: &[],
     first_name: 1,
-    top: 31,
 };
 const MONTH: Field = Field {
     name: "month",
@@ -101,7 +95,6 @@ const MONTH: Field = Field {
         "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
     ],
     first_name: 1,
-    top: 12,
 };
 const WEEKDAY: Field = Field {
     name: "day of week",
@@ -109,7 +102,6 @@ const WEEKDAY: Field = Field {
     max: 7,
     names: &["sun", "mon", "tue", "wed", "thu", "fri", "sat"],
     first_name: 0,
-    top: 6,
 };
 
 impl Cron {
@@ -327,14 +319,16 @@ fn item_bits(item: &str, f: &Field) -> Result<u64, String> {
         }
         None => (item, None),
     };
+    // `*` and `N/step` run to the field's maximum: for weekdays 7, as in
+    // Vixie cron (`5/1` is Friday to Sunday), folded into 0 by the caller.
     let (lo, hi) = match range {
-        "*" => (f.min, f.top),
+        "*" => (f.min, f.max),
         _ => match range.split_once('-') {
             Some((a, b)) => (value(a, f)?, value(b, f)?),
             None => {
                 let v = value(range, f)?;
                 // `N/step` runs from N to the end of the range.
-                (v, if step.is_some() { f.top.max(v) } else { v })
+                (v, if step.is_some() { f.max } else { v })
             }
         },
     };

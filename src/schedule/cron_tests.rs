@@ -252,3 +252,24 @@ fn the_shortest_interval_counts_a_gap_at_its_start() {
     let short = c.shortest_interval(at("2027-03-20T00:00:00Z"), &tz("Europe/Berlin"), 100);
     assert_eq!(short, Some(jiff::SignedDuration::from_hours(23)));
 }
+
+/// The weekday range is 0-7 as in Vixie cron, so `N/step` runs to 7,
+/// Sunday, which is one day with 0.
+#[test]
+fn weekday_n_step_runs_to_sunday() {
+    assert_eq!(Cron::parse("0 0 * * 5/1"), Cron::parse("0 0 * * 5-7"));
+    assert_eq!(Cron::parse("0 0 * * 5/1"), Cron::parse("0 0 * * 0,5,6"));
+    assert_eq!(Cron::parse("0 0 * * 1/3"), Cron::parse("0 0 * * 0,1,4"));
+    assert_eq!(Cron::parse("0 0 * * 0/3"), Cron::parse("0 0 * * 0,3,6"));
+    assert_eq!(Cron::parse("0 0 * * 0/7"), Cron::parse("0 0 * * 7"));
+    // Friday 2026-01-02, Saturday, Sunday, then Friday again.
+    assert_eq!(
+        next("0 0 * * 5/1", "UTC", "2026-01-01T12:00:00Z", 4),
+        [
+            "2026-01-02T00:00:00Z",
+            "2026-01-03T00:00:00Z",
+            "2026-01-04T00:00:00Z",
+            "2026-01-09T00:00:00Z"
+        ]
+    );
+}
