@@ -403,3 +403,16 @@ fn the_readme_opens_with_the_two_commands() {
         .any(|l| l == "cargo test -- --include-ignored"));
     assert!(readme.lines().count() <= 300, "README.md is over 300 lines");
 }
+
+/// The schedules page and the notifications page agree that trigd sends
+/// an `overdue` callback (the schedules page once said it did not yet).
+#[test]
+fn the_schedules_page_tells_of_the_overdue_callback() {
+    let schedules = read("docs/schedules.md").replace('\n', " ");
+    assert!(read("docs/notifications.md").contains("- `overdue`:"));
+    assert!(
+        schedules.contains(r#"`on = ["overdue"]`"#),
+        "docs/schedules.md does not name the overdue callback"
+    );
+    assert!(!schedules.contains("does not yet send a callback"));
+}
