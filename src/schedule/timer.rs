@@ -181,18 +181,19 @@ impl Timer {
     /// Fire schedules until trigd closes.
     pub fn run(&mut self) {
         let mut marks = self.marks_at_start();
+        let mut was_off = false;
         while !self.app.closing.load(std::sync::atomic::Ordering::SeqCst) {
             if !self.app.config().server.fire_schedules {
-                // `schedules = "off"`: another instance fires them. Taken
-                // up anew (from the marks kept) when turned on.
-                for (id, slot) in std::mem::take(&mut self.slots) {
-                    self.drop_waiting(&id, slot.waiting, "schedules were turned off here");
-                }
-                self.withdraw(|_| true, "schedules were turned off here");
-                self.heap.clear();
-                self.generation = 0;
+                self.turn_off();
+                was_off = true;
                 self.app.schedules.wait(MAX_SLEEP);
                 continue;
+            }
+            if std::mem::take(&mut was_off) {
+                // Turned on again: from the marks kept, as at a restart,
+                // so that what was due meanwhile goes by `catch_up` (the
+                // marks read at start were used up by the first `sync`).
+                marks = self.marks_at_start();
             }
             if self.app.generation() != self.generation {
                 self.sync(&mut marks);
@@ -231,6 +232,18 @@ impl Timer {
             let sleep = self.sleep_for(now);
             self.app.schedules.wait(sleep);
         }
+    }
+
+    /// `schedules = "off"`: another instance fires them. Drop every
+    /// schedule here (its marks stay in the mark file); taken up anew from
+    /// them when turned on.
+    fn turn_off(&mut self) {
+        for (id, slot) in std::mem::take(&mut self.slots) {
+            self.drop_waiting(&id, slot.waiting, "schedules were turned off here");
+        }
+        self.withdraw(|_| true, "schedules were turned off here");
+        self.heap.clear();
+        self.generation = 0;
     }
 
     /// The marks kept, each moved up to the newest occurrence recorded in
