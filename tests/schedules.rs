@@ -321,6 +321,68 @@ fn kill9_keeps_an_occurrence_waiting_under_overlap_queue_and_runs_it_once() {
     t.check(twice.is_empty(), format!("occurrences twice: {twice:?}"));
 }
 
+/// An occurrence waiting under `overlap = "queue"` keeps what it was
+/// accepted with: an edit of the schedule's values meanwhile applies from
+/// the next occurrence, and the waiting run's record keeps its `CreatedAt`
+/// (it once ran with the edited values, its record made anew).
+#[test]
+fn a_waiting_occurrence_keeps_its_values_and_created_at_across_an_edit() {
+    let sched = |who: &str| {
+        format!(
+            "[[functions.schedules]]\nname = \"q\"\ncron = \"* * * * * *\"\n\
+             overlap = \"queue\"\nvalues = {{ who = \"{who}\" }}\n"
+        )
+    };
+    let dir = setup("sched_queue_edit", "", &[]);
+    let (ran, release) = (dir.path_str("ran"), dir.path_str("release"));
+    // Each run notes its value, then holds on until `release` exists.
+    let cmd = format!("echo $who >> {ran}; while [ ! -e {release} ]; do sleep 0.05; done");
+    dir.write("programs/p.toml", &program(&cmd, &sched("one")));
+    let t = Trigd::start(&dir);
+    let waiting = || {
+        let running = in_state(&dir, "1/tick/q", "running");
+        let first = running.first()?["ScheduledAt"].as_str()?.to_string();
+        in_state(&dir, "1/tick/q", "queued").into_iter().find(|r| {
+            r["ScheduledAt"]
+                .as_str()
+                .is_some_and(|at| at > first.as_str())
+        })
+    };
+    t.wait_for(WAIT, "an occurrence waiting for the running one", || {
+        waiting().is_some()
+    });
+    let queued = waiting().unwrap_or_default();
+    let id = queued["Run"].as_str().unwrap_or_default().to_string();
+    t.check_eq(
+        &queued["Input"]["Values"],
+        &serde_json::json!(["one"]),
+        "the values it waits with",
+    );
+    let generation = || t.get("/healthz").json()["Generation"].as_u64();
+    let before = generation();
+    dir.write("programs/p.toml", &program(&cmd, &sched("two")));
+    t.wait_for(WAIT, "the reload", || generation() > before);
+    dir.write("release", "");
+    t.wait_for(WAIT, &format!("the waiting run {id} to finish"), || {
+        records_of(&dir, "1/tick/q")
+            .get(&id)
+            .is_some_and(|r| r["State"] == "finished")
+    });
+    let done = &records_of(&dir, "1/tick/q")[&id];
+    t.check_eq(&done["CreatedAt"], &queued["CreatedAt"], "CreatedAt");
+    let lines: Vec<String> = dir
+        .read_opt("ran")
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    t.check_eq(
+        lines.get(..2),
+        Some(&["one".to_string(), "one".to_string()][..]),
+        "the running run, then the waiting one, with the values it was accepted with",
+    );
+}
+
 /// `trigd check` on a program file with `schedules`; its output.
 fn check(name: &str, schedules: &str, env: &[(&str, &str)]) -> (TestDir, std::process::Output) {
     let dir = setup(name, "", &[("p.toml", &program("true", schedules))]);

@@ -1219,9 +1219,9 @@ impl Runner {
 
     /// Record `job` `queued`, durably, without queueing it: a scheduled run
     /// that waits for its schedule's running run (`overlap = "queue"`).
-    /// [`Runner::start_async_all`] of the job with this `id` starts it
-    /// later; after a restart it is resumed like every run recorded
-    /// `queued` ([`Runner::resume`]), so a crash does not lose it. `None`
+    /// [`Runner::resume`] of this `id` starts it later from this record
+    /// (its values, its `CreatedAt`), as after a restart it is resumed
+    /// like every run recorded `queued`, so a crash does not lose it. `None`
     /// with a shared database, whose `queued` records are the cluster's
     /// queue: there the wait is kept in memory only.
     ///

@@ -99,6 +99,9 @@ struct Claim {
 struct Waiting {
     at: Timestamp,
     run: Option<String>,
+    /// The values it was accepted with (an edit applies from the next
+    /// occurrence); with `run`, its record keeps them too.
+    values: Vec<String>,
 }
 
 /// Run records read back at start for occurrences newer than their mark.
@@ -613,12 +616,13 @@ impl Timer {
         };
         match self.app.runner.record_waiting(&job) {
             Ok(run) => {
+                let values = job.values;
                 let what = run.as_deref().map(|r| format!(" as run {r}"));
                 let what = what.unwrap_or_default();
                 log::info!("schedule {id}: the occurrence of {at} waits{what} for run {running}");
                 self.note(id, at, &format!("waiting{what} for {running}"));
                 if let Some(slot) = self.slots.get_mut(id) {
-                    slot.waiting = Some(Waiting { at, run });
+                    slot.waiting = Some(Waiting { at, run, values });
                 }
             }
             Err(e) => {
@@ -643,20 +647,40 @@ impl Timer {
             let Some(w) = self.slots.get_mut(id).and_then(|s| s.waiting.take()) else {
                 continue;
             };
+            if let Some(run) = w.run {
+                self.start_recorded(id, w.at, run);
+                continue;
+            }
             let Some(mut job) = self.job(id, w.at, 0) else {
                 continue;
             };
-            if let Some(run) = w.run {
-                // Its record may have been ended meanwhile (cancelled).
-                if !self.still_runs(&run) {
-                    log::info!("schedule {id}: run {run}, which waited, has ended; not started");
-                    continue;
-                }
-                job.id = Some(run);
-            }
+            // Accepted with these: an edit applies from the next occurrence.
+            job.values = w.values;
             self.push_pending(id, w.at, 0, job);
         }
         !ready.is_empty()
+    }
+
+    /// Start run `run` of occurrence `at`, recorded `queued` when the
+    /// occurrence came to wait: from that record, as a queued run is taken
+    /// up at start (`Runner::resume`), so that it keeps the values it was
+    /// accepted with and its `CreatedAt` (a new record from the edited
+    /// config rewrote both); the function runs as configured now.
+    fn start_recorded(&mut self, id: &str, at: Timestamp, run: String) {
+        // Its record may have been ended meanwhile (cancelled).
+        if !self.still_runs(&run) {
+            log::info!("schedule {id}: run {run}, which waited, has ended; not started");
+            return;
+        }
+        let Some(delay) = self.slots.get(id).map(|s| s.sched().delay(id)) else {
+            return;
+        };
+        self.app
+            .runner
+            .resume(&self.app.config(), vec![run.clone()]);
+        let now = (self.clock.now)();
+        let late = now.duration_since(at).unsigned_abs().saturating_sub(delay);
+        self.started(id, (at, 0, late), Ok(run), None);
     }
 
     /// End the record of an occurrence that waited for a schedule no
