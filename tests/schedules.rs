@@ -685,6 +685,23 @@ fn schedules_turned_on_again_catch_up_from_the_marks() {
     t.check(covered >= 2, format!("it covers the time off: {rec}"));
 }
 
+/// `GET /api/schedules` and `GET /api/overdue` take no parameter but
+/// `api_key`: another is 400 `invalid_parameter` naming it, as on the
+/// other /api endpoints (both once answered 200).
+#[test]
+fn api_schedules_and_overdue_refuse_unknown_parameters() {
+    let s = "[[functions.schedules]]\nname = \"s\"\ncron = \"@daily\"\n";
+    let (_dir, t) = serve("sched_api_params", "", &[("p.toml", &program("true", s))]);
+    for path in ["/api/schedules", "/api/overdue"] {
+        let key = crate::util::KEY;
+        t.get(&format!("{path}?api_key={key}")).ok();
+        let e = t
+            .get(&format!("{path}?api_key={key}&foo=1"))
+            .err(400, "invalid_parameter");
+        t.check_eq(&e["Parameter"], &Value::from("foo"), path);
+    }
+}
+
 #[test]
 fn a_function_without_a_recent_success_is_overdue_whatever_starts_it() {
     let p = "id = 1\nname = \"p\"\n[[functions]]\nname = \"job\"\nexpect_every = \"2s\"\n\

@@ -114,9 +114,11 @@ pub fn schedule_rows(
 /// and its next occurrence.
 ///
 /// # Errors
-/// 429 `rate_limited`, 401 for a missing or invalid key.
+/// 429 `rate_limited`, 401 for a missing or invalid key; 400
+/// `invalid_parameter` for any parameter but `api_key`.
 pub fn schedules(app: &App, cfg: &Config, req: &Request) -> Result<Response, ApiError> {
     let key = app.access.api_key(cfg, req)?;
+    crate::runs::reject_unknown(req, &["api_key"])?;
     let list: Vec<serde_json::Value> = schedule_rows(app, cfg, |p| key.may_access(p))
         .into_iter()
         .map(|r| {
@@ -184,9 +186,11 @@ pub fn expectations(
 /// the API key may reach, with its last success and whether it is overdue.
 ///
 /// # Errors
-/// 429 `rate_limited`, 401 for a missing or invalid key.
+/// 429 `rate_limited`, 401 for a missing or invalid key; 400
+/// `invalid_parameter` for any parameter but `api_key`.
 pub fn overdue(app: &App, cfg: &Config, req: &Request) -> Result<Response, ApiError> {
     let key = app.access.api_key(cfg, req)?;
+    crate::runs::reject_unknown(req, &["api_key"])?;
     let list: Vec<serde_json::Value> = expectations(app, cfg, |p| key.may_access(p))
         .into_iter()
         .map(|e| {

@@ -444,7 +444,10 @@ pub fn redeliver_as(
 }
 
 /// Refuse query parameters outside `known`, naming the first one.
-fn reject_unknown(req: &Request, known: &[&str]) -> Result<(), ApiError> {
+///
+/// # Errors
+/// 400 `invalid_parameter` naming it, with the parameters `known`.
+pub fn reject_unknown(req: &Request, known: &[&str]) -> Result<(), ApiError> {
     match req.query.iter().find(|(k, _)| !known.contains(&k.as_str())) {
         Some((k, _)) => Err(ApiError::InvalidParameter {
             name: k.clone(),
