@@ -465,6 +465,58 @@ fn check_text(name: &str, schedules: &str, env: &[(&str, &str)]) -> (String, Opt
     (text, out.status.code())
 }
 
+/// Loose values are refused, and what an error quotes is bounded and
+/// escaped: a name over 64 bytes, a signed number in `cron`, a 200 KB
+/// `cron` (its error once quoted all of it), a NUL in `timezone` (once
+/// written raw), a zone name in the wrong case (once taken as written).
+#[test]
+fn loose_schedule_values_are_refused_with_short_escaped_errors() {
+    let one =
+        |name: &str, body: &str| format!("[[functions.schedules]]\nname = \"{name}\"\n{body}\n");
+    let long_cron = format!("cron = \"{}\"", "* ".repeat(100_000));
+    let cases = [
+        (
+            one(&"n".repeat(65), "cron = \"@daily\""),
+            "schedules[0].name",
+            "at most 64",
+        ),
+        (
+            one("s", "cron = \"+5 * * * *\""),
+            "schedules[0].cron",
+            "minute",
+        ),
+        (
+            one("s", &long_cron),
+            "schedules[0].cron",
+            "longer than 512 bytes",
+        ),
+        (
+            one(
+                "s",
+                "cron = \"@daily\"\ntimezone = \"Europe/Ber\\u0000lin\"",
+            ),
+            "schedules[0].timezone",
+            "\"Europe/Ber\\0lin\"",
+        ),
+        (
+            one("s", "cron = \"@daily\"\ntimezone = \"europe/berlin\""),
+            "schedules[0].timezone",
+            "is spelled \"Europe/Berlin\"",
+        ),
+    ];
+    for (i, (s, key, what)) in cases.iter().enumerate() {
+        let (text, code) = check_text(&format!("sched_loose_{i}"), s, &[]);
+        assert_eq!(code, Some(1), "{key}: {text}");
+        assert!(text.contains(key), "no {key} in {text}");
+        assert!(text.contains(what), "no {what:?} in {text}");
+        assert!(!text.contains('\0'), "a raw NUL in {text:?}");
+        assert!(text.len() < 2_000, "{} bytes: {text}", text.len());
+    }
+    let name = "n".repeat(64);
+    let (text, code) = check_text("sched_loose_ok", &one(&name, "cron = \"@daily\""), &[]);
+    assert_eq!(code, Some(0), "a name of 64 bytes: {text}");
+}
+
 #[test]
 fn a_zone_missing_from_the_host_is_a_located_load_error_and_utc_always_loads() {
     // trigd bundles no zone database. A TZDIR holding only New York stands

@@ -330,9 +330,9 @@ pub const SECTIONS: &[Section] = &[
         path: "functions[].schedules[]",
         about: "A schedule trigger: each occurrence is an ordinary async run of the function, recorded with `By` `schedule:<program>/<function>/<name>` and its `ScheduledAt` (docs/schedules.md).",
         keys: &[
-            key("name", "string", REQUIRED, "`[A-Za-z0-9_-]+`, unique in the function; part of the schedule's id"),
+            key("name", "string", REQUIRED, "`[A-Za-z0-9_-]+`, at most 64 bytes, unique in the function; part of the schedule's id"),
             key("cron", "string", REQUIRED, "5 fields (minute hour day-of-month month day-of-week), or 6 with seconds first, or `@hourly`, `@daily`, `@weekly`, `@monthly`, `@yearly`"),
-            key("timezone", "string", Str("UTC"), "IANA zone of the expression's wall-clock times, from the host's tzdata (UTC needs none); a time skipped by DST fires right after the gap, a repeated one once"),
+            key("timezone", "string", Str("UTC"), "IANA zone of the expression's wall-clock times, from the host's tzdata, spelled as there (case-sensitive; UTC needs none); a time skipped by DST fires right after the gap, a repeated one once"),
             key("values", "table of strings", Is("`{}`"), "the run's values by output name; an output not named is empty"),
             key("jitter", "duration", Is("none"), "delay every firing by the same fraction of this (from the schedule's id); shorter than the shortest interval"),
             key("active", "bool", Is("`true`"), "an inactive schedule records its occurrences `skipped` (`inactive`)"),

@@ -18,6 +18,13 @@ use crate::schedule::cron::Cron;
 /// (the newest ones; the older are recorded skipped).
 pub const CATCH_UP_MAX: usize = 100;
 
+/// The longest schedule `name`, in bytes: it is part of the schedule's id,
+/// which goes into every run's `By`, URLs and `schedules.json`.
+pub const MAX_NAME: usize = 64;
+
+/// How much of a value a load error quotes, in characters.
+const QUOTE_MAX: usize = 64;
+
 /// One schedule of a function.
 #[derive(Debug, Clone)]
 pub struct Schedule {
@@ -100,6 +107,7 @@ pub fn compile(
         let key = format!("{key}.schedules[{i}]");
         let name_key = format!("{key}.name");
         errs.name(src, &raw.get_ref().name, &name_key, "schedule");
+        long_name(src, &raw.get_ref().name, &name_key, errs);
         errs.unique(
             src,
             &mut seen,
@@ -112,6 +120,28 @@ pub fn compile(
         }
     }
     out
+}
+
+/// A `name` over [`MAX_NAME`] bytes is refused.
+fn long_name(src: &Src, name: &Spanned<String>, key: &str, errs: &mut Errors) {
+    let len = name.get_ref().len();
+    if len > MAX_NAME {
+        let msg = format!(
+            "schedule name {} is {len} bytes; at most {MAX_NAME}",
+            quoted(name.get_ref())
+        );
+        errs.at(src, name.span(), key, msg);
+    }
+}
+
+/// `text` quoted for a message: escaped (a NUL or another control
+/// character is not written raw) and cut after [`QUOTE_MAX`] characters,
+/// so that a 1 MB value does not make a 1 MB error line.
+fn quoted(text: &str) -> String {
+    match text.char_indices().nth(QUOTE_MAX) {
+        Some((cut, _)) => format!("{:?}… ({} bytes)", &text[..cut], text.len()),
+        None => format!("{text:?}"),
+    }
 }
 
 /// One schedule, or `None` when its expression or zone is wrong (recorded).
@@ -167,7 +197,10 @@ fn expression(src: &Src, raw: &Spanned<String>, key: &str, errs: &mut Errors) ->
     let text = raw.get_ref();
     match Cron::parse(text) {
         Ok(c) if c.never_fires() => {
-            let msg = format!("cron \"{text}\" never fires: no chosen month has the chosen day");
+            let msg = format!(
+                "cron {} never fires: no chosen month has the chosen day",
+                quoted(text)
+            );
             errs.at(src, raw.span(), key, msg);
             None
         }
@@ -177,7 +210,7 @@ fn expression(src: &Src, raw: &Spanned<String>, key: &str, errs: &mut Errors) ->
                 src,
                 raw.span(),
                 key,
-                format!("invalid cron \"{text}\": {e}"),
+                format!("invalid cron {}: {e}", quoted(text)),
             );
             None
         }
@@ -201,7 +234,19 @@ fn zone(
         return (name, Some(TimeZone::UTC));
     }
     match TimeZone::get(&name) {
-        Ok(z) => (name, Some(z)),
+        Ok(z) => match z.iana_name().filter(|spelled| *spelled != name) {
+            None => (name, Some(z)),
+            // The database's lookup ignores case; its names do not (file
+            // names in tzdata, shown as written): one spelling each.
+            Some(spelled) => {
+                let msg = format!(
+                    "time zone {} is spelled {spelled:?} (names are case-sensitive)",
+                    quoted(&name)
+                );
+                errs.at(src, raw.span(), key, msg);
+                (name, None)
+            }
+        },
         Err(_) => {
             errs.at(src, raw.span(), key, zone_not_found(&name));
             (name, None)
@@ -209,7 +254,7 @@ fn zone(
     }
 }
 
-/// The names of UTC that must work on a host without tzdata.
+/// The names of UTC that must work on a host without tzdata, in any case.
 fn is_utc(name: &str) -> bool {
     ["UTC", "Etc/UTC"]
         .iter()
@@ -221,14 +266,16 @@ fn is_utc(name: &str) -> bool {
 fn zone_not_found(name: &str) -> String {
     if jiff::tz::db().is_definitively_empty() {
         format!(
-            "time zone \"{name}\" not found: this host has no time-zone database \
-             (/usr/share/zoneinfo, or TZDIR); install tzdata or set TZDIR (UTC needs none)"
+            "time zone {} not found: this host has no time-zone database \
+             (/usr/share/zoneinfo, or TZDIR); install tzdata or set TZDIR (UTC needs none)",
+            quoted(name)
         )
     } else {
         format!(
-            "unknown time zone \"{name}\": not in the host's time-zone database \
+            "unknown time zone {}: not in the host's time-zone database \
              (/usr/share/zoneinfo, or TZDIR); an IANA name such as Europe/Berlin or UTC; \
-             install or update tzdata, or set TZDIR"
+             install or update tzdata, or set TZDIR",
+            quoted(name)
         )
     }
 }

@@ -310,9 +310,7 @@ fn bits(text: &str, f: &Field) -> Result<u64, String> {
 fn item_bits(item: &str, f: &Field) -> Result<u64, String> {
     let (range, step) = match item.split_once('/') {
         Some((r, s)) => {
-            let step: u8 = s
-                .parse()
-                .ok()
+            let step: u8 = number(s)
                 .filter(|s| *s >= 1 && *s <= f.max)
                 .ok_or_else(|| format!("step `{s}` is not a number from 1 to {}", f.max))?;
             (r, Some(step))
@@ -347,14 +345,21 @@ fn value(text: &str, f: &Field) -> Result<u8, String> {
     if let Some(i) = f.names.iter().position(|n| *n == lower) {
         return Ok(i as u8 + f.first_name);
     }
-    match text.parse::<u8>() {
-        Ok(v) if (f.min..=f.max).contains(&v) => Ok(v),
+    match number(text) {
+        Some(v) if (f.min..=f.max).contains(&v) => Ok(v),
         _ if text.is_empty() => Err("an empty value".into()),
         _ => Err(format!(
             "`{text}` is not a {} from {} to {}",
             f.name, f.min, f.max
         )),
     }
+}
+
+/// Digits only, as crontab(5) writes numbers: `str::parse` also takes a
+/// sign (`+5`), which no cron reads.
+fn number(text: &str) -> Option<u8> {
+    let digits = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    digits.then(|| text.parse().ok()).flatten()
 }
 
 #[cfg(test)]

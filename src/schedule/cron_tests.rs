@@ -115,6 +115,10 @@ fn bad_expressions_say_what_and_where() {
         "99999999999999999999 * * * *",
         "* * * * * * *",
         "0 0 * * mon-",
+        "+5 * * * *",
+        "*/+5 * * * *",
+        "0 0 * * +1",
+        "0 0 1-+3 * *",
     ] {
         assert!(Cron::parse(hostile).is_err(), "{hostile:?}");
     }
