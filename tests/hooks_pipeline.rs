@@ -283,3 +283,57 @@ fn a_signed_hooks_redelivery_runs_once_and_an_unsigned_one_as_webhook_does() {
     github(&t, "signed", "d-1", r#"{"x":"c"}"#).status_is(200);
     assert_eq!(runs(&dir), ["c ", "c "]);
 }
+
+/// A hook's `response-headers` cannot frame the answer: its
+/// `Content-Length` was sent as written before the whole body, so on a
+/// kept-alive connection the rest of the body read as the next answer.
+#[test]
+fn a_hooks_framing_headers_are_the_servers_to_write() {
+    let dir = hooks("hooks_framing", "");
+    let root = dir.root.display().to_string();
+    let file = r#"[{"id": "framed", "execute-command": "@DIR@/rec.sh", "response-message": "abcdef",
+       "response-headers": [{"name": "Content-Length", "value": "3"},
+         {"name": "Connection", "value": "close"}, {"name": "Transfer-Encoding", "value": "chunked"},
+         {"name": "X-Hook", "value": "kept"}]}]"#;
+    dir.write("hooks.json", &file.replace("@DIR@", &root));
+    let t = Trigd::start(&dir);
+    let mut s = connect(&t.addr);
+    let two = "POST /hooks/framed HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n\
+               GET /livez HTTP/1.1\r\nHost: x\r\n\r\n";
+    std::io::Write::write_all(&mut s, two.as_bytes()).expect("send");
+    let mut r = std::io::BufReader::new(s);
+    let first = read_reply(&mut r).unwrap_or_else(|e| panic!("first answer: {e}"));
+    first.status_is(200);
+    first.check_eq(first.text(), "abcdef".to_string(), "the whole body");
+    first.check_eq(first.header("X-Hook"), Some("kept"), "other headers stay");
+    let second = read_reply(&mut r).unwrap_or_else(|e| panic!("second answer: {e}"));
+    second.status_is(200);
+}
+
+/// A hooks file holding only white space, a comment or `null` is not
+/// swapped in on a reload, as an empty one is not: it would drop every
+/// hook of the file (a file with none says `[]`).
+#[test]
+fn a_blank_hooks_file_is_not_swapped_in() {
+    let dir = hooks("hooks_blank", "");
+    let t = Trigd::start(&dir);
+    call(&t, "out", None, r#"{"x": "a"}"#).status_is(200);
+    for (n, blank) in ["\n \n", "# nothing here\n", "null\n", "\u{feff}\n"]
+        .iter()
+        .enumerate()
+    {
+        dir.write("hooks.json", blank);
+        t.wait_for(WAIT, &format!("blank file {n} refused"), || {
+            t.stderr_tail()
+                .matches("hooks.json: the file is empty, or holds only white space")
+                .count()
+                > n
+        });
+        call(&t, "out", None, r#"{"x": "b"}"#).status_is(200);
+    }
+    // `[]` is a file with no hooks.
+    dir.write("hooks.json", "[]");
+    t.wait_for(WAIT, "[] swapped in", || {
+        call(&t, "out", None, "{}").status == 404
+    });
+}

@@ -725,8 +725,8 @@ const COMPAT_SITES: &[(&str, usize, &str)] = &[
     ),
     (
         "config/reload.rs",
-        4,
-        "hooks files' changes reload, an empty one is refused (stage: reload)",
+        5,
+        "hooks files' changes reload, an empty or blank one is refused (stage: reload)",
     ),
     (
         "http/routes.rs",

@@ -20,8 +20,8 @@
 //!    (`compat::webhook::route`, the URL table), `http/server.rs` (a path
 //!    under the prefix that cannot be read: webhook's 404),
 //!    `config/validate.rs` (read the hooks files, `compile::load`),
-//!    `config/reload.rs` (a hooks file's change reloads; an empty one is
-//!    refused), `cli/lint.rs`
+//!    `config/reload.rs` (a hooks file's change reloads; an empty one, or
+//!    one holding only white space, comments or null, is refused), `cli/lint.rs`
 //!    (`trigd check` warnings), `cli/mod.rs` (`import-webhook`),
 //!    `cli/commands.rs` (`check` counts hooks), `runner/mod.rs` (a hook
 //!    run's program, `cfg.hooks`).

@@ -702,14 +702,18 @@ fn half_written(config_path: &Path, server: &config::Server) -> Option<config::C
         col: 0,
         key: String::new(),
         msg: format!(
-            "the file is empty (a save in progress?): not swapped in for a running server, \
-             as it would drop {drops}"
+            "the file is empty, or holds only white space, comments or null (a save in \
+             progress?): not swapped in for a running server, as it would drop {drops}"
         ),
     };
     if is_empty_file(config_path) {
         return Some(error(config_path, "every key, user and tool"));
     }
-    let hooks = server.hooks.files.iter().find(|f| is_empty_file(f))?;
+    let hooks = server
+        .hooks
+        .files
+        .iter()
+        .find(|f| is_empty_file(f) || is_blank_hooks_file(f))?;
     Some(error(
         hooks,
         "the file's hooks (write [] for a file with none)",
@@ -719,6 +723,16 @@ fn half_written(config_path: &Path, server: &config::Server) -> Option<config::C
 /// Whether `path` is an empty file.
 fn is_empty_file(path: &Path) -> bool {
     fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() == 0)
+}
+
+/// Whether hooks file `path` holds only white space, comments or `null`
+/// (`compat::webhook::file::is_blank`): it would load as no hooks, as an
+/// empty one would. One past the size limit is not read here (the load
+/// refuses it).
+fn is_blank_hooks_file(path: &Path) -> bool {
+    let small = fs::metadata(path)
+        .is_ok_and(|m| m.is_file() && m.len() <= crate::config::file::MAX_FILE_BYTES);
+    small && fs::read_to_string(path).is_ok_and(|t| crate::compat::webhook::file::is_blank(&t))
 }
 
 /// Settings read only at start: say so when they change.

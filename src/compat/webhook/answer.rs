@@ -60,13 +60,33 @@ pub fn render(h: &HookAnswer, result: Result<Response, ApiError>) -> Result<Resp
         answer.headers.push((REPLAYED.into(), "true".into()));
     }
     // A `Content-Type` among them replaces the one guessed from the body.
-    for (name, value) in &h.headers {
+    // The ones that frame the message are the server's to write: a hook's
+    // `Content-Length` was sent as written before the whole body, and the
+    // rest of the body read as the next answer on a kept-alive connection.
+    for (name, value) in h.headers.iter().filter(|(n, _)| !is_framing(n)) {
         answer
             .headers
             .retain(|(n, _)| !n.eq_ignore_ascii_case(name));
         answer.headers.push((name.clone(), value.clone()));
     }
     Ok(answer)
+}
+
+/// Whether header `name` frames the message or the connection (RFC 9110
+/// and 9112: hop-by-hop, or the body's length): never a hook's to set.
+fn is_framing(name: &str) -> bool {
+    [
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "upgrade",
+        "te",
+        "trailer",
+        "proxy-connection",
+    ]
+    .iter()
+    .any(|f| name.eq_ignore_ascii_case(f))
 }
 
 /// The output of a finished run: the text its raw `Result` holds.

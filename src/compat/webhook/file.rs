@@ -158,9 +158,12 @@ fn text<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
         Value::String(s) => s,
         Value::Number(n) => n.to_string(),
         Value::Bool(b) => b.to_string(),
-        other => {
-            let msg = format!("expected a string, found {other}");
-            return Err(serde::de::Error::custom(msg));
+        // Its kind, never its content: the field may be a secret.
+        Value::Array(_) => return Err(serde::de::Error::custom("expected a string, found a list")),
+        Value::Object(_) => {
+            return Err(serde::de::Error::custom(
+                "expected a string, found a mapping",
+            ))
         }
     })
 }
@@ -257,6 +260,21 @@ impl HookError {
     }
 }
 
+/// Whether `text` holds no list of hooks at all: only white space or
+/// comments, or `null` (a file with no hooks says `[]`). A reload does
+/// not swap such a file in (`config::reload`), as it does not an empty one.
+pub fn is_blank(text: &str) -> bool {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    matches!(
+        yaml::parse(text),
+        Ok(None)
+            | Ok(Some(yaml::Doc {
+                value: Value::Null,
+                ..
+            }))
+    )
+}
+
 /// Read the hooks of one file's text: the entry point of loading, of
 /// `trigd import-webhook` and of the `hooks_file` fuzz target. Bounded
 /// whatever the text: at most `file::MAX_FILE_BYTES`, no alias, lists
@@ -276,6 +294,8 @@ pub fn parse_file(text: &str) -> Result<Vec<Parsed>, HookError> {
     if file::over_limit(text) {
         return Err(whole(None, file::too_big_msg()));
     }
+    // A byte order mark, as editors on Windows write one: not text.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let doc = match yaml::parse(text).map_err(|e| whole(Some(e.at), e.msg))? {
         None => return Ok(Vec::new()),
         Some(doc) => doc,
@@ -436,6 +456,44 @@ mod tests {
         }
     }
 
+    /// YAML 1.2, as docs/from-webhook.md says: a plain scalar not written
+    /// as JSON writes a number stays the text written (it read `0755` as
+    /// `755`, `0x1F` as `31`, `1e3` as `1e+3`: a rule's value or a secret
+    /// silently changed).
+    #[test]
+    fn number_like_yaml_text_stays_as_written() {
+        for v in [
+            "010", "0755", "0x1F", "0o17", "+5", "1e3", "1_000", "-0", "2.50", "007",
+        ] {
+            let yaml = format!(
+                "- id: a\n  execute-command: /bin/true\n  trigger-rule:\n    match: {{type: value, value: {v}, parameter: {{source: url, name: x}}}}\n"
+            );
+            let hooks = parse_file(&yaml).unwrap();
+            let h = hooks[0].as_ref().unwrap();
+            let m = h.trigger_rule.as_ref().unwrap().matches.as_ref().unwrap();
+            assert_eq!(m.value, v, "{v}");
+        }
+    }
+
+    /// A mistyped secret (a list, a mapping) is refused by its kind: its
+    /// content went into the error, which the log and `/healthz` show.
+    #[test]
+    fn a_mistyped_field_is_not_quoted() {
+        for secret in ["[hunter2-topsecret]", "{k: hunter2-topsecret}"] {
+            let yaml = format!(
+                "- id: a\n  execute-command: /bin/true\n  trigger-rule:\n    match: {{type: payload-hmac-sha1, parameter: {{source: header, name: X}}, secret: {secret}}}\n"
+            );
+            let err = parse_file(&yaml).unwrap()[0]
+                .as_ref()
+                .err()
+                .unwrap()
+                .msg
+                .clone();
+            assert!(!err.contains("hunter2"), "{err}");
+            assert!(err.contains("expected a string"), "{err}");
+        }
+    }
+
     #[test]
     fn webhook_lenient_json_is_read() {
         // webhook's own test file: an `or` pair inside a list, trailing commas.
@@ -469,6 +527,15 @@ mod tests {
         assert!(parse_file("{\"id\": 1}").is_err());
         assert!(parse_file("[").is_err());
         assert!(parse_file("").unwrap().is_empty());
+        // A byte order mark is not text.
+        let bom = parse_file("\u{feff}[{\"id\": \"x\", \"execute-command\": \"/bin/true\"}]");
+        assert_eq!(bom.map(|h| h.len()).ok(), Some(1), "a file with a BOM");
+        for blank in ["", " \n", "# none\n", "null", "~", "\u{feff}"] {
+            assert!(is_blank(blank), "{blank:?}");
+        }
+        for not_blank in ["[]", "- id: x"] {
+            assert!(!is_blank(not_blank), "{not_blank:?}");
+        }
         assert!(!is_template("{{name}} is not an action"));
     }
 

@@ -202,10 +202,33 @@ fn key_text(v: Value, at: Pos) -> Result<String, YamlError> {
 fn scalar(v: String, style: TScalarStyle, tag: Option<&Tag>) -> Option<Value> {
     let y = match tag {
         _ if style != TScalarStyle::Plain => Yaml::String(v),
-        None => Yaml::from_str(&v),
+        None => return plain(Yaml::from_str(&v), v),
         Some(t) if t.handle == "tag:yaml.org,2002:" => tagged(v, &t.suffix),
         Some(_) => Yaml::String(v),
     };
+    value_of(y)
+}
+
+/// A plain scalar without a tag, read as `y`, written as `text`. A number
+/// stays a number only when written as JSON writes it (`200`, `-1`,
+/// `2.5`): `010`, `0x1F`, `0o17`, `+5`, `1e3` stay the text written
+/// (docs/from-webhook.md: "YAML 1.2: they stay text"), so that a rule's
+/// value or a secret is what the file says, not `8`, `31` or `1e+3`.
+fn plain(y: Yaml, text: String) -> Option<Value> {
+    let as_written = match &y {
+        Yaml::Integer(i) => i.to_string() == text,
+        Yaml::Real(r) => serde_json::from_str::<Number>(r).is_ok_and(|n| n.to_string() == text),
+        _ => true,
+    };
+    if as_written {
+        value_of(y)
+    } else {
+        Some(Value::String(text))
+    }
+}
+
+/// `y` as JSON; `None` for what a hooks file cannot hold.
+fn value_of(y: Yaml) -> Option<Value> {
     Some(match y {
         Yaml::Null => Value::Null,
         Yaml::Boolean(b) => Value::Bool(b),
@@ -272,7 +295,8 @@ mod tests {
         let v = value("a: [1, 2.5, true, ~, \"x\", 0x10, !!str 3, !!int 4, b]\n3: {c: d}\n");
         assert_eq!(
             v,
-            serde_json::json!({"a": [1, 2.5, true, null, "x", 16, "3", 4, "b"], "3": {"c": "d"}})
+            // `0x10` stays text: not written as JSON writes a number.
+            serde_json::json!({"a": [1, 2.5, true, null, "x", "0x10", "3", 4, "b"], "3": {"c": "d"}})
         );
         assert!(parse("").unwrap().is_none());
         assert_eq!(value("---\n"), Value::Null);
