@@ -1046,6 +1046,18 @@ fn hooks_files_reload_and_refuse_what_they_cannot_serve() {
             && all.contains("\"tools/webhooks\" cannot be the hooks' URL prefix"),
         "a prefix trigd serves itself",
     );
+    // Nor one no request path can reach (it loaded, and every hook 404ed).
+    for bad in ["..", ".", "a//b", "x/../api"] {
+        let prefix = format!("hooks_files = [\"hooks.json\"]\nhooks_url_prefix = \"{bad}\"");
+        dir.write("config.toml", &config(&prefix));
+        let check = trigd(&["check", "--config", &dir.path_str("config.toml")], None);
+        check.code_is(1);
+        let all = format!("{}{}", check.stdout, check.stderr);
+        check.check(
+            all.contains(&format!("\"{bad}\" cannot be the hooks' URL prefix")),
+            &format!("an unreachable prefix {bad}"),
+        );
+    }
     // webhook's -http-methods, checked once, naming the option.
     let methods = "hooks_files = [\"hooks.json\"]\nhooks_http_methods = [\"post\", \"FETCH\"]";
     dir.write("config.toml", &config(methods));

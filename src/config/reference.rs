@@ -380,7 +380,7 @@ const SERVER: &[Key] = &[
     key("schedules", "string", Str("fire"), "`\"fire\"`: this instance fires the schedules it loads; `\"off\"`: it does not (another instance of a cluster does); see docs/schedules.md"),
     key("shared_state_dir", "path", Is("`state_dir`"), "directory of `app_keys.json`, shared by several instances; read at start only; unused with `[state] url`"),
     key("hooks_files", "array of paths", Is("`[]`"), "adnanh/webhook hooks files (JSON or YAML) served as they are"),
-    key("hooks_url_prefix", "string", Str("hooks"), "their hooks are at `/<hooks_url_prefix>/<id>` (webhook's `-urlprefix`)"),
+    key("hooks_url_prefix", "string", Str("hooks"), "their hooks are at `/<hooks_url_prefix>/<id>` (webhook's `-urlprefix`); not a path trigd serves itself, and no empty, `.` or `..` segment"),
     key("hooks_http_methods", "array of strings", Is("`[]` (any)"), "the methods a hook without its own `http-methods` accepts (webhook's `-http-methods`)"),
     key("hooks_deduplicate", "bool", Is("`true`"), "a hook whose `trigger-rule` requires a `payload-hmac-*` signature runs a redelivery (same `X-GitHub-Delivery`/`X-Gitea-Delivery`, no `Idempotency-Key`) once; `false`: every delivery runs, as in webhook"),
     key("tls_cert", "path", NONE, "PEM certificate chain, leaf first; with `tls_key`, `listen` speaks HTTPS only (TLS 1.2 and 1.3); re-read when the file changes and on SIGHUP"),

@@ -62,6 +62,10 @@ pub(crate) fn load(
     if segs.is_empty() || RESERVED.contains(&segs[0].as_str()) {
         let msg = format!("\"{prefix}\" cannot be the hooks' URL prefix: it must be non-empty and not start with a path trigd serves itself ({})", RESERVED.join(", "));
         errs.0.push(error(config, "server.hooks_url_prefix", msg));
+    } else if let Some(why) = super::file::unreachable_path(prefix.trim_matches('/')) {
+        // No request path names a hook under it, as for a hook id.
+        let msg = format!("\"{prefix}\" cannot be the hooks' URL prefix: {why}");
+        errs.0.push(error(config, "server.hooks_url_prefix", msg));
     }
     let dir = crate::config::types::config_dir(config);
     let mut by_id: BTreeMap<String, Endpoint> = BTreeMap::new();

@@ -347,7 +347,7 @@ fn hook(index: usize, v: Value, at: Pos) -> Parsed {
     if def.id.is_empty() {
         return Err(err("option id is missing or empty".into()));
     }
-    if let Some(why) = unreachable_id(&def.id) {
+    if let Some(why) = unreachable_path(&def.id) {
         return Err(err(format!(
             "option id \"{}\" can never be reached at /<hooks_url_prefix>/<id>: {why}",
             def.id
@@ -360,11 +360,12 @@ fn hook(index: usize, v: Value, at: Pos) -> Parsed {
     Ok(def)
 }
 
-/// Why no request path can name hook `id`, if none can: the router drops
-/// empty path segments and answers 404 to a `.` or `..` segment (as
-/// webhook's Go router cleans them away), and joins the rest with `/`.
-/// Any other character is reachable, percent-encoded when it must be.
-fn unreachable_id(id: &str) -> Option<&'static str> {
+/// Why no request path can name hook `id` (or a URL prefix), if none
+/// can: the router drops empty path segments and answers 404 to a `.` or
+/// `..` segment (as webhook's Go router cleans them away), and joins the
+/// rest with `/`. Any other character is reachable, percent-encoded when
+/// it must be.
+pub(super) fn unreachable_path(id: &str) -> Option<&'static str> {
     id.split('/').find_map(|seg| match seg {
         "" => Some("it has an empty segment (a leading, trailing or doubled \"/\")"),
         "." | ".." => Some("it has a \".\" or \"..\" segment"),
