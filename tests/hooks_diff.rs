@@ -1055,7 +1055,7 @@ fn hooks_files_reload_and_refuse_what_they_cannot_serve() {
         let all = format!("{}{}", check.stdout, check.stderr);
         check.check(
             all.contains(&format!("\"{bad}\" cannot be the hooks' URL prefix")),
-            &format!("an unreachable prefix {bad}"),
+            format!("an unreachable prefix {bad}"),
         );
     }
     // webhook's -http-methods, checked once, naming the option.
