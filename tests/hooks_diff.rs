@@ -197,6 +197,14 @@ const HOOKS_JSON: &str = r#"[
                                     {"source": "header", "name": "x-trace"}]
   },
   {
+    "id": "no-content",
+    "execute-command": "@DIR@/rec.sh",
+    "response-message": "not sent",
+    "success-http-response-code": 204,
+    "trigger-rule-mismatch-http-response-code": 304,
+    "trigger-rule": {"match": {"type": "value", "value": "yes", "parameter": {"source": "url", "name": "go"}}}
+  },
+  {
     "id": "unknown-success-code",
     "execute-command": "@DIR@/rec.sh",
     "response-message": "ok",
@@ -445,6 +453,20 @@ fn cases() -> Vec<Case> {
             "/hooks/multi-sig-hard",
             &[json, ("X-Hub-Signature-256", &sig256)],
             push,
+            false,
+        ),
+        case(
+            "204: no body, no Content-Type",
+            "/hooks/no-content?go=yes",
+            &[],
+            "",
+            true,
+        ),
+        case(
+            "304 on a mismatch: no body, no Content-Type",
+            "/hooks/no-content?go=no",
+            &[],
+            "",
             false,
         ),
         case(

@@ -118,6 +118,13 @@ fn run_of(e: &ApiError) -> Option<String> {
 /// A response with `body`, typed as Go's `net/http` guesses (no type for
 /// an empty body).
 pub fn text(status: u16, body: &str) -> Response {
+    // A 204 or 304 has no body (RFC 9110), hence no type: Go refuses the
+    // write, and webhook sends neither.
+    let body = if matches!(status, 204 | 304) {
+        ""
+    } else {
+        body
+    };
     let headers = sniff(body.as_bytes())
         .map(|ct| vec![("Content-Type".to_string(), ct.to_string())])
         .unwrap_or_default();
