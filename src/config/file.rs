@@ -6,8 +6,10 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 /// The largest file a config is read from: every file of a real config
 /// is far smaller (a hooks file of 100 hooks is ~50 KB). The parsers hold
@@ -19,12 +21,72 @@ pub const MAX_FILE_BYTES: u64 = 1 << 20;
 /// The text of the file at `path`, at most [`MAX_FILE_BYTES`].
 ///
 /// # Errors
-/// The file cannot be opened or read, is not UTF-8, or is too big
-/// ([`too_big`]).
+/// The file cannot be opened or read, is not a regular file, is not
+/// UTF-8, or is too big ([`too_big`]).
 pub fn read_text(path: &Path) -> io::Result<String> {
-    let mut file = File::open(path)?;
-    let len = file.metadata().map_or(0, |m| m.len());
-    read_to_end(&mut file, len)
+    // O_NONBLOCK: opening a FIFO at the path would otherwise wait for a
+    // writer for good, holding the reload thread (and every reload and
+    // every call waiting for one after it).
+    let mut file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if meta.file_type().is_fifo() {
+        return read_pipe(&mut file);
+    }
+    if !meta.is_file() {
+        let msg = "not a regular file (a config, program or hooks file is read whole)";
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, msg));
+    }
+    read_to_end(&mut file, meta.len())
+}
+
+/// How long a FIFO's writer may take to give the whole file.
+pub const PIPE_WAIT: Duration = Duration::from_secs(5);
+
+/// The text a pipe (`--config <(…)`, a FIFO) gives until its writer
+/// closes it, within [`PIPE_WAIT`] and [`MAX_FILE_BYTES`]; `file` opened
+/// with `O_NONBLOCK`. A FIFO no writer holds open reads as empty at once.
+///
+/// # Errors
+/// The writer did not finish in time; as [`read_to_end`].
+fn read_pipe(file: &mut File) -> io::Result<String> {
+    let deadline = Instant::now() + PIPE_WAIT;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        match file.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_readable(file, deadline)?,
+            Err(e) => return Err(e),
+        }
+        if buf.len() as u64 > MAX_FILE_BYTES {
+            return Err(too_big());
+        }
+    }
+    String::from_utf8(buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.utf8_error()))
+}
+
+/// Wait until `file` can be read, at most until `deadline`.
+fn wait_readable(file: &File, deadline: Instant) -> io::Result<()> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    let mut fds = [libc::pollfd {
+        fd: file.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    // Nothing ready: the time ran out (or a signal came: look again).
+    if crate::sys::poll(&mut fds, Some(left))? == 0 && Instant::now() >= deadline {
+        let msg = format!(
+            "a pipe whose writer did not close it within {} s",
+            PIPE_WAIT.as_secs()
+        );
+        return Err(io::Error::new(io::ErrorKind::TimedOut, msg));
+    }
+    Ok(())
 }
 
 /// The rest of `file`, expected to be `len` bytes long, as UTF-8, and at
@@ -132,6 +194,37 @@ pub fn too_big_msg() -> String {
 mod tests {
     use super::*;
     use crate::state::test_dir::TestDir;
+
+    /// A FIFO no writer holds reads as empty at once (opening it waited
+    /// for a writer for good, holding every later reload); one a writer
+    /// fills is read until it closes it; a directory is refused.
+    #[test]
+    fn a_fifo_is_read_without_waiting_for_a_writer() {
+        let dir = TestDir::new("file-fifo");
+        let fifo = dir.join("config.toml");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.is_ok_and(|s| s.success()), "mkfifo");
+        let started = Instant::now();
+        assert_eq!(read_text(&fifo).unwrap(), "");
+        assert!(started.elapsed() < PIPE_WAIT, "read at once");
+        let writer = std::thread::spawn({
+            let fifo = fifo.clone();
+            move || std::fs::write(fifo, "[server]\n")
+        });
+        let mut text = String::new();
+        // The writer opens once a reader has: read until it has written.
+        let ok = (0..200).any(|_| {
+            text = read_text(&fifo).unwrap_or_default();
+            if text.is_empty() {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            !text.is_empty()
+        });
+        assert!(ok && text == "[server]\n", "{text:?}");
+        writer.join().unwrap().unwrap();
+        let err = read_text(dir.path()).unwrap_err();
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+    }
 
     #[test]
     fn a_file_over_the_bound_is_refused_and_one_at_it_is_read() {

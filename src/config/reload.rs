@@ -727,12 +727,10 @@ fn is_empty_file(path: &Path) -> bool {
 
 /// Whether hooks file `path` holds only white space, comments or `null`
 /// (`compat::webhook::file::is_blank`): it would load as no hooks, as an
-/// empty one would. One past the size limit is not read here (the load
-/// refuses it).
+/// empty one would. One that cannot be read (too big, not a regular
+/// file) is left to the load, which says why.
 fn is_blank_hooks_file(path: &Path) -> bool {
-    let small = fs::metadata(path)
-        .is_ok_and(|m| m.is_file() && m.len() <= crate::config::file::MAX_FILE_BYTES);
-    small && fs::read_to_string(path).is_ok_and(|t| crate::compat::webhook::file::is_blank(&t))
+    super::file::read_text(path).is_ok_and(|t| crate::compat::webhook::file::is_blank(&t))
 }
 
 /// Settings read only at start: say so when they change.
