@@ -175,6 +175,14 @@ impl<K: Hash + Eq + Clone> Limiter<K> {
         Ok(())
     }
 
+    /// Take back one hit of `key` (an attempt counted before its outcome
+    /// was known, which did not fail).
+    pub fn give_back(&self, key: &K) {
+        if let Some(w) = self.lock().map.get_mut(key) {
+            w.count = w.count.saturating_sub(1);
+        }
+    }
+
     /// Forget `key`.
     pub fn clear(&self, key: &K) {
         self.lock().map.remove(key);
@@ -288,7 +296,13 @@ impl Limits {
         self.keys.take(&key.name, limit).map_err(limited)
     }
 
-    /// Refuse a login for `user` or from `client` past its failures.
+    /// Refuse a login for `user` or from `client` past its failures; else
+    /// count it as a failure now, before its password is checked
+    /// ([`Limits::login_succeeded`] takes it back): attempts sent in
+    /// parallel all passed a check made before any of them was counted (90
+    /// of 100 parallel attempts from one address had their password
+    /// checked, against a limit of 10). The cluster's windows
+    /// (`[state] url`) are only checked here and counted on a failure.
     ///
     /// # Errors
     /// `rate_limited` with the longer of the two waits; 503
@@ -305,35 +319,42 @@ impl Limits {
                 Err(e) => Err(ApiError::db(&e)),
             };
         }
-        let by_user = self.login_users.check(&sha256(user), LOGIN_PER_USER);
-        let by_addr = self.login_addrs.check(&client, LOGIN_PER_ADDRESS);
+        let by_addr = self.login_addrs.take(&client, LOGIN_PER_ADDRESS);
+        let by_user = match by_addr {
+            Ok(()) => self.login_users.take(&sha256(user), LOGIN_PER_USER),
+            Err(_) => self.login_users.check(&sha256(user), LOGIN_PER_USER),
+        };
         match (by_user, by_addr) {
             (Ok(()), Ok(())) => Ok(()),
-            (a, b) => Err(limited(a.err().max(b.err()).unwrap_or(1))),
+            (a, b) => {
+                if b.is_ok() {
+                    self.login_addrs.give_back(&client);
+                }
+                Err(limited(a.err().max(b.err()).unwrap_or(1)))
+            }
         }
     }
 
-    /// Count a failed login of `user` from `client`.
+    /// Count a failed login of `user` from `client` in the cluster's
+    /// windows (here it was counted by [`Limits::check_login`]).
     pub fn login_failed(&self, user: &str, client: IpAddr) {
         if let Some(shared) = &self.shared {
             if let Err(e) = shared.login_failed(user, client) {
                 log::warn!("a failed login could not be counted: {e}");
             }
-            return;
         }
-        // Keyed by hash: bounded size whatever the client sends.
-        self.login_users.hit(&sha256(user));
-        self.login_addrs.hit(&client);
     }
 
-    /// Forget the failures of `user` after a successful login.
-    pub fn login_succeeded(&self, user: &str) {
+    /// Forget the failures of `user` after a successful login from
+    /// `client`, and take back the failure counted for it.
+    pub fn login_succeeded(&self, user: &str, client: IpAddr) {
         if let Some(shared) = &self.shared {
             if let Err(e) = shared.login_succeeded(user) {
                 log::warn!("failed logins of a user could not be cleared: {e}");
             }
             return;
         }
+        self.login_addrs.give_back(&client);
         self.login_users.clear(&sha256(user));
     }
 }
@@ -412,16 +433,39 @@ mod tests {
             r => panic!("{r:?}"),
         };
         assert!((1..=60).contains(&wait), "{wait}");
-        assert!(
-            l.check_login("bob", a).is_ok(),
-            "address not yet at its limit"
-        );
+        // Each attempt checked counts, whatever its user.
         for _ in LOGIN_PER_USER..LOGIN_PER_ADDRESS {
-            l.login_failed("bob", a);
+            assert!(l.check_login("bob", a).is_ok(), "address not yet at its limit");
         }
         assert!(l.check_login("carol", a).is_err(), "address limited");
         assert!(l.check_login("carol", b).is_ok());
-        l.login_succeeded("alice");
+        l.login_succeeded("alice", b);
         assert!(l.check_login("alice", b).is_ok());
+    }
+
+    /// Attempts sent at once are counted as they are checked: no more
+    /// than the address's limit get their password checked (90 of 100
+    /// did when they were counted only once they had failed).
+    #[test]
+    fn parallel_logins_from_one_address_stop_at_its_limit() {
+        let l = std::sync::Arc::new(Limits::default());
+        let a = ip("192.0.2.9");
+        let passed: usize = (0..100)
+            .map(|i| {
+                let l = std::sync::Arc::clone(&l);
+                std::thread::spawn(move || l.check_login(&format!("u{i}"), a).is_ok())
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|h| usize::from(h.join().unwrap()))
+            .sum();
+        assert_eq!(passed as u64, LOGIN_PER_ADDRESS);
+        // A successful login gives its count back: a user signing in
+        // again and again from one address is never limited.
+        let b = ip("192.0.2.10");
+        for _ in 0..3 * LOGIN_PER_ADDRESS {
+            assert!(l.check_login("dave", b).is_ok());
+            l.login_succeeded("dave", b);
+        }
     }
 }

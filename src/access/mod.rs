@@ -43,6 +43,7 @@ pub struct Access {
     pub app_keys: AppKeys,
     sessions: Sessions,
     limits: Limits,
+    password_checks: login::PasswordChecks,
 }
 
 /// An authenticated member of a workspace.
@@ -143,6 +144,7 @@ impl Access {
             app_keys,
             sessions: Sessions::open(state),
             limits: Limits::new(state),
+            password_checks: login::PasswordChecks::new(),
         }
     }
 
