@@ -317,6 +317,19 @@ fn session_authorises_members_with_csrf_for_changes() {
         b"",
     );
     r.ok();
+    // A GET endpoint runs a program: not for a link followed from another
+    // site, on which a browser sends the SameSite=Lax cookie (it ran).
+    let list = "/tools/inventory/production/list";
+    for site in ["cross-site", "same-site"] {
+        let from = [("Cookie", c.as_str()), ("Sec-Fetch-Site", site)];
+        t.request("GET", list, &from, b"").err(403, "csrf_rejected");
+    }
+    let evil = [("Cookie", c.as_str()), ("Origin", "https://evil.example")];
+    t.request("GET", list, &evil, b"").err(403, "csrf_rejected");
+    for site in ["same-origin", "none"] {
+        let from = [("Cookie", c.as_str()), ("Sec-Fetch-Site", site)];
+        t.request("GET", list, &from, b"").ok();
+    }
     let add = "/tools/inventory/production/add?item=x";
     t.request("POST", add, &[("Cookie", &c)], b"")
         .err(403, "csrf_rejected");

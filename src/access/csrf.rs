@@ -58,6 +58,21 @@ pub fn check(
     }
 }
 
+/// A run started by a GET or HEAD on the session cookie (a generated
+/// endpoint with `method = "GET"`): refused when the browser says it
+/// comes from another site, as a link or an image there would make it.
+/// (Other methods pass [`check`] first.)
+///
+/// # Errors
+/// `csrf_rejected` for a visibly cross-site request.
+pub fn run_by_get(cfg: &Config, req: &Request) -> Result<(), ApiError> {
+    let by_get = matches!(req.method, Method::Get | Method::Head);
+    if by_get && cross_site(cfg, req) {
+        return Err(ApiError::CsrfRejected);
+    }
+    Ok(())
+}
+
 /// Whether the browser says the request comes from one of our own pages:
 /// `Sec-Fetch-Site: same-origin` when the header is present, otherwise an
 /// `Origin` equal to ours (`public_url`, else `http(s)://<Host>`). `Origin:

@@ -435,7 +435,10 @@ mod tests {
         assert!((1..=60).contains(&wait), "{wait}");
         // Each attempt checked counts, whatever its user.
         for _ in LOGIN_PER_USER..LOGIN_PER_ADDRESS {
-            assert!(l.check_login("bob", a).is_ok(), "address not yet at its limit");
+            assert!(
+                l.check_login("bob", a).is_ok(),
+                "address not yet at its limit"
+            );
         }
         assert!(l.check_login("carol", a).is_err(), "address limited");
         assert!(l.check_login("carol", b).is_ok());

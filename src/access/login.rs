@@ -99,7 +99,10 @@ impl PasswordChecks {
                     msg: "Too many sign-ins are being checked at once; retry in a second.".into(),
                 });
             }
-            n = self.freed.wait_timeout(n, left).map_or_else(|e| e.into_inner().0, |r| r.0);
+            n = self
+                .freed
+                .wait_timeout(n, left)
+                .map_or_else(|e| e.into_inner().0, |r| r.0);
         }
         *n += 1;
         Ok(CheckSlot(self))

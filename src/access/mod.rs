@@ -218,6 +218,27 @@ impl Access {
         self.user(cfg, req)?.member_of(cfg, req, workspace)
     }
 
+    /// [`Access::member`] for a request that starts a run (a generated
+    /// endpoint). A GET or HEAD on the session cookie is refused too when
+    /// the browser says it comes from another site (`csrf::run_by_get`):
+    /// the CSRF rule leaves those methods alone, and a browser sends a
+    /// `SameSite=Lax` cookie on a link followed from any site.
+    ///
+    /// # Errors
+    /// Those of [`Access::member`]; 403 `csrf_rejected`.
+    pub fn member_to_run(
+        &self,
+        cfg: &Config,
+        req: &Request,
+        workspace: &str,
+    ) -> Result<Member, ApiError> {
+        let m = self.member(cfg, req, workspace)?;
+        if !m.bearer {
+            csrf::run_by_get(cfg, req)?;
+        }
+        Ok(m)
+    }
+
     /// Authenticate a person, whatever their workspace: a bearer
     /// application key when an `Authorization: Bearer` header is present,
     /// else the session cookie. A bearer that is no application key counts

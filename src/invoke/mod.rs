@@ -256,7 +256,7 @@ pub fn authenticate<'c>(
     Ok(match credentials {
         Credentials::ApiKey => Caller::ApiKey(app.access.api_key(cfg, req)?),
         Credentials::Member { workspace } => {
-            Caller::Member(app.access.member(cfg, req, workspace)?)
+            Caller::Member(app.access.member_to_run(cfg, req, workspace)?)
         }
         Credentials::Public => Caller::Public,
     })
