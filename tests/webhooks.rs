@@ -180,6 +180,13 @@ response = { body = "stdout_json", headers = { X-Hook = "slash" } }
 
 [[tools.triggers]]
 kind = "endpoint"
+name = "shaped-plain"
+program = 1
+function = "nothing"
+response = { status = 201, output = false, headers = { X-Test = "1" } }
+
+[[tools.triggers]]
+kind = "endpoint"
 name = "forms"
 program = 1
 function = "two"
@@ -350,6 +357,22 @@ fn a_verified_trigger_without_values_ignores_the_payload() {
     let h = [("Content-Type", "application/json"), ("X-Token", "wrong")];
     let r = t.request("POST", "/tools/hooks/prod/signed-only", &h, PUSH.as_bytes());
     r.err(403, "signature_mismatch");
+}
+
+/// A `[response]` table shapes a trigger that has nothing else of a
+/// signed endpoint (no `verify`, `values` or `rule`): it was ignored, and
+/// `output = false` still answered the `Result`.
+#[test]
+fn a_response_table_shapes_a_plain_trigger_too() {
+    let (_dir, t) = start("wh_shaped_plain", "");
+    let r = t.post("/tools/hooks/prod/shaped-plain");
+    r.status_is(201);
+    r.check_eq(r.header("X-Test"), Some("1"), "the extra header");
+    let v = r.json();
+    r.check(
+        v.get("Result").is_none() && v["Success"] == "Program finished.",
+        format!("output = false hides Result: {v}"),
+    );
 }
 
 #[test]

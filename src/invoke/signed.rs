@@ -88,7 +88,11 @@ pub fn answer(
 ) -> Result<Response, ApiError> {
     let rcv = &endpoint.receive;
     let (label, trigger) = match &endpoint.entry {
-        Entry::Tool(t) if rcv.is_configured() => (t.tool.as_str(), t.trigger.as_str()),
+        // A trigger with only a `[response]` table is shaped too (it was
+        // answered as if it had none: `output = false` still gave `Result`).
+        Entry::Tool(t) if rcv.is_configured() || rcv.answer != Answer::default() => {
+            (t.tool.as_str(), t.trigger.as_str())
+        }
         Entry::Hook(id) => ("hooks", id.as_str()),
         _ => return result,
     };
