@@ -437,7 +437,19 @@ fn application_key_generate_and_regenerate() {
         "hint and time",
     );
     call(&k2).err(401, "unauthorized");
-    call(&k3).ok();
+    let r = call(&k3);
+    let run = r.run_id(&r.ok());
+    // The key reads its run's status as it reads the list and the output
+    // (the status endpoint took only API keys: 401, counted as a failed
+    // authentication of the address).
+    let auth = format!("Bearer {k3}");
+    let status = t.request(
+        "GET",
+        &format!("/api/runs/{run}"),
+        &[("Authorization", auth.as_str()), UA],
+        b"",
+    );
+    status.check_eq(&status.ok()["Run"], &serde_json::json!(run), "Run");
     // Without a User-Agent the bearer request is refused.
     let auth = format!("Bearer {k3}");
     t.request(

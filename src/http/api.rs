@@ -20,15 +20,16 @@ pub fn run(app: &App, cfg: &Arc<Config>, req: &mut Request) -> Result<Response, 
     invoke(app, cfg, req, &cfg.run_endpoint)
 }
 
-/// `GET /api/runs/<id>`: a run's record, for a key that may see it
-/// (`runs::authorize`: authenticated before the run is looked up).
+/// `GET /api/runs/<id>`: a run's record, for an API key or a workspace
+/// member that may see it, as the list, the output and the cancel take
+/// them (`runs::authorize`: authenticated before the run is looked up).
 ///
 /// # Errors
 /// 429 `rate_limited`, 401 for a missing or invalid key; `run_not_found`
 /// otherwise, also for a run outside the key's scope; 421
 /// `run_on_other_instance`.
 pub fn run_status(app: &App, cfg: &Config, req: &Request, id: &str) -> Result<Response, ApiError> {
-    let (rec, _) = runs::authorize(app, cfg, req, id, Takes::Keys)?;
+    let (rec, _) = runs::authorize(app, cfg, req, id, Takes::KeysAndUsers)?;
     let body = serde_json::to_value(rec.public()).map_err(|_| ApiError::Internal)?;
     Ok(Response::json(200, &body))
 }

@@ -75,8 +75,8 @@ pub fn body_file(
 /// `tool="hooks"` for a hook). A signed endpoint's answer gets the
 /// trigger's success status, extra headers, and without `output` no
 /// `Result` (nor a failed run's `Stderr`); a hook's is said as
-/// adnanh/webhook says it (`compat::webhook::answer`); other endpoints'
-/// are untouched.
+/// adnanh/webhook says it (`compat::webhook::answer`); a plain trigger's
+/// only when it has a `[response]` table; other endpoints' are untouched.
 ///
 /// # Errors
 /// `result`'s, for an endpoint without receive settings; trigd's own
