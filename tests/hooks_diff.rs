@@ -940,6 +940,50 @@ fn imported_hooks_run_like_the_originals() {
         dir.read("secrets/github-1") == SECRET,
         "the secret file is written",
     );
+    // Written again over a world-readable file and a symlink: both are
+    // replaced by a 0600 file; the symlink's target is left alone.
+    std::fs::set_permissions(
+        dir.path("secrets/github-1"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .expect("chmod");
+    dir.write("victim", "untouched");
+    let names: Vec<String> = std::fs::read_dir(dir.path("secrets"))
+        .expect("secrets")
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .filter(|n| n != "github-1")
+        .collect();
+    let linked = names
+        .first()
+        .cloned()
+        .unwrap_or_else(|| out.fail("a second secret"));
+    std::fs::remove_file(dir.path(&format!("secrets/{linked}"))).expect("rm");
+    std::os::unix::fs::symlink(dir.path("victim"), dir.path(&format!("secrets/{linked}")))
+        .expect("symlink");
+    let again = trigd(
+        &[
+            "import-webhook",
+            &dir.path_str("hooks.json"),
+            "--program-id",
+            "77",
+            "--write-secrets",
+            &dir.path_str("secrets"),
+        ],
+        None,
+    );
+    again.code_is(0);
+    again.check(
+        dir.read("victim") == "untouched",
+        "a symlink's target is not written",
+    );
+    for name in ["github-1".to_string(), linked] {
+        let meta = std::fs::symlink_metadata(dir.path(&format!("secrets/{name}"))).expect("stat");
+        let mode = std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777;
+        again.check(
+            meta.is_file() && mode == 0o600,
+            format!("secrets/{name}: a regular file, mode {mode:o}"),
+        );
+    }
     let (config_part, program_part) = out
         .stdout
         .split_once("# ---- programs/webhook-hooks.toml ----")

@@ -51,6 +51,10 @@ pub fn run(file: &Path, program_id: u64, write_secrets: Option<&Path>) -> Result
     Ok(())
 }
 
+/// Write each secret to `dir/<hook>-<n>`, mode 0600: into a new file
+/// beside it, then renamed over it, so that a file already there keeps
+/// neither its mode (a 0644 one stayed 0644) nor a symlink its target (the
+/// secret was written through one, wherever it pointed).
 fn write(dir: &Path, secrets: &[(String, String)]) -> Result<(), Error> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
@@ -59,16 +63,29 @@ fn write(dir: &Path, secrets: &[(String, String)]) -> Result<(), Error> {
     for (rel, secret) in secrets {
         let name = Path::new(rel).file_name().unwrap_or_default();
         let path = dir.join(name);
+        let fail =
+            |e: std::io::Error| Error::Other(format!("cannot write {}: {e}", path.display()));
+        let mut tmp_name = std::ffi::OsString::from(".");
+        tmp_name.push(name);
+        tmp_name.push(format!(".{}.tmp", std::process::id()));
+        let tmp = dir.join(tmp_name);
+        let _ = std::fs::remove_file(&tmp);
         let mut f = std::fs::OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .mode(0o600)
-            .open(&path)
-            .map_err(|e| Error::Other(format!("cannot write {}: {e}", path.display())))?;
-        f.write_all(secret.as_bytes())
-            .map_err(|e| Error::Other(format!("cannot write {}: {e}", path.display())))?;
-        eprintln!("wrote {}", path.display());
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)
+            .map_err(fail)?;
+        let written = f.write_all(secret.as_bytes()).and_then(|()| f.sync_all());
+        drop(f);
+        let replaced = path.symlink_metadata().is_ok();
+        if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, &path)) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(fail(e));
+        }
+        let verb = if replaced { "replaced" } else { "wrote" };
+        eprintln!("{verb} {}", path.display());
     }
     Ok(())
 }
