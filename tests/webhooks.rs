@@ -677,6 +677,14 @@ fn a_slash_command_is_answered_with_a_body_slack_shows() {
         Some("text/markdown"),
         "Content-Type",
     );
+    // A program's output under the trigger's type never runs as a page of
+    // trigd's origin (text/html, say).
+    r.check_eq(r.header("Content-Security-Policy"), Some("sandbox"), "CSP");
+    r.check_eq(
+        r.header("X-Content-Type-Options"),
+        Some("nosniff"),
+        "nosniff",
+    );
     // stdout_json whose stdout is not JSON: a Code, the trigger's headers.
     let r = slack_to(&t, "slash-broken", body, now());
     r.err(500, "answer_not_json");

@@ -193,9 +193,24 @@ fn with_body(resp: Response, body: &AnswerBody, content_type: Option<&str>) -> R
         "Content-Type".into(),
         content_type.unwrap_or(default_type).into(),
     ));
+    // A program's output (or a configured text) served as the type the
+    // trigger says, `text/html` included: never with the origin of
+    // trigd's pages, whose session a script there could use (read a
+    // page's CSRF token, regenerate a member's application key).
+    for (name, value) in SHAPED_HEADERS {
+        out.headers.retain(|(k, _)| !k.eq_ignore_ascii_case(name));
+        out.headers.push(((*name).into(), (*value).into()));
+    }
     out.body = bytes;
     out
 }
+
+/// The headers of an answer whose body a trigger shapes ([`with_body`]):
+/// a sandbox (an opaque origin, no scripts) and no type sniffing.
+const SHAPED_HEADERS: &[(&str, &str)] = &[
+    ("Content-Security-Policy", "sandbox"),
+    ("X-Content-Type-Options", "nosniff"),
+];
 
 const TEXT: &str = "text/plain; charset=utf-8";
 const JSON: &str = "application/json";
