@@ -293,6 +293,15 @@ fn pages_redirect_to_login_and_back() {
         b"username=alice&password=alice-pw&next=%2F%2Fevil.example",
     );
     r.check_eq(r.header("location"), Some("/"), "Location");
+    // A field given twice is refused, not its first value taken.
+    let r = t.request(
+        "POST",
+        "/login",
+        &[("Content-Type", "application/x-www-form-urlencoded")],
+        b"username=bob&username=alice&password=alice-pw",
+    );
+    let v = r.err(400, "invalid_parameter");
+    r.check_eq(&v["Parameter"], &serde_json::json!("username"), "Parameter");
     // A visibly cross-site login post is refused (login CSRF).
     post_login(&t, "alice", "alice-pw", &[("Sec-Fetch-Site", "cross-site")])
         .err(403, "csrf_rejected");

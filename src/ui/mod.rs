@@ -182,7 +182,20 @@ fn form(req: &Request) -> Result<Vec<(String, String)>, ApiError> {
         }
     }
     let text = std::str::from_utf8(&req.body).map_err(|_| bad("The form is not UTF-8."))?;
-    form_pairs(text).map_err(|_| bad("The form is not valid percent-encoded UTF-8."))
+    let pairs =
+        form_pairs(text).map_err(|_| bad("The form is not valid percent-encoded UTF-8."))?;
+    // trigd's forms never repeat a field: which of two values was meant
+    // (two `csrf`, two `public`) is not guessed (security.md).
+    let mut seen = std::collections::HashSet::new();
+    for (k, _) in &pairs {
+        if !seen.insert(k.as_str()) {
+            return Err(ApiError::InvalidParameter {
+                name: k.clone(),
+                msg: format!("The form field '{k}' is given more than once."),
+            });
+        }
+    }
+    Ok(pairs)
 }
 
 fn field<'a>(form: &'a [(String, String)], name: &str) -> Option<&'a str> {

@@ -199,6 +199,10 @@ fn bad_public(msg: &str) -> ApiError {
 fn public_of_json(body: &[u8]) -> Result<bool, ApiError> {
     const WANT: &str =
         "The body must be the JSON object {\"Public\": true} or {\"Public\": false}.";
+    // A key twice is refused, not the last one taken (security.md).
+    if crate::receive::json::check(body, true, false).is_err() {
+        return Err(bad_public(WANT));
+    }
     let v: Value = serde_json::from_slice(body).map_err(|_| bad_public(WANT))?;
     match v.as_object() {
         Some(o) if o.len() == 1 => o
@@ -322,6 +326,7 @@ mod tests {
             br#"{"Public":"true"}"#,
             br#"{"Public":true,"X":1}"#,
             br#"{"public":true}"#,
+            br#"{"Public":false,"Public":true}"#,
         ] {
             let e = public_of_json(bad).unwrap_err();
             assert_eq!(
