@@ -132,6 +132,8 @@ struct Pebble {
     directory: String,
     /// pebble's management API (`/roots/0`).
     management: String,
+    /// pebble-challtestsrv's DNS port.
+    dns: u16,
 }
 
 impl Drop for Pebble {
@@ -178,28 +180,48 @@ impl Pebble {
             "externalAccountBindingRequired": false,
         }});
         dir.write("pebble.json", &config.to_string());
+        let mut p = Pebble {
+            children: vec![challtestsrv],
+            directory: format!("https://127.0.0.1:{acme}/dir"),
+            management: format!("https://127.0.0.1:{mgmt}"),
+            dns,
+        };
+        p.spawn_pebble(dir);
+        p
+    }
+
+    /// Start pebble itself (its state in memory: a new one knows no
+    /// account) and wait for its directory.
+    fn spawn_pebble(&mut self, dir: &TestDir) {
         let pebble = Command::new(need("pebble"))
             .args(["-config", &dir.path_str("pebble.json")])
-            .args(["-dnsserver", &format!("127.0.0.1:{dns}")])
+            .args(["-dnsserver", &format!("127.0.0.1:{}", self.dns)])
             .env("PEBBLE_VA_NOSLEEP", "1")
             .env("PEBBLE_WFE_NONCEREJECT", "0")
             // Every order proves its names anew: a failed challenge fails.
             .env("PEBBLE_AUTHZREUSE", "0")
             .env_remove("PEBBLE_VA_ALWAYS_VALID")
-            .stdout(log("pebble.log"))
+            .stdout(fs::File::create(dir.path("pebble.log")).expect("log file"))
             .stderr(Stdio::null())
             .spawn()
             .expect("start pebble");
-        let p = Pebble {
-            children: vec![challtestsrv, pebble],
-            directory: format!("https://127.0.0.1:{acme}/dir"),
-            management: format!("https://127.0.0.1:{mgmt}"),
-        };
+        self.children.push(pebble);
         // A bound for a pebble that never answers (it starts slowly
         // beside a full test run on a loaded machine).
-        let up = wait_until(Duration::from_secs(60), || p.get(dir, &p.directory).is_ok());
+        let up = wait_until(Duration::from_secs(60), || {
+            self.get(dir, &self.directory).is_ok()
+        });
         assert!(up, "pebble did not answer:\n{}", dir.read("pebble.log"));
-        p
+    }
+
+    /// Stop pebble and start a new one on the same ports: a CA that has
+    /// forgotten every account.
+    fn restart_pebble(&mut self, dir: &TestDir) {
+        if let Some(mut old) = self.children.pop() {
+            let _ = old.kill();
+            let _ = old.wait();
+        }
+        self.spawn_pebble(dir);
     }
 
     /// GET `url` over HTTPS trusting the test CA.
@@ -404,8 +426,9 @@ fn pebble_issues_renews_and_a_failed_challenge_keeps_the_certificate() {
     let dir = TestDir::new("acme_pebble");
     dir.mkdir("programs");
     let http_port = free_port();
-    let pebble = Pebble::start(&dir, http_port);
-    let config = |extra: &str| acme_config(http_port, &pebble.directory, extra);
+    let mut pebble = Pebble::start(&dir, http_port);
+    let directory = pebble.directory.clone();
+    let config = |extra: &str| acme_config(http_port, &directory, extra);
     dir.write("config.toml", &config(""));
     let mut t = Trigd::start(&dir);
     let root = pebble
@@ -525,8 +548,29 @@ fn pebble_issues_renews_and_a_failed_challenge_keeps_the_certificate() {
     assert_eq!(metric(&t, "trigd_acme_ok"), "0");
     assert_eq!(dir.read_bytes("state/acme/certificate.pem"), cert2);
 
-    // The account key was never logged.
+    // The CA forgets the account (pebble keeps its accounts in memory):
+    // the renewal registers a new account and goes on (it failed with
+    // `accountDoesNotExist` at every attempt until the certificate
+    // expired).
+    pebble.restart_pebble(&dir);
+    dir.write("config.toml", &config(due));
+    t.restart();
+    let anew = wait_acme(&t, "renewal with a new account", |a| {
+        a["Fingerprint"].is_string() && a["Fingerprint"] != fp2.as_str() && a["Ok"] == true
+    });
+    assert_eq!(anew["LastError"], Value::Null, "{anew}");
+    assert_ne!(
+        dir.read_bytes("state/acme/account.json"),
+        account,
+        "a new account is kept"
+    );
     let log = fs::read_to_string(&t.stderr_log).unwrap_or_default();
+    assert!(
+        log.contains("the CA no longer knows the kept account"),
+        "the log says why"
+    );
+
+    // The account key was never logged.
     assert!(!log.contains(&secret), "the account key is in the log");
 }
 

@@ -101,12 +101,22 @@ pub fn issue(
     let tls = crate::runs::callback::send::tls_config(&s.extra_roots);
     let http = || Box::new(Ureq::new(std::sync::Arc::clone(&tls), s.timeout));
     pollster::block_on(async {
-        let account = account(s, files, http()).await?;
         let ids: Vec<Identifier> = s.domains.iter().cloned().map(Identifier::Dns).collect();
-        let mut order = account
-            .new_order(&NewOrder::new(&ids))
-            .await
-            .map_err(server)?;
+        let kept = account(s, files, http(), true).await?;
+        let mut order = match kept.new_order(&NewOrder::new(&ids)).await {
+            // The CA no longer knows the kept account (its database was
+            // reset, the account deactivated): a new one, once. Without
+            // this every renewal failed the same way until the
+            // certificate expired.
+            Err(e) if account_gone(&e) => {
+                log::warn!(
+                    "acme: the CA no longer knows the kept account ({e}); registering a new one"
+                );
+                let new = account(s, files, http(), false).await?;
+                new.new_order(&NewOrder::new(&ids)).await.map_err(server)?
+            }
+            r => r.map_err(server)?,
+        };
         let mut tokens = Vec::new();
         let result = answer_and_finish(&mut order, challenges, &mut tokens).await;
         challenges.remove(&tokens);
@@ -114,13 +124,26 @@ pub fn issue(
     })
 }
 
-/// The kept account of this directory, or a new one (then kept).
-async fn account(s: &Settings, files: &AcmeFiles, http: Box<Ureq>) -> Result<Account, IssueError> {
+/// Whether `e` says the CA does not know the account (RFC 8555 §7.3.1,
+/// `accountDoesNotExist`).
+fn account_gone(e: &instant_acme::Error) -> bool {
+    matches!(e, instant_acme::Error::Api(p)
+        if p.r#type.as_deref() == Some("urn:ietf:params:acme:error:accountDoesNotExist"))
+}
+
+/// The kept account of this directory (when `reuse`), or a new one (then
+/// kept).
+async fn account(
+    s: &Settings,
+    files: &AcmeFiles,
+    http: Box<Ureq>,
+    reuse: bool,
+) -> Result<Account, IssueError> {
     let kept = files
         .account()
         .map_err(|e| IssueError::Account(e.to_string()))?
         .and_then(|b| serde_json::from_slice::<KeptAccount>(&b).ok())
-        .filter(|k| k.directory == s.directory);
+        .filter(|k| reuse && k.directory == s.directory);
     if let Some(k) = kept {
         return Account::builder_with_http(http)
             .from_credentials(k.credentials)
