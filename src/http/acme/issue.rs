@@ -102,20 +102,21 @@ pub fn issue(
     let http = || Box::new(Ureq::new(std::sync::Arc::clone(&tls), s.timeout));
     pollster::block_on(async {
         let ids: Vec<Identifier> = s.domains.iter().cloned().map(Identifier::Dns).collect();
-        let kept = account(s, files, http(), true).await?;
-        let mut order = match kept.new_order(&NewOrder::new(&ids)).await {
-            // The CA no longer knows the kept account (its database was
-            // reset, the account deactivated): a new one, once. Without
-            // this every renewal failed the same way until the
-            // certificate expired.
-            Err(e) if account_gone(&e) => {
-                log::warn!(
-                    "acme: the CA no longer knows the kept account ({e}); registering a new one"
-                );
-                let new = account(s, files, http(), false).await?;
-                new.new_order(&NewOrder::new(&ids)).await.map_err(server)?
+        let mut reuse = true;
+        let mut order = loop {
+            let account = account(s, files, http(), reuse).await?;
+            match account.new_order(&NewOrder::new(&ids)).await {
+                // The CA no longer knows the kept account (its database
+                // was reset): a new one, once. Without this every renewal
+                // failed the same way until the certificate expired.
+                Err(e) if reuse && account_gone(&e) => {
+                    log::warn!(
+                        "acme: the CA no longer knows the kept account ({e}); registering a new one"
+                    );
+                    reuse = false;
+                }
+                r => break r.map_err(server)?,
             }
-            r => r.map_err(server)?,
         };
         let mut tokens = Vec::new();
         let result = answer_and_finish(&mut order, challenges, &mut tokens).await;
