@@ -777,6 +777,11 @@ fn fixed_at_start(old: &config::Server, new: &config::Server) -> Vec<&'static st
             old.tls != new.tls,
         ),
         ("[acme]", old.acme != new.acme),
+        // The redirect listener's target is fixed at its start.
+        (
+            "public_url (for redirect_http)",
+            new.tls.redirect_http.is_some() && old.public_url != new.public_url,
+        ),
     ]
     .into_iter()
     .filter_map(|(name, changed)| changed.then_some(name))
@@ -822,6 +827,18 @@ mod tests {
                 "shutdown_grace"
             ]
         );
+        // The redirect listener's target: only while there is one.
+        let mut redirecting = base.clone();
+        redirecting.tls.redirect_http = Some("127.0.0.1:80".into());
+        let mut moved = redirecting.clone();
+        moved.public_url = Some("https://example.org".into());
+        assert_eq!(
+            fixed_at_start(&redirecting, &moved),
+            ["public_url (for redirect_http)"]
+        );
+        let mut plain = base.clone();
+        plain.public_url = Some("https://example.org".into());
+        assert!(fixed_at_start(&base, &plain).is_empty());
     }
 
     #[test]
