@@ -1951,8 +1951,6 @@ impl Runner {
     }
 }
 
-/// Wake a sync caller handed a slot; an async run handed one comes back,
-/// to be started. Called without the slots lock.
 /// Whether deliveries of `rec` are out before its end (`callbacks =
 /// "each"`): the delivery service records their progress in the kept
 /// record while the runner's copy still says `pending`.
@@ -1962,6 +1960,8 @@ fn sent_before_the_end(rec: &RunRecord) -> bool {
         .any(|d| d.state != DeliveryState::Waiting)
 }
 
+/// Wake a sync caller handed a slot; an async run handed one comes back,
+/// to be started. Called without the slots lock.
 fn wake(granted: Granted) -> Option<Queued> {
     match granted {
         Granted::Sync(t) => {

@@ -158,16 +158,9 @@ fn give_back_db(db: &Db, slot: &Hash, run: &str) {
 /// with bytes outside printable ASCII, or a second `Idempotency-Key`
 /// header (which of two keys the caller meant is not ours to guess).
 pub fn key_of(req: &Request) -> Result<Option<&str>, ApiError> {
-    let mut keys = req.headers.iter().filter(|(k, _)| k == HEADER);
-    let Some((_, key)) = keys.next() else {
+    let Some(key) = req.header_one(HEADER, "Idempotency-Key")? else {
         return Ok(None);
     };
-    if keys.next().is_some() {
-        return Err(ApiError::InvalidParameter {
-            name: "Idempotency-Key".into(),
-            msg: "Idempotency-Key is given more than once: send one.".into(),
-        });
-    }
     let printable = key.bytes().all(|b| (0x20..0x7f).contains(&b));
     if key.is_empty() || key.len() > MAX_KEY_BYTES || !printable {
         return Err(ApiError::InvalidParameter {
