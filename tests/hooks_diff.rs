@@ -913,17 +913,20 @@ fn import_cases() -> Vec<(Case, String)> {
 #[test]
 fn imported_hooks_run_like_the_originals() {
     let dir = hooks_dir("hooks_import");
-    let out = trigd(
-        &[
-            "import-webhook",
-            &dir.path_str("hooks.json"),
-            "--program-id",
-            "77",
-            "--write-secrets",
-            &dir.path_str("secrets"),
-        ],
-        None,
-    );
+    let import = || {
+        trigd(
+            &[
+                "import-webhook",
+                &dir.path_str("hooks.json"),
+                "--program-id",
+                "77",
+                "--write-secrets",
+                &dir.path_str("secrets"),
+            ],
+            None,
+        )
+    };
+    let out = import();
     out.code_is(0);
     out.check(
         out.stderr
@@ -960,17 +963,7 @@ fn imported_hooks_run_like_the_originals() {
     std::fs::remove_file(dir.path(&format!("secrets/{linked}"))).expect("rm");
     std::os::unix::fs::symlink(dir.path("victim"), dir.path(&format!("secrets/{linked}")))
         .expect("symlink");
-    let again = trigd(
-        &[
-            "import-webhook",
-            &dir.path_str("hooks.json"),
-            "--program-id",
-            "77",
-            "--write-secrets",
-            &dir.path_str("secrets"),
-        ],
-        None,
-    );
+    let again = import();
     again.code_is(0);
     again.check(
         dir.read("victim") == "untouched",

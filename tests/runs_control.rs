@@ -995,22 +995,8 @@ fn bad_retry_settings_are_located_load_errors() {
 #[test]
 fn callbacks_each_attempt_when_asked_and_on_the_final_outcome() {
     let rx = Receiver::start(200);
-    let dir = setup("retry_each", "");
-    dir.append(
-        "config.toml",
-        "\n[callbacks]\nallow = [\"127.0.0.1\"]\nallow_private = [\"127.0.0.1\"]\nsecret_file = \"cb.secret\"\n",
-    );
-    dir.write("cb.secret", "retry-each-test-secret-0a1b2c3d4e5f\n");
     let retry = "attempts = 3\nbackoff = \"100ms\"\ncallbacks = \"each\"";
-    let program = flaky(3, retry).replace(
-        "[functions.webhook]\n[functions.retry]",
-        &format!(
-            "callback = \"http://127.0.0.1:{}/cb\"\n[functions.webhook]\n[functions.retry]",
-            rx.port
-        ),
-    );
-    dir.write("programs/flaky.toml", &program);
-    let t = Trigd::start(&dir);
+    let (_dir, t) = each_attempt_server_with("retry_each", &rx, None, (3, retry));
     let r = t.post(&format!("/api?api_key={KEY}&program_id=5&function=flaky"));
     let id = r.run_id(&r.ok());
     let ok = wait_until(std::time::Duration::from_secs(30), || rx.got().len() == 3);
@@ -1037,6 +1023,18 @@ fn callbacks_each_attempt_when_asked_and_on_the_final_outcome() {
 /// always fails, three attempts 1 s apart, its callback to `rx`; the run
 /// records in PostgreSQL when `db` is given.
 fn each_attempt_server(name: &str, rx: &Receiver, db: Option<&PgDb>) -> (TestDir, Trigd) {
+    let retry = "attempts = 3\nbackoff = \"1s\"\njitter = false\ncallbacks = \"each\"";
+    each_attempt_server_with(name, rx, db, (99, retry))
+}
+
+/// [`each_attempt_server`] whose `flaky` succeeds at attempt `ok_at`, with
+/// `[functions.retry]` `retry`.
+fn each_attempt_server_with(
+    name: &str,
+    rx: &Receiver,
+    db: Option<&PgDb>,
+    (ok_at, retry): (u32, &str),
+) -> (TestDir, Trigd) {
     let dir = setup(name, "");
     dir.append(
         "config.toml",
@@ -1046,8 +1044,7 @@ fn each_attempt_server(name: &str, rx: &Receiver, db: Option<&PgDb>) -> (TestDir
     if let Some(db) = db {
         db.configure(&dir, "");
     }
-    let retry = "attempts = 3\nbackoff = \"1s\"\njitter = false\ncallbacks = \"each\"";
-    let program = flaky(99, retry).replace(
+    let program = flaky(ok_at, retry).replace(
         "[functions.webhook]\n[functions.retry]",
         &format!(
             "callback = \"http://127.0.0.1:{}/rt\"\n[functions.webhook]\n[functions.retry]",

@@ -288,15 +288,7 @@ fn kill9_keeps_an_occurrence_waiting_under_overlap_queue_and_runs_it_once() {
     let mut t = Trigd::start(&dir);
     // Every run is recorded `queued` a moment before it runs: wait for
     // one recorded `queued` while an earlier occurrence runs.
-    let waiting = || {
-        let running = in_state(&dir, "1/tick/q", "running");
-        let first = running.first()?["ScheduledAt"].as_str()?.to_string();
-        in_state(&dir, "1/tick/q", "queued").into_iter().find(|r| {
-            r["ScheduledAt"]
-                .as_str()
-                .is_some_and(|at| at > first.as_str())
-        })
-    };
+    let waiting = || waiting_occurrence(&dir);
     t.wait_for(WAIT, "an occurrence waiting for the running one", || {
         waiting().is_some()
     });
@@ -321,6 +313,19 @@ fn kill9_keeps_an_occurrence_waiting_under_overlap_queue_and_runs_it_once() {
     t.check(twice.is_empty(), format!("occurrences twice: {twice:?}"));
 }
 
+/// The record of an occurrence of `1/tick/q` recorded `queued` while an
+/// earlier one runs (every run is recorded `queued` a moment before it
+/// runs), if there is one now.
+fn waiting_occurrence(dir: &TestDir) -> Option<Value> {
+    let running = in_state(dir, "1/tick/q", "running");
+    let first = running.first()?["ScheduledAt"].as_str()?.to_string();
+    in_state(dir, "1/tick/q", "queued").into_iter().find(|r| {
+        r["ScheduledAt"]
+            .as_str()
+            .is_some_and(|at| at > first.as_str())
+    })
+}
+
 /// An occurrence waiting under `overlap = "queue"` keeps what it was
 /// accepted with: an edit of the schedule's values meanwhile applies from
 /// the next occurrence, and the waiting run's record keeps its `CreatedAt`
@@ -339,15 +344,7 @@ fn a_waiting_occurrence_keeps_its_values_and_created_at_across_an_edit() {
     let cmd = format!("echo $who >> {ran}; while [ ! -e {release} ]; do sleep 0.05; done");
     dir.write("programs/p.toml", &program(&cmd, &sched("one")));
     let t = Trigd::start(&dir);
-    let waiting = || {
-        let running = in_state(&dir, "1/tick/q", "running");
-        let first = running.first()?["ScheduledAt"].as_str()?.to_string();
-        in_state(&dir, "1/tick/q", "queued").into_iter().find(|r| {
-            r["ScheduledAt"]
-                .as_str()
-                .is_some_and(|at| at > first.as_str())
-        })
-    };
+    let waiting = || waiting_occurrence(&dir);
     t.wait_for(WAIT, "an occurrence waiting for the running one", || {
         waiting().is_some()
     });
