@@ -174,8 +174,27 @@ async fn account(
 }
 
 /// Answer the order's challenges (their tokens added to `tokens`), wait
-/// for it to be ready, finalise it and fetch the chain.
+/// for it to be ready, finalise it and fetch the chain. A request the CA
+/// refuses once a challenge was answered is told by the failed
+/// challenge's own error when there is one: the CA may answer the next
+/// request with its problem document before the order shows `invalid`
+/// (pebble did, on a loaded machine).
 async fn answer_and_finish(
+    order: &mut Order,
+    challenges: &Challenges,
+    tokens: &mut Vec<String>,
+) -> Result<Issued, IssueError> {
+    match answer_and_finish_steps(order, challenges, tokens).await {
+        Err(IssueError::Server(m)) if !tokens.is_empty() => match challenge_errors(order).await {
+            Some(why) => Err(IssueError::Challenge(why)),
+            None => Err(IssueError::Server(m)),
+        },
+        r => r,
+    }
+}
+
+/// The steps of [`answer_and_finish`].
+async fn answer_and_finish_steps(
     order: &mut Order,
     challenges: &Challenges,
     tokens: &mut Vec<String>,
@@ -234,6 +253,13 @@ async fn wait_ready(order: &mut Order, deadline: Instant) -> Result<(), IssueErr
 
 /// The errors of the order's failed challenges, in one line.
 async fn why_invalid(order: &mut Order) -> String {
+    challenge_errors(order)
+        .await
+        .unwrap_or_else(|| "the CA marked the order invalid".into())
+}
+
+/// The errors of the order's failed challenges, in one line, if any.
+async fn challenge_errors(order: &mut Order) -> Option<String> {
     let mut reasons = Vec::new();
     let mut authzs = order.authorizations();
     while let Some(Ok(authz)) = authzs.next().await {
@@ -244,11 +270,7 @@ async fn why_invalid(order: &mut Order) -> String {
             }
         }
     }
-    if reasons.is_empty() {
-        "the CA marked the order invalid".into()
-    } else {
-        reasons.join("; ")
-    }
+    (!reasons.is_empty()).then(|| reasons.join("; "))
 }
 
 /// Wait a little before polling again, or fail past `deadline`.
