@@ -167,6 +167,9 @@ fn csrf_field(s: &Session) -> Markup {
     html! { input type="hidden" name="csrf" value=(s.csrf); }
 }
 
+/// The fields trigd's forms send (sign-in, CSRF token, public switch).
+const FORM_FIELDS: &[&str] = &["username", "password", "next", "csrf", "public", "confirm"];
+
 /// The pairs of a form-urlencoded body.
 fn form(req: &Request) -> Result<Vec<(String, String)>, ApiError> {
     let bad = |msg: &str| ApiError::InvalidParameter {
@@ -184,10 +187,14 @@ fn form(req: &Request) -> Result<Vec<(String, String)>, ApiError> {
     let text = std::str::from_utf8(&req.body).map_err(|_| bad("The form is not UTF-8."))?;
     let pairs =
         form_pairs(text).map_err(|_| bad("The form is not valid percent-encoded UTF-8."))?;
-    // trigd's forms never repeat a field: which of two values was meant
-    // (two `csrf`, two `public`) is not guessed (security.md).
+    // trigd's forms never repeat one of their fields: which of two values
+    // was meant (two `csrf`, two `public`) is not guessed (security.md).
+    // Fields no form of trigd's has are ignored, repeated or not.
     let mut seen = std::collections::HashSet::new();
-    for (k, _) in &pairs {
+    for (k, _) in pairs
+        .iter()
+        .filter(|(k, _)| FORM_FIELDS.contains(&k.as_str()))
+    {
         if !seen.insert(k.as_str()) {
             return Err(ApiError::InvalidParameter {
                 name: k.clone(),
