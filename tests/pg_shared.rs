@@ -178,6 +178,48 @@ fn an_application_key_made_on_one_instance_works_on_the_other_and_regenerating_s
 }
 
 #[test]
+fn a_revoked_key_and_a_leavers_key_stop_on_every_instance() {
+    let (db, [(da, a), (db_dir, b)]) = two("pg_revoke");
+    let key = app_key_cli(&da);
+    bearer_call(&b, &key).status_is(200);
+    let config = da.path_str("config.toml");
+    let out = trigd(
+        &[
+            "revoke-app-key",
+            "--workspace",
+            "ops",
+            "--member",
+            "alice",
+            "--config",
+            &config,
+        ],
+        None,
+    );
+    out.code_is(0);
+    let gone = wait_until(PG_WAIT, || {
+        bearer_call(&a, &key).status == 401 && bearer_call(&b, &key).status == 401
+    });
+    assert!(gone, "a revoked key still works");
+    // alice leaves ops in b's config: b's reload deletes her key.
+    let key = app_key_cli(&da);
+    bearer_call(&a, &key).status_is(200);
+    let without = instance_config("b").replace(
+        "name = \"ops\"\nmembers = [\"alice\"]",
+        "name = \"ops\"\nmembers = []",
+    );
+    let state = db.state_toml(&db_dir.root, "lease = \"1h\"");
+    db_dir.write("config.toml", &format!("{without}{state}"));
+    let rows = |db: &PgDb| db.count("SELECT count(*) FROM trigd_app_keys WHERE member = 'alice'");
+    let deleted = wait_until(PG_WAIT, || {
+        b.get("/healthz");
+        rows(&db) == 0
+    });
+    assert!(deleted, "b's reload kept the leaver's key");
+    let refused = wait_until(PG_WAIT, || bearer_call(&a, &key).status == 401);
+    assert!(refused, "the leaver's key still works on a");
+}
+
+#[test]
 fn a_bearer_request_costs_no_database_round_trip_once_the_watcher_listens() {
     let (_pg, [(da, a), (_db, _b)]) = two("pg_app_key_cost");
     let key = app_key_cli(&da);

@@ -477,6 +477,99 @@ fn app_key_works_at_once_and_regenerating_revokes_the_old_key() {
 }
 
 #[test]
+fn a_member_who_leaves_loses_the_key_for_good() {
+    let (dir, mut t) = start("tools_leaver", "");
+    let url = "/tools/inventory/production/list-items";
+    let both = tools_config("");
+    let without = |who: &str| {
+        let left = if who == "alice" { "bob" } else { "alice" };
+        both.replace(
+            r#"members = ["alice", "bob"]"#,
+            &format!("members = [\"{left}\"]"),
+        )
+    };
+    let alice = app_key(&dir, "ops", "alice");
+    let bob = app_key(&dir, "ops", "bob");
+    result(&call(&t, "GET", url, &alice, b""));
+    // alice leaves ops: a reload revokes her key (a call after a change
+    // waits for its reload), and says so.
+    dir.write("config.toml", &without("alice"));
+    t.wait_for(
+        std::time::Duration::from_secs(30),
+        "alice's key refused as unknown",
+        || call(&t, "GET", url, &alice, b"").status == 401,
+    );
+    t.wait_for(
+        std::time::Duration::from_secs(10),
+        "the revocation logged",
+        || {
+            t.stderr_tail()
+                .contains("application key of alice in ops revoked: no longer a member")
+        },
+    );
+    result(&call(&t, "GET", url, &bob, b""));
+    // Added again, she does not get the old key back.
+    dir.write("config.toml", &both);
+    t.wait_for(
+        std::time::Duration::from_secs(30),
+        "alice a member again",
+        || {
+            let fresh = app_key(&dir, "ops", "alice");
+            call(&t, "GET", url, &fresh, b"").status == 200
+        },
+    );
+    call(&t, "GET", url, &alice, b"").err(401, "unauthorized");
+    // bob leaves while trigd is stopped: revoked at the next start.
+    t.kill9();
+    dir.write("config.toml", &without("bob"));
+    t.restart();
+    call(&t, "GET", url, &bob, b"").err(401, "unauthorized");
+    let file = dir.read("state/app_keys.json");
+    assert!(!file.contains(&sha256_hex(&bob)), "bob's hash kept: {file}");
+}
+
+#[test]
+fn revoke_app_key_stops_the_key_at_once() {
+    let (dir, t) = start("tools_revoke", "");
+    let url = "/tools/notes/main/list";
+    let carol = app_key(&dir, "dev", "carol");
+    result(&call(&t, "GET", url, &carol, b""));
+    let config = dir.path_str("config.toml");
+    let revoke = |who: &str| {
+        trigd(
+            &[
+                "revoke-app-key",
+                "--workspace",
+                "dev",
+                "--member",
+                who,
+                "--config",
+                &config,
+            ],
+            None,
+        )
+    };
+    let out = revoke("carol");
+    out.code_is(0);
+    out.check(
+        out.stderr
+            .contains("Application key for carol in dev revoked"),
+        "says it revoked",
+    );
+    call(&t, "GET", url, &carol, b"").err(401, "unauthorized");
+    // Nothing left to revoke: said, not an error.
+    let out = revoke("carol");
+    out.code_is(0);
+    out.check(
+        out.stderr.contains("nothing to revoke"),
+        "says there was none",
+    );
+    // A new key works again.
+    let again = app_key(&dir, "dev", "carol");
+    result(&call(&t, "GET", url, &again, b""));
+}
+
+#[test]
 fn key_file_holds_only_hashes_with_mode_0600() {
     let (dir, _t) = start("tools_key_file", "");
     let k = app_key(&dir, "ops", "alice");

@@ -19,7 +19,7 @@
 //!   key stops working everywhere within milliseconds, at worst within
 //!   `state::pg::keys::TRUST` (5 s).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard};
 
 use serde::{Deserialize, Serialize};
@@ -158,6 +158,51 @@ impl AppKeys {
         };
         Ok((key, info))
     }
+
+    /// Delete the key of `member` in `workspace`; whether there was one.
+    /// It stops working at once, as a regenerated key does.
+    ///
+    /// # Errors
+    /// The state dir cannot be written, or the database used.
+    pub fn revoke(&self, workspace: &str, member: &str) -> Result<bool, StoreError> {
+        let gone = self.revoke_where(|ws, m| ws == workspace && m == member)?;
+        Ok(!gone.is_empty())
+    }
+
+    /// Delete the keys of members no longer in their workspace, by
+    /// `is_member(workspace, member)` of the config just loaded: a member
+    /// who leaves loses the key for good, so that adding the name again
+    /// (the same person or another) does not bring the old key back. The
+    /// (workspace, member) of each key deleted; nothing is written when
+    /// there are none.
+    ///
+    /// # Errors
+    /// The state dir cannot be written, or the database used.
+    pub fn revoke_leavers(
+        &self,
+        is_member: impl Fn(&str, &str) -> bool,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        self.revoke_where(|ws, m| !is_member(ws, m))
+    }
+
+    /// Delete the keys whose (workspace, member) `doomed` picks.
+    fn revoke_where(
+        &self,
+        doomed: impl Fn(&str, &str) -> bool,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        match &self.backend {
+            Backend::Files(f) => Ok(f.remove_where(doomed)?),
+            Backend::Database(t) => {
+                let mut gone = Vec::new();
+                for (ws, member) in t.entries()? {
+                    if doomed(&ws, &member) && t.delete(&ws, &member)? {
+                        gone.push((ws, member));
+                    }
+                }
+                Ok(gone)
+            }
+        }
+    }
 }
 
 impl Files {
@@ -183,6 +228,31 @@ impl Files {
         // Force the next lookup to re-read.
         self.lock_cache().stamp = None;
         Ok(info)
+    }
+
+    /// Delete the entries whose (workspace, member) `doomed` picks, under
+    /// the writers' lock; the file is left alone when it holds none.
+    fn remove_where(
+        &self,
+        doomed: impl Fn(&str, &str) -> bool,
+    ) -> std::io::Result<Vec<(String, String)>> {
+        let picked = |k: &KeyInfo| doomed(&k.workspace, &k.member);
+        if !self.file.read::<KeyInfo>()?.values().any(picked) {
+            return Ok(Vec::new());
+        }
+        let mut gone = Vec::new();
+        self.file.update(|all: &mut BTreeMap<String, KeyInfo>| {
+            all.retain(|_, k| {
+                let keep = !picked(k);
+                if !keep {
+                    gone.push((k.workspace.clone(), k.member.clone()));
+                }
+                keep
+            });
+        })?;
+        // Force the next lookup to re-read.
+        self.lock_cache().stamp = None;
+        Ok(gone)
     }
 
     fn lock_cache(&self) -> MutexGuard<'_, Cache> {

@@ -148,6 +148,25 @@ impl Access {
         }
     }
 
+    /// Revoke the application keys of members no longer in their
+    /// workspace in `cfg` (at start and whenever a reload swaps a config
+    /// in; see [`AppKeys::revoke_leavers`]). Each revoked key is logged; a
+    /// failure (the database down) is logged and tried again at the next
+    /// load, the key refused meanwhile by [`User::member_of`].
+    pub fn revoke_leavers(&self, cfg: &Config) {
+        match self.app_keys.revoke_leavers(|ws, m| is_member(cfg, ws, m)) {
+            Ok(gone) => {
+                for (ws, member) in gone {
+                    log::info!("application key of {member} in {ws} revoked: no longer a member");
+                }
+            }
+            Err(e) => log::warn!(
+                "cannot revoke the application keys of members who left their workspace \
+                 (tried again at the next reload): {e}"
+            ),
+        }
+    }
+
     /// The API key of a run-endpoint request: `api_key` in the query, or
     /// else an `Authorization: Bearer` header. A client address over its
     /// failure budget is refused before its key is looked at, an unknown key

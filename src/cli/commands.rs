@@ -102,12 +102,49 @@ pub fn app_key(path: &Path, workspace: &str, member: &str) -> Result<(), Error> 
             "'{member}' is not a member of workspace '{workspace}'"
         )));
     }
+    let (state, keys) = app_keys_of(&cfg);
+    let (key, _) = keys
+        .regenerate(workspace, member)
+        .map_err(|e| keys_error(&cfg, &state, e))?;
+    println!("{key}");
+    eprintln!("Application key for {member} in {workspace}: shown only once; the previous key no longer works.");
+    Ok(())
+}
+
+/// `trigd revoke-app-key`: delete a member's application key. A running
+/// server stops taking it at once (as after `trigd app-key`). The member
+/// need not be in the workspace any more.
+///
+/// # Errors
+/// The config does not load, the state dir cannot be written or the
+/// database used.
+pub fn revoke_app_key(path: &Path, workspace: &str, member: &str) -> Result<(), Error> {
+    let cfg = config::load(path).map_err(Error::Config)?;
+    let (state, keys) = app_keys_of(&cfg);
+    let had = keys
+        .revoke(workspace, member)
+        .map_err(|e| keys_error(&cfg, &state, e))?;
+    if had {
+        eprintln!("Application key for {member} in {workspace} revoked: it no longer works.");
+    } else {
+        eprintln!("{member} has no application key in {workspace}: nothing to revoke.");
+    }
+    Ok(())
+}
+
+/// The state of `cfg` and its application keys.
+fn app_keys_of(cfg: &config::Config) -> (State, AppKeys) {
     let mut state = State::new(&cfg.server.state_dir, &cfg.server.shared_state_dir);
     if let Some(settings) = &cfg.server.state_db {
         state = state.with_db(Arc::new(Db::new(Arc::clone(settings))));
     }
     let keys = AppKeys::new(&state);
-    let (key, _) = keys.regenerate(workspace, member).map_err(|e| match e {
+    (state, keys)
+}
+
+/// The command's error for a failure to keep the keys.
+fn keys_error(cfg: &config::Config, state: &State, e: StoreError) -> Error {
+    match e {
         StoreError::Io(source) => Error::Io {
             path: state.path(Kept::AppKeys),
             source,
@@ -116,10 +153,7 @@ pub fn app_key(path: &Path, workspace: &str, member: &str) -> Result<(), Error> 
             "cannot keep the key in the database ({}): {e}",
             cfg.server.state_db.as_ref().map_or("", |s| s.url.as_str())
         )),
-    })?;
-    println!("{key}");
-    eprintln!("Application key for {member} in {workspace}: shown only once; the previous key no longer works.");
-    Ok(())
+    }
 }
 
 /// `trigd keygen`: a new random API key (on stderr, apart from the block)

@@ -61,6 +61,8 @@ pub enum Command {
         workspace: String,
         /// Member.
         member: String,
+        /// `trigd revoke-app-key`: delete the key instead.
+        revoke: bool,
     },
     /// `trigd import-webhook`.
     ImportWebhook {
@@ -193,12 +195,13 @@ fn parse_sub(p: &mut lexopt::Parser, sub: &str) -> Result<Command, Error> {
         _ => {
             no_positional(&o, sub)?;
             let need = |v: Option<String>, flag: &str| {
-                v.ok_or_else(|| bad("app-key", format!("app-key needs {flag}")))
+                v.ok_or_else(|| bad(sub, format!("{sub} needs {flag}")))
             };
             Ok(Command::AppKey {
                 workspace: need(o.workspace, "--workspace W")?,
                 member: need(o.member, "--member M")?,
                 config: config_of(o.config),
+                revoke: sub == "revoke-app-key",
             })
         }
     }
@@ -370,7 +373,14 @@ fn run(args: impl Iterator<Item = std::ffi::OsString>) -> Result<ExitCode, Error
             config,
             workspace,
             member,
+            revoke: false,
         } => commands::app_key(&config, &workspace, &member)?,
+        Command::AppKey {
+            config,
+            workspace,
+            member,
+            revoke: true,
+        } => commands::revoke_app_key(&config, &workspace, &member)?,
         Command::ImportWebhook {
             file,
             program_id,

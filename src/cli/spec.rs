@@ -195,6 +195,31 @@ pub const COMMANDS: &[Sub] = &[
         ],
     },
     Sub {
+        name: "revoke-app-key",
+        summary: "delete a member's application key",
+        usage: "trigd revoke-app-key --workspace W --member M [--config PATH]",
+        about: "The key stops working at once, also in a running server, and the member has\n\
+                none until one is generated again (`trigd app-key`, or the member's\n\
+                workspace settings page). A member removed from a workspace in the config\n\
+                loses the key by itself when trigd loads that config.",
+        args: &[],
+        flags: &[
+            Flag {
+                long: "workspace",
+                value: "W",
+                kind: ValueKind::Text,
+                help: "the workspace",
+            },
+            Flag {
+                long: "member",
+                value: "M",
+                kind: ValueKind::Text,
+                help: "the member (a [[users]] name)",
+            },
+            CONFIG,
+        ],
+    },
+    Sub {
         name: "import-webhook",
         summary: "native config for an adnanh/webhook hooks file",
         usage: "trigd import-webhook FILE [--program-id N] [--write-secrets DIR]",

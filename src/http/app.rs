@@ -124,9 +124,12 @@ impl App {
     ) -> App {
         // Body files of runs cut off by a crash or kill -9.
         crate::state::bodies::clean(&state.bodies_dir());
+        let access = Access::open(&state);
+        // Members removed while trigd was stopped.
+        access.revoke_leavers(&config);
         App {
             idempotency,
-            access: Access::open(&state),
+            access,
             state,
             config: RwLock::new(Arc::new(config)),
             generation: AtomicU64::new(1),
@@ -167,9 +170,11 @@ impl App {
         // The error first: a request served by the new config, then a
         // `/healthz`, must not see the refusal that this config ends.
         self.clear_reload_error();
-        *self.config.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(config);
+        let config = Arc::new(config);
+        *self.config.write().unwrap_or_else(|e| e.into_inner()) = Arc::clone(&config);
         self.generation.fetch_add(1, Ordering::SeqCst);
         self.schedules.ring();
+        self.access.revoke_leavers(&config);
     }
 
     /// Record why the last reload was refused.

@@ -198,6 +198,38 @@ impl KeyTable {
         self.copy.invalidate();
         key_row(&row)
     }
+
+    /// The workspace and member of every key (one round trip).
+    ///
+    /// # Errors
+    /// The database cannot be used.
+    pub fn entries(&self) -> Result<Vec<(String, String)>, DbError> {
+        let rows = self
+            .db
+            .with(|c| c.query_typed("SELECT workspace, member FROM trigd_app_keys", &[]))?;
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    r.try_get(0).map_err(DbError::Query)?,
+                    r.try_get(1).map_err(DbError::Query)?,
+                ))
+            })
+            .collect()
+    }
+
+    /// Delete the key of `member` in `workspace` (its trigger notifies
+    /// every instance); whether there was one.
+    ///
+    /// # Errors
+    /// The database cannot be used.
+    pub fn delete(&self, workspace: &str, member: &str) -> Result<bool, DbError> {
+        let sql = "DELETE FROM trigd_app_keys WHERE workspace = $1 AND member = $2";
+        let n = self
+            .db
+            .with(|c| c.execute_typed(sql, &[(&workspace, Type::TEXT), (&member, Type::TEXT)]))?;
+        self.copy.invalidate();
+        Ok(n > 0)
+    }
 }
 
 /// A row of `SELECT {COLUMNS}` (the table's CHECK keeps `sha256` 64 hex
