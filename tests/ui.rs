@@ -312,6 +312,11 @@ fn pages_redirect_to_login_and_back() {
         &[("Origin", "https://evil.example")],
     )
     .err(403, "csrf_rejected");
+    // `Origin: null`: a sandboxed frame or a data: page of another site
+    // (trigd's own pages send their origin: `Referrer-Policy: same-origin`).
+    post_login(&t, "alice", "alice-pw", &[("Origin", "null")]).err(403, "csrf_rejected");
+    // curl, or a browser's own same-origin post, signs in.
+    post_login(&t, "alice", "alice-pw", &[]).status_is(200);
 }
 
 #[test]
@@ -559,7 +564,7 @@ fn pages_escape_values_and_send_security_headers() {
     );
     r.check_eq(
         r.header("referrer-policy"),
-        Some("no-referrer"),
+        Some("same-origin"),
         "Referrer-Policy",
     );
     r.check_eq(r.header("cache-control"), Some("no-store"), "Cache-Control");

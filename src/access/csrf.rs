@@ -76,8 +76,7 @@ pub fn run_by_get(cfg: &Config, req: &Request) -> Result<(), ApiError> {
 /// Whether the browser says the request comes from one of our own pages:
 /// `Sec-Fetch-Site: same-origin` when the header is present, otherwise an
 /// `Origin` equal to ours (`public_url`, else `http(s)://<Host>`). `Origin:
-/// null` (sent on form posts under `Referrer-Policy: no-referrer`) does not
-/// count.
+/// null` does not count.
 fn same_origin(cfg: &Config, req: &Request) -> bool {
     if let Some(site) = req.header("sec-fetch-site") {
         return site.eq_ignore_ascii_case("same-origin");
@@ -100,14 +99,13 @@ fn same_origin(cfg: &Config, req: &Request) -> bool {
 }
 
 /// Whether a request is visibly cross-site: `Sec-Fetch-Site` other than
-/// `same-origin` or `none`, or an `Origin` (not `null`) that is not ours. A
-/// request without either header (curl) is not.
+/// `same-origin` or `none`, or an `Origin` that is not ours, `null`
+/// included (an opaque origin: a sandboxed frame, a `data:` page; trigd's
+/// own pages, sent with `Referrer-Policy: same-origin`, give a browser no
+/// reason to send it). A request without either header (curl) is not.
 fn cross_site(cfg: &Config, req: &Request) -> bool {
     if let Some(site) = req.header("sec-fetch-site") {
         return !(site.eq_ignore_ascii_case("same-origin") || site.eq_ignore_ascii_case("none"));
     }
-    match req.header("origin") {
-        None | Some("null") => false,
-        Some(_) => !same_origin(cfg, req),
-    }
+    req.header("origin").is_some() && !same_origin(cfg, req)
 }

@@ -70,7 +70,7 @@ fn html_response(status: u16, doc: String) -> Response {
     no_store(Response::text(status, "text/html; charset=utf-8", doc))
         .with_header("Content-Security-Policy", CSP)
         .with_header("X-Content-Type-Options", "nosniff")
-        .with_header("Referrer-Policy", "no-referrer")
+        .with_header("Referrer-Policy", "same-origin")
         .with_header("X-Frame-Options", "DENY")
 }
 
