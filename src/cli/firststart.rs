@@ -47,11 +47,7 @@ pub fn load_for_serve(
         source,
     })?;
     let listen = listen.unwrap_or(&cfg.server.listen);
-    // A Unix socket has no URL of its own: the proxy in front gives one.
-    let example = match listen.strip_prefix(crate::http::listen::UNIX_PREFIX) {
-        Some(_) => format!("through the proxy in front of {listen}"),
-        None => format!("http://{listen}/login"),
-    };
+    let example = login_example(listen, cfg.server.public_url.as_deref());
     eprintln!(
         "\nFIRST START: sign in at /login (e.g. {}) with\n{}\n\
          This password is shown only once; only its argon2 hash is kept, in {}.\n\
@@ -62,4 +58,45 @@ pub fn load_for_serve(
         file.display()
     );
     config::load_first(path, before).map_err(Error::Config)
+}
+
+/// Where to sign in, for the banner (printed before the listener is
+/// bound, so a port 0 is not known yet).
+fn login_example(listen: &str, public_url: Option<&str>) -> String {
+    if let Some(url) = public_url {
+        return format!("{}/login", url.trim_end_matches('/'));
+    }
+    // A Unix socket has no URL of its own: the proxy in front gives one.
+    if listen
+        .strip_prefix(crate::http::listen::UNIX_PREFIX)
+        .is_some()
+    {
+        return format!("through the proxy in front of {listen}");
+    }
+    match listen.strip_suffix(":0") {
+        Some(host) => {
+            format!("http://{host}:PORT/login, PORT being the one of the \"listening on\" line")
+        }
+        None => format!("http://{listen}/login"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::login_example;
+
+    #[test]
+    fn the_banner_names_a_login_address_one_can_open() {
+        let ex = |listen, url| login_example(listen, url);
+        assert_eq!(ex("127.0.0.1:8080", None), "http://127.0.0.1:8080/login");
+        assert_eq!(
+            ex("127.0.0.1:0", None),
+            "http://127.0.0.1:PORT/login, PORT being the one of the \"listening on\" line"
+        );
+        assert_eq!(
+            ex("127.0.0.1:0", Some("https://trigd.example/")),
+            "https://trigd.example/login"
+        );
+        assert!(ex("unix:/run/t.sock", None).starts_with("through the proxy"));
+    }
 }

@@ -91,8 +91,16 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Command, Error
     // The command is the first argument unless that is an option (then the
     // default `serve`); `trigd --help` and `trigd --version` stand alone.
     let sub = match args.first().and_then(|a| a.to_str()) {
-        Some("--help" | "-h") => return Ok(Command::Help(usage_text())),
-        Some("--version" | "-V") => return Ok(Command::Version),
+        Some(flag @ ("--help" | "-h" | "--version" | "-V")) => {
+            if let Some(extra) = args.get(1) {
+                let extra = extra.to_string_lossy();
+                return Err(bad("trigd", format!("{flag} takes no argument '{extra}'")));
+            }
+            return Ok(match flag {
+                "--help" | "-h" => Command::Help(usage_text()),
+                _ => Command::Version,
+            });
+        }
         Some(a) if !a.starts_with('-') => a.to_string(),
         Some(_) | None => "serve".to_string(),
     };
@@ -102,7 +110,10 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Command, Error
     let mut p = lexopt::Parser::from_args(args);
     match sub.as_str() {
         "help" => help_for(&mut p),
-        "version" => Ok(Command::Version),
+        "version" => match p.next().map_err(|e| usage("version", &e))? {
+            None => Ok(Command::Version),
+            Some(extra) => Err(usage("version", &extra.unexpected())),
+        },
         sub => parse_sub(&mut p, sub),
     }
 }
@@ -446,6 +457,17 @@ mod tests {
         assert!(usage_error(p(&["serve", "--config"])).contains("--config"));
         assert!(usage_error(p(&["check", "extra"])).contains("'extra'"));
         assert_eq!(p(&["--version"]).unwrap(), Command::Version);
+        assert_eq!(p(&["version"]).unwrap(), Command::Version);
+        for extra in [
+            &["--version", "x"][..],
+            &["-V", "x"],
+            &["--help", "x"],
+            &["version", "x"],
+        ] {
+            assert!(
+                usage_error(p(extra)).contains("'x'") || usage_error(p(extra)).contains("\"x\"")
+            );
+        }
     }
 
     #[test]

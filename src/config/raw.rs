@@ -169,13 +169,13 @@ pub type Count = Option<Spanned<i64>>;
 #[serde(deny_unknown_fields)]
 pub struct RawServer {
     /// `listen`.
-    pub listen: Option<String>,
+    pub listen: Option<Spanned<String>>,
     /// `workers`.
     pub workers: Count,
     /// `programs_dir`.
     pub programs_dir: Option<Spanned<String>>,
     /// `state_dir`.
-    pub state_dir: Option<String>,
+    pub state_dir: Option<Spanned<String>>,
     /// `public_url`.
     pub public_url: Option<Spanned<String>>,
     /// `max_concurrent_runs`.
@@ -239,7 +239,7 @@ pub struct RawServer {
     /// `drain_delay`: not-ready time between SIGTERM and closing.
     pub drain_delay: Option<Spanned<RawDuration>>,
     /// `shared_state_dir`: where application keys live, shared by instances.
-    pub shared_state_dir: Option<String>,
+    pub shared_state_dir: Option<Spanned<String>>,
     /// `schedules`: `fire` (default) or `off`: whether this instance fires
     /// the schedules it loads.
     pub schedules: Option<Spanned<String>>,

@@ -343,7 +343,7 @@ pub const SECTIONS: &[Section] = &[
 ];
 
 const SERVER: &[Key] = &[
-    key("listen", "string", Str(server::LISTEN), "address to listen on, `HOST:PORT` or `unix:PATH` (a Unix socket); `--listen` overrides; port 0 picks a free port; ignored when systemd passes a socket (`LISTEN_FDS`)"),
+    key("listen", "string", Str(server::LISTEN), "address to listen on, `HOST:PORT` (an IPv6 host in brackets: `[::]:8080`) or `unix:PATH` (a Unix socket); `--listen` overrides; port 0 picks a free port; ignored when systemd passes a socket (`LISTEN_FDS`)"),
     key("socket_mode", "string", Str("0660"), "permission bits (octal) of the socket file of `listen = \"unix:PATH\"`; read at start only"),
     key("socket_user", "string", Is("trigd's user"), "owner (name or uid) of that socket file; giving it away needs root; read at start only"),
     key("socket_group", "string", Is("trigd's group"), "group (name or gid) of that socket file, e.g. the proxy's; trigd's user must be a member; read at start only"),

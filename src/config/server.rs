@@ -80,9 +80,17 @@ pub fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) ->
             r.duration(&raw.$field, stringify!($field), defaults::$default)
         };
     }
-    let programs_dir = raw.programs_dir.as_ref().map(|d| d.get_ref().as_str());
-    let state_dir = raw.state_dir.as_deref().unwrap_or(defaults::STATE_DIR);
-    let shared_state_dir = raw.shared_state_dir.as_deref().unwrap_or(state_dir);
+    let programs_dir = dir_of(src, raw.programs_dir.as_ref(), "programs_dir", r.errs);
+    let state_dir =
+        dir_of(src, raw.state_dir.as_ref(), "state_dir", r.errs).unwrap_or(defaults::STATE_DIR);
+    let shared_state_dir = dir_of(
+        src,
+        raw.shared_state_dir.as_ref(),
+        "shared_state_dir",
+        r.errs,
+    )
+    .unwrap_or(state_dir);
+    listen_address(src, raw.listen.as_ref(), r.errs);
     let https = raw
         .public_url
         .as_ref()
@@ -90,8 +98,8 @@ pub fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) ->
     Server {
         listen: raw
             .listen
-            .clone()
-            .unwrap_or_else(|| defaults::LISTEN.into()),
+            .as_ref()
+            .map_or_else(|| defaults::LISTEN.into(), |l| l.get_ref().clone()),
         workers: count_within(
             src,
             &raw.workers,
@@ -203,6 +211,60 @@ fn instance(src: &Src, raw: Option<&Spanned<String>>, errs: &mut Errors) -> Stri
         );
     }
     name.get_ref().clone()
+}
+
+/// A directory setting (`programs_dir`, `state_dir`, `shared_state_dir`):
+/// an empty one is refused (it would mean the config's own directory,
+/// which nobody writes as `""`).
+fn dir_of<'a>(
+    src: &Src,
+    raw: Option<&'a Spanned<String>>,
+    key: &str,
+    errs: &mut Errors,
+) -> Option<&'a str> {
+    let d = raw?;
+    if d.get_ref().is_empty() {
+        let msg = format!("{key} must not be empty (a directory, relative to the config's)");
+        errs.at(src, d.span(), format!("server.{key}"), msg);
+    }
+    Some(d.get_ref().as_str())
+}
+
+/// `listen` must be `host:port` (a port number; an IPv6 address in
+/// brackets) or `unix:PATH`. The host is not resolved here: a name may
+/// resolve only on the host that serves.
+fn listen_address(src: &Src, raw: Option<&Spanned<String>>, errs: &mut Errors) {
+    let Some(l) = raw else { return };
+    if let Err(why) = check_listen(l.get_ref()) {
+        let msg = format!("listen must be host:port or unix:PATH ({why})");
+        errs.at(src, l.span(), "server.listen", msg);
+    }
+}
+
+/// Why `addr` cannot be a `listen` address.
+fn check_listen(addr: &str) -> Result<(), &'static str> {
+    if let Some(path) = addr.strip_prefix(crate::http::listen::UNIX_PREFIX) {
+        return match path.is_empty() {
+            true => Err("the socket's path is empty"),
+            false => Ok(()),
+        };
+    }
+    let Some((host, port)) = addr.rsplit_once(':') else {
+        return Err("no port");
+    };
+    if port.parse::<u16>().is_err() {
+        return Err("the port is not a number from 0 to 65535");
+    }
+    match host.strip_prefix('[').map(|h| h.strip_suffix(']')) {
+        Some(Some(v6)) if v6.parse::<std::net::Ipv6Addr>().is_ok() => Ok(()),
+        Some(_) => Err("an IPv6 address goes in brackets: [::1]:8080"),
+        None if host.is_empty() => Err("no host: 0.0.0.0, 127.0.0.1 or a name"),
+        None if host.contains(':') => Err("an IPv6 address goes in brackets: [::1]:8080"),
+        None if host.chars().any(|c| c.is_whitespace() || c.is_control()) => {
+            Err("the host holds white space")
+        }
+        None => Ok(()),
+    }
 }
 
 /// `public_url` must be an http(s) URL.

@@ -698,3 +698,45 @@ fn async_runs_take_half_the_slots_unless_set_and_never_more_than_all() {
     let e = errors("[server]\nmax_concurrent_async_runs = 0\n", &[]);
     assert!(e[0].contains("must be at least 1"), "{e:?}");
 }
+
+#[test]
+fn listen_and_directories_are_checked_where_written() {
+    for bad in [
+        "nope",
+        ":8080",
+        "127.0.0.1:http",
+        "127.0.0.1:65536",
+        "::1:8080",
+        "[::1:8080",
+        "[nope]:8080",
+        "unix:",
+        "a b:80",
+    ] {
+        let config = format!("[server]\nlisten = {bad:?}\n");
+        expect(
+            &errors(&config, &[]),
+            &["config.toml:2:10: server.listen: listen must be host:port or unix:PATH ("],
+        );
+    }
+    for good in [
+        "127.0.0.1:0",
+        "0.0.0.0:9000",
+        "[::]:8080",
+        "[::1]:1",
+        "localhost:8080",
+        "unix:/run/trigd.sock",
+        "unix:rel.sock",
+    ] {
+        let config = format!("[server]\nlisten = {good:?}\n");
+        assert!(run(&config, &[]).is_ok(), "{good} refused");
+    }
+    let config = "[server]\nstate_dir = \"\"\nprograms_dir = \"\"\nshared_state_dir = \"\"\n";
+    expect(
+        &errors(config, &[]),
+        &[
+            "config.toml:2:13: server.state_dir: state_dir must not be empty",
+            "config.toml:3:16: server.programs_dir: programs_dir must not be empty",
+            "config.toml:4:20: server.shared_state_dir: shared_state_dir must not be empty",
+        ],
+    );
+}

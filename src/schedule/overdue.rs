@@ -5,7 +5,8 @@
 //! (`Metrics::succeeded`, seeded from the run log at start). One small
 //! thread ([`watch`]) looks once a second, only to fire the callbacks
 //! whose `on` has `overdue`: once per overdue spell (a success ends the
-//! spell; a restart starts counting again).
+//! spell; the spells notified are not kept, so a function still overdue
+//! after a restart is notified once more).
 
 use std::collections::HashSet;
 use std::fmt::Write as _;
