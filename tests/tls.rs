@@ -478,9 +478,41 @@ fn a_bad_new_pair_keeps_the_old_certificate_and_says_why() {
 }
 
 #[test]
-fn sighup_reloads_a_directory_swap_the_watcher_does_not_see() {
-    // `certs` is a symlink to a directory, swapped as a whole (Kubernetes
-    // secrets do this): the watched directory itself does not change.
+fn a_kubernetes_secret_swapped_by_its_data_symlink_is_served_without_a_signal() {
+    // A secret volume: `tls.crt -> ..data/tls.crt`, `..data -> ..v1`; an
+    // update writes `..v2` and renames a new `..data` over the old one
+    // (the old directory is left here: only the swap tells).
+    let dir = setup_tls("tls-k8s", &tls_server("secret/tls.crt", "secret/tls.key"));
+    for (d, leaf) in [("secret/..v1", "one"), ("secret/..v2", "two")] {
+        dir.mkdir(d);
+        for (from, to) in [("pem", "tls.crt"), ("key", "tls.key")] {
+            std::fs::copy(
+                dir.path(&format!("{leaf}.{from}")),
+                dir.path(&format!("{d}/{to}")),
+            )
+            .unwrap();
+        }
+    }
+    relink(&dir, "secret/..data", "..v1");
+    relink(&dir, "secret/tls.crt", "..data/tls.crt");
+    relink(&dir, "secret/tls.key", "..data/tls.key");
+    let t = Trigd::start(&dir);
+    let cfg = client_config(&dir);
+    t.check(
+        served_leaf(&t, &cfg) == leaf_der(&dir.path("one.pem")),
+        "first pair",
+    );
+    relink(&dir, "secret/..data", "..v2");
+    let two = leaf_der(&dir.path("two.pem"));
+    t.wait_for(WAIT, "the new pair served after the swap", || {
+        served_leaf(&t, &cfg) == two
+    });
+}
+
+#[test]
+fn sighup_reloads_a_directory_swap() {
+    // `certs` is a symlink to a directory, swapped as a whole: the watcher
+    // sees it too (the test above), and SIGHUP re-reads whatever it saw.
     let dir = setup_tls("tls-sighup", &tls_server("certs/cert.pem", "certs/key.pem"));
     for (d, leaf) in [("a", "one"), ("b", "two")] {
         dir.mkdir(d);

@@ -3,9 +3,11 @@
 //! certbot renews by writing new files into `archive/<name>/` and then
 //! re-pointing the symlinks in `live/<name>/` (a rename of a new symlink over
 //! the old one); other tools rename a new file over the old one, or write
-//! the file in place. So the watcher watches the directory of each
-//! configured path and the directory of the file it resolves to, and reacts
-//! to events naming either. A change is read once events have been quiet
+//! the file in place; Kubernetes mounts a secret as `tls.crt ->
+//! ..data/tls.crt` with `..data -> ..2026_11_29_…/` and renews by swapping
+//! the directory symlink `..data`. So the watcher watches the directory of
+//! each configured path, of every symlink met on the way to the file, and
+//! of the file it resolves to, and reacts to events naming any of them. A change is read once events have been quiet
 //! for [`QUIET`]: certbot's two symlinks, or a key written just after its
 //! certificate, are one change, not a mismatched pair in between.
 
@@ -116,7 +118,8 @@ fn rewatch(
     let mut names = BTreeSet::new();
     for path in [cert, key] {
         let resolved = path.canonicalize().ok();
-        for p in std::iter::once(path).chain(resolved) {
+        let links = links_on_the_way(&path);
+        for p in std::iter::once(path).chain(links).chain(resolved) {
             if let Some(name) = p.file_name() {
                 names.insert(name.to_os_string());
             }
@@ -129,10 +132,69 @@ fn rewatch(
     names
 }
 
+/// The most symlinks followed to resolve a path (Linux's own limit).
+const MAX_LINKS: usize = 40;
+
+/// The symlinks that resolving `path` passes through, the file's own and
+/// its directories' (`..data` of a Kubernetes secret), in order; a loop
+/// ends the walk at [`MAX_LINKS`], a broken link where it breaks.
+fn links_on_the_way(path: &Path) -> Vec<PathBuf> {
+    let mut links = Vec::new();
+    let mut done = PathBuf::new();
+    let mut left: Vec<OsString> = path.iter().rev().map(OsString::from).collect();
+    while let Some(part) = left.pop() {
+        let here = done.join(&part);
+        let Ok(target) = std::fs::read_link(&here) else {
+            done = here;
+            continue;
+        };
+        if links.len() == MAX_LINKS {
+            break;
+        }
+        links.push(here);
+        // The target takes the link's place: an absolute one restarts from
+        // the root, a relative one goes on from the link's directory.
+        if target.is_absolute() {
+            done = PathBuf::new();
+        }
+        left.extend(target.iter().rev().map(OsString::from));
+    }
+    links
+}
+
 /// The directory of `path` (`.` for a bare file name).
 fn parent(path: &Path) -> PathBuf {
     match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::test_dir::TestDir;
+    use std::os::unix::fs::symlink;
+
+    #[test]
+    fn every_link_on_the_way_is_named_and_loops_end() {
+        let dir = TestDir::new("tls-links");
+        let d = dir.path();
+        std::fs::create_dir_all(d.join("..v1")).unwrap();
+        std::fs::write(d.join("..v1/tls.crt"), "x").unwrap();
+        symlink("..v1", d.join("..data")).unwrap();
+        symlink("..data/tls.crt", d.join("tls.crt")).unwrap();
+        assert_eq!(
+            links_on_the_way(&d.join("tls.crt")),
+            [d.join("tls.crt"), d.join("..data")]
+        );
+        assert_eq!(
+            links_on_the_way(&d.join("..v1/tls.crt")),
+            Vec::<PathBuf>::new()
+        );
+        symlink("loop", d.join("loop")).unwrap();
+        assert_eq!(links_on_the_way(&d.join("loop")).len(), MAX_LINKS);
+        symlink(d.join("gone"), d.join("broken")).unwrap();
+        assert_eq!(links_on_the_way(&d.join("broken/x")), [d.join("broken")]);
     }
 }
