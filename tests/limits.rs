@@ -325,6 +325,12 @@ fn past_max_connections_a_new_connection_gets_503_busy_at_once() {
     let took = start.elapsed();
     let v = r.err(503, "busy");
     assert!(r.header("Retry-After").is_some(), "Retry-After; {r:?} {v}");
+    // Like every answer: `Server: trigd` and a `Date`.
+    r.check_eq(r.header("Server"), Some("trigd"), "Server");
+    r.check(
+        r.header("Date").is_some_and(|d| d.ends_with(" GMT")),
+        "a Date header",
+    );
     // "At once": well before request_timeout (30 s) would end the wait
     // for a request; not a measure (a loaded machine can take seconds).
     assert!(took < Duration::from_secs(15), "503 took {took:?}");
@@ -357,6 +363,16 @@ fn oversized_requests_get_json_errors() {
         "a".repeat(2000)
     );
     send_raw(a, long.as_bytes()).err(414, "uri_too_long");
+    // A request line of exactly max_url_bytes is read; one byte more is not.
+    let line = |n: usize| {
+        let pad = n - "GET /livez?p= HTTP/1.1".len();
+        format!(
+            "GET /livez?p={} HTTP/1.1\r\nConnection: close\r\n\r\n",
+            "a".repeat(pad)
+        )
+    };
+    send_raw(a, line(1024).as_bytes()).ok();
+    send_raw(a, line(1025).as_bytes()).err(414, "uri_too_long");
     // Headers past max_header_bytes.
     let big = format!(
         "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
@@ -433,6 +449,167 @@ fn oversized_requests_get_json_errors() {
             "cut off after {took:?}, want about 1s"
         );
     }
+}
+
+/// Everything the server sends on one connection after `bytes`, until it
+/// closes (bounded by the client's read timeout).
+fn all_answers(addr: &str, bytes: &[u8]) -> String {
+    let mut s = connect(addr);
+    s.write_all(bytes).expect("send");
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The status lines in `answers`.
+fn statuses(answers: &str) -> Vec<&str> {
+    answers
+        .lines()
+        .filter(|l| l.starts_with("HTTP/1.1 "))
+        .collect()
+}
+
+/// A request whose framing a proxy could read another way (RFC 9112
+/// §6.3) is 400 and ends its connection: the bytes after its head are
+/// never run as a request of their own (request smuggling). Each case
+/// hides `POST /api … variables=SMUGGLED` after the head.
+#[test]
+fn framing_that_could_hide_a_request_is_400_and_nothing_more_runs() {
+    let (_dir, t) = serve("limits_framing", "", &[("five.toml", FIVE)]);
+    let hidden = format!(
+        "POST /api?api_key={KEY}&program_id=3&function=one&variables=SMUGGLED HTTP/1.1\r\n\
+         Host: x\r\nContent-Length: 0\r\n\r\n"
+    );
+    let n = hidden.len();
+    let outer = format!(
+        "POST /api?api_key={KEY}&program_id=3&function=one&variables=outer HTTP/1.1\r\nHost: x\r\n"
+    );
+    for framing in [
+        format!("Content-Length: 0\r\nContent-Length: {n}\r\n"),
+        format!("Content-Length: {n}\r\nContent-Length: 0\r\n"),
+        "Content-Length: -1\r\n".to_string(),
+        "Content-Length: +0\r\n".to_string(),
+        "Content-Length: 1x\r\n".to_string(),
+        "Content-Length: 99999999999999999999999\r\n".to_string(),
+        format!("Content-Length: {n}\r\nTransfer-Encoding: chunked\r\n"),
+        "Transfer-Encoding: gzip\r\n".to_string(),
+        "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n".to_string(),
+    ] {
+        let answers = all_answers(&t.addr, format!("{outer}{framing}\r\n{hidden}").as_bytes());
+        assert_eq!(
+            statuses(&answers),
+            ["HTTP/1.1 400 Bad Request"],
+            "{framing:?}:\n{answers}"
+        );
+        assert!(answers.contains("\"bad_request\""), "{answers}");
+        assert!(!answers.contains("SMUGGLED"), "{framing:?} ran:\n{answers}");
+    }
+    // Sound framing still keeps the connection for the next request.
+    let sound = format!("{outer}Content-Length: 0\r\n\r\n{hidden}");
+    let answers = all_answers(
+        &t.addr,
+        format!("{sound}GET /livez HTTP/1.1\r\nConnection: close\r\n\r\n").as_bytes(),
+    );
+    assert_eq!(statuses(&answers).len(), 3, "{answers}");
+}
+
+/// An answer sent before the body was read (413) ends the connection: the
+/// rest of that body is never read as a request, however the body is
+/// framed, and a claimed length is not read (a `Content-Length` of 1 TB
+/// once made the server allocate that much, and abort).
+#[test]
+fn an_answer_before_the_body_is_read_closes_the_connection() {
+    let (_dir, t) = serve(
+        "limits_unread_body",
+        "max_body_bytes = 4096",
+        &[("five.toml", FIVE)],
+    );
+    let hidden = format!(
+        "POST /api?api_key={KEY}&program_id=3&function=one&variables=SMUGGLED HTTP/1.1\r\n\
+         Host: x\r\nContent-Length: 0\r\n\r\n"
+    );
+    let mut data = "a".repeat(4097).into_bytes();
+    data.extend_from_slice(hidden.as_bytes());
+    let mut chunked =
+        b"POST /api HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    chunked.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+    chunked.extend_from_slice(&data);
+    chunked.extend_from_slice(b"\r\n0\r\n\r\n");
+    let answers = all_answers(&t.addr, &chunked);
+    assert_eq!(
+        statuses(&answers),
+        ["HTTP/1.1 413 Payload Too Large"],
+        "{answers}"
+    );
+    assert!(
+        answers.to_ascii_lowercase().contains("connection: close"),
+        "{answers}"
+    );
+    for claimed in ["5000", "1000000000000"] {
+        let head = format!(
+            "POST /api HTTP/1.1\r\nHost: x\r\nContent-Length: {claimed}\r\n\r\nabc{hidden}"
+        );
+        let answers = all_answers(&t.addr, head.as_bytes());
+        assert_eq!(
+            statuses(&answers),
+            ["HTTP/1.1 413 Payload Too Large"],
+            "{answers}"
+        );
+        assert!(
+            answers.to_ascii_lowercase().contains("connection: close"),
+            "{answers}"
+        );
+    }
+    t.get("/healthz").ok();
+}
+
+/// `HTTP/2.0` and `HTTP/3.0` request lines (and the h2 preface) are 400 at
+/// once: they once got no answer at all and held their connection (and
+/// its place under `max_connections`) for good.
+#[test]
+fn http2_request_lines_are_400_at_once_and_free_their_connection() {
+    let (_dir, t) = serve("limits_http2_line", "max_connections = 4", &[]);
+    for _ in 0..3 {
+        for line in [
+            &b"GET /healthz HTTP/2.0\r\n\r\n"[..],
+            b"GET /healthz HTTP/3.0\r\n\r\n",
+            b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+            b"GET /healthz HTTP/0.9\r\n\r\n",
+        ] {
+            let answers = all_answers(&t.addr, line);
+            assert_eq!(
+                statuses(&answers),
+                ["HTTP/1.1 400 Bad Request"],
+                "{answers}"
+            );
+        }
+    }
+    t.get("/healthz").ok();
+}
+
+/// `Connection: Upgrade` (curl --http2 on http://) is an ordinary request
+/// to a server that upgrades nothing: answered at once, the connection
+/// kept. It once waited for the request's deadline (408), the rest of the
+/// stream taken for its body.
+#[test]
+fn an_upgrade_offer_is_ignored_and_the_request_answered() {
+    let (_dir, t) = serve("limits_upgrade", "request_timeout = \"20s\"", &[]);
+    let started = Instant::now();
+    let answers = all_answers(
+        &t.addr,
+        b"GET /livez HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n\
+          GET /livez HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(
+        statuses(&answers),
+        ["HTTP/1.1 200 OK", "HTTP/1.1 200 OK"],
+        "{answers}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[test]

@@ -4,6 +4,7 @@ use std::io::{BufRead, BufReader, BufWriter, ErrorKind, Read};
 
 use std::net::SocketAddr;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -39,6 +40,9 @@ pub struct ClientConnection {
     refusals: Arc<Refusals>,
     // (trigd patch) the line of the head being read, kept from line to line
     line: Vec<u8>,
+    // (trigd patch) set when a request went without its body read to the
+    //  end: the stream is inside that body, so no request follows
+    unread: Arc<AtomicBool>,
 
     // set to true if we know that the previous request is the last one
     no_more_requests: bool,
@@ -190,6 +194,7 @@ impl ClientConnection {
             deadline,
             refusals,
             line: Vec::new(),
+            unread: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -233,6 +238,9 @@ impl ClientConnection {
     /// (trigd patch) At most `max` bytes: past that, `Ok(None)`. The line
     ///  (ASCII) is left in `self.line`, which is kept from line to line.
     fn read_next_line(&mut self, max: usize, request_line: bool) -> IoResult<Option<()>> {
+        // (trigd patch) `max` bytes of line, then its CR: a line of
+        //  exactly `max` bytes was refused (the CR made it one too long)
+        let max = max + 1;
         let buf = &mut self.line;
         buf.clear();
         let mut prev_byte_was_cr = false;
@@ -337,8 +345,15 @@ impl ClientConnection {
         let (method, path, version, headers) = {
             // reading the request line
             let (method, path, version) = {
-                self.read_next_line(limits.max_request_line, true)
-                    .map_err(|e| match e.kind() {
+                let line = self.read_next_line(limits.max_request_line, true);
+                // (trigd patch) the previous request's body was left
+                //  unread: this is no request line (with `recv()`, its
+                //  reader may only be gone now that this read could start)
+                if self.unread.load(Ordering::SeqCst) {
+                    let e = IoError::new(ErrorKind::ConnectionAborted, "body left unread");
+                    return Err(ReadError::ReadIoError(e));
+                }
+                line.map_err(|e| match e.kind() {
                         // (trigd patch) a non-ASCII request line is a 400
                         ErrorKind::InvalidInput => ReadError::WrongRequestLine,
                         _ => ReadError::ReadIoError(e),
@@ -375,11 +390,14 @@ impl ClientConnection {
             self.remote_addr,
             data_source,
             writer,
+            Arc::clone(&self.unread),
         )
         .map_err(|e| {
             use crate::request;
             match e {
                 request::RequestCreationError::CreationIoError(e) => ReadError::ReadIoError(e),
+                // (trigd patch) where the body ends is unknown: 400, close
+                request::RequestCreationError::BadFraming => ReadError::WrongHeader(version),
                 request::RequestCreationError::ExpectationFailed => {
                     ReadError::ExpectationFailed(version)
                 }
@@ -401,7 +419,7 @@ impl Iterator for ClientConnection {
 
         // the client sent a "connection: close" header in this previous request
         //  or is using HTTP 1.0, meaning that no new request will come
-        if self.no_more_requests {
+        if self.no_more_requests || self.unread.load(Ordering::SeqCst) {
             return None;
         }
 
@@ -433,27 +451,9 @@ impl Iterator for ClientConnection {
                 Ok(rq) => rq,
             };
 
-            // checking HTTP version
-            if *rq.http_version() > (1, 1) {
-                let writer = self.sink.next().unwrap();
-                let response = Response::from_string(
-                    "This server only supports HTTP versions 1.0 and 1.1".to_owned(),
-                )
-                .with_status_code(StatusCode(505));
-                response
-                    .raw_print(writer, HTTPVersion(1, 1), &[], false, None)
-                    .ok();
-                continue;
-            }
-
             // updating the status of the connection: (trigd patch) the
             //  same rule as the answer's `Connection: close`
-            let upgrade = rq
-                .headers()
-                .iter()
-                .find(|h| h.field.equiv("Connection"))
-                .is_some_and(|h| h.value.as_str().to_ascii_lowercase().contains("upgrade"));
-            if upgrade || crate::response::says_close(rq.headers(), rq.http_version()) {
+            if crate::response::says_close(rq.headers(), rq.http_version()) {
                 self.no_more_requests = true;
             }
 
@@ -471,11 +471,13 @@ fn ascii_line(line: &[u8]) -> &str {
 /// Parses a "HTTP/1.1" string.
 fn parse_http_version(version: &str) -> Result<HTTPVersion, ReadError> {
     let (major, minor) = match version {
-        "HTTP/0.9" => (0, 9),
+        // (trigd patch) HTTP/1.0 and 1.1 only: the 505 upstream answered
+        //  to `HTTP/2.0` and `HTTP/3.0` waited for the request's own
+        //  answer to be written first, which came only after it: the
+        //  connection hung for good (an h2 preface, `PRI * HTTP/2.0`, did
+        //  that too). Now 400, as for any request line not read.
         "HTTP/1.0" => (1, 0),
         "HTTP/1.1" => (1, 1),
-        "HTTP/2.0" => (2, 0),
-        "HTTP/3.0" => (3, 0),
         _ => return Err(ReadError::WrongRequestLine),
     };
 

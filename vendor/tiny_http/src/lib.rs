@@ -163,7 +163,25 @@ impl Drop for OpenGuard {
 /// (trigd patch) Answer a connection past the cap without blocking the
 ///  accept thread, then close it (TCP or Unix: upstream answered only TCP).
 fn refuse(sock: Connection, response: &[u8]) {
-    sock.refuse(response);
+    sock.refuse(&with_server_and_date(response));
+}
+
+/// (trigd patch) `response` (raw bytes given once, at start) with the
+///  `Server` and `Date` headers every other answer carries, after its
+///  status line.
+fn with_server_and_date(response: &[u8]) -> Vec<u8> {
+    let Some(end) = response.windows(2).position(|w| w == b"\r\n") else {
+        return response.to_vec();
+    };
+    let mut out = Vec::with_capacity(response.len() + 64);
+    out.extend_from_slice(&response[..end + 2]);
+    out.extend_from_slice(b"Server: ");
+    out.extend_from_slice(response::SERVER.as_bytes());
+    out.extend_from_slice(b"\r\nDate: ");
+    response::push_date(&mut out);
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(&response[end + 2..]);
+    out
 }
 
 enum Message {

@@ -4,9 +4,10 @@ use std::io::{self, Cursor, ErrorKind, Read, Write};
 use std::cell::RefCell;
 use std::fmt;
 use std::net::SocketAddr;
-use std::str::FromStr;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
+use std::sync::Arc;
 
 use crate::util::{EqualReader, FusedReader};
 use crate::{HTTPVersion, Header, Method, Response, StatusCode};
@@ -70,6 +71,9 @@ pub struct Request {
 
     body_length: Option<usize>,
 
+    // (trigd patch) whether the body was read to its end (or had none)
+    body_done: Arc<AtomicBool>,
+
     // true if a `100 Continue` response must be sent when `as_reader()` is called
     must_send_continue: bool,
 
@@ -109,6 +113,10 @@ pub enum RequestCreationError {
 
     /// Error while reading data from the socket during the creation of the `Request`.
     CreationIoError(IoError),
+
+    /// (trigd patch) The body's framing headers disagree or cannot be
+    ///  read (RFC 9112 §6.3): the server cannot know where the body ends.
+    BadFraming,
 }
 
 impl From<IoError> for RequestCreationError {
@@ -126,6 +134,10 @@ impl From<IoError> for RequestCreationError {
 /// It is the responsibility of the `Request` to read only the data of the request and not further.
 ///
 /// The `Write` object will be used by the `Request` to write the response.
+/// (trigd patch) `unread` is the connection's: set when a request is
+///  dropped before its body was read to its end (`BodyEnd`), so that the
+///  connection closes instead of reading the rest of that body as the next
+///  request.
 #[allow(clippy::too_many_arguments)]
 pub fn new_request<R, W>(
     secure: bool,
@@ -136,40 +148,35 @@ pub fn new_request<R, W>(
     remote_addr: Option<SocketAddr>,
     source_data: R,
     writer: W,
+    unread: Arc<AtomicBool>,
 ) -> Result<Request, RequestCreationError>
 where
     R: Read + Send + 'static,
     W: Write + Send + 'static,
 {
-    // if transfer-encoding is specified, the Content-Length header must be
-    // ignored (RFC2616 #4.4)
-    let chunked = header(&headers, "Transfer-Encoding").is_some();
-    let content_length = if chunked {
-        None
-    } else {
-        header(&headers, "Content-Length").and_then(|v| FromStr::from_str(v).ok())
-    };
+    let framing = framing(&headers)?;
     let expects_continue = expects_continue(&headers)?;
-    // true if the client sent a `Connection: upgrade` header
-    let connection_upgrade =
-        header(&headers, "Connection").is_some_and(|v| v.to_ascii_lowercase().contains("upgrade"));
-
-    // we wrap `source_data` around a reading whose nature depends on the transfer-encoding and
-    // content-length headers
-    let reader = if connection_upgrade {
-        // if we have a `Connection: upgrade`, always keeping the whole reader
-        Box::new(source_data) as Box<dyn Read + Send + 'static>
-    } else if let Some(content_length) = content_length {
-        sized_body(source_data, content_length, expects_continue)?
-    } else if chunked {
-        // if a transfer-encoding was specified, then "chunked" is ALWAYS applied
-        // over the message (RFC2616 #3.6)
-        Box::new(FusedReader::new(Decoder::new(source_data))) as Box<dyn Read + Send + 'static>
-    } else {
-        // if we have neither a Content-Length nor a Transfer-Encoding,
-        // assuming that we have no data
-        // TODO: could also be multipart/byteranges
-        Box::new(io::empty()) as Box<dyn Read + Send + 'static>
+    // (trigd patch) `Connection: upgrade` is not special: trigd upgrades
+    //  nothing, and upstream handed such a request the rest of the stream
+    //  as its body, so that reading the body waited for the deadline.
+    let done = Arc::new(AtomicBool::new(true));
+    let (reader, content_length) = match framing {
+        Framing::Empty(length) => (Box::new(io::empty()) as Box<dyn Read + Send>, length),
+        Framing::Sized(n) if n <= 1024 && !expects_continue => {
+            // small enough: read at once, so the socket is past the body
+            let buffer = read_small_body(&mut { source_data }, n)?;
+            (Box::new(Cursor::new(buffer)) as Box<dyn Read + Send>, Some(n))
+        }
+        Framing::Sized(n) => {
+            done.store(false, Ordering::SeqCst);
+            let body = EqualReader::new(source_data, n);
+            (body_end(body, &done, unread), Some(n))
+        }
+        Framing::Chunked => {
+            done.store(false, Ordering::SeqCst);
+            // chunked applies to the whole message (RFC 9112 §7)
+            (body_end(Decoder::new(source_data), &done, unread), None)
+        }
     };
 
     Ok(Request {
@@ -182,9 +189,101 @@ where
         http_version: version,
         headers,
         body_length: content_length,
+        body_done: done,
         must_send_continue: expects_continue,
         notify_when_responded: None,
     })
+}
+
+/// (trigd patch) How a request's body is framed.
+enum Framing {
+    /// No body; `Some(0)` when a `Content-Length: 0` said so.
+    Empty(Option<usize>),
+    /// `Content-Length` bytes.
+    Sized(usize),
+    /// `Transfer-Encoding: chunked`.
+    Chunked,
+}
+
+/// (trigd patch) The framing of a body, by RFC 9112 §6.3: a
+///  `Transfer-Encoding` other than exactly `chunked`, one together with a
+///  `Content-Length`, a `Content-Length` that is not digits or that
+///  differs between its headers is refused. Upstream used the first
+///  `Content-Length` that parsed (or none), so a request whose framing a
+///  proxy reads another way carried a second request in its body
+///  (request smuggling).
+fn framing(headers: &[Header]) -> Result<Framing, RequestCreationError> {
+    let named = |name: &'static str| {
+        headers
+            .iter()
+            .filter(move |h| h.field.equiv(name))
+            .map(|h| h.value.as_str().trim())
+    };
+    let mut te = named("Transfer-Encoding");
+    let mut cl = named("Content-Length");
+    if let Some(coding) = te.next() {
+        let chunked = coding.eq_ignore_ascii_case("chunked");
+        if !chunked || te.next().is_some() || cl.next().is_some() {
+            return Err(RequestCreationError::BadFraming);
+        }
+        return Ok(Framing::Chunked);
+    }
+    let Some(first) = cl.next() else {
+        return Ok(Framing::Empty(None));
+    };
+    let digits = !first.is_empty() && first.bytes().all(|b| b.is_ascii_digit());
+    if !digits || cl.any(|v| v != first) {
+        return Err(RequestCreationError::BadFraming);
+    }
+    match first.parse::<usize>() {
+        Ok(0) => Ok(Framing::Empty(Some(0))),
+        Ok(n) => Ok(Framing::Sized(n)),
+        Err(_) => Err(RequestCreationError::BadFraming),
+    }
+}
+
+/// (trigd patch) `body` as a request's reader that notes its end.
+fn body_end<R: Read + Send + 'static>(
+    body: R,
+    done: &Arc<AtomicBool>,
+    unread: Arc<AtomicBool>,
+) -> Box<dyn Read + Send + 'static> {
+    Box::new(FusedReader::new(BodyEnd {
+        inner: body,
+        done: Arc::clone(done),
+        unread,
+    }))
+}
+
+/// (trigd patch) A body's reader that sets `done` at its end, and the
+///  connection's `unread` when it is dropped before: the stream is then
+///  somewhere inside the body, and the connection must close. (Upstream's
+///  `EqualReader` read the rest of a sized body when dropped, into one
+///  buffer of the size the client claimed: `Content-Length: 1000000000000`
+///  on a refused request aborted the server; a chunked body was left
+///  where it stood and its rest read as the next request.)
+struct BodyEnd<R> {
+    inner: R,
+    done: Arc<AtomicBool>,
+    unread: Arc<AtomicBool>,
+}
+
+impl<R: Read> Read for BodyEnd<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if n == 0 && !buf.is_empty() {
+            self.done.store(true, Ordering::SeqCst);
+        }
+        Ok(n)
+    }
+}
+
+impl<R> Drop for BodyEnd<R> {
+    fn drop(&mut self) {
+        if !self.done.load(Ordering::SeqCst) {
+            self.unread.store(true, Ordering::SeqCst);
+        }
+    }
 }
 
 /// The value of the first header called `name` (case-insensitive).
@@ -202,27 +301,6 @@ fn expects_continue(headers: &[Header]) -> Result<bool, RequestCreationError> {
         None => Ok(false),
         Some(v) if v.eq_ignore_ascii_case("100-continue") => Ok(true),
         _ => Err(RequestCreationError::ExpectationFailed),
-    }
-}
-
-/// The reader of a body of `content_length` bytes.
-fn sized_body<R>(
-    mut source_data: R,
-    content_length: usize,
-    expects_continue: bool,
-) -> Result<Box<dyn Read + Send + 'static>, RequestCreationError>
-where
-    R: Read + Send + 'static,
-{
-    if content_length == 0 {
-        Ok(Box::new(io::empty()))
-    } else if content_length <= 1024 && !expects_continue {
-        // if the content-length is small enough, we just read everything into a buffer
-        let buffer = read_small_body(&mut source_data, content_length)?;
-        Ok(Box::new(Cursor::new(buffer)))
-    } else {
-        let (data_reader, _) = EqualReader::new(source_data, content_length); // TODO:
-        Ok(Box::new(FusedReader::new(data_reader)))
     }
 }
 
@@ -407,6 +485,7 @@ impl Request {
     /// Therefore you should always destroy the `Writer` as soon as possible.
     #[inline]
     pub fn into_writer(mut self) -> Box<dyn Write + Send + 'static> {
+        self.close_if_body_unread();
         let writer = self.extract_writer_impl();
         if let Some(sender) = self.notify_when_responded.take() {
             let writer = NotifyOnDrop {
@@ -481,6 +560,7 @@ impl Request {
         }
         /// Capacity the kept buffer may keep between responses.
         const KEEP: usize = 8192;
+        self.close_if_body_unread();
         let head_only = self.method == Method::Head;
         let sent = OUT.with(|cell| {
             let mut out = cell.try_borrow_mut().ok()?;
@@ -528,6 +608,7 @@ impl Request {
     where
         R: Read,
     {
+        self.close_if_body_unread();
         let mut writer = self.extract_writer_impl();
 
         let do_not_send_body = self.method == Method::Head;
@@ -541,6 +622,20 @@ impl Request {
         ))?;
 
         Self::ignore_client_closing_errors(writer.flush())
+    }
+
+    /// (trigd patch) An answer sent before the body was read to its end
+    ///  says `Connection: close`: the connection closes after it (the
+    ///  body's `BodyEnd` tells `ClientConnection`), since the rest of the
+    ///  body is not read. The rule `says_close` reads is the request's
+    ///  first `Connection` header, so the option goes first.
+    fn close_if_body_unread(&mut self) {
+        let unread = !self.body_done.load(Ordering::SeqCst);
+        if unread && !crate::response::says_close(&self.headers, &self.http_version) {
+            if let Ok(h) = Header::from_bytes(&b"Connection"[..], &b"close"[..]) {
+                self.headers.insert(0, h);
+            }
+        }
     }
 
     fn ignore_client_closing_errors(result: io::Result<()>) -> io::Result<()> {

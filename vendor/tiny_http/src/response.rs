@@ -86,7 +86,7 @@ fn build_date_header() -> Header {
 
 /// (trigd patch) Append the current date as a `Date` header value. It is
 ///  formatted once a second on each thread, not for every response.
-fn push_date(out: &mut Vec<u8>) {
+pub(crate) fn push_date(out: &mut Vec<u8>) {
     use std::convert::TryFrom;
     thread_local! {
         static DATE: Cell<(u64, [u8; 29])> = const { Cell::new((u64::MAX, [0; 29])) };
@@ -216,7 +216,6 @@ pub(crate) fn says_close(request_headers: &[Header], version: &HTTPVersion) -> b
         .map(|h| h.value.as_str().to_ascii_lowercase());
     match option {
         Some(v) if v.contains("close") => true,
-        Some(v) if v.contains("upgrade") => false,
         Some(v) => *version == HTTPVersion(1, 0) && !v.contains("keep-alive"),
         None => *version == HTTPVersion(1, 0),
     }
