@@ -502,3 +502,23 @@ fn outputs_given_twice_and_different_are_a_located_error() {
         "the message names the function-level form",
     );
 }
+
+/// A refused config is exit 1 even when stderr cannot be written
+/// (`2>/dev/full`): the message is lost, the code is not (it was a
+/// panic's 101).
+#[test]
+fn check_exits_1_when_stderr_is_full() {
+    let dir = TestDir::new("cli_dev_full");
+    dir.write("config.toml", "[server]\nbogus = 1\n");
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("/dev/full");
+    let status = std::process::Command::new(BIN)
+        .args(["check", "--config", &dir.path_str("config.toml")])
+        .stdout(std::process::Stdio::null())
+        .stderr(full)
+        .status()
+        .expect("run trigd check");
+    assert_eq!(status.code(), Some(1), "{status:?}");
+}

@@ -1105,8 +1105,17 @@ fn hooks_files_reload_and_refuse_what_they_cannot_serve() {
             && all.contains("\"tools/webhooks\" cannot be the hooks' URL prefix"),
         "a prefix trigd serves itself",
     );
-    // Nor one no request path can reach (it loaded, and every hook 404ed).
-    for bad in ["..", ".", "a//b", "x/../api"] {
+    // Nor one no request path can reach (it loaded, and every hook 404ed),
+    // nor the run and schedule pages (their hooks hid them).
+    for bad in [
+        "..",
+        ".",
+        "a//b",
+        "x/../api",
+        "runs",
+        "schedules/x",
+        ".well-known",
+    ] {
         let prefix = format!("hooks_files = [\"hooks.json\"]\nhooks_url_prefix = \"{bad}\"");
         dir.write("config.toml", &config(&prefix));
         let check = trigd(&["check", "--config", &dir.path_str("config.toml")], None);

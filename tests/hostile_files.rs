@@ -331,3 +331,44 @@ fn a_secret_file_that_never_ends_is_refused() {
         ],
     );
 }
+
+/// A `*.toml` in the programs directory that is a symlink to nothing, a
+/// directory or a FIFO is an error naming it: `trigd check` fails, and a
+/// reload keeps the last good programs (a program whose link broke used
+/// to vanish without a word).
+#[test]
+fn a_program_file_that_is_no_file_is_an_error_not_silence() {
+    let prog = "id = 1\nname = \"p\"\n\n[[functions]]\nname = \"f\"\ncommand = [\"printf\", \"one\"]\n[functions.webhook]\n";
+    let dir = setup("hostile_not_a_file", "", &[]);
+    dir.write("elsewhere/p.toml", prog);
+    std::os::unix::fs::symlink("../elsewhere/p.toml", dir.path("programs/p.toml")).unwrap();
+    let t = Trigd::start(&dir);
+    t.post(&format!("/api?api_key={KEY}&program_id=1")).ok();
+    // The link's target goes: the reload is refused, program 1 stays.
+    fs::remove_file(dir.path("elsewhere/p.toml")).unwrap();
+    // SAFETY: kill(2) on the child's pid.
+    unsafe { libc::kill(t.pid() as i32, libc::SIGHUP) };
+    wait_reload_error(
+        &t,
+        "a broken symlink",
+        &["programs/p.toml", "does not exist"],
+    );
+    t.post(&format!("/api?api_key={KEY}&program_id=1")).ok();
+    check_refuses(
+        &dir,
+        "a broken symlink",
+        &["programs/p.toml", "does not exist"],
+    );
+    fs::remove_file(dir.path("programs/p.toml")).unwrap();
+    dir.mkdir("programs/d.toml");
+    check_refuses(
+        &dir,
+        "a directory",
+        &["programs/d.toml", "not a regular file"],
+    );
+    fs::remove_dir(dir.path("programs/d.toml")).unwrap();
+    let fifo = std::ffi::CString::new(dir.path_str("programs/f.toml")).unwrap();
+    // SAFETY: mkfifo(3) on a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0, "mkfifo");
+    check_refuses(&dir, "a FIFO", &["programs/f.toml", "not a regular file"]);
+}

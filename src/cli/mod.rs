@@ -339,18 +339,24 @@ fn bad(sub: &str, msg: String) -> Error {
 
 /// Run the command line from the process arguments; the exit code.
 pub fn main() -> ExitCode {
+    // Written, not `eprintln!`ed: a stderr that cannot take it (`2>/dev/full`)
+    // must not turn the exit code into a panic's 101.
+    let say = |text: std::fmt::Arguments| {
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), "{text}");
+    };
     match run(std::env::args_os().skip(1)) {
         Ok(code) => code,
         Err(Error::Usage(msg)) => {
-            eprintln!("trigd: {msg}");
+            say(format_args!("trigd: {msg}"));
             ExitCode::from(2)
         }
         Err(Error::Config(errs)) => {
-            eprintln!("{}", Error::Config(errs));
+            say(format_args!("{}", Error::Config(errs)));
             ExitCode::from(1)
         }
         Err(e) => {
-            eprintln!("trigd: {e}");
+            say(format_args!("trigd: {e}"));
             ExitCode::from(1)
         }
     }

@@ -227,9 +227,9 @@ pub struct RawServer {
     /// `socket_mode`: octal mode of a Unix socket file trigd creates.
     pub socket_mode: Option<Spanned<String>>,
     /// `socket_user`: owner of a Unix socket file trigd creates.
-    pub socket_user: Option<String>,
+    pub socket_user: Option<Spanned<String>>,
     /// `socket_group`: group of a Unix socket file trigd creates.
-    pub socket_group: Option<String>,
+    pub socket_group: Option<Spanned<String>>,
     /// `trusted_proxies`: IP addresses (and `unix`) whose
     /// `X-Forwarded-For` is believed.
     #[serde(default)]

@@ -367,7 +367,7 @@ const SERVER: &[Key] = &[
     key("max_waiting_bytes", "integer", Count(server::MAX_WAITING_BYTES), "bytes of values that the runs waiting for a slot hold in memory in all; a run that would pass it gets `503 busy`"),
     key("run_retention", "integer", Count(server::RUN_RETENTION), "ended runs whose records are kept, the newest (queued and running ones are always kept): in `state_dir/runs.log`, older ones dropped once the log holds about twice as many lines; with `[state] url`, in the database, older ones dropped every 1,000 ended runs"),
     key("max_connections", "integer", Count(server::MAX_CONNECTIONS), "open HTTP connections; past it a new connection gets `503 busy` at once"),
-    key("request_timeout", "duration", Secs(server::REQUEST_TIMEOUT_SECS), "time a client has to send a whole request; also the idle keep-alive timeout (408 past it)"),
+    key("request_timeout", "duration", Secs(server::REQUEST_TIMEOUT_SECS), "time a client has to send a whole request, at least 1s; also the idle keep-alive timeout (408 past it)"),
     key("max_header_bytes", "integer", Count(server::MAX_HEADER_BYTES), "request header section (431 past it)"),
     key("max_url_bytes", "integer", Count(server::MAX_URL_BYTES), "request line: method, URL, version (414 past it)"),
     key("cookie_secure", "bool", Is("`false`"), "mark the session cookie `Secure` (also on when `public_url` is `https://...`)"),

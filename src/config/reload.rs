@@ -777,6 +777,11 @@ fn fixed_at_start(old: &config::Server, new: &config::Server) -> Vec<&'static st
             old.tls != new.tls,
         ),
         ("[acme]", old.acme != new.acme),
+        ("[state]", state_db_shape(old) != state_db_shape(new)),
+        (
+            "[callbacks] workers",
+            old.callbacks.workers != new.callbacks.workers,
+        ),
         // The redirect listener's target is fixed at its start.
         (
             "public_url (for redirect_http)",
@@ -788,9 +793,18 @@ fn fixed_at_start(old: &config::Server, new: &config::Server) -> Vec<&'static st
     .collect()
 }
 
+/// `[state]` as far as a change of it shows (its `Debug`, which leaves
+/// the password out): the database is chosen at start.
+fn state_db_shape(server: &config::Server) -> Option<String> {
+    server.state_db.as_ref().map(|s| format!("{s:?}"))
+}
+
 /// Keep the settings that name this instance and its shared files as they
-/// were at start: run ids already given out must keep their owner.
+/// were at start: run ids already given out must keep their owner. The
+/// database of `[state]` stays the one opened at start too (what reads
+/// the config must not think it changed).
 fn keep_start_only(old: &config::Server, new: &mut config::Server) {
+    new.state_db.clone_from(&old.state_db);
     if old.instance != new.instance || old.shared_state_dir != new.shared_state_dir {
         log::warn!("instance and shared_state_dir changes take effect at the next restart");
         new.instance.clone_from(&old.instance);
@@ -839,6 +853,18 @@ mod tests {
         let mut plain = base.clone();
         plain.public_url = Some("https://example.org".into());
         assert!(fixed_at_start(&base, &plain).is_empty());
+        // Tables read at start only, outside [server].
+        let text = "[state]\nurl = \"postgres://u@127.0.0.1:1/db\"\n[callbacks]\nworkers = 3\n";
+        let db = crate::config::load_str(Path::new("config.toml"), text, &[])
+            .unwrap_or_else(|e| panic!("{e:?}"))
+            .server;
+        assert_eq!(
+            fixed_at_start(&base, &db),
+            ["[state]", "[callbacks] workers"]
+        );
+        let mut kept = db.clone();
+        keep_start_only(&base, &mut kept);
+        assert!(kept.state_db.is_none(), "the database of the start stays");
     }
 
     #[test]

@@ -48,14 +48,34 @@ impl Reader<'_, '_> {
     }
 }
 
+/// `request_timeout`: at least a second. Shorter, a request's head could
+/// not arrive on any real network in time and the server answered
+/// nothing but `408` (`"1ns"` was taken).
+fn request_timeout(r: &mut Reader, raw: &raw::RawServer) -> Duration {
+    let t = r.duration(
+        &raw.request_timeout,
+        "request_timeout",
+        defaults::REQUEST_TIMEOUT_SECS,
+    );
+    if let Some(v) = raw
+        .request_timeout
+        .as_ref()
+        .filter(|_| t < Duration::from_secs(1))
+    {
+        let msg = "request_timeout must be at least 1s (a whole request, head and body, must arrive within it)";
+        r.errs.at(r.src, v.span(), "server.request_timeout", msg);
+    }
+    t
+}
+
 /// `[server]` with defaults filled in and directories resolved.
 pub fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) -> Server {
     public_url(src, raw, errs);
     let trusted_proxies = trusted_proxies(src, &raw.trusted_proxies, errs);
     let socket = SocketFile {
         mode: socket_mode(src, raw.socket_mode.as_ref(), errs),
-        user: raw.socket_user.clone(),
-        group: raw.socket_group.clone(),
+        user: socket_owner(src, raw.socket_user.as_ref(), "user", errs),
+        group: socket_owner(src, raw.socket_group.as_ref(), "group", errs),
     };
     let instance = instance(src, raw.instance.as_ref(), errs);
     let drain_delay = drain_delay(src, raw, errs);
@@ -130,7 +150,7 @@ pub fn server(src: &Src, raw: &raw::RawServer, dir: &Path, errs: &mut Errors) ->
         max_waiting_bytes: count!(max_waiting_bytes, MAX_WAITING_BYTES, 1),
         run_retention: count!(run_retention, RUN_RETENTION, 1),
         max_connections: count!(max_connections, MAX_CONNECTIONS, 1),
-        request_timeout: duration!(request_timeout, REQUEST_TIMEOUT_SECS),
+        request_timeout: request_timeout(&mut r, raw),
         max_header_bytes: count!(max_header_bytes, MAX_HEADER_BYTES, 256),
         max_url_bytes: count!(max_url_bytes, MAX_URL_BYTES, 64),
         cookie_secure: raw.cookie_secure.unwrap_or(false) || https,
@@ -265,6 +285,29 @@ fn check_listen(addr: &str) -> Result<(), &'static str> {
         }
         None => Ok(()),
     }
+}
+
+/// `socket_user` / `socket_group` (`what`): a number, or a name this host
+/// knows (checked here, so that `trigd check` tells what the bind would).
+fn socket_owner(
+    src: &Src,
+    raw: Option<&Spanned<String>>,
+    what: &str,
+    errs: &mut Errors,
+) -> Option<String> {
+    let name = raw?;
+    let n = name.get_ref();
+    let known = n.parse::<u32>().is_ok()
+        || match what {
+            "user" => crate::sys::user_by_name(n).is_some(),
+            _ => crate::sys::group_by_name(n).is_some(),
+        };
+    if !known {
+        let shown: String = n.chars().take(64).collect();
+        let msg = format!("no {what} called {shown:?} on this host");
+        errs.at(src, name.span(), format!("server.socket_{what}"), msg);
+    }
+    Some(n.clone())
 }
 
 /// `public_url` must be an http(s) URL.

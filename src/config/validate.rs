@@ -527,8 +527,8 @@ fn read_source(
             Ok(m) if m.is_file() && Some(Stamp::now(&m)) == p.stamp.get() => {
                 return Some(Ok(Source::Loaded(Arc::clone(p))));
             }
-            Ok(m) if !m.is_file() => return None,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+            Ok(m) if !m.is_file() => return Some(Err(not_regular())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return dangling(path),
             _ => {}
         }
     }
@@ -542,11 +542,11 @@ fn read_source(
     };
     let mut file = match file {
         Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return dangling(path),
         Err(e) => return Some(Err(e)),
     };
     let meta = match file.metadata() {
-        Ok(m) if !m.is_file() => return None,
+        Ok(m) if !m.is_file() => return Some(Err(not_regular())),
         Ok(m) => m,
         Err(e) => return Some(Err(e)),
     };
@@ -560,6 +560,29 @@ fn read_source(
             _ => Source::Text { text, stamp },
         }),
     )
+}
+
+/// A listed `*.toml` that is not a regular file (a directory, a FIFO, a
+/// device): an error of its own, not silently no program.
+fn not_regular() -> std::io::Error {
+    std::io::Error::other(
+        "not a regular file (every *.toml in the programs directory is a program)",
+    )
+}
+
+/// A listed `*.toml` that cannot be opened as not found: gone since the
+/// listing (an editor's rename: no file, no error), or a symlink to a
+/// file that does not exist (an error: the program it stood for would
+/// vanish without a word).
+fn dangling(path: &Path) -> Option<std::io::Result<Source>> {
+    let link = std::fs::symlink_metadata(path).ok()?;
+    let target = std::fs::read_link(path).unwrap_or_default();
+    link.file_type().is_symlink().then(|| {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("a symlink to {}, which does not exist", target.display()),
+        ))
+    })
 }
 
 /// The shared core of [`load`] and [`load_str`]; with `current`, reused

@@ -730,6 +730,11 @@ fn listen_and_directories_are_checked_where_written() {
         let config = format!("[server]\nlisten = {good:?}\n");
         assert!(run(&config, &[]).is_ok(), "{good} refused");
     }
+    expect(
+        &errors("[server]\nrequest_timeout = \"999ms\"\n", &[]),
+        &["config.toml:2:19: server.request_timeout: request_timeout must be at least 1s"],
+    );
+    assert!(run("[server]\nrequest_timeout = \"1s\"\n", &[]).is_ok());
     let config = "[server]\nstate_dir = \"\"\nprograms_dir = \"\"\nshared_state_dir = \"\"\n";
     expect(
         &errors(config, &[]),

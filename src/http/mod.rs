@@ -32,6 +32,25 @@ use serde_json::{json, Map, Value};
 
 use crate::receive::signature::SigError;
 
+/// The first path segment of every route of `routes.rs`: a hooks file's
+/// `hooks_url_prefix` must not start with one (its hooks would hide the
+/// route). A test checks it against the match.
+pub const FIRST_SEGMENTS: [&str; 13] = [
+    "api",
+    "tools",
+    "healthz",
+    "livez",
+    "metrics",
+    "openapi.json",
+    "login",
+    "logout",
+    "static",
+    "workspaces",
+    "runs",
+    "schedules",
+    ".well-known",
+];
+
 /// An HTTP method.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Method {

@@ -253,4 +253,29 @@ mod tests {
         let file: serde_json::Value = serde_json::from_str(&text.unwrap()).unwrap();
         assert_eq!(served, file);
     }
+
+    /// Each first segment the match serves is in `FIRST_SEGMENTS`: read
+    /// from this file's own patterns (`["seg"` or `[Method…, ["seg"`).
+    #[test]
+    fn every_first_segment_is_reserved_for_the_hooks_prefix() {
+        let source = include_str!("routes.rs");
+        let mut seen = std::collections::BTreeSet::new();
+        for line in source.lines() {
+            let line = line.trim_start();
+            let pattern = line
+                .strip_prefix("(_, [\"")
+                .or_else(|| line.split_once(", [\"").map(|(_, rest)| rest))
+                .filter(|_| line.starts_with('(') && line.contains("=>"));
+            if let Some(seg) = pattern.and_then(|rest| rest.split('"').next()) {
+                seen.insert(seg.to_string());
+            }
+        }
+        assert!(seen.len() >= 10, "patterns read: {seen:?}");
+        for seg in &seen {
+            assert!(
+                crate::http::FIRST_SEGMENTS.contains(&seg.as_str()),
+                "{seg} not reserved"
+            );
+        }
+    }
 }

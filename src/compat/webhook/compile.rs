@@ -33,18 +33,7 @@ use crate::receive::values::{JsonPath, RequestField, Source, Whole};
 use crate::receive::Receive;
 
 /// First path segments trigd serves itself: a prefix must not start so.
-const RESERVED: [&str; 10] = [
-    "api",
-    "tools",
-    "healthz",
-    "livez",
-    "metrics",
-    "openapi.json",
-    "login",
-    "logout",
-    "static",
-    "workspaces",
-];
+use crate::http::FIRST_SEGMENTS as RESERVED;
 
 /// Load every hooks file (already read: path and text) into [`Hooks`].
 pub(crate) fn load(
