@@ -704,6 +704,22 @@ fn cases() -> Vec<Case> {
             true,
         ),
     ];
+    all.push(case(
+        "a lone surrogate escape in JSON is U+FFFD, the rest of the payload read",
+        "/hooks/gitlab",
+        &[json],
+        r#"{"ref":"refs/heads/master","user_name":"J\ud800\udc00\udc00S\ud800","commits":[{"id":"\ud83d\ude00"}]}"#,
+        true,
+    ));
+    let mut not_utf8 = case(
+        "a byte that is not UTF-8 in JSON is U+FFFD",
+        "/hooks/gitlab",
+        &[json],
+        "",
+        true,
+    );
+    not_utf8.body = b"{\"ref\":\"refs/heads/master\",\"user_name\":\"J\xff\xe2\x82S\"}".to_vec();
+    all.push(not_utf8);
     let mut get = case("method not allowed", "/hooks/github", &[], "", false);
     get.method = "GET";
     all.push(get);

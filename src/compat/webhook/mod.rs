@@ -10,6 +10,7 @@
 pub mod answer;
 pub mod compile;
 pub mod file;
+pub mod gojson;
 pub mod hook;
 pub mod import;
 pub mod lint;

@@ -23,6 +23,7 @@ use std::net::SocketAddr;
 
 use serde_json::{Map, Value};
 
+use super::gojson::as_go_reads;
 use crate::receive::json::{self, JsonError};
 use crate::receive::payload::{self, Payload, Why};
 use crate::receive::rules::{unix_now, Leaf, Rule};
@@ -292,9 +293,11 @@ fn client_ip(remote: &str) -> Option<std::net::IpAddr> {
         .or_else(|| remote.trim_matches(['[', ']', ' ']).parse().ok())
 }
 
-/// The first JSON value of `text`, when it is an object.
+/// The first JSON value of `text`, when it is an object (read as Go reads
+/// it: [`as_go_reads`]).
 fn json_object(text: &str) -> Option<Value> {
-    let mut de = serde_json::Deserializer::from_slice(text.as_bytes()).into_iter::<Value>();
+    let text = as_go_reads(text.as_bytes());
+    let mut de = serde_json::Deserializer::from_slice(&text).into_iter::<Value>();
     match de.next() {
         Some(Ok(obj @ Value::Object(_))) => Some(obj),
         _ => None,
@@ -324,11 +327,14 @@ fn parse_payload(ct: &str, body: &[u8]) -> Result<Value, Fault> {
 
 /// A JSON body: an object, or an array under `root`; only the first value
 /// is read (text after it is ignored, as Go's decoder does; of a key
-/// given twice, the last counts, as in Go).
+/// given twice, the last counts, as in Go; a lone surrogate escape or a
+/// byte that is not UTF-8 is U+FFFD, as in Go: [`as_go_reads`]).
 ///
 /// # Errors
 /// [`Fault::TooComplex`] past [`payload::MAX_DEPTH`].
 fn json_payload(body: &[u8]) -> Result<Value, Fault> {
+    let body = as_go_reads(body);
+    let body: &[u8] = &body;
     if json::check(body, false, true) == Err(JsonError::TooDeep) {
         return Err(Fault::TooComplex(format!(
             "JSON nested deeper than {} arrays and objects",
@@ -415,7 +421,8 @@ fn multipart(ct: &str, body: &[u8], json_parts: &[String]) -> Result<Value, Body
         let json =
             json_parts.contains(&p.name) || p.content_type.as_deref() == Some("application/json");
         if json && !m.contains_key(&p.name) {
-            let mut de = serde_json::Deserializer::from_slice(&p.data).into_iter::<Value>();
+            let data = as_go_reads(&p.data);
+            let mut de = serde_json::Deserializer::from_slice(&data).into_iter::<Value>();
             let v = match de.next() {
                 Some(Ok(v @ Value::Object(_))) => v,
                 _ => Value::Null,
