@@ -267,6 +267,12 @@ const HOOKS_JSON: &str = r#"[
     "trigger-rule": {"match": {"type": "ip-whitelist", "ip-range": "10.0.0.0/8"}}
   },
   {
+    "id": "ip-mapped",
+    "execute-command": "@DIR@/rec.sh",
+    "response-message": "mapped range",
+    "trigger-rule": {"match": {"type": "ip-whitelist", "ip-range": "::ffff:127.0.0.0/104"}}
+  },
+  {
     "id": "scalr",
     "execute-command": "@DIR@/rec.sh",
     "include-command-output-in-response": true,
@@ -624,6 +630,13 @@ fn cases() -> Vec<Case> {
             true,
         ),
         case("ip whitelist elsewhere", "/hooks/ip-only", &[], "", false),
+        case(
+            "ip whitelist written IPv4-mapped is the IPv4 range",
+            "/hooks/ip-mapped",
+            &[],
+            "",
+            true,
+        ),
         case(
             "scalr: good signature and date",
             "/hooks/scalr",

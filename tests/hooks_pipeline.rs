@@ -337,3 +337,37 @@ fn a_blank_hooks_file_is_not_swapped_in() {
         call(&t, "out", None, "{}").status == 404
     });
 }
+
+/// On a dual-stack listener (`[::]`) an IPv4 client is `::ffff:127.0.0.1`:
+/// `ip-whitelist` matches it against an IPv4 range and against the same
+/// range written IPv4-mapped (`::ffff:127.0.0.0/104`, which webhook reads
+/// as `127.0.0.0/8`), and `remote-addr` is `127.0.0.1:PORT`, as webhook
+/// prints it.
+#[test]
+fn ipv4_mapped_clients_and_ranges_are_ipv4() {
+    let dir = hooks("hooks_mapped", "");
+    let root = dir.root.display().to_string();
+    let file = r#"[{"id": "ip", "execute-command": "@DIR@/rec.sh", "include-command-output-in-response": true,
+       "pass-arguments-to-command": [{"source": "request", "name": "remote-addr"}],
+       "trigger-rule": {"and": [
+         {"match": {"type": "ip-whitelist", "ip-range": "127.0.0.0/8"}},
+         {"match": {"type": "ip-whitelist", "ip-range": "10.0.0.0/8 ::ffff:127.0.0.0/104"}}]}}]"#;
+    dir.write("hooks.json", &file.replace("@DIR@", &root));
+    let mut t = Trigd::start_listen(&dir, "[::]:0");
+    let port = t.addr.rsplit(':').next().unwrap_or_default().to_string();
+    t.addr = format!("127.0.0.1:{port}");
+    let r = call(&t, "ip", None, "{}");
+    r.status_is(200);
+    let text = r.text();
+    let (ip, client_port) = text
+        .trim()
+        .strip_prefix("out: ")
+        .and_then(|a| a.trim().rsplit_once(':'))
+        .unwrap_or_else(|| r.fail(format!("remote-addr in {text:?}")));
+    r.check_eq(
+        ip,
+        "127.0.0.1",
+        "remote-addr's address, as webhook prints it",
+    );
+    r.check(client_port.parse::<u16>().is_ok(), "remote-addr's port");
+}

@@ -240,6 +240,13 @@ rule = { or = [ { client_ip = ["10.0.0.0/8"] }, { signature = { scheme = "token"
 
 /// Start trigd with the hooks program and tool; `server` goes in `[server]`.
 fn start(name: &str, server: &str) -> (TestDir, Trigd) {
+    let dir = prepare(name, server);
+    let t = Trigd::start(&dir);
+    (dir, t)
+}
+
+/// The directory [`start`] serves, with its secrets.
+fn prepare(name: &str, server: &str) -> TestDir {
     let dir = setup(name, server, &[("hooks.toml", PROGRAM)]);
     dir.append("config.toml", TOOL);
     dir.mkdir("secrets");
@@ -252,8 +259,7 @@ fn start(name: &str, server: &str) -> (TestDir, Trigd) {
     ] {
         dir.write(&format!("secrets/{f}"), &format!("{s}\n"));
     }
-    let t = Trigd::start(&dir);
-    (dir, t)
+    dir
 }
 
 fn hmac_sha256(key: &str, parts: &[&[u8]]) -> Vec<u8> {
@@ -832,6 +838,31 @@ fn client_ranges_believe_forwarded_for_only_behind_trusted_proxies() {
         .status_is(200)
         .json();
     assert_eq!(v["Code"], json!("rules_not_matched"), "{v}");
+}
+
+/// On a dual-stack listener (`[::]`) an IPv4 client is `::ffff:127.0.0.1`;
+/// `client_ip` takes it as `127.0.0.1`, and a range written IPv4-mapped
+/// (`::ffff:127.0.0.0/104`) as the IPv4 range it names (`127.0.0.0/8`).
+#[test]
+fn client_ip_reads_ipv4_mapped_clients_and_ranges_as_ipv4() {
+    let dir = prepare("webhooks_cidr_mapped", "");
+    dir.append(
+        "config.toml",
+        r#"
+[[tools.triggers]]
+kind = "endpoint"
+name = "mapped"
+program = 1
+function = "one"
+values = { a = { query = "x", default = "none" } }
+rule = { and = [ { client_ip = ["127.0.0.0/8"] }, { client_ip = ["::ffff:127.0.0.0/104"] } ] }
+"#,
+    );
+    let mut t = Trigd::start_listen(&dir, "[::]:0");
+    let port = t.addr.rsplit(':').next().unwrap_or_default().to_string();
+    t.addr = format!("127.0.0.1:{port}");
+    let r = t.request("POST", "/tools/hooks/prod/mapped?x=in", &[], b"");
+    r.check_eq(result(&r), json!(["in"]), "Result");
 }
 
 // ---------------------------------------------------------------------------

@@ -36,6 +36,8 @@ pub struct Trigd {
     own_session: bool,
     /// `RLIMIT_AS` of the server ([`Trigd::start_capped`]).
     mem_cap: Option<u64>,
+    /// `--listen` ([`Trigd::start_listen`]; `127.0.0.1:0` by default).
+    listen: String,
 }
 
 impl Trigd {
@@ -89,6 +91,16 @@ impl Trigd {
         t
     }
 
+    /// Like [`Trigd::start`], listening on `listen` (`[::]:0`: dual-stack,
+    /// where an IPv4 client is an IPv4-mapped IPv6 address); [`Trigd::addr`]
+    /// is the address printed (`[::]:PORT`).
+    pub fn start_listen(dir: &TestDir, listen: &str) -> Trigd {
+        let mut t = Trigd::unstarted(dir);
+        t.listen = listen.to_string();
+        t.spawn();
+        t
+    }
+
     /// The server of `dir` with the default settings, not started yet.
     fn unstarted(dir: &TestDir) -> Trigd {
         Trigd {
@@ -100,6 +112,7 @@ impl Trigd {
             start_timeout: START_TIMEOUT,
             own_session: false,
             mem_cap: None,
+            listen: "127.0.0.1:0".to_string(),
         }
     }
 
@@ -114,7 +127,7 @@ impl Trigd {
             .arg("--config")
             .arg(&self.config)
             .arg("--listen")
-            .arg("127.0.0.1:0")
+            .arg(&self.listen)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(stderr);

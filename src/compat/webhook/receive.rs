@@ -106,7 +106,7 @@ impl<'a> HookRequest<'a> {
             .unwrap_or_default();
         Ok(HookRequest {
             method,
-            remote: remote.map_or_else(String::new, |a| a.to_string()),
+            remote: remote.map_or_else(String::new, go_addr),
             body,
             headers,
             go_headers: Value::Object(go_headers),
@@ -282,6 +282,12 @@ impl<'a> HookRequest<'a> {
 fn constant_eq(a: &[u8], b: &[u8]) -> bool {
     use subtle::ConstantTimeEq;
     a.len() == b.len() && bool::from(a.ct_eq(b))
+}
+
+/// `addr` as Go prints a peer: an IPv4-mapped address (a client of a
+/// dual-stack listener) as IPv4, `10.1.2.3:4567`, not `[::ffff:10.1.2.3]:4567`.
+fn go_addr(addr: SocketAddr) -> String {
+    SocketAddr::new(addr.ip().to_canonical(), addr.port()).to_string()
 }
 
 /// The IP of `ip:port` (webhook's remote address).
