@@ -629,6 +629,11 @@ fn browser_run_page_follows_output_and_cancels() {
         "no live output: {:?}",
         b.text("#output")
     );
+    let live = b.text("#output");
+    assert!(
+        live.contains("live evil .") && !live.contains("1m") && !live.contains('\u{202e}'),
+        "8-bit escapes and bidi controls stripped from live output: {live:?}"
+    );
     assert_eq!(
         state(&ticks),
         "running",

@@ -15,8 +15,9 @@ use crate::util::*;
 
 /// Program 1 (the `inventory` tool's), program 2 in `ops` with untrusted
 /// output, a run that ignores SIGTERM, `ticks` (a line every 200 ms, 15
-/// lines) and `ticks_gated` (the same, waiting after its second line until
-/// `work/go-ticks` exists), program 3 in `dev`.
+/// lines) and `ticks_gated` (the same after a line of 8-bit escape
+/// sequences and a bidirectional override, waiting after its second tick
+/// until `work/go-ticks` exists), program 3 in `dev`.
 const PROGRAMS: [(&str, &str); 3] = [
     ("inv.toml", INV),
     (
@@ -27,7 +28,7 @@ workspace = "ops"
 
 [[functions]]
 name = "noisy"
-steps = [{ shell = 'printf "<script>alert(1)</script>\n\033[31mred\033[0m & more\n"; echo "warn <b>" >&2' }]
+steps = [{ shell = 'printf "<script>alert(1)</script>\n\033[31mred\033[0m & more\n"; echo "warn <b>" >&2; printf "\302\2331;32mgreen\302\2330m \342\200\256olleh\342\200\254 \302\2350;t\302\234.\n"' }]
 [functions.webhook]
 
 [[functions]]
@@ -40,14 +41,14 @@ steps = [{ shell = 'trap "" TERM; sleep 300 & echo $$ > leader; echo started; wa
 [[functions]]
 name = "ticks"
 timeout = "60s"
-steps = [{ shell = 'for i in $(seq 1 15); do echo "tick $i"; sleep 0.2; done' }]
+steps = [{ shell = 'printf "\302\2331mlive\302\2330m \342\200\256evil\342\200\254 \302\2350;t\a.\n"; for i in $(seq 1 15); do echo "tick $i"; sleep 0.2; done' }]
 [functions.webhook]
 
 [[functions]]
 name = "ticks_gated"
 workdir = "../work"
 timeout = "90s"
-steps = [{ shell = 'for i in $(seq 1 15); do echo "tick $i"; sleep 0.2; if [ $i = 2 ]; then j=0; while [ ! -e go-ticks ] && [ $j -lt 600 ]; do sleep 0.1; j=$((j+1)); done; fi; done' }]
+steps = [{ shell = 'printf "\302\2331mlive\302\2330m \342\200\256evil\342\200\254 \302\2350;t\a.\n"; for i in $(seq 1 15); do echo "tick $i"; sleep 0.2; if [ $i = 2 ]; then j=0; while [ ! -e go-ticks ] && [ $j -lt 600 ]; do sleep 0.1; j=$((j+1)); done; fi; done' }]
 [functions.webhook]
 "#,
     ),
@@ -182,6 +183,14 @@ fn a_run_page_shows_untrusted_output_as_text() {
     r.check(
         !text.contains('\u{1b}') && !text.contains("[31m"),
         "no terminal escapes",
+    );
+    r.check(
+        text.contains("green olleh .") && !text.contains("32m") && !text.contains('\u{9b}'),
+        "8-bit (C1) sequences removed whole",
+    );
+    r.check(
+        !text.contains('\u{202e}') && !text.contains('\u{202c}'),
+        "no bidirectional override (Trojan Source)",
     );
     r.check(
         text.contains("<span class=\"stderr\">warn &lt;b&gt;\n</span>"),

@@ -5,7 +5,8 @@
 //! form (`POST /runs/<id>/cancel`, CSRF token in the form).
 //!
 //! Program output is untrusted: it is escaped like every other value, and
-//! terminal escape sequences (ANSI colours) are removed ([`strip_ansi`]).
+//! terminal escape sequences (ANSI colours, 7-bit or 8-bit) and
+//! bidirectional controls are removed ([`strip_ansi`]).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -520,38 +521,101 @@ fn output_html(inline: Option<output::Inline>, path: &std::path::Path) -> Markup
 }
 
 /// `s` without terminal escape sequences (CSI such as colours, OSC such as
-/// titles and links, and two-byte escapes) and without other control
-/// characters than newline and tab.
+/// titles and links, DCS, SOS, PM and APC strings, and other escapes),
+/// whether introduced by ESC or by their 8-bit C1 control (U+009B for CSI,
+/// U+009D for OSC…), without other control characters than newline and
+/// tab, and without the bidirectional embedding, override and isolate
+/// controls (U+202A–U+202E, U+2066–U+2069), which would make the page show
+/// the output in another order than it was written ("Trojan Source").
+/// One pass, each character looked at once.
 pub fn strip_ansi(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     let mut it = s.chars().peekable();
     while let Some(c) = it.next() {
-        match c {
-            '\u{1b}' => match it.next() {
-                // CSI: parameters and intermediates, then one final byte.
-                Some('[') => {
-                    for c in it.by_ref() {
-                        if ('@'..='~').contains(&c) {
-                            break;
-                        }
-                    }
+        match introduced(c) {
+            Some(mut seq) => {
+                while let Some(next) = skip(seq, &mut it) {
+                    seq = next;
                 }
-                // OSC: up to BEL or ESC \.
-                Some(']') => {
-                    while let Some(c) = it.next() {
-                        if c == '\u{7}' || (c == '\u{1b}' && it.next_if_eq(&'\\').is_some()) {
-                            break;
-                        }
-                    }
-                }
-                _ => {}
-            },
-            '\n' | '\t' => out.push(c),
-            c if c.is_control() => {}
-            c => out.push(c),
+            }
+            None if keep(c) => out.push(c),
+            None => {}
         }
     }
     out
+}
+
+/// The characters [`strip_ansi`] reads.
+type Chars<'a> = std::iter::Peekable<std::str::Chars<'a>>;
+
+/// What a control character starts, read after it.
+#[derive(Clone, Copy)]
+enum Seq {
+    /// After ESC: one of the others, or an escape of its own (`ESC ( B`).
+    Esc,
+    /// Parameters and intermediates, then one final character.
+    Csi,
+    /// A control string up to ST (`ESC \` or U+009C); BEL ends an OSC too.
+    Str { bel: bool },
+}
+
+/// The sequence control character `c` introduces, if any.
+fn introduced(c: char) -> Option<Seq> {
+    match c {
+        '\u{1b}' => Some(Seq::Esc),
+        '\u{9b}' => Some(Seq::Csi),
+        '\u{9d}' => Some(Seq::Str { bel: true }),
+        // DCS, SOS, PM, APC.
+        '\u{90}' | '\u{98}' | '\u{9e}' | '\u{9f}' => Some(Seq::Str { bel: false }),
+        _ => None,
+    }
+}
+
+/// Skip the rest of `seq`; the sequence that follows it at once (an ESC
+/// that ends a control string starts one). Each call takes at least one
+/// character or ends the sequence, so the caller's loop is linear.
+fn skip(seq: Seq, it: &mut Chars) -> Option<Seq> {
+    let within = |lo: char, hi: char| move |c: &char| (lo..=hi).contains(c);
+    match seq {
+        Seq::Esc => match it.peek()? {
+            // ESC [ is the 7-bit form of CSI (U+009B = '[' + 0x40), and
+            // so on for the others.
+            '[' | ']' | 'P' | 'X' | '^' | '_' => {
+                let c = it.next()?;
+                introduced(char::from_u32(u32::from(c) + 0x40)?)
+            }
+            _ => {
+                // nF escapes have intermediates before their final
+                // character; anything else after a lone ESC is text.
+                while it.next_if(within(' ', '/')).is_some() {}
+                it.next_if(within('0', '~'));
+                None
+            }
+        },
+        Seq::Csi => {
+            // A character that is neither ends the sequence and is text.
+            while it.next_if(within(' ', '?')).is_some() {}
+            it.next_if(within('@', '~'));
+            None
+        }
+        Seq::Str { bel } => loop {
+            match it.next()? {
+                '\u{9c}' => return None,
+                '\u{7}' if bel => return None,
+                c => {
+                    if let Some(next) = introduced(c) {
+                        return Some(next);
+                    }
+                }
+            }
+        },
+    }
+}
+
+/// Whether [`strip_ansi`] keeps `c` (not the start of a sequence).
+fn keep(c: char) -> bool {
+    let bidi = matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    matches!(c, '\n' | '\t') || !(c.is_control() || bidi)
 }
 
 /// `v` with [`strip_ansi`] applied to every string in it.
@@ -590,6 +654,37 @@ mod tests {
         assert_eq!(strip_ansi("a\u{1b}]8;;http://x\u{1b}\\link"), "alink");
         assert_eq!(strip_ansi("bell\u{7}\r\tx"), "bell\tx");
         assert_eq!(strip_ansi("<script>"), "<script>", "escaping is separate");
+    }
+
+    #[test]
+    fn c1_sequences_go_whole_and_bidi_controls_go() {
+        let cases = [
+            ("\u{9b}1;31mred\u{9b}0m ok", "red ok"),
+            ("a\u{9d}0;title\u{9c}b", "ab"),
+            ("a\u{9d}8;;http://x\u{7}link", "alink"),
+            ("a\u{90}q$p\u{1b}\\b", "ab"),
+            ("a\u{1b}P1$r0m\u{9c}b\u{1b}_apc\u{1b}\\c", "abc"),
+            // A string ended by the start of another sequence.
+            ("a\u{9d}title\u{1b}[31mb", "ab"),
+            ("a\u{1b}(Bb\u{1b}7c\u{1b}", "abc"),
+            // A CSI cut short: what ends it is text.
+            ("a\u{1b}[31\nb", "a\nb"),
+            ("if x \u{202e}\u{2066}// y\u{2069}\u{202c} {", "if x // y {"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(strip_ansi(input), want, "{input:?}");
+        }
+    }
+
+    /// Many sequences that never end, of every kind: one pass (a loop
+    /// that looked for each one's end from its start would take minutes).
+    #[test]
+    fn hostile_output_is_stripped_in_one_pass() {
+        let unit = "\u{1b}]\u{9d}\u{1b}P\u{90}\u{1b}[1;\u{9b}2;\u{1b}(x\u{202e}";
+        let input = unit.repeat(200_000);
+        assert_eq!(strip_ansi(&input), "", "nothing printable is left");
+        let text = format!("{}\nend", "\u{9b}".repeat(500_000));
+        assert_eq!(strip_ansi(&text), "\nend");
     }
 
     #[test]

@@ -52,9 +52,19 @@ document.addEventListener("DOMContentLoaded", function () {
 // The run page: while the run is not over, its output element carries
 // `data-follow` (the URL of the run's output events). The output is read
 // again from the start and appended as text nodes (never as HTML), without
-// terminal escape sequences; at the end the page is loaded again to show
-// the final state, steps and Result.
-var ANSI = /\x1b\[[0-?]*[ -\/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]|[\x00-\x08\x0b-\x1f\x7f]/g;
+// terminal escape sequences, 7-bit (ESC [) or 8-bit (U+009B), and without
+// bidirectional overrides, as the server strips them (strip_ansi in
+// src/ui/runs.rs): CSI; OSC (to BEL or ST); DCS, SOS, PM, APC (to ST; a
+// string also ends where another sequence starts); other escapes; other
+// controls. At the end the page is loaded again to show the final state,
+// steps and Result.
+var ANSI = new RegExp([
+  "(?:\\x1b\\[|\\x9b)[ -?]*[@-~]?",
+  "(?:\\x1b\\]|\\x9d)[^\\x07\\x1b\\x90\\x98\\x9b-\\x9f]*(?:\\x07|\\x9c)?",
+  "(?:\\x1b[PX^_]|[\\x90\\x98\\x9e\\x9f])[^\\x1b\\x90\\x98\\x9b-\\x9f]*\\x9c?",
+  "\\x1b[ -\\/]*[0-~]?",
+  "[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f\\u202a-\\u202e\\u2066-\\u2069]"
+].join("|"), "g");
 
 function followRun(pre) {
   var url = pre.getAttribute("data-follow");
