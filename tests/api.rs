@@ -396,11 +396,18 @@ fn invalid_program_id_is_400() {
     let (_dir, t) = serve("api_program_id", "", &[("ok.toml", OK)]);
     t.post(&format!("/api?api_key={KEY}"))
         .err(400, "invalid_program_id");
-    for bad in ["abc", "1.5", "", "0x1", "1abc", "%20"] {
+    // Digits only: no sign, no white space around them.
+    for bad in [
+        "abc", "1.5", "", "0x1", "1abc", "%20", "+1", "%201", "1%20", "-0",
+    ] {
         t.post(&format!("/api?api_key={KEY}&program_id={bad}"))
             .err(400, "invalid_program_id");
     }
     t.post(&api(KEY, "99999")).err(404, "program_not_found");
+    // A method name is case-sensitive (RFC 9110 §9.1): `post` is not POST.
+    let line =
+        format!("post /api?api_key={KEY}&program_id=1 HTTP/1.1\r\nConnection: close\r\n\r\n");
+    send_raw(&t.addr, line.as_bytes()).err(405, "method_not_allowed");
 }
 
 #[test]

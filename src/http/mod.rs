@@ -90,6 +90,15 @@ impl Method {
             .unwrap_or(Method::Other)
     }
 
+    /// The method of a request line, where the name is case-sensitive
+    /// (RFC 9110 §9.1): `post` is no `POST`, and so gets `405`.
+    pub fn of_request(s: &str) -> Method {
+        match Method::parse(s) {
+            m if m.as_str() == s => m,
+            _ => Method::Other,
+        }
+    }
+
     /// The upper-case name (`OTHER` for [`Method::Other`]).
     pub fn as_str(self) -> &'static str {
         match self {
@@ -176,7 +185,7 @@ impl Request {
             segments.push(seg);
         }
         Ok(Request {
-            method: Method::parse(method),
+            method: Method::of_request(method),
             path: path.to_string(),
             segments,
             query: parse_query(query)?,
@@ -1175,7 +1184,7 @@ mod tests {
 
     #[test]
     fn query_keeps_order_and_repeats() {
-        let r = Request::new("post", "/api?variables=a&x=1&variables=b%20c&variables=d+e").unwrap();
+        let r = Request::new("POST", "/api?variables=a&x=1&variables=b%20c&variables=d+e").unwrap();
         assert_eq!(r.method, Method::Post);
         assert_eq!(r.segments, ["api"]);
         let vars: Vec<_> = r.query_all("variables").collect();
@@ -1186,6 +1195,9 @@ mod tests {
     fn methods_parse_in_any_case() {
         assert_eq!(Method::parse("patch"), Method::Patch);
         assert_eq!(Method::parse("BREW"), Method::Other);
+        assert_eq!(Method::of_request("POST"), Method::Post);
+        assert_eq!(Method::of_request("post"), Method::Other);
+        assert_eq!(Method::of_request("pOST"), Method::Other);
         assert_eq!(Method::Delete.to_string(), "DELETE");
     }
 

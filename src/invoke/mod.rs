@@ -288,10 +288,12 @@ fn target<'c>(
     }
 }
 
-/// Parse `program_id` and find the program.
+/// Parse `program_id` (ASCII digits, nothing else: `u64`'s parser also
+/// takes a `+`) and find the program.
 fn program_param<'a>(cfg: &'a Config, raw: Option<&str>) -> Result<&'a Arc<Program>, ApiError> {
     let id: u64 = raw
-        .and_then(|s| s.trim().parse().ok())
+        .filter(|s| s.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|s| s.parse().ok())
         .ok_or(ApiError::InvalidProgramId)?;
     cfg.program(id).ok_or(ApiError::ProgramNotFound)
 }
