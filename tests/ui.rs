@@ -742,3 +742,54 @@ fn header_pairs(lines: &str) -> Vec<(&str, &str)> {
         .filter_map(|l| l.split_once(": "))
         .collect()
 }
+
+/// A member revokes the key: from the settings page (a form with the CSRF
+/// token) or with the key itself as bearer; it stops at once and no new
+/// one is made.
+#[test]
+fn a_member_revokes_the_application_key() {
+    let (_d, t) = start("ui_revoke_key", "");
+    let alice = login(&t, "alice");
+    let c = cookie(&alice);
+    let r = get(&t, "/workspaces/ops/settings", &alice, true);
+    r.check(!r.text().contains("id=\"revoke\""), "no key, no Revoke");
+    let csrf = hidden(&r, "csrf");
+    let post = |path: &str, body: &str| {
+        let h = [
+            ("Cookie", c.as_str()),
+            ("Content-Type", "application/x-www-form-urlencoded"),
+            HTML,
+        ];
+        t.request("POST", path, &h, body.as_bytes())
+    };
+    let gen = "/workspaces/ops/settings/application-key";
+    let revoke = format!("{gen}/revoke");
+    let token = format!("csrf={csrf}");
+    let key = key_on(&post(gen, &token));
+    let r = get(&t, "/workspaces/ops/settings", &alice, true);
+    r.check(r.text().contains("id=\"revoke\""), "a Revoke button");
+    // Without the token: refused, the key still works.
+    post(&revoke, "").status_is(403);
+    list_with_key(&t, &key).ok();
+    let r = post(&revoke, &token);
+    r.status_is(200);
+    r.check(
+        r.text().contains("id=\"app-key-revoked\""),
+        "the page says so",
+    );
+    r.check(!r.text().contains("id=\"revoke\""), "no key left to revoke");
+    r.check(r.text().contains(">Generate</button>"), "Generate again");
+    list_with_key(&t, &key).err(401, "unauthorized");
+    // A script revokes its own key.
+    let key = key_on(&post(gen, &token));
+    let auth = format!("Bearer {key}");
+    let ua = ("User-Agent", "revoke-test/1.0");
+    let r = t.request(
+        "POST",
+        &revoke,
+        &[("Authorization", auth.as_str()), ua],
+        b"",
+    );
+    r.check_eq(&r.ok()["Revoked"], &serde_json::json!(true), "Revoked");
+    list_with_key(&t, &key).err(401, "unauthorized");
+}

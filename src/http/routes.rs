@@ -71,6 +71,9 @@ pub fn handle(app: &App, req: &mut Request) -> Response {
         (Post, ["workspaces", ws, "settings", "application-key"]) => {
             ui::regenerate(app, &cfg, req, ws)
         }
+        (Post, ["workspaces", ws, "settings", "application-key", "revoke"]) => {
+            ui::revoke_key(app, &cfg, req, ws)
+        }
         (Get | Head, ["runs"]) => ui::runs_list(app, &cfg, req),
         (Get | Head, ["schedules"]) => ui::schedules_page(app, &cfg, req),
         (Get | Head, ["runs", id]) => ui::run_show(app, &cfg, req, id),
@@ -104,7 +107,8 @@ pub fn handle(app: &App, req: &mut Request) -> Response {
             | ["logout"]
             | ["runs", _, "cancel" | "rerun"]
             | ["runs", _, "callbacks", _, "redeliver"]
-            | ["workspaces", _, "settings", "application-key"],
+            | ["workspaces", _, "settings", "application-key"]
+            | ["workspaces", _, "settings", "application-key", "revoke"],
         ) => only(&["POST"]),
         (_, ["login"]) => only(&["GET", "HEAD", "POST"]),
         (_, ["tools", _, "environments", _, "public"]) => only(&["PUT", "POST"]),

@@ -29,7 +29,7 @@ pub use runs::{
     show as run_show,
 };
 pub use schedules::list as schedules_page;
-pub use settings::{home, regenerate, settings};
+pub use settings::{home, regenerate, revoke_key, settings};
 pub use switch::{post as switch_post, put as switch_put};
 
 use maud::{html, Markup, DOCTYPE};

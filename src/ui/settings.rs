@@ -94,7 +94,7 @@ fn member_session(
 /// workspace; 403 for a non-member.
 pub fn settings(app: &App, cfg: &Config, req: &Request, ws: &str) -> Result<Response, ApiError> {
     let page = member_session(app, cfg, req, ws).and_then(|m| match m {
-        Ok(s) => settings_page(app, ws, &s, None),
+        Ok(s) => settings_page(app, ws, &s, Shown::Plain),
         Err(r) => Ok(r),
     });
     finish(req, page)
@@ -134,20 +134,72 @@ fn regenerate_inner(
     check_csrf(cfg, req, Some(&s), Carrier::Form(field(&f, "csrf")))?;
     let (key, _) = keys.regenerate(ws, &s.user)?;
     log::info!("application key of {} in {ws} regenerated", s.user);
-    settings_page(app, ws, &s, Some(&key))
+    settings_page(app, ws, &s, Shown::NewKey(&key))
 }
 
-fn settings_page(
-    app: &App,
-    ws: &str,
-    s: &Session,
-    new_key: Option<&str>,
-) -> Result<Response, ApiError> {
+/// `POST /workspaces/<ws>/settings/application-key/revoke`: delete the
+/// caller's key (it stops working at once; the member has none until one
+/// is generated). With a session (and the form field `csrf`) the settings
+/// page says so; with the member's bearer key (which this revokes) the
+/// answer is JSON `{"Revoked": true}`.
+///
+/// # Errors
+/// As [`regenerate`].
+pub fn revoke_key(app: &App, cfg: &Config, req: &Request, ws: &str) -> Result<Response, ApiError> {
+    finish(req, revoke_inner(app, cfg, req, ws))
+}
+
+fn revoke_inner(app: &App, cfg: &Config, req: &Request, ws: &str) -> Result<Response, ApiError> {
+    let keys = &app.access.app_keys;
+    if req.bearer().is_some() {
+        let m = app.access.member(cfg, req, ws)?;
+        let revoked = keys.revoke(ws, &m.user)?;
+        log::info!(
+            "application key of {} in {ws} revoked by its member",
+            m.user
+        );
+        return Ok(no_store(Response::json(
+            200,
+            &json!({ "Revoked": revoked }),
+        )));
+    }
+    let s = match member_session(app, cfg, req, ws)? {
+        Ok(s) => s,
+        Err(r) => return Ok(r),
+    };
+    let f = form(req)?;
+    check_csrf(cfg, req, Some(&s), Carrier::Form(field(&f, "csrf")))?;
+    if keys.revoke(ws, &s.user)? {
+        log::info!(
+            "application key of {} in {ws} revoked by its member",
+            s.user
+        );
+    }
+    settings_page(app, ws, &s, Shown::Revoked)
+}
+
+/// What the settings page says besides the key's state.
+#[derive(Clone, Copy)]
+enum Shown<'a> {
+    /// Nothing more.
+    Plain,
+    /// The key just made, shown once.
+    NewKey(&'a str),
+    /// The key was just revoked.
+    Revoked,
+}
+
+fn settings_page(app: &App, ws: &str, s: &Session, shown: Shown) -> Result<Response, ApiError> {
     let info = app.access.app_keys.info(ws, &s.user)?;
+    let new_key = match shown {
+        Shown::NewKey(k) => Some(k),
+        _ => None,
+    };
     let action = format!(
         "/workspaces/{}/settings/application-key",
         percent_encode(ws)
     );
+    let revoke = format!("{action}/revoke");
     let button = if new_key.is_some() || info.is_some() {
         "Regenerate"
     } else {
@@ -178,6 +230,8 @@ fn settings_page(
                         dt { "Key" } dd { code id="app-key-hint" { (i.hint) } }
                         dt { "Created" } dd { time datetime=(i.created_at) { (i.created_at) } }
                     }
+                } @else if matches!(shown, Shown::Revoked) {
+                    p id="app-key-revoked" role="status" { "Your key was revoked: it no longer works. You have none until you generate one." }
                 } @else {
                     p { "You have no application key for this workspace yet." }
                 }
@@ -187,6 +241,13 @@ fn settings_page(
                         p class="muted" { "Regenerating stops the current key at once." }
                     }
                     button type="submit" id="generate" { (button) }
+                }
+                @if info.is_some() {
+                    form method="post" action=(revoke) {
+                        (csrf_field(s))
+                        p class="muted" { "Revoking stops the current key at once, and gives no new one." }
+                        button type="submit" id="revoke" { "Revoke" }
+                    }
                 }
             }
         }
