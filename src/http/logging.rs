@@ -212,10 +212,15 @@ fn demoted<'a>(record: &Record<'a>) -> Metadata<'a> {
 /// escaped (`\n`, `\r`, `\u{1b}`; a tab stays): a message may quote what a
 /// client sent (a query name that decodes to a newline, say), which must
 /// neither forge a log line of its own nor drive a terminal. The log is
-/// one line per message.
+/// one line per message. The bidirectional controls (U+202A–U+202E,
+/// U+2066–U+2069), which are no control characters to Unicode, are
+/// escaped too: shown, they reorder the rest of the line.
 fn escape_controls(line: &mut String) {
     let body = line.strip_suffix('\n').unwrap_or(line);
-    let bad = |c: char| c.is_control() && c != '\t';
+    let bad = |c: char| {
+        (c.is_control() && c != '\t')
+            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
     if !body.chars().any(bad) {
         return;
     }
@@ -341,6 +346,9 @@ mod tests {
         let mut plain = "plain é\n".to_string();
         escape_controls(&mut plain);
         assert_eq!(plain, "plain é\n");
+        let mut bidi = "user \u{202e}nimda\u{2066}x\n".to_string();
+        escape_controls(&mut bidi);
+        assert_eq!(bidi, "user \\u{202e}nimda\\u{2066}x\n");
     }
 
     #[test]
