@@ -373,6 +373,10 @@ fn oversized_requests_get_json_errors() {
     };
     send_raw(a, line(1024).as_bytes()).ok();
     send_raw(a, line(1025).as_bytes()).err(414, "uri_too_long");
+    // Refused before its head was read, it still has its access line.
+    t.wait_for(WAIT, "the access line of a 414", || {
+        t.stderr_tail().contains("127.0.0.1 - - 414 0ms")
+    });
     // Headers past max_header_bytes.
     let big = format!(
         "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",

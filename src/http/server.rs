@@ -475,6 +475,7 @@ fn limits(s: &config::Server) -> tiny_http::ServerLimits {
         overload_response: Response::from(overload).to_raw(),
         thread_stack: CONNECTION_STACK,
         refusals: tiny_http::Refusals {
+            on_refusal: Some(Arc::new(log_refusal)),
             content_type: Response::from(ApiError::BadRequest)
                 .content_type()
                 .to_string(),
@@ -542,6 +543,16 @@ fn is_watchdog_check(req: &Result<Request, ()>) -> bool {
     req.as_ref().is_ok_and(|r| {
         r.path == "/healthz" && r.header("user-agent") == Some(systemd::WATCHDOG_AGENT)
     })
+}
+
+/// The access-log line of a request tiny_http refused while its head was
+/// read (400, 408, 414, 431): `-` for the method and the path it did not
+/// read, `0ms`.
+fn log_refusal(status: u16, addr: Option<std::net::SocketAddr>) {
+    logging::access(|line| {
+        push_remote(line, addr.map_or(Peer::Unknown, Peer::Ip));
+        let _ = write!(line, " - - {status} 0ms");
+    });
 }
 
 /// Write the access-log line of a request answered `resp`.

@@ -210,6 +210,9 @@ impl ClientConnection {
         self.refusal(status)
             .raw_print(writer, version, &[], false, None)
             .ok();
+        if let Some(hook) = &self.refusals.on_refusal {
+            hook(status, self.remote_addr);
+        }
         None
     }
 

@@ -376,11 +376,18 @@ pub struct ServerLimits {
     pub tls: Option<Tls>,
 }
 
+/// (trigd patch) Told of each request refused while its head was read:
+///  the status sent and the client's address (`None` on a Unix socket),
+///  so that the application can log it as it logs the requests it answers.
+pub type RefusalHook = Arc<dyn Fn(u16, Option<std::net::SocketAddr>) + Send + Sync>;
+
 /// (trigd patch) The bodies of the answers the server gives by itself, to
 ///  requests refused while their head is read (the application is not
 ///  called). Empty bodies by default.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct Refusals {
+    /// Called after each such answer, when set.
+    pub on_refusal: Option<RefusalHook>,
     /// `Content-Type` of the bodies below; no header when empty.
     pub content_type: String,
     /// 400: the request line or a header is not valid HTTP/1.1.
@@ -393,6 +400,15 @@ pub struct Refusals {
     /// 431: the headers pass `HeadLimits::max_header_bytes` or
     ///  `HeadLimits::max_headers`.
     pub headers_too_large: Vec<u8>,
+}
+
+impl std::fmt::Debug for Refusals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Refusals")
+            .field("content_type", &self.content_type)
+            .field("on_refusal", &self.on_refusal.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for ServerLimits {
