@@ -497,7 +497,10 @@ fn a_restart_stops_the_process_group_a_killed_trigd_left_running() {
     let (dir, mut t) = serve("queue_orphans", "", &[("hold.toml", LEFT_RUNNING)]);
     let r = t.post(&api("&run_async=true"));
     let id = r.run_id(&r.ok());
-    t.wait_for(WAIT, "the run to start", || dir.exists("work/pgid"));
+    // Written, not only created: the shell's `>` makes the file first.
+    t.wait_for(WAIT, "the run to start", || {
+        dir.exists("work/pgid") && dir.read("work/pgid").ends_with('\n')
+    });
     assert_eq!(
         dir.read("work/id").trim(),
         id,
