@@ -858,3 +858,54 @@ fn a_console_block_that_lies_is_caught() {
         r#"{"Run":"<run>"}"#
     );
 }
+
+/// Program 1 with `body`, which prints the size of the file `$path` names.
+const BODY_FILE: &str = r#"
+id = 1
+name = "body"
+workspace = "ops"
+
+[[functions]]
+name = "body"
+steps = [{ shell = "printf '%s %s' \"$(wc -c < \"$path\" | tr -d ' ')\" \"$path\"" }]
+[functions.webhook]
+active = false
+outputs = ["path"]
+"#;
+
+/// A tool trigger whose value is `body = "file"` (the path of a file
+/// holding the request body).
+const BODY_TOOL: &str = r#"
+[[tools]]
+name = "t"
+workspace = "ops"
+[tools.environments.prod]
+public = true
+[[tools.triggers]]
+kind = "endpoint"
+name = "body"
+program = 1
+function = "body"
+values = { path = { body = "file" } }
+"#;
+
+/// `body = "file"` gives the program an absolute path under a relative
+/// `--config` too: the step runs in `programs/`, and the `./state/bodies/…`
+/// it was given could not be opened there.
+#[test]
+fn a_body_file_is_named_by_an_absolute_path_under_a_relative_config() {
+    let dir = setup("newcomer_body_file", "", &[("body.toml", BODY_FILE)]);
+    dir.append("config.toml", BODY_TOOL);
+    let server = Server::start(&dir.root, "config.toml", &dir.path("stderr.log"));
+    let r = server.client.request(
+        "POST",
+        "/tools/t/prod/body",
+        &[("Content-Type", "application/json")],
+        br#"{"hello": "world"}"#,
+    );
+    let v = r.ok();
+    let out = v["Result"][0].as_str().unwrap_or_default().to_string();
+    let (size, path) = out.split_once(' ').unwrap_or_default();
+    r.check_eq(size, "18", "the body's size");
+    r.check(path.starts_with('/'), format!("an absolute path: {path}"));
+}

@@ -37,8 +37,12 @@ impl BodyFile {
     }
 
     /// Create `path` (never an existing file), mode 0600, holding `data`;
-    /// the guard removes it again if writing fails.
+    /// the guard removes it again if writing fails. The path kept is
+    /// absolute: a program is given it and runs in its own working
+    /// directory (a `state_dir` relative to a config named `config.toml`
+    /// gave `./state/bodies/…`, which the program could not open).
     fn create(path: PathBuf, data: &[u8]) -> io::Result<BodyFile> {
+        let path = std::path::absolute(path)?;
         let mut f = OpenOptions::new()
             .write(true)
             .create_new(true)
