@@ -337,6 +337,27 @@ fn failed_logins_spread_over_two_instances_throttle_like_one() {
     }
 }
 
+/// 20 wrong passwords for alice sent at once over both instances: each
+/// attempt counts when it arrives, so exactly the per-name limit (5) has
+/// its password checked, as sequential ones would (all 20 were checked
+/// when the cluster's count was read first and written at the failure).
+#[test]
+fn failed_logins_sent_at_once_over_two_instances_stop_at_the_limit() {
+    let (_pg, [(_da, a), (_db, b)]) = two("pg_login_burst");
+    let statuses: Vec<u16> = std::thread::scope(|s| {
+        let calls: Vec<_> = (0..20)
+            .map(|i| {
+                let t = if i % 2 == 0 { &a } else { &b };
+                s.spawn(move || failed_login(t, "wrong").status)
+            })
+            .collect();
+        calls.into_iter().map(|c| c.join().unwrap()).collect()
+    });
+    let checked = statuses.iter().filter(|&&s| s == 401).count();
+    let limited = statuses.iter().filter(|&&s| s == 429).count();
+    assert_eq!((checked, limited), (5, 15), "{statuses:?}");
+}
+
 /// `GET /api/runs/<nobody's id>` with `key`: 404 when admitted, 429 when
 /// the key's rate is spent.
 fn rate_probe(t: &Trigd, key: &str) -> u16 {

@@ -314,7 +314,7 @@ impl Limits {
                 per_user: LOGIN_PER_USER,
                 per_address: LOGIN_PER_ADDRESS,
             };
-            return match shared.check_login(user, client, limits) {
+            return match shared.take_login(user, client, limits) {
                 Ok(r) => r.map_err(limited),
                 Err(e) => Err(ApiError::db(&e)),
             };
@@ -335,21 +335,12 @@ impl Limits {
         }
     }
 
-    /// Count a failed login of `user` from `client` in the cluster's
-    /// windows (here it was counted by [`Limits::check_login`]).
-    pub fn login_failed(&self, user: &str, client: IpAddr) {
-        if let Some(shared) = &self.shared {
-            if let Err(e) = shared.login_failed(user, client) {
-                log::warn!("a failed login could not be counted: {e}");
-            }
-        }
-    }
-
     /// Forget the failures of `user` after a successful login from
-    /// `client`, and take back the failure counted for it.
+    /// `client`, and take back the attempt counted for it (by
+    /// [`Limits::check_login`], which counts every attempt as it arrives).
     pub fn login_succeeded(&self, user: &str, client: IpAddr) {
         if let Some(shared) = &self.shared {
-            if let Err(e) = shared.login_succeeded(user) {
+            if let Err(e) = shared.login_succeeded(user, client) {
                 log::warn!("failed logins of a user could not be cleared: {e}");
             }
             return;
@@ -426,7 +417,6 @@ mod tests {
         let (a, b) = (ip("192.0.2.1"), ip("192.0.2.2"));
         for _ in 0..LOGIN_PER_USER {
             assert!(l.check_login("alice", a).is_ok());
-            l.login_failed("alice", a);
         }
         let wait = match l.check_login("alice", b) {
             Err(ApiError::RateLimited { retry_after }) => retry_after,

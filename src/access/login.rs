@@ -45,8 +45,8 @@ impl Access {
                 .and_then(|h| Argon2::default().verify_password(password.as_bytes(), &h))
                 .is_ok()
         };
+        // A failure was counted when the attempt arrived (`check_login`).
         let Some(user) = user.filter(|_| verified) else {
-            self.limits.login_failed(name, addr);
             log::info!("failed login for a user name from {addr}");
             return Err(ApiError::LoginFailed);
         };

@@ -3,12 +3,14 @@
 //! client spread over N instances gets the configured limit, not N times
 //! it. What each costs, and its bound:
 //!
-//! - **Failed logins** (per user name and per address): the check before
-//!   a login reads both windows (one statement), a failure counts in both
-//!   (one statement), a success clears the name's (one statement). Exact:
-//!   at most the limit of failures per window, whichever instances they
-//!   reach (concurrent attempts aside, as on one host). While the database
-//!   is unreachable logins fail closed: 503 `state_unavailable`.
+//! - **Failed logins** (per user name and per address): an attempt counts
+//!   in both windows when it arrives, before its password is checked (one
+//!   statement each, each taking a hit only while its window has room), so
+//!   attempts sent at once, to one instance or several, stop at the limit
+//!   as sequential ones do; a success takes the address's hit back and
+//!   clears the name's window (two statements). Exact: at most the limit
+//!   of attempts per window, whichever instances they reach. While the
+//!   database is unreachable logins fail closed: 503 `state_unavailable`.
 //! - **API key `rate_per_minute` = R**: each instance takes tokens from the
 //!   key's window in leases of [`lease_size`] (R/50, at least 1) and spends
 //!   them locally, so only one request in a lease costs a round trip. A
@@ -171,48 +173,39 @@ impl Shared {
         self.table.take(&name, 1, i64::MAX as u64)
     }
 
-    /// `Ok(Err(seconds left))` when `user` or `client` is past its failed
-    /// logins (one statement).
+    /// Count a login attempt of `user` from `client` as it arrives:
+    /// `Ok(Err(seconds left))`, and nothing counted, when either window is
+    /// full. The address's window first, then the name's; a refusal by the
+    /// name gives the address's hit back.
     ///
     /// # Errors
     /// The database cannot be used.
-    pub fn check_login(
+    pub fn take_login(
         &self,
         user: &str,
         client: IpAddr,
         limits: LoginLimits,
     ) -> Result<Result<(), u64>, DbError> {
         let (u, a) = (user_window(user), addr_window(client));
-        let counts = self.table.read(&[&u, &a])?;
-        let wait = counts
-            .iter()
-            .filter(|c| {
-                let limit = if c.name == u {
-                    limits.per_user
-                } else {
-                    limits.per_address
-                };
-                c.hits >= limit
-            })
-            .map(|c| seconds(c.left))
-            .max();
-        Ok(wait.map_or(Ok(()), Err))
+        let by_addr = self.table.take(&a, 1, limits.per_address)?;
+        if by_addr.granted == 0 {
+            return Ok(Err(seconds(by_addr.left)));
+        }
+        let by_user = self.table.take(&u, 1, limits.per_user)?;
+        if by_user.granted == 0 {
+            self.table.give_back(&a)?;
+            return Ok(Err(seconds(by_user.left)));
+        }
+        Ok(Ok(()))
     }
 
-    /// Count a failed login of `user` from `client` (one statement).
+    /// After a successful login of `user` from `client`: take back the
+    /// address's hit and clear the name's window (two statements).
     ///
     /// # Errors
     /// The database cannot be used.
-    pub fn login_failed(&self, user: &str, client: IpAddr) -> Result<(), DbError> {
-        let (u, a) = (user_window(user), addr_window(client));
-        self.table.hit(&[&u, &a]).map(drop)
-    }
-
-    /// Forget the failed logins of `user` (one statement).
-    ///
-    /// # Errors
-    /// The database cannot be used.
-    pub fn login_succeeded(&self, user: &str) -> Result<(), DbError> {
+    pub fn login_succeeded(&self, user: &str, client: IpAddr) -> Result<(), DbError> {
+        self.table.give_back(&addr_window(client))?;
         self.table.clear(&user_window(user))
     }
 }

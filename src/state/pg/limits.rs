@@ -45,12 +45,6 @@ const TAKE: &str = "INSERT INTO trigd_limits AS l (name, window_start, hits, gra
      RETURNING name, hits, granted, \
        greatest((extract(epoch FROM l.window_start + interval '1 minute' - now()) * 1000)::int8, 0)";
 
-/// The live windows among the names of `$1`.
-const READ: &str = "SELECT name, hits, 0::int8, \
-       greatest((extract(epoch FROM window_start + interval '1 minute' - now()) * 1000)::int8, 0) \
-     FROM trigd_limits WHERE name = ANY($1::text[]) \
-       AND window_start > now() - interval '1 minute'";
-
 impl LimitTable {
     /// The windows in `db`.
     pub fn new(db: Arc<Db>) -> LimitTable {
@@ -72,21 +66,16 @@ impl LimitTable {
         }))
     }
 
-    /// Count one hit in each of `names`' windows (one statement); their
-    /// counts afterwards, in no particular order.
+    /// Take one hit back from `name`'s live window (one statement).
     ///
     /// # Errors
     /// The database cannot be used.
-    pub fn hit(&self, names: &[&str]) -> Result<Vec<Count>, DbError> {
-        self.run(TAKE, names, &[1, i64::MAX as u64])
-    }
-
-    /// The live windows among `names` (one statement).
-    ///
-    /// # Errors
-    /// The database cannot be used.
-    pub fn read(&self, names: &[&str]) -> Result<Vec<Count>, DbError> {
-        self.run(READ, names, &[])
+    pub fn give_back(&self, name: &str) -> Result<(), DbError> {
+        let sql = "UPDATE trigd_limits SET hits = greatest(hits - 1, 0) \
+                   WHERE name = $1 AND window_start > now() - interval '1 minute'";
+        self.db
+            .with(|c| c.execute_typed(sql, &[(&name, Type::TEXT)]))
+            .map(drop)
     }
 
     /// Forget `name`'s window.
