@@ -567,6 +567,114 @@ fn an_answer_before_the_body_is_read_closes_the_connection() {
     t.get("/healthz").ok();
 }
 
+/// A header line that a proxy in front may read another way is 400 and
+/// ends the connection: a continuation line (obs-fold), white space
+/// before a name, a control byte (VT, FF, NUL, a bare LF) in a value, a
+/// name that is no token. Each hid a `Content-Length` or a
+/// `Transfer-Encoding` that trigd used to frame the body.
+#[test]
+fn header_lines_a_proxy_may_read_otherwise_are_400() {
+    let (_dir, t) = serve("limits_header_lines", "", &[]);
+    for header in [
+        "X-A: a\r\n Content-Length: 5\r\n",
+        "X-A: a\r\n\tTransfer-Encoding: chunked\r\n",
+        " Content-Length: 5\r\n",
+        "Content-Length: \x0c5\r\n",
+        "Transfer-Encoding: \x0bchunked\r\n",
+        "X-A: a\nTransfer-Encoding: chunked\r\nContent-Length: 22\r\n",
+        "X-A: a\x00b\r\n",
+        "X-A: 1\r2\r\n",
+        ": v\r\n",
+        "X\x01A: v\r\n",
+        "X A: v\r\n",
+    ] {
+        let request = format!("POST /livez HTTP/1.1\r\nHost: x\r\n{header}\r\nhello");
+        let answers = all_answers(&t.addr, request.as_bytes());
+        assert_eq!(
+            statuses(&answers),
+            ["HTTP/1.1 400 Bad Request"],
+            "{header:?}:\n{answers}"
+        );
+    }
+    // Tabs and spaces around a value, and a value with DEL (what a byte
+    // outside ASCII becomes), stay readable.
+    let ok =
+        "GET /livez HTTP/1.1\r\nHost: x\r\nX-A:\t a b \t\r\nX-B: \x7f\r\nConnection: close\r\n\r\n";
+    assert_eq!(
+        statuses(&all_answers(&t.addr, ok.as_bytes())),
+        ["HTTP/1.1 200 OK"]
+    );
+}
+
+/// A chunked body's size line is `1*HEXDIG [; extension] CRLF`, bounded:
+/// a line that never ends is refused after a few KB (it once grew the
+/// server's memory by 190 MB a second until the deadline), and sizes
+/// written another way (`+5`, ` 5`, a bare LF) are refused, not read.
+/// Trailers are read and dropped.
+#[test]
+fn chunk_size_lines_are_strict_and_bounded() {
+    let (_dir, t) = serve("limits_chunk_lines", "", &[]);
+    let head = "GET /livez HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+    let mut endless = head.as_bytes().to_vec();
+    endless.extend(std::iter::repeat_n(b'0', 1 << 20));
+    let mut s = connect(&t.addr);
+    // The server may close before all is written: its answer is what counts.
+    let _ = s.write_all(&endless);
+    let reply = read_reply(&mut BufReader::new(s)).expect("an answer");
+    reply.err(400, "invalid_parameter");
+    let rss = fs::read_to_string(format!("/proc/{}/status", t.pid())).unwrap_or_default();
+    let kb: u64 = rss
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
+        .unwrap_or(0);
+    assert!(kb < 200_000, "VmHWM {kb} kB after a 1 MB size line");
+    for body in [
+        "+5\r\nhello\r\n0\r\n\r\n",
+        " 5\r\nhello\r\n0\r\n\r\n",
+        "5;a\nb\r\nhello\r\n0\r\n\r\n",
+    ] {
+        let answers = all_answers(&t.addr, format!("{head}{body}").as_bytes());
+        assert_eq!(
+            statuses(&answers),
+            ["HTTP/1.1 400 Bad Request"],
+            "{body:?}:\n{answers}"
+        );
+    }
+    let trailer = format!(
+        "{head}5\r\nhello\r\n0\r\nX-T: 1\r\n\r\nGET /livez HTTP/1.1\r\nConnection: close\r\n\r\n"
+    );
+    assert_eq!(
+        statuses(&all_answers(&t.addr, trailer.as_bytes())),
+        ["HTTP/1.1 200 OK", "HTTP/1.1 200 OK"]
+    );
+}
+
+/// A body cut short (the client's half-close inside it) is no body: the
+/// request is refused and nothing runs (a run once started with what had
+/// come: `variables=incomplete` answered 200).
+#[test]
+fn a_body_cut_short_runs_nothing() {
+    let (_dir, t) = serve("limits_cut_short", "", &[("five.toml", FIVE)]);
+    let url = format!("/api?api_key={KEY}&program_id=3&function=one&variables=x");
+    // Nothing of the body arrives (POST /api refuses any byte of one).
+    for framing in [
+        "Transfer-Encoding: chunked\r\n\r\n400\r\n",
+        "Content-Length: 2000\r\n\r\n",
+    ] {
+        let mut s = connect(&t.addr);
+        s.write_all(format!("POST {url} HTTP/1.1\r\nHost: x\r\n{framing}").as_bytes())
+            .unwrap();
+        s.shutdown(Shutdown::Write).unwrap();
+        let mut got = String::new();
+        let _ = s.read_to_string(&mut got);
+        assert!(!got.contains(" 200 "), "{framing:?}: {got}");
+        assert!(!got.contains("Program finished"), "{framing:?} ran: {got}");
+    }
+    let runs = t.get(&format!("/api/runs?api_key={KEY}")).json();
+    assert_eq!(runs["Runs"].as_array().map(Vec::len), Some(0), "{runs}");
+}
+
 /// `HTTP/2.0` and `HTTP/3.0` request lines (and the h2 preface) are 400 at
 /// once: they once got no answer at all and held their connection (and
 /// its place under `max_connections`) for good.

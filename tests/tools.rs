@@ -365,18 +365,20 @@ fn bearer_without_a_valid_user_agent_is_403() {
     let url = "/tools/inventory/production/list-items";
     let key = app_key(&dir, "ops", "alice");
     let auth = bearer(&key);
-    let cases: [(&str, Vec<(&str, &str)>); 4] = [
+    let cases: [(&str, Vec<(&str, &str)>); 3] = [
         ("no User-Agent", vec![("Authorization", &auth)]),
         ("empty", vec![("Authorization", &auth), ("User-Agent", "")]),
         (
             "blank",
             vec![("Authorization", &auth), ("User-Agent", "   ")],
         ),
-        (
-            "control character",
-            vec![("Authorization", &auth), ("User-Agent", "bad\x01agent")],
-        ),
     ];
+    // A control byte in any header value is refused before trigd reads it.
+    let bad = [
+        ("Authorization", auth.as_str()),
+        ("User-Agent", "bad\x01agent"),
+    ];
+    t.request("GET", url, &bad, b"").err(400, "bad_request");
     for (what, headers) in cases {
         let r = t.request("GET", url, &headers, b"");
         let v = r.err(403, "user_agent_required");

@@ -328,6 +328,9 @@ impl ClientConnection {
             if headers.len() >= limits.max_headers {
                 return Err(ReadError::TooLarge(431));
             }
+            if !valid_field_line(line.as_bytes()) {
+                return Err(ReadError::WrongHeader(version.clone()));
+            }
             headers.push(match FromStr::from_str(line.trim()) {
                 // TODO: remove this conversion
                 Ok(h) => h,
@@ -464,6 +467,25 @@ impl Iterator for ClientConnection {
             return Some(rq);
         }
     }
+}
+
+/// (trigd patch) Whether a header line is `name: value` as RFC 9110 §5
+///  writes it: the name a token (no white space before or in it, so no
+///  obs-fold continuation line, RFC 9112 §5.2), the value without control
+///  bytes but tab (no NUL, no bare LF, no VT or FF that a trim would drop).
+///  Upstream trimmed the line and took the rest: `\tTransfer-Encoding:
+///  chunked` or `Content-Length: \x0c5` framed a body that a proxy in front
+///  may read otherwise. DEL stays: it is what `read_next_line` makes of a
+///  byte outside ASCII, which the application answers.
+fn valid_field_line(line: &[u8]) -> bool {
+    let Some(colon) = line.iter().position(|&b| b == b':') else {
+        return false;
+    };
+    let (name, value) = (&line[..colon], &line[colon + 1..]);
+    let tchar = |b: &u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b);
+    !name.is_empty()
+        && name.iter().all(tchar)
+        && value.iter().all(|&b| b == b'\t' || !(b < 0x20))
 }
 
 /// (trigd patch) A line `read_next_line` left: ASCII, so always text.

@@ -9,9 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
-use crate::util::{EqualReader, FusedReader};
+use crate::util::{ChunkedReader, EqualReader, FusedReader};
 use crate::{HTTPVersion, Header, Method, Response, StatusCode};
-use chunked_transfer::Decoder;
 
 /// Represents an HTTP request made by a client.
 ///
@@ -175,7 +174,7 @@ where
         Framing::Chunked => {
             done.store(false, Ordering::SeqCst);
             // chunked applies to the whole message (RFC 9112 §7)
-            (body_end(Decoder::new(source_data), &done, unread), None)
+            (body_end(ChunkedReader::new(source_data), &done, unread), None)
         }
     };
 

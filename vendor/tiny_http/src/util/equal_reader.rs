@@ -41,6 +41,13 @@ where
         };
 
         match self.reader.read(buf) {
+            // (trigd patch) the stream ended inside the body: an error, not
+            //  the body's end (upstream handed on what had come as the
+            //  whole body, and a run started with half of it)
+            Ok(0) if !buf.is_empty() => Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the connection ended before the body's end",
+            )),
             Ok(len) => {
                 self.size -= len;
                 Ok(len)
