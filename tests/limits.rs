@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
-use std::io::{BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -587,6 +587,8 @@ fn header_lines_a_proxy_may_read_otherwise_are_400() {
         ": v\r\n",
         "X\x01A: v\r\n",
         "X A: v\r\n",
+        // A second Host (the request has one).
+        "Host: y\r\n",
     ] {
         let request = format!("POST /livez HTTP/1.1\r\nHost: x\r\n{header}\r\nhello");
         let answers = all_answers(&t.addr, request.as_bytes());
@@ -648,6 +650,30 @@ fn chunk_size_lines_are_strict_and_bounded() {
         statuses(&all_answers(&t.addr, trailer.as_bytes())),
         ["HTTP/1.1 200 OK", "HTTP/1.1 200 OK"]
     );
+}
+
+/// `Expect: 100-continue`: the interim `100 Continue` comes before the
+/// body is sent, without a `Content-Length` (RFC 9110 §8.6: it had
+/// `Content-Length: 0`), and the request is then answered.
+#[test]
+fn a_100_continue_has_no_content_length() {
+    let (_dir, t) = serve("limits_continue", "", &[]);
+    let mut s = connect(&t.addr);
+    s.write_all(b"GET /livez HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 2000\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    // An interim answer is a head only.
+    let mut head = String::new();
+    while !head.ends_with("\r\n\r\n") {
+        assert!(r.read_line(&mut head).unwrap() > 0, "closed after {head:?}");
+    }
+    assert!(head.starts_with("HTTP/1.1 100 Continue\r\n"), "{head:?}");
+    assert!(
+        !head.to_ascii_lowercase().contains("content-length"),
+        "{head:?}"
+    );
+    s.write_all(&[b'x'; 2000]).unwrap();
+    read_reply(&mut r).expect("the answer").status_is(200);
 }
 
 /// A body cut short (the client's half-close inside it) is no body: the
@@ -743,6 +769,9 @@ fn a_request_line_outside_ascii_is_400_bad_request() {
     let line = "GET /h\u{e9}althz HTTP/1.1\r\nConnection: close\r\n\r\n";
     send_raw(&t.addr, line.as_bytes()).err(400, "bad_request");
     send_raw(&t.addr, b"NOT HTTP AT ALL\r\n\r\n").err(400, "bad_request");
+    // Three parts, and a target that is a path (or `*`, or absolute).
+    send_raw(&t.addr, b"GET /healthz HTTP/1.1 extra\r\n\r\n").err(400, "bad_request");
+    send_raw(&t.addr, b"GET healthz HTTP/1.1\r\n\r\n").err(400, "bad_request");
     // A header value outside ASCII reaches trigd, which answers it.
     let r = send_raw(
         &t.addr,

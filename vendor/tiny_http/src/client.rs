@@ -323,6 +323,12 @@ impl ClientConnection {
             head_bytes += line.len() + 2;
 
             if line.is_empty() {
+                // (trigd patch) one Host at most (RFC 9112 §3.2): of two,
+                //  a proxy and trigd could each take another
+                let hosts = headers.iter().filter(|h: &&crate::Header| h.field.equiv("Host"));
+                if hosts.count() > 1 {
+                    return Err(ReadError::WrongHeader(version.clone()));
+                }
                 return Ok(headers);
             };
             if headers.len() >= limits.max_headers {
@@ -511,12 +517,22 @@ fn parse_http_version(version: &str) -> Result<HTTPVersion, ReadError> {
 
 /// Parses the request line of the request.
 /// eg. GET / HTTP/1.1
+///
+/// (trigd patch) Exactly three parts, the target in origin-form (`/…`),
+///  absolute-form (`http://…`) or asterisk-form (`*`): upstream ignored
+///  anything after the version and took any target.
 fn parse_request_line(line: &str) -> Result<(Method, String, HTTPVersion), ReadError> {
     let mut parts = line.split(' ');
 
     let method = parts.next().and_then(|w| w.parse().ok());
-    let path = parts.next().map(ToOwned::to_owned);
+    let path = parts
+        .next()
+        .filter(|p| p.starts_with('/') || *p == "*" || p.contains("://"))
+        .map(ToOwned::to_owned);
     let version = parts.next().and_then(|w| parse_http_version(w).ok());
+    if parts.next().is_some() {
+        return Err(ReadError::WrongRequestLine);
+    }
 
     method
         .and_then(|method| Some((method, path?, version?)))
@@ -535,5 +551,9 @@ mod test {
 
         assert!(super::parse_request_line("GET /hello").is_err());
         assert!(super::parse_request_line("qsd qsd qsd").is_err());
+        assert!(super::parse_request_line("GET /hello HTTP/1.1 extra").is_err());
+        assert!(super::parse_request_line("GET hello HTTP/1.1").is_err());
+        assert!(super::parse_request_line("OPTIONS * HTTP/1.1").is_ok());
+        assert!(super::parse_request_line("GET http://x/y HTTP/1.1").is_ok());
     }
 }

@@ -600,8 +600,11 @@ where
                 _ => false,
             };
 
-        // preparing headers for transfer
-        if let Some(h) = framing_header(transfer_encoding, data_length) {
+        // preparing headers for transfer: (trigd patch) none on a 1xx or a
+        //  204, which RFC 9110 §8.6 forbids a Content-Length (upstream
+        //  sent `100 Continue` with `Content-Length: 0`)
+        let no_framing = matches!(self.status_code.0, 100..=199 | 204);
+        if let Some(h) = framing_header(transfer_encoding, data_length).filter(|_| !no_framing) {
             self.headers.push(h);
         }
 
