@@ -103,11 +103,17 @@ fn missing_command(
             let executable = std::fs::metadata(&path)
                 .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
             (!executable).then(|| {
+                // The hint only where it explains the path looked at.
+                let hint = match argv0.contains('/') && !argv0.starts_with('/') {
+                    true => format!(
+                        " (a relative command path resolves against the function's workdir, {})",
+                        function.workdir.display()
+                    ),
+                    false => String::new(),
+                };
                 format!(
-                    "command `{argv0}` is not an executable file at {} (a relative command \
-                     path resolves against the function's workdir, {})",
-                    path.display(),
-                    function.workdir.display()
+                    "command `{argv0}` is not an executable file at {}{hint}",
+                    path.display()
                 )
             })
         }
@@ -128,4 +134,29 @@ fn braces_in_shell(script: &str, function: &Function) -> Option<String> {
         "the shell script contains `{{{name}}}`, which stays literal text in a shell step \
          (values are never spliced into scripts): write \"${name}\" to use the value"
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    #[test]
+    fn the_relative_path_hint_is_given_for_relative_paths_only() {
+        let program = "id = 1\nname = \"p\"\n[[functions]]\nname = \"abs\"\n\
+                       command = [\"/nonexistent/report\"]\n\
+                       [[functions]]\nname = \"rel\"\ncommand = [\"./nope.sh\"]\n";
+        let progs = [(PathBuf::from("programs/p.toml"), program.to_string())];
+        let cfg = crate::config::load_str(Path::new("config.toml"), "", &progs).unwrap();
+        let got = super::warnings(&cfg, "/usr/bin:/bin");
+        let abs = got
+            .iter()
+            .find(|w| w.contains("/nonexistent/report"))
+            .unwrap();
+        let rel = got.iter().find(|w| w.contains("./nope.sh")).unwrap();
+        assert!(!abs.contains("relative command path"), "{abs}");
+        assert!(
+            rel.contains("a relative command path resolves against"),
+            "{rel}"
+        );
+    }
 }
