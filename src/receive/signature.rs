@@ -240,6 +240,9 @@ pub enum SigError {
     Mismatch {
         /// The header, lower case.
         header: String,
+        /// It held a token (`scheme = "token"`), not a signature of the
+        /// body.
+        token: bool,
     },
     /// Correctly signed, but the timestamp is outside the tolerance window
     /// (a replay, or a badly set clock).
@@ -261,9 +264,16 @@ impl SigError {
             SigError::Malformed { header, why } => {
                 format!("The signature in header '{header}' is malformed: {why}.")
             }
-            SigError::Mismatch { header } => format!(
+            SigError::Mismatch {
+                header,
+                token: false,
+            } => format!(
                 "The signature in header '{header}' does not match the request body and the shared secret."
             ),
+            SigError::Mismatch {
+                header,
+                token: true,
+            } => format!("The token in header '{header}' is not the shared secret."),
             SigError::Expired { header, tolerance } => format!(
                 "The request signed in header '{header}' is older or newer than the tolerance of {tolerance} seconds; replays are refused (check the sender's clock)."
             ),
@@ -347,6 +357,7 @@ impl Verifier {
     fn mismatch(&self) -> SigError {
         SigError::Mismatch {
             header: self.header.clone(),
+            token: matches!(self.scheme, Scheme::Token),
         }
     }
 

@@ -54,7 +54,8 @@ fn github_sha256_and_sha1() {
     assert_eq!(
         v.verify(&ok, b"Hello, World?", 0),
         Err(SigError::Mismatch {
-            header: "x-hub-signature-256".into()
+            header: "x-hub-signature-256".into(),
+            token: false,
         })
     );
     let v1 = verifier(
@@ -148,6 +149,12 @@ fn token_is_compared_whole() {
     for wrong in ["s3cret-toke", "s3cret-token2", "S3CRET-TOKEN"] {
         let r = v.verify(&h(&[("x-gitlab-token", wrong)]), b"", 0);
         assert!(matches!(r, Err(SigError::Mismatch { .. })), "{wrong}");
+        // A token is no signature of the body: the message says so.
+        let msg = r.unwrap_err().message();
+        assert_eq!(
+            msg,
+            "The token in header 'x-gitlab-token' is not the shared secret."
+        );
     }
 }
 
