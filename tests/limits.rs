@@ -517,6 +517,20 @@ fn framing_that_could_hide_a_request_is_400_and_nothing_more_runs() {
     assert_eq!(statuses(&answers).len(), 3, "{answers}");
 }
 
+/// `answers` (all a connection got) are one `413`, saying it closes.
+#[track_caller]
+fn one_413_then_closed(answers: &str) {
+    assert_eq!(
+        statuses(answers),
+        ["HTTP/1.1 413 Payload Too Large"],
+        "{answers}"
+    );
+    assert!(
+        answers.to_ascii_lowercase().contains("connection: close"),
+        "{answers}"
+    );
+}
+
 /// An answer sent before the body was read (413) ends the connection: the
 /// rest of that body is never read as a request, however the body is
 /// framed, and a claimed length is not read (a `Content-Length` of 1 TB
@@ -539,30 +553,12 @@ fn an_answer_before_the_body_is_read_closes_the_connection() {
     chunked.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
     chunked.extend_from_slice(&data);
     chunked.extend_from_slice(b"\r\n0\r\n\r\n");
-    let answers = all_answers(&t.addr, &chunked);
-    assert_eq!(
-        statuses(&answers),
-        ["HTTP/1.1 413 Payload Too Large"],
-        "{answers}"
-    );
-    assert!(
-        answers.to_ascii_lowercase().contains("connection: close"),
-        "{answers}"
-    );
+    one_413_then_closed(&all_answers(&t.addr, &chunked));
     for claimed in ["5000", "1000000000000"] {
         let head = format!(
             "POST /api HTTP/1.1\r\nHost: x\r\nContent-Length: {claimed}\r\n\r\nabc{hidden}"
         );
-        let answers = all_answers(&t.addr, head.as_bytes());
-        assert_eq!(
-            statuses(&answers),
-            ["HTTP/1.1 413 Payload Too Large"],
-            "{answers}"
-        );
-        assert!(
-            answers.to_ascii_lowercase().contains("connection: close"),
-            "{answers}"
-        );
+        one_413_then_closed(&all_answers(&t.addr, head.as_bytes()));
     }
     t.get("/healthz").ok();
 }

@@ -77,23 +77,27 @@ fn bearer_call(t: &Trigd, key: &str) -> Reply {
     )
 }
 
+/// `trigd <command>` (`app-key` or `revoke-app-key`) for alice in ops with
+/// `dir`'s config; it succeeds.
+fn key_cli(dir: &TestDir, command: &str) -> Output {
+    let config = dir.path_str("config.toml");
+    let args = [
+        command,
+        "--workspace",
+        "ops",
+        "--member",
+        "alice",
+        "--config",
+        &config,
+    ];
+    let out = trigd(&args, None);
+    out.code_is(0);
+    out
+}
+
 /// `trigd app-key` for alice in ops with `dir`'s config: the new key.
 fn app_key_cli(dir: &TestDir) -> String {
-    let config = dir.path_str("config.toml");
-    let out = trigd(
-        &[
-            "app-key",
-            "--workspace",
-            "ops",
-            "--member",
-            "alice",
-            "--config",
-            &config,
-        ],
-        None,
-    );
-    out.code_is(0);
-    out.stdout.trim().to_string()
+    key_cli(dir, "app-key").stdout.trim().to_string()
 }
 
 /// `trigd_state_db_round_trips_total` of `t`.
@@ -182,20 +186,7 @@ fn a_revoked_key_and_a_leavers_key_stop_on_every_instance() {
     let (db, [(da, a), (db_dir, b)]) = two("pg_revoke");
     let key = app_key_cli(&da);
     bearer_call(&b, &key).status_is(200);
-    let config = da.path_str("config.toml");
-    let out = trigd(
-        &[
-            "revoke-app-key",
-            "--workspace",
-            "ops",
-            "--member",
-            "alice",
-            "--config",
-            &config,
-        ],
-        None,
-    );
-    out.code_is(0);
+    key_cli(&da, "revoke-app-key");
     let gone = wait_until(PG_WAIT, || {
         bearer_call(&a, &key).status == 401 && bearer_call(&b, &key).status == 401
     });

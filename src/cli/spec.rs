@@ -55,6 +55,14 @@ pub struct Sub {
     pub flags: &'static [Flag],
 }
 
+/// `--workspace W` of `app-key` and `revoke-app-key`.
+const WORKSPACE: Flag = Flag {
+    long: "workspace",
+    value: "W",
+    kind: ValueKind::Text,
+    help: "the workspace",
+};
+
 const CONFIG: Flag = Flag {
     long: "config",
     value: "PATH",
@@ -179,12 +187,7 @@ pub const COMMANDS: &[Sub] = &[
                 the state dir.",
         args: &[],
         flags: &[
-            Flag {
-                long: "workspace",
-                value: "W",
-                kind: ValueKind::Text,
-                help: "the workspace",
-            },
+            WORKSPACE,
             Flag {
                 long: "member",
                 value: "M",
@@ -204,12 +207,7 @@ pub const COMMANDS: &[Sub] = &[
                 loses the key by itself when trigd loads that config.",
         args: &[],
         flags: &[
-            Flag {
-                long: "workspace",
-                value: "W",
-                kind: ValueKind::Text,
-                help: "the workspace",
-            },
+            WORKSPACE,
             Flag {
                 long: "member",
                 value: "M",
